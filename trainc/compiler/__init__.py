@@ -1,0 +1,1 @@
+"""The compiler: load -> normalize -> validate -> plan -> estimate -> check_fit -> emit -> write."""

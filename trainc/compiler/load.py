@@ -1,0 +1,471 @@
+"""Load a spec: read the YAML file, compose it with Hydra (its ``defaults:`` list pulls presets from
+the package's ``conf/`` and from the spec's own folder), apply ``KEY=VALUE`` overrides, and check
+every key and type against the structured-config schema.
+
+This is the only module that imports Hydra / OmegaConf. Every user mistake becomes a
+:class:`~trainc.compiler.diagnostics.Diagnostic` (TRC000-TRC006) naming the key and, where known,
+the file and line; nothing here raises for bad input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+import shutil
+import tempfile
+import types
+import typing
+import warnings
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainc.compiler import rules as R
+from trainc.compiler.diagnostics import Diagnostic, Location, diag, did_you_mean
+from trainc.schemas import TrainSpec
+
+#: Hydra config groups shipped in ``trainc/conf``.
+GROUPS = ("model", "cluster")
+#: Keys whose value is a free-form mapping (not descended into by the schema check).
+MAP_KEYS = frozenset({"launch.env"})
+COMMAND_LINE = "<command line>"
+
+
+@dataclass
+class Loaded:
+    """Result of :func:`load_spec`.
+
+    ``spec`` is None when any error was found. ``where`` maps each dotted key that some file or
+    override set to the :class:`Location` that set it last; ``explicit`` holds the keys set by the
+    spec file itself or the command line (not by a preset), which the planner treats as constraints.
+    """
+
+    path: str
+    spec: TrainSpec | None
+    diagnostics: list[Diagnostic]
+    where: dict[str, Location] = field(default_factory=dict)
+    explicit: frozenset[str] = frozenset()
+    presets: dict[str, str] = field(default_factory=dict)
+
+
+def conf_dir() -> Path:
+    """The package's Hydra config tree (``trainc/conf``)."""
+    return Path(str(resources.files("trainc") / "conf"))
+
+
+def preset_names(group: str) -> list[str]:
+    """Preset names of a config group, sorted."""
+    return sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
+
+
+# ---------------------------------------------------------------------------------------------
+# schema introspection
+# ---------------------------------------------------------------------------------------------
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def schema_keys(cls: type = TrainSpec, prefix: str = "") -> dict[str, Any]:
+    """Every dotted leaf key of the schema mapped to its type (sections are descended into)."""
+    out: dict[str, Any] = {}
+    for name, tp in _field_types(cls).items():
+        key = prefix + name
+        if dataclasses.is_dataclass(tp):
+            out.update(schema_keys(tp, key + "."))
+        else:
+            out[key] = tp
+    return out
+
+
+def _is_section(key: str) -> type | None:
+    cls: Any = TrainSpec
+    for part in key.split("."):
+        hints = _field_types(cls)
+        if part not in hints:
+            return None
+        cls = hints[part]
+    return cls if dataclasses.is_dataclass(cls) else None
+
+
+def _enum_of(tp: Any) -> type[enum.Enum] | None:
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return tp
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        for a in typing.get_args(tp):
+            if isinstance(a, type) and issubclass(a, enum.Enum):
+                return a
+    return None
+
+
+def _type_name(tp: Any) -> str:
+    if isinstance(tp, type):
+        if issubclass(tp, enum.Enum):
+            return "one of " + ", ".join(m.name for m in tp)
+        return tp.__name__
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if len(args) == 1:
+        return _type_name(args[0]) + " or null"
+    return str(tp).replace("typing.", "")
+
+
+# ---------------------------------------------------------------------------------------------
+# YAML source map
+# ---------------------------------------------------------------------------------------------
+
+
+def _node_lines(node: yaml.Node, prefix: str, file: str, out: dict[str, Location]) -> None:
+    if not isinstance(node, yaml.MappingNode):
+        return
+    for k, v in node.value:
+        if not isinstance(k, yaml.ScalarNode):
+            continue
+        key = prefix + str(k.value)
+        out[key] = Location(key=key, file=file, line=k.start_mark.line + 1)
+        if key not in MAP_KEYS:
+            _node_lines(v, key + ".", file, out)
+
+
+def _read_yaml(path: Path, shown: str) -> tuple[yaml.Node | None, list[Diagnostic]]:
+    """Read and parse a YAML file into a node tree; problems become TRC000 diagnostics."""
+
+    def bad(msg: str, line: int | None = None) -> tuple[None, list[Diagnostic]]:
+        d = diag(R.SPEC_UNREADABLE, msg, "<file>", fix="pass a readable UTF-8 YAML spec file")
+        return None, [dataclasses.replace(d, locations=(Location(key="<file>", file=shown,
+                                                                 line=line),))]
+
+    if not path.exists():
+        return bad(f"spec file {shown} does not exist")
+    if path.is_dir():
+        return bad(f"{shown} is a directory, not a spec file")
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        return bad(f"cannot read {shown}: {e.strerror or e}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return bad(f"{shown} is not valid UTF-8 (byte {e.start})")
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        return bad(f"{shown} is not valid YAML: {problem}", line)
+    except RecursionError:
+        return bad(f"{shown} is nested too deeply")
+    if node is not None and not isinstance(node, yaml.MappingNode):
+        return bad(f"{shown} must be a YAML mapping of sections (model:, cluster:, ...)", 1)
+    return node, []
+
+
+def _defaults_list(node: yaml.Node | None) -> list[tuple[str, str | None]]:
+    """The spec's ``defaults:`` as (group or ``_self_``, option) pairs, ``_self_`` appended if absent."""
+    out: list[tuple[str, str | None]] = []
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            if getattr(k, "value", None) == "defaults" and isinstance(v, yaml.SequenceNode):
+                for item in v.value:
+                    if isinstance(item, yaml.ScalarNode) and item.value == "_self_":
+                        out.append(("_self_", None))
+                    elif isinstance(item, yaml.MappingNode) and len(item.value) == 1:
+                        gk, gv = item.value[0]
+                        out.append((str(gk.value).lstrip("+"), getattr(gv, "value", None)))
+    if ("_self_", None) not in out:
+        out.append(("_self_", None))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the loader
+# ---------------------------------------------------------------------------------------------
+
+
+def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = ()) -> Loaded:
+    """Compose the spec at ``path`` with its defaults list and the ``KEY=VALUE`` overrides.
+
+    Returns a :class:`Loaded` whose ``spec`` is a :class:`TrainSpec` when there were no errors.
+    Group overrides (``model=llama3-8b``) choose presets; other overrides (``parallel.tp=4``) are
+    applied after composition, as Hydra does. Never raises for bad input.
+    """
+    shown = str(path)
+    spec_path = Path(path)
+    node, diags = _read_yaml(spec_path, shown)
+    if diags:
+        return Loaded(shown, None, diags)
+
+    # --- parse overrides (Hydra's grammar) ------------------------------------------------
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    group_overrides: list[str] = []
+    key_overrides: list[tuple[str, Any, int]] = []
+    parser = OverridesParser.create()
+    for i, text in enumerate(overrides):
+        try:
+            ov = parser.parse_overrides([text])[0]
+            value = ov.value()
+        except HydraException as e:
+            msg = str(e).splitlines()[0]
+            diags.append(_at(diag(R.BAD_OVERRIDE, f"cannot parse override '{text}': {msg}",
+                                  "<command line>", fix="write overrides as KEY=VALUE, e.g. "
+                                  "parallel.tp=4 or model=llama3-8b"), COMMAND_LINE, i + 1))
+            continue
+        key = ov.key_or_group
+        if ov.is_delete() or ov.package:
+            diags.append(_at(diag(R.BAD_OVERRIDE, f"override '{text}' is not supported",
+                                  key, fix="use plain KEY=VALUE overrides"), COMMAND_LINE, i + 1))
+        elif key in GROUPS and isinstance(value, str):
+            group_overrides.append(f"{key}={value}")
+        else:
+            key_overrides.append((key, value, i + 1))
+    if diags:
+        return Loaded(shown, None, diags)
+
+    # --- compose with Hydra ---------------------------------------------------------------
+    cfg, presets, comp_diags = _compose(spec_path, shown, node, group_overrides)
+    if comp_diags:
+        return Loaded(shown, None, comp_diags)
+
+    where: dict[str, Location] = {}
+    spec_lines: dict[str, Location] = {}
+    _node_lines(node, "", shown, spec_lines) if node is not None else None
+    self_seen = False
+    for group, _opt in _defaults_list(node):
+        if group == "_self_":
+            where.update(spec_lines)
+            self_seen = True
+        elif group in presets:
+            pfile = presets[group]
+            pnode, _ = _read_yaml(Path(pfile), pfile)
+            shown_p = _shown_preset(pfile)
+            plines: dict[str, Location] = {}
+            _node_lines(pnode, group + ".", shown_p, plines)
+            where.update(plines)
+    assert self_seen
+    explicit = {k for k, loc in where.items() if loc.file == shown}
+
+    # --- key overrides ----------------------------------------------------------------------
+    for key, value, idx in key_overrides:
+        _set_path(cfg, key, value)
+        loc = Location(key=key, file=COMMAND_LINE, line=idx)
+        for k in list(where):
+            if k.startswith(key + "."):
+                del where[k]
+        where[key] = loc
+        explicit.add(key)
+        if isinstance(value, dict) and key not in MAP_KEYS:
+            for sub in _flatten(value, key + "."):
+                where[sub] = Location(key=sub, file=COMMAND_LINE, line=idx)
+                explicit.add(sub)
+
+    spec, schema_diags = to_spec(cfg, where)
+    located = [_locate_one(d, where) for d in schema_diags]
+    return Loaded(shown, spec, located, where, frozenset(explicit),
+                  {g: _shown_preset(p) for g, p in presets.items()})
+
+
+def _shown_preset(pfile: str) -> str:
+    root = conf_dir()
+    try:
+        return "trainc/conf/" + Path(pfile).resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return pfile
+
+
+def _at(d: Diagnostic, file: str, line: int | None) -> Diagnostic:
+    return dataclasses.replace(d, locations=(Location(key=d.key, file=file, line=line),))
+
+
+def _locate_one(d: Diagnostic, where: dict[str, Location]) -> Diagnostic:
+    if d.locations:
+        return d
+    return dataclasses.replace(d, locations=(where.get(d.key, Location(key=d.key)),))
+
+
+def _flatten(value: dict[str, Any], prefix: str) -> list[str]:
+    out = []
+    for k, v in value.items():
+        key = prefix + str(k)
+        out.append(key)
+        if isinstance(v, dict) and key not in MAP_KEYS:
+            out.extend(_flatten(v, key + "."))
+    return out
+
+
+def _set_path(cfg: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    cur = cfg
+    for p in parts[:-1]:
+        nxt = cur.get(p)
+        if not isinstance(nxt, dict):
+            nxt = {}
+            cur[p] = nxt
+        cur = nxt
+    cur[parts[-1]] = value
+
+
+def _compose(
+    spec_path: Path, shown: str, node: yaml.Node | None, group_overrides: list[str]
+) -> tuple[dict[str, Any], dict[str, str], list[Diagnostic]]:
+    """Run Hydra's compose API; returns the plain container, the preset file per group, diagnostics."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException, MissingConfigException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    spec_dir = spec_path.resolve().parent
+    tmp = None
+    cfg_dir, name = spec_dir, spec_path.stem
+    if spec_path.suffix != ".yaml":
+        # Hydra only finds NAME.yaml: present the file under that name, keep its folder searchable.
+        tmp = tempfile.mkdtemp(prefix="trainc-")
+        shutil.copyfile(spec_path, Path(tmp) / "spec.yaml")
+        cfg_dir, name = Path(tmp), "spec"
+    search = [f"file://{spec_dir}"] if tmp else []
+    search.append(f"file://{conf_dir()}")
+    hydra_overrides = [*group_overrides, "hydra.searchpath=[" + ",".join(search) + "]"]
+
+    def fail(rule: R.Rule, msg: str, key: str, fix: str | None) -> tuple[dict, dict, list]:
+        return {}, {}, [_at(diag(rule, msg, key, fix=fix), shown, None)]
+
+    try:
+        GlobalHydra.instance().clear()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with initialize_config_dir(config_dir=str(cfg_dir), version_base="1.3"):
+                composed = compose(config_name=name, overrides=hydra_overrides,
+                                   return_hydra_config=True)
+            runtime = composed.hydra.runtime.choices
+            choices = {g: runtime.get(g) for g in GROUPS if g in runtime}
+            raw = OmegaConf.to_container(composed, resolve=False)
+            assert isinstance(raw, dict)
+            raw.pop("hydra", None)
+            container = OmegaConf.to_container(OmegaConf.create(raw), resolve=True)
+    except MissingConfigException as e:
+        group = next((g for g in GROUPS if e.missing_cfg_file and
+                      e.missing_cfg_file.startswith(g + "/")), None)
+        options = list(e.options or []) or (preset_names(group) if group else [])
+        if group:
+            opt = e.missing_cfg_file.split("/", 1)[1]
+            msg = f"{group} preset '{opt}' does not exist{did_you_mean(opt, options)}"
+            return fail(R.UNKNOWN_CHOICE, msg, group,
+                        f"use one of: {', '.join(options)}" if options else None)
+        return fail(R.UNKNOWN_CHOICE, str(e).splitlines()[0], "defaults",
+                    f"available: {', '.join(options)}" if options else None)
+    except (HydraException, OmegaConfBaseException, yaml.YAMLError, ValueError, TypeError,
+            KeyError, RecursionError) as e:
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        return fail(R.SPEC_UNREADABLE, f"cannot compose {shown}: {first}", "defaults",
+                    "check the defaults: list (e.g. '- model: llama2-70b') and the YAML structure")
+    finally:
+        GlobalHydra.instance().clear()
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if not isinstance(container, dict):
+        return fail(R.SPEC_UNREADABLE, f"{shown} must be a mapping", "<file>", None)
+    presets = {}
+    for group, opt in choices.items():
+        if opt is None:
+            continue
+        for base in (spec_dir, conf_dir()):
+            f = base / group / f"{opt}.yaml"
+            if f.exists():
+                presets[group] = str(f)
+                break
+    return container, presets, []
+
+
+def to_spec(cfg: dict[str, Any], where: dict[str, Location]) -> tuple[TrainSpec | None,
+                                                                      list[Diagnostic]]:
+    """Check a composed container against the schema and build the :class:`TrainSpec`.
+
+    Every unknown key (TRC002, with did-you-mean), wrong type (TRC001), bad enum value (TRC004) and
+    missing required key (TRC003) is reported; the spec is None if any was found.
+    """
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    root = OmegaConf.structured(TrainSpec)
+    for name, tp in _field_types(TrainSpec).items():
+        if dataclasses.is_dataclass(tp) and OmegaConf.is_missing(root, name):
+            setattr(root, name, OmegaConf.structured(tp))
+    known = schema_keys()
+    diags: list[Diagnostic] = []
+    sections = sorted({k.rsplit(".", 1)[0] for k in known if "." in k})
+
+    def walk(d: dict[str, Any], prefix: str) -> None:
+        for k, v in d.items():
+            key = prefix + str(k)
+            if key in known:
+                set_leaf(key, v)
+            elif _is_section(key) is not None:
+                if isinstance(v, dict):
+                    walk(v, key + ".")
+                elif v is not None:
+                    diags.append(diag(R.TYPE_MISMATCH, f"{key} must be a mapping of keys, got "
+                                      f"{_show(v)}", key, fix=f"write {key}: as a section"))
+            else:
+                cands = list(known) + sections
+                short = [c for c in cands if c.startswith(prefix)] if prefix else cands
+                hint = did_you_mean(key, cands) or did_you_mean(str(k), [
+                    c.rsplit(".", 1)[-1] for c in short])
+                diags.append(diag(R.UNKNOWN_KEY, f"{key} is not a spec key{hint}", key,
+                                  fix=f"remove {key} or correct its spelling"))
+
+    def set_leaf(key: str, value: Any) -> None:
+        tp = known[key]
+        e_type = _enum_of(tp)
+        if e_type is not None and isinstance(value, str) and value not in e_type.__members__:
+            choices = list(e_type.__members__)
+            diags.append(diag(R.UNKNOWN_CHOICE, f"{key} = '{value}' is not one of "
+                              f"{', '.join(choices)}{did_you_mean(value, choices)}", key,
+                              fix=f"set {key} to one of {', '.join(choices)}"))
+            return
+        if _rejects_bool(tp, value) or _rejects_float(tp, value):
+            diags.append(_type_diag(key, tp, value))
+            return
+        try:
+            OmegaConf.update(root, key, value, merge=False)
+        except (OmegaConfBaseException, ValueError, TypeError):
+            diags.append(_type_diag(key, tp, value))
+
+    walk(cfg, "")
+    for key in sorted(OmegaConf.missing_keys(root)):
+        diags.append(diag(R.MISSING_VALUE, f"{key} is required and has no value", key,
+                          fix=f"set {key} in the spec, a preset, or as {key}=VALUE"))
+    if diags:
+        return None, diags
+    spec = OmegaConf.to_object(root)
+    assert isinstance(spec, TrainSpec)
+    return spec, []
+
+
+def _rejects_bool(tp: Any, value: Any) -> bool:
+    # OmegaConf accepts True for int/float fields; a bool where a number is meant is a mistake.
+    base = {a for a in typing.get_args(tp)} or {tp}
+    return isinstance(value, bool) and bool(base & {int, float}) and bool not in base
+
+
+def _rejects_float(tp: Any, value: Any) -> bool:
+    # OmegaConf converts 8.0 to 8 for int fields; a float is never a valid count.
+    base = {a for a in typing.get_args(tp)} or {tp}
+    return isinstance(value, float) and int in base and float not in base
+
+
+def _show(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _type_diag(key: str, tp: Any, value: Any) -> Diagnostic:
+    return diag(R.TYPE_MISMATCH, f"{key} must be {_type_name(tp)}, got {_show(value)} "
+                f"({type(value).__name__})", key, fix=f"set {key} to a value of type "
+                f"{_type_name(tp)}", expected=_type_name(tp), got=_show(value))

@@ -1,0 +1,75 @@
+"""normalize: fill every documented default so later passes see concrete values. Never fails.
+
+Defaults follow Megatron-LM's CLI (``megatron/training/arguments.py::validate_args``), since the
+generated ``megatron_args.txt`` relies on them, and Megatron-Core where the CLI has none.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from trainc.compiler.hardware import GPUS
+from trainc.schemas import Activation, Recompute, RecomputeMethod, TrainSpec
+
+
+def default_ffn_hidden_size(hidden_size: int, activation: Activation) -> int:
+    """Megatron-LM's CLI default MLP width (elements).
+
+    swiglu: ``int(4h * 2/3 / 64) * 64`` (h=4096 -> 10880, not Llama's 11008); otherwise ``4h``.
+
+    >>> default_ffn_hidden_size(4096, Activation.swiglu)
+    10880
+    """
+    if activation is Activation.swiglu:
+        return int((4 * hidden_size * 2 / 3) / 64) * 64
+    return 4 * hidden_size
+
+
+def normalize(spec: TrainSpec) -> TrainSpec:
+    """Return a copy of ``spec`` with every derivable null filled.
+
+    Fills: cluster hardware from the ``gpu`` preset (unknown names leave nulls, reported by the
+    validators), ``nvlink_domain_size`` (GPU preset or gpus_per_node), ``num_query_groups``
+    (= heads), ``ffn_hidden_size`` (CLI rule), ``kv_channels`` (= h // heads), ``max_position_
+    embeddings`` (= seq), ``moe_ffn_hidden_size`` (= ffn), ``etp`` (= tp), ``sequence_parallel``
+    (= tp > 1), and for full recompute ``recompute_method`` (uniform) and
+    ``recompute_num_layers`` (1).
+    """
+    s = copy.deepcopy(spec)
+    c, m, p, t = s.cluster, s.model, s.parallel, s.training
+    gpu = GPUS.get(c.gpu)
+    if gpu is not None:
+        if c.gpu_memory_gib is None:
+            c.gpu_memory_gib = float(gpu.memory_gib)
+        if c.peak_tflops is None:
+            c.peak_tflops = float(gpu.peak_tflops)
+        if c.intra_node_bandwidth_gbps is None:
+            c.intra_node_bandwidth_gbps = float(gpu.intra_node_bandwidth_gbps)
+        if c.inter_node_bandwidth_gbps is None:
+            c.inter_node_bandwidth_gbps = float(gpu.inter_node_bandwidth_gbps)
+        if c.nvlink_domain_size is None and gpu.nvlink_domain_size is not None:
+            c.nvlink_domain_size = gpu.nvlink_domain_size
+    if c.nvlink_domain_size is None:
+        c.nvlink_domain_size = c.gpus_per_node
+    if m.num_query_groups is None:
+        m.num_query_groups = m.num_attention_heads
+    if m.ffn_hidden_size is None:
+        m.ffn_hidden_size = default_ffn_hidden_size(m.hidden_size, m.activation)
+    if m.kv_channels is None:
+        m.kv_channels = m.hidden_size // m.num_attention_heads if m.num_attention_heads > 0 else 0
+    if m.max_position_embeddings is None:
+        m.max_position_embeddings = m.seq_length
+    if m.num_experts == 0:
+        m.num_experts = None  # Megatron turns 0 into None
+    if m.num_experts is not None and m.moe_ffn_hidden_size is None:
+        m.moe_ffn_hidden_size = m.ffn_hidden_size
+    if p.etp is None:
+        p.etp = p.tp
+    if p.sequence_parallel is None:
+        p.sequence_parallel = p.tp > 1
+    if t.recompute is Recompute.full:
+        if t.recompute_method is None:
+            t.recompute_method = RecomputeMethod.uniform
+        if t.recompute_num_layers is None:
+            t.recompute_num_layers = 1
+    return s

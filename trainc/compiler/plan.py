@@ -1,0 +1,110 @@
+"""plan: turn a validated, normalized spec into ``plan.json`` (a plain, JSON-ready dict), the
+single source of truth every artifact is rendered from.
+
+Only ``assert`` here: the validators guarantee the invariants (dp divides, layers split, ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+from typing import Any
+
+from trainc import __version__
+from trainc.compiler.derive import derive
+from trainc.schemas import Precision, TrainSpec
+
+#: Megatron-LM release whose ``pretrain_gpt.py`` flags ``megatron_args.txt`` targets.
+MEGATRON_LM_VERSION = "core_v0.19.0"
+#: megatron-core wheel the trainc worker runs on (Python 3.11).
+MEGATRON_CORE_VERSION = "0.16.1"
+DEEPSPEED_VERSION = "0.19.8"
+
+
+def spec_to_dict(spec: TrainSpec) -> dict[str, Any]:
+    """The spec as plain JSON values (enums by name), keys in schema order."""
+
+    def conv(v: Any) -> Any:
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return {f.name: conv(getattr(v, f.name)) for f in dataclasses.fields(v)}
+        if isinstance(v, enum.Enum):
+            return v.name
+        if isinstance(v, dict):
+            return {str(k): conv(x) for k, x in sorted(v.items())}
+        if isinstance(v, (list, tuple)):
+            return [conv(x) for x in v]
+        return v
+
+    out = conv(spec)
+    assert isinstance(out, dict)
+    return out
+
+
+def canonical_json(obj: Any) -> str:
+    """Deterministic JSON (sorted keys, 2-space indent, trailing newline)."""
+    return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def spec_hash(spec_dict: dict[str, Any]) -> str:
+    """sha256 of the resolved spec's canonical JSON (hex)."""
+    return hashlib.sha256(canonical_json(spec_dict).encode()).hexdigest()
+
+
+def plan(spec: TrainSpec) -> dict[str, Any]:
+    """Build the ``plan.json`` dict of a normalized, validated spec (estimates filled later).
+
+    ``derived`` holds the grid sizes (world_size, dp, expert_dp, etp), num_microbatches,
+    layers_per_stage (one entry per PP stage; with vpp each stage's layers form vpp equal chunks),
+    padded_vocab_size, and the schedule switches the emitters need (overlap/batched p2p).
+    """
+    d = derive(spec)
+    p, t = spec.parallel, spec.training
+    assert d.dp is not None and d.expert_dp is not None and d.num_microbatches is not None
+    assert d.layers_per_stage is not None and sum(d.layers_per_stage) == spec.model.num_layers
+    interleaved = p.vpp > 1
+    spec_dict = spec_to_dict(spec)
+    derived = {
+        "world_size": d.world_size,
+        "tp": p.tp,
+        "pp": p.pp,
+        "vpp": p.vpp,
+        "cp": p.cp,
+        "ep": p.ep,
+        "etp": d.etp,
+        "dp": d.dp,
+        "expert_dp": d.expert_dp,
+        "model_parallel_size": d.model_parallel,
+        "num_microbatches": d.num_microbatches,
+        "layers_per_stage": list(d.layers_per_stage),
+        "layers_per_virtual_stage": (d.layers_per_stage[0] // p.vpp
+                                     if interleaved and p.pipeline_first_stage_layers is None
+                                     and p.pipeline_last_stage_layers is None else None),
+        "uneven_pipeline": p.pipeline_first_stage_layers is not None
+        or p.pipeline_last_stage_layers is not None,
+        "padded_vocab_size": d.padded_vocab_size,
+        "num_moe_layers": d.num_moe_layers,
+        "sequence_parallel": bool(p.sequence_parallel),
+        "distributed_optimizer": spec.engine.name == "megatron" and p.zero_stage == 1,
+        # Megatron-LM's CLI default: overlapped, unbatched p2p with interleaving. PP=2 + VPP with
+        # batched p2p silently corrupts training (shared reference cpu_execution.md).
+        "overlap_p2p_comm": interleaved,
+        "batch_p2p_comm": not interleaved,
+        "tokens_per_step": t.global_batch_size * spec.model.seq_length,
+        "params_dtype": "fp32" if t.precision is Precision.fp32 else t.precision.name,
+        "cuda_device_max_connections_1": p.tp > 1 or p.cp > 1,
+    }
+    return {
+        "trainc_version": __version__,
+        "target_versions": {
+            "megatron_lm": MEGATRON_LM_VERSION,
+            "megatron_core": MEGATRON_CORE_VERSION,
+            "deepspeed": DEEPSPEED_VERSION,
+        },
+        "spec_hash": spec_hash(spec_dict),
+        "spec": spec_dict,
+        "derived": derived,
+        "estimates": {},
+        "diagnostics": [],
+    }

@@ -1,0 +1,163 @@
+"""The rule catalog: one stable id per rule (never reused), a kebab-case name, a summary and the
+default severity. ``docs/rules.md`` is generated from this table (``python -m trainc.docs``).
+
+Families: TRC0xx loading, TRC1xx topology, TRC2xx divisibility, TRC3xx feature compatibility,
+TRC4xx resource fit, TRC5xx launcher / cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A rule of the catalog. ``severity`` is ``error``, ``warning`` or ``info``."""
+
+    id: str
+    name: str
+    summary: str
+    severity: str = "error"
+
+
+def _r(id: str, name: str, summary: str, severity: str = "error") -> Rule:
+    return Rule(id, name, summary, severity)
+
+
+# --- TRC0xx: loading -----------------------------------------------------------------------
+SPEC_UNREADABLE = _r("TRC000", "spec-unreadable", "the spec file cannot be read or parsed as YAML")
+TYPE_MISMATCH = _r("TRC001", "type-mismatch", "a value has the wrong type for its key")
+UNKNOWN_KEY = _r("TRC002", "unknown-key", "a key is not part of the spec schema")
+MISSING_VALUE = _r("TRC003", "missing-value", "a required key has no value")
+UNKNOWN_CHOICE = _r("TRC004", "unknown-choice", "a preset or option name is not one of the choices")
+BAD_OVERRIDE = _r("TRC005", "bad-override", "a KEY=VALUE override cannot be parsed or applied")
+VALUE_RANGE = _r("TRC006", "value-out-of-range", "a value is outside its allowed range")
+
+# --- TRC1xx: topology -----------------------------------------------------------------------
+WORLD_FACTORIZATION = _r(
+    "TRC101", "world-divisible-by-model-parallel",
+    "world size must be a multiple of tp*pp*cp (Megatron initialize_model_parallel)")
+DP_MISMATCH = _r("TRC102", "dp-matches-world", "a given dp must equal world / (tp*pp*cp)")
+EP_COUNTED_IN_WORLD = _r(
+    "TRC103", "ep-not-a-world-factor",
+    "EP does not multiply the world size in Megatron-Core; dp counts data-parallel replicas of the "
+    "dense grid")
+EXPERT_GRID = _r(
+    "TRC104", "expert-grid-divisible",
+    "world size must be a multiple of etp*ep*pp (Megatron expert rank generator)")
+TP_NVLINK = _r(
+    "TRC105", "tp-within-nvlink-domain",
+    "tensor parallelism beyond the NVLink domain runs its all-reduces over the slow fabric",
+    "warning")
+TP_CP_NVLINK = _r(
+    "TRC106", "tp-cp-within-nvlink-domain",
+    "the tp*cp block beyond the NVLink domain runs context-parallel traffic over the fabric",
+    "warning")
+EP_NVLINK = _r(
+    "TRC107", "ep-within-nvlink-domain",
+    "the etp*ep block beyond the NVLink domain runs MoE all-to-all over the fabric", "warning")
+WORLD_EXCEEDS_CLUSTER = _r(
+    "TRC108", "world-fits-cluster", "tp*pp*cp*dp must not exceed the cluster's GPUs")
+
+# --- TRC2xx: divisibility -------------------------------------------------------------------
+HEADS_TP = _r("TRC201", "heads-divisible-by-tp", "num_attention_heads must be a multiple of tp")
+GROUPS_TP = _r(
+    "TRC202", "query-groups-vs-tp",
+    "num_query_groups must be a multiple or a divisor of tp (Megatron-Core >= 0.16)")
+FFN_TP = _r("TRC203", "ffn-divisible-by-tp", "ffn_hidden_size must be a multiple of tp")
+MOE_FFN_ETP = _r(
+    "TRC204", "moe-ffn-divisible-by-etp", "moe_ffn_hidden_size must be a multiple of etp")
+EXPERTS_EP = _r("TRC205", "experts-divisible-by-ep", "num_experts must be a multiple of ep")
+TOPK_EXPERTS = _r("TRC206", "topk-within-experts", "moe_router_topk must be in [1, num_experts]")
+HEADS_GROUPS = _r(
+    "TRC207", "heads-divisible-by-query-groups",
+    "num_attention_heads must be a multiple of num_query_groups")
+HIDDEN_HEADS = _r(
+    "TRC208", "hidden-divisible-by-heads",
+    "hidden_size must be a multiple of num_attention_heads unless kv_channels is given")
+VOCAB_PADDING = _r(
+    "TRC209", "vocab-padding",
+    "vocab_size is padded to a multiple of make_vocab_size_divisible_by*tp", "info")
+LAYERS_PP = _r("TRC210", "layers-divisible-by-pp", "num_layers must be a multiple of pp")
+LAYERS_VPP = _r(
+    "TRC211", "layers-divisible-by-pp-vpp",
+    "num_layers must be a multiple of pp*vpp for the interleaved schedule")
+UNEVEN_PP = _r(
+    "TRC212", "uneven-pp-layout",
+    "first/last stage layers must be given with pp > 1 and leave a middle that divides evenly")
+VPP_NEEDS_PP = _r("TRC213", "vpp-needs-pp", "vpp > 1 needs pp > 1")
+GLOBAL_BATCH = _r(
+    "TRC214", "global-batch-divisible",
+    "global_batch_size must be a multiple of micro_batch_size*dp")
+MICROBATCHES_PP = _r(
+    "TRC215", "microbatches-at-least-pp",
+    "num_microbatches below pp leaves pipeline stages idle (an error with interleaving)",
+    "warning")
+MICROBATCHES_VPP = _r(
+    "TRC216", "microbatches-multiple-of-pp",
+    "the interleaved schedule needs num_microbatches to be a multiple of pp")
+CP_SEQ = _r("TRC217", "seq-divisible-by-2cp", "seq_length must be a multiple of 2*cp when cp > 1")
+SP_SEQ = _r(
+    "TRC218", "sp-seq-divisible-by-tp",
+    "with sequence parallelism seq_length/cp must be a multiple of tp")
+MAX_POSITIONS = _r(
+    "TRC219", "max-positions-cover-seq", "max_position_embeddings must be >= seq_length")
+CP_A2A_HEADS = _r(
+    "TRC220", "cp-a2a-heads-divisible",
+    "cp_comm_type a2a needs the heads and query groups per TP rank to be multiples of cp")
+
+# --- TRC3xx: feature compatibility ---------------------------------------------------------
+SP_NEEDS_TP = _r("TRC301", "sp-needs-tp", "sequence_parallel needs tp > 1")
+MOE_TP_SP = _r(
+    "TRC302", "moe-tp-needs-sp", "MoE with tp > 1 should use sequence_parallel", "warning")
+VPP_PP2_P2P = _r(
+    "TRC303", "vpp-pp2-unbatched-p2p",
+    "pp=2 with interleaving is emitted with overlapped (unbatched) p2p; batched p2p silently "
+    "corrupts training on that layout", "info")
+DS_ZERO_PP = _r(
+    "TRC304", "deepspeed-zero-pp", "DeepSpeed ZeRO-2/3 is incompatible with pipeline parallelism")
+OFFLOAD_PARAM_STAGE = _r(
+    "TRC305", "offload-param-needs-zero3", "offload_param needs DeepSpeed ZeRO stage 3")
+OFFLOAD_ENGINE = _r(
+    "TRC306", "offload-needs-deepspeed", "optimizer/parameter offload needs engine=deepspeed")
+MEGATRON_ZERO = _r(
+    "TRC307", "megatron-zero-stage",
+    "engine=megatron supports zero_stage 0 (DDP) and 1 (distributed optimizer)")
+RECOMPUTE_ARGS = _r(
+    "TRC308", "recompute-method-args",
+    "recompute_method/recompute_num_layers belong to recompute=full only")
+RECOMPUTE_LAYERS = _r(
+    "TRC309", "recompute-num-layers-range",
+    "recompute_num_layers must be in [1, layers per pipeline stage chunk]")
+EP_NEEDS_MOE = _r("TRC312", "ep-needs-experts", "ep > 1 or etp != tp needs num_experts")
+DS_UNSUPPORTED_AXIS = _r(
+    "TRC313", "deepspeed-axes", "engine=deepspeed supports tp, pp and dp (no cp or ep)")
+MOE_LAYER_FREQ = _r(
+    "TRC315", "moe-layer-freq-range", "moe_layer_freq must be in [1, num_layers]")
+LR_RANGE = _r("TRC318", "min-lr-le-lr", "min_lr must not exceed lr")
+FP16_CPU = _r(
+    "TRC319", "precision-on-device", "fp16 does not run on the CPU device (use bf16 or fp32)")
+
+# --- TRC4xx: resource fit -------------------------------------------------------------------
+MEMORY_FIT = _r(
+    "TRC401", "memory-fits-gpu",
+    "estimated memory per GPU must fit gpu_memory_gib minus memory_reserve_gib")
+BUBBLE_HIGH = _r(
+    "TRC402", "pipeline-bubble-high", "the pipeline bubble exceeds 25 % of the step", "warning")
+
+# --- TRC5xx: launcher / cluster -------------------------------------------------------------
+JOB_NAME = _r("TRC501", "job-name-safe", "name must be letters, digits, '.', '_' or '-'")
+TIME_LIMIT = _r("TRC502", "time-limit-format", "time_limit must be a Slurm time ([D-]HH:MM:SS)")
+MEGATRON_LM_PATH = _r(
+    "TRC503", "megatron-lm-path", "entrypoint megatron-lm needs launch.megatron_lm_path")
+ENV_NAME = _r("TRC504", "env-name-valid", "launch.env keys must be valid shell variable names")
+ENV_MAX_CONNECTIONS = _r(
+    "TRC505", "cuda-device-max-connections",
+    "tp > 1 or cp > 1 needs CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron validate_args)")
+CPU_FULL_SIZE = _r(
+    "TRC506", "cpu-needs-shrink",
+    "device=cpu with a full-size model will not fit in host memory; use launch.shrink", "warning")
+
+ALL_RULES: tuple[Rule, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Rule))
+RULES_BY_ID = {r.id: r for r in ALL_RULES}
+assert len(RULES_BY_ID) == len(ALL_RULES), "duplicate rule id"

@@ -1,0 +1,130 @@
+"""TRC3xx: feature combinations the engines reject, or accept and then misbehave.
+
+Sources: Megatron-Core ModelParallelConfig / TransformerConfig ``__post_init__`` (SP needs TP,
+recompute arguments, MoE+TP wants SP), Megatron-LM validate_args (overlap p2p with interleaving),
+DeepSpeed PipelineEngine (ZeRO-2/3 + PP assertion) and DeepSpeedZeroConfig (offload_param at
+stage 3). shared reference: megatron_rules.md §1.4, §1.9-1.11, §2; deepspeed_rules.md §2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from trainc.compiler import rules as R
+from trainc.compiler.derive import Derived
+from trainc.compiler.diagnostics import Diagnostic, diag
+from trainc.schemas import Device, Engine, Offload, Precision, Recompute, TrainSpec
+
+
+def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """All TRC3xx rules."""
+    m, p, t = spec.model, spec.parallel, spec.training
+    if p.sequence_parallel and p.tp == 1:
+        yield diag(R.SP_NEEDS_TP, "sequence_parallel is set but tp is 1 (Megatron-Core raises "
+                   "'Cannot use sequence parallelism without tensor parallelism')",
+                   "parallel.sequence_parallel", related=("parallel.tp",),
+                   fix="set parallel.sequence_parallel=false, or tp > 1",
+                   edits={"parallel.sequence_parallel": False}, tp=p.tp)
+    if m.num_experts and p.tp > 1 and not p.sequence_parallel:
+        yield diag(R.MOE_TP_SP, f"MoE with tp ({p.tp}) > 1 runs without sequence_parallel; "
+                   "Megatron-Core expects it with expert and tensor parallelism",
+                   "parallel.sequence_parallel", related=("parallel.tp", "model.num_experts"),
+                   fix="set parallel.sequence_parallel=true",
+                   edits={"parallel.sequence_parallel": True}, tp=p.tp)
+    if not m.num_experts and (p.ep > 1 or (p.etp is not None and p.etp != p.tp)):
+        yield diag(R.EP_NEEDS_MOE, f"ep ({p.ep}) / etp ({p.etp}) are set but the model has no "
+                   "experts (num_experts is null)", "parallel.ep", related=("model.num_experts",),
+                   fix="set parallel.ep=1 and leave parallel.etp null, or set model.num_experts",
+                   edits={"parallel.ep": 1}, ep=p.ep)
+    if p.pp == 2 and p.vpp > 1:
+        yield diag(R.VPP_PP2_P2P, f"pp=2 with vpp ({p.vpp}): trainc emits overlap_p2p_comm=true "
+                   "and batch_p2p_comm=false, because Megatron-Core's batched default silently "
+                   "corrupts gradients on this layout", "parallel.vpp", related=("parallel.pp",),
+                   pp=p.pp, vpp=p.vpp)
+    if m.moe_layer_freq > m.num_layers and m.num_experts:
+        yield diag(R.MOE_LAYER_FREQ, f"moe_layer_freq ({m.moe_layer_freq}) exceeds num_layers "
+                   f"({m.num_layers})", "model.moe_layer_freq",
+                   fix="set model.moe_layer_freq between 1 and num_layers")
+    yield from _engine(spec, d)
+    yield from _recompute(spec, d)
+    if t.min_lr > t.lr:
+        yield diag(R.LR_RANGE, f"min_lr ({t.min_lr:g}) exceeds lr ({t.lr:g})", "training.min_lr",
+                   related=("training.lr",), fix=f"set training.min_lr to at most {t.lr:g}",
+                   edits={"training.min_lr": t.lr}, min_lr=t.min_lr, lr=t.lr)
+    if spec.launch.device == Device.cpu.value and t.precision is Precision.fp16:
+        yield diag(R.FP16_CPU, "precision fp16 does not run on the CPU device (gloo, CPU "
+                   "kernels)", "training.precision", related=("launch.device",),
+                   fix="set training.precision to bf16 or fp32 for launch.device=cpu",
+                   edits={"training.precision": "bf16"})
+
+
+def _engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    p, t = spec.parallel, spec.training
+    offload = t.offload_optimizer is not Offload.none or t.offload_param is not Offload.none
+    if spec.engine is Engine.megatron:
+        if p.zero_stage > 1:
+            yield diag(R.MEGATRON_ZERO,
+                       f"engine=megatron does not implement ZeRO stage {p.zero_stage}; it offers "
+                       "zero_stage 0 (DDP) and 1 (distributed optimizer: optimizer state and fp32 "
+                       "master weights sharded over dp*cp, ZeRO-1 equivalent)", "parallel.zero_stage",
+                       related=("engine",), fix="set parallel.zero_stage=1, or engine=deepspeed "
+                       "for ZeRO-2/3", edits={"parallel.zero_stage": 1}, zero_stage=p.zero_stage)
+        if offload:
+            key = ("training.offload_optimizer" if t.offload_optimizer is not Offload.none
+                   else "training.offload_param")
+            yield diag(R.OFFLOAD_ENGINE, f"{key} needs engine=deepspeed (trainc does not emit "
+                       "Megatron's CPU optimizer offload)", key, related=("engine",),
+                       fix="set engine=deepspeed, or the offload to none")
+        return
+    # engine == deepspeed
+    if p.zero_stage >= 2 and p.pp > 1:
+        yield diag(R.DS_ZERO_PP, f"DeepSpeed ZeRO stage {p.zero_stage} is incompatible with "
+                   f"pipeline parallelism (pp = {p.pp}); DeepSpeed's PipelineEngine asserts "
+                   "stage < 2", "parallel.zero_stage", related=("parallel.pp", "engine"),
+                   fix="set parallel.zero_stage=1, or pp=1", edits={"parallel.zero_stage": 1},
+                   zero_stage=p.zero_stage, pp=p.pp)
+    if t.offload_param is not Offload.none and p.zero_stage != 3:
+        yield diag(R.OFFLOAD_PARAM_STAGE, f"offload_param ({t.offload_param.value}) works only "
+                   f"with ZeRO stage 3 (zero_stage is {p.zero_stage}); DeepSpeed silently ignores "
+                   "it otherwise", "training.offload_param", related=("parallel.zero_stage",),
+                   fix="set parallel.zero_stage=3, or training.offload_param=none",
+                   zero_stage=p.zero_stage)
+    if t.offload_optimizer is not Offload.none and p.zero_stage == 0:
+        yield diag(R.OFFLOAD_PARAM_STAGE, "offload_optimizer needs ZeRO stage 1-3 (zero_stage is "
+                   "0)", "training.offload_optimizer", related=("parallel.zero_stage",),
+                   fix="set parallel.zero_stage to 1, 2 or 3", zero_stage=0)
+    nvme = Offload.nvme in (t.offload_optimizer, t.offload_param)
+    if nvme and not t.nvme_path:
+        yield diag(R.OFFLOAD_PARAM_STAGE, "nvme offload needs training.nvme_path",
+                   "training.nvme_path", fix="set training.nvme_path to a local NVMe directory")
+    for axis, val in (("cp", p.cp), ("ep", p.ep)):
+        if val > 1:
+            yield diag(R.DS_UNSUPPORTED_AXIS, f"engine=deepspeed does not support {axis} > 1 "
+                       f"({axis} = {val}) in trainc: DeepSpeed's engine runs Megatron-Core's "
+                       "tensor parallel model only", f"parallel.{axis}", related=("engine",),
+                       fix=f"set parallel.{axis}=1, or engine=megatron")
+
+
+def _recompute(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    t, p = spec.training, spec.parallel
+    if t.recompute is not Recompute.full:
+        for key, val in (("training.recompute_method", t.recompute_method),
+                         ("training.recompute_num_layers", t.recompute_num_layers)):
+            if val is not None:
+                shown = getattr(val, "value", val)
+                yield diag(R.RECOMPUTE_ARGS, f"{key} ({shown}) applies to recompute=full only "
+                           f"(recompute is {t.recompute.value})", key,
+                           related=("training.recompute",),
+                           fix=f"remove {key}, or set training.recompute=full")
+        return
+    if d.layers_per_stage is None:
+        return
+    chunk = min(d.layers_per_stage) // max(p.vpp, 1)
+    n = t.recompute_num_layers or 1
+    if chunk >= 1 and not 1 <= n <= chunk:
+        yield diag(R.RECOMPUTE_LAYERS, f"recompute_num_layers ({n}) exceeds the layers per "
+                   f"pipeline stage chunk ({chunk})", "training.recompute_num_layers",
+                   related=("parallel.pp", "parallel.vpp"),
+                   fix=f"set training.recompute_num_layers between 1 and {chunk}",
+                   edits={"training.recompute_num_layers": chunk}, recompute_num_layers=n,
+                   layers_per_chunk=chunk)

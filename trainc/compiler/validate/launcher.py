@@ -1,0 +1,79 @@
+"""TRC5xx: launch settings (job name, Slurm time, entry point, environment)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from trainc.compiler import rules as R
+from trainc.compiler.derive import Derived
+from trainc.compiler.diagnostics import Diagnostic, diag, did_you_mean
+from trainc.compiler.hardware import GPUS
+from trainc.schemas import TrainSpec
+
+_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
+# Slurm --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
+_TIME = re.compile(r"(\d+-)?\d+(:\d{1,2}){0,2}")
+_ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+DEVICES = ("cuda", "cpu")
+ENTRYPOINTS = ("trainc", "megatron-lm")
+#: Parameters beyond which a CPU run without shrink cannot hold the model (about 8 GiB of fp32).
+CPU_MAX_PARAMS = 2 * 10**9
+
+
+def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """All TRC5xx rules, and unknown device / entrypoint / GPU names (TRC004)."""
+    lc, c = spec.launch, spec.cluster
+    if not _NAME.fullmatch(spec.name) or spec.name.startswith("-"):
+        safe = re.sub(r"[^A-Za-z0-9._-]+", "-", spec.name).strip("-")[:128] or "trainc-job"
+        yield diag(R.JOB_NAME, f"name ({spec.name!r}) must be 1-128 letters, digits, '.', '_' or "
+                   "'-' (it names the Slurm job and the output folder)", "name",
+                   fix=f"set name to {safe!r}", edits={"name": safe})
+    if not _TIME.fullmatch(lc.time_limit):
+        yield diag(R.TIME_LIMIT, f"time_limit ({lc.time_limit!r}) is not a Slurm time "
+                   "([D-]HH:MM:SS or minutes)", "launch.time_limit",
+                   fix="quote it in YAML, e.g. time_limit: \"04:00:00\"")
+    if lc.device not in DEVICES:
+        yield diag(R.UNKNOWN_CHOICE, f"launch.device ({lc.device!r}) is not one of "
+                   f"{', '.join(DEVICES)}{did_you_mean(lc.device, list(DEVICES))}",
+                   "launch.device", fix="set launch.device to cuda or cpu")
+    if lc.entrypoint not in ENTRYPOINTS:
+        yield diag(R.UNKNOWN_CHOICE, f"launch.entrypoint ({lc.entrypoint!r}) is not one of "
+                   f"{', '.join(ENTRYPOINTS)}{did_you_mean(lc.entrypoint, list(ENTRYPOINTS))}",
+                   "launch.entrypoint", fix="set launch.entrypoint to trainc or megatron-lm")
+    elif lc.entrypoint == "megatron-lm" and not lc.megatron_lm_path:
+        yield diag(R.MEGATRON_LM_PATH, "entrypoint megatron-lm runs pretrain_gpt.py from a "
+                   "Megatron-LM checkout, but launch.megatron_lm_path is not set",
+                   "launch.megatron_lm_path", related=("launch.entrypoint",),
+                   fix="set launch.megatron_lm_path to the checkout's directory")
+    if c.gpu not in GPUS and c.gpu != "custom":
+        names = [*GPUS, "custom"]
+        yield diag(R.UNKNOWN_CHOICE, f"cluster.gpu ({c.gpu!r}) is not a known GPU"
+                   f"{did_you_mean(c.gpu, names)}", "cluster.gpu",
+                   fix=f"use one of {', '.join(names)} (custom: give the hardware fields)")
+    elif c.gpu == "custom":
+        for key in ("gpu_memory_gib", "peak_tflops", "intra_node_bandwidth_gbps",
+                    "inter_node_bandwidth_gbps"):
+            if getattr(c, key) is None:
+                yield diag(R.MISSING_VALUE, f"cluster.{key} is required with gpu: custom",
+                           f"cluster.{key}", related=("cluster.gpu",),
+                           fix=f"set cluster.{key}, or name a GPU preset in cluster.gpu")
+    for k, v in sorted(lc.env.items()):
+        if not _ENV.fullmatch(k):
+            yield diag(R.ENV_NAME, f"launch.env key ({k!r}) is not a valid environment variable "
+                       "name", f"launch.env.{k}", fix="use letters, digits and '_' only")
+    p = spec.parallel
+    mdc = lc.env.get("CUDA_DEVICE_MAX_CONNECTIONS")
+    if (p.tp > 1 or p.cp > 1) and mdc is not None and str(mdc) != "1":
+        yield diag(R.ENV_MAX_CONNECTIONS, f"launch.env sets CUDA_DEVICE_MAX_CONNECTIONS={mdc} but "
+                   f"tp ({p.tp}) or cp ({p.cp}) > 1 needs 1 (Megatron orders its comm kernels "
+                   "through one hardware queue)", "launch.env.CUDA_DEVICE_MAX_CONNECTIONS",
+                   fix="remove it; trainc exports CUDA_DEVICE_MAX_CONNECTIONS=1")
+    if lc.device == "cpu" and not lc.shrink:
+        m = spec.model
+        approx = 12 * m.num_layers * m.hidden_size**2 + 2 * m.vocab_size * m.hidden_size
+        if approx > CPU_MAX_PARAMS:
+            yield diag(R.CPU_FULL_SIZE, f"launch.device=cpu without shrink builds the full model "
+                       f"(~{approx / 1e9:.1f}B parameters) on CPU", "launch.shrink",
+                       related=("launch.device",), fix="set launch.shrink=true",
+                       edits={"launch.shrink": True})

@@ -1,0 +1,70 @@
+"""TRC006: sizes that must be positive (or in a range) before any arithmetic makes sense."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from trainc.compiler import rules as R
+from trainc.compiler.diagnostics import Diagnostic, diag
+from trainc.schemas import TrainSpec
+
+_POSITIVE = (
+    "model.num_layers", "model.hidden_size", "model.num_attention_heads", "model.num_query_groups",
+    "model.ffn_hidden_size", "model.kv_channels", "model.vocab_size",
+    "model.make_vocab_size_divisible_by", "model.seq_length", "model.max_position_embeddings",
+    "model.num_experts", "model.moe_router_topk", "model.moe_ffn_hidden_size",
+    "model.moe_shared_expert_intermediate_size", "model.moe_layer_freq",
+    "cluster.num_nodes", "cluster.gpus_per_node", "cluster.gpu_memory_gib", "cluster.peak_tflops",
+    "cluster.nvlink_domain_size", "cluster.intra_node_bandwidth_gbps",
+    "cluster.inter_node_bandwidth_gbps",
+    "parallel.tp", "parallel.pp", "parallel.vpp", "parallel.cp", "parallel.ep", "parallel.etp",
+    "parallel.dp", "training.micro_batch_size", "training.global_batch_size",
+    "training.train_iters", "training.recompute_num_layers", "launch.save_interval",
+    "launch.log_interval",
+)
+_FRACTION = ("cluster.compute_efficiency", "cluster.comm_efficiency")
+_UNIT = ("cluster.comm_overlap",)
+_NON_NEGATIVE = ("cluster.memory_reserve_gib", "training.lr", "training.min_lr",
+                 "training.weight_decay", "training.grad_clip", "training.lr_warmup_iters",
+                 "training.seed")
+#: Largest value accepted for any count; beyond it arithmetic is meaningless (and slow).
+MAX_COUNT = 10**12
+
+
+def _get(spec: TrainSpec, key: str) -> object:
+    obj: object = spec
+    for part in key.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def ranges(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """Positive counts, fractions in (0, 1], ZeRO stage in 0-3, port in 1-65535."""
+    for key in _POSITIVE:
+        v = _get(spec, key)
+        if isinstance(v, (int, float)) and not 0 < v <= MAX_COUNT:
+            yield diag(R.VALUE_RANGE, f"{key} must be a positive number up to {MAX_COUNT:.0e}, "
+                       f"got ({v})", key, fix=f"set {key} to a positive value", value=v)
+    for key in _FRACTION:
+        v = _get(spec, key)
+        if isinstance(v, (int, float)) and not 0 < v <= 1:
+            yield diag(R.VALUE_RANGE, f"{key} must be in (0, 1], got ({v})", key,
+                       fix=f"set {key} to a fraction such as 0.5", value=v)
+    for key in _UNIT:
+        v = _get(spec, key)
+        if isinstance(v, (int, float)) and not 0 <= v <= 1:
+            yield diag(R.VALUE_RANGE, f"{key} must be in [0, 1], got ({v})", key,
+                       fix=f"set {key} between 0 and 1", value=v)
+    for key in _NON_NEGATIVE:
+        v = _get(spec, key)
+        if isinstance(v, (int, float)) and (v < 0 or v > MAX_COUNT):
+            yield diag(R.VALUE_RANGE, f"{key} must not be negative, got ({v})", key,
+                       fix=f"set {key} to 0 or more", value=v)
+    z = spec.parallel.zero_stage
+    if z not in (0, 1, 2, 3):
+        yield diag(R.VALUE_RANGE, f"parallel.zero_stage must be 0, 1, 2 or 3, got ({z})",
+                   "parallel.zero_stage", fix="set parallel.zero_stage to 0, 1, 2 or 3", value=z)
+    port = spec.launch.master_port
+    if not 1 <= port <= 65535:
+        yield diag(R.VALUE_RANGE, f"launch.master_port must be in 1-65535, got ({port})",
+                   "launch.master_port", fix="set launch.master_port to e.g. 29500", value=port)

@@ -1,0 +1,42 @@
+"""User-facing spec schema (layer 0): dataclasses usable as Hydra structured configs.
+
+Standard library only. Field docstrings give meaning, unit and default semantics.
+"""
+
+from trainc.schemas.cluster import ClusterSpec
+from trainc.schemas.enums import (
+    Activation,
+    CpCommType,
+    Device,
+    Engine,
+    Normalization,
+    Offload,
+    PositionEmbedding,
+    Precision,
+    Recompute,
+    RecomputeMethod,
+)
+from trainc.schemas.launch import LaunchSpec
+from trainc.schemas.model import ModelSpec
+from trainc.schemas.parallel import ParallelSpec
+from trainc.schemas.spec import TrainSpec
+from trainc.schemas.training import TrainingSpec
+
+__all__ = [
+    "Activation",
+    "ClusterSpec",
+    "CpCommType",
+    "Device",
+    "Engine",
+    "LaunchSpec",
+    "ModelSpec",
+    "Normalization",
+    "Offload",
+    "ParallelSpec",
+    "PositionEmbedding",
+    "Precision",
+    "Recompute",
+    "RecomputeMethod",
+    "TrainSpec",
+    "TrainingSpec",
+]

@@ -1,0 +1,39 @@
+"""``cluster:`` section: the machines the job runs on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(kw_only=True)
+class ClusterSpec:
+    """Nodes, GPUs and interconnect. A named ``gpu`` fills the hardware fields left null."""
+
+    num_nodes: int
+    """Nodes in the job (count). Required. world size = num_nodes x gpus_per_node."""
+    gpus_per_node: int = 8
+    """GPUs per node (count); torchrun's --nproc_per_node."""
+    gpu: str = "custom"
+    """GPU preset name (a100-40g, a100-80g, h100-80g, h200, h800, b200, gb200, custom). A named GPU
+    fills gpu_memory_gib, peak_tflops and bandwidths; explicit fields override. Rules: TRC004."""
+    gpu_memory_gib: float | None = None
+    """HBM per GPU (GiB = 2**30 bytes). Default: from gpu."""
+    peak_tflops: float | None = None
+    """Dense bf16 peak per GPU (TFLOP/s = 1e12 FLOP/s). Default: from gpu."""
+    nvlink_domain_size: int | None = None
+    """GPUs sharing NVLink/NVSwitch (count): 8 on DGX/HGX, 72 on GB200 NVL72. Default: gpus_per_node.
+    Rules: TRC105-TRC107."""
+    intra_node_bandwidth_gbps: float | None = None
+    """GB/s (1e9 bytes/s) per GPU, one direction, inside the NVLink domain. Default: from gpu."""
+    inter_node_bandwidth_gbps: float | None = None
+    """GB/s (1e9 bytes/s) per GPU, one direction, across the fabric (e.g. 25 for one 200 Gb/s
+    HDR NIC per GPU). Default: from gpu."""
+    compute_efficiency: float = 0.5
+    """Fraction of peak_tflops that GEMM-heavy model compute achieves (estimates only)."""
+    comm_efficiency: float = 0.8
+    """Fraction of link bandwidth that collectives achieve (estimates only)."""
+    comm_overlap: float = 0.0
+    """Fraction of TP/CP/EP/DP communication hidden behind compute, in [0, 1] (estimates only)."""
+    memory_reserve_gib: float = 4.0
+    """GiB per GPU kept back for the CUDA context, NCCL buffers and allocator fragmentation; the
+    fit check compares the estimate with gpu_memory_gib - memory_reserve_gib."""

@@ -1,0 +1,41 @@
+"""``launch:`` section: how the generated scripts start the job."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(kw_only=True)
+class LaunchSpec:
+    """Slurm, container and runtime settings; every value is shell-quoted in generated scripts."""
+
+    partition: str | None = None
+    """Slurm partition (#SBATCH --partition); null = cluster default."""
+    account: str | None = None
+    """Slurm account (#SBATCH --account); null = user default."""
+    time_limit: str = "04:00:00"
+    """Slurm wall-clock limit, [D-]HH:MM:SS (or minutes). TRC502."""
+    container_image: str | None = None
+    """Container image for pyxis/enroot (srun --container-image); null = no container."""
+    container_mounts: list[str] | None = None
+    """pyxis mounts SRC:DST (srun --container-mounts)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra environment variables exported to every rank. TRC504, TRC505."""
+    master_port: int = 29500
+    """Rendezvous TCP port on the first node."""
+    device: str = "cuda"
+    """cuda or cpu: cpu runs the worker with gloo on CPUs (try a layout without GPUs). TRC004."""
+    shrink: bool = False
+    """True: the worker builds the same layout with tiny dimensions (smoke tests)."""
+    entrypoint: str = "trainc"
+    """trainc (our worker) or megatron-lm (pretrain_gpt.py + megatron_args.txt). TRC503."""
+    megatron_lm_path: str | None = None
+    """entrypoint=megatron-lm: path to a Megatron-LM checkout holding pretrain_gpt.py. TRC503."""
+    data_path: str | None = None
+    """Megatron indexed dataset prefix; null = Megatron-Core's mock dataset."""
+    save_dir: str | None = None
+    """Checkpoint directory; null = <OUTDIR>/checkpoints at run time."""
+    save_interval: int = 1000
+    """Steps between checkpoints."""
+    log_interval: int = 1
+    """Steps between log lines."""
