@@ -170,9 +170,9 @@ def _add_submit_parser(sub) -> None:  # type: ignore[no-untyped-def]
                    help="follow the job to its end and exit with its exit code")
     s.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="with --wait: give up (exit 4, job left running) after this long")
-    s.add_argument("sbatch_args", nargs=argparse.REMAINDER, metavar="-- SBATCH_OPTION",
-                   help="after --: more sbatch options (they override the script's #SBATCH "
-                   "lines), e.g. -- --dependency=afterok:123")
+    s.add_argument("--sbatch-option", dest="sbatch_args", action="append", default=[],
+                   metavar="OPTION", help="one more sbatch option, overriding the script's "
+                   "#SBATCH lines (repeatable), e.g. --sbatch-option=--dependency=afterok:123")
 
 
 def _slurm_check(result) -> dict:  # type: ignore[no-untyped-def]
@@ -212,8 +212,6 @@ def _submit(args: argparse.Namespace) -> int:
     from trainc.launch import submit as slurm
 
     extra = list(args.sbatch_args)
-    if extra and extra[0] == "--":
-        extra = extra[1:]
     for warning in slurm.manifest_warnings(args.outdir):
         print(f"trainc submit: warning: {warning}", file=sys.stderr)
     try:
