@@ -462,9 +462,10 @@ def _rejects_bool(tp: Any, value: Any) -> bool:
 
 
 def _rejects_float(tp: Any, value: Any) -> bool:
-    # OmegaConf converts 8.0 to 8 for int fields; a float is never a valid count.
+    # OmegaConf converts 8.0 to 8 and "8" to 8 for int fields; a float or a quoted string is never
+    # a valid count (a quoted number usually means a template left a value unresolved).
     base = {a for a in typing.get_args(tp)} or {tp}
-    return isinstance(value, float) and int in base and float not in base
+    return isinstance(value, (float, str)) and int in base and not base & {float, str}
 
 
 def _show(v: Any) -> str:
