@@ -22,7 +22,7 @@ BIG = {"model.num_layers": 32, "model.hidden_size": 8192}
 # rule id -> (changes that trigger it, changes that do not, expected key)
 SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "TRC006": ({"parallel.tp": 0}, {"parallel.tp": 1}, "parallel.tp"),
-    "TRC101": ({"parallel.pp": 3}, {"parallel.pp": 4}, "parallel.tp"),
+    "TRC101": ({"parallel.pp": 3}, {"parallel.pp": 4}, "parallel.pp"),
     "TRC102": ({"parallel.dp": 1}, {"parallel.dp": 2}, "parallel.dp"),
     "TRC103": ({**MOE, "parallel.ep": 2, "parallel.dp": 1},
                {**MOE, "parallel.ep": 2, "parallel.dp": 2}, "parallel.dp"),

@@ -45,11 +45,13 @@ def _dense_grid(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                 vals = [v for v in divisors(room) if ok(v)]
                 alts.append(f"parallel.{axis} in {{{show(vals)}}}")
         short = f" (the model-parallel group alone needs {mp} GPUs)" if mp > world else ""
+        culprit = next((a for a, v in (("tp", p.tp), ("pp", p.pp), ("cp", p.cp)) if world % v),
+                       "tp")
+        rest = tuple(f"parallel.{a}" for a in ("tp", "pp", "cp") if a != culprit)
         yield diag(R.WORLD_FACTORIZATION,
                    f"world size ({world} = {c.num_nodes} nodes x {c.gpus_per_node} GPUs) is not a "
-                   f"multiple of tp*pp*cp ({p.tp}*{p.pp}*{p.cp} = {mp}){short}", "parallel.tp",
-                   related=("parallel.pp", "parallel.cp", "cluster.num_nodes",
-                            "cluster.gpus_per_node"),
+                   f"multiple of tp*pp*cp ({p.tp}*{p.pp}*{p.cp} = {mp}){short}", f"parallel.{culprit}",
+                   related=(*rest, "cluster.num_nodes", "cluster.gpus_per_node"),
                    fix="set " + ", or ".join(alts), world_size=world, model_parallel=mp)
         return
     if p.dp is None or d.dp is None or p.dp == d.dp:
