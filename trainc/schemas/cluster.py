@@ -37,3 +37,8 @@ class ClusterSpec:
     memory_reserve_gib: float = 4.0
     """GiB per GPU kept back for the CUDA context, NCCL buffers and allocator fragmentation; the
     fit check compares the estimate with gpu_memory_gib - memory_reserve_gib."""
+    flash_attention: bool = True
+    """Estimates only: attention kernels do not keep the s x s score matrix (FlashAttention /
+    cuDNN fused attention, Megatron-Core's default through Transformer Engine), so activation
+    memory without recompute has no ``5 a s^2 b`` term (only fp32 softmax statistics). false =
+    Korthikanti et al. 2022's unfused attention (``5 a s^2 b`` bytes per layer and micro-batch)."""

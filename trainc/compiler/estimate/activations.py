@@ -15,7 +15,10 @@ Per layer and micro-batch, 2-byte activations, sequence ``s``, micro batch ``b``
 Tensor parallelism shards everything except ``10sbh`` (LN inputs, the attention and MLP inputs and
 the two dropout masks); sequence parallelism shards those too, so all terms are ``/t``. Selective
 recompute drops the ``5as^2b`` term (recomputes the attention core). Full recompute keeps only each
-layer's input (``2sbh``, ``/t`` with SP) plus one recompute unit's working set. Context parallelism
+layer's input (``2sbh``, ``/t`` with SP) plus one recompute unit's working set. With fused (flash)
+attention, ``cluster.flash_attention`` (default, as Megatron-Core with Transformer Engine), no
+configuration stores the ``5as^2b`` term: only fp32 softmax statistics ``4asb/t`` when the attention
+core is not recomputed (Megatron's own estimator also assumes flash). Context parallelism
 divides ``s`` by ``cp`` (each rank holds ``s/cp`` tokens of every sequence; seed 002 §3.1).
 
 MoE layers (not in the paper; uniform routing assumed): each rank's ``k`` token copies are held
@@ -67,6 +70,8 @@ def dense_layer_bytes(*, s: float, b: int, h: int, a: int, g: int, d: int, f: in
     kv_per_rank = max(g / t, 1.0) * d  # g < t: each rank keeps one replicated KV head
     replicated = 10 * s * b * h
     sharded = s * b * (4 * a * d / t + 4 * kv_per_rank) + (6 if swiglu else 4) * s * b * f / t
+    # unfused attention keeps softmax, its dropout mask and output (5as^2b); a fused (flash) kernel
+    # keeps only the fp32 log-sum-exp per head and token (4as b) for its backward
     scores = 5 * a * s * s * b / t if with_scores else 0.0
     return replicated / tsp + sharded + scores
 
@@ -117,9 +122,13 @@ def stage_activation_bytes(spec: TrainSpec, plan: dict) -> list[float]:
             num_experts=m.num_experts, swiglu=swiglu) - (6 if swiglu else 4) * s * b * f / t
 
     def layer(moe: bool, scores: bool) -> float:
-        return dense_layer_bytes(f=f, with_scores=scores, **common) + (moe_delta if moe else 0.0)
+        base = dense_layer_bytes(f=f, with_scores=scores and not flash, **common)
+        return base + (lse if scores and flash else 0.0) + (moe_delta if moe else 0.0)
 
     scale = 2.0 if tr.precision is Precision.fp32 else 1.0
+    flash = spec.cluster.flash_attention
+    lse = 4 * a * s * b / t  # fused attention's softmax statistics (fp32), kept per layer
+
     M = d["num_microbatches"]
     out = []
     for r, idx in enumerate(stage_layer_indices(d["layers_per_stage"], v)):
