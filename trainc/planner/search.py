@@ -330,7 +330,7 @@ def _inner(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: int, 
         tokens = s_loc * mbs
         gemm_eff = tokens / (tokens + c.gemm_half_efficiency_tokens)
         full_l = _act_per_layer("full", sbh, tp, a, s_loc, mbs, h, sp)
-        none_l = _act_per_layer("none", sbh, tp, a, s_loc, mbs, h, sp)
+        none_l = _act_per_layer("none", sbh, tp, a, s_loc, mbs, h, sp, c.flash_attention)
         sel_l = _act_per_layer("selective", sbh, tp, a, s_loc, mbs, h, sp)
         for v in vpps:
             if v > 1 and (M < pp or M % pp):
@@ -393,14 +393,15 @@ def _recompute_variants(recomputes: list[str], chunk: int, fx: dict[str, Any]
 
 
 def _act_per_layer(rc: str, sbh: float, tp: int, a: int, s_loc: int, mbs: int, h: int,
-                   sp: bool = True) -> float:
+                   sp: bool = True, flash: bool = False) -> float:
     """Korthikanti et al. 2022 Table 2, bytes per layer per micro batch (``sbh`` = bytes of one
     bf16 s*b*h tensor): with SP 34sbh/t, without SP sbh*(10 + 24/t); no recompute adds
-    5as^2b/t; full recompute keeps the layer input (2sbh, /t with SP)."""
+    5as^2b/t unless the attention is fused (``flash``: no score matrix is kept); full
+    recompute keeps the layer input (2sbh, /t with SP)."""
     if rc == "full":
         return sbh / tp if sp else sbh
     base = 17 * sbh / tp if sp else sbh * (5 + 12 / tp)
-    if rc == "selective":
+    if rc == "selective" or flash:
         return base
     return base + 5 * a * s_loc * s_loc * mbs / tp
 
