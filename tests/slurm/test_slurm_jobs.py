@@ -156,3 +156,22 @@ def test_lint_slurm_reports_what_the_cluster_refuses(slurm_cluster):
     rec = json.loads(proc.stdout)["specs"][0]
     assert rec["ok"] is False and rec["slurm"]["ok"] is False, rec
     assert "node configuration is not available" in rec["slurm"]["message"]
+
+
+def test_signal_before_the_time_limit_reaches_every_rank(slurm_cluster, tmp_path):
+    """sbatch.sh's --signal=USR1@N goes to the job step: through torchrun.sh (which ignores USR1
+    in bash and torchrun) to the rank processes, which handle it (the worker saves a checkpoint).
+    The limit is shortened here to 2 min with the signal 100 s before it (Slurm checks about
+    every 30 s), instead of waiting for the spec's limit."""
+    out = _compile(tmp_path)
+    assert "#SBATCH --signal=USR1@" in (out / "sbatch.sh").read_text()
+    env = _job_env(tmp_path, TORCHRUN=f"{sys.executable} {STUB / 'wait_usr1.py'}")
+    proc = trainc("submit", str(out), "--wait", "--timeout", "180",
+                  f"--sbatch-option=--nodelist={','.join(slurm_cluster[:2])}",
+                  "--sbatch-option=--time=2", "--sbatch-option=--signal=USR1@100",
+                  env=env, timeout=240)
+    job_id = proc.stdout.strip()
+    log = next(out.glob(f"*-{job_id}.out")).read_text()
+    assert proc.returncode == 0, proc.stderr + log
+    got = re.findall(r"usr1: node=(\d) after_s=\d+", log)
+    assert sorted(got) == ["0", "1"], log
