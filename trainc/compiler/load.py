@@ -9,9 +9,12 @@ the file and line; nothing here raises for bad input.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
+import functools
 import os
+import re
 import shutil
 import tempfile
 import types
@@ -67,10 +70,12 @@ def preset_names(group: str) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
+@functools.cache
 def _field_types(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
+@functools.cache
 def schema_keys(cls: type = TrainSpec, prefix: str = "") -> dict[str, Any]:
     """Every dotted leaf key of the schema mapped to its type (sections are descended into)."""
     out: dict[str, Any] = {}
@@ -115,6 +120,53 @@ def _type_name(tp: Any) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# YAML reading (libyaml when present; scalars resolved as OmegaConf does)
+# ---------------------------------------------------------------------------------------------
+
+_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _SpecLoader(_BaseLoader):  # type: ignore[misc,valid-type]
+    """SafeLoader with OmegaConf's scalar rules: ``1e3`` is a float, no timestamps, and a
+    duplicate key is an error (omegaconf._utils.get_yaml_loader)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> Any:
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == yaml.resolver.BaseResolver.DEFAULT_SCALAR_TAG:
+                if key_node.value in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        f"found duplicate key {key_node.value}", key_node.start_mark)
+                seen.add(key_node.value)
+        return super().construct_mapping(node, deep=deep)
+
+
+_SpecLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?[0-9]+(?:_[0-9]+)*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?[0-9]+(?:_[0-9]+)*(?:[eE][-+]?[0-9]+)
+        |\.[0-9]+(?:_[0-9]+)*(?:[eE][-+][0-9]+)?
+        |[-+]?[0-9]+(?:_[0-9]+)*(?::[0-5]?[0-9])+\.[0-9_]*
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
+_SpecLoader.yaml_implicit_resolvers = {
+    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:timestamp"]
+    for k, v in _SpecLoader.yaml_implicit_resolvers.items()}
+
+
+def _load_data(path: Path) -> Any:
+    """The plain data of a YAML file (raises yaml.YAMLError / OSError / UnicodeError)."""
+    return _load_cached(str(path.resolve()), path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=256)
+def _load_cached(path: str, _mtime_ns: int) -> Any:
+    return yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_SpecLoader)  # noqa: S506
+
+
+# ---------------------------------------------------------------------------------------------
 # YAML source map
 # ---------------------------------------------------------------------------------------------
 
@@ -152,7 +204,7 @@ def _read_yaml(path: Path, shown: str) -> tuple[yaml.Node | None, list[Diagnosti
     except UnicodeDecodeError as e:
         return bad(f"{shown} is not valid UTF-8 (byte {e.start})")
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = yaml.compose(text, Loader=_BaseLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
@@ -201,14 +253,14 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
         return Loaded(shown, None, diags)
 
     # --- parse overrides (Hydra's grammar) ------------------------------------------------
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
     group_overrides: list[str] = []
     key_overrides: list[tuple[str, Any, int]] = []
-    parser = OverridesParser.create()
+    parser = _override_parser() if overrides else None
     for i, text in enumerate(overrides):
         try:
+            assert parser is not None
             ov = parser.parse_overrides([text])[0]
             value = ov.value()
         except HydraException as e:
@@ -250,11 +302,7 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
             self_seen = True
         elif group in presets:
             pfile = presets[group]
-            pnode, _ = _read_yaml(Path(pfile), pfile)
-            shown_p = _shown_preset(pfile)
-            plines: dict[str, Location] = {}
-            _node_lines(pnode, group + ".", shown_p, plines)
-            where.update(plines)
+            where.update(_preset_lines(pfile, group, Path(pfile).stat().st_mtime_ns))
     assert self_seen
     explicit = {k for k, loc in where.items() if loc.file == shown}
 
@@ -276,6 +324,22 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
     located = [_locate_one(d, where) for d in schema_diags]
     return Loaded(shown, spec, located, where, frozenset(explicit),
                   {g: _shown_preset(p) for g, p in presets.items()})
+
+
+@functools.lru_cache(maxsize=256)
+def _preset_lines(pfile: str, group: str, _mtime_ns: int) -> dict[str, Location]:
+    pnode, _ = _read_yaml(Path(pfile), pfile)
+    plines: dict[str, Location] = {}
+    _node_lines(pnode, group + ".", _shown_preset(pfile), plines)
+    return plines
+
+
+@functools.cache
+def _override_parser() -> Any:
+    """Hydra's override grammar parser (building it takes a while, so once per process)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create()
 
 
 def _shown_preset(pfile: str) -> str:
@@ -318,7 +382,123 @@ def _set_path(cfg: dict[str, Any], key: str, value: Any) -> None:
     cur[parts[-1]] = value
 
 
+def _merge(dst: dict[str, Any], src: dict[str, Any]) -> None:
+    """OmegaConf's merge on plain containers: mappings merge key by key, anything else replaces."""
+    for k, v in src.items():
+        if isinstance(v, dict) and isinstance(dst.get(k), dict):
+            _merge(dst[k], v)
+        else:
+            dst[k] = copy.deepcopy(v)
+
+
+def _has_interpolation(obj: Any) -> bool:
+    if isinstance(obj, str):
+        return "${" in obj
+    if isinstance(obj, dict):
+        return any(_has_interpolation(v) for v in obj.values())
+    if isinstance(obj, list):
+        return any(_has_interpolation(v) for v in obj)
+    return False
+
+
+def _fast_compose(
+    spec_path: Path, shown: str, node: yaml.Node | None, group_overrides: list[str]
+) -> tuple[dict[str, Any], dict[str, str], list[Diagnostic]] | None:
+    """Hydra's composition for the common case, without Hydra's own config tree (~20x faster).
+
+    Applies when the spec's defaults list holds only ``_self_`` and ``group: option`` entries of
+    the model/cluster groups, no preset has a defaults list of its own, and the spec sets no
+    ``hydra:`` key. The result equals Hydra's: the defaults list in order (``_self_`` last unless
+    placed), group overrides replacing an entry or appending it (``+group=``). Otherwise returns
+    None and :func:`_compose` runs Hydra itself.
+    """
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    if not isinstance(node, yaml.MappingNode):
+        return None
+    raw_defaults = None
+    for k, v in node.value:
+        key = getattr(k, "value", None)
+        if key == "hydra":
+            return None
+        if key == "defaults":
+            raw_defaults = v
+    if raw_defaults is not None:
+        if not isinstance(raw_defaults, yaml.SequenceNode):
+            return None
+        for item in raw_defaults.value:
+            simple = isinstance(item, yaml.ScalarNode) and item.value == "_self_"
+            pair = (isinstance(item, yaml.MappingNode) and len(item.value) == 1
+                    and isinstance(item.value[0][1], yaml.ScalarNode)
+                    and str(item.value[0][0].value) in GROUPS)
+            if not (simple or pair):
+                return None
+    order = [[g, o] for g, o in _defaults_list(node)]
+    for ov in group_overrides:
+        g, _, opt = ov.partition("=")
+        hit = [e for e in order if e[0] == g.lstrip("+")]
+        if hit:
+            hit[0][1] = opt
+        else:
+            order.append([g.lstrip("+"), opt])
+    spec_dir = spec_path.resolve().parent
+    try:
+        own = copy.deepcopy(_load_data(spec_path))
+    except (yaml.YAMLError, ValueError, TypeError, OSError):
+        return None  # let Hydra report it
+    if not isinstance(own, dict):
+        return None
+    own.pop("defaults", None)
+    merged: dict[str, Any] = {}
+    presets: dict[str, str] = {}
+    for group, opt in order:
+        if group == "_self_":
+            _merge(merged, own)
+            continue
+        if opt is None or str(opt) in ("null", "None"):
+            continue
+        found = next((b / group / f"{opt}.yaml" for b in (spec_dir, conf_dir())
+                      if (b / group / f"{opt}.yaml").is_file()), None)
+        if found is None:
+            options = sorted({p.stem for b in (spec_dir, conf_dir())
+                              for p in (b / group).glob("*.yaml")})
+            msg = f"{group} preset '{opt}' does not exist{did_you_mean(str(opt), options)}"
+            d = diag(R.UNKNOWN_CHOICE, msg, group, fix=f"use one of: {', '.join(options)}")
+            return {}, {}, [_at(d, shown, None)]
+        try:
+            data = _load_data(found)
+        except (yaml.YAMLError, ValueError, TypeError, OSError):
+            return None
+        if not isinstance(data, dict) or "defaults" in data:
+            return None
+        presets[group] = str(found)
+        _merge(merged, {group: data})
+    if not _has_interpolation(merged):
+        return merged, presets, []
+    try:
+        container = OmegaConf.to_container(OmegaConf.create(merged), resolve=True)
+    except (OmegaConfBaseException, ValueError, TypeError, RecursionError) as e:
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        d = diag(R.SPEC_UNREADABLE, f"cannot compose {shown}: {first}", "defaults",
+                 fix="check the ${...} interpolations and the YAML structure")
+        return {}, {}, [_at(d, shown, None)]
+    assert isinstance(container, dict)
+    return container, presets, []
+
+
 def _compose(
+    spec_path: Path, shown: str, node: yaml.Node | None, group_overrides: list[str]
+) -> tuple[dict[str, Any], dict[str, str], list[Diagnostic]]:
+    """Compose the spec: the fast path when it applies, else Hydra's compose API. Returns the
+    plain container, the preset file per group, and diagnostics."""
+    fast = _fast_compose(spec_path, shown, node, group_overrides)
+    if fast is not None:
+        return fast
+    return _hydra_compose(spec_path, shown, node, group_overrides)
+
+
+def _hydra_compose(
     spec_path: Path, shown: str, node: yaml.Node | None, group_overrides: list[str]
 ) -> tuple[dict[str, Any], dict[str, str], list[Diagnostic]]:
     """Run Hydra's compose API; returns the plain container, the preset file per group, diagnostics."""
@@ -395,32 +575,28 @@ def to_spec(cfg: dict[str, Any], where: dict[str, Location]) -> tuple[TrainSpec 
     """Check a composed container against the schema and build the :class:`TrainSpec`.
 
     Every unknown key (TRC002, with did-you-mean), wrong type (TRC001), bad enum value (TRC004) and
-    missing required key (TRC003) is reported; the spec is None if any was found.
+    missing required key (TRC003) is reported; the spec is None if any was found. Conversions
+    follow OmegaConf's for structured configs (int -> float, number -> str, enum by name), minus
+    its lenient ones that hide mistakes (bool, float or quoted string for an int).
     """
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    root = OmegaConf.structured(TrainSpec)
-    for name, tp in _field_types(TrainSpec).items():
-        if dataclasses.is_dataclass(tp) and OmegaConf.is_missing(root, name):
-            setattr(root, name, OmegaConf.structured(tp))
     known = schema_keys()
     diags: list[Diagnostic] = []
-    sections = sorted({k.rsplit(".", 1)[0] for k in known if "." in k})
+    values: dict[str, Any] = {}
+    sections = _sections()
 
     def walk(d: dict[str, Any], prefix: str) -> None:
         for k, v in d.items():
             key = prefix + str(k)
             if key in known:
                 set_leaf(key, v)
-            elif _is_section(key) is not None:
+            elif key in sections:
                 if isinstance(v, dict):
                     walk(v, key + ".")
                 elif v is not None:
                     diags.append(diag(R.TYPE_MISMATCH, f"{key} must be a mapping of keys, got "
                                       f"{_show(v)}", key, fix=f"write {key}: as a section"))
             else:
-                cands = list(known) + sections
+                cands = list(known) + sorted(sections)
                 short = [c for c in cands if c.startswith(prefix)] if prefix else cands
                 hint = did_you_mean(key, cands) or did_you_mean(str(k), [
                     c.rsplit(".", 1)[-1] for c in short])
@@ -439,20 +615,103 @@ def to_spec(cfg: dict[str, Any], where: dict[str, Location]) -> tuple[TrainSpec 
         if _rejects_bool(tp, value) or _rejects_float(tp, value):
             diags.append(_type_diag(key, tp, value))
             return
-        try:
-            OmegaConf.update(root, key, value, merge=False)
-        except (OmegaConfBaseException, ValueError, TypeError):
+        ok, conv = _convert(tp, value)
+        if ok:
+            values[key] = conv
+        else:
             diags.append(_type_diag(key, tp, value))
 
     walk(cfg, "")
-    for key in sorted(OmegaConf.missing_keys(root)):
-        diags.append(diag(R.MISSING_VALUE, f"{key} is required and has no value", key,
-                          fix=f"set {key} in the spec, a preset, or as {key}=VALUE"))
+    spec = _build(TrainSpec, "", values, diags)
     if diags:
         return None, diags
-    spec = OmegaConf.to_object(root)
     assert isinstance(spec, TrainSpec)
     return spec, []
+
+
+@functools.cache
+def _sections() -> frozenset[str]:
+    keys = schema_keys()
+    out = set()
+    for k in keys:
+        parts = k.split(".")
+        out.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    return frozenset(out)
+
+
+_MISSING = object()
+
+
+def _build(cls: type, prefix: str, values: dict[str, Any], diags: list[Diagnostic]) -> Any:
+    """Instantiate a schema dataclass from converted leaf values; report required keys left unset."""
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        key = prefix + f.name
+        tp = _field_types(cls)[f.name]
+        if dataclasses.is_dataclass(tp):
+            kwargs[f.name] = _build(tp, key + ".", values, diags)  # type: ignore[arg-type]
+        elif key in values:
+            kwargs[f.name] = values[key]
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            diags.append(diag(R.MISSING_VALUE, f"{key} is required and has no value", key,
+                              fix=f"set {key} in the spec, a preset, or as {key}=VALUE"))
+            kwargs[f.name] = _MISSING
+    if any(v is _MISSING for v in kwargs.values()):
+        return None
+    return cls(**kwargs)
+
+
+def _convert(tp: Any, value: Any) -> tuple[bool, Any]:
+    """(ok, value converted to the field type ``tp``)."""
+    args = typing.get_args(tp)
+    if value is None:
+        return (type(None) in args), None
+    if args and type(None) in args and len(args) == 2:
+        tp = next(a for a in args if a is not type(None))
+        args = typing.get_args(tp)
+    origin = typing.get_origin(tp)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        if isinstance(value, tp):
+            return True, value
+        return (True, tp[value]) if isinstance(value, str) and value in tp.__members__ \
+            else (False, None)
+    if tp is bool:
+        if isinstance(value, bool):
+            return True, value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return True, value.lower() == "true"
+        return False, None
+    if tp is int:
+        return (True, value) if isinstance(value, int) and not isinstance(value, bool) \
+            else (False, None)
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return True, float(value)
+        if isinstance(value, str):
+            try:
+                return True, float(value)
+            except ValueError:
+                return False, None
+        return False, None
+    if tp is str:
+        if isinstance(value, str):
+            return True, value
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return (True, str(value)) if ok else (False, None)
+    if origin is list and isinstance(value, list):
+        conv = [_convert(args[0], v) for v in value]
+        return (all(ok for ok, _ in conv), [v for _, v in conv])
+    if origin is dict and isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if isinstance(v, bool):
+                v = str(v).lower()
+            ok, cv = _convert(args[1], v)
+            if not ok:
+                return False, None
+            out[str(k)] = cv
+        return True, out
+    return False, None
 
 
 def _rejects_bool(tp: Any, value: Any) -> bool:
