@@ -130,7 +130,8 @@ def test_uneven_pipeline_with_vpp_uses_virtual_stages_per_rank() -> None:
                 "training.global_batch_size=256")
     assert a["--decoder-first-pipeline-num-layers"] == "8"
     assert a["--decoder-last-pipeline-num-layers"] == "8"
-    a2 = args_of("megatron-lm-uneven-cp", "parallel.vpp=2", "parallel.pipeline_first_stage_layers=8",
+    a2 = args_of("megatron-lm-uneven-cp", "parallel.vpp=2",
+                 "parallel.pipeline_first_stage_layers=8",
                  "parallel.pipeline_last_stage_layers=8", "parallel.cp=1",
                  "training.global_batch_size=256")
     assert a2["--num-virtual-stages-per-pipeline-rank"] == "2"

@@ -1,4 +1,5 @@
-"""torchrun.sh and sbatch.sh: structure, and real runs under bash with stub torchrun/srun/scontrol."""
+"""torchrun.sh and sbatch.sh: structure, and real runs under bash with stub torchrun, srun and
+scontrol executables on PATH."""
 
 from __future__ import annotations
 
