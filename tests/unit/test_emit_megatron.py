@@ -148,6 +148,18 @@ def test_cp_and_data_and_checkpoint_flags() -> None:
     assert "--save" not in base and "--cp-comm-type" not in base
 
 
+def test_vocab_matches_megatron_null_tokenizer_padding() -> None:
+    """NullTokenizer(n).vocab_size == n + 1; Megatron pads that to a multiple of
+    make_vocab_size_divisible_by * tp, which must equal plan.json's padded vocab."""
+    for name in ("llama2-70b-tp8pp4", "llama3-8b-pp2-vpp2", "gpt3-175b", "cpu-shrink-tiny"):
+        plan, _ = compile_case(name)
+        a, m, d = args_of(name), plan["spec"]["model"], plan["derived"]
+        tokens = int(a["--vocab-size"]) + 1
+        assert tokens == m["vocab_size"]
+        unit = int(a["--make-vocab-size-divisible-by"]) * d["tp"]
+        assert -(-tokens // unit) * unit == d["padded_vocab_size"]
+
+
 def test_moe_flags() -> None:
     a = args_of("mixtral-8x7b-ep8")
     assert a["--num-experts"] == "8" and a["--moe-router-topk"] == "2"

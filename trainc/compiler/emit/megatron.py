@@ -147,7 +147,9 @@ def megatron_values(plan: dict[str, Any]) -> dict[str, Any]:
         "disable_bias_linear": not d["add_bias_linear"],
         "make_vocab_size_divisible_by": m["make_vocab_size_divisible_by"],
         "tokenizer_type": "NullTokenizer",
-        "vocab_size": m["vocab_size"],
+        # NullTokenizer(n) has n + 1 tokens (it appends an end-of-document id) and Megatron pads
+        # that count: n = vocab_size - 1 gives exactly vocab_size, padded like plan.json says.
+        "vocab_size": m["vocab_size"] - 1,
         "mock_data": lc["data_path"] is None,
         "data_path": lc["data_path"],
         "tp": d["tp"],
@@ -226,4 +228,6 @@ def megatron_args(plan: dict[str, Any]) -> dict[str, str]:
     if s["engine"] != "megatron" and s["launch"]["entrypoint"] != "megatron-lm":
         return {}
     lines = [" ".join(item) for item in megatron_flags(plan)]
-    return {"megatron_args.txt": header(plan) + "\n".join(lines) + "\n"}
+    note = ("# --vocab-size is model.vocab_size - 1: Megatron's NullTokenizer adds one "
+            "end-of-document token\n")
+    return {"megatron_args.txt": header(plan) + note + "\n".join(lines) + "\n"}
