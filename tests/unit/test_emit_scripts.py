@@ -246,3 +246,29 @@ def test_shellcheck_clean(tmp_path: Path, name: str) -> None:
     r = subprocess.run([sc, "-s", "bash", "-S", "style", str(out / "torchrun.sh"),
                         str(out / "sbatch.sh")], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_torchrun_accepts_the_emitted_arguments(tmp_path: Path) -> None:
+    """Differential check with torch's own parser (torch.distributed.run), when torch is here."""
+    pytest.importorskip("torch")
+    from torch.distributed.run import get_args_parser
+
+    bindir, log = make_stubs(tmp_path)
+    for name in ("llama3-8b-pp2-vpp2", "megatron-lm-uneven-cp"):
+        _, files = compile_case(name)
+        out = write_files(tmp_path / name, files)
+        for extra in ({}, {"TRAINC_RDZV_BACKEND": "c10d", "TRAINC_RDZV_ID": "9",
+                           "SLURM_NODEID": "0", "MASTER_ADDR": "node-1"}):
+            r = run_script(out / "torchrun.sh", bindir, log, tmp_path, extra)
+            assert r.returncode == 0, r.stderr
+            ns = get_args_parser().parse_args(read_nul(log / "torchrun.0.args"))
+            assert ns.nproc_per_node == "8"
+            if extra:
+                assert ns.rdzv_backend == "c10d" and ns.rdzv_endpoint == "node-1:29500"
+            else:
+                assert ns.node_rank == 0 and ns.master_addr == "127.0.0.1"
+            if name.startswith("megatron-lm"):
+                assert ns.training_script == "/opt/Megatron-LM/pretrain_gpt.py"
+            else:
+                assert ns.module and ns.training_script == "trainc.launch.worker"
+                assert ns.training_script_args == ["--plan", str(out / "plan.json")]
