@@ -47,3 +47,28 @@ def test_report_html_is_wellformed_and_self_contained(kw):
 
 def test_report_html_needs_estimates():
     assert report_html({"estimates": {}}) == {}
+
+
+@pytest.mark.slow
+def test_report_renders_in_headless_chromium(tmp_path):
+    """~15 s (browser start): runs with TRAINC_BROWSER_TEST=1 where chromium is installed."""
+    import os
+    import shutil
+    import subprocess
+
+    if os.environ.get("TRAINC_BROWSER_TEST") != "1":
+        pytest.skip("set TRAINC_BROWSER_TEST=1 to render report.html in headless chromium")
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+    _, _, plan = plan_and_estimate(make_spec(parallel__vpp=2, training__global_batch_size=16))
+    page = tmp_path / "report.html"
+    page.write_text(report_html(plan)["report.html"])
+    shot = tmp_path / "shot.png"
+    subprocess.run([browser, "--headless=new", "--no-sandbox", "--disable-gpu",
+                    "--hide-scrollbars", "--window-size=1100,1400", f"--screenshot={shot}",
+                    page.as_uri()], check=True, capture_output=True, timeout=90)
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(data) > 30_000  # a blank page is a few KB; tables and SVG bars make it larger
