@@ -39,7 +39,8 @@ def explain_tables(plan: dict[str, Any], max_ranks: int | None = None) -> list[A
                   f"{s['cluster']['gpus_per_node']} GPUs ({s['cluster']['gpu']})"),
         ("dense grid", f"tp {d['tp']} x cp {d['cp']} x dp {d['dp']} x pp {d['pp']}"
                        + (f" (vpp {d['vpp']})" if d['vpp'] > 1 else "")),
-        ("expert grid", f"etp {d['etp']} x ep {d['ep']} x expert_dp {d['expert_dp']} x pp {d['pp']}"),
+        ("expert grid", f"etp {d['etp']} x ep {d['ep']} x expert_dp {d['expert_dp']} "
+                        f"x pp {d['pp']}"),
         ("layers per stage", ", ".join(map(str, d["layers_per_stage"]))),
         ("micro-batches", f"{d['num_microbatches']} of {s['training']['micro_batch_size']} "
                           f"(global batch {s['training']['global_batch_size']})"),
@@ -93,8 +94,8 @@ def explain_tables(plan: dict[str, Any], max_ranks: int | None = None) -> list[A
         ("model FLOPs / step", f"{e['flops_per_step']:.4e}"),
         ("executed FLOPs / step", f"{e['hardware_flops_per_step']:.4e} (with recompute)"),
         ("compute", f"{e['compute_seconds']:.4g} s at {a['compute_efficiency']:g} x peak"),
-        ("exposed communication", f"{e['exposed_comm_seconds']:.4g} s "
-                                  f"(overlap {a['comm_overlap']:g}, efficiency {a['comm_efficiency']:g})"),
+        ("exposed communication", f"{e['exposed_comm_seconds']:.4g} s (overlap "
+                                  f"{a['comm_overlap']:g}, efficiency {a['comm_efficiency']:g})"),
         ("pipeline bubble", f"{100 * e['pipeline_bubble_fraction']:.2f} % "
                             f"({e['bubble_seconds']:.4g} s)"),
         ("step time", f"{e['step_time_seconds']:.4g} s"),

@@ -127,7 +127,8 @@ def _memory(spec: TrainSpec, plan: dict[str, Any], suggest: bool) -> Iterator[Di
         fix = "no valid change found: add GPUs or use a GPU with more memory"
         edits = {}
     else:
-        fix = "more tp/pp, recompute, ZeRO sharding or a smaller micro batch (trainc lint lists them)"
+        fix = ("more tp/pp, recompute, ZeRO sharding or a smaller micro batch "
+               "(trainc lint lists them)")
         edits = {}
     related = tuple(sorted({k for r in cands for k in r["edits"]}))
     yield diag(R.MEMORY_FIT, msg, "cluster.gpu_memory_gib", related=related, fix=fix,
