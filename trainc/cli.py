@@ -48,6 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
     lint.add_argument("items", nargs="+", metavar="SPEC... [KEY=VALUE ...]")
     lint.add_argument("--format", choices=("text", "json"), default="text")
     lint.add_argument("--werror", action="store_true", help="treat warnings as errors")
+
+    ex = sub.add_parser("explain", help="estimates and the rank map as terminal tables")
+    ex.add_argument("items", nargs="+", metavar="SPEC [KEY=VALUE ...]")
+    ex.add_argument("--ranks", type=int, default=None, metavar="N",
+                    help="rows of the rank table (default: one node; at most 256)")
     _add_plan_parser(sub)
     return p
 
@@ -60,6 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _compile(args)
         if args.command == "lint":
             return _lint(args)
+        if args.command == "explain":
+            return _explain(args)
         if args.command == "plan":
             return _plan(args)
     except KeyboardInterrupt:
@@ -145,6 +152,30 @@ def _compile(args: argparse.Namespace) -> int:
     if args.format == "text":
         print(f"wrote {len(names)} files to {outdir}: {', '.join(names)}")
     return EXIT_OK
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from trainc.compiler.estimate.explain import explain_tables
+    from trainc.compiler.pipeline import compile_spec
+
+    specs, overrides = _split(args.items)
+    if len(specs) != 1:
+        print(f"trainc explain: expected one spec file, got {len(specs)}: {' '.join(specs)}",
+              file=sys.stderr)
+        return EXIT_SPEC
+    result = compile_spec(specs[0], overrides, emit_files=False)
+    _print_text(result)
+    if result.plan is None or not result.plan.get("estimates"):
+        print(f"trainc explain: {specs[0]}: errors found", file=sys.stderr)
+        return EXIT_SPEC
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)  # pipes and files: do not squeeze the tables to 80 columns
+    for table in explain_tables(result.plan, args.ranks):
+        console.print(table)
+    return EXIT_SPEC if not result.ok else EXIT_OK
 
 
 def _add_plan_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
