@@ -123,7 +123,8 @@ def _lint(args: argparse.Namespace) -> int:
         from trainc.ecosystem.lint_formats import render_github, render_sarif
 
         failed = [_failed(r, args.werror) for r in results]
-        print(render_sarif(results) if args.format == "sarif" else render_github(results), end="")
+        print(render_sarif(results) if args.format == "sarif" else render_github(results, failed),
+              end="")
         return EXIT_SPEC if any(failed) else EXIT_OK
     if args.format == "json":
         print(json.dumps({"specs": [_json_record(r, args.werror) for r in results]}, indent=2))
