@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -185,6 +186,7 @@ def _import_hf(args: argparse.Namespace) -> int:
         print(text, end="")
         return EXIT_OK
     try:
+        os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(text)
     except OSError as e:
