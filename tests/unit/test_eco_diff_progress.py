@@ -74,6 +74,8 @@ def test_flatten_compare_and_formatting():
     assert fmt_value("estimates.memory_bytes.total", 2**31) == "2.00 GiB"
     assert fmt_value("estimates.pipeline_bubble_fraction", 0.125) == "12.5%"
     assert change(2, 3) == "+50.0%" and change("a", "b") == ""
+    assert fmt_value("derived.layers_per_stage", [20, 20]) == "[20, 20]"
+    assert fmt_value("estimates.rank_map.first_node", [{"rank": i} for i in range(8)]) == "[8 items]"
 
 
 def test_progress_is_a_noop_without_a_tty(monkeypatch):

@@ -25,6 +25,8 @@ HEADLINE = (
 )
 _SKIP = frozenset({"trainc_version", "target_versions", "spec_hash", "diagnostics"})
 _FREE_MAPS = frozenset({"launch.env."})
+#: Longest list / mapping shown inline in the text table (``--format json`` has them whole).
+_MAX_INLINE = 48
 
 
 def flatten(plan: dict[str, Any]) -> dict[str, Any]:
@@ -73,16 +75,22 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[dict[str, Any]],
 
 
 def fmt_value(key: str, value: Any) -> str:
-    """A value for the text table (bytes in GiB, fractions in percent, seconds with units)."""
+    """A value for the text table (bytes in GiB, fractions in percent, seconds with units; a
+    long list or mapping as its size)."""
     if value is None:
         return "-"
+    if isinstance(value, (list, dict)):
+        text = json.dumps(value)
+        if len(text) <= _MAX_INLINE:
+            return text
+        return f"[{len(value)} items]" if isinstance(value, list) else f"{{{len(value)} keys}}"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+        return str(value)
     if "bytes" in key:
         return f"{value / 2**30:,.2f} GiB"
     if key.endswith(("fraction", "mfu")):
         return f"{100 * value:.1f}%"
-    if key.endswith("seconds"):
+    if "seconds" in key:
         return f"{value:,.3f} s"
     if isinstance(value, float):
         return f"{value:,.4g}"
@@ -126,10 +134,10 @@ def render_table(a_res: Any, b_res: Any, show_all: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    console = Console(width=None if sys.stdout.isatty() else 160)
     diffs, same = compare(a_res.plan, b_res.plan)
     summary = Table(title="summary", title_justify="left")
-    for col, kw in (("key", {}), ("A", {"justify": "right"}), ("B", {"justify": "right"}),
+    for col, kw in (("key", {"no_wrap": True}), ("A", {"justify": "right"}), ("B", {"justify": "right"}),
                     ("change", {"justify": "right"})):
         summary.add_column(col, **kw)
     for row in headline(a_res.plan, b_res.plan):
@@ -143,7 +151,7 @@ def render_table(a_res: Any, b_res: Any, show_all: bool = False) -> None:
         if not show_all:
             return
     table = Table(title=f"{len(diffs)} difference(s), {len(same)} equal keys", title_justify="left")
-    table.add_column("key")
+    table.add_column("key", no_wrap=True)
     table.add_column("A", overflow="fold")
     table.add_column("B", overflow="fold")
     table.add_column("change", justify="right")
