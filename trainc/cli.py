@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -46,14 +47,39 @@ def build_parser() -> argparse.ArgumentParser:
 
     lint = sub.add_parser("lint", help="check specs, write nothing")
     lint.add_argument("items", nargs="+", metavar="SPEC... [KEY=VALUE ...]")
-    lint.add_argument("--format", choices=("text", "json"), default="text")
+    lint.add_argument("--format", choices=("text", "json", "sarif", "github"), default="text",
+                      help="sarif: SARIF 2.1.0 for code scanning; github: workflow annotations")
     lint.add_argument("--werror", action="store_true", help="treat warnings as errors")
     lint.add_argument("--slurm", action="store_true",
                       help="also ask the reachable Slurm controller whether it would run each "
                       "spec's sbatch.sh (sbatch --test-only); warns when none is reachable")
-    _add_submit_parser(sub)
+
+    ex = sub.add_parser("explain", help="estimates and the rank map as terminal tables")
+    ex.add_argument("items", nargs="+", metavar="SPEC [KEY=VALUE ...]")
+    ex.add_argument("--ranks", type=int, default=None, metavar="N",
+                    help="rows of the rank table (default: one node; at most 256)")
+    _add_ecosystem_parsers(sub)
     _add_plan_parser(sub)
+    _add_submit_parser(sub)
     return p
+
+
+def _add_ecosystem_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """``import-hf``, ``schema`` and ``diff`` (issue 8)."""
+    imp = sub.add_parser("import-hf", help="turn a Hugging Face config.json into a model preset")
+    imp.add_argument("config", metavar="CONFIG_JSON")
+    imp.add_argument("-o", "--output", metavar="MODEL_YAML", help="default: print to stdout")
+    imp.add_argument("--seq-length", type=int, metavar="N",
+                     help="training sequence length (default: min(pre-training positions, 8192))")
+
+    sch = sub.add_parser("schema", help="print the JSON Schema of a spec file")
+    sch.add_argument("--section", metavar="NAME",
+                     help="only one section (model, cluster, ...), for preset files")
+
+    d = sub.add_parser("diff", help="what differs between two specs after resolution")
+    d.add_argument("items", nargs="+", metavar="A B [KEY=VALUE ...]")
+    d.add_argument("--format", choices=("text", "json"), default="text")
+    d.add_argument("--all", action="store_true", help="also list the keys that are equal")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -64,10 +90,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _compile(args)
         if args.command == "lint":
             return _lint(args)
-        if args.command == "submit":
-            return _submit(args)
+        if args.command == "explain":
+            return _explain(args)
+        if args.command in ("import-hf", "schema", "diff"):
+            return _ECOSYSTEM[args.command](args)
         if args.command == "plan":
             return _plan(args)
+        if args.command == "submit":
+            return _submit(args)
     except KeyboardInterrupt:
         print("trainc: interrupted", file=sys.stderr)
         return 130
@@ -107,6 +137,14 @@ def _lint(args: argparse.Namespace) -> int:
         return EXIT_SPEC
     results = [compile_spec(s, overrides, emit_files=args.slurm) for s in specs]
     slurm = [_slurm_check(r) for r in results] if args.slurm else [None] * len(results)
+    if args.format in ("sarif", "github"):
+        from trainc.ecosystem.lint_formats import render_github, render_sarif
+
+        failed = [_failed(r, args.werror) or bool(c and c["ok"] is False)
+                  for r, c in zip(results, slurm, strict=True)]
+        print(render_sarif(results) if args.format == "sarif" else render_github(results, failed),
+              end="")
+        return EXIT_SPEC if any(failed) else EXIT_OK
     if args.format == "json":
         records = [_json_record(r, args.werror) for r in results]
         for rec, chk in zip(records, slurm, strict=True):
@@ -163,6 +201,76 @@ def _compile(args: argparse.Namespace) -> int:
     if args.format == "text":
         print(f"wrote {len(names)} files to {outdir}: {', '.join(names)}")
     return EXIT_OK
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from trainc.compiler.estimate.explain import explain_tables
+    from trainc.compiler.pipeline import compile_spec
+
+    specs, overrides = _split(args.items)
+    if len(specs) != 1:
+        print(f"trainc explain: expected one spec file, got {len(specs)}: {' '.join(specs)}",
+              file=sys.stderr)
+        return EXIT_SPEC
+    result = compile_spec(specs[0], overrides, emit_files=False)
+    _print_text(result)
+    if result.plan is None or not result.plan.get("estimates"):
+        print(f"trainc explain: {specs[0]}: errors found", file=sys.stderr)
+        return EXIT_SPEC
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)  # pipes and files: do not squeeze the tables to 80 columns
+    for table in explain_tables(result.plan, args.ranks):
+        console.print(table)
+    return EXIT_SPEC if not result.ok else EXIT_OK
+
+
+def _import_hf(args: argparse.Namespace) -> int:
+    from trainc.ecosystem.hf_import import HFImportError, import_hf
+
+    try:
+        text = import_hf(args.config, seq_length=args.seq_length)
+    except HFImportError as e:
+        print(f"trainc import-hf: error: {e}", file=sys.stderr)
+        return EXIT_SPEC
+    if not args.output:
+        print(text, end="")
+        return EXIT_OK
+    try:
+        os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        print(f"trainc import-hf: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_ENV
+    print(f"wrote {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from trainc.ecosystem.jsonschema import render, sections
+
+    if args.section is not None and args.section not in sections():
+        print(f"trainc schema: unknown section {args.section!r}; choose one of "
+              f"{', '.join(sections())}", file=sys.stderr)
+        return EXIT_SPEC
+    print(render(args.section), end="")
+    return EXIT_OK
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from trainc.ecosystem.diff import run_diff
+
+    specs, overrides = _split(args.items)
+    if len(specs) != 2:
+        print(f"trainc diff: expected two spec files, got {len(specs)}", file=sys.stderr)
+        return EXIT_SPEC
+    return run_diff(specs[0], specs[1], overrides, fmt=args.format, show_all=args.all)
+
+
+_ECOSYSTEM = {"import-hf": _import_hf, "schema": _schema, "diff": _diff}
 
 
 def _add_plan_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
