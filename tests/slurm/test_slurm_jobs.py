@@ -99,6 +99,7 @@ def test_two_node_job_runs_to_completion(slurm_cluster, tmp_path):
         assert len(steps) == 2, log[-3000:]
         ranks = {int(m) for m in re.findall(r"trainc-worker: groups rank=(\d+)", log)}
         assert ranks == set(range(world)), log[-3000:]
+        assert re.search(rf"trainc-worker: distributed backend=gloo world_size={world} ", log)
         return
     probes = [dict(kv.split("=", 1) for kv in ln.split()[1:])
               for ln in log.splitlines() if ln.startswith("probe:")]
