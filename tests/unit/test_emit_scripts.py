@@ -209,6 +209,11 @@ def test_adversarial_strings_stay_literal(tmp_path: Path, value: str) -> None:
     for tag in ("0", "1"):
         env = read_env(log / f"torchrun.{tag}.env")
         assert env["EVIL"] == literal and env["EVIL2"] == "'" + literal + "'"
+    sc = shellcheck()
+    if sc is not None:
+        r3 = subprocess.run([sc, "-s", "bash", str(out / "torchrun.sh"), str(out / "sbatch.sh")],
+                            capture_output=True, text=True)
+        assert r3.returncode == 0, r3.stdout
 
 
 def test_sbatch_value_quoting() -> None:
