@@ -216,6 +216,26 @@ def test_adversarial_strings_stay_literal(tmp_path: Path, value: str) -> None:
         assert r3.returncode == 0, r3.stdout
 
 
+@pytest.mark.parametrize("value", EVIL)
+def test_adversarial_paths_stay_literal(tmp_path: Path, value: str) -> None:
+    marker = tmp_path / "pwned"
+    literal = value.format(m=marker)
+    spec = _evil_spec(marker, "x")
+    spec["launch"] |= {"entrypoint": "megatron-lm", "megatron_lm_path": literal,
+                       "data_path": None if "\n" in literal else literal}
+    res = compile_dict(tmp_path, spec)
+    assert res.ok, [d.to_json() for d in res.diagnostics]
+    out = write_files(tmp_path / "out", res.files)
+    bindir, log = make_stubs(tmp_path)
+    r = run_script(out / "torchrun.sh", bindir, log, out)
+    assert r.returncode == 0, r.stderr
+    assert not marker.exists(), "a spec value was executed"
+    args = read_nul(log / "torchrun.0.args")
+    assert f"{literal}/pretrain_gpt.py" in args
+    if "\n" not in literal:
+        assert args[args.index("--data-path") + 1] == literal
+
+
 def test_sbatch_value_quoting() -> None:
     assert sbatch_value("batch") == "batch"
     assert sbatch_value("a b") == '"a b"'
