@@ -3,7 +3,8 @@
 ``cases/<name>/expected/<file>`` byte for byte.
 
 Exceptions: ``plan.json`` is compared without its ``estimates`` (owned by the estimates work, so
-that their changes do not break these goldens) and ``manifest.json`` is not stored (it only holds
+that their changes do not break these goldens) and with the spec paths in its diagnostics made
+relative (they name the checkout's absolute path); ``manifest.json`` is not stored (it only holds
 hashes of the other files; unit tests check it).
 
 Update: ``pytest tests/golden --update-golden`` or ``TRAINC_UPDATE_GOLDEN=1 pytest tests/golden``;
@@ -36,10 +37,15 @@ def compile_case(case: Path) -> dict[str, str]:
 
 
 def comparable(name: str, text: str) -> str:
-    """The part of a file the golden pins (plan.json without estimates)."""
+    """The part of a file the golden pins: plan.json without estimates, and with diagnostic
+    locations relative to the cases folder (they are absolute paths of the checkout)."""
     if name == "plan.json":
         obj = json.loads(text)
         obj.pop("estimates", None)
+        for diag in obj.get("diagnostics", []):
+            where = diag.get("file")
+            if isinstance(where, str) and "/tests/golden/cases/" in where:
+                diag["file"] = "<cases>/" + where.split("/tests/golden/cases/", 1)[1]
         return json.dumps(obj, indent=2, sort_keys=True) + "\n"
     return text
 
