@@ -125,7 +125,8 @@ def test_sbatch_runs_one_torchrun_per_node_with_c10d(tmp_path: Path) -> None:
                     "SLURM_NODEID": "0", "NODE_RANK": "0"})
     assert r.returncode == 0, r.stderr
     srun = read_nul(log / "srun.args")
-    assert srun[:4] == ["--export=ALL", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=64"]
+    assert srun[:5] == ["--export=ALL", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=64",
+                        "--kill-on-bad-exit=1"]
     assert "--container-image=nvcr.io/nvidia/pytorch:24.05-py3" in srun
     assert f"--container-mounts=/lustre/data:/data,/scratch:/scratch,{out}:{out}" in srun
     assert srun[-2:] == ["bash", str(out / "torchrun.sh")]

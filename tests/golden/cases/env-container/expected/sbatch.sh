@@ -38,7 +38,10 @@ export NCCL_IB_HCA=mlx5_0,mlx5_1
 # shellcheck disable=SC2016,SC1003  # a literal value, single-quoted on purpose
 export TRAINC_NOTE='it'"'"'s a "quoted" value with $HOME and spaces'
 
+# --kill-on-bad-exit: a node whose torchrun fails ends the step instead of leaving the others
+# blocked in a collective until the NCCL timeout.
 srun --export=ALL --nodes=2 --ntasks-per-node=1 --cpus-per-task="${SLURM_CPUS_ON_NODE:-1}" \
+  --kill-on-bad-exit=1 \
   --container-image=nvcr.io/nvidia/pytorch:24.05-py3 \
   --container-mounts=/lustre/data:/data,/scratch:/scratch,"$TRAINC_OUTDIR:$TRAINC_OUTDIR" \
   bash "$TRAINC_OUTDIR/torchrun.sh"
