@@ -14,6 +14,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 settings.register_profile("dev", max_examples=20, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("ci", max_examples=120, deadline=None, derandomize=True,
+settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

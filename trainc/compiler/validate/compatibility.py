@@ -27,7 +27,7 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    fix="set parallel.sequence_parallel=false, or tp > 1",
                    edits={"parallel.sequence_parallel": False}, tp=p.tp)
     if m.num_experts and p.tp > 1 and not p.sequence_parallel:
-        yield diag(R.MOE_TP_SP, f"MoE with tp ({p.tp}) > 1 runs without sequence_parallel; "
+        yield diag(R.MOE_TP_SP, f"sequence_parallel is off for an MoE model with tp ({p.tp}) > 1; "
                    "Megatron-Core expects it with expert and tensor parallelism",
                    "parallel.sequence_parallel", related=("parallel.tp", "model.num_experts"),
                    fix="set parallel.sequence_parallel=true",
@@ -82,7 +82,7 @@ def _engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         return
     # engine == deepspeed
     if p.zero_stage >= 2 and p.pp > 1:
-        yield diag(R.DS_ZERO_PP, f"DeepSpeed ZeRO stage {p.zero_stage} is incompatible with "
+        yield diag(R.DS_ZERO_PP, f"zero_stage ({p.zero_stage}) is incompatible with DeepSpeed "
                    f"pipeline parallelism (pp = {p.pp}); DeepSpeed's PipelineEngine asserts "
                    "stage < 2", "parallel.zero_stage", related=("parallel.pp", "engine"),
                    fix="set parallel.zero_stage=1, or parallel.pp=1", edits={"parallel.zero_stage": 1},
@@ -108,7 +108,7 @@ def _engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    fix="set training.nvme_path to a local NVMe directory on every node")
     if p.pp > 1 and (d.num_microbatches or 0) > 1:
         yield diag(R.DS_PIPE_GRAD_ACCUM,
-                   f"DeepSpeed's pipeline engine (pp = {p.pp}) with {d.num_microbatches} "
+                   f"the DeepSpeed pipeline engine (pp = {p.pp}) with {d.num_microbatches} "
                    "micro-batches per step sums micro-batch gradients instead of averaging them "
                    "(DeepSpeed issue #7773), so changing micro_batch_size at a fixed "
                    "global_batch_size changes the gradient scale", "training.micro_batch_size",
