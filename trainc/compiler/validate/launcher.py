@@ -123,3 +123,30 @@ def _env(spec: TrainSpec) -> Iterator[Diagnostic]:
                        f"launch.env.{var}", related=("launch.master_port",),
                        fix=f"remove {var} from launch.env"
                            + (" and set launch.master_port" if var == "MASTER_PORT" else ""))
+    yield from _printable(spec)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_STRING_KEYS = ("launch.partition", "launch.account", "launch.time_limit",
+                "launch.container_image", "launch.megatron_lm_path", "launch.data_path",
+                "launch.save_dir", "training.nvme_path")
+
+
+def _printable(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC511: control characters in strings that reach scripts or #SBATCH lines."""
+    values: list[tuple[str, str]] = []
+    for key in _STRING_KEYS:
+        section, name = key.split(".")
+        v = getattr(getattr(spec, section), name)
+        if isinstance(v, str):
+            values.append((key, v))
+    for i, mount in enumerate(spec.launch.container_mounts or []):
+        values.append((f"launch.container_mounts[{i}]", mount))
+    for k, v in sorted(spec.launch.env.items()):
+        values.append((f"launch.env.{k}", v))
+    for key, v in values:
+        if _CONTROL.search(v):
+            yield diag(R.LAUNCH_VALUE, f"{key} ({v!r}) contains a control character",
+                       key.split("[")[0], fix=f"remove newlines and control characters from {key}",
+                       value=repr(v))
+
