@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     lint.add_argument("items", nargs="+", metavar="SPEC... [KEY=VALUE ...]")
     lint.add_argument("--format", choices=("text", "json"), default="text")
     lint.add_argument("--werror", action="store_true", help="treat warnings as errors")
+    _add_plan_parser(sub)
     return p
 
 
@@ -59,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _compile(args)
         if args.command == "lint":
             return _lint(args)
+        if args.command == "plan":
+            return _plan(args)
     except KeyboardInterrupt:
         print("trainc: interrupted", file=sys.stderr)
         return 130
@@ -142,3 +145,80 @@ def _compile(args: argparse.Namespace) -> int:
     if args.format == "text":
         print(f"wrote {len(names)} files to {outdir}: {', '.join(names)}")
     return EXIT_OK
+
+
+def _add_plan_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    pl = sub.add_parser("plan", help="search the parallel layout for a spec")
+    pl.add_argument("items", nargs="+", metavar="SPEC [KEY=VALUE ...]")
+    pl.add_argument("--top", type=int, default=5, metavar="K")
+    pl.add_argument("--format", choices=("text", "json"), default="text")
+    pl.add_argument("--apply", metavar="OUT.yaml", help="write the best layout as a spec")
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from trainc.planner import applied_spec, plan_layouts, to_json
+
+    specs, overrides = _split(args.items)
+    if len(specs) != 1:
+        print("trainc plan: expected one spec file", file=sys.stderr)
+        return EXIT_SPEC
+    res = plan_layouts(specs[0], overrides, top=max(1, args.top))
+    if not res.ok:
+        _print_text(res)
+        return EXIT_SPEC
+    if not res.planned:
+        print(f"trainc plan: no layout of {specs[0]} fits ({res.num_candidates_evaluated} "
+              "candidates evaluated); add nodes, GPUs with more memory, or a smaller batch",
+              file=sys.stderr)
+        return EXIT_SPEC
+    if args.format == "json":
+        print(json.dumps(to_json(res), indent=2, sort_keys=True))
+    else:
+        _plan_table(res)
+    if args.apply:
+        import yaml
+
+        text = ("# written by trainc plan from " + specs[0] + "\n" +
+                yaml.safe_dump(applied_spec(res.planned[0]), sort_keys=False))
+        with open(args.apply, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        if args.format == "text":
+            print(f"wrote {args.apply}")
+    return EXIT_OK
+
+
+def _plan_table(res) -> None:  # type: ignore[no-untyped-def]
+    from rich.console import Console
+    from rich.table import Table
+
+    from trainc.planner.search import summary
+
+    table = Table(title=f"trainc plan: {res.path} ({res.num_candidates_evaluated:,} candidates "
+                        f"evaluated, {res.num_fit:,} fit)")
+    for col in ("#", "tp", "pp", "vpp", "cp", "ep", "dp", "mbs", "recompute", "zero",
+                "GiB/GPU", "bubble", "step s", "tok/s", "MFU", "why"):
+        table.add_column(col, overflow="fold")
+    for i, p in enumerate(res.planned):
+        s = summary(p.candidate)
+        par, tr, e = s["parallel"], s["training"], p.estimates
+        mem = e.get("memory_bytes", {}).get("total", 0) / 2**30
+        table.add_row(str(i + 1), str(par["tp"]), _pp(par), str(par["vpp"]),
+                      f"{par['cp']}" + (f" {par['cp_comm_type']}" if par["cp"] > 1 else ""),
+                      str(par["ep"]), str(par["dp"]), str(tr["micro_batch_size"]),
+                      tr["recompute"], str(par["zero_stage"]), f"{mem:.1f}",
+                      _fmt(e.get("pipeline_bubble_fraction"), "{:.1%}"),
+                      _fmt(e.get("step_time_seconds"), "{:.2f}"),
+                      _fmt(e.get("tokens_per_second"), "{:,.0f}"),
+                      _fmt(e.get("mfu"), "{:.1%}"), p.reason)
+    Console(width=200).print(table)
+
+
+def _pp(par: dict) -> str:  # type: ignore[type-arg]
+    if par["pipeline_first_stage_layers"] is None:
+        return str(par["pp"])
+    return f"{par['pp']} ({par['pipeline_first_stage_layers']}/.../" \
+           f"{par['pipeline_last_stage_layers']})"
+
+
+def _fmt(v: object, fmt: str) -> str:
+    return fmt.format(v) if isinstance(v, (int, float)) else "-"
