@@ -30,7 +30,8 @@ def render() -> str:
         "",
         "Every diagnostic carries one of these stable ids (never reused or renumbered), the dotted",
         "spec key it is about, the values involved and a computed fix. Severity `error` stops",
-        "compilation (exit 2); `warning` and `info` do not (`--werror` turns warnings into errors).",
+        "compilation (exit 2); `warning` and `info` do not (`--werror` turns warnings into",
+        "errors).",
         "",
     ]
     for prefix, title, blurb in FAMILIES:

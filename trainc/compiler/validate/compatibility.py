@@ -59,7 +59,7 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         yield diag(R.FP16_CPU, "precision fp16 does not run on the CPU device (gloo, CPU "
                    "kernels)", "training.precision", related=("launch.device",),
                    fix="set training.precision to bf16 or fp32 for launch.device=cpu",
-                   edits={"training.precision": "bf16"})
+                   edits={"training.precision": "bf16"}, precision="fp16", device="cpu")
 
 
 def _engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
@@ -70,7 +70,8 @@ def _engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             yield diag(R.MEGATRON_ZERO,
                        f"engine=megatron does not implement ZeRO stage {p.zero_stage}; it offers "
                        "zero_stage 0 (DDP) and 1 (distributed optimizer: optimizer state and fp32 "
-                       "master weights sharded over dp*cp, ZeRO-1 equivalent)", "parallel.zero_stage",
+                       "master weights sharded over dp*cp, ZeRO-1 equivalent)",
+                       "parallel.zero_stage",
                        related=("engine",), fix="set parallel.zero_stage=1, or engine=deepspeed "
                        "for ZeRO-2/3", edits={"parallel.zero_stage": 1}, zero_stage=p.zero_stage)
         if offload:
@@ -78,14 +79,15 @@ def _engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    else "training.offload_param")
             yield diag(R.OFFLOAD_ENGINE, f"{key} needs engine=deepspeed (trainc does not emit "
                        "Megatron's CPU optimizer offload)", key, related=("engine",),
-                       fix="set engine=deepspeed, or the offload to none")
+                       fix=f"set engine=deepspeed, or {key}=none", engine=spec.engine.value)
         return
     # engine == deepspeed
     if p.zero_stage >= 2 and p.pp > 1:
         yield diag(R.DS_ZERO_PP, f"zero_stage ({p.zero_stage}) is incompatible with DeepSpeed "
                    f"pipeline parallelism (pp = {p.pp}); DeepSpeed's PipelineEngine asserts "
                    "stage < 2", "parallel.zero_stage", related=("parallel.pp", "engine"),
-                   fix="set parallel.zero_stage=1, or parallel.pp=1", edits={"parallel.zero_stage": 1},
+                   fix="set parallel.zero_stage=1, or parallel.pp=1",
+                   edits={"parallel.zero_stage": 1},
                    zero_stage=p.zero_stage, pp=p.pp)
     if t.offload_param is not Offload.none and p.zero_stage != 3:
         yield diag(R.OFFLOAD_PARAM_STAGE, f"offload_param ({t.offload_param.value}) works only "
@@ -105,7 +107,8 @@ def _engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         yield diag(R.NVME_PATH, "nvme offload is selected but training.nvme_path is not set",
                    "training.nvme_path",
                    related=("training.offload_optimizer", "training.offload_param"),
-                   fix="set training.nvme_path to a local NVMe directory on every node")
+                   fix="set training.nvme_path to a local NVMe directory on every node",
+                   offload_optimizer=t.offload_optimizer.value, offload_param=t.offload_param.value)
     if p.pp > 1 and (d.num_microbatches or 0) > 1:
         yield diag(R.DS_PIPE_GRAD_ACCUM,
                    f"the DeepSpeed pipeline engine (pp = {p.pp}) with {d.num_microbatches} "
@@ -121,7 +124,7 @@ def _engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             yield diag(R.DS_UNSUPPORTED_AXIS, f"engine=deepspeed does not support {axis} > 1 "
                        f"({axis} = {val}) in trainc: DeepSpeed's engine runs Megatron-Core's "
                        "tensor parallel model only", f"parallel.{axis}", related=("engine",),
-                       fix=f"set parallel.{axis}=1, or engine=megatron")
+                       fix=f"set parallel.{axis}=1, or engine=megatron", **{axis: val})
 
 
 def _recompute(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
@@ -134,7 +137,8 @@ def _recompute(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                 yield diag(R.RECOMPUTE_ARGS, f"{key} ({shown}) applies to recompute=full only "
                            f"(recompute is {t.recompute.value})", key,
                            related=("training.recompute",),
-                           fix=f"remove {key}, or set training.recompute=full")
+                           fix=f"remove {key}, or set training.recompute=full",
+                           recompute=t.recompute.value, value=shown)
         return
     if d.layers_per_stage is None:
         return

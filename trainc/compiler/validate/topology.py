@@ -50,7 +50,8 @@ def _dense_grid(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         rest = tuple(f"parallel.{a}" for a in ("tp", "pp", "cp") if a != culprit)
         yield diag(R.WORLD_FACTORIZATION,
                    f"world size ({world} = {c.num_nodes} nodes x {c.gpus_per_node} GPUs) is not a "
-                   f"multiple of tp*pp*cp ({p.tp}*{p.pp}*{p.cp} = {mp}){short}", f"parallel.{culprit}",
+                   f"multiple of tp*pp*cp ({p.tp}*{p.pp}*{p.cp} = {mp}){short}",
+                   f"parallel.{culprit}",
                    related=(*rest, "cluster.num_nodes", "cluster.gpus_per_node"),
                    fix="set " + ", or ".join(alts), world_size=world, model_parallel=mp)
         return
@@ -138,8 +139,8 @@ def _nvlink(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         ok = [e for e in divisors(dom // d.etp) if m.num_experts % e == 0] \
             if dom % d.etp == 0 else []
         yield diag(R.EP_NVLINK,
-                   f"etp*ep ({d.etp}*{p.ep} = {d.etp * p.ep}) does not fit the NVLink domain ({dom} "
-                   f"GPUs): MoE token all-to-all crosses {cost}", "parallel.ep",
+                   f"etp*ep ({d.etp}*{p.ep} = {d.etp * p.ep}) does not fit the NVLink domain "
+                   f"({dom} GPUs): MoE token all-to-all crosses {cost}", "parallel.ep",
                    related=("parallel.etp", "cluster.nvlink_domain_size"),
                    fix=(f"use ep in {{{show(ok)}}} (with etp={d.etp})" if ok else
                         "use etp=1 and an ep dividing the NVLink domain") +
