@@ -19,7 +19,8 @@ CASE_NAMES = sorted(p.name for p in CASES_DIR.iterdir() if (p / "spec.yaml").is_
 
 
 @functools.cache
-def compile_case(name: str, overrides: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict[str, str]]:
+def compile_case(name: str,
+                 overrides: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict[str, str]]:
     """(plan, files) of a golden case, with optional extra Hydra overrides."""
     result = compile_spec(CASES_DIR / name / "spec.yaml", list(overrides))
     assert result.ok, [d.to_json() for d in result.diagnostics]

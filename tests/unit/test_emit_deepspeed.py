@@ -48,7 +48,7 @@ INT_KEYS = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accu
 VARIANTS = [
     (),
     ("parallel.zero_stage=0", "training.offload_optimizer=none", "training.offload_param=none",
-     "model.num_layers=8"),
+     "cluster.gpu_memory_gib=192"),  # unsharded Adam state of 7B needs a 192 GiB GPU
     ("parallel.zero_stage=1", "training.offload_param=none"),
     ("parallel.zero_stage=2", "training.offload_optimizer=none", "training.offload_param=none",
      "training.precision=fp16"),

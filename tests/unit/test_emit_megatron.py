@@ -130,7 +130,8 @@ def test_uneven_pipeline_with_vpp_uses_virtual_stages_per_rank() -> None:
                 "training.global_batch_size=256")
     assert a["--decoder-first-pipeline-num-layers"] == "8"
     assert a["--decoder-last-pipeline-num-layers"] == "8"
-    a2 = args_of("megatron-lm-uneven-cp", "parallel.vpp=2", "parallel.pipeline_first_stage_layers=8",
+    a2 = args_of("megatron-lm-uneven-cp", "parallel.vpp=2",
+                 "parallel.pipeline_first_stage_layers=8",
                  "parallel.pipeline_last_stage_layers=8", "parallel.cp=1",
                  "training.global_batch_size=256")
     assert a2["--num-virtual-stages-per-pipeline-rank"] == "2"
@@ -145,6 +146,18 @@ def test_cp_and_data_and_checkpoint_flags() -> None:
     base = args_of("llama2-70b-tp8pp4")
     assert "--mock-data" in base and base["--tokenizer-type"] == "NullTokenizer"
     assert "--save" not in base and "--cp-comm-type" not in base
+
+
+def test_vocab_matches_megatron_null_tokenizer_padding() -> None:
+    """NullTokenizer(n).vocab_size == n + 1; Megatron pads that to a multiple of
+    make_vocab_size_divisible_by * tp, which must equal plan.json's padded vocab."""
+    for name in ("llama2-70b-tp8pp4", "llama3-8b-pp2-vpp2", "gpt3-175b", "cpu-shrink-tiny"):
+        plan, _ = compile_case(name)
+        a, m, d = args_of(name), plan["spec"]["model"], plan["derived"]
+        tokens = int(a["--vocab-size"]) + 1
+        assert tokens == m["vocab_size"]
+        unit = int(a["--make-vocab-size-divisible-by"]) * d["tp"]
+        assert -(-tokens // unit) * unit == d["padded_vocab_size"]
 
 
 def test_moe_flags() -> None:

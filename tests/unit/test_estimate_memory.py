@@ -244,3 +244,25 @@ def test_fp32_and_gelu_layernorm_specs_estimate():
                   model__normalization=Normalization.layernorm)
     e = run(dataclasses.replace(s))["estimates"]
     assert e["memory_bytes"]["total"] > 0
+
+
+def test_gpt3_activations_equal_megatron_path_b_without_its_fudge():
+    # GPT-3 175B, t8 p16 (W=1024), no SP, selective, M=8 < p: Megatron path B counts the paper's
+    # "TP + selective" layer (10 + 24/t) sbh, min(1, M/p) x p in-flight micro-batches and the
+    # first stage's 8sb + sbh per micro-batch, then multiplies by 1.05. Our first stage holds
+    # min(p, M) = 8 micro-batches of its 6 layers: the same bytes without the 1.05.
+    spec = make_spec(nodes=128, model__num_layers=96, model__hidden_size=12288,
+                     model__num_attention_heads=96, model__num_query_groups=96,
+                     model__ffn_hidden_size=49152, model__vocab_size=51200,
+                     model__seq_length=2048, model__activation=Activation.gelu,
+                     model__normalization=Normalization.layernorm,
+                     model__untie_embeddings_and_output_weights=False,
+                     parallel__tp=8, parallel__pp=16, parallel__sequence_parallel=False,
+                     parallel__zero_stage=0, training__global_batch_size=64)
+    plan = run(spec)
+    assert plan["derived"]["num_microbatches"] == 8
+    ours = plan["estimates"]["memory_per_stage"][0]["activations"]
+    ref = theoretical_activation_bytes(s=2048, b=1, h=12288, f=49152, V=51200, L=96, t=8, p=16,
+                                       sp_selective=False, num_microbatches=8)
+    assert ours == pytest.approx(ref / 1.05, rel=1e-9)
+    assert round(ref / MiB, 1) == 15926.5

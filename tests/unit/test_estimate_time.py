@@ -72,3 +72,37 @@ def test_overlap_and_efficiency_move_step_time():
     assert hidden["step_time_seconds"] < base
     s.cluster.compute_efficiency = 1.0
     assert run(s)["estimates"]["step_time_seconds"] < hidden["step_time_seconds"]
+
+
+# Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using
+# Megatron-LM", Table 1: GPT models on A100-80GB (DGX A100, 8 x HDR per node), TP 8, full activation
+# recomputation, 163 TFLOP/s per GPU counted with their formula
+# 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) (executed FLOPs, recompute included), s = 2048, V = 51200.
+PUBLISHED = [  # (layers, hidden, heads, pp, gpus = batch, TFLOP/s per GPU)
+    (96, 12288, 96, 16, 1536, 163),
+    (128, 25600, 160, 64, 3072, 163),
+]
+
+
+@pytest.mark.parametrize(("L", "h", "a", "pp", "gpus", "tflops"), PUBLISHED)
+def test_published_megatron_throughput_is_predicted(L, h, a, pp, gpus, tflops):
+    from trainc.schemas import Activation, Normalization, Recompute
+
+    s, V = 2048, 51200
+    flops = 96 * gpus * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
+    published_step_seconds = flops / (tflops * 1e12 * gpus)
+    spec = make_spec(nodes=gpus // 8, model__num_layers=L, model__hidden_size=h,
+                     model__num_attention_heads=a, model__num_query_groups=a,
+                     model__ffn_hidden_size=4 * h, model__vocab_size=V, model__seq_length=s,
+                     model__activation=Activation.gelu, model__normalization=Normalization.layernorm,
+                     model__untie_embeddings_and_output_weights=False, parallel__tp=8,
+                     parallel__pp=pp, parallel__sequence_parallel=False, parallel__zero_stage=0,
+                     training__global_batch_size=gpus, training__recompute=Recompute.full)
+    # Stated error: with the default compute_efficiency (0.5) the prediction is conservative,
+    # 25-40 % slower than measured (the measured run reached ~0.7 of peak on its GEMMs); with
+    # compute_efficiency 0.7 it is within 10 %.
+    ratio = run(spec)["estimates"]["step_time_seconds"] / published_step_seconds
+    assert 1.25 <= ratio <= 1.40
+    spec.cluster.compute_efficiency = 0.7
+    ratio = run(spec)["estimates"]["step_time_seconds"] / published_step_seconds
+    assert abs(ratio - 1) <= 0.10

@@ -52,3 +52,11 @@ def test_bubble_warning_rejects_and_allows():
     assert d.edits == {"training.global_batch_size": 3}  # 3 micro-batches -> bubble 1/4
     _, _, ok = fit_diags(make_spec(training__global_batch_size=12, nodes=1, parallel__tp=4))
     assert [d for d in ok if d.rule.id == "TRC402"] == []
+
+
+def test_memory_fit_verdict_without_suggestions():
+    spec = make_spec(parallel__tp=1, parallel__pp=1, parallel__zero_stage=0,
+                     training__recompute=Recompute.none)
+    nspec, _, plan = plan_and_estimate(spec)
+    [d] = [d for d in check_fit(nspec, plan, suggest=False) if d.rule.id == "TRC401"]
+    assert d.is_error and d.edits == {}

@@ -205,7 +205,54 @@ def test_preset_values_are_located_in_the_preset(tmp_path):
     assert "parallel.tp" in loaded.explicit and "model.num_layers" not in loaded.explicit
 
 
-# --- composition details ------------------------------------------------------------------
+# --- the fast composition path gives what Hydra gives ------------------------------------------
+
+from trainc.compiler import load as L  # noqa: E402
+
+
+def _both(path: Path, overrides: list[str]):
+    """(trainc's composition, a plain Hydra compose of the whole spec) as (container, presets,
+    diagnostics) triples; presets are compared by group."""
+    import warnings
+
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    node, _ = L._read_yaml(path, str(path))
+    L._PRESET_CACHE.clear()
+    fast = L._compose(path, str(path), node, overrides)
+    listed = {g for g, _ in L._defaults_list(node)}
+    hydra_ov = [o if o.split("=")[0] in listed else "+" + o for o in overrides]
+    GlobalHydra.instance().clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with initialize_config_dir(config_dir=str(path.parent), version_base="1.3"):
+            cfg = compose(config_name=path.stem, overrides=[
+                *hydra_ov, f"hydra.searchpath=[file://{L.conf_dir()}]"])
+    GlobalHydra.instance().clear()
+    ref = OmegaConf.to_container(cfg, resolve=True)
+    return (fast[0], set(fast[1]), fast[2]), (ref, set(fast[1]), [])
+
+
+@pytest.mark.parametrize("model", L.preset_names("model"))
+def test_fast_compose_equals_hydra_for_every_model_preset(tmp_path, model):
+    cluster = L.preset_names("cluster")[len(model) % len(L.preset_names("cluster"))]
+    f = tmp_path / "spec.yaml"
+    f.write_text(f"defaults:\n  - model: {model}\n  - cluster: {cluster}\n  - _self_\n"
+                 "cluster:\n  num_nodes: 2\nmodel:\n  seq_length: 2048\n"
+                 "training:\n  global_batch_size: 64\n")
+    fast, hydra = _both(f, [])
+    assert fast is not None
+    assert fast[0] == hydra[0] and fast[1] == hydra[1] and not fast[2] and not hydra[2]
+
+
+def test_fast_compose_self_first_and_group_override(tmp_path):
+    f = tmp_path / "spec.yaml"
+    f.write_text("defaults:\n  - _self_\n  - model: llama2-7b\nmodel:\n  num_layers: 2\n"
+                 "cluster:\n  num_nodes: 1\n")
+    fast, hydra = _both(f, ["model=llama3-8b"])
+    assert fast[0] == hydra[0] and fast[0]["model"]["num_layers"] == 32
 
 
 def test_fast_compose_interpolation(tmp_path):

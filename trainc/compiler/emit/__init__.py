@@ -11,7 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from trainc.compiler.emit.deepspeed import ds_config
-from trainc.compiler.emit.megatron import megatron_args, megatron_core
+from trainc.compiler.emit.megatron import megatron_args
+from trainc.compiler.emit.megatron_core import megatron_core
 from trainc.compiler.emit.report import report
 from trainc.compiler.emit.scripts import sbatch, torchrun
 from trainc.compiler.plan import canonical_json

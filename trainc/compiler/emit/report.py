@@ -16,28 +16,70 @@ def _table(rows: list[tuple[str, Any]]) -> list[str]:
     return out
 
 
+def _num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 def _estimates(est: dict[str, Any]) -> list[str]:
-    """Lines for the estimates the plan carries (each key optional)."""
+    """Summary lines for the estimates the plan carries (every key optional)."""
     rows: list[tuple[str, Any]] = []
+    if _num(est.get("params_total")):
+        rows.append(("model parameters", f"{est['params_total'] / 1e9:.2f} B"))
     mem = est.get("memory_bytes") or {}
     for k in ("params", "grads", "optimizer", "activations", "total"):
-        if isinstance(mem.get(k), (int, float)):
+        if _num(mem.get(k)):
             rows.append((f"memory per GPU: {k}", f"{mem[k] / GIB:.2f} GiB"))
-    if isinstance(est.get("pipeline_bubble_fraction"), (int, float)):
+    if _num(est.get("memory_budget_bytes")):
+        rows.append(("memory budget per GPU", f"{est['memory_budget_bytes'] / GIB:.2f} GiB"))
+    if _num(est.get("pipeline_bubble_fraction")):
         rows.append(("pipeline bubble", f"{est['pipeline_bubble_fraction']:.1%}"))
-    if isinstance(est.get("flops_per_step"), (int, float)):
+    if _num(est.get("flops_per_step")):
         rows.append(("model FLOPs per step", f"{est['flops_per_step']:.3e}"))
-    if isinstance(est.get("step_time_seconds"), (int, float)):
+    if _num(est.get("step_time_seconds")):
         rows.append(("step time", f"{est['step_time_seconds']:.3f} s"))
-    if isinstance(est.get("tokens_per_second"), (int, float)):
+    if _num(est.get("tokens_per_second")):
         rows.append(("tokens per second", f"{est['tokens_per_second']:,.0f}"))
-    if isinstance(est.get("mfu"), (int, float)):
+    if _num(est.get("mfu")):
         rows.append(("MFU", f"{est['mfu']:.1%}"))
     comm = est.get("comm_bytes_per_step") or {}
     for k in ("tp", "cp", "ep", "pp", "dp"):
-        if isinstance(comm.get(k), (int, float)) and comm[k]:
+        if _num(comm.get(k)) and comm[k]:
             rows.append((f"{k} traffic per GPU per step", f"{comm[k] / GIB:.2f} GiB"))
     return ["", "## Estimates", "", *_table(rows)] if rows else []
+
+
+def _memory_per_stage(est: dict[str, Any]) -> list[str]:
+    """A per-pipeline-stage memory table (GiB), when the estimates have one."""
+    stages = est.get("memory_per_stage")
+    keys = ("params", "grads", "optimizer", "activations", "total")
+    if not isinstance(stages, list) or not stages:
+        return []
+    out = ["", "### Memory per GPU by pipeline stage (GiB)", "",
+           "| stage | layers | " + " | ".join(keys) + " |", "|---|---|" + "---|" * len(keys)]
+    for st in stages:
+        vals = [f"{st[k] / GIB:.2f}" if _num(st.get(k)) else "" for k in keys]
+        out.append(f"| {st.get('stage', '')} | {st.get('layers', '')} | " + " | ".join(vals) + " |")
+    return out
+
+
+def _rank_map(est: dict[str, Any]) -> list[str]:
+    """The first node's ranks with their grid coordinates, and the groups that leave a node."""
+    rmap = est.get("rank_map")
+    if not isinstance(rmap, dict) or not isinstance(rmap.get("first_node"), list):
+        return []
+    cols = ("rank", "node", "local_rank", "tp", "cp", "dp", "pp", "ep", "etp", "expert_dp")
+    out = ["", "## Rank map (first node)", "",
+           f"order {rmap.get('order', '?')} (first axis varies fastest)", "",
+           "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rmap["first_node"]:
+        out.append("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
+    for label, key in (("groups that span nodes", "groups_cross_nodes"),
+                       ("groups that leave the NVLink domain", "groups_cross_nvlink_domain")):
+        groups = rmap.get(key)
+        if isinstance(groups, dict):
+            names = [g for g in sorted(groups) if groups[g]]
+            out += ["", f"{label}: {', '.join(names) if names else 'none'}"]
+    return out
 
 
 def report_text(plan: dict[str, Any], artifacts: list[str]) -> str:
@@ -78,7 +120,8 @@ def report_text(plan: dict[str, Any], artifacts: list[str]) -> str:
         ("pipeline p2p", ("overlapped, unbatched" if d["overlap_p2p_comm"] else "batched")
          if d["pp"] > 1 else "n/a"),
     ])
-    lines += _estimates(plan.get("estimates") or {})
+    est = plan.get("estimates") or {}
+    lines += _estimates(est) + _memory_per_stage(est) + _rank_map(est)
     lines += ["", "## Diagnostics", ""]
     diags = plan.get("diagnostics") or []
     lines += [f"- {g['severity']} [{g['rule']}] `{g['key']}`: {g['message']}"

@@ -89,8 +89,8 @@ def torchrun(plan: dict[str, Any]) -> dict[str, str]:
         "cuda_device_max_connections_1": bool(d["cuda_device_max_connections_1"]) and not cpu,
         "set_omp_num_threads": cpu and "OMP_NUM_THREADS" not in lc["env"],
     }
-    ctx["env"] = [(k, v) for k, v in ctx["env"]
-                  if not (k == "CUDA_DEVICE_MAX_CONNECTIONS" and ctx["cuda_device_max_connections_1"])]
+    if ctx["cuda_device_max_connections_1"]:  # exported once, above launch.env
+        ctx["env"] = [(k, v) for k, v in ctx["env"] if k != "CUDA_DEVICE_MAX_CONNECTIONS"]
     return {"torchrun.sh": render("torchrun.sh.j2", **ctx)}
 
 

@@ -7,6 +7,11 @@ states by engine / ZeRO stage), :mod:`.activations` (Korthikanti et al. 2022), :
 tokens/s, MFU), :mod:`.rankmap` (Megatron-Core's rank layout), :mod:`.megatron_ref` (Megatron's own
 theoretical estimator, the reference the tests compare with).
 
+Which GPU the per-GPU numbers describe: ``memory_bytes`` is the most loaded pipeline stage
+(``memory_stage``; every stage is in ``memory_per_stage``); ``comm_bytes_per_step`` takes, per axis,
+the busiest stage; the time model and ``comm_seconds_per_step`` / ``comm_collectives`` describe
+the slowest stage (``critical_stage``).
+
 Output is deterministic: bytes are ints, other floats are rounded to 6 significant digits.
 """
 

@@ -28,7 +28,8 @@ with tokens gathered over etp) and un-permuted (``2h``); router logits in fp32 (
 Pipeline: 1F1B stage ``r`` holds ``min(p - r, m)`` micro-batches in flight (seed 002 §2.3.1);
 the interleaved schedule holds ``(2(p - r - 1) + (v - 1)p + 1)`` chunk-micro-batches of ``1/v``
 stage each (Megatron ``get_pp_rank_microbatches`` warm-up + 1), i.e. ``p(1 + (p-1)/(pv))`` stages'
-worth on the first stage, Megatron's interleaving factor. Embedding (first stage): int64 token
+worth on the first stage, Megatron's interleaving factor (seed 002 §2.2.2 calls interleaved
+peak memory "comparable to 1F1B"; Megatron-Core's schedule holds this much more: we follow it). Embedding (first stage): int64 token
 ids ``8sb`` and the embedding-dropout mask ``sbh`` per in-flight micro-batch; output (last stage):
 ``4sbh/t (1 + V/h)`` for one micro-batch (Korthikanti §4.3: final LN output and fp32 logits).
 """
@@ -47,8 +48,8 @@ def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, sp: b
 
     >>> korthikanti_layer_bytes(2048, 1, 12288, 96) == 2048 * 12288 * (34 + 5 * 96 * 2048 / 12288)
     True
-    >>> korthikanti_layer_bytes(2048, 1, 12288, 96, 8, sp=True, selective=True) == 34 * 2048 * 12288 / 8
-    True
+    >>> korthikanti_layer_bytes(2048, 1, 12288, 96, 8, sp=True, selective=True) / (2048 * 12288 / 8)
+    34.0
     """
     sbh = s * b * h
     score = 0.0 if selective else 5 * a * s * s * b / t

@@ -20,6 +20,8 @@ direction over the link's one-direction bandwidth. Seed corrections (the right v
   (32 MiB); the product is 67,108,864 B (64 MiB), so a2a moves 256 MiB forward and 512 MiB in
   total at CP = 2 (not 128 / 256): at CP = 2 all three variants move the same bytes, and a2a's
   ``(c-1)/c`` beats the ring's ``c-1`` from CP = 3 on;
+* seed 002 §5.5 has ZeRO-1 "All-Reduce the updated parameters (4Psi)"; updated shards are
+  all-gathered (``(n-1)/n x 2Psi``), the same total as its §5.4 table (RS + AG = one all-reduce);
 * seed 002 §6.8 says ZeRO-3 moves ``8Psi`` bytes; its own §5.4 table (and the ZeRO paper, 1.5x DP)
   gives ``6Psi`` (two parameter all-gathers + one gradient reduce-scatter of ``2Psi`` bytes each).
 """

@@ -9,6 +9,10 @@ Two accountings, by engine:
   shards the optimizer part over the data-parallel group: **dp x cp** for dense weights (the real
   ``intra_dp_cp`` group; Megatron's own ``theoretical_memory_usage`` divides by dp only, see
   :mod:`trainc.compiler.estimate.megatron_ref`) and **expert_dp** for routed experts.
+  The seeds' "2 + 2 + 12 = 16 B/param" (seed 000 "四大金刚", seed 003 §5.1.1) assume 2-byte
+  gradients; Megatron-Core accumulates and reduces gradients in an fp32 ``main_grad`` buffer
+  (``accumulate_allreduce_grads_in_fp32`` is on for bf16), so for engine=megatron we follow
+  Megatron-Core's 18 B/param, not the seed.
 * **DeepSpeed ZeRO** (``engine=deepspeed``): the seeds' 2 + 2 + 12 B/param (bf16 params, bf16
   grads, fp32 master + Adam m + v; seed 000 "显存占用的四大金刚", seed 002 §5.2) with ZeRO-1/2/3
   sharding optimizer / + grads / + params over the DP group (seed 002 §5.2 table). Offload moves

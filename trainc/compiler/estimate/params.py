@@ -167,7 +167,8 @@ def stage_params(spec: TrainSpec, plan: dict) -> list[StageParams]:
 def total_params(spec: TrainSpec, plan: dict) -> int:
     """Unique parameters of the whole model (a tied embedding counted once).
 
-    >>> # Llama-2-7B shape (h4096, 32 layers, f11008, V32000, untied): 6,738,415,616 (deepspeed_rules §4.1 B)
+    Llama-2-7B's shape (h 4096, 32 layers, f 11008, V 32000, untied) gives 6,738,415,616, the count
+    DeepSpeed's ``model_to_params`` reports (deepspeed_rules.md §4.1 B; tested).
     """
     m, d = spec.model, plan["derived"]
     h, V = m.hidden_size, d["padded_vocab_size"]

@@ -135,7 +135,8 @@ def rank_row(d: dict[str, Any], rank: int, gpus_per_node: int,
     g = grids(d)
     dc, ec = g["dense"].coords(rank), g["expert"].coords(rank)
     row: dict[str, Any] = {
-        "rank": rank, "node": rank // max(gpus_per_node, 1), "local_rank": rank % max(gpus_per_node, 1),
+        "rank": rank, "node": rank // max(gpus_per_node, 1),
+        "local_rank": rank % max(gpus_per_node, 1),
         "tp": dc["tp"], "cp": dc["cp"], "dp": dc["dp"], "pp": dc["pp"],
         "etp": ec["tp"], "ep": ec["ep"], "expert_dp": ec["dp"], "groups": {}}
     for kind, (gen, axes) in GROUP_KINDS.items():

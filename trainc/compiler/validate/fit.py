@@ -103,7 +103,7 @@ def fitting_changes(spec: TrainSpec) -> tuple[list[dict[str, Any]], bool]:
     return sorted(tried, key=lambda r: r["total"])[:MAX_SUGGESTIONS], False
 
 
-def _memory(spec: TrainSpec, plan: dict[str, Any]) -> Iterator[Diagnostic]:
+def _memory(spec: TrainSpec, plan: dict[str, Any], suggest: bool) -> Iterator[Diagnostic]:
     e = plan["estimates"]
     mem, budget = e["memory_bytes"], e["memory_budget_bytes"]
     if mem["total"] <= budget:
@@ -114,7 +114,7 @@ def _memory(spec: TrainSpec, plan: dict[str, Any]) -> Iterator[Diagnostic]:
     msg = (f"estimated memory per GPU ({mem['total'] / GiB:.1f} GiB on pipeline stage "
            f"{e['memory_stage']}: {parts}) exceeds gpu_memory_gib - memory_reserve_gib "
            f"({c.gpu_memory_gib:g} - {c.memory_reserve_gib:g} = {budget / GiB:.1f} GiB)")
-    cands, fit = fitting_changes(spec)
+    cands, fit = fitting_changes(spec) if suggest else ([], False)
     listed = "; ".join(f"{_show(r['edits'])} -> {r['total'] / GiB:.1f} GiB, "
                        f"{r['step']:.3g} s/step" for r in cands)
     if fit:
@@ -123,8 +123,12 @@ def _memory(spec: TrainSpec, plan: dict[str, Any]) -> Iterator[Diagnostic]:
     elif cands:
         fix = f"no single or paired change fits; largest reductions: {listed}; add GPUs"
         edits = {}
-    else:
+    elif suggest:
         fix = "no valid change found: add GPUs or use a GPU with more memory"
+        edits = {}
+    else:
+        fix = ("more tp/pp, recompute, ZeRO sharding or a smaller micro batch "
+               "(trainc lint lists them)")
         edits = {}
     related = tuple(sorted({k for r in cands for k in r["edits"]}))
     yield diag(R.MEMORY_FIT, msg, "cluster.gpu_memory_gib", related=related, fix=fix,
@@ -158,9 +162,14 @@ def _bubble(spec: TrainSpec, plan: dict[str, Any]) -> Iterator[Diagnostic]:
                bubble=bubble, pp=p, num_microbatches=m, vpp=v)
 
 
-def check_fit(spec: TrainSpec, plan: dict[str, Any]) -> Iterator[Diagnostic]:
-    """Fit diagnostics from ``plan['estimates']``: TRC401 (error) and TRC402 (warning)."""
+def check_fit(spec: TrainSpec, plan: dict[str, Any], *, suggest: bool = True
+              ) -> Iterator[Diagnostic]:
+    """Fit diagnostics from ``plan['estimates']``: TRC401 (error) and TRC402 (warning).
+
+    ``suggest=False`` skips the what-if search behind TRC401's fix (a few dozen re-estimates),
+    for callers that only need the verdict (the layout planner).
+    """
     if not plan.get("estimates"):
         return
-    yield from _memory(spec, plan)
+    yield from _memory(spec, plan, suggest)
     yield from _bubble(spec, plan)

@@ -35,6 +35,7 @@ export TRAINC_OUTDIR MASTER_ADDR MASTER_PORT TRAINC_RDZV_BACKEND TRAINC_RDZV_ID
 unset NODE_RANK
 export NCCL_DEBUG=INFO
 export NCCL_IB_HCA=mlx5_0,mlx5_1
+# shellcheck disable=SC2016  # a literal value, single-quoted on purpose
 export TRAINC_NOTE='it'"'"'s a "quoted" value with $HOME and spaces'
 
 srun --export=ALL --nodes=2 --ntasks-per-node=1 --cpus-per-task="${SLURM_CPUS_ON_NODE:-1}" \

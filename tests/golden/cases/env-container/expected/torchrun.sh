@@ -24,6 +24,7 @@ fi
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 export NCCL_DEBUG=INFO
 export NCCL_IB_HCA=mlx5_0,mlx5_1
+# shellcheck disable=SC2016  # a literal value, single-quoted on purpose
 export TRAINC_NOTE='it'"'"'s a "quoted" value with $HOME and spaces'
 # SIGUSR1 (Slurm's --signal before the time limit) is ignored by this shell and torchrun and
 # handled by the worker, which saves a checkpoint.
