@@ -2,8 +2,10 @@
 
 Sources: Megatron-Core ModelParallelConfig / TransformerConfig ``__post_init__`` (SP needs TP,
 recompute arguments, MoE+TP wants SP), Megatron-LM validate_args (overlap p2p with interleaving),
-DeepSpeed PipelineEngine (ZeRO-2/3 + PP assertion) and DeepSpeedZeroConfig (offload_param at
-stage 3). shared reference: megatron_rules.md §1.4, §1.9-1.11, §2; deepspeed_rules.md §2.
+DeepSpeed PipelineEngine (ZeRO-2/3 + PP assertion; gradients summed over micro-batches, bug case
+BC-025) and DeepSpeedZeroConfig / engine (offload_param at stage 3, offload_optimizer needs a
+ZeRO stage, nvme needs a path). Shared reference: megatron_rules.md §1.4, §1.9-1.11, §2;
+deepspeed_rules.md §2, §8.
 """
 
 from __future__ import annotations

@@ -1,4 +1,11 @@
-"""TRC5xx: launch settings (job name, Slurm time, entry point, environment)."""
+"""TRC5xx: launch settings (job name, Slurm time, entry point, environment).
+
+Sources: Slurm job-name and --time syntax; Megatron validate_args ENV-1
+(CUDA_DEVICE_MAX_CONNECTIONS=1 with tp or cp > 1, megatron_rules.md §1.3); torchrun /
+DeepSpeed rendezvous variables (deepspeed_rules.md §5.3); bug cases BC-057, BC-059 (rendezvous
+pinned to localhost or the login node), BC-063 (CUDA_VISIBLE_DEVICES vs processes per node),
+BC-067/BC-069 (NCCL socket interface).
+"""
 
 from __future__ import annotations
 
