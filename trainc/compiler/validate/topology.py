@@ -128,12 +128,16 @@ def _nvlink(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    nvlink_domain_size=dom)
     elif p.cp > 1 and (p.tp * p.cp > dom or dom % (p.tp * p.cp)):
         ok = [x for x in divisors(dom // p.tp) if x > 1] if dom % p.tp == 0 else []
+        tps = [t for t in divisors(dom) if dom % (t * p.cp) == 0
+               and m.num_attention_heads % t == 0]
         yield diag(R.TP_CP_NVLINK,
                    f"tp*cp ({p.tp}*{p.cp} = {p.tp * p.cp}) does not fit the NVLink domain ({dom} "
                    f"GPUs): context-parallel attention traffic crosses {cost}", "parallel.cp",
                    related=("parallel.tp", "cluster.nvlink_domain_size"),
-                   fix=(f"use cp in {{{show(ok)}}} with tp={p.tp}, or accept inter-node CP traffic"
-                        if ok else "reduce tp*cp to fit the NVLink domain"),
+                   fix=(f"use cp in {{{show(ok)}}} with tp={p.tp}" if ok else
+                        f"use tp in {{{show(tps)}}} with cp={p.cp}" if tps else
+                        "reduce tp*cp to fit the NVLink domain")
+                   + ", or accept inter-node CP traffic (ring p2p overlaps it with attention)",
                    tp=p.tp, cp=p.cp, nvlink_domain_size=dom)
     if m.num_experts and p.ep > 1 and (d.etp * p.ep > dom or dom % (d.etp * p.ep)):
         ok = [e for e in divisors(dom // d.etp) if m.num_experts % e == 0] \
