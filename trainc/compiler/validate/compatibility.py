@@ -58,8 +58,8 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    related=("training.lr",), fix=f"set training.min_lr to at most {t.lr:g}",
                    edits={"training.min_lr": t.lr}, min_lr=t.min_lr, lr=t.lr)
     if spec.launch.device == Device.cpu.value and t.precision is Precision.fp16:
-        yield diag(R.FP16_CPU, "precision fp16 does not run on the CPU device (gloo, CPU "
-                   "kernels)", "training.precision", related=("launch.device",),
+        yield diag(R.FP16_CPU, "precision (fp16) does not run on launch.device (cpu): "
+                   "gloo and the CPU kernels have no fp16 path", "training.precision", related=("launch.device",),
                    fix="set training.precision to bf16 or fp32 for launch.device=cpu",
                    edits={"training.precision": "bf16"}, precision="fp16", device="cpu")
 
@@ -79,8 +79,9 @@ def _engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         if offload:
             key = ("training.offload_optimizer" if t.offload_optimizer is not Offload.none
                    else "training.offload_param")
-            yield diag(R.OFFLOAD_ENGINE, f"{key} needs engine=deepspeed (trainc does not emit "
-                       "Megatron's CPU optimizer offload)", key, related=("engine",),
+            yield diag(R.OFFLOAD_ENGINE, f"{key} needs engine=deepspeed, not "
+                       f"({spec.engine.value}); trainc does not emit Megatron's CPU optimizer "
+                       "offload", key, related=("engine",),
                        fix=f"set engine=deepspeed, or {key}=none", engine=spec.engine.value)
         return
     # engine == deepspeed
@@ -106,7 +107,8 @@ def _engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    edits={"parallel.zero_stage": 1}, zero_stage=0)
     nvme = Offload.nvme in (t.offload_optimizer, t.offload_param)
     if nvme and not t.nvme_path:
-        yield diag(R.NVME_PATH, "nvme offload is selected but training.nvme_path is not set",
+        yield diag(R.NVME_PATH, f"offload_optimizer ({t.offload_optimizer.value}) / offload_param "
+                   f"({t.offload_param.value}) select nvme but training.nvme_path is not set",
                    "training.nvme_path",
                    related=("training.offload_optimizer", "training.offload_param"),
                    fix="set training.nvme_path to a local NVMe directory on every node",

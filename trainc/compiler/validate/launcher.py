@@ -96,7 +96,8 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             yield diag(R.CPU_FULL_SIZE, f"launch.device=cpu without shrink builds the full model "
                        f"(~{approx / 1e9:.1f}B parameters) on CPU", "launch.shrink",
                        related=("launch.device",), fix="set launch.shrink=true",
-                       edits={"launch.shrink": True}, approx_params=approx)
+                       edits={"launch.shrink": True},
+                       approx_params_billion=f"{approx / 1e9:.1f}")
 
 
 def _env(spec: TrainSpec) -> Iterator[Diagnostic]:
