@@ -205,6 +205,7 @@ def test_spec_rule_rejects(rule_id: str) -> None:
         assert d.severity.value == R.RULES_BY_ID[rule_id].severity
         if d.is_error:
             assert d.fix, f"{rule_id} error without a fix"
+        assert d.facts, f"{rule_id} reports no values (facts)"
 
 
 @pytest.mark.parametrize("rule_id", sorted(SPEC_CASES))
