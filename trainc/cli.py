@@ -48,6 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
     lint.add_argument("items", nargs="+", metavar="SPEC... [KEY=VALUE ...]")
     lint.add_argument("--format", choices=("text", "json"), default="text")
     lint.add_argument("--werror", action="store_true", help="treat warnings as errors")
+
+    run = sub.add_parser("run", help="run OUTDIR/torchrun.sh on this machine")
+    run.add_argument("outdir", metavar="OUTDIR")
+    run.add_argument("worker_args", nargs=argparse.REMAINDER,
+                     help="extra arguments passed on to torchrun.sh (and so to the worker)")
     return p
 
 
@@ -59,6 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _compile(args)
         if args.command == "lint":
             return _lint(args)
+        if args.command == "run":
+            return _run(args)
     except KeyboardInterrupt:
         print("trainc: interrupted", file=sys.stderr)
         return 130
@@ -142,3 +149,33 @@ def _compile(args: argparse.Namespace) -> int:
     if args.format == "text":
         print(f"wrote {len(names)} files to {outdir}: {', '.join(names)}")
     return EXIT_OK
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Start OUTDIR/torchrun.sh here; its output streams through; return its exit code.
+
+    Exit 4 when the script is missing or cannot be started (the environment refused).
+    """
+    import os
+    import subprocess
+
+    script = os.path.join(args.outdir, "torchrun.sh")
+    if not os.path.isfile(script):
+        print(f"trainc run: {script}: not found (run `trainc compile SPEC -o {args.outdir}` "
+              "first)", file=sys.stderr)
+        return EXIT_ENV
+    extra = [a for a in args.worker_args if a != "--"]
+    try:
+        proc = subprocess.Popen(["bash", script, *extra])
+    except OSError as e:
+        print(f"trainc run: cannot start {script}: {e}", file=sys.stderr)
+        return EXIT_ENV
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        try:
+            return proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return 130
