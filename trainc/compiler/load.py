@@ -9,29 +9,29 @@ the file and line; nothing here raises for bad input.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-import enum
+import hashlib
+import json
+import re
 import os
-import shutil
-import tempfile
-import types
-import typing
 import warnings
 from dataclasses import dataclass, field
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from trainc import __version__
 from trainc.compiler import rules as R
 from trainc.compiler.diagnostics import Diagnostic, Location, diag, did_you_mean
+from trainc.compiler.schema_check import MAP_KEYS, to_spec
 from trainc.schemas import TrainSpec
 
 #: Hydra config groups shipped in ``trainc/conf``.
 GROUPS = ("model", "cluster")
-#: Keys whose value is a free-form mapping (not descended into by the schema check).
-MAP_KEYS = frozenset({"launch.env"})
 COMMAND_LINE = "<command line>"
 
 
@@ -63,60 +63,55 @@ def preset_names(group: str) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# schema introspection
-# ---------------------------------------------------------------------------------------------
-
-
-def _field_types(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def schema_keys(cls: type = TrainSpec, prefix: str = "") -> dict[str, Any]:
-    """Every dotted leaf key of the schema mapped to its type (sections are descended into)."""
-    out: dict[str, Any] = {}
-    for name, tp in _field_types(cls).items():
-        key = prefix + name
-        if dataclasses.is_dataclass(tp):
-            out.update(schema_keys(tp, key + "."))
-        else:
-            out[key] = tp
-    return out
-
-
-def _is_section(key: str) -> type | None:
-    cls: Any = TrainSpec
-    for part in key.split("."):
-        hints = _field_types(cls)
-        if part not in hints:
-            return None
-        cls = hints[part]
-    return cls if dataclasses.is_dataclass(cls) else None
-
-
-def _enum_of(tp: Any) -> type[enum.Enum] | None:
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return tp
-    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
-        for a in typing.get_args(tp):
-            if isinstance(a, type) and issubclass(a, enum.Enum):
-                return a
-    return None
-
-
-def _type_name(tp: Any) -> str:
-    if isinstance(tp, type):
-        if issubclass(tp, enum.Enum):
-            return "one of " + ", ".join(m.name for m in tp)
-        return tp.__name__
-    args = [a for a in typing.get_args(tp) if a is not type(None)]
-    if len(args) == 1:
-        return _type_name(args[0]) + " or null"
-    return str(tp).replace("typing.", "")
-
-
-# ---------------------------------------------------------------------------------------------
 # YAML source map
 # ---------------------------------------------------------------------------------------------
+
+
+class _Loader(yaml.CSafeLoader if hasattr(yaml, "CSafeLoader") else yaml.SafeLoader):  # type: ignore[misc]
+    """libyaml parser with OmegaConf's scalar rules: YAML 1.2 style floats (``1e-4`` is a float,
+    not a string) and no timestamp type (``2024-01-01`` stays a string)."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                   |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
+                   |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                   |[-+]?\.(?:inf|Inf|INF)
+                   |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."),
+)
+
+
+def construct(node: yaml.Node | None) -> Any:
+    """Plain Python value of a composed YAML node (with :class:`_Loader`'s scalar rules)."""
+    if node is None:
+        return None
+    return _Loader("").construct_document(node)
+
+
+def _duplicate_key(node: yaml.Node, prefix: str = "") -> tuple[str, int] | None:
+    """The first duplicated mapping key (dotted) and its line, if any."""
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for k, v in node.value:
+            name = str(getattr(k, "value", ""))
+            if name in seen:
+                return prefix + name, k.start_mark.line + 1
+            seen.add(name)
+            found = _duplicate_key(v, prefix + name + ".")
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            found = _duplicate_key(item, prefix)
+            if found:
+                return found
+    return None
 
 
 def _node_lines(node: yaml.Node, prefix: str, file: str, out: dict[str, Location]) -> None:
@@ -152,7 +147,7 @@ def _read_yaml(path: Path, shown: str) -> tuple[yaml.Node | None, list[Diagnosti
     except UnicodeDecodeError as e:
         return bad(f"{shown} is not valid UTF-8 (byte {e.start})")
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = yaml.compose(text, Loader=_Loader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
@@ -162,6 +157,9 @@ def _read_yaml(path: Path, shown: str) -> tuple[yaml.Node | None, list[Diagnosti
         return bad(f"{shown} is nested too deeply")
     if node is not None and not isinstance(node, yaml.MappingNode):
         return bad(f"{shown} must be a YAML mapping of sections (model:, cluster:, ...)", 1)
+    dup = _duplicate_key(node) if node is not None else None
+    if dup:
+        return bad(f"{shown} sets {dup[0]} twice", dup[1])
     return node, []
 
 
@@ -200,13 +198,14 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
     if diags:
         return Loaded(shown, None, diags)
 
-    # --- parse overrides (Hydra's grammar) ------------------------------------------------
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
+    # --- parse overrides (Hydra's grammar; imported only when there are overrides) ----------
     group_overrides: list[str] = []
     key_overrides: list[tuple[str, Any, int]] = []
-    parser = OverridesParser.create()
+    if overrides:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+        from hydra.errors import HydraException
+
+        parser = OverridesParser.create()
     for i, text in enumerate(overrides):
         try:
             ov = parser.parse_overrides([text])[0]
@@ -242,12 +241,7 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
             where.update(spec_lines)
             self_seen = True
         elif group in presets:
-            pfile = presets[group]
-            pnode, _ = _read_yaml(Path(pfile), pfile)
-            shown_p = _shown_preset(pfile)
-            plines: dict[str, Location] = {}
-            _node_lines(pnode, group + ".", shown_p, plines)
-            where.update(plines)
+            where.update(_preset_lines(presets[group], group))
     assert self_seen
     explicit = {k for k, loc in where.items() if loc.file == shown}
 
@@ -265,10 +259,18 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
                 where[sub] = Location(key=sub, file=COMMAND_LINE, line=idx)
                 explicit.add(sub)
 
-    spec, schema_diags = to_spec(cfg, where)
+    spec, schema_diags = to_spec(cfg)
     located = [_locate_one(d, where) for d in schema_diags]
     return Loaded(shown, spec, located, where, frozenset(explicit),
                   {g: _shown_preset(p) for g, p in presets.items()})
+
+
+@cache
+def _preset_lines(pfile: str, group: str) -> dict[str, Location]:
+    pnode, _ = _read_yaml(Path(pfile), pfile)
+    out: dict[str, Location] = {}
+    _node_lines(pnode, group + ".", _shown_preset(pfile), out)
+    return out
 
 
 def _shown_preset(pfile: str) -> str:
@@ -314,42 +316,60 @@ def _set_path(cfg: dict[str, Any], key: str, value: Any) -> None:
 def _compose(
     spec_path: Path, shown: str, node: yaml.Node | None, group_overrides: list[str]
 ) -> tuple[dict[str, Any], dict[str, str], list[Diagnostic]]:
-    """Run Hydra's compose API; returns the plain container, the preset file per group, diagnostics."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException, MissingConfigException
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
+    """Compose the spec: Hydra composes the presets of its defaults list, the spec's own body is
+    merged at its ``_self_`` position (as Hydra's defaults-list order does).
 
+    Hydra's compose of its own config tree costs ~0.1 s, so the preset segments before and after
+    ``_self_`` are composed once per process and cached (``trainc lint`` over many specs). A test
+    checks the result equals a plain Hydra compose of the whole spec.
+    Returns the plain container, the preset file per group, and diagnostics.
+    """
     spec_dir = spec_path.resolve().parent
-    tmp = None
-    cfg_dir, name = spec_dir, spec_path.stem
-    if spec_path.suffix != ".yaml":
-        # Hydra only finds NAME.yaml: present the file under that name, keep its folder searchable.
-        tmp = tempfile.mkdtemp(prefix="trainc-")
-        shutil.copyfile(spec_path, Path(tmp) / "spec.yaml")
-        cfg_dir, name = Path(tmp), "spec"
-    search = [f"file://{spec_dir}"] if tmp else []
-    search.append(f"file://{conf_dir()}")
-    hydra_overrides = [*group_overrides, "hydra.searchpath=[" + ",".join(search) + "]"]
+    entries = _defaults_list(node)
+    for ov in group_overrides:
+        group, opt = ov.split("=", 1)
+        idx = next((i for i, (g, _) in enumerate(entries) if g == group), None)
+        if idx is None:
+            entries.insert(entries.index(("_self_", None)), (group, opt))
+        else:
+            entries[idx] = (group, opt)
+    self_at = entries.index(("_self_", None))
+
+    try:
+        before, choices_b = _compose_presets(str(spec_dir), tuple(entries[:self_at]))
+        after, choices_a = _compose_presets(str(spec_dir), tuple(entries[self_at + 1:]))
+        body = construct(node) or {}
+        body.pop("defaults", None)
+        merged = _merge(_merge(before, body), after)
+        if "${" in repr(merged):  # interpolations: let OmegaConf resolve them
+            from omegaconf import OmegaConf
+
+            merged = OmegaConf.to_container(OmegaConf.create(merged), resolve=True)
+        container = merged
+    except Exception as e:  # noqa: BLE001 - classified below; anything else is re-raised
+        return _compose_failure(e, shown)
+    if not isinstance(container, dict):
+        return {}, {}, [_at(diag(R.SPEC_UNREADABLE, f"{shown} must be a mapping", "<file>"),
+                            shown, None)]
+    presets = {}
+    for group, opt in {**choices_b, **choices_a}.items():
+        for base in (spec_dir, conf_dir()):
+            f = base / group / f"{opt}.yaml"
+            if f.exists():
+                presets[group] = str(f)
+                break
+    return container, presets, []
+
+
+def _compose_failure(e: Exception, shown: str) -> tuple[dict, dict, list[Diagnostic]]:
+    """Turn a Hydra / OmegaConf / YAML failure into a diagnostic; re-raise anything else."""
+    from hydra.errors import HydraException, MissingConfigException
+    from omegaconf.errors import OmegaConfBaseException
 
     def fail(rule: R.Rule, msg: str, key: str, fix: str | None) -> tuple[dict, dict, list]:
         return {}, {}, [_at(diag(rule, msg, key, fix=fix), shown, None)]
 
-    try:
-        GlobalHydra.instance().clear()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with initialize_config_dir(config_dir=str(cfg_dir), version_base="1.3"):
-                composed = compose(config_name=name, overrides=hydra_overrides,
-                                   return_hydra_config=True)
-            runtime = composed.hydra.runtime.choices
-            choices = {g: runtime.get(g) for g in GROUPS if g in runtime}
-            raw = OmegaConf.to_container(composed, resolve=False)
-            assert isinstance(raw, dict)
-            raw.pop("hydra", None)
-            container = OmegaConf.to_container(OmegaConf.create(raw), resolve=True)
-    except MissingConfigException as e:
+    if isinstance(e, MissingConfigException):
         group = next((g for g in GROUPS if e.missing_cfg_file and
                       e.missing_cfg_file.startswith(g + "/")), None)
         options = list(e.options or []) or (preset_names(group) if group else [])
@@ -360,112 +380,113 @@ def _compose(
                         f"use one of: {', '.join(options)}" if options else None)
         return fail(R.UNKNOWN_CHOICE, str(e).splitlines()[0], "defaults",
                     f"available: {', '.join(options)}" if options else None)
-    except (HydraException, OmegaConfBaseException, yaml.YAMLError, ValueError, TypeError,
-            KeyError, RecursionError) as e:
+    if isinstance(e, (HydraException, OmegaConfBaseException, yaml.YAMLError, ValueError,
+                      TypeError, KeyError, RecursionError)):
         first = (str(e).splitlines() or [type(e).__name__])[0]
         return fail(R.SPEC_UNREADABLE, f"cannot compose {shown}: {first}", "defaults",
                     "check the defaults: list (e.g. '- model: llama2-70b') and the YAML structure")
+    raise e
+
+
+_PRESET_CACHE: dict[tuple[str, tuple[tuple[str, str | None], ...]], tuple[Any, dict[str, str]]] = {}  # noqa: E501
+
+
+def _compose_presets(spec_dir: str, entries: tuple[tuple[str, str | None], ...]
+                     ) -> tuple[Any, dict[str, str]]:
+    """Hydra-compose a defaults list of presets (no ``_self_`` body).
+
+    Cached in memory per process, and on disk (``$XDG_CACHE_HOME/trainc``, off with
+    ``TRAINC_NO_CACHE=1``) keyed by the content of every file Hydra could pick, so a warm
+    ``trainc compile`` never imports Hydra (~0.35 s). Presets with their own ``defaults:`` list
+    are never disk-cached. Returns the composed container (a copy) and the option per group.
+    """
+    entries = tuple((g, o) for g, o in entries if o is not None)
+    if not entries:
+        return {}, {}
+    key = (spec_dir, entries)
+    if key not in _PRESET_CACHE:
+        disk = _disk_cache_path(spec_dir, entries)
+        hit = _read_disk_cache(disk) if disk else None
+        _PRESET_CACHE[key] = hit or _hydra_compose(spec_dir, entries)
+        if disk and not hit:
+            _write_disk_cache(disk, _PRESET_CACHE[key])
+    cfg, choices = _PRESET_CACHE[key]
+    return copy.deepcopy(cfg), dict(choices)
+
+
+def _hydra_compose(spec_dir: str, entries: tuple[tuple[str, str | None], ...]
+                   ) -> tuple[dict[str, Any], dict[str, str]]:
+    from hydra import compose, initialize_config_dir
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    name = "_trainc_presets_" + hashlib.sha256(repr(entries).encode()).hexdigest()[:16]
+    ConfigStore.instance().store(
+        name=name, node={"defaults": [{g: o} for g, o in entries] + ["_self_"]})
+    search = f"hydra.searchpath=[file://{spec_dir},file://{conf_dir()}]"
+    GlobalHydra.instance().clear()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with initialize_config_dir(config_dir=spec_dir, version_base="1.3"):
+                composed = compose(config_name=name, overrides=[search], return_hydra_config=True)
     finally:
         GlobalHydra.instance().clear()
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
-    if not isinstance(container, dict):
-        return fail(R.SPEC_UNREADABLE, f"{shown} must be a mapping", "<file>", None)
-    presets = {}
-    for group, opt in choices.items():
-        if opt is None:
-            continue
-        for base in (spec_dir, conf_dir()):
+    runtime = composed.hydra.runtime.choices
+    choices = {g: str(runtime[g]) for g, _ in entries if runtime.get(g) is not None}
+    raw = OmegaConf.to_container(composed, resolve=False)
+    assert isinstance(raw, dict)
+    raw.pop("hydra", None)
+    return raw, choices
+
+
+def _disk_cache_path(spec_dir: str, entries: tuple[tuple[str, str | None], ...]) -> Path | None:
+    if os.environ.get("TRAINC_NO_CACHE"):
+        return None
+    h = hashlib.sha256(f"{__version__}|{spec_dir}|{conf_dir()}".encode())
+    for group, opt in entries:
+        found = False
+        for base in (Path(spec_dir), conf_dir()):
             f = base / group / f"{opt}.yaml"
-            if f.exists():
-                presets[group] = str(f)
-                break
-    return container, presets, []
-
-
-def to_spec(cfg: dict[str, Any], where: dict[str, Location]) -> tuple[TrainSpec | None,
-                                                                      list[Diagnostic]]:
-    """Check a composed container against the schema and build the :class:`TrainSpec`.
-
-    Every unknown key (TRC002, with did-you-mean), wrong type (TRC001), bad enum value (TRC004) and
-    missing required key (TRC003) is reported; the spec is None if any was found.
-    """
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    root = OmegaConf.structured(TrainSpec)
-    for name, tp in _field_types(TrainSpec).items():
-        if dataclasses.is_dataclass(tp) and OmegaConf.is_missing(root, name):
-            setattr(root, name, OmegaConf.structured(tp))
-    known = schema_keys()
-    diags: list[Diagnostic] = []
-    sections = sorted({k.rsplit(".", 1)[0] for k in known if "." in k})
-
-    def walk(d: dict[str, Any], prefix: str) -> None:
-        for k, v in d.items():
-            key = prefix + str(k)
-            if key in known:
-                set_leaf(key, v)
-            elif _is_section(key) is not None:
-                if isinstance(v, dict):
-                    walk(v, key + ".")
-                elif v is not None:
-                    diags.append(diag(R.TYPE_MISMATCH, f"{key} must be a mapping of keys, got "
-                                      f"{_show(v)}", key, fix=f"write {key}: as a section"))
+            if f.is_file():
+                data = f.read_bytes()
+                if re.search(rb"(?m)^defaults\s*:", data):
+                    return None
+                h.update(f"|{f}|".encode() + hashlib.sha256(data).digest())
+                found = True
             else:
-                cands = list(known) + sections
-                short = [c for c in cands if c.startswith(prefix)] if prefix else cands
-                hint = did_you_mean(key, cands) or did_you_mean(str(k), [
-                    c.rsplit(".", 1)[-1] for c in short])
-                diags.append(diag(R.UNKNOWN_KEY, f"{key} is not a spec key{hint}", key,
-                                  fix=f"remove {key} or correct its spelling"))
-
-    def set_leaf(key: str, value: Any) -> None:
-        tp = known[key]
-        e_type = _enum_of(tp)
-        if e_type is not None and isinstance(value, str) and value not in e_type.__members__:
-            choices = list(e_type.__members__)
-            diags.append(diag(R.UNKNOWN_CHOICE, f"{key} = '{value}' is not one of "
-                              f"{', '.join(choices)}{did_you_mean(value, choices)}", key,
-                              fix=f"set {key} to one of {', '.join(choices)}"))
-            return
-        if _rejects_bool(tp, value) or _rejects_float(tp, value):
-            diags.append(_type_diag(key, tp, value))
-            return
-        try:
-            OmegaConf.update(root, key, value, merge=False)
-        except (OmegaConfBaseException, ValueError, TypeError):
-            diags.append(_type_diag(key, tp, value))
-
-    walk(cfg, "")
-    for key in sorted(OmegaConf.missing_keys(root)):
-        diags.append(diag(R.MISSING_VALUE, f"{key} is required and has no value", key,
-                          fix=f"set {key} in the spec, a preset, or as {key}=VALUE"))
-    if diags:
-        return None, diags
-    spec = OmegaConf.to_object(root)
-    assert isinstance(spec, TrainSpec)
-    return spec, []
+                h.update(f"|{f}|-".encode())
+        if not found:
+            return None  # let Hydra report the missing preset
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trainc"
+    return root / f"presets-{h.hexdigest()[:32]}.json"
 
 
-def _rejects_bool(tp: Any, value: Any) -> bool:
-    # OmegaConf accepts True for int/float fields; a bool where a number is meant is a mistake.
-    base = {a for a in typing.get_args(tp)} or {tp}
-    return isinstance(value, bool) and bool(base & {int, float}) and bool not in base
+def _read_disk_cache(path: Path) -> tuple[dict[str, Any], dict[str, str]] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return data["config"], data["choices"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
-def _rejects_float(tp: Any, value: Any) -> bool:
-    # OmegaConf converts 8.0 to 8 for int fields; a float is never a valid count.
-    base = {a for a in typing.get_args(tp)} or {tp}
-    return isinstance(value, float) and int in base and float not in base
+def _write_disk_cache(path: Path, value: tuple[dict[str, Any], dict[str, str]]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps({"config": value[0], "choices": value[1]}), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a cache that cannot be written is only slower
 
 
-def _show(v: Any) -> str:
-    text = repr(v)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _type_diag(key: str, tp: Any, value: Any) -> Diagnostic:
-    return diag(R.TYPE_MISMATCH, f"{key} must be {_type_name(tp)}, got {_show(value)} "
-                f"({type(value).__name__})", key, fix=f"set {key} to a value of type "
-                f"{_type_name(tp)}", expected=_type_name(tp), got=_show(value))
+def _merge(base: Any, over: Any) -> Any:
+    """OmegaConf.merge semantics on plain containers: mappings merge key by key, recursively;
+    anything else (scalars, lists, null) replaces."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for k, v in over.items():
+            out[k] = _merge(base[k], v) if k in base else v
+        return out
+    return over
