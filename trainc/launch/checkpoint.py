@@ -57,9 +57,12 @@ def latest_step(directory: str) -> int | None:
 
 
 @torch.no_grad()
-def load(directory: str, chunks: list[Any], opt: Any, layout: dict[str, Any]) -> int | None:
-    """Restore this rank's state from the latest checkpoint; returns its step (None: none)."""
-    step = latest_step(directory)
+def load(directory: str, chunks: list[Any], opt: Any, layout: dict[str, Any],
+         step: int | None = None) -> int | None:
+    """Restore this rank's state from the checkpoint of ``step`` (default: the latest); returns
+    its step (None: there is none)."""
+    if step is None:
+        step = latest_step(directory)
     if step is None:
         return None
     path = os.path.join(directory, f"iter_{step:07d}", f"rank_{dist.get_rank():05d}.pt")

@@ -26,7 +26,8 @@ _mode: torch.overrides.TorchFunctionMode | None = None
 
 
 def _say(name: str, why: str) -> None:
-    print(f"trainc-worker: override: cpu-patch {name}: {why}", flush=True)
+    if os.environ.get("RANK", "0") == "0":
+        print(f"trainc-worker: override: cpu-patch {name}: {why}", flush=True)
 
 
 def _check_versions() -> None:

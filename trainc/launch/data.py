@@ -24,7 +24,6 @@ def build_dataset(num_samples: int, seq_length: int, vocab_size: int, seed: int,
 
     # NullTokenizer(V-1): token ids 0..V-2, end-of-document id V-1.
     tok = NullTokenizer(vocab_size - 1)
-    tok.unique_identifiers = {"class": "NullTokenizer", "vocab_size": vocab_size}  # type: ignore
     kwargs: dict[str, Any] = dict(
         random_seed=seed, sequence_length=seq_length, reset_position_ids=False,
         reset_attention_mask=False, eod_mask_loss=False, tokenizer=tok,

@@ -31,9 +31,13 @@ def resolve_precision(s: Settings) -> str:
 
 
 def _loss_func(loss_mask: torch.Tensor, output: torch.Tensor):  # type: ignore[no-untyped-def]
+    """(sum of token losses, token count, log dict): the schedule divides by the count and the
+    number of microbatches, and DDP averages over dp x cp, so every layout optimises the global
+    token mean. (The 2-value form multiplies by cp, which assumes a CP-global denominator.)"""
     mask = loss_mask.view(-1).float()
-    loss = (output.float().view(-1) * mask).sum() / mask.sum().clamp(min=1)
-    return loss, {"lm loss": loss.detach().clone()}
+    total = (output.float().view(-1) * mask).sum()
+    count = mask.sum().to(torch.int)
+    return total, count, {"lm loss": (total / count.clamp(min=1)).detach().clone()}
 
 
 def _forward_step(cp: int, data_iterator, model):  # type: ignore[no-untyped-def]
@@ -48,8 +52,11 @@ def _forward_step(cp: int, data_iterator, model):  # type: ignore[no-untyped-def
 
 
 def _lr_at(s: Settings, step: int) -> float:
-    """Cosine decay from lr to min_lr over spec.training.train_iters (no warmup)."""
-    frac = min(step / max(s.decay_iters, 1), 1.0)
+    """Linear warmup over training.lr_warmup_iters, then cosine decay from lr to min_lr by
+    training.train_iters (Megatron's ``cosine`` style)."""
+    if step < s.warmup_iters:
+        return s.lr * (step + 1) / s.warmup_iters
+    frac = min((step - s.warmup_iters) / max(s.decay_iters - s.warmup_iters, 1), 1.0)
     return s.min_lr + 0.5 * (s.lr - s.min_lr) * (1 + math.cos(math.pi * frac))
 
 
@@ -108,7 +115,7 @@ def run(s: Settings) -> None:
     t = s.plan["spec"]["training"]
     opt = get_megatron_optimizer(OptimizerConfig(
         optimizer="adam", lr=s.lr, min_lr=s.min_lr, weight_decay=t.get("weight_decay", 0.0),
-        adam_beta1=0.9, adam_beta2=0.95, adam_eps=1e-8, clip_grad=t.get("grad_clip", 1.0),
+        adam_beta1=s.adam_beta1, adam_beta2=s.adam_beta2, adam_eps=s.adam_eps, clip_grad=t.get("grad_clip", 1.0),
         bf16=precision == "bf16", fp16=precision == "fp16", params_dtype=config.params_dtype,
         use_distributed_optimizer=s.distopt), chunks)
 
@@ -130,35 +137,64 @@ def run(s: Settings) -> None:
               == 0 and ps.get_context_parallel_rank() == 0 and dp_rank == 0)
     last_stage = ps.is_pipeline_last_stage(ignore_virtual=True)
     tokens = s.gbs * dims.seq_length
-    for step in range(start, s.train_iters):
-        t0 = time.perf_counter()
-        lr = _lr_at(s, step)
-        _set_lr(opt, lr)
-        for c in chunks:
-            c.zero_grad_buffer()
-        opt.zero_grad()
-        iters: Any = ([batches.iterator(step) for _ in chunks] if len(chunks) > 1
-                      else batches.iterator(step))
-        losses = fb(forward_step_func=partial(_forward_step, L["cp"]), data_iterator=iters,
-                    model=chunks if len(chunks) > 1 else chunks[0], num_microbatches=s.num_mb,
-                    seq_length=dims.seq_length, micro_batch_size=s.mbs,
-                    decoder_seq_length=dims.seq_length, forward_only=False)
-        ok, grad_norm, _ = opt.step()
-        loss = None
-        if last_stage:
-            loss_t = torch.stack([x["lm loss"] for x in losses]).mean().reshape(1)
-            dist.all_reduce(loss_t, group=ps.get_data_parallel_group(with_context_parallel=True))
-            loss = loss_t.item() / ps.get_data_parallel_world_size(with_context_parallel=True)
-        dt = time.perf_counter() - t0
-        done = step + 1
-        if logger and (done % s.log_interval == 0 or done == s.train_iters):
-            gn = float(grad_norm) if grad_norm is not None else float("nan")
-            print(f"step={done} loss={loss:.9g} grad_norm={gn:.9g} step_time_s={dt:.4f} "
-                  f"tokens_per_s={tokens / dt:.1f} lr={lr:.6g} skipped={int(not ok)}",
-                  flush=True)
-        if s.save_interval and done % s.save_interval == 0 and not s.reference:
-            path = checkpoint.save(s.save, done, chunks, opt, _ckpt_layout(s, dims))
-            log(f"saved checkpoint step={done} to {path}")
+
+    def train_steps(first: int, prefix: str, save: bool) -> None:
+        for step in range(first, s.train_iters):
+            t0 = time.perf_counter()
+            lr = _lr_at(s, step)
+            _set_lr(opt, lr)
+            for c in chunks:
+                c.zero_grad_buffer()
+            opt.zero_grad()
+            iters: Any = ([batches.iterator(step) for _ in chunks] if len(chunks) > 1
+                          else batches.iterator(step))
+            losses = fb(forward_step_func=partial(_forward_step, L["cp"]), data_iterator=iters,
+                        model=chunks if len(chunks) > 1 else chunks[0],
+                        num_microbatches=s.num_mb, seq_length=dims.seq_length,
+                        micro_batch_size=s.mbs, decoder_seq_length=dims.seq_length,
+                        forward_only=False)
+            ok, grad_norm, _ = opt.step()
+            loss = float("nan")
+            if last_stage:
+                loss_t = torch.stack([x["lm loss"] for x in losses]).mean().reshape(1)
+                group = ps.get_data_parallel_group(with_context_parallel=True)
+                dist.all_reduce(loss_t, group=group)
+                loss = loss_t.item() / dist.get_world_size(group)
+            dt = time.perf_counter() - t0
+            done = step + 1
+            if logger and (done % s.log_interval == 0 or done == s.train_iters):
+                gn = float(grad_norm) if grad_norm is not None else float("nan")
+                print(f"{prefix}step={done} loss={loss:.9g} grad_norm={gn:.9g} "
+                      f"step_time_s={dt:.4f} tokens_per_s={tokens / dt:.1f} lr={lr:.6g} "
+                      f"skipped={int(not ok)}", flush=True)
+            stop = save and _agree_to_stop()
+            if (save and s.save_interval and done % s.save_interval == 0 or stop) \
+                    and not s.reference:
+                path = checkpoint.save(s.save, done, chunks, opt, _ckpt_layout(s, dims))
+                log(f"saved checkpoint step={done} to {path}")
+            if stop:
+                log(f"SIGUSR1: stopping after step {done}")
+                return
+
+    train_steps(start, "", save=True)
+    if s.resume_check is not None:
+        # Reload the checkpoint of an earlier step into the (already further trained) objects and
+        # replay: the replayed losses must equal the first pass's (tests compare the two).
+        got = checkpoint.load(s.save, chunks, opt, _ckpt_layout(s, dims), step=s.resume_check)
+        if got is None:
+            raise SystemExit(f"trainc-worker: --resume-check: no checkpoint for step "
+                             f"{s.resume_check} in {s.save}")
+        log(f"resume-check: reloaded step {got} from {s.save}; replaying to {s.train_iters}")
+        train_steps(got, "resume-check ", save=False)
+
+
+def _agree_to_stop() -> bool:
+    """True on every rank once any rank got SIGUSR1 (ranks must stop at the same step)."""
+    from trainc.launch import signals
+
+    flag = torch.tensor([1.0 if signals.stop_requested() else 0.0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
 
 
 def _ckpt_layout(s: Settings, dims: Dims) -> dict[str, Any]:

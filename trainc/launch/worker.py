@@ -22,16 +22,17 @@ import argparse
 import datetime
 import json
 import os
+import shlex
 import sys
-import time
 from typing import Any
 
 EXIT_OK, EXIT_FAIL = 0, 1
 
 
-def log(msg: str) -> None:
-    """One setup line on stdout, prefixed and flushed."""
-    print(f"trainc-worker: {msg}", flush=True)
+def log(msg: str, all_ranks: bool = False) -> None:
+    """One setup line on stdout, prefixed and flushed (by global rank 0 unless ``all_ranks``)."""
+    if all_ranks or os.environ.get("RANK", "0") == "0":
+        print(f"trainc-worker: {msg}", flush=True)
 
 
 def override(msg: str) -> None:
@@ -54,6 +55,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--data-path", help="indexed dataset prefix (default: spec.launch.data_path, "
                    "else Megatron-Core's mock dataset)")
     p.add_argument("--lr", type=float, help="default: spec.training.lr")
+    p.add_argument("--resume-check", type=int, metavar="STEP",
+                   help="after training, reload the checkpoint of STEP and replay the remaining "
+                   "steps, logging them as 'resume-check step=...' (a resume self-test)")
     p.add_argument("--reference", action="store_true",
                    help="one process, every parallel degree 1, same model and data")
     p.add_argument("--timeout-s", type=float,
@@ -68,6 +72,7 @@ class Settings:
         spec, d = plan["spec"], plan["derived"]
         launch, train = spec.get("launch", {}), spec["training"]
         self.plan = plan
+        self.plan_path = plan_path
         self.engine = spec.get("engine", "megatron")
         self.device = args.device or launch.get("device", "cuda")
         self.shrink = bool(args.shrink if args.shrink is not None else launch.get("shrink"))
@@ -75,6 +80,11 @@ class Settings:
         self.lr = args.lr if args.lr is not None else train.get("lr", 3e-4)
         self.min_lr = min(train.get("min_lr", self.lr), self.lr)
         self.decay_iters = train.get("train_iters", self.train_iters)
+        self.warmup_iters = int(train.get("lr_warmup_iters") or 0)
+        # Megatron-Core / Megatron-LM defaults unless the plan carries its own
+        self.adam_beta1 = float(d.get("adam_beta1", 0.9))
+        self.adam_beta2 = float(d.get("adam_beta2", 0.999))
+        self.adam_eps = float(d.get("adam_eps", 1e-8))
         self.save = args.save or launch.get("save_dir") or os.path.join(
             os.path.dirname(os.path.abspath(plan_path)), "checkpoints")
         self.save_interval = args.save_interval or launch.get("save_interval") or 0
@@ -83,6 +93,7 @@ class Settings:
         self.log_interval = max(1, int(launch.get("log_interval") or 1))
         self.seed = int(train.get("seed", 1234))
         self.reference = args.reference
+        self.resume_check = args.resume_check
         self.precision = train.get("precision", "bf16")
         self.mbs = int(train["micro_batch_size"])
         self.gbs = int(train["global_batch_size"])
@@ -146,12 +157,20 @@ def init_parallel_state(s: Settings) -> None:
     }
     parts = [f"{k}={json.dumps(dist.get_process_group_ranks(g), separators=(',', ':'))}"
              for k, g in groups.items()]
-    log(f"groups rank={dist.get_rank()} " + " ".join(parts))
+    log(f"groups rank={dist.get_rank()} " + " ".join(parts), all_ranks=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the worker; returns the exit code."""
-    args = parse_args(argv)
+    if argv is None:
+        argv = sys.argv[1:]
+    # TRAINC_WORKER_ARGS: extra worker flags through the environment (the generated scripts
+    # forward their own arguments too); command-line flags win, since they come last.
+    extra = shlex.split(os.environ.get("TRAINC_WORKER_ARGS", ""))
+    args = parse_args([*extra, *argv])
+    from trainc.launch import signals
+
+    signals.install()
     with open(args.plan) as f:
         plan = json.load(f)
     s = Settings(plan, args, args.plan)
