@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -46,14 +47,45 @@ def build_parser() -> argparse.ArgumentParser:
 
     lint = sub.add_parser("lint", help="check specs, write nothing")
     lint.add_argument("items", nargs="+", metavar="SPEC... [KEY=VALUE ...]")
-    lint.add_argument("--format", choices=("text", "json"), default="text")
+    lint.add_argument("--format", choices=("text", "json", "sarif", "github"), default="text",
+                      help="sarif: SARIF 2.1.0 for code scanning; github: workflow annotations")
     lint.add_argument("--werror", action="store_true", help="treat warnings as errors")
+    lint.add_argument("--slurm", action="store_true",
+                      help="also ask the reachable Slurm controller whether it would run each "
+                      "spec's sbatch.sh (sbatch --test-only); warns when none is reachable")
+
+    ex = sub.add_parser("explain", help="estimates and the rank map as terminal tables")
+    ex.add_argument("items", nargs="+", metavar="SPEC [KEY=VALUE ...]")
+    ex.add_argument("--ranks", type=int, default=None, metavar="N",
+                    help="rows of the rank table (default: one node; at most 256)")
+    _add_ecosystem_parsers(sub)
+    _add_plan_parser(sub)
+    _add_submit_parser(sub)
 
     run = sub.add_parser("run", help="run OUTDIR/torchrun.sh on this machine")
     run.add_argument("outdir", metavar="OUTDIR")
     run.add_argument("worker_args", nargs=argparse.REMAINDER,
-                     help="extra arguments passed on to torchrun.sh (and so to the worker)")
+                     help="extra worker flags (e.g. --train-iters 20 --load DIR), passed to every "
+                     "rank through TRAINC_WORKER_ARGS")
     return p
+
+
+def _add_ecosystem_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """``import-hf``, ``schema`` and ``diff`` (issue 8)."""
+    imp = sub.add_parser("import-hf", help="turn a Hugging Face config.json into a model preset")
+    imp.add_argument("config", metavar="CONFIG_JSON")
+    imp.add_argument("-o", "--output", metavar="MODEL_YAML", help="default: print to stdout")
+    imp.add_argument("--seq-length", type=int, metavar="N",
+                     help="training sequence length (default: min(pre-training positions, 8192))")
+
+    sch = sub.add_parser("schema", help="print the JSON Schema of a spec file")
+    sch.add_argument("--section", metavar="NAME",
+                     help="only one section (model, cluster, ...), for preset files")
+
+    d = sub.add_parser("diff", help="what differs between two specs after resolution")
+    d.add_argument("items", nargs="+", metavar="A B [KEY=VALUE ...]")
+    d.add_argument("--format", choices=("text", "json"), default="text")
+    d.add_argument("--all", action="store_true", help="also list the keys that are equal")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -64,6 +96,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _compile(args)
         if args.command == "lint":
             return _lint(args)
+        if args.command == "explain":
+            return _explain(args)
+        if args.command in ("import-hf", "schema", "diff"):
+            return _ECOSYSTEM[args.command](args)
+        if args.command == "plan":
+            return _plan(args)
+        if args.command == "submit":
+            return _submit(args)
         if args.command == "run":
             return _run(args)
     except KeyboardInterrupt:
@@ -103,17 +143,37 @@ def _lint(args: argparse.Namespace) -> int:
     if not specs:
         print("trainc lint: no spec file given", file=sys.stderr)
         return EXIT_SPEC
-    results = [compile_spec(s, overrides, emit_files=False) for s in specs]
+    results = [compile_spec(s, overrides, emit_files=args.slurm) for s in specs]
+    slurm = [_slurm_check(r) for r in results] if args.slurm else [None] * len(results)
+    if args.format in ("sarif", "github"):
+        from trainc.ecosystem.lint_formats import render_github, render_sarif
+
+        failed = [_failed(r, args.werror) or bool(c and c["ok"] is False)
+                  for r, c in zip(results, slurm, strict=True)]
+        print(render_sarif(results) if args.format == "sarif" else render_github(results, failed),
+              end="")
+        return EXIT_SPEC if any(failed) else EXIT_OK
     if args.format == "json":
-        print(json.dumps({"specs": [_json_record(r, args.werror) for r in results]}, indent=2))
+        records = [_json_record(r, args.werror) for r in results]
+        for rec, chk in zip(records, slurm, strict=True):
+            if chk is not None:
+                rec["slurm"] = chk
+                rec["ok"] = rec["ok"] and chk["ok"] is not False
+        print(json.dumps({"specs": records}, indent=2))
     else:
-        for r in results:
+        for r, chk in zip(results, slurm, strict=True):
             _print_text(r)
             n_err = sum(d.is_error for d in r.diagnostics)
             n_warn = sum(d.severity.value == "warning" for d in r.diagnostics)
             verdict = "FAILED" if _failed(r, args.werror) else "ok"
             print(f"{r.path}: {verdict} ({n_err} error(s), {n_warn} warning(s))")
-    return EXIT_SPEC if any(_failed(r, args.werror) for r in results) else EXIT_OK
+            if chk is not None:
+                _print_slurm_check(r.path, chk)
+    if any(_failed(r, args.werror) for r in results) or any(c and c["ok"] is False for c in slurm):
+        return EXIT_SPEC
+    if args.werror and any(c and c["ok"] is None for c in slurm):
+        return EXIT_ENV  # --slurm asked for a check that could not be made
+    return EXIT_OK
 
 
 def _compile(args: argparse.Namespace) -> int:
@@ -151,12 +211,246 @@ def _compile(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _explain(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from trainc.compiler.estimate.explain import explain_tables
+    from trainc.compiler.pipeline import compile_spec
+
+    specs, overrides = _split(args.items)
+    if len(specs) != 1:
+        print(f"trainc explain: expected one spec file, got {len(specs)}: {' '.join(specs)}",
+              file=sys.stderr)
+        return EXIT_SPEC
+    result = compile_spec(specs[0], overrides, emit_files=False)
+    _print_text(result)
+    if result.plan is None or not result.plan.get("estimates"):
+        print(f"trainc explain: {specs[0]}: errors found", file=sys.stderr)
+        return EXIT_SPEC
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)  # pipes and files: do not squeeze the tables to 80 columns
+    for table in explain_tables(result.plan, args.ranks):
+        console.print(table)
+    return EXIT_SPEC if not result.ok else EXIT_OK
+
+
+def _import_hf(args: argparse.Namespace) -> int:
+    from trainc.ecosystem.hf_import import HFImportError, import_hf
+
+    try:
+        text = import_hf(args.config, seq_length=args.seq_length)
+    except HFImportError as e:
+        print(f"trainc import-hf: error: {e}", file=sys.stderr)
+        return EXIT_SPEC
+    if not args.output:
+        print(text, end="")
+        return EXIT_OK
+    try:
+        os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        print(f"trainc import-hf: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_ENV
+    print(f"wrote {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from trainc.ecosystem.jsonschema import render, sections
+
+    if args.section is not None and args.section not in sections():
+        print(f"trainc schema: unknown section {args.section!r}; choose one of "
+              f"{', '.join(sections())}", file=sys.stderr)
+        return EXIT_SPEC
+    print(render(args.section), end="")
+    return EXIT_OK
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from trainc.ecosystem.diff import run_diff
+
+    specs, overrides = _split(args.items)
+    if len(specs) != 2:
+        print(f"trainc diff: expected two spec files, got {len(specs)}", file=sys.stderr)
+        return EXIT_SPEC
+    return run_diff(specs[0], specs[1], overrides, fmt=args.format, show_all=args.all)
+
+
+_ECOSYSTEM = {"import-hf": _import_hf, "schema": _schema, "diff": _diff}
+
+
+def _add_plan_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    pl = sub.add_parser("plan", help="search the parallel layout for a spec")
+    pl.add_argument("items", nargs="+", metavar="SPEC [KEY=VALUE ...]")
+    pl.add_argument("--top", type=int, default=5, metavar="K")
+    pl.add_argument("--format", choices=("text", "json"), default="text")
+    pl.add_argument("--apply", metavar="OUT.yaml", help="write the best layout as a spec")
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from trainc.planner import applied_spec, plan_layouts, to_json
+
+    specs, overrides = _split(args.items)
+    if len(specs) != 1:
+        print("trainc plan: expected one spec file", file=sys.stderr)
+        return EXIT_SPEC
+    res = plan_layouts(specs[0], overrides, top=max(1, args.top))
+    if not res.ok:
+        _print_text(res)
+        return EXIT_SPEC
+    if not res.planned:
+        print(f"trainc plan: no layout of {specs[0]} fits ({res.num_candidates_evaluated} "
+              "candidates evaluated); add nodes, GPUs with more memory, or a smaller batch",
+              file=sys.stderr)
+        return EXIT_SPEC
+    if args.format == "json":
+        print(json.dumps(to_json(res), indent=2, sort_keys=True))
+    else:
+        _plan_table(res)
+    if args.apply:
+        import yaml
+
+        text = ("# written by trainc plan from " + specs[0] + "\n" +
+                yaml.safe_dump(applied_spec(res.planned[0]), sort_keys=False))
+        with open(args.apply, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        if args.format == "text":
+            print(f"wrote {args.apply}")
+    return EXIT_OK
+
+
+def _plan_table(res) -> None:  # type: ignore[no-untyped-def]
+    from rich.console import Console
+    from rich.table import Table
+
+    from trainc.planner.search import summary
+
+    table = Table(title=f"trainc plan: {res.path} ({res.num_candidates_evaluated:,} candidates "
+                        f"evaluated, {res.num_fit:,} fit)")
+    for col in ("#", "tp", "pp", "vpp", "cp", "ep", "dp", "mbs", "recompute", "zero",
+                "GiB/GPU", "bubble", "step s", "tok/s", "MFU", "why"):
+        table.add_column(col, overflow="fold")
+    for i, p in enumerate(res.planned):
+        s = summary(p.candidate)
+        par, tr, e = s["parallel"], s["training"], p.estimates
+        mem = e.get("memory_bytes", {}).get("total", 0) / 2**30
+        table.add_row(str(i + 1), str(par["tp"]), _pp(par), str(par["vpp"]),
+                      f"{par['cp']}" + (f" {par['cp_comm_type']}" if par["cp"] > 1 else ""),
+                      str(par["ep"]), str(par["dp"]), str(tr["micro_batch_size"]),
+                      tr["recompute"], str(par["zero_stage"]), f"{mem:.1f}",
+                      _fmt(e.get("pipeline_bubble_fraction"), "{:.1%}"),
+                      _fmt(e.get("step_time_seconds"), "{:.2f}"),
+                      _fmt(e.get("tokens_per_second"), "{:,.0f}"),
+                      _fmt(e.get("mfu"), "{:.1%}"), p.reason)
+    Console(width=200).print(table)
+
+
+def _pp(par: dict) -> str:  # type: ignore[type-arg]
+    if par["pipeline_first_stage_layers"] is None:
+        return str(par["pp"])
+    return f"{par['pp']} ({par['pipeline_first_stage_layers']}/.../" \
+           f"{par['pipeline_last_stage_layers']})"
+
+
+def _fmt(v: object, fmt: str) -> str:
+    return fmt.format(v) if isinstance(v, (int, float)) else "-"
+
+
+# --- Slurm: lint --slurm and submit (the subprocess work is in trainc.launch.submit) -----------
+def _add_submit_parser(sub) -> None:  # type: ignore[no-untyped-def]
+    s = sub.add_parser("submit", help="submit OUTDIR/sbatch.sh to Slurm and print the job id")
+    s.add_argument("outdir", metavar="OUTDIR", help="a folder written by trainc compile")
+    s.add_argument("--wait", action="store_true",
+                   help="follow the job to its end and exit with its exit code")
+    s.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="with --wait: give up (exit 4, job left running) after this long")
+    s.add_argument("--sbatch-option", dest="sbatch_args", action="append", default=[],
+                   metavar="OPTION", help="one more sbatch option, overriding the script's "
+                   "#SBATCH lines (repeatable), e.g. --sbatch-option=--dependency=afterok:123")
+
+
+def _slurm_check(result) -> dict:  # type: ignore[no-untyped-def]
+    """``sbatch --test-only`` of the spec's sbatch.sh: {"checked", "ok", "message"}; ok is None
+    when the check could not be made (no controller, nothing generated)."""
+    from trainc.launch.submit import SlurmUnavailable, test_only
+
+    if not result.ok:
+        return {"checked": False, "ok": None, "message": "not checked: the spec has errors"}
+    script = result.files.get("sbatch.sh")
+    if not script:
+        return {"checked": False, "ok": None, "message": "not checked: no sbatch.sh was generated"}
+    try:
+        answer = test_only(script)
+    except SlurmUnavailable as e:
+        return {"checked": False, "ok": None,
+                "message": f"not checked: {e}; start one or set SLURM_CONF to the cluster's "
+                "slurm.conf"}
+    verdict = "accepted" if answer.ok else "rejected"
+    return {"checked": True, "ok": answer.ok,
+            "message": f"sbatch --test-only {verdict} sbatch.sh: {answer.message}"}
+
+
+def _print_slurm_check(path: str, check: dict) -> None:  # type: ignore[type-arg]
+    if check["ok"] is None:
+        print(f"warning: {path}: slurm: {check['message']}", file=sys.stderr)
+    elif check["ok"]:
+        print(f"{path}: slurm: ok: {check['message']}")
+    else:
+        print(f"error: {path}: slurm: {check['message']}", file=sys.stderr)
+        print(f"{path}: slurm: FAILED")
+
+
+def _submit(args: argparse.Namespace) -> int:
+    """``trainc submit OUTDIR [--wait]``: the job id on stdout, progress on stderr."""
+    from trainc.errors import LaunchError
+    from trainc.launch import submit as slurm
+
+    extra = list(args.sbatch_args)
+    for warning in slurm.manifest_warnings(args.outdir):
+        print(f"trainc submit: warning: {warning}", file=sys.stderr)
+    try:
+        job_id = slurm.submit(args.outdir, extra)
+    except LaunchError as e:
+        print(f"trainc submit: {e}", file=sys.stderr)
+        return EXIT_ENV
+    print(job_id, flush=True)
+    if not args.wait:
+        print(f"trainc submit: submitted job {job_id} from {args.outdir}", file=sys.stderr)
+        return EXIT_OK
+
+    def show(st: slurm.JobStatus) -> None:
+        where = f" on {st.nodes}" if st.nodes and st.nodes != "(null)" else ""
+        again = f" (restart {st.restarts})" if st.restarts else ""
+        why = f" ({st.reason})" if st.reason and st.reason != "None" and not st.finished else ""
+        print(f"trainc submit: job {job_id} {st.state}{again}{where}{why}", file=sys.stderr,
+              flush=True)
+
+    try:
+        final = slurm.wait(job_id, timeout_s=args.timeout, on_change=show)
+    except KeyboardInterrupt:
+        print(f"trainc submit: stopped waiting; job {job_id} goes on (scancel {job_id} stops it)",
+              file=sys.stderr)
+        return 130
+    except LaunchError as e:
+        print(f"trainc submit: {e}", file=sys.stderr)
+        return EXIT_ENV
+    out = f"; output: {final.stdout}" if final.stdout else ""
+    print(f"trainc submit: job {job_id} {final.state}, exit code {final.exit_code}:{final.signal}"
+          f" -> {final.return_code}{out}", file=sys.stderr)
+    return final.return_code
+
+
 def _run(args: argparse.Namespace) -> int:
     """Start OUTDIR/torchrun.sh here; its output streams through; return its exit code.
 
-    Exit 4 when the script is missing or cannot be started (the environment refused).
+    Extra worker flags go through the environment (``TRAINC_WORKER_ARGS``, which the worker
+    reads), so the generated script runs unchanged. Exit 4 when the script is missing or cannot
+    be started (the environment refused).
     """
     import os
+    import shlex
     import subprocess
 
     script = os.path.join(args.outdir, "torchrun.sh")
@@ -165,8 +459,12 @@ def _run(args: argparse.Namespace) -> int:
               "first)", file=sys.stderr)
         return EXIT_ENV
     extra = [a for a in args.worker_args if a != "--"]
+    env = dict(os.environ)
+    if extra:
+        env["TRAINC_WORKER_ARGS"] = " ".join(
+            x for x in (env.get("TRAINC_WORKER_ARGS", ""), shlex.join(extra)) if x)
     try:
-        proc = subprocess.Popen(["bash", script, *extra])
+        proc = subprocess.Popen(["bash", script], env=env)
     except OSError as e:
         print(f"trainc run: cannot start {script}: {e}", file=sys.stderr)
         return EXIT_ENV

@@ -221,6 +221,8 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
             diags.append(_at(diag(R.BAD_OVERRIDE, f"override '{text}' is not supported",
                                   key, fix="use plain KEY=VALUE overrides"), COMMAND_LINE, i + 1))
         elif key in GROUPS and isinstance(value, str):
+            # A group the spec's defaults list does not name is appended (Hydra's '+group='),
+            # after _self_: the chosen preset then replaces the spec's own section values.
             group_overrides.append(f"{key}={value}")
         else:
             key_overrides.append((key, value, i + 1))
@@ -230,13 +232,17 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
     # --- compose with Hydra ---------------------------------------------------------------
     cfg, presets, comp_diags = _compose(spec_path, shown, node, group_overrides)
     if comp_diags:
+        from_cli = {o.split("=", 1)[0]: i for i, o in enumerate(group_overrides)}
+        comp_diags = [_at(d, COMMAND_LINE, None) if d.key in from_cli else d for d in comp_diags]
         return Loaded(shown, None, comp_diags)
 
     where: dict[str, Location] = {}
     spec_lines: dict[str, Location] = {}
     _node_lines(node, "", shown, spec_lines) if node is not None else None
     self_seen = False
-    for group, _opt in _defaults_list(node):
+    order = _defaults_list(node)
+    order += [(g, None) for g in presets if g not in {x for x, _ in order}]
+    for group, _opt in order:
         if group == "_self_":
             where.update(spec_lines)
             self_seen = True
@@ -329,8 +335,8 @@ def _compose(
     for ov in group_overrides:
         group, opt = ov.split("=", 1)
         idx = next((i for i, (g, _) in enumerate(entries) if g == group), None)
-        if idx is None:
-            entries.insert(entries.index(("_self_", None)), (group, opt))
+        if idx is None:  # as Hydra's +group=opt: appended, after _self_
+            entries.append((group, opt))
         else:
             entries[idx] = (group, opt)
     self_at = entries.index(("_self_", None))

@@ -94,6 +94,20 @@ def plan(spec: TrainSpec) -> dict[str, Any]:
         "tokens_per_step": t.global_batch_size * spec.model.seq_length,
         "params_dtype": "fp32" if t.precision is Precision.fp32 else t.precision.name,
         "cuda_device_max_connections_1": p.tp > 1 or p.cp > 1,
+        # Values the emitters share (added for emit/: templates and dict builders do no arithmetic).
+        "gradient_accumulation_steps": d.num_microbatches,
+        "distributed_backend": "gloo" if spec.launch.device == "cpu" else "nccl",
+        # Megatron-Core's local layers on CPU (Transformer Engine needs CUDA).
+        "transformer_impl": "local" if spec.launch.device == "cpu" else "transformer_engine",
+        # Llama-style models (SwiGLU or RMSNorm) have no linear biases; Megatron-Core MoE with
+        # ETP > 1 rejects biases ("Bias in Moe is only supported when ETP==1").
+        "add_bias_linear": not (spec.model.activation.name == "swiglu"
+                                or spec.model.normalization.name == "rmsnorm"
+                                or (spec.model.num_experts is not None and d.etp > 1)),
+        # Adam hyper-parameters: Megatron-LM's CLI defaults, emitted explicitly everywhere.
+        "adam_beta1": 0.9,
+        "adam_beta2": 0.999,
+        "adam_eps": 1e-8,
     }
     return {
         "trainc_version": __version__,

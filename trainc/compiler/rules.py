@@ -105,6 +105,10 @@ MAX_POSITIONS = _r(
 CP_A2A_HEADS = _r(
     "TRC220", "cp-a2a-heads-divisible",
     "cp_comm_type a2a needs the heads and query groups per TP rank to be multiples of cp")
+KV_REPLICATED = _r(
+    "TRC221", "kv-heads-replicated",
+    "tp above num_query_groups replicates KV heads (Megatron-Core >= 0.16 only; wasteful)",
+    "warning")
 
 # --- TRC3xx: feature compatibility ---------------------------------------------------------
 SP_NEEDS_TP = _r("TRC301", "sp-needs-tp", "sequence_parallel needs tp > 1")
@@ -137,6 +141,14 @@ MOE_LAYER_FREQ = _r(
 LR_RANGE = _r("TRC318", "min-lr-le-lr", "min_lr must not exceed lr")
 FP16_CPU = _r(
     "TRC319", "precision-on-device", "fp16 does not run on the CPU device (use bf16 or fp32)")
+OFFLOAD_OPTIMIZER_STAGE = _r(
+    "TRC320", "offload-optimizer-needs-zero", "offload_optimizer needs DeepSpeed ZeRO stage 1-3")
+NVME_PATH = _r(
+    "TRC321", "nvme-path-required", "nvme offload needs training.nvme_path")
+DS_PIPE_GRAD_ACCUM = _r(
+    "TRC322", "deepspeed-pipe-grad-accum-scale",
+    "DeepSpeed's pipeline engine sums micro-batch gradients: the micro/accumulation split at a "
+    "fixed global batch changes the gradient scale", "warning")
 
 # --- TRC4xx: resource fit -------------------------------------------------------------------
 MEMORY_FIT = _r(
@@ -157,6 +169,16 @@ ENV_MAX_CONNECTIONS = _r(
 CPU_FULL_SIZE = _r(
     "TRC506", "cpu-needs-shrink",
     "device=cpu with a full-size model will not fit in host memory; use launch.shrink", "warning")
+VISIBLE_DEVICES = _r(
+    "TRC507", "visible-devices-match-gpus-per-node",
+    "launch.env CUDA_VISIBLE_DEVICES must list exactly gpus_per_node devices (one rank per GPU)")
+SOCKET_IFNAME = _r(
+    "TRC508", "socket-ifname-multinode",
+    "NCCL/GLOO socket interface must not be loopback or a container bridge on a multi-node job")
+LAUNCHER_ENV = _r(
+    "TRC509", "launcher-owned-env",
+    "launch.env must not set the rendezvous variables (MASTER_ADDR, MASTER_PORT, RANK, ...) that "
+    "the generated scripts derive from the allocation")
 
 ALL_RULES: tuple[Rule, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Rule))
 RULES_BY_ID = {r.id: r for r in ALL_RULES}

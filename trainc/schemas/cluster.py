@@ -37,3 +37,17 @@ class ClusterSpec:
     memory_reserve_gib: float = 4.0
     """GiB per GPU kept back for the CUDA context, NCCL buffers and allocator fragmentation; the
     fit check compares the estimate with gpu_memory_gib - memory_reserve_gib."""
+    gemm_half_efficiency_tokens: int = 256
+    """Tokens per GPU per micro batch (seq_length/cp x micro_batch_size) at which kernels reach
+    half of compute_efficiency: small micro batches starve the GEMMs (estimates and planner use
+    efficiency x n / (n + this)). A round figure chosen by trainc, not a measurement:
+    override it with numbers from your own cluster."""
+    layer_overhead_us: float = 40.0
+    """Fixed time per layer per micro batch per pass (forward, backward) in microseconds: kernel
+    launches and schedule bookkeeping that do not shrink with the work (estimates and planner)."""
+
+    flash_attention: bool = True
+    """Estimates only: attention kernels do not keep the s x s score matrix (FlashAttention /
+    cuDNN fused attention, Megatron-Core's default through Transformer Engine), so activation
+    memory without recompute has no ``5 a s^2 b`` term (only fp32 softmax statistics). false =
+    Korthikanti et al. 2022's unfused attention (``5 a s^2 b`` bytes per layer and micro-batch)."""

@@ -1,15 +1,117 @@
-"""Shell launchers: ``torchrun.sh`` (one node's share) and ``sbatch.sh`` (Slurm)."""
+"""Shell launchers: ``torchrun.sh`` (one node's share of the job) and ``sbatch.sh`` (Slurm).
+
+Both are Jinja templates (``trainc/templates``) rendered from values computed here: the templates
+only branch and loop, every spec string goes through ``|shquote``, and ``#SBATCH`` values go
+through :func:`sbatch_value` (``sbatch`` reads directives itself, without a shell).
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+from trainc.compiler.emit.render import header, render
+from trainc.errors import InternalError
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SBATCH_BARE = re.compile(r"[A-Za-z0-9._,:@%/+=-]+")
+#: Seconds before the time limit at which Slurm sends SIGUSR1 (the worker checkpoints).
+SIGNAL_SECONDS = 300
+
+
+def sbatch_value(value: Any) -> str:
+    """A value for a ``#SBATCH --opt=VALUE`` line, read back verbatim by ``sbatch``.
+
+    sbatch parses directive lines itself (no shell expansion): a word ends at white space unless
+    inside double quotes, and a backslash escapes the next character. A line break or other
+    control character cannot be expressed and is refused.
+    """
+    text = str(value)
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in text):
+        raise InternalError(f"a Slurm directive value cannot contain control characters: {text!r}")
+    if _SBATCH_BARE.fullmatch(text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def time_limit_seconds(time_limit: str) -> int:
+    """Slurm ``--time`` in seconds: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``.
+
+    >>> time_limit_seconds("04:00:00"), time_limit_seconds("1-2"), time_limit_seconds("30")
+    (14400, 93600, 1800)
+    """
+    days, _, rest = time_limit.rpartition("-")
+    parts = [int(x) for x in rest.split(":")]
+    if days:
+        h, m, s = (parts + [0, 0])[:3]
+        return ((int(days) * 24 + h) * 60 + m) * 60 + s
+    if len(parts) == 1:
+        return parts[0] * 60
+    if len(parts) == 2:
+        return parts[0] * 60 + parts[1]
+    return (parts[0] * 60 + parts[1]) * 60 + parts[2]
+
+
+def _env(plan: dict[str, Any]) -> list[tuple[str, str]]:
+    env = plan["spec"]["launch"]["env"]
+    for key in env:
+        if not _ENV_NAME.fullmatch(key):
+            raise InternalError(f"launch.env key {key!r} is not a variable name (validator missed)")
+    return [(k, str(env[k])) for k in sorted(env)]
+
+
+def _common(plan: dict[str, Any]) -> dict[str, Any]:
+    s = plan["spec"]
+    return {
+        "header": header(plan),
+        "name": s["name"],
+        "nnodes": s["cluster"]["num_nodes"],
+        "nproc_per_node": s["cluster"]["gpus_per_node"],
+        "master_port": int(s["launch"]["master_port"]),
+        "env": _env(plan),
+    }
 
 
 def torchrun(plan: dict[str, Any]) -> dict[str, str]:
-    """``torchrun.sh``."""
-    return {}
+    """``torchrun.sh``: one node's share of the job, like PyTorch's ``torchrun`` recipe for
+    multi-node runs (static ``--node_rank``/``--master_addr`` by default, a c10d rendezvous when
+    started by ``sbatch.sh``), running ``python -m trainc.launch.worker --plan <dir>/plan.json``
+    or, for entrypoint megatron-lm, ``pretrain_gpt.py`` with ``megatron_args.txt``.
+    """
+    s, d = plan["spec"], plan["derived"]
+    lc = s["launch"]
+    cpu = lc["device"] == "cpu"
+    ctx = _common(plan) | {
+        "last_node_rank": s["cluster"]["num_nodes"] - 1,
+        "entrypoint": lc["entrypoint"],
+        "megatron_lm_path": lc["megatron_lm_path"] or "",
+        "add_checkpoint_dir": lc["save_dir"] is None,
+        "cuda_device_max_connections_1": bool(d["cuda_device_max_connections_1"]) and not cpu,
+        "set_omp_num_threads": cpu and "OMP_NUM_THREADS" not in lc["env"],
+    }
+    if ctx["cuda_device_max_connections_1"]:  # exported once, above launch.env
+        ctx["env"] = [(k, v) for k, v in ctx["env"] if k != "CUDA_DEVICE_MAX_CONNECTIONS"]
+    return {"torchrun.sh": render("torchrun.sh.j2", **ctx)}
 
 
 def sbatch(plan: dict[str, Any]) -> dict[str, str]:
-    """``sbatch.sh``."""
-    return {}
+    """``sbatch.sh``: one srun task per node (``--ntasks-per-node=1``), each running
+    ``torchrun.sh`` with a c10d rendezvous on the first host of ``scontrol show hostnames``;
+    pyxis ``--container-image``/``--container-mounts`` when set; ``--signal=USR1@N`` so the
+    worker checkpoints before the time limit. ``#SBATCH`` lines come first and hold no shell
+    expansion.
+    """
+    s = plan["spec"]
+    lc = s["launch"]
+    signal = min(SIGNAL_SECONDS, max(time_limit_seconds(lc["time_limit"]) // 10, 10))
+    mounts = ",".join(lc["container_mounts"] or [])
+    ctx = _common(plan) | {
+        "gpus_per_node": s["cluster"]["gpus_per_node"] if lc["device"] != "cpu" else None,
+        "time_limit": sbatch_value(lc["time_limit"]),
+        "partition": sbatch_value(lc["partition"]) if lc["partition"] else None,
+        "account": sbatch_value(lc["account"]) if lc["account"] else None,
+        "signal_seconds": signal,
+        "container_image": lc["container_image"],
+        "container_mounts_prefix": mounts + "," if mounts else "",
+    }
+    return {"sbatch.sh": render("sbatch.sh.j2", **ctx)}

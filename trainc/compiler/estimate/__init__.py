@@ -1,15 +1,109 @@
-"""estimate: per-GPU memory, communication, pipeline bubble, FLOPs and step time (issue #3).
+"""estimate: per-GPU memory, communication, pipeline bubble, FLOPs, step time and the rank map
+(issue #3). ``estimate(spec, plan)`` returns the ``estimates`` dict of plan.json.
 
-``estimate(spec, plan)`` returns the ``estimates`` dict of plan.json.
+Modules, one quantity each: :mod:`.params` (parameter counts per stage), :mod:`.memory` (model
+states by engine / ZeRO stage), :mod:`.activations` (Korthikanti et al. 2022), :mod:`.comm`
+(collectives by axis), :mod:`.bubble`, :mod:`.flops` (Megatron's count), :mod:`.time` (step time,
+tokens/s, MFU), :mod:`.rankmap` (Megatron-Core's rank layout), :mod:`.megatron_ref` (Megatron's own
+theoretical estimator, the reference the tests compare with).
+
+Which GPU the per-GPU numbers describe: ``memory_bytes`` is the most loaded pipeline stage
+(``memory_stage``; every stage is in ``memory_per_stage``); ``comm_bytes_per_step`` takes, per axis,
+the busiest stage; the time model and ``comm_seconds_per_step`` / ``comm_collectives`` describe
+the slowest stage (``critical_stage``).
+
+Output is deterministic: bytes are ints, other floats are rounded to 6 significant digits.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from trainc.compiler.estimate.activations import stage_activation_bytes
+from trainc.compiler.estimate.bubble import bubble_fraction
+from trainc.compiler.estimate.comm import AXES, stage_comm, time_collectives
+from trainc.compiler.estimate.flops import flops_per_step, hardware_flops_per_step
+from trainc.compiler.estimate.memory import model_state_bytes
+from trainc.compiler.estimate.params import stage_params, total_params
+from trainc.compiler.estimate.rankmap import rank_map_summary
+from trainc.compiler.estimate.time import step_time
 from trainc.schemas import TrainSpec
+
+MEMORY_KEYS = ("params", "grads", "optimizer", "activations", "total")
+
+
+def r6(x: float) -> float:
+    """Round to 6 significant digits (byte-stable JSON).
+
+    >>> r6(0.123456789), r6(123456789.0)
+    (0.123457, 123457000.0)
+    """
+    return float(f"{x:.6g}")
+
+
+def _int(x: float) -> int:
+    return int(round(x))
+
+
+def memory_per_stage(spec: TrainSpec, plan: dict[str, Any]) -> list[dict[str, int]]:
+    """Bytes per GPU on every stage: params, grads, optimizer, activations, total."""
+    sp = stage_params(spec, plan)
+    states = model_state_bytes(spec, plan, sp)
+    acts = stage_activation_bytes(spec, plan)
+    out = []
+    for r, (st, act) in enumerate(zip(states, acts, strict=True)):
+        row = {"stage": r, "layers": plan["derived"]["layers_per_stage"][r],
+               "params": _int(st.params), "grads": _int(st.grads),
+               "optimizer": _int(st.optimizer), "activations": _int(act)}
+        row["total"] = row["params"] + row["grads"] + row["optimizer"] + row["activations"]
+        out.append(row)
+    return out
 
 
 def estimate(spec: TrainSpec, plan: dict[str, Any]) -> dict[str, Any]:
-    """Estimates of a planned spec (filled in by the estimates work)."""
-    return {}
+    """Estimates of a planned, validated spec (never raises for one)."""
+    d, cl = plan["derived"], spec.cluster
+    sp = stage_params(spec, plan)
+    mem = memory_per_stage(spec, plan)
+    worst = max(range(len(mem)), key=lambda r: (mem[r]["total"], -r))
+    gpn = cl.gpus_per_node
+    domain = cl.nvlink_domain_size or gpn
+    rmap = rank_map_summary(d, gpn, domain)
+    comms = stage_comm(spec, plan, sp)
+    time_collectives(spec, comms, rmap["groups_cross_nvlink_domain"])
+    bubble = bubble_fraction(d["pp"], d["num_microbatches"], d["vpp"])
+    flops = flops_per_step(spec, plan)
+    st = step_time(spec, plan, comms, bubble, flops)
+    by_axis = [c.bytes_by_axis() for c in comms]
+    crit = comms[st.critical_stage]
+    budget = ((cl.gpu_memory_gib or 0.0) - cl.memory_reserve_gib) * 2**30
+    return {
+        "memory_bytes": {k: mem[worst][k] for k in MEMORY_KEYS},
+        "memory_stage": worst,
+        "memory_per_stage": mem,
+        "memory_budget_bytes": _int(max(budget, 0.0)),
+        "params_total": int(total_params(spec, plan)),
+        "params_per_gpu": _int(sp[worst].total),
+        "comm_bytes_per_step": {a: _int(max(b[a] for b in by_axis)) for a in AXES},
+        "comm_seconds_per_step": {a: r6(v) for a, v in crit.seconds_by_axis().items()},
+        "comm_collectives": [
+            {"axis": c.axis, "name": c.name, "group_size": c.group_size,
+             "count": c.count, "sent_bytes": _int(c.sent_bytes),
+             "received_bytes": _int(c.received_bytes), "crosses_nodes": c.crosses_nodes,
+             "bandwidth_gbps": r6(c.bandwidth_gbps), "seconds": r6(c.seconds)}
+            for c in crit.collectives.values()],
+        "pipeline_bubble_fraction": r6(bubble),
+        "flops_per_step": r6(flops),
+        "hardware_flops_per_step": r6(hardware_flops_per_step(spec, plan)),
+        "step_time_seconds": r6(st.step_time_seconds),
+        "compute_seconds": r6(st.compute_seconds),
+        "exposed_comm_seconds": r6(st.exposed_comm_seconds),
+        "bubble_seconds": r6(st.bubble_seconds),
+        "critical_stage": st.critical_stage,
+        "tokens_per_second": r6(st.tokens_per_second),
+        "mfu": r6(st.mfu),
+        "assumptions": {"compute_efficiency": cl.compute_efficiency,
+                        "comm_efficiency": cl.comm_efficiency, "comm_overlap": cl.comm_overlap,
+                        "memory_reserve_gib": cl.memory_reserve_gib},
+        "rank_map": rmap,
+    }

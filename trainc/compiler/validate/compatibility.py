@@ -21,12 +21,13 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     m, p, t = spec.model, spec.parallel, spec.training
     if p.sequence_parallel and p.tp == 1:
         yield diag(R.SP_NEEDS_TP, "sequence_parallel is set but tp is 1 (Megatron-Core raises "
-                   "'Cannot use sequence parallelism without tensor parallelism')",
+                   "'Cannot use sequence parallelism without tensor parallelism'; Megatron-LM's "
+                   "CLI silently drops it)",
                    "parallel.sequence_parallel", related=("parallel.tp",),
                    fix="set parallel.sequence_parallel=false, or tp > 1",
                    edits={"parallel.sequence_parallel": False}, tp=p.tp)
     if m.num_experts and p.tp > 1 and not p.sequence_parallel:
-        yield diag(R.MOE_TP_SP, f"MoE with tp ({p.tp}) > 1 runs without sequence_parallel; "
+        yield diag(R.MOE_TP_SP, f"sequence_parallel is off for an MoE model with tp ({p.tp}) > 1; "
                    "Megatron-Core expects it with expert and tensor parallelism",
                    "parallel.sequence_parallel", related=("parallel.tp", "model.num_experts"),
                    fix="set parallel.sequence_parallel=true",
@@ -44,7 +45,10 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     if m.moe_layer_freq > m.num_layers and m.num_experts:
         yield diag(R.MOE_LAYER_FREQ, f"moe_layer_freq ({m.moe_layer_freq}) exceeds num_layers "
                    f"({m.num_layers})", "model.moe_layer_freq",
-                   fix="set model.moe_layer_freq between 1 and num_layers")
+                   related=("model.num_layers",),
+                   fix=f"set model.moe_layer_freq between 1 and {m.num_layers}",
+                   edits={"model.moe_layer_freq": 1}, moe_layer_freq=m.moe_layer_freq,
+                   num_layers=m.num_layers)
     yield from _engine(spec, d)
     yield from _recompute(spec, d)
     if t.min_lr > t.lr:
@@ -78,25 +82,40 @@ def _engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         return
     # engine == deepspeed
     if p.zero_stage >= 2 and p.pp > 1:
-        yield diag(R.DS_ZERO_PP, f"DeepSpeed ZeRO stage {p.zero_stage} is incompatible with "
+        yield diag(R.DS_ZERO_PP, f"zero_stage ({p.zero_stage}) is incompatible with DeepSpeed "
                    f"pipeline parallelism (pp = {p.pp}); DeepSpeed's PipelineEngine asserts "
                    "stage < 2", "parallel.zero_stage", related=("parallel.pp", "engine"),
-                   fix="set parallel.zero_stage=1, or pp=1", edits={"parallel.zero_stage": 1},
+                   fix="set parallel.zero_stage=1, or parallel.pp=1", edits={"parallel.zero_stage": 1},
                    zero_stage=p.zero_stage, pp=p.pp)
     if t.offload_param is not Offload.none and p.zero_stage != 3:
         yield diag(R.OFFLOAD_PARAM_STAGE, f"offload_param ({t.offload_param.value}) works only "
                    f"with ZeRO stage 3 (zero_stage is {p.zero_stage}); DeepSpeed silently ignores "
                    "it otherwise", "training.offload_param", related=("parallel.zero_stage",),
                    fix="set parallel.zero_stage=3, or training.offload_param=none",
-                   zero_stage=p.zero_stage)
+                   edits={"training.offload_param": "none"}, zero_stage=p.zero_stage)
     if t.offload_optimizer is not Offload.none and p.zero_stage == 0:
-        yield diag(R.OFFLOAD_PARAM_STAGE, "offload_optimizer needs ZeRO stage 1-3 (zero_stage is "
-                   "0)", "training.offload_optimizer", related=("parallel.zero_stage",),
-                   fix="set parallel.zero_stage to 1, 2 or 3", zero_stage=0)
+        yield diag(R.OFFLOAD_OPTIMIZER_STAGE, f"offload_optimizer ({t.offload_optimizer.value}) "
+                   "needs ZeRO stage 1-3 (zero_stage is 0); DeepSpeed would still pick its CPU "
+                   "Adam without partitioning", "training.offload_optimizer",
+                   related=("parallel.zero_stage",),
+                   fix="set parallel.zero_stage to 1, 2 or 3, or training.offload_optimizer=none",
+                   edits={"parallel.zero_stage": 1}, zero_stage=0)
     nvme = Offload.nvme in (t.offload_optimizer, t.offload_param)
     if nvme and not t.nvme_path:
-        yield diag(R.OFFLOAD_PARAM_STAGE, "nvme offload needs training.nvme_path",
-                   "training.nvme_path", fix="set training.nvme_path to a local NVMe directory")
+        yield diag(R.NVME_PATH, "nvme offload is selected but training.nvme_path is not set",
+                   "training.nvme_path",
+                   related=("training.offload_optimizer", "training.offload_param"),
+                   fix="set training.nvme_path to a local NVMe directory on every node")
+    if p.pp > 1 and (d.num_microbatches or 0) > 1:
+        yield diag(R.DS_PIPE_GRAD_ACCUM,
+                   f"the DeepSpeed pipeline engine (pp = {p.pp}) with {d.num_microbatches} "
+                   "micro-batches per step sums micro-batch gradients instead of averaging them "
+                   "(DeepSpeed issue #7773), so changing micro_batch_size at a fixed "
+                   "global_batch_size changes the gradient scale", "training.micro_batch_size",
+                   related=("parallel.pp", "training.global_batch_size", "engine"),
+                   fix="keep micro_batch_size and the accumulation count fixed across sweeps, or "
+                       "compare grad_norm in a smoke run before changing them",
+                   pp=p.pp, num_microbatches=d.num_microbatches)
     for axis, val in (("cp", p.cp), ("ep", p.ep)):
         if val > 1:
             yield diag(R.DS_UNSUPPORTED_AXIS, f"engine=deepspeed does not support {axis} > 1 "

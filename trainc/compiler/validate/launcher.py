@@ -15,6 +15,12 @@ _NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 # Slurm --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
 _TIME = re.compile(r"(\d+-)?\d+(:\d{1,2}){0,2}")
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Set by torchrun / the generated sbatch from the allocation (shared reference
+#: deepspeed_rules.md §5.3; bug cases BC-057, BC-059): a spec must not pin them.
+LAUNCHER_OWNED = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK",
+                  "LOCAL_WORLD_SIZE", "GROUP_RANK")
+#: Interface names that never carry inter-node traffic (loopback, container bridges).
+_LOCAL_IF = re.compile(r"(lo|docker\d*|veth\w*|br-\w*|virbr\d*|cni\d*|flannel\S*)")
 DEVICES = ("cuda", "cpu")
 ENTRYPOINTS = ("trainc", "megatron-lm")
 #: Parameters beyond which a CPU run without shrink cannot hold the model (about 8 GiB of fp32).
@@ -69,6 +75,7 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    f"tp ({p.tp}) or cp ({p.cp}) > 1 needs 1 (Megatron orders its comm kernels "
                    "through one hardware queue)", "launch.env.CUDA_DEVICE_MAX_CONNECTIONS",
                    fix="remove it; trainc exports CUDA_DEVICE_MAX_CONNECTIONS=1")
+    yield from _env(spec)
     if lc.device == "cpu" and not lc.shrink:
         m = spec.model
         approx = 12 * m.num_layers * m.hidden_size**2 + 2 * m.vocab_size * m.hidden_size
@@ -77,3 +84,42 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                        f"(~{approx / 1e9:.1f}B parameters) on CPU", "launch.shrink",
                        related=("launch.device",), fix="set launch.shrink=true",
                        edits={"launch.shrink": True})
+
+
+def _env(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC507-TRC509: environment variables that contradict the layout or the rendezvous."""
+    env, c = spec.launch.env, spec.cluster
+    cvd = env.get("CUDA_VISIBLE_DEVICES")
+    if cvd is not None and spec.launch.device == "cuda":
+        devs = [x for x in str(cvd).split(",") if x.strip()]
+        if len(devs) != c.gpus_per_node:
+            yield diag(R.VISIBLE_DEVICES, f"launch.env CUDA_VISIBLE_DEVICES ({cvd!r}) exposes "
+                       f"{len(devs)} GPUs but gpus_per_node ({c.gpus_per_node}) ranks start on "
+                       "each node; the extra ranks fail with 'invalid device ordinal'",
+                       "launch.env.CUDA_VISIBLE_DEVICES", related=("cluster.gpus_per_node",),
+                       fix=f"set cluster.gpus_per_node={len(devs)} (and re-check the layout), "
+                           "or remove CUDA_VISIBLE_DEVICES and let Slurm assign the GPUs",
+                       visible=len(devs), gpus_per_node=c.gpus_per_node)
+    for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+        val = env.get(var)
+        if val is None:
+            continue
+        names = [n.strip().lstrip("=") for n in str(val).split(",")]
+        exclude = str(val).startswith("^")
+        local = [n for n in names if _LOCAL_IF.fullmatch(n)]
+        if not exclude and (not str(val).strip() or (c.num_nodes > 1 and local
+                                                     and len(local) == len(names))):
+            yield diag(R.SOCKET_IFNAME, f"launch.env {var} ({val!r}) selects only loopback or "
+                       f"container-bridge interfaces, which cannot reach the other "
+                       f"{c.num_nodes - 1} node(s)", f"launch.env.{var}",
+                       related=("cluster.num_nodes",),
+                       fix=f"set {var} to the fabric interface (e.g. ib0 or bond0), or an "
+                           "exclusion such as ^lo,docker,veth", value=str(val))
+    for var in LAUNCHER_OWNED:
+        if var in env:
+            yield diag(R.LAUNCHER_ENV, f"launch.env sets {var} ({env[var]!r}), which the generated "
+                       "torchrun/sbatch scripts derive per job (first host of the allocation, one "
+                       "port for all nodes); a fixed or launch-node value hangs the rendezvous",
+                       f"launch.env.{var}", related=("launch.master_port",),
+                       fix=f"remove {var} from launch.env"
+                           + (" and set launch.master_port" if var == "MASTER_PORT" else ""))

@@ -24,7 +24,8 @@ _POSITIVE = (
 )
 _FRACTION = ("cluster.compute_efficiency", "cluster.comm_efficiency")
 _UNIT = ("cluster.comm_overlap",)
-_NON_NEGATIVE = ("cluster.memory_reserve_gib", "training.lr", "training.min_lr",
+_NON_NEGATIVE = ("cluster.memory_reserve_gib", "cluster.gemm_half_efficiency_tokens",
+                 "cluster.layer_overhead_us", "training.lr", "training.min_lr",
                  "training.weight_decay", "training.grad_clip", "training.lr_warmup_iters",
                  "training.seed")
 #: Largest value accepted for any count; beyond it arithmetic is meaningless (and slow).

@@ -1,98 +1,154 @@
 """TRC1xx: the parallel grid against the cluster (Megatron-Core ``initialize_model_parallel``).
 
 Dense grid: world = tp*pp*cp*dp. Expert grid: world = etp*ep*pp*expert_dp. EP is *not* a factor
-of the world (seed 002 §"1024 GPU" counts it as one; Megatron-Core does not).
+of the world: seed 002 ("总 GPU 数 = 4 x 4 x 2 x 8 x 4 = 1024") counts it as one; Megatron-Core
+folds experts onto the same GPUs (shared reference megatron_rules.md §1.2, §1.3 WS-1, EXP-1).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, diag
-from trainc.compiler.validate.util import divisors, show
+from trainc.compiler.validate.util import capacity, divisors, fitting, show
 from trainc.schemas import TrainSpec
 
 
 def topology(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
-    """World-size factorization (TRC101-TRC104, TRC108) and NVLink-domain warnings (TRC105-TRC107)."""
-    c, p = spec.cluster, spec.parallel
+    """World-size factorization (TRC101-TRC104, TRC108) and NVLink-domain warnings (TRC105-TRC107).
+
+    Sources: WS-1 ``world % (tp*pp*cp) == 0`` (validate_args, initialize_model_parallel); EXP-1
+    ``world % (etp*ep*pp) == 0`` (initialize_model_parallel's expert generator); the NVLink
+    warnings follow megatron_rules.md §8 "topology: t | G; prefer t*c | G and t_e*e | G".
+    """
+    yield from _dense_grid(spec, d)
+    yield from _expert_grid(spec, d)
+    yield from _nvlink(spec, d)
+
+
+def _dense_grid(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    c, p, m = spec.cluster, spec.parallel, spec.model
     world, mp = d.world_size, d.model_parallel
     if world % mp:
-        ok_dp = [w // mp for w in range(mp, world + 1, mp)]
-        fix = (f"use num_nodes x gpus_per_node that is a multiple of tp*pp*cp ({mp}), or change "
-               f"tp/pp/cp so that their product divides {world} (divisors: {show(divisors(world))})")
+        step = mp // math.gcd(mp, c.gpus_per_node)
+        nodes = -(-c.num_nodes // step) * step
+        alts = [f"cluster.num_nodes={nodes} ({nodes * c.gpus_per_node} GPUs)"]
+        for axis, val, ok in (("tp", p.tp, lambda v: m.num_attention_heads % v == 0),
+                              ("pp", p.pp, lambda v: m.num_layers % v == 0),
+                              ("cp", p.cp, lambda v: True)):
+            others = [x for a, x in (("tp", p.tp), ("pp", p.pp), ("cp", p.cp)) if a != axis]
+            room = capacity(world, *others)
+            if val > 1 and room is not None:
+                vals = [v for v in divisors(room) if ok(v)]
+                alts.append(f"parallel.{axis} in {{{show(vals)}}}")
+        short = f" (the model-parallel group alone needs {mp} GPUs)" if mp > world else ""
+        culprit = next((a for a, v in (("tp", p.tp), ("pp", p.pp), ("cp", p.cp)) if world % v),
+                       "tp")
+        rest = tuple(f"parallel.{a}" for a in ("tp", "pp", "cp") if a != culprit)
         yield diag(R.WORLD_FACTORIZATION,
                    f"world size ({world} = {c.num_nodes} nodes x {c.gpus_per_node} GPUs) is not a "
-                   f"multiple of tp*pp*cp ({p.tp}*{p.pp}*{p.cp} = {mp})", "parallel.tp",
-                   related=("parallel.pp", "parallel.cp", "cluster.num_nodes"), fix=fix,
-                   world_size=world, model_parallel=mp, valid_dp=ok_dp[:1])
-    elif p.dp is not None and d.dp is not None and p.dp != d.dp:
-        used = mp * p.dp
-        if p.ep > 1 and used * p.ep == world:
-            yield diag(
-                R.EP_COUNTED_IN_WORLD,
-                f"parallel.dp ({p.dp}) counts ep ({p.ep}) as a separate factor of the world "
-                f"(tp*pp*cp*ep*dp = {p.tp}*{p.pp}*{p.cp}*{p.ep}*{p.dp} = {world}); in Megatron-Core "
-                f"experts are sharded on a second grid over the same GPUs (etp*ep*pp*expert_dp = "
-                f"{d.etp}*{p.ep}*{p.pp}*{d.expert_dp}), so dp = world/(tp*pp*cp) = {d.dp}",
-                "parallel.dp", related=("parallel.ep",),
-                fix=f"set parallel.dp to {d.dp} (or remove it; it is derived)",
-                edits={"parallel.dp": d.dp}, dp=p.dp, ep=p.ep, megatron_dp=d.dp,
-                expert_dp=d.expert_dp or 0)
-        elif used > world:
-            yield diag(R.WORLD_EXCEEDS_CLUSTER,
-                       f"tp*pp*cp*dp ({p.tp}*{p.pp}*{p.cp}*{p.dp} = {used}) exceeds the cluster's "
-                       f"{world} GPUs ({c.num_nodes} x {c.gpus_per_node})", "parallel.dp",
-                       related=("cluster.num_nodes",),
-                       fix=f"set parallel.dp to {d.dp} or cluster.num_nodes to "
-                           f"{-(-used // c.gpus_per_node)}",
-                       edits={"parallel.dp": d.dp}, used=used, world_size=world)
-        else:
-            yield diag(R.DP_MISMATCH,
-                       f"parallel.dp ({p.dp}) disagrees with world/(tp*pp*cp) ({world}/{mp} = "
-                       f"{d.dp}); the job would leave {world - used} of {world} GPUs idle",
-                       "parallel.dp", related=("cluster.num_nodes",),
-                       fix=f"set parallel.dp to {d.dp} (or remove it; it is derived)",
-                       edits={"parallel.dp": d.dp}, dp=p.dp, derived_dp=d.dp)
-    egrid = d.etp * p.ep * p.pp
-    if world % egrid:
-        ok_ep = [e for e in divisors(world // max(1, d.etp * p.pp)) if e >= 1] \
-            if world % (d.etp * p.pp) == 0 else []
-        yield diag(R.EXPERT_GRID,
-                   f"world size ({world}) is not a multiple of etp*ep*pp ({d.etp}*{p.ep}*{p.pp} = "
-                   f"{egrid}), so Megatron-Core cannot build the expert grid", "parallel.ep",
-                   related=("parallel.etp", "parallel.pp", "cluster.num_nodes"),
-                   fix=(f"set parallel.ep to one of {show(ok_ep)}" if ok_ep else
-                        "reduce etp*pp or add nodes"),
-                   world_size=world, expert_grid=egrid)
+                   f"multiple of tp*pp*cp ({p.tp}*{p.pp}*{p.cp} = {mp}){short}", f"parallel.{culprit}",
+                   related=(*rest, "cluster.num_nodes", "cluster.gpus_per_node"),
+                   fix="set " + ", or ".join(alts), world_size=world, model_parallel=mp)
+        return
+    if p.dp is None or d.dp is None or p.dp == d.dp:
+        return
+    used = mp * p.dp
+    if p.ep > 1 and used * p.ep == world:
+        yield diag(
+            R.EP_COUNTED_IN_WORLD,
+            f"parallel.dp ({p.dp}) counts ep ({p.ep}) as a separate factor of the world "
+            f"(tp*pp*cp*ep*dp = {p.tp}*{p.pp}*{p.cp}*{p.ep}*{p.dp} = {world}); Megatron-Core has "
+            f"two grids over the same {world} GPUs: dense world = tp*pp*cp*dp = "
+            f"{p.tp}*{p.pp}*{p.cp}*{d.dp}, expert world = etp*ep*pp*expert_dp = "
+            f"{d.etp}*{p.ep}*{p.pp}*{d.expert_dp or '?'}, so the same layout has dp = {d.dp}",
+            "parallel.dp", related=("parallel.ep", "parallel.tp", "parallel.pp", "parallel.cp"),
+            fix=f"set parallel.dp={d.dp} (or remove parallel.dp; it is derived)",
+            edits={"parallel.dp": d.dp}, dp=p.dp, ep=p.ep, megatron_dp=d.dp,
+            expert_dp=d.expert_dp or 0, world_size=world)
+    elif used > world:
+        nodes = -(-used // c.gpus_per_node)
+        yield diag(R.WORLD_EXCEEDS_CLUSTER,
+                   f"tp*pp*cp*dp ({p.tp}*{p.pp}*{p.cp}*{p.dp} = {used}) exceeds the cluster's "
+                   f"{world} GPUs ({c.num_nodes} nodes x {c.gpus_per_node})", "parallel.dp",
+                   related=("cluster.num_nodes", "cluster.gpus_per_node"),
+                   fix=f"set parallel.dp={d.dp}, or cluster.num_nodes={nodes}"
+                       + ("" if used % c.gpus_per_node == 0 else
+                          f" with gpus_per_node dividing {used}"),
+                   edits={"parallel.dp": d.dp}, used=used, world_size=world)
+    else:
+        yield diag(R.DP_MISMATCH,
+                   f"parallel.dp ({p.dp}) disagrees with world/(tp*pp*cp) ({world}/{mp} = "
+                   f"{d.dp}); the job would leave {world - used} of {world} GPUs idle",
+                   "parallel.dp", related=("cluster.num_nodes", "parallel.tp", "parallel.pp",
+                                           "parallel.cp"),
+                   fix=f"set parallel.dp={d.dp} (or remove parallel.dp; it is derived)",
+                   edits={"parallel.dp": d.dp}, dp=p.dp, derived_dp=d.dp)
+
+
+def _expert_grid(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    c, p, m = spec.cluster, spec.parallel, spec.model
+    if not m.num_experts and p.ep == 1:
+        return  # dense model: no expert grid is built (ep/etp without experts is TRC312)
+    world, egrid = d.world_size, d.etp * p.ep * p.pp
+    if world % egrid == 0:
+        return
+    room = capacity(world, d.etp, p.pp)
+    ok_ep = [e for e in divisors(room) if not m.num_experts or m.num_experts % e == 0] \
+        if room else []
+    step = egrid // math.gcd(egrid, c.gpus_per_node)
+    nodes = -(-c.num_nodes // step) * step
+    alts = ([f"parallel.ep to one of {show(ok_ep)}"] if ok_ep else []) + \
+        [f"cluster.num_nodes={nodes}"]
+    over = f"; ep ({p.ep}) alone exceeds the {world} GPUs" if p.ep > world else ""
+    yield diag(R.EXPERT_GRID,
+               f"world size ({world}) is not a multiple of etp*ep*pp ({d.etp}*{p.ep}*{p.pp} = "
+               f"{egrid}), so Megatron-Core cannot build the expert grid{over}", "parallel.ep",
+               related=("parallel.etp", "parallel.pp", "cluster.num_nodes"),
+               fix="set " + ", or ".join(alts), world_size=world, expert_grid=egrid)
+
+
+def _nvlink(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    c, p, m = spec.cluster, spec.parallel, spec.model
     dom = c.nvlink_domain_size or c.gpus_per_node
+    intra, inter = c.intra_node_bandwidth_gbps, c.inter_node_bandwidth_gbps
+    cost = (f"the {_gbps(inter)} fabric instead of {_gbps(intra)} NVLink "
+            f"(~{_slowdown(intra, inter)}x less bandwidth)")
     if p.tp > dom or dom % p.tp:
+        ok = [t for t in fitting(divisors(m.num_attention_heads), dom) if t <= dom]
         yield diag(R.TP_NVLINK,
                    f"tp ({p.tp}) does not fit the NVLink domain ({dom} GPUs): its per-layer "
-                   f"all-reduces cross the {c.inter_node_bandwidth_gbps:g} GB/s fabric instead of "
-                   f"{c.intra_node_bandwidth_gbps:g} GB/s NVLink "
-                   f"(~{_slowdown(c.intra_node_bandwidth_gbps, c.inter_node_bandwidth_gbps)}x "
-                   f"slower TP communication)", "parallel.tp",
+                   f"all-reduces cross {cost}", "parallel.tp",
                    related=("cluster.nvlink_domain_size",),
-                   fix=f"use tp in {show([x for x in divisors(dom)])} and more pp or cp",
-                   tp=p.tp, nvlink_domain_size=dom)
+                   fix=f"use tp in {{{show(ok)}}} and more pp or dp", tp=p.tp,
+                   nvlink_domain_size=dom)
     elif p.cp > 1 and (p.tp * p.cp > dom or dom % (p.tp * p.cp)):
+        ok = [x for x in divisors(dom // p.tp) if x > 1] if dom % p.tp == 0 else []
         yield diag(R.TP_CP_NVLINK,
                    f"tp*cp ({p.tp}*{p.cp} = {p.tp * p.cp}) does not fit the NVLink domain ({dom} "
-                   f"GPUs): context-parallel attention traffic crosses the "
-                   f"{c.inter_node_bandwidth_gbps:g} GB/s fabric", "parallel.cp",
+                   f"GPUs): context-parallel attention traffic crosses {cost}", "parallel.cp",
                    related=("parallel.tp", "cluster.nvlink_domain_size"),
-                   fix="reduce tp*cp to fit the NVLink domain, or accept inter-node CP traffic",
+                   fix=(f"use cp in {{{show(ok)}}} with tp={p.tp}, or accept inter-node CP traffic"
+                        if ok else "reduce tp*cp to fit the NVLink domain"),
                    tp=p.tp, cp=p.cp, nvlink_domain_size=dom)
-    if spec.model.num_experts and p.ep > 1 and (d.etp * p.ep > dom or dom % (d.etp * p.ep)):
+    if m.num_experts and p.ep > 1 and (d.etp * p.ep > dom or dom % (d.etp * p.ep)):
+        ok = [e for e in divisors(dom // d.etp) if m.num_experts % e == 0] \
+            if dom % d.etp == 0 else []
         yield diag(R.EP_NVLINK,
                    f"etp*ep ({d.etp}*{p.ep} = {d.etp * p.ep}) does not fit the NVLink domain ({dom} "
-                   f"GPUs): MoE token all-to-all crosses the {c.inter_node_bandwidth_gbps:g} GB/s "
-                   f"fabric", "parallel.ep", related=("parallel.etp", "cluster.nvlink_domain_size"),
-                   fix="keep etp*ep within the NVLink domain if the all-to-all dominates",
-                   etp=d.etp, ep=p.ep, nvlink_domain_size=dom)
+                   f"GPUs): MoE token all-to-all crosses {cost}", "parallel.ep",
+                   related=("parallel.etp", "cluster.nvlink_domain_size"),
+                   fix=(f"use ep in {{{show(ok)}}} (with etp={d.etp})" if ok else
+                        "use etp=1 and an ep dividing the NVLink domain") +
+                   " if the all-to-all dominates the step", etp=d.etp, ep=p.ep,
+                   nvlink_domain_size=dom)
+
+
+def _gbps(v: float | None) -> str:
+    return f"{v:g} GB/s" if v else "(unknown bandwidth)"
 
 
 def _slowdown(intra: float | None, inter: float | None) -> str:

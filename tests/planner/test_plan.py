@@ -1,0 +1,145 @@
+"""trainc plan: every returned layout compiles, constraints hold, the seeds' scenarios pick the
+parallelism they call for, and output is deterministic."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from trainc.compiler.pipeline import compile_spec
+from trainc.planner import plan_layouts, to_json
+
+SPECS = {
+    # seed 000: Llama-70B on 64 A100 (8 DGX nodes)
+    "llama70b_64xa100": """\
+defaults: [{model: llama2-70b}, {cluster: dgx-a100-80g}, _self_]
+name: p70
+cluster: {num_nodes: 8}
+training: {global_batch_size: 1024}
+""",
+    # seed 002: 128K-context Llama-3-70B on 512 H100
+    "llama3_70b_128k_512xh100": """\
+defaults: [{model: llama3-70b}, {cluster: dgx-h100}, _self_]
+name: p128k
+model: {seq_length: 131072, max_position_embeddings: 131072}
+cluster: {num_nodes: 64}
+training: {global_batch_size: 64}
+""",
+    # a 256-expert MoE on 256 H800 nodes
+    "dsv3_2048xh800": """\
+defaults: [{model: deepseek-v3-like}, {cluster: hgx-h800}, _self_]
+name: pds
+cluster: {num_nodes: 256}
+training: {global_batch_size: 15360}
+""",
+    "mixtral_deepspeed": """\
+defaults: [{model: llama2-7b}, {cluster: dgx-a100-80g}, _self_]
+name: pds7
+engine: deepspeed
+cluster: {num_nodes: 2}
+training: {global_batch_size: 256}
+""",
+}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    d = tmp_path_factory.mktemp("plan")
+    out = {}
+    for name, text in SPECS.items():
+        path = d / f"{name}.yaml"
+        path.write_text(text)
+        out[name] = (path, plan_layouts(path, top=5))
+    return out
+
+
+def test_every_candidate_compiles_clean(results, tmp_path):
+    import yaml
+
+    from trainc.planner import applied_spec
+
+    for name, (_, res) in results.items():
+        assert res.ok and res.planned, name
+        for i, p in enumerate(res.planned):
+            spec = tmp_path / f"{name}-{i}.yaml"
+            spec.write_text(yaml.safe_dump(applied_spec(p), sort_keys=False))
+            r = compile_spec(spec)
+            assert r.ok, (name, i, [d.message for d in r.diagnostics if d.is_error])
+
+
+def test_search_covers_a_large_space(results):
+    for name in ("llama70b_64xa100", "dsv3_2048xh800"):
+        res = results[name][1]
+        assert res.num_candidates_evaluated > 1000
+        assert res.num_candidates_considered >= res.num_candidates_evaluated
+
+
+def test_llama70b_on_64_a100_keeps_tp_in_the_node(results):
+    res = results["llama70b_64xa100"][1]
+    assert all(p.candidate.tp <= 8 for p in res.planned)
+
+
+def test_128k_context_uses_cp(results):
+    res = results["llama3_70b_128k_512xh100"][1]
+    assert res.planned[0].candidate.cp > 1
+
+
+def test_256_expert_moe_uses_ep(results):
+    res = results["dsv3_2048xh800"][1]
+    assert all(p.candidate.ep > 1 for p in res.planned)
+
+
+def test_constraints_are_respected(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(SPECS["llama70b_64xa100"] + "parallel: {pp: 2}\n")
+    res = plan_layouts(path, ["parallel.tp=4"], top=5)
+    assert res.planned
+    assert all(p.candidate.pp == 2 and p.candidate.tp == 4 for p in res.planned)
+
+
+def test_deepspeed_never_pairs_zero2_with_pp(results):
+    for p in results["mixtral_deepspeed"][1].planned:
+        assert not (p.candidate.zero >= 2 and p.candidate.pp > 1)
+
+
+def test_json_is_deterministic_across_processes(tmp_path):
+    path = tmp_path / "d.yaml"
+    path.write_text(SPECS["llama70b_64xa100"])
+    outs = []
+    for seed in ("1", "2"):
+        proc = subprocess.run([sys.executable, "-m", "trainc", "plan", str(path), "--format",
+                               "json", "--top", "3"], capture_output=True, text=True, check=True,
+                              env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"})
+        outs.append(proc.stdout)
+    assert outs[0] == outs[1]
+    data = json.loads(outs[0])
+    assert data["num_candidates_evaluated"] > 0
+    assert {"parallel", "training", "estimates"} <= set(data["candidates"][0])
+
+
+def test_apply_writes_a_spec_that_compiles(tmp_path):
+    path = tmp_path / "a.yaml"
+    path.write_text(SPECS["llama70b_64xa100"])
+    out = tmp_path / "applied.yaml"
+    proc = subprocess.run([sys.executable, "-m", "trainc", "plan", str(path), "--apply",
+                           str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    r = compile_spec(out)
+    assert r.ok, [d.message for d in r.diagnostics]
+
+
+def test_model_errors_are_reported(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(SPECS["llama70b_64xa100"] + "parallel: {tp: 6}\n")
+    proc = subprocess.run([sys.executable, "-m", "trainc", "plan", str(path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "TRC201" in proc.stderr or "no layout" in proc.stderr
+
+
+def test_to_json_shape(results):
+    data = to_json(results["llama70b_64xa100"][1])
+    c = data["candidates"][0]
+    assert set(c["parallel"]) >= {"tp", "pp", "vpp", "cp", "ep", "etp", "dp", "zero_stage"}
+    assert set(c["training"]) >= {"micro_batch_size", "recompute"}

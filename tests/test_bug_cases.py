@@ -1,0 +1,68 @@
+"""Every public misconfiguration report in ../shared/cases/ as a trainc spec
+(tests/specs/bug_cases/), with the verdict (reject -> error, warn -> warning, ok -> clean) on the
+right key. Cases a spec cannot express are documented in docs/bug_cases.md."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specs.kit import verdict
+from trainc.compiler.diagnostics import locate
+from trainc.compiler.load import load_spec
+from trainc.compiler.normalize import normalize
+from trainc.compiler.validate import validate
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES_DIR = ROOT / "tests" / "specs" / "bug_cases"
+EXPECT = yaml.safe_load((CASES_DIR / "expectations.yaml").read_text())
+SHARED = ROOT.parent / "shared" / "cases" / "bug_cases.yaml"
+DOC = ROOT / "docs" / "bug_cases.md"
+
+
+def _id(e: dict) -> str:
+    return e["case"] + (f" ({e['variant']})" if "variant" in e else "")
+
+
+def lint_file(path: Path, overrides: list[str]):
+    loaded = load_spec(path, overrides)
+    if loaded.spec is None:
+        return loaded.diagnostics
+    return locate(validate(normalize(loaded.spec)), loaded.where)
+
+
+@pytest.mark.parametrize("exp", EXPECT, ids=_id)
+def test_bug_case_verdict(exp: dict) -> None:
+    diags = lint_file(CASES_DIR / exp["spec"], exp.get("overrides", []))
+    shown = [(d.rule.id, d.severity.value, d.key, d.message) for d in diags]
+    assert verdict(diags) == exp["verdict"], shown
+    if exp["verdict"] == "ok":
+        if "info" in exp:
+            assert exp["info"] in {d.rule.id for d in diags}
+        return
+    sev = "error" if exp["verdict"] == "reject" else "warning"
+    hits = [d for d in diags if d.rule.id == exp["rule"] and d.key == exp["key"]]
+    assert hits, shown
+    d = hits[0]
+    assert d.severity.value == sev
+    assert d.fix, "a finding without a fix"
+    for text in exp.get("fix_contains", []):
+        assert text in d.fix, d.fix
+    for text in exp.get("message_contains", []):
+        assert text in d.message, d.message
+    if d.locations and d.locations[0].file and exp["verdict"] == "reject":
+        assert d.locations[0].file.endswith(".yaml") or d.locations[0].file == "<command line>"
+
+
+def test_every_shared_case_is_a_test_or_documented() -> None:
+    if not SHARED.exists():
+        pytest.skip("../shared/cases not present in this checkout")
+    shared = {c["id"] for c in yaml.safe_load(SHARED.read_text())["cases"]}
+    tested = {e["case"] for e in EXPECT}
+    documented = set(re.findall(r"^\| (BC-\d{3}) \|", DOC.read_text(), flags=re.M))
+    assert shared - tested - documented == set(), "cases neither tested nor documented"
+    assert tested | documented >= shared
+    assert documented >= shared, "docs/bug_cases.md must list every case (tested or not)"

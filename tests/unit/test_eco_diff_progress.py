@@ -1,0 +1,98 @@
+"""trainc diff (text and JSON, exit codes) and the progress helper."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainc.cli import main
+from trainc.ecosystem import progress as P
+from trainc.ecosystem.diff import change, compare, flatten, fmt_value
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = str(ROOT / "examples" / "llama2-70b-dgx-a100.yaml")
+
+
+def _diff_json(capsys, *args):
+    rc = main(["diff", EXAMPLE, EXAMPLE, *args, "--format", "json"])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def test_identical_specs(capsys):
+    rc, out = _diff_json(capsys)
+    assert rc == 0 and out["differences"] == [] and out["num_equal"] > 50
+    assert {row["key"] for row in out["summary"]} >= {"derived.dp", "derived.num_microbatches"}
+
+
+def test_overrides_apply_to_b_and_derived_values_follow(capsys):
+    rc, out = _diff_json(capsys, "parallel.pp=8", "parallel.tp=4", "training.global_batch_size=512")
+    assert rc == 0
+    diffs = {d["key"]: (d["a"], d["b"]) for d in out["differences"]}
+    assert diffs["parallel.pp"] == (4, 8)
+    assert diffs["derived.layers_per_stage"] == ([20] * 4, [10] * 8)
+    assert diffs["derived.num_microbatches"] == (512, 256)
+    assert "derived.pp" not in diffs  # only repeats parallel.pp
+    assert "derived.dp" not in diffs  # 64 / (4*8) == 64 / (8*4)
+
+
+def test_preset_change_and_estimates_if_present(capsys):
+    rc, out = _diff_json(capsys, "model=llama3-8b")
+    assert rc == 0
+    keys = [d["key"] for d in out["differences"]]
+    assert "presets.model" in keys and "model.vocab_size" in keys
+    assert keys.index("model.vocab_size") < keys.index("derived.padded_vocab_size")
+
+
+def test_errors_exit_2(capsys):
+    rc = main(["diff", EXAMPLE, EXAMPLE, "parallel.tp=3", "--format", "json"])
+    captured = capsys.readouterr()
+    assert rc == 2 and "TRC201" in captured.err
+    assert json.loads(captured.out)["b"]["ok"] is False
+    assert main(["diff", EXAMPLE]) == 2
+
+
+def test_text_table(capsys):
+    assert main(["diff", EXAMPLE, EXAMPLE, "parallel.pp=8"]) == 0
+    out = capsys.readouterr().out
+    assert "parallel.pp" in out and "summary" in out and "+100.0%" in out
+    assert main(["diff", EXAMPLE, EXAMPLE]) == 0
+    assert "no differences" in capsys.readouterr().out
+
+
+def test_flatten_compare_and_formatting():
+    a = {"spec": {"model": {"n": 1}, "launch": {"env": {"X": "1"}}}, "derived": {"dp": 2},
+         "estimates": {"memory_bytes": {"total": 2**31}}, "spec_hash": "x",
+         "diagnostics": [{"rule": "TRC209"}]}
+    b = {"spec": {"model": {"n": 1}, "launch": {"env": {}}}, "derived": {"dp": 4},
+         "estimates": {}, "spec_hash": "y", "diagnostics": []}
+    assert flatten(a)["launch.env"] == {"X": "1"} and "spec_hash" not in flatten(a)
+    diffs, same = compare(a, b)
+    assert [d["key"] for d in diffs] == ["launch.env", "derived.dp",
+                                         "estimates.memory_bytes.total", "diagnostics"]
+    assert diffs[2]["b"] is None
+    assert same == {"model.n": 1}
+    assert fmt_value("estimates.memory_bytes.total", 2**31) == "2.00 GiB"
+    assert fmt_value("estimates.pipeline_bubble_fraction", 0.125) == "12.5%"
+    assert change(2, 3) == "+50.0%" and change("a", "b") == ""
+    assert fmt_value("derived.layers_per_stage", [20, 20]) == "[20, 20]"
+    assert fmt_value("estimates.rank_map.first_node", [{"rank": i} for i in range(8)]) == "[8 items]"
+
+
+def test_progress_is_a_noop_without_a_tty(monkeypatch):
+    monkeypatch.delenv("TRAINC_NO_PROGRESS", raising=False)
+    assert not P.enabled()  # pytest captures stdout: not a TTY
+    with P.progress("work", total=3) as advance:
+        advance()
+        advance(2, description="done")
+    assert list(P.track(range(3), "items")) == [0, 1, 2]
+
+
+def test_progress_draws_on_a_tty(monkeypatch):
+    pytest.importorskip("rich")
+    monkeypatch.setattr(P, "enabled", lambda disable=False: not disable)
+    assert list(P.track(range(5), "items")) == list(range(5))
+    with P.progress("spinner") as advance:
+        advance(description="step")
+    monkeypatch.undo()
+    monkeypatch.setenv("TRAINC_NO_PROGRESS", "1")
+    assert not P.enabled()

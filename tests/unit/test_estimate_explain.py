@@ -1,0 +1,33 @@
+"""`trainc explain`: tables on stdout, exit codes like lint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainc.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = str(ROOT / "examples" / "llama2-70b-dgx-a100.yaml")
+
+
+def test_explain_prints_every_table(capsys):
+    assert main(["explain", EXAMPLE, "--ranks", "12"]) == 0
+    out = capsys.readouterr().out
+    for title in ("layout", "memory per GPU", "communication per GPU", "collectives", "time",
+                  "rank map"):
+        assert title in out
+    assert "first 12 of 64 ranks" in out
+    assert "MFU" in out and "tp 8 x cp 1 x dp 2 x pp 4" in out
+
+
+def test_explain_spec_error_exits_2(capsys):
+    assert main(["explain", EXAMPLE, "parallel.tp=3"]) == 2
+    err = capsys.readouterr().err
+    assert "error[" in err
+
+
+def test_explain_memory_error_still_shows_tables(capsys):
+    # does not fit (TRC401 error): exit 2 like lint, but the tables explain why
+    assert main(["explain", EXAMPLE, "cluster.gpu_memory_gib=16"]) == 2
+    captured = capsys.readouterr()
+    assert "TRC401" in captured.err and "memory per GPU" in captured.out

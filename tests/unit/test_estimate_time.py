@@ -1,0 +1,108 @@
+"""Pipeline bubble (seed 002 §2.3.2), FLOPs (megatron_rules.md §4.4 golden FLOPs/iter), step time,
+tokens/s and MFU."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from trainc.compiler.estimate.bubble import bubble_fraction
+from trainc.compiler.estimate.flops import megatron_flops
+
+from test_estimate_memory import make_spec, run  # noqa: E402
+
+
+def test_bubble_seed_values():
+    assert bubble_fraction(4, 8) == pytest.approx(3 / 11)  # seed 002 §2.3.2: 27.3 %
+    assert bubble_fraction(4, 16) == pytest.approx(3 / 19)
+    assert bubble_fraction(4, 8, vpp=2) == pytest.approx(3 / 19)  # (p-1)/(v*m+p-1)
+    assert bubble_fraction(1, 1) == 0.0
+
+
+def test_bubble_decreases_with_microbatches_and_vpp():
+    vals = [bubble_fraction(8, m) for m in (1, 2, 8, 64)]
+    assert vals == sorted(vals, reverse=True) and all(0 <= v < 1 for v in vals)
+    assert bubble_fraction(8, 16, 4) < bubble_fraction(8, 16, 2) < bubble_fraction(8, 16, 1)
+
+
+GOLDEN_FLOPS = [  # megatron_rules.md §4.4, global batch 128
+    (dict(seq=8192, h=4096, a=32, g=8, d=128, f=14336, V=128256, L=32, swiglu=True), 5.3971e16),
+    (dict(seq=2048, h=12288, a=96, g=96, d=128, f=49152, V=51200, L=96, swiglu=False), 2.7838e17),
+    (dict(seq=4096, h=4096, a=32, g=8, d=128, f=14336, V=32000, L=32, swiglu=True,
+          num_moe_layers=32, f_e=14336, topk=2), 4.1789e16),
+    (dict(seq=8192, h=8192, a=64, g=8, d=128, f=28672, V=128256, L=80, swiglu=True), 4.7104e17),
+    (dict(seq=4096, h=4096, a=32, g=32, d=128, f=16384, V=50304, L=32, swiglu=False), 2.2603e16),
+]
+
+
+@pytest.mark.parametrize(("cfg", "flops"), GOLDEN_FLOPS)
+def test_megatron_flops_golden(cfg, flops):
+    assert float(f"{megatron_flops(batch=128, **cfg):.4e}") == flops
+
+
+def test_dense_mha_sanity_formula():
+    # megatron_rules.md §4.5: F = 72 B s L h^2 (1 + s/(12h) + V/(12 h L)) for MHA, f = 4h, GELU
+    Bt, s, L, h, V = 8, 2048, 24, 2048, 51200
+    f = megatron_flops(batch=Bt, seq=s, h=h, a=16, g=16, d=128, f=4 * h, V=V, L=L, swiglu=False)
+    assert f == pytest.approx(72 * Bt * s * L * h * h * (1 + s / (12 * h) + V / (12 * h * L)))
+
+
+def test_plan_flops_and_time_are_consistent():
+    plan = run(make_spec(nodes=2))
+    e, d = plan["estimates"], plan["derived"]
+    assert e["flops_per_step"] == pytest.approx(
+        megatron_flops(batch=16, seq=8192, h=4096, a=32, g=8, d=128, f=14336,
+                       V=d["padded_vocab_size"], L=32, swiglu=True), rel=1e-5)
+    assert e["hardware_flops_per_step"] > e["flops_per_step"]  # selective recompute
+    peak = 312e12
+    mfu = e["flops_per_step"] / (e["step_time_seconds"] * d["world_size"] * peak)
+    assert e["mfu"] == pytest.approx(mfu, rel=1e-4)
+    assert 0 < e["mfu"] <= 0.5  # bounded by compute_efficiency
+    assert e["tokens_per_second"] == pytest.approx(16 * 8192 / e["step_time_seconds"], rel=1e-4)
+    assert e["step_time_seconds"] >= e["compute_seconds"]
+    assert math.isclose(e["pipeline_bubble_fraction"], 1 / (d["num_microbatches"] + 1), rel_tol=1e-5)
+
+
+def test_overlap_and_efficiency_move_step_time():
+    base = run(make_spec(nodes=2))["estimates"]["step_time_seconds"]
+    s = make_spec(nodes=2)
+    s.cluster.comm_overlap = 1.0
+    hidden = run(s)["estimates"]
+    assert hidden["step_time_seconds"] < base
+    s.cluster.compute_efficiency = 1.0
+    assert run(s)["estimates"]["step_time_seconds"] < hidden["step_time_seconds"]
+
+
+# Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using
+# Megatron-LM", Table 1: GPT models on A100-80GB (DGX A100, 8 x HDR per node), TP 8, full activation
+# recomputation, 163 TFLOP/s per GPU counted with their formula
+# 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) (executed FLOPs, recompute included), s = 2048, V = 51200.
+PUBLISHED = [  # (layers, hidden, heads, pp, gpus = batch, TFLOP/s per GPU)
+    (96, 12288, 96, 16, 1536, 163),
+    (128, 25600, 160, 64, 3072, 163),
+]
+
+
+@pytest.mark.parametrize(("L", "h", "a", "pp", "gpus", "tflops"), PUBLISHED)
+def test_published_megatron_throughput_is_predicted(L, h, a, pp, gpus, tflops):
+    from trainc.schemas import Activation, Normalization, Recompute
+
+    s, V = 2048, 51200
+    flops = 96 * gpus * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
+    published_step_seconds = flops / (tflops * 1e12 * gpus)
+    spec = make_spec(nodes=gpus // 8, model__num_layers=L, model__hidden_size=h,
+                     model__num_attention_heads=a, model__num_query_groups=a,
+                     model__ffn_hidden_size=4 * h, model__vocab_size=V, model__seq_length=s,
+                     model__activation=Activation.gelu, model__normalization=Normalization.layernorm,
+                     model__untie_embeddings_and_output_weights=False, parallel__tp=8,
+                     parallel__pp=pp, parallel__sequence_parallel=False, parallel__zero_stage=0,
+                     training__global_batch_size=gpus, training__recompute=Recompute.full)
+    # Stated error: with the default compute_efficiency (0.5) the prediction is conservative,
+    # 25-40 % slower than measured (the measured run reached ~0.7 of peak on its GEMMs); with
+    # compute_efficiency 0.7 it is within 10 %.
+    ratio = run(spec)["estimates"]["step_time_seconds"] / published_step_seconds
+    assert 1.25 <= ratio <= 1.40
+    spec.cluster.compute_efficiency = 0.7
+    ratio = run(spec)["estimates"]["step_time_seconds"] / published_step_seconds
+    assert abs(ratio - 1) <= 0.10

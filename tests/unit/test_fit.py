@@ -1,0 +1,62 @@
+"""TRC401 memory-fits-gpu and TRC402 pipeline-bubble-high: rejects / allows pairs, facts as data."""
+
+from __future__ import annotations
+
+from trainc.compiler.estimate.driver import plan_and_estimate
+from trainc.compiler.validate import validate
+from trainc.compiler.validate.fit import check_fit, fitting_changes
+from trainc.schemas import Recompute
+
+from test_estimate_memory import make_spec  # noqa: E402
+
+
+def fit_diags(spec):
+    nspec, _, plan = plan_and_estimate(spec)
+    assert plan is not None
+    return nspec, plan, list(check_fit(nspec, plan))
+
+
+def test_memory_fit_allows_small_model():
+    _, _, diags = fit_diags(make_spec(nodes=1))
+    assert [d for d in diags if d.rule.id == "TRC401"] == []
+
+
+def test_memory_fit_rejects_and_suggests_valid_fitting_changes():
+    # Llama-3-8B-like, tp 1 pp 1 dp 8, plain DDP (18 B/param = 135 GiB): does not fit 80 GiB
+    spec = make_spec(parallel__tp=1, parallel__pp=1, parallel__zero_stage=0,
+                     training__recompute=Recompute.none)
+    nspec, plan, diags = fit_diags(spec)
+    [d] = [d for d in diags if d.rule.id == "TRC401"]
+    assert d.is_error and d.key == "cluster.gpu_memory_gib"
+    assert d.facts["memory_bytes"] > d.facts["budget_bytes"] == int(76 * 2**30)
+    assert d.fix.startswith("cheapest changes that fit") and d.edits
+    cands, fit = fitting_changes(nspec)
+    assert fit and all(c["total"] <= c["budget"] for c in cands)
+    # the first suggestion, applied, passes validation and fits
+    applied = make_spec(parallel__tp=1, parallel__pp=1, parallel__zero_stage=0,
+                        training__recompute=Recompute.none)
+    for k, v in cands[0]["edits"].items():
+        sect, key = k.split(".")
+        setattr(getattr(applied, sect), key, v)
+    n2, diags2, plan2 = plan_and_estimate(applied)
+    assert plan2 is not None and not any(x.is_error for x in validate(n2))
+    assert plan2["estimates"]["memory_bytes"]["total"] <= plan2["estimates"]["memory_budget_bytes"]
+
+
+def test_bubble_warning_rejects_and_allows():
+    # pp 2, gbs 2 -> 1 micro-batch: bubble 1/2
+    _, _, diags = fit_diags(make_spec(training__global_batch_size=1, nodes=1, parallel__tp=4))
+    [d] = [d for d in diags if d.rule.id == "TRC402"]
+    assert d.severity.value == "warning"
+    assert d.facts["bubble"] == 0.5 and d.facts["pp"] == 2
+    assert d.edits == {"training.global_batch_size": 3}  # 3 micro-batches -> bubble 1/4
+    _, _, ok = fit_diags(make_spec(training__global_batch_size=12, nodes=1, parallel__tp=4))
+    assert [d for d in ok if d.rule.id == "TRC402"] == []
+
+
+def test_memory_fit_verdict_without_suggestions():
+    spec = make_spec(parallel__tp=1, parallel__pp=1, parallel__zero_stage=0,
+                     training__recompute=Recompute.none)
+    nspec, _, plan = plan_and_estimate(spec)
+    [d] = [d for d in check_fit(nspec, plan, suggest=False) if d.rule.id == "TRC401"]
+    assert d.is_error and d.edits == {}

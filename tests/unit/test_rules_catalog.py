@@ -1,0 +1,240 @@
+"""Every rule of the catalog has a reject case and an allow case, asserted as data (rule id, key).
+
+The allow case differs from the reject case only in the field(s) the rule is about, so the pair
+pins the rule's boundary. TRC4xx (resource fit) rules are tested with the estimates.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specs.kit import find, lint_cfg
+from trainc.compiler import rules as R
+from trainc.compiler.load import load_spec
+
+MOE = {"model.num_experts": 8, "model.moe_router_topk": 2}
+DS = {"engine": "deepspeed"}
+BIG = {"model.num_layers": 32, "model.hidden_size": 8192}
+
+# rule id -> (changes that trigger it, changes that do not, expected key)
+SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
+    "TRC006": ({"parallel.tp": 0}, {"parallel.tp": 1}, "parallel.tp"),
+    "TRC101": ({"parallel.pp": 3}, {"parallel.pp": 4}, "parallel.pp"),
+    "TRC102": ({"parallel.dp": 1}, {"parallel.dp": 2}, "parallel.dp"),
+    "TRC103": ({**MOE, "parallel.ep": 2, "parallel.dp": 1},
+               {**MOE, "parallel.ep": 2, "parallel.dp": 2}, "parallel.dp"),
+    "TRC104": ({**MOE, "parallel.ep": 8}, {**MOE, "parallel.ep": 2}, "parallel.ep"),
+    "TRC105": ({"cluster.num_nodes": 2, "cluster.gpus_per_node": 4, "parallel.tp": 8,
+                "parallel.pp": 1},
+               {"cluster.num_nodes": 2, "cluster.gpus_per_node": 4, "parallel.tp": 4,
+                "parallel.pp": 2}, "parallel.tp"),
+    "TRC106": ({"cluster.nvlink_domain_size": 2, "parallel.cp": 2, "parallel.pp": 1},
+               {"cluster.nvlink_domain_size": 4, "parallel.cp": 2, "parallel.pp": 1},
+               "parallel.cp"),
+    "TRC107": ({**MOE, "cluster.nvlink_domain_size": 4, "parallel.tp": 1, "parallel.pp": 1,
+                "parallel.ep": 8},
+               {**MOE, "cluster.nvlink_domain_size": 4, "parallel.tp": 1, "parallel.pp": 1,
+                "parallel.ep": 4}, "parallel.ep"),
+    "TRC108": ({"parallel.dp": 8}, {"parallel.dp": 2}, "parallel.dp"),
+    "TRC201": ({"model.num_attention_heads": 12, "model.num_query_groups": 12,
+                "model.hidden_size": 768, "parallel.tp": 8, "parallel.pp": 1},
+               {"model.num_attention_heads": 12, "model.num_query_groups": 12,
+                "model.hidden_size": 768, "parallel.tp": 4, "parallel.pp": 1}, "parallel.tp"),
+    "TRC202": ({"model.num_attention_heads": 12, "model.num_query_groups": 3,
+                "model.hidden_size": 768},
+               {"model.num_attention_heads": 12, "model.num_query_groups": 6,
+                "model.hidden_size": 768}, "parallel.tp"),
+    "TRC203": ({"model.ffn_hidden_size": 2049}, {"model.ffn_hidden_size": 2050},
+               "parallel.tp"),
+    "TRC204": ({**MOE, "model.moe_ffn_hidden_size": 1025},
+               {**MOE, "model.moe_ffn_hidden_size": 1026}, "parallel.etp"),
+    "TRC205": ({**MOE, "model.num_experts": 6, "parallel.pp": 1, "parallel.ep": 4,
+                "parallel.etp": 1},
+               {**MOE, "model.num_experts": 8, "parallel.pp": 1, "parallel.ep": 4,
+                "parallel.etp": 1}, "parallel.ep"),
+    "TRC206": ({**MOE, "model.num_experts": 4, "model.moe_router_topk": 5},
+               {**MOE, "model.num_experts": 4, "model.moe_router_topk": 4},
+               "model.moe_router_topk"),
+    "TRC207": ({"model.num_query_groups": 3, "parallel.tp": 1, "parallel.pp": 1},
+               {"model.num_query_groups": 4, "parallel.tp": 1, "parallel.pp": 1},
+               "model.num_query_groups"),
+    "TRC208": ({"model.hidden_size": 500}, {"model.hidden_size": 504}, "model.hidden_size"),
+    "TRC209": ({"model.vocab_size": 32001}, {"model.vocab_size": 32256}, "model.vocab_size"),
+    "TRC210": ({"model.num_layers": 9}, {"model.num_layers": 10}, "parallel.pp"),
+    "TRC211": ({"parallel.vpp": 3}, {"parallel.vpp": 2}, "parallel.vpp"),
+    "TRC212": ({"parallel.pipeline_first_stage_layers": 3,
+                "parallel.pipeline_last_stage_layers": 3},
+               {"parallel.pipeline_first_stage_layers": 3,
+                "parallel.pipeline_last_stage_layers": 5},
+               "parallel.pipeline_first_stage_layers"),
+    "TRC213": ({"parallel.pp": 1, "parallel.vpp": 2}, {"parallel.pp": 2, "parallel.vpp": 2},
+               "parallel.vpp"),
+    "TRC214": ({"training.global_batch_size": 15}, {"training.global_batch_size": 14},
+               "training.global_batch_size"),
+    "TRC215": ({"training.global_batch_size": 2}, {"training.global_batch_size": 4},
+               "training.global_batch_size"),
+    "TRC216": ({"parallel.vpp": 2, "training.global_batch_size": 6},
+               {"parallel.vpp": 2, "training.global_batch_size": 8},
+               "training.global_batch_size"),
+    "TRC217": ({"parallel.cp": 2, "parallel.pp": 1, "model.seq_length": 1026},
+               {"parallel.cp": 2, "parallel.pp": 1, "model.seq_length": 1032},
+               "model.seq_length"),
+    "TRC218": ({"model.seq_length": 1025}, {"model.seq_length": 1026}, "model.seq_length"),
+    "TRC219": ({"model.max_position_embeddings": 1023},
+               {"model.max_position_embeddings": 1024}, "model.max_position_embeddings"),
+    "TRC220": ({"parallel.tp": 4, "parallel.pp": 1, "parallel.cp": 2,
+                "parallel.cp_comm_type": "a2a", "model.num_query_groups": 4},
+               {"parallel.tp": 4, "parallel.pp": 1, "parallel.cp": 2,
+                "parallel.cp_comm_type": "a2a", "model.num_query_groups": 8},
+               "parallel.cp_comm_type"),
+    "TRC221": ({"model.num_query_groups": 1}, {"model.num_query_groups": 2}, "parallel.tp"),
+    "TRC301": ({"parallel.tp": 1, "parallel.sequence_parallel": True},
+               {"parallel.tp": 1, "parallel.sequence_parallel": False},
+               "parallel.sequence_parallel"),
+    "TRC302": ({**MOE, "parallel.sequence_parallel": False},
+               {**MOE, "parallel.sequence_parallel": True}, "parallel.sequence_parallel"),
+    "TRC303": ({"parallel.vpp": 2}, {"parallel.vpp": 1}, "parallel.vpp"),
+    "TRC304": ({**DS, "parallel.zero_stage": 2}, {**DS, "parallel.zero_stage": 1},
+               "parallel.zero_stage"),
+    "TRC305": ({**DS, "parallel.pp": 1, "parallel.zero_stage": 2,
+                "training.offload_param": "cpu"},
+               {**DS, "parallel.pp": 1, "parallel.zero_stage": 3,
+                "training.offload_param": "cpu"}, "training.offload_param"),
+    "TRC306": ({"training.offload_optimizer": "cpu"},
+               {**DS, "parallel.pp": 1, "training.offload_optimizer": "cpu"},
+               "training.offload_optimizer"),
+    "TRC307": ({"parallel.zero_stage": 2}, {"parallel.zero_stage": 1}, "parallel.zero_stage"),
+    "TRC308": ({"training.recompute": "selective", "training.recompute_method": "block"},
+               {"training.recompute": "full", "training.recompute_method": "block"},
+               "training.recompute_method"),
+    "TRC309": ({"training.recompute": "full", "training.recompute_num_layers": 5},
+               {"training.recompute": "full", "training.recompute_num_layers": 4},
+               "training.recompute_num_layers"),
+    "TRC312": ({"parallel.ep": 2}, {**MOE, "parallel.ep": 2}, "parallel.ep"),
+    "TRC313": ({**DS, "parallel.pp": 1, "parallel.cp": 2}, {**DS, "parallel.pp": 1},
+               "parallel.cp"),
+    "TRC315": ({**MOE, "model.moe_layer_freq": 9}, {**MOE, "model.moe_layer_freq": 8},
+               "model.moe_layer_freq"),
+    "TRC318": ({"training.min_lr": 1.0}, {"training.min_lr": 3.0e-4}, "training.min_lr"),
+    "TRC319": ({"launch.device": "cpu", "training.precision": "fp16"},
+               {"launch.device": "cpu", "training.precision": "bf16"}, "training.precision"),
+    "TRC320": ({**DS, "parallel.pp": 1, "parallel.zero_stage": 0,
+                "training.offload_optimizer": "cpu"},
+               {**DS, "parallel.pp": 1, "parallel.zero_stage": 1,
+                "training.offload_optimizer": "cpu"}, "training.offload_optimizer"),
+    "TRC321": ({**DS, "parallel.pp": 1, "training.offload_optimizer": "nvme"},
+               {**DS, "parallel.pp": 1, "training.offload_optimizer": "nvme",
+                "training.nvme_path": "/local/nvme"}, "training.nvme_path"),
+    "TRC322": ({**DS, "parallel.pp": 2}, {**DS, "parallel.pp": 1}, "training.micro_batch_size"),
+    "TRC004": ({"cluster.gpu": "a100-80"}, {"cluster.gpu": "a100-80g"}, "cluster.gpu"),
+    "TRC003": ({"cluster.gpu": "custom", "cluster.gpu_memory_gib": None},
+               {"cluster.gpu": "custom", "cluster.gpu_memory_gib": 80.0,
+                "cluster.peak_tflops": 100.0, "cluster.intra_node_bandwidth_gbps": 100.0,
+                "cluster.inter_node_bandwidth_gbps": 10.0}, "cluster.gpu_memory_gib"),
+    "TRC501": ({"name": "my job!"}, {"name": "my-job_1.0"}, "name"),
+    "TRC502": ({"launch.time_limit": "4h"}, {"launch.time_limit": "1-04:00:00"},
+               "launch.time_limit"),
+    "TRC503": ({"launch.entrypoint": "megatron-lm"},
+               {"launch.entrypoint": "megatron-lm", "launch.megatron_lm_path": "/opt/Megatron-LM"},
+               "launch.megatron_lm_path"),
+    "TRC504": ({"launch.env": {"BAD-NAME": "1"}}, {"launch.env": {"GOOD_NAME": "1"}},
+               "launch.env.BAD-NAME"),
+    "TRC505": ({"launch.env": {"CUDA_DEVICE_MAX_CONNECTIONS": "8"}},
+               {"launch.env": {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}},
+               "launch.env.CUDA_DEVICE_MAX_CONNECTIONS"),
+    "TRC506": ({**BIG, "launch.device": "cpu"}, {**BIG, "launch.device": "cpu",
+                                                 "launch.shrink": True}, "launch.shrink"),
+    "TRC507": ({"launch.env": {"CUDA_VISIBLE_DEVICES": "2,3"}},
+               {"launch.env": {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}},
+               "launch.env.CUDA_VISIBLE_DEVICES"),
+    "TRC508": ({"cluster.num_nodes": 2, "launch.env": {"NCCL_SOCKET_IFNAME": "lo"}},
+               {"cluster.num_nodes": 2, "launch.env": {"NCCL_SOCKET_IFNAME": "ib0"}},
+               "launch.env.NCCL_SOCKET_IFNAME"),
+    "TRC509": ({"launch.env": {"MASTER_ADDR": "localhost"}}, {"launch.env": {"NCCL_DEBUG": "WARN"}},
+               "launch.env.MASTER_ADDR"),
+}
+
+SPEC_YAML = """\
+name: loader-case
+model:
+  num_layers: 8
+  hidden_size: 512
+  num_attention_heads: 8
+  vocab_size: 32000
+  seq_length: 1024
+cluster:
+  num_nodes: 1
+  gpu: a100-80g
+parallel:
+  tp: 2
+training:
+  global_batch_size: 16
+"""
+
+# rule id -> (spec text, overrides) for reject, the same for allow, expected key
+LOADER_CASES: dict[str, tuple[tuple[str, list[str]], tuple[str, list[str]], str]] = {
+    "TRC000": ((SPEC_YAML + "  bad: [\n", []), (SPEC_YAML, []), "<file>"),
+    "TRC001": ((SPEC_YAML.replace("tp: 2", "tp: two"), []), (SPEC_YAML, []), "parallel.tp"),
+    "TRC002": ((SPEC_YAML.replace("tp: 2", "tpp: 2"), []), (SPEC_YAML, []), "parallel.tpp"),
+    "TRC003": ((SPEC_YAML.replace("  num_layers: 8\n", ""), []), (SPEC_YAML, []),
+               "model.num_layers"),
+    "TRC004": ((SPEC_YAML, ["model=llama9"]), (SPEC_YAML, ["model=llama2-7b"]), "model"),
+    "TRC005": ((SPEC_YAML, ["parallel.tp=[1"]), (SPEC_YAML, ["parallel.tp=1"]),
+               "<command line>"),
+}
+
+
+def _loader_diags(tmp_path: Path, text: str, overrides: list[str]):
+    f = tmp_path / "spec.yaml"
+    f.write_text(text)
+    return load_spec(f, overrides).diagnostics
+
+
+@pytest.mark.parametrize("rule_id", sorted(SPEC_CASES))
+def test_spec_rule_rejects(rule_id: str) -> None:
+    reject, _allow, key = SPEC_CASES[rule_id]
+    found = find(lint_cfg(**reject), rule_id)
+    assert found, f"{rule_id} not reported for {reject}"
+    assert key in {d.key for d in found}, [d.key for d in found]
+    for d in found:
+        assert d.severity.value == R.RULES_BY_ID[rule_id].severity
+        if d.is_error:
+            assert d.fix, f"{rule_id} error without a fix"
+
+
+@pytest.mark.parametrize("rule_id", sorted(SPEC_CASES))
+def test_spec_rule_allows(rule_id: str) -> None:
+    _reject, allow, _key = SPEC_CASES[rule_id]
+    assert not find(lint_cfg(**allow), rule_id)
+
+
+@pytest.mark.parametrize("rule_id", sorted(LOADER_CASES))
+def test_loader_rule_rejects(rule_id: str, tmp_path: Path) -> None:
+    (text, ov), _allow, key = LOADER_CASES[rule_id]
+    found = find(_loader_diags(tmp_path, text, ov), rule_id)
+    assert found and key in {d.key for d in found}, [(d.rule.id, d.key) for d in found]
+
+
+@pytest.mark.parametrize("rule_id", sorted(LOADER_CASES))
+def test_loader_rule_allows(rule_id: str, tmp_path: Path) -> None:
+    _reject, (text, ov), _key = LOADER_CASES[rule_id]
+    assert not find(_loader_diags(tmp_path, text, ov), rule_id)
+
+
+def test_every_rule_has_a_reject_and_an_allow_case() -> None:
+    covered = set(SPEC_CASES) | set(LOADER_CASES)
+    missing = [r.id for r in R.ALL_RULES if not r.id.startswith("TRC4") and r.id not in covered]
+    assert not missing, f"rules without a reject/allow pair: {missing}"
+
+
+def test_catalog_ids_are_unique_and_well_formed() -> None:
+    import re
+
+    for r in R.ALL_RULES:
+        assert re.fullmatch(r"TRC\d{3}", r.id)
+        assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", r.name)
+        assert r.severity in ("error", "warning", "info")
+    assert len({r.name for r in R.ALL_RULES}) == len(R.ALL_RULES)

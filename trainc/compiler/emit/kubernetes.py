@@ -1,0 +1,174 @@
+"""``pytorchjob.yaml``: the job as a Kubeflow training-operator PyTorchJob (``kubeflow.org/v1``).
+
+One pod per node (``Master`` replica 1 + ``Worker`` replicas num_nodes - 1), ``nprocPerNode`` =
+gpus_per_node, ``nvidia.com/gpu`` requests and limits when ``launch.device`` is cuda, ``plan.json``
+mounted at ``/trainc/plan.json`` from the ConfigMap ``<job>-plan``, ``launch.env`` as
+environment, ``/dev/shm`` as a memory-backed volume (NCCL and data loaders need more than the
+container runtime's 64 MiB default), and ``activeDeadlineSeconds`` from ``launch.time_limit``.
+
+The plan travels in a ConfigMap made from the ``plan.json`` next to this file (the header says
+how), not inside it: the job then depends on the spec only, and plan.json stays the single copy
+of the plan (estimates and diagnostics change without touching this file).
+
+Every pod runs the same worker as ``torchrun.sh``: ``torchrun -m trainc.launch.worker --plan
+/trainc/plan.json --save DIR``, DIR = ``launch.save_dir`` (a path on a volume you mount, e.g. by
+editing the template) or else ``/checkpoints``, an emptyDir that is lost with the pod. The training operator sets ``PET_NNODES``, ``PET_NPROC_PER_NODE``,
+``PET_NODE_RANK``, ``PET_MASTER_ADDR`` and ``PET_MASTER_PORT`` in each pod, which torchrun reads
+as the defaults of its rendezvous flags.
+
+The image is ``launch.container_image``; without one the job names :data:`PLACEHOLDER_IMAGE`
+(which cannot be pulled: set the key to an image with trainc and its ``[worker]`` extra).
+The artifact is empty for ``launch.entrypoint: megatron-lm`` (run that through ``sbatch.sh``).
+Built as dicts and dumped with ``yaml.safe_dump(sort_keys=True)``: byte-for-byte deterministic.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+from trainc.compiler.emit.render import header as render_header
+
+#: Image used when ``launch.container_image`` is null (a reserved, unpullable name).
+PLACEHOLDER_IMAGE = "registry.example.invalid/trainc-worker:set-launch.container_image"
+PLAN_MOUNT = "/trainc"
+#: Checkpoint directory when ``launch.save_dir`` is null: an emptyDir, lost with the pod.
+CHECKPOINT_MOUNT = "/checkpoints"
+WORKER_COMMAND = ("torchrun", "-m", "trainc.launch.worker", "--plan", f"{PLAN_MOUNT}/plan.json")
+_NOT_DNS = re.compile(r"[^a-z0-9-]+")
+
+
+class _Dumper(yaml.SafeDumper):
+    """yaml.safe_dump without anchors and aliases (the Master and Worker templates are equal)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def k8s_name(name: str, max_len: int = 48) -> str:
+    """A job name usable as a Kubernetes DNS-1035 label prefix (the operator appends
+    ``-master-0`` / ``-worker-N`` to it for pods and services).
+
+    >>> k8s_name("Llama2_70B.pretrain")
+    'llama2-70b-pretrain'
+    """
+    text = _NOT_DNS.sub("-", name.lower()).strip("-")
+    if not text or not text[0].isalpha():
+        text = "trainc-" + text
+    return text[:max_len].rstrip("-")
+
+
+def time_limit_seconds(time_limit: str) -> int | None:
+    """Slurm-style ``[D-]HH:MM:SS`` (or ``M``, ``M:S``, ``D-H[:M]``) in seconds; None if it is not
+    one of those forms.
+
+    >>> time_limit_seconds("04:00:00"), time_limit_seconds("1-2"), time_limit_seconds("30")
+    (14400, 93600, 1800)
+    """
+    days, _, rest = time_limit.rpartition("-")
+    try:
+        parts = [int(x) for x in rest.split(":")]
+        d = int(days) if days else None
+    except ValueError:
+        return None
+    if d is not None:
+        h, m, s = (parts + [0, 0])[:3]
+        return ((d * 24 + h) * 60 + m) * 60 + s
+    if len(parts) == 1:
+        return parts[0] * 60
+    if len(parts) == 2:
+        return parts[0] * 60 + parts[1]
+    return (parts[0] * 60 + parts[1]) * 60 + parts[2]
+
+
+def _pod_template(plan: dict[str, Any], job: str) -> dict[str, Any]:
+    spec = plan["spec"]
+    launch, cluster = spec["launch"], spec["cluster"]
+    env = [{"name": k, "value": str(v)} for k, v in sorted(launch["env"].items())]
+    container: dict[str, Any] = {
+        "name": "pytorch",  # the container name the training operator looks for
+        "image": launch["container_image"] or PLACEHOLDER_IMAGE,
+        "imagePullPolicy": "IfNotPresent",
+        "command": [*WORKER_COMMAND, "--save", launch["save_dir"] or CHECKPOINT_MOUNT],
+        "ports": [{"name": "pytorchjob-port", "containerPort": int(launch["master_port"])}],
+        "volumeMounts": [
+            {"name": "plan", "mountPath": PLAN_MOUNT, "readOnly": True},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+        ],
+    }
+    volumes: list[dict[str, Any]] = [
+        {"name": "plan", "configMap": {"name": f"{job}-plan"}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+    ]
+    if not launch["save_dir"]:
+        container["volumeMounts"].append({"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT})
+        volumes.append({"name": "checkpoints", "emptyDir": {}})
+    if env:
+        container["env"] = env
+    if launch["device"] == "cuda":
+        gpus = str(cluster["gpus_per_node"])
+        container["resources"] = {"limits": {"nvidia.com/gpu": gpus},
+                                  "requests": {"nvidia.com/gpu": gpus}}
+    return {
+        "metadata": {"labels": {"app.kubernetes.io/name": "trainc",
+                                "app.kubernetes.io/instance": job}},
+        "spec": {
+            "containers": [container],
+            "volumes": volumes,
+        },
+    }
+
+
+def pytorchjob_dict(plan: dict[str, Any], *, elastic: bool = False) -> dict[str, Any]:
+    """The PyTorchJob object. ``elastic``: torchrun's c10d rendezvous with an ``elasticPolicy``
+    (min = max = num_nodes: the layout fixes the world size; failed pods restart up to 3 times),
+    all pods as ``Worker`` replicas, as the operator's elastic examples do."""
+    spec = plan["spec"]
+    job = k8s_name(spec["name"])
+    nodes = int(spec["cluster"]["num_nodes"])
+    template = _pod_template(plan, job)
+    replicas: dict[str, Any] = {}
+    if elastic:
+        replicas["Worker"] = {"replicas": nodes, "restartPolicy": "OnFailure",
+                              "template": template}
+    else:
+        replicas["Master"] = {"replicas": 1, "restartPolicy": "OnFailure", "template": template}
+        if nodes > 1:
+            replicas["Worker"] = {"replicas": nodes - 1, "restartPolicy": "OnFailure",
+                                  "template": template}
+    run_policy: dict[str, Any] = {"cleanPodPolicy": "None", "backoffLimit": 3}
+    deadline = time_limit_seconds(str(spec["launch"]["time_limit"]))
+    if deadline:
+        run_policy["activeDeadlineSeconds"] = deadline
+    job_spec: dict[str, Any] = {
+        "nprocPerNode": str(spec["cluster"]["gpus_per_node"]),
+        "pytorchReplicaSpecs": replicas,
+        "runPolicy": run_policy,
+    }
+    if elastic:
+        job_spec["elasticPolicy"] = {"rdzvBackend": "c10d", "minReplicas": nodes,
+                                     "maxReplicas": nodes, "maxRestarts": 3}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": job, "labels": {"app.kubernetes.io/name": "trainc",
+                                             "trainc/spec-hash": plan["spec_hash"][:16]}},
+        "spec": job_spec,
+    }
+
+
+def pytorchjob(plan: dict[str, Any], *, elastic: bool = False) -> dict[str, str]:
+    """``{"pytorchjob.yaml": text}`` (empty for ``launch.entrypoint: megatron-lm``)."""
+    if plan["spec"]["launch"].get("entrypoint", "trainc") != "trainc":
+        return {}
+    job = k8s_name(plan["spec"]["name"])
+    header = (render_header(plan) +
+              "# Run from this folder on a cluster with the Kubeflow training operator:\n"
+              f"#   kubectl create configmap {job}-plan --from-file=plan.json --dry-run=client "
+              "-o yaml | kubectl apply -f -\n"
+              "#   kubectl apply -f pytorchjob.yaml\n")
+    body = yaml.dump(pytorchjob_dict(plan, elastic=elastic), Dumper=_Dumper, sort_keys=True,
+                     default_flow_style=False, width=100)
+    return {"pytorchjob.yaml": header + body}

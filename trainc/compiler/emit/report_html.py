@@ -1,0 +1,157 @@
+"""``report.html``: a self-contained page (inline CSS and SVG, no scripts, no network) with the
+layout, an SVG timeline of the pipeline schedule, memory bars per stage, the communication table,
+the time model and the first node's rank map. Every number comes from ``plan.json``.
+
+The markup is well-formed XML (XHTML-compatible) so tests can parse it with ElementTree.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from trainc.compiler.estimate.rankmap import rank_row
+from trainc.compiler.estimate.schedule import simulate
+
+GiB = 2**30
+COLORS = {"params": "#4e79a7", "grads": "#f28e2b", "optimizer": "#e15759",
+          "activations": "#76b7b2", "F": "#5b8ff9", "B": "#5ad8a6", "idle": "#eeeeee"}
+CSS = ("body{font-family:system-ui,sans-serif;margin:24px;color:#222}"
+       "table{border-collapse:collapse;margin:8px 0 20px}"
+       "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right;font-size:13px}"
+       "th{background:#f4f4f4}h1{font-size:22px}h2{font-size:17px;margin-top:28px}"
+       ".note{color:#666;font-size:12px}")
+
+
+def _table(head: list[str], rows: list[list[Any]]) -> str:
+    h = "".join(f"<th>{escape(str(x))}</th>" for x in head)
+    body = "".join("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in r) + "</tr>"
+                   for r in rows)
+    return f"<table><tr>{h}</tr>{body}</table>"
+
+
+def timeline_svg(p: int, m: int, v: int, width: int = 960) -> tuple[str, int]:
+    """SVG of the simulated schedule (first ``m`` micro-batches) and the number of ops drawn."""
+    ops = simulate(p, m, v)
+    span = max(o.end for o in ops)
+    left, row_h, top = 70, 26, 22
+    scale = (width - left - 10) / span
+    h = top + p * row_h + 30
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" '
+             f'role="img" aria-label="pipeline timeline">']
+    for s in range(p):
+        y = top + s * row_h
+        parts.append(f'<rect x="{left}" y="{y}" width="{span * scale:.1f}" height="{row_h - 4}" '
+                     f'fill="{COLORS["idle"]}"/>')
+        parts.append(f'<text x="4" y="{y + 16}" font-size="12">stage {s}</text>')
+    for o in ops:
+        x, w = left + o.start * scale, (o.end - o.start) * scale
+        y = top + o.stage * row_h
+        label = f"{o.kind}{o.microbatch}" + (f".{o.chunk}" if v > 1 else "")
+        parts.append(f'<rect class="op" x="{x:.1f}" y="{y}" width="{max(w - 0.6, 0.5):.1f}" '
+                     f'height="{row_h - 4}" fill="{COLORS[o.kind]}"><title>{label} stage '
+                     f'{o.stage}</title></rect>')
+        if w > 22:
+            parts.append(f'<text x="{x + 2:.1f}" y="{y + 15}" font-size="10">{label}</text>')
+    y = top + p * row_h + 16
+    parts.append(f'<text x="{left}" y="{y}" font-size="11">time (forward = 1 unit, backward = 2)'
+                 f' - grey: idle</text></svg>')
+    return "".join(parts), len(ops)
+
+
+def memory_svg(stages: list[dict[str, int]], budget: int, width: int = 960) -> str:
+    """Stacked horizontal bars per stage, with the budget as a red line."""
+    left, row_h, top = 70, 24, 10
+    peak = max([budget] + [s["total"] for s in stages]) or 1
+    scale = (width - left - 80) / peak
+    h = top + len(stages) * row_h + 40
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" '
+             f'role="img" aria-label="memory per stage">']
+    for i, s in enumerate(stages):
+        y, x = top + i * row_h, float(left)
+        parts.append(f'<text x="4" y="{y + 15}" font-size="12">stage {s["stage"]}</text>')
+        for k in ("params", "grads", "optimizer", "activations"):
+            w = s[k] * scale
+            parts.append(f'<rect class="mem" x="{x:.1f}" y="{y}" width="{w:.1f}" '
+                         f'height="{row_h - 6}" fill="{COLORS[k]}"><title>{k} '
+                         f'{s[k] / GiB:.2f} GiB</title></rect>')
+            x += w
+        parts.append(f'<text x="{x + 4:.1f}" y="{y + 14}" font-size="11">'
+                     f'{s["total"] / GiB:.1f} GiB</text>')
+    bx = left + budget * scale
+    parts.append(f'<line x1="{bx:.1f}" y1="{top - 4}" x2="{bx:.1f}" '
+                 f'y2="{top + len(stages) * row_h}" stroke="#d00" stroke-width="2"/>')
+    ly = top + len(stages) * row_h + 22
+    lx = left
+    for k in ("params", "grads", "optimizer", "activations"):
+        parts.append(f'<rect x="{lx}" y="{ly - 10}" width="12" height="12" fill="{COLORS[k]}"/>'
+                     f'<text x="{lx + 16}" y="{ly}" font-size="11">{k}</text>')
+        lx += 110
+    parts.append(f'<text x="{lx}" y="{ly}" font-size="11" fill="#d00">budget '
+                 f'{budget / GiB:.1f} GiB</text></svg>')
+    return "".join(parts)
+
+
+def report_html(plan: dict[str, Any]) -> dict[str, str]:
+    """``report.html`` (empty dict when the plan carries no estimates)."""
+    e = plan.get("estimates") or {}
+    if not e:
+        return {}
+    s, d = plan["spec"], plan["derived"]
+    p, v, m = d["pp"], d["vpp"], d["num_microbatches"]
+    shown = min(m, max(2 * p, 8) if v == 1 else p * max(2, min(m // p, 3)))
+    svg, _ = timeline_svg(p, shown, v)
+    layout = [["world", d["world_size"]], ["tp", d["tp"]], ["pp", d["pp"]], ["vpp", v],
+              ["cp", d["cp"]], ["dp", d["dp"]], ["ep", d["ep"]], ["etp", d["etp"]],
+              ["expert_dp", d["expert_dp"]], ["micro-batches", m],
+              ["layers per stage", ", ".join(map(str, d["layers_per_stage"]))]]
+    mem_rows = [[r["stage"], r["layers"]] + [f"{r[k] / GiB:.2f}" for k in
+                ("params", "grads", "optimizer", "activations", "total")]
+                for r in e["memory_per_stage"]]
+    comm_rows = [[a, f"{b / GiB:.2f}", e["comm_seconds_per_step"][a]]
+                 for a, b in e["comm_bytes_per_step"].items()]
+    col_rows = [[c["axis"], c["name"], c["group_size"], c["count"], f"{c['sent_bytes'] / GiB:.2f}",
+                 f"{c['received_bytes'] / GiB:.2f}", c["bandwidth_gbps"], c["seconds"]]
+                for c in e["comm_collectives"]]
+    time_rows = [["model FLOPs / step", f"{e['flops_per_step']:.4e}"],
+                 ["compute (s)", e["compute_seconds"]],
+                 ["exposed communication (s)", e["exposed_comm_seconds"]],
+                 ["pipeline bubble", f"{100 * e['pipeline_bubble_fraction']:.2f} %"],
+                 ["step time (s)", e["step_time_seconds"]],
+                 ["tokens / s", e["tokens_per_second"]], ["MFU", f"{100 * e['mfu']:.1f} %"]]
+    gpn = s["cluster"]["gpus_per_node"]
+    rank_rows = []
+    for r in range(min(gpn, d["world_size"], 72)):
+        row = rank_row(d, r, gpn, max_members=8)
+        g = row["groups"]
+        rank_rows.append([r, row["node"], row["tp"], row["cp"], row["dp"], row["pp"], row["ep"],
+                          *(",".join(map(str, g[k]["ranks"])) + ("…" if g[k]["size"] > 8 else "")
+                            for k in ("tp", "dp_cp", "pp", "ep"))])
+    diags = [[x["severity"], x["rule"], x["message"]] for x in plan.get("diagnostics", [])]
+    body = (
+        f"<h1>{escape(s['name'])}: {escape(s['engine'])} training plan</h1>"
+        f'<p class="note">generated by trainc {escape(plan["trainc_version"])} from spec '
+        f'{escape(plan["spec_hash"][:16])}; do not edit: change the spec and run trainc compile '
+        "again</p>"
+        "<h2>Layout</h2>" + _table(["key", "value"], layout)
+        + f"<h2>Pipeline schedule ({'interleaved ' if v > 1 else ''}1F1B)</h2>"
+        f'<p class="note">first {shown} of {m} micro-batches; bubble fraction of the real step '
+        f"{100 * e['pipeline_bubble_fraction']:.2f} %</p>" + svg
+        + "<h2>Memory per GPU</h2>" + memory_svg(e["memory_per_stage"], e["memory_budget_bytes"])
+        + _table(["stage", "layers", "params GiB", "grads GiB", "optimizer GiB",
+                  "activations GiB", "total GiB"], mem_rows)
+        + "<h2>Communication per GPU per step</h2>"
+        + _table(["axis", "sent+received GiB", "seconds"], comm_rows)
+        + _table(["axis", "collective", "group", "ops", "sent GiB", "received GiB", "GB/s",
+                  "seconds"], col_rows)
+        + "<h2>Time</h2>" + _table(["quantity", "value"], time_rows)
+        + "<h2>Rank map (first node, order tp-cp-ep-dp-pp)</h2>"
+        + _table(["rank", "node", "tp", "cp", "dp", "pp", "ep", "TP group", "DPxCP group",
+                  "PP group", "EP group"], rank_rows)
+        + ("<h2>Diagnostics</h2>" + _table(["severity", "rule", "message"], diags)
+           if diags else ""))
+    html = ('<!DOCTYPE html>\n<html xmlns="http://www.w3.org/1999/xhtml" lang="en"><head>'
+            '<meta charset="utf-8"/>'
+            f"<title>{escape(s['name'])} - trainc report</title><style>{CSS}</style></head>"
+            f"<body>{body}</body></html>\n")
+    return {"report.html": html}

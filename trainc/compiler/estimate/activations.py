@@ -1,0 +1,157 @@
+"""Activation memory per GPU (bytes), from Korthikanti et al. 2022, "Reducing Activation
+Recomputation in Large Transformer Models" (§4, Table 2), generalised to GQA, SwiGLU, CP and MoE.
+
+Per layer and micro-batch, 2-byte activations, sequence ``s``, micro batch ``b``, hidden ``h``:
+
+* attention block ``11sbh + 5as^2b``: LN output (QKV input) ``2sbh``, Q and K ``4sbh``, softmax
+  ``2as^2b``, its dropout mask ``as^2b`` and output ``2as^2b``, V ``2sbh``, O-projection input
+  ``2sbh``, dropout mask ``sbh``. With GQA the K and V tensors are ``g*d`` wide, Q and O ``a*d``:
+  ``3sbh + 4sb*a*d + 4sb*g*d`` (= 11sbh when ``g*d = a*d = h``).
+* MLP ``19sbh`` for GELU with ``f = 4h``: input ``2sbh``, fc1 output ``2sbf``, GELU output ``2sbf``,
+  dropout mask ``sbh`` -> ``3sbh + 4sbf``. SwiGLU's fc1 output is ``2f`` wide (gate and up) and the
+  gated product ``f`` wide -> ``3sbh + 6sbf`` (our correction; Megatron's estimator keeps ``4f``).
+* two LayerNorm inputs ``4sbh``. Total ``34sbh + 5as^2b`` for GPT-style models.
+
+Tensor parallelism shards everything except ``10sbh`` (LN inputs, the attention and MLP inputs and
+the two dropout masks); sequence parallelism shards those too, so all terms are ``/t``. Selective
+recompute drops the ``5as^2b`` term (recomputes the attention core). Full recompute keeps only each
+layer's input (``2sbh``, ``/t`` with SP) plus one recompute unit's working set. With fused (flash)
+attention, ``cluster.flash_attention`` (default, as Megatron-Core with Transformer Engine), no
+configuration stores the ``5as^2b`` term: only fp32 softmax statistics ``4asb/t`` when the attention
+core is not recomputed (Megatron's own estimator also assumes flash). Context parallelism
+divides ``s`` by ``cp`` (each rank holds ``s/cp`` tokens of every sequence; seed 002 §3.1).
+
+MoE layers (not in the paper; uniform routing assumed): each rank's ``k`` token copies are held
+permuted (``2h``), through the expert MLP (``6 f_e`` SwiGLU, ``4 f_e`` GELU, divided by etp but
+with tokens gathered over etp) and un-permuted (``2h``); router logits in fp32 (``4E``).
+
+Pipeline: 1F1B stage ``r`` holds ``min(p - r, m)`` micro-batches in flight (seed 002 §2.3.1);
+the interleaved schedule holds ``(2(p - r - 1) + (v - 1)p + 1)`` chunk-micro-batches of ``1/v``
+stage each (Megatron ``get_pp_rank_microbatches`` warm-up + 1), i.e. ``p(1 + (p-1)/(pv))`` stages'
+worth on the first stage, Megatron's interleaving factor (seed 002 §2.2.2 calls interleaved
+peak memory "comparable to 1F1B"; Megatron-Core's schedule holds this much more: we follow it). Embedding (first stage): int64 token
+ids ``8sb`` and the embedding-dropout mask ``sbh`` per in-flight micro-batch; output (last stage):
+``4sbh/t (1 + V/h)`` for one micro-batch (Korthikanti §4.3: final LN output and fp32 logits).
+"""
+
+from __future__ import annotations
+
+import math
+
+from trainc.compiler.estimate.params import is_moe_layer, stage_layer_indices
+from trainc.schemas import Activation, Precision, Recompute, RecomputeMethod, TrainSpec
+
+
+def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, sp: bool = False,
+                            selective: bool = False) -> float:
+    """The paper's Table 2 (GPT MHA, GELU, ``f = 4h``), one layer, one micro-batch.
+
+    >>> korthikanti_layer_bytes(2048, 1, 12288, 96) == 2048 * 12288 * (34 + 5 * 96 * 2048 / 12288)
+    True
+    >>> korthikanti_layer_bytes(2048, 1, 12288, 96, 8, sp=True, selective=True) / (2048 * 12288 / 8)
+    34.0
+    """
+    sbh = s * b * h
+    score = 0.0 if selective else 5 * a * s * s * b / t
+    if sp:
+        return 34 * sbh / t + score
+    return sbh * (10 + 24 / t) + score
+
+
+def dense_layer_bytes(*, s: float, b: int, h: int, a: int, g: int, d: int, f: int, t: int,
+                      sp: bool, swiglu: bool, with_scores: bool) -> float:
+    """One dense layer, one micro-batch, our GQA/SwiGLU generalisation of Table 2 (2-byte
+    activations). ``s`` is the per-rank sequence (``seq / cp``).
+
+    >>> dense_layer_bytes(s=2048, b=1, h=4096, a=32, g=32, d=128, f=16384, t=1, sp=False,
+    ...                   swiglu=False, with_scores=False) == 34 * 2048 * 4096
+    True
+    """
+    tsp = t if sp else 1
+    kv_per_rank = max(g / t, 1.0) * d  # g < t: each rank keeps one replicated KV head
+    replicated = 10 * s * b * h
+    sharded = s * b * (4 * a * d / t + 4 * kv_per_rank) + (6 if swiglu else 4) * s * b * f / t
+    # unfused attention keeps softmax, its dropout mask and output (5as^2b); a fused (flash) kernel
+    # keeps only the fp32 log-sum-exp per head and token (4as b) for its backward
+    scores = 5 * a * s * s * b / t if with_scores else 0.0
+    return replicated / tsp + sharded + scores
+
+
+def moe_mlp_extra_bytes(*, s: float, b: int, h: int, t: int, sp: bool, etp: int, topk: int,
+                        f_e: int, f_s: int, num_experts: int, swiglu: bool) -> float:
+    """MoE layer: bytes that replace the dense MLP's ``(4|6)sbf/t`` term (uniform routing)."""
+    tsp = t if sp else 1
+    c = 6 if swiglu else 4
+    tokens = topk * s * b / tsp  # token copies this rank dispatches = receives on average
+    routed = tokens * (2 * h * etp + c * f_e + 2 * h)
+    shared = c * s * b * f_s / t
+    router = 4 * s * b * num_experts / tsp
+    return routed + shared + router
+
+
+def inflight_microbatches(p: int, r: int, m: int, v: int) -> float:
+    """Micro-batches' worth of stage activations stage ``r`` holds at its peak.
+
+    >>> [inflight_microbatches(4, r, 8, 1) for r in range(4)]
+    [4, 3, 2, 1]
+    >>> inflight_microbatches(4, 0, 8, 2)  # p * (1 + (p-1)/(p*v)) = 5.5
+    5.5
+    """
+    if v <= 1:
+        return min(p - r, m)
+    chunks = min(2 * (p - r - 1) + (v - 1) * p + 1, m * v)
+    return chunks / v
+
+
+def stage_activation_bytes(spec: TrainSpec, plan: dict) -> list[float]:
+    """Activation bytes per GPU on every PP stage at its peak."""
+    m, d, tr = spec.model, plan["derived"], spec.training
+    t, c, p, v = d["tp"], d["cp"], d["pp"], d["vpp"]
+    sp = bool(d["sequence_parallel"])
+    tsp = t if sp else 1
+    s, b, h = m.seq_length / c, tr.micro_batch_size, m.hidden_size
+    a = m.num_attention_heads
+    swiglu = m.activation is Activation.swiglu
+    common = dict(s=s, b=b, h=h, a=a, g=m.num_query_groups or a, d=m.kv_channels or h // a,
+                  t=t, sp=sp, swiglu=swiglu)
+    f = m.ffn_hidden_size or 4 * h
+    moe_delta = 0.0
+    if m.num_experts:
+        moe_delta = moe_mlp_extra_bytes(
+            s=s, b=b, h=h, t=t, sp=sp, etp=d["etp"], topk=m.moe_router_topk,
+            f_e=m.moe_ffn_hidden_size or f, f_s=m.moe_shared_expert_intermediate_size or 0,
+            num_experts=m.num_experts, swiglu=swiglu) - (6 if swiglu else 4) * s * b * f / t
+
+    def layer(moe: bool, scores: bool) -> float:
+        base = dense_layer_bytes(f=f, with_scores=scores and not flash, **common)
+        return base + (lse if scores and flash else 0.0) + (moe_delta if moe else 0.0)
+
+    scale = 2.0 if tr.precision is Precision.fp32 else 1.0
+    flash = spec.cluster.flash_attention
+    lse = 4 * a * s * b / t  # fused attention's softmax statistics (fp32), kept per layer
+
+    M = d["num_microbatches"]
+    out = []
+    for r, idx in enumerate(stage_layer_indices(d["layers_per_stage"], v)):
+        moe_flags = [is_moe_layer(spec, i) for i in idx]
+        inflight = inflight_microbatches(p, r, M, v)
+        if tr.recompute is Recompute.full:
+            n = max(tr.recompute_num_layers or 1, 1)
+            ckpt = 2 * s * b * h / tsp
+            if tr.recompute_method is RecomputeMethod.block:
+                stored = sum(ckpt if k < n * v else layer(fl, True)
+                             for k, fl in enumerate(moe_flags))  # first n per chunk (approx.)
+            else:
+                stored = math.ceil(len(idx) / n) * ckpt
+            working = max((layer(fl, True) for fl in moe_flags), default=0.0) * min(n, len(idx))
+            per_stage = stored * inflight + working
+        else:
+            scores = tr.recompute is Recompute.none
+            per_stage = sum(layer(fl, scores) for fl in moe_flags) * inflight
+        extra = 0.0
+        if r == 0:
+            extra += (8 * s * b + s * b * h / tsp) * inflight  # token ids + embedding dropout mask
+        if r == p - 1:
+            extra += 4 * s * b * h / tsp + 4 * s * b * d["padded_vocab_size"] / t  # logits
+        out.append((per_stage + extra) * scale)
+    return out

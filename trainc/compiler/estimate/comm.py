@@ -1,0 +1,244 @@
+"""Communication per GPU per optimizer step, by parallel axis and collective.
+
+Volumes (bytes one GPU *sends*; for the symmetric collectives it receives the same amount), for a
+tensor of ``D`` bytes over ``n`` ranks with the ring / pairwise algorithms NCCL uses (seed 000
+"分布式训练中的通信原语", seed 003 §5.1.3):
+
+* all-reduce ``2(n-1)/n * D``; all-gather and reduce-scatter ``(n-1)/n * D`` (D = the full tensor);
+* all-to-all ``(n-1)/n * D`` (D = this rank's local tensor); p2p: the tensor itself.
+
+The plan reports ``sent + received`` (the contract's ``comm_bytes_per_step``); time uses the larger
+direction over the link's one-direction bandwidth. Seed corrections (the right value is tested):
+
+* seed 002 §1.6 counts an SP all-gather as "send ``D/N`` (64 MiB) + receive ``(N-1)D/N`` (192 MiB)
+  = 256 MiB"; every rank's shard must reach ``N - 1`` peers, so a rank also *sends* ``(N-1)D/N``:
+  sent + received is 384 MiB, 1536 MiB per layer forward (seed: 1 GiB);
+* seed 002 §3.3 gives CP all-gather 512 MiB forward: it counts the full gathered K, V including the
+  rank's own shard; the received volume is ``(c-1)/c`` of it: 256 MiB forward, 512 MiB in total at
+  CP = 2, the same as the ring (an all-gather *is* ``c - 1`` ring steps);
+* seed 002 §3.4.3 computes one Ulysses all-to-all as ``(1/2)*2*4096*64*128*2 = 33,554,432`` B
+  (32 MiB); the product is 67,108,864 B (64 MiB), so a2a moves 256 MiB forward and 512 MiB in
+  total at CP = 2 (not 128 / 256): at CP = 2 all three variants move the same bytes, and a2a's
+  ``(c-1)/c`` beats the ring's ``c-1`` from CP = 3 on;
+* seed 002 §5.5 has ZeRO-1 "All-Reduce the updated parameters (4Psi)"; updated shards are
+  all-gathered (``(n-1)/n x 2Psi``), the same total as its §5.4 table (RS + AG = one all-reduce);
+* seed 002 §6.8 says ZeRO-3 moves ``8Psi`` bytes; its own §5.4 table (and the ZeRO paper, 1.5x DP)
+  gives ``6Psi`` (two parameter all-gathers + one gradient reduce-scatter of ``2Psi`` bytes each).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trainc.compiler.estimate.memory import megatron_bytes_per_param
+from trainc.compiler.estimate.params import StageParams, is_moe_layer, stage_layer_indices
+from trainc.schemas import CpCommType, Precision, Recompute, TrainSpec
+
+AXES = ("tp", "cp", "ep", "pp", "dp")
+
+
+def all_reduce_bytes(n: int, full: float) -> float:
+    """Ring all-reduce, bytes each rank sends: ``2(n-1)/n * D``."""
+    return 2 * (n - 1) / n * full if n > 1 else 0.0
+
+
+def all_gather_bytes(n: int, full: float) -> float:
+    """All-gather (or reduce-scatter) of a ``full``-byte result, bytes each rank sends.
+
+    >>> all_gather_bytes(4, 2 * 8192 * 8192 * 2) / 2**20  # seed 002 §1.6: received 192 MiB
+    192.0
+    """
+    return (n - 1) / n * full if n > 1 else 0.0
+
+
+def all_to_all_bytes(n: int, local: float) -> float:
+    """All-to-all of a ``local``-byte tensor, bytes each rank sends.
+
+    >>> all_to_all_bytes(8, 2 * 8192 * 2 * 8192 * 2) / 2**20  # seed 002 §4.6 EP dispatch
+    448.0
+    """
+    return (n - 1) / n * local if n > 1 else 0.0
+
+
+@dataclass
+class Collective:
+    """One kind of collective on one GPU, summed over the step."""
+
+    axis: str
+    name: str
+    group_size: int
+    sent_bytes: float = 0.0
+    received_bytes: float = 0.0
+    count: int = 0
+    crosses_nodes: bool = False
+    bandwidth_gbps: float = 0.0
+    seconds: float = 0.0
+
+    def add(self, sent: float, received: float | None = None, times: int = 1) -> None:
+        """Add ``times`` operations of ``sent`` bytes (received defaults to sent)."""
+        self.sent_bytes += sent * times
+        self.received_bytes += (sent if received is None else received) * times
+        self.count += times
+
+
+@dataclass
+class StageComm:
+    """All collectives of one pipeline stage's GPU."""
+
+    collectives: dict[str, Collective] = field(default_factory=dict)
+
+    def get(self, axis: str, name: str, n: int) -> Collective:
+        """The record for (axis, name), created on first use."""
+        key = f"{axis}:{name}"
+        if key not in self.collectives:
+            self.collectives[key] = Collective(axis, name, n)
+        return self.collectives[key]
+
+    def bytes_by_axis(self) -> dict[str, float]:
+        """sent + received bytes per axis."""
+        out = dict.fromkeys(AXES, 0.0)
+        for c in self.collectives.values():
+            out[c.axis] += c.sent_bytes + c.received_bytes
+        return out
+
+    def seconds_by_axis(self) -> dict[str, float]:
+        """Seconds per axis (sum of its collectives)."""
+        out = dict.fromkeys(AXES, 0.0)
+        for c in self.collectives.values():
+            out[c.axis] += c.seconds
+        return out
+
+
+def cp_layer_bytes(kind: CpCommType, c: int, q_bytes: float, kv_bytes: float) -> float:
+    """CP bytes one rank sends per layer per micro-batch, forward + backward (seed 002 §3).
+
+    ``q_bytes``: this rank's Q (= O) slice; ``kv_bytes``: its K and V slices together.
+    Ring (p2p): ``c-1`` K/V blocks forward and as many dK/dV backward. all_gather: the same volume
+    (all-gather forward, reduce-scatter backward). a2a: Q, K, V, O each ``(c-1)/c`` both ways.
+
+    >>> kv = 2 * 2 * 4096 * 8192 * 2; q = kv / 2  # B=2, S_local=4096, H=8192 (MHA)
+    >>> [cp_layer_bytes(k, 2, q, kv) / 2**20 for k in CpCommType]  # p2p, all_gather, a2a
+    [512.0, 512.0, 512.0]
+    """
+    if c <= 1:
+        return 0.0
+    if kind is CpCommType.a2a:
+        return 2 * all_to_all_bytes(c, 2 * q_bytes + kv_bytes)
+    return 2 * (c - 1) * kv_bytes
+
+
+def stage_comm(spec: TrainSpec, plan: dict, stages: list[StageParams]) -> list[StageComm]:
+    """Collectives per GPU of every PP stage for one optimizer step (bytes; seconds filled by
+    :func:`time_collectives`)."""
+    m, d, tr = spec.model, plan["derived"], spec.training
+    t, c, p, v, e, etp = d["tp"], d["cp"], d["pp"], d["vpp"], d["ep"], d["etp"]
+    M = d["num_microbatches"]
+    sp = bool(d["sequence_parallel"])
+    eb = 4 if tr.precision is Precision.fp32 else 2
+    s, b, h = m.seq_length / c, tr.micro_batch_size, m.hidden_size
+    a, g = m.num_attention_heads, m.num_query_groups or m.num_attention_heads
+    dh = m.kv_channels or h // a
+    act = b * s * h * eb  # the tensor TP collectives act on (per CP rank)
+    passes = 2 + (1 if tr.recompute is Recompute.full else 0)  # fwd (+ recomputed fwd) + bwd
+    out = []
+    for r, idx in enumerate(stage_layer_indices(d["layers_per_stage"], v)):
+        sc = StageComm()
+        n_moe = sum(is_moe_layer(spec, i) for i in idx)
+        n_dense = len(idx) - n_moe
+        if t > 1:  # TP: one all-reduce-equivalent (SP: all-gather + reduce-scatter) per block
+            blocks = 2 * n_dense + n_moe * (2 if etp > 1 else 1)
+            unit = all_reduce_bytes(t, act)
+            name = "all_gather+reduce_scatter" if sp else "all_reduce"
+            sc.get("tp", name, t).add(unit, times=blocks * passes * M)
+            ends = (r == 0) + (r == p - 1)
+            if ends:
+                sc.get("tp", "embedding/output " + name, t).add(unit, times=ends * M)
+        if c > 1:
+            q_b = b * s * (a / t) * dh * eb
+            kv_b = 2 * b * s * max(g / t, 1) * dh * eb
+            per = cp_layer_bytes(spec.parallel.cp_comm_type, c, q_b, kv_b)
+            per *= passes / 2
+            sc.get("cp", spec.parallel.cp_comm_type.value, c).add(per, times=len(idx) * M)
+        if e > 1 and n_moe:
+            tokens = b * s / (t if sp else 1)
+            a2a = all_to_all_bytes(e, m.moe_router_topk * tokens * h * eb)
+            sc.get("ep", "dispatch+combine all_to_all", e).add(a2a, times=2 * passes * n_moe * M)
+        if p > 1:
+            pb = b * s * h * eb / (t if sp else 1)
+            sent = recv = 0
+            for j in range(v):
+                q = j * p + r
+                first, last = q == 0, q == v * p - 1
+                sent += (not last) + (not first)  # activation forward, gradient backward
+                recv += (not first) + (not last)
+            col = sc.get("pp", "p2p", 2)
+            col.add(pb * sent * M, pb * recv * M)
+            col.count = (sent + recv) * M
+        _dp(spec, plan, sc, stages[r])
+        out.append(sc)
+    return out
+
+
+def zero_dp_bytes(num_params: float, n: int, stage: int, num_microbatches: int = 1,
+                  elem_bytes: int = 2) -> float:
+    """DeepSpeed data-parallel bytes one rank sends per step (seed 002 §5.4 table).
+
+    ZeRO-0: gradient all-reduce; 1: reduce-scatter + parameter all-gather (same volume);
+    2: gradient reduce-scatter every micro-batch + one all-gather; 3: forward and backward
+    parameter all-gathers and a gradient reduce-scatter every micro-batch.
+
+    >>> P = 175e9; [round(zero_dp_bytes(P, 10**6, s) / (2 * P), 3) for s in range(4)]  # x 2Psi
+    [2.0, 2.0, 2.0, 3.0]
+    """
+    grad = all_gather_bytes(n, num_params * elem_bytes)
+    if stage == 0:
+        return 2 * grad
+    if stage in (1, 2):
+        return grad * (num_microbatches if stage == 2 else 1) + grad
+    return 3 * grad * num_microbatches
+
+
+def _dp(spec: TrainSpec, plan: dict, sc: StageComm, sp_: StageParams) -> None:
+    d = plan["derived"]
+    n, n_e = d["dp"] * d["cp"], d["expert_dp"]
+    if spec.engine.name == "deepspeed":
+        if n > 1:
+            stage = spec.parallel.zero_stage
+            eb = 4 if spec.training.precision is Precision.fp32 else 2
+            sent = zero_dp_bytes(sp_.total, n, stage, d["num_microbatches"], eb)
+            sc.get("dp", f"zero{stage} reduce/gather", n).add(sent)
+        return
+    pb, gb, _ = megatron_bytes_per_param(spec.training.precision)
+    for group, params, kind in ((n, sp_.dense, "dense"), (n_e, sp_.expert, "expert")):
+        if group <= 1 or params <= 0:
+            continue
+        if d["distributed_optimizer"]:
+            sc.get("dp", f"{kind} grad reduce_scatter", group).add(
+                all_gather_bytes(group, params * gb))
+            sc.get("dp", f"{kind} param all_gather", group).add(
+                all_gather_bytes(group, params * pb))
+        else:
+            sc.get("dp", f"{kind} grad all_reduce", group).add(all_reduce_bytes(group, params * gb))
+
+
+#: collective axis -> rank-map group kind whose span decides the bandwidth
+_GROUP_OF_AXIS = {"tp": "tp", "cp": "cp", "ep": "ep", "pp": "pp", "dp": "dp_cp"}
+
+
+def time_collectives(spec: TrainSpec, comms: list[StageComm], crosses: dict[str, bool]) -> None:
+    """Fill ``seconds``: larger direction / (bandwidth x comm_efficiency); the bandwidth is the
+    inter-node one when the axis' group leaves an NVLink domain (from the rank map)."""
+    cl = spec.cluster
+    eff = cl.comm_efficiency if cl.comm_efficiency and cl.comm_efficiency > 0 else 1.0
+    intra = cl.intra_node_bandwidth_gbps or 0.0
+    inter = cl.inter_node_bandwidth_gbps or 0.0
+    for sc in comms:
+        for col in sc.collectives.values():
+            kind = _GROUP_OF_AXIS[col.axis]
+            if col.axis == "dp" and col.name.startswith("expert"):
+                kind = "expert_dp"
+            col.crosses_nodes = bool(crosses.get(kind, True))
+            bw = inter if col.crosses_nodes else intra
+            col.bandwidth_gbps = bw
+            vol = max(col.sent_bytes, col.received_bytes)
+            col.seconds = vol / (bw * 1e9 * eff) if bw > 0 else 0.0

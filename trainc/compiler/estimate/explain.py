@@ -1,0 +1,121 @@
+"""``trainc explain``: the plan's layout, memory, communication, time and rank map as Rich tables.
+
+Rendering only (no arithmetic beyond unit conversion): every number comes from ``plan.json``
+(``derived`` and ``estimates``); rank rows are computed on demand from the rank map, a bounded
+number of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainc.compiler.estimate.rankmap import rank_row
+
+GiB = 2**30
+
+
+def _gib(x: float) -> str:
+    return f"{x / GiB:,.2f}"
+
+
+def _group(g: dict[str, Any], limit: int = 4) -> str:
+    ranks = g["ranks"][:limit]
+    more = g["size"] - len(ranks)
+    return ",".join(map(str, ranks)) + (f",… ({g['size']})" if more > 0 else "")
+
+
+def explain_tables(plan: dict[str, Any], max_ranks: int | None = None) -> list[Any]:
+    """Rich renderables for a compiled plan (imports Rich lazily)."""
+    from rich.table import Table
+
+    s, d, e = plan["spec"], plan["derived"], plan["estimates"]
+    out: list[Any] = []
+
+    lay = Table(title=f"layout: {s['name']} ({s['engine']})", show_header=False)
+    lay.add_column("key", style="bold")
+    lay.add_column("value")
+    rows = [
+        ("world", f"{d['world_size']} = {s['cluster']['num_nodes']} nodes x "
+                  f"{s['cluster']['gpus_per_node']} GPUs ({s['cluster']['gpu']})"),
+        ("dense grid", f"tp {d['tp']} x cp {d['cp']} x dp {d['dp']} x pp {d['pp']}"
+                       + (f" (vpp {d['vpp']})" if d['vpp'] > 1 else "")),
+        ("expert grid", f"etp {d['etp']} x ep {d['ep']} x expert_dp {d['expert_dp']} "
+                        f"x pp {d['pp']}"),
+        ("layers per stage", ", ".join(map(str, d["layers_per_stage"]))),
+        ("micro-batches", f"{d['num_microbatches']} of {s['training']['micro_batch_size']} "
+                          f"(global batch {s['training']['global_batch_size']})"),
+        ("sequence parallel", str(d["sequence_parallel"])),
+        ("optimizer sharding", f"zero_stage {s['parallel']['zero_stage']}"
+         + (" (distributed optimizer over dp x cp)" if d["distributed_optimizer"] else "")),
+        ("recompute", s["training"]["recompute"]),
+        ("parameters", f"{e['params_total']:,} total, {e['params_per_gpu']:,} per GPU "
+                       f"(stage {e['memory_stage']})"),
+    ]
+    for k, v in rows:
+        lay.add_row(k, v)
+    out.append(lay)
+
+    budget = e["memory_budget_bytes"]
+    mem = Table(title=f"memory per GPU (GiB; budget {_gib(budget)} = gpu_memory_gib - reserve)")
+    for col in ("stage", "layers", "params", "grads", "optimizer", "activations", "total"):
+        mem.add_column(col, justify="right")
+    for row in e["memory_per_stage"]:
+        style = "bold red" if row["total"] > budget else (
+            "bold" if row["stage"] == e["memory_stage"] else None)
+        mem.add_row(str(row["stage"]), str(row["layers"]),
+                    *(_gib(row[k]) for k in ("params", "grads", "optimizer", "activations",
+                                             "total")), style=style)
+    out.append(mem)
+
+    comm = Table(title=f"communication per GPU per step (stage {e['critical_stage']} for time)")
+    for col in ("axis", "sent+received GiB", "seconds", "leaves NVLink domain"):
+        comm.add_column(col, justify="right")
+    cross = e["rank_map"]["groups_cross_nvlink_domain"]
+    kind = {"tp": "tp", "cp": "cp", "ep": "ep", "pp": "pp", "dp": "dp_cp"}
+    for axis, b in e["comm_bytes_per_step"].items():
+        comm.add_row(axis, _gib(b), f"{e['comm_seconds_per_step'][axis]:.4g}",
+                     "yes" if cross[kind[axis]] else "no")
+    out.append(comm)
+
+    col = Table(title="collectives (critical stage)")
+    for c in ("axis", "collective", "group", "ops", "sent GiB", "recv GiB", "GB/s", "seconds"):
+        col.add_column(c, justify="right")
+    for c in e["comm_collectives"]:
+        col.add_row(c["axis"], c["name"], str(c["group_size"]), str(c["count"]),
+                    _gib(c["sent_bytes"]), _gib(c["received_bytes"]),
+                    f"{c['bandwidth_gbps']:g}", f"{c['seconds']:.4g}")
+    out.append(col)
+
+    tm = Table(title="time", show_header=False)
+    tm.add_column("key", style="bold")
+    tm.add_column("value", justify="right")
+    a = e["assumptions"]
+    for k, v in (
+        ("model FLOPs / step", f"{e['flops_per_step']:.4e}"),
+        ("executed FLOPs / step", f"{e['hardware_flops_per_step']:.4e} (with recompute)"),
+        ("compute", f"{e['compute_seconds']:.4g} s at {a['compute_efficiency']:g} x peak"),
+        ("exposed communication", f"{e['exposed_comm_seconds']:.4g} s (overlap "
+                                  f"{a['comm_overlap']:g}, efficiency {a['comm_efficiency']:g})"),
+        ("pipeline bubble", f"{100 * e['pipeline_bubble_fraction']:.2f} % "
+                            f"({e['bubble_seconds']:.4g} s)"),
+        ("step time", f"{e['step_time_seconds']:.4g} s"),
+        ("tokens / s", f"{e['tokens_per_second']:,.0f}"),
+        ("MFU", f"{100 * e['mfu']:.1f} %"),
+    ):
+        tm.add_row(k, v)
+    out.append(tm)
+
+    gpn = s["cluster"]["gpus_per_node"]
+    n = min(max_ranks or gpn, d["world_size"], 256)
+    rk = Table(title=f"rank map, order tp-cp-ep-dp-pp (first {n} of {d['world_size']} ranks)")
+    for c in ("rank", "node", "tp", "cp", "dp", "pp", "etp", "ep", "edp", "TP group",
+              "DPxCP group", "PP group", "EP group"):
+        rk.add_column(c, justify="right")
+    for r in range(n):
+        row = rank_row(d, r, gpn)
+        gr = row["groups"]
+        rk.add_row(*(str(row[k]) for k in ("rank", "node", "tp", "cp", "dp", "pp", "etp", "ep",
+                                           "expert_dp")),
+                   _group(gr["tp"]), _group(gr["dp_cp"]), _group(gr["pp"]), _group(gr["ep"]))
+    out.append(rk)
+    return out

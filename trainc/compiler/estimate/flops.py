@@ -1,0 +1,93 @@
+"""Model FLOPs per optimizer step, exactly as Megatron-LM counts them.
+
+Source: ``megatron/training/training.py::num_floating_point_operations`` -> ``transformer_flops``
+(megatron_rules.md §4.5). Every GEMM is counted x2 (multiply-add) x3 (forward, weight-grad,
+input-grad) = 6 FLOPs per weight per token. Attention scores (QK^T and softmax·V) are halved for the
+causal mask. Router GEMMs and recomputation are not counted: these are *model* FLOPs (MFU), not
+hardware FLOPs. ``hardware_flops`` adds what recompute re-executes (used for the step time only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainc.schemas import Activation, Recompute, TrainSpec
+
+
+@dataclass(frozen=True, slots=True)
+class FlopTerms:
+    """The two parts of Megatron's count: per token (GEMMs, logits) and per S2 (attention core)."""
+
+    per_token_layers: float
+    """6 x GEMM weights of all transformer layers touched by one token (top-k experts only)."""
+    per_token_logits: float
+    """6 * h * V: the output layer."""
+    core_per_s2: float
+    """6 * a * d * L: causal attention core per unit of sum(seq_len^2)."""
+
+
+def flop_terms(*, h: int, a: int, g: int, d: int, f: int, V: int, L: int, swiglu: bool,
+               num_moe_layers: int = 0, f_e: int = 0, topk: int = 0, f_s: int = 0) -> FlopTerms:
+    """Megatron's per-token and per-S2 FLOP coefficients (megatron_rules.md §4.5).
+
+    ``F_tok = 6h[f*c_f*L_d + f_e*k*c_f*L_moe + f_s*c_f*L_moe] + 6[h(q + 2*kappa) + q*h]*L + 6hV``
+    with ``q = a*d``, ``kappa = g*d``, ``c_f = 3`` (SwiGLU) or 2; ``F_core = 6*q*L``.
+    """
+    c_f = 3 if swiglu else 2
+    L_d = L - num_moe_layers
+    q, kappa = a * d, g * d
+    mlp = 6 * h * (f * c_f * L_d + f_e * topk * c_f * num_moe_layers + f_s * c_f * num_moe_layers)
+    attn = 6 * (h * (q + 2 * kappa) + q * h) * L
+    return FlopTerms(float(mlp + attn), float(6 * h * V), float(6 * q * L))
+
+
+def megatron_flops(*, batch: int, seq: int, **shape: int | bool) -> float:
+    """Megatron's ``num_floating_point_operations`` for ``batch`` unpacked sequences of ``seq``.
+
+    ``F = T*F_tok + S2*F_core`` with ``T = B*s`` tokens and ``S2 = B*s^2``.
+
+    >>> f = megatron_flops(batch=128, seq=8192, h=4096, a=32, g=8, d=128, f=14336, V=128256,
+    ...                    L=32, swiglu=True)
+    >>> f"{f:.4e}"  # megatron_rules.md §4.4, Llama-3-8B-like
+    '5.3971e+16'
+    """
+    t = flop_terms(**shape)  # type: ignore[arg-type]
+    tokens, s2 = batch * seq, batch * seq * seq
+    return tokens * (t.per_token_layers + t.per_token_logits) + s2 * t.core_per_s2
+
+
+def spec_flop_terms(spec: TrainSpec, plan: dict) -> FlopTerms:
+    """:func:`flop_terms` of a normalized spec (padded vocab, as Megatron passes it)."""
+    m, d = spec.model, plan["derived"]
+    moe = bool(m.num_experts)
+    return flop_terms(
+        h=m.hidden_size, a=m.num_attention_heads, g=m.num_query_groups or m.num_attention_heads,
+        d=m.kv_channels or m.hidden_size // m.num_attention_heads,
+        f=m.ffn_hidden_size or 4 * m.hidden_size, V=d["padded_vocab_size"], L=m.num_layers,
+        swiglu=m.activation is Activation.swiglu, num_moe_layers=d["num_moe_layers"],
+        f_e=(m.moe_ffn_hidden_size or 0) if moe else 0, topk=m.moe_router_topk if moe else 0,
+        f_s=(m.moe_shared_expert_intermediate_size or 0) if moe else 0)
+
+
+def flops_per_step(spec: TrainSpec, plan: dict) -> float:
+    """Model FLOPs of one optimizer step, whole job (global batch x seq_length tokens)."""
+    t = spec_flop_terms(spec, plan)
+    b, s = spec.training.global_batch_size, spec.model.seq_length
+    return b * s * (t.per_token_layers + t.per_token_logits) + b * s * s * t.core_per_s2
+
+
+def hardware_flops_per_step(spec: TrainSpec, plan: dict) -> float:
+    """FLOPs actually executed: model FLOPs plus recomputation.
+
+    Full recompute re-runs every layer's forward (1/3 of its 6x count); selective recompute
+    re-runs the attention core's forward (Korthikanti et al. 2022 §5: 1/3 of the core term).
+    """
+    t = spec_flop_terms(spec, plan)
+    b, s = spec.training.global_batch_size, spec.model.seq_length
+    core = b * s * s * t.core_per_s2
+    extra = 0.0
+    if spec.training.recompute is Recompute.full:
+        extra = (b * s * t.per_token_layers + core) / 3
+    elif spec.training.recompute is Recompute.selective:
+        extra = core / 3
+    return flops_per_step(spec, plan) + extra

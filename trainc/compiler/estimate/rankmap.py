@@ -1,0 +1,166 @@
+"""Rank map: Megatron-Core's rank layout and process groups, computed without listing every rank.
+
+Source: ``megatron/core/parallel_state.py`` (``RankGenerator``, ``generate_masked_orthogonal_rank_
+groups``), described in megatron_rules.md §3.1. The order string ``tp-cp-ep-dp-pp`` is read fastest
+axis first, so a global rank is ``r = tp + TP*(cp + CP*(ep + EP*(dp + DP*pp)))``. Two generators
+share the world: the dense one (``ep = 1``) and the expert one (``tp = etp``, ``cp = 1``,
+``dp = expert_dp``). A group over axes S is the set of ranks that agree on every axis outside S;
+groups are listed with the first outside axis varying fastest and, inside a group, the first S
+axis fastest. The node of a rank is ``rank // gpus_per_node`` (torchrun numbers ranks node by node).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import product
+from typing import Any
+
+DENSE_ORDER = ("tp", "cp", "ep", "dp", "pp")
+
+#: Groups reported per rank: name -> (generator, axes). Megatron's names in comments.
+GROUP_KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "tp": ("dense", ("tp",)),            # tensor model parallel
+    "cp": ("dense", ("cp",)),            # context parallel
+    "dp": ("dense", ("dp",)),            # data parallel (data loader)
+    "dp_cp": ("dense", ("cp", "dp")),    # gradient reduce / dist-opt shard (intra_dp_cp)
+    "pp": ("dense", ("pp",)),            # pipeline
+    "etp": ("expert", ("tp",)),          # expert tensor parallel
+    "ep": ("expert", ("ep",)),           # expert model parallel (token all-to-all)
+    "expert_dp": ("expert", ("dp",)),    # expert data parallel (expert grad reduce)
+}
+
+
+@dataclass(frozen=True)
+class RankGrid:
+    """A mixed-radix grid over the world: axis names fastest first and their sizes."""
+
+    names: tuple[str, ...]
+    sizes: tuple[int, ...]
+
+    @property
+    def world(self) -> int:
+        """Product of the sizes."""
+        n = 1
+        for s in self.sizes:
+            n *= s
+        return n
+
+    def strides(self) -> dict[str, int]:
+        """Rank distance between neighbours along each axis.
+
+        >>> RankGrid(DENSE_ORDER, (2, 2, 1, 2, 2)).strides()
+        {'tp': 1, 'cp': 2, 'ep': 4, 'dp': 4, 'pp': 8}
+        """
+        out, acc = {}, 1
+        for n, s in zip(self.names, self.sizes, strict=True):
+            out[n] = acc
+            acc *= s
+        return out
+
+    def coords(self, rank: int) -> dict[str, int]:
+        """Coordinates of ``rank``.
+
+        >>> RankGrid(DENSE_ORDER, (2, 2, 1, 2, 2)).coords(13)
+        {'tp': 1, 'cp': 0, 'ep': 0, 'dp': 1, 'pp': 1}
+        """
+        out = {}
+        for n, s in zip(self.names, self.sizes, strict=True):
+            out[n] = rank % s
+            rank //= s
+        return out
+
+    def rank(self, coords: dict[str, int]) -> int:
+        """Inverse of :meth:`coords` (missing axes are 0)."""
+        r, acc = 0, 1
+        for n, s in zip(self.names, self.sizes, strict=True):
+            r += coords.get(n, 0) * acc
+            acc *= s
+        return r
+
+    def group_of(self, rank: int, axes: tuple[str, ...]) -> list[int]:
+        """The group over ``axes`` that contains ``rank`` (first listed axis fastest)."""
+        base = self.coords(rank)
+        inside = [n for n in self.names if n in axes]
+        sizes = [self.sizes[self.names.index(n)] for n in inside]
+        out = []
+        for combo in product(*(range(s) for s in reversed(sizes))):
+            c = dict(base)
+            c.update(zip(reversed(inside), combo, strict=True))
+            out.append(self.rank(c))
+        return out
+
+    def groups(self, axes: tuple[str, ...]) -> Iterator[list[int]]:
+        """Every group over ``axes`` in Megatron's order (first outside axis fastest)."""
+        outside = [n for n in self.names if n not in axes]
+        sizes = [self.sizes[self.names.index(n)] for n in outside]
+        for combo in product(*(range(s) for s in reversed(sizes))):
+            c = dict(zip(reversed(outside), combo, strict=True))
+            yield self.group_of(self.rank(c), axes)
+
+    def spans(self, axes: tuple[str, ...], domain: int) -> bool:
+        """True if some group over ``axes`` has ranks in two different ``domain``-sized blocks
+        (nodes, or NVLink domains). Groups are translates of one another by the outside strides,
+        so checking the group's extent from each start is exact; cost O(world)."""
+        if domain <= 0:
+            return True
+        first = self.group_of(0, axes)
+        offsets = [r - first[0] for r in first]
+        lo, hi = min(offsets), max(offsets)
+        if hi - lo == 0:
+            return False
+        outside = tuple(n for n in self.names if n not in axes)
+        starts = self.group_of(0, outside) if outside else [0]
+        return any(st // domain != (st + hi) // domain for st in starts)
+
+
+def dense_grid(d: dict[str, Any]) -> RankGrid:
+    """The dense/decoder generator: tp, cp, ep=1, dp, pp."""
+    return RankGrid(DENSE_ORDER, (d["tp"], d["cp"], 1, d["dp"], d["pp"]))
+
+
+def expert_grid(d: dict[str, Any]) -> RankGrid:
+    """The expert generator: tp=etp, cp=1, ep, dp=expert_dp, pp."""
+    return RankGrid(DENSE_ORDER, (d["etp"], 1, d["ep"], d["expert_dp"], d["pp"]))
+
+
+def grids(d: dict[str, Any]) -> dict[str, RankGrid]:
+    """Both generators of a plan's ``derived`` dict."""
+    return {"dense": dense_grid(d), "expert": expert_grid(d)}
+
+
+def rank_row(d: dict[str, Any], rank: int, gpus_per_node: int,
+             max_members: int = 16) -> dict[str, Any]:
+    """One rank's coordinates, node and groups (each group: size and up to ``max_members`` ranks)."""
+    g = grids(d)
+    dc, ec = g["dense"].coords(rank), g["expert"].coords(rank)
+    row: dict[str, Any] = {
+        "rank": rank, "node": rank // max(gpus_per_node, 1),
+        "local_rank": rank % max(gpus_per_node, 1),
+        "tp": dc["tp"], "cp": dc["cp"], "dp": dc["dp"], "pp": dc["pp"],
+        "etp": ec["tp"], "ep": ec["ep"], "expert_dp": ec["dp"], "groups": {}}
+    for kind, (gen, axes) in GROUP_KINDS.items():
+        members = g[gen].group_of(rank, axes)
+        row["groups"][kind] = {"size": len(members), "ranks": members[:max_members]}
+    return row
+
+
+def rank_map_summary(d: dict[str, Any], gpus_per_node: int, nvlink_domain: int,
+                     max_rows: int | None = None) -> dict[str, Any]:
+    """What plan.json stores: generator sizes, strides, which groups leave a node / NVLink
+    domain, and the first node's ranks (never the whole world)."""
+    g = grids(d)
+    rows = min(max_rows or gpus_per_node, d["world_size"])
+    return {
+        "order": "-".join(DENSE_ORDER),
+        "dense": dict(zip(DENSE_ORDER, g["dense"].sizes, strict=True)),
+        "expert": dict(zip(DENSE_ORDER, g["expert"].sizes, strict=True)),
+        "strides": {"dense": g["dense"].strides(), "expert": g["expert"].strides()},
+        "gpus_per_node": gpus_per_node,
+        "nvlink_domain_size": nvlink_domain,
+        "groups_cross_nodes": {k: g[gen].spans(axes, gpus_per_node)
+                               for k, (gen, axes) in GROUP_KINDS.items()},
+        "groups_cross_nvlink_domain": {k: g[gen].spans(axes, nvlink_domain)
+                                       for k, (gen, axes) in GROUP_KINDS.items()},
+        "first_node": [rank_row(d, r, gpus_per_node) for r in range(rows)],
+    }

@@ -1,0 +1,103 @@
+"""Step time, tokens per second and MFU.
+
+Per pipeline stage ``r`` (its GPUs share the stage's work, ``world / pp`` of them):
+
+* compute ``C_r`` = the stage's executed FLOPs (model FLOPs of its layers, logits on the last stage,
+  plus recomputation) / (``compute_efficiency`` x ``peak_tflops``);
+* exposed communication ``X_r`` = (1 - ``comm_overlap``) x (TP + CP + EP seconds) + PP p2p seconds
+  (the p2p sits on the critical path of the schedule);
+* the pipeline stretches the per-micro-batch work by the bubble: ``(C_r + X_r) / (1 - bubble)``
+  (the bubble fraction is idle time over the whole pipelined phase, :mod:`.bubble`);
+* the data-parallel reduction runs once after the flush: + (1 - ``comm_overlap``) x DP seconds.
+
+``step_time = max_r`` of that; ``tokens/s = global_batch x seq / step_time``;
+``MFU = model FLOPs per step / (step_time x world x peak)`` (Megatron's throughput definition,
+megatron_rules.md §4.5: ``F / (t_iter x 1e12 x W)`` over the peak), clamped to [0, 1].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainc.compiler.estimate.comm import StageComm
+from trainc.compiler.estimate.params import is_moe_layer, stage_layer_indices
+from trainc.schemas import Activation, Recompute, TrainSpec
+
+
+def layer_flops(spec: TrainSpec, moe: bool, tokens: float, s2: float) -> float:
+    """Model FLOPs of one layer over ``tokens`` tokens and ``s2 = sum(seq^2)`` (Megatron's
+    per-layer terms of ``transformer_flops``, megatron_rules.md §4.5)."""
+    m = spec.model
+    h, a = m.hidden_size, m.num_attention_heads
+    g, d = m.num_query_groups or a, m.kv_channels or h // a
+    c_f = 3 if m.activation is Activation.swiglu else 2
+    q = a * d
+    attn = 6 * (h * (q + 2 * g * d) + q * h)
+    if moe:
+        mlp = 6 * h * c_f * ((m.moe_ffn_hidden_size or 0) * m.moe_router_topk
+                             + (m.moe_shared_expert_intermediate_size or 0))
+    else:
+        mlp = 6 * h * c_f * (m.ffn_hidden_size or 4 * h)
+    return tokens * (attn + mlp) + s2 * 6 * q
+
+
+@dataclass(frozen=True, slots=True)
+class StepTime:
+    """The time model's outputs (seconds unless named otherwise)."""
+
+    step_time_seconds: float
+    compute_seconds: float
+    exposed_comm_seconds: float
+    bubble_seconds: float
+    critical_stage: int
+    tokens_per_second: float
+    mfu: float
+
+
+def stage_compute_flops(spec: TrainSpec, plan: dict) -> list[float]:
+    """Executed FLOPs of each stage for one step (whole stage, all its GPUs)."""
+    d, tr = plan["derived"], spec.training
+    gbs, s = tr.global_batch_size, spec.model.seq_length
+    tokens, s2 = gbs * s, gbs * s * s
+    out = []
+    stages = stage_layer_indices(d["layers_per_stage"], d["vpp"])
+    for r, idx in enumerate(stages):
+        f = sum(layer_flops(spec, is_moe_layer(spec, i), tokens, s2) for i in idx)
+        core = s2 * 6 * spec.model.num_attention_heads * (
+            spec.model.kv_channels or spec.model.hidden_size // spec.model.num_attention_heads)
+        if tr.recompute is Recompute.full:
+            f *= 4 / 3
+        elif tr.recompute is Recompute.selective:
+            f += core * len(idx) / 3
+        if r == len(stages) - 1:
+            f += tokens * 6 * spec.model.hidden_size * d["padded_vocab_size"]
+        out.append(f)
+    return out
+
+
+def step_time(spec: TrainSpec, plan: dict, comms: list[StageComm], bubble: float,
+              model_flops: float) -> StepTime:
+    """Predicted step time of the slowest stage (see the module docstring)."""
+    d, cl = plan["derived"], spec.cluster
+    world, p = d["world_size"], d["pp"]
+    peak = (cl.peak_tflops or 0.0) * 1e12
+    eff = cl.compute_efficiency if cl.compute_efficiency and cl.compute_efficiency > 0 else 1.0
+    overlap = min(max(cl.comm_overlap or 0.0, 0.0), 1.0)
+    gpus_per_stage = max(world // max(p, 1), 1)
+    best: StepTime | None = None
+    for r, (fl, sc) in enumerate(zip(stage_compute_flops(spec, plan), comms, strict=True)):
+        compute = fl / gpus_per_stage / (eff * peak) if peak > 0 else 0.0
+        sec = sc.seconds_by_axis()
+        exposed = (1 - overlap) * (sec["tp"] + sec["cp"] + sec["ep"]) + sec["pp"]
+        piped = (compute + exposed) / (1 - bubble)
+        total = piped + (1 - overlap) * sec["dp"]
+        if best is None or total > best.step_time_seconds:
+            best = StepTime(total, compute, exposed + (1 - overlap) * sec["dp"],
+                            piped - compute - exposed, r, 0.0, 0.0)
+    assert best is not None
+    t = best.step_time_seconds
+    tokens = spec.training.global_batch_size * spec.model.seq_length
+    tps = tokens / t if t > 0 else 0.0
+    mfu = model_flops / (t * world * peak) if t > 0 and peak > 0 else 0.0
+    return StepTime(t, best.compute_seconds, best.exposed_comm_seconds, best.bubble_seconds,
+                    best.critical_stage, tps, min(max(mfu, 0.0), 1.0))

@@ -1,0 +1,140 @@
+"""TRC210-TRC216: pipeline layer splits and batch / micro-batch counts.
+
+Sources (shared reference megatron_rules.md §1.6-1.7, §8): transformer_block.get_num_layers_to_build
+and TransformerConfig.__post_init__ (even split, uneven first/last split, layers % (pp*vpp) with
+interleaving), parallel_state (PG-4 vpp needs pp > 1), ConstantNumMicroBatchesCalculator
+(gbs % (mbs*dp)), schedules.forward_backward_pipelining_with_interleaving (microbatches % pp).
+Megatron-Core silently floors layers per stage (bug cases BC-001, BC-003, BC-005): never round down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from trainc.compiler import rules as R
+from trainc.compiler.derive import Derived, layers_per_stage
+from trainc.compiler.diagnostics import Diagnostic, Severity, diag
+from trainc.compiler.validate.util import capacity, divisors, fitting, nearest_multiple, or_list, show
+from trainc.schemas import TrainSpec
+
+#: How many first/last sizes below the even share the uneven-split fix tries.
+_UNEVEN_WINDOW = 64
+
+
+def layers_and_batch(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """TRC210-TRC216."""
+    yield from _layers(spec, d)
+    yield from _batch(spec, d)
+
+
+def _layers(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    m, p = spec.model, spec.parallel
+    L, pp, vpp = m.num_layers, p.pp, p.vpp
+    first, last = p.pipeline_first_stage_layers, p.pipeline_last_stage_layers
+    if vpp > 1 and pp == 1:
+        yield diag(R.VPP_NEEDS_PP, f"vpp ({vpp}) needs pp > 1: the interleaved schedule "
+                   f"interleaves pipeline stages (Megatron raises 'pipeline-model-parallel size "
+                   f"should be greater than 1 with interleaved schedule')", "parallel.vpp",
+                   related=("parallel.pp",), fix="set parallel.vpp=1, or parallel.pp > 1",
+                   edits={"parallel.vpp": 1}, vpp=vpp, pp=pp)
+    if first is not None or last is not None:
+        stages = layers_per_stage(L, pp, first, last)
+        if stages is None or any(n % vpp for n in stages):
+            yield diag(R.UNEVEN_PP, _uneven_message(L, pp, vpp, first, last),
+                       "parallel.pipeline_first_stage_layers" if first is not None else
+                       "parallel.pipeline_last_stage_layers",
+                       related=("parallel.pp", "model.num_layers", "parallel.vpp"),
+                       fix=_uneven_fix(L, pp, vpp), num_layers=L, pp=pp,
+                       pipeline_first_stage_layers=first, pipeline_last_stage_layers=last)
+        return
+    if L % pp:
+        room = capacity(d.world_size, p.tp, p.cp)
+        pps = fitting(divisors(L), room)
+        yield diag(R.LAYERS_PP, f"num_layers ({L}) is not divisible by pp ({pp}); Megatron-Core "
+                   f"would build {L // pp} layers per stage and silently drop {L % pp}",
+                   "parallel.pp", related=("model.num_layers",),
+                   fix=f"set parallel.pp to one of {show(pps)} (divisors of {L} that fit the "
+                       f"GPUs), or {_uneven_fix(L, pp, 1)}", num_layers=L, pp=pp)
+    elif vpp > 1 and L % (pp * vpp):
+        per = L // pp
+        ok = [v for v in divisors(per)]
+        yield diag(R.LAYERS_VPP,
+                   f"num_layers ({L}) is not divisible by pp*vpp ({pp}*{vpp} = {pp * vpp}): each "
+                   f"of the {pp} stages holds {per} layers, which cannot form {vpp} equal virtual "
+                   f"stages (older Megatron silently built {per // vpp * vpp})", "parallel.vpp",
+                   related=("parallel.pp", "model.num_layers"),
+                   fix=f"set parallel.vpp to one of {show(ok)} (layers per virtual stage: "
+                       f"{show(sorted(per // v for v in ok))})", num_layers=L, pp=pp, vpp=vpp)
+
+
+def _uneven_message(L: int, pp: int, vpp: int, first: int | None, last: int | None) -> str:
+    given = " and ".join(f"{n} ({v})" for n, v in (("first", first), ("last", last))
+                         if v is not None)
+    if pp == 1:
+        return (f"pipeline stage layers ({given}) need pp > 1: with pp (1) all {L} layers are on "
+                f"one stage, and Megatron builds only the override's layers")
+    tail = f" and every stage's layers a multiple of vpp ({vpp})" if vpp > 1 else ""
+    return (f"uneven pipeline split ({given}) of num_layers ({L}) over pp ({pp}) does not leave "
+            f"a middle that divides evenly over the middle stages{tail}")
+
+
+def _uneven_fix(L: int, pp: int, vpp: int) -> str:
+    """A valid first/last split near the even share, or a pp that divides L."""
+    if pp <= 1:
+        return ("remove parallel.pipeline_first_stage_layers and "
+                "parallel.pipeline_last_stage_layers (or set pp > 1)")
+    top = max(1, L // pp)
+    for f in range(top, max(0, top - _UNEVEN_WINDOW), -1):
+        for la in (f, f - 1, f + 1):
+            st = layers_per_stage(L, pp, f, la) if la >= 1 else None
+            if st and all(n % vpp == 0 for n in st):
+                shown = ", ".join(map(str, st)) if len(st) <= 16 else f"{st[0]}, {st[1]}, ..."
+                return (f"set parallel.pipeline_first_stage_layers={f} and "
+                        f"parallel.pipeline_last_stage_layers={la} (stages: {shown})")
+    return f"choose a pp that divides {L}"
+
+
+def _batch(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    t, p = spec.training, spec.parallel
+    if d.dp is None:
+        return
+    unit = t.micro_batch_size * d.dp
+    gbs = t.global_batch_size
+    if gbs % unit:
+        near = nearest_multiple(gbs, unit)
+        mbs_ok = [b for b in divisors(gbs) if (gbs // b) % d.dp == 0]
+        typo = (f"; it is not even divisible by dp ({d.dp}), likely a typo" if gbs % d.dp else "")
+        floor = (f" (floor division would silently train with {gbs // unit * unit})"
+                 if gbs >= unit else "")
+        yield diag(R.GLOBAL_BATCH,
+                   f"global_batch_size ({gbs}) is not divisible by micro_batch_size*dp "
+                   f"({t.micro_batch_size}*{d.dp} = {unit}){floor}{typo}",
+                   "training.global_batch_size",
+                   related=("training.micro_batch_size", "parallel.dp"),
+                   fix=f"set training.global_batch_size to {or_list(near)}"
+                       + (f", or training.micro_batch_size to one of {show(mbs_ok)}"
+                          if mbs_ok else ""),
+                   edits={"training.global_batch_size": near[0]},
+                   global_batch_size=gbs, micro_batch_size=t.micro_batch_size, dp=d.dp)
+        return
+    nmb = d.num_microbatches or 0
+    if p.pp > 1 and nmb < p.pp:
+        sev = None if p.vpp == 1 else Severity.error
+        yield diag(R.MICROBATCHES_PP,
+                   f"num_microbatches ({nmb} = {gbs}/({t.micro_batch_size}*{d.dp})) is below pp "
+                   f"({p.pp})" + ("; the interleaved schedule rejects it" if p.vpp > 1 else
+                                  f": at most {nmb} of {p.pp} stages work at once"),
+                   "training.global_batch_size",
+                   related=("training.micro_batch_size", "parallel.pp"),
+                   fix=f"set training.global_batch_size to a multiple of {unit} of at least "
+                       f"{unit * p.pp}, or reduce pp", severity=sev,
+                   edits={"training.global_batch_size": unit * p.pp},
+                   num_microbatches=nmb, pp=p.pp)
+    elif p.vpp > 1 and nmb % p.pp:
+        near = nearest_multiple(gbs, unit * p.pp)
+        yield diag(R.MICROBATCHES_VPP,
+                   f"num_microbatches ({nmb}) is not a multiple of pp ({p.pp}), which the "
+                   f"interleaved schedule (vpp = {p.vpp}) requires", "training.global_batch_size",
+                   related=("parallel.vpp", "parallel.pp"),
+                   fix=f"set training.global_batch_size to {or_list(near)}, or parallel.vpp=1",
+                   edits={"training.global_batch_size": near[0]}, num_microbatches=nmb, pp=p.pp)

@@ -1,0 +1,81 @@
+"""TRC217-TRC220: sequence length against context and sequence parallelism.
+
+Sources (shared reference megatron_rules.md §1.4-1.5): CP-1 ``seq % (2*cp) == 0`` (validate_args:
+each CP rank takes two mirrored chunks), SP-2 ``(seq/cp) % tp == 0`` (tensor_parallel/mappings.py
+scatter along the sequence; validate_args does not check it), together ``seq % (cp*lcm(2, tp))``
+(bug case BC-015); ``--max-position-embeddings >= --seq-length``; a2a CP needs heads and query
+groups per TP rank divisible by cp (Transformer Engine).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+from trainc.compiler import rules as R
+from trainc.compiler.derive import Derived
+from trainc.compiler.diagnostics import Diagnostic, diag
+from trainc.compiler.validate.util import divisors, nearest_multiple, or_list, show
+from trainc.schemas import CpCommType, TrainSpec
+
+
+def sequence_unit(cp: int, tp: int, sequence_parallel: bool) -> int:
+    """The multiple seq_length must be (tokens): Megatron's CP and SP rules combined.
+
+    >>> sequence_unit(2, 4, True)
+    8
+    >>> sequence_unit(1, 4, True), sequence_unit(4, 1, False), sequence_unit(3, 3, True)
+    (4, 8, 18)
+    """
+    sp = sequence_parallel and tp > 1
+    if cp > 1:
+        return cp * math.lcm(2, tp) if sp else 2 * cp
+    return tp if sp else 1
+
+
+def sequence(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """TRC217-TRC220."""
+    m, p = spec.model, spec.parallel
+    s, cp, tp = m.seq_length, p.cp, p.tp
+    sp = bool(p.sequence_parallel) and tp > 1
+    unit = sequence_unit(cp, tp, sp)
+    if cp > 1 and s % (2 * cp):
+        yield diag(R.CP_SEQ, f"seq_length ({s}) is not a multiple of 2*cp ({2 * cp}); each CP "
+                   f"rank takes two mirrored chunks for causal load balance", "model.seq_length",
+                   related=("parallel.cp",),
+                   fix=f"set model.seq_length to {or_list(nearest_multiple(s, unit))} (a multiple "
+                       f"of {unit})", edits={"model.seq_length": nearest_multiple(s, unit)[-1]},
+                   seq_length=s, cp=cp, required_multiple=unit)
+    if sp and (s % cp or (s // cp) % tp):
+        with_cp = (f"; with cp the sequence must be a multiple of cp*lcm(2, tp) = {unit}"
+                   if cp > 1 else "")
+        yield diag(R.SP_SEQ,
+                   f"seq_length ({s}) / cp ({cp}) is not a multiple of tp ({tp}), over which "
+                   f"sequence parallelism scatters the sequence{with_cp}", "model.seq_length",
+                   related=("parallel.tp", "parallel.cp", "parallel.sequence_parallel"),
+                   fix=f"set model.seq_length to {or_list(nearest_multiple(s, unit))} (a multiple "
+                       f"of {unit})", edits={"model.seq_length": nearest_multiple(s, unit)[-1]},
+                   seq_length=s, tp=tp, cp=cp, required_multiple=unit)
+    mpe = m.max_position_embeddings or s
+    if mpe < s:
+        yield diag(R.MAX_POSITIONS,
+                   f"max_position_embeddings ({mpe}) is below seq_length ({s})",
+                   "model.max_position_embeddings", related=("model.seq_length",),
+                   fix=f"set model.max_position_embeddings to at least {s}",
+                   edits={"model.max_position_embeddings": s},
+                   max_position_embeddings=mpe, seq_length=s)
+    if cp > 1 and p.cp_comm_type is CpCommType.a2a:
+        a, g = m.num_attention_heads, m.num_query_groups or m.num_attention_heads
+        heads_rank = a // tp if a % tp == 0 else 0
+        groups_rank = max(g // tp, 1)
+        if heads_rank % cp or groups_rank % cp:
+            ok = [c for c in divisors(math.gcd(heads_rank, groups_rank)) if c > 1] \
+                if heads_rank else []
+            yield diag(R.CP_A2A_HEADS,
+                       f"cp_comm_type a2a splits heads over cp: heads per TP rank ({heads_rank}) "
+                       f"and query groups per TP rank ({groups_rank}) must be multiples of cp "
+                       f"({cp})", "parallel.cp_comm_type", related=("parallel.cp", "parallel.tp"),
+                       fix="set parallel.cp_comm_type to p2p or all_gather"
+                           + (f", or parallel.cp to one of {show(ok)}" if ok else ""),
+                       edits={"parallel.cp_comm_type": "p2p"},
+                       heads_per_rank=heads_rank, groups_per_rank=groups_rank, cp=cp)

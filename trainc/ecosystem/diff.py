@@ -1,0 +1,181 @@
+"""``trainc diff A B [KEY=VALUE ...]``: what differs between two specs after resolution.
+
+Both specs are compiled (nothing is written); the resolved spec keys (``model.num_layers``), the
+presets chosen, every derived value (``derived.dp``, ``derived.num_microbatches``, ...) and every
+estimate (``estimates.memory_bytes.total``, ``estimates.step_time_seconds``, ...) are compared,
+plus the set of rule ids reported. A is the baseline; the overrides apply to B only, so
+``trainc diff s.yaml s.yaml parallel.tp=4`` shows what changing one key does.
+
+Exit codes: 0 when both specs compile (whether or not they differ), 2 when either has an error
+(the diff of what could be resolved is still shown).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+#: Rows always shown first (when either plan has them), differing or not.
+HEADLINE = (
+    "derived.world_size", "derived.dp", "derived.expert_dp", "derived.num_microbatches",
+    "estimates.memory_bytes.total", "estimates.pipeline_bubble_fraction",
+    "estimates.step_time_seconds", "estimates.tokens_per_second", "estimates.mfu",
+)
+_SKIP = frozenset({"trainc_version", "target_versions", "spec_hash", "diagnostics"})
+_FREE_MAPS = frozenset({"launch.env."})
+#: Longest list / mapping shown inline in the text table (``--format json`` has them whole).
+_MAX_INLINE = 48
+
+
+def flatten(plan: dict[str, Any]) -> dict[str, Any]:
+    """The comparable values of a plan as dotted keys: spec keys without the ``spec.`` prefix,
+    then ``presets.*``, ``derived.*``, ``estimates.*`` (lists and free mappings stay whole), and
+    ``diagnostics`` as the sorted rule ids."""
+    out: dict[str, Any] = {}
+
+    def walk(value: Any, prefix: str) -> None:
+        if isinstance(value, dict) and prefix not in _FREE_MAPS:
+            for k, v in value.items():  # an empty section adds no rows
+                walk(v, f"{prefix}{k}.")
+        else:
+            out[prefix[:-1]] = value
+
+    walk(plan.get("spec", {}), "")
+    for section in sorted(plan):
+        if section != "spec" and section not in _SKIP:
+            walk(plan[section], f"{section}.")
+    out["diagnostics"] = sorted({d["rule"] for d in plan.get("diagnostics", [])})
+    return out
+
+
+def _echo(key: str, flat: dict[str, Any]) -> bool:
+    """True when ``derived.X`` only repeats the resolved ``parallel.X``."""
+    section, _, name = key.partition(".")
+    twin = f"parallel.{name}"
+    return section == "derived" and twin in flat and flat[twin] == flat.get(key)
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``(differences, unchanged)`` between two plans: each difference is ``{"key", "a", "b"}``
+    (a missing side is None), in plan order (spec, presets, derived, estimates, diagnostics)."""
+    fa, fb = flatten(a), flatten(b)
+    keys = list(fa) + [k for k in fb if k not in fa]
+    diffs, same = [], {}
+    for k in keys:
+        if _echo(k, fa) and _echo(k, fb):
+            continue  # derived.tp repeats parallel.tp
+        va, vb = fa.get(k), fb.get(k)
+        if va == vb:
+            same[k] = va
+        else:
+            diffs.append({"key": k, "a": va, "b": vb})
+    return diffs, same
+
+
+def fmt_value(key: str, value: Any) -> str:
+    """A value for the text table (bytes in GiB, fractions in percent, seconds with units; a
+    long list or mapping as its size)."""
+    if value is None:
+        return "-"
+    if isinstance(value, (list, dict)):
+        text = json.dumps(value)
+        if len(text) <= _MAX_INLINE:
+            return text
+        return f"[{len(value)} items]" if isinstance(value, list) else f"{{{len(value)} keys}}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if "bytes" in key:
+        return f"{value / 2**30:,.2f} GiB"
+    if key.endswith(("fraction", "mfu")):
+        return f"{100 * value:.1f}%"
+    if "seconds" in key:
+        return f"{value:,.3f} s"
+    if isinstance(value, float):
+        return f"{value:,.4g}"
+    return f"{value:,}"
+
+
+def change(a: Any, b: Any) -> str:
+    """Relative change of two numbers (``+12.5%``), else an empty string."""
+    nums = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+    if not nums or a == b:
+        return ""
+    if a == 0:
+        return "new"
+    return f"{100 * (b - a) / abs(a):+.1f}%"
+
+
+def headline(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """The :data:`HEADLINE` rows present in either plan."""
+    fa, fb = flatten(a), flatten(b)
+    return [{"key": k, "a": fa.get(k), "b": fb.get(k)} for k in HEADLINE if k in fa or k in fb]
+
+
+def to_json(a_res: Any, b_res: Any, show_all: bool = False) -> dict[str, Any]:
+    """The ``--format json`` object."""
+    out: dict[str, Any] = {
+        "a": {"path": a_res.path, "ok": a_res.ok},
+        "b": {"path": b_res.path, "ok": b_res.ok},
+    }
+    if a_res.plan is not None and b_res.plan is not None:
+        diffs, same = compare(a_res.plan, b_res.plan)
+        out["summary"] = headline(a_res.plan, b_res.plan)
+        out["differences"] = diffs
+        out["num_equal"] = len(same)
+        if show_all:
+            out["unchanged"] = same
+    return out
+
+
+def render_table(a_res: Any, b_res: Any, show_all: bool = False) -> None:
+    """Print the Rich tables (summary, then differences) to stdout."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    diffs, same = compare(a_res.plan, b_res.plan)
+    summary = Table(title="summary", title_justify="left")
+    for col, kw in (("key", {"no_wrap": True}), ("A", {"justify": "right"}), ("B", {"justify": "right"}),
+                    ("change", {"justify": "right"})):
+        summary.add_column(col, **kw)
+    for row in headline(a_res.plan, b_res.plan):
+        k = row["key"]
+        summary.add_row(k, fmt_value(k, row["a"]), fmt_value(k, row["b"]), change(row["a"], row["b"]))
+    console.print(f"A = {a_res.path}\nB = {b_res.path}")
+    console.print(summary)
+    rows = [*diffs, *({"key": k, "a": v, "b": v} for k, v in same.items())] if show_all else diffs
+    if not diffs:
+        console.print(f"no differences after resolution ({len(same)} keys compared)")
+        if not show_all:
+            return
+    table = Table(title=f"{len(diffs)} difference(s), {len(same)} equal keys", title_justify="left")
+    table.add_column("key", no_wrap=True)
+    table.add_column("A", overflow="fold")
+    table.add_column("B", overflow="fold")
+    table.add_column("change", justify="right")
+    for row in rows:
+        k = row["key"]
+        table.add_row(k, fmt_value(k, row["a"]), fmt_value(k, row["b"]), change(row["a"], row["b"]))
+    console.print(table)
+
+
+def run_diff(a: str, b: str, overrides: Sequence[str] = (), *, fmt: str = "text",
+             show_all: bool = False) -> int:
+    """Compile both specs (overrides on B) and print their differences; the exit code."""
+    from trainc.compiler.diagnostics import render_text
+    from trainc.compiler.pipeline import compile_spec
+
+    a_res = compile_spec(a, emit_files=False)
+    b_res = compile_spec(b, list(overrides), emit_files=False)
+    for label, res in (("A", a_res), ("B", b_res)):
+        errors = [d for d in res.diagnostics if d.is_error]
+        if errors:
+            print(f"trainc diff: {label} ({res.path}) has errors:", file=sys.stderr)
+            print(render_text(errors), file=sys.stderr)
+    if fmt == "json":
+        print(json.dumps(to_json(a_res, b_res, show_all), indent=2, sort_keys=False))
+    elif a_res.plan is not None and b_res.plan is not None:
+        render_table(a_res, b_res, show_all)
+    return 0 if a_res.ok and b_res.ok else 2

@@ -1,0 +1,119 @@
+"""``trainc plan``: search every parallel dimension for a spec's model, cluster and batch.
+
+:func:`plan_layouts` loads the spec, runs :func:`trainc.planner.search.search`, then compiles the
+best candidates for real (full rule set, full estimator, fit check) so that every returned
+candidate compiles with no error, and ranks them by the full estimator's step time (ties: less
+memory, then the simpler layout).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainc.compiler.diagnostics import Diagnostic, sort_diagnostics
+from trainc.compiler.estimate import estimate
+from trainc.compiler.load import load_spec
+from trainc.compiler.normalize import normalize
+from trainc.compiler.plan import plan as make_plan
+from trainc.compiler.plan import spec_to_dict
+from trainc.compiler.validate import validate
+from trainc.compiler.validate.fit import check_fit
+from trainc.planner.search import (
+    Candidate,
+    candidate_spec,
+    explain,
+    round_sig,
+    search,
+    summary,
+)
+from trainc.schemas import TrainSpec
+
+
+@dataclass
+class Planned:
+    """One finalist: layout, full-estimator numbers, the spec that compiles, and why it ranks."""
+
+    candidate: Candidate
+    spec: TrainSpec
+    estimates: dict[str, Any]
+    reason: str = ""
+
+
+@dataclass
+class PlanResult:
+    """Result of :func:`plan_layouts`: finalists best first, or the spec's diagnostics."""
+
+    path: str
+    diagnostics: list[Diagnostic]
+    num_candidates_evaluated: int = 0
+    num_fit: int = 0
+    num_candidates_considered: int = 0
+    planned: list[Planned] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No error diagnostics in the input spec."""
+        return not any(d.is_error for d in self.diagnostics)
+
+
+def _fast_estimates(c: Candidate) -> dict[str, Any]:
+    return {"memory_bytes": {"total": int(c.memory_bytes)},
+            "step_time_seconds": round_sig(c.step_seconds)}
+
+
+def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = (),
+                 top: int = 5) -> PlanResult:
+    """Search layouts for the spec at ``path``; never raises for user mistakes.
+
+    The spec may leave the parallel section out entirely; keys it (or an override) sets are
+    constraints. Model-level errors (e.g. heads not divisible by a fixed tp) come back as
+    diagnostics, as from ``trainc lint``.
+    """
+    loaded = load_spec(path, overrides)
+    if loaded.spec is None:
+        return PlanResult(str(path), sort_diagnostics(loaded.diagnostics))
+    spec = normalize(loaded.spec)
+    explicit = loaded.explicit
+    result = search(spec, explicit)
+    out = PlanResult(str(path), [], result.num_candidates_evaluated, result.num_fit,
+                     result.num_candidates_considered)
+    for cand in result.candidates:
+        cspec = normalize(candidate_spec(loaded.spec, cand))
+        if any(d.is_error for d in validate(cspec)):
+            continue
+        the_plan = make_plan(cspec)
+        est = estimate(cspec, the_plan) or _fast_estimates(cand)
+        the_plan["estimates"] = est
+        if any(d.is_error for d in check_fit(cspec, the_plan)):
+            continue
+        out.planned.append(Planned(cand, cspec, est))
+        if len(out.planned) >= max(top * 3, top):
+            break
+    out.planned.sort(key=lambda p: (round_sig(p.estimates.get("step_time_seconds", 0.0)),
+                                    p.estimates.get("memory_bytes", {}).get("total", 0),
+                                    p.candidate.simplicity()))
+    out.planned = out.planned[:top]
+    if out.planned:
+        best = out.planned[0].estimates.get("step_time_seconds") or 0.0
+        for i, p in enumerate(out.planned):
+            step = p.estimates.get("step_time_seconds") or p.candidate.step_seconds
+            p.reason = explain(p.candidate, i, step, best)
+    return out
+
+
+def to_json(res: PlanResult) -> dict[str, Any]:
+    """The contract's ``--format json`` object."""
+    return {
+        "num_candidates_evaluated": res.num_candidates_evaluated,
+        "num_candidates_fitting": res.num_fit,
+        "num_candidates_considered": res.num_candidates_considered,
+        "candidates": [{**summary(p.candidate), "estimates": p.estimates, "reason": p.reason}
+                       for p in res.planned],
+    }
+
+
+def applied_spec(p: Planned) -> dict[str, Any]:
+    """The finalist as a complete, explicit spec that ``trainc compile`` accepts unchanged."""
+    return spec_to_dict(p.spec)

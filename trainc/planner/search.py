@@ -1,0 +1,312 @@
+"""The layout search behind ``trainc plan``.
+
+Enumeration only generates layouts the rules allow (the divisibility and grid rules of
+:mod:`trainc.compiler.validate` are applied as generators: tp from divisors of the heads, pp from
+divisors of the world with an even or uneven layer split, vpp from divisors of every stage's
+layers, ...), so nothing a rule excludes is ever estimated. Each surviving layout is scored with
+the closed-form model of :mod:`trainc.planner.fast`; the best ones are then compiled for real
+(full rule set, full estimator, fit check) and re-ranked by the full estimator's step time.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainc.compiler.validate.util import divisors
+from trainc.planner.fast import TERMS, model_consts, score_grid
+from trainc.schemas import CpCommType, Engine, Offload, Recompute, RecomputeMethod, TrainSpec
+
+GIB = 2**30
+MAX_TP = 64
+MAX_CP = 32
+MAX_EP = 64
+#: Parallel / training keys the planner searches; the ones the user set are kept fixed.
+SEARCHED = (
+    "parallel.tp", "parallel.pp", "parallel.vpp", "parallel.cp", "parallel.cp_comm_type",
+    "parallel.ep", "parallel.etp", "parallel.dp", "parallel.sequence_parallel",
+    "parallel.zero_stage", "parallel.pipeline_first_stage_layers",
+    "parallel.pipeline_last_stage_layers", "training.micro_batch_size", "training.recompute",
+    "training.recompute_method", "training.recompute_num_layers", "training.offload_optimizer",
+    "training.offload_param",
+)
+
+
+@dataclass(slots=True)
+class Candidate:
+    """One layout with its fast estimate (seconds, bytes) and the terms that explain it."""
+
+    tp: int
+    pp: int
+    vpp: int
+    cp: int
+    cp_comm_type: str
+    ep: int
+    etp: int
+    dp: int
+    first: int | None
+    last: int | None
+    mbs: int
+    recompute: tuple[str, str | None, int | None]
+    """(granularity, full-recompute method, recompute_num_layers)."""
+    zero: int
+    offload: str
+    memory_bytes: float
+    step_seconds: float
+    terms: dict[str, float] = field(default_factory=dict)
+    sp: bool = False
+    rank: tuple[float, float, int] | None = None
+
+    def simplicity(self) -> int:
+        """Number of parallel axes in use (fewer is simpler)."""
+        return sum(x > 1 for x in (self.tp, self.pp, self.vpp, self.cp, self.ep))
+
+
+@dataclass
+class SearchResult:
+    """Ranked candidates (best first) and how many layouts were estimated."""
+
+    num_candidates_evaluated: int
+    candidates: list[Candidate]
+    num_fit: int
+    num_candidates_considered: int = 0
+    """Evaluated plus the layouts of grids pruned whole because their model states alone
+    exceed the GPU memory (never enumerated one by one)."""
+
+
+def _fixed(spec: TrainSpec, explicit: frozenset[str], key: str) -> Any:
+    """The spec's value for ``key`` if the user set it, else None (searched)."""
+    if key not in explicit:
+        return None
+    obj: Any = spec
+    for part in key.split("."):
+        obj = getattr(obj, part)
+    return getattr(obj, "name", obj)
+
+
+def _splits(L: int, pp: int, first: int | None, last: int | None,
+            fixed: bool) -> Iterator[tuple[int | None, int | None, tuple[int, ...]]]:
+    """Layer splits over pp stages: even when pp | L, else uneven first/last ends whose middle
+    divides evenly (Megatron num_layers_in_first/last_pipeline_stage), at most 3 layers lighter."""
+    from trainc.compiler.derive import layers_per_stage
+
+    if fixed:
+        st = layers_per_stage(L, pp, first, last)
+        if st:
+            yield first, last, st
+        return
+    if L % pp == 0:
+        yield None, None, (L // pp,) * pp
+        return
+    if pp < 3:
+        return
+    per = L // pp
+    for f in range(per, max(0, per - 4), -1):
+        for la in range(f, max(0, per - 4), -1):  # the last stage also holds the logits
+            st = layers_per_stage(L, pp, f, la)
+            if st and max(st) - min(f, la) <= 3:
+                yield f, la, st
+
+
+def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
+    """Enumerate, prune and rank every layout of a *normalized* spec's model and cluster.
+
+    Keys in ``explicit`` (set in the spec file or on the command line) are constraints.
+    """
+    m, c, t = spec.model, spec.cluster, spec.training
+    W = c.num_nodes * c.gpus_per_node
+    dom = c.nvlink_domain_size or c.gpus_per_node
+    k = model_consts(spec)
+    fx = {key: _fixed(spec, explicit, key) for key in SEARCHED}
+    if fx["parallel.dp"] is None and "parallel.dp" in explicit:
+        fx["parallel.dp"] = None
+    a, g, L, s = m.num_attention_heads, m.num_query_groups or m.num_attention_heads, \
+        m.num_layers, m.seq_length
+    f = m.ffn_hidden_size or 4 * m.hidden_size
+    E = m.num_experts or 0
+    gbs = t.global_batch_size
+    limit = (c.gpu_memory_gib or 80) * GIB - c.memory_reserve_gib * GIB
+    deepspeed = spec.engine is Engine.deepspeed
+
+    def pick(key: str, options: list[Any]) -> list[Any]:
+        v = fx[key]
+        return [v] if v is not None else options
+
+    def sps(tp: int, cp: int) -> list[bool]:
+        """Sequence parallel choices: off with tp=1; with tp>1 on (needs (s/cp) % tp == 0) or
+        off, unless MoE (which wants it on) or the user fixed it."""
+        if tp == 1:
+            return [False]
+        opts = [True] if (s // cp) % tp == 0 else []
+        if not E:
+            opts.append(False)
+        fixed = fx["parallel.sequence_parallel"]
+        return [o for o in opts if fixed is None or o == fixed]
+
+    tps = pick("parallel.tp", [x for x in divisors(a) if x <= MAX_TP and f % x == 0
+                               and (g % x == 0 or x % g == 0)])
+    cps = pick("parallel.cp", [x for x in divisors(W) if x <= MAX_CP and (x == 1 or s % (2 * x) == 0)])
+    if deepspeed:
+        cps = [x for x in cps if x == 1]
+    zeros = pick("parallel.zero_stage", [0, 1, 2, 3] if deepspeed else [0, 1])
+    recomputes = pick("training.recompute", ["none", "selective", "full"])
+    offloads = ["none"]
+    if deepspeed and fx["training.offload_optimizer"] is None:
+        offloads = ["none", "cpu"]
+    elif deepspeed:
+        offloads = [fx["training.offload_optimizer"]]
+
+    def grids() -> Iterator[tuple[Any, ...]]:
+        """(tp, cp, pp, dp, first, last, stages, ep, etp, sp) the grid rules allow."""
+        for tp in tps:
+            for cp in cps:
+                if W % (tp * cp):
+                    continue
+                for pp in pick("parallel.pp", [x for x in divisors(W // (tp * cp)) if x <= L]):
+                    if (W // (tp * cp)) % pp:
+                        continue
+                    dp = W // (tp * cp * pp)
+                    if (fx["parallel.dp"] not in (None, dp)) or gbs % dp:
+                        continue
+                    for first, last, stages in _splits(
+                            L, pp, fx["parallel.pipeline_first_stage_layers"],
+                            fx["parallel.pipeline_last_stage_layers"], split_fixed):
+                        for ep, etp in _expert_options(E, W, tp, pp, m.moe_ffn_hidden_size or f,
+                                                       fx["parallel.ep"], fx["parallel.etp"]):
+                            for sp in sps(tp, cp):
+                                yield tp, cp, pp, dp, first, last, stages, ep, etp, sp
+
+    split_fixed = fx["parallel.pipeline_first_stage_layers"] is not None or \
+        fx["parallel.pipeline_last_stage_layers"] is not None
+    evaluated = 0
+    best: list[Candidate] = []
+    worst: tuple[float, float, int] = (math.inf, math.inf, 0)
+    fits = 0
+    pruned = 0
+    for tp, cp, pp, dp, first, last, stages, ep, etp, sp in grids():
+        for mem, step, var, terms in score_grid(spec, k, W, dom, tp, cp, pp, dp, stages, ep, etp,
+                                            sp, zeros, recomputes, offloads, fx, deepspeed,
+                                            limit):
+            if mem is None:
+                pruned += step
+                continue
+            evaluated += 1
+            if mem > limit:
+                continue
+            fits += 1
+            v, cpt, mbs, rc, zero, off = var
+            if len(best) == KEEP and step > worst[0]:
+                continue
+            _keep(best, Candidate(tp, pp, v, cp, cpt, ep, etp, dp, first, last, mbs, rc, zero,
+                                  off, mem, step, dict(zip(TERMS, terms, strict=True)), sp))
+            if len(best) == KEEP:
+                worst = _rank_key(best[-1])
+    best.sort(key=_rank_key)
+    return SearchResult(evaluated, best, fits, evaluated + pruned)
+
+
+KEEP = 64
+
+
+def _rank_key(c: Candidate) -> tuple[float, float, int]:
+    if c.rank is None:
+        c.rank = (round(c.step_seconds, 9), round(c.memory_bytes), c.simplicity())
+    return c.rank
+
+
+def _keep(best: list[Candidate], cand: Candidate) -> None:
+    """Keep the KEEP best candidates (a bounded list: memory stays small on huge searches)."""
+    if len(best) < KEEP:
+        best.append(cand)
+        if len(best) == KEEP:
+            best.sort(key=_rank_key)
+        return
+    if _rank_key(cand) < _rank_key(best[-1]):
+        best[-1] = cand
+        i = len(best) - 1
+        while i > 0 and _rank_key(best[i]) < _rank_key(best[i - 1]):
+            best[i], best[i - 1] = best[i - 1], best[i]
+            i -= 1
+
+
+def _expert_options(E: int, W: int, tp: int, pp: int, f_e: int, ep_fixed: int | None,
+                    etp_fixed: int | None) -> Iterator[tuple[int, int]]:
+    if not E:
+        if (ep_fixed or 1) == 1:
+            yield 1, tp
+        return
+    etps = [etp_fixed] if etp_fixed is not None else sorted({1, tp})
+    for etp in etps:
+        if f_e % etp:
+            continue
+        eps = [ep_fixed] if ep_fixed is not None else [e for e in divisors(E) if e <= MAX_EP]
+        for ep in eps:
+            if E % ep == 0 and W % (etp * ep * pp) == 0:
+                yield ep, etp
+
+
+def candidate_spec(spec: TrainSpec, cand: Candidate) -> TrainSpec:
+    """A copy of ``spec`` with the candidate's layout applied (ready to normalize/validate)."""
+    s = copy.deepcopy(spec)
+    p, t = s.parallel, s.training
+    p.tp, p.pp, p.vpp, p.cp, p.ep, p.etp = cand.tp, cand.pp, cand.vpp, cand.cp, cand.ep, cand.etp
+    p.cp_comm_type = CpCommType[cand.cp_comm_type]
+    p.dp = None
+    p.sequence_parallel = cand.sp
+    p.zero_stage = cand.zero
+    p.pipeline_first_stage_layers, p.pipeline_last_stage_layers = cand.first, cand.last
+    t.micro_batch_size = cand.mbs
+    rc, method, n = cand.recompute
+    t.recompute = Recompute[rc]
+    t.recompute_method = RecomputeMethod[method] if method else None
+    t.recompute_num_layers = n
+    t.offload_optimizer = Offload[cand.offload]
+    return s
+
+
+def explain(cand: Candidate, rank: int, step: float, best_step: float) -> str:
+    """One line on what limits a candidate and why it ranks where it does (``step`` and
+    ``best_step`` in seconds, from the full estimator when available)."""
+    tm = cand.terms
+    parts = {k: tm[k] for k in ("tp", "cp", "ep", "pp", "dp", "bubble_seconds")}
+    worst = max(parts, key=lambda x: parts[x])
+    share = parts[worst] / cand.step_seconds if cand.step_seconds else 0.0
+    label = {"bubble_seconds": "pipeline bubble", "tp": "TP communication",
+             "cp": "CP communication", "ep": "EP all-to-all", "pp": "PP p2p",
+             "dp": "DP gradient sync"}[worst]
+    text = f"{label} is {share:.0%} of the step"
+    if worst == "bubble_seconds":
+        text += f" (bubble {tm['bubble']:.1%})"
+    if tm.get("tp_cross") and cand.tp > 1:
+        text = (f"TP={cand.tp} crosses the NVLink domain: +{tm['intra_over_inter'] - 1:.0%} TP "
+                f"time; " + text)
+    if rank > 0 and best_step:
+        text += f"; {step / best_step - 1:+.1%} vs best"
+    if cand.recompute[0] == "full":
+        text += "; full recompute needed to fit"
+    return text
+
+
+def summary(c: Candidate) -> dict[str, Any]:
+    """The candidate's layout as contract keys."""
+    par: dict[str, Any] = {"tp": c.tp, "pp": c.pp, "vpp": c.vpp, "cp": c.cp,
+                           "cp_comm_type": c.cp_comm_type, "ep": c.ep, "etp": c.etp, "dp": c.dp,
+                           "sequence_parallel": c.sp, "zero_stage": c.zero,
+                           "pipeline_first_stage_layers": c.first,
+                           "pipeline_last_stage_layers": c.last}
+    tr: dict[str, Any] = {"micro_batch_size": c.mbs, "recompute": c.recompute[0]}
+    if c.recompute[1]:
+        tr["recompute_method"], tr["recompute_num_layers"] = c.recompute[1], c.recompute[2]
+    if c.offload != "none":
+        tr["offload_optimizer"] = c.offload
+    return {"parallel": par, "training": tr}
+
+
+def round_sig(x: float, digits: int = 6) -> float:
+    """Round to significant digits (byte-stable JSON)."""
+    if x == 0 or not math.isfinite(x):
+        return x
+    return round(x, digits - 1 - int(math.floor(math.log10(abs(x)))))
