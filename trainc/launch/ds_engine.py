@@ -115,8 +115,30 @@ def _skip_shm_build() -> None:
                  "does every collective)")
 
 
+def _forget_groups() -> None:
+    """Drop DeepSpeed's cached process groups, so the worker can run again in the same process
+    after the process group is destroyed (the one-process reference runs several plans)."""
+    from deepspeed.comm import comm
+    from deepspeed.utils import groups
+
+    for name, val in list(vars(groups).items()):
+        if name.startswith("_") and name.isupper():
+            if isinstance(val, dict):
+                val.clear()
+            elif name.endswith(("_GROUP", "_WORLD_SIZE", "_RANK")):
+                setattr(groups, name, None)
+    comm.cdb = None
+
+
 def run(s: Settings) -> None:
     """Build the model, initialise the DeepSpeed engine, train, checkpoint."""
+    try:
+        _run(s)
+    finally:
+        _forget_groups()
+
+
+def _run(s: Settings) -> None:
     import deepspeed
     from megatron.core import parallel_state as ps
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
