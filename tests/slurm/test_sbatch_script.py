@@ -80,6 +80,7 @@ def test_one_task_per_node_and_a_signal_before_the_limit(compiled):
     srun = sruns[0]
     assert "--ntasks-per-node=1" in srun and f"--nodes={opts['--nodes']}" in srun
     assert "--export=NONE" not in srun and "--export=ALL" in srun, "the environment reaches srun"
+    assert "--kill-on-bad-exit=1" in srun, "a failed node must end the job, not leave peers hanging"
     assert "torchrun.sh" in srun
 
 

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,17 @@ def test_submit_wait_returns_the_job_exit_code(slurm_cluster, tmp_path):
     proc, log = _submit_wait(out, slurm_cluster, _job_env(tmp_path, TORCHRUN="false"))
     assert proc.returncode == 1, proc.stderr + log
     assert "FAILED" in proc.stderr
+
+
+def test_a_failed_node_ends_the_job_at_once(slurm_cluster, tmp_path):
+    """Node 1 fails at once while node 0 blocks (as ranks waiting for a dead peer do): srun's
+    --kill-on-bad-exit ends the job within seconds instead of after the hang."""
+    out = _compile(tmp_path)
+    env = _job_env(tmp_path, TORCHRUN=str(STUB / "fail_one_node.sh"), TRAINC_STUB_HANG_S="150")
+    t0 = time.monotonic()
+    proc, log = _submit_wait(out, slurm_cluster, env)
+    assert proc.returncode != 0, proc.stderr + log
+    assert time.monotonic() - t0 < 60, log
 
 
 def test_submit_without_wait_prints_the_job_id(slurm_cluster, tmp_path):
