@@ -180,6 +180,11 @@ LAUNCHER_ENV = _r(
     "launch.env must not set the rendezvous variables (MASTER_ADDR, MASTER_PORT, RANK, ...) that "
     "the generated scripts derive from the allocation")
 
+LAUNCH_VALUE = _r(
+    "TRC511", "launch-value-printable",
+    "paths, Slurm names, container settings and env values must not contain control characters "
+    "(a newline would end an #SBATCH line)")
+
 ALL_RULES: tuple[Rule, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Rule))
 RULES_BY_ID = {r.id: r for r in ALL_RULES}
 assert len(RULES_BY_ID) == len(ALL_RULES), "duplicate rule id"

@@ -89,6 +89,7 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    fix="remove it; trainc exports CUDA_DEVICE_MAX_CONNECTIONS=1",
                    value=str(mdc), tp=p.tp, cp=p.cp)
     yield from _env(spec)
+    yield from _printable(spec)
     if lc.device == "cpu" and not lc.shrink:
         m = spec.model
         approx = 12 * m.num_layers * m.hidden_size**2 + 2 * m.vocab_size * m.hidden_size
@@ -138,3 +139,28 @@ def _env(spec: TrainSpec) -> Iterator[Diagnostic]:
                        fix=f"remove {var} from launch.env"
                            + (" and set launch.master_port" if var == "MASTER_PORT" else ""),
                        variable=var, value=str(env[var]))
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_STRING_KEYS = ("launch.partition", "launch.account", "launch.time_limit",
+                "launch.container_image", "launch.megatron_lm_path", "launch.data_path",
+                "launch.save_dir", "training.nvme_path")
+
+
+def _printable(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC511: control characters in strings that reach scripts or #SBATCH lines."""
+    values: list[tuple[str, str]] = []
+    for key in _STRING_KEYS:
+        section, name = key.split(".")
+        v = getattr(getattr(spec, section), name)
+        if isinstance(v, str):
+            values.append((key, v))
+    for i, mount in enumerate(spec.launch.container_mounts or []):
+        values.append((f"launch.container_mounts[{i}]", mount))
+    for k, v in sorted(spec.launch.env.items()):
+        values.append((f"launch.env.{k}", v))
+    for key, v in values:
+        if _CONTROL.search(v):
+            yield diag(R.LAUNCH_VALUE, f"{key} ({v!r}) contains a control character",
+                       key.split("[")[0], fix=f"remove newlines and control characters from {key}",
+                       value=repr(v))
