@@ -182,8 +182,8 @@ LAUNCHER_ENV = _r(
 
 LAUNCH_VALUE = _r(
     "TRC511", "launch-value-printable",
-    "paths, Slurm names, container settings and env values must not contain control characters "
-    "(a newline would end an #SBATCH line)")
+    "paths, Slurm names and container settings must not contain control characters "
+    "(a newline would end an #SBATCH line); env values must not contain NUL")
 
 ALL_RULES: tuple[Rule, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Rule))
 RULES_BY_ID = {r.id: r for r in ALL_RULES}
@@ -238,4 +238,6 @@ SOURCES: dict[str, str] = {
     "TRC506": "CPU (gloo) execution", "TRC507": "torchrun --nproc_per_node (BC-063)",
     "TRC508": "NCCL_SOCKET_IFNAME (BC-067, BC-069)",
     "TRC509": "torchrun / Slurm rendezvous (DR §5.3; BC-057, BC-059)",
+    "TRC511": "generated shell scripts and #SBATCH lines (one value per line)",
+    "TRC511": "sbatch: a newline ends an #SBATCH directive; trainc's emitters",
 }

@@ -158,7 +158,8 @@ def _printable(spec: TrainSpec) -> Iterator[Diagnostic]:
     for i, mount in enumerate(spec.launch.container_mounts or []):
         values.append((f"launch.container_mounts[{i}]", mount))
     for k, v in sorted(spec.launch.env.items()):
-        values.append((f"launch.env.{k}", v))
+        if "\x00" in v:  # other characters are quoted safely in the scripts' export lines
+            values.append((f"launch.env.{k}", v))
     for key, v in values:
         if _CONTROL.search(v):
             yield diag(R.LAUNCH_VALUE, f"{key} ({v!r}) contains a control character",
