@@ -239,5 +239,4 @@ SOURCES: dict[str, str] = {
     "TRC508": "NCCL_SOCKET_IFNAME (BC-067, BC-069)",
     "TRC509": "torchrun / Slurm rendezvous (DR §5.3; BC-057, BC-059)",
     "TRC511": "generated shell scripts and #SBATCH lines (one value per line)",
-    "TRC511": "sbatch: a newline ends an #SBATCH directive; trainc's emitters",
 }
