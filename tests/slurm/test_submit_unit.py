@@ -129,6 +129,7 @@ def test_cli_submit_missing_outdir_is_exit_4(tmp_path):
     proc = trainc("submit", str(tmp_path / "nope"))
     assert proc.returncode == 4
     assert "trainc compile" in proc.stderr
+    assert "manifest" not in proc.stderr
 
 
 def test_lint_slurm_without_controller_warns(fake_slurm):

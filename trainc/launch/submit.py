@@ -130,6 +130,8 @@ def controller_status(timeout: float = 15.0) -> tuple[bool, str]:
 def manifest_warnings(outdir: str | os.PathLike[str]) -> list[str]:
     """Files of OUTDIR that differ from what ``trainc compile`` wrote (``manifest.json``)."""
     path = Path(outdir) / "manifest.json"
+    if not (Path(outdir) / SCRIPT).is_file():
+        return []  # nothing to submit: submit() says so
     try:
         files = json.loads(path.read_text(encoding="utf-8"))["files"]
     except (OSError, ValueError, KeyError, TypeError):
