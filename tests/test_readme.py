@@ -17,3 +17,20 @@ def test_ci_runs_the_readme_commands_verbatim():
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     for cmd in cmds:
         assert cmd in ci, f"README command not in .ci/run: {cmd}"
+
+
+def test_overrides_may_follow_options(tmp_path):
+    """`trainc compile SPEC -o OUT --force parallel.vpp=4` applies the override."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "trainc", "compile", str(ROOT / "examples" /
+                                                          "llama2-70b-dgx-a100.yaml"),
+           "-o", str(out), "--force", "parallel.vpp=4"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((out / "plan.json").read_text())["derived"]["vpp"] == 4
+    bad = subprocess.run(cmd[:-1] + ["--bogus"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--bogus" in bad.stderr

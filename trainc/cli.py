@@ -90,7 +90,14 @@ def _add_ecosystem_parsers(sub: argparse._SubParsersAction) -> None:  # type: ig
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``trainc`` console script; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # KEY=VALUE overrides may follow options (`compile spec.yaml --force parallel.tp=4`): argparse
+    # leaves positionals after an option unparsed, so they are put back into the items.
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if any(e.startswith("-") for e in extra) or not hasattr(args, "items"):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.items = [*args.items, *extra]
     try:
         if args.command == "compile":
             return _compile(args)

@@ -2,9 +2,10 @@
 (``spec.yaml`` plus optional ``overrides.txt``, one Hydra override per line) must equal
 ``cases/<name>/expected/<file>`` byte for byte.
 
-Exceptions: ``plan.json`` is compared without its ``estimates`` (owned by the estimates work, so
-that their changes do not break these goldens) and ``manifest.json`` is not stored (it only holds
-hashes of the other files; unit tests check it).
+Exception: ``manifest.json`` is not stored (it only holds hashes of the other files; unit tests
+check it). Estimates are pinned too, so estimate drift shows up in review. Specs are compiled by a
+path relative to the repository, as a user in the checkout would, so the goldens do not depend on
+where the checkout lives.
 
 Update: ``pytest tests/golden --update-golden`` or ``TRAINC_UPDATE_GOLDEN=1 pytest tests/golden``;
 explain golden diffs in review.
@@ -13,7 +14,7 @@ explain golden diffs in review.
 from __future__ import annotations
 
 import difflib
-import json
+import os
 from pathlib import Path
 
 import pytest
@@ -30,17 +31,19 @@ def compile_case(case: Path) -> dict[str, str]:
     ov = case / "overrides.txt"
     overrides = [ln.strip() for ln in ov.read_text().splitlines()
                  if ln.strip() and not ln.startswith("#")] if ov.is_file() else []
-    result = compile_spec(case / "spec.yaml", overrides)
+    repo = CASES_DIR.parents[2]
+    cwd = os.getcwd()
+    os.chdir(repo)
+    try:
+        result = compile_spec((case / "spec.yaml").relative_to(repo), overrides)
+    finally:
+        os.chdir(cwd)
     assert result.ok, [d.to_json() for d in result.diagnostics]
     return dict(result.files)
 
 
 def comparable(name: str, text: str) -> str:
-    """The part of a file the golden pins (plan.json without estimates)."""
-    if name == "plan.json":
-        obj = json.loads(text)
-        obj.pop("estimates", None)
-        return json.dumps(obj, indent=2, sort_keys=True) + "\n"
+    """The part of a file the golden pins (all of it)."""
     return text
 
 

@@ -22,7 +22,15 @@ CASE_NAMES = sorted(p.name for p in CASES_DIR.iterdir() if (p / "spec.yaml").is_
 def compile_case(name: str,
                  overrides: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict[str, str]]:
     """(plan, files) of a golden case, with optional extra Hydra overrides."""
-    result = compile_spec(CASES_DIR / name / "spec.yaml", list(overrides))
+    # A path relative to the repository, so diagnostics in plan.json do not depend on where the
+    # checkout lives.
+    spec = (CASES_DIR / name / "spec.yaml").relative_to(REPO)
+    cwd = os.getcwd()
+    os.chdir(REPO)
+    try:
+        result = compile_spec(spec, list(overrides))
+    finally:
+        os.chdir(cwd)
     assert result.ok, [d.to_json() for d in result.diagnostics]
     assert result.plan is not None
     return result.plan, dict(result.files)

@@ -66,7 +66,12 @@ def test_report_renders_in_headless_chromium(tmp_path):
     page = tmp_path / "report.html"
     page.write_text(report_html(plan)["report.html"])
     shot = tmp_path / "shot.png"
+    # The machine has no network: without the background-networking flags chromium keeps
+    # retrying connections; a fresh profile keeps runs independent.
     subprocess.run([browser, "--headless=new", "--no-sandbox", "--disable-gpu",
+                    "--disable-quic", "--no-first-run", "--disable-background-networking",
+                    "--disable-component-update", "--disable-sync",
+                    f"--user-data-dir={tmp_path / 'profile'}",
                     "--hide-scrollbars", "--window-size=1100,1400", f"--screenshot={shot}",
                     page.as_uri()], check=True, capture_output=True, timeout=90)
     data = shot.read_bytes()

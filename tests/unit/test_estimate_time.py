@@ -98,11 +98,12 @@ def test_published_megatron_throughput_is_predicted(L, h, a, pp, gpus, tflops):
                      model__untie_embeddings_and_output_weights=False, parallel__tp=8,
                      parallel__pp=pp, parallel__sequence_parallel=False, parallel__zero_stage=0,
                      training__global_batch_size=gpus, training__recompute=Recompute.full)
-    # Stated error: with the default compute_efficiency (0.5) the prediction is conservative,
-    # 25-40 % slower than measured (the measured run reached ~0.7 of peak on its GEMMs); with
-    # compute_efficiency 0.7 it is within 10 %.
-    ratio = run(spec)["estimates"]["step_time_seconds"] / published_step_seconds
-    assert 1.25 <= ratio <= 1.40
-    spec.cluster.compute_efficiency = 0.7
+    # Stated error: with the default efficiency assumptions (compute_efficiency 0.7, scaled by
+    # n/(n + gemm_half_efficiency_tokens) for n = 2048 tokens per micro batch, plus the per-layer
+    # launch overhead) the prediction is within 10 % of the measured step; with a pessimistic
+    # compute_efficiency of 0.5 it is 25-60 % slower.
     ratio = run(spec)["estimates"]["step_time_seconds"] / published_step_seconds
     assert abs(ratio - 1) <= 0.10
+    spec.cluster.compute_efficiency = 0.5
+    ratio = run(spec)["estimates"]["step_time_seconds"] / published_step_seconds
+    assert 1.25 <= ratio <= 1.60

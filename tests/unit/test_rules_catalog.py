@@ -155,6 +155,8 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
                "launch.env.NCCL_SOCKET_IFNAME"),
     "TRC509": ({"launch.env": {"MASTER_ADDR": "localhost"}}, {"launch.env": {"NCCL_DEBUG": "WARN"}},
                "launch.env.MASTER_ADDR"),
+    "TRC511": ({"launch.partition": "batch\n#SBATCH --qos=high"}, {"launch.partition": "batch"},
+               "launch.partition"),
 }
 
 SPEC_YAML = """\
@@ -203,6 +205,7 @@ def test_spec_rule_rejects(rule_id: str) -> None:
         assert d.severity.value == R.RULES_BY_ID[rule_id].severity
         if d.is_error:
             assert d.fix, f"{rule_id} error without a fix"
+        assert d.facts, f"{rule_id} reports no values (facts)"
 
 
 @pytest.mark.parametrize("rule_id", sorted(SPEC_CASES))

@@ -114,7 +114,10 @@ def _duplicate_key(node: yaml.Node, prefix: str = "") -> tuple[str, int] | None:
     return None
 
 
-def _node_lines(node: yaml.Node, prefix: str, file: str, out: dict[str, Location]) -> None:
+def _node_lines(node: yaml.Node, prefix: str, file: str, out: dict[str, Location],
+                map_entries: bool = False) -> None:
+    """Record the line of every key; a free-form map (``launch.env``) gets its entries' lines
+    (``launch.env.NAME``) but is not descended into further."""
     if not isinstance(node, yaml.MappingNode):
         return
     for k, v in node.value:
@@ -122,8 +125,9 @@ def _node_lines(node: yaml.Node, prefix: str, file: str, out: dict[str, Location
             continue
         key = prefix + str(k.value)
         out[key] = Location(key=key, file=file, line=k.start_mark.line + 1)
-        if key not in MAP_KEYS:
-            _node_lines(v, key + ".", file, out)
+        if map_entries:
+            continue
+        _node_lines(v, key + ".", file, out, map_entries=key in MAP_KEYS)
 
 
 def _read_yaml(path: Path, shown: str) -> tuple[yaml.Node | None, list[Diagnostic]]:
@@ -260,8 +264,10 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
                 del where[k]
         where[key] = loc
         explicit.add(key)
-        if isinstance(value, dict) and key not in MAP_KEYS:
-            for sub in _flatten(value, key + "."):
+        if isinstance(value, dict):
+            subs = ([f"{key}.{k}" for k in value] if key in MAP_KEYS
+                    else _flatten(value, key + "."))
+            for sub in subs:
                 where[sub] = Location(key=sub, file=COMMAND_LINE, line=idx)
                 explicit.add(sub)
 

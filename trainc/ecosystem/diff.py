@@ -137,12 +137,13 @@ def render_table(a_res: Any, b_res: Any, show_all: bool = False) -> None:
     console = Console(width=None if sys.stdout.isatty() else 160)
     diffs, same = compare(a_res.plan, b_res.plan)
     summary = Table(title="summary", title_justify="left")
-    for col, kw in (("key", {"no_wrap": True}), ("A", {"justify": "right"}), ("B", {"justify": "right"}),
-                    ("change", {"justify": "right"})):
-        summary.add_column(col, **kw)
+    summary.add_column("key", no_wrap=True)
+    for col in ("A", "B", "change"):
+        summary.add_column(col, justify="right")
     for row in headline(a_res.plan, b_res.plan):
         k = row["key"]
-        summary.add_row(k, fmt_value(k, row["a"]), fmt_value(k, row["b"]), change(row["a"], row["b"]))
+        summary.add_row(k, fmt_value(k, row["a"]), fmt_value(k, row["b"]),
+                        change(row["a"], row["b"]))
     console.print(f"A = {a_res.path}\nB = {b_res.path}")
     console.print(summary)
     rows = [*diffs, *({"key": k, "a": v, "b": v} for k, v in same.items())] if show_all else diffs
@@ -157,7 +158,8 @@ def render_table(a_res: Any, b_res: Any, show_all: bool = False) -> None:
     table.add_column("change", justify="right")
     for row in rows:
         k = row["key"]
-        table.add_row(k, fmt_value(k, row["a"]), fmt_value(k, row["b"]), change(row["a"], row["b"]))
+        table.add_row(k, fmt_value(k, row["a"]), fmt_value(k, row["b"]),
+                      change(row["a"], row["b"]))
     console.print(table)
 
 

@@ -133,7 +133,8 @@ def _notes(cfg: dict[str, Any]) -> list[str]:
     return notes
 
 
-def convert(cfg: dict[str, Any], *, seq_length: int | None = None) -> tuple[dict[str, Any], list[str]]:
+def convert(cfg: dict[str, Any], *,
+            seq_length: int | None = None) -> tuple[dict[str, Any], list[str]]:
     """Map a parsed HF config.json to trainc model keys; returns ``(keys, notes)``.
 
     ``notes`` lists what the preset does not model. Raises :class:`HFImportError` for an

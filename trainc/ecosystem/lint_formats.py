@@ -62,7 +62,11 @@ def primary_location(d: Diagnostic, spec_path: str) -> tuple[str, int, str | Non
         uri = _file_uri(loc.file) if loc.file else None
         if uri is not None:
             return uri, loc.line or 1, None if loc is first else (origin or "<default>")
-    return _file_uri(spec_path) or Path(spec_path).as_posix(), 1, origin or "<default>"
+    fallback = _file_uri(spec_path) or (Path(spec_path).as_uri() if Path(spec_path).is_absolute()
+                                        else Path(spec_path).as_posix())
+    if first.file == spec_path:  # e.g. an unreadable spec: the location is the file itself
+        return fallback, first.line or 1, None
+    return fallback, 1, origin or "<default>"
 
 
 def _message(d: Diagnostic, origin: str | None) -> str:

@@ -86,7 +86,7 @@ def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
         the_plan = make_plan(cspec)
         est = estimate(cspec, the_plan) or _fast_estimates(cand)
         the_plan["estimates"] = est
-        if any(d.is_error for d in check_fit(cspec, the_plan)):
+        if any(d.is_error for d in check_fit(cspec, the_plan, suggest=False)):
             continue
         out.planned.append(Planned(cand, cspec, est))
         if len(out.planned) >= max(top * 3, top):

@@ -11,14 +11,17 @@ from collections.abc import Callable
 from typing import Any
 
 from trainc.compiler.emit.deepspeed import ds_config
+from trainc.compiler.emit.kubernetes import pytorchjob
 from trainc.compiler.emit.megatron import megatron_args
 from trainc.compiler.emit.megatron_core import megatron_core
 from trainc.compiler.emit.report import report
+from trainc.compiler.emit.report_html import report_html
 from trainc.compiler.emit.scripts import sbatch, torchrun
 from trainc.compiler.plan import canonical_json
 
 Emitter = Callable[[dict[str, Any]], dict[str, str]]
-EMITTERS: tuple[Emitter, ...] = (megatron_args, megatron_core, ds_config, torchrun, sbatch)
+EMITTERS: tuple[Emitter, ...] = (megatron_args, megatron_core, ds_config, torchrun, sbatch,
+                                 report_html, pytorchjob)
 
 
 def emit(plan: dict[str, Any]) -> dict[str, str]:

@@ -12,14 +12,16 @@ of the plan (estimates and diagnostics change without touching this file).
 
 Every pod runs the same worker as ``torchrun.sh``: ``torchrun -m trainc.launch.worker --plan
 /trainc/plan.json --save DIR``, DIR = ``launch.save_dir`` (a path on a volume you mount, e.g. by
-editing the template) or else ``/checkpoints``, an emptyDir that is lost with the pod. The training operator sets ``PET_NNODES``, ``PET_NPROC_PER_NODE``,
-``PET_NODE_RANK``, ``PET_MASTER_ADDR`` and ``PET_MASTER_PORT`` in each pod, which torchrun reads
-as the defaults of its rendezvous flags.
+editing the template) or else ``/checkpoints``, an emptyDir that is lost with the pod. The
+training operator sets ``PET_NNODES``, ``PET_NPROC_PER_NODE``, ``PET_NODE_RANK``,
+``PET_MASTER_ADDR`` and ``PET_MASTER_PORT`` in each pod, which torchrun reads as the defaults of
+its rendezvous flags.
 
 The image is ``launch.container_image``; without one the job names :data:`PLACEHOLDER_IMAGE`
 (which cannot be pulled: set the key to an image with trainc and its ``[worker]`` extra).
 The artifact is empty for ``launch.entrypoint: megatron-lm`` (run that through ``sbatch.sh``).
-Built as dicts and dumped with ``yaml.safe_dump(sort_keys=True)``: byte-for-byte deterministic.
+Built as a dict and dumped by a ``yaml.SafeDumper`` (sort_keys=True, no aliases): byte-for-byte
+deterministic.
 """
 
 from __future__ import annotations

@@ -3,7 +3,10 @@
 Per pipeline stage ``r`` (its GPUs share the stage's work, ``world / pp`` of them):
 
 * compute ``C_r`` = the stage's executed FLOPs (model FLOPs of its layers, logits on the last stage,
-  plus recomputation) / (``compute_efficiency`` x ``peak_tflops``);
+  plus recomputation) / (``compute_efficiency`` x ``n / (n + gemm_half_efficiency_tokens)`` x
+  ``peak_tflops``), with ``n = seq_length / cp x micro_batch_size`` tokens per micro batch (small
+  micro batches starve the GEMMs), plus ``layer_overhead_us`` per layer, micro batch and pass
+  (forward, backward, and the recompute forward);
 * exposed communication ``X_r`` = (1 - ``comm_overlap``) x (TP + CP + EP seconds) + PP p2p seconds
   (the p2p sits on the critical path of the schedule);
 * the pipeline stretches the per-micro-batch work by the bubble: ``(C_r + X_r) / (1 - bubble)``
@@ -84,9 +87,14 @@ def step_time(spec: TrainSpec, plan: dict, comms: list[StageComm], bubble: float
     eff = cl.compute_efficiency if cl.compute_efficiency and cl.compute_efficiency > 0 else 1.0
     overlap = min(max(cl.comm_overlap or 0.0, 0.0), 1.0)
     gpus_per_stage = max(world // max(p, 1), 1)
+    tokens_mb = spec.model.seq_length / max(d["cp"], 1) * spec.training.micro_batch_size
+    eff *= tokens_mb / (tokens_mb + max(cl.gemm_half_efficiency_tokens, 0))
+    passes = 3 if spec.training.recompute is Recompute.full else 2
     best: StepTime | None = None
     for r, (fl, sc) in enumerate(zip(stage_compute_flops(spec, plan), comms, strict=True)):
-        compute = fl / gpus_per_stage / (eff * peak) if peak > 0 else 0.0
+        launch = (sum(d["layers_per_stage"][r:r + 1]) * d["num_microbatches"] * passes
+                  * cl.layer_overhead_us * 1e-6)
+        compute = (fl / gpus_per_stage / (eff * peak) if peak > 0 else 0.0) + launch
         sec = sc.seconds_by_axis()
         exposed = (1 - overlap) * (sec["tp"] + sec["cp"] + sec["ep"]) + sec["pp"]
         piped = (compute + exposed) / (1 - bubble)

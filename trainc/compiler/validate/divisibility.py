@@ -98,7 +98,8 @@ def _heads(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    f"vocab_size ({m.vocab_size}) is padded to {d.padded_vocab_size} (a multiple of "
                    f"make_vocab_size_divisible_by*tp = {m.make_vocab_size_divisible_by}*{tp} = "
                    f"{unit}); checkpoints move between TP sizes only with re-padding",
-                   "model.vocab_size", related=("parallel.tp", "model.make_vocab_size_divisible_by"),
+                   "model.vocab_size",
+                   related=("parallel.tp", "model.make_vocab_size_divisible_by"),
                    vocab_size=m.vocab_size, padded_vocab_size=d.padded_vocab_size)
 
 

@@ -1,6 +1,7 @@
 """TRC210-TRC216: pipeline layer splits and batch / micro-batch counts.
 
-Sources (shared reference megatron_rules.md §1.6-1.7, §8): transformer_block.get_num_layers_to_build
+Sources (shared reference megatron_rules.md §1.6-1.7, §8):
+transformer_block.get_num_layers_to_build
 and TransformerConfig.__post_init__ (even split, uneven first/last split, layers % (pp*vpp) with
 interleaving), parallel_state (PG-4 vpp needs pp > 1), ConstantNumMicroBatchesCalculator
 (gbs % (mbs*dp)), schedules.forward_backward_pipelining_with_interleaving (microbatches % pp).
@@ -14,7 +15,14 @@ from collections.abc import Iterator
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived, layers_per_stage
 from trainc.compiler.diagnostics import Diagnostic, Severity, diag
-from trainc.compiler.validate.util import capacity, divisors, fitting, nearest_multiple, or_list, show
+from trainc.compiler.validate.util import (
+    capacity,
+    divisors,
+    fitting,
+    nearest_multiple,
+    or_list,
+    show,
+)
 from trainc.schemas import TrainSpec
 
 #: How many first/last sizes below the even share the uneven-split fix tries.
