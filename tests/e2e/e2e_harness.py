@@ -157,6 +157,17 @@ def expected_groups(plan: dict[str, Any]) -> dict[int, dict[str, list[int]]]:
             for r in range(world)}
 
 
+def trainc_rank_map(plan: dict[str, Any]) -> dict[int, dict[str, list[int]]]:
+    """The rank -> groups map of trainc's compiler (``trainc explain``'s), in the worker's names."""
+    from trainc.compiler.estimate.rankmap import GROUP_KINDS, grids
+
+    g = grids(plan["derived"])
+    names = {"expert_dp": "edp"}
+    return {r: {names.get(kind, kind): sorted(g[grid].group_of(r, axes))
+                for kind, (grid, axes) in GROUP_KINDS.items()}
+            for r in range(plan["derived"]["world_size"])}
+
+
 def references(outs: list[Path], env: dict[str, str] | None = None) -> dict[str, str]:
     """One-process reference runs (``--reference``) of several plans in ONE python process
     (imports paid once); returns plan folder name -> that run's log."""
@@ -209,5 +220,8 @@ def check_case(name: str, out: Path, log: str, ref_log: str) -> None:
     for n in again:
         assert close(again[n]["loss"], got[n]["loss"], 1e-6), \
             f"{name} step {n}: resumed loss {again[n]['loss']} vs {got[n]['loss']}"
-    # (d) the groups parallel_state formed are the plan's rank map
-    assert groups(log) == expected_groups(plan_of(out)), f"{name}: parallel groups differ"
+    # (d) the groups parallel_state formed are the rank map trainc computed (and an independent
+    # formula of Megatron's order)
+    formed = groups(log)
+    assert formed == expected_groups(plan_of(out)), f"{name}: parallel groups differ"
+    assert formed == trainc_rank_map(plan_of(out)), f"{name}: groups differ from trainc's map"

@@ -76,4 +76,5 @@ def test_layout_trains_like_reference(name, compiled, reference_logs):
         assert sorted(second) == list(range(17, 25))
         for n in second:
             assert close(second[n]["loss"], first[n]["loss"], 1e-6)
+    assert "layout keys with" in log and "all agree" in log  # megatron_core.yaml cross-check
     assert "trainc-worker: done" in log

@@ -100,6 +100,8 @@ def run(s: Settings) -> None:
         f"etp={L['etp']} dp={L['dp']} sp={L['sp']} num_microbatches={s.num_mb} "
         f"distributed_optimizer={s.distopt} overlap_p2p_comm={config.overlap_p2p_comm} "
         f"batch_p2p_comm={config.batch_p2p_comm} spec={'te' if use_te else 'local'}")
+    if not s.reference:
+        cross_check(s, config)
     chunks = mb.build_chunks(s.plan, dims, config, use_te=use_te, cp=L["cp"])
     n = mb.deterministic_init(chunks, s.seed)
     log(f"deterministic layout-independent init of {n} matrices (seed {s.seed})")
@@ -186,6 +188,34 @@ def run(s: Settings) -> None:
                              f"{s.resume_check} in {s.save}")
         log(f"resume-check: reloaded step {got} from {s.save}; replaying to {s.train_iters}")
         train_steps(got, "resume-check ", save=False)
+
+
+def cross_check(s: Settings, config: Any) -> None:
+    """Compare the layout the worker built with megatron_core.yaml next to plan.json (when the
+    compiler wrote one): parallel sizes, p2p mode, sequence parallel, microbatches."""
+    import os
+
+    import yaml
+
+    path = os.path.join(os.path.dirname(os.path.abspath(s.plan_path)), "megatron_core.yaml")
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        y = yaml.safe_load(f) or {}
+    tc, fb = y.get("TransformerConfig", {}), y.get("forward_backward_func", {})
+    keys = ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+            "virtual_pipeline_model_parallel_size", "context_parallel_size",
+            "expert_model_parallel_size", "expert_tensor_parallel_size", "sequence_parallel",
+            "overlap_p2p_comm", "batch_p2p_comm")
+    mine = {k: getattr(config, k) for k in keys if k in tc}
+    theirs = {k: tc[k] for k in mine}
+    if "num_microbatches" in fb:
+        mine["num_microbatches"], theirs["num_microbatches"] = s.num_mb, fb["num_microbatches"]
+    bad = {k: (theirs[k], mine[k]) for k in mine if theirs[k] != mine[k]}
+    if bad:
+        raise SystemExit(f"trainc-worker: megatron_core.yaml disagrees with the layout built "
+                         f"from plan.json (key: (yaml, worker)): {bad}")
+    log(f"cross-checked {len(mine)} layout keys with {path}: all agree")
 
 
 def _agree_to_stop() -> bool:
