@@ -19,8 +19,10 @@ from slurm_helpers import ROOT, SPECS
 
 from trainc.compiler.pipeline import compile_spec
 
-SPEC_FILES = sorted(
-    [*ROOT.glob("examples/*.yaml"), *SPECS.glob("*.yaml"), *ROOT.glob("tests/golden/cases/*/spec.yaml")])
+# golden cases that expect a generated sbatch.sh (a case of a rejected spec has none)
+GOLDEN = [p for p in ROOT.glob("tests/golden/cases/*/spec.yaml")
+          if (p.parent / "expected" / "sbatch.sh").is_file()]
+SPEC_FILES = sorted([*ROOT.glob("examples/*.yaml"), *SPECS.glob("*.yaml"), *GOLDEN])
 
 
 def _id(path: Path) -> str:
@@ -80,6 +82,7 @@ def test_one_task_per_node_and_a_signal_before_the_limit(compiled):
     srun = sruns[0]
     assert "--ntasks-per-node=1" in srun and f"--nodes={opts['--nodes']}" in srun
     assert "--export=NONE" not in srun and "--export=ALL" in srun, "the environment reaches srun"
+    assert "--kill-on-bad-exit=1" in srun, "a failed node must end the job, not leave peers hanging"
     assert "torchrun.sh" in srun
 
 

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,7 @@ def test_two_node_job_runs_to_completion(slurm_cluster, tmp_path):
         assert len(steps) == 2, log[-3000:]
         ranks = {int(m) for m in re.findall(r"trainc-worker: groups rank=(\d+)", log)}
         assert ranks == set(range(world)), log[-3000:]
+        assert re.search(rf"trainc-worker: distributed backend=gloo world_size={world} ", log)
         return
     probes = [dict(kv.split("=", 1) for kv in ln.split()[1:])
               for ln in log.splitlines() if ln.startswith("probe:")]
@@ -119,6 +121,17 @@ def test_submit_wait_returns_the_job_exit_code(slurm_cluster, tmp_path):
     proc, log = _submit_wait(out, slurm_cluster, _job_env(tmp_path, TORCHRUN="false"))
     assert proc.returncode == 1, proc.stderr + log
     assert "FAILED" in proc.stderr
+
+
+def test_a_failed_node_ends_the_job_at_once(slurm_cluster, tmp_path):
+    """Node 1 fails at once while node 0 blocks (as ranks waiting for a dead peer do): srun's
+    --kill-on-bad-exit ends the job within seconds instead of after the hang."""
+    out = _compile(tmp_path)
+    env = _job_env(tmp_path, TORCHRUN=str(STUB / "fail_one_node.sh"), TRAINC_STUB_HANG_S="150")
+    t0 = time.monotonic()
+    proc, log = _submit_wait(out, slurm_cluster, env)
+    assert proc.returncode != 0, proc.stderr + log
+    assert time.monotonic() - t0 < 60, log
 
 
 def test_submit_without_wait_prints_the_job_id(slurm_cluster, tmp_path):
@@ -175,3 +188,47 @@ def test_signal_before_the_time_limit_reaches_every_rank(slurm_cluster, tmp_path
     assert proc.returncode == 0, proc.stderr + log
     got = re.findall(r"usr1: node=(\d) after_s=\d+", log)
     assert sorted(got) == ["0", "1"], log
+
+
+def _scontrol_job(job_id: str) -> str:
+    return subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True,
+                          text=True, check=False, timeout=60).stdout
+
+
+def test_wait_follows_a_requeued_job_to_its_end(slurm_cluster, tmp_path):
+    """A job requeued while running (node failure, preemption, `scontrol requeue`) runs again;
+    `trainc submit --wait` follows it through the restart instead of stopping at the kill.
+    (Slurm holds a requeued job back ~2 min; the test lifts that with StartTime=now.)"""
+    out = _compile(tmp_path)
+    env = _job_env(tmp_path, TORCHRUN=str(STUB / "sleep_run.sh"))
+    cmd = [sys.executable, "-m", "trainc", "submit", str(out), "--wait", "--timeout", "150",
+           f"--sbatch-option=--nodelist={','.join(slurm_cluster[:2])}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=ROOT)
+    job_id = ""
+    try:
+        assert proc.stdout is not None
+        job_id = proc.stdout.readline().strip()
+        assert job_id.isdigit()
+        deadline = time.monotonic() + 60
+        while "JobState=RUNNING" not in _scontrol_job(job_id):
+            assert time.monotonic() < deadline, _scontrol_job(job_id)
+            time.sleep(0.5)
+        time.sleep(1)
+        subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=60)
+        deadline = time.monotonic() + 60
+        while "Restarts=1" not in (shown := _scontrol_job(job_id)) or "JobState=PENDING" not in shown:
+            assert time.monotonic() < deadline, shown
+            time.sleep(0.5)
+        subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True,
+                       timeout=60)
+        _, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if job_id.isdigit() and "JobState=COMPLETED" not in _scontrol_job(job_id):
+            subprocess.run(["scancel", job_id], check=False, timeout=60)
+    assert proc.returncode == 0, err
+    assert "(restart 1)" in err and "COMPLETED (restart 1)" in err, err
+    log = next(out.glob(f"*-{job_id}.out")).read_text()
+    assert sorted(re.findall(r"run: node=(\d) restart=1", log)) == ["0", "1"], log

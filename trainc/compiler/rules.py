@@ -238,5 +238,5 @@ SOURCES: dict[str, str] = {
     "TRC506": "CPU (gloo) execution", "TRC507": "torchrun --nproc_per_node (BC-063)",
     "TRC508": "NCCL_SOCKET_IFNAME (BC-067, BC-069)",
     "TRC509": "torchrun / Slurm rendezvous (DR §5.3; BC-057, BC-059)",
-    "TRC511": "sbatch: a newline ends an #SBATCH directive; trainc's emitters",
+    "TRC511": "generated shell scripts and #SBATCH lines (one value per line)",
 }

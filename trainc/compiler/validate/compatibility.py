@@ -59,7 +59,8 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    edits={"training.min_lr": t.lr}, min_lr=t.min_lr, lr=t.lr)
     if spec.launch.device == Device.cpu.value and t.precision is Precision.fp16:
         yield diag(R.FP16_CPU, "precision (fp16) does not run on launch.device (cpu): "
-                   "gloo and the CPU kernels have no fp16 path", "training.precision", related=("launch.device",),
+                   "gloo and the CPU kernels have no fp16 path", "training.precision",
+                   related=("launch.device",),
                    fix="set training.precision to bf16 or fp32 for launch.device=cpu",
                    edits={"training.precision": "bf16"}, precision="fp16", device="cpu")
 

@@ -19,6 +19,7 @@ from trainc.compiler.validate.util import (
     capacity,
     divisors,
     fitting,
+    nearest,
     nearest_multiple,
     or_list,
     show,
@@ -62,7 +63,8 @@ def _layers(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    f"would build {L // pp} layers per stage and silently drop {L % pp}",
                    "parallel.pp", related=("model.num_layers",),
                    fix=f"set parallel.pp to one of {show(pps)} (divisors of {L} that fit the "
-                       f"GPUs), or {_uneven_fix(L, pp, 1)}", num_layers=L, pp=pp)
+                       f"GPUs), or {_uneven_fix(L, pp, 1)}",
+                   edits={"parallel.pp": nearest(pps, pp)} if pps else {}, num_layers=L, pp=pp)
     elif vpp > 1 and L % (pp * vpp):
         per = L // pp
         ok = [v for v in divisors(per)]
@@ -72,7 +74,8 @@ def _layers(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    f"stages (older Megatron silently built {per // vpp * vpp})", "parallel.vpp",
                    related=("parallel.pp", "model.num_layers"),
                    fix=f"set parallel.vpp to one of {show(ok)} (layers per virtual stage: "
-                       f"{show(sorted(per // v for v in ok))})", num_layers=L, pp=pp, vpp=vpp)
+                       f"{show(sorted(per // v for v in ok))})",
+                   edits={"parallel.vpp": nearest(ok, vpp)}, num_layers=L, pp=pp, vpp=vpp)
 
 
 def _uneven_message(L: int, pp: int, vpp: int, first: int | None, last: int | None) -> str:

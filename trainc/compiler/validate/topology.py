@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, diag
-from trainc.compiler.validate.util import capacity, divisors, fitting, show
+from trainc.compiler.validate.util import capacity, divisors, fitting, nearest, show
 from trainc.schemas import TrainSpec
 
 
@@ -109,7 +109,9 @@ def _expert_grid(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                f"world size ({world}) is not a multiple of etp*ep*pp ({d.etp}*{p.ep}*{p.pp} = "
                f"{egrid}), so Megatron-Core cannot build the expert grid{over}", "parallel.ep",
                related=("parallel.etp", "parallel.pp", "cluster.num_nodes"),
-               fix="set " + ", or ".join(alts), world_size=world, expert_grid=egrid)
+               fix="set " + ", or ".join(alts),
+               edits={"parallel.ep": nearest(ok_ep, p.ep)} if ok_ep else {},
+               world_size=world, expert_grid=egrid)
 
 
 def _nvlink(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
