@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import sys
 from collections.abc import Callable
 
 import torch
@@ -27,7 +28,8 @@ _mode: torch.overrides.TorchFunctionMode | None = None
 
 def _say(name: str, why: str) -> None:
     if os.environ.get("RANK", "0") == "0":
-        print(f"trainc-worker: override: cpu-patch {name}: {why}", flush=True)
+        sys.stdout.write(f"trainc-worker: override: cpu-patch {name}: {why}\n")
+        sys.stdout.flush()
 
 
 def _check_versions() -> None:

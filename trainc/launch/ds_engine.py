@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainc.launch.worker import Settings, init_parallel_state, log, override
+from trainc.launch.worker import Settings, emit, init_parallel_state, log, override
 
 
 def minimal_config(s: Settings) -> dict[str, Any]:
@@ -211,9 +211,8 @@ def _run(s: Settings) -> None:
             dt = time.perf_counter() - t0
             done = step + 1
             if logger and (done % s.log_interval == 0 or done == s.train_iters):
-                print(f"{prefix}step={done} loss={loss_v:.9g} grad_norm={gn:.9g} "
-                      f"step_time_s={dt:.4f} tokens_per_s={tokens / dt:.1f} lr={lr:.6g}",
-                      flush=True)
+                emit(f"{prefix}step={done} loss={loss_v:.9g} grad_norm={gn:.9g} "
+                     f"step_time_s={dt:.4f} tokens_per_s={tokens / dt:.1f} lr={lr:.6g}")
             stop = save and _agree_to_stop()
             if (save and s.save_interval and done % s.save_interval == 0 or stop) \
                     and not s.reference:

@@ -37,7 +37,8 @@ class Dims:
 
     def describe(self) -> str:
         """``key=value`` list for the log."""
-        return " ".join(f"{k}={v}" for k, v in asdict(self).items() if v is not None)
+        return " ".join(f"{k}={v}" for k, v in asdict(self).items()
+                        if v is not None and (self.num_experts or not k.startswith("moe_")))
 
 
 def _lcm(*xs: int) -> int:

@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from trainc.launch import checkpoint
 from trainc.launch.shrink import Dims, full_dims, shrink
-from trainc.launch.worker import Settings, init_parallel_state, log, override
+from trainc.launch.worker import Settings, emit, init_parallel_state, log, override
 
 
 def resolve_dims(s: Settings) -> Dims:
@@ -166,9 +166,9 @@ def run(s: Settings) -> None:
             done = step + 1
             if logger and (done % s.log_interval == 0 or done == s.train_iters):
                 gn = float(grad_norm) if grad_norm is not None else float("nan")
-                print(f"{prefix}step={done} loss={loss:.9g} grad_norm={gn:.9g} "
-                      f"step_time_s={dt:.4f} tokens_per_s={tokens / dt:.1f} lr={lr:.6g} "
-                      f"skipped={int(not ok)}", flush=True)
+                emit(f"{prefix}step={done} loss={loss:.9g} grad_norm={gn:.9g} "
+                     f"step_time_s={dt:.4f} tokens_per_s={tokens / dt:.1f} lr={lr:.6g} "
+                     f"skipped={int(not ok)}")
             stop = save and _agree_to_stop()
             if (save and s.save_interval and done % s.save_interval == 0 or stop) \
                     and not s.reference:

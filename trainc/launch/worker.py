@@ -32,7 +32,14 @@ EXIT_OK, EXIT_FAIL = 0, 1
 def log(msg: str, all_ranks: bool = False) -> None:
     """One setup line on stdout, prefixed and flushed (by global rank 0 unless ``all_ranks``)."""
     if all_ranks or os.environ.get("RANK", "0") == "0":
-        print(f"trainc-worker: {msg}", flush=True)
+        emit(f"trainc-worker: {msg}")
+
+
+def emit(line: str) -> None:
+    """Write one line with a single write() (atomic on a pipe shared by the ranks: print() writes
+    the text and the newline separately, so two ranks' lines could interleave)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def override(msg: str) -> None:
