@@ -157,7 +157,10 @@ def _read_yaml(path: Path, shown: str) -> tuple[yaml.Node | None, list[Diagnosti
         return bad(f"{shown} is nested too deeply")
     if node is not None and not isinstance(node, yaml.MappingNode):
         return bad(f"{shown} must be a YAML mapping of sections (model:, cluster:, ...)", 1)
-    dup = _duplicate_key(node) if node is not None else None
+    try:
+        dup = _duplicate_key(node) if node is not None else None
+    except RecursionError:  # deep nesting, or an alias that contains itself (a: &a [*a])
+        return bad(f"{shown} is nested too deeply (or an anchor refers to itself)")
     if dup:
         return bad(f"{shown} sets {dup[0]} twice", dup[1])
     return node, []
@@ -210,14 +213,21 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
         try:
             ov = parser.parse_overrides([text])[0]
             value = ov.value()
-        except HydraException as e:
-            msg = str(e).splitlines()[0]
-            diags.append(_at(diag(R.BAD_OVERRIDE, f"cannot parse override '{text}': {msg}",
+        except (HydraException, ValueError, RecursionError) as e:
+            # ValueError: an integer beyond Python's 4300-digit conversion limit;
+            # RecursionError: brackets nested thousands deep (both from Hydra's parser)
+            msg = (str(e).splitlines() or [type(e).__name__])[0][:200]
+            shown_ov = text if len(text) <= 80 else text[:77] + "..."
+            diags.append(_at(diag(R.BAD_OVERRIDE, f"cannot parse override '{shown_ov}': {msg}",
                                   "<command line>", fix="write overrides as KEY=VALUE, e.g. "
                                   "parallel.tp=4 or model=llama3-8b"), COMMAND_LINE, i + 1))
             continue
         key = ov.key_or_group
-        if ov.is_delete() or ov.package:
+        if not key:
+            diags.append(_at(diag(R.BAD_OVERRIDE, f"override '{text[:80]}' has no key",
+                                  "<command line>", fix="write overrides as KEY=VALUE, e.g. "
+                                  "parallel.tp=4"), COMMAND_LINE, i + 1))
+        elif ov.is_delete() or ov.package:
             diags.append(_at(diag(R.BAD_OVERRIDE, f"override '{text}' is not supported",
                                   key, fix="use plain KEY=VALUE overrides"), COMMAND_LINE, i + 1))
         elif key in GROUPS and isinstance(value, str):
