@@ -180,6 +180,12 @@ LAUNCHER_ENV = _r(
     "launch.env must not set the rendezvous variables (MASTER_ADDR, MASTER_PORT, RANK, ...) that "
     "the generated scripts derive from the allocation")
 
+SECRET_IN_SPEC = _r(
+    "TRC510", "secret-in-spec",
+    "a launch.env value whose name looks like a credential (token, secret, password, api key, ...) "
+    "is not written to the artifacts; the scripts read it from the submitting environment",
+    "warning")
+
 ALL_RULES: tuple[Rule, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Rule))
 RULES_BY_ID = {r.id: r for r in ALL_RULES}
 assert len(RULES_BY_ID) == len(ALL_RULES), "duplicate rule id"

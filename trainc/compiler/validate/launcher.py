@@ -9,6 +9,7 @@ from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, diag, did_you_mean
 from trainc.compiler.hardware import GPUS
+from trainc.compiler.secrets import is_secret
 from trainc.schemas import TrainSpec
 
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
@@ -64,6 +65,7 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                 yield diag(R.MISSING_VALUE, f"cluster.{key} is required with gpu: custom",
                            f"cluster.{key}", related=("cluster.gpu",),
                            fix=f"set cluster.{key}, or name a GPU preset in cluster.gpu")
+    yield from _control_characters(spec)
     for k, v in sorted(lc.env.items()):
         if not _ENV.fullmatch(k):
             yield diag(R.ENV_NAME, f"launch.env key ({k!r}) is not a valid environment variable "
@@ -115,6 +117,12 @@ def _env(spec: TrainSpec) -> Iterator[Diagnostic]:
                        related=("cluster.num_nodes",),
                        fix=f"set {var} to the fabric interface (e.g. ib0 or bond0), or an "
                            "exclusion such as ^lo,docker,veth", value=str(val))
+    for var in sorted(k for k in env if is_secret(k)):
+        yield diag(R.SECRET_IN_SPEC, f"launch.env {var} looks like a secret: trainc does not "
+                   "write its value (plan.json shows ***); the generated scripts read "
+                   f"{var} from the environment at submit time", f"launch.env.{var}",
+                   fix=f"remove {var} from the spec and export it where sbatch/torchrun run "
+                       "(pytorchjob.yaml reads it from the Kubernetes Secret <job>-secrets)")
     for var in LAUNCHER_OWNED:
         if var in env:
             yield diag(R.LAUNCHER_ENV, f"launch.env sets {var} ({env[var]!r}), which the generated "
@@ -123,3 +131,24 @@ def _env(spec: TrainSpec) -> Iterator[Diagnostic]:
                        f"launch.env.{var}", related=("launch.master_port",),
                        fix=f"remove {var} from launch.env"
                            + (" and set launch.master_port" if var == "MASTER_PORT" else ""))
+
+
+
+#: Launch strings written into ``#SBATCH`` lines or one-per-line files (megatron_args.txt), where
+#: a line break or other control character would end the value (TRC006 instead of an internal
+#: error at emit time; the fuzz test found partition="gpu\ntouch x" crashing the emitter).
+_LINE_VALUES = ("launch.partition", "launch.account", "launch.data_path", "launch.save_dir")
+
+
+def _control_characters(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """Launch strings with control characters (line breaks, NUL, ...)."""
+    values: list[tuple[str, object]] = []
+    for key in _LINE_VALUES:
+        section, field = key.split(".")
+        values.append((key, getattr(getattr(spec, section), field)))
+    for key, value in values:
+        if isinstance(value, str) and any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+            yield diag(R.VALUE_RANGE, f"{key} ({value[:60]!r}) contains a control character "
+                       "(line break, tab, NUL, ...), which cannot be written into a Slurm "
+                       "directive or an argument file", key,
+                       fix=f"remove the control characters from {key}")
