@@ -61,6 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ecosystem_parsers(sub)
     _add_plan_parser(sub)
     _add_submit_parser(sub)
+
+    run = sub.add_parser("run", help="run OUTDIR/torchrun.sh on this machine")
+    run.add_argument("outdir", metavar="OUTDIR")
+    run.add_argument("worker_args", nargs=argparse.REMAINDER,
+                     help="extra worker flags (e.g. --train-iters 20 --load DIR), passed to every "
+                     "rank through TRAINC_WORKER_ARGS")
     return p
 
 
@@ -105,9 +111,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _plan(args)
         if args.command == "submit":
             return _submit(args)
+        if args.command == "run":
+            return _run(args)
     except KeyboardInterrupt:
         print("trainc: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # stdout closed early (`trainc lint --format json ... | head`)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail too
+        return 141  # what a shell reports for a process ended by SIGPIPE
     except Exception:  # a bug: say so, with what is needed to reproduce it
         print("trainc: internal error (this is a bug in trainc; please report it with the spec "
               "and this trace)", file=sys.stderr)
@@ -439,3 +451,40 @@ def _submit(args: argparse.Namespace) -> int:
     print(f"trainc submit: job {job_id} {final.state}, exit code {final.exit_code}:{final.signal}"
           f" -> {final.return_code}{out}", file=sys.stderr)
     return final.return_code
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Start OUTDIR/torchrun.sh here; its output streams through; return its exit code.
+
+    Extra worker flags go through the environment (``TRAINC_WORKER_ARGS``, which the worker
+    reads), so the generated script runs unchanged. Exit 4 when the script is missing or cannot
+    be started (the environment refused).
+    """
+    import os
+    import shlex
+    import subprocess
+
+    script = os.path.join(args.outdir, "torchrun.sh")
+    if not os.path.isfile(script):
+        print(f"trainc run: {script}: not found (run `trainc compile SPEC -o {args.outdir}` "
+              "first)", file=sys.stderr)
+        return EXIT_ENV
+    extra = [a for a in args.worker_args if a != "--"]
+    env = dict(os.environ)
+    if extra:
+        env["TRAINC_WORKER_ARGS"] = " ".join(
+            x for x in (env.get("TRAINC_WORKER_ARGS", ""), shlex.join(extra)) if x)
+    try:
+        proc = subprocess.Popen(["bash", script], env=env)
+    except OSError as e:
+        print(f"trainc run: cannot start {script}: {e}", file=sys.stderr)
+        return EXIT_ENV
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        try:
+            return proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return 130

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from trainc.compiler.rules import ALL_RULES
+from trainc.compiler.rules import ALL_RULES, SOURCES
 
 FAMILIES = (
     ("TRC0", "Loading (TRC0xx)", "the file, its YAML, the schema and the overrides"),
@@ -22,7 +22,8 @@ FAMILIES = (
 
 
 def render() -> str:
-    """The Markdown text of ``docs/rules.md``."""
+    """The Markdown text of ``docs/rules.md`` (MR / DR: the shared megatron_rules.md and
+    deepspeed_rules.md references; BC: bug cases, see docs/bug_cases.md)."""
     out = [
         "# trainc rules",
         "",
@@ -30,7 +31,9 @@ def render() -> str:
         "",
         "Every diagnostic carries one of these stable ids (never reused or renumbered), the dotted",
         "spec key it is about, the values involved and a computed fix. Severity `error` stops",
-        "compilation (exit 2); `warning` and `info` do not (`--werror` turns warnings into errors).",
+        "compilation (exit 2); `warning` and `info` do not (`--werror` turns warnings into",
+        "errors). Sources: MR = Megatron rules reference, DR = DeepSpeed rules reference (the",
+        "shared research notes), BC = bug cases (docs/bug_cases.md).",
         "",
     ]
     for prefix, title, blurb in FAMILIES:
@@ -38,10 +41,11 @@ def render() -> str:
         if not rules:
             continue
         out += [f"## {title}", "", blurb[0].upper() + blurb[1:] + ".", "",
-                "| id | name | severity | summary |", "|---|---|---|---|"]
+                "| id | name | severity | summary | source |", "|---|---|---|---|---|"]
         for r in sorted(rules, key=lambda r: r.id):
             summary = r.summary.replace("|", "\\|")
-            out.append(f"| {r.id} | `{r.name}` | {r.severity} | {summary} |")
+            source = SOURCES.get(r.id, "").replace("|", "\\|")
+            out.append(f"| {r.id} | `{r.name}` | {r.severity} | {summary} | {source} |")
         out.append("")
     return "\n".join(out)
 

@@ -93,3 +93,18 @@ def test_unreadable_file(tmp_path: Path) -> None:
                         str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr and "spec.yaml" in r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_closed_stdout_is_not_an_internal_error(tmp_path: Path) -> None:
+    """`trainc lint --format json ... | head`: the reader goes away; no traceback, no exit 3."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(GOOD)
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run([sys.executable, "-m", "trainc", "lint", str(spec), "--format",
+                            "json"], stdout=w, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(w)
+    assert p.returncode == 141, p.stderr
+    assert "Traceback" not in p.stderr

@@ -75,6 +75,9 @@ def test_diagnostics_are_well_formed(cfg):
             assert d.fix, (d.rule.id, d.message)
         for k in d.edits:
             assert k in KEYS, k
+        for name, value in d.facts.items():  # the values a rule looked at are shown to the user
+            if isinstance(value, (int, str)) and not isinstance(value, bool):
+                assert str(value) in d.message, (d.rule.id, name, value, d.message)
         rec = d.to_json()
         assert {"rule", "severity", "message", "key", "fix"} <= set(rec)
 

@@ -201,3 +201,33 @@ def test_cpu_device_uses_local_impl_and_gloo() -> None:
 def test_no_megatron_args_for_deepspeed() -> None:
     _, files = compile_case("llama2-7b-deepspeed-zero3-offload")
     assert "megatron_args.txt" not in files and "megatron_core.yaml" in files
+
+
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_megatron_core_accepts_it(name: str) -> None:
+    """Differential check: megatron-core's own dataclasses (``__post_init__`` checks) take the
+    emitted kwargs, when megatron-core (worker extra) is installed."""
+    pytest.importorskip("megatron.core")
+    import importlib
+    import warnings
+
+    import torch
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.optimizer import OptimizerConfig
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    core = core_of(name)
+    tc = dict(core["TransformerConfig"])
+    for key in ("params_dtype", "pipeline_dtype"):
+        tc[key] = getattr(torch, tc[key])
+    for key, path in core["callables"]["TransformerConfig"].items():
+        module, _, attr = path.rpartition(".")
+        tc[key] = getattr(importlib.import_module(module), attr)
+    oc = dict(core["OptimizerConfig"], params_dtype=getattr(torch, core["OptimizerConfig"]
+                                                            ["params_dtype"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = TransformerConfig(**tc)
+        DistributedDataParallelConfig(**core["DistributedDataParallelConfig"])
+        OptimizerConfig(**oc)
+    assert config.num_query_groups == core["TransformerConfig"]["num_query_groups"]

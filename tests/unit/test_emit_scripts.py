@@ -125,7 +125,8 @@ def test_sbatch_runs_one_torchrun_per_node_with_c10d(tmp_path: Path) -> None:
                     "SLURM_NODEID": "0", "NODE_RANK": "0"})
     assert r.returncode == 0, r.stderr
     srun = read_nul(log / "srun.args")
-    assert srun[:4] == ["--export=ALL", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=64"]
+    assert srun[:5] == ["--export=ALL", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=64",
+                        "--kill-on-bad-exit=1"]
     assert "--container-image=nvcr.io/nvidia/pytorch:24.05-py3" in srun
     assert f"--container-mounts=/lustre/data:/data,/scratch:/scratch,{out}:{out}" in srun
     assert srun[-2:] == ["bash", str(out / "torchrun.sh")]
@@ -189,7 +190,15 @@ def test_adversarial_strings_stay_literal(tmp_path: Path, value: str) -> None:
     marker = tmp_path / "pwned"
     literal = value.format(m=marker)
     partition = None if "\n" in literal else literal
-    res = compile_dict(tmp_path, _evil_spec(marker, value, partition=partition))
+    spec = _evil_spec(marker, value, partition=partition)
+    res = compile_dict(tmp_path, spec)
+    if "\n" in literal:
+        # An image or mount with a newline is refused up front (TRC511); env values with
+        # newlines are legal and stay literal.
+        assert {(d.rule.id, d.key) for d in res.diagnostics if d.is_error} == {
+            ("TRC511", "launch.container_image"), ("TRC511", "launch.container_mounts")}
+        spec["launch"]["container_image"] = spec["launch"]["container_mounts"] = None
+        res = compile_dict(tmp_path, spec)
     assert res.ok, [d.to_json() for d in res.diagnostics]
     out = write_files(tmp_path / "out", res.files)
     bindir, log = make_stubs(tmp_path)
@@ -204,11 +213,41 @@ def test_adversarial_strings_stay_literal(tmp_path: Path, value: str) -> None:
     assert r2.returncode == 0, r2.stderr
     assert not marker.exists(), "a spec value was executed"
     srun = read_nul(log / "srun.args")
-    assert f"--container-image={literal}" in srun
-    assert f"--container-mounts={literal},{out}:{out}" in srun
+    if "\n" not in literal:
+        assert f"--container-image={literal}" in srun
+        assert f"--container-mounts={literal},{out}:{out}" in srun
     for tag in ("0", "1"):
         env = read_env(log / f"torchrun.{tag}.env")
         assert env["EVIL"] == literal and env["EVIL2"] == "'" + literal + "'"
+    sc = shellcheck()
+    if sc is not None:
+        r3 = subprocess.run([sc, "-s", "bash", str(out / "torchrun.sh"), str(out / "sbatch.sh")],
+                            capture_output=True, text=True)
+        assert r3.returncode == 0, r3.stdout
+
+
+@pytest.mark.parametrize("value", EVIL)
+def test_adversarial_paths_stay_literal(tmp_path: Path, value: str) -> None:
+    marker = tmp_path / "pwned"
+    literal = value.format(m=marker)
+    spec = _evil_spec(marker, "x")
+    spec["launch"] |= {"entrypoint": "megatron-lm", "megatron_lm_path": literal,
+                       "data_path": None if "\n" in literal else literal}
+    res = compile_dict(tmp_path, spec)
+    if "\n" in literal:  # a path with a newline is refused up front (TRC511), never emitted
+        assert {(d.rule.id, d.key) for d in res.diagnostics if d.is_error} == {
+            ("TRC511", "launch.megatron_lm_path")}
+        return
+    assert res.ok, [d.to_json() for d in res.diagnostics]
+    out = write_files(tmp_path / "out", res.files)
+    bindir, log = make_stubs(tmp_path)
+    r = run_script(out / "torchrun.sh", bindir, log, out)
+    assert r.returncode == 0, r.stderr
+    assert not marker.exists(), "a spec value was executed"
+    args = read_nul(log / "torchrun.0.args")
+    assert f"{literal}/pretrain_gpt.py" in args
+    if "\n" not in literal:
+        assert args[args.index("--data-path") + 1] == literal
 
 
 def test_sbatch_value_quoting() -> None:

@@ -60,3 +60,13 @@ def test_memory_fit_verdict_without_suggestions():
     nspec, _, plan = plan_and_estimate(spec)
     [d] = [d for d in check_fit(nspec, plan, suggest=False) if d.rule.id == "TRC401"]
     assert d.is_error and d.edits == {}
+
+
+def test_memory_fit_does_not_apply_to_shrunk_or_cpu_runs():
+    # the same layout that does not fit 80 GiB: a shrink or CPU run builds it small / on the host
+    for field, value in (("shrink", True), ("device", "cpu")):
+        spec = make_spec(parallel__tp=1, parallel__pp=1, parallel__zero_stage=0,
+                         training__recompute=Recompute.none)
+        setattr(spec.launch, field, value)
+        _, _, diags = fit_diags(spec)
+        assert [d for d in diags if d.rule.id == "TRC401"] == [], field

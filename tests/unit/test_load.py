@@ -274,3 +274,12 @@ def test_preset_next_to_the_spec_wins(tmp_path):
 def test_duplicate_key_is_an_error(tmp_path):
     loaded = load_text(tmp_path, SPEC + "name: again\n")
     assert loaded.spec is None and loaded.diagnostics[0].rule.id == "TRC000"
+
+
+def test_launch_env_entries_are_located(tmp_path):
+    loaded = load_text(tmp_path, SPEC + "launch:\n  env:\n    NCCL_DEBUG: INFO\n",
+                       ["launch.env={MASTER_ADDR:localhost}"])
+    assert loaded.spec is not None
+    assert loaded.where["launch.env.MASTER_ADDR"].file == "<command line>"
+    loaded = load_text(tmp_path, SPEC + "launch:\n  env:\n    NCCL_DEBUG: INFO\n")
+    assert loaded.where["launch.env.NCCL_DEBUG"].line == 17

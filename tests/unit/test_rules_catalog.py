@@ -157,6 +157,8 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
                "launch.env.MASTER_ADDR"),
     "TRC510": ({"launch.env": {"WANDB_API_KEY": "x"}}, {"launch.env": {"WANDB_PROJECT": "x"}},
                "launch.env.WANDB_API_KEY"),
+    "TRC511": ({"launch.partition": "batch\n#SBATCH --qos=high"}, {"launch.partition": "batch"},
+               "launch.partition"),
 }
 
 SPEC_YAML = """\
@@ -205,6 +207,7 @@ def test_spec_rule_rejects(rule_id: str) -> None:
         assert d.severity.value == R.RULES_BY_ID[rule_id].severity
         if d.is_error:
             assert d.fix, f"{rule_id} error without a fix"
+        assert d.facts, f"{rule_id} reports no values (facts)"
 
 
 @pytest.mark.parametrize("rule_id", sorted(SPEC_CASES))
@@ -240,3 +243,22 @@ def test_catalog_ids_are_unique_and_well_formed() -> None:
         assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", r.name)
         assert r.severity in ("error", "warning", "info")
     assert len({r.name for r in R.ALL_RULES}) == len(R.ALL_RULES)
+
+
+def test_microbatches_below_pp_is_an_error_with_interleaving() -> None:
+    [d] = find(lint_cfg(**{"parallel.vpp": 2, "training.global_batch_size": 2}), "TRC215")
+    assert d.is_error and d.key == "training.global_batch_size"
+    assert d.edits == {"training.global_batch_size": 4}
+
+
+def test_fixes_are_valid_alternatives() -> None:
+    """Applying a diagnostic's machine-readable edit removes that diagnostic."""
+    from specs.kit import BASE, apply
+
+    for rule_id, (reject, _allow, key) in sorted(SPEC_CASES.items()):
+        cfg = apply(BASE, reject)
+        for d in find(lint_cfg(cfg), rule_id):
+            if not d.edits or d.key != key:
+                continue
+            fixed = lint_cfg(apply(cfg, dict(d.edits)))
+            assert not [x for x in find(fixed, rule_id) if x.key == key], (rule_id, d.edits)

@@ -18,6 +18,12 @@ def test_every_rule_is_listed():
         assert f"| {r.id} | `{r.name}` | {r.severity} |" in text
 
 
+def test_every_rule_names_its_source():
+    from trainc.compiler.rules import SOURCES
+
+    assert {r.id for r in ALL_RULES} <= set(SOURCES)
+
+
 def test_check_mode(tmp_path):
     f = tmp_path / "rules.md"
     assert main(["--check", str(f)]) == 1

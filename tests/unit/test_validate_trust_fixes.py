@@ -31,10 +31,11 @@ def test_ffn_not_checked_when_every_layer_is_moe() -> None:
 
 
 def test_launch_strings_with_line_breaks_are_diagnosed() -> None:
+    # (were an internal error at emit time; TRC511 from the rules branch now covers them)
     for key in ("launch.partition", "launch.account", "launch.data_path", "launch.save_dir"):
-        found = find(lint_cfg(**{key: "gpu\ntouch /tmp/x"}), "TRC006")
+        found = find(lint_cfg(**{key: "gpu\ntouch /tmp/x"}), "TRC511")
         assert [d.key for d in found] == [key]
-        assert not find(lint_cfg(**{key: "gpu-a100 x"}), "TRC006")
+        assert not find(lint_cfg(**{key: "gpu-a100 x"}), "TRC511")
 
 
 def test_absurd_layer_and_gpu_counts_are_range_errors() -> None:

@@ -2,32 +2,39 @@
 the package's ``conf/`` and from the spec's own folder), apply ``KEY=VALUE`` overrides, and check
 every key and type against the structured-config schema.
 
-This is the only module that imports Hydra / OmegaConf. Every user mistake becomes a
+Hydra and OmegaConf are imported only here and in :mod:`trainc.compiler.presets`, and only when
+needed (overrides, a cold preset cache, interpolations, errors). Every user mistake becomes a
 :class:`~trainc.compiler.diagnostics.Diagnostic` (TRC000-TRC006) naming the key and, where known,
 the file and line; nothing here raises for bad input.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import hashlib
-import json
-import re
 import os
-import warnings
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from trainc import __version__
 from trainc.compiler import rules as R
 from trainc.compiler.diagnostics import Diagnostic, Location, diag, did_you_mean
+from trainc.compiler.presets import (
+    _PRESET_CACHE,  # noqa: F401 - re-exported: tests reset it
+    _compose_presets,
+    _merge,
+    conf_dir,
+    preset_names,
+)
 from trainc.compiler.schema_check import MAP_KEYS, to_spec
+from trainc.compiler.yaml_source import (
+    _defaults_list,
+    _node_lines,
+    _read_yaml,
+    construct,
+)
 from trainc.schemas import TrainSpec
 
 #: Hydra config groups shipped in ``trainc/conf``.
@@ -50,137 +57,6 @@ class Loaded:
     where: dict[str, Location] = field(default_factory=dict)
     explicit: frozenset[str] = frozenset()
     presets: dict[str, str] = field(default_factory=dict)
-
-
-def conf_dir() -> Path:
-    """The package's Hydra config tree (``trainc/conf``)."""
-    return Path(str(resources.files("trainc") / "conf"))
-
-
-def preset_names(group: str) -> list[str]:
-    """Preset names of a config group, sorted."""
-    return sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
-
-
-# ---------------------------------------------------------------------------------------------
-# YAML source map
-# ---------------------------------------------------------------------------------------------
-
-
-class _Loader(yaml.CSafeLoader if hasattr(yaml, "CSafeLoader") else yaml.SafeLoader):  # type: ignore[misc]
-    """libyaml parser with OmegaConf's scalar rules: YAML 1.2 style floats (``1e-4`` is a float,
-    not a string) and no timestamp type (``2024-01-01`` stays a string)."""
-
-
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-                   |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
-                   |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
-                   |[-+]?\.(?:inf|Inf|INF)
-                   |\.(?:nan|NaN|NAN))$""", re.X),
-    list("-+0123456789."),
-)
-
-
-def construct(node: yaml.Node | None) -> Any:
-    """Plain Python value of a composed YAML node (with :class:`_Loader`'s scalar rules)."""
-    if node is None:
-        return None
-    return _Loader("").construct_document(node)
-
-
-def _duplicate_key(node: yaml.Node, prefix: str = "") -> tuple[str, int] | None:
-    """The first duplicated mapping key (dotted) and its line, if any."""
-    if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
-        for k, v in node.value:
-            name = str(getattr(k, "value", ""))
-            if name in seen:
-                return prefix + name, k.start_mark.line + 1
-            seen.add(name)
-            found = _duplicate_key(v, prefix + name + ".")
-            if found:
-                return found
-    elif isinstance(node, yaml.SequenceNode):
-        for item in node.value:
-            found = _duplicate_key(item, prefix)
-            if found:
-                return found
-    return None
-
-
-def _node_lines(node: yaml.Node, prefix: str, file: str, out: dict[str, Location]) -> None:
-    if not isinstance(node, yaml.MappingNode):
-        return
-    for k, v in node.value:
-        if not isinstance(k, yaml.ScalarNode):
-            continue
-        key = prefix + str(k.value)
-        out[key] = Location(key=key, file=file, line=k.start_mark.line + 1)
-        if key not in MAP_KEYS:
-            _node_lines(v, key + ".", file, out)
-
-
-def _read_yaml(path: Path, shown: str) -> tuple[yaml.Node | None, list[Diagnostic]]:
-    """Read and parse a YAML file into a node tree; problems become TRC000 diagnostics."""
-
-    def bad(msg: str, line: int | None = None) -> tuple[None, list[Diagnostic]]:
-        d = diag(R.SPEC_UNREADABLE, msg, "<file>", fix="pass a readable UTF-8 YAML spec file")
-        return None, [dataclasses.replace(d, locations=(Location(key="<file>", file=shown,
-                                                                 line=line),))]
-
-    if not path.exists():
-        return bad(f"spec file {shown} does not exist")
-    if path.is_dir():
-        return bad(f"{shown} is a directory, not a spec file")
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        return bad(f"cannot read {shown}: {e.strerror or e}")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        return bad(f"{shown} is not valid UTF-8 (byte {e.start})")
-    try:
-        node = yaml.compose(text, Loader=_Loader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        return bad(f"{shown} is not valid YAML: {problem}", line)
-    except RecursionError:
-        return bad(f"{shown} is nested too deeply")
-    if node is not None and not isinstance(node, yaml.MappingNode):
-        return bad(f"{shown} must be a YAML mapping of sections (model:, cluster:, ...)", 1)
-    try:
-        dup = _duplicate_key(node) if node is not None else None
-    except RecursionError:  # deep nesting, or an alias that contains itself (a: &a [*a])
-        return bad(f"{shown} is nested too deeply (or an anchor refers to itself)")
-    if dup:
-        return bad(f"{shown} sets {dup[0]} twice", dup[1])
-    return node, []
-
-
-def _defaults_list(node: yaml.Node | None) -> list[tuple[str, str | None]]:
-    """The spec's ``defaults:`` as (group or ``_self_``, option) pairs, ``_self_`` appended if absent."""
-    out: list[tuple[str, str | None]] = []
-    if isinstance(node, yaml.MappingNode):
-        for k, v in node.value:
-            if getattr(k, "value", None) == "defaults" and isinstance(v, yaml.SequenceNode):
-                for item in v.value:
-                    if isinstance(item, yaml.ScalarNode) and item.value == "_self_":
-                        out.append(("_self_", None))
-                    elif isinstance(item, yaml.MappingNode) and len(item.value) == 1:
-                        gk, gv = item.value[0]
-                        out.append((str(gk.value).lstrip("+"), getattr(gv, "value", None)))
-    if ("_self_", None) not in out:
-        out.append(("_self_", None))
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,8 +146,10 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
                 del where[k]
         where[key] = loc
         explicit.add(key)
-        if isinstance(value, dict) and key not in MAP_KEYS:
-            for sub in _flatten(value, key + "."):
+        if isinstance(value, dict):
+            subs = ([f"{key}.{k}" for k in value] if key in MAP_KEYS
+                    else _flatten(value, key + "."))
+            for sub in subs:
                 where[sub] = Location(key=sub, file=COMMAND_LINE, line=idx)
                 explicit.add(sub)
 
@@ -396,113 +274,11 @@ def _compose_failure(e: Exception, shown: str) -> tuple[dict, dict, list[Diagnos
                         f"use one of: {', '.join(options)}" if options else None)
         return fail(R.UNKNOWN_CHOICE, str(e).splitlines()[0], "defaults",
                     f"available: {', '.join(options)}" if options else None)
+    # AssertionError: Hydra asserts on some malformed defaults entries (an empty group name,
+    # `defaults: [{"": 0}]`, fails in hydra/core/default_element.py; found by the fuzz test)
     if isinstance(e, (HydraException, OmegaConfBaseException, yaml.YAMLError, ValueError,
-                      TypeError, KeyError, RecursionError)):
+                      TypeError, KeyError, RecursionError, AssertionError)):
         first = (str(e).splitlines() or [type(e).__name__])[0]
         return fail(R.SPEC_UNREADABLE, f"cannot compose {shown}: {first}", "defaults",
                     "check the defaults: list (e.g. '- model: llama2-70b') and the YAML structure")
     raise e
-
-
-_PRESET_CACHE: dict[tuple[str, tuple[tuple[str, str | None], ...]], tuple[Any, dict[str, str]]] = {}  # noqa: E501
-
-
-def _compose_presets(spec_dir: str, entries: tuple[tuple[str, str | None], ...]
-                     ) -> tuple[Any, dict[str, str]]:
-    """Hydra-compose a defaults list of presets (no ``_self_`` body).
-
-    Cached in memory per process, and on disk (``$XDG_CACHE_HOME/trainc``, off with
-    ``TRAINC_NO_CACHE=1``) keyed by the content of every file Hydra could pick, so a warm
-    ``trainc compile`` never imports Hydra (~0.35 s). Presets with their own ``defaults:`` list
-    are never disk-cached. Returns the composed container (a copy) and the option per group.
-    """
-    entries = tuple((g, o) for g, o in entries if o is not None)
-    if not entries:
-        return {}, {}
-    key = (spec_dir, entries)
-    if key not in _PRESET_CACHE:
-        disk = _disk_cache_path(spec_dir, entries)
-        hit = _read_disk_cache(disk) if disk else None
-        _PRESET_CACHE[key] = hit or _hydra_compose(spec_dir, entries)
-        if disk and not hit:
-            _write_disk_cache(disk, _PRESET_CACHE[key])
-    cfg, choices = _PRESET_CACHE[key]
-    return copy.deepcopy(cfg), dict(choices)
-
-
-def _hydra_compose(spec_dir: str, entries: tuple[tuple[str, str | None], ...]
-                   ) -> tuple[dict[str, Any], dict[str, str]]:
-    from hydra import compose, initialize_config_dir
-    from hydra.core.config_store import ConfigStore
-    from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import OmegaConf
-
-    name = "_trainc_presets_" + hashlib.sha256(repr(entries).encode()).hexdigest()[:16]
-    ConfigStore.instance().store(
-        name=name, node={"defaults": [{g: o} for g, o in entries] + ["_self_"]})
-    search = f"hydra.searchpath=[file://{spec_dir},file://{conf_dir()}]"
-    GlobalHydra.instance().clear()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with initialize_config_dir(config_dir=spec_dir, version_base="1.3"):
-                composed = compose(config_name=name, overrides=[search], return_hydra_config=True)
-    finally:
-        GlobalHydra.instance().clear()
-    runtime = composed.hydra.runtime.choices
-    choices = {g: str(runtime[g]) for g, _ in entries if runtime.get(g) is not None}
-    raw = OmegaConf.to_container(composed, resolve=False)
-    assert isinstance(raw, dict)
-    raw.pop("hydra", None)
-    return raw, choices
-
-
-def _disk_cache_path(spec_dir: str, entries: tuple[tuple[str, str | None], ...]) -> Path | None:
-    if os.environ.get("TRAINC_NO_CACHE"):
-        return None
-    h = hashlib.sha256(f"{__version__}|{spec_dir}|{conf_dir()}".encode())
-    for group, opt in entries:
-        found = False
-        for base in (Path(spec_dir), conf_dir()):
-            f = base / group / f"{opt}.yaml"
-            if f.is_file():
-                data = f.read_bytes()
-                if re.search(rb"(?m)^defaults\s*:", data):
-                    return None
-                h.update(f"|{f}|".encode() + hashlib.sha256(data).digest())
-                found = True
-            else:
-                h.update(f"|{f}|-".encode())
-        if not found:
-            return None  # let Hydra report the missing preset
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trainc"
-    return root / f"presets-{h.hexdigest()[:32]}.json"
-
-
-def _read_disk_cache(path: Path) -> tuple[dict[str, Any], dict[str, str]] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return data["config"], data["choices"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _write_disk_cache(path: Path, value: tuple[dict[str, Any], dict[str, str]]) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"config": value[0], "choices": value[1]}), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a cache that cannot be written is only slower
-
-
-def _merge(base: Any, over: Any) -> Any:
-    """OmegaConf.merge semantics on plain containers: mappings merge key by key, recursively;
-    anything else (scalars, lists, null) replaces."""
-    if isinstance(base, dict) and isinstance(over, dict):
-        out = dict(base)
-        for k, v in over.items():
-            out[k] = _merge(base[k], v) if k in base else v
-        return out
-    return over

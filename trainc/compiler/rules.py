@@ -186,6 +186,64 @@ SECRET_IN_SPEC = _r(
     "is not written to the artifacts; the scripts read it from the submitting environment",
     "warning")
 
+LAUNCH_VALUE = _r(
+    "TRC511", "launch-value-printable",
+    "paths, Slurm names and container settings must not contain control characters "
+    "(a newline would end an #SBATCH line); env values must not contain NUL")
+
 ALL_RULES: tuple[Rule, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Rule))
 RULES_BY_ID = {r.id: r for r in ALL_RULES}
 assert len(RULES_BY_ID) == len(ALL_RULES), "duplicate rule id"
+
+#: Where each rule comes from: the library function that enforces (or silently breaks on) it, or
+#: the shared reference section (megatron_rules.md = MR, deepspeed_rules.md = DR) / bug case.
+SOURCES: dict[str, str] = {
+    "TRC000": "trainc loader", "TRC001": "trainc schema", "TRC002": "trainc schema",
+    "TRC003": "trainc schema", "TRC004": "trainc schema / Hydra defaults list",
+    "TRC005": "Hydra override grammar", "TRC006": "trainc schema",
+    "TRC101": "Megatron validate_args / initialize_model_parallel (MR WS-1)",
+    "TRC102": "Megatron data_parallel_size = W/(tp*pp*cp) (MR §1.2)",
+    "TRC103": "Megatron-Core expert grid (MR §1.2, EXP-1); seed 002",
+    "TRC104": "Megatron-Core initialize_model_parallel expert generator (MR EXP-1)",
+    "TRC105": "MR §8 topology", "TRC106": "MR §8 topology", "TRC107": "MR §8 topology",
+    "TRC108": "cluster size", "TRC201": "TransformerConfig.__post_init__ (MR TP-1)",
+    "TRC202": "TransformerConfig.__post_init__, Megatron-Core >= 0.16 (MR TP-2)",
+    "TRC203": "RowParallelLinear divide() (MR TP-4)",
+    "TRC204": "expert linear layers divide() (MR EXP-8)",
+    "TRC205": "validate_args / MoELayer (MR EXP-5)",
+    "TRC206": "not validated by Megatron; torch.topk fails at run time (MR §1.8 MOE-2)",
+    "TRC207": "attention divide(a, g) (MR TP-2)", "TRC208": "validate_args (MR TP-3)",
+    "TRC209": "vocab_size_with_padding (MR §1.2)",
+    "TRC210": "get_num_layers_to_build (MR §1.6; BC-001)",
+    "TRC211": "interleaved schedule layer split (MR §1.6; BC-003)",
+    "TRC212": "TransformerConfig uneven PP (MR §1.6; BC-005)",
+    "TRC213": "initialize_model_parallel (MR PG-4)",
+    "TRC214": "ConstantNumMicroBatchesCalculator (MR §1.7); DeepSpeed batch assertion (DR §1)",
+    "TRC215": "pipeline schedules (MR §1.7)",
+    "TRC216": "forward_backward_pipelining_with_interleaving (MR §1.7)",
+    "TRC217": "validate_args (MR CP-1)", "TRC218": "tensor_parallel/mappings.py (MR SP-2; BC-015)",
+    "TRC219": "validate_args --max-position-embeddings (MR §5)",
+    "TRC220": "Transformer Engine a2a CP (MR §8)",
+    "TRC221": "attention.py KV replication, Megatron-Core >= 0.16 (MR TP-2; BC-011)",
+    "TRC301": "ModelParallelConfig.__post_init__ (MR SP-1)",
+    "TRC302": "ModelParallelConfig.__post_init__ (MR EXP-6)",
+    "TRC303": "validate_args overlap_p2p_comm (MR §1.2); cpu_execution.md",
+    "TRC304": "DeepSpeed PipelineEngine (DR §8 rule 2)",
+    "TRC305": "DeepSpeedZeroConfig (DR §2.2)",
+    "TRC306": "trainc emitters", "TRC307": "Megatron distributed optimizer (MR §1.9)",
+    "TRC308": "TransformerConfig / validate_args recompute checks (MR §1.11 RC-3, RC-4)",
+    "TRC309": "TransformerConfig recompute checks (MR §1.11 RC-3)",
+    "TRC312": "validate_args (MR EXP-4)", "TRC313": "trainc DeepSpeed target",
+    "TRC315": "moe_layer_freq pattern (MR §8)", "TRC318": "learning-rate schedule",
+    "TRC319": "CPU (gloo) execution", "TRC320": "DeepSpeed engine (DR §2.1)",
+    "TRC321": "DeepSpeed nvme offload needs nvme_path (DR §8 rule 3)",
+    "TRC322": "DeepSpeed PipelineEngine (BC-025, DeepSpeed #7773)",
+    "TRC401": "trainc estimates", "TRC402": "trainc estimates",
+    "TRC501": "Slurm job names", "TRC502": "Slurm --time", "TRC503": "pretrain_gpt.py (MR §6)",
+    "TRC504": "POSIX environment names", "TRC505": "validate_args (MR ENV-1)",
+    "TRC506": "CPU (gloo) execution", "TRC507": "torchrun --nproc_per_node (BC-063)",
+    "TRC508": "NCCL_SOCKET_IFNAME (BC-067, BC-069)",
+    "TRC509": "torchrun / Slurm rendezvous (DR §5.3; BC-057, BC-059)",
+    "TRC510": "trainc: credentials in launch.env are not written to the artifacts",
+    "TRC511": "generated shell scripts and #SBATCH lines (one value per line)",
+}

@@ -53,12 +53,18 @@ def time_limit_seconds(time_limit: str) -> int:
     return (parts[0] * 60 + parts[1]) * 60 + parts[2]
 
 
-def _env(plan: dict[str, Any]) -> list[tuple[str, str]]:
+def _looks_expandable(text: str) -> bool:
+    """True when a literal (single-quoted) value holds ``$``, a backtick or a backslash, which
+    shellcheck flags (SC2016, SC1003) unless told that the quoting is on purpose."""
+    return "$" in text or "`" in text or "\\" in text
+
+
+def _env(plan: dict[str, Any]) -> list[tuple[str, str, bool]]:
     env = plan["spec"]["launch"]["env"]
     for key in env:
         if not _ENV_NAME.fullmatch(key):
             raise InternalError(f"launch.env key {key!r} is not a variable name (validator missed)")
-    return [(k, str(env[k])) for k in sorted(env)]
+    return [(k, str(env[k]), _looks_expandable(str(env[k]))) for k in sorted(env)]
 
 
 def _common(plan: dict[str, Any]) -> dict[str, Any]:
@@ -98,7 +104,7 @@ def torchrun(plan: dict[str, Any]) -> dict[str, str]:
         "set_omp_num_threads": cpu and "OMP_NUM_THREADS" not in lc["env"],
     }
     if ctx["cuda_device_max_connections_1"]:  # exported once, above launch.env
-        ctx["env"] = [(k, v) for k, v in ctx["env"] if k != "CUDA_DEVICE_MAX_CONNECTIONS"]
+        ctx["env"] = [e for e in ctx["env"] if e[0] != "CUDA_DEVICE_MAX_CONNECTIONS"]
     return {"torchrun.sh": render("torchrun.sh.j2", **ctx)}
 
 
@@ -121,5 +127,7 @@ def sbatch(plan: dict[str, Any]) -> dict[str, str]:
         "signal_seconds": signal,
         "container_image": lc["container_image"],
         "container_mounts_prefix": mounts + "," if mounts else "",
+        "srun_literal_dollar": bool(lc["container_image"])
+        and _looks_expandable(lc["container_image"] + mounts),
     }
     return {"sbatch.sh": render("sbatch.sh.j2", **ctx)}

@@ -2,8 +2,10 @@
 
 Sources: Megatron-Core ModelParallelConfig / TransformerConfig ``__post_init__`` (SP needs TP,
 recompute arguments, MoE+TP wants SP), Megatron-LM validate_args (overlap p2p with interleaving),
-DeepSpeed PipelineEngine (ZeRO-2/3 + PP assertion) and DeepSpeedZeroConfig (offload_param at
-stage 3). shared reference: megatron_rules.md §1.4, §1.9-1.11, §2; deepspeed_rules.md §2.
+DeepSpeed PipelineEngine (ZeRO-2/3 + PP assertion; gradients summed over micro-batches, bug case
+BC-025) and DeepSpeedZeroConfig / engine (offload_param at stage 3, offload_optimizer needs a
+ZeRO stage, nvme needs a path). Shared reference: megatron_rules.md §1.4, §1.9-1.11, §2;
+deepspeed_rules.md §2, §8.
 """
 
 from __future__ import annotations
@@ -56,10 +58,11 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    related=("training.lr",), fix=f"set training.min_lr to at most {t.lr:g}",
                    edits={"training.min_lr": t.lr}, min_lr=t.min_lr, lr=t.lr)
     if spec.launch.device == Device.cpu.value and t.precision is Precision.fp16:
-        yield diag(R.FP16_CPU, "precision fp16 does not run on the CPU device (gloo, CPU "
-                   "kernels)", "training.precision", related=("launch.device",),
+        yield diag(R.FP16_CPU, "precision (fp16) does not run on launch.device (cpu): "
+                   "gloo and the CPU kernels have no fp16 path", "training.precision",
+                   related=("launch.device",),
                    fix="set training.precision to bf16 or fp32 for launch.device=cpu",
-                   edits={"training.precision": "bf16"})
+                   edits={"training.precision": "bf16"}, precision="fp16", device="cpu")
 
 
 def _engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
@@ -70,22 +73,25 @@ def _engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             yield diag(R.MEGATRON_ZERO,
                        f"engine=megatron does not implement ZeRO stage {p.zero_stage}; it offers "
                        "zero_stage 0 (DDP) and 1 (distributed optimizer: optimizer state and fp32 "
-                       "master weights sharded over dp*cp, ZeRO-1 equivalent)", "parallel.zero_stage",
+                       "master weights sharded over dp*cp, ZeRO-1 equivalent)",
+                       "parallel.zero_stage",
                        related=("engine",), fix="set parallel.zero_stage=1, or engine=deepspeed "
                        "for ZeRO-2/3", edits={"parallel.zero_stage": 1}, zero_stage=p.zero_stage)
         if offload:
             key = ("training.offload_optimizer" if t.offload_optimizer is not Offload.none
                    else "training.offload_param")
-            yield diag(R.OFFLOAD_ENGINE, f"{key} needs engine=deepspeed (trainc does not emit "
-                       "Megatron's CPU optimizer offload)", key, related=("engine",),
-                       fix="set engine=deepspeed, or the offload to none")
+            yield diag(R.OFFLOAD_ENGINE, f"{key} needs engine=deepspeed, not "
+                       f"({spec.engine.value}); trainc does not emit Megatron's CPU optimizer "
+                       "offload", key, related=("engine",),
+                       fix=f"set engine=deepspeed, or {key}=none", engine=spec.engine.value)
         return
     # engine == deepspeed
     if p.zero_stage >= 2 and p.pp > 1:
         yield diag(R.DS_ZERO_PP, f"zero_stage ({p.zero_stage}) is incompatible with DeepSpeed "
                    f"pipeline parallelism (pp = {p.pp}); DeepSpeed's PipelineEngine asserts "
                    "stage < 2", "parallel.zero_stage", related=("parallel.pp", "engine"),
-                   fix="set parallel.zero_stage=1, or parallel.pp=1", edits={"parallel.zero_stage": 1},
+                   fix="set parallel.zero_stage=1, or parallel.pp=1",
+                   edits={"parallel.zero_stage": 1},
                    zero_stage=p.zero_stage, pp=p.pp)
     if t.offload_param is not Offload.none and p.zero_stage != 3:
         yield diag(R.OFFLOAD_PARAM_STAGE, f"offload_param ({t.offload_param.value}) works only "
@@ -102,10 +108,12 @@ def _engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    edits={"parallel.zero_stage": 1}, zero_stage=0)
     nvme = Offload.nvme in (t.offload_optimizer, t.offload_param)
     if nvme and not t.nvme_path:
-        yield diag(R.NVME_PATH, "nvme offload is selected but training.nvme_path is not set",
+        yield diag(R.NVME_PATH, f"offload_optimizer ({t.offload_optimizer.value}) / offload_param "
+                   f"({t.offload_param.value}) select nvme but training.nvme_path is not set",
                    "training.nvme_path",
                    related=("training.offload_optimizer", "training.offload_param"),
-                   fix="set training.nvme_path to a local NVMe directory on every node")
+                   fix="set training.nvme_path to a local NVMe directory on every node",
+                   offload_optimizer=t.offload_optimizer.value, offload_param=t.offload_param.value)
     if p.pp > 1 and (d.num_microbatches or 0) > 1:
         yield diag(R.DS_PIPE_GRAD_ACCUM,
                    f"the DeepSpeed pipeline engine (pp = {p.pp}) with {d.num_microbatches} "
@@ -121,7 +129,7 @@ def _engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             yield diag(R.DS_UNSUPPORTED_AXIS, f"engine=deepspeed does not support {axis} > 1 "
                        f"({axis} = {val}) in trainc: DeepSpeed's engine runs Megatron-Core's "
                        "tensor parallel model only", f"parallel.{axis}", related=("engine",),
-                       fix=f"set parallel.{axis}=1, or engine=megatron")
+                       fix=f"set parallel.{axis}=1, or engine=megatron", **{axis: val})
 
 
 def _recompute(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
@@ -134,7 +142,8 @@ def _recompute(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                 yield diag(R.RECOMPUTE_ARGS, f"{key} ({shown}) applies to recompute=full only "
                            f"(recompute is {t.recompute.value})", key,
                            related=("training.recompute",),
-                           fix=f"remove {key}, or set training.recompute=full")
+                           fix=f"remove {key}, or set training.recompute=full",
+                           recompute=t.recompute.value, value=shown)
         return
     if d.layers_per_stage is None:
         return

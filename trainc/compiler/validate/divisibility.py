@@ -17,7 +17,7 @@ from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.validate.layers import layers_and_batch
 from trainc.compiler.validate.sequence import sequence
-from trainc.compiler.validate.util import capacity, divisors, fitting, show
+from trainc.compiler.validate.util import capacity, divisors, fitting, nearest, show
 from trainc.schemas import TrainSpec
 
 
@@ -29,17 +29,21 @@ def divisibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     yield from sequence(spec, d)
 
 
-def _tp_fix(spec: TrainSpec, d: Derived, ok: Callable[[int], bool], what: str) -> str:
-    """``set parallel.tp to one of X`` where X satisfies ``ok`` and fits the GPUs left by pp*cp."""
+def _tp_fix(spec: TrainSpec, d: Derived, ok: Callable[[int], bool], what: str
+            ) -> tuple[str, dict[str, int]]:
+    """(``set parallel.tp to one of X``, edit to the nearest X) where X satisfies ``ok`` and fits
+    the GPUs left by pp*cp."""
     p = spec.parallel
     m = spec.model
     cands = [t for t in divisors(m.num_attention_heads) if ok(t)]
     room = capacity(d.world_size, p.pp, p.cp)
     fit = fitting(cands, room)
+    best = nearest(fit, p.tp)
+    edits = {"parallel.tp": best} if best is not None else {}
     if room is not None and fit != cands:
         return (f"set parallel.tp to one of {show(fit)} (tp values {what}: {show(cands)}; "
-                f"those that fit {room} GPUs per pp*cp group: {show(fit)})")
-    return f"set parallel.tp to one of {show(cands)} ({what})"
+                f"those that fit {room} GPUs per pp*cp group: {show(fit)})"), edits
+    return f"set parallel.tp to one of {show(cands)} ({what})", edits
 
 
 def _groups_ok(g: int) -> Callable[[int], bool]:
@@ -50,33 +54,34 @@ def _heads(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     m, p = spec.model, spec.parallel
     a, g, tp = m.num_attention_heads, m.num_query_groups or m.num_attention_heads, p.tp
     if a % tp:
+        fix, edits = _tp_fix(spec, d, lambda t: True, f"dividing {a} heads")
         yield diag(R.HEADS_TP,
                    f"num_attention_heads ({a}) cannot be split over tp ({tp}): heads must be a "
                    f"multiple of tp", "parallel.tp", related=("model.num_attention_heads",),
-                   fix=_tp_fix(spec, d, lambda t: True, f"dividing {a} heads"),
-                   num_attention_heads=a, tp=tp)
+                   fix=fix, edits=edits, num_attention_heads=a, tp=tp)
     if g % tp and tp % g:
+        fix, edits = _tp_fix(spec, d, _groups_ok(g), f"that divide or are multiples of {g} "
+                             "query groups")
         yield diag(R.GROUPS_TP,
                    f"num_query_groups ({g}) is neither a multiple nor a divisor of tp ({tp}); "
                    f"the Megatron-Core >= 0.16 rule applies (trainc targets 0.16+: groups % tp "
                    f"== 0 or tp % groups == 0; <= 0.15 needed groups % tp == 0)",
                    "parallel.tp", related=("model.num_query_groups",),
-                   fix=_tp_fix(spec, d, _groups_ok(g), f"that divide or are multiples of {g} "
-                               "query groups"), num_query_groups=g, tp=tp)
+                   fix=fix, edits=edits, num_query_groups=g, tp=tp)
     elif a % tp == 0 and (kv := m.kv_channels or 0) * (a + 2 * g) % tp:
         # KV replication (tp > groups): Megatron-Core 0.16 still splits the fused QKV projection,
         # kv_channels*(heads + 2*groups) wide, over tp (ColumnParallelLinear's divide() in
         # SelfAttention.__init__), which fails unless tp divides it (found by the differential
         # test against megatron-core 0.16.1: tp=3, heads=6, groups=1, kv_channels=32 -> 256).
         width = kv * (a + 2 * g)
+        qfix, qedits = _tp_fix(spec, d, lambda t: (g % t == 0 or t % g == 0) and width % t == 0,
+                               f"that divide the QKV width {width}")
         yield diag(R.GROUPS_TP,
                    f"tp ({tp}) above num_query_groups ({g}) replicates the KV heads, but "
                    f"Megatron-Core still splits the fused QKV projection (kv_channels*(heads + "
                    f"2*groups) = {kv}*({a} + 2*{g}) = {width}) over tp, and {tp} does not divide "
                    f"it", "parallel.tp", related=("model.num_query_groups", "model.kv_channels"),
-                   fix=_tp_fix(spec, d, lambda t: (g % t == 0 or t % g == 0)
-                               and width % t == 0, f"that divide the QKV width {width}"),
-                   num_query_groups=g, tp=tp, qkv_width=width)
+                   fix=qfix, edits=qedits, num_query_groups=g, tp=tp, qkv_width=width)
     elif tp > g and a % tp == 0:
         yield diag(R.KV_REPLICATED,
                    f"tp ({tp}) exceeds num_query_groups ({g}): Megatron-Core >= 0.16 replicates "
@@ -96,10 +101,10 @@ def _heads(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     # With every layer an MoE layer no dense MLP is built: ffn_hidden_size is then unused by
     # Megatron-Core (only its default for moe_ffn_hidden_size, checked by TRC204).
     if f % tp and d.num_moe_layers < m.num_layers:
+        fix, edits = _tp_fix(spec, d, lambda t: f % t == 0, f"dividing ffn_hidden_size {f}")
         yield diag(R.FFN_TP, f"ffn_hidden_size ({f}) is not divisible by tp ({tp})",
                    "parallel.tp", related=("model.ffn_hidden_size",),
-                   fix=_tp_fix(spec, d, lambda t: f % t == 0, f"dividing ffn_hidden_size {f}"),
-                   ffn_hidden_size=f, tp=tp)
+                   fix=fix, edits=edits, ffn_hidden_size=f, tp=tp)
     h = m.hidden_size
     if h % a and m.kv_channels == h // a:
         yield diag(R.HIDDEN_HEADS,
@@ -114,7 +119,8 @@ def _heads(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    f"vocab_size ({m.vocab_size}) is padded to {d.padded_vocab_size} (a multiple of "
                    f"make_vocab_size_divisible_by*tp = {m.make_vocab_size_divisible_by}*{tp} = "
                    f"{unit}); checkpoints move between TP sizes only with re-padding",
-                   "model.vocab_size", related=("parallel.tp", "model.make_vocab_size_divisible_by"),
+                   "model.vocab_size",
+                   related=("parallel.tp", "model.make_vocab_size_divisible_by"),
                    vocab_size=m.vocab_size, padded_vocab_size=d.padded_vocab_size)
 
 
@@ -131,6 +137,7 @@ def _moe(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    "parallel.ep", related=("model.num_experts",),
                    fix=f"set parallel.ep to one of {show(fit)} (divisors of {e} experts"
                        + (f" that fit the expert grid of {d.world_size} GPUs)" if room else ")"),
+                   edits={"parallel.ep": nearest(fit, p.ep)} if fit else {},
                    num_experts=e, ep=p.ep)
     if not 1 <= m.moe_router_topk <= e:
         yield diag(R.TOPK_EXPERTS,
@@ -147,4 +154,5 @@ def _moe(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    f"moe_ffn_hidden_size ({fe}) is not divisible by etp ({d.etp})", "parallel.etp",
                    related=("model.moe_ffn_hidden_size", "parallel.tp"),
                    fix=f"set parallel.etp to one of {show(fit)} (etp=1 is the usual choice with "
-                       f"ep)", moe_ffn_hidden_size=fe, etp=d.etp)
+                       f"ep)", edits={"parallel.etp": nearest(fit, d.etp)} if fit else {},
+                   moe_ffn_hidden_size=fe, etp=d.etp)

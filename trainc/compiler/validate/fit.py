@@ -171,5 +171,7 @@ def check_fit(spec: TrainSpec, plan: dict[str, Any], *, suggest: bool = True
     """
     if not plan.get("estimates"):
         return
-    yield from _memory(spec, plan, suggest)
+    # A shrunk or CPU run does not hold the full model on GPUs: the GPU fit does not apply.
+    if not (spec.launch.shrink or spec.launch.device == "cpu"):
+        yield from _memory(spec, plan, suggest)
     yield from _bubble(spec, plan)

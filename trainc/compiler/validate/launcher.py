@@ -1,4 +1,11 @@
-"""TRC5xx: launch settings (job name, Slurm time, entry point, environment)."""
+"""TRC5xx: launch settings (job name, Slurm time, entry point, environment).
+
+Sources: Slurm job-name and --time syntax; Megatron validate_args ENV-1
+(CUDA_DEVICE_MAX_CONNECTIONS=1 with tp or cp > 1, megatron_rules.md §1.3); torchrun /
+DeepSpeed rendezvous variables (deepspeed_rules.md §5.3); bug cases BC-057, BC-059 (rendezvous
+pinned to localhost or the login node), BC-063 (CUDA_VISIBLE_DEVICES vs processes per node),
+BC-067/BC-069 (NCCL socket interface).
+"""
 
 from __future__ import annotations
 
@@ -35,49 +42,55 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         safe = re.sub(r"[^A-Za-z0-9._-]+", "-", spec.name).strip("-")[:128] or "trainc-job"
         yield diag(R.JOB_NAME, f"name ({spec.name!r}) must be 1-128 letters, digits, '.', '_' or "
                    "'-' (it names the Slurm job and the output folder)", "name",
-                   fix=f"set name to {safe!r}", edits={"name": safe})
+                   fix=f"set name to {safe!r}", edits={"name": safe}, name=spec.name)
     if not _TIME.fullmatch(lc.time_limit):
         yield diag(R.TIME_LIMIT, f"time_limit ({lc.time_limit!r}) is not a Slurm time "
                    "([D-]HH:MM:SS or minutes)", "launch.time_limit",
-                   fix="quote it in YAML, e.g. time_limit: \"04:00:00\"")
+                   fix="quote it in YAML, e.g. time_limit: \"04:00:00\"",
+                   time_limit=lc.time_limit)
     if lc.device not in DEVICES:
         yield diag(R.UNKNOWN_CHOICE, f"launch.device ({lc.device!r}) is not one of "
                    f"{', '.join(DEVICES)}{did_you_mean(lc.device, list(DEVICES))}",
-                   "launch.device", fix="set launch.device to cuda or cpu")
+                   "launch.device", fix="set launch.device to cuda or cpu", device=lc.device)
     if lc.entrypoint not in ENTRYPOINTS:
         yield diag(R.UNKNOWN_CHOICE, f"launch.entrypoint ({lc.entrypoint!r}) is not one of "
                    f"{', '.join(ENTRYPOINTS)}{did_you_mean(lc.entrypoint, list(ENTRYPOINTS))}",
-                   "launch.entrypoint", fix="set launch.entrypoint to trainc or megatron-lm")
+                   "launch.entrypoint", fix="set launch.entrypoint to trainc or megatron-lm",
+                   entrypoint=lc.entrypoint)
     elif lc.entrypoint == "megatron-lm" and not lc.megatron_lm_path:
         yield diag(R.MEGATRON_LM_PATH, "entrypoint megatron-lm runs pretrain_gpt.py from a "
                    "Megatron-LM checkout, but launch.megatron_lm_path is not set",
                    "launch.megatron_lm_path", related=("launch.entrypoint",),
-                   fix="set launch.megatron_lm_path to the checkout's directory")
+                   fix="set launch.megatron_lm_path to the checkout's directory",
+                   entrypoint=lc.entrypoint)
     if c.gpu not in GPUS and c.gpu != "custom":
         names = [*GPUS, "custom"]
         yield diag(R.UNKNOWN_CHOICE, f"cluster.gpu ({c.gpu!r}) is not a known GPU"
                    f"{did_you_mean(c.gpu, names)}", "cluster.gpu",
-                   fix=f"use one of {', '.join(names)} (custom: give the hardware fields)")
+                   fix=f"use one of {', '.join(names)} (custom: give the hardware fields)",
+                   gpu=c.gpu)
     elif c.gpu == "custom":
         for key in ("gpu_memory_gib", "peak_tflops", "intra_node_bandwidth_gbps",
                     "inter_node_bandwidth_gbps"):
             if getattr(c, key) is None:
                 yield diag(R.MISSING_VALUE, f"cluster.{key} is required with gpu: custom",
                            f"cluster.{key}", related=("cluster.gpu",),
-                           fix=f"set cluster.{key}, or name a GPU preset in cluster.gpu")
-    yield from _control_characters(spec)
+                           fix=f"set cluster.{key}, or name a GPU preset in cluster.gpu",
+                           gpu=c.gpu)
     for k, v in sorted(lc.env.items()):
         if not _ENV.fullmatch(k):
             yield diag(R.ENV_NAME, f"launch.env key ({k!r}) is not a valid environment variable "
-                       "name", f"launch.env.{k}", fix="use letters, digits and '_' only")
+                       "name", f"launch.env.{k}", fix="use letters, digits and '_' only", name=k)
     p = spec.parallel
     mdc = lc.env.get("CUDA_DEVICE_MAX_CONNECTIONS")
     if (p.tp > 1 or p.cp > 1) and mdc is not None and str(mdc) != "1":
         yield diag(R.ENV_MAX_CONNECTIONS, f"launch.env sets CUDA_DEVICE_MAX_CONNECTIONS={mdc} but "
                    f"tp ({p.tp}) or cp ({p.cp}) > 1 needs 1 (Megatron orders its comm kernels "
                    "through one hardware queue)", "launch.env.CUDA_DEVICE_MAX_CONNECTIONS",
-                   fix="remove it; trainc exports CUDA_DEVICE_MAX_CONNECTIONS=1")
+                   fix="remove it; trainc exports CUDA_DEVICE_MAX_CONNECTIONS=1",
+                   value=str(mdc), tp=p.tp, cp=p.cp)
     yield from _env(spec)
+    yield from _printable(spec)
     if lc.device == "cpu" and not lc.shrink:
         m = spec.model
         approx = 12 * m.num_layers * m.hidden_size**2 + 2 * m.vocab_size * m.hidden_size
@@ -85,7 +98,8 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             yield diag(R.CPU_FULL_SIZE, f"launch.device=cpu without shrink builds the full model "
                        f"(~{approx / 1e9:.1f}B parameters) on CPU", "launch.shrink",
                        related=("launch.device",), fix="set launch.shrink=true",
-                       edits={"launch.shrink": True})
+                       edits={"launch.shrink": True},
+                       approx_params_billion=f"{approx / 1e9:.1f}")
 
 
 def _env(spec: TrainSpec) -> Iterator[Diagnostic]:
@@ -122,7 +136,8 @@ def _env(spec: TrainSpec) -> Iterator[Diagnostic]:
                    "write its value (plan.json shows ***); the generated scripts read "
                    f"{var} from the environment at submit time", f"launch.env.{var}",
                    fix=f"remove {var} from the spec and export it where sbatch/torchrun run "
-                       "(pytorchjob.yaml reads it from the Kubernetes Secret <job>-secrets)")
+                       "(pytorchjob.yaml reads it from the Kubernetes Secret <job>-secrets)",
+                   variable=var)  # the name only: the value must not reach any output
     for var in LAUNCHER_OWNED:
         if var in env:
             yield diag(R.LAUNCHER_ENV, f"launch.env sets {var} ({env[var]!r}), which the generated "
@@ -130,25 +145,31 @@ def _env(spec: TrainSpec) -> Iterator[Diagnostic]:
                        "port for all nodes); a fixed or launch-node value hangs the rendezvous",
                        f"launch.env.{var}", related=("launch.master_port",),
                        fix=f"remove {var} from launch.env"
-                           + (" and set launch.master_port" if var == "MASTER_PORT" else ""))
+                           + (" and set launch.master_port" if var == "MASTER_PORT" else ""),
+                       variable=var, value=str(env[var]))
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_STRING_KEYS = ("launch.partition", "launch.account", "launch.time_limit",
+                "launch.container_image", "launch.megatron_lm_path", "launch.data_path",
+                "launch.save_dir", "training.nvme_path")
 
-#: Launch strings written into ``#SBATCH`` lines or one-per-line files (megatron_args.txt), where
-#: a line break or other control character would end the value (TRC006 instead of an internal
-#: error at emit time; the fuzz test found partition="gpu\ntouch x" crashing the emitter).
-_LINE_VALUES = ("launch.partition", "launch.account", "launch.data_path", "launch.save_dir")
 
-
-def _control_characters(spec: TrainSpec) -> Iterator[Diagnostic]:
-    """Launch strings with control characters (line breaks, NUL, ...)."""
-    values: list[tuple[str, object]] = []
-    for key in _LINE_VALUES:
-        section, field = key.split(".")
-        values.append((key, getattr(getattr(spec, section), field)))
-    for key, value in values:
-        if isinstance(value, str) and any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
-            yield diag(R.VALUE_RANGE, f"{key} ({value[:60]!r}) contains a control character "
-                       "(line break, tab, NUL, ...), which cannot be written into a Slurm "
-                       "directive or an argument file", key,
-                       fix=f"remove the control characters from {key}")
+def _printable(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC511: control characters in strings that reach scripts or #SBATCH lines."""
+    values: list[tuple[str, str]] = []
+    for key in _STRING_KEYS:
+        section, name = key.split(".")
+        v = getattr(getattr(spec, section), name)
+        if isinstance(v, str):
+            values.append((key, v))
+    for i, mount in enumerate(spec.launch.container_mounts or []):
+        values.append((f"launch.container_mounts[{i}]", mount))
+    for k, v in sorted(spec.launch.env.items()):
+        if "\x00" in v:  # other characters are quoted safely in the scripts' export lines
+            values.append((f"launch.env.{k}", v))
+    for key, v in values:
+        if _CONTROL.search(v):
+            yield diag(R.LAUNCH_VALUE, f"{key} ({v!r}) contains a control character",
+                       key.split("[")[0], fix=f"remove newlines and control characters from {key}",
+                       value=repr(v))

@@ -1,6 +1,7 @@
 """TRC210-TRC216: pipeline layer splits and batch / micro-batch counts.
 
-Sources (shared reference megatron_rules.md §1.6-1.7, §8): transformer_block.get_num_layers_to_build
+Sources (shared reference megatron_rules.md §1.6-1.7, §8):
+transformer_block.get_num_layers_to_build
 and TransformerConfig.__post_init__ (even split, uneven first/last split, layers % (pp*vpp) with
 interleaving), parallel_state (PG-4 vpp needs pp > 1), ConstantNumMicroBatchesCalculator
 (gbs % (mbs*dp)), schedules.forward_backward_pipelining_with_interleaving (microbatches % pp).
@@ -14,7 +15,15 @@ from collections.abc import Iterator
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived, layers_per_stage
 from trainc.compiler.diagnostics import Diagnostic, Severity, diag
-from trainc.compiler.validate.util import capacity, divisors, fitting, nearest_multiple, or_list, show
+from trainc.compiler.validate.util import (
+    capacity,
+    divisors,
+    fitting,
+    nearest,
+    nearest_multiple,
+    or_list,
+    show,
+)
 from trainc.schemas import TrainSpec
 
 #: How many first/last sizes below the even share the uneven-split fix tries.
@@ -54,7 +63,8 @@ def _layers(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    f"would build {L // pp} layers per stage and silently drop {L % pp}",
                    "parallel.pp", related=("model.num_layers",),
                    fix=f"set parallel.pp to one of {show(pps)} (divisors of {L} that fit the "
-                       f"GPUs), or {_uneven_fix(L, pp, 1)}", num_layers=L, pp=pp)
+                       f"GPUs), or {_uneven_fix(L, pp, 1)}",
+                   edits={"parallel.pp": nearest(pps, pp)} if pps else {}, num_layers=L, pp=pp)
     elif vpp > 1 and L % (pp * vpp):
         per = L // pp
         ok = [v for v in divisors(per)]
@@ -64,7 +74,8 @@ def _layers(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    f"stages (older Megatron silently built {per // vpp * vpp})", "parallel.vpp",
                    related=("parallel.pp", "model.num_layers"),
                    fix=f"set parallel.vpp to one of {show(ok)} (layers per virtual stage: "
-                       f"{show(sorted(per // v for v in ok))})", num_layers=L, pp=pp, vpp=vpp)
+                       f"{show(sorted(per // v for v in ok))})",
+                   edits={"parallel.vpp": nearest(ok, vpp)}, num_layers=L, pp=pp, vpp=vpp)
 
 
 def _uneven_message(L: int, pp: int, vpp: int, first: int | None, last: int | None) -> str:

@@ -40,8 +40,10 @@ def sequence(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     sp = bool(p.sequence_parallel) and tp > 1
     unit = sequence_unit(cp, tp, sp)
     if cp > 1 and s % (2 * cp):
-        yield diag(R.CP_SEQ, f"seq_length ({s}) is not a multiple of 2*cp ({2 * cp}); each CP "
-                   f"rank takes two mirrored chunks for causal load balance", "model.seq_length",
+        yield diag(R.CP_SEQ, f"seq_length ({s}) is not a multiple of 2*cp (2*{cp} = {2 * cp}); "
+                   f"each CP rank takes two mirrored chunks for causal load balance"
+                   + (f" (with sequence parallelism the multiple is {unit})" if unit != 2 * cp
+                      else ""), "model.seq_length",
                    related=("parallel.cp",),
                    fix=f"set model.seq_length to {or_list(nearest_multiple(s, unit))} (a multiple "
                        f"of {unit})", edits={"model.seq_length": nearest_multiple(s, unit)[-1]},

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, diag
-from trainc.compiler.validate.util import capacity, divisors, fitting, show
+from trainc.compiler.validate.util import capacity, divisors, fitting, nearest, show
 from trainc.schemas import TrainSpec
 
 
@@ -50,7 +50,8 @@ def _dense_grid(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         rest = tuple(f"parallel.{a}" for a in ("tp", "pp", "cp") if a != culprit)
         yield diag(R.WORLD_FACTORIZATION,
                    f"world size ({world} = {c.num_nodes} nodes x {c.gpus_per_node} GPUs) is not a "
-                   f"multiple of tp*pp*cp ({p.tp}*{p.pp}*{p.cp} = {mp}){short}", f"parallel.{culprit}",
+                   f"multiple of tp*pp*cp ({p.tp}*{p.pp}*{p.cp} = {mp}){short}",
+                   f"parallel.{culprit}",
                    related=(*rest, "cluster.num_nodes", "cluster.gpus_per_node"),
                    fix="set " + ", or ".join(alts), world_size=world, model_parallel=mp)
         return
@@ -108,7 +109,9 @@ def _expert_grid(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                f"world size ({world}) is not a multiple of etp*ep*pp ({d.etp}*{p.ep}*{p.pp} = "
                f"{egrid}), so Megatron-Core cannot build the expert grid{over}", "parallel.ep",
                related=("parallel.etp", "parallel.pp", "cluster.num_nodes"),
-               fix="set " + ", or ".join(alts), world_size=world, expert_grid=egrid)
+               fix="set " + ", or ".join(alts),
+               edits={"parallel.ep": nearest(ok_ep, p.ep)} if ok_ep else {},
+               world_size=world, expert_grid=egrid)
 
 
 def _nvlink(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
@@ -127,19 +130,23 @@ def _nvlink(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    nvlink_domain_size=dom)
     elif p.cp > 1 and (p.tp * p.cp > dom or dom % (p.tp * p.cp)):
         ok = [x for x in divisors(dom // p.tp) if x > 1] if dom % p.tp == 0 else []
+        tps = [t for t in divisors(dom) if dom % (t * p.cp) == 0
+               and m.num_attention_heads % t == 0]
         yield diag(R.TP_CP_NVLINK,
                    f"tp*cp ({p.tp}*{p.cp} = {p.tp * p.cp}) does not fit the NVLink domain ({dom} "
                    f"GPUs): context-parallel attention traffic crosses {cost}", "parallel.cp",
                    related=("parallel.tp", "cluster.nvlink_domain_size"),
-                   fix=(f"use cp in {{{show(ok)}}} with tp={p.tp}, or accept inter-node CP traffic"
-                        if ok else "reduce tp*cp to fit the NVLink domain"),
+                   fix=(f"use cp in {{{show(ok)}}} with tp={p.tp}" if ok else
+                        f"use tp in {{{show(tps)}}} with cp={p.cp}" if tps else
+                        "reduce tp*cp to fit the NVLink domain")
+                   + ", or accept inter-node CP traffic (ring p2p overlaps it with attention)",
                    tp=p.tp, cp=p.cp, nvlink_domain_size=dom)
     if m.num_experts and p.ep > 1 and (d.etp * p.ep > dom or dom % (d.etp * p.ep)):
         ok = [e for e in divisors(dom // d.etp) if m.num_experts % e == 0] \
             if dom % d.etp == 0 else []
         yield diag(R.EP_NVLINK,
-                   f"etp*ep ({d.etp}*{p.ep} = {d.etp * p.ep}) does not fit the NVLink domain ({dom} "
-                   f"GPUs): MoE token all-to-all crosses {cost}", "parallel.ep",
+                   f"etp*ep ({d.etp}*{p.ep} = {d.etp * p.ep}) does not fit the NVLink domain "
+                   f"({dom} GPUs): MoE token all-to-all crosses {cost}", "parallel.ep",
                    related=("parallel.etp", "cluster.nvlink_domain_size"),
                    fix=(f"use ep in {{{show(ok)}}} (with etp={d.etp})" if ok else
                         "use etp=1 and an ep dividing the NVLink domain") +

@@ -80,3 +80,17 @@ def capacity(world: int, *others: int) -> int | None:
     for o in others:
         prod *= max(o, 1)
     return world // prod if world % prod == 0 else None
+
+
+def nearest(values: Iterable[int], current: int) -> int | None:
+    """The value closest to ``current``, preferring the smaller one on ties (None if empty).
+
+    >>> nearest([1, 2, 4], 3)
+    2
+    >>> nearest([5, 10], 1)
+    5
+    """
+    vals = sorted(values)
+    if not vals:
+        return None
+    return min(vals, key=lambda v: (abs(v - current), v))

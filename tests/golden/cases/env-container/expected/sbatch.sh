@@ -35,10 +35,13 @@ export TRAINC_OUTDIR MASTER_ADDR MASTER_PORT TRAINC_RDZV_BACKEND TRAINC_RDZV_ID
 unset NODE_RANK
 export NCCL_DEBUG=INFO
 export NCCL_IB_HCA=mlx5_0,mlx5_1
-# shellcheck disable=SC2016  # a literal value, single-quoted on purpose
+# shellcheck disable=SC2016,SC1003  # a literal value, single-quoted on purpose
 export TRAINC_NOTE='it'"'"'s a "quoted" value with $HOME and spaces'
 
+# --kill-on-bad-exit: a node whose torchrun fails ends the step instead of leaving the others
+# blocked in a collective until the NCCL timeout.
 srun --export=ALL --nodes=2 --ntasks-per-node=1 --cpus-per-task="${SLURM_CPUS_ON_NODE:-1}" \
+  --kill-on-bad-exit=1 \
   --container-image=nvcr.io/nvidia/pytorch:24.05-py3 \
   --container-mounts=/lustre/data:/data,/scratch:/scratch,"$TRAINC_OUTDIR:$TRAINC_OUTDIR" \
   bash "$TRAINC_OUTDIR/torchrun.sh"

@@ -9,6 +9,7 @@
 #   TORCHRUN (torchrun; or "$PYTHON -m torch.distributed.run" when PYTHON is set),
 #   TRAINC_RDZV_BACKEND=c10d with TRAINC_RDZV_ID (set by sbatch.sh: c10d rendezvous on
 #   MASTER_ADDR:MASTER_PORT; the node rank is then SLURM_NODEID of each srun task)
+#   TRAINC_WORKER_ARGS (extra flags for trainc.launch.worker; the worker reads it)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -24,7 +25,7 @@ fi
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 export NCCL_DEBUG=INFO
 export NCCL_IB_HCA=mlx5_0,mlx5_1
-# shellcheck disable=SC2016  # a literal value, single-quoted on purpose
+# shellcheck disable=SC2016,SC1003  # a literal value, single-quoted on purpose
 export TRAINC_NOTE='it'"'"'s a "quoted" value with $HOME and spaces'
 # SIGUSR1 (Slurm's --signal before the time limit) is ignored by this shell and torchrun and
 # handled by the worker, which saves a checkpoint.

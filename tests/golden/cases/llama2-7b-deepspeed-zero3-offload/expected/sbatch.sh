@@ -32,5 +32,8 @@ export TRAINC_OUTDIR MASTER_ADDR MASTER_PORT TRAINC_RDZV_BACKEND TRAINC_RDZV_ID
 # NODE_RANK must come from each srun task (torchrun.sh reads SLURM_NODEID), never from this shell.
 unset NODE_RANK
 
+# --kill-on-bad-exit: a node whose torchrun fails ends the step instead of leaving the others
+# blocked in a collective until the NCCL timeout.
 srun --export=ALL --nodes=1 --ntasks-per-node=1 --cpus-per-task="${SLURM_CPUS_ON_NODE:-1}" \
+  --kill-on-bad-exit=1 \
   bash "$TRAINC_OUTDIR/torchrun.sh"

@@ -9,6 +9,7 @@
 #   TORCHRUN (torchrun; or "$PYTHON -m torch.distributed.run" when PYTHON is set),
 #   TRAINC_RDZV_BACKEND=c10d with TRAINC_RDZV_ID (set by sbatch.sh: c10d rendezvous on
 #   MASTER_ADDR:MASTER_PORT; the node rank is then SLURM_NODEID of each srun task)
+#   TRAINC_WORKER_ARGS (extra flags for trainc.launch.worker; the worker reads it)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

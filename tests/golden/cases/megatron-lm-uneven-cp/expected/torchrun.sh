@@ -39,9 +39,9 @@ else
 fi
 export NODE_RANK MASTER_ADDR MASTER_PORT
 
-# The spec's path is assigned on its own (a quoted word inside "${VAR:-...}" would be expanded).
-TRAINC_MEGATRON_LM_PATH=/opt/Megatron-LM
-MEGATRON_LM_PATH="${MEGATRON_LM_PATH:-$TRAINC_MEGATRON_LM_PATH}"
+if [[ -z "${MEGATRON_LM_PATH:-}" ]]; then
+  MEGATRON_LM_PATH=/opt/Megatron-LM
+fi
 # megatron_args.txt: one flag per line, "--flag" or "--flag value" (the value is the rest of the
 # line); lines starting with '#' are comments.
 MEGATRON_ARGS=()

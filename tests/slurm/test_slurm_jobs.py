@@ -1,0 +1,177 @@
+"""The generated scripts on a real Slurm controller (the local test cluster: several slurmd on one
+host emulate the nodes). Jobs are pinned to the responding nodes and run one at a time."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from slurm_helpers import ROOT, SPECS, free_port, trainc
+
+pytestmark = pytest.mark.slurm
+
+STUB = Path(__file__).resolve().parent / "stub"
+TINY = SPECS / "tiny-2node-cpu.yaml"
+
+
+def _compile(tmp_path: Path, *overrides: str, spec: Path = TINY) -> Path:
+    out = tmp_path / "out"
+    proc = trainc("compile", str(spec), *overrides, "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def _job_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """What the submitting shell exports (sbatch and srun pass it on): this interpreter, a free
+    rendezvous port, a private TMPDIR (torchelastic leaves folders there)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir(exist_ok=True)
+    env = dict(os.environ, PYTHON=sys.executable, MASTER_PORT=str(free_port()), TMPDIR=str(tmp),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    env.update(extra)
+    return env
+
+
+def _submit_wait(out: Path, nodes: list[str], env: dict[str, str], timeout: float = 240):
+    """``trainc submit OUT --wait`` pinned to the first two responding nodes; returns the process
+    and the job's output text."""
+    proc = trainc("submit", str(out), "--wait", f"--sbatch-option=--nodelist={','.join(nodes[:2])}",
+                  "--timeout", str(timeout), env=env, timeout=timeout + 60)
+    job_id = proc.stdout.strip()
+    assert job_id.isdigit(), proc.stderr
+    logs = list(out.glob(f"*-{job_id}.out"))
+    assert len(logs) == 1, (proc.stderr, sorted(p.name for p in out.iterdir()))
+    return proc, logs[0].read_text()
+
+
+def test_environment_node_rank_and_rendezvous_host_reach_every_task(slurm_cluster, tmp_path):
+    """One srun task per node; each sees its own SLURM_NODEID as node rank, the first node of
+    the allocation (never localhost) as rendezvous host, the spec's launch.env and the
+    submitter's environment."""
+    out = _compile(tmp_path, "launch.env={TRAINC_SPEC_MARK:from-spec}")
+    env = _job_env(tmp_path, TORCHRUN=str(STUB / "print_env.sh"), TRAINC_SUBMIT_MARK="from-shell")
+    proc, log = _submit_wait(out, slurm_cluster, env)
+    assert proc.returncode == 0, proc.stderr + log
+    lines = [dict(kv.split("=", 1) for kv in ln.split()[1:] if "=" in kv)
+             for ln in log.splitlines() if ln.startswith("env-probe:")]
+    assert len(lines) == 2, log  # one task per node, not one per GPU
+    assert sorted(ln["slurm_nodeid"] for ln in lines) == ["0", "1"]
+    assert all(ln["node_rank"] == ln["slurm_nodeid"] for ln in lines), lines
+    assert len({ln["node"] for ln in lines}) == 2, lines
+    assert {ln["master_addr"] for ln in lines} == {slurm_cluster[0]}, lines
+    assert {ln["master_port"] for ln in lines} == {env["MASTER_PORT"]}
+    assert {ln["rdzv"] for ln in lines} == {"c10d"}
+    assert {ln["spec_env"] for ln in lines} == {"from-spec"}
+    assert {ln["submit_env"] for ln in lines} == {"from-shell"}
+    raw = [ln for ln in log.splitlines() if ln.startswith("env-probe:")]
+    assert all(" args=--nnodes=2 --nproc_per_node=2 " in ln for ln in raw), raw
+
+
+def _worker_runnable() -> bool:
+    try:
+        return all(importlib.util.find_spec(m) is not None
+                   for m in ("trainc.launch.worker", "torch", "megatron.core"))
+    except ModuleNotFoundError:
+        return False
+
+
+def test_two_node_job_runs_to_completion(slurm_cluster, tmp_path):
+    """The compiled 2-node spec (2 x 2 CPU ranks, gloo) through sbatch.sh -> srun -> torchrun.sh
+    -> torchrun: completes, with distinct node ranks and the planned world size. Runs trainc's
+    worker when it can run here, else probe.py in its place (real torchrun and a gloo all_reduce
+    over the whole world when torch is installed)."""
+    out = _compile(tmp_path)
+    world = json.loads((out / "plan.json").read_text())["derived"]["world_size"]
+    assert world == 4
+    real = _worker_runnable()
+    extra = {} if real else {"TORCHRUN": f"{sys.executable} {STUB / 'fake_torchrun.py'}"}
+    proc, log = _submit_wait(out, slurm_cluster, _job_env(tmp_path, **extra))
+    assert proc.returncode == 0, proc.stderr + log[-3000:]
+    assert "COMPLETED" in proc.stderr
+    if real:
+        steps = [ln for ln in log.splitlines() if ln.startswith("step=")]
+        assert len(steps) == 2, log[-3000:]
+        ranks = {int(m) for m in re.findall(r"trainc-worker: groups rank=(\d+)", log)}
+        assert ranks == set(range(world)), log[-3000:]
+        return
+    probes = [dict(kv.split("=", 1) for kv in ln.split()[1:])
+              for ln in log.splitlines() if ln.startswith("probe:")]
+    assert sorted(int(p["rank"]) for p in probes) == list(range(world)), log
+    assert {p["world"] for p in probes} == {str(world)}
+    assert sorted(p["group_rank"] for p in probes) == ["0", "0", "1", "1"]
+    for group in ("0", "1"):  # a node's ranks share its node rank and its slurmd
+        assert len({p["node"] for p in probes if p["group_rank"] == group}) == 1
+    assert all(p["plan_ok"] == "True" for p in probes)
+    assert all(p["program"] == f"-m+trainc.launch.worker+--plan+{out / 'plan.json'}"
+               for p in probes)
+    if "allreduce" in probes[0]:
+        assert {p["allreduce"] for p in probes} == {str(float(world * (world + 1) // 2))}
+
+
+def test_submit_wait_returns_the_job_exit_code(slurm_cluster, tmp_path):
+    out = _compile(tmp_path)
+    proc, log = _submit_wait(out, slurm_cluster, _job_env(tmp_path, TORCHRUN="false"))
+    assert proc.returncode == 1, proc.stderr + log
+    assert "FAILED" in proc.stderr
+
+
+def test_submit_without_wait_prints_the_job_id(slurm_cluster, tmp_path):
+    out = _compile(tmp_path)
+    proc = trainc("submit", str(out), f"--sbatch-option=--nodelist={','.join(slurm_cluster[:2])}",
+                  "--sbatch-option=--hold", env=_job_env(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip()
+    assert job_id.isdigit()
+    try:
+        shown = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True,
+                               text=True, check=False, timeout=60).stdout
+        assert "JobState=PENDING" in shown and f"WorkDir={out}" in shown
+    finally:
+        subprocess.run(["scancel", job_id], check=False, timeout=60)
+
+
+def test_lint_slurm_accepts_every_preset_example(slurm_cluster):
+    specs = sorted(str(p) for p in [*ROOT.glob("examples/*.yaml"), *SPECS.glob("*.yaml")])
+    proc = trainc("lint", "--slurm", "--format", "json", *specs)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = json.loads(proc.stdout)["specs"]
+    assert len(records) == len(specs)
+    bad = {r["path"]: r["slurm"] for r in records if r["slurm"]["ok"] is not True}
+    assert not bad
+
+
+def test_lint_slurm_reports_what_the_cluster_refuses(slurm_cluster):
+    proc = trainc("lint", "--slurm", str(TINY), "launch.partition=no-such-partition")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "rejected" in proc.stderr and "partition" in proc.stderr.lower()
+    proc = trainc("lint", "--slurm", "--format", "json", str(TINY), "cluster.num_nodes=512",
+                  "training.global_batch_size=512")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    rec = json.loads(proc.stdout)["specs"][0]
+    assert rec["ok"] is False and rec["slurm"]["ok"] is False, rec
+    assert "node configuration is not available" in rec["slurm"]["message"]
+
+
+def test_signal_before_the_time_limit_reaches_every_rank(slurm_cluster, tmp_path):
+    """sbatch.sh's --signal=USR1@N goes to the job step: through torchrun.sh (which ignores USR1
+    in bash and torchrun) to the rank processes, which handle it (the worker saves a checkpoint).
+    The limit is shortened here to 2 min with the signal 100 s before it (Slurm checks about
+    every 30 s), instead of waiting for the spec's limit."""
+    out = _compile(tmp_path)
+    assert "#SBATCH --signal=USR1@" in (out / "sbatch.sh").read_text()
+    env = _job_env(tmp_path, TORCHRUN=f"{sys.executable} {STUB / 'wait_usr1.py'}")
+    proc = trainc("submit", str(out), "--wait", "--timeout", "180",
+                  f"--sbatch-option=--nodelist={','.join(slurm_cluster[:2])}",
+                  "--sbatch-option=--time=2", "--sbatch-option=--signal=USR1@100",
+                  env=env, timeout=240)
+    job_id = proc.stdout.strip()
+    log = next(out.glob(f"*-{job_id}.out")).read_text()
+    assert proc.returncode == 0, proc.stderr + log
+    got = re.findall(r"usr1: node=(\d) after_s=\d+", log)
+    assert sorted(got) == ["0", "1"], log

@@ -1,0 +1,134 @@
+"""Reading spec YAML: libyaml with OmegaConf's scalar rules, a key -> file:line source map,
+duplicate keys, and the ``defaults:`` list. Problems become TRC000 diagnostics."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainc.compiler import rules as R
+from trainc.compiler.diagnostics import Diagnostic, Location, diag
+from trainc.compiler.schema_check import MAP_KEYS
+
+class _Loader(yaml.CSafeLoader if hasattr(yaml, "CSafeLoader") else yaml.SafeLoader):  # type: ignore[misc]
+    """libyaml parser with OmegaConf's scalar rules: YAML 1.2 style floats (``1e-4`` is a float,
+    not a string) and no timestamp type (``2024-01-01`` stays a string)."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                   |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
+                   |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                   |[-+]?\.(?:inf|Inf|INF)
+                   |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."),
+)
+
+
+def construct(node: yaml.Node | None) -> Any:
+    """Plain Python value of a composed YAML node (with :class:`_Loader`'s scalar rules)."""
+    if node is None:
+        return None
+    return _Loader("").construct_document(node)
+
+
+def _duplicate_key(node: yaml.Node, prefix: str = "") -> tuple[str, int] | None:
+    """The first duplicated mapping key (dotted) and its line, if any."""
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for k, v in node.value:
+            name = str(getattr(k, "value", ""))
+            if name in seen:
+                return prefix + name, k.start_mark.line + 1
+            seen.add(name)
+            found = _duplicate_key(v, prefix + name + ".")
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            found = _duplicate_key(item, prefix)
+            if found:
+                return found
+    return None
+
+
+def _node_lines(node: yaml.Node, prefix: str, file: str, out: dict[str, Location],
+                map_entries: bool = False) -> None:
+    """Record the line of every key; a free-form map (``launch.env``) gets its entries' lines
+    (``launch.env.NAME``) but is not descended into further."""
+    if not isinstance(node, yaml.MappingNode):
+        return
+    for k, v in node.value:
+        if not isinstance(k, yaml.ScalarNode):
+            continue
+        key = prefix + str(k.value)
+        out[key] = Location(key=key, file=file, line=k.start_mark.line + 1)
+        if map_entries:
+            continue
+        _node_lines(v, key + ".", file, out, map_entries=key in MAP_KEYS)
+
+
+def _read_yaml(path: Path, shown: str) -> tuple[yaml.Node | None, list[Diagnostic]]:
+    """Read and parse a YAML file into a node tree; problems become TRC000 diagnostics."""
+
+    def bad(msg: str, line: int | None = None) -> tuple[None, list[Diagnostic]]:
+        d = diag(R.SPEC_UNREADABLE, msg, "<file>", fix="pass a readable UTF-8 YAML spec file")
+        return None, [dataclasses.replace(d, locations=(Location(key="<file>", file=shown,
+                                                                 line=line),))]
+
+    if not path.exists():
+        return bad(f"spec file {shown} does not exist")
+    if path.is_dir():
+        return bad(f"{shown} is a directory, not a spec file")
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        return bad(f"cannot read {shown}: {e.strerror or e}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return bad(f"{shown} is not valid UTF-8 (byte {e.start})")
+    try:
+        node = yaml.compose(text, Loader=_Loader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        return bad(f"{shown} is not valid YAML: {problem}", line)
+    except RecursionError:
+        return bad(f"{shown} is nested too deeply")
+    if node is not None and not isinstance(node, yaml.MappingNode):
+        return bad(f"{shown} must be a YAML mapping of sections (model:, cluster:, ...)", 1)
+    try:
+        dup = _duplicate_key(node) if node is not None else None
+    except RecursionError:  # deep nesting, or an alias that contains itself (a: &a [*a])
+        return bad(f"{shown} is nested too deeply (or an anchor refers to itself)")
+    if dup:
+        return bad(f"{shown} sets {dup[0]} twice", dup[1])
+    return node, []
+
+
+def _defaults_list(node: yaml.Node | None) -> list[tuple[str, str | None]]:
+    """The spec's ``defaults:`` as (group or ``_self_``, option) pairs, ``_self_`` appended if absent."""
+    out: list[tuple[str, str | None]] = []
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            if getattr(k, "value", None) == "defaults" and isinstance(v, yaml.SequenceNode):
+                for item in v.value:
+                    if isinstance(item, yaml.ScalarNode) and item.value == "_self_":
+                        out.append(("_self_", None))
+                    elif isinstance(item, yaml.MappingNode) and len(item.value) == 1:
+                        gk, gv = item.value[0]
+                        out.append((str(gk.value).lstrip("+"), getattr(gv, "value", None)))
+    if ("_self_", None) not in out:
+        out.append(("_self_", None))
+    return out

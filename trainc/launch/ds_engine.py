@@ -1,0 +1,235 @@
+"""engine=deepspeed: the same GPTModel handed to ``deepspeed.initialize`` with the emitted
+``ds_config.json`` (the plan folder's), Megatron-Core's parallel_state as the model-parallel unit.
+
+On CPU (``DS_ACCELERATOR=cpu``, gloo): DeepSpeed's JIT C++ builds are avoided, each change
+announced as an override: the shm communication op is not built (gloo does every collective),
+the optimizer is torch's AdamW (``torch_adam``) instead of FusedAdam, and with optimizer offload
+the DeepSpeed CPUAdam requirement is lifted (``zero_force_ds_cpu_optimizer: false``). fp16 has no
+CPU kernels here and becomes bf16.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from trainc.launch.worker import Settings, init_parallel_state, log, override
+
+
+def minimal_config(s: Settings) -> dict[str, Any]:
+    """A DeepSpeed config equivalent to what trainc emits, for a plan folder without one."""
+    t = s.plan["spec"]["training"]
+    cfg: dict[str, Any] = {
+        "train_batch_size": s.gbs, "train_micro_batch_size_per_gpu": s.mbs,
+        "gradient_accumulation_steps": s.num_mb, "gradient_clipping": float(t["grad_clip"]),
+        "steps_per_print": 10**9,
+        "zero_optimization": {"stage": int(s.plan["spec"]["parallel"].get("zero_stage", 0))},
+        "optimizer": {"type": "AdamW", "params": {
+            "lr": s.lr, "betas": [s.adam_beta1, s.adam_beta2], "eps": s.adam_eps,
+            "weight_decay": float(t.get("weight_decay", 0.0))}},
+        "scheduler": {"type": "WarmupCosineLR", "params": {
+            "total_num_steps": s.decay_iters, "warmup_num_steps": max(1, s.warmup_iters),
+            "warmup_min_ratio": 0.0 if s.warmup_iters else 1.0,
+            "cos_min_ratio": s.min_lr / s.lr if s.lr else 0.0, "warmup_type": "linear"}},
+    }
+    if t.get("offload_optimizer", "none") != "none":
+        cfg["zero_optimization"]["offload_optimizer"] = {"device": t["offload_optimizer"]}
+    if s.precision in ("bf16", "fp16"):
+        cfg[s.precision] = {"enabled": True}
+    return cfg
+
+
+def load_config(s: Settings, plan_dir: str) -> dict[str, Any]:
+    """The plan folder's ds_config.json (or a minimal equivalent), with the CPU overrides."""
+    path = os.path.join(plan_dir, "ds_config.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            cfg = json.load(f)
+        log(f"deepspeed config {path}")
+    else:
+        cfg = minimal_config(s)
+        override(f"no ds_config.json next to plan.json: built an equivalent minimal config from "
+                 f"the plan: {json.dumps(cfg, sort_keys=True)}")
+    if s.device == "cpu":
+        if "fp16" in cfg and cfg["fp16"].get("enabled"):
+            override("deepspeed fp16 -> bf16 (fp16 is rejected on this CPU)")
+            cfg.pop("fp16")
+            cfg["bf16"] = {"enabled": True}
+        opt = cfg.setdefault("optimizer", {"type": "AdamW", "params": {"lr": s.lr}})
+        if not opt.setdefault("params", {}).get("torch_adam"):
+            override("deepspeed optimizer.params.torch_adam=true (torch AdamW, no FusedAdam "
+                     "JIT build)")
+            opt["params"]["torch_adam"] = True
+            opt["params"].setdefault("adam_w_mode", opt.get("type", "AdamW") == "AdamW")
+        if cfg.get("zero_optimization", {}).get("offload_optimizer"):
+            override("deepspeed zero_force_ds_cpu_optimizer=false (offloaded states stepped by "
+                     "torch AdamW on CPU, no DeepSpeedCPUAdam JIT build)")
+            cfg["zero_force_ds_cpu_optimizer"] = False
+            for k in ("offload_optimizer", "offload_param"):
+                block = cfg["zero_optimization"].get(k)
+                if block and block.get("pin_memory"):
+                    override(f"deepspeed {k}.pin_memory=false (no CUDA host pinning on CPU)")
+                    block["pin_memory"] = False
+    if s.reference:
+        gas = s.gbs // s.mbs
+        if cfg.get("gradient_accumulation_steps") != gas:
+            override(f"reference run: gradient_accumulation_steps -> {gas} on one process")
+        cfg["gradient_accumulation_steps"] = gas
+        cfg["train_batch_size"] = s.gbs
+    cfg["steps_per_print"] = 10**9  # the worker logs its own step lines
+    return cfg
+
+
+class MegatronMpu:
+    """DeepSpeed's ``mpu`` interface over Megatron-Core's parallel_state: DeepSpeed's "model
+    parallel" axis is Megatron's tensor-parallel group (the engine has no pipeline here)."""
+
+    def __init__(self) -> None:
+        from megatron.core import parallel_state as ps
+
+        self.get_model_parallel_rank = ps.get_tensor_model_parallel_rank
+        self.get_model_parallel_world_size = ps.get_tensor_model_parallel_world_size
+        self.get_model_parallel_group = ps.get_tensor_model_parallel_group
+        self.get_tensor_model_parallel_rank = ps.get_tensor_model_parallel_rank
+        self.get_tensor_model_parallel_world_size = ps.get_tensor_model_parallel_world_size
+        self.get_tensor_model_parallel_group = ps.get_tensor_model_parallel_group
+        self.get_tensor_model_parallel_src_rank = ps.get_tensor_model_parallel_src_rank
+        self.get_data_parallel_rank = ps.get_data_parallel_rank
+        self.get_data_parallel_world_size = ps.get_data_parallel_world_size
+        self.get_data_parallel_group = ps.get_data_parallel_group
+
+
+def _skip_shm_build() -> None:
+    # `import deepspeed.comm.torch as m` would bind the torch module (attribute shadowing);
+    # sys.modules has the real submodule.
+    mod = sys.modules.get("deepspeed.comm.torch")
+    if mod is not None and hasattr(mod, "build_shm_op"):
+        mod.build_shm_op = lambda: None
+        override("deepspeed shm communication op not built (JIT C++ build avoided; gloo "
+                 "does every collective)")
+
+
+def _forget_groups() -> None:
+    """Drop DeepSpeed's cached process groups, so the worker can run again in the same process
+    after the process group is destroyed (the one-process reference runs several plans)."""
+    from deepspeed.comm import comm
+    from deepspeed.utils import groups
+
+    for name, val in list(vars(groups).items()):
+        if name.startswith("_") and name.isupper():
+            if isinstance(val, dict):
+                val.clear()
+            elif name.endswith(("_GROUP", "_WORLD_SIZE", "_RANK")):
+                setattr(groups, name, None)
+    comm.cdb = None
+
+
+def run(s: Settings) -> None:
+    """Build the model, initialise the DeepSpeed engine, train, checkpoint."""
+    try:
+        _run(s)
+    finally:
+        _forget_groups()
+
+
+def _run(s: Settings) -> None:
+    import deepspeed
+    from megatron.core import parallel_state as ps
+    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+
+    from trainc.launch import model as mb
+    from trainc.launch.data import Batches, build_dataset
+    from trainc.launch.train import _agree_to_stop, resolve_dims, resolve_precision
+
+    if s.layout["pp"] > 1 or s.layout["cp"] > 1 or s.layout["ep"] > 1:
+        raise SystemExit("trainc-worker: engine=deepspeed supports tp and ZeRO data parallelism "
+                         f"only (layout {s.layout}); use engine=megatron for pp/cp/ep")
+    if s.device == "cpu":
+        _skip_shm_build()
+    dims = resolve_dims(s)
+    precision = resolve_precision(s)
+    init_parallel_state(s)
+    model_parallel_cuda_manual_seed(s.seed, force_reset_rng=True)
+    cpu = s.device == "cpu"
+    config = mb.transformer_config(s.plan, dims, {**s.layout, "vpp": 1}, cpu=cpu,
+                                   precision=precision, dispatcher=s.dispatcher)
+    model = mb.build_chunks(s.plan, dims, config, use_te=not cpu and mb.have_te(), cp=1)[0]
+    n = mb.deterministic_init([model], s.seed)
+    log(f"deterministic layout-independent init of {n} matrices (seed {s.seed})")
+    cfg = load_config(s, os.path.dirname(os.path.abspath(s.plan_path)))
+    engine, _, _, sched = deepspeed.initialize(
+        model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
+        config=cfg, mpu=MegatronMpu() if s.layout["tp"] > 1 else None)
+    gas = engine.gradient_accumulation_steps()
+    log(f"deepspeed engine zero_stage={engine.zero_optimization_stage()} "
+        f"dp={engine.dp_world_size} gradient_accumulation_steps={gas} "
+        f"optimizer={type(engine.optimizer).__name__} "
+        f"offload_optimizer={bool(cfg.get('zero_optimization', {}).get('offload_optimizer'))}")
+
+    def load(tag: str | None) -> int | None:
+        path, client = engine.load_checkpoint(s.load if tag is None else s.save, tag=tag)
+        return None if path is None else int(client["step"])
+
+    start = 0
+    if s.load:
+        got = load(None)
+        start = got or 0
+        log(f"resumed from {s.load} at step {start}" if got else f"no checkpoint in {s.load}")
+    dp_rank = 0 if s.reference else ps.get_data_parallel_rank()
+    dataset = build_dataset(s.train_iters * s.gbs + s.gbs, dims.seq_length, dims.vocab_size,
+                            s.seed, s.data_path)
+    batches = Batches(dataset, s.gbs, s.mbs, gas, dp_rank)
+    group = ps.get_data_parallel_group()
+    logger = dist.get_rank() == 0
+    tokens = s.gbs * dims.seq_length
+
+    def train_steps(first: int, prefix: str, save: bool) -> None:
+        for step in range(first, s.train_iters):
+            t0 = time.perf_counter()
+            lr = engine.get_lr()[0]
+            losses = []
+            for m in range(gas):
+                b = batches.microbatch(step, m)
+                out = engine(b["tokens"], b["position_ids"], b.get("attention_mask"),
+                             labels=b["labels"])
+                mask = b["loss_mask"].view(-1)
+                loss = (out.float().view(-1) * mask).sum() / mask.sum().clamp(min=1)
+                engine.backward(loss)
+                engine.step()
+                losses.append(loss.detach())
+            loss_t = torch.stack(losses).mean().reshape(1)
+            dist.all_reduce(loss_t, group=group)
+            loss_v = loss_t.item() / dist.get_world_size(group)
+            gn = engine.get_global_grad_norm()
+            gn = float(gn) if gn is not None else float("nan")
+            dt = time.perf_counter() - t0
+            done = step + 1
+            if logger and (done % s.log_interval == 0 or done == s.train_iters):
+                print(f"{prefix}step={done} loss={loss_v:.9g} grad_norm={gn:.9g} "
+                      f"step_time_s={dt:.4f} tokens_per_s={tokens / dt:.1f} lr={lr:.6g}",
+                      flush=True)
+            stop = save and _agree_to_stop()
+            if (save and s.save_interval and done % s.save_interval == 0 or stop) \
+                    and not s.reference:
+                engine.save_checkpoint(s.save, tag=f"iter_{done:07d}",
+                                       client_state={"step": done})
+                log(f"saved checkpoint step={done} to {s.save}/iter_{done:07d}")
+            if stop:
+                log(f"SIGUSR1: stopping after step {done}")
+                return
+
+    train_steps(start, "", save=True)
+    if s.resume_check is not None:
+        got = load(f"iter_{s.resume_check:07d}")
+        if got is None:
+            raise SystemExit(f"trainc-worker: --resume-check: no checkpoint for step "
+                             f"{s.resume_check} in {s.save}")
+        log(f"resume-check: reloaded step {got} from {s.save}; replaying to {s.train_iters}")
+        train_steps(got, "resume-check ", save=False)
+    del sched

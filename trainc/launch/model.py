@@ -1,0 +1,189 @@
+"""Build the Megatron-Core GPTModel chunks a rank holds, from plan.json's spec and derived values.
+
+Weights are initialised independently of the layout: every matrix is drawn in full from a
+generator seeded by its *global* name (global layer number, global expert id; a tied output layer
+maps to the input embedding) and then sliced the way Megatron shards it. Any layout therefore
+starts from the same model as a one-process run. Vectors keep Megatron's init (zeros/ones), which
+is layout-independent already.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+import torch
+
+from trainc.launch.shrink import Dims
+
+
+def have_te() -> bool:
+    """True when Transformer Engine imports (then the TE layer spec is used on CUDA)."""
+    try:
+        import transformer_engine  # noqa: F401
+    except Exception:  # ImportError, or a broken TE build
+        return False
+    return True
+
+
+def transformer_config(plan: dict[str, Any], dims: Dims, layout: dict[str, int], *,
+                       cpu: bool, precision: str, dispatcher: str) -> Any:
+    """Megatron-Core TransformerConfig for ``dims`` on ``layout`` (tp/pp/vpp/cp/ep/etp)."""
+    import torch.nn.functional as F
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    spec, derived = plan["spec"], plan["derived"]
+    m, t = spec["model"], spec["training"]
+    gated = m.get("activation", "swiglu") == "swiglu"
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+    moe = bool(dims.num_experts)
+    recompute = t.get("recompute", "none")
+    kw: dict[str, Any] = dict(
+        num_layers=dims.num_layers, hidden_size=dims.hidden_size,
+        num_attention_heads=dims.num_attention_heads, num_query_groups=dims.num_query_groups,
+        kv_channels=dims.kv_channels, ffn_hidden_size=dims.ffn_hidden_size,
+        tensor_model_parallel_size=layout["tp"], pipeline_model_parallel_size=layout["pp"],
+        virtual_pipeline_model_parallel_size=layout["vpp"] if layout["vpp"] > 1 else None,
+        context_parallel_size=layout["cp"], expert_model_parallel_size=layout["ep"],
+        expert_tensor_parallel_size=layout["etp"],
+        sequence_parallel=bool(layout["sp"]),
+        normalization="RMSNorm" if m.get("normalization", "rmsnorm") == "rmsnorm" else "LayerNorm",
+        gated_linear_unit=gated, activation_func=F.silu if gated else F.gelu,
+        add_bias_linear=not gated and not moe,
+        hidden_dropout=0.0, attention_dropout=0.0, init_method_std=0.02,
+        use_cpu_initialization=cpu, params_dtype=dtype, pipeline_dtype=dtype,
+        bf16=precision == "bf16", fp16=precision == "fp16",
+        overlap_p2p_comm=bool(derived.get("overlap_p2p_comm")) and layout["vpp"] > 1,
+        batch_p2p_comm=not (bool(derived.get("overlap_p2p_comm")) and layout["vpp"] > 1),
+        gradient_accumulation_fusion=False, apply_rope_fusion=False, persist_layer_norm=False,
+        masked_softmax_fusion=not cpu, bias_activation_fusion=False,
+        cp_comm_type=spec["parallel"].get("cp_comm_type", "p2p") if layout["cp"] > 1 else None,
+    )
+    if recompute == "selective":
+        kw["recompute_granularity"] = "selective"
+    elif recompute == "full":
+        kw.update(recompute_granularity="full",
+                  recompute_method=t.get("recompute_method") or "uniform",
+                  recompute_num_layers=t.get("recompute_num_layers") or 1)
+    if dims.first_stage_layers is not None:
+        kw["num_layers_in_first_pipeline_stage"] = dims.first_stage_layers
+    if dims.last_stage_layers is not None:
+        kw["num_layers_in_last_pipeline_stage"] = dims.last_stage_layers
+    if moe:
+        kw.update(num_moe_experts=dims.num_experts, moe_router_topk=dims.moe_router_topk,
+                  moe_ffn_hidden_size=dims.moe_ffn_hidden_size, moe_grouped_gemm=False,
+                  moe_token_dispatcher_type=dispatcher, moe_layer_freq=dims.moe_layer_freq,
+                  moe_shared_expert_intermediate_size=dims.moe_shared_expert_intermediate_size,
+                  moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0)
+    return TransformerConfig(**kw)
+
+
+def layer_spec(config: Any, dims: Dims, *, use_te: bool, cp: int, vp_stage: int | None) -> Any:
+    """The decoder spec: TE spec when available (CUDA), local spec otherwise; CP stand-in on CPU."""
+    from megatron.core.models.gpt import gpt_layer_specs as specs
+
+    if dims.num_experts and dims.moe_layer_freq != 1:
+        spec = specs.get_gpt_decoder_block_spec(config, use_transformer_engine=use_te,
+                                                vp_stage=vp_stage)
+        layers = spec.layer_specs
+    elif use_te:
+        spec = specs.get_gpt_layer_with_transformer_engine_spec(num_experts=dims.num_experts,
+                                                                moe_grouped_gemm=False)
+        layers = [spec]
+    else:
+        spec = specs.get_gpt_layer_local_spec(num_experts=dims.num_experts, moe_grouped_gemm=False)
+        layers = [spec]
+    if cp > 1 and not use_te:
+        from trainc.launch.cp_attention import AllGatherCPDotProductAttention
+
+        for ls in layers:
+            ls.submodules.self_attention.submodules.core_attention = \
+                AllGatherCPDotProductAttention
+    return spec
+
+
+def build_chunks(plan: dict[str, Any], dims: Dims, config: Any, *, use_te: bool,
+                 cp: int) -> list[Any]:
+    """One GPTModel per virtual pipeline stage held by this rank."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.models.gpt import GPTModel
+
+    m = plan["spec"]["model"]
+    vpp = config.virtual_pipeline_model_parallel_size or 1
+    chunks = []
+    for i in range(vpp):
+        vp = i if vpp > 1 else None
+        chunks.append(GPTModel(
+            config=config, transformer_layer_spec=layer_spec(config, dims, use_te=use_te, cp=cp,
+                                                             vp_stage=vp),
+            vocab_size=dims.vocab_size, max_sequence_length=dims.max_position_embeddings,
+            pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp),
+            post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp),
+            share_embeddings_and_output_weights=not m.get(
+                "untie_embeddings_and_output_weights", True),
+            position_embedding_type="rope" if m.get("position_embedding", "rope") == "rope"
+            else "learned_absolute",
+            rotary_base=m.get("rotary_base", 10000), vp_stage=vp))
+    return chunks
+
+
+_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
+_EXPERT = re.compile(r"\.local_experts\.(\d+)\.")
+
+
+def global_name(model: Any, name: str, shared_embedding: bool) -> str:
+    """The layout-independent name of a chunk-local parameter name."""
+    from megatron.core import parallel_state as ps
+
+    if shared_embedding and name == "output_layer.weight":
+        return "embedding.word_embeddings.weight"
+    mt = _LAYER.match(name)
+    if mt:
+        layer = model.decoder.layers[int(mt.group(1))]
+        name = f"decoder.layers.{layer.layer_number - 1}." + name[mt.end():]
+    me = _EXPERT.search(name)
+    if me:
+        n_local = model.config.num_moe_experts // ps.get_expert_model_parallel_world_size()
+        gid = ps.get_expert_model_parallel_rank() * n_local + int(me.group(1))
+        name = name[:me.start()] + f".local_experts.{gid}." + name[me.end():]
+    return name
+
+
+def _seed(seed: int, name: str) -> int:
+    return int(hashlib.sha256(f"{seed}:{name}".encode()).hexdigest()[:15], 16)
+
+
+@torch.no_grad()
+def deterministic_init(chunks: list[Any], seed: int, std: float = 0.02) -> int:
+    """Re-initialise every matrix from its global name; returns how many were set."""
+    from megatron.core import parallel_state as ps
+
+    count = 0
+    for model in chunks:
+        shared = bool(getattr(model, "share_embeddings_and_output_weights", False))
+        gated = bool(model.config.gated_linear_unit)
+        for name, p in model.named_parameters():
+            if p.dim() < 2:
+                continue
+            gname = global_name(model, name, shared)
+            full_shape = list(p.shape)
+            split, rank, dim = 1, 0, 0
+            if getattr(p, "tensor_model_parallel", False):
+                dim = p.partition_dim
+                if not getattr(p, "allreduce", True):  # expert parameter: expert-TP group
+                    split = ps.get_expert_tensor_parallel_world_size()
+                    rank = ps.get_expert_tensor_parallel_rank()
+                else:
+                    split = ps.get_tensor_model_parallel_world_size()
+                    rank = ps.get_tensor_model_parallel_rank()
+                full_shape[dim] *= split
+            gen = torch.Generator(device="cpu").manual_seed(_seed(seed, gname))
+            full = torch.randn(full_shape, generator=gen, dtype=torch.float32) * std
+            # gated fc1 holds [gate; up] per TP rank: shard each half (Megatron's stride 2)
+            stride = 2 if gated and "linear_fc1.weight" in name and split > 1 else 1
+            parts = full.chunk(stride, dim=dim)
+            shard = torch.cat([q.chunk(split, dim=dim)[rank] for q in parts], dim=dim)
+            p.copy_(shard.to(device=p.device, dtype=p.dtype))
+            count += 1
+    return count

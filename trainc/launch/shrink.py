@@ -1,0 +1,98 @@
+"""Model dimensions the worker builds: the plan's, or tiny ones with the same parallel layout.
+
+Shrinking keeps everything that decides *how* the job is split: tp/pp/vpp/cp/ep/etp/dp, the
+number of microbatches and micro-batch size, MHA vs GQA, tp | heads and tp | query groups, gated
+vs plain MLP, dense vs MoE (experts stay divisible by ep), tied vs untied embeddings. It shrinks
+what only decides the *size*: hidden/ffn width, head width, vocab, sequence length (kept divisible
+by 2*cp and by tp) and layers per virtual stage (one).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The transformer's shape as the worker builds it."""
+
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_query_groups: int
+    kv_channels: int
+    ffn_hidden_size: int
+    vocab_size: int  # padded (what the embedding holds)
+    seq_length: int
+    max_position_embeddings: int
+    num_experts: int | None
+    moe_router_topk: int
+    moe_ffn_hidden_size: int | None
+    moe_layer_freq: int
+    moe_shared_expert_intermediate_size: int | None
+    first_stage_layers: int | None
+    last_stage_layers: int | None
+
+    def describe(self) -> str:
+        """``key=value`` list for the log."""
+        return " ".join(f"{k}={v}" for k, v in asdict(self).items() if v is not None)
+
+
+def _lcm(*xs: int) -> int:
+    out = 1
+    for x in xs:
+        out = out * max(x, 1) // math.gcd(out, max(x, 1))
+    return out
+
+
+def full_dims(plan: dict[str, Any]) -> Dims:
+    """The plan's own dimensions (no shrinking)."""
+    m, p, d = plan["spec"]["model"], plan["spec"]["parallel"], plan["derived"]
+    heads = m["num_attention_heads"]
+    return Dims(
+        num_layers=m["num_layers"], hidden_size=m["hidden_size"], num_attention_heads=heads,
+        num_query_groups=m.get("num_query_groups") or heads,
+        kv_channels=m.get("kv_channels") or m["hidden_size"] // heads,
+        ffn_hidden_size=m.get("ffn_hidden_size") or 4 * m["hidden_size"],
+        vocab_size=d["padded_vocab_size"], seq_length=m["seq_length"],
+        max_position_embeddings=m.get("max_position_embeddings") or m["seq_length"],
+        num_experts=m.get("num_experts"), moe_router_topk=m.get("moe_router_topk", 2),
+        moe_ffn_hidden_size=m.get("moe_ffn_hidden_size") or m.get("ffn_hidden_size"),
+        moe_layer_freq=m.get("moe_layer_freq", 1),
+        moe_shared_expert_intermediate_size=m.get("moe_shared_expert_intermediate_size"),
+        first_stage_layers=p.get("pipeline_first_stage_layers"),
+        last_stage_layers=p.get("pipeline_last_stage_layers"))
+
+
+def shrink(plan: dict[str, Any], head_dim: int = 16, seq: int = 32, vocab: int = 128) -> Dims:
+    """Tiny dimensions with the plan's layout (see the module docstring)."""
+    full = full_dims(plan)
+    d = plan["derived"]
+    tp, cp, pp, vpp, ep = d["tp"], d["cp"], d["pp"], d["vpp"], d["ep"]
+    etp = d.get("etp") or tp
+    gqa = full.num_query_groups < full.num_attention_heads
+    if gqa:
+        groups = tp
+        heads = groups * min(2, full.num_attention_heads // full.num_query_groups)
+    else:
+        heads = groups = tp * max(1, 4 // tp)
+    hidden = heads * head_dim
+    ffn = _lcm(tp, 2) * math.ceil(2 * hidden / _lcm(tp, 2))
+    seq_len = _lcm(seq, 2 * cp, tp)
+    padded_vocab = _lcm(tp, 8) * math.ceil(vocab / _lcm(tp, 8))
+    experts = None
+    if full.num_experts:
+        experts = ep * max(1, math.ceil(4 / ep))
+    return Dims(
+        num_layers=pp * vpp, hidden_size=hidden, num_attention_heads=heads,
+        num_query_groups=groups, kv_channels=head_dim, ffn_hidden_size=ffn,
+        vocab_size=padded_vocab, seq_length=seq_len, max_position_embeddings=seq_len,
+        num_experts=experts, moe_router_topk=min(full.moe_router_topk, experts or 1),
+        moe_ffn_hidden_size=(etp * math.ceil(hidden / etp)) if experts else None,
+        moe_layer_freq=1 if experts else full.moe_layer_freq,
+        moe_shared_expert_intermediate_size=(
+            _lcm(tp, 2) * math.ceil(hidden / _lcm(tp, 2))
+            if full.moe_shared_expert_intermediate_size else None),
+        first_stage_layers=None, last_stage_layers=None)

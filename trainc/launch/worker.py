@@ -1,0 +1,216 @@
+"""The trainc worker: what every rank runs (``python -m trainc.launch.worker --plan plan.json``).
+
+It reads plan.json only (no compiler imports), initialises torch.distributed from the torchrun
+environment (NCCL on CUDA, gloo on CPU), Megatron-Core's parallel_state with exactly the plan's
+tp/pp/vpp/cp/ep/etp (order tp-cp-ep-dp-pp), builds the GPTModel chunks, wraps them in Megatron DDP
+and the Megatron optimizer (distributed optimizer when the plan says so), and trains with
+Megatron-Core's schedules. engine=deepspeed goes through :mod:`trainc.launch.ds_engine`.
+
+Log lines (stdout): ``trainc-worker: ...`` for setup (every override the worker applies is one
+``trainc-worker: override: ...`` line), ``trainc-worker: groups rank=R tp=[...] ...`` once per
+rank, and per optimizer step on the last pipeline stage's first rank (the contract)::
+
+    step=<n> loss=<float> grad_norm=<float> step_time_s=<float> tokens_per_s=<float> lr=<float>
+
+``--reference`` runs the same model and data on one process with every parallel degree 1 (the
+layout-equivalence baseline the end-to-end tests compare against).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shlex
+import sys
+from typing import Any
+
+EXIT_OK, EXIT_FAIL = 0, 1
+
+
+def log(msg: str, all_ranks: bool = False) -> None:
+    """One setup line on stdout, prefixed and flushed (by global rank 0 unless ``all_ranks``)."""
+    if all_ranks or os.environ.get("RANK", "0") == "0":
+        print(f"trainc-worker: {msg}", flush=True)
+
+
+def override(msg: str) -> None:
+    """Announce a setting the worker changed from what the plan says."""
+    log(f"override: {msg}")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The worker's command line (the generated scripts pass ``--plan``; the rest is optional)."""
+    p = argparse.ArgumentParser(prog="trainc.launch.worker", description=__doc__.split("\n")[0])
+    p.add_argument("--plan", required=True, help="plan.json written by trainc compile")
+    p.add_argument("--device", choices=("cuda", "cpu"), help="default: spec.launch.device")
+    p.add_argument("--shrink", action="store_true", default=None,
+                   help="tiny dimensions, same layout (default: spec.launch.shrink)")
+    p.add_argument("--train-iters", type=int, help="default: spec.training.train_iters")
+    p.add_argument("--save", help="checkpoint directory (default: spec.launch.save_dir, else "
+                   "<plan dir>/checkpoints)")
+    p.add_argument("--save-interval", type=int, help="default: spec.launch.save_interval")
+    p.add_argument("--load", help="resume from the latest checkpoint in this directory")
+    p.add_argument("--data-path", help="indexed dataset prefix (default: spec.launch.data_path, "
+                   "else Megatron-Core's mock dataset)")
+    p.add_argument("--lr", type=float, help="default: spec.training.lr")
+    p.add_argument("--resume-check", type=int, metavar="STEP",
+                   help="after training, reload the checkpoint of STEP and replay the remaining "
+                   "steps, logging them as 'resume-check step=...' (a resume self-test)")
+    p.add_argument("--reference", action="store_true",
+                   help="one process, every parallel degree 1, same model and data")
+    p.add_argument("--timeout-s", type=float,
+                   help="collective timeout (default 120 on cpu, 1800 on cuda)")
+    return p.parse_args(argv)
+
+
+class Settings:
+    """Everything the run needs, resolved from plan.json and the command line."""
+
+    def __init__(self, plan: dict[str, Any], args: argparse.Namespace, plan_path: str) -> None:
+        spec, d = plan["spec"], plan["derived"]
+        launch, train = spec.get("launch", {}), spec["training"]
+        self.plan = plan
+        self.plan_path = plan_path
+        self.engine = spec.get("engine", "megatron")
+        self.device = args.device or launch.get("device", "cuda")
+        self.shrink = bool(args.shrink if args.shrink is not None else launch.get("shrink"))
+        self.train_iters = args.train_iters or train.get("train_iters", 10)
+        self.lr = args.lr if args.lr is not None else train.get("lr", 3e-4)
+        self.min_lr = min(train.get("min_lr", self.lr), self.lr)
+        self.decay_iters = train.get("train_iters", self.train_iters)
+        self.warmup_iters = int(train.get("lr_warmup_iters") or 0)
+        # Megatron-Core / Megatron-LM defaults unless the plan carries its own
+        self.adam_beta1 = float(d.get("adam_beta1", 0.9))
+        self.adam_beta2 = float(d.get("adam_beta2", 0.999))
+        self.adam_eps = float(d.get("adam_eps", 1e-8))
+        self.save = args.save or launch.get("save_dir") or os.path.join(
+            os.path.dirname(os.path.abspath(plan_path)), "checkpoints")
+        self.save_interval = args.save_interval or launch.get("save_interval") or 0
+        self.load = args.load
+        self.data_path = args.data_path or launch.get("data_path")
+        self.log_interval = max(1, int(launch.get("log_interval") or 1))
+        self.seed = int(train.get("seed", 1234))
+        self.reference = args.reference
+        self.resume_check = args.resume_check
+        self.precision = train.get("precision", "bf16")
+        self.mbs = int(train["micro_batch_size"])
+        self.gbs = int(train["global_batch_size"])
+        self.layout = {k: int(d.get(k) or 1) for k in ("tp", "pp", "vpp", "cp", "ep", "dp")}
+        self.layout["etp"] = int(d.get("etp") or self.layout["tp"])
+        self.layout["sp"] = bool(d.get("sequence_parallel")) and self.layout["tp"] > 1
+        self.num_mb = int(d["num_microbatches"])
+        self.distopt = bool(d.get("distributed_optimizer"))
+        self.timeout_s = args.timeout_s or (120.0 if self.device == "cpu" else 1800.0)
+        self.dispatcher = (spec["model"].get("moe_token_dispatcher_type")
+                           or os.environ.get("TRAINC_MOE_DISPATCHER") or "alltoall")
+        if self.reference:  # same model and data on one rank
+            self.num_mb = self.num_mb * self.layout["dp"]
+            self.layout = {"tp": 1, "pp": 1, "vpp": 1, "cp": 1, "ep": 1, "dp": 1, "etp": 1,
+                           "sp": False}
+            self.distopt = False
+
+
+def init_distributed(s: Settings) -> None:
+    """torch.distributed from the torchrun environment (single process when absent)."""
+    import torch
+    import torch.distributed as dist
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("WORLD_SIZE", "1")
+    os.environ.setdefault("LOCAL_RANK", "0")
+    backend = "gloo" if s.device == "cpu" else "nccl"
+    if s.device == "cuda":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=s.timeout_s))
+    world = dist.get_world_size()
+    expected = 1 if s.reference else s.plan["derived"]["world_size"]
+    if world != expected:
+        raise SystemExit(f"trainc-worker: world size {world} != the plan's {expected} "
+                         "(start the job with the generated torchrun.sh/sbatch.sh)")
+    log(f"distributed backend={backend} world_size={world} rank={dist.get_rank()} "
+        f"timeout_s={s.timeout_s:g}")
+
+
+def init_parallel_state(s: Settings) -> None:
+    """Megatron-Core parallel_state with the plan's degrees; logs this rank's groups."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    L = s.layout
+    ps.initialize_model_parallel(
+        tensor_model_parallel_size=L["tp"], pipeline_model_parallel_size=L["pp"],
+        virtual_pipeline_model_parallel_size=L["vpp"] if L["vpp"] > 1 else None,
+        context_parallel_size=L["cp"], expert_model_parallel_size=L["ep"],
+        expert_tensor_parallel_size=L["etp"],
+        distributed_timeout_minutes=max(1, int(s.timeout_s // 60)), order="tp-cp-ep-dp-pp")
+    groups = {
+        "tp": ps.get_tensor_model_parallel_group(), "pp": ps.get_pipeline_model_parallel_group(),
+        "dp": ps.get_data_parallel_group(), "cp": ps.get_context_parallel_group(),
+        "dp_cp": ps.get_data_parallel_group(with_context_parallel=True),
+        "ep": ps.get_expert_model_parallel_group(),
+        "etp": ps.get_expert_tensor_parallel_group(),
+        "edp": ps.get_expert_data_parallel_group(),
+    }
+    parts = [f"{k}={json.dumps(dist.get_process_group_ranks(g), separators=(',', ':'))}"
+             for k, g in groups.items()]
+    log(f"groups rank={dist.get_rank()} " + " ".join(parts), all_ranks=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the worker; returns the exit code."""
+    if argv is None:
+        argv = sys.argv[1:]
+    # TRAINC_WORKER_ARGS: extra worker flags through the environment (the generated scripts
+    # forward their own arguments too); command-line flags win, since they come last.
+    extra = shlex.split(os.environ.get("TRAINC_WORKER_ARGS", ""))
+    args = parse_args([*extra, *argv])
+    from trainc.launch import signals
+
+    signals.install()
+    with open(args.plan) as f:
+        plan = json.load(f)
+    s = Settings(plan, args, args.plan)
+    if s.device == "cpu":
+        os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+        if s.engine == "deepspeed":
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    log(f"plan={os.path.abspath(args.plan)} engine={s.engine} device={s.device} "
+        f"shrink={s.shrink} reference={s.reference} train_iters={s.train_iters}")
+    import torch
+
+    if s.device == "cpu":
+        torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+        from trainc.launch import cpu_compat
+
+        cpu_compat.apply()
+    init_distributed(s)
+    try:
+        if s.engine == "deepspeed":
+            from trainc.launch import ds_engine
+
+            ds_engine.run(s)
+        else:
+            from trainc.launch import train
+
+            train.run(s)
+    finally:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            try:
+                from megatron.core import parallel_state as ps
+
+                ps.destroy_model_parallel()
+            except Exception as e:  # shutdown must not hide the real error
+                log(f"destroy_model_parallel failed: {e}")
+            dist.destroy_process_group()
+    log("done")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
