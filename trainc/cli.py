@@ -116,6 +116,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("trainc: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # stdout closed early (`trainc lint --format json ... | head`)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail too
+        return 141  # what a shell reports for a process ended by SIGPIPE
     except Exception:  # a bug: say so, with what is needed to reproduce it
         print("trainc: internal error (this is a bug in trainc; please report it with the spec "
               "and this trace)", file=sys.stderr)

@@ -155,6 +155,8 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
                "launch.env.NCCL_SOCKET_IFNAME"),
     "TRC509": ({"launch.env": {"MASTER_ADDR": "localhost"}}, {"launch.env": {"NCCL_DEBUG": "WARN"}},
                "launch.env.MASTER_ADDR"),
+    "TRC510": ({"launch.env": {"WANDB_API_KEY": "x"}}, {"launch.env": {"WANDB_PROJECT": "x"}},
+               "launch.env.WANDB_API_KEY"),
     "TRC511": ({"launch.partition": "batch\n#SBATCH --qos=high"}, {"launch.partition": "batch"},
                "launch.partition"),
 }

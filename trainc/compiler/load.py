@@ -89,14 +89,21 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
         try:
             ov = parser.parse_overrides([text])[0]
             value = ov.value()
-        except HydraException as e:
-            msg = str(e).splitlines()[0]
-            diags.append(_at(diag(R.BAD_OVERRIDE, f"cannot parse override '{text}': {msg}",
+        except (HydraException, ValueError, RecursionError) as e:
+            # ValueError: an integer beyond Python's 4300-digit conversion limit;
+            # RecursionError: brackets nested thousands deep (both from Hydra's parser)
+            msg = (str(e).splitlines() or [type(e).__name__])[0][:200]
+            shown_ov = text if len(text) <= 80 else text[:77] + "..."
+            diags.append(_at(diag(R.BAD_OVERRIDE, f"cannot parse override '{shown_ov}': {msg}",
                                   "<command line>", fix="write overrides as KEY=VALUE, e.g. "
                                   "parallel.tp=4 or model=llama3-8b"), COMMAND_LINE, i + 1))
             continue
         key = ov.key_or_group
-        if ov.is_delete() or ov.package:
+        if not key:
+            diags.append(_at(diag(R.BAD_OVERRIDE, f"override '{text[:80]}' has no key",
+                                  "<command line>", fix="write overrides as KEY=VALUE, e.g. "
+                                  "parallel.tp=4"), COMMAND_LINE, i + 1))
+        elif ov.is_delete() or ov.package:
             diags.append(_at(diag(R.BAD_OVERRIDE, f"override '{text}' is not supported",
                                   key, fix="use plain KEY=VALUE overrides"), COMMAND_LINE, i + 1))
         elif key in GROUPS and isinstance(value, str):
@@ -267,8 +274,10 @@ def _compose_failure(e: Exception, shown: str) -> tuple[dict, dict, list[Diagnos
                         f"use one of: {', '.join(options)}" if options else None)
         return fail(R.UNKNOWN_CHOICE, str(e).splitlines()[0], "defaults",
                     f"available: {', '.join(options)}" if options else None)
+    # AssertionError: Hydra asserts on some malformed defaults entries (an empty group name,
+    # `defaults: [{"": 0}]`, fails in hydra/core/default_element.py; found by the fuzz test)
     if isinstance(e, (HydraException, OmegaConfBaseException, yaml.YAMLError, ValueError,
-                      TypeError, KeyError, RecursionError)):
+                      TypeError, KeyError, RecursionError, AssertionError)):
         first = (str(e).splitlines() or [type(e).__name__])[0]
         return fail(R.SPEC_UNREADABLE, f"cannot compose {shown}: {first}", "defaults",
                     "check the defaults: list (e.g. '- model: llama2-70b') and the YAML structure")

@@ -14,6 +14,7 @@ from typing import Any
 
 from trainc import __version__
 from trainc.compiler.derive import derive
+from trainc.compiler.secrets import mask_secrets
 from trainc.schemas import Precision, TrainSpec
 
 #: Megatron-LM release whose ``pretrain_gpt.py`` flags ``megatron_args.txt`` targets.
@@ -64,7 +65,8 @@ def plan(spec: TrainSpec) -> dict[str, Any]:
     assert d.dp is not None and d.expert_dp is not None and d.num_microbatches is not None
     assert d.layers_per_stage is not None and sum(d.layers_per_stage) == spec.model.num_layers
     interleaved = p.vpp > 1
-    spec_dict = spec_to_dict(spec)
+    # Secret launch.env values never reach plan.json, hence no artifact (trainc.compiler.secrets).
+    spec_dict, secret_env = mask_secrets(spec_to_dict(spec))
     derived = {
         "world_size": d.world_size,
         "tp": p.tp,
@@ -109,6 +111,8 @@ def plan(spec: TrainSpec) -> dict[str, Any]:
         "adam_beta2": 0.999,
         "adam_eps": 1e-8,
     }
+    if secret_env:  # names the scripts take from the submitting environment (absent if none)
+        derived["secret_env"] = secret_env
     return {
         "trainc_version": __version__,
         "target_versions": {

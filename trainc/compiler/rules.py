@@ -180,6 +180,12 @@ LAUNCHER_ENV = _r(
     "launch.env must not set the rendezvous variables (MASTER_ADDR, MASTER_PORT, RANK, ...) that "
     "the generated scripts derive from the allocation")
 
+SECRET_IN_SPEC = _r(
+    "TRC510", "secret-in-spec",
+    "a launch.env value whose name looks like a credential (token, secret, password, api key, ...) "
+    "is not written to the artifacts; the scripts read it from the submitting environment",
+    "warning")
+
 LAUNCH_VALUE = _r(
     "TRC511", "launch-value-printable",
     "paths, Slurm names and container settings must not contain control characters "
@@ -238,5 +244,6 @@ SOURCES: dict[str, str] = {
     "TRC506": "CPU (gloo) execution", "TRC507": "torchrun --nproc_per_node (BC-063)",
     "TRC508": "NCCL_SOCKET_IFNAME (BC-067, BC-069)",
     "TRC509": "torchrun / Slurm rendezvous (DR §5.3; BC-057, BC-059)",
+    "TRC510": "trainc: credentials in launch.env are not written to the artifacts",
     "TRC511": "generated shell scripts and #SBATCH lines (one value per line)",
 }

@@ -131,7 +131,7 @@ def to_spec(cfg: dict[str, Any]) -> tuple[TrainSpec | None, list[Diagnostic]]:
 
     def walk(d: dict[str, Any], prefix: str) -> None:
         for k, v in d.items():
-            key = prefix + str(k)
+            key = prefix + (str(k) or "''")  # an empty YAML key is still named in diagnostics
             if key in known:
                 check(key, v)
             elif key in section_keys():

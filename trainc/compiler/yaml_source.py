@@ -108,7 +108,10 @@ def _read_yaml(path: Path, shown: str) -> tuple[yaml.Node | None, list[Diagnosti
         return bad(f"{shown} is nested too deeply")
     if node is not None and not isinstance(node, yaml.MappingNode):
         return bad(f"{shown} must be a YAML mapping of sections (model:, cluster:, ...)", 1)
-    dup = _duplicate_key(node) if node is not None else None
+    try:
+        dup = _duplicate_key(node) if node is not None else None
+    except RecursionError:  # deep nesting, or an alias that contains itself (a: &a [*a])
+        return bad(f"{shown} is nested too deeply (or an anchor refers to itself)")
     if dup:
         return bad(f"{shown} sets {dup[0]} twice", dup[1])
     return node, []

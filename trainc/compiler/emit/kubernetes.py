@@ -85,10 +85,21 @@ def time_limit_seconds(time_limit: str) -> int | None:
     return (parts[0] * 60 + parts[1]) * 60 + parts[2]
 
 
+def secret_env_refs(plan: dict[str, Any], env: list[dict[str, Any]], job: str
+                    ) -> list[dict[str, Any]]:
+    """Secret ``launch.env`` entries (``derived.secret_env``; plan.json shows ``***``) read from
+    the Kubernetes Secret ``<job>-secrets`` instead of a literal value."""
+    secret = set(plan["derived"].get("secret_env", []))
+    return [{"name": e["name"], "valueFrom": {"secretKeyRef": {"name": f"{job}-secrets",
+                                                               "key": e["name"]}}}
+            if e["name"] in secret else e for e in env]
+
+
 def _pod_template(plan: dict[str, Any], job: str) -> dict[str, Any]:
     spec = plan["spec"]
     launch, cluster = spec["launch"], spec["cluster"]
     env = [{"name": k, "value": str(v)} for k, v in sorted(launch["env"].items())]
+    env = secret_env_refs(plan, env, job)
     container: dict[str, Any] = {
         "name": "pytorch",  # the container name the training operator looks for
         "image": launch["container_image"] or PLACEHOLDER_IMAGE,

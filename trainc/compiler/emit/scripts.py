@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from trainc.compiler.emit.render import header, render
+from trainc.compiler.secrets import shell_reference
 from trainc.errors import InternalError
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -75,7 +76,14 @@ def _common(plan: dict[str, Any]) -> dict[str, Any]:
         "nproc_per_node": s["cluster"]["gpus_per_node"],
         "master_port": int(s["launch"]["master_port"]),
         "env": _env(plan),
+        "secret_exports": secret_exports(plan),
     }
+
+
+def secret_exports(plan: dict[str, Any]) -> dict[str, str]:
+    """Per secret ``launch.env`` name (``derived.secret_env``), the export line that takes the
+    value from the submitting environment; plan.json holds only ``***`` for it."""
+    return {k: shell_reference(k) for k in plan["derived"].get("secret_env", [])}
 
 
 def torchrun(plan: dict[str, Any]) -> dict[str, str]:

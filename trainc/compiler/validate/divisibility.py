@@ -68,6 +68,20 @@ def _heads(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    f"== 0 or tp % groups == 0; <= 0.15 needed groups % tp == 0)",
                    "parallel.tp", related=("model.num_query_groups",),
                    fix=fix, edits=edits, num_query_groups=g, tp=tp)
+    elif a % tp == 0 and (kv := m.kv_channels or 0) * (a + 2 * g) % tp:
+        # KV replication (tp > groups): Megatron-Core 0.16 still splits the fused QKV projection,
+        # kv_channels*(heads + 2*groups) wide, over tp (ColumnParallelLinear's divide() in
+        # SelfAttention.__init__), which fails unless tp divides it (found by the differential
+        # test against megatron-core 0.16.1: tp=3, heads=6, groups=1, kv_channels=32 -> 256).
+        width = kv * (a + 2 * g)
+        qfix, qedits = _tp_fix(spec, d, lambda t: (g % t == 0 or t % g == 0) and width % t == 0,
+                               f"that divide the QKV width {width}")
+        yield diag(R.GROUPS_TP,
+                   f"tp ({tp}) above num_query_groups ({g}) replicates the KV heads, but "
+                   f"Megatron-Core still splits the fused QKV projection (kv_channels*(heads + "
+                   f"2*groups) = {kv}*({a} + 2*{g}) = {width}) over tp, and {tp} does not divide "
+                   f"it", "parallel.tp", related=("model.num_query_groups", "model.kv_channels"),
+                   fix=qfix, edits=qedits, num_query_groups=g, tp=tp, qkv_width=width)
     elif tp > g and a % tp == 0:
         yield diag(R.KV_REPLICATED,
                    f"tp ({tp}) exceeds num_query_groups ({g}): Megatron-Core >= 0.16 replicates "
@@ -84,7 +98,9 @@ def _heads(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    fix=f"set model.num_query_groups to one of {show(divisors(a))}",
                    num_attention_heads=a, num_query_groups=g)
     f = m.ffn_hidden_size or 0
-    if f % tp:
+    # With every layer an MoE layer no dense MLP is built: ffn_hidden_size is then unused by
+    # Megatron-Core (only its default for moe_ffn_hidden_size, checked by TRC204).
+    if f % tp and d.num_moe_layers < m.num_layers:
         fix, edits = _tp_fix(spec, d, lambda t: f % t == 0, f"dividing ffn_hidden_size {f}")
         yield diag(R.FFN_TP, f"ffn_hidden_size ({f}) is not divisible by tp ({tp})",
                    "parallel.tp", related=("model.ffn_hidden_size",),

@@ -16,6 +16,7 @@ from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, diag, did_you_mean
 from trainc.compiler.hardware import GPUS
+from trainc.compiler.secrets import is_secret
 from trainc.schemas import TrainSpec
 
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
@@ -130,6 +131,13 @@ def _env(spec: TrainSpec) -> Iterator[Diagnostic]:
                        related=("cluster.num_nodes",),
                        fix=f"set {var} to the fabric interface (e.g. ib0 or bond0), or an "
                            "exclusion such as ^lo,docker,veth", value=str(val))
+    for var in sorted(k for k in env if is_secret(k)):
+        yield diag(R.SECRET_IN_SPEC, f"launch.env {var} looks like a secret: trainc does not "
+                   "write its value (plan.json shows ***); the generated scripts read "
+                   f"{var} from the environment at submit time", f"launch.env.{var}",
+                   fix=f"remove {var} from the spec and export it where sbatch/torchrun run "
+                       "(pytorchjob.yaml reads it from the Kubernetes Secret <job>-secrets)",
+                   variable=var)  # the name only: the value must not reach any output
     for var in LAUNCHER_OWNED:
         if var in env:
             yield diag(R.LAUNCHER_ENV, f"launch.env sets {var} ({env[var]!r}), which the generated "

@@ -30,6 +30,11 @@ _NON_NEGATIVE = ("cluster.memory_reserve_gib", "cluster.gemm_half_efficiency_tok
                  "training.seed")
 #: Largest value accepted for any count; beyond it arithmetic is meaningless (and slow).
 MAX_COUNT = 10**12
+#: Tighter caps for counts that later passes iterate over (per layer, per rank): beyond them a
+#: spec is a typo, and iterating would exhaust memory or time (the fuzz test found
+#: num_layers=1e12 raising MemoryError in the estimates).
+MAX_LAYERS = 100_000
+MAX_WORLD = 1_000_000
 
 
 def _get(spec: TrainSpec, key: str) -> object:
@@ -46,6 +51,19 @@ def ranges(spec: TrainSpec) -> Iterator[Diagnostic]:
         if isinstance(v, (int, float)) and not 0 < v <= MAX_COUNT:
             yield diag(R.VALUE_RANGE, f"{key} must be a positive number up to {MAX_COUNT:.0e}, "
                        f"got ({v})", key, fix=f"set {key} to a positive value", value=v)
+    m, c = spec.model, spec.cluster
+    if isinstance(m.num_layers, int) and MAX_LAYERS < m.num_layers <= MAX_COUNT:
+        yield diag(R.VALUE_RANGE, f"model.num_layers must be at most {MAX_LAYERS:,}, got "
+                   f"({m.num_layers})", "model.num_layers",
+                   fix="set model.num_layers to the model's transformer layer count",
+                   value=m.num_layers)
+    world = c.num_nodes * c.gpus_per_node
+    if 0 < c.num_nodes <= MAX_COUNT and 0 < c.gpus_per_node <= MAX_COUNT and world > MAX_WORLD:
+        yield diag(R.VALUE_RANGE, f"the cluster must have at most {MAX_WORLD:,} GPUs, got "
+                   f"({world} = {c.num_nodes} x {c.gpus_per_node})", "cluster.num_nodes",
+                   related=("cluster.gpus_per_node",),
+                   fix="set cluster.num_nodes and cluster.gpus_per_node to the real cluster",
+                   value=world)
     for key in _FRACTION:
         v = _get(spec, key)
         if isinstance(v, (int, float)) and not 0 < v <= 1:
