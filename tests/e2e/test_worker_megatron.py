@@ -45,6 +45,12 @@ CASES: dict[str, tuple[int, dict, dict]] = {
                            "training": {"global_batch_size": 4},
                            "launch": {"shrink": True}}, {}),
     "cp2_tp2": (4, {"parallel": {"cp": 2, "tp": 2, "sequence_parallel": True}}, {}),
+    # recompute reruns attention inside autograd's backward (the CPU causal-mask patch)
+    "tp2_sp_selective": (2, {"parallel": {"tp": 2, "sequence_parallel": True},
+                             "training": {"recompute": "selective"}}, {}),
+    "pp2_full_recompute": (2, {"parallel": {"pp": 2},
+                               "training": {"recompute": "full", "recompute_method": "block",
+                                            "recompute_num_layers": 1}}, {}),
 }
 
 

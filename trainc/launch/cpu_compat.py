@@ -221,6 +221,21 @@ def _uneven_gather() -> str:
     return "uneven first-dim all_gather/reduce_scatter done as pad+gather / all_reduce+slice"
 
 
+def _causal_mask() -> str:
+    """get_default_causal_mask builds its mask with device="cuda"; with selective recompute the
+    attention is recomputed inside autograd's backward, where the device mode above (a
+    thread-local TorchFunctionMode) is not active."""
+    from megatron.core.fusions import fused_softmax
+    from megatron.core.transformer import utils
+
+    def mask(sq: int) -> torch.Tensor:
+        return torch.triu(torch.ones(sq, sq), diagonal=1).bool()
+
+    utils.get_default_causal_mask = mask
+    fused_softmax.get_default_causal_mask = mask
+    return "get_default_causal_mask builds its mask on the CPU (also in recompute)"
+
+
 PATCHES: tuple[tuple[str, Callable[[], str]], ...] = (
     ("rng", _rng),
     ("current_device", _current_device),
@@ -232,6 +247,7 @@ PATCHES: tuple[tuple[str, Callable[[], str]], ...] = (
     ("moe_te_gemm", _moe_te_gemm),
     ("moe_to_numpy", _moe_to_numpy),
     ("uneven_gather", _uneven_gather),
+    ("causal_mask", _causal_mask),
 )
 
 

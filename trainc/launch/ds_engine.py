@@ -221,6 +221,9 @@ def _run(s: Settings) -> None:
                 log(f"saved checkpoint step={done} to {s.save}/iter_{done:07d}")
             if stop:
                 log(f"SIGUSR1: stopping after step {done}")
+                from trainc.launch import signals
+
+                signals.mark_stopped(s.save, dist.get_rank())
                 return
 
     train_steps(start, "", save=True)

@@ -24,3 +24,19 @@ def install() -> None:
 def stop_requested() -> bool:
     """True once SIGUSR1 arrived."""
     return _requested
+
+
+#: Written into the checkpoint folder when the worker stopped on SIGUSR1; sbatch.sh (with
+#: launch.requeue) requeues the job when it finds it.
+STOPPED_MARKER = ".stopped-by-signal"
+
+
+def mark_stopped(save_dir: str, rank: int) -> None:
+    """Rank 0 leaves :data:`STOPPED_MARKER` in ``save_dir`` after the SIGUSR1 checkpoint."""
+    import os
+
+    if rank == 0:
+        os.makedirs(save_dir, exist_ok=True)
+        with open(os.path.join(save_dir, STOPPED_MARKER), "w") as f:
+            f.write("stopped by SIGUSR1 after its checkpoint\n")
+

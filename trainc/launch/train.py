@@ -176,6 +176,9 @@ def run(s: Settings) -> None:
                 log(f"saved checkpoint step={done} to {path}")
             if stop:
                 log(f"SIGUSR1: stopping after step {done}")
+                from trainc.launch import signals
+
+                signals.mark_stopped(s.save, dist.get_rank())
                 return
 
     train_steps(start, "", save=True)

@@ -58,7 +58,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--save", help="checkpoint directory (default: spec.launch.save_dir, else "
                    "<plan dir>/checkpoints)")
     p.add_argument("--save-interval", type=int, help="default: spec.launch.save_interval")
-    p.add_argument("--load", help="resume from the latest checkpoint in this directory")
+    p.add_argument("--load", help="resume from the latest checkpoint in this directory; 'auto': "
+                   "the checkpoint directory (--save), when it holds one (launch.requeue)")
     p.add_argument("--data-path", help="indexed dataset prefix (default: spec.launch.data_path, "
                    "else Megatron-Core's mock dataset)")
     p.add_argument("--lr", type=float, help="default: spec.training.lr")
@@ -95,7 +96,7 @@ class Settings:
         self.save = args.save or launch.get("save_dir") or os.path.join(
             os.path.dirname(os.path.abspath(plan_path)), "checkpoints")
         self.save_interval = args.save_interval or launch.get("save_interval") or 0
-        self.load = args.load
+        self.load = self.save if args.load == "auto" else args.load
         self.data_path = args.data_path or launch.get("data_path")
         self.log_interval = max(1, int(launch.get("log_interval") or 1))
         self.seed = int(train.get("seed", 1234))

@@ -35,6 +35,10 @@ class LaunchSpec:
     """Megatron indexed dataset prefix; null = Megatron-Core's mock dataset."""
     save_dir: str | None = None
     """Checkpoint directory; null = <OUTDIR>/checkpoints at run time."""
+    requeue: bool = False
+    """Slurm: ``#SBATCH --requeue``; a job stopped by the time-limit signal (after its checkpoint)
+    or by preemption / node failure is queued again and resumes from the latest checkpoint in the
+    checkpoint directory (``--load auto``)."""
     save_interval: int = 1000
     """Steps between checkpoints."""
     log_interval: int = 1

@@ -125,6 +125,8 @@ def sbatch(plan: dict[str, Any]) -> dict[str, str]:
         "partition": sbatch_value(lc["partition"]) if lc["partition"] else None,
         "account": sbatch_value(lc["account"]) if lc["account"] else None,
         "signal_seconds": signal,
+        "requeue": bool(lc.get("requeue")),
+        "save_dir": lc.get("save_dir"),
         "container_image": lc["container_image"],
         "container_mounts_prefix": mounts + "," if mounts else "",
         "srun_literal_dollar": bool(lc["container_image"])
