@@ -232,3 +232,51 @@ def test_wait_follows_a_requeued_job_to_its_end(slurm_cluster, tmp_path):
     assert "(restart 1)" in err and "COMPLETED (restart 1)" in err, err
     log = next(out.glob(f"*-{job_id}.out")).read_text()
     assert sorted(re.findall(r"run: node=(\d) restart=1", log)) == ["0", "1"], log
+
+
+@pytest.mark.skipif(not _worker_runnable(), reason="needs the [worker] extra (real checkpoints)")
+def test_a_killed_job_is_requeued_and_resumes_from_its_checkpoint(slurm_cluster, tmp_path):
+    """launch.requeue: the job is killed mid-run (as preemption or a node failure would, here
+    with `scontrol requeue`), Slurm queues it again, and the new start resumes from the latest
+    checkpoint (sbatch.sh passes --load auto) instead of step 0, then trains to the end."""
+    out = _compile(tmp_path, "launch.requeue=true", "training.train_iters=120",
+                   "launch.save_interval=5")
+    script = (out / "sbatch.sh").read_text()
+    assert "#SBATCH --requeue" in script and "--load auto" in script
+    cmd = [sys.executable, "-m", "trainc", "submit", str(out), "--wait", "--timeout", "600",
+           f"--sbatch-option=--nodelist={','.join(slurm_cluster[:2])}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_job_env(tmp_path), cwd=ROOT)
+    job_id = ""
+    latest = out / "checkpoints" / "latest"
+    try:
+        assert proc.stdout is not None
+        job_id = proc.stdout.readline().strip()
+        assert job_id.isdigit()
+        deadline = time.monotonic() + 300
+        while not latest.exists():  # the first run has saved a checkpoint
+            assert time.monotonic() < deadline and proc.poll() is None, _scontrol_job(job_id)
+            time.sleep(0.5)
+        subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=60)
+        deadline = time.monotonic() + 120
+        while "Restarts=1" not in (shown := _scontrol_job(job_id)) or "JobState=PENDING" not in shown:
+            assert time.monotonic() < deadline, shown
+            time.sleep(0.5)
+        subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True,
+                       timeout=60)
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if job_id.isdigit() and "JobState=COMPLETED" not in _scontrol_job(job_id):
+            subprocess.run(["scancel", job_id], check=False, timeout=60)
+    log = next(out.glob(f"*-{job_id}.out")).read_text()  # --open-mode=append: both runs
+    assert proc.returncode == 0, err + log[-3000:]
+    resumed = re.findall(r"resumed from \S+ at step (\d+)", log)
+    assert resumed and int(resumed[-1]) >= 5, log[-3000:]
+    steps = [int(n) for n in re.findall(r"^step=(\d+) ", log, flags=re.M)]
+    assert steps[-1] == 120, log[-3000:]
+    # the second run started where the checkpoint left off, not at step 1
+    restarts = [i for i in range(1, len(steps)) if steps[i] <= steps[i - 1]]
+    assert len(restarts) == 1, steps
+    assert steps[restarts[0]] == int(resumed[-1]) + 1 > 1, steps
