@@ -111,8 +111,7 @@ class Settings:
         self.num_mb = int(d["num_microbatches"])
         self.distopt = bool(d.get("distributed_optimizer"))
         self.timeout_s = args.timeout_s or (120.0 if self.device == "cpu" else 1800.0)
-        self.dispatcher = (spec["model"].get("moe_token_dispatcher_type")
-                           or os.environ.get("TRAINC_MOE_DISPATCHER") or "alltoall")
+        self.dispatcher = spec["model"].get("moe_token_dispatcher_type") or "alltoall"
         if self.reference:  # same model and data on one rank
             self.num_mb = self.num_mb * self.layout["dp"]
             self.layout = {"tp": 1, "pp": 1, "vpp": 1, "cp": 1, "ep": 1, "dp": 1, "etp": 1,

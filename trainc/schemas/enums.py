@@ -75,3 +75,11 @@ class Device(Enum):
 
     cuda = "cuda"
     cpu = "cpu"
+
+
+class MoeDispatcher(Enum):
+    """MoE token dispatcher (Megatron-Core ``moe_token_dispatcher_type``)."""
+
+    alltoall = "alltoall"
+    allgather = "allgather"
+

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainc.schemas.enums import Activation, Normalization, PositionEmbedding
+from trainc.schemas.enums import Activation, MoeDispatcher, Normalization, PositionEmbedding
 
 
 @dataclass(kw_only=True)
@@ -50,5 +50,8 @@ class ModelSpec:
     """MoE: expert MLP inner width (elements). Default: ffn_hidden_size. Rules: TRC204."""
     moe_shared_expert_intermediate_size: int | None = None
     """MoE: total inner width of the shared experts (elements); null = none."""
+    moe_token_dispatcher_type: MoeDispatcher = MoeDispatcher.alltoall
+    """MoE: how tokens reach their experts: alltoall (all-to-all over the EP group) or allgather
+    (every EP rank gathers all tokens; simpler, more traffic)."""
     moe_layer_freq: int = 1
     """MoE: every k-th layer (0-based i with i % k == 0) is an MoE layer. Rules: TRC315."""

@@ -170,7 +170,7 @@ def megatron_values(plan: dict[str, Any]) -> dict[str, Any]:
         "moe_router_topk": m["moe_router_topk"] if moe else None,
         "moe_ffn_hidden_size": m["moe_ffn_hidden_size"] if moe else None,
         "moe_layer_freq": m["moe_layer_freq"] if moe else None,
-        "moe_token_dispatcher_type": "alltoall" if moe else None,
+        "moe_token_dispatcher_type": m["moe_token_dispatcher_type"] if moe else None,
         "moe_router_pre_softmax": moe and m["moe_router_topk"] == 1,
         "moe_shared_expert_intermediate_size":
             m["moe_shared_expert_intermediate_size"] if moe else None,

@@ -80,7 +80,7 @@ def megatron_core_kwargs(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "moe_router_topk": m["moe_router_topk"],
             "moe_ffn_hidden_size": m["moe_ffn_hidden_size"],
             "moe_layer_freq": m["moe_layer_freq"],
-            "moe_token_dispatcher_type": "alltoall",
+            "moe_token_dispatcher_type": m["moe_token_dispatcher_type"],
             "moe_router_pre_softmax": m["moe_router_topk"] == 1,
             "moe_shared_expert_intermediate_size": m["moe_shared_expert_intermediate_size"],
         })
