@@ -104,12 +104,17 @@ class RankGrid:
         so checking the group's extent from each start is exact; cost O(world)."""
         if domain <= 0:
             return True
-        first = self.group_of(0, axes)
-        offsets = [r - first[0] for r in first]
-        lo, hi = min(offsets), max(offsets)
-        if hi - lo == 0:
+        strides = self.strides()
+        size = dict(zip(self.names, self.sizes, strict=True))
+        # extent of a group: the last member's distance from the first
+        hi = sum((size[n] - 1) * strides[n] for n in self.names if n in axes)
+        if hi == 0:
             return False
-        outside = tuple(n for n in self.names if n not in axes)
+        if hi >= domain:
+            return True
+        outside = tuple(n for n in self.names if n not in axes and size[n] > 1)
+        if all(strides[n] % domain == 0 for n in outside):
+            return False  # every group starts on a block boundary and is shorter than a block
         starts = self.group_of(0, outside) if outside else [0]
         return any(st // domain != (st + hi) // domain for st in starts)
 
