@@ -195,6 +195,18 @@ def _scontrol_job(job_id: str) -> str:
                           text=True, check=False, timeout=60).stdout
 
 
+def _requeue_and_release(job_id: str, timeout: float = 120) -> None:
+    """`scontrol requeue` a running job (as preemption would), wait until it is pending again,
+    and lift Slurm's ~2 min hold on requeued jobs (StartTime=now)."""
+    subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=60)
+    deadline = time.monotonic() + timeout
+    while "Restarts=1" not in (shown := _scontrol_job(job_id)) or "JobState=PENDING" not in shown:
+        assert time.monotonic() < deadline, shown
+        time.sleep(0.5)
+    subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True,
+                   timeout=60)
+
+
 def test_wait_follows_a_requeued_job_to_its_end(slurm_cluster, tmp_path):
     """A job requeued while running (node failure, preemption, `scontrol requeue`) runs again;
     `trainc submit --wait` follows it through the restart instead of stopping at the kill.
@@ -215,13 +227,7 @@ def test_wait_follows_a_requeued_job_to_its_end(slurm_cluster, tmp_path):
             assert time.monotonic() < deadline, _scontrol_job(job_id)
             time.sleep(0.5)
         time.sleep(1)
-        subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=60)
-        deadline = time.monotonic() + 60
-        while "Restarts=1" not in (shown := _scontrol_job(job_id)) or "JobState=PENDING" not in shown:
-            assert time.monotonic() < deadline, shown
-            time.sleep(0.5)
-        subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True,
-                       timeout=60)
+        _requeue_and_release(job_id)
         _, err = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
@@ -257,13 +263,7 @@ def test_a_killed_job_is_requeued_and_resumes_from_its_checkpoint(slurm_cluster,
         while not latest.exists():  # the first run has saved a checkpoint
             assert time.monotonic() < deadline and proc.poll() is None, _scontrol_job(job_id)
             time.sleep(0.5)
-        subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=60)
-        deadline = time.monotonic() + 120
-        while "Restarts=1" not in (shown := _scontrol_job(job_id)) or "JobState=PENDING" not in shown:
-            assert time.monotonic() < deadline, shown
-            time.sleep(0.5)
-        subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True,
-                       timeout=60)
+        _requeue_and_release(job_id)
         _, err = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
