@@ -359,6 +359,10 @@ def _plan_table(res) -> None:  # type: ignore[no-untyped-def]
 
 
 def _pp(par: dict) -> str:  # type: ignore[type-arg]
+    acc = [x for x, k in (("E", "account_for_embedding_in_pipeline_split"),
+                          ("L", "account_for_loss_in_pipeline_split")) if par.get(k)]
+    if acc:  # Megatron's layout notation: the embedding (E) / loss (L) take a layer's slot
+        return f"{par['pp']} (+{'+'.join(acc)})"
     if par["pipeline_first_stage_layers"] is None:
         return str(par["pp"])
     return f"{par['pp']} ({par['pipeline_first_stage_layers']}/.../" \

@@ -46,6 +46,7 @@ from trainc.compiler import plan as plan_mod
 from trainc.compiler.emit.deepspeed import ds_config_dict
 from trainc.compiler.emit.megatron_core import megatron_core_kwargs
 from trainc.compiler.estimate import rankmap
+from trainc.compiler.estimate.params import plan_stage_chunks
 from trainc.compiler.normalize import normalize
 from trainc.compiler.schema_check import to_spec
 from trainc.compiler.validate import validate
@@ -66,6 +67,14 @@ EXPLAINS: tuple[tuple[str, str, frozenset[str]], ...] = tuple(
          {"TRC312"}),
         ("TransformerConfig", r"num_layers_in_(first|last)_pipeline_stage must be larger",
          {"TRC212"}),
+        # account_for_embedding/loss_in_pipeline_split (megatron_rules.md PP-10, PP-11)
+        # (TRC212: account_for_* with first/last counts; Megatron checks L' % pp as well)
+        ("TransformerConfig", r"cannot be ?set at the same time with account_for", {"TRC212"}),
+        ("TransformerConfig", r"number of middle layers: \d+ must be divisible by middle "
+         r"pipeline_model_parallel_size|num_layers: \d+ after enable ?account_for",
+         {"TRC210", "TRC212"}),
+        ("TransformerConfig", r"\(after enable account_for.*virtual_pipeline_model_parallel_size",
+         {"TRC211"}),
         ("TransformerConfig", r"(first|last|middle) (pipeline )?stage|middle pipeline|Mismatch|"
          r"pipeline_model_parallel_layout|virtual pipeline parallel degree", {"TRC212", "TRC211"}),
         ("TransformerConfig", r"recompute", {"TRC308", "TRC309"}),
@@ -87,6 +96,8 @@ EXPLAINS: tuple[tuple[str, str, frozenset[str]], ...] = tuple(
         ("layers_to_build", r"should be divisible by vp_size", {"TRC211", "TRC212"}),
         ("layers_to_build", r"left over layers must be divisible by left over stages",
          {"TRC212"}),
+        ("layers_to_build", r"Does not support standalone embedding stage and standalone loss "
+         r"stage with uneven pp", {"TRC212"}),
         ("interleaved_schedule", r"should range in \[PP=\d+ , M=\d+\]", {"TRC215", "TRC216"}),
         ("interleaved_schedule", r"The remainder of M", {"TRC216"}),
         ("attention", r"is not divisible by \d+", {"TRC207", "TRC201", "TRC202"}),
@@ -467,7 +478,9 @@ _TC_NEUTRALISE: tuple[tuple[str, dict[str, Any]], ...] = (
     (r"recompute", {"recompute_granularity": None, "recompute_method": None,
                     "recompute_num_layers": None}),
     (r"pipeline|Mismatch|layers", {"num_layers_in_first_pipeline_stage": None,
-                                   "num_layers_in_last_pipeline_stage": None}),
+                                   "num_layers_in_last_pipeline_stage": None,
+                                   "account_for_embedding_in_pipeline_split": False,
+                                   "account_for_loss_in_pipeline_split": False}),
 )
 
 _NEUTRAL = {"num_layers": 1, "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
@@ -475,6 +488,8 @@ _NEUTRAL = {"num_layers": 1, "tensor_model_parallel_size": 1, "pipeline_model_pa
             "expert_model_parallel_size": 1, "expert_tensor_parallel_size": 1,
             "sequence_parallel": False, "num_layers_in_first_pipeline_stage": None,
             "num_layers_in_last_pipeline_stage": None, "recompute_granularity": None,
+            "account_for_embedding_in_pipeline_split": False,
+            "account_for_loss_in_pipeline_split": False,
             "recompute_method": None, "recompute_num_layers": None, "moe_layer_freq": 1,
             "use_cpu_initialization": True, "perform_initialization": False,
             "add_bias_linear": False}
@@ -619,6 +634,13 @@ def megatron_oracle(out: Outcome, spec: Any, plan: dict[str, Any]) -> None:
         out.failures.append(_explain("layers_to_build", err2))
     elif built is not None and sum(built) != m.num_layers:
         out.hazards.append(f"builds {sum(built)} of {m.num_layers} layers ({built})")
+    elif built is not None and out.trainc_ok:
+        # the split trainc estimates with is the split Megatron builds, chunk by chunk
+        chunks = plan_stage_chunks(plan)
+        ours = [chunks[r][j] for j in range(vpp) for r in range(pp)]
+        theirs = [built[r * vpp + j] for j in range(vpp) for r in range(pp)]
+        if ours != theirs:
+            out.problems.append(f"layers per virtual stage: trainc {ours}, Megatron {theirs}")
 
     # interleaved schedule micro-batch checks
     # (on the constructor's config, or the one built with the failing fields neutralised:

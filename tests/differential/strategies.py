@@ -112,6 +112,8 @@ def _mutations(cfg: dict[str, Any]) -> dict[str, list[Any]]:
         "parallel.pipeline_first_stage_layers": [None, 1, max(1, L // max(p["pp"], 1) - 1),
                                                  L // max(p["pp"], 1) + 1, L],
         "parallel.pipeline_last_stage_layers": [None, 1, max(1, L // max(p["pp"], 1) - 1), 2],
+        "parallel.account_for_embedding_in_pipeline_split": [False, True],
+        "parallel.account_for_loss_in_pipeline_split": [False, True],
         "model.num_layers": [L + 1, L - 1 or 1, 2 * L, 7, 9],
         "model.num_attention_heads": [a + 1, 2 * a, 6, 12, max(1, a // 2)],
         "model.num_query_groups": [None, 1, 2, 3, 4, 8, a],

@@ -12,6 +12,8 @@ Each case compiles a tiny spec (launch.device=cpu), launches the generated scrip
 
 from __future__ import annotations
 
+import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -33,7 +35,13 @@ CASES: dict[str, tuple[int, dict, dict]] = {
                           "parallel": {"ep": 2}}, {}),
     "tp2_sp_ep2": (2, {"model": MOE, "parallel": {"tp": 2, "sequence_parallel": True, "ep": 2,
                                                   "etp": 1}}, {}),
-    "pp4_vpp2": (4, {"model": {"num_layers": 8}, "parallel": {"pp": 4, "vpp": 2}}, {}),
+    # 6 layers + embedding + loss = 8 slots over pp=4 x vpp=2 (Megatron account_for_*): the
+    # first chunk of rank 0 is the embedding alone and the last chunk of rank 3 the loss alone,
+    # as in Llama 3 405B's 126 layers on pp=16 x vpp=8
+    "pp4_vpp2": (4, {"model": {"num_layers": 6},
+                     "parallel": {"pp": 4, "vpp": 2,
+                                  "account_for_embedding_in_pipeline_split": True,
+                                  "account_for_loss_in_pipeline_split": True}}, {}),
     # a real preset, shrunk: same layout, tiny dims
     "tp2_pp2_shrink": (4, {"defaults": [{"model": "llama2-7b"}, "_self_"],
                            "model": {"num_layers": 32, "hidden_size": 4096,
@@ -73,6 +81,16 @@ def test_layout_trains_like_reference(name, compiled, reference_logs):
     check_case(name, out, log, reference_logs[name])
     if name == "pp2_vpp2":  # the plan must choose the safe p2p mode for interleaved PP=2
         assert "overlap_p2p_comm=True batch_p2p_comm=False" in log
+    if name == "pp4_vpp2":  # the layers each rank built are the ones trainc estimated with
+        import json
+
+        from trainc.compiler.estimate.params import plan_stage_layers
+
+        want = plan_stage_layers(json.loads((out / "plan.json").read_text()))
+        got = {int(r): ast.literal_eval(b) for r, b in
+               re.findall(r"pp rank (\d+) built layers (\[.*\])$", log, flags=re.M)}
+        assert {r: sum(b, []) for r, b in got.items()} == dict(enumerate(want)), log
+        assert got[0][0] == [] and got[3][-1] == []  # the embedding's and the loss's chunks
     if name.startswith("tp2_pp2_shrink"):  # shrink printed, and a real second launch resumes
         assert "shrunk dims:" in log
         first = steps(log)

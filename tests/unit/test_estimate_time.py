@@ -107,3 +107,25 @@ def test_published_megatron_throughput_is_predicted(L, h, a, pp, gpus, tflops):
     spec.cluster.compute_efficiency = 0.5
     ratio = run(spec)["estimates"]["step_time_seconds"] / published_step_seconds
     assert 1.25 <= ratio <= 1.60
+
+
+def test_block_recompute_pays_only_for_the_layers_it_reruns():
+    """recompute=full, method=block, num_layers=n re-runs the first n layers of each chunk
+    (Megatron-Core TransformerBlock._checkpointed_forward): the recompute FLOPs, and so the step
+    time, grow with n and reach uniform's at n = layers per stage."""
+    from trainc.schemas import Recompute, RecomputeMethod
+
+    def estimate(method, n):
+        s = make_spec(nodes=2, parallel__tp=4, parallel__pp=4,
+                      training__recompute=Recompute.full, training__recompute_method=method,
+                      training__recompute_num_layers=n)
+        return run(s)["estimates"]
+
+    model = estimate(RecomputeMethod.uniform, 1)["flops_per_step"]
+    full = estimate(RecomputeMethod.uniform, 1)["hardware_flops_per_step"] - model
+    blocks = [estimate(RecomputeMethod.block, n) for n in (1, 4, 8)]  # 32 layers / pp 4 = 8
+    extras = [e["hardware_flops_per_step"] - model for e in blocks]
+    assert extras == pytest.approx([full / 8, full / 2, full], rel=1e-4)  # estimates keep 6 digits
+    times = [e["step_time_seconds"] for e in blocks]
+    assert times[0] < times[1] < times[2]
+    assert times[2] == pytest.approx(estimate(RecomputeMethod.uniform, 1)["step_time_seconds"])

@@ -54,23 +54,37 @@ def padded_vocab(vocab_size: int, divisible_by: int, tp: int) -> int:
     return math.ceil(vocab_size / unit) * unit
 
 
-def layers_per_stage(num_layers: int, pp: int, first: int | None,
-                     last: int | None) -> tuple[int, ...] | None:
-    """Layers on each pipeline stage, or None if the split is invalid.
+def layers_per_stage(num_layers: int, pp: int, first: int | None, last: int | None,
+                     account_for_embedding: bool = False,
+                     account_for_loss: bool = False) -> tuple[int, ...] | None:
+    """Transformer layers on each pipeline stage, or None if the split is invalid.
 
     Even split: ``L/pp`` each. Uneven (Megatron ``num_layers_in_first/last_pipeline_stage``):
-    the given ends, and the rest spread evenly over the middle stages.
+    the given ends, and the rest spread evenly over the middle stages. ``account_for_*``
+    (Megatron ``account_for_embedding/loss_in_pipeline_split``, ``get_num_layers_to_build``):
+    ``L' = L + [embedding] + [loss]`` is split evenly and the first (last) stage builds one layer
+    fewer; it cannot be combined with first/last counts (megatron_rules.md PP-10, PP-11).
 
     >>> layers_per_stage(30, 4, 8, 8)
     (8, 7, 7, 8)
     >>> layers_per_stage(30, 4, None, None) is None
     True
+    >>> layers_per_stage(126, 16, None, None, True, True)[:3]
+    (7, 8, 8)
     """
     if pp < 1 or num_layers < 1:
         return None
+    extra = int(account_for_embedding) + int(account_for_loss)
+    if extra and (first is not None or last is not None):
+        return None
     if first is None and last is None:
-        per = _div(num_layers, pp)
-        return (per,) * pp if per else None
+        per = _div(num_layers + extra, pp)
+        if not per:
+            return None
+        out = [per] * pp
+        out[0] -= int(account_for_embedding)
+        out[-1] -= int(account_for_loss)
+        return tuple(out) if min(out) >= 0 and sum(out) == num_layers else None
     if pp == 1:
         return None
     f = first if first is not None else None
@@ -117,7 +131,9 @@ def derive(spec: TrainSpec) -> Derived:
         expert_dp=edp,
         num_microbatches=nmb,
         layers_per_stage=layers_per_stage(m.num_layers, p.pp, p.pipeline_first_stage_layers,
-                                          p.pipeline_last_stage_layers),
+                                          p.pipeline_last_stage_layers,
+                                          p.account_for_embedding_in_pipeline_split,
+                                          p.account_for_loss_in_pipeline_split),
         padded_vocab_size=padded_vocab(m.vocab_size, m.make_vocab_size_divisible_by, p.tp),
         num_moe_layers=num_moe_layers(spec),
     )

@@ -57,7 +57,8 @@ def plan(spec: TrainSpec) -> dict[str, Any]:
     """Build the ``plan.json`` dict of a normalized, validated spec (estimates filled later).
 
     ``derived`` holds the grid sizes (world_size, dp, expert_dp, etp), num_microbatches,
-    layers_per_stage (one entry per PP stage; with vpp each stage's layers form vpp equal chunks),
+    layers_per_stage (transformer layers per PP stage; with vpp each stage's layers form vpp
+    chunks, equal except where account_for_embedding/loss_in_pipeline_split takes a slot),
     padded_vocab_size, and the schedule switches the emitters need (overlap/batched p2p).
     """
     d = derive(spec)
@@ -80,9 +81,13 @@ def plan(spec: TrainSpec) -> dict[str, Any]:
         "model_parallel_size": d.model_parallel,
         "num_microbatches": d.num_microbatches,
         "layers_per_stage": list(d.layers_per_stage),
+        # Megatron-LM's --num-layers-per-virtual-pipeline-stage assumes equal chunks; uneven and
+        # account_for_* splits are emitted as --num-virtual-stages-per-pipeline-rank instead.
         "layers_per_virtual_stage": (d.layers_per_stage[0] // p.vpp
                                      if interleaved and p.pipeline_first_stage_layers is None
-                                     and p.pipeline_last_stage_layers is None else None),
+                                     and p.pipeline_last_stage_layers is None
+                                     and not p.account_for_embedding_in_pipeline_split
+                                     and not p.account_for_loss_in_pipeline_split else None),
         "uneven_pipeline": p.pipeline_first_stage_layers is not None
         or p.pipeline_last_stage_layers is not None,
         "padded_vocab_size": d.padded_vocab_size,

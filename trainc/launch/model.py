@@ -70,6 +70,9 @@ def transformer_config(plan: dict[str, Any], dims: Dims, layout: dict[str, int],
         kw["num_layers_in_first_pipeline_stage"] = dims.first_stage_layers
     if dims.last_stage_layers is not None:
         kw["num_layers_in_last_pipeline_stage"] = dims.last_stage_layers
+    if layout["pp"] > 1:  # the one-process reference builds every layer on its one stage
+        kw.update(account_for_embedding_in_pipeline_split=dims.account_for_embedding,
+                  account_for_loss_in_pipeline_split=dims.account_for_loss)
     if moe:
         kw.update(num_moe_experts=dims.num_experts, moe_router_topk=dims.moe_router_topk,
                   moe_ffn_hidden_size=dims.moe_ffn_hidden_size, moe_grouped_gemm=False,

@@ -34,6 +34,10 @@ class Dims:
     moe_shared_expert_intermediate_size: int | None
     first_stage_layers: int | None
     last_stage_layers: int | None
+    account_for_embedding: bool = False
+    """Megatron account_for_embedding_in_pipeline_split (the first chunk builds a layer fewer)."""
+    account_for_loss: bool = False
+    """Megatron account_for_loss_in_pipeline_split (the last chunk builds a layer fewer)."""
 
     def describe(self) -> str:
         """``key=value`` list for the log."""
@@ -64,7 +68,9 @@ def full_dims(plan: dict[str, Any]) -> Dims:
         moe_layer_freq=m.get("moe_layer_freq", 1),
         moe_shared_expert_intermediate_size=m.get("moe_shared_expert_intermediate_size"),
         first_stage_layers=p.get("pipeline_first_stage_layers"),
-        last_stage_layers=p.get("pipeline_last_stage_layers"))
+        last_stage_layers=p.get("pipeline_last_stage_layers"),
+        account_for_embedding=bool(p.get("account_for_embedding_in_pipeline_split")),
+        account_for_loss=bool(p.get("account_for_loss_in_pipeline_split")))
 
 
 def shrink(plan: dict[str, Any], head_dim: int = 16, seq: int = 32, vocab: int = 128) -> Dims:
@@ -86,8 +92,11 @@ def shrink(plan: dict[str, Any], head_dim: int = 16, seq: int = 32, vocab: int =
     experts = None
     if full.num_experts:
         experts = ep * max(1, math.ceil(4 / ep))
+    # One layer per model chunk; with account_for_* two slots per chunk, so that the chunk that
+    # also holds the embedding (loss) still builds one transformer layer.
+    extra = int(full.account_for_embedding) + int(full.account_for_loss)
     return Dims(
-        num_layers=pp * vpp, hidden_size=hidden, num_attention_heads=heads,
+        num_layers=pp * vpp * (2 if extra else 1) - extra, hidden_size=hidden, num_attention_heads=heads,
         num_query_groups=groups, kv_channels=head_dim, ffn_hidden_size=ffn,
         vocab_size=padded_vocab, seq_length=seq_len, max_position_embeddings=seq_len,
         num_experts=experts, moe_router_topk=min(full.moe_router_topk, experts or 1),
@@ -96,4 +105,5 @@ def shrink(plan: dict[str, Any], head_dim: int = 16, seq: int = 32, vocab: int =
         moe_shared_expert_intermediate_size=(
             _lcm(tp, 2) * math.ceil(hidden / _lcm(tp, 2))
             if full.moe_shared_expert_intermediate_size else None),
-        first_stage_layers=None, last_stage_layers=None)
+        first_stage_layers=None, last_stage_layers=None,
+        account_for_embedding=full.account_for_embedding, account_for_loss=full.account_for_loss)

@@ -103,6 +103,11 @@ def run(s: Settings) -> None:
     if not s.reference:
         cross_check(s, config)
     chunks = mb.build_chunks(s.plan, dims, config, use_te=use_te, cp=L["cp"])
+    if L["pp"] > 1 and ps.get_tensor_model_parallel_rank() == 0 and \
+            ps.get_context_parallel_rank() == 0 and ps.get_data_parallel_rank() == 0:
+        built = [[layer.layer_number - 1 for layer in c.decoder.layers] for c in chunks]
+        log(f"pp rank {ps.get_pipeline_model_parallel_rank()} built layers {built}",
+            all_ranks=True)
     n = mb.deterministic_init(chunks, s.seed)
     log(f"deterministic layout-independent init of {n} matrices (seed {s.seed})")
     if not cpu:

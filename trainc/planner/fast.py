@@ -116,10 +116,14 @@ TERMS = ("compute", "tp", "cp", "ep", "pp", "dp", "bubble", "bubble_seconds", "t
 def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: int, pp: int,
            dp: int, stages: tuple[int, ...], ep: int, etp: int, sp: bool, zeros: list[int],
            recomputes: list[str], offloads: list[str], fx: dict[str, Any], deepspeed: bool,
-           limit: float) -> Iterator[tuple[Any, Any, Any, Any]]:
+           limit: float, slots: tuple[int, ...] | None = None,
+           ) -> Iterator[tuple[Any, Any, Any, Any]]:
     """Score every (vpp, cp_comm_type, mbs, recompute, zero, offload) of one grid; yields
     (memory bytes, step seconds, the variable choices, the TERMS values), or once
-    (None, number of layouts pruned, None, None) when no layout of the grid can fit."""
+    (None, number of layouts pruned, None, None) when no layout of the grid can fit.
+    ``stages`` are the transformer layers per stage; ``slots`` the counts Megatron splits into
+    virtual chunks (one more on the first/last stage with account_for_embedding/loss)."""
+    slots = slots or stages
     m, c, t = spec.model, spec.cluster, spec.training
     h, s, a = m.hidden_size, m.seq_length, m.num_attention_heads
     g = m.num_query_groups or a
@@ -152,7 +156,7 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
     precision = t.precision.name
     s_loc = s // cp
     vpps = [fx["parallel.vpp"]] if fx["parallel.vpp"] is not None else \
-        [v for v in range(1, MAX_VPP + 1) if all(n % v == 0 for n in stages)
+        [v for v in range(1, MAX_VPP + 1) if all(n % v == 0 for n in slots)
          and (v == 1 or pp > 1)]
     cps = [fx["parallel.cp_comm_type"]] if fx["parallel.cp_comm_type"] is not None else (
         ["p2p"] if cp == 1 else ["p2p", "all_gather"] +
@@ -196,7 +200,7 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
                 continue
             inflight = min(pp, M) * (1 + (pp - 1) / (pp * v) if v > 1 else 1)
             bubble = (pp - 1) / (v * M + pp - 1)
-            chunk = min(stages) // v
+            chunk = min(slots) // v
             for rc in _recompute_variants(recomputes, chunk, fx):
                 # full/block n: n of each chunk's layers keep only their input, the rest keep
                 # everything; full/uniform: every layer keeps only its input.

@@ -29,7 +29,8 @@ SEARCHED = (
     "parallel.tp", "parallel.pp", "parallel.vpp", "parallel.cp", "parallel.cp_comm_type",
     "parallel.ep", "parallel.etp", "parallel.dp", "parallel.sequence_parallel",
     "parallel.zero_stage", "parallel.pipeline_first_stage_layers",
-    "parallel.pipeline_last_stage_layers", "training.micro_batch_size", "training.recompute",
+    "parallel.pipeline_last_stage_layers", "parallel.account_for_embedding_in_pipeline_split",
+    "parallel.account_for_loss_in_pipeline_split", "training.micro_batch_size", "training.recompute",
     "training.recompute_method", "training.recompute_num_layers", "training.offload_optimizer",
     "training.offload_param",
 )
@@ -59,6 +60,8 @@ class Candidate:
     terms: dict[str, float] = field(default_factory=dict)
     sp: bool = False
     rank: tuple[float, float, int] | None = None
+    acc: tuple[bool, bool] = (False, False)
+    """(account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split)."""
 
     def simplicity(self) -> int:
         """Number of parallel axes in use (fewer is simpler)."""
@@ -87,28 +90,46 @@ def _fixed(spec: TrainSpec, explicit: frozenset[str], key: str) -> Any:
     return getattr(obj, "name", obj)
 
 
-def _splits(L: int, pp: int, first: int | None, last: int | None,
-            fixed: bool) -> Iterator[tuple[int | None, int | None, tuple[int, ...]]]:
-    """Layer splits over pp stages: even when pp | L, else uneven first/last ends whose middle
-    divides evenly (Megatron num_layers_in_first/last_pipeline_stage), at most 3 layers lighter."""
+def _splits(L: int, pp: int, first: int | None, last: int | None, fixed: bool,
+            acc_fixed: tuple[bool | None, bool | None] = (None, None),
+            ) -> Iterator[tuple[int | None, int | None, tuple[int, ...], tuple[bool, bool]]]:
+    """Layer splits over pp stages: even when pp | L; else uneven first/last ends whose middle
+    divides evenly (Megatron num_layers_in_first/last_pipeline_stage), at most 3 layers lighter;
+    and, with pp > 1, Megatron's account_for_embedding/loss_in_pipeline_split where
+    ``L + [embedding] + [loss]`` divides by pp (Llama 3 405B: 126 + 2 over pp=16). Yields
+    (first, last, transformer layers per stage, (account_for_embedding, account_for_loss))."""
     from trainc.compiler.derive import layers_per_stage
+
+    def accounts() -> Iterator[tuple[bool, bool]]:
+        # embedding-only is searched only when asked for: the last stage also carries the
+        # output layer, so the loss's slot is the one that balances the pipeline
+        for acc in ((False, False), (True, True), (False, True), (True, False)):
+            if all(f is None or f == a for f, a in zip(acc_fixed, acc, strict=True)) and \
+                    (acc != (True, False) or acc_fixed[0]):
+                yield acc
 
     if fixed:
         st = layers_per_stage(L, pp, first, last)
-        if st:
-            yield first, last, st
+        if st and not any(acc_fixed):
+            yield first, last, st, (False, False)
         return
-    if L % pp == 0:
-        yield None, None, (L // pp,) * pp
-        return
-    if pp < 3:
+    for acc in accounts():
+        if not any(acc):
+            if L % pp == 0:
+                yield None, None, (L // pp,) * pp, acc
+            continue
+        if pp > 1:
+            st = layers_per_stage(L, pp, None, None, *acc)
+            if st:
+                yield None, None, st, acc
+    if L % pp == 0 or pp < 3 or any(acc_fixed):
         return
     per = L // pp
     for f in range(per, max(0, per - 4), -1):
         for la in range(f, max(0, per - 4), -1):  # the last stage also holds the logits
             st = layers_per_stage(L, pp, f, la)
             if st and max(st) - min(f, la) <= 3:
-                yield f, la, st
+                yield f, la, st, (False, False)
 
 
 def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
@@ -171,25 +192,29 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
                     dp = W // (tp * cp * pp)
                     if (fx["parallel.dp"] not in (None, dp)) or gbs % dp:
                         continue
-                    for first, last, stages in _splits(
+                    for first, last, stages, acc in _splits(
                             L, pp, fx["parallel.pipeline_first_stage_layers"],
-                            fx["parallel.pipeline_last_stage_layers"], split_fixed):
+                            fx["parallel.pipeline_last_stage_layers"], split_fixed, acc_fixed):
                         for ep, etp in _expert_options(E, W, tp, pp, m.moe_ffn_hidden_size or f,
                                                        fx["parallel.ep"], fx["parallel.etp"]):
                             for sp in sps(tp, cp):
-                                yield tp, cp, pp, dp, first, last, stages, ep, etp, sp
+                                yield tp, cp, pp, dp, first, last, stages, acc, ep, etp, sp
 
     split_fixed = fx["parallel.pipeline_first_stage_layers"] is not None or \
         fx["parallel.pipeline_last_stage_layers"] is not None
+    acc_fixed = (fx["parallel.account_for_embedding_in_pipeline_split"],
+                 fx["parallel.account_for_loss_in_pipeline_split"])
     evaluated = 0
     best: list[Candidate] = []
     worst: tuple[float, float, int] = (math.inf, math.inf, 0)
     fits = 0
     pruned = 0
-    for tp, cp, pp, dp, first, last, stages, ep, etp, sp in grids():
+    for tp, cp, pp, dp, first, last, stages, acc, ep, etp, sp in grids():
+        slots = tuple(n + (acc[0] and r == 0) + (acc[1] and r == pp - 1)
+                      for r, n in enumerate(stages))
         for mem, step, var, terms in score_grid(spec, k, W, dom, tp, cp, pp, dp, stages, ep, etp,
                                             sp, zeros, recomputes, offloads, fx, deepspeed,
-                                            limit):
+                                            limit, slots):
             if mem is None:
                 pruned += step
                 continue
@@ -201,7 +226,8 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
             if len(best) == KEEP and step > worst[0]:
                 continue
             _keep(best, Candidate(tp, pp, v, cp, cpt, ep, etp, dp, first, last, mbs, rc, zero,
-                                  off, mem, step, dict(zip(TERMS, terms, strict=True)), sp))
+                                  off, mem, step, dict(zip(TERMS, terms, strict=True)), sp,
+                                  acc=acc))
             if len(best) == KEEP:
                 worst = _rank_key(best[-1])
     best.sort(key=_rank_key)
@@ -258,6 +284,7 @@ def candidate_spec(spec: TrainSpec, cand: Candidate) -> TrainSpec:
     p.sequence_parallel = cand.sp
     p.zero_stage = cand.zero
     p.pipeline_first_stage_layers, p.pipeline_last_stage_layers = cand.first, cand.last
+    p.account_for_embedding_in_pipeline_split, p.account_for_loss_in_pipeline_split = cand.acc
     t.micro_batch_size = cand.mbs
     rc, method, n = cand.recompute
     t.recompute = Recompute[rc]
@@ -296,7 +323,9 @@ def summary(c: Candidate) -> dict[str, Any]:
                            "cp_comm_type": c.cp_comm_type, "ep": c.ep, "etp": c.etp, "dp": c.dp,
                            "sequence_parallel": c.sp, "zero_stage": c.zero,
                            "pipeline_first_stage_layers": c.first,
-                           "pipeline_last_stage_layers": c.last}
+                           "pipeline_last_stage_layers": c.last,
+                           "account_for_embedding_in_pipeline_split": c.acc[0],
+                           "account_for_loss_in_pipeline_split": c.acc[1]}
     tr: dict[str, Any] = {"micro_batch_size": c.mbs, "recompute": c.recompute[0]}
     if c.recompute[1]:
         tr["recompute_method"], tr["recompute_num_layers"] = c.recompute[1], c.recompute[2]

@@ -37,3 +37,12 @@ class ParallelSpec:
     """Uneven pipeline: layers on the first stage (Megatron --decoder-first-pipeline-num-layers). TRC212."""
     pipeline_last_stage_layers: int | None = None
     """Uneven pipeline: layers on the last stage (Megatron --decoder-last-pipeline-num-layers). TRC212."""
+    account_for_embedding_in_pipeline_split: bool = False
+    """Count the input embedding as one layer when splitting layers over PP stages: the first
+    stage (its first virtual chunk with vpp) builds one transformer layer fewer (Megatron
+    --account-for-embedding-in-pipeline-split). Lets e.g. 126 layers split over pp=16 x vpp=8.
+    Not with pipeline_first/last_stage_layers. TRC212."""
+    account_for_loss_in_pipeline_split: bool = False
+    """Count the output layer and loss as one layer when splitting: the last stage (its last
+    virtual chunk) builds one transformer layer fewer (Megatron
+    --account-for-loss-in-pipeline-split). TRC212."""

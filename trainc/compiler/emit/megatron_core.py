@@ -61,6 +61,8 @@ def megatron_core_kwargs(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "sequence_parallel": d["sequence_parallel"],
         "num_layers_in_first_pipeline_stage": p["pipeline_first_stage_layers"],
         "num_layers_in_last_pipeline_stage": p["pipeline_last_stage_layers"],
+        "account_for_embedding_in_pipeline_split": p["account_for_embedding_in_pipeline_split"],
+        "account_for_loss_in_pipeline_split": p["account_for_loss_in_pipeline_split"],
         "overlap_p2p_comm": d["overlap_p2p_comm"],
         "batch_p2p_comm": d["batch_p2p_comm"],
         "variable_seq_lengths": False,

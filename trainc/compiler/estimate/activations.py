@@ -38,7 +38,12 @@ from __future__ import annotations
 
 import math
 
-from trainc.compiler.estimate.params import is_moe_layer, stage_layer_indices
+from trainc.compiler.estimate.params import (
+    full_recompute_mask,
+    is_moe_layer,
+    plan_stage_chunks,
+    plan_stage_layers,
+)
 from trainc.schemas import Activation, Precision, Recompute, RecomputeMethod, TrainSpec
 
 
@@ -132,15 +137,16 @@ def stage_activation_bytes(spec: TrainSpec, plan: dict) -> list[float]:
 
     M = d["num_microbatches"]
     out = []
-    for r, idx in enumerate(stage_layer_indices(d["layers_per_stage"], v)):
+    chunks = plan_stage_chunks(plan)
+    for r, idx in enumerate(plan_stage_layers(plan)):
         moe_flags = [is_moe_layer(spec, i) for i in idx]
         inflight = inflight_microbatches(p, r, M, v)
         if tr.recompute is Recompute.full:
             n = max(tr.recompute_num_layers or 1, 1)
             ckpt = 2 * s * b * h / tsp
             if tr.recompute_method is RecomputeMethod.block:
-                stored = sum(ckpt if k < n * v else layer(fl, True)
-                             for k, fl in enumerate(moe_flags))  # first n per chunk (approx.)
+                mask = full_recompute_mask(chunks[r], "block", n)
+                stored = sum(ckpt if re else layer(fl, True) for re, fl in zip(mask, moe_flags))
             else:
                 stored = math.ceil(len(idx) / n) * ckpt
             working = max((layer(fl, True) for fl in moe_flags), default=0.0) * min(n, len(idx))

@@ -31,7 +31,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trainc.compiler.estimate.memory import megatron_bytes_per_param
-from trainc.compiler.estimate.params import StageParams, is_moe_layer, stage_layer_indices
+from trainc.compiler.estimate.params import (
+    StageParams,
+    full_recompute_mask,
+    is_moe_layer,
+    plan_stage_chunks,
+    plan_stage_layers,
+)
 from trainc.schemas import CpCommType, Precision, Recompute, TrainSpec
 
 AXES = ("tp", "cp", "ep", "pp", "dp")
@@ -139,17 +145,22 @@ def stage_comm(spec: TrainSpec, plan: dict, stages: list[StageParams]) -> list[S
     a, g = m.num_attention_heads, m.num_query_groups or m.num_attention_heads
     dh = m.kv_channels or h // a
     act = b * s * h * eb  # the tensor TP collectives act on (per CP rank)
-    passes = 2 + (1 if tr.recompute is Recompute.full else 0)  # fwd (+ recomputed fwd) + bwd
+    method = tr.recompute_method.value if tr.recompute_method else None
+    chunks = plan_stage_chunks(plan)
     out = []
-    for r, idx in enumerate(stage_layer_indices(d["layers_per_stage"], v)):
+    for r, idx in enumerate(plan_stage_layers(plan)):
+        # fwd + bwd, plus the recomputed forward of the layers full recompute re-runs
+        rerun = (full_recompute_mask(chunks[r], method, tr.recompute_num_layers)
+                 if tr.recompute is Recompute.full else [False] * len(idx))
+        moe = [is_moe_layer(spec, i) for i in idx]
+        passes = [2 + int(x) for x in rerun]  # per layer
         sc = StageComm()
-        n_moe = sum(is_moe_layer(spec, i) for i in idx)
-        n_dense = len(idx) - n_moe
+        n_moe = sum(moe)
         if t > 1:  # TP: one all-reduce-equivalent (SP: all-gather + reduce-scatter) per block
-            blocks = 2 * n_dense + n_moe * (2 if etp > 1 else 1)
+            blocks = sum((2 if not mo or etp > 1 else 1) * n for mo, n in zip(moe, passes))
             unit = all_reduce_bytes(t, act)
             name = "all_gather+reduce_scatter" if sp else "all_reduce"
-            sc.get("tp", name, t).add(unit, times=blocks * passes * M)
+            sc.get("tp", name, t).add(unit, times=blocks * M)
             ends = (r == 0) + (r == p - 1)
             if ends:
                 sc.get("tp", "embedding/output " + name, t).add(unit, times=ends * M)
@@ -157,12 +168,13 @@ def stage_comm(spec: TrainSpec, plan: dict, stages: list[StageParams]) -> list[S
             q_b = b * s * (a / t) * dh * eb
             kv_b = 2 * b * s * max(g / t, 1) * dh * eb
             per = cp_layer_bytes(spec.parallel.cp_comm_type, c, q_b, kv_b)
-            per *= passes / 2
+            per *= sum(passes) / (2 * max(len(idx), 1))
             sc.get("cp", spec.parallel.cp_comm_type.value, c).add(per, times=len(idx) * M)
         if e > 1 and n_moe:
             tokens = b * s / (t if sp else 1)
             a2a = all_to_all_bytes(e, m.moe_router_topk * tokens * h * eb)
-            sc.get("ep", "dispatch+combine all_to_all", e).add(a2a, times=2 * passes * n_moe * M)
+            sc.get("ep", "dispatch+combine all_to_all", e).add(a2a, times=2 * M * sum(
+                n for mo, n in zip(moe, passes) if mo))
         if p > 1:
             pb = b * s * h * eb / (t if sp else 1)
             sent = recv = 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainc.compiler.estimate.params import full_recompute_mask, plan_stage_chunks
 from trainc.schemas import Activation, Recompute, TrainSpec
 
 
@@ -79,7 +80,9 @@ def flops_per_step(spec: TrainSpec, plan: dict) -> float:
 def hardware_flops_per_step(spec: TrainSpec, plan: dict) -> float:
     """FLOPs actually executed: model FLOPs plus recomputation.
 
-    Full recompute re-runs every layer's forward (1/3 of its 6x count); selective recompute
+    Full recompute re-runs the forward (1/3 of the 6x count) of the layers it checkpoints (all of
+    them with ``uniform``; the first ``recompute_num_layers`` of each chunk with ``block``, counted
+    as that share of the layers); selective recompute
     re-runs the attention core's forward (Korthikanti et al. 2022 §5: 1/3 of the core term).
     """
     t = spec_flop_terms(spec, plan)
@@ -87,7 +90,11 @@ def hardware_flops_per_step(spec: TrainSpec, plan: dict) -> float:
     core = b * s * s * t.core_per_s2
     extra = 0.0
     if spec.training.recompute is Recompute.full:
-        extra = (b * s * t.per_token_layers + core) / 3
+        tr, d = spec.training, plan["derived"]
+        method = tr.recompute_method.value if tr.recompute_method else None
+        rerun = sum(sum(full_recompute_mask(c, method, tr.recompute_num_layers))
+                    for c in plan_stage_chunks(plan))
+        extra = (b * s * t.per_token_layers + core) / 3 * rerun / max(sum(d["layers_per_stage"]), 1)
     elif spec.training.recompute is Recompute.selective:
         extra = core / 3
     return flops_per_step(spec, plan) + extra

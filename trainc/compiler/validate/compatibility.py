@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, diag
+from trainc.compiler.estimate.params import stage_chunk_sizes
 from trainc.schemas import Device, Engine, Offload, Precision, Recompute, TrainSpec
 
 
@@ -147,7 +148,10 @@ def _recompute(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         return
     if d.layers_per_stage is None:
         return
-    chunk = min(d.layers_per_stage) // max(p.vpp, 1)
+    sizes = stage_chunk_sizes(list(d.layers_per_stage), p.vpp,
+                              p.account_for_embedding_in_pipeline_split,
+                              p.account_for_loss_in_pipeline_split)
+    chunk = min((n for c in sizes for n in c if n > 0), default=0)
     n = t.recompute_num_layers or 1
     if chunk >= 1 and not 1 <= n <= chunk:
         yield diag(R.RECOMPUTE_LAYERS, f"recompute_num_layers ({n}) exceeds the layers per "

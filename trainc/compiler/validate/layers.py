@@ -46,6 +46,23 @@ def _layers(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    f"should be greater than 1 with interleaved schedule')", "parallel.vpp",
                    related=("parallel.pp",), fix="set parallel.vpp=1, or parallel.pp > 1",
                    edits={"parallel.vpp": 1}, vpp=vpp, pp=pp)
+    acc = [name for name, on in (("embedding", p.account_for_embedding_in_pipeline_split),
+                                 ("loss", p.account_for_loss_in_pipeline_split)) if on]
+    if acc and (first is not None or last is not None):
+        keys = [f"parallel.account_for_{a}_in_pipeline_split" for a in acc]
+        yield diag(R.UNEVEN_PP, f"{' and '.join(keys)} cannot be combined with "
+                   f"pipeline_first/last_stage_layers (Megatron-Core raises "
+                   f"'num_layers_in_first_pipeline_stage and num_layers_in_last_pipeline_stage "
+                   f"cannot be set at the same time with account_for_embedding_in_pipeline_split "
+                   f"and account_for_loss_in_pipeline_split')", keys[0],
+                   related=("parallel.pipeline_first_stage_layers",
+                            "parallel.pipeline_last_stage_layers"),
+                   fix=f"use one of the two: remove {' and '.join(keys)}, or remove "
+                       f"parallel.pipeline_first_stage_layers and "
+                       f"parallel.pipeline_last_stage_layers",
+                   edits={k: False for k in keys}, num_layers=L, pp=pp,
+                   pipeline_first_stage_layers=first, pipeline_last_stage_layers=last)
+        return
     if first is not None or last is not None:
         stages = layers_per_stage(L, pp, first, last)
         if stages is None or any(n % vpp for n in stages):
@@ -56,26 +73,42 @@ def _layers(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                        fix=_uneven_fix(L, pp, vpp), num_layers=L, pp=pp,
                        pipeline_first_stage_layers=first, pipeline_last_stage_layers=last)
         return
-    if L % pp:
+    Lp = L + len(acc)  # Megatron's L' (megatron_rules.md PP-11)
+    what = f"num_layers ({L})" + "".join(f" + {a}" for a in acc) + (f" = {Lp}" if acc else "")
+    if Lp % pp:
         room = capacity(d.world_size, p.tp, p.cp)
-        pps = fitting(divisors(L), room)
-        yield diag(R.LAYERS_PP, f"num_layers ({L}) is not divisible by pp ({pp}); Megatron-Core "
-                   f"would build {L // pp} layers per stage and silently drop {L % pp}",
+        pps = fitting(divisors(Lp), room)
+        yield diag(R.LAYERS_PP, f"{what} is not divisible by pp ({pp}); Megatron-Core "
+                   f"would build {Lp // pp} layers per stage and silently drop {Lp % pp}",
                    "parallel.pp", related=("model.num_layers",),
-                   fix=f"set parallel.pp to one of {show(pps)} (divisors of {L} that fit the "
-                       f"GPUs), or {_uneven_fix(L, pp, 1)}",
+                   fix=f"set parallel.pp to one of {show(pps)} (divisors of {Lp} that fit the "
+                       f"GPUs), or {_uneven_fix(L, pp, 1) if not acc else _account_fix(L, pp, 1)}"
+                       + (f", or {_account_fix(L, pp, 1)}"
+                          if not acc and _account_fix(L, pp, 1).startswith("set") else ""),
                    edits={"parallel.pp": nearest(pps, pp)} if pps else {}, num_layers=L, pp=pp)
-    elif vpp > 1 and L % (pp * vpp):
-        per = L // pp
+    elif vpp > 1 and Lp % (pp * vpp):
+        per = Lp // pp
         ok = [v for v in divisors(per)]
+        other = _account_fix(L, pp, vpp) if not acc else ""
         yield diag(R.LAYERS_VPP,
-                   f"num_layers ({L}) is not divisible by pp*vpp ({pp}*{vpp} = {pp * vpp}): each "
+                   f"{what} is not divisible by pp*vpp ({pp}*{vpp} = {pp * vpp}): each "
                    f"of the {pp} stages holds {per} layers, which cannot form {vpp} equal virtual "
                    f"stages (older Megatron silently built {per // vpp * vpp})", "parallel.vpp",
                    related=("parallel.pp", "model.num_layers"),
                    fix=f"set parallel.vpp to one of {show(ok)} (layers per virtual stage: "
-                       f"{show(sorted(per // v for v in ok))})",
+                       f"{show(sorted(per // v for v in ok))})"
+                       + (f", or {other}" if other.startswith("set") else ""),
                    edits={"parallel.vpp": nearest(ok, vpp)}, num_layers=L, pp=pp, vpp=vpp)
+
+
+def _account_fix(L: int, pp: int, vpp: int) -> str:
+    """Counting the embedding and/or the loss as a layer when that makes L' split into pp*vpp
+    (Megatron account_for_*_in_pipeline_split; Llama 3 405B's 126 layers on pp=16 x vpp=8)."""
+    for acc in (("embedding", "loss"), ("loss",), ("embedding",)):
+        if (L + len(acc)) % (pp * vpp) == 0 and L + len(acc) >= pp * vpp:
+            keys = " and ".join(f"parallel.account_for_{a}_in_pipeline_split=true" for a in acc)
+            return f"set {keys} (each stage then counts {(L + len(acc)) // pp} layers)"
+    return "choose a pp that divides num_layers" if pp > 1 else ""
 
 
 def _uneven_message(L: int, pp: int, vpp: int, first: int | None, last: int | None) -> str:
