@@ -33,6 +33,13 @@ name: pds
 cluster: {num_nodes: 256}
 training: {global_batch_size: 15360}
 """,
+    # Llama 3.1 405B on 16,384 H100 (the Llama 3 paper's pre-training run, §3.3.2, Table 4)
+    "llama31_405b_16384xh100": """\
+defaults: [{model: llama3.1-405b}, {cluster: dgx-h100}, _self_]
+name: p405
+cluster: {num_nodes: 2048}
+training: {global_batch_size: 2048}
+""",
     "mixtral_deepspeed": """\
 defaults: [{model: llama2-7b}, {cluster: dgx-a100-80g}, _self_]
 name: pds7
@@ -88,6 +95,29 @@ def test_128k_context_uses_cp(results):
 def test_256_expert_moe_uses_ep(results):
     res = results["dsv3_2048xh800"][1]
     assert all(p.candidate.ep > 1 for p in res.planned)
+
+
+def test_405b_finds_the_published_tp8_pp16_interleaved_layout(results):
+    """Meta trained Llama 3 405B with TP8, PP16 and an interleaved schedule over 126 layers, one
+    layer fewer on the first and last stage: in Megatron-Core terms account_for_embedding/loss
+    with vpp > 1. That layout must be among the top candidates; the search is large."""
+    res = results["llama31_405b_16384xh100"][1]
+    assert res.num_candidates_evaluated >= 100_000
+    found = [p.candidate for p in res.planned if (p.candidate.tp, p.candidate.pp) == (8, 16)]
+    assert found and all(c.vpp > 1 and c.acc == (True, True) for c in found)
+    assert all(p.candidate.tp == 8 for p in res.planned)  # TP stays in the NVLink domain
+
+
+def test_top_candidates_are_distinct_choices(results):
+    """Layouts that differ only in cp_comm_type and estimate the same are shown once."""
+    for name, (_, res) in results.items():
+        seen = set()
+        for c in to_json(res)["candidates"]:
+            par = {k: v for k, v in c["parallel"].items() if k != "cp_comm_type"}
+            key = json.dumps([par, c["training"], c["estimates"]["step_time_seconds"],
+                              c["estimates"]["memory_bytes"]["total"]], sort_keys=True)
+            assert key not in seen, (name, key)
+            seen.add(key)
 
 
 def test_constraints_are_respected(tmp_path):

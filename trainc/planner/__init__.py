@@ -79,6 +79,7 @@ def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
     result = search(spec, explicit)
     out = PlanResult(str(path), [], result.num_candidates_evaluated, result.num_fit,
                      result.num_candidates_considered)
+    seen: set[tuple[Any, ...]] = set()
     for cand in result.candidates:
         cspec = normalize(candidate_spec(loaded.spec, cand))
         if any(d.is_error for d in validate(cspec)):
@@ -88,6 +89,15 @@ def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
         the_plan["estimates"] = est
         if any(d.is_error for d in check_fit(cspec, the_plan, suggest=False)):
             continue
+        # A layout that differs from a finalist only in cp_comm_type and estimates the same is
+        # not another choice: keep the first (the search yields p2p, Megatron's default, first).
+        par = {k: v for k, v in summary(cand)["parallel"].items() if k != "cp_comm_type"}
+        key = (repr(sorted(par.items())), repr(summary(cand)["training"]),
+               round_sig(est.get("step_time_seconds", 0.0)),
+               est.get("memory_bytes", {}).get("total", 0))
+        if key in seen:
+            continue
+        seen.add(key)
         out.planned.append(Planned(cand, cspec, est))
         if len(out.planned) >= max(top * 3, top):
             break
