@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from trainc.compiler.estimate.rankmap import (
     DENSE_ORDER, RankGrid, dense_grid, expert_grid, rank_map_summary, rank_row)
 
@@ -77,3 +80,19 @@ def test_summary_is_bounded_for_big_worlds():
                                        "pp": True, "etp": False, "ep": False, "expert_dp": True}
     assert s["first_node"][0]["groups"]["dp"]["size"] == 256
     assert len(s["first_node"][0]["groups"]["dp"]["ranks"]) == 16
+
+
+@given(st.lists(st.sampled_from([1, 2, 3, 4, 6, 8]), min_size=5, max_size=5),
+       st.sets(st.sampled_from(DENSE_ORDER), min_size=1, max_size=3),
+       st.sampled_from([1, 2, 3, 4, 8, 12, 72]))
+@settings(max_examples=300, deadline=None)
+def test_spans_equals_checking_every_group(sizes, axes, domain):
+    """spans() decides from the residues of the group starts; brute force walks every group
+    and limited group_of() lists are prefixes of the full ones."""
+    grid = RankGrid(DENSE_ORDER, tuple(sizes))
+    ax = tuple(n for n in DENSE_ORDER if n in axes)
+    groups = list(grid.groups(ax))
+    brute = any(len({r // domain for r in g}) > 1 for g in groups)
+    assert grid.spans(ax, domain) == brute
+    assert all(len(g) == grid.group_size(ax) for g in groups)
+    assert grid.group_of(groups[-1][0], ax, limit=3) == groups[-1][:3]

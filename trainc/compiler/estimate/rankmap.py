@@ -11,9 +11,10 @@ axis fastest. The node of a rank is ``rank // gpus_per_node`` (torchrun numbers 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import product
+from itertools import islice, product
 from typing import Any
 
 DENSE_ORDER = ("tp", "cp", "ep", "dp", "pp")
@@ -78,17 +79,23 @@ class RankGrid:
             acc *= s
         return r
 
-    def group_of(self, rank: int, axes: tuple[str, ...]) -> list[int]:
-        """The group over ``axes`` that contains ``rank`` (first listed axis fastest)."""
+    def group_of(self, rank: int, axes: tuple[str, ...], limit: int | None = None) -> list[int]:
+        """The group over ``axes`` that contains ``rank`` (first listed axis fastest); only its
+        first ``limit`` members when given (groups of 16k-GPU jobs are long)."""
         base = self.coords(rank)
         inside = [n for n in self.names if n in axes]
         sizes = [self.sizes[self.names.index(n)] for n in inside]
-        out = []
-        for combo in product(*(range(s) for s in reversed(sizes))):
-            c = dict(base)
-            c.update(zip(reversed(inside), combo, strict=True))
-            out.append(self.rank(c))
-        return out
+        strides = self.strides()
+        # members differ from the group's first rank by sum(coord * stride) over the inside axes
+        first = rank - sum(base[n] * strides[n] for n in inside)
+        steps = [strides[n] for n in reversed(inside)]
+        combos = islice(product(*(range(s) for s in reversed(sizes))), limit)
+        return [first + sum(c * st for c, st in zip(combo, steps, strict=True))
+                for combo in combos]
+
+    def group_size(self, axes: tuple[str, ...]) -> int:
+        """Members of every group over ``axes``."""
+        return math.prod(s for n, s in zip(self.names, self.sizes, strict=True) if n in axes)
 
     def groups(self, axes: tuple[str, ...]) -> Iterator[list[int]]:
         """Every group over ``axes`` in Megatron's order (first outside axis fastest)."""
@@ -115,8 +122,14 @@ class RankGrid:
         outside = tuple(n for n in self.names if n not in axes and size[n] > 1)
         if all(strides[n] % domain == 0 for n in outside):
             return False  # every group starts on a block boundary and is shorter than a block
-        starts = self.group_of(0, outside) if outside else [0]
-        return any(st // domain != (st + hi) // domain for st in starts)
+        # A group starting at st crosses a block iff (st mod domain) + hi >= domain. The starts
+        # are sums of c * stride over the outside axes; their residues mod domain form a set
+        # of at most `domain` values (c * stride mod domain repeats after `domain` steps).
+        residues = {0}
+        for n in outside:
+            offs = {c * strides[n] % domain for c in range(min(size[n], domain))}
+            residues = {(r + o) % domain for r in residues for o in offs}
+        return max(residues) + hi >= domain
 
 
 def dense_grid(d: dict[str, Any]) -> RankGrid:
@@ -145,8 +158,8 @@ def rank_row(d: dict[str, Any], rank: int, gpus_per_node: int,
         "tp": dc["tp"], "cp": dc["cp"], "dp": dc["dp"], "pp": dc["pp"],
         "etp": ec["tp"], "ep": ec["ep"], "expert_dp": ec["dp"], "groups": {}}
     for kind, (gen, axes) in GROUP_KINDS.items():
-        members = g[gen].group_of(rank, axes)
-        row["groups"][kind] = {"size": len(members), "ranks": members[:max_members]}
+        members = g[gen].group_of(rank, axes, limit=max_members)
+        row["groups"][kind] = {"size": g[gen].group_size(axes), "ranks": members}
     return row
 
 
