@@ -6,10 +6,11 @@ full estimator in :mod:`trainc.compiler.estimate` (which reports the numbers of 
 * model states: Megatron DDP 18 B/param (bf16) or distributed optimizer 6 + 12/(dp*cp)
   (megatron_rules.md §4.2, DO-10); DeepSpeed ZeRO stages by the seeds' 2+2+12 accounting
   (seed 000 "ZeRO" tables: stage 1 = 4 + 12/d, stage 2 = 2 + 14/d, stage 3 = 16/d);
-* activations: Korthikanti et al. 2022 Table 2 per layer and micro batch (34*s*b*h/tp with
-  sequence parallel and selective recompute, plus 5*a*s^2*b/tp without recompute, 2*s*b*h/tp
-  per layer with full recompute), s divided by cp, times the in-flight micro batches of 1F1B on
-  the first stage (min(pp, M)) and the interleaving factor 1 + (pp-1)/(pp*vpp);
+* activations: the full estimator's per-layer bytes (:mod:`trainc.compiler.estimate.activations`:
+  Korthikanti et al. 2022 Table 2 generalised to GQA, SwiGLU and MoE token copies; 2*s*b*h/tp
+  per layer with full recompute), s divided by cp, MoE layers weighted by their share, times the
+  in-flight micro batches of 1F1B on the first stage (min(pp, M)) and the interleaving factor
+  1 + (pp-1)/(pp*vpp);
 * time: Megatron's model FLOPs at compute_efficiency*peak, TP/CP/EP traffic on the NVLink or
   fabric bandwidth, bubble (pp-1)/(vpp*M + pp-1) (seed 000 "interleaved 1F1B"), DP gradient
   reduce-scatter + all-gather (ring factor (d-1)/d) partly hidden by comm_overlap.
@@ -21,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from trainc.compiler.estimate.activations import dense_layer_bytes, moe_mlp_extra_bytes
 from trainc.compiler.validate.util import divisors
 from trainc.schemas import Activation, Normalization, TrainSpec
 
@@ -155,6 +157,9 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
     p_exp = n_max * k.moe_fraction * k.p_layer_experts / (ep * etp)
     precision = t.precision.name
     s_loc = s // cp
+    f = m.ffn_hidden_size or 4 * h
+    f_e = m.moe_ffn_hidden_size or f
+    swiglu = m.activation is Activation.swiglu
     vpps = [fx["parallel.vpp"]] if fx["parallel.vpp"] is not None else \
         [v for v in range(1, MAX_VPP + 1) if all(n % v == 0 for n in slots)
          and (v == 1 or pp > 1)]
@@ -185,6 +190,23 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
         # The model states alone exceed the GPU (fit rule TRC401): prune the whole grid.
         yield None, len(mbss) * len(vpps) * len(cps) * len(states) * 5, None, None
         return
+    def act_layer(mbs: int) -> tuple[float, float, float]:
+        """Bytes per layer and micro batch (full recompute, none, selective): the estimator's
+        own per-layer formulas (GQA, SwiGLU, MoE), averaged over dense and MoE layers."""
+        tsp = tp if sp else 1
+        shape = dict(s=s_loc, b=mbs, h=h, a=a, g=g, d=d, f=f, t=tp, sp=sp, swiglu=swiglu)
+        moe = 0.0
+        if k.moe_fraction:
+            moe = k.moe_fraction * (moe_mlp_extra_bytes(
+                s=s_loc, b=mbs, h=h, t=tp, sp=sp, etp=etp, topk=m.moe_router_topk, f_e=f_e,
+                f_s=m.moe_shared_expert_intermediate_size or 0, num_experts=m.num_experts or 0,
+                swiglu=swiglu) - (6 if swiglu else 4) * s_loc * mbs * f / tp)
+        lse = 4 * a * s_loc * mbs / tp
+        none = (dense_layer_bytes(**shape, with_scores=not c.flash_attention)
+                + (lse if c.flash_attention else 0.0) + moe)
+        sel = dense_layer_bytes(**shape, with_scores=False) + moe
+        return 2 * s_loc * mbs * h / tsp, none, sel
+
     for mbs in mbss:
         if (gbs // dp) % mbs:
             continue
@@ -192,9 +214,7 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
         sbh = s_loc * mbs * h * 2  # one activation tensor in bf16 (bytes)
         tokens = s_loc * mbs
         gemm_eff = tokens / (tokens + c.gemm_half_efficiency_tokens)
-        full_l = _act_per_layer("full", sbh, tp, a, s_loc, mbs, h, sp)
-        none_l = _act_per_layer("none", sbh, tp, a, s_loc, mbs, h, sp, c.flash_attention)
-        sel_l = _act_per_layer("selective", sbh, tp, a, s_loc, mbs, h, sp)
+        full_l, none_l, sel_l = act_layer(mbs)
         for v in vpps:
             if v > 1 and (M < pp or M % pp):
                 continue
@@ -253,20 +273,6 @@ def _recompute_variants(recomputes: list[str], chunk: int, fx: dict[str, Any]
         for n in sorted({chunk // 4, chunk // 2, 3 * chunk // 4} - {0, chunk}):
             out.append(("full", "block", n))
     return out
-
-
-def _act_per_layer(rc: str, sbh: float, tp: int, a: int, s_loc: int, mbs: int, h: int,
-                   sp: bool = True, flash: bool = False) -> float:
-    """Korthikanti et al. 2022 Table 2, bytes per layer per micro batch (``sbh`` = bytes of one
-    bf16 s*b*h tensor): with SP 34sbh/t, without SP sbh*(10 + 24/t); no recompute adds
-    5as^2b/t unless the attention is fused (``flash``: no score matrix is kept); full
-    recompute keeps the layer input (2sbh, /t with SP)."""
-    if rc == "full":
-        return sbh / tp if sp else sbh
-    base = 17 * sbh / tp if sp else sbh * (5 + 12 / tp)
-    if rc == "selective" or flash:
-        return base
-    return base + 5 * a * s_loc * s_loc * mbs / tp
 
 
 def _cp_time(kind: str, cp: int, s_loc: int, mbs: int, g: int, d: int, layers_steps: int,
