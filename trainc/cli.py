@@ -308,13 +308,18 @@ def _plan(args: argparse.Namespace) -> int:
         print("trainc plan: expected one spec file", file=sys.stderr)
         return EXIT_SPEC
     res = plan_layouts(specs[0], overrides, top=max(1, args.top))
-    if not res.ok:
+    if not res.ok or not res.planned:
+        if args.format == "json":  # one object on stdout, as promised, even with no layout
+            print(json.dumps({**_json_record(res, False), **to_json(res), "ok": False},
+                             indent=2, sort_keys=True))
         _print_text(res)
-        return EXIT_SPEC
-    if not res.planned:
-        print(f"trainc plan: no layout of {specs[0]} fits ({res.num_candidates_evaluated} "
-              "candidates evaluated); add nodes, GPUs with more memory, or a smaller batch",
-              file=sys.stderr)
+        if res.ok:
+            print(f"trainc plan: no layout of {specs[0]} fits ({res.num_candidates_evaluated} "
+                  "candidates evaluated); add nodes, GPUs with more memory, or a smaller batch",
+                  file=sys.stderr)
+        else:
+            print(f"trainc plan: {specs[0]}: the keys it fixes break the rules above",
+                  file=sys.stderr)
         return EXIT_SPEC
     if args.format == "json":
         print(json.dumps(to_json(res), indent=2, sort_keys=True))

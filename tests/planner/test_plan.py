@@ -173,3 +173,18 @@ def test_to_json_shape(results):
     c = data["candidates"][0]
     assert set(c["parallel"]) >= {"tp", "pp", "vpp", "cp", "ep", "etp", "dp", "zero_stage"}
     assert set(c["training"]) >= {"micro_batch_size", "recompute"}
+
+
+def test_fixed_keys_that_break_a_rule_are_reported_not_called_out_of_memory(tmp_path):
+    """tp=3 fixed by the spec: the planner has nothing to offer because of TRC201, so that is
+    what it says (text and JSON), with exit code 2."""
+    path = tmp_path / "tp3.yaml"
+    path.write_text(SPECS["llama70b_64xa100"] + "parallel: {tp: 3}\n")
+    res = plan_layouts(path, top=3)
+    assert not res.planned and "TRC201" in {d.rule.id for d in res.diagnostics}
+    proc = subprocess.run([sys.executable, "-m", "trainc", "plan", str(path), "--format", "json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    out = json.loads(proc.stdout)
+    assert out["ok"] is False and out["candidates"] == []
+    assert "TRC201" in {d["rule"] for d in out["diagnostics"]}

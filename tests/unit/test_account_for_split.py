@@ -50,3 +50,14 @@ def test_the_flags_cannot_be_combined_with_first_last_stage_counts():
     [d] = find(diags, "TRC212")
     assert d.key == LOSS and "cannot be combined" in d.message
     assert d.edits == {LOSS: False}
+
+
+def test_a_fix_never_suggests_a_pp_that_breaks_vpp():
+    """32 layers + E + L = 34 on pp=4 x vpp=2: pp=1 or 2 (divisors of 34) would fail TRC213 or
+    TRC211; the flags themselves are the thing to drop."""
+    base = {"model.num_layers": 32, "cluster.num_nodes": 2, "parallel.pp": 4, "parallel.vpp": 2,
+            "training.global_batch_size": 64, EMB: True, LOSS: True}
+    [d] = find(lint_cfg(**base), "TRC210")
+    assert "parallel.pp to one of" not in d.fix
+    assert "remove the account_for_* flags (32 layers split over pp=4 x vpp=2)" in d.fix
+    assert not find(lint_cfg(**{**base, EMB: False, LOSS: False}), "TRC210")

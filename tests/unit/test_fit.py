@@ -70,3 +70,18 @@ def test_memory_fit_does_not_apply_to_shrunk_or_cpu_runs():
         setattr(spec.launch, field, value)
         _, _, diags = fit_diags(spec)
         assert [d for d in diags if d.rule.id == "TRC401"] == [], field
+
+
+def test_when_nothing_fits_only_real_reductions_are_listed():
+    # 70B-like on one 8-GPU node, tp 8, no recompute: nothing fits. With fused attention
+    # selective recompute saves only the softmax statistics, so it is no "reduction".
+    spec = make_spec(nodes=1, model__num_layers=80, model__hidden_size=8192,
+                     model__num_attention_heads=64, model__ffn_hidden_size=28672,
+                     parallel__tp=8, parallel__pp=1, training__recompute=Recompute.none,
+                     training__global_batch_size=8)
+    nspec, plan, _ = fit_diags(spec)
+    cands, fit = fitting_changes(nspec)
+    assert not fit and cands
+    current = plan["estimates"]["memory_bytes"]["total"]
+    assert all(r["total"] < 0.99 * current for r in cands)
+    assert all(r["edits"].get("training.recompute") is not Recompute.selective for r in cands)

@@ -60,6 +60,25 @@ def test_unknown_key_with_did_you_mean(tmp_path):
     assert d.locations[0].line == 12
 
 
+@pytest.mark.parametrize(("written", "value", "ours"), [
+    ("  tensor_model_parallel_size: 4", 4, "parallel.tp"),
+    ("  context_parallel_size: 2", 2, "parallel.cp"),
+    ("  expert_model_parallel_size: 8", 8, "parallel.ep"),
+])
+def test_megatron_names_point_to_trainc_keys(tmp_path, written, value, ours):
+    """Megatron's names are the most common wrong keys; did-you-mean guessed
+    `parallel.sequence_parallel` for them."""
+    d = only(load_text(tmp_path, SPEC.replace("  tp: 2", written)), "TRC002")
+    assert f"trainc calls it `{ours}`" in d.message and "did you mean" not in d.message
+    assert d.edits[ours] == value
+
+
+def test_hf_kv_heads_is_query_groups_not_attention_heads(tmp_path):
+    text = SPEC.replace("model:\n", "model:\n  num_key_value_heads: 8\n")
+    d = only(load_text(tmp_path, text), "TRC002")
+    assert "`model.num_query_groups`" in d.message and "num_attention_heads" not in d.message
+
+
 def test_unknown_section(tmp_path):
     d = only(load_text(tmp_path, SPEC + "paralel:\n  tp: 2\n"), "TRC002")
     assert d.key == "paralel" and "parallel" in d.message

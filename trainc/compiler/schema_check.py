@@ -118,6 +118,40 @@ def _show(v: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+
+#: Names engineers bring from Megatron-LM / Megatron-Core, DeepSpeed and Hugging Face configs ->
+#: (trainc key, relative to the section unless dotted; a note). Checked before did-you-mean,
+#: whose nearest spelling is often wrong for these (tensor_model_parallel_size is not
+#: sequence_parallel; num_kv_heads is not num_attention_heads).
+ALIASES: dict[str, tuple[str, str]] = {
+    "tensor_model_parallel_size": ("tp", ""),
+    "tensor_parallel": ("tp", ""),
+    "tensor_parallel_size": ("tp", ""),
+    "pipeline_model_parallel_size": ("pp", ""),
+    "pipeline_parallel": ("pp", ""),
+    "pipeline_parallel_size": ("pp", ""),
+    "virtual_pipeline_model_parallel_size": ("vpp", ""),
+    "num_virtual_stages_per_pipeline_rank": ("vpp", ""),
+    "context_parallel_size": ("cp", ""),
+    "expert_model_parallel_size": ("ep", ""),
+    "expert_tensor_parallel_size": ("etp", ""),
+    "data_parallel_size": ("dp", ""),
+    "num_kv_heads": ("model.num_query_groups", "key/value heads = GQA groups"),
+    "num_key_value_heads": ("model.num_query_groups", "key/value heads = GQA groups"),
+    "n_kv_heads": ("model.num_query_groups", "key/value heads = GQA groups"),
+    "intermediate_size": ("model.ffn_hidden_size", ""),
+    "num_hidden_layers": ("model.num_layers", ""),
+    "max_seq_length": ("model.seq_length", ""),
+    "gradient_accumulation_steps": ("training.global_batch_size", "accumulation is derived: "
+                                    "num_microbatches = global_batch_size / (micro_batch_size "
+                                    "* dp); set global_batch_size"),
+    "train_micro_batch_size_per_gpu": ("training.micro_batch_size", ""),
+    "train_batch_size": ("training.global_batch_size", ""),
+    "use_distributed_optimizer": ("parallel.zero_stage", "Megatron's distributed optimizer is "
+                                  "derived from zero_stage (1 = distributed optimizer)"),
+}
+
+
 def to_spec(cfg: dict[str, Any]) -> tuple[TrainSpec | None, list[Diagnostic]]:
     """Check a composed container against the schema and build the :class:`TrainSpec`.
 
@@ -140,6 +174,18 @@ def to_spec(cfg: dict[str, Any]) -> tuple[TrainSpec | None, list[Diagnostic]]:
                 elif v is not None:
                     diags.append(diag(R.TYPE_MISMATCH, f"{key} must be a mapping of keys, got "
                                       f"{_show(v)}", key, fix=f"write {key}: as a section"))
+            elif str(k) in ALIASES:
+                ours, why = ALIASES[str(k)]
+                target = ours if "." in ours else prefix + ours
+                if "derived" in why:  # no one-to-one key: say how trainc gets it
+                    diags.append(diag(R.UNKNOWN_KEY, f"{key} is not a spec key: {why}", key,
+                                      fix=f"remove {key} and set {target}", edits={key: None}))
+                    continue
+                note = f" ({why})" if why else ""
+                diags.append(diag(R.UNKNOWN_KEY, f"{key} is not a spec key: trainc calls it "
+                                  f"`{target}`{note}", key,
+                                  fix=f"write {target}: {_show(v)} instead of {key}",
+                                  edits={key: None, target: v}))
             else:
                 cands = [*known, *section_keys()]
                 hint = did_you_mean(key, cands) or did_you_mean(

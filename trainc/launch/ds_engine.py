@@ -145,7 +145,7 @@ def _run(s: Settings) -> None:
 
     from trainc.launch import model as mb
     from trainc.launch.data import Batches, build_dataset
-    from trainc.launch.train import _agree_to_stop, resolve_dims, resolve_precision
+    from trainc.launch.train import checkpoint_or_stop, resolve_dims, resolve_precision
 
     if s.layout["pp"] > 1 or s.layout["cp"] > 1 or s.layout["ep"] > 1:
         raise SystemExit("trainc-worker: engine=deepspeed supports tp and ZeRO data parallelism "
@@ -189,6 +189,10 @@ def _run(s: Settings) -> None:
     logger = dist.get_rank() == 0
     tokens = s.gbs * dims.seq_length
 
+    def save_ds(done: int) -> str:
+        engine.save_checkpoint(s.save, tag=f"iter_{done:07d}", client_state={"step": done})
+        return f"{s.save}/iter_{done:07d}"
+
     def train_steps(first: int, prefix: str, save: bool) -> None:
         for step in range(first, s.train_iters):
             t0 = time.perf_counter()
@@ -213,17 +217,7 @@ def _run(s: Settings) -> None:
             if logger and (done % s.log_interval == 0 or done == s.train_iters):
                 emit(f"{prefix}step={done} loss={loss_v:.9g} grad_norm={gn:.9g} "
                      f"step_time_s={dt:.4f} tokens_per_s={tokens / dt:.1f} lr={lr:.6g}")
-            stop = save and _agree_to_stop()
-            if (save and s.save_interval and done % s.save_interval == 0 or stop) \
-                    and not s.reference:
-                engine.save_checkpoint(s.save, tag=f"iter_{done:07d}",
-                                       client_state={"step": done})
-                log(f"saved checkpoint step={done} to {s.save}/iter_{done:07d}")
-            if stop:
-                log(f"SIGUSR1: stopping after step {done}")
-                from trainc.launch import signals
-
-                signals.mark_stopped(s.save, dist.get_rank())
+            if save and checkpoint_or_stop(s, done, save_ds):
                 return
 
     train_steps(start, "", save=True)

@@ -174,16 +174,8 @@ def run(s: Settings) -> None:
                 emit(f"{prefix}step={done} loss={loss:.9g} grad_norm={gn:.9g} "
                      f"step_time_s={dt:.4f} tokens_per_s={tokens / dt:.1f} lr={lr:.6g} "
                      f"skipped={int(not ok)}")
-            stop = save and _agree_to_stop()
-            if (save and s.save_interval and done % s.save_interval == 0 or stop) \
-                    and not s.reference:
-                path = checkpoint.save(s.save, done, chunks, opt, _ckpt_layout(s, dims))
-                log(f"saved checkpoint step={done} to {path}")
-            if stop:
-                log(f"SIGUSR1: stopping after step {done}")
-                from trainc.launch import signals
-
-                signals.mark_stopped(s.save, dist.get_rank())
+            if save and checkpoint_or_stop(s, done, lambda n: checkpoint.save(
+                    s.save, n, chunks, opt, _ckpt_layout(s, dims))):
                 return
 
     train_steps(start, "", save=True)
@@ -224,6 +216,21 @@ def cross_check(s: Settings, config: Any) -> None:
         raise SystemExit(f"trainc-worker: megatron_core.yaml disagrees with the layout built "
                          f"from plan.json (key: (yaml, worker)): {bad}")
     log(f"cross-checked {len(mine)} layout keys with {path}: all agree")
+
+
+def checkpoint_or_stop(s: Settings, done: int, write: Any) -> bool:
+    """After step ``done`` (both engines' loops): save at ``launch.save_interval`` and, when any
+    rank got SIGUSR1, save, leave the stop marker and return True (the loop ends there).
+    ``write(step)`` saves a checkpoint and returns where it went."""
+    stop = _agree_to_stop()
+    if (s.save_interval and done % s.save_interval == 0 or stop) and not s.reference:
+        log(f"saved checkpoint step={done} to {write(done)}")
+    if stop:
+        log(f"SIGUSR1: stopping after step {done}")
+        from trainc.launch import signals
+
+        signals.mark_stopped(s.save, dist.get_rank())
+    return stop
 
 
 def _agree_to_stop() -> bool:

@@ -69,7 +69,8 @@ def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
 
     The spec may leave the parallel section out entirely; keys it (or an override) sets are
     constraints. Model-level errors (e.g. heads not divisible by a fixed tp) come back as
-    diagnostics, as from ``trainc lint``.
+    diagnostics, as from ``trainc lint``; so do rule errors of the fixed keys when no layout
+    survives.
     """
     loaded = load_spec(path, overrides)
     if loaded.spec is None:
@@ -101,6 +102,12 @@ def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
         out.planned.append(Planned(cand, cspec, est))
         if len(out.planned) >= max(top * 3, top):
             break
+    if not out.planned:
+        # Nothing to offer: if the keys the user fixed break a rule, that is the reason (not
+        # memory); report those errors as `trainc lint` would.
+        out.diagnostics = sort_diagnostics([
+            d for d in validate(spec) if d.is_error
+            and (d.key in explicit or any(k in explicit for k in d.related))])
     out.planned.sort(key=lambda p: (round_sig(p.estimates.get("step_time_seconds", 0.0)),
                                     p.estimates.get("memory_bytes", {}).get("total", 0),
                                     p.candidate.simplicity()))

@@ -111,8 +111,8 @@ def _heads(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    f"hidden_size ({h}) is not divisible by num_attention_heads ({a}) and "
                    f"kv_channels is not given", "model.hidden_size",
                    related=("model.num_attention_heads", "model.kv_channels"),
-                   fix=f"set model.kv_channels explicitly, or num_attention_heads to one of "
-                       f"{show(divisors(h))}", hidden_size=h, num_attention_heads=a)
+                   fix=_hidden_heads_fix(h, a, m.num_query_groups or a),  # MHA: groups = heads
+                   hidden_size=h, num_attention_heads=a)
     if d.padded_vocab_size != m.vocab_size:
         unit = m.make_vocab_size_divisible_by * tp
         yield diag(R.VOCAB_PADDING,
@@ -122,6 +122,21 @@ def _heads(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    "model.vocab_size",
                    related=("parallel.tp", "model.make_vocab_size_divisible_by"),
                    vocab_size=m.vocab_size, padded_vocab_size=d.padded_vocab_size)
+
+
+def _hidden_heads_fix(h: int, a: int, g: int) -> str:
+    """The nearest hidden_size that heads divide (likely a typo), heads that divide h and are
+    multiples of the query groups, or kv_channels."""
+    near = sorted({a * (h // a), a * (h // a + 1)} - {0}, key=lambda x: (abs(x - h), x))
+    mha = g == a  # groups follow the heads
+    heads = [x for x in divisors(h) if (mha or x % g == 0) and x != a]
+    out = [f"set model.hidden_size={near[0]} (a multiple of {a} heads)"]
+    if heads:
+        out.append(f"num_attention_heads to one of {show(heads)} (divide {h}"
+                   + ("" if mha else f", multiples of num_query_groups={g}") + ")")
+    out.append(f"model.kv_channels explicitly (head dim; Megatron then uses "
+               f"{a} x kv_channels for attention)")
+    return ", or ".join(out)
 
 
 def _moe(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:

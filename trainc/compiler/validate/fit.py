@@ -100,7 +100,12 @@ def fitting_changes(spec: TrainSpec) -> tuple[list[dict[str, Any]], bool]:
                 fits.append(r)
     if fits:
         return sorted(fits, key=lambda r: (r["step"], r["total"]))[:MAX_SUGGESTIONS], True
-    return sorted(tried, key=lambda r: r["total"])[:MAX_SUGGESTIONS], False
+    # only changes that reduce memory are "reductions" (selective recompute saves nothing with
+    # fused attention, for example)
+    _, _, now = plan_and_estimate(copy.deepcopy(spec))
+    current = now["estimates"]["memory_bytes"]["total"] if now is not None else math.inf
+    smaller = [r for r in tried if r["total"] < 0.99 * current]  # at least 1 %
+    return sorted(smaller, key=lambda r: r["total"])[:MAX_SUGGESTIONS], False
 
 
 def _memory(spec: TrainSpec, plan: dict[str, Any], suggest: bool) -> Iterator[Diagnostic]:

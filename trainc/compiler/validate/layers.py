@@ -77,14 +77,21 @@ def _layers(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     what = f"num_layers ({L})" + "".join(f" + {a}" for a in acc) + (f" = {Lp}" if acc else "")
     if Lp % pp:
         room = capacity(d.world_size, p.tp, p.cp)
-        pps = fitting(divisors(Lp), room)
+        # with vpp > 1 the pp must also leave stages that split into vpp chunks (and be > 1)
+        pps = [x for x in fitting(divisors(Lp), room)
+               if vpp == 1 or (x > 1 and (Lp // x) % vpp == 0)]
+        of = f"divisors of {Lp} that fit the GPUs" + (
+            f" and leave stages of a multiple of vpp={vpp} layers" if vpp > 1 else "")
         yield diag(R.LAYERS_PP, f"{what} is not divisible by pp ({pp}); Megatron-Core "
                    f"would build {Lp // pp} layers per stage and silently drop {Lp % pp}",
                    "parallel.pp", related=("model.num_layers",),
-                   fix=f"set parallel.pp to one of {show(pps)} (divisors of {Lp} that fit the "
-                       f"GPUs), or {_uneven_fix(L, pp, 1) if not acc else _account_fix(L, pp, 1)}"
-                       + (f", or {_account_fix(L, pp, 1)}"
-                          if not acc and _account_fix(L, pp, 1).startswith("set") else ""),
+                   fix=", or ".join(
+                       ([f"set parallel.pp to one of {show(pps)} ({of})"] if pps else [])
+                       + ([] if acc else [_uneven_fix(L, pp, vpp)])
+                       + ([f"remove the account_for_* flags ({L} layers split over pp={pp} x "
+                           f"vpp={vpp})"] if acc and L % (pp * vpp) == 0 else [])
+                       + [f for f in ([] if acc else [_account_fix(L, pp, vpp)])
+                          if f.startswith("set")]) or f"choose pp and vpp that split {Lp}",
                    edits={"parallel.pp": nearest(pps, pp)} if pps else {}, num_layers=L, pp=pp)
     elif vpp > 1 and Lp % (pp * vpp):
         per = Lp // pp
@@ -117,6 +124,10 @@ def _uneven_message(L: int, pp: int, vpp: int, first: int | None, last: int | No
     if pp == 1:
         return (f"pipeline stage layers ({given}) need pp > 1: with pp (1) all {L} layers are on "
                 f"one stage, and Megatron builds only the override's layers")
+    if any(v is not None and v < 1 for v in (first, last)):
+        return (f"pipeline stage layers ({given}) must be at least 1 (Megatron-Core raises "
+                f"'num_layers_in_first/last_pipeline_stage must be larger than 0'); leave a key "
+                f"out (null) for an even share")
     tail = f" and every stage's layers a multiple of vpp ({vpp})" if vpp > 1 else ""
     return (f"uneven pipeline split ({given}) of num_layers ({L}) over pp ({pp}) does not leave "
             f"a middle that divides evenly over the middle stages{tail}")
