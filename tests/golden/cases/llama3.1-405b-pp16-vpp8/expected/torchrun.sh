@@ -23,9 +23,6 @@ fi
 
 # Megatron-Core with tp > 1 or cp > 1 orders its communication kernels through one queue.
 export CUDA_DEVICE_MAX_CONNECTIONS=1
-# SIGUSR1 (Slurm's --signal before the time limit) is ignored by this shell and torchrun and
-# handled by the worker, which saves a checkpoint.
-trap '' USR1
 
 MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"
 MASTER_PORT="${MASTER_PORT:-29500}"
@@ -39,5 +36,27 @@ else
 fi
 export NODE_RANK MASTER_ADDR MASTER_PORT
 
-"${TORCHRUN_CMD[@]}" --nnodes=2048 --nproc_per_node=8 "${RDZV_ARGS[@]}" \
-  -m trainc.launch.worker --plan "$HERE/plan.json"
+# SIGUSR1 (Slurm's --signal before the time limit) makes the workers save a checkpoint and stop.
+# torchrun starts them in sessions of their own, so a signal to this step's process group ends at
+# torchrun: torchrun ignores it and this shell forwards it to torchrun's children.
+(trap '' USR1; exec "${TORCHRUN_CMD[@]}" --nnodes=2048 --nproc_per_node=8 \
+  "${RDZV_ARGS[@]}" -m trainc.launch.worker --plan "$HERE/plan.json") &
+TORCHRUN_PID=$!
+# shellcheck disable=SC2317  # run by the USR1 trap
+forward_usr1() {
+  local stat line ppid
+  for stat in /proc/[0-9]*/stat; do
+    { read -r line < "$stat"; } 2>/dev/null || continue
+    read -r _ ppid _ <<< "${line##*) }"  # after "pid (comm) ": state, ppid, ...
+    if [[ "$ppid" == "$TORCHRUN_PID" ]]; then
+      kill -USR1 "${stat//[^0-9]/}" 2>/dev/null || true
+    fi
+  done
+}
+trap forward_usr1 USR1
+while :; do
+  rc=0
+  wait "$TORCHRUN_PID" || rc=$?
+  kill -0 "$TORCHRUN_PID" 2>/dev/null || break  # still running: wait was cut short by the trap
+done
+exit "$rc"

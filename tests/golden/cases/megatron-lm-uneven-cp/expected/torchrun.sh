@@ -23,8 +23,8 @@ fi
 
 # Megatron-Core with tp > 1 or cp > 1 orders its communication kernels through one queue.
 export CUDA_DEVICE_MAX_CONNECTIONS=1
-# SIGUSR1 (Slurm's --signal before the time limit) is ignored by this shell and torchrun and
-# handled by the worker, which saves a checkpoint.
+# SIGUSR1 (Slurm's --signal before the time limit) is ignored by this shell and torchrun
+# (Megatron-LM stops on --exit-signal, SIGTERM by default).
 trap '' USR1
 
 MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"
