@@ -10,7 +10,8 @@ import itertools
 
 import pytest
 
-pytestmark = pytest.mark.differential
+pytestmark = [pytest.mark.differential,
+              pytest.mark.filterwarnings("ignore:full scope is deprecated:UserWarning")]
 
 pytest.importorskip("megatron.core")
 

@@ -284,3 +284,51 @@ def test_a_killed_job_is_requeued_and_resumes_from_its_checkpoint(slurm_cluster,
     # The second run started where the checkpoint left off, not at step 1, and ran to the end.
     assert after[0] == at + 1 and after[-1] == 120, log[-3000:]
     assert after == sorted(after) and before == sorted(before), log[-3000:]
+
+
+@pytest.mark.skipif(not _worker_runnable(), reason="needs the [worker] extra (real checkpoints)")
+def test_sigusr1_checkpoints_requeues_and_the_job_resumes(slurm_cluster, tmp_path):
+    """The time-limit path end to end with the real worker: SIGUSR1 to the job's steps (what
+    --signal=USR1@N does; sent here with `scancel --signal`), every rank saves and stops at the
+    same step, sbatch.sh finds the marker and requeues the job (launch.requeue), and the second
+    start resumes from that step and trains to the end."""
+    out = _compile(tmp_path, "launch.requeue=true", "training.train_iters=40",
+                   "launch.save_interval=1000")
+    cmd = [sys.executable, "-m", "trainc", "submit", str(out), "--wait", "--timeout", "600",
+           f"--sbatch-option=--nodelist={','.join(slurm_cluster[:2])}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_job_env(tmp_path), cwd=ROOT)
+    job_id = ""
+    try:
+        assert proc.stdout is not None
+        job_id = proc.stdout.readline().strip()
+        assert job_id.isdigit()
+        deadline = time.monotonic() + 300
+        while not any(re.search(r"^step=3 ", p.read_text(), flags=re.M)
+                      for p in out.glob(f"*-{job_id}.out")):
+            assert time.monotonic() < deadline and proc.poll() is None, _scontrol_job(job_id)
+            time.sleep(0.5)
+        subprocess.run(["scancel", "--signal=USR1", job_id], check=True, timeout=60)
+        deadline = time.monotonic() + 180  # sbatch.sh requeues; lift Slurm's hold on it
+        while "Restarts=1" not in (shown := _scontrol_job(job_id)) or \
+                "JobState=PENDING" not in shown:
+            assert time.monotonic() < deadline and proc.poll() is None, shown
+            time.sleep(0.5)
+        subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True,
+                       timeout=60)
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if job_id.isdigit() and "JobState=COMPLETED" not in _scontrol_job(job_id):
+            subprocess.run(["scancel", job_id], check=False, timeout=60)
+    log = next(out.glob(f"*-{job_id}.out")).read_text()  # --open-mode=append: both runs
+    assert proc.returncode == 0, err + log[-3000:]
+    stopped = re.findall(r"SIGUSR1: stopping after step (\d+)", log)
+    assert len(stopped) == 1, log[-3000:]
+    n = int(stopped[0])
+    assert re.search(rf"resumed from \S+ at step {n}\n", log), log[-3000:]
+    first_run, _, second_run = log.partition("SIGUSR1: stopping after step")
+    assert max(int(x) for x in re.findall(r"^step=(\d+) ", first_run, flags=re.M)) == n
+    after = [int(x) for x in re.findall(r"^step=(\d+) ", second_run, flags=re.M)]
+    assert after[0] == n + 1 and after[-1] == 40, log[-3000:]
