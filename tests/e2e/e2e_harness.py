@@ -110,6 +110,35 @@ def launch(out: Path, extra: list[str] = (), env: dict[str, str] | None = None, 
     return text
 
 
+def launch_and_signal(out: Path, extra: list[str], at_step: int, label: str) -> tuple[int, str]:
+    """Like :func:`launch`, but sends SIGUSR1 to the launch's process group (as Slurm signals a
+    job step) once ``step=at_step`` is logged; returns (exit code, combined log)."""
+    import signal
+
+    e = {**os.environ, "OMP_NUM_THREADS": "1", "TORCHRUN": str(VENV_BIN / "torchrun"),
+         "PYTHONUNBUFFERED": "1", "TRAINC_WORKER_ARGS": shlex.join(list(extra))}
+    e["PATH"] = f"{VENV_BIN}{os.pathsep}{e.get('PATH', '')}"
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(_command(out), cwd=out, env=e, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith(f"step={at_step} "):
+                os.killpg(proc.pid, signal.SIGUSR1)
+                break
+        rest, _ = proc.communicate(timeout=LAUNCH_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    TIMINGS[label] = time.perf_counter() - t0
+    text = "".join(lines) + (rest or "")
+    (out / "launch-signal.log").write_text(text)
+    return proc.returncode, text
+
+
 def steps(text: str, resume: bool = False) -> dict[int, dict[str, float]]:
     """Per-step records of the log (``resume``: the resume-check replay instead)."""
     out: dict[int, dict[str, float]] = {}

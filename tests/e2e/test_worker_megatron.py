@@ -6,7 +6,8 @@ Each case compiles a tiny spec (launch.device=cpu), launches the generated scrip
     reduction order differs between layouts and Adam amplifies it slowly);
 (b) the loss falls over 24 steps (mean of the last 4 below 90 % of step 1);
 (c) resume: the worker reloads its step-16 checkpoint and replays steps 17-24 to the same losses
-    (rtol 1e-6) -- and, for the TP2xPP2 case, a second launch with --load does the same;
+    (rtol 1e-6) -- and, for the TP2xPP2 case, a second launch with --load does the same until
+    SIGUSR1 (sent to the launch's process group) stops every rank at one step with a checkpoint;
 (d) the groups parallel_state formed equal the plan's rank map (order tp-cp-ep-dp-pp).
 """
 
@@ -17,7 +18,19 @@ import re
 from pathlib import Path
 
 import pytest
-from e2e_harness import base_spec, check_case, close, compile_case, launch, merge, references, steps
+from e2e_harness import (
+    base_spec,
+    check_case,
+    close,
+    compile_case,
+    launch,
+    launch_and_signal,
+    merge,
+    references,
+    steps,
+)
+
+from trainc.launch.signals import STOPPED_MARKER
 
 MOE = {"num_experts": 4, "moe_router_topk": 2, "moe_ffn_hidden_size": 32}
 
@@ -91,14 +104,25 @@ def test_layout_trains_like_reference(name, compiled, reference_logs):
                re.findall(r"pp rank (\d+) built layers (\[.*\])$", log, flags=re.M)}
         assert {r: sum(b, []) for r, b in got.items()} == dict(enumerate(want)), log
         assert got[0][0] == [] and got[3][-1] == []  # the embedding's and the loss's chunks
-    if name.startswith("tp2_pp2_shrink"):  # shrink printed, and a real second launch resumes
+    if name.startswith("tp2_pp2_shrink"):
+        # shrink printed; a real second launch resumes from step 16 to the same losses, and
+        # SIGUSR1 to its process group (as Slurm signals a step before the time limit) makes all
+        # four ranks save and stop at one step, through torchrun.sh (torchrun starts the
+        # workers in sessions of their own; the script forwards the signal)
         assert "shrunk dims:" in log
         first = steps(log)
         (out / "checkpoints" / "latest").write_text("16\n")
-        log2 = launch(out, ["--load", str(out / "checkpoints")], label=f"{name} (resume launch)")
+        rc, log2 = launch_and_signal(out, ["--load", str(out / "checkpoints")], at_step=18,
+                                     label=f"{name} (resume launch, SIGUSR1 at step 18)")
+        assert rc == 0, log2[-4000:]
+        stopped = re.findall(r"SIGUSR1: stopping after step (\d+)", log2)
+        assert len(stopped) == 1, log2[-4000:]
+        n = int(stopped[0])
         second = steps(log2)
-        assert sorted(second) == list(range(17, 25))
-        for n in second:
-            assert close(second[n]["loss"], first[n]["loss"], 1e-6)
+        assert 18 <= n < 24 and sorted(second) == list(range(17, n + 1)), log2[-4000:]
+        for k in second:
+            assert close(second[k]["loss"], first[k]["loss"], 1e-6)
+        assert (out / "checkpoints" / STOPPED_MARKER).exists()
+        assert (out / "checkpoints" / "latest").read_text().strip() == str(n)
     assert "layout keys with" in log and "all agree" in log  # megatron_core.yaml cross-check
     assert "trainc-worker: done" in log
