@@ -251,12 +251,41 @@ PATCHES: tuple[tuple[str, Callable[[], str]], ...] = (
 )
 
 
+def _jit_fuser() -> str:
+    """Before Megatron-Core is imported: ``megatron.core.jit`` as a module whose ``jit_fuser`` is
+    Megatron's own ``noop_decorator`` (what its ``disable_jit_fuser()`` sets, but that comes too
+    late: the fusions bind ``jit_fuser`` while ``megatron.core`` imports)."""
+    import importlib.metadata
+    import types
+
+    if "megatron.core" in sys.modules:
+        return "not applied: megatron.core was imported first"
+    version = importlib.metadata.version("megatron-core")
+    if version != SUPPORTED["megatron-core"]:
+        return f"not applied: megatron-core {version}"
+
+    def noop_decorator(func: Callable) -> Callable:  # type: ignore[type-arg]
+        return func
+
+    mod = types.ModuleType("megatron.core.jit")
+    mod.noop_decorator = noop_decorator  # type: ignore[attr-defined]
+    mod.jit_fuser = noop_decorator  # type: ignore[attr-defined]
+    mod.enable_jit_fuser = mod.disable_jit_fuser = lambda: None  # type: ignore[attr-defined]
+    sys.modules["megatron.core.jit"] = mod
+    return ("megatron.core.jit.jit_fuser is a no-op instead of torch.compile: the fused "
+            "functions run eagerly (the CPU run builds no fusions), and no rank spends ~3 s "
+            "importing torch._dynamo/_inductor for decorators")
+
+
 def apply() -> list[str]:
     """Apply every patch once (idempotent); print one override line each; return their names."""
     if _applied:
         return list(_applied)
-    _check_versions()
     skip = {s for s in os.environ.get("TRAINC_CPU_PATCH_SKIP", "").split(",") if s}
+    if "jit_fuser" not in skip:  # must run before anything imports megatron.core
+        _say("jit_fuser", _jit_fuser())
+        _applied.append("jit_fuser")
+    _check_versions()
     for name, fn in PATCHES:
         if name in skip:
             print(f"trainc-worker: cpu-patch {name} skipped (TRAINC_CPU_PATCH_SKIP)", flush=True)
