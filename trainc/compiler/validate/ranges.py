@@ -50,7 +50,8 @@ def ranges(spec: TrainSpec) -> Iterator[Diagnostic]:
         v = _get(spec, key)
         if isinstance(v, (int, float)) and not 0 < v <= MAX_COUNT:
             yield diag(R.VALUE_RANGE, f"{key} must be a positive number up to {MAX_COUNT:.0e}, "
-                       f"got ({v})", key, fix=f"set {key} to a positive value", value=v)
+                       f"got ({v})", key, fix=f"set {key} to a positive value" if v <= 0 else
+                       f"set {key} to the intended value (at most {MAX_COUNT:.0e})", value=v)
     m, c = spec.model, spec.cluster
     if isinstance(m.num_layers, int) and MAX_LAYERS < m.num_layers <= MAX_COUNT:
         yield diag(R.VALUE_RANGE, f"model.num_layers must be at most {MAX_LAYERS:,}, got "

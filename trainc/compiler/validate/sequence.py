@@ -48,7 +48,8 @@ def sequence(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    fix=f"set model.seq_length to {or_list(nearest_multiple(s, unit))} (a multiple "
                        f"of {unit})", edits={"model.seq_length": nearest_multiple(s, unit)[-1]},
                    seq_length=s, cp=cp, required_multiple=unit)
-    if sp and (s % cp or (s // cp) % tp):
+    # (a tp that does not even split the heads is TRC201's: a new seq_length would not fix it)
+    if sp and (s % cp or (s // cp) % tp) and m.num_attention_heads % tp == 0:
         with_cp = (f"; with cp the sequence must be a multiple of cp*lcm(2, tp) = {unit}"
                    if cp > 1 else "")
         yield diag(R.SP_SEQ,

@@ -123,8 +123,10 @@ def _nvlink(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     if p.tp > dom or dom % p.tp:
         ok = [t for t in fitting(divisors(m.num_attention_heads), dom) if t <= dom]
         yield diag(R.TP_NVLINK,
-                   f"tp ({p.tp}) does not fit the NVLink domain ({dom} GPUs): its per-layer "
-                   f"all-reduces cross {cost}", "parallel.tp",
+                   (f"tp ({p.tp}) does not fit the NVLink domain ({dom} GPUs)" if p.tp > dom
+                    else f"tp ({p.tp}) does not divide the NVLink domain ({dom} GPUs), so some "
+                         f"TP groups straddle two domains")
+                   + f": their per-layer all-reduces cross {cost}", "parallel.tp",
                    related=("cluster.nvlink_domain_size",),
                    fix=f"use tp in {{{show(ok)}}} and more pp or dp", tp=p.tp,
                    nvlink_domain_size=dom)
