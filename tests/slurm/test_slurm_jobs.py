@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from slurm_helpers import ROOT, SPECS, free_port, trainc
@@ -196,13 +197,30 @@ def _scontrol_job(job_id: str) -> str:
 
 
 def _requeue_and_release(job_id: str, timeout: float = 120) -> None:
-    """`scontrol requeue` a running job (as preemption would), wait until it is pending again,
-    and lift Slurm's ~2 min hold on requeued jobs (StartTime=now)."""
+    """`scontrol requeue` a running job (as preemption would), then :func:`_release`."""
     subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=60)
+    _release(job_id, timeout)
+
+
+def _release(job_id: str, timeout: float = 120, alive: Any = None) -> None:
+    """Wait until a requeued job is pending again and its nodes have finished the previous run,
+    then lift Slurm's ~2 min hold on requeued jobs (StartTime=now). Started too early, slurmd
+    refuses it ("Job credential revoked") and the job fails. ``alive()`` false ends the wait."""
     deadline = time.monotonic() + timeout
-    while "Restarts=1" not in (shown := _scontrol_job(job_id)) or "JobState=PENDING" not in shown:
-        assert time.monotonic() < deadline, shown
+    while True:
+        shown = _scontrol_job(job_id)
+        nodes = re.search(r" ReqNodeList=(\S+)", shown)
+        states = subprocess.run(["sinfo", "-h", "-N", "-o", "%T", "-n", nodes[1]],
+                                capture_output=True, text=True, check=False,
+                                timeout=60).stdout.split() if nodes else ["?"]
+        if "Restarts=1" in shown and "JobState=PENDING" in shown and states and \
+                all(st == "idle" for st in states):
+            break
+        assert time.monotonic() < deadline and (alive is None or alive()), (shown, states)
         time.sleep(0.5)
+    # slurmd compares the new credential's time with the revocation's in whole seconds: a start
+    # within the second of the requeue is refused as revoked (Slurm's own hold avoids this)
+    time.sleep(2)
     subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True,
                    timeout=60)
 
@@ -309,13 +327,7 @@ def test_sigusr1_checkpoints_requeues_and_the_job_resumes(slurm_cluster, tmp_pat
             assert time.monotonic() < deadline and proc.poll() is None, _scontrol_job(job_id)
             time.sleep(0.5)
         subprocess.run(["scancel", "--signal=USR1", job_id], check=True, timeout=60)
-        deadline = time.monotonic() + 180  # sbatch.sh requeues; lift Slurm's hold on it
-        while "Restarts=1" not in (shown := _scontrol_job(job_id)) or \
-                "JobState=PENDING" not in shown:
-            assert time.monotonic() < deadline and proc.poll() is None, shown
-            time.sleep(0.5)
-        subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True,
-                       timeout=60)
+        _release(job_id, 180, alive=lambda: proc.poll() is None)  # sbatch.sh requeues it
         _, err = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
