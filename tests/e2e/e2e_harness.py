@@ -91,15 +91,22 @@ def _command(out: Path) -> list[str]:
             "-m", "trainc.launch.worker", "--plan", str(out / "plan.json")]
 
 
+def _launch_env(extra: list[str], env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a test launch runs in: this venv's torchrun first on PATH, one thread
+    per rank, unbuffered output, the worker flags in TRAINC_WORKER_ARGS."""
+    e = {**os.environ, "OMP_NUM_THREADS": "1", "TORCHRUN": str(VENV_BIN / "torchrun"),
+         "PYTHONUNBUFFERED": "1", "TRAINC_WORKER_ARGS": shlex.join(list(extra)), **(env or {})}
+    e["PATH"] = f"{VENV_BIN}{os.pathsep}{e.get('PATH', '')}"
+    return e
+
+
 def launch(out: Path, extra: list[str] = (), env: dict[str, str] | None = None,  # type: ignore
            label: str | None = None) -> str:
     """Run the compiled job on this machine with the generated ``torchrun.sh``; the test's extra
     worker flags travel in ``TRAINC_WORKER_ARGS`` (the worker reads it), so the script runs
     exactly as generated. Returns the combined log (asserts exit code 0)."""
     cmd = _command(out)
-    e = {**os.environ, "OMP_NUM_THREADS": "1", "TORCHRUN": str(VENV_BIN / "torchrun"),
-         "PYTHONUNBUFFERED": "1", "TRAINC_WORKER_ARGS": shlex.join(list(extra)), **(env or {})}
-    e["PATH"] = f"{VENV_BIN}{os.pathsep}{e.get('PATH', '')}"
+    e = _launch_env(extra, env)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=out, env=e, capture_output=True, text=True,
                           timeout=LAUNCH_TIMEOUT_S)
@@ -115,11 +122,8 @@ def launch_and_signal(out: Path, extra: list[str], at_step: int, label: str) -> 
     job step) once ``step=at_step`` is logged; returns (exit code, combined log)."""
     import signal
 
-    e = {**os.environ, "OMP_NUM_THREADS": "1", "TORCHRUN": str(VENV_BIN / "torchrun"),
-         "PYTHONUNBUFFERED": "1", "TRAINC_WORKER_ARGS": shlex.join(list(extra))}
-    e["PATH"] = f"{VENV_BIN}{os.pathsep}{e.get('PATH', '')}"
     t0 = time.perf_counter()
-    proc = subprocess.Popen(_command(out), cwd=out, env=e, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(_command(out), cwd=out, env=_launch_env(extra), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines: list[str] = []
     try:

@@ -33,12 +33,11 @@ from dataclasses import dataclass, field
 from trainc.compiler.estimate.memory import megatron_bytes_per_param
 from trainc.compiler.estimate.params import (
     StageParams,
-    full_recompute_mask,
     is_moe_layer,
-    plan_stage_chunks,
+    plan_rerun_masks,
     plan_stage_layers,
 )
-from trainc.schemas import CpCommType, Precision, Recompute, TrainSpec
+from trainc.schemas import CpCommType, Precision, TrainSpec
 
 AXES = ("tp", "cp", "ep", "pp", "dp")
 
@@ -145,15 +144,12 @@ def stage_comm(spec: TrainSpec, plan: dict, stages: list[StageParams]) -> list[S
     a, g = m.num_attention_heads, m.num_query_groups or m.num_attention_heads
     dh = m.kv_channels or h // a
     act = b * s * h * eb  # the tensor TP collectives act on (per CP rank)
-    method = tr.recompute_method.value if tr.recompute_method else None
-    chunks = plan_stage_chunks(plan)
     out = []
-    for r, idx in enumerate(plan_stage_layers(plan)):
-        # fwd + bwd, plus the recomputed forward of the layers full recompute re-runs
-        rerun = (full_recompute_mask(chunks[r], method, tr.recompute_num_layers)
-                 if tr.recompute is Recompute.full else [False] * len(idx))
+    for r, (idx, rerun) in enumerate(zip(plan_stage_layers(plan), plan_rerun_masks(plan),
+                                         strict=True)):
         moe = [is_moe_layer(spec, i) for i in idx]
-        passes = [2 + int(x) for x in rerun]  # per layer
+        # per layer: fwd + bwd, plus the recomputed forward of the layers full recompute re-runs
+        passes = [2 + int(x) for x in rerun]
         sc = StageComm()
         n_moe = sum(moe)
         if t > 1:  # TP: one all-reduce-equivalent (SP: all-gather + reduce-scatter) per block

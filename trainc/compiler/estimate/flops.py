@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainc.compiler.estimate.params import full_recompute_mask, plan_stage_chunks
+from trainc.compiler.estimate.params import plan_rerun_masks
 from trainc.schemas import Activation, Recompute, TrainSpec
 
 
@@ -90,11 +90,9 @@ def hardware_flops_per_step(spec: TrainSpec, plan: dict) -> float:
     core = b * s * s * t.core_per_s2
     extra = 0.0
     if spec.training.recompute is Recompute.full:
-        tr, d = spec.training, plan["derived"]
-        method = tr.recompute_method.value if tr.recompute_method else None
-        rerun = sum(sum(full_recompute_mask(c, method, tr.recompute_num_layers))
-                    for c in plan_stage_chunks(plan))
-        extra = (b * s * t.per_token_layers + core) / 3 * rerun / max(sum(d["layers_per_stage"]), 1)
+        rerun = sum(sum(m) for m in plan_rerun_masks(plan))
+        layers = max(sum(plan["derived"]["layers_per_stage"]), 1)
+        extra = (b * s * t.per_token_layers + core) / 3 * rerun / layers
     elif spec.training.recompute is Recompute.selective:
         extra = core / 3
     return flops_per_step(spec, plan) + extra

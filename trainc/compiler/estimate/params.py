@@ -148,6 +148,18 @@ def plan_stage_layers(plan: dict) -> list[list[int]]:
                                bool(par.get("account_for_loss_in_pipeline_split")))
 
 
+def plan_rerun_masks(plan: dict) -> list[list[bool]]:
+    """Per PP stage, in :func:`stage_layer_indices` order, whether each layer's forward runs a
+    second time in the backward pass (:func:`full_recompute_mask` under ``recompute: full``;
+    all False otherwise)."""
+    tr = plan["spec"]["training"]
+    chunks = plan_stage_chunks(plan)
+    if tr.get("recompute") != "full":
+        return [[False] * sum(c) for c in chunks]
+    return [full_recompute_mask(c, tr.get("recompute_method"), tr.get("recompute_num_layers"))
+            for c in chunks]
+
+
 def full_recompute_mask(chunks: list[int], recompute_method: str | None,
                         recompute_num_layers: int | None) -> list[bool]:
     """Which of a stage's layers full recompute re-runs, in :func:`stage_layer_indices` order;

@@ -23,12 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainc.compiler.estimate.comm import StageComm
-from trainc.compiler.estimate.params import (
-    full_recompute_mask,
-    is_moe_layer,
-    plan_stage_chunks,
-    plan_stage_layers,
-)
+from trainc.compiler.estimate.params import is_moe_layer, plan_rerun_masks, plan_stage_layers
 from trainc.schemas import Activation, Recompute, TrainSpec
 
 
@@ -62,27 +57,20 @@ class StepTime:
     mfu: float
 
 
-def _recomputed(spec: TrainSpec, plan: dict, stage: int) -> list[bool]:
-    tr = spec.training
-    method = tr.recompute_method.value if tr.recompute_method else None
-    return full_recompute_mask(plan_stage_chunks(plan)[stage], method, tr.recompute_num_layers)
-
-
 def stage_compute_flops(spec: TrainSpec, plan: dict) -> list[float]:
     """Executed FLOPs of each stage for one step (whole stage, all its GPUs)."""
     d, tr = plan["derived"], spec.training
     gbs, s = tr.global_batch_size, spec.model.seq_length
     tokens, s2 = gbs * s, gbs * s * s
     out = []
-    stages = plan_stage_layers(plan)
+    stages, reruns = plan_stage_layers(plan), plan_rerun_masks(plan)
     for r, idx in enumerate(stages):
         per_layer = [layer_flops(spec, is_moe_layer(spec, i), tokens, s2) for i in idx]
         f = sum(per_layer)
         core = s2 * 6 * spec.model.num_attention_heads * (
             spec.model.kv_channels or spec.model.hidden_size // spec.model.num_attention_heads)
         if tr.recompute is Recompute.full:
-            f += sum(fl for fl, re in zip(per_layer, _recomputed(spec, plan, r))
-                     if re) / 3
+            f += sum(fl for fl, re in zip(per_layer, reruns[r], strict=True) if re) / 3
         elif tr.recompute is Recompute.selective:
             f += core * len(idx) / 3
         if r == len(stages) - 1:
@@ -102,10 +90,10 @@ def step_time(spec: TrainSpec, plan: dict, comms: list[StageComm], bubble: float
     gpus_per_stage = max(world // max(p, 1), 1)
     tokens_mb = spec.model.seq_length / max(d["cp"], 1) * spec.training.micro_batch_size
     eff *= tokens_mb / (tokens_mb + max(cl.gemm_half_efficiency_tokens, 0))
-    full = spec.training.recompute is Recompute.full
+    reruns = plan_rerun_masks(plan)
     best: StepTime | None = None
     for r, (fl, sc) in enumerate(zip(stage_compute_flops(spec, plan), comms, strict=True)):
-        passes = 2 * d["layers_per_stage"][r] + (sum(_recomputed(spec, plan, r)) if full else 0)
+        passes = 2 * d["layers_per_stage"][r] + sum(reruns[r])
         launch = passes * d["num_microbatches"] * cl.layer_overhead_us * 1e-6
         compute = (fl / gpus_per_stage / (eff * peak) if peak > 0 else 0.0) + launch
         sec = sc.seconds_by_axis()
