@@ -43,7 +43,7 @@ def test_bug_case_verdict(exp: dict) -> None:
         if "info" in exp:
             assert exp["info"] in {d.rule.id for d in diags}
         return
-    sev = "error" if exp["verdict"] == "reject" else "warning"
+    sev = exp.get("severity", "error" if exp["verdict"] == "reject" else "warning")
     hits = [d for d in diags if d.rule.id == exp["rule"] and d.key == exp["key"]]
     assert hits, shown
     d = hits[0]

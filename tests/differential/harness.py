@@ -43,8 +43,8 @@ from unittest import mock
 
 from trainc.compiler import derive as derive_mod
 from trainc.compiler import plan as plan_mod
-from trainc.compiler.emit.deepspeed import ds_config_dict
-from trainc.compiler.emit.megatron_core import megatron_core_kwargs
+import trainc.compiler.engines as engines_mod
+from trainc.compiler.engines.deepspeed import deepspeed_config
 from trainc.compiler.estimate import rankmap
 from trainc.compiler.estimate.params import plan_stage_chunks
 from trainc.compiler.normalize import normalize
@@ -186,8 +186,16 @@ def plan_for_oracles(spec: Any, accepted: bool) -> dict[str, Any]:
     """plan.json of the spec (the tolerant variant when trainc rejects it)."""
     if accepted:
         return plan_mod.plan(spec)
-    with mock.patch.object(plan_mod, "derive", _tolerant_derive):
+    # the DeepSpeed config of a rejected spec is built by ds_oracle_config (its batch triangle
+    # does not close, which deepspeed_config asserts)
+    with mock.patch.object(plan_mod, "derive", _tolerant_derive), \
+            mock.patch.object(engines_mod, "deepspeed_config", lambda spec, d: None):
         return plan_mod.plan(spec)
+
+
+def megatron_core_kwargs(plan: dict[str, Any]) -> dict[str, Any]:
+    """The Megatron-Core kwargs of plan.json (a deep copy the oracle may edit)."""
+    return copy.deepcopy(plan["engines"]["megatron_core"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -690,11 +698,11 @@ def ds_oracle_config(spec: Any, plan: dict[str, Any], accepted: bool) -> dict[st
     """The ds_config the oracle judges: the emitted one for an accepted spec; for a rejected one
     the emitter's output with the batch sizes and offload blocks the user asked for."""
     if accepted:
-        return ds_config_dict(plan)
-    p2 = copy.deepcopy(plan)
-    t, d = p2["spec"]["training"], p2["derived"]
-    t["global_batch_size"] = t["micro_batch_size"] * d["gradient_accumulation_steps"] * d["dp"]
-    cfg = ds_config_dict(p2)
+        return copy.deepcopy(plan["engines"]["deepspeed"])
+    d = _tolerant_derive(spec)
+    s2 = copy.deepcopy(spec)
+    s2.training.global_batch_size = s2.training.micro_batch_size * d.num_microbatches * d.dp
+    cfg = deepspeed_config(s2, d)
     tr = spec.training
     cfg["train_batch_size"] = tr.global_batch_size
     cfg.pop("gradient_accumulation_steps")  # DeepSpeed derives it from T, M and D (floors)

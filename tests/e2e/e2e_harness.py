@@ -37,7 +37,9 @@ def base_spec(name: str, world: int) -> dict[str, Any]:
         "engine": "megatron",
         "model": {"num_layers": 4, "hidden_size": 32, "num_attention_heads": 4,
                   "ffn_hidden_size": 64, "vocab_size": 128, "make_vocab_size_divisible_by": 32,
-                  "seq_length": 32},
+                  "seq_length": 32,
+                  # no dropout: every layout must reproduce the one-process reference exactly
+                  "hidden_dropout": 0.0, "attention_dropout": 0.0},
         "cluster": {"num_nodes": 1, "gpus_per_node": world, "gpu": "custom", "gpu_memory_gib": 80,
                     "peak_tflops": 100, "nvlink_domain_size": 8,
                     "intra_node_bandwidth_gbps": 300, "inter_node_bandwidth_gbps": 25},

@@ -63,7 +63,7 @@ def any_cfg(draw: st.DrawFn) -> dict[str, Any]:
         "name": draw(st.sampled_from(["ok-name", "bad name", "-x", "a" * 130])),
         "cluster.num_nodes": draw(small),
         "cluster.gpus_per_node": draw(st.sampled_from([1, 2, 3, 4, 8])),
-        "cluster.gpu": draw(st.sampled_from(["a100-80g", "gb200", "custom", "v100"])),
+        "cluster.gpu": draw(st.sampled_from(["a100-80g", "gb200", "custom"])),
         "cluster.nvlink_domain_size": draw(opt(st.integers(1, 72))),
         "model.num_layers": draw(st.integers(1, 40)),
         "model.hidden_size": draw(st.integers(1, 4096)),

@@ -41,7 +41,7 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
         etype = tp if isinstance(tp, type) and issubclass(tp, enum.Enum) else next(
             (a for a in typing.get_args(tp) if isinstance(a, type) and issubclass(a, enum.Enum)),
             None)
-        kw[k] = etype[v] if etype is not None and isinstance(v, str) else v
+        kw[k] = etype(v) if etype is not None and isinstance(v, str) else v
     return cls(**kw)
 
 

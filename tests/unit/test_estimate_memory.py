@@ -16,6 +16,7 @@ from trainc.compiler.estimate.megatron_ref import (
 from trainc.compiler.estimate.memory import (
     deepspeed_zero2_estimate, deepspeed_zero3_estimate, megatron_beta, zero_model_state_bytes)
 from trainc.schemas import (
+    Gpu,
     Activation, ClusterSpec, Engine, ModelSpec, Normalization, Offload, ParallelSpec, Precision,
     Recompute, TrainingSpec, TrainSpec)
 
@@ -158,7 +159,7 @@ def make_spec(*, engine=Engine.megatron, nodes=1, gpn=8, mem=80.0, **kw) -> Trai
         sect, key = k.split("__")
         {"model": model, "parallel": par, "training": tr}[sect][key] = v
     return TrainSpec(engine=engine, model=ModelSpec(**model),
-                     cluster=ClusterSpec(num_nodes=nodes, gpus_per_node=gpn, gpu="a100-80g",
+                     cluster=ClusterSpec(num_nodes=nodes, gpus_per_node=gpn, gpu=Gpu.a100_80g,
                                          gpu_memory_gib=mem),
                      parallel=ParallelSpec(**par), training=TrainingSpec(**tr))
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from trainc.compiler.estimate.driver import plan_and_estimate
 from trainc.schemas import (
+    Gpu,
     ClusterSpec, CpCommType, Engine, ModelSpec, ParallelSpec, Recompute, TrainingSpec, TrainSpec)
 
 P2 = st.sampled_from
@@ -39,7 +40,7 @@ def specs(draw):
                       untie_embeddings_and_output_weights=draw(st.booleans()))
     return TrainSpec(
         engine=engine, model=model,
-        cluster=ClusterSpec(num_nodes=world // gpn, gpus_per_node=gpn, gpu="h100-80g",
+        cluster=ClusterSpec(num_nodes=world // gpn, gpus_per_node=gpn, gpu=Gpu.h100_80g,
                             comm_overlap=draw(P2([0.0, 0.5]))),
         parallel=ParallelSpec(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, zero_stage=zero,
                               cp_comm_type=draw(P2(list(CpCommType)))),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from trainc.compiler.estimate.driver import plan_and_estimate
 from trainc.compiler.validate import validate
 from trainc.compiler.validate.fit import check_fit, fitting_changes
-from trainc.schemas import Recompute
+from trainc.schemas import Device, Recompute
 
 from test_estimate_memory import make_spec  # noqa: E402
 
@@ -64,7 +64,7 @@ def test_memory_fit_verdict_without_suggestions():
 
 def test_memory_fit_does_not_apply_to_shrunk_or_cpu_runs():
     # the same layout that does not fit 80 GiB: a shrink or CPU run builds it small / on the host
-    for field, value in (("shrink", True), ("device", "cpu")):
+    for field, value in (("shrink", True), ("device", Device.cpu)):
         spec = make_spec(parallel__tp=1, parallel__pp=1, parallel__zero_stage=0,
                          training__recompute=Recompute.none)
         setattr(spec.launch, field, value)

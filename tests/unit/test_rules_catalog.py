@@ -114,8 +114,7 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
                {"training.recompute": "full", "training.recompute_num_layers": 4},
                "training.recompute_num_layers"),
     "TRC312": ({"parallel.ep": 2}, {**MOE, "parallel.ep": 2}, "parallel.ep"),
-    "TRC313": ({**DS, "parallel.pp": 1, "parallel.cp": 2}, {**DS, "parallel.pp": 1},
-               "parallel.cp"),
+    "TRC313": ({**DS, "parallel.pp": 2}, {**DS, "parallel.pp": 1}, "parallel.pp"),
     "TRC315": ({**MOE, "model.moe_layer_freq": 9}, {**MOE, "model.moe_layer_freq": 8},
                "model.moe_layer_freq"),
     "TRC318": ({"training.min_lr": 1.0}, {"training.min_lr": 3.0e-4}, "training.min_lr"),
@@ -129,7 +128,28 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
                {**DS, "parallel.pp": 1, "training.offload_optimizer": "nvme",
                 "training.nvme_path": "/local/nvme"}, "training.nvme_path"),
     "TRC322": ({**DS, "parallel.pp": 2}, {**DS, "parallel.pp": 1}, "training.micro_batch_size"),
-    "TRC004": ({"cluster.gpu": "a100-80"}, {"cluster.gpu": "a100-80g"}, "cluster.gpu"),
+    "TRC323": ({**DS, "parallel.pp": 1, "training.lr_decay_style": "WSD"},
+               {**DS, "parallel.pp": 1, "training.lr_decay_style": "cosine"},
+               "training.lr_decay_style"),
+    "TRC324": ({"training.overlap_param_gather": True, "training.overlap_grad_reduce": False},
+               {"training.overlap_param_gather": True, "training.overlap_grad_reduce": True},
+               "training.overlap_param_gather"),
+    "TRC325": ({"launch.entrypoint": "megatron-lm", "launch.megatron_lm_path": "/opt/M",
+                "launch.device": "cpu"},
+               {"launch.entrypoint": "megatron-lm", "launch.megatron_lm_path": "/opt/M",
+                "launch.device": "cuda"}, "launch.device"),
+    "TRC326": ({**MOE, "model.moe_expert_capacity_factor": 1.0,
+                "model.moe_router_load_balancing_type": "sinkhorn"},
+               {**MOE, "model.moe_expert_capacity_factor": 1.0,
+                "model.moe_router_load_balancing_type": "aux_loss"},
+               "model.moe_expert_capacity_factor"),
+    "TRC327": ({**MOE, "parallel.tp": 4, "parallel.pp": 1,
+                "model.moe_shared_expert_intermediate_size": 2730},
+               {**MOE, "parallel.tp": 4, "parallel.pp": 1,
+                "model.moe_shared_expert_intermediate_size": 2732},
+               "model.moe_shared_expert_intermediate_size"),
+    "TRC512": ({"launch.data_split": "969,30"}, {"launch.data_split": "98,1,1"},
+               "launch.data_split"),
     "TRC003": ({"cluster.gpu": "custom", "cluster.gpu_memory_gib": None},
                {"cluster.gpu": "custom", "cluster.gpu_memory_gib": 80.0,
                 "cluster.peak_tflops": 100.0, "cluster.intra_node_bandwidth_gbps": 100.0,
@@ -227,6 +247,30 @@ def test_loader_rule_rejects(rule_id: str, tmp_path: Path) -> None:
 def test_loader_rule_allows(rule_id: str, tmp_path: Path) -> None:
     _reject, (text, ov), _key = LOADER_CASES[rule_id]
     assert not find(_loader_diags(tmp_path, text, ov), rule_id)
+
+
+#: Closed vocabularies of the schema (enums): an unknown value is one TRC004 at load time, with
+#: a did-you-mean, whichever engine the spec targets.
+ENUM_CASES = [
+    ("training.optimizer", "adamw", "adam"),
+    ("launch.device", "gpu", None),
+    ("launch.entrypoint", "megatronlm", "megatron-lm"),
+    ("cluster.gpu", "a100-80", "a100-80g"),
+    ("training.lr_decay_style", "cosin", "cosine"),
+    ("model.moe_router_load_balancing_type", "aux_los", "aux_loss"),
+]
+
+
+@pytest.mark.parametrize(("key", "bad", "suggested"), ENUM_CASES)
+@pytest.mark.parametrize("engine", ["megatron", "deepspeed"])
+def test_unknown_enum_value_is_one_diagnostic(key: str, bad: str, suggested: str | None,
+                                              engine: str, tmp_path: Path) -> None:
+    diags = _loader_diags(tmp_path, SPEC_YAML, [f"engine={engine}", f"{key}={bad}"])
+    assert [(d.rule.id, d.key) for d in diags] == [("TRC004", key)]
+    if suggested:
+        assert f"did you mean `{suggested}`" in diags[0].message, diags[0].message
+    good = _loader_diags(tmp_path, SPEC_YAML, [f"engine={engine}"])
+    assert not good
 
 
 def test_every_rule_has_a_reject_and_an_allow_case() -> None:

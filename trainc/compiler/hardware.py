@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainc.schemas import Gpu
+
 
 @dataclass(frozen=True, slots=True)
 class GpuPreset:
@@ -24,18 +26,18 @@ class GpuPreset:
     nvlink_domain_size: int | None = None  # None: the node (gpus_per_node)
 
 
-GPUS: dict[str, GpuPreset] = {
+GPUS: dict[Gpu, GpuPreset] = {
     # A100 SXM: 312 TFLOPS dense BF16; NVLink3 600 GB/s bidirectional; 8x HDR 200 Gb/s per DGX.
-    "a100-40g": GpuPreset(40, 312, 300, 25),
-    "a100-80g": GpuPreset(80, 312, 300, 25),
+    Gpu.a100_40g: GpuPreset(40, 312, 300, 25),
+    Gpu.a100_80g: GpuPreset(80, 312, 300, 25),
     # H100 SXM: 989 TFLOPS dense BF16; NVLink4 900 GB/s bidirectional; 8x NDR 400 Gb/s per DGX.
-    "h100-80g": GpuPreset(80, 989, 450, 50),
+    Gpu.h100_80g: GpuPreset(80, 989, 450, 50),
     # H200 SXM: 141 GB HBM3e, same compute and NVLink as H100.
-    "h200": GpuPreset(141, 989, 450, 50),
+    Gpu.h200: GpuPreset(141, 989, 450, 50),
     # H800 SXM: H100 compute, NVLink cut to 400 GB/s bidirectional.
-    "h800": GpuPreset(80, 989, 200, 50),
+    Gpu.h800: GpuPreset(80, 989, 200, 50),
     # B200 (DGX B200): 180 GB, 2.25 PFLOPS dense BF16, NVLink5 1.8 TB/s bidirectional.
-    "b200": GpuPreset(180, 2250, 900, 50),
+    Gpu.b200: GpuPreset(180, 2250, 900, 50),
     # GB200 NVL72: 186 GB per GPU, 2.5 PFLOPS dense BF16, one 72-GPU NVLink domain.
-    "gb200": GpuPreset(186, 2500, 900, 50, nvlink_domain_size=72),
+    Gpu.gb200: GpuPreset(186, 2500, 900, 50, nvlink_domain_size=72),
 }

@@ -9,7 +9,14 @@ from __future__ import annotations
 import copy
 
 from trainc.compiler.hardware import GPUS
-from trainc.schemas import Activation, Recompute, RecomputeMethod, TrainSpec
+from trainc.schemas import (
+    Activation,
+    Engine,
+    Normalization,
+    Recompute,
+    RecomputeMethod,
+    TrainSpec,
+)
 
 
 def default_ffn_hidden_size(hidden_size: int, activation: Activation) -> int:
@@ -32,8 +39,10 @@ def normalize(spec: TrainSpec) -> TrainSpec:
     validators), ``nvlink_domain_size`` (GPU preset or gpus_per_node), ``num_query_groups``
     (= heads), ``ffn_hidden_size`` (CLI rule), ``kv_channels`` (= h // heads), ``max_position_
     embeddings`` (= seq), ``moe_ffn_hidden_size`` (= ffn), ``etp`` (= tp), ``sequence_parallel``
-    (= tp > 1), and for full recompute ``recompute_method`` (uniform) and
-    ``recompute_num_layers`` (1).
+    (= tp > 1), ``add_bias_linear`` (Llama-style: false), ``moe_router_pre_softmax`` (top-1),
+    ``lr_decay_iters`` (= train_iters), the DDP overlap switches (on when dp x cp > 1 for
+    engine=megatron; param gather only with the distributed optimizer), and for full recompute
+    ``recompute_method`` (uniform) and ``recompute_num_layers`` (1).
     """
     s = copy.deepcopy(spec)
     c, m, p, t = s.cluster, s.model, s.parallel, s.training
@@ -67,6 +76,26 @@ def normalize(spec: TrainSpec) -> TrainSpec:
         p.etp = p.tp
     if p.sequence_parallel is None:
         p.sequence_parallel = p.tp > 1
+    if m.add_bias_linear is None:
+        # Llama-style models (SwiGLU or RMSNorm) have no linear biases; Megatron-Core MoE with
+        # ETP > 1 rejects biases ("Bias in Moe is only supported when ETP==1").
+        m.add_bias_linear = not (m.activation is Activation.swiglu
+                                 or m.normalization is Normalization.rmsnorm
+                                 or (m.num_experts is not None and p.etp > 1))
+    if m.moe_router_pre_softmax is None:
+        m.moe_router_pre_softmax = m.num_experts is not None and m.moe_router_topk == 1
+    if t.lr_decay_iters is None:
+        t.lr_decay_iters = t.train_iters
+    model_parallel = p.tp * p.pp * p.cp
+    world = c.num_nodes * c.gpus_per_node
+    dp_cp = world // model_parallel * p.cp if model_parallel > 0 and world % model_parallel == 0 \
+        else 1
+    megatron = s.engine is Engine.megatron
+    if t.overlap_grad_reduce is None:
+        t.overlap_grad_reduce = megatron and dp_cp > 1
+    if t.overlap_param_gather is None:
+        t.overlap_param_gather = (megatron and p.zero_stage == 1 and dp_cp > 1
+                                  and t.overlap_grad_reduce)
     if t.recompute is Recompute.full:
         if t.recompute_method is None:
             t.recompute_method = RecomputeMethod.uniform

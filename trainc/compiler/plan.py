@@ -14,8 +14,10 @@ from typing import Any
 
 from trainc import __version__
 from trainc.compiler.derive import derive
+from trainc.compiler.engines import engine_configs
+from trainc.compiler.engines.settings import distributed_optimizer, layers_per_virtual_stage
 from trainc.compiler.secrets import mask_secrets
-from trainc.schemas import Precision, TrainSpec
+from trainc.schemas import Device, Precision, TrainSpec
 
 #: Megatron-LM release whose ``pretrain_gpt.py`` flags ``megatron_args.txt`` targets.
 MEGATRON_LM_VERSION = "core_v0.19.0"
@@ -25,13 +27,14 @@ DEEPSPEED_VERSION = "0.19.8"
 
 
 def spec_to_dict(spec: TrainSpec) -> dict[str, Any]:
-    """The spec as plain JSON values (enums by name), keys in schema order."""
+    """The spec as plain JSON values (enums by their YAML spelling, the value), keys in schema
+    order."""
 
     def conv(v: Any) -> Any:
         if dataclasses.is_dataclass(v) and not isinstance(v, type):
             return {f.name: conv(getattr(v, f.name)) for f in dataclasses.fields(v)}
         if isinstance(v, enum.Enum):
-            return v.name
+            return v.value
         if isinstance(v, dict):
             return {str(k): conv(x) for k, x in sorted(v.items())}
         if isinstance(v, (list, tuple)):
@@ -60,14 +63,19 @@ def plan(spec: TrainSpec) -> dict[str, Any]:
     layers_per_stage (transformer layers per PP stage; with vpp each stage's layers form vpp
     chunks, equal except where account_for_embedding/loss_in_pipeline_split takes a slot),
     padded_vocab_size, and the schedule switches the emitters need (overlap/batched p2p).
+    ``engines`` holds every engine's settings (:func:`trainc.compiler.engines.engine_configs`),
+    which the engine artifacts and the worker read.
     """
     d = derive(spec)
     p, t = spec.parallel, spec.training
     assert d.dp is not None and d.expert_dp is not None and d.num_microbatches is not None
     assert d.layers_per_stage is not None and sum(d.layers_per_stage) == spec.model.num_layers
-    interleaved = p.vpp > 1
+    engines = engine_configs(spec, d)
+    core = engines["megatron_core"]
+    tc = core["TransformerConfig"]
     # Secret launch.env values never reach plan.json, hence no artifact (trainc.compiler.secrets).
     spec_dict, secret_env = mask_secrets(spec_to_dict(spec))
+    cpu = spec.launch.device is Device.cpu
     derived = {
         "world_size": d.world_size,
         "tp": p.tp,
@@ -81,40 +89,22 @@ def plan(spec: TrainSpec) -> dict[str, Any]:
         "model_parallel_size": d.model_parallel,
         "num_microbatches": d.num_microbatches,
         "layers_per_stage": list(d.layers_per_stage),
-        # Megatron-LM's --num-layers-per-virtual-pipeline-stage assumes equal chunks; uneven and
-        # account_for_* splits are emitted as --num-virtual-stages-per-pipeline-rank instead.
-        "layers_per_virtual_stage": (d.layers_per_stage[0] // p.vpp
-                                     if interleaved and p.pipeline_first_stage_layers is None
-                                     and p.pipeline_last_stage_layers is None
-                                     and not p.account_for_embedding_in_pipeline_split
-                                     and not p.account_for_loss_in_pipeline_split else None),
+        "layers_per_virtual_stage": layers_per_virtual_stage(spec, d),
         "uneven_pipeline": p.pipeline_first_stage_layers is not None
         or p.pipeline_last_stage_layers is not None,
         "padded_vocab_size": d.padded_vocab_size,
         "num_moe_layers": d.num_moe_layers,
         "sequence_parallel": bool(p.sequence_parallel),
-        "distributed_optimizer": spec.engine.name == "megatron" and p.zero_stage == 1,
-        # Megatron-LM's CLI default: overlapped, unbatched p2p with interleaving. PP=2 + VPP with
-        # batched p2p silently corrupts training (shared reference cpu_execution.md).
-        "overlap_p2p_comm": interleaved,
-        "batch_p2p_comm": not interleaved,
+        "distributed_optimizer": distributed_optimizer(spec),
+        "overlap_p2p_comm": tc["overlap_p2p_comm"],
+        "batch_p2p_comm": tc["batch_p2p_comm"],
         "tokens_per_step": t.global_batch_size * spec.model.seq_length,
-        "params_dtype": "fp32" if t.precision is Precision.fp32 else t.precision.name,
+        "params_dtype": "fp32" if t.precision is Precision.fp32 else t.precision.value,
         "cuda_device_max_connections_1": p.tp > 1 or p.cp > 1,
-        # Values the emitters share (added for emit/: templates and dict builders do no arithmetic).
         "gradient_accumulation_steps": d.num_microbatches,
-        "distributed_backend": "gloo" if spec.launch.device == "cpu" else "nccl",
-        # Megatron-Core's local layers on CPU (Transformer Engine needs CUDA).
-        "transformer_impl": "local" if spec.launch.device == "cpu" else "transformer_engine",
-        # Llama-style models (SwiGLU or RMSNorm) have no linear biases; Megatron-Core MoE with
-        # ETP > 1 rejects biases ("Bias in Moe is only supported when ETP==1").
-        "add_bias_linear": not (spec.model.activation.name == "swiglu"
-                                or spec.model.normalization.name == "rmsnorm"
-                                or (spec.model.num_experts is not None and d.etp > 1)),
-        # Adam hyper-parameters: Megatron-LM's CLI defaults, emitted explicitly everywhere.
-        "adam_beta1": 0.9,
-        "adam_beta2": 0.999,
-        "adam_eps": 1e-8,
+        "distributed_backend": "gloo" if cpu else "nccl",
+        "transformer_impl": tc["transformer_impl"],
+        "add_bias_linear": tc["add_bias_linear"],
     }
     if secret_env:  # names the scripts take from the submitting environment (absent if none)
         derived["secret_env"] = secret_env
@@ -128,6 +118,7 @@ def plan(spec: TrainSpec) -> dict[str, Any]:
         "spec_hash": spec_hash(spec_dict),
         "spec": spec_dict,
         "derived": derived,
+        "engines": engines,
         "estimates": {},
         "diagnostics": [],
     }

@@ -135,7 +135,9 @@ RECOMPUTE_LAYERS = _r(
     "recompute_num_layers must be in [1, layers per pipeline stage chunk]")
 EP_NEEDS_MOE = _r("TRC312", "ep-needs-experts", "ep > 1 or etp != tp needs num_experts")
 DS_UNSUPPORTED_AXIS = _r(
-    "TRC313", "deepspeed-axes", "engine=deepspeed supports tp, pp and dp (no cp or ep)")
+    "TRC313", "deepspeed-axes",
+    "the runner of the spec (engine x launch.entrypoint) must split every axis above 1: the "
+    "trainc worker on DeepSpeed splits tp and dp only")
 MOE_LAYER_FREQ = _r(
     "TRC315", "moe-layer-freq-range", "moe_layer_freq must be in [1, num_layers]")
 LR_RANGE = _r("TRC318", "min-lr-le-lr", "min_lr must not exceed lr")
@@ -149,6 +151,25 @@ DS_PIPE_GRAD_ACCUM = _r(
     "TRC322", "deepspeed-pipe-grad-accum-scale",
     "DeepSpeed's pipeline engine sums micro-batch gradients: the micro/accumulation split at a "
     "fixed global batch changes the gradient scale", "warning")
+LR_SCHEDULE_ENGINE = _r(
+    "TRC323", "lr-schedule-supported",
+    "the learning-rate schedule must be one the engine honours exactly (DeepSpeed: constant, "
+    "cosine, linear without both a warm-up and a min_lr), and its steps must be consistent")
+DDP_OVERLAP = _r(
+    "TRC324", "ddp-overlap-args",
+    "overlap_param_gather needs the distributed optimizer and overlap_grad_reduce; both are "
+    "Megatron-Core DDP settings (engine=megatron)")
+ENTRYPOINT_RUNS = _r(
+    "TRC325", "entrypoint-runs-spec",
+    "launch.entrypoint megatron-lm runs engine=megatron on CUDA only")
+MOE_CAPACITY_BALANCING = _r(
+    "TRC326", "moe-capacity-needs-aux-balancing",
+    "moe_expert_capacity_factor works only with aux_loss, seq_aux_loss, global_aux_loss or none "
+    "load balancing")
+SHARED_EXPERT_TP = _r(
+    "TRC327", "shared-expert-divisible-by-tp",
+    "moe_shared_expert_intermediate_size must be a multiple of tp (the shared expert MLP is "
+    "split over the tensor-parallel group)")
 
 # --- TRC4xx: resource fit -------------------------------------------------------------------
 MEMORY_FIT = _r(
@@ -190,6 +211,10 @@ LAUNCH_VALUE = _r(
     "TRC511", "launch-value-printable",
     "paths, Slurm names and container settings must not contain control characters "
     "(a newline would end an #SBATCH line); env values must not contain NUL")
+DATA_SPLIT = _r(
+    "TRC512", "data-split-format",
+    "launch.data_split is three non-negative numbers, comma-separated, not all zero "
+    "(Megatron --split)")
 
 ALL_RULES: tuple[Rule, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Rule))
 RULES_BY_ID = {r.id: r for r in ALL_RULES}
@@ -238,6 +263,15 @@ SOURCES: dict[str, str] = {
     "TRC319": "CPU (gloo) execution", "TRC320": "DeepSpeed engine (DR §2.1)",
     "TRC321": "DeepSpeed nvme offload needs nvme_path (DR §8 rule 3)",
     "TRC322": "DeepSpeed PipelineEngine (BC-025, DeepSpeed #7773)",
+    "TRC323": "deepspeed/runtime/lr_schedules.py (0.19.8) WarmupLR, WarmupDecayLR, "
+              "WarmupCosineLR; megatron/core/optimizer_param_scheduler.py "
+              "OptimizerParamScheduler.__init__ asserts (0.16.1)",
+    "TRC324": "megatron/training/arguments.py::validate_args overlap checks (core_v0.19.0)",
+    "TRC325": "trainc.capabilities (pretrain_gpt.py needs CUDA and Megatron)",
+    "TRC326": "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__ "
+              "(0.16.1)",
+    "TRC327": "megatron/core/transformer/moe/shared_experts.py SharedExpertMLP (0.16.1): "
+              "'... is not divisible by' at model build",
     "TRC401": "trainc estimates", "TRC402": "trainc estimates",
     "TRC501": "Slurm job names", "TRC502": "Slurm --time", "TRC503": "pretrain_gpt.py (MR §6)",
     "TRC504": "POSIX environment names", "TRC505": "validate_args (MR ENV-1)",
@@ -246,4 +280,6 @@ SOURCES: dict[str, str] = {
     "TRC509": "torchrun / Slurm rendezvous (DR §5.3; BC-057, BC-059)",
     "TRC510": "trainc: credentials in launch.env are not written to the artifacts",
     "TRC511": "generated shell scripts and #SBATCH lines (one value per line)",
+    "TRC512": "megatron/training/arguments.py --split; megatron/core/datasets utils "
+              "parse_and_normalize_split (core_v0.19.0)",
 }

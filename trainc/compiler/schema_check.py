@@ -65,7 +65,7 @@ def type_name(tp: Any) -> str:
     """Human name of a schema type (``int or null``, ``one of swiglu, gelu``)."""
     base, optional = _optional(tp)
     if isinstance(base, type) and issubclass(base, enum.Enum):
-        name = "one of " + ", ".join(base.__members__)
+        name = "one of " + ", ".join(enum_choices(base))
     elif typing.get_origin(base) is list:
         name = "a list of strings"
     elif typing.get_origin(base) is dict:
@@ -73,6 +73,23 @@ def type_name(tp: Any) -> str:
     else:
         name = getattr(base, "__name__", str(base))
     return name + (" or null" if optional else "")
+
+
+def enum_choices(base: type[enum.Enum]) -> list[str]:
+    """The YAML spellings of an enum: its members' values (``megatron-lm``, ``a100-40g``)."""
+    return [str(m.value) for m in base]
+
+
+def enum_member(base: type[enum.Enum], value: Any) -> Any:
+    """The member whose value (the YAML spelling) or name is ``value``; ``_MISSING`` if none."""
+    if isinstance(value, base):
+        return value
+    if not isinstance(value, str):
+        return _MISSING
+    for m in base:
+        if m.value == value:
+            return m
+    return base.__members__.get(value, _MISSING)
 
 
 def _scalar_str(v: Any) -> str | None:
@@ -89,7 +106,7 @@ def coerce(tp: Any, value: Any) -> Any:
     if value is None:
         return None if optional else _MISSING
     if isinstance(base, type) and issubclass(base, enum.Enum):
-        return base[value] if isinstance(value, str) and value in base.__members__ else _MISSING
+        return enum_member(base, value)
     if base is bool:
         return value if isinstance(value, bool) else _MISSING
     if base is int:
@@ -200,7 +217,7 @@ def to_spec(cfg: dict[str, Any]) -> tuple[TrainSpec | None, list[Diagnostic]]:
         if got is not _MISSING:
             values[key] = got
         elif isinstance(base, type) and issubclass(base, enum.Enum) and isinstance(value, str):
-            choices = list(base.__members__)
+            choices = enum_choices(base)
             diags.append(diag(R.UNKNOWN_CHOICE, f"{key} = '{value}' is not one of "
                               f"{', '.join(choices)}{did_you_mean(value, choices)}", key,
                               fix=f"set {key} to one of {', '.join(choices)}"))

@@ -23,7 +23,13 @@ Key mapping (HF -> trainc):
   ``intermediate_size``) -> ``moe_ffn_hidden_size``; shared experts -> ``moe_shared_expert_
   intermediate_size``; ``decoder_sparse_step`` / ``moe_layer_freq`` -> ``moe_layer_freq``.
 
-What trainc does not model (QKV bias, QK-norm, MLA low-rank projections, dense first layers,
+* ``rms_norm_eps`` -> ``norm_epsilon``; ``attention_dropout``; ``hidden_dropout`` 0 (these
+  decoders have none); QKV bias (Qwen2, ``attention_bias``) -> ``add_qkv_bias``; Llama 3.1's
+  ``rope_scaling`` (``rope_type: llama3``) -> ``rope_scaling_factor``; ``router_aux_loss_coef``
+  -> ``moe_aux_loss_coeff`` with aux_loss balancing; DeepSeek-V3's ``scoring_func``,
+  ``routed_scaling_factor`` and sequence-wise balancing (its weight is left to the user).
+
+What trainc does not model (QK-norm, MLA low-rank projections, dense first layers,
 multi-token prediction, sliding windows) is listed in the preset's header comment.
 """
 
@@ -56,9 +62,11 @@ SUPPORTED: dict[str, str] = {
 KEY_ORDER = (
     "num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
     "ffn_hidden_size", "vocab_size", "seq_length", "max_position_embeddings", "activation",
-    "normalization", "position_embedding", "rotary_base", "untie_embeddings_and_output_weights",
-    "num_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
-    "moe_layer_freq",
+    "normalization", "position_embedding", "rotary_base", "rope_scaling_factor",
+    "untie_embeddings_and_output_weights", "add_qkv_bias", "norm_epsilon", "hidden_dropout",
+    "attention_dropout", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
+    "moe_shared_expert_intermediate_size", "moe_layer_freq", "moe_router_score_function",
+    "moe_router_topk_scaling_factor", "moe_router_load_balancing_type", "moe_aux_loss_coeff",
 )
 
 
@@ -119,13 +127,25 @@ def _moe_keys(cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
         return out
     out["moe_router_topk"] = _int(_req(cfg, "num_experts_per_tok"), "num_experts_per_tok")
     out.setdefault("moe_layer_freq", 1)
+    if mt == "deepseek_v3":
+        if cfg.get("scoring_func") == "sigmoid":
+            out["moe_router_score_function"] = "sigmoid"
+        if cfg.get("routed_scaling_factor") not in (None, 1, 1.0):
+            out["moe_router_topk_scaling_factor"] = float(cfg["routed_scaling_factor"])
+        out["moe_router_load_balancing_type"] = "seq_aux_loss"
+        if cfg.get("aux_loss_alpha") is not None:
+            # the paper's alpha is 1e-4 (arXiv 2412.19437 section 4.2); the config's value is
+            # not what V3 was trained with, so it is not copied
+            notes.append(f"the balance loss weight (aux_loss_alpha {cfg['aux_loss_alpha']} in "
+                         "config.json; set model.moe_aux_loss_coeff)")
+    elif cfg.get("router_aux_loss_coef") is not None:
+        out["moe_router_load_balancing_type"] = "aux_loss"
+        out["moe_aux_loss_coeff"] = float(cfg["router_aux_loss_coef"])
     return out
 
 
 def _notes(cfg: dict[str, Any]) -> list[str]:
     notes = []
-    if cfg["model_type"].startswith("qwen2") or cfg.get("attention_bias"):
-        notes.append("QKV bias")
     if cfg["model_type"].startswith("qwen3"):
         notes.append("QK-norm")
     if cfg.get("sliding_window") and cfg.get("use_sliding_window", True):
@@ -174,7 +194,13 @@ def convert(cfg: dict[str, Any], *,
         "position_embedding": "rope",
         "rotary_base": _int(cfg.get("rope_theta", 10000), "rope_theta"),
         "untie_embeddings_and_output_weights": not cfg.get("tie_word_embeddings", False),
+        "norm_epsilon": float(cfg.get("rms_norm_eps", 1e-6)),
+        # HF decoders of these families have no residual dropout; attention_dropout is stated
+        "hidden_dropout": 0.0,
+        "attention_dropout": float(cfg.get("attention_dropout", 0.0) or 0.0),
     }
+    if mt.startswith("qwen2") or cfg.get("attention_bias"):
+        out["add_qkv_bias"] = True
     head_dim = cfg.get("v_head_dim") if mt == "deepseek_v3" else cfg.get("head_dim")
     if head_dim is not None and _int(head_dim, "head_dim") * heads != hidden:
         out["kv_channels"] = _int(head_dim, "head_dim")
@@ -182,7 +208,10 @@ def convert(cfg: dict[str, Any], *,
     out.update(_moe_keys(cfg, notes))
     if scaling:
         kind = scaling.get("rope_type") or scaling.get("type")
-        notes.append(f"rope_scaling ({kind}, factor {scaling.get('factor')})")
+        if kind == "llama3" and scaling.get("factor"):
+            out["rope_scaling_factor"] = float(scaling["factor"])  # Megatron's --use-rope-scaling
+        else:
+            notes.append(f"rope_scaling ({kind}, factor {scaling.get('factor')})")
     return {k: out[k] for k in KEY_ORDER if k in out}, notes
 
 

@@ -55,7 +55,7 @@ def type_schema(tp: Any, *, free_map: bool = False) -> dict[str, Any]:
     """JSON Schema of one field type (``free_map``: a mapping of names to scalars)."""
     base, optional = _split_optional(tp)
     if isinstance(base, type) and issubclass(base, enum.Enum):
-        names: list[Any] = list(base.__members__)
+        names: list[Any] = [m.value for m in base]
         return {"enum": names + [None] if optional else names}
     if base is bool:
         types_: list[str] = ["boolean"]

@@ -10,8 +10,7 @@ CPU kernels here and becomes bf16.
 
 from __future__ import annotations
 
-import json
-import os
+import copy
 import sys
 import time
 from typing import Any
@@ -22,52 +21,27 @@ import torch.distributed as dist
 from trainc.launch.worker import Settings, emit, init_parallel_state, log, override
 
 
-def minimal_config(s: Settings) -> dict[str, Any]:
-    """A DeepSpeed config equivalent to what trainc emits, for a plan folder without one."""
-    t = s.plan["spec"]["training"]
-    cfg: dict[str, Any] = {
-        "train_batch_size": s.gbs, "train_micro_batch_size_per_gpu": s.mbs,
-        "gradient_accumulation_steps": s.num_mb, "gradient_clipping": float(t["grad_clip"]),
-        "steps_per_print": 10**9,
-        "zero_optimization": {"stage": int(s.plan["spec"]["parallel"].get("zero_stage", 0))},
-        "optimizer": {"type": "AdamW", "params": {
-            "lr": s.lr, "betas": [s.adam_beta1, s.adam_beta2], "eps": s.adam_eps,
-            "weight_decay": float(t.get("weight_decay", 0.0))}},
-        "scheduler": {"type": "WarmupCosineLR", "params": {
-            "total_num_steps": s.decay_iters, "warmup_num_steps": max(1, s.warmup_iters),
-            "warmup_min_ratio": 0.0 if s.warmup_iters else 1.0,
-            "cos_min_ratio": s.min_lr / s.lr if s.lr else 0.0, "warmup_type": "linear"}},
-    }
-    if t.get("offload_optimizer", "none") != "none":
-        cfg["zero_optimization"]["offload_optimizer"] = {"device": t["offload_optimizer"]}
-    if s.precision in ("bf16", "fp16"):
-        cfg[s.precision] = {"enabled": True}
-    return cfg
-
-
-def load_config(s: Settings, plan_dir: str) -> dict[str, Any]:
-    """The plan folder's ds_config.json (or a minimal equivalent), with the CPU overrides."""
-    path = os.path.join(plan_dir, "ds_config.json")
-    if os.path.exists(path):
-        with open(path) as f:
-            cfg = json.load(f)
-        log(f"deepspeed config {path}")
-    else:
-        cfg = minimal_config(s)
-        override(f"no ds_config.json next to plan.json: built an equivalent minimal config from "
-                 f"the plan: {json.dumps(cfg, sort_keys=True)}")
+def load_config(s: Settings) -> dict[str, Any]:
+    """``plan.json``'s ``engines.deepspeed`` (what ds_config.json shows), with the CPU
+    substitutions, each announced: bf16 for fp16, torch's AdamW instead of the FusedAdam JIT
+    build, no DeepSpeedCPUAdam for offloaded states, no pinned host memory; and, for the
+    one-process reference, the accumulation that gives the same global batch."""
+    cfg = copy.deepcopy(s.plan["engines"]["deepspeed"])
+    if cfg is None:
+        raise SystemExit("trainc-worker: plan.json has no DeepSpeed config (engine is not "
+                         "deepspeed); compile the spec with engine: deepspeed")
     if s.device == "cpu":
         if "fp16" in cfg and cfg["fp16"].get("enabled"):
             override("deepspeed fp16 -> bf16 (fp16 is rejected on this CPU)")
             cfg.pop("fp16")
             cfg["bf16"] = {"enabled": True}
-        opt = cfg.setdefault("optimizer", {"type": "AdamW", "params": {"lr": s.lr}})
-        if not opt.setdefault("params", {}).get("torch_adam"):
+        opt = cfg["optimizer"]
+        if opt["type"] == "AdamW":
             override("deepspeed optimizer.params.torch_adam=true (torch AdamW, no FusedAdam "
                      "JIT build)")
             opt["params"]["torch_adam"] = True
-            opt["params"].setdefault("adam_w_mode", opt.get("type", "AdamW") == "AdamW")
-        if cfg.get("zero_optimization", {}).get("offload_optimizer"):
+            opt["params"]["adam_w_mode"] = True
+        if cfg["zero_optimization"].get("offload_optimizer"):
             override("deepspeed zero_force_ds_cpu_optimizer=false (offloaded states stepped by "
                      "torch AdamW on CPU, no DeepSpeedCPUAdam JIT build)")
             cfg["zero_force_ds_cpu_optimizer"] = False
@@ -76,12 +50,20 @@ def load_config(s: Settings, plan_dir: str) -> dict[str, Any]:
                 if block and block.get("pin_memory"):
                     override(f"deepspeed {k}.pin_memory=false (no CUDA host pinning on CPU)")
                     block["pin_memory"] = False
+    if s.lr_override is not None:
+        override(f"deepspeed optimizer.params.lr {cfg['optimizer']['params']['lr']} -> "
+                 f"{s.lr_override} (--lr)")
+        cfg["optimizer"]["params"]["lr"] = s.lr_override
+        sched = cfg["scheduler"]["params"]
+        for key in ("warmup_max_lr",):
+            if key in sched:
+                sched[key] = s.lr_override
     if s.reference:
-        gas = s.gbs // s.mbs
-        if cfg.get("gradient_accumulation_steps") != gas:
+        gas = s.global_batch_size // s.micro_batch_size
+        if cfg["gradient_accumulation_steps"] != gas:
             override(f"reference run: gradient_accumulation_steps -> {gas} on one process")
         cfg["gradient_accumulation_steps"] = gas
-        cfg["train_batch_size"] = s.gbs
+        cfg["train_batch_size"] = s.global_batch_size
     cfg["steps_per_print"] = 10**9  # the worker logs its own step lines
     return cfg
 
@@ -147,9 +129,6 @@ def _run(s: Settings) -> None:
     from trainc.launch.data import Batches, build_dataset
     from trainc.launch.train import checkpoint_or_stop, resolve_dims, resolve_precision
 
-    if s.layout["pp"] > 1 or s.layout["cp"] > 1 or s.layout["ep"] > 1:
-        raise SystemExit("trainc-worker: engine=deepspeed supports tp and ZeRO data parallelism "
-                         f"only (layout {s.layout}); use engine=megatron for pp/cp/ep")
     if s.device == "cpu":
         _skip_shm_build()
     dims = resolve_dims(s)
@@ -157,12 +136,17 @@ def _run(s: Settings) -> None:
     init_parallel_state(s)
     model_parallel_cuda_manual_seed(s.seed, force_reset_rng=True)
     cpu = s.device == "cpu"
-    config = mb.transformer_config(s.plan, dims, {**s.layout, "vpp": 1}, cpu=cpu,
-                                   precision=precision, dispatcher=s.dispatcher)
+    config, _, changes = mb.transformer_config(s.plan, dims, s.layout, cpu=cpu,
+                                               precision=precision)
+    for change in changes:
+        override(f"TransformerConfig {change}")
     model = mb.build_chunks(s.plan, dims, config, use_te=not cpu and mb.have_te(), cp=1)[0]
-    n = mb.deterministic_init([model], s.seed)
-    log(f"deterministic layout-independent init of {n} matrices (seed {s.seed})")
-    cfg = load_config(s, os.path.dirname(os.path.abspath(s.plan_path)))
+    n = mb.deterministic_init([model], s.seed, std=config.init_method_std)
+    log(f"deterministic layout-independent init of {n} matrices (seed {s.seed}, "
+        f"std {config.init_method_std})")
+    cfg = load_config(s)
+    log(f"deepspeed config from plan.json engines.deepspeed (= ds_config.json): "
+        f"optimizer={cfg['optimizer']['type']} scheduler={cfg['scheduler']['type']}")
     engine, _, _, sched = deepspeed.initialize(
         model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
         config=cfg, mpu=MegatronMpu() if s.layout["tp"] > 1 else None)
@@ -182,12 +166,13 @@ def _run(s: Settings) -> None:
         start = got or 0
         log(f"resumed from {s.load} at step {start}" if got else f"no checkpoint in {s.load}")
     dp_rank = 0 if s.reference else ps.get_data_parallel_rank()
-    dataset = build_dataset(s.train_iters * s.gbs + s.gbs, dims.seq_length, dims.vocab_size,
-                            s.seed, s.data_path)
-    batches = Batches(dataset, s.gbs, s.mbs, gas, dp_rank)
+    gbs = s.global_batch_size
+    dataset = build_dataset(s.train_iters * gbs + gbs, dims.seq_length, dims.vocab_size, s.seed,
+                            s.data_path)
+    batches = Batches(dataset, s.global_batch_size, s.micro_batch_size, gas, dp_rank)
     group = ps.get_data_parallel_group()
     logger = dist.get_rank() == 0
-    tokens = s.gbs * dims.seq_length
+    tokens = s.global_batch_size * dims.seq_length
 
     def save_ds(done: int) -> str:
         engine.save_checkpoint(s.save, tag=f"iter_{done:07d}", client_state={"step": done})

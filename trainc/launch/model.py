@@ -10,6 +10,7 @@ is layout-independent already.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import re
 from typing import Any
 
@@ -27,59 +28,77 @@ def have_te() -> bool:
     return True
 
 
-def transformer_config(plan: dict[str, Any], dims: Dims, layout: dict[str, int], *,
-                       cpu: bool, precision: str, dispatcher: str) -> Any:
-    """Megatron-Core TransformerConfig for ``dims`` on ``layout`` (tp/pp/vpp/cp/ep/etp)."""
-    import torch.nn.functional as F
+#: TransformerConfig fields the worker sets itself: kernel fusions and the grouped GEMM, which
+#: change speed, not the model (several have no CPU kernel); announced once in the log.
+WORKER_FUSIONS: dict[str, Any] = {
+    "gradient_accumulation_fusion": False, "apply_rope_fusion": False,
+    "persist_layer_norm": False, "bias_activation_fusion": False, "moe_grouped_gemm": False,
+}
+
+
+def _dotted(path: str) -> Any:
+    module, _, attr = path.rpartition(".")
+    return getattr(importlib.import_module(module), attr)
+
+
+def transformer_config_kwargs(plan: dict[str, Any], dims: Dims, layout: dict[str, Any], *,
+                              cpu: bool, precision: str) -> tuple[dict[str, Any], list[str]]:
+    """The TransformerConfig keyword arguments the worker passes: ``plan.json``'s
+    ``engines.megatron_core.TransformerConfig`` (what megatron_core.yaml shows), with only
+    (a) the dimensions of ``dims`` when the worker shrinks the model, (b) the parallel sizes of
+    ``layout`` (different only for the one-process reference), (c) the CPU substitutions
+    (local layers, CPU initialisation, fp16 -> bf16) and (d) :data:`WORKER_FUSIONS`. Returns
+    (kwargs with strings, a list of the changes as ``key: plan value -> worker value``)."""
+    kw = dict(plan["engines"]["megatron_core"]["TransformerConfig"])
+    want: dict[str, Any] = {
+        "num_layers": dims.num_layers, "hidden_size": dims.hidden_size,
+        "num_attention_heads": dims.num_attention_heads,
+        "num_query_groups": dims.num_query_groups, "kv_channels": dims.kv_channels,
+        "ffn_hidden_size": dims.ffn_hidden_size,
+        "num_layers_in_first_pipeline_stage": dims.first_stage_layers,
+        "num_layers_in_last_pipeline_stage": dims.last_stage_layers,
+        "tensor_model_parallel_size": layout["tp"], "pipeline_model_parallel_size": layout["pp"],
+        "virtual_pipeline_model_parallel_size": layout["vpp"] if layout["vpp"] > 1 else None,
+        "context_parallel_size": layout["cp"], "expert_model_parallel_size": layout["ep"],
+        "expert_tensor_parallel_size": layout["etp"], "sequence_parallel": bool(layout["sp"]),
+    }
+    if layout["pp"] == 1:  # the one-process reference builds every layer on its one stage
+        want.update(account_for_embedding_in_pipeline_split=False,
+                    account_for_loss_in_pipeline_split=False)
+    if layout["vpp"] == 1:
+        want.update(overlap_p2p_comm=False, batch_p2p_comm=True)
+    if dims.num_experts:
+        want.update(num_moe_experts=dims.num_experts, moe_router_topk=dims.moe_router_topk,
+                    moe_ffn_hidden_size=dims.moe_ffn_hidden_size,
+                    moe_layer_freq=dims.moe_layer_freq,
+                    moe_shared_expert_intermediate_size=dims.moe_shared_expert_intermediate_size)
+    if cpu:
+        want.update(transformer_impl="local", use_cpu_initialization=True)
+    if precision != ("bf16" if kw["bf16"] else "fp16" if kw["fp16"] else "fp32"):
+        dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(precision, "float32")
+        want.update(bf16=precision == "bf16", fp16=precision == "fp16", params_dtype=dtype,
+                    pipeline_dtype=dtype)
+    changes = [f"{k}: {kw.get(k)!r} -> {v!r}" for k, v in want.items() if kw.get(k) != v]
+    kw.update(want)
+    kw.update(WORKER_FUSIONS)
+    if cpu:
+        kw["masked_softmax_fusion"] = False  # a CUDA kernel
+    return kw, changes
+
+
+def transformer_config(plan: dict[str, Any], dims: Dims, layout: dict[str, Any], *,
+                       cpu: bool, precision: str) -> tuple[Any, dict[str, Any], list[str]]:
+    """Megatron-Core TransformerConfig built from :func:`transformer_config_kwargs` (dtypes and
+    the activation callable resolved); returns (config, the kwargs, the changes)."""
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    spec, derived = plan["spec"], plan["derived"]
-    m, t = spec["model"], spec["training"]
-    gated = m.get("activation", "swiglu") == "swiglu"
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
-    moe = bool(dims.num_experts)
-    recompute = t.get("recompute", "none")
-    kw: dict[str, Any] = dict(
-        num_layers=dims.num_layers, hidden_size=dims.hidden_size,
-        num_attention_heads=dims.num_attention_heads, num_query_groups=dims.num_query_groups,
-        kv_channels=dims.kv_channels, ffn_hidden_size=dims.ffn_hidden_size,
-        tensor_model_parallel_size=layout["tp"], pipeline_model_parallel_size=layout["pp"],
-        virtual_pipeline_model_parallel_size=layout["vpp"] if layout["vpp"] > 1 else None,
-        context_parallel_size=layout["cp"], expert_model_parallel_size=layout["ep"],
-        expert_tensor_parallel_size=layout["etp"],
-        sequence_parallel=bool(layout["sp"]),
-        normalization="RMSNorm" if m.get("normalization", "rmsnorm") == "rmsnorm" else "LayerNorm",
-        gated_linear_unit=gated, activation_func=F.silu if gated else F.gelu,
-        add_bias_linear=not gated and not moe,
-        hidden_dropout=0.0, attention_dropout=0.0, init_method_std=0.02,
-        use_cpu_initialization=cpu, params_dtype=dtype, pipeline_dtype=dtype,
-        bf16=precision == "bf16", fp16=precision == "fp16",
-        overlap_p2p_comm=bool(derived.get("overlap_p2p_comm")) and layout["vpp"] > 1,
-        batch_p2p_comm=not (bool(derived.get("overlap_p2p_comm")) and layout["vpp"] > 1),
-        gradient_accumulation_fusion=False, apply_rope_fusion=False, persist_layer_norm=False,
-        masked_softmax_fusion=not cpu, bias_activation_fusion=False,
-        cp_comm_type=spec["parallel"].get("cp_comm_type", "p2p") if layout["cp"] > 1 else None,
-    )
-    if recompute == "selective":
-        kw["recompute_granularity"] = "selective"
-    elif recompute == "full":
-        kw.update(recompute_granularity="full",
-                  recompute_method=t.get("recompute_method") or "uniform",
-                  recompute_num_layers=t.get("recompute_num_layers") or 1)
-    if dims.first_stage_layers is not None:
-        kw["num_layers_in_first_pipeline_stage"] = dims.first_stage_layers
-    if dims.last_stage_layers is not None:
-        kw["num_layers_in_last_pipeline_stage"] = dims.last_stage_layers
-    if layout["pp"] > 1:  # the one-process reference builds every layer on its one stage
-        kw.update(account_for_embedding_in_pipeline_split=dims.account_for_embedding,
-                  account_for_loss_in_pipeline_split=dims.account_for_loss)
-    if moe:
-        kw.update(num_moe_experts=dims.num_experts, moe_router_topk=dims.moe_router_topk,
-                  moe_ffn_hidden_size=dims.moe_ffn_hidden_size, moe_grouped_gemm=False,
-                  moe_token_dispatcher_type=dispatcher, moe_layer_freq=dims.moe_layer_freq,
-                  moe_shared_expert_intermediate_size=dims.moe_shared_expert_intermediate_size,
-                  moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0)
-    return TransformerConfig(**kw)
+    kw, changes = transformer_config_kwargs(plan, dims, layout, cpu=cpu, precision=precision)
+    args = dict(kw)
+    for key in ("params_dtype", "pipeline_dtype"):
+        args[key] = getattr(torch, args[key])
+    for key, path in plan["engines"]["megatron_core"]["callables"]["TransformerConfig"].items():
+        args[key] = _dotted(path)
+    return TransformerConfig(**args), kw, changes
 
 
 def layer_spec(config: Any, dims: Dims, *, use_te: bool, cp: int, vp_stage: int | None) -> Any:
@@ -108,11 +127,14 @@ def layer_spec(config: Any, dims: Dims, *, use_te: bool, cp: int, vp_stage: int 
 
 def build_chunks(plan: dict[str, Any], dims: Dims, config: Any, *, use_te: bool,
                  cp: int) -> list[Any]:
-    """One GPTModel per virtual pipeline stage held by this rank."""
+    """One GPTModel per virtual pipeline stage held by this rank, with ``plan.json``'s
+    ``engines.megatron_core.GPTModel`` keyword arguments (vocabulary and positions from ``dims``
+    when shrunk)."""
     from megatron.core import parallel_state as ps
     from megatron.core.models.gpt import GPTModel
 
-    m = plan["spec"]["model"]
+    gpt = dict(plan["engines"]["megatron_core"]["GPTModel"])
+    gpt.update(vocab_size=dims.vocab_size, max_sequence_length=dims.max_position_embeddings)
     vpp = config.virtual_pipeline_model_parallel_size or 1
     chunks = []
     for i in range(vpp):
@@ -120,14 +142,9 @@ def build_chunks(plan: dict[str, Any], dims: Dims, config: Any, *, use_te: bool,
         chunks.append(GPTModel(
             config=config, transformer_layer_spec=layer_spec(config, dims, use_te=use_te, cp=cp,
                                                              vp_stage=vp),
-            vocab_size=dims.vocab_size, max_sequence_length=dims.max_position_embeddings,
             pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp),
             post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp),
-            share_embeddings_and_output_weights=not m.get(
-                "untie_embeddings_and_output_weights", True),
-            position_embedding_type="rope" if m.get("position_embedding", "rope") == "rope"
-            else "learned_absolute",
-            rotary_base=m.get("rotary_base", 10000), vp_stage=vp))
+            vp_stage=vp, **gpt))
     return chunks
 
 

@@ -53,24 +53,24 @@ def _lcm(*xs: int) -> int:
 
 
 def full_dims(plan: dict[str, Any]) -> Dims:
-    """The plan's own dimensions (no shrinking)."""
-    m, p, d = plan["spec"]["model"], plan["spec"]["parallel"], plan["derived"]
-    heads = m["num_attention_heads"]
+    """The plan's own dimensions (no shrinking): ``engines.megatron_core``'s TransformerConfig
+    and GPTModel values."""
+    tc = plan["engines"]["megatron_core"]["TransformerConfig"]
+    gpt = plan["engines"]["megatron_core"]["GPTModel"]
     return Dims(
-        num_layers=m["num_layers"], hidden_size=m["hidden_size"], num_attention_heads=heads,
-        num_query_groups=m.get("num_query_groups") or heads,
-        kv_channels=m.get("kv_channels") or m["hidden_size"] // heads,
-        ffn_hidden_size=m.get("ffn_hidden_size") or 4 * m["hidden_size"],
-        vocab_size=d["padded_vocab_size"], seq_length=m["seq_length"],
-        max_position_embeddings=m.get("max_position_embeddings") or m["seq_length"],
-        num_experts=m.get("num_experts"), moe_router_topk=m.get("moe_router_topk", 2),
-        moe_ffn_hidden_size=m.get("moe_ffn_hidden_size") or m.get("ffn_hidden_size"),
-        moe_layer_freq=m.get("moe_layer_freq", 1),
-        moe_shared_expert_intermediate_size=m.get("moe_shared_expert_intermediate_size"),
-        first_stage_layers=p.get("pipeline_first_stage_layers"),
-        last_stage_layers=p.get("pipeline_last_stage_layers"),
-        account_for_embedding=bool(p.get("account_for_embedding_in_pipeline_split")),
-        account_for_loss=bool(p.get("account_for_loss_in_pipeline_split")))
+        num_layers=tc["num_layers"], hidden_size=tc["hidden_size"],
+        num_attention_heads=tc["num_attention_heads"], num_query_groups=tc["num_query_groups"],
+        kv_channels=tc["kv_channels"], ffn_hidden_size=tc["ffn_hidden_size"],
+        vocab_size=gpt["vocab_size"], seq_length=plan["spec"]["model"]["seq_length"],
+        max_position_embeddings=gpt["max_sequence_length"],
+        num_experts=tc.get("num_moe_experts"), moe_router_topk=tc.get("moe_router_topk", 0),
+        moe_ffn_hidden_size=tc.get("moe_ffn_hidden_size"),
+        moe_layer_freq=tc.get("moe_layer_freq", 1),
+        moe_shared_expert_intermediate_size=tc.get("moe_shared_expert_intermediate_size"),
+        first_stage_layers=tc["num_layers_in_first_pipeline_stage"],
+        last_stage_layers=tc["num_layers_in_last_pipeline_stage"],
+        account_for_embedding=tc["account_for_embedding_in_pipeline_split"],
+        account_for_loss=tc["account_for_loss_in_pipeline_split"])
 
 
 def shrink(plan: dict[str, Any], head_dim: int = 16, seq: int = 32, vocab: int = 128) -> Dims:

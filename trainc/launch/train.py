@@ -51,27 +51,13 @@ def _forward_step(cp: int, data_iterator, model):  # type: ignore[no-untyped-def
     return out, partial(_loss_func, batch["loss_mask"])
 
 
-def _lr_at(s: Settings, step: int) -> float:
-    """Linear warmup over training.lr_warmup_iters, then cosine decay from lr to min_lr by
-    training.train_iters (Megatron's ``cosine`` style)."""
-    if step < s.warmup_iters:
-        return s.lr * (step + 1) / s.warmup_iters
-    frac = min((step - s.warmup_iters) / max(s.decay_iters - s.warmup_iters, 1), 1.0)
-    return s.min_lr + 0.5 * (s.lr - s.min_lr) * (1 + math.cos(math.pi * frac))
-
-
-def _set_lr(opt: Any, lr: float) -> None:
-    for o in getattr(opt, "chained_optimizers", None) or [opt]:
-        for g in o.param_groups:
-            g["lr"] = lr
-
-
 def run(s: Settings) -> None:
     """Build model, DDP, optimizer; train; checkpoint."""
     from megatron.core import parallel_state as ps
     from megatron.core.distributed import DistributedDataParallel as DDP
     from megatron.core.distributed import DistributedDataParallelConfig, finalize_model_grads
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
     from megatron.core.pipeline_parallel import get_forward_backward_func
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 
@@ -91,40 +77,73 @@ def run(s: Settings) -> None:
     if cpu:
         override("layer spec -> local (Transformer Engine needs CUDA); "
                  "use_cpu_initialization=True; fusions off")
+    config, tc_kwargs, changes = mb.transformer_config(s.plan, dims, L, cpu=cpu,
+                                                       precision=precision)
+    for change in changes:
+        override(f"TransformerConfig {change}")
+    log("TransformerConfig fusions (speed only): " + ", ".join(
+        f"{k}={v}" for k, v in mb.WORKER_FUSIONS.items()))
     if dims.num_experts:
-        log(f"moe dispatcher={s.dispatcher} experts={dims.num_experts} "
-            f"topk={dims.moe_router_topk} aux_loss=off")
-    config = mb.transformer_config(s.plan, dims, L, cpu=cpu, precision=precision,
-                                   dispatcher=s.dispatcher)
+        log(f"moe dispatcher={config.moe_token_dispatcher_type} experts={dims.num_experts} "
+            f"topk={dims.moe_router_topk} "
+            f"load_balancing={config.moe_router_load_balancing_type} "
+            f"aux_loss_coeff={config.moe_aux_loss_coeff}")
     log(f"layout tp={L['tp']} pp={L['pp']} vpp={L['vpp']} cp={L['cp']} ep={L['ep']} "
-        f"etp={L['etp']} dp={L['dp']} sp={L['sp']} num_microbatches={s.num_mb} "
-        f"distributed_optimizer={s.distopt} overlap_p2p_comm={config.overlap_p2p_comm} "
+        f"etp={L['etp']} dp={L['dp']} sp={L['sp']} num_microbatches={s.num_microbatches} "
+        f"distributed_optimizer={s.distributed_optimizer} overlap_p2p_comm={config.overlap_p2p_comm} "
         f"batch_p2p_comm={config.batch_p2p_comm} spec={'te' if use_te else 'local'}")
-    if not s.reference:
-        cross_check(s, config)
     chunks = mb.build_chunks(s.plan, dims, config, use_te=use_te, cp=L["cp"])
     if L["pp"] > 1 and ps.get_tensor_model_parallel_rank() == 0 and \
             ps.get_context_parallel_rank() == 0 and ps.get_data_parallel_rank() == 0:
         built = [[layer.layer_number - 1 for layer in c.decoder.layers] for c in chunks]
         log(f"pp rank {ps.get_pipeline_model_parallel_rank()} built layers {built}",
             all_ranks=True)
-    n = mb.deterministic_init(chunks, s.seed)
-    log(f"deterministic layout-independent init of {n} matrices (seed {s.seed})")
+    n = mb.deterministic_init(chunks, s.seed, std=config.init_method_std)
+    log(f"deterministic layout-independent init of {n} matrices (seed {s.seed}, "
+        f"std {config.init_method_std})")
     if not cpu:
         for c in chunks:
             c.cuda(torch.cuda.current_device())
-    ddp_config = DistributedDataParallelConfig(
-        grad_reduce_in_fp32=True, overlap_grad_reduce=False,
-        use_distributed_optimizer=s.distopt)
+    core = s.plan["engines"]["megatron_core"]
+    ddp_kw, ddp_changed = _changed(core["DistributedDataParallelConfig"],
+                                   "DistributedDataParallelConfig", {
+        "use_distributed_optimizer": False, "overlap_grad_reduce": False,
+        "overlap_param_gather": False} if s.reference else {}, "reference run")
+    opt_kw, opt_changed = _changed(core["OptimizerConfig"], "OptimizerConfig",
+                                   {"use_distributed_optimizer": False}
+                                   if s.reference else {}, "reference run")
+    if precision != s.precision:
+        more, why = {"bf16": precision == "bf16", "fp16": precision == "fp16"}, "precision"
+        opt_kw, extra = _changed(opt_kw, "OptimizerConfig", more, why)
+        opt_changed |= extra
+    if s.lr_override is not None:
+        opt_kw, extra = _changed(opt_kw, "OptimizerConfig", {"lr": s.lr_override}, "--lr")
+        opt_changed |= extra
+    opt_kw["params_dtype"] = config.params_dtype
+    ddp_config = DistributedDataParallelConfig(**ddp_kw)
     chunks = [DDP(config=config, ddp_config=ddp_config, module=c, disable_bucketing=i > 0)
               for i, c in enumerate(chunks)]
+    _wire_overlap(config, chunks, ddp_config)
     config.finalize_model_grads_func = finalize_model_grads
-    t = s.plan["spec"]["training"]
-    opt = get_megatron_optimizer(OptimizerConfig(
-        optimizer="adam", lr=s.lr, min_lr=s.min_lr, weight_decay=t.get("weight_decay", 0.0),
-        adam_beta1=s.adam_beta1, adam_beta2=s.adam_beta2, adam_eps=s.adam_eps, clip_grad=t.get("grad_clip", 1.0),
-        bf16=precision == "bf16", fp16=precision == "fp16", params_dtype=config.params_dtype,
-        use_distributed_optimizer=s.distopt), chunks)
+    opt_config = OptimizerConfig(**opt_kw)
+    opt = get_megatron_optimizer(opt_config, chunks)
+    sched_kw, sched_changed = _changed(core["OptimizerParamScheduler"], "OptimizerParamScheduler",
+                                       {} if s.lr_override is None
+                                       else {"max_lr": s.lr_override,
+                                             "min_lr": min(core["OptimizerParamScheduler"]
+                                                           ["min_lr"], s.lr_override)}, "--lr")
+    scheduler = OptimizerParamScheduler(opt, **sched_kw)
+    cross_check(s, {"TransformerConfig": (config, tc_kwargs, {c.split(":")[0] for c in changes}),
+                    "DistributedDataParallelConfig": (ddp_config, ddp_kw, ddp_changed),
+                    "OptimizerConfig": (opt_config, opt_kw, opt_changed | {"params_dtype"}),
+                    "OptimizerParamScheduler": (scheduler, sched_kw, sched_changed)})
+    log(f"optimizer {opt_config.optimizer} lr={opt_config.lr} min_lr={opt_config.min_lr} "
+        f"betas=({opt_config.adam_beta1}, {opt_config.adam_beta2}) eps={opt_config.adam_eps} "
+        f"weight_decay={opt_config.weight_decay} clip_grad={opt_config.clip_grad} "
+        f"schedule={sched_kw['lr_decay_style']} warmup={sched_kw['lr_warmup_steps']} "
+        f"decay_steps={sched_kw['lr_decay_steps']} overlap_grad_reduce="
+        f"{ddp_config.overlap_grad_reduce} overlap_param_gather="
+        f"{ddp_config.overlap_param_gather} grad_reduce_in_fp32={ddp_config.grad_reduce_in_fp32}")
 
     start = 0
     if s.load:
@@ -136,20 +155,22 @@ def run(s: Settings) -> None:
             log(f"resumed from {s.load} at step {start}")
 
     dp_rank = 0 if s.reference else ps.get_data_parallel_rank()
-    dataset = build_dataset(s.train_iters * s.gbs + s.gbs, dims.seq_length, dims.vocab_size,
-                            s.seed, s.data_path)
-    batches = Batches(dataset, s.gbs, s.mbs, s.num_mb, dp_rank)
+    gbs = s.global_batch_size
+    dataset = build_dataset(s.train_iters * gbs + gbs, dims.seq_length, dims.vocab_size, s.seed,
+                            s.data_path)
+    batches = Batches(dataset, s.global_batch_size, s.micro_batch_size, s.num_microbatches, dp_rank)
     fb = get_forward_backward_func()
     logger = (ps.is_pipeline_last_stage(ignore_virtual=True) and ps.get_tensor_model_parallel_rank()
               == 0 and ps.get_context_parallel_rank() == 0 and dp_rank == 0)
     last_stage = ps.is_pipeline_last_stage(ignore_virtual=True)
-    tokens = s.gbs * dims.seq_length
+    tokens = s.global_batch_size * dims.seq_length
 
     def train_steps(first: int, prefix: str, save: bool) -> None:
         for step in range(first, s.train_iters):
             t0 = time.perf_counter()
-            lr = _lr_at(s, step)
-            _set_lr(opt, lr)
+            scheduler.num_steps = step  # the scheduler's state is the step (resume included)
+            scheduler.step(0)
+            lr = _lr_of(opt)
             for c in chunks:
                 c.zero_grad_buffer()
             opt.zero_grad()
@@ -157,10 +178,15 @@ def run(s: Settings) -> None:
                           else batches.iterator(step))
             losses = fb(forward_step_func=partial(_forward_step, L["cp"]), data_iterator=iters,
                         model=chunks if len(chunks) > 1 else chunks[0],
-                        num_microbatches=s.num_mb, seq_length=dims.seq_length,
-                        micro_batch_size=s.mbs, decoder_seq_length=dims.seq_length,
+                        num_microbatches=s.num_microbatches, seq_length=dims.seq_length,
+                        micro_batch_size=s.micro_batch_size, decoder_seq_length=dims.seq_length,
                         forward_only=False)
             ok, grad_norm, _ = opt.step()
+            if ddp_config.overlap_param_gather:
+                # the next forward's pre-hooks gather the parameters; a checkpoint or the end of
+                # training needs them now (Megatron-LM's disable_forward_pre_hook(param_sync))
+                for c in chunks:
+                    c.start_param_sync(force_sync=True)
             loss = float("nan")
             if last_stage:
                 loss_t = torch.stack([x["lm loss"] for x in losses]).mean().reshape(1)
@@ -190,32 +216,70 @@ def run(s: Settings) -> None:
         train_steps(got, "resume-check ", save=False)
 
 
-def cross_check(s: Settings, config: Any) -> None:
-    """Compare the layout the worker built with megatron_core.yaml next to plan.json (when the
-    compiler wrote one): parallel sizes, p2p mode, sequence parallel, microbatches."""
-    import os
+def _changed(kwargs: dict[str, Any], group: str, values: dict[str, Any],
+             why: str) -> tuple[dict[str, Any], set[str]]:
+    """A copy of ``kwargs`` (of ``group``) with ``values`` set; each real change is announced
+    (an ``override:`` log line) and returned in the set of changed keys."""
+    kw = dict(kwargs)
+    changed = {k for k, v in values.items() if kw.get(k) != v}
+    for k in sorted(changed):
+        override(f"{why}: {group} {k} {kw.get(k)!r} -> {values[k]!r}")
+    kw.update(values)
+    return kw, changed
 
-    import yaml
 
-    path = os.path.join(os.path.dirname(os.path.abspath(s.plan_path)), "megatron_core.yaml")
-    if not os.path.exists(path):
-        return
-    with open(path) as f:
-        y = yaml.safe_load(f) or {}
-    tc, fb = y.get("TransformerConfig", {}), y.get("forward_backward_func", {})
-    keys = ("tensor_model_parallel_size", "pipeline_model_parallel_size",
-            "virtual_pipeline_model_parallel_size", "context_parallel_size",
-            "expert_model_parallel_size", "expert_tensor_parallel_size", "sequence_parallel",
-            "overlap_p2p_comm", "batch_p2p_comm")
-    mine = {k: getattr(config, k) for k in keys if k in tc}
-    theirs = {k: tc[k] for k in mine}
-    if "num_microbatches" in fb:
-        mine["num_microbatches"], theirs["num_microbatches"] = s.num_mb, fb["num_microbatches"]
-    bad = {k: (theirs[k], mine[k]) for k in mine if theirs[k] != mine[k]}
+def _lr_of(opt: Any) -> float:
+    for o in getattr(opt, "chained_optimizers", None) or [opt]:
+        for g in o.param_groups:
+            return float(g["lr"])
+    return float("nan")
+
+
+def _wire_overlap(config: Any, chunks: list[Any], ddp_config: Any) -> None:
+    """What Megatron-LM's ``training.py::setup_model_and_optimizer`` wires for overlapped DDP:
+    the schedules' ``no_sync`` / ``grad_sync`` hooks for ``overlap_grad_reduce`` and the
+    ``param_sync`` hooks for ``overlap_param_gather`` (one function, or one per chunk)."""
+
+    def one_or_list(fns: list[Any]) -> Any:
+        return fns[0] if len(fns) == 1 else fns
+
+    if ddp_config.overlap_grad_reduce:
+        config.no_sync_func = one_or_list([c.no_sync for c in chunks])
+        config.grad_sync_func = one_or_list([c.start_grad_sync for c in chunks])
+    if ddp_config.overlap_param_gather:
+        config.param_sync_func = one_or_list([c.start_param_sync for c in chunks])
+
+
+def cross_check(s: Settings, built: dict[str, tuple[Any, dict[str, Any], set[str]]]) -> None:
+    """Every key of ``plan.json``'s ``engines.megatron_core`` groups must reach the object the
+    worker built: ``built`` maps a group to (the object, the kwargs passed, the keys whose change
+    the worker announced). A key passed with another value than the plan's without an announced
+    change, or an object attribute that differs from what was passed, stops the worker."""
+    core = s.plan["engines"]["megatron_core"]
+    bad: dict[str, tuple[Any, Any, Any]] = {}
+    checked = 0
+    for group, (obj, passed, announced) in built.items():
+        for key, want in core[group].items():
+            sent = _plain(passed.get(key, want))
+            got = _plain(getattr(obj, key, sent))
+            if (sent != want and key not in announced) or not _same(got, sent):
+                bad[f"{group}.{key}"] = (want, sent, got)
+            checked += 1
     if bad:
-        raise SystemExit(f"trainc-worker: megatron_core.yaml disagrees with the layout built "
-                         f"from plan.json (key: (yaml, worker)): {bad}")
-    log(f"cross-checked {len(mine)} layout keys with {path}: all agree")
+        raise SystemExit(f"trainc-worker: the Megatron-Core objects differ from plan.json's "
+                         f"engines.megatron_core (key: (plan, passed, built)): {bad}")
+    log(f"cross-checked {checked} Megatron-Core settings with plan.json: all agree")
+
+
+def _plain(v: Any) -> Any:
+    """A torch dtype by the name plan.json uses (``float32``), anything else as it is."""
+    return str(v).removeprefix("torch.") if isinstance(v, torch.dtype) else v
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
+        return math.isclose(a, b)
+    return bool(a == b)
 
 
 def checkpoint_or_stop(s: Settings, done: int, write: Any) -> bool:
@@ -243,4 +307,4 @@ def _agree_to_stop() -> bool:
 
 
 def _ckpt_layout(s: Settings, dims: Dims) -> dict[str, Any]:
-    return {**s.layout, "dims": dims.describe(), "distopt": s.distopt}
+    return {**s.layout, "dims": dims.describe(), "distopt": s.distributed_optimizer}

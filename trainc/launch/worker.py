@@ -26,7 +26,7 @@ import shlex
 import sys
 from typing import Any
 
-EXIT_OK, EXIT_FAIL = 0, 1
+EXIT_OK = 0
 
 
 def log(msg: str, all_ranks: bool = False) -> None:
@@ -74,49 +74,59 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 class Settings:
-    """Everything the run needs, resolved from plan.json and the command line."""
+    """Everything the run needs, read from plan.json (the compiler filled every value: no
+    fallbacks here) and the command line (which may override the device, iterations, lr and
+    paths, each announced)."""
 
     def __init__(self, plan: dict[str, Any], args: argparse.Namespace, plan_path: str) -> None:
         spec, d = plan["spec"], plan["derived"]
-        launch, train = spec.get("launch", {}), spec["training"]
+        launch, train = spec["launch"], spec["training"]
         self.plan = plan
         self.plan_path = plan_path
-        self.engine = spec.get("engine", "megatron")
-        self.device = args.device or launch.get("device", "cuda")
-        self.shrink = bool(args.shrink if args.shrink is not None else launch.get("shrink"))
-        self.train_iters = args.train_iters or train.get("train_iters", 10)
-        self.lr = args.lr if args.lr is not None else train.get("lr", 3e-4)
-        self.min_lr = min(train.get("min_lr", self.lr), self.lr)
-        self.decay_iters = train.get("train_iters", self.train_iters)
-        self.warmup_iters = int(train.get("lr_warmup_iters") or 0)
-        # Megatron-Core / Megatron-LM defaults unless the plan carries its own
-        self.adam_beta1 = float(d.get("adam_beta1", 0.9))
-        self.adam_beta2 = float(d.get("adam_beta2", 0.999))
-        self.adam_eps = float(d.get("adam_eps", 1e-8))
-        self.save = args.save or launch.get("save_dir") or os.path.join(
+        self.engine: str = spec["engine"]
+        self.device: str = args.device or launch["device"]
+        self.shrink = bool(args.shrink if args.shrink is not None else launch["shrink"])
+        self.train_iters: int = args.train_iters or train["train_iters"]
+        self.lr_override: float | None = args.lr
+        self.save: str = args.save or launch["save_dir"] or os.path.join(
             os.path.dirname(os.path.abspath(plan_path)), "checkpoints")
-        self.save_interval = args.save_interval or launch.get("save_interval") or 0
-        self.load = self.save if args.load == "auto" else args.load
-        self.data_path = args.data_path or launch.get("data_path")
-        self.log_interval = max(1, int(launch.get("log_interval") or 1))
-        self.seed = int(train.get("seed", 1234))
-        self.reference = args.reference
-        self.resume_check = args.resume_check
-        self.precision = train.get("precision", "bf16")
-        self.mbs = int(train["micro_batch_size"])
-        self.gbs = int(train["global_batch_size"])
-        self.layout = {k: int(d.get(k) or 1) for k in ("tp", "pp", "vpp", "cp", "ep", "dp")}
-        self.layout["etp"] = int(d.get("etp") or self.layout["tp"])
-        self.layout["sp"] = bool(d.get("sequence_parallel")) and self.layout["tp"] > 1
-        self.num_mb = int(d["num_microbatches"])
-        self.distopt = bool(d.get("distributed_optimizer"))
-        self.timeout_s = args.timeout_s or (120.0 if self.device == "cpu" else 1800.0)
-        self.dispatcher = spec["model"].get("moe_token_dispatcher_type") or "alltoall"
+        self.save_interval: int = args.save_interval or launch["save_interval"]
+        self.load: str | None = self.save if args.load == "auto" else args.load
+        self.data_path: str | None = args.data_path or launch["data_path"]
+        self.log_interval: int = launch["log_interval"]
+        self.seed: int = train["seed"]
+        self.reference: bool = args.reference
+        self.resume_check: int | None = args.resume_check
+        self.precision: str = train["precision"]
+        self.micro_batch_size: int = train["micro_batch_size"]
+        self.global_batch_size: int = train["global_batch_size"]
+        self.layout: dict[str, Any] = {k: int(d[k]) for k in ("tp", "pp", "vpp", "cp", "ep", "dp",
+                                                              "etp")}
+        self.layout["sp"] = bool(d["sequence_parallel"])
+        self.num_microbatches: int = d["num_microbatches"]
+        self.distributed_optimizer: bool = bool(d["distributed_optimizer"])
+        self.timeout_s: float = args.timeout_s or (120.0 if self.device == "cpu" else 1800.0)
         if self.reference:  # same model and data on one rank
-            self.num_mb = self.num_mb * self.layout["dp"]
+            self.num_microbatches = self.num_microbatches * self.layout["dp"]
             self.layout = {"tp": 1, "pp": 1, "vpp": 1, "cp": 1, "ep": 1, "dp": 1, "etp": 1,
                            "sp": False}
-            self.distopt = False
+            self.distributed_optimizer = False
+
+
+def check_runner(plan: dict[str, Any]) -> None:
+    """Refuse a plan the engine's runner cannot run (the same table the compiler's rules use,
+    :mod:`trainc.capabilities`; trainc compile rejects such a spec, so this only catches a
+    hand-edited plan.json)."""
+    from trainc.capabilities import capability, unsupported_axes
+    from trainc.schemas import Engine, Entrypoint
+
+    d = plan["derived"]
+    cap = capability(Engine(plan["spec"]["engine"]), Entrypoint.trainc)
+    assert cap is not None
+    bad = unsupported_axes(cap, {k: int(d[k]) for k in ("tp", "pp", "vpp", "cp", "ep", "dp")})
+    if bad:
+        raise SystemExit(f"trainc-worker: {cap.runner} cannot split "
+                         + ", ".join(f"{a}={d[a]}" for a in bad) + f": {cap.why}")
 
 
 def init_distributed(s: Settings) -> None:
@@ -180,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     signals.install()
     with open(args.plan) as f:
         plan = json.load(f)
+    check_runner(plan)
     s = Settings(plan, args, args.plan)
     if s.device == "cpu":
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainc.capabilities import capability
 from trainc.compiler.validate.util import divisors
 from trainc.planner.fast import TERMS, model_consts, score_grid
 from trainc.schemas import CpCommType, Engine, Offload, Recompute, RecomputeMethod, TrainSpec
@@ -170,8 +171,10 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
     tps = pick("parallel.tp", [x for x in divisors(a) if x <= MAX_TP and f % x == 0
                                and (g % x == 0 or x % g == 0)])
     cps = pick("parallel.cp", [x for x in divisors(W) if x <= MAX_CP and (x == 1 or s % (2 * x) == 0)])
-    if deepspeed:
-        cps = [x for x in cps if x == 1]
+    # axes the runner cannot split (trainc.capabilities: DeepSpeed's worker has no pp/cp/ep)
+    cap = capability(spec.engine, spec.launch.entrypoint)
+    can = cap.axes if cap is not None else frozenset({"tp", "dp"})
+    cps = [x for x in cps if x == 1 or "cp" in can]
     zeros = pick("parallel.zero_stage", [0, 1, 2, 3] if deepspeed else [0, 1])
     recomputes = pick("training.recompute", ["none", "selective", "full"])
     offloads = ["none"]
@@ -186,7 +189,8 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
             for cp in cps:
                 if W % (tp * cp):
                     continue
-                for pp in pick("parallel.pp", [x for x in divisors(W // (tp * cp)) if x <= L]):
+                for pp in pick("parallel.pp", [x for x in divisors(W // (tp * cp))
+                                               if x <= L and (x == 1 or "pp" in can)]):
                     if (W // (tp * cp)) % pp:
                         continue
                     dp = W // (tp * cp * pp)
@@ -197,6 +201,8 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
                             fx["parallel.pipeline_last_stage_layers"], split_fixed, acc_fixed):
                         for ep, etp in _expert_options(E, W, tp, pp, m.moe_ffn_hidden_size or f,
                                                        fx["parallel.ep"], fx["parallel.etp"]):
+                            if ep > 1 and "ep" not in can:
+                                continue
                             for sp in sps(tp, cp):
                                 yield tp, cp, pp, dp, first, last, stages, acc, ep, etp, sp
 

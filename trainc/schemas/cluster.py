@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainc.schemas.enums import Gpu
+
 
 @dataclass(kw_only=True)
 class ClusterSpec:
@@ -13,9 +15,11 @@ class ClusterSpec:
     """Nodes in the job (count). Required. world size = num_nodes x gpus_per_node."""
     gpus_per_node: int = 8
     """GPUs per node (count); torchrun's --nproc_per_node."""
-    gpu: str = "custom"
+    gpu: Gpu = Gpu.custom
     """GPU preset name (a100-40g, a100-80g, h100-80g, h200, h800, b200, gb200, custom). A named GPU
-    fills gpu_memory_gib, peak_tflops and bandwidths; explicit fields override. Rules: TRC004."""
+    fills gpu_memory_gib, peak_tflops and the NVLink bandwidth; fields the spec sets override (the
+    cluster presets leave them to the GPU, so ``cluster.gpu=a100-40g`` over ``dgx-h100`` gets the
+    A100's 40 GiB and 312 TFLOP/s). Rules: TRC004."""
     gpu_memory_gib: float | None = None
     """HBM per GPU (GiB = 2**30 bytes). Default: from gpu."""
     peak_tflops: float | None = None

@@ -83,3 +83,71 @@ class MoeDispatcher(Enum):
     alltoall = "alltoall"
     allgather = "allgather"
 
+
+
+class Optimizer(Enum):
+    """Optimizer. ``adam`` is Adam with decoupled weight decay (AdamW): Megatron-Core's
+    ``optimizer='adam'`` builds ``torch.optim.AdamW`` / TE FusedAdam with ``adam_w_mode``, DeepSpeed's
+    ``"AdamW"``. ``sgd`` is SGD with momentum (``sgd_momentum``)."""
+
+    adam = "adam"
+    sgd = "sgd"
+
+
+class Entrypoint(Enum):
+    """What the generated scripts start on every rank: ``trainc`` (the trainc worker) or
+    ``megatron-lm`` (``pretrain_gpt.py`` of a Megatron-LM checkout with ``megatron_args.txt``)."""
+
+    trainc = "trainc"
+    megatron_lm = "megatron-lm"
+
+
+class Gpu(Enum):
+    """GPU preset names (``cluster.gpu``); ``custom`` = give the hardware fields yourself."""
+
+    a100_40g = "a100-40g"
+    a100_80g = "a100-80g"
+    h100_80g = "h100-80g"
+    h200 = "h200"
+    h800 = "h800"
+    b200 = "b200"
+    gb200 = "gb200"
+    custom = "custom"
+
+
+class LrDecayStyle(Enum):
+    """Learning-rate decay after warm-up (Megatron-LM ``--lr-decay-style``; Megatron-Core
+    ``OptimizerParamScheduler.lr_decay_style``)."""
+
+    constant = "constant"
+    linear = "linear"
+    cosine = "cosine"
+    inverse_square_root = "inverse-square-root"
+    WSD = "WSD"
+
+
+class WsdDecayStyle(Enum):
+    """Shape of the final decay phase of a WSD (warmup-stable-decay) schedule
+    (Megatron-LM ``--lr-wsd-decay-style``)."""
+
+    exponential = "exponential"
+    linear = "linear"
+    cosine = "cosine"
+    minus_sqrt = "minus_sqrt"
+
+
+class MoeLoadBalancing(Enum):
+    """MoE router load balancing (Megatron-Core ``moe_router_load_balancing_type``)."""
+
+    aux_loss = "aux_loss"
+    seq_aux_loss = "seq_aux_loss"
+    global_aux_loss = "global_aux_loss"
+    sinkhorn = "sinkhorn"
+    none = "none"
+
+
+class MoeScoreFunction(Enum):
+    """MoE router score function (Megatron-Core ``moe_router_score_function``)."""
+
+    softmax = "softmax"
+    sigmoid = "sigmoid"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from trainc.schemas.enums import Device, Entrypoint
+
 
 @dataclass(kw_only=True)
 class LaunchSpec:
@@ -23,16 +25,21 @@ class LaunchSpec:
     """Extra environment variables exported to every rank. TRC504, TRC505."""
     master_port: int = 29500
     """Rendezvous TCP port on the first node."""
-    device: str = "cuda"
+    device: Device = Device.cuda
     """cuda or cpu: cpu runs the worker with gloo on CPUs (try a layout without GPUs). TRC004."""
     shrink: bool = False
     """True: the worker builds the same layout with tiny dimensions (smoke tests)."""
-    entrypoint: str = "trainc"
-    """trainc (our worker) or megatron-lm (pretrain_gpt.py + megatron_args.txt). TRC503."""
+    entrypoint: Entrypoint = Entrypoint.trainc
+    """trainc (our worker) or megatron-lm (pretrain_gpt.py + megatron_args.txt; CUDA only).
+    TRC004, TRC503, TRC325."""
     megatron_lm_path: str | None = None
     """entrypoint=megatron-lm: path to a Megatron-LM checkout holding pretrain_gpt.py. TRC503."""
     data_path: str | None = None
     """Megatron indexed dataset prefix; null = Megatron-Core's mock dataset."""
+    data_split: str = "100,0,0"
+    """Train/validation/test split of data_path in parts (Megatron --split, always written: its
+    own default 969,30,1 holds out 3 % of the data; the trainc worker trains on the train part
+    only). Three non-negative numbers, comma-separated, not all zero. TRC512."""
     save_dir: str | None = None
     """Checkpoint directory; null = <OUTDIR>/checkpoints at run time."""
     requeue: bool = False

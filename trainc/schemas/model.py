@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainc.schemas.enums import Activation, MoeDispatcher, Normalization, PositionEmbedding
+from trainc.schemas.enums import (
+    Activation,
+    MoeDispatcher,
+    MoeLoadBalancing,
+    MoeScoreFunction,
+    Normalization,
+    PositionEmbedding,
+)
 
 
 @dataclass(kw_only=True)
@@ -40,6 +47,25 @@ class ModelSpec:
     """rope or learned (absolute)."""
     rotary_base: int = 10000
     """RoPE base (theta); only with position_embedding=rope."""
+    rotary_percent: float = 1.0
+    """Fraction of each head's channels that RoPE rotates, in (0, 1] (Megatron --rotary-percent)."""
+    rope_scaling_factor: float | None = None
+    """Llama 3.1-style RoPE frequency scaling factor (Megatron-LM --use-rope-scaling
+    --rope-scaling-factor; GPTModel rope_scaling); null = no scaling. Llama 3.1: 8.0."""
+    add_qkv_bias: bool = False
+    """Bias on the QKV projection only (Qwen-2 style; Megatron --add-qkv-bias)."""
+    add_bias_linear: bool | None = None
+    """Biases in every linear layer (Megatron add_bias_linear, whose own default is true).
+    Default: false for Llama-style models (swiglu or rmsnorm) and for MoE with etp > 1 (Megatron-Core
+    rejects expert biases there), true otherwise (GPT-3)."""
+    norm_epsilon: float = 1.0e-5
+    """Epsilon of the layer norms (> 0; Megatron --norm-epsilon, default 1e-5)."""
+    init_method_std: float = 0.02
+    """Standard deviation of the normal weight init (> 0; Megatron --init-method-std)."""
+    hidden_dropout: float = 0.1
+    """Dropout after attention and MLP, in [0, 1) (Megatron default 0.1; most LLM presets set 0)."""
+    attention_dropout: float = 0.1
+    """Dropout on attention probabilities, in [0, 1) (Megatron default 0.1)."""
     untie_embeddings_and_output_weights: bool = True
     """True: separate input embedding and output layer (Llama); False: tied (GPT-3)."""
     num_experts: int | None = None
@@ -55,3 +81,21 @@ class ModelSpec:
     (every EP rank gathers all tokens; simpler, more traffic)."""
     moe_layer_freq: int = 1
     """MoE: every k-th layer (0-based i with i % k == 0) is an MoE layer. Rules: TRC315."""
+    moe_router_load_balancing_type: MoeLoadBalancing = MoeLoadBalancing.aux_loss
+    """MoE: load balancing of the router: aux_loss (Switch/GShard), seq_aux_loss (DeepSeek-V2/V3),
+    global_aux_loss, sinkhorn or none (Megatron-Core default aux_loss)."""
+    moe_aux_loss_coeff: float = 0.0
+    """MoE: weight of the load-balancing loss (>= 0; Megatron default 0.0, Mixtral-style runs use
+    1e-2)."""
+    moe_z_loss_coeff: float | None = None
+    """MoE: weight of the router z-loss (ST-MoE); null = off (Megatron default)."""
+    moe_router_score_function: MoeScoreFunction = MoeScoreFunction.softmax
+    """MoE: softmax or sigmoid router scores (DeepSeek-V3 uses sigmoid)."""
+    moe_router_pre_softmax: bool | None = None
+    """MoE: softmax before top-k (Mixtral) instead of after. Default: true when moe_router_topk
+    is 1 (a softmax over one score is constant), false otherwise."""
+    moe_router_topk_scaling_factor: float | None = None
+    """MoE: scale of the routing weights after top-k (DeepSeek-V3: 2.5); null = none."""
+    moe_expert_capacity_factor: float | None = None
+    """MoE: token capacity per expert as a multiple of the even share (tokens over it are
+    dropped); null = dropless (Megatron default)."""

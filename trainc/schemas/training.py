@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainc.schemas.enums import Offload, Precision, Recompute, RecomputeMethod
+from trainc.schemas.enums import (
+    LrDecayStyle,
+    Offload,
+    Optimizer,
+    Precision,
+    Recompute,
+    RecomputeMethod,
+    WsdDecayStyle,
+)
 
 
 @dataclass(kw_only=True)
@@ -27,18 +35,47 @@ class TrainingSpec:
     chunk (block). Default with full: 1. TRC308, TRC309."""
     train_iters: int = 1000
     """Optimizer steps to train."""
-    optimizer: str = "adam"
-    """Optimizer: adam (AdamW with decoupled weight decay, as Megatron) or sgd."""
+    optimizer: Optimizer = Optimizer.adam
+    """adam (Adam with decoupled weight decay = AdamW, as Megatron-Core and DeepSpeed "AdamW") or
+    sgd (with sgd_momentum). TRC004."""
+    adam_beta1: float = 0.9
+    """Adam beta1, in [0, 1) (Megatron-LM default 0.9). TRC006."""
+    adam_beta2: float = 0.999
+    """Adam beta2, in [0, 1) (Megatron-LM default 0.999; most LLM pre-training uses 0.95). TRC006."""
+    adam_eps: float = 1.0e-8
+    """Adam epsilon, > 0 (Megatron-LM default 1e-8). TRC006."""
+    sgd_momentum: float = 0.9
+    """SGD momentum, in [0, 1) (Megatron-LM default 0.9); optimizer=sgd only."""
     lr: float = 3.0e-4
-    """Peak learning rate."""
+    """Peak learning rate (after warm-up)."""
     min_lr: float = 3.0e-5
-    """Final learning rate of the cosine decay. TRC318."""
+    """Learning rate at the end of the decay (linear, cosine, WSD). TRC318."""
     lr_warmup_iters: int = 0
-    """Linear warm-up steps."""
+    """Linear warm-up steps from 0 to lr."""
+    lr_decay_style: LrDecayStyle = LrDecayStyle.cosine
+    """Decay after warm-up: constant, linear, cosine, inverse-square-root or WSD (Megatron-LM
+    --lr-decay-style; trainc's default is cosine, Megatron-LM's is linear: it is always emitted).
+    engine=deepspeed maps constant / cosine to DeepSpeed's WarmupLR / WarmupCosineLR and rejects the
+    others (TRC323)."""
+    lr_decay_iters: int | None = None
+    """Steps over which the lr decays (warm-up included, as Megatron). Default: train_iters."""
+    lr_wsd_decay_iters: int | None = None
+    """WSD only: steps of the final decay phase (Megatron-LM --lr-wsd-decay-iters). Required with
+    lr_decay_style=WSD. TRC323."""
+    lr_wsd_decay_style: WsdDecayStyle = WsdDecayStyle.exponential
+    """WSD only: shape of the final decay (Megatron-LM --lr-wsd-decay-style, default exponential)."""
     weight_decay: float = 0.1
-    """Decoupled weight decay."""
+    """Decoupled weight decay (>= 0)."""
     grad_clip: float = 1.0
     """Global gradient-norm clip; 0 disables."""
+    overlap_grad_reduce: bool | None = None
+    """engine=megatron: overlap the data-parallel gradient reduce with the backward pass, in
+    buckets (Megatron-Core DistributedDataParallelConfig.overlap_grad_reduce). Default: true when
+    dp x cp > 1."""
+    overlap_param_gather: bool | None = None
+    """engine=megatron, distributed optimizer: overlap the parameter all-gather with the next
+    forward pass (DistributedDataParallelConfig.overlap_param_gather). Default: true with the
+    distributed optimizer and dp x cp > 1. Needs overlap_grad_reduce (TRC324)."""
     seed: int = 1234
     """Random seed for initialisation and data order."""
     offload_optimizer: Offload = Offload.none

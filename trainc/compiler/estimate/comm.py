@@ -37,7 +37,7 @@ from trainc.compiler.estimate.params import (
     plan_rerun_masks,
     plan_stage_layers,
 )
-from trainc.schemas import CpCommType, Precision, TrainSpec
+from trainc.schemas import CpCommType, Engine, Precision, TrainSpec
 
 AXES = ("tp", "cp", "ep", "pp", "dp")
 
@@ -209,7 +209,7 @@ def zero_dp_bytes(num_params: float, n: int, stage: int, num_microbatches: int =
 def _dp(spec: TrainSpec, plan: dict, sc: StageComm, sp_: StageParams) -> None:
     d = plan["derived"]
     n, n_e = d["dp"] * d["cp"], d["expert_dp"]
-    if spec.engine.name == "deepspeed":
+    if spec.engine is Engine.deepspeed:
         if n > 1:
             stage = spec.parallel.zero_stage
             eb = 4 if spec.training.precision is Precision.fp32 else 2

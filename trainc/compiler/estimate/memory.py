@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass
 
 from trainc.compiler.estimate.params import StageParams
-from trainc.schemas import Offload, Precision, TrainSpec
+from trainc.schemas import Engine, Offload, Precision, TrainSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +165,7 @@ def _deepspeed_states(spec: TrainSpec, plan: dict, sp: StageParams) -> StateByte
 
 def model_state_bytes(spec: TrainSpec, plan: dict, stages: list[StageParams]) -> list[StateBytes]:
     """Model-state bytes per GPU for each PP stage, by engine and ZeRO stage."""
-    fn = _deepspeed_states if spec.engine.name == "deepspeed" else _megatron_states
+    fn = _deepspeed_states if spec.engine is Engine.deepspeed else _megatron_states
     return [fn(spec, plan, sp) for sp in stages]
 
 

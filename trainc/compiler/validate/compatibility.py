@@ -16,7 +16,18 @@ from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.estimate.params import stage_chunk_sizes
-from trainc.schemas import Device, Engine, Offload, Precision, Recompute, TrainSpec
+from trainc.capabilities import capability, unsupported_axes
+from trainc.schemas import (
+    Device,
+    Engine,
+    Entrypoint,
+    LrDecayStyle,
+    MoeLoadBalancing,
+    Offload,
+    Precision,
+    Recompute,
+    TrainSpec,
+)
 
 
 def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
@@ -53,12 +64,15 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    edits={"model.moe_layer_freq": 1}, moe_layer_freq=m.moe_layer_freq,
                    num_layers=m.num_layers)
     yield from _engine(spec, d)
+    yield from _runner(spec, d)
+    yield from _schedule(spec)
+    yield from _moe(spec)
     yield from _recompute(spec, d)
     if t.min_lr > t.lr:
         yield diag(R.LR_RANGE, f"min_lr ({t.min_lr:g}) exceeds lr ({t.lr:g})", "training.min_lr",
                    related=("training.lr",), fix=f"set training.min_lr to at most {t.lr:g}",
                    edits={"training.min_lr": t.lr}, min_lr=t.min_lr, lr=t.lr)
-    if spec.launch.device == Device.cpu.value and t.precision is Precision.fp16:
+    if spec.launch.device is Device.cpu and t.precision is Precision.fp16:
         yield diag(R.FP16_CPU, "precision (fp16) does not run on launch.device (cpu): "
                    "gloo and the CPU kernels have no fp16 path", "training.precision",
                    related=("launch.device",),
@@ -125,12 +139,123 @@ def _engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    fix="keep micro_batch_size and the accumulation count fixed across sweeps, or "
                        "compare grad_norm in a smoke run before changing them",
                    pp=p.pp, num_microbatches=d.num_microbatches)
-    for axis, val in (("cp", p.cp), ("ep", p.ep)):
-        if val > 1:
-            yield diag(R.DS_UNSUPPORTED_AXIS, f"engine=deepspeed does not support {axis} > 1 "
-                       f"({axis} = {val}) in trainc: DeepSpeed's engine runs Megatron-Core's "
-                       "tensor parallel model only", f"parallel.{axis}", related=("engine",),
-                       fix=f"set parallel.{axis}=1, or engine=megatron", **{axis: val})
+
+
+def _runner(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """TRC313 / TRC325: what the spec's runner (engine x entrypoint, :mod:`trainc.capabilities`)
+    cannot run is an error here, not a refusal of the worker at start."""
+    p, lc = spec.parallel, spec.launch
+    cap = capability(spec.engine, lc.entrypoint)
+    if cap is None:
+        yield diag(R.ENTRYPOINT_RUNS, f"launch.entrypoint ({lc.entrypoint.value}) starts "
+                   f"Megatron-LM's pretrain_gpt.py, which cannot run engine={spec.engine.value}",
+                   "launch.entrypoint", related=("engine",),
+                   fix="set launch.entrypoint=trainc (the trainc worker runs DeepSpeed), or "
+                       "engine=megatron", edits={"launch.entrypoint": "trainc"},
+                   entrypoint=lc.entrypoint.value, engine=spec.engine.value)
+        return
+    if lc.device not in cap.devices:
+        yield diag(R.ENTRYPOINT_RUNS, f"launch.device ({lc.device.value}) is not a device "
+                   f"{cap.runner} runs on (it needs "
+                   f"{', '.join(sorted(x.value for x in cap.devices))})", "launch.device",
+                   related=("launch.entrypoint",),
+                   fix="set launch.entrypoint=trainc to try the layout on CPU with the trainc "
+                       "worker, or launch.device=cuda", edits={"launch.entrypoint": "trainc"},
+                   device=lc.device.value, entrypoint=lc.entrypoint.value)
+    degrees = {"tp": p.tp, "pp": p.pp, "vpp": p.vpp, "cp": p.cp, "ep": p.ep, "dp": d.dp or 1}
+    for axis in unsupported_axes(cap, degrees):
+        yield diag(R.DS_UNSUPPORTED_AXIS, f"{axis} = {degrees[axis]}, but {cap.runner} cannot "
+                   f"split {axis}: {cap.why}", f"parallel.{axis}", related=("engine",),
+                   fix=f"set parallel.{axis}=1 (and raise tp or dp instead), or engine=megatron",
+                   edits={f"parallel.{axis}": 1}, axis=axis, degree=degrees[axis])
+
+
+def _schedule(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC323 / TRC324: the learning-rate schedule and the DDP overlap switches, per engine."""
+    t = spec.training
+    cap = capability(spec.engine, spec.launch.entrypoint)
+    style = t.lr_decay_style
+    if cap is not None and style not in cap.lr_decay_styles:
+        ok = ", ".join(sorted(s.value for s in cap.lr_decay_styles))
+        yield diag(R.LR_SCHEDULE_ENGINE, f"lr_decay_style ({style.value}) has no equivalent in "
+                   f"engine={spec.engine.value} ({cap.runner} honours {ok})",
+                   "training.lr_decay_style", related=("engine",),
+                   fix=f"set training.lr_decay_style to one of {ok}, or engine=megatron",
+                   edits={"training.lr_decay_style": "cosine"}, style=style.value)
+    if (spec.engine is Engine.deepspeed and style is LrDecayStyle.linear
+            and t.lr_warmup_iters > 0 and t.min_lr > 0):
+        yield diag(R.LR_SCHEDULE_ENGINE, f"lr_decay_style linear with a warm-up "
+                   f"({t.lr_warmup_iters} steps) and min_lr ({t.min_lr:g}) > 0: DeepSpeed's "
+                   "WarmupDecayLR warms up from the value it decays to, so it cannot start at 0 "
+                   "and end at min_lr", "training.min_lr",
+                   related=("training.lr_decay_style", "training.lr_warmup_iters", "engine"),
+                   fix="set training.min_lr=0, or lr_decay_style=cosine",
+                   edits={"training.min_lr": 0.0}, min_lr=t.min_lr, warmup=t.lr_warmup_iters)
+    decay = t.lr_decay_iters or t.train_iters
+    if style is not LrDecayStyle.constant and t.lr_warmup_iters >= decay:
+        yield diag(R.LR_SCHEDULE_ENGINE, f"lr_warmup_iters ({t.lr_warmup_iters}) must be below "
+                   f"lr_decay_iters ({decay}): Megatron-Core's OptimizerParamScheduler asserts "
+                   "lr_warmup_steps < lr_decay_steps", "training.lr_warmup_iters",
+                   related=("training.lr_decay_iters", "training.train_iters"),
+                   fix=f"set training.lr_warmup_iters below {decay}",
+                   edits={"training.lr_warmup_iters": max(decay - 1, 0)},
+                   warmup=t.lr_warmup_iters, decay=decay)
+    if style is LrDecayStyle.WSD and (t.lr_wsd_decay_iters is None
+                                      or t.lr_wsd_decay_iters > decay):
+        have = "is not set" if t.lr_wsd_decay_iters is None else \
+            f"({t.lr_wsd_decay_iters}) exceeds lr_decay_iters ({decay})"
+        yield diag(R.LR_SCHEDULE_ENGINE, f"lr_decay_style WSD needs lr_wsd_decay_iters (the "
+                   f"final decay phase) at most lr_decay_iters; it {have}",
+                   "training.lr_wsd_decay_iters", related=("training.lr_decay_style",),
+                   fix=f"set training.lr_wsd_decay_iters, e.g. {max(decay // 10, 1)} (10 %)",
+                   edits={"training.lr_wsd_decay_iters": max(decay // 10, 1)}, decay=decay)
+    if spec.engine is not Engine.megatron:
+        for key in ("overlap_grad_reduce", "overlap_param_gather"):
+            if getattr(t, key):
+                yield diag(R.DDP_OVERLAP, f"training.{key} is a Megatron-Core DDP setting; "
+                           f"engine={spec.engine.value} overlaps with its own "
+                           "zero_optimization.overlap_comm", f"training.{key}",
+                           related=("engine",), fix=f"remove training.{key}",
+                           edits={f"training.{key}": None}, engine=spec.engine.value)
+        return
+    if t.overlap_param_gather and not (spec.parallel.zero_stage == 1 and t.overlap_grad_reduce):
+        missing = ("the distributed optimizer (zero_stage 1)" if spec.parallel.zero_stage != 1
+                   else "overlap_grad_reduce")
+        yield diag(R.DDP_OVERLAP, f"overlap_param_gather needs {missing} (Megatron-LM "
+                   "validate_args refuses it otherwise)", "training.overlap_param_gather",
+                   related=("training.overlap_grad_reduce", "parallel.zero_stage"),
+                   fix="set training.overlap_param_gather=false",
+                   edits={"training.overlap_param_gather": False}, missing=missing)
+
+
+def _moe(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC326 / TRC327: MoE settings Megatron-Core rejects when it builds the model."""
+    m, p = spec.model, spec.parallel
+    if m.num_experts is None:
+        return
+    lb = m.moe_router_load_balancing_type
+    if m.moe_expert_capacity_factor is not None and lb is MoeLoadBalancing.sinkhorn:
+        yield diag(R.MOE_CAPACITY_BALANCING, "moe_expert_capacity_factor "
+                   f"({m.moe_expert_capacity_factor:g}) works only with aux_loss, seq_aux_loss, "
+                   f"global_aux_loss or none load balancing, not {lb.value}",
+                   "model.moe_expert_capacity_factor",
+                   related=("model.moe_router_load_balancing_type",),
+                   fix="set model.moe_router_load_balancing_type=aux_loss, or "
+                       "model.moe_expert_capacity_factor=null (dropless)",
+                   edits={"model.moe_router_load_balancing_type": "aux_loss"},
+                   balancing=lb.value)
+    shared = m.moe_shared_expert_intermediate_size
+    if shared is not None and shared % p.tp:
+        lower, upper = shared // p.tp * p.tp, -(-shared // p.tp) * p.tp
+        options = [x for x in (lower, upper) if x > 0]
+        yield diag(R.SHARED_EXPERT_TP, f"moe_shared_expert_intermediate_size ({shared}) is not a "
+                   f"multiple of tp ({p.tp}); Megatron-Core fails at model build "
+                   f"('{shared} is not divisible by {p.tp}')",
+                   "model.moe_shared_expert_intermediate_size", related=("parallel.tp",),
+                   fix=f"set model.moe_shared_expert_intermediate_size to "
+                       f"{' or '.join(map(str, options))}",
+                   edits={"model.moe_shared_expert_intermediate_size": options[-1]},
+                   shared=shared, tp=p.tp)
 
 
 def _recompute(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:

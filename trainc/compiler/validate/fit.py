@@ -23,7 +23,7 @@ from typing import Any
 from trainc.compiler import rules as R
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.estimate.driver import plan_and_estimate
-from trainc.schemas import Offload, Recompute, TrainSpec
+from trainc.schemas import Device, Engine, Offload, Recompute, TrainSpec
 
 GiB = 2**30
 BUBBLE_LIMIT = 0.25
@@ -50,14 +50,14 @@ def _candidate_edits(spec: TrainSpec) -> list[tuple[dict[str, Any], dict[str, An
         out.append(({"parallel.tp": p.tp * 2}, side))
     if p.pipeline_first_stage_layers is None and p.pipeline_last_stage_layers is None:
         out.append(({"parallel.pp": p.pp * 2}, {"parallel.dp": None}))
-    if spec.engine.name == "megatron" and spec.model.seq_length >= 8192:
+    if spec.engine is Engine.megatron and spec.model.seq_length >= 8192:
         out.append(({"parallel.cp": p.cp * 2}, {"parallel.dp": None}))
     if t.recompute is Recompute.none:
         out.append(({"training.recompute": Recompute.selective}, {}))
     if t.recompute is not Recompute.full:
         out.append(({"training.recompute": Recompute.full},
                     {"training.recompute_method": None, "training.recompute_num_layers": None}))
-    if spec.engine.name == "megatron":
+    if spec.engine is Engine.megatron:
         if p.zero_stage == 0:
             out.append(({"parallel.zero_stage": 1}, {}))
     else:
@@ -177,6 +177,6 @@ def check_fit(spec: TrainSpec, plan: dict[str, Any], *, suggest: bool = True
     if not plan.get("estimates"):
         return
     # A shrunk or CPU run does not hold the full model on GPUs: the GPU fit does not apply.
-    if not (spec.launch.shrink or spec.launch.device == "cpu"):
+    if not (spec.launch.shrink or spec.launch.device is Device.cpu):
         yield from _memory(spec, plan, suggest)
     yield from _bubble(spec, plan)

@@ -14,29 +14,29 @@ from collections.abc import Iterator
 
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
-from trainc.compiler.diagnostics import Diagnostic, diag, did_you_mean
-from trainc.compiler.hardware import GPUS
+from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.secrets import is_secret
-from trainc.schemas import TrainSpec
+from trainc.schemas import Device, Entrypoint, Gpu, TrainSpec
 
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 # Slurm --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
 _TIME = re.compile(r"(\d+-)?\d+(:\d{1,2}){0,2}")
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Megatron --split: three non-negative decimal numbers (Megatron also takes '/' separators).
+_SPLIT = re.compile(r"\d+(\.\d+)?,\d+(\.\d+)?,\d+(\.\d+)?")
 #: Set by torchrun / the generated sbatch from the allocation (shared reference
 #: deepspeed_rules.md §5.3; bug cases BC-057, BC-059): a spec must not pin them.
 LAUNCHER_OWNED = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK",
                   "LOCAL_WORLD_SIZE", "GROUP_RANK")
 #: Interface names that never carry inter-node traffic (loopback, container bridges).
 _LOCAL_IF = re.compile(r"(lo|docker\d*|veth\w*|br-\w*|virbr\d*|cni\d*|flannel\S*)")
-DEVICES = ("cuda", "cpu")
-ENTRYPOINTS = ("trainc", "megatron-lm")
 #: Parameters beyond which a CPU run without shrink cannot hold the model (about 8 GiB of fp32).
 CPU_MAX_PARAMS = 2 * 10**9
 
 
 def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
-    """All TRC5xx rules, and unknown device / entrypoint / GPU names (TRC004)."""
+    """All TRC5xx rules (unknown device / entrypoint / GPU names are TRC004 at load time: the
+    schema's enums)."""
     lc, c = spec.launch, spec.cluster
     if not _NAME.fullmatch(spec.name) or spec.name.startswith("-"):
         safe = re.sub(r"[^A-Za-z0-9._-]+", "-", spec.name).strip("-")[:128] or "trainc-job"
@@ -48,35 +48,27 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    "([D-]HH:MM:SS or minutes)", "launch.time_limit",
                    fix="quote it in YAML, e.g. time_limit: \"04:00:00\"",
                    time_limit=lc.time_limit)
-    if lc.device not in DEVICES:
-        yield diag(R.UNKNOWN_CHOICE, f"launch.device ({lc.device!r}) is not one of "
-                   f"{', '.join(DEVICES)}{did_you_mean(lc.device, list(DEVICES))}",
-                   "launch.device", fix="set launch.device to cuda or cpu", device=lc.device)
-    if lc.entrypoint not in ENTRYPOINTS:
-        yield diag(R.UNKNOWN_CHOICE, f"launch.entrypoint ({lc.entrypoint!r}) is not one of "
-                   f"{', '.join(ENTRYPOINTS)}{did_you_mean(lc.entrypoint, list(ENTRYPOINTS))}",
-                   "launch.entrypoint", fix="set launch.entrypoint to trainc or megatron-lm",
-                   entrypoint=lc.entrypoint)
-    elif lc.entrypoint == "megatron-lm" and not lc.megatron_lm_path:
+    if lc.entrypoint is Entrypoint.megatron_lm and not lc.megatron_lm_path:
         yield diag(R.MEGATRON_LM_PATH, "entrypoint megatron-lm runs pretrain_gpt.py from a "
                    "Megatron-LM checkout, but launch.megatron_lm_path is not set",
                    "launch.megatron_lm_path", related=("launch.entrypoint",),
                    fix="set launch.megatron_lm_path to the checkout's directory",
-                   entrypoint=lc.entrypoint)
-    if c.gpu not in GPUS and c.gpu != "custom":
-        names = [*GPUS, "custom"]
-        yield diag(R.UNKNOWN_CHOICE, f"cluster.gpu ({c.gpu!r}) is not a known GPU"
-                   f"{did_you_mean(c.gpu, names)}", "cluster.gpu",
-                   fix=f"use one of {', '.join(names)} (custom: give the hardware fields)",
-                   gpu=c.gpu)
-    elif c.gpu == "custom":
+                   entrypoint=lc.entrypoint.value)
+    if c.gpu is Gpu.custom:
         for key in ("gpu_memory_gib", "peak_tflops", "intra_node_bandwidth_gbps",
                     "inter_node_bandwidth_gbps"):
             if getattr(c, key) is None:
                 yield diag(R.MISSING_VALUE, f"cluster.{key} is required with gpu: custom",
                            f"cluster.{key}", related=("cluster.gpu",),
                            fix=f"set cluster.{key}, or name a GPU preset in cluster.gpu",
-                           gpu=c.gpu)
+                           gpu=c.gpu.value)
+    if not _SPLIT.fullmatch(lc.data_split) or not any(
+            float(x) > 0 for x in lc.data_split.split(",")):
+        yield diag(R.DATA_SPLIT, f"launch.data_split ({lc.data_split!r}) is not three "
+                   "non-negative numbers separated by commas with a positive sum (train, "
+                   "validation, test parts, e.g. 100,0,0 or 98,1,1)", "launch.data_split",
+                   fix="set launch.data_split to e.g. \"100,0,0\"",
+                   edits={"launch.data_split": "100,0,0"}, data_split=lc.data_split)
     for k, v in sorted(lc.env.items()):
         if not _ENV.fullmatch(k):
             yield diag(R.ENV_NAME, f"launch.env key ({k!r}) is not a valid environment variable "
@@ -91,7 +83,7 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    value=str(mdc), tp=p.tp, cp=p.cp)
     yield from _env(spec)
     yield from _printable(spec)
-    if lc.device == "cpu" and not lc.shrink:
+    if lc.device is Device.cpu and not lc.shrink:
         m = spec.model
         approx = 12 * m.num_layers * m.hidden_size**2 + 2 * m.vocab_size * m.hidden_size
         if approx > CPU_MAX_PARAMS:
@@ -106,7 +98,7 @@ def _env(spec: TrainSpec) -> Iterator[Diagnostic]:
     """TRC507-TRC509: environment variables that contradict the layout or the rendezvous."""
     env, c = spec.launch.env, spec.cluster
     cvd = env.get("CUDA_VISIBLE_DEVICES")
-    if cvd is not None and spec.launch.device == "cuda":
+    if cvd is not None and spec.launch.device is Device.cuda:
         devs = [x for x in str(cvd).split(",") if x.strip()]
         if len(devs) != c.gpus_per_node:
             yield diag(R.VISIBLE_DEVICES, f"launch.env CUDA_VISIBLE_DEVICES ({cvd!r}) exposes "
@@ -152,7 +144,7 @@ def _env(spec: TrainSpec) -> Iterator[Diagnostic]:
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _STRING_KEYS = ("launch.partition", "launch.account", "launch.time_limit",
                 "launch.container_image", "launch.megatron_lm_path", "launch.data_path",
-                "launch.save_dir", "training.nvme_path")
+                "launch.save_dir", "training.nvme_path", "launch.data_split")
 
 
 def _printable(spec: TrainSpec) -> Iterator[Diagnostic]:

@@ -20,14 +20,20 @@ _POSITIVE = (
     "parallel.tp", "parallel.pp", "parallel.vpp", "parallel.cp", "parallel.ep", "parallel.etp",
     "parallel.dp", "training.micro_batch_size", "training.global_batch_size",
     "training.train_iters", "training.recompute_num_layers", "launch.save_interval",
-    "launch.log_interval",
+    "launch.log_interval", "training.lr_decay_iters", "training.lr_wsd_decay_iters",
+    "training.adam_eps", "model.norm_epsilon", "model.init_method_std",
+    "model.rope_scaling_factor", "model.moe_router_topk_scaling_factor",
+    "model.moe_expert_capacity_factor",
 )
-_FRACTION = ("cluster.compute_efficiency", "cluster.comm_efficiency")
+_FRACTION = ("cluster.compute_efficiency", "cluster.comm_efficiency", "model.rotary_percent")
+#: In [0, 1): momentum terms and dropout probabilities.
+_HALF_OPEN = ("training.adam_beta1", "training.adam_beta2", "training.sgd_momentum",
+              "model.hidden_dropout", "model.attention_dropout")
 _UNIT = ("cluster.comm_overlap",)
 _NON_NEGATIVE = ("cluster.memory_reserve_gib", "cluster.gemm_half_efficiency_tokens",
                  "cluster.layer_overhead_us", "training.lr", "training.min_lr",
                  "training.weight_decay", "training.grad_clip", "training.lr_warmup_iters",
-                 "training.seed")
+                 "training.seed", "model.moe_aux_loss_coeff", "model.moe_z_loss_coeff")
 #: Largest value accepted for any count; beyond it arithmetic is meaningless (and slow).
 MAX_COUNT = 10**12
 #: Tighter caps for counts that later passes iterate over (per layer, per rank): beyond them a
@@ -70,6 +76,12 @@ def ranges(spec: TrainSpec) -> Iterator[Diagnostic]:
         if isinstance(v, (int, float)) and not 0 < v <= 1:
             yield diag(R.VALUE_RANGE, f"{key} must be in (0, 1], got ({v})", key,
                        fix=f"set {key} to a fraction such as 0.5", value=v)
+    for key in _HALF_OPEN:
+        v = _get(spec, key)
+        if isinstance(v, (int, float)) and not 0 <= v < 1:
+            yield diag(R.VALUE_RANGE, f"{key} must be in [0, 1), got ({v})", key,
+                       fix=f"set {key} to at least 0 and below 1 (e.g. 0.95 for adam_beta2, "
+                           "0.0 for dropout)", value=v)
     for key in _UNIT:
         v = _get(spec, key)
         if isinstance(v, (int, float)) and not 0 <= v <= 1:

@@ -1,0 +1,369 @@
+"""Megatron settings of a validated spec, built once: Megatron-Core keyword arguments and the
+Megatron-LM ``pretrain_gpt.py`` flags derived from them.
+
+:func:`megatron_core_kwargs` is the one place that decides every Megatron setting.
+:func:`megatron_lm_flags` does not decide anything: it spells the same values as Megatron-LM
+flags through :data:`CORE_FLAGS` (flag -> Megatron-Core group and key), plus the flags of the
+training loop that have no Megatron-Core object (tokenizer, data, checkpoints). ``plan.json``
+stores both under ``engines``; ``megatron_core.yaml``, ``megatron_args.txt`` and the worker read
+them from there.
+
+Names are those of megatron-core 0.16.1 (``initialize_model_parallel``, ``TransformerConfig``,
+``GPTModel``, ``DistributedDataParallelConfig``, ``OptimizerConfig``,
+``OptimizerParamScheduler``, the ``forward_backward_func`` schedules) and of Megatron-LM
+``core_v0.19.0`` (``megatron/training/arguments.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainc.compiler.derive import Derived
+from trainc.compiler.engines.settings import (
+    distributed_optimizer,
+    grad_reduce_in_fp32,
+    interleaved,
+    layers_per_virtual_stage,
+)
+from trainc.schemas import (
+    Activation,
+    Device,
+    Normalization,
+    Optimizer,
+    PositionEmbedding,
+    Precision,
+    Recompute,
+    TrainSpec,
+)
+
+#: trainc -> Megatron spellings.
+NORMALIZATION = {Normalization.rmsnorm: "RMSNorm", Normalization.layernorm: "LayerNorm"}
+POSITION_EMBEDDING = {PositionEmbedding.rope: "rope", PositionEmbedding.learned: "learned_absolute"}
+TORCH_DTYPE = {Precision.bf16: "bfloat16", Precision.fp16: "float16", Precision.fp32: "float32"}
+#: (gated_linear_unit, activation_func as the dotted path the worker imports) per activation.
+ACTIVATION = {Activation.swiglu: (True, "torch.nn.functional.silu"),
+              Activation.gelu: (False, "torch.nn.functional.gelu")}
+#: Megatron-LM's default rank order (``initialize_model_parallel(order=...)``).
+RANK_ORDER = "tp-cp-ep-dp-pp"
+
+
+def megatron_core_kwargs(spec: TrainSpec, d: Derived) -> dict[str, dict[str, Any]]:
+    """Every Megatron-Core setting of a normalized, validated spec, grouped by the callable or
+    dataclass that takes it (keyword names of megatron-core 0.16.1).
+
+    Dtypes are strings (``getattr(torch, name)``); the activation callable is a dotted path under
+    ``callables.TransformerConfig``. ``None`` means "leave the library default" only where the
+    library's default is ``None`` too (e.g. ``virtual_pipeline_model_parallel_size``).
+
+    Raises AssertionError if ``d`` does not describe a valid layout (the validators guarantee it).
+    """
+    assert d.dp is not None and d.num_microbatches is not None
+    m, p, t, lc = spec.model, spec.parallel, spec.training, spec.launch
+    moe = m.num_experts is not None
+    dtype = TORCH_DTYPE[t.precision]
+    glu, act = ACTIVATION[m.activation]
+    full = t.recompute is Recompute.full
+    vpp = p.vpp if p.vpp > 1 else None
+    cpu = lc.device is Device.cpu
+    inter = interleaved(spec)
+    tc: dict[str, Any] = {
+        "num_layers": m.num_layers,
+        "hidden_size": m.hidden_size,
+        "num_attention_heads": m.num_attention_heads,
+        "num_query_groups": m.num_query_groups,
+        "ffn_hidden_size": m.ffn_hidden_size,
+        "kv_channels": m.kv_channels,
+        "gated_linear_unit": glu,
+        "normalization": NORMALIZATION[m.normalization],
+        "layernorm_epsilon": float(m.norm_epsilon),
+        "add_bias_linear": bool(m.add_bias_linear),
+        "add_qkv_bias": m.add_qkv_bias,
+        "init_method_std": float(m.init_method_std),
+        "hidden_dropout": float(m.hidden_dropout),
+        "attention_dropout": float(m.attention_dropout),
+        "tensor_model_parallel_size": p.tp,
+        "pipeline_model_parallel_size": p.pp,
+        "virtual_pipeline_model_parallel_size": vpp,
+        "context_parallel_size": p.cp,
+        "cp_comm_type": p.cp_comm_type.value,
+        "expert_model_parallel_size": p.ep,
+        "expert_tensor_parallel_size": d.etp,
+        "sequence_parallel": bool(p.sequence_parallel),
+        "num_layers_in_first_pipeline_stage": p.pipeline_first_stage_layers,
+        "num_layers_in_last_pipeline_stage": p.pipeline_last_stage_layers,
+        "account_for_embedding_in_pipeline_split": p.account_for_embedding_in_pipeline_split,
+        "account_for_loss_in_pipeline_split": p.account_for_loss_in_pipeline_split,
+        # Megatron-LM's CLI default: overlapped, unbatched p2p with interleaving. PP=2 + VPP with
+        # batched p2p silently corrupts training (docs/divergences.md).
+        "overlap_p2p_comm": inter,
+        "batch_p2p_comm": not inter,
+        "variable_seq_lengths": False,
+        "params_dtype": dtype,
+        "pipeline_dtype": dtype,
+        "bf16": t.precision is Precision.bf16,
+        "fp16": t.precision is Precision.fp16,
+        "recompute_granularity": t.recompute.value if t.recompute is not Recompute.none else None,
+        "recompute_method": t.recompute_method.value if full and t.recompute_method else None,
+        "recompute_num_layers": t.recompute_num_layers if full else None,
+        # Megatron-Core's local layers on CPU (Transformer Engine needs CUDA).
+        "transformer_impl": "local" if cpu else "transformer_engine",
+        "use_cpu_initialization": cpu,
+    }
+    if moe:
+        tc.update({
+            "num_moe_experts": m.num_experts,
+            "moe_router_topk": m.moe_router_topk,
+            "moe_ffn_hidden_size": m.moe_ffn_hidden_size,
+            "moe_layer_freq": m.moe_layer_freq,
+            "moe_token_dispatcher_type": m.moe_token_dispatcher_type.value,
+            "moe_router_pre_softmax": bool(m.moe_router_pre_softmax),
+            "moe_shared_expert_intermediate_size": m.moe_shared_expert_intermediate_size,
+            "moe_router_load_balancing_type": m.moe_router_load_balancing_type.value,
+            "moe_aux_loss_coeff": float(m.moe_aux_loss_coeff),
+            "moe_z_loss_coeff": _float(m.moe_z_loss_coeff),
+            "moe_router_score_function": m.moe_router_score_function.value,
+            "moe_router_topk_scaling_factor": _float(m.moe_router_topk_scaling_factor),
+            "moe_expert_capacity_factor": _float(m.moe_expert_capacity_factor),
+        })
+    distopt = distributed_optimizer(spec)
+    return {
+        "initialize_model_parallel": {
+            "tensor_model_parallel_size": p.tp,
+            "pipeline_model_parallel_size": p.pp,
+            "virtual_pipeline_model_parallel_size": vpp,
+            "context_parallel_size": p.cp,
+            "expert_model_parallel_size": p.ep,
+            "expert_tensor_parallel_size": d.etp,
+            "order": RANK_ORDER,
+        },
+        "TransformerConfig": tc,
+        "GPTModel": {
+            "vocab_size": d.padded_vocab_size,
+            "max_sequence_length": m.max_position_embeddings,
+            "position_embedding_type": POSITION_EMBEDDING[m.position_embedding],
+            "rotary_base": m.rotary_base,
+            "rotary_percent": float(m.rotary_percent),
+            "rope_scaling": m.rope_scaling_factor is not None,
+            "rope_scaling_factor": float(m.rope_scaling_factor or 8.0),
+            "share_embeddings_and_output_weights": not m.untie_embeddings_and_output_weights,
+        },
+        "DistributedDataParallelConfig": {
+            "use_distributed_optimizer": distopt,
+            "grad_reduce_in_fp32": grad_reduce_in_fp32(spec),
+            "overlap_grad_reduce": bool(t.overlap_grad_reduce),
+            "overlap_param_gather": bool(t.overlap_param_gather),
+        },
+        "OptimizerConfig": {
+            "optimizer": t.optimizer.value,
+            "lr": float(t.lr),
+            "min_lr": float(t.min_lr),
+            "weight_decay": float(t.weight_decay),
+            "clip_grad": float(t.grad_clip),
+            "adam_beta1": float(t.adam_beta1),
+            "adam_beta2": float(t.adam_beta2),
+            "adam_eps": float(t.adam_eps),
+            "sgd_momentum": float(t.sgd_momentum),
+            "bf16": t.precision is Precision.bf16,
+            "fp16": t.precision is Precision.fp16,
+            "params_dtype": dtype,
+            "use_distributed_optimizer": distopt,
+        },
+        "OptimizerParamScheduler": {
+            "init_lr": 0.0,
+            "max_lr": float(t.lr),
+            "min_lr": float(t.min_lr),
+            "lr_warmup_steps": t.lr_warmup_iters,
+            "lr_decay_steps": t.lr_decay_iters,
+            "lr_decay_style": t.lr_decay_style.value,
+            "start_wd": float(t.weight_decay),
+            "end_wd": float(t.weight_decay),
+            "wd_incr_steps": t.train_iters,
+            "wd_incr_style": "constant",
+            "wsd_decay_steps": t.lr_wsd_decay_iters,
+            "lr_wsd_decay_style": t.lr_wsd_decay_style.value,
+        },
+        "forward_backward_func": {
+            "num_microbatches": d.num_microbatches,
+            "seq_length": m.seq_length,
+            "micro_batch_size": t.micro_batch_size,
+            "decoder_seq_length": m.seq_length,
+        },
+        "callables": {"TransformerConfig": {"activation_func": act}},
+    }
+
+
+def _float(x: float | None) -> float | None:
+    return None if x is None else float(x)
+
+
+# --- Megatron-LM flags -----------------------------------------------------------------------
+
+#: One ``megatron_args.txt`` entry: (flag, value, the Megatron-Core (group, key) the value comes
+#: from, or None for a flag of Megatron-LM's training loop only). ``True`` is a store_true flag;
+#: ``None``/``False`` leave the flag out (Megatron-LM's default, equal to the Core value, applies).
+FlagEntry = tuple[str, Any, tuple[str, str] | None]
+
+
+def megatron_lm_entries(spec: TrainSpec, d: Derived,
+                        core: dict[str, dict[str, Any]]) -> list[FlagEntry]:
+    """The ``pretrain_gpt.py`` flags of Megatron-LM core_v0.19.0, in file order, with the
+    Megatron-Core setting each one carries: the values are read from ``core``
+    (:func:`megatron_core_kwargs`), never decided here.
+
+    Follows ``megatron/training/arguments.py::validate_args``: ``--num-query-groups`` only with
+    ``--group-query-attention``; VPP through ``--num-layers-per-virtual-pipeline-stage`` (even
+    split) or ``--num-virtual-stages-per-pipeline-rank`` (uneven or account_for split); never
+    ``--no-overlap-p2p-communication`` (its default keeps overlapped, unbatched p2p, the only safe
+    mode for PP=2 with interleaving). ``--vocab-size`` is the model's vocabulary: since
+    core_v0.18.0 the NullTokenizer has exactly that many tokens (it no longer appends one), and
+    Megatron pads it to ``derived.padded_vocab_size``. ``--split`` is always written with a data
+    path (Megatron-LM's own default ``969,30,1`` holds out 3 %).
+    """
+    m, p, t, lc = spec.model, spec.parallel, spec.training, spec.launch
+    tc, gpt, opt = core["TransformerConfig"], core["GPTModel"], core["OptimizerConfig"]
+    sched, ddp = core["OptimizerParamScheduler"], core["DistributedDataParallelConfig"]
+
+    def c(flag: str, group: str, key: str) -> FlagEntry:
+        return (flag, core[group].get(key), (group, key))
+
+    gqa = tc["num_query_groups"] < tc["num_attention_heads"]
+    rope = m.position_embedding is PositionEmbedding.rope
+    adam = opt["optimizer"] == Optimizer.adam.value
+    lpvs = layers_per_virtual_stage(spec, d)
+    moe = tc.get("num_moe_experts") is not None
+    out: list[FlagEntry] = [
+        c("--num-layers", "TransformerConfig", "num_layers"),
+        c("--hidden-size", "TransformerConfig", "hidden_size"),
+        c("--num-attention-heads", "TransformerConfig", "num_attention_heads"),
+        ("--group-query-attention", gqa, None),
+        ("--num-query-groups", tc["num_query_groups"] if gqa else None,
+         ("TransformerConfig", "num_query_groups")),
+        c("--ffn-hidden-size", "TransformerConfig", "ffn_hidden_size"),
+        c("--kv-channels", "TransformerConfig", "kv_channels"),
+        ("--seq-length", m.seq_length, ("forward_backward_func", "seq_length")),
+        c("--max-position-embeddings", "GPTModel", "max_sequence_length"),
+        c("--swiglu", "TransformerConfig", "gated_linear_unit"),
+        c("--normalization", "TransformerConfig", "normalization"),
+        c("--norm-epsilon", "TransformerConfig", "layernorm_epsilon"),
+        c("--position-embedding-type", "GPTModel", "position_embedding_type"),
+        ("--rotary-base", gpt["rotary_base"] if rope else None, ("GPTModel", "rotary_base")),
+        ("--rotary-percent", gpt["rotary_percent"] if rope else None,
+         ("GPTModel", "rotary_percent")),
+        c("--use-rope-scaling", "GPTModel", "rope_scaling"),
+        ("--rope-scaling-factor", gpt["rope_scaling_factor"] if gpt["rope_scaling"] else None,
+         ("GPTModel", "rope_scaling_factor")),
+        ("--untie-embeddings-and-output-weights", not gpt["share_embeddings_and_output_weights"],
+         None),
+        ("--disable-bias-linear", not tc["add_bias_linear"], None),
+        c("--add-qkv-bias", "TransformerConfig", "add_qkv_bias"),
+        c("--init-method-std", "TransformerConfig", "init_method_std"),
+        c("--hidden-dropout", "TransformerConfig", "hidden_dropout"),
+        c("--attention-dropout", "TransformerConfig", "attention_dropout"),
+        ("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by, None),
+        ("--tokenizer-type", "NullTokenizer", None),
+        ("--vocab-size", m.vocab_size, None),
+        ("--mock-data", lc.data_path is None, None),
+        ("--data-path", lc.data_path, None),
+        ("--split", lc.data_split if lc.data_path is not None else None, None),
+        c("--tensor-model-parallel-size", "TransformerConfig", "tensor_model_parallel_size"),
+        c("--pipeline-model-parallel-size", "TransformerConfig", "pipeline_model_parallel_size"),
+        ("--num-layers-per-virtual-pipeline-stage", lpvs, None),
+        ("--num-virtual-stages-per-pipeline-rank", p.vpp if p.vpp > 1 and lpvs is None else None,
+         ("TransformerConfig", "virtual_pipeline_model_parallel_size")),
+        c("--decoder-first-pipeline-num-layers", "TransformerConfig",
+          "num_layers_in_first_pipeline_stage"),
+        c("--decoder-last-pipeline-num-layers", "TransformerConfig",
+          "num_layers_in_last_pipeline_stage"),
+        c("--account-for-embedding-in-pipeline-split", "TransformerConfig",
+          "account_for_embedding_in_pipeline_split"),
+        c("--account-for-loss-in-pipeline-split", "TransformerConfig",
+          "account_for_loss_in_pipeline_split"),
+        c("--context-parallel-size", "TransformerConfig", "context_parallel_size"),
+        ("--cp-comm-type", tc["cp_comm_type"] if p.cp > 1 else None,
+         ("TransformerConfig", "cp_comm_type")),
+        c("--expert-model-parallel-size", "TransformerConfig", "expert_model_parallel_size"),
+        c("--expert-tensor-parallel-size", "TransformerConfig", "expert_tensor_parallel_size"),
+        c("--sequence-parallel", "TransformerConfig", "sequence_parallel"),
+        c("--use-distributed-optimizer", "DistributedDataParallelConfig",
+          "use_distributed_optimizer"),
+        ("--overlap-grad-reduce", ddp["overlap_grad_reduce"],
+         ("DistributedDataParallelConfig", "overlap_grad_reduce")),
+        ("--overlap-param-gather", ddp["overlap_param_gather"],
+         ("DistributedDataParallelConfig", "overlap_param_gather")),
+    ]
+    if moe:
+        out += [
+            c("--num-experts", "TransformerConfig", "num_moe_experts"),
+            c("--moe-router-topk", "TransformerConfig", "moe_router_topk"),
+            c("--moe-ffn-hidden-size", "TransformerConfig", "moe_ffn_hidden_size"),
+            c("--moe-layer-freq", "TransformerConfig", "moe_layer_freq"),
+            c("--moe-token-dispatcher-type", "TransformerConfig", "moe_token_dispatcher_type"),
+            c("--moe-router-pre-softmax", "TransformerConfig", "moe_router_pre_softmax"),
+            c("--moe-shared-expert-intermediate-size", "TransformerConfig",
+              "moe_shared_expert_intermediate_size"),
+            c("--moe-router-load-balancing-type", "TransformerConfig",
+              "moe_router_load_balancing_type"),
+            c("--moe-aux-loss-coeff", "TransformerConfig", "moe_aux_loss_coeff"),
+            c("--moe-z-loss-coeff", "TransformerConfig", "moe_z_loss_coeff"),
+            c("--moe-router-score-function", "TransformerConfig", "moe_router_score_function"),
+            c("--moe-router-topk-scaling-factor", "TransformerConfig",
+              "moe_router_topk_scaling_factor"),
+            c("--moe-expert-capacity-factor", "TransformerConfig", "moe_expert_capacity_factor"),
+        ]
+    wsd = sched["lr_decay_style"] == "WSD"
+    out += [
+        c("--micro-batch-size", "forward_backward_func", "micro_batch_size"),
+        ("--global-batch-size", t.global_batch_size, None),
+        c("--bf16", "TransformerConfig", "bf16"),
+        c("--fp16", "TransformerConfig", "fp16"),
+        c("--recompute-granularity", "TransformerConfig", "recompute_granularity"),
+        c("--recompute-method", "TransformerConfig", "recompute_method"),
+        c("--recompute-num-layers", "TransformerConfig", "recompute_num_layers"),
+        c("--optimizer", "OptimizerConfig", "optimizer"),
+        c("--lr", "OptimizerConfig", "lr"),
+        c("--min-lr", "OptimizerConfig", "min_lr"),
+        c("--lr-decay-style", "OptimizerParamScheduler", "lr_decay_style"),
+        c("--lr-warmup-init", "OptimizerParamScheduler", "init_lr"),
+        c("--lr-warmup-iters", "OptimizerParamScheduler", "lr_warmup_steps"),
+        c("--lr-decay-iters", "OptimizerParamScheduler", "lr_decay_steps"),
+        ("--lr-wsd-decay-iters", sched["wsd_decay_steps"] if wsd else None,
+         ("OptimizerParamScheduler", "wsd_decay_steps")),
+        ("--lr-wsd-decay-style", sched["lr_wsd_decay_style"] if wsd else None,
+         ("OptimizerParamScheduler", "lr_wsd_decay_style")),
+        c("--weight-decay", "OptimizerConfig", "weight_decay"),
+        ("--adam-beta1", opt["adam_beta1"] if adam else None, ("OptimizerConfig", "adam_beta1")),
+        ("--adam-beta2", opt["adam_beta2"] if adam else None, ("OptimizerConfig", "adam_beta2")),
+        ("--adam-eps", opt["adam_eps"] if adam else None, ("OptimizerConfig", "adam_eps")),
+        ("--sgd-momentum", None if adam else opt["sgd_momentum"],
+         ("OptimizerConfig", "sgd_momentum")),
+        c("--clip-grad", "OptimizerConfig", "clip_grad"),
+        ("--train-iters", t.train_iters, None),
+        ("--seed", t.seed, None),
+        ("--save", lc.save_dir, None),
+        ("--load", lc.save_dir, None),
+        ("--save-interval", lc.save_interval, None),
+        ("--log-interval", lc.log_interval, None),
+        ("--distributed-backend", "gloo" if lc.device is Device.cpu else "nccl", None),
+        c("--transformer-impl", "TransformerConfig", "transformer_impl"),
+        c("--use-cpu-initialization", "TransformerConfig", "use_cpu_initialization"),
+    ]
+    return out
+
+
+def megatron_lm_flags(entries: list[FlagEntry]) -> list[list[str]]:
+    """The entries that are written, as ``[flag]`` (store_true) or ``[flag, value]``."""
+    out: list[list[str]] = []
+    for flag, value, _ in entries:
+        if value is None or value is False:
+            continue
+        out.append([flag] if value is True else [flag, _fmt(value)])
+    return out
+
+
+def _fmt(value: Any) -> str:
+    """A flag value as argparse reads it back (``repr`` of floats is exact and deterministic)."""
+    if isinstance(value, float):
+        return repr(value)
+    text = str(value)
+    assert "\n" not in text and "\r" not in text, f"a flag value with a line break: {text!r}"
+    return text
