@@ -46,7 +46,7 @@ from trainc.compiler import plan as plan_mod
 import trainc.compiler.engines as engines_mod
 from trainc.compiler.engines.deepspeed import deepspeed_config
 from trainc.compiler.estimate import rankmap
-from trainc.compiler.estimate.params import plan_stage_chunks
+from trainc.compiler.derive import stage_chunk_sizes
 from trainc.compiler.normalize import normalize
 from trainc.compiler.schema_check import to_spec
 from trainc.compiler.validate import validate
@@ -185,12 +185,12 @@ def _tolerant_derive(spec: Any) -> Any:
 def plan_for_oracles(spec: Any, accepted: bool) -> dict[str, Any]:
     """plan.json of the spec (the tolerant variant when trainc rejects it)."""
     if accepted:
-        return plan_mod.plan(spec)
+        return plan_mod.plan(spec).to_json()
     # the DeepSpeed config of a rejected spec is built by ds_oracle_config (its batch triangle
     # does not close, which deepspeed_config asserts)
     with mock.patch.object(plan_mod, "derive", _tolerant_derive), \
             mock.patch.object(engines_mod, "deepspeed_config", lambda spec, d: None):
-        return plan_mod.plan(spec)
+        return plan_mod.plan(spec).to_json()
 
 
 def megatron_core_kwargs(plan: dict[str, Any]) -> dict[str, Any]:
@@ -644,7 +644,10 @@ def megatron_oracle(out: Outcome, spec: Any, plan: dict[str, Any]) -> None:
         out.hazards.append(f"builds {sum(built)} of {m.num_layers} layers ({built})")
     elif built is not None and out.trainc_ok:
         # the split trainc estimates with is the split Megatron builds, chunk by chunk
-        chunks = plan_stage_chunks(plan)
+        par = plan["spec"]["parallel"]
+        chunks = stage_chunk_sizes(plan["derived"]["layers_per_stage"], vpp,
+                                   par["account_for_embedding_in_pipeline_split"],
+                                   par["account_for_loss_in_pipeline_split"])
         ours = [chunks[r][j] for j in range(vpp) for r in range(pp)]
         theirs = [built[r * vpp + j] for j in range(vpp) for r in range(pp)]
         if ours != theirs:

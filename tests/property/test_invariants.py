@@ -18,7 +18,7 @@ KEYS = set(schema_keys()) | {"name", "engine"}
 
 
 def _check_plan(spec) -> None:
-    p = plan(spec)
+    p = plan(spec).to_json()
     dv = p["derived"]
     par, t, m = spec.parallel, spec.training, spec.model
     assert dv["world_size"] == spec.cluster.num_nodes * spec.cluster.gpus_per_node

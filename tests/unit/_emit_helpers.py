@@ -36,6 +36,19 @@ def compile_case(name: str,
     return result.plan, dict(result.files)
 
 
+def compile_ir(name: str, overrides: tuple[str, ...] = ()) -> Any:
+    """The typed plan (:class:`trainc.compiler.ir.Plan`) of a golden case."""
+    spec = (CASES_DIR / name / "spec.yaml").relative_to(REPO)
+    cwd = os.getcwd()
+    os.chdir(REPO)
+    try:
+        result = compile_spec(spec, list(overrides))
+    finally:
+        os.chdir(cwd)
+    assert result.ok and result.ir is not None
+    return result.ir
+
+
 def compile_dict(tmp: Path, spec: dict[str, Any], overrides: tuple[str, ...] = ()):
     """Compile a spec given as a dict (written to ``tmp/spec.yaml``); returns the CompileResult."""
     path = tmp / "spec.yaml"

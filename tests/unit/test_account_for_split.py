@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from specs.kit import find, lint_cfg
 from trainc.compiler.derive import layers_per_stage
-from trainc.compiler.estimate.params import stage_chunk_sizes, stage_layer_indices
+from trainc.compiler.derive import stage_chunk_sizes, stage_layer_indices
 
 EMB = "parallel.account_for_embedding_in_pipeline_split"
 LOSS = "parallel.account_for_loss_in_pipeline_split"

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _emit_helpers import CASES_DIR, compile_case
+from _emit_helpers import CASES_DIR, compile_case, compile_ir
 
 from trainc.compiler.emit import emit
 from trainc.compiler.emit.report import report_text
@@ -53,9 +53,11 @@ def test_report_renders_estimates_when_present() -> None:
 
 def test_emit_is_deterministic_and_pure() -> None:
     plan, files = compile_case("env-container")
-    before = json.dumps(plan, sort_keys=True)
-    assert emit(copy.deepcopy(plan)) == files
-    assert json.dumps(plan, sort_keys=True) == before
+    ir = compile_ir("env-container")
+    before = json.dumps(ir.to_json(), sort_keys=True)
+    assert before == json.dumps(plan, sort_keys=True)
+    assert emit(ir) == files == emit(ir)
+    assert json.dumps(ir.to_json(), sort_keys=True) == before
 
 
 def test_manifest_hashes_every_file(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from trainc.compiler.estimate.activations import (
     dense_layer_bytes, inflight_microbatches, korthikanti_layer_bytes)
-from trainc.compiler.estimate.driver import plan_and_estimate
+from trainc.compiler.pipeline import plan_and_estimate
 from trainc.compiler.estimate.megatron_ref import (
     theoretical_activation_bytes, theoretical_weight_and_optimizer_bytes)
 from trainc.compiler.estimate.memory import (
@@ -164,10 +164,16 @@ def make_spec(*, engine=Engine.megatron, nodes=1, gpn=8, mem=80.0, **kw) -> Trai
                      parallel=ParallelSpec(**par), training=TrainingSpec(**tr))
 
 
-def run(spec):
+def run_ir(spec):
+    """The typed plan (:class:`trainc.compiler.ir.Plan`) with estimates."""
     _, diags, plan = plan_and_estimate(spec)
     assert plan is not None, [d.message for d in diags if d.is_error]
     return plan
+
+
+def run(spec):
+    """The plan.json view of :func:`run_ir`."""
+    return run_ir(spec).to_json()
 
 
 def test_llama3_8b_model_states_close_to_megatron_reference():

@@ -10,7 +10,7 @@ import math
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from trainc.compiler.estimate.driver import plan_and_estimate
+from trainc.compiler.pipeline import plan_and_estimate
 from trainc.schemas import (
     Gpu,
     ClusterSpec, CpCommType, Engine, ModelSpec, ParallelSpec, Recompute, TrainingSpec, TrainSpec)
@@ -51,7 +51,7 @@ def specs(draw):
 def estimate_or_skip(spec):
     _, diags, plan = plan_and_estimate(spec)
     assume(plan is not None)
-    return plan
+    return plan.to_json()
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])

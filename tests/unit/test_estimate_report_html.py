@@ -8,7 +8,7 @@ import pytest
 
 from trainc.compiler.emit.report_html import report_html
 from trainc.compiler.estimate.bubble import bubble_fraction
-from trainc.compiler.estimate.driver import plan_and_estimate
+from trainc.compiler.pipeline import plan_and_estimate
 from trainc.compiler.estimate.schedule import simulate
 
 from test_estimate_memory import make_spec  # noqa: E402
@@ -31,7 +31,8 @@ def test_simulated_schedule_matches_bubble_formula(p, m, v):
 @pytest.mark.parametrize("kw", [{}, {"parallel__vpp": 2, "training__global_batch_size": 16},
                                 {"parallel__pp": 1}])
 def test_report_html_is_wellformed_and_self_contained(kw):
-    nspec, _, plan = plan_and_estimate(make_spec(**kw))
+    nspec, _, ir = plan_and_estimate(make_spec(**kw))
+    plan = ir.to_json()
     html = report_html(plan)["report.html"]
     assert "<script" not in html and "src=" not in html and "href=" not in html
     root = ET.fromstring(html.split("\n", 1)[1])  # drop the doctype
@@ -62,7 +63,8 @@ def test_report_renders_in_headless_chromium(tmp_path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
-    _, _, plan = plan_and_estimate(make_spec(parallel__vpp=2, training__global_batch_size=16))
+    _, _, ir = plan_and_estimate(make_spec(parallel__vpp=2, training__global_batch_size=16))
+    plan = ir.to_json()
     page = tmp_path / "report.html"
     page.write_text(report_html(plan)["report.html"])
     shot = tmp_path / "shot.png"

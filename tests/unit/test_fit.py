@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-from trainc.compiler.estimate.driver import plan_and_estimate
+from trainc.compiler.fit import check_fit, fitting_changes
+from trainc.compiler.pipeline import plan_and_estimate
 from trainc.compiler.validate import validate
-from trainc.compiler.validate.fit import check_fit, fitting_changes
 from trainc.schemas import Device, Recompute
 
 from test_estimate_memory import make_spec  # noqa: E402
 
 
+def evaluate(spec):
+    """The what-if the driver gives check_fit (normalize .. estimate)."""
+    return plan_and_estimate(spec)[2]
+
+
 def fit_diags(spec):
     nspec, _, plan = plan_and_estimate(spec)
     assert plan is not None
-    return nspec, plan, list(check_fit(nspec, plan))
+    return nspec, plan, list(check_fit(plan, evaluate=evaluate))
 
 
 def test_memory_fit_allows_small_model():
@@ -30,7 +35,7 @@ def test_memory_fit_rejects_and_suggests_valid_fitting_changes():
     assert d.is_error and d.key == "cluster.gpu_memory_gib"
     assert d.facts["memory_bytes"] > d.facts["budget_bytes"] == int(76 * 2**30)
     assert d.fix.startswith("cheapest changes that fit") and d.edits
-    cands, fit = fitting_changes(nspec)
+    cands, fit = fitting_changes(nspec, evaluate)
     assert fit and all(c["total"] <= c["budget"] for c in cands)
     # the first suggestion, applied, passes validation and fits
     applied = make_spec(parallel__tp=1, parallel__pp=1, parallel__zero_stage=0,
@@ -40,7 +45,7 @@ def test_memory_fit_rejects_and_suggests_valid_fitting_changes():
         setattr(getattr(applied, sect), key, v)
     n2, diags2, plan2 = plan_and_estimate(applied)
     assert plan2 is not None and not any(x.is_error for x in validate(n2))
-    assert plan2["estimates"]["memory_bytes"]["total"] <= plan2["estimates"]["memory_budget_bytes"]
+    assert plan2.estimates.memory_bytes.total <= plan2.estimates.memory_budget_bytes
 
 
 def test_bubble_warning_rejects_and_allows():
@@ -58,7 +63,7 @@ def test_memory_fit_verdict_without_suggestions():
     spec = make_spec(parallel__tp=1, parallel__pp=1, parallel__zero_stage=0,
                      training__recompute=Recompute.none)
     nspec, _, plan = plan_and_estimate(spec)
-    [d] = [d for d in check_fit(nspec, plan, suggest=False) if d.rule.id == "TRC401"]
+    [d] = [d for d in check_fit(plan) if d.rule.id == "TRC401"]
     assert d.is_error and d.edits == {}
 
 
@@ -80,8 +85,8 @@ def test_when_nothing_fits_only_real_reductions_are_listed():
                      parallel__tp=8, parallel__pp=1, training__recompute=Recompute.none,
                      training__global_batch_size=8)
     nspec, plan, _ = fit_diags(spec)
-    cands, fit = fitting_changes(nspec)
+    cands, fit = fitting_changes(nspec, evaluate)
     assert not fit and cands
-    current = plan["estimates"]["memory_bytes"]["total"]
+    current = plan.estimates.memory_bytes.total
     assert all(r["total"] < 0.99 * current for r in cands)
     assert all(r["edits"].get("training.recompute") is not Recompute.selective for r in cands)

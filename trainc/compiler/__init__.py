@@ -1,1 +1,2 @@
-"""The compiler: load -> normalize -> validate -> plan -> estimate -> check_fit -> emit -> write."""
+"""The compiler: load -> normalize -> validate -> plan -> estimate -> check_fit -> emit -> write
+(the order is :data:`trainc.compiler.pipeline.PASSES`)."""

@@ -137,3 +137,75 @@ def derive(spec: TrainSpec) -> Derived:
         padded_vocab_size=padded_vocab(m.vocab_size, m.make_vocab_size_divisible_by, p.tp),
         num_moe_layers=num_moe_layers(spec),
     )
+
+
+def stage_chunk_sizes(num_layers_per_stage: list[int], vpp: int, account_for_embedding: bool = False,
+                      account_for_loss: bool = False) -> list[list[int]]:
+    """Transformer layers in each model chunk of each PP rank (``[rank][chunk]``).
+
+    Mirrors Megatron-Core ``get_num_layers_to_build``: every rank's (padded) layers form ``vpp``
+    equal chunks; with ``account_for_embedding`` the first chunk of the first rank builds one layer
+    fewer, with ``account_for_loss`` the last chunk of the last rank (megatron_rules.md §1.6).
+    Splits that do not divide into ``vpp`` chunks are shown as one chunk per rank.
+
+    >>> stage_chunk_sizes([7, 8, 8, 7], 2, True, True)
+    [[3, 4], [4, 4], [4, 4], [4, 3]]
+    """
+    p = len(num_layers_per_stage)
+    padded = [n + (account_for_embedding and r == 0) + (account_for_loss and r == p - 1)
+              for r, n in enumerate(num_layers_per_stage)]
+    if vpp <= 1 or any(n % vpp for n in padded):
+        return [[n] for n in num_layers_per_stage]
+    out = [[n // vpp] * vpp for n in padded]
+    if account_for_embedding:
+        out[0][0] -= 1
+    if account_for_loss:
+        out[-1][-1] -= 1
+    return out
+
+
+def stage_layer_indices(num_layers_per_stage: list[int], vpp: int,
+                        account_for_embedding: bool = False,
+                        account_for_loss: bool = False) -> list[list[int]]:
+    """Global (0-based) layer indices of each PP rank, chunk by chunk.
+
+    Without interleaving stage r holds a contiguous block. With ``vpp = v`` chunk j of rank r
+    (sizes from :func:`stage_chunk_sizes`) sits at virtual position ``j*p + r``
+    (megatron_rules.md §1.6).
+
+    >>> stage_layer_indices([2, 2], 2)
+    [[0, 2], [1, 3]]
+    >>> stage_layer_indices([1, 2], 2, True, False)
+    [[1], [0, 2]]
+    """
+    sizes = stage_chunk_sizes(num_layers_per_stage, vpp, account_for_embedding, account_for_loss)
+    p, v = len(sizes), max((len(c) for c in sizes), default=1)
+    out: list[list[int]] = [[] for _ in range(p)]
+    pos = 0
+    for j in range(v):  # virtual stage q = j*p + r, in order of q
+        for r in range(p):
+            n = sizes[r][j] if j < len(sizes[r]) else 0
+            out[r].extend(range(pos, pos + n))
+            pos += n
+    return out
+
+
+def full_recompute_mask(chunks: list[int], recompute_method: str | None,
+                        recompute_num_layers: int | None) -> list[bool]:
+    """Which of a stage's layers full recompute re-runs, in :func:`stage_layer_indices` order;
+    ``chunks`` are the stage's chunk sizes (:func:`stage_chunk_sizes`).
+
+    Mirrors Megatron-Core ``TransformerBlock._checkpointed_forward``: ``uniform`` checkpoints every
+    layer in groups of ``recompute_num_layers``; ``block`` checkpoints the first
+    ``recompute_num_layers`` layers of each model chunk and runs the rest with full stored
+    activations.
+
+    >>> full_recompute_mask([2, 2], "block", 1)
+    [True, False, True, False]
+    >>> full_recompute_mask([3], "uniform", 2)
+    [True, True, True]
+    """
+    if recompute_method != "block":
+        return [True] * sum(chunks)
+    n = max(recompute_num_layers or 1, 1)
+    return [k < n for c in chunks for k in range(c)]

@@ -1,31 +1,126 @@
-"""The driver: the only code that knows the order of the passes.
+"""The driver: :data:`PASSES` is the only statement of the pass order, and :func:`run_passes` the
+only code that runs it. ``trainc compile``, ``lint``, ``explain``, ``diff``, ``plan`` (the layout
+search) and the fit check's what-if search all go through it.
 
 load -> normalize -> validate -> (stop on errors) -> plan -> estimate -> check_fit -> (stop) -> emit
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainc.compiler.diagnostics import Diagnostic, locate, sort_diagnostics
+from trainc.compiler.diagnostics import Diagnostic, Location, locate, sort_diagnostics
 from trainc.compiler.emit import emit
 from trainc.compiler.estimate import estimate
+from trainc.compiler.fit import check_fit
+from trainc.compiler.ir import Plan
 from trainc.compiler.load import Loaded, load_spec
 from trainc.compiler.normalize import normalize
 from trainc.compiler.plan import plan as make_plan
 from trainc.compiler.validate import validate
-from trainc.compiler.validate.fit import check_fit
 from trainc.schemas import TrainSpec
 
-PASSES = ("load", "normalize", "validate", "plan", "estimate", "check_fit", "emit")
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """What the passes have produced so far (each pass returns a new State)."""
+
+    spec: TrainSpec
+    """The spec; normalized from the normalize pass on."""
+    where: Mapping[str, Location] = field(default_factory=dict)
+    """Where each key was set (diagnostics are located with it)."""
+    presets: Mapping[str, str] | None = None
+    diagnostics: tuple[Diagnostic, ...] = ()
+    plan: Plan | None = None
+    files: Mapping[str, str] = field(default_factory=dict)
+    suggest: bool = True
+    """check_fit's what-if search for TRC401's fix (off for the layout planner)."""
+
+    @property
+    def failed(self) -> bool:
+        """True once a pass reported an error: the driver stops there."""
+        return any(d.is_error for d in self.diagnostics)
+
+
+def _normalize(s: State) -> State:
+    return dataclasses.replace(s, spec=normalize(s.spec))
+
+
+def _validate(s: State) -> State:
+    return dataclasses.replace(s, diagnostics=s.diagnostics + tuple(locate(validate(s.spec),
+                                                                           s.where)))
+
+
+def _plan(s: State) -> State:
+    return dataclasses.replace(s, plan=dataclasses.replace(make_plan(s.spec), presets=s.presets))
+
+
+def _estimate(s: State) -> State:
+    assert s.plan is not None
+    return dataclasses.replace(s, plan=dataclasses.replace(s.plan, estimates=estimate(s.plan)))
+
+
+def _check_fit(s: State) -> State:
+    assert s.plan is not None
+    evaluate = _evaluate if s.suggest else None
+    found = tuple(locate(check_fit(s.plan, evaluate=evaluate), s.where))
+    diags = tuple(sort_diagnostics([*s.diagnostics, *found]))
+    plan = dataclasses.replace(s.plan, diagnostics=tuple(d.to_json() for d in diags))
+    return dataclasses.replace(s, diagnostics=diags, plan=plan)
+
+
+def _emit(s: State) -> State:
+    assert s.plan is not None
+    return dataclasses.replace(s, files=emit(s.plan))
+
+
+Pass = Callable[[State], State]
+#: The passes in order, by name (``stop_after`` names one).
+PASSES: tuple[tuple[str, Pass], ...] = (
+    ("normalize", _normalize),
+    ("validate", _validate),
+    ("plan", _plan),
+    ("estimate", _estimate),
+    ("check_fit", _check_fit),
+    ("emit", _emit),
+)
+
+
+def run_passes(state: State, *, start: str = "normalize", stop_after: str = "emit") -> State:
+    """Run :data:`PASSES` from ``start`` up to and including ``stop_after``; stops after the
+    first pass that reports an error (later passes assume a valid spec). Never raises for user
+    mistakes."""
+    names = [name for name, _ in PASSES]
+    for _, fn in PASSES[names.index(start):names.index(stop_after) + 1]:
+        state = fn(state)
+        if state.failed:
+            break
+    return state
+
+
+def plan_and_estimate(spec: TrainSpec, *, normalized: bool = False
+                      ) -> tuple[TrainSpec, list[Diagnostic], Plan | None]:
+    """(normalized spec, validation diagnostics, the plan with estimates or None on errors):
+    the passes normalize (unless ``normalized``) .. estimate."""
+    state = run_passes(State(spec=spec), start="validate" if normalized else "normalize",
+                       stop_after="estimate")
+    return state.spec, list(state.diagnostics), None if state.failed else state.plan
+
+
+def _evaluate(spec: TrainSpec) -> Plan | None:
+    """The fit check's what-if: a changed spec through normalize .. estimate (None if invalid)."""
+    return plan_and_estimate(spec)[2]
 
 
 @dataclass
 class CompileResult:
     """What :func:`compile_spec` produced. ``ok`` is False when any diagnostic is an error; then
-    ``plan`` may be None and ``files`` is empty."""
+    ``plan`` may be None and ``files`` is empty. ``plan`` is the plan.json view (a dict) of
+    ``ir``, the typed :class:`~trainc.compiler.ir.Plan`."""
 
     path: str
     diagnostics: list[Diagnostic]
@@ -33,6 +128,7 @@ class CompileResult:
     plan: dict[str, Any] | None = None
     files: dict[str, str] = field(default_factory=dict)
     loaded: Loaded | None = None
+    ir: Plan | None = None
 
     @property
     def ok(self) -> bool:
@@ -42,25 +138,17 @@ class CompileResult:
 
 def compile_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = (), *,
                  emit_files: bool = True) -> CompileResult:
-    """Run the passes on the spec at ``path``; never raises for user mistakes.
+    """Load the spec at ``path`` and run the passes; never raises for user mistakes.
 
-    With ``emit_files`` false (``trainc lint``) it stops after the fit check.
+    With ``emit_files`` false (``trainc lint``, ``explain``, ``diff``) it stops after the fit
+    check.
     """
     loaded = load_spec(path, overrides)
     if loaded.spec is None:
         return CompileResult(str(path), sort_diagnostics(loaded.diagnostics), loaded=loaded)
-    spec = normalize(loaded.spec)
-    diags = locate(validate(spec), loaded.where)
-    result = CompileResult(str(path), sort_diagnostics(diags), spec=spec, loaded=loaded)
-    if not result.ok:
-        return result
-    the_plan = make_plan(spec)
-    the_plan["presets"] = loaded.presets
-    the_plan["estimates"] = estimate(spec, the_plan)
-    diags += locate(check_fit(spec, the_plan), loaded.where)
-    result.diagnostics = sort_diagnostics(diags)
-    the_plan["diagnostics"] = [d.to_json() for d in result.diagnostics]
-    result.plan = the_plan
-    if result.ok and emit_files:
-        result.files = emit(the_plan)
-    return result
+    state = run_passes(State(spec=loaded.spec, where=loaded.where, presets=loaded.presets),
+                       stop_after="emit" if emit_files else "check_fit")
+    ir = state.plan if state.plan is not None and state.plan.estimates is not None else None
+    return CompileResult(str(path), sort_diagnostics(list(state.diagnostics)), spec=state.spec,
+                         plan=ir.to_json() if ir is not None else None, files=dict(state.files),
+                         loaded=loaded, ir=ir)

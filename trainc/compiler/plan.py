@@ -1,8 +1,5 @@
-"""plan: turn a validated, normalized spec into ``plan.json`` (a plain, JSON-ready dict), the
-single source of truth every artifact is rendered from.
-
-Only ``assert`` here: the validators guarantee the invariants (dp divides, layers split, ...).
-"""
+"""plan: turn a validated, normalized spec into a :class:`~trainc.compiler.ir.Plan`, the single
+source of truth every artifact is rendered from (``plan.json`` is ``Plan.to_json()``)."""
 
 from __future__ import annotations
 
@@ -17,6 +14,7 @@ from trainc.compiler.derive import derive
 from trainc.compiler.engines import engine_configs
 from trainc.compiler.engines.settings import distributed_optimizer, layers_per_virtual_stage
 from trainc.compiler.secrets import mask_secrets
+from trainc.compiler.ir import Engines, Layout, Plan
 from trainc.schemas import Device, Precision, TrainSpec
 
 #: Megatron-LM release whose ``pretrain_gpt.py`` flags ``megatron_args.txt`` targets.
@@ -56,8 +54,8 @@ def spec_hash(spec_dict: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(spec_dict).encode()).hexdigest()
 
 
-def plan(spec: TrainSpec) -> dict[str, Any]:
-    """Build the ``plan.json`` dict of a normalized, validated spec (estimates filled later).
+def plan(spec: TrainSpec) -> Plan:
+    """The :class:`~trainc.compiler.ir.Plan` of a normalized, validated spec (no estimates yet).
 
     ``derived`` holds the grid sizes (world_size, dp, expert_dp, etp), num_microbatches,
     layers_per_stage (transformer layers per PP stage; with vpp each stage's layers form vpp
@@ -65,60 +63,43 @@ def plan(spec: TrainSpec) -> dict[str, Any]:
     padded_vocab_size, and the schedule switches the emitters need (overlap/batched p2p).
     ``engines`` holds every engine's settings (:func:`trainc.compiler.engines.engine_configs`),
     which the engine artifacts and the worker read.
+
+    Only ``assert`` here: the validators guarantee the invariants (dp divides, layers split).
     """
     d = derive(spec)
     p, t = spec.parallel, spec.training
     assert d.dp is not None and d.expert_dp is not None and d.num_microbatches is not None
     assert d.layers_per_stage is not None and sum(d.layers_per_stage) == spec.model.num_layers
-    engines = engine_configs(spec, d)
-    core = engines["megatron_core"]
-    tc = core["TransformerConfig"]
+    eng = engine_configs(spec, d)
+    tc = eng["megatron_core"]["TransformerConfig"]
     # Secret launch.env values never reach plan.json, hence no artifact (trainc.compiler.secrets).
     spec_dict, secret_env = mask_secrets(spec_to_dict(spec))
     cpu = spec.launch.device is Device.cpu
-    derived = {
-        "world_size": d.world_size,
-        "tp": p.tp,
-        "pp": p.pp,
-        "vpp": p.vpp,
-        "cp": p.cp,
-        "ep": p.ep,
-        "etp": d.etp,
-        "dp": d.dp,
-        "expert_dp": d.expert_dp,
-        "model_parallel_size": d.model_parallel,
-        "num_microbatches": d.num_microbatches,
-        "layers_per_stage": list(d.layers_per_stage),
-        "layers_per_virtual_stage": layers_per_virtual_stage(spec, d),
-        "uneven_pipeline": p.pipeline_first_stage_layers is not None
+    layout = Layout(
+        world_size=d.world_size, tp=p.tp, pp=p.pp, vpp=p.vpp, cp=p.cp, ep=p.ep, etp=d.etp,
+        dp=d.dp, expert_dp=d.expert_dp, model_parallel_size=d.model_parallel,
+        num_microbatches=d.num_microbatches, layers_per_stage=tuple(d.layers_per_stage),
+        layers_per_virtual_stage=layers_per_virtual_stage(spec, d),
+        uneven_pipeline=p.pipeline_first_stage_layers is not None
         or p.pipeline_last_stage_layers is not None,
-        "padded_vocab_size": d.padded_vocab_size,
-        "num_moe_layers": d.num_moe_layers,
-        "sequence_parallel": bool(p.sequence_parallel),
-        "distributed_optimizer": distributed_optimizer(spec),
-        "overlap_p2p_comm": tc["overlap_p2p_comm"],
-        "batch_p2p_comm": tc["batch_p2p_comm"],
-        "tokens_per_step": t.global_batch_size * spec.model.seq_length,
-        "params_dtype": "fp32" if t.precision is Precision.fp32 else t.precision.value,
-        "cuda_device_max_connections_1": p.tp > 1 or p.cp > 1,
-        "gradient_accumulation_steps": d.num_microbatches,
-        "distributed_backend": "gloo" if cpu else "nccl",
-        "transformer_impl": tc["transformer_impl"],
-        "add_bias_linear": tc["add_bias_linear"],
-    }
-    if secret_env:  # names the scripts take from the submitting environment (absent if none)
-        derived["secret_env"] = secret_env
-    return {
-        "trainc_version": __version__,
-        "target_versions": {
-            "megatron_lm": MEGATRON_LM_VERSION,
-            "megatron_core": MEGATRON_CORE_VERSION,
-            "deepspeed": DEEPSPEED_VERSION,
-        },
-        "spec_hash": spec_hash(spec_dict),
-        "spec": spec_dict,
-        "derived": derived,
-        "engines": engines,
-        "estimates": {},
-        "diagnostics": [],
-    }
+        padded_vocab_size=d.padded_vocab_size, num_moe_layers=d.num_moe_layers,
+        sequence_parallel=bool(p.sequence_parallel),
+        distributed_optimizer=distributed_optimizer(spec),
+        overlap_p2p_comm=tc["overlap_p2p_comm"], batch_p2p_comm=tc["batch_p2p_comm"],
+        tokens_per_step=t.global_batch_size * spec.model.seq_length,
+        params_dtype="fp32" if t.precision is Precision.fp32 else t.precision.value,
+        cuda_device_max_connections_1=p.tp > 1 or p.cp > 1,
+        gradient_accumulation_steps=d.num_microbatches,
+        distributed_backend="gloo" if cpu else "nccl",
+        transformer_impl=tc["transformer_impl"], add_bias_linear=tc["add_bias_linear"],
+        secret_env=tuple(secret_env))
+    lm = eng["megatron_lm"]
+    return Plan(
+        spec=spec, spec_json=spec_dict, spec_hash=spec_hash(spec_dict), derived=layout,
+        engines=Engines(megatron_core=eng["megatron_core"],
+                        megatron_lm=None if lm is None else tuple(tuple(x) for x in lm),
+                        deepspeed=eng["deepspeed"]),
+        trainc_version=__version__,
+        target_versions={"megatron_lm": MEGATRON_LM_VERSION,
+                         "megatron_core": MEGATRON_CORE_VERSION,
+                         "deepspeed": DEEPSPEED_VERSION})

@@ -13,13 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainc.compiler.diagnostics import Diagnostic, sort_diagnostics
-from trainc.compiler.estimate import estimate
 from trainc.compiler.load import load_spec
 from trainc.compiler.normalize import normalize
-from trainc.compiler.plan import plan as make_plan
+from trainc.compiler.pipeline import State, run_passes
 from trainc.compiler.plan import spec_to_dict
 from trainc.compiler.validate import validate
-from trainc.compiler.validate.fit import check_fit
 from trainc.planner.search import (
     Candidate,
     candidate_spec,
@@ -58,11 +56,6 @@ class PlanResult:
         return not any(d.is_error for d in self.diagnostics)
 
 
-def _fast_estimates(c: Candidate) -> dict[str, Any]:
-    return {"memory_bytes": {"total": int(c.memory_bytes)},
-            "step_time_seconds": round_sig(c.step_seconds)}
-
-
 def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = (),
                  top: int = 5) -> PlanResult:
     """Search layouts for the spec at ``path``; never raises for user mistakes.
@@ -82,14 +75,12 @@ def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
                      result.num_candidates_considered)
     seen: set[tuple[Any, ...]] = set()
     for cand in result.candidates:
-        cspec = normalize(candidate_spec(loaded.spec, cand))
-        if any(d.is_error for d in validate(cspec)):
+        # the compiler's own passes (the fit verdict without its what-if search)
+        state = run_passes(State(spec=candidate_spec(loaded.spec, cand), suggest=False),
+                           stop_after="check_fit")
+        if state.failed or state.plan is None or state.plan.estimates is None:
             continue
-        the_plan = make_plan(cspec)
-        est = estimate(cspec, the_plan) or _fast_estimates(cand)
-        the_plan["estimates"] = est
-        if any(d.is_error for d in check_fit(cspec, the_plan, suggest=False)):
-            continue
+        cspec, est = state.spec, state.plan.estimates.to_json()
         # A layout that differs from a finalist only in cp_comm_type and estimates the same is
         # not another choice: keep the first (the search yields p2p, Megatron's default, first).
         par = {k: v for k, v in summary(cand)["parallel"].items() if k != "cp_comm_type"}

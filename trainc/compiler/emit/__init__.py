@@ -17,6 +17,7 @@ from trainc.compiler.emit.megatron_core import megatron_core
 from trainc.compiler.emit.report import report
 from trainc.compiler.emit.report_html import report_html
 from trainc.compiler.emit.scripts import sbatch, torchrun
+from trainc.compiler.ir import Plan
 from trainc.compiler.plan import canonical_json
 
 Emitter = Callable[[dict[str, Any]], dict[str, str]]
@@ -24,9 +25,12 @@ EMITTERS: tuple[Emitter, ...] = (megatron_args, megatron_core, ds_config, torchr
                                  report_html, pytorchjob)
 
 
-def emit(plan: dict[str, Any]) -> dict[str, str]:
+def emit(ir: Plan) -> dict[str, str]:
     """All artifacts of a plan, including ``plan.json`` itself and ``report.md``
-    (``manifest.json`` is added by :func:`trainc.compiler.write.write_artifacts`)."""
+    (``manifest.json`` is added by :func:`trainc.compiler.write.write_artifacts`). Every
+    emitter renders the plan.json view (``Plan.to_json()``): each artifact is a view of the file
+    it ships next to, and reads nothing else."""
+    plan = ir.to_json()
     files = {"plan.json": canonical_json(plan)}
     for emitter in EMITTERS:
         files.update(emitter(plan))

@@ -1,5 +1,6 @@
 """estimate: per-GPU memory, communication, pipeline bubble, FLOPs, step time and the rank map
-(issue #3). ``estimate(spec, plan)`` returns the ``estimates`` dict of plan.json.
+``estimate(plan)`` returns the typed :class:`~trainc.compiler.ir.Estimates` (plan.json's
+``estimates``).
 
 Modules, one quantity each: :mod:`.params` (parameter counts per stage), :mod:`.memory` (model
 states by engine / ZeRO stage), :mod:`.activations` (Korthikanti et al. 2022), :mod:`.comm`
@@ -17,8 +18,6 @@ Output is deterministic: bytes are ints, other floats are rounded to 6 significa
 
 from __future__ import annotations
 
-from typing import Any
-
 from trainc.compiler.estimate.activations import stage_activation_bytes
 from trainc.compiler.estimate.bubble import bubble_fraction
 from trainc.compiler.estimate.comm import AXES, stage_comm, time_collectives
@@ -27,9 +26,15 @@ from trainc.compiler.estimate.memory import model_state_bytes
 from trainc.compiler.estimate.params import stage_params, total_params
 from trainc.compiler.estimate.rankmap import rank_map_summary
 from trainc.compiler.estimate.time import step_time
+from trainc.compiler.ir import (
+    CollectiveEstimate,
+    Estimates,
+    MemoryBytes,
+    Plan,
+    StageMemory,
+)
 from trainc.schemas import TrainSpec
 
-MEMORY_KEYS = ("params", "grads", "optimizer", "activations", "total")
 
 
 def r6(x: float) -> float:
@@ -45,65 +50,68 @@ def _int(x: float) -> int:
     return int(round(x))
 
 
-def memory_per_stage(spec: TrainSpec, plan: dict[str, Any]) -> list[dict[str, int]]:
+def memory_per_stage(spec: TrainSpec, plan: Plan) -> list[StageMemory]:
     """Bytes per GPU on every stage: params, grads, optimizer, activations, total."""
     sp = stage_params(spec, plan)
     states = model_state_bytes(spec, plan, sp)
     acts = stage_activation_bytes(spec, plan)
     out = []
     for r, (st, act) in enumerate(zip(states, acts, strict=True)):
-        row = {"stage": r, "layers": plan["derived"]["layers_per_stage"][r],
-               "params": _int(st.params), "grads": _int(st.grads),
-               "optimizer": _int(st.optimizer), "activations": _int(act)}
-        row["total"] = row["params"] + row["grads"] + row["optimizer"] + row["activations"]
-        out.append(row)
+        params, grads, opt, a = _int(st.params), _int(st.grads), _int(st.optimizer), _int(act)
+        out.append(StageMemory(stage=r, layers=plan.derived.layers_per_stage[r], params=params,
+                               grads=grads, optimizer=opt, activations=a,
+                               total=params + grads + opt + a))
     return out
 
 
-def estimate(spec: TrainSpec, plan: dict[str, Any]) -> dict[str, Any]:
+def estimate(plan: Plan) -> Estimates:
     """Estimates of a planned, validated spec (never raises for one)."""
-    d, cl = plan["derived"], spec.cluster
+    spec, cl = plan.spec, plan.spec.cluster
+    d = plan.derived.to_json()
     sp = stage_params(spec, plan)
     mem = memory_per_stage(spec, plan)
-    worst = max(range(len(mem)), key=lambda r: (mem[r]["total"], -r))
+    worst = max(range(len(mem)), key=lambda r: (mem[r].total, -r))
     gpn = cl.gpus_per_node
     domain = cl.nvlink_domain_size or gpn
     rmap = rank_map_summary(d, gpn, domain)
     comms = stage_comm(spec, plan, sp)
     time_collectives(spec, comms, rmap["groups_cross_nvlink_domain"])
-    bubble = bubble_fraction(d["pp"], d["num_microbatches"], d["vpp"])
+    bubble = bubble_fraction(plan.derived.pp, plan.derived.num_microbatches, plan.derived.vpp)
     flops = flops_per_step(spec, plan)
     st = step_time(spec, plan, comms, bubble, flops)
     by_axis = [c.bytes_by_axis() for c in comms]
     crit = comms[st.critical_stage]
     budget = ((cl.gpu_memory_gib or 0.0) - cl.memory_reserve_gib) * 2**30
-    return {
-        "memory_bytes": {k: mem[worst][k] for k in MEMORY_KEYS},
-        "memory_stage": worst,
-        "memory_per_stage": mem,
-        "memory_budget_bytes": _int(max(budget, 0.0)),
-        "params_total": int(total_params(spec, plan)),
-        "params_per_gpu": _int(sp[worst].total),
-        "comm_bytes_per_step": {a: _int(max(b[a] for b in by_axis)) for a in AXES},
-        "comm_seconds_per_step": {a: r6(v) for a, v in crit.seconds_by_axis().items()},
-        "comm_collectives": [
-            {"axis": c.axis, "name": c.name, "group_size": c.group_size,
-             "count": c.count, "sent_bytes": _int(c.sent_bytes),
-             "received_bytes": _int(c.received_bytes), "crosses_nodes": c.crosses_nodes,
-             "bandwidth_gbps": r6(c.bandwidth_gbps), "seconds": r6(c.seconds)}
-            for c in crit.collectives.values()],
-        "pipeline_bubble_fraction": r6(bubble),
-        "flops_per_step": r6(flops),
-        "hardware_flops_per_step": r6(hardware_flops_per_step(spec, plan)),
-        "step_time_seconds": r6(st.step_time_seconds),
-        "compute_seconds": r6(st.compute_seconds),
-        "exposed_comm_seconds": r6(st.exposed_comm_seconds),
-        "bubble_seconds": r6(st.bubble_seconds),
-        "critical_stage": st.critical_stage,
-        "tokens_per_second": r6(st.tokens_per_second),
-        "mfu": r6(st.mfu),
-        "assumptions": {"compute_efficiency": cl.compute_efficiency,
-                        "comm_efficiency": cl.comm_efficiency, "comm_overlap": cl.comm_overlap,
-                        "memory_reserve_gib": cl.memory_reserve_gib},
-        "rank_map": rmap,
-    }
+    w = mem[worst]
+    return Estimates(
+        memory_bytes=MemoryBytes(params=w.params, grads=w.grads, optimizer=w.optimizer,
+                                 activations=w.activations, total=w.total),
+        memory_stage=worst,
+        memory_per_stage=tuple(mem),
+        memory_budget_bytes=_int(max(budget, 0.0)),
+        params_total=int(total_params(spec, plan)),
+        params_per_gpu=_int(sp[worst].total),
+        comm_bytes_per_step={a: _int(max(b[a] for b in by_axis)) for a in AXES},
+        comm_seconds_per_step={a: r6(v) for a, v in crit.seconds_by_axis().items()},
+        comm_collectives=tuple(
+            CollectiveEstimate(axis=c.axis, name=c.name, group_size=c.group_size,
+                               count=c.count, sent_bytes=_int(c.sent_bytes),
+                               received_bytes=_int(c.received_bytes),
+                               crosses_nodes=c.crosses_nodes, bandwidth_gbps=r6(c.bandwidth_gbps),
+                               seconds=r6(c.seconds))
+            for c in crit.collectives.values()),
+        pipeline_bubble_fraction=r6(bubble),
+        flops_per_step=r6(flops),
+        hardware_flops_per_step=r6(hardware_flops_per_step(spec, plan)),
+        step_time_seconds=r6(st.step_time_seconds),
+        compute_seconds=r6(st.compute_seconds),
+        exposed_comm_seconds=r6(st.exposed_comm_seconds),
+        bubble_seconds=r6(st.bubble_seconds),
+        critical_stage=st.critical_stage,
+        tokens_per_second=r6(st.tokens_per_second),
+        mfu=r6(st.mfu),
+        assumptions={"compute_efficiency": cl.compute_efficiency,
+                     "comm_efficiency": cl.comm_efficiency, "comm_overlap": cl.comm_overlap,
+                     "memory_reserve_gib": cl.memory_reserve_gib},
+        rank_map=rmap,
+    )

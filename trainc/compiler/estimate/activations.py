@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 
+from trainc.compiler.ir import Plan
 from trainc.compiler.estimate.params import (
     full_recompute_mask,
     is_moe_layer,
@@ -108,11 +109,11 @@ def inflight_microbatches(p: int, r: int, m: int, v: int) -> float:
     return chunks / v
 
 
-def stage_activation_bytes(spec: TrainSpec, plan: dict) -> list[float]:
+def stage_activation_bytes(spec: TrainSpec, plan: Plan) -> list[float]:
     """Activation bytes per GPU on every PP stage at its peak."""
-    m, d, tr = spec.model, plan["derived"], spec.training
-    t, c, p, v = d["tp"], d["cp"], d["pp"], d["vpp"]
-    sp = bool(d["sequence_parallel"])
+    m, d, tr = spec.model, plan.derived, spec.training
+    t, c, p, v = d.tp, d.cp, d.pp, d.vpp
+    sp = bool(d.sequence_parallel)
     tsp = t if sp else 1
     s, b, h = m.seq_length / c, tr.micro_batch_size, m.hidden_size
     a = m.num_attention_heads
@@ -123,7 +124,7 @@ def stage_activation_bytes(spec: TrainSpec, plan: dict) -> list[float]:
     moe_delta = 0.0
     if m.num_experts:
         moe_delta = moe_mlp_extra_bytes(
-            s=s, b=b, h=h, t=t, sp=sp, etp=d["etp"], topk=m.moe_router_topk,
+            s=s, b=b, h=h, t=t, sp=sp, etp=d.etp, topk=m.moe_router_topk,
             f_e=m.moe_ffn_hidden_size or f, f_s=m.moe_shared_expert_intermediate_size or 0,
             num_experts=m.num_experts, swiglu=swiglu) - (6 if swiglu else 4) * s * b * f / t
 
@@ -135,7 +136,7 @@ def stage_activation_bytes(spec: TrainSpec, plan: dict) -> list[float]:
     flash = spec.cluster.flash_attention
     lse = 4 * a * s * b / t  # fused attention's softmax statistics (fp32), kept per layer
 
-    M = d["num_microbatches"]
+    M = d.num_microbatches
     out = []
     chunks = plan_stage_chunks(plan)
     for r, idx in enumerate(plan_stage_layers(plan)):
@@ -158,6 +159,6 @@ def stage_activation_bytes(spec: TrainSpec, plan: dict) -> list[float]:
         if r == 0:
             extra += (8 * s * b + s * b * h / tsp) * inflight  # token ids + embedding dropout mask
         if r == p - 1:
-            extra += 4 * s * b * h / tsp + 4 * s * b * d["padded_vocab_size"] / t  # logits
+            extra += 4 * s * b * h / tsp + 4 * s * b * d.padded_vocab_size / t  # logits
         out.append((per_stage + extra) * scale)
     return out

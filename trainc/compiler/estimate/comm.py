@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from trainc.compiler.ir import Plan
 from trainc.compiler.estimate.memory import megatron_bytes_per_param
 from trainc.compiler.estimate.params import (
     StageParams,
@@ -132,13 +133,13 @@ def cp_layer_bytes(kind: CpCommType, c: int, q_bytes: float, kv_bytes: float) ->
     return 2 * (c - 1) * kv_bytes
 
 
-def stage_comm(spec: TrainSpec, plan: dict, stages: list[StageParams]) -> list[StageComm]:
+def stage_comm(spec: TrainSpec, plan: Plan, stages: list[StageParams]) -> list[StageComm]:
     """Collectives per GPU of every PP stage for one optimizer step (bytes; seconds filled by
     :func:`time_collectives`)."""
-    m, d, tr = spec.model, plan["derived"], spec.training
-    t, c, p, v, e, etp = d["tp"], d["cp"], d["pp"], d["vpp"], d["ep"], d["etp"]
-    M = d["num_microbatches"]
-    sp = bool(d["sequence_parallel"])
+    m, d, tr = spec.model, plan.derived, spec.training
+    t, c, p, v, e, etp = d.tp, d.cp, d.pp, d.vpp, d.ep, d.etp
+    M = d.num_microbatches
+    sp = bool(d.sequence_parallel)
     eb = 4 if tr.precision is Precision.fp32 else 2
     s, b, h = m.seq_length / c, tr.micro_batch_size, m.hidden_size
     a, g = m.num_attention_heads, m.num_query_groups or m.num_attention_heads
@@ -206,21 +207,21 @@ def zero_dp_bytes(num_params: float, n: int, stage: int, num_microbatches: int =
     return 3 * grad * num_microbatches
 
 
-def _dp(spec: TrainSpec, plan: dict, sc: StageComm, sp_: StageParams) -> None:
-    d = plan["derived"]
-    n, n_e = d["dp"] * d["cp"], d["expert_dp"]
+def _dp(spec: TrainSpec, plan: Plan, sc: StageComm, sp_: StageParams) -> None:
+    d = plan.derived
+    n, n_e = d.dp * d.cp, d.expert_dp
     if spec.engine is Engine.deepspeed:
         if n > 1:
             stage = spec.parallel.zero_stage
             eb = 4 if spec.training.precision is Precision.fp32 else 2
-            sent = zero_dp_bytes(sp_.total, n, stage, d["num_microbatches"], eb)
+            sent = zero_dp_bytes(sp_.total, n, stage, d.num_microbatches, eb)
             sc.get("dp", f"zero{stage} reduce/gather", n).add(sent)
         return
     pb, gb, _ = megatron_bytes_per_param(spec.training.precision)
     for group, params, kind in ((n, sp_.dense, "dense"), (n_e, sp_.expert, "expert")):
         if group <= 1 or params <= 0:
             continue
-        if d["distributed_optimizer"]:
+        if d.distributed_optimizer:
             sc.get("dp", f"{kind} grad reduce_scatter", group).add(
                 all_gather_bytes(group, params * gb))
             sc.get("dp", f"{kind} param all_gather", group).add(

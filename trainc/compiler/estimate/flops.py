@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainc.compiler.ir import Plan
 from trainc.compiler.estimate.params import plan_rerun_masks
 from trainc.schemas import Activation, Recompute, TrainSpec
 
@@ -57,27 +58,27 @@ def megatron_flops(*, batch: int, seq: int, **shape: int | bool) -> float:
     return tokens * (t.per_token_layers + t.per_token_logits) + s2 * t.core_per_s2
 
 
-def spec_flop_terms(spec: TrainSpec, plan: dict) -> FlopTerms:
+def spec_flop_terms(spec: TrainSpec, plan: Plan) -> FlopTerms:
     """:func:`flop_terms` of a normalized spec (padded vocab, as Megatron passes it)."""
-    m, d = spec.model, plan["derived"]
+    m, d = spec.model, plan.derived
     moe = bool(m.num_experts)
     return flop_terms(
         h=m.hidden_size, a=m.num_attention_heads, g=m.num_query_groups or m.num_attention_heads,
         d=m.kv_channels or m.hidden_size // m.num_attention_heads,
-        f=m.ffn_hidden_size or 4 * m.hidden_size, V=d["padded_vocab_size"], L=m.num_layers,
-        swiglu=m.activation is Activation.swiglu, num_moe_layers=d["num_moe_layers"],
+        f=m.ffn_hidden_size or 4 * m.hidden_size, V=d.padded_vocab_size, L=m.num_layers,
+        swiglu=m.activation is Activation.swiglu, num_moe_layers=d.num_moe_layers,
         f_e=(m.moe_ffn_hidden_size or 0) if moe else 0, topk=m.moe_router_topk if moe else 0,
         f_s=(m.moe_shared_expert_intermediate_size or 0) if moe else 0)
 
 
-def flops_per_step(spec: TrainSpec, plan: dict) -> float:
+def flops_per_step(spec: TrainSpec, plan: Plan) -> float:
     """Model FLOPs of one optimizer step, whole job (global batch x seq_length tokens)."""
     t = spec_flop_terms(spec, plan)
     b, s = spec.training.global_batch_size, spec.model.seq_length
     return b * s * (t.per_token_layers + t.per_token_logits) + b * s * s * t.core_per_s2
 
 
-def hardware_flops_per_step(spec: TrainSpec, plan: dict) -> float:
+def hardware_flops_per_step(spec: TrainSpec, plan: Plan) -> float:
     """FLOPs actually executed: model FLOPs plus recomputation.
 
     Full recompute re-runs the forward (1/3 of the 6x count) of the layers it checkpoints (all of
@@ -91,7 +92,7 @@ def hardware_flops_per_step(spec: TrainSpec, plan: dict) -> float:
     extra = 0.0
     if spec.training.recompute is Recompute.full:
         rerun = sum(sum(m) for m in plan_rerun_masks(plan))
-        layers = max(sum(plan["derived"]["layers_per_stage"]), 1)
+        layers = max(sum(plan.derived.layers_per_stage), 1)
         extra = (b * s * t.per_token_layers + core) / 3 * rerun / layers
     elif spec.training.recompute is Recompute.selective:
         extra = core / 3

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from trainc.compiler.ir import Plan
 from trainc.compiler.estimate.params import StageParams
 from trainc.schemas import Engine, Offload, Precision, TrainSpec
 
@@ -133,21 +134,21 @@ def deepspeed_zero3_estimate(total_params: int, largest_layer_params: int,
     return cpu, gpu, llm
 
 
-def _megatron_states(spec: TrainSpec, plan: dict, sp: StageParams) -> StateBytes:
-    d = plan["derived"]
+def _megatron_states(spec: TrainSpec, plan: Plan, sp: StageParams) -> StateBytes:
+    d = plan.derived
     pb, gb, ob = megatron_bytes_per_param(spec.training.precision)
-    dist = d["distributed_optimizer"]
-    dense_shard = d["dp"] * d["cp"] if dist else 1
-    expert_shard = d["expert_dp"] if dist else 1
+    dist = d.distributed_optimizer
+    dense_shard = d.dp * d.cp if dist else 1
+    expert_shard = d.expert_dp if dist else 1
     return StateBytes(params=sp.total * pb, grads=sp.total * gb,
                       optimizer=ob * (sp.dense / dense_shard + sp.expert / expert_shard))
 
 
-def _deepspeed_states(spec: TrainSpec, plan: dict, sp: StageParams) -> StateBytes:
-    d, t = plan["derived"], spec.training
+def _deepspeed_states(spec: TrainSpec, plan: Plan, sp: StageParams) -> StateBytes:
+    d, t = plan.derived, spec.training
     stage = spec.parallel.zero_stage
     pb, gb, ob = (4, 4, 8) if t.precision is Precision.fp32 else (2, 2, 12)
-    n = d["dp"] * d["cp"]
+    n = d.dp * d.cp
     base = zero_model_state_bytes(sp.total, n, stage, param_bytes=pb, grad_bytes=gb,
                                   optimizer_bytes=ob)
     params, grads, opt = base.params, base.grads, base.optimizer
@@ -163,7 +164,7 @@ def _deepspeed_states(spec: TrainSpec, plan: dict, sp: StageParams) -> StateByte
     return StateBytes(params, grads, opt)
 
 
-def model_state_bytes(spec: TrainSpec, plan: dict, stages: list[StageParams]) -> list[StateBytes]:
+def model_state_bytes(spec: TrainSpec, plan: Plan, stages: list[StageParams]) -> list[StateBytes]:
     """Model-state bytes per GPU for each PP stage, by engine and ZeRO stage."""
     fn = _deepspeed_states if spec.engine is Engine.deepspeed else _megatron_states
     return [fn(spec, plan, sp) for sp in stages]

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainc.schemas import Activation, Normalization, PositionEmbedding, TrainSpec
+from trainc.compiler.derive import full_recompute_mask, stage_chunk_sizes, stage_layer_indices
+from trainc.compiler.ir import Plan
+from trainc.schemas import Activation, Normalization, PositionEmbedding, Recompute, TrainSpec
 
 
 def attention_params(h: int, a: int, g: int, d: int) -> int:
@@ -81,104 +83,32 @@ def layer_params(spec: TrainSpec, moe: bool) -> LayerParams:
     return LayerParams(attn + shared, norms + h * e, e * mlp_params(h, fe, swiglu))
 
 
-def stage_chunk_sizes(num_layers_per_stage: list[int], vpp: int, account_for_embedding: bool = False,
-                      account_for_loss: bool = False) -> list[list[int]]:
-    """Transformer layers in each model chunk of each PP rank (``[rank][chunk]``).
-
-    Mirrors Megatron-Core ``get_num_layers_to_build``: every rank's (padded) layers form ``vpp``
-    equal chunks; with ``account_for_embedding`` the first chunk of the first rank builds one layer
-    fewer, with ``account_for_loss`` the last chunk of the last rank (megatron_rules.md §1.6).
-    Splits that do not divide into ``vpp`` chunks are shown as one chunk per rank.
-
-    >>> stage_chunk_sizes([7, 8, 8, 7], 2, True, True)
-    [[3, 4], [4, 4], [4, 4], [4, 3]]
-    """
-    p = len(num_layers_per_stage)
-    padded = [n + (account_for_embedding and r == 0) + (account_for_loss and r == p - 1)
-              for r, n in enumerate(num_layers_per_stage)]
-    if vpp <= 1 or any(n % vpp for n in padded):
-        return [[n] for n in num_layers_per_stage]
-    out = [[n // vpp] * vpp for n in padded]
-    if account_for_embedding:
-        out[0][0] -= 1
-    if account_for_loss:
-        out[-1][-1] -= 1
-    return out
+def plan_stage_chunks(plan: Plan) -> list[list[int]]:
+    """:func:`stage_chunk_sizes` of a plan."""
+    d, par = plan.derived, plan.spec.parallel
+    return stage_chunk_sizes(list(d.layers_per_stage), d.vpp,
+                             par.account_for_embedding_in_pipeline_split,
+                             par.account_for_loss_in_pipeline_split)
 
 
-def stage_layer_indices(num_layers_per_stage: list[int], vpp: int,
-                        account_for_embedding: bool = False,
-                        account_for_loss: bool = False) -> list[list[int]]:
-    """Global (0-based) layer indices of each PP rank, chunk by chunk.
-
-    Without interleaving stage r holds a contiguous block. With ``vpp = v`` chunk j of rank r
-    (sizes from :func:`stage_chunk_sizes`) sits at virtual position ``j*p + r``
-    (megatron_rules.md §1.6).
-
-    >>> stage_layer_indices([2, 2], 2)
-    [[0, 2], [1, 3]]
-    >>> stage_layer_indices([1, 2], 2, True, False)
-    [[1], [0, 2]]
-    """
-    sizes = stage_chunk_sizes(num_layers_per_stage, vpp, account_for_embedding, account_for_loss)
-    p, v = len(sizes), max((len(c) for c in sizes), default=1)
-    out: list[list[int]] = [[] for _ in range(p)]
-    pos = 0
-    for j in range(v):  # virtual stage q = j*p + r, in order of q
-        for r in range(p):
-            n = sizes[r][j] if j < len(sizes[r]) else 0
-            out[r].extend(range(pos, pos + n))
-            pos += n
-    return out
+def plan_stage_layers(plan: Plan) -> list[list[int]]:
+    """:func:`stage_layer_indices` of a plan."""
+    d, par = plan.derived, plan.spec.parallel
+    return stage_layer_indices(list(d.layers_per_stage), d.vpp,
+                               par.account_for_embedding_in_pipeline_split,
+                               par.account_for_loss_in_pipeline_split)
 
 
-def plan_stage_chunks(plan: dict) -> list[list[int]]:
-    """:func:`stage_chunk_sizes` of a ``plan.json`` dict."""
-    d, par = plan["derived"], plan["spec"]["parallel"]
-    return stage_chunk_sizes(d["layers_per_stage"], d["vpp"],
-                             bool(par.get("account_for_embedding_in_pipeline_split")),
-                             bool(par.get("account_for_loss_in_pipeline_split")))
-
-
-def plan_stage_layers(plan: dict) -> list[list[int]]:
-    """:func:`stage_layer_indices` of a ``plan.json`` dict."""
-    d, par = plan["derived"], plan["spec"]["parallel"]
-    return stage_layer_indices(d["layers_per_stage"], d["vpp"],
-                               bool(par.get("account_for_embedding_in_pipeline_split")),
-                               bool(par.get("account_for_loss_in_pipeline_split")))
-
-
-def plan_rerun_masks(plan: dict) -> list[list[bool]]:
+def plan_rerun_masks(plan: Plan) -> list[list[bool]]:
     """Per PP stage, in :func:`stage_layer_indices` order, whether each layer's forward runs a
     second time in the backward pass (:func:`full_recompute_mask` under ``recompute: full``;
     all False otherwise)."""
-    tr = plan["spec"]["training"]
+    tr = plan.spec.training
     chunks = plan_stage_chunks(plan)
-    if tr.get("recompute") != "full":
+    if tr.recompute is not Recompute.full:
         return [[False] * sum(c) for c in chunks]
-    return [full_recompute_mask(c, tr.get("recompute_method"), tr.get("recompute_num_layers"))
-            for c in chunks]
-
-
-def full_recompute_mask(chunks: list[int], recompute_method: str | None,
-                        recompute_num_layers: int | None) -> list[bool]:
-    """Which of a stage's layers full recompute re-runs, in :func:`stage_layer_indices` order;
-    ``chunks`` are the stage's chunk sizes (:func:`stage_chunk_sizes`).
-
-    Mirrors Megatron-Core ``TransformerBlock._checkpointed_forward``: ``uniform`` checkpoints every
-    layer in groups of ``recompute_num_layers``; ``block`` checkpoints the first
-    ``recompute_num_layers`` layers of each model chunk and runs the rest with full stored
-    activations.
-
-    >>> full_recompute_mask([2, 2], "block", 1)
-    [True, False, True, False]
-    >>> full_recompute_mask([3], "uniform", 2)
-    [True, True, True]
-    """
-    if recompute_method != "block":
-        return [True] * sum(chunks)
-    n = max(recompute_num_layers or 1, 1)
-    return [k < n for c in chunks for k in range(c)]
+    method = tr.recompute_method.value if tr.recompute_method else None
+    return [full_recompute_mask(c, method, tr.recompute_num_layers) for c in chunks]
 
 
 def is_moe_layer(spec: TrainSpec, index: int) -> bool:
@@ -204,11 +134,11 @@ class StageParams:
         return self.dense + self.expert
 
 
-def stage_params(spec: TrainSpec, plan: dict) -> list[StageParams]:
+def stage_params(spec: TrainSpec, plan: Plan) -> list[StageParams]:
     """Per-GPU parameters of every PP stage (uneven splits and interleaving from ``derived``)."""
-    m, d = spec.model, plan["derived"]
-    tp, etp_ep = d["tp"], d["etp"] * d["ep"]
-    h, V = m.hidden_size, d["padded_vocab_size"]
+    m, d = spec.model, plan.derived
+    tp, etp_ep = d.tp, d.etp * d.ep
+    h, V = m.hidden_size, d.padded_vocab_size
     ln = m.normalization is Normalization.layernorm
     dense_l, moe_l = layer_params(spec, False), layer_params(spec, True)
     stages = plan_stage_layers(plan)
@@ -236,14 +166,14 @@ def stage_params(spec: TrainSpec, plan: dict) -> list[StageParams]:
     return out
 
 
-def total_params(spec: TrainSpec, plan: dict) -> int:
+def total_params(spec: TrainSpec, plan: Plan) -> int:
     """Unique parameters of the whole model (a tied embedding counted once).
 
     Llama-2-7B's shape (h 4096, 32 layers, f 11008, V 32000, untied) gives 6,738,415,616, the count
     DeepSpeed's ``model_to_params`` reports (deepspeed_rules.md §4.1 B; tested).
     """
-    m, d = spec.model, plan["derived"]
-    h, V = m.hidden_size, d["padded_vocab_size"]
+    m, d = spec.model, plan.derived
+    h, V = m.hidden_size, d.padded_vocab_size
     ln = m.normalization is Normalization.layernorm
     dense_l, moe_l = layer_params(spec, False), layer_params(spec, True)
     n = 0

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainc.compiler.ir import Plan
 from trainc.compiler.estimate.comm import StageComm
 from trainc.compiler.estimate.params import is_moe_layer, plan_rerun_masks, plan_stage_layers
 from trainc.schemas import Activation, Recompute, TrainSpec
@@ -57,9 +58,9 @@ class StepTime:
     mfu: float
 
 
-def stage_compute_flops(spec: TrainSpec, plan: dict) -> list[float]:
+def stage_compute_flops(spec: TrainSpec, plan: Plan) -> list[float]:
     """Executed FLOPs of each stage for one step (whole stage, all its GPUs)."""
-    d, tr = plan["derived"], spec.training
+    d, tr = plan.derived, spec.training
     gbs, s = tr.global_batch_size, spec.model.seq_length
     tokens, s2 = gbs * s, gbs * s * s
     out = []
@@ -74,27 +75,27 @@ def stage_compute_flops(spec: TrainSpec, plan: dict) -> list[float]:
         elif tr.recompute is Recompute.selective:
             f += core * len(idx) / 3
         if r == len(stages) - 1:
-            f += tokens * 6 * spec.model.hidden_size * d["padded_vocab_size"]
+            f += tokens * 6 * spec.model.hidden_size * d.padded_vocab_size
         out.append(f)
     return out
 
 
-def step_time(spec: TrainSpec, plan: dict, comms: list[StageComm], bubble: float,
+def step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: float,
               model_flops: float) -> StepTime:
     """Predicted step time of the slowest stage (see the module docstring)."""
-    d, cl = plan["derived"], spec.cluster
-    world, p = d["world_size"], d["pp"]
+    d, cl = plan.derived, spec.cluster
+    world, p = d.world_size, d.pp
     peak = (cl.peak_tflops or 0.0) * 1e12
     eff = cl.compute_efficiency if cl.compute_efficiency and cl.compute_efficiency > 0 else 1.0
     overlap = min(max(cl.comm_overlap or 0.0, 0.0), 1.0)
     gpus_per_stage = max(world // max(p, 1), 1)
-    tokens_mb = spec.model.seq_length / max(d["cp"], 1) * spec.training.micro_batch_size
+    tokens_mb = spec.model.seq_length / max(d.cp, 1) * spec.training.micro_batch_size
     eff *= tokens_mb / (tokens_mb + max(cl.gemm_half_efficiency_tokens, 0))
     reruns = plan_rerun_masks(plan)
     best: StepTime | None = None
     for r, (fl, sc) in enumerate(zip(stage_compute_flops(spec, plan), comms, strict=True)):
-        passes = 2 * d["layers_per_stage"][r] + sum(reruns[r])
-        launch = passes * d["num_microbatches"] * cl.layer_overhead_us * 1e-6
+        passes = 2 * d.layers_per_stage[r] + sum(reruns[r])
+        launch = passes * d.num_microbatches * cl.layer_overhead_us * 1e-6
         compute = (fl / gpus_per_stage / (eff * peak) if peak > 0 else 0.0) + launch
         sec = sc.seconds_by_axis()
         exposed = (1 - overlap) * (sec["tp"] + sec["cp"] + sec["ep"]) + sec["pp"]

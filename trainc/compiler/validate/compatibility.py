@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, diag
-from trainc.compiler.estimate.params import stage_chunk_sizes
+from trainc.compiler.derive import stage_chunk_sizes
 from trainc.capabilities import capability, unsupported_axes
 from trainc.schemas import (
     Device,

@@ -1,4 +1,5 @@
-"""TRC4xx: resource fit, checked on the estimates (memory per GPU, pipeline bubble).
+"""check_fit, the pass after estimate: TRC4xx resource fit, checked on the estimates (memory per
+GPU, pipeline bubble).
 
 TRC401 compares the most loaded stage's estimated memory with ``gpu_memory_gib -
 memory_reserve_gib`` (GiB = 2**30 bytes). When it does not fit, the fix lists the cheapest changes
@@ -6,7 +7,9 @@ that would: each candidate (more tp or pp or cp, selective/full recompute, the d
 optimizer or a higher ZeRO stage, optimizer offload, a smaller micro batch) is applied to a copy of
 the spec, validated with the same rules as the spec itself (candidates that break a divisibility or
 topology rule are dropped), re-estimated, and ranked by predicted step time. If no single change
-fits, pairs of changes are tried.
+fits, pairs of changes are tried. The re-estimates go through the driver's own passes: it hands
+``check_fit`` an ``evaluate`` function (:func:`trainc.compiler.pipeline.plan_and_estimate`), so
+this module imports no other pass.
 
 TRC402 warns when the pipeline bubble exceeds 25 % of the step and computes the micro-batch count
 that brings it under: ``(p - 1)/(v*m + p - 1) <= 1/4  <=>  v*m >= 3(p - 1)``.
@@ -16,18 +19,21 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import combinations
 from typing import Any
 
 from trainc.compiler import rules as R
 from trainc.compiler.diagnostics import Diagnostic, diag
-from trainc.compiler.estimate.driver import plan_and_estimate
+from trainc.compiler.ir import Estimates, Plan
 from trainc.schemas import Device, Engine, Offload, Recompute, TrainSpec
 
 GiB = 2**30
 BUBBLE_LIMIT = 0.25
 MAX_SUGGESTIONS = 4
+
+#: Normalize, validate, plan and estimate a spec; None when it breaks a rule.
+Evaluate = Callable[[TrainSpec], Plan | None]
 
 
 def _set(spec: TrainSpec, dotted: str, value: Any) -> None:
@@ -70,56 +76,58 @@ def _candidate_edits(spec: TrainSpec) -> list[tuple[dict[str, Any], dict[str, An
     return out
 
 
-def _try(spec: TrainSpec, edits: dict[str, Any], side: dict[str, Any]) -> dict[str, Any] | None:
+def _try(spec: TrainSpec, edits: dict[str, Any], side: dict[str, Any],
+         evaluate: Evaluate) -> dict[str, Any] | None:
     cand = copy.deepcopy(spec)
     for k, v in {**side, **edits}.items():
         _set(cand, k, v)
-    _, _, plan = plan_and_estimate(cand)
-    if plan is None:
+    plan = evaluate(cand)
+    if plan is None or plan.estimates is None:
         return None
-    e = plan["estimates"]
-    return {"edits": edits, "total": e["memory_bytes"]["total"],
-            "budget": e["memory_budget_bytes"], "step": e["step_time_seconds"]}
+    e = plan.estimates
+    return {"edits": edits, "total": e.memory_bytes.total,
+            "budget": e.memory_budget_bytes, "step": e.step_time_seconds}
 
 
 def _show(edits: dict[str, Any]) -> str:
     return ", ".join(f"{k}={getattr(v, 'value', v)}" for k, v in edits.items())
 
 
-def fitting_changes(spec: TrainSpec) -> tuple[list[dict[str, Any]], bool]:
+def fitting_changes(spec: TrainSpec, evaluate: Evaluate) -> tuple[list[dict[str, Any]], bool]:
     """Candidates ranked by predicted step time; the flag says whether they fit the budget."""
     singles = _candidate_edits(spec)
-    tried = [r for e, s in singles if (r := _try(spec, e, s)) is not None]
+    tried = [r for e, s in singles if (r := _try(spec, e, s, evaluate)) is not None]
     fits = [r for r in tried if r["total"] <= r["budget"]]
     if not fits:
         for (e1, s1), (e2, s2) in combinations(singles, 2):
             if set(e1) & set(e2):
                 continue
-            r = _try(spec, {**e1, **e2}, {**s1, **s2})
+            r = _try(spec, {**e1, **e2}, {**s1, **s2}, evaluate)
             if r is not None and r["total"] <= r["budget"]:
                 fits.append(r)
     if fits:
         return sorted(fits, key=lambda r: (r["step"], r["total"]))[:MAX_SUGGESTIONS], True
     # only changes that reduce memory are "reductions" (selective recompute saves nothing with
     # fused attention, for example)
-    _, _, now = plan_and_estimate(copy.deepcopy(spec))
-    current = now["estimates"]["memory_bytes"]["total"] if now is not None else math.inf
+    now = evaluate(copy.deepcopy(spec))
+    current = now.estimates.memory_bytes.total if now and now.estimates else math.inf
     smaller = [r for r in tried if r["total"] < 0.99 * current]  # at least 1 %
     return sorted(smaller, key=lambda r: r["total"])[:MAX_SUGGESTIONS], False
 
 
-def _memory(spec: TrainSpec, plan: dict[str, Any], suggest: bool) -> Iterator[Diagnostic]:
-    e = plan["estimates"]
-    mem, budget = e["memory_bytes"], e["memory_budget_bytes"]
-    if mem["total"] <= budget:
+def _memory(plan: Plan, e: Estimates, evaluate: Evaluate | None) -> Iterator[Diagnostic]:
+    mem, budget = e.memory_bytes, e.memory_budget_bytes
+    if mem.total <= budget:
         return
+    spec = plan.spec
     c = spec.cluster
-    parts = ", ".join(f"{k} {mem[k] / GiB:.1f}" for k in ("params", "grads", "optimizer",
-                                                          "activations"))
-    msg = (f"estimated memory per GPU ({mem['total'] / GiB:.1f} GiB on pipeline stage "
-           f"{e['memory_stage']}: {parts}) exceeds gpu_memory_gib - memory_reserve_gib "
+    parts = ", ".join(f"{k} {getattr(mem, k) / GiB:.1f}"
+                      for k in ("params", "grads", "optimizer", "activations"))
+    msg = (f"estimated memory per GPU ({mem.total / GiB:.1f} GiB on pipeline stage "
+           f"{e.memory_stage}: {parts}) exceeds gpu_memory_gib - memory_reserve_gib "
            f"({c.gpu_memory_gib:g} - {c.memory_reserve_gib:g} = {budget / GiB:.1f} GiB)")
-    cands, fit = fitting_changes(spec) if suggest else ([], False)
+    suggest = evaluate is not None
+    cands, fit = fitting_changes(spec, evaluate) if evaluate is not None else ([], False)
     listed = "; ".join(f"{_show(r['edits'])} -> {r['total'] / GiB:.1f} GiB, "
                        f"{r['step']:.3g} s/step" for r in cands)
     if fit:
@@ -137,17 +145,17 @@ def _memory(spec: TrainSpec, plan: dict[str, Any], suggest: bool) -> Iterator[Di
         edits = {}
     related = tuple(sorted({k for r in cands for k in r["edits"]}))
     yield diag(R.MEMORY_FIT, msg, "cluster.gpu_memory_gib", related=related, fix=fix,
-               edits=edits, memory_bytes=mem["total"], budget_bytes=budget,
-               stage=e["memory_stage"])
+               edits=edits, memory_bytes=mem.total, budget_bytes=budget,
+               stage=e.memory_stage)
 
 
-def _bubble(spec: TrainSpec, plan: dict[str, Any]) -> Iterator[Diagnostic]:
-    e, d = plan["estimates"], plan["derived"]
-    bubble = e["pipeline_bubble_fraction"]
+def _bubble(plan: Plan, e: Estimates) -> Iterator[Diagnostic]:
+    spec, d = plan.spec, plan.derived
+    bubble = e.pipeline_bubble_fraction
     if bubble <= BUBBLE_LIMIT:
         return
-    p, v, m = d["pp"], d["vpp"], d["num_microbatches"]
-    mbs, dp = spec.training.micro_batch_size, d["dp"]
+    p, v, m = d.pp, d.vpp, d.num_microbatches
+    mbs, dp = spec.training.micro_batch_size, d.dp
     need = math.ceil(3 * (p - 1) / v)
     if v > 1:
         need = math.ceil(need / p) * p  # interleaving needs m % p == 0
@@ -167,16 +175,17 @@ def _bubble(spec: TrainSpec, plan: dict[str, Any]) -> Iterator[Diagnostic]:
                bubble=bubble, pp=p, num_microbatches=m, vpp=v)
 
 
-def check_fit(spec: TrainSpec, plan: dict[str, Any], *, suggest: bool = True
-              ) -> Iterator[Diagnostic]:
-    """Fit diagnostics from ``plan['estimates']``: TRC401 (error) and TRC402 (warning).
+def check_fit(plan: Plan, *, evaluate: Evaluate | None = None) -> Iterator[Diagnostic]:
+    """Fit diagnostics of ``plan.estimates``: TRC401 (error) and TRC402 (warning).
 
-    ``suggest=False`` skips the what-if search behind TRC401's fix (a few dozen re-estimates),
-    for callers that only need the verdict (the layout planner).
+    ``evaluate`` re-plans a changed spec for the what-if search behind TRC401's fix (a few dozen
+    re-estimates); without it (the layout planner needs only the verdict) the fix is generic.
     """
-    if not plan.get("estimates"):
+    e = plan.estimates
+    if e is None:
         return
+    spec = plan.spec
     # A shrunk or CPU run does not hold the full model on GPUs: the GPU fit does not apply.
     if not (spec.launch.shrink or spec.launch.device is Device.cpu):
-        yield from _memory(spec, plan, suggest)
-    yield from _bubble(spec, plan)
+        yield from _memory(plan, e, evaluate)
+    yield from _bubble(plan, e)

@@ -1,0 +1,209 @@
+"""The compiler's typed intermediate representation: frozen classes that the passes hand on
+(:mod:`trainc.compiler.pipeline`), and whose ``to_json()`` is ``plan.json``.
+
+* :class:`Layout` (``plan.json`` ``derived``): the validated grid, batch and schedule values;
+  every field is concrete (the validators guarantee it; :class:`trainc.compiler.derive.Derived`
+  is the total, ``None``-where-it-does-not-divide variant the validators use).
+* :class:`Engines` (``engines``): every engine's settings, built once
+  (:func:`trainc.compiler.engines.engine_configs`).
+* :class:`Estimates` (``estimates``): memory, communication, bubble and time per GPU.
+* :class:`Plan`: the normalized spec with all of the above.
+
+Units are in the field names (``_bytes``, ``_seconds``, ``_gbps``); per GPU unless named otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from trainc.schemas import TrainSpec
+
+
+def _json(obj: Any) -> Any:
+    """Plain JSON values of a frozen IR class (tuples become lists, mappings dicts)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {str(k): _json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json(x) for x in obj]
+    return obj
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Layout:
+    """``derived``: counts unless named otherwise (a validated spec: nothing is ``None`` but
+    ``layers_per_virtual_stage``)."""
+
+    world_size: int
+    """GPUs in the job (num_nodes x gpus_per_node)."""
+    tp: int
+    pp: int
+    vpp: int
+    cp: int
+    ep: int
+    etp: int
+    dp: int
+    """world / (tp*pp*cp) (Megatron's data_parallel_size; excludes cp)."""
+    expert_dp: int
+    """world / (etp*ep*pp)."""
+    model_parallel_size: int
+    """tp x pp x cp."""
+    num_microbatches: int
+    """global_batch_size / (micro_batch_size x dp)."""
+    layers_per_stage: tuple[int, ...]
+    """Transformer layers on each PP stage (sums to num_layers)."""
+    layers_per_virtual_stage: int | None
+    """Megatron-LM --num-layers-per-virtual-pipeline-stage (even interleaved split only)."""
+    uneven_pipeline: bool
+    padded_vocab_size: int
+    num_moe_layers: int
+    sequence_parallel: bool
+    distributed_optimizer: bool
+    overlap_p2p_comm: bool
+    batch_p2p_comm: bool
+    tokens_per_step: int
+    """global_batch_size x seq_length (tokens per optimizer step, whole job)."""
+    params_dtype: str
+    cuda_device_max_connections_1: bool
+    gradient_accumulation_steps: int
+    distributed_backend: str
+    transformer_impl: str
+    add_bias_linear: bool
+    secret_env: tuple[str, ...] = ()
+    """launch.env names whose values the scripts read from the environment (plan.json: ***)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``derived`` object of plan.json (``secret_env`` only when there is one)."""
+        out = _json(self)
+        if not self.secret_env:
+            del out["secret_env"]
+        return out  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Engines:
+    """``engines``: the settings each engine receives (library spellings)."""
+
+    megatron_core: Mapping[str, Mapping[str, Any]]
+    """Megatron-Core 0.16.1 keyword arguments by class (megatron_core.yaml)."""
+    megatron_lm: tuple[tuple[str, ...], ...] | None
+    """Megatron-LM pretrain_gpt.py arguments, ``(flag,)`` or ``(flag, value)``
+    (megatron_args.txt); None when nothing runs Megatron-LM's CLI."""
+    deepspeed: Mapping[str, Any] | None
+    """DeepSpeed config (ds_config.json); None unless engine=deepspeed."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``engines`` object of plan.json."""
+        return _json(self)  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryBytes:
+    """Bytes on one GPU."""
+
+    params: int
+    grads: int
+    optimizer: int
+    activations: int
+    total: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageMemory:
+    """Bytes per GPU of one pipeline stage."""
+
+    stage: int
+    layers: int
+    params: int
+    grads: int
+    optimizer: int
+    activations: int
+    total: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CollectiveEstimate:
+    """One collective of the critical stage, per GPU per optimizer step."""
+
+    axis: str
+    name: str
+    group_size: int
+    count: int
+    sent_bytes: int
+    received_bytes: int
+    crosses_nodes: bool
+    bandwidth_gbps: float
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Estimates:
+    """``estimates`` (see :func:`trainc.compiler.estimate.estimate` for each quantity)."""
+
+    memory_bytes: MemoryBytes
+    """Most loaded stage (``memory_stage``)."""
+    memory_stage: int
+    memory_per_stage: tuple[StageMemory, ...]
+    memory_budget_bytes: int
+    params_total: int
+    params_per_gpu: int
+    comm_bytes_per_step: Mapping[str, int]
+    comm_seconds_per_step: Mapping[str, float]
+    comm_collectives: tuple[CollectiveEstimate, ...]
+    pipeline_bubble_fraction: float
+    flops_per_step: float
+    hardware_flops_per_step: float
+    step_time_seconds: float
+    compute_seconds: float
+    exposed_comm_seconds: float
+    bubble_seconds: float
+    critical_stage: int
+    tokens_per_second: float
+    mfu: float
+    assumptions: Mapping[str, float]
+    rank_map: Mapping[str, Any]
+    """Rank generator sizes, strides, groups leaving a node / NVLink domain, first node's rows."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``estimates`` object of plan.json."""
+        return _json(self)  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """A planned spec: what ``plan.json`` serializes (:meth:`to_json`)."""
+
+    spec: TrainSpec
+    """The normalized spec (passes read it; they never change it)."""
+    spec_json: Mapping[str, Any]
+    """The resolved spec as JSON values (enum spellings; secret env values masked)."""
+    spec_hash: str
+    derived: Layout
+    engines: Engines
+    trainc_version: str
+    target_versions: Mapping[str, str]
+    presets: Mapping[str, str] | None = None
+    """Group -> preset file the spec was composed with (None: not loaded from a file)."""
+    estimates: Estimates | None = None
+    diagnostics: tuple[Mapping[str, Any], ...] = ()
+    """Diagnostics as their JSON records (the same as ``lint --format json``)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """``plan.json`` as a dict (keys sorted when written by ``canonical_json``)."""
+        out: dict[str, Any] = {
+            "trainc_version": self.trainc_version,
+            "target_versions": dict(self.target_versions),
+            "spec_hash": self.spec_hash,
+            "spec": _json(self.spec_json),
+            "derived": self.derived.to_json(),
+            "engines": self.engines.to_json(),
+            "estimates": self.estimates.to_json() if self.estimates else {},
+            "diagnostics": [dict(d) for d in self.diagnostics],
+        }
+        if self.presets is not None:
+            out["presets"] = dict(self.presets)
+        return out
