@@ -60,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compile", help="check a spec and write its artifacts")
     c.add_argument("items", nargs="+", metavar="SPEC [KEY=VALUE ...]")
     c.add_argument("-o", "--output", metavar="OUTDIR", help="default: out/<name>")
-    c.add_argument("--force", action="store_true", help="replace a non-empty OUTDIR")
+    c.add_argument("--force", action="store_true", help="replace OUTDIR if it is a previous trainc output (its manifest.json lists "
+                   "everything in it); nothing else is ever replaced")
     c.add_argument("--format", choices=("text", "json"), default="text")
     c.add_argument("--werror", action="store_true", help="treat warnings as errors")
 
@@ -137,8 +138,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if any(e.startswith("-") for e in extra) or not hasattr(args, "items"):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.items = [*args.items, *extra]
+    from trainc.errors import InternalError, TraincError
+
     try:
         return handler(args.command)(args)
+    except TraincError as e:
+        if isinstance(e, InternalError):
+            raise
+        # one line, the class's exit code (OUTDIR refused 2, environment 4); no traceback
+        print(f"trainc {args.command}: {e}", file=sys.stderr)
+        return e.exit_code
     except KeyboardInterrupt:
         print("trainc: interrupted", file=sys.stderr)
         return 130

@@ -63,8 +63,7 @@ def _lint(args: argparse.Namespace) -> int:
 def _compile(args: argparse.Namespace) -> int:
     """``trainc compile SPEC [KEY=VALUE ...] [-o OUTDIR]``: check, then write the artifacts."""
     from trainc.compiler.pipeline import compile_spec
-    from trainc.compiler.write import OutdirNotEmpty, write_artifacts
-    from trainc.errors import LaunchError
+    from trainc.compiler.write import write_artifacts
 
     specs, overrides = _split(args.items)
     if len(specs) != 1:
@@ -83,14 +82,9 @@ def _compile(args: argparse.Namespace) -> int:
         return EXIT_SPEC
     assert result.plan is not None
     outdir = args.output or f"out/{result.plan['spec']['name']}"
-    try:
-        names = write_artifacts(result.files, result.plan, outdir, force=args.force)
-    except OutdirNotEmpty as e:
-        print(f"trainc compile: {e}", file=sys.stderr)
-        return EXIT_SPEC
-    except LaunchError as e:
-        print(f"trainc compile: {e}", file=sys.stderr)
-        return EXIT_ENV
+    # OutdirRefused (exit 2) and LaunchError (exit 4) are reported by main()
+    names = write_artifacts(result.files, result.plan, outdir, force=args.force,
+                            keep=(specs[0],))
     if args.format == "text":
         print(f"wrote {len(names)} files to {outdir}: {', '.join(names)}")
     return EXIT_OK

@@ -133,7 +133,8 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
             where.update(spec_lines)
             self_seen = True
         elif group in presets:
-            where.update(_preset_lines(presets[group], group))
+            where.update(_preset_lines(presets[group], group, _shown_preset(presets[group],
+                                                                            spec_path, shown)))
     assert self_seen
     explicit = {k for k, loc in where.items() if loc.file == shown}
 
@@ -156,23 +157,58 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
     spec, schema_diags = to_spec(cfg)
     located = [_locate_one(d, where) for d in schema_diags]
     return Loaded(shown, spec, located, where, frozenset(explicit),
-                  {g: _shown_preset(p) for g, p in presets.items()})
+                  {g: _artifact_preset(p, spec_path) for g, p in presets.items()})
 
 
 @cache
-def _preset_lines(pfile: str, group: str) -> dict[str, Location]:
-    pnode, _ = _read_yaml(Path(pfile), pfile)
+def _preset_lines(pfile: str, group: str, shown: str) -> dict[str, Location]:
+    pnode, _ = _read_yaml(Path(pfile), shown)
     out: dict[str, Location] = {}
-    _node_lines(pnode, group + ".", _shown_preset(pfile), out)
+    _node_lines(pnode, group + ".", shown, out)
     return out
 
 
-def _shown_preset(pfile: str) -> str:
-    root = conf_dir()
+def _packaged(pfile: str) -> str | None:
+    """``trainc/conf/<group>/<name>.yaml`` for a preset shipped with trainc, else None."""
     try:
-        return "trainc/conf/" + Path(pfile).resolve().relative_to(root.resolve()).as_posix()
+        return "trainc/conf/" + Path(pfile).resolve().relative_to(conf_dir().resolve()).as_posix()
     except ValueError:
-        return pfile
+        return None
+
+
+def _spec_relative(pfile: str, spec_path: Path) -> str | None:
+    """The path of a preset relative to the spec's folder (``model/mine.yaml``), or None."""
+    try:
+        return Path(pfile).resolve().relative_to(spec_path.resolve().parent).as_posix()
+    except ValueError:
+        return None
+
+
+def _shown_preset(pfile: str, spec_path: Path, shown: str) -> str:
+    """A preset's path in diagnostics: ``trainc/conf/...`` for a packaged one; a spec-local one
+    as a path next to the spec as the user named it (``runs/model/mine.yaml`` for
+    ``runs/spec.yaml``), so it is relative when the spec path was."""
+    rel = _spec_relative(pfile, spec_path)
+    if _packaged(pfile) is not None or rel is None:
+        return _packaged(pfile) or pfile
+    return Path(os.path.normpath(os.path.join(os.path.dirname(shown), rel))).as_posix()
+
+
+def artifact_file(file: str, spec_path: str | os.PathLike[str]) -> str:
+    """A diagnostic's file as ``plan.json`` records it: ``<command line>``, ``<default>`` and
+    ``trainc/conf/...`` as they are, a file in the spec's folder (the spec, a preset next to it)
+    relative to that folder, so the same spec tree compiled from another checkout or by an
+    absolute path gives the same bytes (issue 12)."""
+    if file.startswith(("<", "trainc/conf/")):
+        return file
+    return _spec_relative(file, Path(spec_path)) or file
+
+
+def _artifact_preset(pfile: str, spec_path: Path) -> str:
+    """A preset's path in ``plan.json``: ``trainc/conf/...`` for a packaged one, else relative to
+    the spec's folder (``model/mine.yaml``), so the artifacts do not depend on where the checkout
+    lives (issue 12)."""
+    return _packaged(pfile) or _spec_relative(pfile, spec_path) or pfile
 
 
 def _at(d: Diagnostic, file: str, line: int | None) -> Diagnostic:

@@ -12,7 +12,7 @@ from typing import Any
 from trainc.compiler.diagnostics import Diagnostic, locate, sort_diagnostics
 from trainc.compiler.emit import emit
 from trainc.compiler.estimate import estimate
-from trainc.compiler.load import Loaded, load_spec
+from trainc.compiler.load import Loaded, artifact_file, load_spec
 from trainc.compiler.normalize import normalize
 from trainc.compiler.plan import plan as make_plan
 from trainc.compiler.validate import validate
@@ -40,6 +40,14 @@ class CompileResult:
         return not any(d.is_error for d in self.diagnostics)
 
 
+def _artifact_record(d: Diagnostic, spec_path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A diagnostic's JSON record for ``plan.json``: its file relative to the spec's folder."""
+    rec = d.to_json()
+    if "file" in rec:
+        rec["file"] = artifact_file(rec["file"], spec_path)
+    return rec
+
+
 def compile_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = (), *,
                  emit_files: bool = True) -> CompileResult:
     """Run the passes on the spec at ``path``; never raises for user mistakes.
@@ -59,7 +67,7 @@ def compile_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
     the_plan["estimates"] = estimate(spec, the_plan)
     diags += locate(check_fit(spec, the_plan), loaded.where)
     result.diagnostics = sort_diagnostics(diags)
-    the_plan["diagnostics"] = [d.to_json() for d in result.diagnostics]
+    the_plan["diagnostics"] = [_artifact_record(d, path) for d in result.diagnostics]
     result.plan = the_plan
     if result.ok and emit_files:
         result.files = emit(the_plan)

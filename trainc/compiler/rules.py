@@ -158,7 +158,8 @@ BUBBLE_HIGH = _r(
     "TRC402", "pipeline-bubble-high", "the pipeline bubble exceeds 25 % of the step", "warning")
 
 # --- TRC5xx: launcher / cluster -------------------------------------------------------------
-JOB_NAME = _r("TRC501", "job-name-safe", "name must be letters, digits, '.', '_' or '-'")
+JOB_NAME = _r("TRC501", "job-name-safe",
+              "name must be letters, digits, '.', '_' or '-', and not only dots")
 TIME_LIMIT = _r("TRC502", "time-limit-format", "time_limit must be a Slurm time ([D-]HH:MM:SS)")
 MEGATRON_LM_PATH = _r(
     "TRC503", "megatron-lm-path", "entrypoint megatron-lm needs launch.megatron_lm_path")
