@@ -188,6 +188,10 @@ LOADER_CASES: dict[str, tuple[tuple[str, list[str]], tuple[str, list[str]], str]
     "TRC004": ((SPEC_YAML, ["model=llama9"]), (SPEC_YAML, ["model=llama2-7b"]), "model"),
     "TRC005": ((SPEC_YAML, ["parallel.tp=[1"]), (SPEC_YAML, ["parallel.tp=1"]),
                "<command line>"),
+    "TRC007": ((SPEC_YAML + "launch:\n  time_limit: 4:00:00\n", []),
+               (SPEC_YAML + 'launch:\n  time_limit: "4:00:00"\n', []), "launch.time_limit"),
+    "TRC008": ((SPEC_YAML + "  lr: .nan\n", []), (SPEC_YAML + "  lr: 1.0e-4\n", []),
+               "training.lr"),
 }
 
 

@@ -97,6 +97,8 @@ def _add_ecosystem_parsers(sub: argparse._SubParsersAction) -> None:  # type: ig
     imp.add_argument("-o", "--output", metavar="MODEL_YAML", help="default: print to stdout")
     imp.add_argument("--seq-length", type=int, metavar="N",
                      help="training sequence length (default: min(pre-training positions, 8192))")
+    imp.add_argument("--force", action="store_true",
+                     help="replace an existing MODEL_YAML file (never a folder or a device)")
 
     sch = sub.add_parser("schema", help="print the JSON Schema of a spec file")
     sch.add_argument("--section", metavar="NAME",
@@ -141,25 +143,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     from trainc.errors import InternalError, TraincError
 
     try:
-        return handler(args.command)(args)
+        code = handler(args.command)(args)
+        sys.stdout.flush()  # a full disk shows here, not as a traceback at interpreter exit
+        return code
     except TraincError as e:
         if isinstance(e, InternalError):
             raise
         # one line, the class's exit code (OUTDIR refused 2, environment 4); no traceback
+        _park_stdout()
         print(f"trainc {args.command}: {e}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("trainc: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # stdout closed early (`trainc lint --format json ... | head`)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail too
+        _park_stdout()
         return 141  # what a shell reports for a process ended by SIGPIPE
+    except OSError as e:  # writing output (Rich tables, diff) or reading input refused
+        _park_stdout()
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"trainc {args.command}: {where}{e.strerror or e}", file=sys.stderr)
+        return EXIT_ENV
     except Exception:  # a bug: say so, with what is needed to reproduce it
         print("trainc: internal error (this is a bug in trainc; please report it with the spec "
               "and this trace)", file=sys.stderr)
         traceback.print_exc()
         return EXIT_INTERNAL
+
+
+def _park_stdout() -> None:
+    """Point stdout at /dev/null if it can no longer be written, so the interpreter's final
+    flush of what is still buffered does not fail (and print a second error) at exit."""
+    try:
+        sys.stdout.flush()
+    except OSError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 #: The handlers' former names in the single-module cli (``trainc.cli._plan_table`` ...).

@@ -3,9 +3,13 @@ printing diagnostics and JSON records."""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from trainc.errors import LaunchError
 
 if TYPE_CHECKING:
     from trainc.compiler.diagnostics import Diagnostic
@@ -51,3 +55,36 @@ def _json_record(result: LintResult, werror: bool) -> dict:  # type: ignore[type
     """One spec's entry of the ``--format json`` output (spec-contract: path, ok, diagnostics)."""
     return {"path": result.path, "ok": not _failed(result, werror),
             "diagnostics": [d.to_json() for d in result.diagnostics]}
+
+
+class OutputError(LaunchError):
+    """Standard output or an output file cannot be written (full disk, closed terminal, a
+    read-only folder): the environment refused, exit 4."""
+
+
+def out(text: str = "", end: str = "\n") -> None:
+    """Write command output (what a caller pipes or redirects) to stdout and flush it, so a full
+    disk or ``/dev/full`` is an :class:`OutputError` here, not a traceback at exit. A closed pipe
+    stays a :class:`BrokenPipeError` (``main`` exits 141 quietly)."""
+    try:
+        sys.stdout.write(text + end)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        raise OutputError(f"cannot write standard output: {e.strerror or e}") from e
+
+
+def write_file(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to the file ``path`` (UTF-8); any OSError becomes :class:`OutputError`."""
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise OutputError(f"cannot write {os.fspath(path)}: {e.strerror or e}") from e
+
+
+def dumps(obj: Any, **kwargs: Any) -> str:
+    """``json.dumps`` that refuses NaN and infinities (strict RFC 8259 JSON, as every JSON
+    output of trainc is)."""
+    return json.dumps(obj, allow_nan=False, **kwargs)

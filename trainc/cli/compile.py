@@ -4,7 +4,6 @@ over a spec."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from trainc.cli._common import (
@@ -15,6 +14,8 @@ from trainc.cli._common import (
     _json_record,
     _print_text,
     _split,
+    dumps,
+    out,
 )
 
 
@@ -34,8 +35,8 @@ def _lint(args: argparse.Namespace) -> int:
 
         failed = [_failed(r, args.werror) or bool(c and c["ok"] is False)
                   for r, c in zip(results, slurm, strict=True)]
-        print(render_sarif(results) if args.format == "sarif" else render_github(results, failed),
-              end="")
+        out(render_sarif(results) if args.format == "sarif" else render_github(results, failed),
+            end="")
         return EXIT_SPEC if any(failed) else EXIT_OK
     if args.format == "json":
         records = [_json_record(r, args.werror) for r in results]
@@ -43,14 +44,14 @@ def _lint(args: argparse.Namespace) -> int:
             if chk is not None:
                 rec["slurm"] = chk
                 rec["ok"] = rec["ok"] and chk["ok"] is not False
-        print(json.dumps({"specs": records}, indent=2))
+        out(dumps({"specs": records}, indent=2))
     else:
         for r, chk in zip(results, slurm, strict=True):
             _print_text(r)
             n_err = sum(d.is_error for d in r.diagnostics)
             n_warn = sum(d.severity.value == "warning" for d in r.diagnostics)
             verdict = "FAILED" if _failed(r, args.werror) else "ok"
-            print(f"{r.path}: {verdict} ({n_err} error(s), {n_warn} warning(s))")
+            out(f"{r.path}: {verdict} ({n_err} error(s), {n_warn} warning(s))")
             if chk is not None:
                 _print_slurm_check(r.path, chk)
     if any(_failed(r, args.werror) for r in results) or any(c and c["ok"] is False for c in slurm):
@@ -73,7 +74,7 @@ def _compile(args: argparse.Namespace) -> int:
     result = compile_spec(specs[0], overrides)
     failed = _failed(result, args.werror)
     if args.format == "json":
-        print(json.dumps({"specs": [_json_record(result, args.werror)]}, indent=2))
+        out(dumps({"specs": [_json_record(result, args.werror)]}, indent=2))
     else:
         _print_text(result)
     if failed:
@@ -86,7 +87,7 @@ def _compile(args: argparse.Namespace) -> int:
     names = write_artifacts(result.files, result.plan, outdir, force=args.force,
                             keep=(specs[0],))
     if args.format == "text":
-        print(f"wrote {len(names)} files to {outdir}: {', '.join(names)}")
+        out(f"wrote {len(names)} files to {outdir}: {', '.join(names)}")
     return EXIT_OK
 
 

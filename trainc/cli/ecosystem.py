@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from trainc.cli._common import EXIT_ENV, EXIT_OK, EXIT_SPEC, _split
+from trainc.cli._common import EXIT_OK, EXIT_SPEC, OutputError, _split, out, write_file
 
 
 def _import_hf(args: argparse.Namespace) -> int:
@@ -19,15 +19,21 @@ def _import_hf(args: argparse.Namespace) -> int:
         print(f"trainc import-hf: error: {e}", file=sys.stderr)
         return EXIT_SPEC
     if not args.output:
-        print(text, end="")
+        out(text, end="")
         return EXIT_OK
+    target = args.output
+    if os.path.lexists(target) and (os.path.islink(target) or not os.path.isfile(target)):
+        print(f"trainc import-hf: {target} exists and is not a plain file; trainc never replaces "
+              "it (give another -o)", file=sys.stderr)
+        return EXIT_SPEC
+    if os.path.exists(target) and not args.force:
+        print(f"trainc import-hf: {target} exists; pass --force to replace it", file=sys.stderr)
+        return EXIT_SPEC
     try:
         os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
     except OSError as e:
-        print(f"trainc import-hf: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
-        return EXIT_ENV
+        raise OutputError(f"cannot write {args.output}: {e.strerror or e}") from e
+    write_file(args.output, text)
     print(f"wrote {args.output}", file=sys.stderr)
     return EXIT_OK
 
@@ -40,7 +46,7 @@ def _schema(args: argparse.Namespace) -> int:
         print(f"trainc schema: unknown section {args.section!r}; choose one of "
               f"{', '.join(sections())}", file=sys.stderr)
         return EXIT_SPEC
-    print(render(args.section), end="")
+    out(render(args.section), end="")
     return EXIT_OK
 
 

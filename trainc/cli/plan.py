@@ -4,11 +4,19 @@ and optionally write the best as a spec (``--apply``)."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
-from trainc.cli._common import EXIT_OK, EXIT_SPEC, _json_record, _print_text, _split
+from trainc.cli._common import (
+    EXIT_OK,
+    EXIT_SPEC,
+    _json_record,
+    _print_text,
+    _split,
+    dumps,
+    out,
+    write_file,
+)
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -22,8 +30,8 @@ def _plan(args: argparse.Namespace) -> int:
     res = plan_layouts(specs[0], overrides, top=max(1, args.top))
     if not res.ok or not res.planned:
         if args.format == "json":  # one object on stdout, as promised, even with no layout
-            print(json.dumps({**_json_record(res, False), **to_json(res), "ok": False},
-                             indent=2, sort_keys=True))
+            out(dumps({**_json_record(res, False), **to_json(res), "ok": False},
+                      indent=2, sort_keys=True))
         _print_text(res)
         if res.ok:
             print(f"trainc plan: no layout of {specs[0]} fits ({res.num_candidates_evaluated} "
@@ -34,7 +42,7 @@ def _plan(args: argparse.Namespace) -> int:
                   file=sys.stderr)
         return EXIT_SPEC
     if args.format == "json":
-        print(json.dumps(to_json(res), indent=2, sort_keys=True))
+        out(dumps(to_json(res), indent=2, sort_keys=True))
     else:
         _plan_table(res)
     if args.apply:
@@ -42,10 +50,9 @@ def _plan(args: argparse.Namespace) -> int:
 
         text = ("# written by trainc plan from " + specs[0] + "\n" +
                 yaml.safe_dump(applied_spec(res.planned[0]), sort_keys=False))
-        with open(args.apply, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        write_file(args.apply, text)
         if args.format == "text":
-            print(f"wrote {args.apply}")
+            out(f"wrote {args.apply}")
     return EXIT_OK
 
 

@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from trainc.cli._common import EXIT_ENV, EXIT_OK
+from trainc.cli._common import EXIT_ENV, EXIT_OK, out
 
 
 def _slurm_check(result: Any) -> dict:  # type: ignore[type-arg]
@@ -35,10 +35,10 @@ def _print_slurm_check(path: str, check: dict) -> None:  # type: ignore[type-arg
     if check["ok"] is None:
         print(f"warning: {path}: slurm: {check['message']}", file=sys.stderr)
     elif check["ok"]:
-        print(f"{path}: slurm: ok: {check['message']}")
+        out(f"{path}: slurm: ok: {check['message']}")
     else:
         print(f"error: {path}: slurm: {check['message']}", file=sys.stderr)
-        print(f"{path}: slurm: FAILED")
+        out(f"{path}: slurm: FAILED")
 
 
 def _submit(args: argparse.Namespace) -> int:
@@ -54,7 +54,7 @@ def _submit(args: argparse.Namespace) -> int:
     except LaunchError as e:
         print(f"trainc submit: {e}", file=sys.stderr)
         return EXIT_ENV
-    print(job_id, flush=True)
+    out(job_id)
     if not args.wait:
         print(f"trainc submit: submitted job {job_id} from {args.outdir}", file=sys.stderr)
         return EXIT_OK

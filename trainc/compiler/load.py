@@ -34,6 +34,7 @@ from trainc.compiler.yaml_source import (
     _node_lines,
     _read_yaml,
     construct,
+    scalar_texts,
 )
 from trainc.schemas import TrainSpec
 
@@ -125,17 +126,24 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
     where: dict[str, Location] = {}
     spec_lines: dict[str, Location] = {}
     _node_lines(node, "", shown, spec_lines) if node is not None else None
+    # the source text of scalars YAML read as another type than a string, layer by layer
+    texts: dict[str, str | None] = {}
+    spec_texts: dict[str, str | None] = {}
+    scalar_texts(node, "", spec_texts)
     self_seen = False
     order = _defaults_list(node)
     order += [(g, None) for g in presets if g not in {x for x, _ in order}]
     for group, _opt in order:
         if group == "_self_":
             where.update(spec_lines)
+            texts.update(spec_texts)
             self_seen = True
         elif group in presets:
             where.update(_preset_lines(presets[group], group, _shown_preset(presets[group],
                                                                             spec_path, shown)))
+            texts.update(_preset_texts(presets[group], group))
     assert self_seen
+    raw: dict[str, tuple[str, bool]] = {k: (t, False) for k, t in texts.items() if t is not None}
     explicit = {k for k, loc in where.items() if loc.file == shown}
 
     # --- key overrides ----------------------------------------------------------------------
@@ -145,6 +153,11 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
         for k in list(where):
             if k.startswith(key + "."):
                 del where[k]
+        for k in list(raw):
+            if k == key or k.startswith(key + "."):
+                del raw[k]
+        if value is None or isinstance(value, (bool, int, float)):
+            raw[key] = (overrides[idx - 1].split("=", 1)[1], True)
         where[key] = loc
         explicit.add(key)
         if isinstance(value, dict):
@@ -154,7 +167,7 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
                 where[sub] = Location(key=sub, file=COMMAND_LINE, line=idx)
                 explicit.add(sub)
 
-    spec, schema_diags = to_spec(cfg)
+    spec, schema_diags = to_spec(cfg, raw)
     located = [_locate_one(d, where) for d in schema_diags]
     return Loaded(shown, spec, located, where, frozenset(explicit),
                   {g: _artifact_preset(p, spec_path) for g, p in presets.items()})
@@ -165,6 +178,14 @@ def _preset_lines(pfile: str, group: str, shown: str) -> dict[str, Location]:
     pnode, _ = _read_yaml(Path(pfile), shown)
     out: dict[str, Location] = {}
     _node_lines(pnode, group + ".", shown, out)
+    return out
+
+
+@cache
+def _preset_texts(pfile: str, group: str) -> dict[str, str | None]:
+    pnode, _ = _read_yaml(Path(pfile), pfile)
+    out: dict[str, str | None] = {}
+    scalar_texts(pnode, group + ".", out)
     return out
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from trainc.compiler.plan import canonical_json
-from trainc.errors import LaunchError
+from trainc.errors import InternalError, LaunchError
 
 
 class OutdirRefused(LaunchError):
@@ -186,6 +186,18 @@ def _signals_raise() -> Iterator[None]:
             signal.signal(sig, old)
 
 
+def _strict_json(name: str, text: str) -> None:
+    """Raise :class:`InternalError` if a JSON artifact holds NaN or Infinity (Python's json
+    writes them; RFC 8259 and every other reader refuse them). The schema check refuses
+    non-finite inputs (TRC008), so one here comes from a computation: a bug."""
+
+    def refuse(constant: str) -> None:
+        raise InternalError(f"{name} would hold {constant}, which is not JSON (a bug in trainc: "
+                            "a computed value is not finite)")
+
+    json.loads(text, parse_constant=refuse)
+
+
 def _swap(tmp: Path, out: Path, old: Path) -> None:
     """Rename ``tmp`` to ``out`` through ``old`` (an empty folder), leaving ``old`` removed on
     every path; if the new folder cannot take its place, the previous OUTDIR is put back (and
@@ -224,6 +236,9 @@ def write_artifacts(files: dict[str, str], plan: dict[str, Any], outdir: str | o
         raise LaunchError(f"cannot inspect {os.fspath(outdir)}: {e.strerror or e}") from e
     all_files = dict(files)
     all_files["manifest.json"] = manifest(files, plan)
+    for name, text in sorted(all_files.items()):
+        if name.endswith(".json"):
+            _strict_json(name, text)
     pid = os.getpid()
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -77,6 +77,28 @@ def _node_lines(node: yaml.Node, prefix: str, file: str, out: dict[str, Location
         _node_lines(v, key + ".", file, out, map_entries=key in MAP_KEYS)
 
 
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
+def scalar_texts(node: yaml.Node | None, prefix: str, out: dict[str, str | None],
+                 map_entries: bool = False) -> None:
+    """For every key whose value is a scalar: its source text when YAML resolved it to another
+    type than a string (an unquoted ``4:00:00`` -> int 14400, ``0123`` -> 83, ``yes`` -> True,
+    ``1e3`` -> 1000.0, ``~`` -> None), else None. A free-form map (``launch.env``) records its
+    entries (``launch.env.NAME``). The schema check uses the text to tell the user what YAML
+    did to a string key's value and how to quote it (issue 11)."""
+    if not isinstance(node, yaml.MappingNode):
+        return
+    for k, v in node.value:
+        if not isinstance(k, yaml.ScalarNode):
+            continue
+        key = prefix + str(k.value)
+        if isinstance(v, yaml.ScalarNode):
+            out[key] = v.value if not v.style and v.tag != _STR_TAG else None  # plain: None or ""
+        elif not map_entries:
+            scalar_texts(v, key + ".", out, map_entries=key in MAP_KEYS)
+
+
 def _read_yaml(path: Path, shown: str) -> tuple[yaml.Node | None, list[Diagnostic]]:
     """Read and parse a YAML file into a node tree; problems become TRC000 diagnostics."""
 
