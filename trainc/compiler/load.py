@@ -28,7 +28,7 @@ from trainc.compiler.presets import (
     conf_dir,
     preset_names,
 )
-from trainc.compiler.schema_check import MAP_KEYS, to_spec
+from trainc.compiler.schema_check import MAP_KEYS, check_spec
 from trainc.compiler.yaml_source import (
     _defaults_list,
     _node_lines,
@@ -58,6 +58,10 @@ class Loaded:
     where: dict[str, Location] = field(default_factory=dict)
     explicit: frozenset[str] = frozenset()
     presets: dict[str, str] = field(default_factory=dict)
+    #: With schema errors: the spec with the failed keys (``broken``) at defaults/placeholders,
+    #: for the rules that do not read them (see :class:`~trainc.compiler.schema_check.SchemaResult`).
+    partial: TrainSpec | None = None
+    broken: frozenset[str] = frozenset()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,10 +171,11 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
                 where[sub] = Location(key=sub, file=COMMAND_LINE, line=idx)
                 explicit.add(sub)
 
-    spec, schema_diags = to_spec(cfg, raw)
-    located = [_locate_one(d, where) for d in schema_diags]
-    return Loaded(shown, spec, located, where, frozenset(explicit),
-                  {g: _artifact_preset(p, spec_path) for g, p in presets.items()})
+    checked = check_spec(cfg, raw)
+    located = [_locate_one(d, where) for d in checked.diagnostics]
+    return Loaded(shown, checked.spec, located, where, frozenset(explicit),
+                  {g: _artifact_preset(p, spec_path) for g, p in presets.items()},
+                  partial=checked.partial, broken=checked.broken)
 
 
 @cache

@@ -13,7 +13,7 @@ from trainc.compiler.diagnostics import Diagnostic, locate, sort_diagnostics
 from trainc.compiler.emit import emit
 from trainc.compiler.estimate import estimate
 from trainc.compiler.load import Loaded, artifact_file, load_spec
-from trainc.compiler.normalize import normalize
+from trainc.compiler.normalize import normalize, tainted
 from trainc.compiler.plan import plan as make_plan
 from trainc.compiler.validate import validate
 from trainc.compiler.validate.fit import check_fit
@@ -56,7 +56,13 @@ def compile_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
     """
     loaded = load_spec(path, overrides)
     if loaded.spec is None:
-        return CompileResult(str(path), sort_diagnostics(loaded.diagnostics), loaded=loaded)
+        diags = list(loaded.diagnostics)
+        if loaded.partial is not None:  # schema errors: run the rules that do not read them
+            partial = normalize(loaded.partial)
+            filled = tainted(loaded.partial, loaded.broken)
+            diags += locate(validate(partial, loaded.broken | set(filled), filled),
+                            loaded.where)
+        return CompileResult(str(path), sort_diagnostics(diags), loaded=loaded)
     spec = normalize(loaded.spec)
     diags = locate(validate(spec), loaded.where)
     result = CompileResult(str(path), sort_diagnostics(diags), spec=spec, loaded=loaded)

@@ -37,6 +37,10 @@ UNQUOTED_STRING = _r(
     "a string key's unquoted value was read by YAML 1.1 (or the override grammar) as a number, "
     "base-60 time, boolean or null (time_limit: 4:00:00 is 14400, account: 0123 is 83); quote it")
 NON_FINITE = _r("TRC008", "non-finite-number", "NaN and infinities are refused in every number key")
+CHECKS_SKIPPED = _r(
+    "TRC009", "checks-skipped",
+    "the checks that read an invalid key were skipped (their findings would be computed from a "
+    "stand-in value); every other check ran", "info")
 
 # --- TRC1xx: topology -----------------------------------------------------------------------
 WORLD_FACTORIZATION = _r(
@@ -209,6 +213,7 @@ SOURCES: dict[str, str] = {
     "TRC005": "Hydra override grammar", "TRC006": "trainc schema",
     "TRC007": "YAML 1.1 implicit types (yaml.org/type: int, float, bool, null); Hydra override "
               "grammar", "TRC008": "RFC 8259 JSON has no NaN or Infinity (plan.json, ds_config.json)",
+    "TRC009": "trainc validate (issue 12: every error whose inputs are known, in one run)",
     "TRC101": "Megatron validate_args / initialize_model_parallel (MR WS-1)",
     "TRC102": "Megatron data_parallel_size = W/(tp*pp*cp) (MR §1.2)",
     "TRC103": "Megatron-Core expert grid (MR §1.2, EXP-1); seed 002",

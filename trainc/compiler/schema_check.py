@@ -183,6 +183,49 @@ def _not_a_string(key: str, value: Any, text: str, from_cli: bool) -> Diagnostic
 
 def to_spec(cfg: dict[str, Any], raw: dict[str, tuple[str, bool]] | None = None,
             ) -> tuple[TrainSpec | None, list[Diagnostic]]:
+    """:func:`check_spec` without the partial spec: (spec or None, diagnostics)."""
+    res = check_spec(cfg, raw)
+    return res.spec, res.diagnostics
+
+
+@dataclasses.dataclass(frozen=True)
+class SchemaResult:
+    """What :func:`check_spec` found. ``spec`` is None when any diagnostic was found; then
+    ``partial`` is the spec with every key that failed (``broken``: wrong type, bad choice,
+    missing) at its default, or at a placeholder (1 for a count) when it has none, so that the
+    rules which do not read a broken key can still run (issue 12: all errors in one run)."""
+
+    spec: TrainSpec | None
+    diagnostics: list[Diagnostic]
+    partial: TrainSpec | None = None
+    broken: frozenset[str] = frozenset()
+
+
+@cache
+def _required_keys(cls: type = TrainSpec, prefix: str = "") -> frozenset[str]:
+    """Dotted schema keys without a default (the loader reports them TRC003 when unset)."""
+    out: set[str] = set()
+    for f in dataclasses.fields(cls):
+        tp = field_types(cls)[f.name]
+        if dataclasses.is_dataclass(tp):
+            out |= _required_keys(tp, prefix + f.name + ".")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            out.add(prefix + f.name)
+    return frozenset(out)
+
+
+def _placeholder(tp: Any) -> Any:
+    """A value of schema type ``tp`` that keeps the arithmetic of later passes total."""
+    base, optional = _optional(tp)
+    if optional:
+        return None
+    if isinstance(base, type) and issubclass(base, enum.Enum):
+        return next(iter(base))
+    return {int: 1, float: 1.0, str: "x", bool: False}.get(base)
+
+
+def check_spec(cfg: dict[str, Any], raw: dict[str, tuple[str, bool]] | None = None,
+               ) -> SchemaResult:
     """Check a composed container against the schema and build the :class:`TrainSpec`.
 
     Reports every unknown key (TRC002, with did-you-mean), wrong type (TRC001), bad enum value
@@ -270,10 +313,19 @@ def to_spec(cfg: dict[str, Any], raw: dict[str, tuple[str, bool]] | None = None,
 
     walk(cfg, "")
     spec = _build(TrainSpec, "", values, diags)
-    if diags:
-        return None, diags
-    assert isinstance(spec, TrainSpec)
-    return spec, []
+    if not diags:
+        assert isinstance(spec, TrainSpec)
+        return SchemaResult(spec, [])
+    broken = frozenset(d.key for d in diags if d.rule is not R.UNKNOWN_KEY)
+    filled = dict(values)
+    required = _required_keys()
+    for key, tp in known.items():
+        if key not in filled and key in required and \
+                any(key == b or key.startswith(b + ".") for b in broken):
+            filled[key] = _placeholder(tp)
+    partial = _build(TrainSpec, "", filled, [])
+    return SchemaResult(None, diags, partial if isinstance(partial, TrainSpec) else None,
+                        broken)
 
 
 def _build(cls: type, prefix: str, values: dict[str, Any], diags: list[Diagnostic]) -> Any:
