@@ -28,10 +28,18 @@ class LintResult(Protocol):
         """True when no diagnostic is an error."""
 
 
+def _is_override(item: str) -> bool:
+    """A ``KEY=VALUE`` override, not a spec path: it has '=', its key holds no '/', and it is not
+    an existing file (``runs/date=2024-01-01/s.yaml`` and ``date=1.yaml`` are paths)."""
+    if "=" not in item or item == "-":
+        return False
+    return "/" not in item.split("=", 1)[0] and not os.path.isfile(item)
+
+
 def _split(items: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Separate spec paths from KEY=VALUE overrides (an item with '=' is an override)."""
-    specs = [i for i in items if "=" not in i]
-    overrides = [i for i in items if "=" in i]
+    """Separate spec paths (``-``: standard input) from KEY=VALUE overrides."""
+    specs = [i for i in items if not _is_override(i)]
+    overrides = [i for i in items if _is_override(i)]
     return specs, overrides
 
 

@@ -28,6 +28,9 @@ def _lint(args: argparse.Namespace) -> int:
     if not specs:
         print("trainc lint: no spec file given", file=sys.stderr)
         return EXIT_SPEC
+    if specs.count("-") > 1:
+        print("trainc lint: standard input (-) can be given once", file=sys.stderr)
+        return EXIT_SPEC
     results = [compile_spec(s, overrides, emit_files=args.slurm) for s in specs]
     slurm = [_slurm_check(r) for r in results] if args.slurm else [None] * len(results)
     if args.format in ("sarif", "github"):
@@ -85,7 +88,7 @@ def _compile(args: argparse.Namespace) -> int:
     outdir = args.output or f"out/{result.plan['spec']['name']}"
     # OutdirRefused (exit 2) and LaunchError (exit 4) are reported by main()
     names = write_artifacts(result.files, result.plan, outdir, force=args.force,
-                            keep=(specs[0],))
+                            keep=() if specs[0] == "-" else (specs[0],))
     if args.format == "text":
         out(f"wrote {len(names)} files to {outdir}: {', '.join(names)}")
     return EXIT_OK

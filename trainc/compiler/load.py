@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -38,6 +39,8 @@ from trainc.compiler.yaml_source import (
 )
 from trainc.schemas import TrainSpec
 
+#: The spec path that means standard input, and how diagnostics name it.
+STDIN, STDIN_SHOWN = "-", "<stdin>"
 #: Hydra config groups shipped in ``trainc/conf``.
 GROUPS = ("model", "cluster")
 COMMAND_LINE = "<command line>"
@@ -72,13 +75,25 @@ class Loaded:
 def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = ()) -> Loaded:
     """Compose the spec at ``path`` with its defaults list and the ``KEY=VALUE`` overrides.
 
+    ``path`` ``-`` reads the spec from standard input (shown as ``<stdin>``); its presets
+    (``model/NAME.yaml`` ...) are looked up in the working folder.
     Returns a :class:`Loaded` whose ``spec`` is a :class:`TrainSpec` when there were no errors.
     Group overrides (``model=llama3-8b``) choose presets; other overrides (``parallel.tp=4``) are
     applied after composition, as Hydra does. Never raises for bad input.
     """
     shown = str(path)
     spec_path = Path(path)
-    node, diags = _read_yaml(spec_path, shown)
+    data = None
+    if shown == STDIN:  # the spec on standard input: presets next to it = in the working folder
+        shown, spec_path = STDIN_SHOWN, Path.cwd() / STDIN_SHOWN
+        try:
+            data = sys.stdin.buffer.read()
+        except (OSError, ValueError) as e:  # closed or unreadable stdin
+            data = None
+            d = diag(R.SPEC_UNREADABLE, f"cannot read the spec from standard input: {e}",
+                     "<file>", fix="pipe a YAML spec into trainc, or give its path")
+            return Loaded(shown, None, [_at(d, shown, None)])
+    node, diags = _read_yaml(spec_path, shown, data)
     if diags:
         return Loaded(shown, None, diags)
 
@@ -290,6 +305,12 @@ def _compose(
         else:
             entries[idx] = (group, opt)
     self_at = entries.index(("_self_", None))
+    for group, opt in entries:  # a preset next to the spec gets the spec's YAML checks first
+        local = spec_dir / str(group) / f"{opt}.yaml"
+        if opt is not None and local.is_file():
+            _, bad = _read_yaml(local, _shown_preset(str(local), spec_path, shown))
+            if bad:
+                return {}, {}, bad
 
     try:
         before, choices_b = _compose_presets(str(spec_dir), tuple(entries[:self_at]))
@@ -336,6 +357,11 @@ def _compose_failure(e: Exception, shown: str) -> tuple[dict, dict, list[Diagnos
                         f"use one of: {', '.join(options)}" if options else None)
         return fail(R.UNKNOWN_CHOICE, str(e).splitlines()[0], "defaults",
                     f"available: {', '.join(options)}" if options else None)
+    if isinstance(e, yaml.MarkedYAMLError) and e.problem_mark is not None:  # a preset's YAML
+        mark = e.problem_mark
+        d = diag(R.SPEC_UNREADABLE, f"{mark.name}:{mark.line + 1}: {e.problem or e}", "<file>",
+                 fix="correct the YAML at that line")
+        return {}, {}, [_at(d, str(mark.name), mark.line + 1)]
     # AssertionError: Hydra asserts on some malformed defaults entries (an empty group name,
     # `defaults: [{"": 0}]`, fails in hydra/core/default_element.py; found by the fuzz test)
     if isinstance(e, (HydraException, OmegaConfBaseException, yaml.YAMLError, ValueError,

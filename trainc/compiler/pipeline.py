@@ -62,10 +62,10 @@ def compile_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
             filled = tainted(loaded.partial, loaded.broken)
             diags += locate(validate(partial, loaded.broken | set(filled), filled),
                             loaded.where)
-        return CompileResult(str(path), sort_diagnostics(diags), loaded=loaded)
+        return CompileResult(loaded.path, sort_diagnostics(diags), loaded=loaded)
     spec = normalize(loaded.spec)
     diags = locate(validate(spec), loaded.where)
-    result = CompileResult(str(path), sort_diagnostics(diags), spec=spec, loaded=loaded)
+    result = CompileResult(loaded.path, sort_diagnostics(diags), spec=spec, loaded=loaded)
     if not result.ok:
         return result
     the_plan = make_plan(spec)
