@@ -75,7 +75,7 @@ def _submit(args: argparse.Namespace) -> int:
     except LaunchError as e:
         print(f"trainc submit: {e}", file=sys.stderr)
         return EXIT_ENV
-    out = f"; output: {final.stdout}" if final.stdout else ""
+    output = f"; output: {final.stdout}" if final.stdout else ""
     print(f"trainc submit: job {job_id} {final.state}, exit code {final.exit_code}:{final.signal}"
-          f" -> {final.return_code}{out}", file=sys.stderr)
+          f" -> {final.return_code}{output}", file=sys.stderr)
     return final.return_code
