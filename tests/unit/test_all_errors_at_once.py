@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from specs.kit import find, lint_cfg, make
+
 from trainc.cli import main
 from trainc.compiler.derive import derive
 from trainc.compiler.validate import PARTS, VALIDATORS

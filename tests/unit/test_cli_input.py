@@ -105,7 +105,8 @@ def test_a_file_named_like_an_override_is_a_spec(tmp_path: Path, monkeypatch, ca
 # --- hostile YAML ---------------------------------------------------------------------------
 
 LAUGHS = "a: &a [" + ",".join(['"lol"'] * 9) + "]\n" + "".join(
-    f"{c}: &{c} [" + ",".join([f"*{p}"] * 9) + "]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    f"{c}: &{c} [" + ",".join([f"*{p}"] * 9) + "]\n" for p, c in zip("abcdefgh", "bcdefghi",
+                                                                    strict=True))
 
 
 @pytest.mark.parametrize("where", ["spec", "preset"])

@@ -13,7 +13,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = REPO / "examples" / "llama2-70b-dgx-a100.yaml"
-HF = """{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 512, "intermediate_size": 1376,
+HF = """{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 512,
+"intermediate_size": 1376,
 "num_attention_heads": 8, "num_hidden_layers": 4, "num_key_value_heads": 8,
 "vocab_size": 32000, "max_position_embeddings": 2048, "hidden_act": "silu",
 "rms_norm_eps": 1e-5, "tie_word_embeddings": false}"""

@@ -60,8 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compile", help="check a spec and write its artifacts")
     c.add_argument("items", nargs="+", metavar="SPEC [KEY=VALUE ...]")
     c.add_argument("-o", "--output", metavar="OUTDIR", help="default: out/<name>")
-    c.add_argument("--force", action="store_true", help="replace OUTDIR if it is a previous trainc output (its manifest.json lists "
-                   "everything in it); nothing else is ever replaced")
+    c.add_argument("--force", action="store_true",
+                   help="replace OUTDIR if it is a previous trainc output (its manifest.json "
+                   "lists everything in it); nothing else is ever replaced")
     c.add_argument("--format", choices=("text", "json"), default="text")
     c.add_argument("--werror", action="store_true", help="treat warnings as errors")
 

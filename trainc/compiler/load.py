@@ -62,7 +62,8 @@ class Loaded:
     explicit: frozenset[str] = frozenset()
     presets: dict[str, str] = field(default_factory=dict)
     #: With schema errors: the spec with the failed keys (``broken``) at defaults/placeholders,
-    #: for the rules that do not read them (see :class:`~trainc.compiler.schema_check.SchemaResult`).
+    #: for the rules that do not read them (see
+    #: :class:`~trainc.compiler.schema_check.SchemaResult`).
     partial: TrainSpec | None = None
     broken: frozenset[str] = frozenset()
 

@@ -20,12 +20,11 @@ from trainc.compiler.derive import derive
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.normalize import FILLED_FROM
 from trainc.compiler.validate.compatibility import compatibility
-from trainc.compiler.validate.divisibility import divisibility
+from trainc.compiler.validate.divisibility import _heads, _moe, divisibility
 from trainc.compiler.validate.launcher import launcher
+from trainc.compiler.validate.layers import _batch, _layers
 from trainc.compiler.validate.ranges import ranges
 from trainc.compiler.validate.reads import DerivedView, SpecView, hits
-from trainc.compiler.validate.divisibility import _heads, _moe
-from trainc.compiler.validate.layers import _batch, _layers
 from trainc.compiler.validate.sequence import sequence
 from trainc.compiler.validate.topology import _dense_grid, _expert_grid, _nvlink, topology
 from trainc.schemas import TrainSpec
