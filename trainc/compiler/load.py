@@ -306,9 +306,9 @@ def _compose(
         else:
             entries[idx] = (group, opt)
     self_at = entries.index(("_self_", None))
-    for group, opt in entries:  # a preset next to the spec gets the spec's YAML checks first
-        local = spec_dir / str(group) / f"{opt}.yaml"
-        if opt is not None and local.is_file():
+    for g, o in entries:  # a preset next to the spec gets the spec's YAML checks first
+        local = spec_dir / g / f"{o}.yaml"
+        if o is not None and local.is_file():
             _, bad = _read_yaml(local, _shown_preset(str(local), spec_path, shown))
             if bad:
                 return {}, {}, bad
