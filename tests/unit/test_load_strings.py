@@ -182,3 +182,18 @@ def test_artifact_with_a_non_finite_value_is_an_internal_error(tmp_path: Path) -
     with pytest.raises(InternalError, match="plan.json would hold NaN"):
         write_artifacts({"plan.json": json.dumps({"x": math.nan})}, plan, tmp_path / "o")
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(("item", "read_as"), [("yes", "boolean true"), ("~", "null"),
+                                               ("off", "boolean false")])
+def test_unquoted_item_of_a_list_of_strings(tmp_path: Path, item: str, read_as: str) -> None:
+    d = _diag(_load(tmp_path, f"launch:\n  container_mounts: [/a:/b, {item}]\n"), "TRC007",
+              "launch.container_mounts")
+    assert f"the unquoted item {item} as" in d.message and read_as in d.message
+    assert d.fix == f'quote it: - "{item}"' and d.locations[0].line == 16
+
+
+def test_a_list_of_plain_strings_is_accepted(tmp_path: Path) -> None:
+    loaded = _load(tmp_path, 'launch:\n  container_mounts: [/a:/b, "yes", /c]\n')
+    assert loaded.spec is not None and loaded.spec.launch.container_mounts == ["/a:/b", "yes",
+                                                                                "/c"]

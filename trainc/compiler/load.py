@@ -164,6 +164,7 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
             texts.update(_preset_texts(presets[group], group))
     assert self_seen
     raw: dict[str, tuple[str, bool]] = {k: (t, False) for k, t in texts.items() if t is not None}
+    # (a list's items are key[i]: an override of the list drops them below, with key + "[")
     explicit = {k for k, loc in where.items() if loc.file == shown}
 
     # --- key overrides ----------------------------------------------------------------------
@@ -174,7 +175,7 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
             if k.startswith(key + "."):
                 del where[k]
         for k in list(raw):
-            if k == key or k.startswith(key + "."):
+            if k == key or k.startswith((key + ".", key + "[")):
                 del raw[k]
         if value is None or isinstance(value, (bool, int, float)):
             raw[key] = (overrides[idx - 1].split("=", 1)[1], True)

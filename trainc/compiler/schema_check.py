@@ -297,6 +297,18 @@ def check_spec(cfg: dict[str, Any], raw: dict[str, tuple[str, bool]] | None = No
                 diags.append(_not_a_string(sub, value[k], t, cli))
             if bad:
                 return
+        if typing.get_origin(base) is list and isinstance(value, list):
+            # yes/no/~ in a list of strings: YAML made booleans and nulls of them
+            odd = [i for i, v in enumerate(value) if v is None or isinstance(v, bool) or
+                   isinstance(v, float) and not math.isfinite(v)]
+            if odd:
+                v = value[odd[0]]
+                shown = raw.get(f"{key}[{odd[0]}]", (_scalar_str(v) or "null", False))[0]
+                diags.append(diag(R.UNQUOTED_STRING, f"{key} is a list of strings, but YAML read "
+                                  f"the unquoted item {shown} as {_read_as(shown, v)}", key,
+                                  fix=f"quote it: - \"{shown}\"", text=shown,
+                                  read_as=_show(v)))
+                return
         got = coerce(tp, value)
         if got is not _MISSING:
             values[key] = got

@@ -95,6 +95,11 @@ def scalar_texts(node: yaml.Node | None, prefix: str, out: dict[str, str | None]
         key = prefix + str(k.value)
         if isinstance(v, yaml.ScalarNode):
             out[key] = v.value if not v.style and v.tag != _STR_TAG else None  # plain: None or ""
+        elif isinstance(v, yaml.SequenceNode):  # a list of strings: its items as key[i]
+            for i, item in enumerate(v.value):
+                if isinstance(item, yaml.ScalarNode):
+                    plain = not item.style and item.tag != _STR_TAG
+                    out[f"{key}[{i}]"] = item.value if plain else None
         elif not map_entries:
             scalar_texts(v, key + ".", out, map_entries=key in MAP_KEYS)
 
