@@ -251,3 +251,33 @@ def test_same_spec_tree_in_two_checkouts_gives_identical_bytes(tmp_path: Path,
     assert {d.get("file") for d in plan["diagnostics"]} >= {"model/mine.yaml"}
     for name, data in trees[0].items():
         assert str(tmp_path).encode() not in data, name
+
+
+@pytest.mark.parametrize("fail", ["move-old-away", "move-new-in"])
+def test_a_failed_swap_leaves_no_old_folder_and_the_previous_output(tmp_path: Path, monkeypatch,
+                                                                    capsys, fail: str) -> None:
+    """The rename of the previous OUTDIR aside (EBUSY on a mount point) or of the new one into
+    place fails: exit 4, the previous output as it was, no .out.old-* / .out.tmp-* folder."""
+    import errno
+
+    spec = _spec(tmp_path / "src")
+    monkeypatch.chdir(tmp_path)
+    assert main(["compile", str(spec), "-o", "out"]) == 0
+    before = _tree(tmp_path / "out")
+    real = os.rename
+
+    def rename(src, dst):  # noqa: ANN001, ANN202
+        moving_old = Path(dst).name == "x" and ".old-" in Path(dst).parent.name
+        moving_new = ".tmp-" in Path(src).name
+        if (fail == "move-old-away" and moving_old) or (fail == "move-new-in" and moving_new):
+            raise OSError(errno.EBUSY, "Device or resource busy")
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    capsys.readouterr()
+    rc = main(["compile", str(spec), "parallel.tp=4", "-o", "out", "--force"])
+    monkeypatch.setattr(os, "rename", real)
+    err = capsys.readouterr().err
+    assert rc == 4 and "Device or resource busy" in err and "Traceback" not in err
+    assert _tree(tmp_path / "out") == before
+    assert _leftovers(tmp_path) == []
