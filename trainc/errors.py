@@ -1,5 +1,7 @@
 """Exception hierarchy. User mistakes are :class:`SpecError` (exit 2), bugs :class:`InternalError`
-(exit 3), environment failures :class:`LaunchError` (exit 4)."""
+(exit 3), environment failures :class:`LaunchError` (exit 4). Each class carries the command's exit
+code as ``exit_code`` (as click's exceptions do), so the CLI maps an error to its code in one place.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +14,14 @@ if TYPE_CHECKING:
 class TraincError(Exception):
     """Base class of every error trainc raises on purpose."""
 
+    #: Exit code of a ``trainc`` command that stops with this error.
+    exit_code: int = 3
+
 
 class SpecError(TraincError):
     """The spec has at least one error-severity diagnostic; carries all diagnostics (also warnings)."""
+
+    exit_code = 2
 
     def __init__(self, diagnostics: list[Diagnostic]):
         self.diagnostics = diagnostics
@@ -26,4 +33,7 @@ class InternalError(TraincError):
 
 
 class LaunchError(TraincError):
-    """The environment refused an action (writing OUTDIR, running torchrun or sbatch)."""
+    """The environment refused an action (writing OUTDIR or standard output, running torchrun or
+    sbatch)."""
+
+    exit_code = 4

@@ -154,6 +154,7 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
                {"cluster.gpu": "custom", "cluster.gpu_memory_gib": 80.0,
                 "cluster.peak_tflops": 100.0, "cluster.intra_node_bandwidth_gbps": 100.0,
                 "cluster.inter_node_bandwidth_gbps": 10.0}, "cluster.gpu_memory_gib"),
+    "TRC009": ({"parallel.tp": 0}, {"parallel.tp": 1}, "parallel.tp"),
     "TRC501": ({"name": "my job!"}, {"name": "my-job_1.0"}, "name"),
     "TRC502": ({"launch.time_limit": "4h"}, {"launch.time_limit": "1-04:00:00"},
                "launch.time_limit"),
@@ -208,6 +209,10 @@ LOADER_CASES: dict[str, tuple[tuple[str, list[str]], tuple[str, list[str]], str]
     "TRC004": ((SPEC_YAML, ["model=llama9"]), (SPEC_YAML, ["model=llama2-7b"]), "model"),
     "TRC005": ((SPEC_YAML, ["parallel.tp=[1"]), (SPEC_YAML, ["parallel.tp=1"]),
                "<command line>"),
+    "TRC007": ((SPEC_YAML + "launch:\n  time_limit: 4:00:00\n", []),
+               (SPEC_YAML + 'launch:\n  time_limit: "4:00:00"\n', []), "launch.time_limit"),
+    "TRC008": ((SPEC_YAML + "  lr: .nan\n", []), (SPEC_YAML + "  lr: 1.0e-4\n", []),
+               "training.lr"),
 }
 
 

@@ -56,8 +56,12 @@ def test_non_empty_outdir_refused_without_force(tmp_path: Path, capsys) -> None:
     assert cli.main(["compile", str(spec), "-o", str(out)]) == 2
     assert "--force" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    # --force replaces only a previous trainc output (tests/unit/test_cli_outdir.py)
+    assert cli.main(["compile", str(spec), "-o", str(out), "--force"]) == 2
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    (out / "keep.txt").unlink()
+    assert cli.main(["compile", str(spec), "-o", str(out)]) == 0
     assert cli.main(["compile", str(spec), "-o", str(out), "--force"]) == 0
-    assert "keep.txt" not in {p.name for p in out.iterdir()}
     assert (out / "manifest.json").is_file()
     assert _leftovers(tmp_path, "out") == []
 
@@ -75,16 +79,16 @@ def test_error_mid_write_leaves_no_outdir_and_no_temp(tmp_path: Path, monkeypatc
 
     for existing in (False, True):
         out = tmp_path / f"out{existing}"
-        if existing:
-            out.mkdir()
-            (out / "old.txt").write_text("previous run")
+        if existing:  # a previous trainc output (what --force may replace)
+            assert cli.main(["compile", str(spec), "-o", str(out), "training.lr=1e-4"]) == 0
+            previous = {p.name: p.read_bytes() for p in out.iterdir()}
         count["n"] = 0
         monkeypatch.setattr(Path, "write_text", failing)
         rc = cli.main(["compile", str(spec), "-o", str(out), "--force"])
         monkeypatch.setattr(Path, "write_text", real)
         assert rc == 4  # the environment refused
         if existing:
-            assert sorted(p.name for p in out.iterdir()) == ["old.txt"]
+            assert {p.name: p.read_bytes() for p in out.iterdir()} == previous
         else:
             assert not out.exists()
         assert _leftovers(tmp_path, out.name) == []

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -28,15 +29,18 @@ from trainc.compiler.presets import (
     conf_dir,
     preset_names,
 )
-from trainc.compiler.schema_check import MAP_KEYS, to_spec
+from trainc.compiler.schema_check import MAP_KEYS, check_spec
 from trainc.compiler.yaml_source import (
     _defaults_list,
     _node_lines,
     _read_yaml,
     construct,
+    scalar_texts,
 )
 from trainc.schemas import TrainSpec
 
+#: The spec path that means standard input, and how diagnostics name it.
+STDIN, STDIN_SHOWN = "-", "<stdin>"
 #: Hydra config groups shipped in ``trainc/conf``.
 GROUPS = ("model", "cluster")
 COMMAND_LINE = "<command line>"
@@ -57,6 +61,11 @@ class Loaded:
     where: dict[str, Location] = field(default_factory=dict)
     explicit: frozenset[str] = frozenset()
     presets: dict[str, str] = field(default_factory=dict)
+    #: With schema errors: the spec with the failed keys (``broken``) at defaults/placeholders,
+    #: for the rules that do not read them (see
+    #: :class:`~trainc.compiler.schema_check.SchemaResult`).
+    partial: TrainSpec | None = None
+    broken: frozenset[str] = frozenset()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -67,13 +76,25 @@ class Loaded:
 def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = ()) -> Loaded:
     """Compose the spec at ``path`` with its defaults list and the ``KEY=VALUE`` overrides.
 
+    ``path`` ``-`` reads the spec from standard input (shown as ``<stdin>``); its presets
+    (``model/NAME.yaml`` ...) are looked up in the working folder.
     Returns a :class:`Loaded` whose ``spec`` is a :class:`TrainSpec` when there were no errors.
     Group overrides (``model=llama3-8b``) choose presets; other overrides (``parallel.tp=4``) are
     applied after composition, as Hydra does. Never raises for bad input.
     """
     shown = str(path)
     spec_path = Path(path)
-    node, diags = _read_yaml(spec_path, shown)
+    data = None
+    if shown == STDIN:  # the spec on standard input: presets next to it = in the working folder
+        shown, spec_path = STDIN_SHOWN, Path.cwd() / STDIN_SHOWN
+        try:
+            data = sys.stdin.buffer.read()
+        except (OSError, ValueError) as e:  # closed or unreadable stdin
+            data = None
+            d = diag(R.SPEC_UNREADABLE, f"cannot read the spec from standard input: {e}",
+                     "<file>", fix="pipe a YAML spec into trainc, or give its path")
+            return Loaded(shown, None, [_at(d, shown, None)])
+    node, diags = _read_yaml(spec_path, shown, data)
     if diags:
         return Loaded(shown, None, diags)
 
@@ -125,16 +146,25 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
     where: dict[str, Location] = {}
     spec_lines: dict[str, Location] = {}
     _node_lines(node, "", shown, spec_lines) if node is not None else None
+    # the source text of scalars YAML read as another type than a string, layer by layer
+    texts: dict[str, str | None] = {}
+    spec_texts: dict[str, str | None] = {}
+    scalar_texts(node, "", spec_texts)
     self_seen = False
     order = _defaults_list(node)
     order += [(g, None) for g in presets if g not in {x for x, _ in order}]
     for group, _opt in order:
         if group == "_self_":
             where.update(spec_lines)
+            texts.update(spec_texts)
             self_seen = True
         elif group in presets:
-            where.update(_preset_lines(presets[group], group))
+            where.update(_preset_lines(presets[group], group, _shown_preset(presets[group],
+                                                                            spec_path, shown)))
+            texts.update(_preset_texts(presets[group], group))
     assert self_seen
+    raw: dict[str, tuple[str, bool]] = {k: (t, False) for k, t in texts.items() if t is not None}
+    # (a list's items are key[i]: an override of the list drops them below, with key + "[")
     explicit = {k for k, loc in where.items() if loc.file == shown}
 
     # --- key overrides ----------------------------------------------------------------------
@@ -144,6 +174,11 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
         for k in list(where):
             if k.startswith(key + "."):
                 del where[k]
+        for k in list(raw):
+            if k == key or k.startswith((key + ".", key + "[")):
+                del raw[k]
+        if value is None or isinstance(value, (bool, int, float)):
+            raw[key] = (overrides[idx - 1].split("=", 1)[1], True)
         where[key] = loc
         explicit.add(key)
         if isinstance(value, dict):
@@ -153,26 +188,70 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
                 where[sub] = Location(key=sub, file=COMMAND_LINE, line=idx)
                 explicit.add(sub)
 
-    spec, schema_diags = to_spec(cfg)
-    located = [_locate_one(d, where) for d in schema_diags]
-    return Loaded(shown, spec, located, where, frozenset(explicit),
-                  {g: _shown_preset(p) for g, p in presets.items()})
+    checked = check_spec(cfg, raw)
+    located = [_locate_one(d, where) for d in checked.diagnostics]
+    return Loaded(shown, checked.spec, located, where, frozenset(explicit),
+                  {g: _artifact_preset(p, spec_path) for g, p in presets.items()},
+                  partial=checked.partial, broken=checked.broken)
 
 
 @cache
-def _preset_lines(pfile: str, group: str) -> dict[str, Location]:
-    pnode, _ = _read_yaml(Path(pfile), pfile)
+def _preset_lines(pfile: str, group: str, shown: str) -> dict[str, Location]:
+    pnode, _ = _read_yaml(Path(pfile), shown)
     out: dict[str, Location] = {}
-    _node_lines(pnode, group + ".", _shown_preset(pfile), out)
+    _node_lines(pnode, group + ".", shown, out)
     return out
 
 
-def _shown_preset(pfile: str) -> str:
-    root = conf_dir()
+@cache
+def _preset_texts(pfile: str, group: str) -> dict[str, str | None]:
+    pnode, _ = _read_yaml(Path(pfile), pfile)
+    out: dict[str, str | None] = {}
+    scalar_texts(pnode, group + ".", out)
+    return out
+
+
+def _packaged(pfile: str) -> str | None:
+    """``trainc/conf/<group>/<name>.yaml`` for a preset shipped with trainc, else None."""
     try:
-        return "trainc/conf/" + Path(pfile).resolve().relative_to(root.resolve()).as_posix()
+        return "trainc/conf/" + Path(pfile).resolve().relative_to(conf_dir().resolve()).as_posix()
     except ValueError:
-        return pfile
+        return None
+
+
+def _spec_relative(pfile: str, spec_path: Path) -> str | None:
+    """The path of a preset relative to the spec's folder (``model/mine.yaml``), or None."""
+    try:
+        return Path(pfile).resolve().relative_to(spec_path.resolve().parent).as_posix()
+    except ValueError:
+        return None
+
+
+def _shown_preset(pfile: str, spec_path: Path, shown: str) -> str:
+    """A preset's path in diagnostics: ``trainc/conf/...`` for a packaged one; a spec-local one
+    as a path next to the spec as the user named it (``runs/model/mine.yaml`` for
+    ``runs/spec.yaml``), so it is relative when the spec path was."""
+    rel = _spec_relative(pfile, spec_path)
+    if _packaged(pfile) is not None or rel is None:
+        return _packaged(pfile) or pfile
+    return Path(os.path.normpath(os.path.join(os.path.dirname(shown), rel))).as_posix()
+
+
+def artifact_file(file: str, spec_path: str | os.PathLike[str]) -> str:
+    """A diagnostic's file as ``plan.json`` records it: ``<command line>``, ``<default>`` and
+    ``trainc/conf/...`` as they are, a file in the spec's folder (the spec, a preset next to it)
+    relative to that folder, so the same spec tree compiled from another checkout or by an
+    absolute path gives the same bytes (issue 12)."""
+    if file.startswith(("<", "trainc/conf/")):
+        return file
+    return _spec_relative(file, Path(spec_path)) or file
+
+
+def _artifact_preset(pfile: str, spec_path: Path) -> str:
+    """A preset's path in ``plan.json``: ``trainc/conf/...`` for a packaged one, else relative to
+    the spec's folder (``model/mine.yaml``), so the artifacts do not depend on where the checkout
+    lives (issue 12)."""
+    return _packaged(pfile) or _spec_relative(pfile, spec_path) or pfile
 
 
 def _at(d: Diagnostic, file: str, line: int | None) -> Diagnostic:
@@ -228,6 +307,12 @@ def _compose(
         else:
             entries[idx] = (group, opt)
     self_at = entries.index(("_self_", None))
+    for g, o in entries:  # a preset next to the spec gets the spec's YAML checks first
+        local = spec_dir / g / f"{o}.yaml"
+        if o is not None and local.is_file():
+            _, bad = _read_yaml(local, _shown_preset(str(local), spec_path, shown))
+            if bad:
+                return {}, {}, bad
 
     try:
         before, choices_b = _compose_presets(str(spec_dir), tuple(entries[:self_at]))
@@ -274,6 +359,11 @@ def _compose_failure(e: Exception, shown: str) -> tuple[dict, dict, list[Diagnos
                         f"use one of: {', '.join(options)}" if options else None)
         return fail(R.UNKNOWN_CHOICE, str(e).splitlines()[0], "defaults",
                     f"available: {', '.join(options)}" if options else None)
+    if isinstance(e, yaml.MarkedYAMLError) and e.problem_mark is not None:  # a preset's YAML
+        mark = e.problem_mark
+        d = diag(R.SPEC_UNREADABLE, f"{mark.name}:{mark.line + 1}: {e.problem or e}", "<file>",
+                 fix="correct the YAML at that line")
+        return {}, {}, [_at(d, str(mark.name), mark.line + 1)]
     # AssertionError: Hydra asserts on some malformed defaults entries (an empty group name,
     # `defaults: [{"": 0}]`, fails in hydra/core/default_element.py; found by the fuzz test)
     if isinstance(e, (HydraException, OmegaConfBaseException, yaml.YAMLError, ValueError,

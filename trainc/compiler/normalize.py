@@ -32,6 +32,48 @@ def default_ffn_hidden_size(hidden_size: int, activation: Activation) -> int:
     return 4 * hidden_size
 
 
+_HW = ("cluster.gpu",)
+#: Each key :func:`normalize` fills when it is null -> the keys its value is computed from (in
+#: fill order). A filled key whose input is invalid is invalid too (:func:`tainted`).
+FILLED_FROM: dict[str, tuple[str, ...]] = {
+    "cluster.gpu_memory_gib": _HW, "cluster.peak_tflops": _HW,
+    "cluster.intra_node_bandwidth_gbps": _HW, "cluster.inter_node_bandwidth_gbps": _HW,
+    "cluster.nvlink_domain_size": ("cluster.gpu", "cluster.gpus_per_node"),
+    "model.num_query_groups": ("model.num_attention_heads",),
+    "model.ffn_hidden_size": ("model.hidden_size", "model.activation"),
+    "model.kv_channels": ("model.hidden_size", "model.num_attention_heads"),
+    "model.max_position_embeddings": ("model.seq_length",),
+    "model.moe_ffn_hidden_size": ("model.ffn_hidden_size", "model.num_experts"),
+    "parallel.etp": ("parallel.tp",),
+    "parallel.sequence_parallel": ("parallel.tp",),
+    "training.recompute_method": ("training.recompute",),
+    "training.recompute_num_layers": ("training.recompute",),
+}
+
+
+def _get(spec: TrainSpec, key: str) -> object:
+    obj: object = spec
+    for part in key.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def tainted(before: TrainSpec, broken: frozenset[str]) -> dict[str, frozenset[str]]:
+    """The keys :func:`normalize` fills (null in ``before``) from a broken key, each mapped to
+    the broken keys of ``broken`` it comes from (transitively: moe_ffn from ffn from hidden)."""
+    out: dict[str, frozenset[str]] = {}
+    for key, inputs in FILLED_FROM.items():
+        if key in broken or _get(before, key) is not None:
+            continue
+        roots: set[str] = set()
+        for i in inputs:
+            roots |= {b for b in broken if i == b or i.startswith(b + ".")}
+            roots |= out.get(i, frozenset())
+        if roots:
+            out[key] = frozenset(roots)
+    return out
+
+
 def normalize(spec: TrainSpec) -> TrainSpec:
     """Return a copy of ``spec`` with every derivable null filled.
 

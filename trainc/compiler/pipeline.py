@@ -18,8 +18,8 @@ from trainc.compiler.emit import emit
 from trainc.compiler.estimate import estimate
 from trainc.compiler.fit import check_fit
 from trainc.compiler.ir import Plan
-from trainc.compiler.load import Loaded, load_spec
-from trainc.compiler.normalize import normalize
+from trainc.compiler.load import Loaded, artifact_file, load_spec
+from trainc.compiler.normalize import normalize, tainted
 from trainc.compiler.plan import plan as make_plan
 from trainc.compiler.validate import validate
 from trainc.schemas import TrainSpec
@@ -39,6 +39,8 @@ class State:
     files: Mapping[str, str] = field(default_factory=dict)
     suggest: bool = True
     """check_fit's what-if search for TRC401's fix (off for the layout planner)."""
+    spec_path: str | None = None
+    """The spec file: plan.json names diagnostic files relative to its folder."""
 
     @property
     def failed(self) -> bool:
@@ -69,8 +71,17 @@ def _check_fit(s: State) -> State:
     evaluate = _evaluate if s.suggest else None
     found = tuple(locate(check_fit(s.plan, evaluate=evaluate), s.where))
     diags = tuple(sort_diagnostics([*s.diagnostics, *found]))
-    plan = dataclasses.replace(s.plan, diagnostics=tuple(d.to_json() for d in diags))
+    plan = dataclasses.replace(s.plan, diagnostics=tuple(_artifact_record(d, s.spec_path)
+                                                         for d in diags))
     return dataclasses.replace(s, diagnostics=diags, plan=plan)
+
+
+def _artifact_record(d: Diagnostic, spec_path: str | None) -> dict[str, Any]:
+    """A diagnostic's JSON record for ``plan.json``: its file relative to the spec's folder."""
+    rec = d.to_json()
+    if "file" in rec and spec_path is not None:
+        rec["file"] = artifact_file(rec["file"], spec_path)
+    return rec
 
 
 def _emit(s: State) -> State:
@@ -145,10 +156,17 @@ def compile_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
     """
     loaded = load_spec(path, overrides)
     if loaded.spec is None:
-        return CompileResult(str(path), sort_diagnostics(loaded.diagnostics), loaded=loaded)
-    state = run_passes(State(spec=loaded.spec, where=loaded.where, presets=loaded.presets),
+        diags = list(loaded.diagnostics)
+        if loaded.partial is not None:  # schema errors: run the rules that do not read them
+            partial = normalize(loaded.partial)
+            filled = tainted(loaded.partial, loaded.broken)
+            diags += locate(validate(partial, loaded.broken | set(filled), filled),
+                            loaded.where)
+        return CompileResult(loaded.path, sort_diagnostics(diags), loaded=loaded)
+    state = run_passes(State(spec=loaded.spec, where=loaded.where, presets=loaded.presets,
+                             spec_path=str(path)),
                        stop_after="emit" if emit_files else "check_fit")
     ir = state.plan if state.plan is not None and state.plan.estimates is not None else None
-    return CompileResult(str(path), sort_diagnostics(list(state.diagnostics)), spec=state.spec,
+    return CompileResult(loaded.path, sort_diagnostics(list(state.diagnostics)), spec=state.spec,
                          plan=ir.to_json() if ir is not None else None, files=dict(state.files),
                          loaded=loaded, ir=ir)

@@ -63,7 +63,9 @@ def _hydra_compose(spec_dir: str, entries: tuple[tuple[str, str | None], ...]
     name = "_trainc_presets_" + hashlib.sha256(repr(entries).encode()).hexdigest()[:16]
     ConfigStore.instance().store(
         name=name, node={"defaults": [{g: o} for g, o in entries] + ["_self_"]})
-    search = f"hydra.searchpath=[file://{spec_dir},file://{conf_dir()}]"
+    # quoted, so that a folder name holding ', ], =, spaces or non-ASCII is not Hydra grammar
+    search = f"hydra.searchpath=[{_hydra_quoted('file://' + spec_dir)}," \
+             f"{_hydra_quoted('file://' + str(conf_dir()))}]"
     GlobalHydra.instance().clear()
     try:
         with warnings.catch_warnings():
@@ -78,6 +80,13 @@ def _hydra_compose(spec_dir: str, entries: tuple[tuple[str, str | None], ...]
     assert isinstance(raw, dict)
     raw.pop("hydra", None)
     return raw, choices
+
+
+def _hydra_quoted(text: str) -> str:
+    """``text`` as a single-quoted string of Hydra's override grammar (``\\'`` escapes a quote;
+    backslashes before a quote or at the end are doubled, as the grammar requires)."""
+    out = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, text)
+    return "'" + out.replace("'", "\\'") + "'"
 
 
 def _disk_cache_path(spec_dir: str, entries: tuple[tuple[str, str | None], ...]) -> Path | None:

@@ -32,6 +32,15 @@ MISSING_VALUE = _r("TRC003", "missing-value", "a required key has no value")
 UNKNOWN_CHOICE = _r("TRC004", "unknown-choice", "a preset or option name is not one of the choices")
 BAD_OVERRIDE = _r("TRC005", "bad-override", "a KEY=VALUE override cannot be parsed or applied")
 VALUE_RANGE = _r("TRC006", "value-out-of-range", "a value is outside its allowed range")
+UNQUOTED_STRING = _r(
+    "TRC007", "string-read-as-other-type",
+    "a string key's unquoted value was read by YAML 1.1 (or the override grammar) as a number, "
+    "base-60 time, boolean or null (time_limit: 4:00:00 is 14400, account: 0123 is 83); quote it")
+NON_FINITE = _r("TRC008", "non-finite-number", "NaN and infinities are refused in every number key")
+CHECKS_SKIPPED = _r(
+    "TRC009", "checks-skipped",
+    "the checks that read an invalid key were skipped (their findings would be computed from a "
+    "stand-in value); every other check ran", "info")
 
 # --- TRC1xx: topology -----------------------------------------------------------------------
 WORLD_FACTORIZATION = _r(
@@ -179,7 +188,8 @@ BUBBLE_HIGH = _r(
     "TRC402", "pipeline-bubble-high", "the pipeline bubble exceeds 25 % of the step", "warning")
 
 # --- TRC5xx: launcher / cluster -------------------------------------------------------------
-JOB_NAME = _r("TRC501", "job-name-safe", "name must be letters, digits, '.', '_' or '-'")
+JOB_NAME = _r("TRC501", "job-name-safe",
+              "name must be letters, digits, '.', '_' or '-', and not only dots")
 TIME_LIMIT = _r("TRC502", "time-limit-format", "time_limit must be a Slurm time ([D-]HH:MM:SS)")
 MEGATRON_LM_PATH = _r(
     "TRC503", "megatron-lm-path", "entrypoint megatron-lm needs launch.megatron_lm_path")
@@ -226,6 +236,9 @@ SOURCES: dict[str, str] = {
     "TRC000": "trainc loader", "TRC001": "trainc schema", "TRC002": "trainc schema",
     "TRC003": "trainc schema", "TRC004": "trainc schema / Hydra defaults list",
     "TRC005": "Hydra override grammar", "TRC006": "trainc schema",
+    "TRC007": "YAML 1.1 implicit types (yaml.org/type: int, float, bool, null); Hydra override "
+              "grammar", "TRC008": "RFC 8259 JSON has no NaN or Infinity (plan.json, ds_config.json)",
+    "TRC009": "trainc validate (issue 12: every error whose inputs are known, in one run)",
     "TRC101": "Megatron validate_args / initialize_model_parallel (MR WS-1)",
     "TRC102": "Megatron data_parallel_size = W/(tp*pp*cp) (MR §1.2)",
     "TRC103": "Megatron-Core expert grid (MR §1.2, EXP-1); seed 002",

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
+import re
 import types
 import typing
 from functools import cache
@@ -169,13 +171,92 @@ ALIASES: dict[str, tuple[str, str]] = {
 }
 
 
-def to_spec(cfg: dict[str, Any]) -> tuple[TrainSpec | None, list[Diagnostic]]:
+def _read_as(text: str, value: Any) -> str:
+    """What YAML (or Hydra) made of an unquoted scalar, in words."""
+    if value is None:
+        return "null (no value)"
+    if isinstance(value, bool):
+        return f"the boolean {'true' if value else 'false'}"
+    if ":" in text:
+        return f"a base-60 (YAML 1.1 time) number, {value!r}"
+    if isinstance(value, int) and re.fullmatch(r"[-+]?0[0-7_]+", text):
+        return f"an octal integer, {value}"
+    if isinstance(value, int) and re.fullmatch(r"[-+]?0[xX][0-9a-fA-F_]+", text):
+        return f"a hexadecimal integer, {value}"
+    return f"{'an integer' if isinstance(value, int) else 'a number'}, {value!r}"
+
+
+def _not_a_string(key: str, value: Any, text: str, from_cli: bool) -> Diagnostic:
+    """TRC007: a string key whose unquoted value was read as another type."""
+    what = "the override's" if from_cli else "YAML read the"
+    verb = "was read as" if from_cli else "as"
+    leaf = key.rsplit(".", 1)[-1]
+    fix = (f"quote the value for Hydra, inside shell quotes: '{key}=\"{text}\"'" if from_cli
+           else f'quote it: {leaf}: "{text}"')
+    return diag(R.UNQUOTED_STRING, f"{key} is a string, but {what} unquoted {text} {verb} "
+                f"{_read_as(text, value)}", key, fix=fix, edits={key: text}, text=text,
+                read_as=_show(value))
+
+
+def to_spec(cfg: dict[str, Any], raw: dict[str, tuple[str, bool]] | None = None,
+            ) -> tuple[TrainSpec | None, list[Diagnostic]]:
+    """:func:`check_spec` without the partial spec: (spec or None, diagnostics)."""
+    res = check_spec(cfg, raw)
+    return res.spec, res.diagnostics
+
+
+@dataclasses.dataclass(frozen=True)
+class SchemaResult:
+    """What :func:`check_spec` found. ``spec`` is None when any diagnostic was found; then
+    ``partial`` is the spec with every key that failed (``broken``: wrong type, bad choice,
+    missing) at its default, or at a placeholder (1 for a count) when it has none, so that the
+    rules which do not read a broken key can still run (issue 12: all errors in one run)."""
+
+    spec: TrainSpec | None
+    diagnostics: list[Diagnostic]
+    partial: TrainSpec | None = None
+    broken: frozenset[str] = frozenset()
+
+
+@cache
+def _required_keys(cls: type = TrainSpec, prefix: str = "") -> frozenset[str]:
+    """Dotted schema keys without a default (the loader reports them TRC003 when unset)."""
+    out: set[str] = set()
+    for f in dataclasses.fields(cls):
+        tp = field_types(cls)[f.name]
+        if dataclasses.is_dataclass(tp):
+            out |= _required_keys(tp, prefix + f.name + ".")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            out.add(prefix + f.name)
+    return frozenset(out)
+
+
+def _placeholder(tp: Any) -> Any:
+    """A value of schema type ``tp`` that keeps the arithmetic of later passes total."""
+    base, optional = _optional(tp)
+    if optional:
+        return None
+    if isinstance(base, type) and issubclass(base, enum.Enum):
+        return next(iter(base))
+    return {int: 1, float: 1.0, str: "x", bool: False}.get(base)
+
+
+def check_spec(cfg: dict[str, Any], raw: dict[str, tuple[str, bool]] | None = None,
+               ) -> SchemaResult:
     """Check a composed container against the schema and build the :class:`TrainSpec`.
 
     Reports every unknown key (TRC002, with did-you-mean), wrong type (TRC001), bad enum value
-    (TRC004) and missing required key (TRC003); the spec is None if any was found. Diagnostics
-    carry no locations (the loader adds them).
+    (TRC004), missing required key (TRC003), a string key whose unquoted value YAML or the
+    override grammar read as a number, time, boolean or null (TRC007) and a NaN or infinity in a
+    number key (TRC008); the spec is None if any was found. ``raw`` maps a dotted key to the
+    source text of its value when that was an unquoted scalar read as another type than a
+    string, and whether it came from the command line (the loader builds it). Diagnostics carry
+    no locations (the loader adds them).
+
+    ``launch.env`` values may be unquoted numbers written as meant (``1``, ``8``); anything YAML
+    would change (``0123``, ``4:00:00``, ``1e3``, ``yes``) must be quoted there too.
     """
+    raw = raw or {}
     known = schema_keys()
     values: dict[str, Any] = {}
     diags: list[Diagnostic] = []
@@ -212,7 +293,39 @@ def to_spec(cfg: dict[str, Any]) -> tuple[TrainSpec | None, list[Diagnostic]]:
 
     def check(key: str, value: Any) -> None:
         tp = known[key]
-        base, _ = _optional(tp)
+        base, optional = _optional(tp)
+        text, from_cli = raw.get(key, (_scalar_str(value) or "", False))
+        if base is str and (isinstance(value, (bool, int, float)) or
+                            value is None and not optional and text):
+            # 4:00:00 -> 14400, 0123 -> 83, yes -> True, 1e3 -> 1000.0, ~ -> None
+            diags.append(_not_a_string(key, value, text, from_cli))
+            return
+        if base is float and isinstance(value, float) and not math.isfinite(value):
+            diags.append(diag(R.NON_FINITE, f"{key} = {value!r} is not a finite number", key,
+                              fix=f"set {key} to a finite number", value=repr(value)))
+            return
+        if typing.get_origin(base) is dict and isinstance(value, dict):
+            bad = [k for k, v in value.items() if not isinstance(v, str) and (
+                isinstance(v, bool) or (isinstance(v, float) and not math.isfinite(v)) or
+                raw.get(f"{key}.{k}", (_scalar_str(v), False))[0] != _scalar_str(v))]
+            for k in bad:
+                sub = f"{key}.{k}"
+                t, cli = raw.get(sub, (_scalar_str(value[k]) or "", False))
+                diags.append(_not_a_string(sub, value[k], t, cli))
+            if bad:
+                return
+        if typing.get_origin(base) is list and isinstance(value, list):
+            # yes/no/~ in a list of strings: YAML made booleans and nulls of them
+            odd = [i for i, v in enumerate(value) if v is None or isinstance(v, bool) or
+                   isinstance(v, float) and not math.isfinite(v)]
+            if odd:
+                v = value[odd[0]]
+                shown = raw.get(f"{key}[{odd[0]}]", (_scalar_str(v) or "null", False))[0]
+                diags.append(diag(R.UNQUOTED_STRING, f"{key} is a list of strings, but YAML read "
+                                  f"the unquoted item {shown} as {_read_as(shown, v)}", key,
+                                  fix=f"quote it: - \"{shown}\"", text=shown,
+                                  read_as=_show(v)))
+                return
         got = coerce(tp, value)
         if got is not _MISSING:
             values[key] = got
@@ -229,10 +342,19 @@ def to_spec(cfg: dict[str, Any]) -> tuple[TrainSpec | None, list[Diagnostic]]:
 
     walk(cfg, "")
     spec = _build(TrainSpec, "", values, diags)
-    if diags:
-        return None, diags
-    assert isinstance(spec, TrainSpec)
-    return spec, []
+    if not diags:
+        assert isinstance(spec, TrainSpec)
+        return SchemaResult(spec, [])
+    broken = frozenset(d.key for d in diags if d.rule is not R.UNKNOWN_KEY)
+    filled = dict(values)
+    required = _required_keys()
+    for key, tp in known.items():
+        if key not in filled and key in required and \
+                any(key == b or key.startswith(b + ".") for b in broken):
+            filled[key] = _placeholder(tp)
+    partial = _build(TrainSpec, "", filled, [])
+    return SchemaResult(None, diags, partial if isinstance(partial, TrainSpec) else None,
+                        broken)
 
 
 def _build(cls: type, prefix: str, values: dict[str, Any], diags: list[Diagnostic]) -> Any:

@@ -77,22 +77,105 @@ def _node_lines(node: yaml.Node, prefix: str, file: str, out: dict[str, Location
         _node_lines(v, key + ".", file, out, map_entries=key in MAP_KEYS)
 
 
-def _read_yaml(path: Path, shown: str) -> tuple[yaml.Node | None, list[Diagnostic]]:
-    """Read and parse a YAML file into a node tree; problems become TRC000 diagnostics."""
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
+def scalar_texts(node: yaml.Node | None, prefix: str, out: dict[str, str | None],
+                 map_entries: bool = False) -> None:
+    """For every key whose value is a scalar: its source text when YAML resolved it to another
+    type than a string (an unquoted ``4:00:00`` -> int 14400, ``0123`` -> 83, ``yes`` -> True,
+    ``1e3`` -> 1000.0, ``~`` -> None), else None. A free-form map (``launch.env``) records its
+    entries (``launch.env.NAME``). The schema check uses the text to tell the user what YAML
+    did to a string key's value and how to quote it (issue 11)."""
+    if not isinstance(node, yaml.MappingNode):
+        return
+    for k, v in node.value:
+        if not isinstance(k, yaml.ScalarNode):
+            continue
+        key = prefix + str(k.value)
+        if isinstance(v, yaml.ScalarNode):
+            out[key] = v.value if not v.style and v.tag != _STR_TAG else None  # plain: None or ""
+        elif isinstance(v, yaml.SequenceNode):  # a list of strings: its items as key[i]
+            for i, item in enumerate(v.value):
+                if isinstance(item, yaml.ScalarNode):
+                    plain = not item.style and item.tag != _STR_TAG
+                    out[f"{key}[{i}]"] = item.value if plain else None
+        elif not map_entries:
+            scalar_texts(v, key + ".", out, map_entries=key in MAP_KEYS)
+
+
+#: Most YAML nodes a spec may expand to through anchors and aliases (a real spec has a few
+#: hundred; "billion laughs", 9 aliases over 8 levels, expands to 10^8 and would take minutes).
+MAX_NODES = 20_000
+#: Tags whose value a spec may hold: plain data (no timestamps, sets, binary or Python objects).
+DATA_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in
+                      ("str", "int", "float", "bool", "null", "seq", "map", "merge"))
+
+
+class _Unsafe(Exception):
+    """A node graph that trainc refuses: (message, line, fix)."""
+
+
+def _check_graph(node: yaml.Node) -> None:
+    """Refuse a tag that is not plain data, and a graph that expands (through aliases, which
+    share nodes) to more than :data:`MAX_NODES` nodes or refers to itself. Linear in the size
+    of the composed graph: each node's expanded size is computed once."""
+    size: dict[int, int] = {}
+    active: set[int] = set()
+
+    def visit(n: yaml.Node) -> int:
+        key = id(n)
+        if key in size:
+            return size[key]
+        if key in active:
+            raise _Unsafe("an anchor refers to itself (an alias inside its own anchor)",
+                          n.start_mark.line + 1, "remove the alias from inside its anchor")
+        if n.tag not in DATA_TAGS:
+            raise _Unsafe(f"the tag {n.tag.replace('tag:yaml.org,2002:', '!!')} is not allowed "
+                          "here: a spec holds plain data (mappings, lists, strings, numbers, "
+                          "booleans, null); trainc never constructs objects from YAML tags",
+                          n.start_mark.line + 1, "remove the tag and write the value as plain "
+                          "YAML (quote a date: \"2024-01-01\")")
+        active.add(key)
+        if isinstance(n, yaml.MappingNode):
+            total = 1 + sum(visit(k) + visit(v) for k, v in n.value)
+        elif isinstance(n, yaml.SequenceNode):
+            total = 1 + sum(visit(v) for v in n.value)
+        else:
+            total = 1
+        active.discard(key)
+        if total > MAX_NODES:
+            raise _Unsafe(f"it expands to more than {MAX_NODES:,} values through anchors and "
+                          "aliases (&name / *name); a spec needs a few hundred",
+                          n.start_mark.line + 1, "write the values out instead of nesting "
+                          "aliases")
+        size[key] = total
+        return total
+
+    visit(node)
+
+
+def _read_yaml(path: Path, shown: str, data: bytes | None = None,
+               ) -> tuple[yaml.Node | None, list[Diagnostic]]:
+    """Read and parse a YAML file (or ``data``, e.g. standard input) into a node tree; problems
+    become TRC000 diagnostics."""
 
     def bad(msg: str, line: int | None = None) -> tuple[None, list[Diagnostic]]:
         d = diag(R.SPEC_UNREADABLE, msg, "<file>", fix="pass a readable UTF-8 YAML spec file")
         return None, [dataclasses.replace(d, locations=(Location(key="<file>", file=shown,
                                                                  line=line),))]
 
-    if not path.exists():
+    if data is not None:
+        raw = data
+    elif not path.exists():
         return bad(f"spec file {shown} does not exist")
-    if path.is_dir():
+    elif path.is_dir():
         return bad(f"{shown} is a directory, not a spec file")
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        return bad(f"cannot read {shown}: {e.strerror or e}")
+    else:
+        try:
+            raw = path.read_bytes()
+        except OSError as e:
+            return bad(f"cannot read {shown}: {e.strerror or e}")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -106,6 +189,13 @@ def _read_yaml(path: Path, shown: str) -> tuple[yaml.Node | None, list[Diagnosti
         return bad(f"{shown} is not valid YAML: {problem}", line)
     except RecursionError:
         return bad(f"{shown} is nested too deeply")
+    if node is not None:
+        try:
+            _check_graph(node)
+        except _Unsafe as e:
+            return _refused(shown, *e.args)
+        except RecursionError:
+            return bad(f"{shown} is nested too deeply")
     if node is not None and not isinstance(node, yaml.MappingNode):
         return bad(f"{shown} must be a YAML mapping of sections (model:, cluster:, ...)", 1)
     try:
@@ -115,6 +205,12 @@ def _read_yaml(path: Path, shown: str) -> tuple[yaml.Node | None, list[Diagnosti
     if dup:
         return bad(f"{shown} sets {dup[0]} twice", dup[1])
     return node, []
+
+
+def _refused(shown: str, why: str, line: int, fix: str) -> tuple[None, list[Diagnostic]]:
+    d = diag(R.SPEC_UNREADABLE, f"{shown} is refused: {why}", "<file>", fix=fix)
+    return None, [dataclasses.replace(d, locations=(Location(key="<file>", file=shown,
+                                                             line=line),))]
 
 
 def _defaults_list(node: yaml.Node | None) -> list[tuple[str, str | None]]:

@@ -177,7 +177,8 @@ def run_diff(a: str, b: str, overrides: Sequence[str] = (), *, fmt: str = "text"
             print(f"trainc diff: {label} ({res.path}) has errors:", file=sys.stderr)
             print(render_text(errors), file=sys.stderr)
     if fmt == "json":
-        print(json.dumps(to_json(a_res, b_res, show_all), indent=2, sort_keys=False))
+        print(json.dumps(to_json(a_res, b_res, show_all), indent=2, sort_keys=False,
+                         allow_nan=False))
     elif a_res.plan is not None and b_res.plan is not None:
         render_table(a_res, b_res, show_all)
     return 0 if a_res.ok and b_res.ok else 2

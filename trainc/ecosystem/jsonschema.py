@@ -157,7 +157,8 @@ def _build() -> str:
         "then": overlay,
         "$defs": dict(sorted(defs.items())),
     }
-    return json.dumps(schema, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
+    return json.dumps(schema, indent=2, sort_keys=False, ensure_ascii=False,
+                      allow_nan=False) + "\n"
 
 
 def spec_schema() -> dict[str, Any]:
@@ -185,4 +186,5 @@ def render(section: str | None = None) -> str:
     """The schema as deterministic JSON text (whole spec, or one section)."""
     if section is None:
         return _build()
-    return json.dumps(section_schema(section), indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(section_schema(section), indent=2, ensure_ascii=False,
+                      allow_nan=False) + "\n"

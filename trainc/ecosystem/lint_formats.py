@@ -131,7 +131,8 @@ def sarif_log(results: Iterable[LintResult]) -> dict[str, Any]:
 
 def render_sarif(results: Iterable[LintResult]) -> str:
     """The SARIF log as JSON text (deterministic, trailing newline)."""
-    return json.dumps(sarif_log(results), indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(sarif_log(results), indent=2, ensure_ascii=False,
+                      allow_nan=False) + "\n"
 
 
 def _escape_data(text: str) -> str:

@@ -38,10 +38,12 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     """All TRC5xx rules (unknown device / entrypoint / GPU names are TRC004 at load time: the
     schema's enums)."""
     lc, c = spec.launch, spec.cluster
-    if not _NAME.fullmatch(spec.name) or spec.name.startswith("-"):
-        safe = re.sub(r"[^A-Za-z0-9._-]+", "-", spec.name).strip("-")[:128] or "trainc-job"
+    if not _NAME.fullmatch(spec.name) or spec.name.startswith("-") or not spec.name.strip("."):
+        # only dots ('.', '..', '...'): out/<name> would be out/ itself or its parent
+        safe = re.sub(r"[^A-Za-z0-9._-]+", "-", spec.name).strip("-")[:128]
+        safe = safe if safe.strip(".") else "trainc-job"
         yield diag(R.JOB_NAME, f"name ({spec.name!r}) must be 1-128 letters, digits, '.', '_' or "
-                   "'-' (it names the Slurm job and the output folder)", "name",
+                   "'-', not only dots (it names the Slurm job and the output folder)", "name",
                    fix=f"set name to {safe!r}", edits={"name": safe}, name=spec.name)
     if not _TIME.fullmatch(lc.time_limit):
         yield diag(R.TIME_LIMIT, f"time_limit ({lc.time_limit!r}) is not a Slurm time "

@@ -1,0 +1,112 @@
+"""Output that cannot be written is the environment refusing (exit 4, one line, no traceback),
+not a bug in trainc (issue 12): stdout on a full device, an output file in a folder that does
+not exist or under a file."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SPEC = REPO / "examples" / "llama2-70b-dgx-a100.yaml"
+HF = """{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 512,
+"intermediate_size": 1376,
+"num_attention_heads": 8, "num_hidden_layers": 4, "num_key_value_heads": 8,
+"vocab_size": 32000, "max_position_embeddings": 2048, "hidden_act": "silu",
+"rms_norm_eps": 1e-5, "tie_word_embeddings": false}"""
+
+needs_dev_full = pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+
+
+def _trainc(args: list[str], stdout=subprocess.PIPE, cwd: Path = REPO) -> tuple[int, str]:
+    r = subprocess.run([sys.executable, "-m", "trainc", *args], stdout=stdout,
+                       stderr=subprocess.PIPE, text=True, cwd=cwd, timeout=300)
+    return r.returncode, r.stderr
+
+
+@needs_dev_full
+@pytest.mark.parametrize("args", [
+    ["schema"],
+    ["schema", "--section", "model"],
+    ["lint", str(SPEC), "--format", "json"],
+    ["lint", str(SPEC)],
+    ["lint", str(SPEC), "--format", "sarif"],
+    ["compile", str(SPEC), "--format", "json", "-o", "{tmp}/o"],
+    ["explain", str(SPEC)],
+    ["diff", str(SPEC), str(SPEC), "parallel.tp=4", "--format", "json"],
+], ids=["schema", "schema-section", "lint-json", "lint-text", "lint-sarif", "compile-json",
+        "explain", "diff-json"])
+def test_stdout_on_a_full_device_is_exit_4(tmp_path: Path, args: list[str]) -> None:
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    with open("/dev/full", "w") as full:
+        rc, err = _trainc(args, stdout=full)
+    assert rc == 4, err
+    assert "Traceback" not in err and "Exception ignored" not in err
+    lines = [ln for ln in err.splitlines() if ln.startswith("trainc ")]
+    assert lines and "No space left on device" in lines[-1], err
+
+
+@pytest.mark.parametrize("where", ["missing-folder", "under-a-file", "a-folder"])
+def test_plan_apply_to_an_unwritable_path_is_exit_4(tmp_path: Path, where: str) -> None:
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dir").mkdir()
+    target = {"missing-folder": tmp_path / "no" / "such" / "x.yaml",
+              "under-a-file": tmp_path / "file" / "x.yaml", "a-folder": tmp_path / "dir"}[where]
+    spec = tmp_path / "s.yaml"
+    spec.write_text("defaults:\n  - model: llama2-7b\n  - cluster: dgx-h100\n  - _self_\n"
+                    "cluster:\n  num_nodes: 1\ntraining:\n  global_batch_size: 32\n")
+    rc, err = _trainc(["plan", str(spec), "--top", "1", "--apply", str(target)])
+    assert rc == 4, err
+    assert "Traceback" not in err
+    assert f"trainc plan: cannot write {target}" in err
+
+
+def test_import_hf_output_under_a_file_is_exit_4(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(HF)
+    (tmp_path / "file").write_text("x")
+    rc, err = _trainc(["import-hf", str(tmp_path / "config.json"), "-o",
+                       str(tmp_path / "file" / "m.yaml"), "--force"])
+    assert rc == 4, err
+    assert "Traceback" not in err and "trainc import-hf: cannot write" in err
+
+
+def test_error_classes_carry_their_exit_code() -> None:
+    from trainc.cli._common import OutputError
+    from trainc.compiler.write import OutdirNotEmpty, OutdirRefused
+    from trainc.errors import InternalError, LaunchError, SpecError
+
+    assert (SpecError([]).exit_code, InternalError().exit_code, LaunchError().exit_code,
+            OutputError().exit_code, OutdirRefused().exit_code,
+            OutdirNotEmpty().exit_code) == (2, 3, 4, 4, 2, 2)
+
+
+def test_import_hf_refuses_an_existing_file_without_force(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(HF)
+    target = tmp_path / "m.yaml"
+    target.write_text("mine\n")
+    rc, err = _trainc(["import-hf", str(tmp_path / "config.json"), "-o", str(target)])
+    assert rc == 2 and "pass --force" in err and target.read_text() == "mine\n"
+    rc, err = _trainc(["import-hf", str(tmp_path / "config.json"), "-o", str(target), "--force"])
+    assert rc == 0, err
+    assert "hidden_size: 512" in target.read_text()
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo", "link"])
+def test_import_hf_never_replaces_a_non_file(tmp_path: Path, kind: str) -> None:
+    (tmp_path / "config.json").write_text(HF)
+    target = tmp_path / "m.yaml"
+    if kind == "folder":
+        target.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(target)
+    else:
+        (tmp_path / "real.yaml").write_text("mine\n")
+        target.symlink_to(tmp_path / "real.yaml")
+    rc, err = _trainc(["import-hf", str(tmp_path / "config.json"), "-o", str(target), "--force"])
+    assert rc == 2 and "not a plain file" in err, err
+    if kind == "link":
+        assert (tmp_path / "real.yaml").read_text() == "mine\n"
