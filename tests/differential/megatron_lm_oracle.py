@@ -8,7 +8,8 @@ which this process then never imports::
     PYTHONPATH=<unpacked wheel> python megatron_lm_oracle.py --world-size 8 \
         --env CUDA_DEVICE_MAX_CONNECTIONS=1 megatron_args.txt ...
 
-``JOBS.json`` is a list of ``{"id", "args_file", "world_size", "env"}``; one process runs them
+``JOBS.json`` is a list of ``{"id", "args_file", "world_size", "env", "device"}``
+(``device: "cpu"`` for a job meant to run on nodes without CUDA); one process runs them
 all (importing Megatron costs seconds, a job tens of milliseconds). For each job, what
 ``pretrain_gpt.py`` would do up to the first forward pass, on CPU:
 
@@ -18,7 +19,8 @@ all (importing Megatron costs seconds, a job tens of milliseconds). For each job
    the CUDA queries in it answer as a Hopper GPU (``get_device_arch_version() == 9``,
    ``get_device_capability() == (9, 0)``), the target of trainc's presets;
 3. ``megatron.training.global_vars.set_global_variables`` (the micro-batch calculator, then
-   ``build_tokenizer``, which pads the vocabulary);
+   ``build_tokenizer``, which pads the vocabulary); for a ``cpu`` job on a machine without
+   CUDA, also ``initialize_megatron()`` as ``pretrain()`` calls it (it requires CUDA);
 4. ``parallel_state.initialize_model_parallel`` with the arguments
    ``megatron/training/initialize.py::_initialize_distributed`` passes, on torch's fake process
    group (what Megatron's own ``--fake-process-group`` uses) of ``world_size`` ranks;
@@ -36,7 +38,9 @@ raised and its message, argparse's message for a refused flag), ``dp``, ``padded
 ``tokenizer_vocab_size``, ``num_microbatches``, ``layers_per_chunk`` (per pipeline rank, per
 virtual stage), ``layer_offsets``, ``kv_channels``, ``args`` (the parsed value of every flag in the
 file, by ``dest``), ``transformer_config``, ``ddp_config``, ``optimizer_config`` (their plain
-fields) and ``model_params`` (parameter count of the meta model; ``model_error`` if it failed).
+fields), ``initialize_model_parallel``, ``forward_backward_func`` and ``gpt_model`` (the keyword
+arguments Megatron-LM passes: ``initialize.py``, ``training.py::train_step`` and pretrain_gpt's
+GPT builder) and ``model_params`` (parameter count of the meta model; ``model_error`` if it failed).
 Megatron's own printing goes to stderr; stdout (or ``--out``) carries only the JSON list.
 
 Shims for Python 3.11 and a CPU-only torch (the wheel targets 3.12 and CUDA): ``typing.override``
@@ -159,7 +163,7 @@ def _import_megatron() -> types.SimpleNamespace:
         from megatron.core.transformer import transformer_config
         from megatron.core.transformer.transformer_block import get_num_layers_to_build
         from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
-        from megatron.training import arguments, global_vars, training
+        from megatron.training import arguments, global_vars, initialize, training
         from megatron.training.argument_utils import core_transformer_config_from_args
     return types.SimpleNamespace(**{k: v for k, v in locals().items() if not k.startswith("_")})
 
@@ -219,7 +223,8 @@ def _cache_parser(M: types.SimpleNamespace) -> dict[str, str]:
     copies the mutable defaults it hands out, so one job's ``validate_args`` cannot change the
     next job's defaults."""
     parser = M.arguments.add_megatron_arguments(
-        argparse.ArgumentParser(description="Megatron-LM Arguments", allow_abbrev=False))
+        argparse.ArgumentParser(prog="pretrain_gpt.py", description="Megatron-LM Arguments",
+                                allow_abbrev=False))
     M.arguments.add_megatron_arguments = lambda _fresh: parser
     return {opt: a.dest for a in parser._actions for opt in a.option_strings}
 
@@ -285,10 +290,17 @@ def run_job(M: types.SimpleNamespace, dests: dict[str, str], job: dict[str, Any]
         out["num_microbatches"] = M.get_num_microbatches()
         out["padded_vocab_size"] = args.padded_vocab_size
         out["tokenizer_vocab_size"] = M.global_vars.get_tokenizer().vocab_size
+        if job.get("device") == "cpu" and not M.torch.cuda.is_available():
+            stage = "initialize_megatron"  # pretrain()'s first step, on a node without CUDA
+            M.initialize.initialize_megatron()
         stage = "initialize_model_parallel"
         M.dist.init_process_group("fake", store=M.FakeStore(), rank=0, world_size=world)
         with _patched(M.dist, "new_group", _member_groups_only(M.dist.new_group, M.dist)):
-            _initialize_model_parallel(M, args)
+            out["initialize_model_parallel"] = _plain(_initialize_model_parallel(M, args))
+        out["forward_backward_func"] = {  # megatron/training/training.py::train_step
+            "num_microbatches": M.get_num_microbatches(), "seq_length": args.seq_length,
+            "micro_batch_size": args.micro_batch_size,
+            "decoder_seq_length": args.decoder_seq_length}
         ps = M.parallel_state
         out["groups"] = {"dp": ps.get_data_parallel_world_size(),
                          "dp_cp": ps.get_data_parallel_world_size(with_context_parallel=True),
@@ -314,6 +326,13 @@ def run_job(M: types.SimpleNamespace, dests: dict[str, str], job: dict[str, Any]
         stage = "optimizer_config"
         opt, _overrides = M.training.get_megatron_optimizer_config(args)
         out["optimizer_config"] = _fields(opt)
+        # what pretrain_gpt.py's GPT builder passes to GPTModel (Megatron-LM gpt_builders.py)
+        out["gpt_model"] = {
+            "vocab_size": args.padded_vocab_size,
+            "max_sequence_length": args.max_position_embeddings,
+            "position_embedding_type": args.position_embedding_type,
+            "rotary_base": args.rotary_base, "rotary_percent": args.rotary_percent,
+            "share_embeddings_and_output_weights": not args.untie_embeddings_and_output_weights}
         out["accepted"] = True
         stage = "model_build"
         try:
@@ -358,15 +377,15 @@ def _member_groups_only(new_group: Callable[..., Any], dist: Any) -> Callable[..
     return wrapped
 
 
-def _initialize_model_parallel(M: types.SimpleNamespace, args: Any) -> None:
+def _initialize_model_parallel(M: types.SimpleNamespace, args: Any) -> dict[str, Any]:
     """``initialize_model_parallel`` with the arguments of Megatron-LM's
     ``megatron/training/initialize.py::_initialize_distributed`` (no gloo groups: gloo cannot
     run on the fake world; ``get_embedding_ranks`` etc. left at their defaults, as
-    pretrain_gpt.py does)."""
-    M.parallel_state.initialize_model_parallel(
-        args.tensor_model_parallel_size,
-        args.pipeline_model_parallel_size,
-        args.virtual_pipeline_model_parallel_size,
+    pretrain_gpt.py does); returns those keyword arguments."""
+    kwargs = dict(
+        tensor_model_parallel_size=args.tensor_model_parallel_size,
+        pipeline_model_parallel_size=args.pipeline_model_parallel_size,
+        virtual_pipeline_model_parallel_size=args.virtual_pipeline_model_parallel_size,
         pipeline_model_parallel_comm_backend=args.pipeline_model_parallel_comm_backend,
         use_sharp=args.use_sharp,
         gtp_remat_size=args.gtp_weight_remat_size,
@@ -384,6 +403,8 @@ def _initialize_model_parallel(M: types.SimpleNamespace, args: Any) -> None:
         high_priority_stream_groups=args.high_priority_stream_groups,
         sharp_enabled_group=args.sharp_enabled_group,
     )
+    M.parallel_state.initialize_model_parallel(**kwargs)
+    return kwargs
 
 
 @contextlib.contextmanager

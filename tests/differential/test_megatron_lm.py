@@ -17,10 +17,12 @@ seed): Megatron-LM accepts the flags and derives what ``plan.json`` says, each p
 * ``tokenizer_vocab``: the tokenizer covers ``model.vocab_size`` ids;
 * ``split``: with a data path, the split is stated (``--split``), not Megatron's legacy
   ``969, 30, 1`` default;
-* ``ddp_config``, ``transformer_config``, ``optimizer_config``: every key of those sections of
-  ``megatron_core.yaml`` (what the worker builds) equals the config Megatron-LM builds from the
-  flags (``get_megatron_ddp_config``, ``core_transformer_config_from_args``,
-  ``get_megatron_optimizer_config``).
+* ``ddp_config``, ``transformer_config``, ``optimizer_config``, ``initialize_model_parallel``,
+  ``forward_backward_func``, ``gpt_model``: every key of those sections of
+  ``megatron_core.yaml`` (what the worker builds) equals what Megatron-LM builds from the flags
+  (``get_megatron_ddp_config``, ``core_transformer_config_from_args``,
+  ``get_megatron_optimizer_config``, and the keyword arguments of ``initialize_model_parallel``,
+  the training step's ``forward_backward_func`` and pretrain_gpt's ``GPTModel``).
 
 Known disagreements of today's trainc are ``xfail(strict=True)`` with the bug named: remove the
 mark when the fix lands (a strict xfail that passes fails the run).
@@ -51,7 +53,8 @@ SEED = os.environ.get("TRAINC_MLM_SEED")
 
 #: What each kind compares (the test ids).
 KINDS = ("accepted", "dp", "padded_vocab", "num_microbatches", "layers_per_chunk", "kv_channels",
-         "tokenizer_vocab", "split", "ddp_config", "transformer_config", "optimizer_config")
+         "tokenizer_vocab", "split", "ddp_config", "transformer_config", "optimizer_config",
+         "initialize_model_parallel", "forward_backward_func", "gpt_model")
 
 # --- the known bugs (issue 11), named once ------------------------------------------------------
 VOCAB_MINUS_ONE = ("--vocab-size is written as vocab_size - 1, but since core_v0.18.0 "
@@ -61,6 +64,8 @@ SHARED_EXPERT_TP = ("no rule checks that moe_shared_expert_intermediate_size is 
                     "tp; Megatron-Core's shared-expert MLP divides it at model build")
 NO_SPLIT = ("with launch.data_path no --split is written, so Megatron-LM silently holds out "
             "3 % of the data (legacy default '969, 30, 1')")
+CPU_MEGATRON_LM = ("entrypoint megatron-lm with launch.device cpu compiles, but Megatron-LM's "
+                   "pretrain() asserts CUDA (initialize_megatron: 'Megatron requires CUDA.')")
 ADAMW = "--optimizer adamw is emitted; Megatron-LM's parser accepts only adam, sgd, muon, ..."
 OVERLAP = ("megatron_args.txt has --overlap-grad-reduce/--overlap-param-gather when dp*cp > 1; "
            "megatron_core.yaml (what the worker builds) has both false")
@@ -88,10 +93,12 @@ EXPLICIT: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
     # 32001 % (128 * 1) == 1: Megatron pads 32000 ids to 32000, trainc plans 32128
     "vocab-32001": (_spec(**{"model.vocab_size": 32001, "parallel.tp": 1, "parallel.pp": 1,
                              "cluster.gpus_per_node": 1}),
-                    {"padded_vocab": VOCAB_MINUS_ONE, "tokenizer_vocab": VOCAB_MINUS_ONE}),
+                    {"padded_vocab": VOCAB_MINUS_ONE, "tokenizer_vocab": VOCAB_MINUS_ONE,
+                     "gpt_model": VOCAB_MINUS_ONE}),
     "vocab-32001-tp2": (_spec(**{"model.vocab_size": 32001, "parallel.pp": 1,
                                  "cluster.gpus_per_node": 2}),
-                        {"padded_vocab": VOCAB_MINUS_ONE, "tokenizer_vocab": VOCAB_MINUS_ONE}),
+                        {"padded_vocab": VOCAB_MINUS_ONE, "tokenizer_vocab": VOCAB_MINUS_ONE,
+                     "gpt_model": VOCAB_MINUS_ONE}),
     "vocab-32000": (_spec(**{"model.vocab_size": 32000}), {"tokenizer_vocab": VOCAB_MINUS_ONE}),
     "shared-expert-not-multiple-of-tp": (
         _spec(**{"model.hidden_size": 512, "model.num_attention_heads": 8,
@@ -102,6 +109,11 @@ EXPLICIT: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
                   {"split": NO_SPLIT, "tokenizer_vocab": VOCAB_MINUS_ONE}),
     "adamw": (_spec(**{"training.optimizer": "adamw"}),
               {"accepted": ADAMW}),
+    # vocab_size 1 is written as --vocab-size 0, which build_tokenizer takes for "not given"
+    "vocab-1": (_spec(**{"model.vocab_size": 1}), {"accepted": VOCAB_MINUS_ONE}),
+    "megatron-lm-on-cpu": (_spec(**{"launch.entrypoint": "megatron-lm", "launch.device": "cpu",
+                                    "launch.megatron_lm_path": "/opt/Megatron-LM"}),
+                           {"accepted": CPU_MEGATRON_LM}),
     "dp2": (_spec(**{"cluster.gpus_per_node": 8}),
             {"ddp_config": OVERLAP, "tokenizer_vocab": VOCAB_MINUS_ONE}),
 }
@@ -196,8 +208,10 @@ def run_oracle(wheel: Path, items: list[Compiled], tmp: Path) -> None:
         args.write_text(c.files["megatron_args.txt"], encoding="utf-8")
         d = c.plan["derived"]
         env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if d["cuda_device_max_connections_1"] else {}
+        launch = c.plan["spec"]["launch"]
+        device = launch["device"] if launch["entrypoint"] == "megatron-lm" else "cuda"
         jobs.append({"id": c.name, "args_file": str(args), "world_size": d["world_size"],
-                     "env": env})
+                     "env": env, "device": device})
     jobs_file, out_file = tmp / "jobs.json", tmp / "results.json"
     jobs_file.write_text(json.dumps(jobs), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -274,6 +288,8 @@ def oracle(megatron_lm_wheel: Path, tmp_path_factory: pytest.TempPathFactory) ->
 #: (section, key) -> when the key has no effect (given the section), so its value is not compared.
 NO_EFFECT = {
     ("TransformerConfig", "cp_comm_type"): lambda sec: sec["context_parallel_size"] == 1,
+    # the schedules read it for encoder-decoder models only; GPT is decoder-only
+    ("forward_backward_func", "decoder_seq_length"): lambda sec: True,
 }
 
 
@@ -320,7 +336,10 @@ def disagreements(c: Compiled) -> dict[str, str]:
     core = yaml.safe_load(c.files["megatron_core.yaml"])
     for kind, section in (("ddp_config", "DistributedDataParallelConfig"),
                           ("transformer_config", "TransformerConfig"),
-                          ("optimizer_config", "OptimizerConfig")):
+                          ("optimizer_config", "OptimizerConfig"),
+                          ("initialize_model_parallel", "initialize_model_parallel"),
+                          ("forward_backward_func", "forward_backward_func"),
+                          ("gpt_model", "GPTModel")):
         theirs = r.get(kind)
         if theirs is None:
             bad.setdefault(kind, "Megatron-LM built no config (rejected earlier)")
