@@ -42,6 +42,7 @@ fields), ``initialize_model_parallel``, ``forward_backward_func`` and ``gpt_mode
 arguments Megatron-LM passes: ``initialize.py``, ``training.py::train_step`` and pretrain_gpt's
 GPT builder) and ``model_params`` (parameter count of the meta model; ``model_error`` if it failed).
 Megatron's own printing goes to stderr; stdout (or ``--out``) carries only the JSON list.
+``TRAINC_ORACLE_DEBUG=1`` prints the traceback of a failed meta-device build.
 
 Shims for Python 3.11 and a CPU-only torch (the wheel targets 3.12 and CUDA): ``typing.override``
 (3.12) is an identity decorator; ``import triton`` sees a stand-in while Megatron imports (its
@@ -145,6 +146,7 @@ def _import_shims() -> Iterator[None]:
 
 
 def _import_megatron() -> types.SimpleNamespace:
+    """Import what the jobs use, under :func:`_import_shims` (seconds: torch, then Megatron)."""
     with _import_shims(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import torch
@@ -165,7 +167,15 @@ def _import_megatron() -> types.SimpleNamespace:
         from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
         from megatron.training import arguments, global_vars, initialize, training
         from megatron.training.argument_utils import core_transformer_config_from_args
-    return types.SimpleNamespace(**{k: v for k, v in locals().items() if not k.startswith("_")})
+    return types.SimpleNamespace(
+        torch=torch, dist=dist, FakeStore=FakeStore, megatron=megatron,
+        parallel_state=parallel_state, get_gpt_layer_local_spec=get_gpt_layer_local_spec,
+        GPTModel=GPTModel, destroy_num_microbatches_calculator=destroy_num_microbatches_calculator,
+        get_num_microbatches=get_num_microbatches, rope_utils=rope_utils,
+        transformer_config=transformer_config, get_num_layers_to_build=get_num_layers_to_build,
+        get_transformer_layer_offset=get_transformer_layer_offset, arguments=arguments,
+        global_vars=global_vars, initialize=initialize, training=training,
+        core_transformer_config_from_args=core_transformer_config_from_args)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -273,13 +283,13 @@ def run_job(M: types.SimpleNamespace, dests: dict[str, str], job: dict[str, Any]
         for name, value in vars(args).items():  # the cached parser's defaults stay pristine
             if isinstance(value, (list, dict, set)):
                 setattr(args, name, copy.deepcopy(value))
-        out["args"] = {dests[a]: _plain(getattr(args, dests[a], None))
+        out["args"] = {dests[a]: _plain(getattr(args, dests[a], None))  # as parsed
                        for a in argv if a.startswith("--") and a in dests}
         stage = "validate_args"
         with _patched(M.arguments, "get_device_arch_version", lambda: DEVICE_ARCH), \
                 _patched(M.torch.cuda, "get_device_capability", lambda *a, **k: (DEVICE_ARCH, 0)):
             M.arguments.validate_args(args, dict(ARGS_DEFAULTS))
-        out["args"] = {dests[a]: _plain(getattr(args, dests[a], None))
+        out["args"] = {dests[a]: _plain(getattr(args, dests[a], None))  # as validated
                        for a in argv if a.startswith("--") and a in dests}
         out["dp"] = args.data_parallel_size
         out["kv_channels"] = args.kv_channels
@@ -310,12 +320,10 @@ def run_job(M: types.SimpleNamespace, dests: dict[str, str], job: dict[str, Any]
             config = M.core_transformer_config_from_args(args)
         out["transformer_config"] = _fields(config)
         stage = "layers_to_build"
-        pp = args.pipeline_model_parallel_size
-        vps = args.virtual_pipeline_model_parallel_size or 1
+        vpp = args.virtual_pipeline_model_parallel_size  # None without interleaving
+        stages = list(range(vpp)) if vpp else [None]
         chunks, offsets = [], []
-        for r in range(pp):
-            stages = [None] if vps == 1 and args.virtual_pipeline_model_parallel_size is None \
-                else list(range(vps))
+        for r in range(args.pipeline_model_parallel_size):
             chunks.append([M.get_num_layers_to_build(config, vp_stage=v, pp_rank=r)
                            for v in stages])
             offsets.append([M.get_transformer_layer_offset(config, vp_stage=v, pp_rank=r)
