@@ -340,6 +340,7 @@ def run_job(M: types.SimpleNamespace, dests: dict[str, str], job: dict[str, Any]
             "max_sequence_length": args.max_position_embeddings,
             "position_embedding_type": args.position_embedding_type,
             "rotary_base": args.rotary_base, "rotary_percent": args.rotary_percent,
+            "rope_scaling": args.use_rope_scaling, "rope_scaling_factor": args.rope_scaling_factor,
             "share_embeddings_and_output_weights": not args.untie_embeddings_and_output_weights}
         out["accepted"] = True
         stage = "model_build"

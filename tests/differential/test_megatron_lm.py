@@ -41,7 +41,7 @@ from typing import Any
 import pytest
 import yaml
 
-from trainc.compiler.estimate.params import plan_stage_chunks
+from trainc.compiler.derive import stage_chunk_sizes
 from trainc.compiler.pipeline import compile_spec
 
 pytestmark = pytest.mark.differential
@@ -56,21 +56,10 @@ KINDS = ("accepted", "dp", "padded_vocab", "num_microbatches", "layers_per_chunk
          "tokenizer_vocab", "split", "ddp_config", "transformer_config", "optimizer_config",
          "initialize_model_parallel", "forward_backward_func", "gpt_model")
 
-# --- the known bugs (issue 11), named once ------------------------------------------------------
-VOCAB_MINUS_ONE = ("--vocab-size is written as vocab_size - 1, but since core_v0.18.0 "
-                   "Megatron's NullTokenizer adds no end-of-document token: the tokenizer is one "
-                   "id short (and the padded vocab differs when vocab_size % (divisor*tp) == 1)")
-VOCAB_ZERO = ("--vocab-size is written as vocab_size - 1: vocab_size 1 becomes --vocab-size 0, "
-              "which build_tokenizer takes for 'not given' (NullTokenizer() fails)")
-SHARED_EXPERT_TP = ("no rule checks that moe_shared_expert_intermediate_size is a multiple of "
-                    "tp; Megatron-Core's shared-expert MLP divides it at model build")
-NO_SPLIT = ("with launch.data_path no --split is written, so Megatron-LM silently holds out "
-            "3 % of the data (legacy default '969, 30, 1')")
-CPU_MEGATRON_LM = ("entrypoint megatron-lm with launch.device cpu compiles, but Megatron-LM's "
-                   "pretrain() asserts CUDA (initialize_megatron: 'Megatron requires CUDA.')")
-ADAMW = "--optimizer adamw is emitted; Megatron-LM's parser accepts only adam, sgd, muon, ..."
-OVERLAP = ("megatron_args.txt has --overlap-grad-reduce/--overlap-param-gather when dp*cp > 1; "
-           "megatron_core.yaml (what the worker builds) has both false")
+# The known bugs of issue 11 this oracle found (vocab_size - 1 for --vocab-size, no --split
+# with a data path, shared-expert width not a multiple of tp, --optimizer adamw, megatron-lm on
+# CPU, overlap flags that megatron_core.yaml contradicted) are fixed: the explicit specs below
+# reproduce them and must agree, or be refused by trainc's own rule (REFUSED_BY_TRAINC).
 
 
 def _spec(**changes: Any) -> dict[str, Any]:
@@ -90,53 +79,59 @@ def _spec(**changes: Any) -> dict[str, Any]:
     return cfg
 
 
-#: name -> (spec, {kind: reason} of the kinds known to fail today).
+#: name -> (spec, {kind: reason} of the kinds known to fail today). These specs reproduced the
+#: disagreements of issue 11 (vocab_size - 1, no --split, overlap flags); all agree now.
 EXPLICIT: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
-    # 32001 % (128 * 1) == 1: Megatron pads 32000 ids to 32000, trainc plans 32128
+    # 32001 % (128 * 1) == 1: Megatron pads 32001 ids to 32128 (trainc wrote 32000 before)
     "vocab-32001": (_spec(**{"model.vocab_size": 32001, "parallel.tp": 1, "parallel.pp": 1,
-                             "cluster.gpus_per_node": 1}),
-                    {"padded_vocab": VOCAB_MINUS_ONE, "tokenizer_vocab": VOCAB_MINUS_ONE,
-                     "gpt_model": VOCAB_MINUS_ONE}),
+                             "cluster.gpus_per_node": 1}), {}),
     "vocab-32001-tp2": (_spec(**{"model.vocab_size": 32001, "parallel.pp": 1,
-                                 "cluster.gpus_per_node": 2}),
-                        {"padded_vocab": VOCAB_MINUS_ONE, "tokenizer_vocab": VOCAB_MINUS_ONE,
-                     "gpt_model": VOCAB_MINUS_ONE}),
-    "vocab-32000": (_spec(**{"model.vocab_size": 32000}), {"tokenizer_vocab": VOCAB_MINUS_ONE}),
+                                 "cluster.gpus_per_node": 2}), {}),
+    "vocab-32000": (_spec(**{"model.vocab_size": 32000}), {}),
+    "data-path": (_spec(**{"launch.data_path": "/data/corpus_text_document"}), {}),
+    "vocab-1": (_spec(**{"model.vocab_size": 1}), {}),
+    "dp2": (_spec(**{"cluster.gpus_per_node": 8}), {}),
+    "sgd-betas-wsd": (_spec(**{"training.optimizer": "sgd", "training.sgd_momentum": 0.8,
+                               "training.lr_decay_style": "WSD",
+                               "training.lr_wsd_decay_iters": 100,
+                               "training.lr_warmup_iters": 10}), {}),
+    "adam-0.95-linear": (_spec(**{"training.adam_beta2": 0.95, "training.adam_eps": 1.0e-6,
+                                  "training.lr_decay_style": "linear",
+                                  "model.init_method_std": 0.006,
+                                  "model.hidden_dropout": 0.0, "model.add_qkv_bias": True,
+                                  "model.norm_epsilon": 1.0e-6, "model.rotary_percent": 0.5,
+                                  "model.rope_scaling_factor": 8.0}), {}),
+    "moe-router": (_spec(**{"model.hidden_size": 512, "model.num_attention_heads": 8,
+                            "model.num_experts": 4, "model.moe_router_topk": 2,
+                            "model.moe_router_load_balancing_type": "seq_aux_loss",
+                            "model.moe_aux_loss_coeff": 1.0e-3, "model.moe_z_loss_coeff": 1.0e-3,
+                            "model.moe_router_score_function": "sigmoid",
+                            "model.moe_router_topk_scaling_factor": 2.5,
+                            "model.moe_expert_capacity_factor": 1.25,
+                            "parallel.tp": 2, "parallel.pp": 1, "parallel.ep": 2,
+                            "parallel.sequence_parallel": True}), {}),
+}
+
+#: Specs Megatron-LM refuses, which trainc refuses too (name -> (spec, the trainc rule)).
+REFUSED_BY_TRAINC: dict[str, tuple[dict[str, Any], str]] = {
+    # Megatron-Core fails at model build: '2730 is not divisible by 4'
     "shared-expert-not-multiple-of-tp": (
         _spec(**{"model.hidden_size": 512, "model.num_attention_heads": 8,
                  "model.num_experts": 4, "model.moe_shared_expert_intermediate_size": 2730,
                  "parallel.tp": 4, "parallel.pp": 1, "parallel.sequence_parallel": True}),
-        {"accepted": SHARED_EXPERT_TP}),
-    "data-path": (_spec(**{"launch.data_path": "/data/corpus_text_document"}),
-                  {"split": NO_SPLIT, "tokenizer_vocab": VOCAB_MINUS_ONE}),
-    "adamw": (_spec(**{"training.optimizer": "adamw"}),
-              {"accepted": ADAMW}),
-    "vocab-1": (_spec(**{"model.vocab_size": 1}), {"accepted": VOCAB_ZERO}),
+        "TRC327"),
+    # the parser: invalid choice: 'adamw'
+    "adamw": (_spec(**{"training.optimizer": "adamw"}), "TRC004"),
+    # initialize_megatron: 'Megatron requires CUDA.'
     "megatron-lm-on-cpu": (_spec(**{"launch.entrypoint": "megatron-lm", "launch.device": "cpu",
-                                    "launch.megatron_lm_path": "/opt/Megatron-LM"}),
-                           {"accepted": CPU_MEGATRON_LM}),
-    "dp2": (_spec(**{"cluster.gpus_per_node": 8}),
-            {"ddp_config": OVERLAP, "tokenizer_vocab": VOCAB_MINUS_ONE}),
+                                    "launch.megatron_lm_path": "/opt/Megatron-LM"}), "TRC325"),
 }
 
-#: golden case -> {kind: reason} known to fail today (the "tokenizer_vocab" kind fails for every
-#: case; it is added below).
-GOLDEN_KNOWN: dict[str, dict[str, str]] = {
-    "env-container": {"ddp_config": OVERLAP},
-    "gpt3-175b": {"ddp_config": OVERLAP},
-    "llama2-70b-tp8pp4": {"ddp_config": OVERLAP},
-    "llama3-8b-pp2-vpp2": {"ddp_config": OVERLAP},
-    "llama3.1-405b-pp16-vpp8": {"ddp_config": OVERLAP},
-    "megatron-lm-uneven-cp": {"ddp_config": OVERLAP, "split": NO_SPLIT},
-    "mixtral-8x7b-ep8": {"ddp_config": OVERLAP},
-}
+#: golden case -> {kind: reason} known to fail today.
+GOLDEN_KNOWN: dict[str, dict[str, str]] = {}
 
 #: kind -> reason for the kinds that generated specs fail today.
-GENERATED_KNOWN: dict[str, str] = {
-    "accepted": VOCAB_ZERO,  # property.strategies.valid_cfg draws vocab_size 1
-    "tokenizer_vocab": VOCAB_MINUS_ONE,
-    "ddp_config": OVERLAP,
-}
+GENERATED_KNOWN: dict[str, str] = {}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,6 +297,14 @@ NO_EFFECT = {
 }
 
 
+def _chunks(plan: dict[str, Any]) -> list[list[int]]:
+    """The layers per (stage, virtual stage) of a plan.json (trainc's layer split)."""
+    par = plan["spec"]["parallel"]
+    return stage_chunk_sizes(plan["derived"]["layers_per_stage"], plan["derived"]["vpp"],
+                             par["account_for_embedding_in_pipeline_split"],
+                             par["account_for_loss_in_pipeline_split"])
+
+
 def _differ(section: str, ours: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
     """Keys of a megatron_core.yaml section whose value differs from Megatron-LM's config
     (``None`` and ``False`` are the same switch; keys of :data:`NO_EFFECT` are skipped where
@@ -331,7 +334,7 @@ def disagreements(c: Compiled) -> dict[str, str]:
         return {"accepted": f"Megatron-LM rejects at model build: {r['model_error']}"}
     want = {"dp": d["dp"], "padded_vocab": d["padded_vocab_size"],
             "num_microbatches": d["num_microbatches"],
-            "layers_per_chunk": plan_stage_chunks(plan), "kv_channels": m["kv_channels"],
+            "layers_per_chunk": _chunks(plan), "kv_channels": m["kv_channels"],
             "tokenizer_vocab": m["vocab_size"]}
     got_key = {"dp": "dp", "padded_vocab": "padded_vocab_size",
                "num_microbatches": "num_microbatches", "layers_per_chunk": "layers_per_chunk",
@@ -369,7 +372,7 @@ def _golden_params() -> list[Any]:
     for case in sorted(p.name for p in CASES.iterdir() if (p / "spec.yaml").is_file()):
         if not (CASES / case / "expected" / "megatron_args.txt").is_file():
             continue
-        known = {"tokenizer_vocab": VOCAB_MINUS_ONE, **GOLDEN_KNOWN.get(case, {})}
+        known = GOLDEN_KNOWN.get(case, {})
         out += [pytest.param(case, kind, marks=_xfail(known, kind), id=f"{case}-{kind}")
                 for kind in KINDS]
     return out
@@ -386,8 +389,7 @@ def test_golden_case_agrees_with_megatron_lm(oracle: Oracle, case: str, kind: st
     for name, (_cfg, known) in EXPLICIT.items() for kind in KINDS])
 def test_explicit_spec_agrees_with_megatron_lm(oracle: Oracle, name: str, kind: str) -> None:
     c = oracle.explicit[name]
-    if c is None:
-        return  # trainc rejects the spec: nothing is emitted, nothing to disagree with
+    assert c is not None, f"{name}: trainc rejects a spec Megatron-LM should accept"
     assert kind not in c.bad, f"{name}: {kind}: {c.bad[kind]}\n{EXPLICIT[name][0]}"
 
 
@@ -399,6 +401,17 @@ def test_generated_specs_trainc_accepts_megatron_lm_agrees(oracle: Oracle, kind:
     failing = [(c, c.bad[kind]) for c in oracle.generated if kind in c.bad]
     assert not failing, (f"{len(failing)} of {len(oracle.generated)} accepted specs: {kind}\n"
                          + "\n".join(f"{msg}\n  {c.cfg}" for c, msg in failing[:5]))
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED_BY_TRAINC))
+def test_trainc_refuses_what_megatron_lm_refuses(name: str, tmp_path: Path) -> None:
+    """Bugs of issue 11 that Megatron-LM refuses at parse, validate or model-build time: trainc
+    refuses the spec itself, with its own rule."""
+    cfg, rule = REFUSED_BY_TRAINC[name]
+    result = _compile_cfg(cfg, tmp_path)
+    assert not result.ok
+    assert rule in {d.rule.id for d in result.diagnostics if d.is_error}, \
+        [d.to_json() for d in result.diagnostics]
 
 
 def test_oracle_runs_the_target_version(oracle: Oracle) -> None:
