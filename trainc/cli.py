@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_submit_parser(sub)
 
     run = sub.add_parser("run", help="run OUTDIR/torchrun.sh on this machine")
+    run.add_argument("--node-rank", type=int, metavar="I", help="this machine is node I of a "
+                     "multi-node plan (started once on every node; default: refused)")
+    run.add_argument("--master-addr", metavar="HOST", help="address of node 0 (with --node-rank)")
     run.add_argument("outdir", metavar="OUTDIR")
     run.add_argument("worker_args", nargs=argparse.REMAINDER,
                      help="extra worker flags (e.g. --train-iters 20 --load DIR), passed to every "
@@ -463,37 +466,8 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    """Start OUTDIR/torchrun.sh here; its output streams through; return its exit code.
+    """Start OUTDIR/torchrun.sh here (checks and launch in :mod:`trainc.launch.local`)."""
+    from trainc.launch.local import run
 
-    Extra worker flags go through the environment (``TRAINC_WORKER_ARGS``, which the worker
-    reads), so the generated script runs unchanged. Exit 4 when the script is missing or cannot
-    be started (the environment refused).
-    """
-    import os
-    import shlex
-    import subprocess
-
-    script = os.path.join(args.outdir, "torchrun.sh")
-    if not os.path.isfile(script):
-        print(f"trainc run: {script}: not found (run `trainc compile SPEC -o {args.outdir}` "
-              "first)", file=sys.stderr)
-        return EXIT_ENV
-    extra = [a for a in args.worker_args if a != "--"]
-    env = dict(os.environ)
-    if extra:
-        env["TRAINC_WORKER_ARGS"] = " ".join(
-            x for x in (env.get("TRAINC_WORKER_ARGS", ""), shlex.join(extra)) if x)
-    try:
-        proc = subprocess.Popen(["bash", script], env=env)
-    except OSError as e:
-        print(f"trainc run: cannot start {script}: {e}", file=sys.stderr)
-        return EXIT_ENV
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        proc.terminate()
-        try:
-            return proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            return 130
+    return run(args.outdir, args.worker_args, node_rank=args.node_rank,
+               master_addr=args.master_addr)
