@@ -12,6 +12,7 @@ from typing import Any
 
 from trainc.compiler.estimate.rankmap import rank_row
 from trainc.compiler.estimate.schedule import simulate
+from trainc.compiler.numfmt import gib, percent, sig
 
 GiB = 2**30
 COLORS = {"params": "#4e79a7", "grads": "#f28e2b", "optimizer": "#e15759",
@@ -105,20 +106,23 @@ def report_html(plan: dict[str, Any]) -> dict[str, str]:
               ["cp", d["cp"]], ["dp", d["dp"]], ["ep", d["ep"]], ["etp", d["etp"]],
               ["expert_dp", d["expert_dp"]], ["micro-batches", m],
               ["layers per stage", ", ".join(map(str, d["layers_per_stage"]))]]
-    mem_rows = [[r["stage"], r["layers"]] + [f"{r[k] / GiB:.2f}" for k in
+    mem_rows = [[r["stage"], r["layers"]] + [gib(r[k], sep=False) for k in
                 ("params", "grads", "optimizer", "activations", "total")]
                 for r in e["memory_per_stage"]]
-    comm_rows = [[a, f"{b / GiB:.2f}", e["comm_seconds_per_step"][a]]
+    comm_rows = [[a, gib(b, sep=False), sig(e["comm_seconds_per_step"][a])]
                  for a, b in e["comm_bytes_per_step"].items()]
-    col_rows = [[c["axis"], c["name"], c["group_size"], c["count"], f"{c['sent_bytes'] / GiB:.2f}",
-                 f"{c['received_bytes'] / GiB:.2f}", c["bandwidth_gbps"], c["seconds"]]
+    col_rows = [[c["axis"], c["name"], c["group_size"], c["count"],
+                 gib(c["sent_bytes"], sep=False), gib(c["received_bytes"], sep=False),
+                 f"{c['bandwidth_gbps']:g}", sig(c["seconds"])]
                 for c in e["comm_collectives"]]
     time_rows = [["model FLOPs / step", f"{e['flops_per_step']:.4e}"],
-                 ["compute (s)", e["compute_seconds"]],
-                 ["exposed communication (s)", e["exposed_comm_seconds"]],
-                 ["pipeline bubble", f"{100 * e['pipeline_bubble_fraction']:.2f} %"],
-                 ["step time (s)", e["step_time_seconds"]],
-                 ["tokens / s", e["tokens_per_second"]], ["MFU", f"{100 * e['mfu']:.1f} %"]]
+                 ["compute (s)", sig(e["compute_seconds"])],
+                 ["exposed communication (s)", sig(e["exposed_comm_seconds"])],
+                 ["pipeline bubble", f"{percent(e['pipeline_bubble_fraction'], 2)} % "
+                                     f"({sig(e['bubble_seconds'])} s)"],
+                 ["step time (s)", sig(e["step_time_seconds"])],
+                 ["tokens / s", f"{e['tokens_per_second']:,.0f}"],
+                 ["MFU", f"{percent(e['mfu'])} %"]]
     gpn = s["cluster"]["gpus_per_node"]
     rank_rows = []
     for r in range(min(gpn, d["world_size"], 72)):
@@ -136,7 +140,7 @@ def report_html(plan: dict[str, Any]) -> dict[str, str]:
         "<h2>Layout</h2>" + _table(["key", "value"], layout)
         + f"<h2>Pipeline schedule ({'interleaved ' if v > 1 else ''}1F1B)</h2>"
         f'<p class="note">first {shown} of {m} micro-batches; bubble fraction of the real step '
-        f"{100 * e['pipeline_bubble_fraction']:.2f} %</p>" + svg
+        f"{percent(e['pipeline_bubble_fraction'], 2)} %</p>" + svg
         + "<h2>Memory per GPU</h2>" + memory_svg(e["memory_per_stage"], e["memory_budget_bytes"])
         + _table(["stage", "layers", "params GiB", "grads GiB", "optimizer GiB",
                   "activations GiB", "total GiB"], mem_rows)
