@@ -327,7 +327,9 @@ def _plan(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(to_json(res), indent=2, sort_keys=True))
     else:
-        _plan_table(res)
+        from trainc.planner.table import print_plan_table
+
+        print_plan_table(res)
     if args.apply:
         import yaml
 
@@ -338,47 +340,6 @@ def _plan(args: argparse.Namespace) -> int:
         if args.format == "text":
             print(f"wrote {args.apply}")
     return EXIT_OK
-
-
-def _plan_table(res) -> None:  # type: ignore[no-untyped-def]
-    from rich.console import Console
-    from rich.table import Table
-
-    from trainc.planner.search import summary
-
-    table = Table(title=f"trainc plan: {res.path} ({res.num_candidates_evaluated:,} candidates "
-                        f"evaluated, {res.num_fit:,} fit)")
-    for col in ("#", "tp", "pp", "vpp", "cp", "ep", "dp", "mbs", "recompute", "zero",
-                "GiB/GPU", "bubble", "step s", "tok/s", "MFU", "why"):
-        table.add_column(col, overflow="fold")
-    for i, p in enumerate(res.planned):
-        s = summary(p.candidate)
-        par, tr, e = s["parallel"], s["training"], p.estimates
-        mem = e.get("memory_bytes", {}).get("total", 0) / 2**30
-        table.add_row(str(i + 1), str(par["tp"]), _pp(par), str(par["vpp"]),
-                      f"{par['cp']}" + (f" {par['cp_comm_type']}" if par["cp"] > 1 else ""),
-                      str(par["ep"]), str(par["dp"]), str(tr["micro_batch_size"]),
-                      tr["recompute"], str(par["zero_stage"]), f"{mem:.1f}",
-                      _fmt(e.get("pipeline_bubble_fraction"), "{:.1%}"),
-                      _fmt(e.get("step_time_seconds"), "{:.2f}"),
-                      _fmt(e.get("tokens_per_second"), "{:,.0f}"),
-                      _fmt(e.get("mfu"), "{:.1%}"), p.reason)
-    Console(width=200).print(table)
-
-
-def _pp(par: dict) -> str:  # type: ignore[type-arg]
-    acc = [x for x, k in (("E", "account_for_embedding_in_pipeline_split"),
-                          ("L", "account_for_loss_in_pipeline_split")) if par.get(k)]
-    if acc:  # Megatron's layout notation: the embedding (E) / loss (L) take a layer's slot
-        return f"{par['pp']} (+{'+'.join(acc)})"
-    if par["pipeline_first_stage_layers"] is None:
-        return str(par["pp"])
-    return f"{par['pp']} ({par['pipeline_first_stage_layers']}/.../" \
-           f"{par['pipeline_last_stage_layers']})"
-
-
-def _fmt(v: object, fmt: str) -> str:
-    return fmt.format(v) if isinstance(v, (int, float)) else "-"
 
 
 # --- Slurm: lint --slurm and submit (the subprocess work is in trainc.launch.submit) -----------
