@@ -304,7 +304,7 @@ def _add_plan_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from trainc.planner import applied_spec, plan_layouts, to_json
+    from trainc.planner import plan_layouts, to_json
 
     specs, overrides = _split(args.items)
     if len(specs) != 1:
@@ -331,14 +331,17 @@ def _plan(args: argparse.Namespace) -> int:
 
         print_plan_table(res)
     if args.apply:
-        import yaml
+        from trainc.planner.apply import write_applied
 
-        text = ("# written by trainc plan from " + specs[0] + "\n" +
-                yaml.safe_dump(applied_spec(res.planned[0]), sort_keys=False))
-        with open(args.apply, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        try:
+            applied = write_applied(specs[0], overrides, res.planned[0].spec, args.apply)
+        except OSError as e:
+            print(f"trainc plan: cannot write {args.apply}: {e.strerror or e}", file=sys.stderr)
+            return EXIT_ENV
+        if applied.note:
+            print(f"trainc plan: note: {applied.note}", file=sys.stderr)
         if args.format == "text":
-            print(f"wrote {args.apply}")
+            print(f"wrote {args.apply} ({len(applied.changed)} key(s) changed)")
     return EXIT_OK
 
 
