@@ -59,6 +59,7 @@ def fake_slurm(tmp_path, monkeypatch):
     scripts = {
         "sbatch": f"""
             echo "$PWD $*" >> {tmp_path}/sbatch.log
+            if [ -n "$FAKE_SBATCH_FAIL" ]; then echo "sbatch: error: $FAKE_SBATCH_FAIL" >&2; exit 1; fi
             case " $* " in *" --test-only "*) echo "sbatch: Job 9 to start at now on n1" >&2; exit 0;; esac
             echo "42;trainc-test"
             """,
@@ -166,3 +167,32 @@ def test_slurm_client_missing(monkeypatch, tmp_path):
     with pytest.raises(slurm.SlurmUnavailable, match="not found on PATH"):
         slurm.query("1")
     assert isinstance(Path(tmp_path), Path)
+
+
+@pytest.mark.parametrize(("ping", "sbatch_says", "expect"), [
+    # the controller is down: sbatch's own words say so, or only the ping does
+    ("DOWN", "Batch job submission failed: Unable to contact slurm controller (connect failure)",
+     "no Slurm controller reachable (sbatch: error: Batch job submission failed: Unable to "
+     "contact slurm controller (connect failure))"),
+    ("UP", "Batch job submission failed: Unable to contact slurm controller (connect failure)",
+     "no Slurm controller reachable"),
+    ("DOWN", "Batch job submission failed: Socket timed out on send/recv operation",
+     "no Slurm controller reachable (scontrol ping: Slurmctld(primary) at vm is DOWN)"),
+    # the controller answered and refused the script: that is about the script
+    ("UP", "Batch job submission failed: Invalid partition name specified",
+     "sbatch refused {out}/sbatch.sh: sbatch: error: Batch job submission failed: Invalid "
+     "partition name specified"),
+])
+def test_cli_submit_says_whether_the_controller_or_the_script_is_at_fault(
+        fake_slurm, outdir, ping, sbatch_says, expect):
+    env = dict(os.environ, FAKE_PING=ping, FAKE_SBATCH_FAIL=sbatch_says)
+    proc = trainc("submit", str(outdir), env=env)
+    assert proc.returncode == 4
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("trainc submit: ")
+    assert expect.format(out=outdir) in lines[0]
+    assert ("sbatch refused" in lines[0]) == ("Invalid partition" in sbatch_says)
+    if "no Slurm controller" in expect:
+        assert lines[0].endswith("nothing was submitted: start one or set SLURM_CONF to the "
+                                 "cluster's slurm.conf")

@@ -79,3 +79,62 @@ def test_report_renders_in_headless_chromium(tmp_path):
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 30_000  # a blank page is a few KB; tables and SVG bars make it larger
+
+
+def _svg_counts(svg: str) -> tuple[int, int, int, str]:
+    root = ET.fromstring(svg)
+    rects = list(root.iter(f"{SVG}rect"))
+    texts = [t.text or "" for t in root.iter(f"{SVG}text")]
+    ops = [r for r in rects if r.get("class") == "op"]
+    return len(ops), len(rects), len(texts), " ".join(texts)
+
+
+@pytest.mark.parametrize(("p", "m", "v"), [(32, 96, 4), (32, 128, 4), (64, 128, 1),
+                                           (48, 96, 2), (16, 48, 8)])
+def test_timeline_draws_what_fits_and_says_what_is_left_out(p, m, v):
+    from trainc.compiler.emit.report_html import MAX_OPS, MAX_STAGE_ROWS, timeline_svg
+
+    svg, drawn, note = timeline_svg(p, m, v)
+    n_ops, n_rects, n_texts, text = _svg_counts(svg)
+    assert n_ops == drawn <= MAX_OPS
+    rows = min(p, MAX_STAGE_ROWS)
+    assert n_rects == n_ops + rows  # one idle bar per drawn stage
+    assert n_texts <= n_ops + rows + 2  # op labels, stage names, the gap line, the legend
+    assert note and note in text and f"of {2 * p * m * v} operations shown" in note
+    assert "not drawn: time " in note  # a window of the schedule
+    if p > MAX_STAGE_ROWS:
+        half = MAX_STAGE_ROWS // 2
+        assert f"stages {half} to {p - half - 1} ({p - 2 * half} of {p})" in note
+        assert f"stage {p - 1}" in text and f"stage {half} " not in text + " "
+    # every drawn operation is at least MIN_OP_PX wide before its 0.6 px gap, or cut at the end
+    widths = [float(r.get("width")) for r in ET.fromstring(svg).iter(f"{SVG}rect")
+              if r.get("class") == "op"]
+    assert sorted(widths)[len(widths) // 10] >= 3.0 - 0.6
+
+
+@pytest.mark.parametrize(("p", "m", "v"), [(4, 8, 1), (8, 16, 2), (16, 32, 1)])
+def test_small_timelines_are_drawn_whole(p, m, v):
+    from trainc.compiler.emit.report_html import timeline_svg
+
+    svg, drawn, note = timeline_svg(p, m, v)
+    assert note == "" and drawn == 2 * p * m * v
+    assert "not drawn" not in svg
+
+
+def test_report_html_pp32_vpp4_is_bounded_and_notes_the_window():
+    from trainc.compiler.emit.report_html import MAX_OPS
+
+    _, _, ir = plan_and_estimate(make_spec(
+        gpn=8, nodes=16, model__num_layers=128, parallel__pp=32, parallel__vpp=4,
+        parallel__tp=4, training__global_batch_size=256))
+    plan = ir.to_json()
+    d = plan["derived"]
+    assert (d["pp"], d["vpp"]) == (32, 4)
+    html = report_html(plan)["report.html"]
+    root = ET.fromstring(html.split("\n", 1)[1])
+    svg = next(root.iter(f"{SVG}svg"))
+    ops = [r for r in svg.iter(f"{SVG}rect") if r.get("class") == "op"]
+    assert 0 < len(ops) <= MAX_OPS
+    assert len(list(svg.iter())) < 3 * MAX_OPS
+    notes = [p.text or "" for p in root.iter("{http://www.w3.org/1999/xhtml}p")]
+    assert any("not drawn: time " in n and "operations shown" in n for n in notes)

@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_submit_parser(sub)
 
     run = sub.add_parser("run", help="run OUTDIR/torchrun.sh on this machine")
+    run.add_argument("--node-rank", type=int, metavar="I", help="this machine is node I of a "
+                     "multi-node plan (started once on every node; default: refused)")
+    run.add_argument("--master-addr", metavar="HOST", help="address of node 0 (with --node-rank)")
     run.add_argument("outdir", metavar="OUTDIR")
     run.add_argument("worker_args", nargs=argparse.REMAINDER,
                      help="extra worker flags (e.g. --train-iters 20 --load DIR), passed to every "

@@ -25,6 +25,8 @@ HEADLINE = (
 )
 _SKIP = frozenset({"trainc_version", "target_versions", "spec_hash", "diagnostics"})
 _FREE_MAPS = frozenset({"launch.env."})
+#: Sections computed by trainc (compared at the shown precision), not written by the user.
+_COMPUTED = ("derived.", "estimates.")
 #: Longest list / mapping shown inline in the text table (``--format json`` has them whole).
 _MAX_INLINE = 48
 
@@ -59,7 +61,11 @@ def _echo(key: str, flat: dict[str, Any]) -> bool:
 
 def compare(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """``(differences, unchanged)`` between two plans: each difference is ``{"key", "a", "b"}``
-    (a missing side is None), in plan order (spec, presets, derived, estimates, diagnostics)."""
+    (a missing side is None), in plan order (spec, presets, derived, estimates, diagnostics).
+
+    A derived value or estimate is a difference only when it differs as shown (:func:`fmt_value`:
+    ``11.2201 GiB`` and ``11.2203 GiB`` are both ``11.22 GiB``, a bubble of ``-3e-15 s`` is
+    ``0.000 s``); spec keys and presets differ when their values do."""
     fa, fb = flatten(a), flatten(b)
     keys = list(fa) + [k for k in fb if k not in fa]
     diffs, same = [], {}
@@ -67,16 +73,24 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[dict[str, Any]],
         if _echo(k, fa) and _echo(k, fb):
             continue  # derived.tp repeats parallel.tp
         va, vb = fa.get(k), fb.get(k)
-        if va == vb:
-            same[k] = va
+        if va == vb or (k.startswith(_COMPUTED) and _number(va) and _number(vb)
+                        and fmt_value(k, va) == fmt_value(k, vb)):
+            same[k] = va  # a computed value equal at the shown precision is no difference
         else:
             diffs.append({"key": k, "a": va, "b": vb})
     return diffs, same
 
 
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def fmt_value(key: str, value: Any) -> str:
     """A value for the text table (bytes in GiB, fractions in percent, seconds with units; a
-    long list or mapping as its size)."""
+    long list or mapping as its size), rounded to what is shown (:mod:`trainc.compiler.numfmt`:
+    a rounding residue is shown as zero, without a sign)."""
+    from trainc.compiler.numfmt import NOISE_FLOOR, fixed, gib, percent
+
     if value is None:
         return "-"
     if isinstance(value, (list, dict)):
@@ -84,27 +98,34 @@ def fmt_value(key: str, value: Any) -> str:
         if len(text) <= _MAX_INLINE:
             return text
         return f"[{len(value)} items]" if isinstance(value, list) else f"{{{len(value)} keys}}"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not _number(value):
         return str(value)
     if "bytes" in key:
-        return f"{value / 2**30:,.2f} GiB"
+        return f"{gib(value)} GiB"
     if key.endswith(("fraction", "mfu")):
-        return f"{100 * value:.1f}%"
+        return f"{percent(value)}%"
+    if key.endswith("per_second"):
+        return fixed(value, 0, sep=True)
     if "seconds" in key:
-        return f"{value:,.3f} s"
+        return f"{fixed(value, 3, sep=True)} s"
     if isinstance(value, float):
-        return f"{value:,.4g}"
+        return "0" if abs(value) < NOISE_FLOOR else f"{value:,.4g}"
     return f"{value:,}"
 
 
-def change(a: Any, b: Any) -> str:
-    """Relative change of two numbers (``+12.5%``), else an empty string."""
-    nums = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
-    if not nums or a == b:
+def change(a: Any, b: Any, key: str = "") -> str:
+    """Relative change of two numbers as shown for ``key`` (``+12.5%``); ``new`` when the base
+    is zero as shown (or a billionth of ``b``: no percentage of a rounding residue); empty when
+    they are not numbers or are equal as shown."""
+    if not (_number(a) and _number(b)) or a == b:
         return ""
-    if a == 0:
+    shown_a = fmt_value(key, a)
+    if shown_a == fmt_value(key, b):
+        return ""
+    if shown_a == fmt_value(key, 0) or abs(a) <= 1e-9 * abs(b):
         return "new"
-    return f"{100 * (b - a) / abs(a):+.1f}%"
+    pct = 100 * (b - a) / abs(a)
+    return f"{pct:+.1f}%" if abs(pct) >= 0.05 else f"{pct:+.1g}%"
 
 
 def headline(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
@@ -143,7 +164,7 @@ def render_table(a_res: Any, b_res: Any, show_all: bool = False) -> None:
     for row in headline(a_res.plan, b_res.plan):
         k = row["key"]
         summary.add_row(k, fmt_value(k, row["a"]), fmt_value(k, row["b"]),
-                        change(row["a"], row["b"]))
+                        change(row["a"], row["b"], k))
     console.print(f"A = {a_res.path}\nB = {b_res.path}")
     console.print(summary)
     rows = [*diffs, *({"key": k, "a": v, "b": v} for k, v in same.items())] if show_all else diffs
@@ -158,9 +179,18 @@ def render_table(a_res: Any, b_res: Any, show_all: bool = False) -> None:
     table.add_column("change", justify="right")
     for row in rows:
         k = row["key"]
-        table.add_row(k, fmt_value(k, row["a"]), fmt_value(k, row["b"]),
-                      change(row["a"], row["b"]))
+        shown = _shown_pair(k, row["a"], row["b"])
+        table.add_row(k, *shown, change(row["a"], row["b"], k))
     console.print(table)
+
+
+def _shown_pair(key: str, a: Any, b: Any) -> tuple[str, str]:
+    """Both values as shown; a spec value that differs only past the shown digits is shown in
+    full (``0.0001`` vs ``0.00010001``), so a listed difference never reads as equal."""
+    sa, sb = fmt_value(key, a), fmt_value(key, b)
+    if sa == sb and a != b:
+        return repr(a), repr(b)
+    return sa, sb
 
 
 def run_diff(a: str, b: str, overrides: Sequence[str] = (), *, fmt: str = "text",

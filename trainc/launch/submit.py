@@ -38,6 +38,10 @@ TERMINAL_STATES = frozenset({
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
     "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT", "REQUEUE_HOLD",
 })
+#: What sbatch/scontrol print when no controller answers (Slurm 22.05-24.11 wording).
+_UNREACHABLE = re.compile(r"unable to contact slurm controller|slurm_load_ctl_conf|"
+                          r"could not establish a configuration source|cannot open slurm.conf",
+                          re.I)
 _CLIENT_TIMEOUT_S = 60.0  # sbatch against a dead controller retries for ~18 s before it gives up
 
 
@@ -171,7 +175,15 @@ def submit(outdir: str | os.PathLike[str], sbatch_args: Sequence[str] = (), *,
         raise LaunchError(f"{out / SCRIPT}: not found (run `trainc compile SPEC -o {out}` first)")
     proc = _run(["sbatch", "--parsable", *sbatch_args, SCRIPT], cwd=out, env=env)
     if proc.returncode != 0:
-        raise LaunchError(f"sbatch refused {out / SCRIPT}: {_words(proc)}")
+        words = _words(proc)
+        # sbatch says "Unable to contact slurm controller" after ~18 s of retries; ask the
+        # controller itself (a few ms) before blaming the script.
+        up, why = (False, words) if _UNREACHABLE.search(words) else controller_status()
+        if not up:
+            raise SlurmUnavailable(f"no Slurm controller reachable ({why}); nothing was "
+                                   "submitted: start one or set SLURM_CONF to the cluster's "
+                                   "slurm.conf")
+        raise LaunchError(f"sbatch refused {out / SCRIPT}: {words}")
     return parse_job_id(proc.stdout)
 
 

@@ -317,7 +317,13 @@ def explain(cand: Candidate, rank: int, step: float, best_step: float) -> str:
         text = (f"TP={cand.tp} crosses the NVLink domain: +{tm['intra_over_inter'] - 1:.0%} TP "
                 f"time; " + text)
     if rank > 0 and best_step:
-        text += f"; {step / best_step - 1:+.1%} vs best"
+        slower = step / best_step - 1
+        if abs(slower) >= 5e-4:
+            text += f"; {slower:+.1%} vs best"
+        elif slower > 0:  # would read "+0.0%": two significant digits instead
+            text += f"; +{100 * slower:.2g}% vs best"
+        else:
+            text += "; as fast as the best"
     if cand.recompute[0] == "full":
         text += "; full recompute needed to fit"
     return text

@@ -6,9 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainc.compiler.emit.render import header
-
-GIB = 2**30
-
+from trainc.compiler.numfmt import fixed, gib, percent
 
 def _table(rows: list[tuple[str, Any]]) -> list[str]:
     out = ["| quantity | value |", "|---|---|"]
@@ -28,23 +26,23 @@ def _estimates(est: dict[str, Any]) -> list[str]:
     mem = est.get("memory_bytes") or {}
     for k in ("params", "grads", "optimizer", "activations", "total"):
         if _num(mem.get(k)):
-            rows.append((f"memory per GPU: {k}", f"{mem[k] / GIB:.2f} GiB"))
+            rows.append((f"memory per GPU: {k}", f"{gib(mem[k], sep=False)} GiB"))
     if _num(est.get("memory_budget_bytes")):
-        rows.append(("memory budget per GPU", f"{est['memory_budget_bytes'] / GIB:.2f} GiB"))
+        rows.append(("memory budget per GPU", f"{gib(est['memory_budget_bytes'], sep=False)} GiB"))
     if _num(est.get("pipeline_bubble_fraction")):
-        rows.append(("pipeline bubble", f"{est['pipeline_bubble_fraction']:.1%}"))
+        rows.append(("pipeline bubble", f"{percent(est['pipeline_bubble_fraction'])}%"))
     if _num(est.get("flops_per_step")):
         rows.append(("model FLOPs per step", f"{est['flops_per_step']:.3e}"))
     if _num(est.get("step_time_seconds")):
-        rows.append(("step time", f"{est['step_time_seconds']:.3f} s"))
+        rows.append(("step time", f"{fixed(est['step_time_seconds'], 3)} s"))
     if _num(est.get("tokens_per_second")):
-        rows.append(("tokens per second", f"{est['tokens_per_second']:,.0f}"))
+        rows.append(("tokens per second", fixed(est["tokens_per_second"], 0, sep=True)))
     if _num(est.get("mfu")):
-        rows.append(("MFU", f"{est['mfu']:.1%}"))
+        rows.append(("MFU", f"{percent(est['mfu'])}%"))
     comm = est.get("comm_bytes_per_step") or {}
     for k in ("tp", "cp", "ep", "pp", "dp"):
         if _num(comm.get(k)) and comm[k]:
-            rows.append((f"{k} traffic per GPU per step", f"{comm[k] / GIB:.2f} GiB"))
+            rows.append((f"{k} traffic per GPU per step", f"{gib(comm[k], sep=False)} GiB"))
     return ["", "## Estimates", "", *_table(rows)] if rows else []
 
 
@@ -57,7 +55,7 @@ def _memory_per_stage(est: dict[str, Any]) -> list[str]:
     out = ["", "### Memory per GPU by pipeline stage (GiB)", "",
            "| stage | layers | " + " | ".join(keys) + " |", "|---|---|" + "---|" * len(keys)]
     for st in stages:
-        vals = [f"{st[k] / GIB:.2f}" if _num(st.get(k)) else "" for k in keys]
+        vals = [gib(st[k], sep=False) if _num(st.get(k)) else "" for k in keys]
         out.append(f"| {st.get('stage', '')} | {st.get('layers', '')} | " + " | ".join(vals) + " |")
     return out
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from trainc.compiler.estimate.rankmap import rank_row
 from trainc.compiler.estimate.schedule import simulate
+from trainc.compiler.numfmt import gib, percent, sig
 
 GiB = 2**30
 COLORS = {"params": "#4e79a7", "grads": "#f28e2b", "optimizer": "#e15759",
@@ -30,33 +31,68 @@ def _table(head: list[str], rows: list[list[Any]]) -> str:
     return f"<table><tr>{h}</tr>{body}</table>"
 
 
-def timeline_svg(p: int, m: int, v: int, width: int = 960) -> tuple[str, int]:
-    """SVG of the simulated schedule (first ``m`` micro-batches) and the number of ops drawn."""
+#: The timeline draws at most this many operations, this many stage rows (the first and last
+#: halves when there are more), and no operation narrower than MIN_OP_PX pixels; what is left out
+#: is said in the note under it.
+MAX_OPS, MAX_STAGE_ROWS, MIN_OP_PX = 1200, 32, 3.0
+
+
+def timeline_svg(p: int, m: int, v: int, width: int = 960) -> tuple[str, int, str]:
+    """SVG of the simulated schedule of ``m`` micro-batches, the number of operations drawn, and
+    a note saying what is left out ("" when everything is drawn).
+
+    What fits is drawn: at most :data:`MAX_STAGE_ROWS` stages (the first and the last half of
+    them), and the schedule from its start up to the time where :data:`MAX_OPS` operations are
+    drawn or the shortest operation would be narrower than :data:`MIN_OP_PX` (an operation running
+    across that time is cut there).
+    """
     ops = simulate(p, m, v)
     span = max(o.end for o in ops)
     left, row_h, top = 70, 26, 22
-    scale = (width - left - 10) / span
-    h = top + p * row_h + 30
+    area = width - left - 10
+    half = MAX_STAGE_ROWS // 2
+    stages = list(range(p)) if p <= MAX_STAGE_ROWS else [*range(half), *range(p - half, p)]
+    row_of = {s: i + (1 if p > MAX_STAGE_ROWS and i >= half else 0)
+              for i, s in enumerate(stages)}
+    mine = sorted((o for o in ops if o.stage in row_of), key=lambda o: (o.start, o.stage))
+    t_end = min(span, area * min(o.end - o.start for o in ops) / MIN_OP_PX)
+    if sum(o.start < t_end for o in mine) > MAX_OPS:
+        t_end = mine[MAX_OPS].start
+    drawn = [o for o in ops if o.stage in row_of and o.start < t_end]  # in schedule order
+    scale = area / t_end
+    n_rows = len(stages) + (1 if p > MAX_STAGE_ROWS else 0)
+    h = top + n_rows * row_h + 30
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" '
              f'role="img" aria-label="pipeline timeline">']
-    for s in range(p):
-        y = top + s * row_h
-        parts.append(f'<rect x="{left}" y="{y}" width="{span * scale:.1f}" height="{row_h - 4}" '
+    for s in stages:
+        y = top + row_of[s] * row_h
+        parts.append(f'<rect x="{left}" y="{y}" width="{t_end * scale:.1f}" height="{row_h - 4}" '
                      f'fill="{COLORS["idle"]}"/>')
         parts.append(f'<text x="4" y="{y + 16}" font-size="12">stage {s}</text>')
-    for o in ops:
-        x, w = left + o.start * scale, (o.end - o.start) * scale
-        y = top + o.stage * row_h
+    if p > MAX_STAGE_ROWS:
+        parts.append(f'<text x="4" y="{top + half * row_h + 16}" font-size="12">stages {half} to '
+                     f'{p - half - 1} not drawn</text>')
+    for o in drawn:
+        end = min(o.end, t_end)
+        x, w = left + o.start * scale, (end - o.start) * scale
+        y = top + row_of[o.stage] * row_h
         label = f"{o.kind}{o.microbatch}" + (f".{o.chunk}" if v > 1 else "")
         parts.append(f'<rect class="op" x="{x:.1f}" y="{y}" width="{max(w - 0.6, 0.5):.1f}" '
                      f'height="{row_h - 4}" fill="{COLORS[o.kind]}"><title>{label} stage '
                      f'{o.stage}</title></rect>')
         if w > 22:
             parts.append(f'<text x="{x + 2:.1f}" y="{y + 15}" font-size="10">{label}</text>')
-    y = top + p * row_h + 16
+    left_out = []
+    if t_end < span:
+        left_out.append(f"time {t_end:g} to {span:g} of the schedule")
+    if p > MAX_STAGE_ROWS:
+        left_out.append(f"stages {half} to {p - half - 1} ({p - 2 * half} of {p})")
+    note = (f"not drawn: {' and '.join(left_out)}; {len(drawn)} of {len(ops)} operations shown"
+            if left_out else "")
+    y = top + n_rows * row_h + 16
     parts.append(f'<text x="{left}" y="{y}" font-size="11">time (forward = 1 unit, backward = 2)'
-                 f' - grey: idle</text></svg>')
-    return "".join(parts), len(ops)
+                 f' - grey: idle{"; " + note if note else ""}</text></svg>')
+    return "".join(parts), len(drawn), note
 
 
 def memory_svg(stages: list[dict[str, int]], budget: int, width: int = 960) -> str:
@@ -100,25 +136,28 @@ def report_html(plan: dict[str, Any]) -> dict[str, str]:
     s, d = plan["spec"], plan["derived"]
     p, v, m = d["pp"], d["vpp"], d["num_microbatches"]
     shown = min(m, max(2 * p, 8) if v == 1 else p * max(2, min(m // p, 3)))
-    svg, _ = timeline_svg(p, shown, v)
+    svg, _, left_out = timeline_svg(p, shown, v)
     layout = [["world", d["world_size"]], ["tp", d["tp"]], ["pp", d["pp"]], ["vpp", v],
               ["cp", d["cp"]], ["dp", d["dp"]], ["ep", d["ep"]], ["etp", d["etp"]],
               ["expert_dp", d["expert_dp"]], ["micro-batches", m],
               ["layers per stage", ", ".join(map(str, d["layers_per_stage"]))]]
-    mem_rows = [[r["stage"], r["layers"]] + [f"{r[k] / GiB:.2f}" for k in
+    mem_rows = [[r["stage"], r["layers"]] + [gib(r[k], sep=False) for k in
                 ("params", "grads", "optimizer", "activations", "total")]
                 for r in e["memory_per_stage"]]
-    comm_rows = [[a, f"{b / GiB:.2f}", e["comm_seconds_per_step"][a]]
+    comm_rows = [[a, gib(b, sep=False), sig(e["comm_seconds_per_step"][a])]
                  for a, b in e["comm_bytes_per_step"].items()]
-    col_rows = [[c["axis"], c["name"], c["group_size"], c["count"], f"{c['sent_bytes'] / GiB:.2f}",
-                 f"{c['received_bytes'] / GiB:.2f}", c["bandwidth_gbps"], c["seconds"]]
+    col_rows = [[c["axis"], c["name"], c["group_size"], c["count"],
+                 gib(c["sent_bytes"], sep=False), gib(c["received_bytes"], sep=False),
+                 f"{c['bandwidth_gbps']:g}", sig(c["seconds"])]
                 for c in e["comm_collectives"]]
     time_rows = [["model FLOPs / step", f"{e['flops_per_step']:.4e}"],
-                 ["compute (s)", e["compute_seconds"]],
-                 ["exposed communication (s)", e["exposed_comm_seconds"]],
-                 ["pipeline bubble", f"{100 * e['pipeline_bubble_fraction']:.2f} %"],
-                 ["step time (s)", e["step_time_seconds"]],
-                 ["tokens / s", e["tokens_per_second"]], ["MFU", f"{100 * e['mfu']:.1f} %"]]
+                 ["compute (s)", sig(e["compute_seconds"])],
+                 ["exposed communication (s)", sig(e["exposed_comm_seconds"])],
+                 ["pipeline bubble", f"{percent(e['pipeline_bubble_fraction'], 2)} % "
+                                     f"({sig(e['bubble_seconds'])} s)"],
+                 ["step time (s)", sig(e["step_time_seconds"])],
+                 ["tokens / s", f"{e['tokens_per_second']:,.0f}"],
+                 ["MFU", f"{percent(e['mfu'])} %"]]
     gpn = s["cluster"]["gpus_per_node"]
     rank_rows = []
     for r in range(min(gpn, d["world_size"], 72)):
@@ -136,7 +175,9 @@ def report_html(plan: dict[str, Any]) -> dict[str, str]:
         "<h2>Layout</h2>" + _table(["key", "value"], layout)
         + f"<h2>Pipeline schedule ({'interleaved ' if v > 1 else ''}1F1B)</h2>"
         f'<p class="note">first {shown} of {m} micro-batches; bubble fraction of the real step '
-        f"{100 * e['pipeline_bubble_fraction']:.2f} %</p>" + svg
+        f"{percent(e['pipeline_bubble_fraction'], 2)} %"
+        + (f"; {escape(left_out)} (the page keeps to what can be read)" if left_out else "")
+        + "</p>" + svg
         + "<h2>Memory per GPU</h2>" + memory_svg(e["memory_per_stage"], e["memory_budget_bytes"])
         + _table(["stage", "layers", "params GiB", "grads GiB", "optimizer GiB",
                   "activations GiB", "total GiB"], mem_rows)

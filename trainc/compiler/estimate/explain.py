@@ -10,12 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from trainc.compiler.estimate.rankmap import rank_row
-
-GiB = 2**30
-
-
-def _gib(x: float) -> str:
-    return f"{x / GiB:,.2f}"
+from trainc.compiler.numfmt import gib as _gib
+from trainc.compiler.numfmt import percent, sig
 
 
 def _group(g: dict[str, Any], limit: int = 4) -> str:
@@ -73,7 +69,7 @@ def explain_tables(plan: dict[str, Any], max_ranks: int | None = None) -> list[A
     cross = e["rank_map"]["groups_cross_nvlink_domain"]
     kind = {"tp": "tp", "cp": "cp", "ep": "ep", "pp": "pp", "dp": "dp_cp"}
     for axis, b in e["comm_bytes_per_step"].items():
-        comm.add_row(axis, _gib(b), f"{e['comm_seconds_per_step'][axis]:.4g}",
+        comm.add_row(axis, _gib(b), sig(e['comm_seconds_per_step'][axis]),
                      "yes" if cross[kind[axis]] else "no")
     out.append(comm)
 
@@ -83,7 +79,7 @@ def explain_tables(plan: dict[str, Any], max_ranks: int | None = None) -> list[A
     for c in e["comm_collectives"]:
         col.add_row(c["axis"], c["name"], str(c["group_size"]), str(c["count"]),
                     _gib(c["sent_bytes"]), _gib(c["received_bytes"]),
-                    f"{c['bandwidth_gbps']:g}", f"{c['seconds']:.4g}")
+                    f"{c['bandwidth_gbps']:g}", sig(c["seconds"]))
     out.append(col)
 
     tm = Table(title="time", show_header=False)
@@ -93,14 +89,14 @@ def explain_tables(plan: dict[str, Any], max_ranks: int | None = None) -> list[A
     for k, v in (
         ("model FLOPs / step", f"{e['flops_per_step']:.4e}"),
         ("executed FLOPs / step", f"{e['hardware_flops_per_step']:.4e} (with recompute)"),
-        ("compute", f"{e['compute_seconds']:.4g} s at {a['compute_efficiency']:g} x peak"),
-        ("exposed communication", f"{e['exposed_comm_seconds']:.4g} s (overlap "
+        ("compute", f"{sig(e['compute_seconds'])} s at {a['compute_efficiency']:g} x peak"),
+        ("exposed communication", f"{sig(e['exposed_comm_seconds'])} s (overlap "
                                   f"{a['comm_overlap']:g}, efficiency {a['comm_efficiency']:g})"),
-        ("pipeline bubble", f"{100 * e['pipeline_bubble_fraction']:.2f} % "
-                            f"({e['bubble_seconds']:.4g} s)"),
-        ("step time", f"{e['step_time_seconds']:.4g} s"),
+        ("pipeline bubble", f"{percent(e['pipeline_bubble_fraction'], 2)} % "
+                            f"({sig(e['bubble_seconds'])} s)"),
+        ("step time", f"{sig(e['step_time_seconds'])} s"),
         ("tokens / s", f"{e['tokens_per_second']:,.0f}"),
-        ("MFU", f"{100 * e['mfu']:.1f} %"),
+        ("MFU", f"{percent(e['mfu'])} %"),
     ):
         tm.add_row(k, v)
     out.append(tm)

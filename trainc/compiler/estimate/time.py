@@ -99,11 +99,13 @@ def step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: float
         compute = (fl / gpus_per_stage / (eff * peak) if peak > 0 else 0.0) + launch
         sec = sc.seconds_by_axis()
         exposed = (1 - overlap) * (sec["tp"] + sec["cp"] + sec["ep"]) + sec["pp"]
-        piped = (compute + exposed) / (1 - bubble)
-        total = piped + (1 - overlap) * sec["dp"]
+        # the bubble's share of the stretched work: (C + X) b / (1 - b), exactly 0 for b = 0
+        # (``piped - compute - exposed`` left a rounding residue such as -1.1e-16 s)
+        idle = max((compute + exposed) * bubble / (1 - bubble), 0.0)
+        total = compute + exposed + idle + (1 - overlap) * sec["dp"]
         if best is None or total > best.step_time_seconds:
-            best = StepTime(total, compute, exposed + (1 - overlap) * sec["dp"],
-                            piped - compute - exposed, r, 0.0, 0.0)
+            best = StepTime(total, compute, exposed + (1 - overlap) * sec["dp"], idle, r, 0.0,
+                            0.0)
     assert best is not None
     t = best.step_time_seconds
     tokens = spec.training.global_batch_size * spec.model.seq_length

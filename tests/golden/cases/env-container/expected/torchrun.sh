@@ -8,7 +8,8 @@
 #   NODE_RANK (0), MASTER_ADDR (127.0.0.1), MASTER_PORT (29500),
 #   TORCHRUN (torchrun; or "$PYTHON -m torch.distributed.run" when PYTHON is set),
 #   TRAINC_RDZV_BACKEND=c10d with TRAINC_RDZV_ID (set by sbatch.sh: c10d rendezvous on
-#   MASTER_ADDR:MASTER_PORT; the node rank is then SLURM_NODEID of each srun task)
+#   MASTER_ADDR:MASTER_PORT; the node rank is then SLURM_NODEID of each srun task),
+#   TRAINC_RDZV_STORE=external (set by sbatch.sh when it hosts the rendezvous store itself)
 #   TRAINC_WORKER_ARGS (extra flags for trainc.launch.worker; the worker reads it)
 set -euo pipefail
 
@@ -34,6 +35,9 @@ if [[ "${TRAINC_RDZV_BACKEND:-static}" == c10d ]]; then
   NODE_RANK="${SLURM_NODEID:?c10d rendezvous runs under srun (SLURM_NODEID)}"
   RDZV_ARGS=(--rdzv_backend=c10d --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT"
              --rdzv_id="${TRAINC_RDZV_ID:?set by sbatch.sh}")
+  if [[ "${TRAINC_RDZV_STORE:-}" == external ]]; then
+    RDZV_ARGS+=(--rdzv_conf=is_host=0)  # sbatch.sh hosts the store until every node has left
+  fi
 else
   NODE_RANK="${NODE_RANK:-0}"
   RDZV_ARGS=(--node_rank="$NODE_RANK" --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT")

@@ -32,6 +32,51 @@ export TRAINC_OUTDIR MASTER_ADDR MASTER_PORT TRAINC_RDZV_BACKEND TRAINC_RDZV_ID
 # NODE_RANK must come from each srun task (torchrun.sh reads SLURM_NODEID), never from this shell.
 unset NODE_RANK
 
+# The c10d rendezvous store lives in this batch step on the first node (MASTER_ADDR) for the
+# whole srun step, and every torchrun joins it as a client (TRAINC_RDZV_STORE=external). Hosted by
+# node 0's torchrun, it left with that torchrun as soon as its own exit barrier was passed, and the
+# other nodes' rendezvous shutdown ended a successful job's log with DistNetworkError traces.
+# Without a Python that has torch here (PYTHON, or the one next to torchrun), node 0's torchrun
+# hosts it as before.
+trainc_python() {
+  local first
+  if [[ -n "${PYTHON:-}" ]]; then echo "$PYTHON"; return; fi
+  read -r first _ <<< "${TORCHRUN:-torchrun}"
+  first="$(command -v "$first" 2>/dev/null)" || return 0
+  case "${first##*/}" in
+    python*) echo "$first" ;;
+    *) if [[ -x "${first%/*}/python" ]]; then echo "${first%/*}/python"; fi ;;
+  esac
+}
+TRAINC_STORE_PID=
+TRAINC_STORE_PY="$(trainc_python)"
+if [[ -n "$TRAINC_STORE_PY" ]]; then
+  TRAINC_STORE_LOG="$(mktemp)"
+  # shellcheck disable=SC2016  # Python code, single-quoted on purpose
+  "$TRAINC_STORE_PY" -c 'import os, signal, sys
+from datetime import timedelta
+from torch.distributed import TCPStore
+store = TCPStore(sys.argv[1], int(sys.argv[2]), is_master=True, wait_for_workers=False,
+                 timeout=timedelta(seconds=300))
+signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+print("ready", flush=True)
+while True:
+    signal.pause()' "$MASTER_ADDR" "$MASTER_PORT" > "$TRAINC_STORE_LOG" 2>&1 &
+  TRAINC_STORE_PID=$!
+  trap 'kill "$TRAINC_STORE_PID" 2>/dev/null && wait "$TRAINC_STORE_PID"; rm -f "$TRAINC_STORE_LOG"' EXIT
+  for _ in $(seq 600); do  # up to 60 s for torch's import and the port
+    if grep -q '^ready$' "$TRAINC_STORE_LOG" || ! kill -0 "$TRAINC_STORE_PID" 2>/dev/null; then
+      break
+    fi
+    sleep 0.1
+  done
+  if grep -q '^ready$' "$TRAINC_STORE_LOG"; then
+    export TRAINC_RDZV_STORE=external
+  else
+    echo "sbatch.sh: note: no rendezvous store from $TRAINC_STORE_PY ($(tail -n 1 "$TRAINC_STORE_LOG")); node 0's torchrun hosts it" >&2
+  fi
+fi
+
 # --kill-on-bad-exit: a node whose torchrun fails ends the step instead of leaving the others
 # blocked in a collective until the NCCL timeout.
 srun --export=ALL --nodes=4 --ntasks-per-node=1 --cpus-per-task="${SLURM_CPUS_ON_NODE:-1}" \

@@ -1,0 +1,185 @@
+"""``trainc run``: the interpreter it starts torchrun with, and the plans it refuses here (a
+multi-node plan without a node rank, a CUDA plan without a GPU) with one line and exit 4.
+
+The launches use a fake ``torch`` package (``torch/distributed/run.py`` prints its interpreter
+and arguments), so no rank starts; PATH holds no venv, as for ``.venv/bin/trainc run`` from a
+shell without an activated venv.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trainc.launch import local
+
+ROOT = Path(__file__).resolve().parents[2]
+BARE_PATH = "/usr/bin:/bin"
+
+
+def _spec(nodes: int = 1, device: str = "cpu") -> dict:
+    return {
+        "name": "runme", "engine": "megatron",
+        "model": {"num_layers": 4, "hidden_size": 32, "num_attention_heads": 4,
+                  "ffn_hidden_size": 64, "vocab_size": 128, "make_vocab_size_divisible_by": 32,
+                  "seq_length": 32},
+        "cluster": {"num_nodes": nodes, "gpus_per_node": 2, "gpu": "custom",
+                    "gpu_memory_gib": 80, "peak_tflops": 100, "nvlink_domain_size": 8,
+                    "intra_node_bandwidth_gbps": 300, "inter_node_bandwidth_gbps": 25},
+        "parallel": {"tp": 2, "sequence_parallel": False, "zero_stage": 0},
+        "training": {"micro_batch_size": 1, "global_batch_size": 4 * nodes, "precision": "fp32",
+                     "recompute": "none", "train_iters": 2},
+        "launch": {"device": device, "master_port": 29911},
+    }
+
+
+def _compile(tmp: Path, nodes: int = 1, device: str = "cpu") -> Path:
+    spec = tmp / f"s{nodes}{device}.yaml"
+    spec.write_text(yaml.safe_dump(_spec(nodes, device)))
+    out = tmp / f"out{nodes}{device}"
+    proc = subprocess.run([sys.executable, "-m", "trainc", "compile", str(spec), "-o", str(out)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+@pytest.fixture
+def fake_torch(tmp_path: Path) -> Path:
+    """A ``torch`` whose ``torch.distributed.run`` prints sys.executable and its arguments."""
+    pkg = tmp_path / "fake" / "torch" / "distributed"
+    pkg.mkdir(parents=True)
+    (pkg.parent / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "run.py").write_text("import os, sys\nprint('FAKE-RUN', sys.executable)\n"
+                                "print('ARGS', ' '.join(sys.argv[1:]))\n"
+                                "print('NODE', os.environ.get('NODE_RANK'), "
+                                "os.environ.get('MASTER_ADDR'))\n")
+    return tmp_path / "fake"
+
+
+def _trainc_run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``<venv>/bin/python -m trainc run ...`` with the bare PATH (the venv is not on it)."""
+    return subprocess.run([sys.executable, "-m", "trainc", "run", *args], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def _bare_env(fake: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TORCHRUN", "PYTHON", "NODE_RANK", "MASTER_ADDR", "VIRTUAL_ENV",
+                        "TRAINC_RDZV_BACKEND")}
+    env.update(PATH=BARE_PATH, PYTHONPATH=f"{fake}{os.pathsep}{ROOT}", **extra)
+    return env
+
+
+@pytest.mark.parametrize("inherited", [None, "/usr/bin/python3-other"])
+def test_run_uses_its_own_interpreter_without_the_venv_on_path(tmp_path, fake_torch, inherited):
+    out = _compile(tmp_path)
+    env = _bare_env(fake_torch, **({"PYTHON": inherited} if inherited else {}))
+    proc = _trainc_run(str(out), "--", "--train-iters", "1", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert f"FAKE-RUN {sys.executable}" in proc.stdout
+    assert "--nnodes=1 --nproc_per_node=2" in proc.stdout
+    assert f"-m trainc.launch.worker --plan {out}/plan.json" in proc.stdout
+    assert "torchrun: not found" not in proc.stderr
+
+
+def test_an_explicit_torchrun_is_kept(tmp_path):
+    out = _compile(tmp_path)
+    stub = tmp_path / "my-torchrun"
+    stub.write_text("#!/bin/sh\necho \"MINE $*\"\n")
+    stub.chmod(0o755)
+    env = {**os.environ, "PATH": BARE_PATH, "PYTHONPATH": str(ROOT), "TORCHRUN": str(stub)}
+    proc = _trainc_run(str(out), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("MINE --nnodes=1")
+
+
+def test_run_without_torch_is_refused_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(local.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(local.RunRefused, match=r"torch is not installed for /x/python: .*worker"):
+        local.launch_env("OUT", None, {"PATH": BARE_PATH}, python="/x/python")
+
+
+@pytest.mark.parametrize("nodes", [2, 4])
+def test_multi_node_plan_is_refused_with_what_to_do(tmp_path, fake_torch, nodes):
+    out = _compile(tmp_path, nodes)
+    proc = _trainc_run(str(out), env=_bare_env(fake_torch))
+    assert proc.returncode == 4
+    assert "FAKE-RUN" not in proc.stdout
+    err = proc.stderr.strip()
+    assert "\n" not in err and "Traceback" not in err
+    assert f"is a {nodes}-node plan ({nodes} x 2 ranks)" in err
+    assert f"wait for the other {nodes - 1} node(s) at MASTER_ADDR:29911" in err
+    assert f"trainc submit {out}" in err and "cluster.num_nodes=1" in err
+    assert f"I = 0..{nodes - 1}" in err
+
+
+@pytest.mark.parametrize(("args", "env", "shown"), [
+    (["--node-rank", "0"], {}, "NODE 0 127.0.0.1"),
+    (["--node-rank", "1", "--master-addr", "n0"], {}, "NODE 1 n0"),
+    ([], {"NODE_RANK": "1", "MASTER_ADDR": "10.0.0.1"}, "NODE 1 10.0.0.1"),
+])
+def test_multi_node_plan_runs_with_a_node_rank(tmp_path, fake_torch, args, env, shown):
+    out = _compile(tmp_path, 2)
+    proc = _trainc_run(*args, str(out), env=_bare_env(fake_torch, **env))
+    assert proc.returncode == 0, proc.stderr
+    assert shown in proc.stdout and "--nnodes=2" in proc.stdout
+
+
+@pytest.mark.parametrize(("rank", "addr", "match"), [
+    ("2", "n0", r"node rank 2 is not one of the plan's nodes 0\.\.1"),
+    ("x", "n0", r"node rank x is not one of"),
+    ("1", None, r"node 1 needs the address of node 0: add --master-addr"),
+])
+def test_bad_node_rank_is_refused(rank, addr, match):
+    shape = local.PlanShape("s", 2, 2, "cpu", 29500)
+    base = {"NODE_RANK": rank, **({"MASTER_ADDR": addr} if addr else {}), "TORCHRUN": "t"}
+    with pytest.raises(local.RunRefused, match=match):
+        local.launch_env("OUT", shape, base)
+
+
+def test_c10d_under_slurm_is_not_refused():
+    shape = local.PlanShape("s", 4, 2, "cpu", 29500)
+    env = local.launch_env("OUT", shape, {"TRAINC_RDZV_BACKEND": "c10d", "TORCHRUN": "t"})
+    assert env["TRAINC_RDZV_BACKEND"] == "c10d" and "NODE_RANK" not in env
+
+
+def test_cuda_plan_without_gpu_is_one_line_naming_device_cpu(tmp_path, fake_torch, monkeypatch):
+    out = _compile(tmp_path, 1, "cuda")
+    if local.gpu_present():
+        pytest.skip("this machine has a GPU device node")
+    proc = _trainc_run(str(out), env=_bare_env(fake_torch))
+    assert proc.returncode == 4
+    err = proc.stderr.strip()
+    assert "\n" not in err and "_cuda_setDevice" not in err and "FAKE-RUN" not in proc.stdout
+    assert "is a CUDA plan (launch.device=cuda) and this machine has no GPU" in err
+    assert "launch.device=cpu" in err
+
+
+@pytest.mark.parametrize(("device", "gpu", "refused"), [
+    ("cuda", False, True), ("cuda", True, False), ("cpu", False, False),
+])
+def test_device_check(device, gpu, refused):
+    shape = local.PlanShape("s", 1, 8, device, 29500)
+    if refused:
+        with pytest.raises(local.RunRefused, match="launch.device=cpu"):
+            local.launch_env("OUT", shape, {"TORCHRUN": "t"}, gpu=gpu)
+    else:
+        assert local.launch_env("OUT", shape, {"TORCHRUN": "t"}, gpu=gpu)["TORCHRUN"] == "t"
+
+
+def test_gpu_present_looks_for_device_nodes(tmp_path):
+    assert local.gpu_present([str(tmp_path / "nvidia[0-9]*")]) is False
+    (tmp_path / "nvidia0").write_text("")
+    assert local.gpu_present([str(tmp_path / "nvidia[0-9]*")]) is True
+
+
+def test_worker_args_are_appended_to_the_environment():
+    env = local.launch_env("OUT", None, {"TORCHRUN": "t", "TRAINC_WORKER_ARGS": "--a 1"},
+                           ["--", "--train-iters", "3", "--load", "my dir"])
+    assert env["TRAINC_WORKER_ARGS"] == "--a 1 --train-iters 3 --load 'my dir'"

@@ -1,0 +1,151 @@
+"""``trainc run OUTDIR``: start OUTDIR/torchrun.sh on this machine, after the checks that turn a
+launch that cannot work here into one line and exit 4 instead of a hang or a wall of tracebacks.
+
+* **Interpreter.** torchrun.sh runs ``$TORCHRUN`` if set, else ``"$PYTHON" -m
+  torch.distributed.run`` if ``PYTHON`` is set, else ``torchrun`` from PATH. ``trainc run`` sets
+  ``PYTHON`` to the interpreter it runs on (:data:`sys.executable`), so ``.venv/bin/trainc run``
+  uses that venv's torch without an activated venv and never another ``torchrun`` on PATH; an
+  explicit ``TORCHRUN`` is kept (the way to choose another launcher). Before starting, the
+  interpreter must have torch (:func:`importlib.util.find_spec`, which imports nothing).
+* **Nodes.** A plan of ``N > 1`` nodes started here runs one node's share and waits at
+  MASTER_ADDR:MASTER_PORT for the other ``N - 1``. Unless this node's rank is given (``--node-rank``
+  or ``NODE_RANK``; under sbatch.sh's c10d rendezvous the rank comes from Slurm), it is refused
+  with what to do instead.
+* **Device.** A ``launch.device: cuda`` plan on a machine with no GPU device node
+  (``/dev/nvidia[0-9]*``, ``/dev/kfd`` for ROCm, ``/dev/dxg`` for WSL) is refused: every rank
+  would fail in ``torch.cuda.set_device``.
+
+Extra worker flags travel through the environment (``TRAINC_WORKER_ARGS``, which the worker
+reads), so the generated script runs unchanged. This module reads ``plan.json`` only (no compiler
+import).
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import json
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+#: Device nodes whose presence means torch may find a CUDA (or ROCm/HIP, or WSL) GPU.
+GPU_DEVICE_GLOBS = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg")
+
+
+class RunRefused(Exception):
+    """``trainc run`` cannot work here; the message says why and what to do (exit 4)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlanShape:
+    """What ``trainc run`` needs from ``plan.json``."""
+
+    name: str
+    num_nodes: int
+    procs_per_node: int
+    device: str
+    master_port: int
+
+
+def read_shape(outdir: str) -> PlanShape | None:
+    """The nodes, ranks per node and device of ``OUTDIR/plan.json``; None when it is missing or
+    not a trainc plan (the script then runs unchecked, as a hand-made torchrun.sh would)."""
+    try:
+        with open(os.path.join(outdir, "plan.json"), encoding="utf-8") as f:
+            spec = json.load(f)["spec"]
+        return PlanShape(str(spec["name"]), int(spec["cluster"]["num_nodes"]),
+                         int(spec["cluster"]["gpus_per_node"]), str(spec["launch"]["device"]),
+                         int(spec["launch"]["master_port"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def gpu_present(globs: Sequence[str] = GPU_DEVICE_GLOBS) -> bool:
+    """True when a GPU device node exists (a few ``stat`` calls; torch is not imported)."""
+    return any(glob.glob(g) for g in globs)
+
+
+def launch_env(outdir: str, shape: PlanShape | None, base: Mapping[str, str],
+               worker_args: Sequence[str] = (), *, node_rank: int | None = None,
+               master_addr: str | None = None, python: str = sys.executable,
+               gpu: bool | None = None) -> dict[str, str]:
+    """The environment torchrun.sh is started with; raises :class:`RunRefused` (with the fix)
+    when the plan cannot run here. ``gpu`` None means :func:`gpu_present`."""
+    env = dict(base)
+    extra = [a for a in worker_args if a != "--"]
+    if extra:
+        env["TRAINC_WORKER_ARGS"] = " ".join(
+            x for x in (env.get("TRAINC_WORKER_ARGS", ""), shlex.join(extra)) if x)
+    if node_rank is not None:
+        env["NODE_RANK"] = str(node_rank)
+    if master_addr is not None:
+        env["MASTER_ADDR"] = master_addr
+    if not env.get("TORCHRUN"):
+        env["PYTHON"] = python
+        if importlib.util.find_spec("torch") is None:
+            raise RunRefused(f"torch is not installed for {python}: install trainc with its "
+                             "worker extra (pip install 'trainc[worker]'), or set TORCHRUN to "
+                             "the torchrun to use")
+    if shape is None:
+        return env
+    if shape.device == "cuda" and not (gpu_present() if gpu is None else gpu):
+        raise RunRefused(f"{outdir} is a CUDA plan (launch.device=cuda) and this machine has no "
+                         "GPU (no /dev/nvidia*); compile it with launch.device=cpu to run here "
+                         "on CPU processes, or run it where the GPUs are")
+    rank = env.get("NODE_RANK")
+    if rank is not None and env.get("TRAINC_RDZV_BACKEND") != "c10d":
+        if not rank.isdigit() or int(rank) >= shape.num_nodes:
+            raise RunRefused(f"node rank {rank} is not one of the plan's nodes "
+                             f"0..{shape.num_nodes - 1}")
+        if int(rank) > 0 and not env.get("MASTER_ADDR"):
+            raise RunRefused(f"node {rank} needs the address of node 0: add --master-addr HOST")
+    if shape.num_nodes > 1 and rank is None and \
+            env.get("TRAINC_RDZV_BACKEND") != "c10d":
+        others = shape.num_nodes - 1
+        raise RunRefused(
+            f"{outdir} is a {shape.num_nodes}-node plan ({shape.num_nodes} x "
+            f"{shape.procs_per_node} ranks): here trainc run would start node 0's "
+            f"{shape.procs_per_node} rank(s) and wait for the other {others} node(s) at "
+            f"MASTER_ADDR:{shape.master_port}. Submit it to Slurm (trainc submit {outdir}), "
+            f"or start it on every node (trainc run --node-rank I --master-addr NODE0 {outdir}, "
+            f"I = 0..{others}), or compile a one-node plan (cluster.num_nodes=1; with "
+            "launch.device=cpu for CPU processes)")
+    return env
+
+
+def run(outdir: str, worker_args: Sequence[str] = (), *, node_rank: int | None = None,
+        master_addr: str | None = None) -> int:
+    """Start ``OUTDIR/torchrun.sh`` here; its output streams through; return its exit code
+    (4 when it is missing, cannot be started or is refused by :func:`launch_env`)."""
+    script = os.path.join(outdir, "torchrun.sh")
+    if not os.path.isfile(script):
+        print(f"trainc run: {script}: not found (run `trainc compile SPEC -o {outdir}` first)",
+              file=sys.stderr)
+        return 4
+    try:
+        env = launch_env(outdir, read_shape(outdir), os.environ, worker_args,
+                         node_rank=node_rank, master_addr=master_addr)
+    except RunRefused as e:
+        print(f"trainc run: {e}", file=sys.stderr)
+        return 4
+    if node_rank is not None or "NODE_RANK" in os.environ:
+        print(f"trainc run: node {env['NODE_RANK']}, master "
+              f"{env.get('MASTER_ADDR', '127.0.0.1')}", file=sys.stderr, flush=True)
+    try:
+        proc = subprocess.Popen(["bash", script], env=env)
+    except OSError as e:
+        print(f"trainc run: cannot start {script}: {e}", file=sys.stderr)
+        return 4
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        try:
+            return proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return 130

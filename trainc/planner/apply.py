@@ -1,0 +1,235 @@
+"""``trainc plan SPEC --apply OUT.yaml``: the user's spec file with the planned keys changed.
+
+The spec's text is edited in place, not re-dumped: PyYAML's node marks (``yaml.compose``) locate
+each value, and only that value's characters are replaced, so comments, key order, quoting, flow
+or block style, indentation and the ``defaults:`` list stay as the user wrote them, and ``git diff``
+shows exactly what the plan changes:
+
+1. a group override of the command line (``model=llama3-8b``) replaces the option of that group in
+   the ``defaults:`` list, or is appended to it (after ``_self_``, as the loader composes it);
+2. every leaf key whose value in the planned spec differs from what that file resolves to (its
+   defaults list, its own keys, trainc's defaults) is replaced in place, or inserted as the last
+   key of its section (one line in a block mapping, ``, key: value`` in a flow mapping; a missing
+   section is appended at the end of the file); every other key keeps its text;
+3. the result is loaded again from OUT's folder and must resolve to the planned spec.
+
+When step 3 fails (OUT.yaml is in another folder and the defaults list names presets found only
+next to the spec, an anchor shared by two keys, ...), the complete resolved spec is written
+instead (no defaults list), with a note saying why: :attr:`Applied.note`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainc.compiler.load import GROUPS, load_spec
+from trainc.compiler.normalize import normalize
+from trainc.compiler.plan import spec_to_dict
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What :func:`applied_text` produced: the file's text, the dotted keys it changed or
+    inserted, and a note when it had to fall back to the complete resolved spec."""
+
+    text: str
+    changed: list[str]
+    note: str = ""
+
+
+def _leaves(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v and not (prefix + k).startswith("launch.env"):
+            out.update(_leaves(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def _resolve(text: str, folder: Path) -> dict[str, Any] | None:
+    """The resolved spec of ``text`` as if it were a file in ``folder`` (None on any error)."""
+    fd, tmp = tempfile.mkstemp(prefix=".trainc-apply-", suffix=".yaml", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        loaded = load_spec(tmp)
+        if loaded.spec is None:
+            return None
+        return spec_to_dict(normalize(loaded.spec))
+    finally:
+        os.unlink(tmp)
+
+
+def _flow(value: Any) -> str:
+    """``value`` as one line of YAML (flow style)."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=10**9, sort_keys=False)
+    return text.split("\n...")[0].rstrip("\n")
+
+
+class _Editor:
+    """Text edits at PyYAML node marks, applied back to front."""
+
+    def __init__(self, text: str):
+        self.text = text if text.endswith("\n") or not text else text + "\n"
+        root = yaml.compose(self.text, Loader=yaml.SafeLoader)
+        if not isinstance(root, yaml.MappingNode) or root.flow_style:
+            raise ValueError("the spec is not a block mapping")
+        self.root = root
+        self.edits: list[tuple[int, int, str]] = []
+        self.appended: dict[str, list[str]] = {}  # new top-level key -> its lines
+
+    @staticmethod
+    def _get(node: yaml.MappingNode, key: str) -> tuple[yaml.Node, yaml.Node] | None:
+        return next(((k, v) for k, v in node.value
+                     if isinstance(k, yaml.ScalarNode) and k.value == key), None)
+
+    def _line_end(self, node: yaml.Node) -> int:
+        """End of the line on which ``node``'s last scalar ends."""
+        while isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.value \
+                and not node.flow_style:
+            last = node.value[-1]
+            node = last[1] if isinstance(last, tuple) else last
+        nl = self.text.find("\n", node.end_mark.index)
+        return len(self.text) if nl < 0 else nl
+
+    def _replace(self, value_node: yaml.Node, new: str) -> None:
+        start, end = value_node.start_mark.index, value_node.end_mark.index
+        if start == end:  # an empty value (``key:``): the new one goes after the colon
+            new = " " + new
+        self.edits.append((start, end, new))
+
+    def _insert(self, mapping: yaml.MappingNode, key: str, new: str) -> None:
+        if mapping.flow_style:
+            close = mapping.end_mark.index - 1  # the closing brace
+            self.edits.append((close, close, f", {key}: {new}" if mapping.value else
+                               f"{key}: {new}"))
+            return
+        column = mapping.value[0][0].start_mark.column
+        at = self._line_end(mapping)
+        self.edits.append((at, at, "\n" + " " * column + f"{key}: {new}"))
+
+    def set(self, dotted: str, value: Any, indent: int) -> None:
+        """Set ``section.key`` (or a top-level ``key``) to ``value``."""
+        parts = dotted.split(".")
+        if len(parts) > 2:
+            raise ValueError(f"{dotted}: nested deeper than a section")
+        hit = self._get(self.root, parts[0])
+        if len(parts) == 1:
+            if hit:
+                self._replace(hit[1], _flow(value))
+            else:
+                self.appended[parts[0]] = [f"{parts[0]}: {_flow(value)}"]
+            return
+        section, key = parts
+        if hit is None:
+            lines = self.appended.setdefault(section, [f"{section}:"])
+            lines.append(f"{' ' * indent}{key}: {_flow(value)}")
+            return
+        node = hit[1]
+        if not isinstance(node, yaml.MappingNode) or not node.value and not node.flow_style:
+            self._replace(node, _flow({key: value}))
+            return
+        inner = self._get(node, key)
+        if inner:
+            self._replace(inner[1], _flow(value))
+        else:
+            self._insert(node, key, _flow(value))
+
+    def set_group(self, group: str, option: str) -> None:
+        """Choose ``option`` for ``group`` in the defaults list (appended when not named)."""
+        hit = self._get(self.root, "defaults")
+        entry = f"{{{group}: {_flow(option)}}}"
+        if hit is None or not isinstance(hit[1], yaml.SequenceNode):
+            self.edits.append((0, 0, f"defaults:\n- _self_\n- {group}: {_flow(option)}\n"))
+            return
+        seq = hit[1]
+        for item in seq.value:
+            if isinstance(item, yaml.MappingNode):
+                chosen = self._get(item, group)
+                if chosen:
+                    self._replace(chosen[1], _flow(option))
+                    return
+        if seq.flow_style or not seq.value:
+            close = seq.end_mark.index - 1  # the closing bracket
+            self.edits.append((close, close, f", {entry}" if seq.value else entry))
+            return
+        last = seq.value[-1]
+        line_start = self.text.rfind("\n", 0, last.start_mark.index) + 1
+        dash = self.text.rfind("-", line_start, last.start_mark.index)
+        at = self._line_end(seq)
+        self.edits.append((at, at, "\n" + " " * (dash - line_start) + "- "
+                           + f"{group}: {_flow(option)}"))
+
+    def result(self) -> str:
+        text = self.text
+        for start, end, new in sorted(self.edits, key=lambda e: (e[0], e[1]), reverse=True):
+            text = text[:start] + new + text[end:]
+        return text + "".join(ln + "\n" for lines in self.appended.values() for ln in lines)
+
+
+def _indent(text: str) -> int:
+    """The file's mapping indentation: the smallest indentation of a nested key (default 2)."""
+    cols = [len(ln) - len(ln.lstrip()) for ln in text.splitlines()
+            if ln[:1] == " " and ln.strip() and not ln.lstrip().startswith(("#", "-"))]
+    return min(cols) if cols else 2
+
+
+def applied_text(spec_path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...],
+                 planned_spec: Any, out_path: str | os.PathLike[str]) -> Applied:
+    """The text of OUT.yaml for the finalist whose validated spec is ``planned_spec``
+    (see the module docstring). Raises OSError when the spec cannot be read or OUT's folder
+    cannot hold the check's scratch file."""
+    target = _leaves(spec_to_dict(planned_spec))
+    text = Path(spec_path).read_text(encoding="utf-8")
+    folder = Path(out_path).resolve().parent
+    try:
+        groups = [o.split("=", 1) for o in overrides if o.split("=", 1)[0] in GROUPS]
+        edit = _Editor(text)
+        for group, option in groups:
+            edit.set_group(group, option)
+        text1 = edit.result()
+        resolved = _resolve(text1, folder)
+        if resolved is not None:
+            have = _leaves(resolved)
+            changed = [k for k, v in target.items() if have.get(k, object()) != v]
+            edit = _Editor(text1)
+            indent = _indent(text1)
+            for k in changed:
+                edit.set(k, target[k], indent)
+            text2 = edit.result() if changed else text1
+            again = _resolve(text2, folder)
+            if again is not None and _leaves(again) == target:
+                return Applied(text2, [f"{g}={o}" for g, o in groups] + changed)
+    except (yaml.YAMLError, ValueError):
+        pass  # not a plain block mapping (or a key nested deeper): the full spec below
+    full = yaml.safe_dump(spec_to_dict(planned_spec), sort_keys=False)
+    return Applied(f"# written by trainc plan from {spec_path}\n{full}", sorted(target),
+                   note=f"{spec_path} could not be edited in place so that it resolves to the "
+                   f"planned layout from {folder} (its defaults list names presets found only "
+                   "next to it, or a value is an alias?); wrote the complete resolved spec "
+                   "instead")
+
+
+def write_applied(spec_path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...],
+                  planned_spec: Any, out_path: str | os.PathLike[str]) -> Applied:
+    """:func:`applied_text`, written to ``out_path`` atomically (a scratch file in its folder,
+    renamed over it). Raises OSError when that fails."""
+    applied = applied_text(spec_path, overrides, planned_spec, out_path)
+    out = Path(out_path)
+    fd, tmp = tempfile.mkstemp(prefix=".trainc-apply-", suffix=".yaml", dir=out.resolve().parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(applied.text)
+        os.replace(tmp, out)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return applied
