@@ -22,7 +22,8 @@ import typing
 from functools import cache
 from typing import Any
 
-from trainc.compiler.load import GROUPS, preset_names
+from trainc.compiler.load import GROUPS
+from trainc.compiler.presets import preset_names
 from trainc.compiler.schema_check import MAP_KEYS, field_types
 from trainc.schemas import TrainSpec
 
@@ -99,7 +100,7 @@ def _section(cls: type, prefix: str, defs: dict[str, Any]) -> tuple[dict[str, An
     docs = field_docs(cls)
     for f in dataclasses.fields(cls):
         tp = field_types(cls)[f.name]
-        if dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             name = tp.__name__
             sub, sub_req = _section(tp, f"{prefix}{f.name}.", defs)
             defs[name] = sub

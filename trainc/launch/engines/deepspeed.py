@@ -101,7 +101,7 @@ def _skip_shm_build() -> None:
     # sys.modules has the real submodule.
     mod = sys.modules.get("deepspeed.comm.torch")
     if mod is not None and hasattr(mod, "build_shm_op"):
-        mod.build_shm_op = lambda: None
+        mod.build_shm_op = lambda: None  # type: ignore[attr-defined]
         override("deepspeed shm communication op not built (JIT C++ build avoided; gloo "
                  "does every collective)")
 
