@@ -14,7 +14,8 @@ class TraincError(Exception):
 
 
 class SpecError(TraincError):
-    """The spec has at least one error-severity diagnostic; carries all diagnostics (also warnings)."""
+    """The spec has at least one error-severity diagnostic; carries all diagnostics (also
+    warnings)."""
 
     def __init__(self, diagnostics: list[Diagnostic]):
         self.diagnostics = diagnostics

@@ -15,6 +15,7 @@ import ast
 import dataclasses
 import enum
 import inspect
+import itertools
 import json
 import textwrap
 import types
@@ -37,7 +38,7 @@ def field_docs(cls: type) -> dict[str, str]:
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     body = tree.body[0].body  # type: ignore[attr-defined]
     out: dict[str, str] = {}
-    for stmt, nxt in zip(body, body[1:]):
+    for stmt, nxt in itertools.pairwise(body):
         if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
                 and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
                 and isinstance(nxt.value.value, str)):
@@ -57,7 +58,7 @@ def type_schema(tp: Any, *, free_map: bool = False) -> dict[str, Any]:
     base, optional = _split_optional(tp)
     if isinstance(base, type) and issubclass(base, enum.Enum):
         names: list[Any] = [m.value for m in base]
-        return {"enum": names + [None] if optional else names}
+        return {"enum": [*names, None] if optional else names}
     if base is bool:
         types_: list[str] = ["boolean"]
     elif base is int:

@@ -82,9 +82,9 @@ class _CpuDeviceMode(torch.overrides.TorchFunctionMode):
         if kwargs.get("pin_memory"):
             kwargs["pin_memory"] = False
         if func is torch.Tensor.to and args and len(args) > 1 and (
-                isinstance(args[1], int) and not isinstance(args[1], bool)
-                or isinstance(args[1], str) and args[1].startswith("cuda")
-                or isinstance(args[1], torch.device) and args[1].type == "cuda"):
+                (isinstance(args[1], int) and not isinstance(args[1], bool))
+                or (isinstance(args[1], str) and args[1].startswith("cuda"))
+                or (isinstance(args[1], torch.device) and args[1].type == "cuda")):
             args = (args[0], "cpu", *args[2:])
         return func(*args, **kwargs)
 

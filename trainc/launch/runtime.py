@@ -250,7 +250,7 @@ def checkpoint_or_stop(s: Settings, done: int, write: Callable[[int], str]) -> b
     import torch.distributed as dist
 
     stop = agree_to_stop()
-    if (s.save_interval and done % s.save_interval == 0 or stop) and not s.reference:
+    if ((s.save_interval and done % s.save_interval == 0) or stop) and not s.reference:
         log(f"saved checkpoint step={done} to {write(done)}")
     if stop:
         log(f"SIGUSR1: stopping after step {done}")

@@ -50,7 +50,7 @@ def _forward_step(cp: int, data_iterator, model):  # type: ignore[no-untyped-def
 def run(s: Settings) -> None:
     """Build model, DDP, optimizer; train; checkpoint."""
     from megatron.core import parallel_state as ps
-    from megatron.core.distributed import DistributedDataParallel as DDP
+    from megatron.core.distributed import DistributedDataParallel as DDP  # noqa: N817
     from megatron.core.distributed import DistributedDataParallelConfig, finalize_model_grads
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
@@ -86,7 +86,8 @@ def run(s: Settings) -> None:
             f"aux_loss_coeff={config.moe_aux_loss_coeff}")
     log(f"layout tp={L['tp']} pp={L['pp']} vpp={L['vpp']} cp={L['cp']} ep={L['ep']} "
         f"etp={L['etp']} dp={L['dp']} sp={L['sp']} num_microbatches={s.num_microbatches} "
-        f"distributed_optimizer={s.distributed_optimizer} overlap_p2p_comm={config.overlap_p2p_comm} "
+        f"distributed_optimizer={s.distributed_optimizer} "
+        f"overlap_p2p_comm={config.overlap_p2p_comm} "
         f"batch_p2p_comm={config.batch_p2p_comm} spec={'te' if use_te else 'local'}")
     chunks = mb.build_chunks(s.plan, dims, config, use_te=use_te, cp=L["cp"])
     if L["pp"] > 1 and ps.get_tensor_model_parallel_rank() == 0 and \
