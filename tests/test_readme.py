@@ -32,5 +32,5 @@ def test_overrides_may_follow_options(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((out / "plan.json").read_text())["derived"]["vpp"] == 4
-    bad = subprocess.run(cmd[:-1] + ["--bogus"], capture_output=True, text=True)
+    bad = subprocess.run([*cmd[:-1], "--bogus"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--bogus" in bad.stderr

@@ -19,7 +19,8 @@ class TraincError(Exception):
 
 
 class SpecError(TraincError):
-    """The spec has at least one error-severity diagnostic; carries all diagnostics (also warnings)."""
+    """The spec has at least one error-severity diagnostic; carries all diagnostics (also
+    warnings)."""
 
     exit_code = 2
 

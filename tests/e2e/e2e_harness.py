@@ -31,7 +31,8 @@ GROUPS = re.compile(r"^trainc-worker: groups rank=(\d+) (.*)$")
 
 
 def base_spec(name: str, world: int) -> dict[str, Any]:
-    """A tiny fp32 spec on ``world`` CPU 'GPUs' (explicit dims; shrink off unless a case sets it)."""
+    """A tiny fp32 spec on ``world`` CPU 'GPUs' (explicit dims; shrink off unless a case sets
+    it)."""
     return {
         "name": name,
         "engine": "megatron",
@@ -172,7 +173,7 @@ def expected_groups(plan: dict[str, Any]) -> dict[int, dict[str, list[int]]]:
     dense grid rank = tp + TP*(cp + CP*(dp + DP*pp)); expert grid rank = etp + ETP*(ep + EP*(edp +
     EDP*pp)). A group is every rank that differs from this one only along its axes."""
     d = plan["derived"]
-    tp, cp, dp, pp = d["tp"], d["cp"], d["dp"], d["pp"]
+    tp, cp, dp = d["tp"], d["cp"], d["dp"]
     etp, ep, edp = d["etp"], d["ep"], d["expert_dp"]
     world = d["world_size"]
     dense = {r: (r % tp, r // tp % cp, r // (tp * cp) % dp, r // (tp * cp * dp))

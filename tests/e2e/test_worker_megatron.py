@@ -30,7 +30,7 @@ from e2e_harness import (
     steps,
 )
 
-from trainc.launch.signals import STOPPED_MARKER
+from trainc.launch.runtime import STOPPED_MARKER
 
 MOE = {"num_experts": 4, "moe_router_topk": 2, "moe_ffn_hidden_size": 32}
 
@@ -106,7 +106,7 @@ def test_layout_trains_like_reference(name, compiled, reference_logs):
                                    par["account_for_loss_in_pipeline_split"])
         got = {int(r): ast.literal_eval(b) for r, b in
                re.findall(r"pp rank (\d+) built layers (\[.*\])$", log, flags=re.M)}
-        assert {r: sum(b, []) for r, b in got.items()} == dict(enumerate(want)), log
+        assert {r: [x for c in b for x in c] for r, b in got.items()} == dict(enumerate(want)), log
         assert got[0][0] == [] and got[3][-1] == []  # the embedding's and the loss's chunks
     if name.startswith("tp2_pp2_shrink"):
         # shrink printed; a real second launch resumes from step 16 to the same losses, and

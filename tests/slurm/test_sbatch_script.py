@@ -43,7 +43,8 @@ def compiled(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 def _commands(text: str) -> list[str]:
     """Logical command lines (continuations joined, comments and blank lines dropped)."""
     joined = re.sub(r"\\\n", " ", text)
-    return [ln.strip() for ln in joined.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    return [ln.strip() for ln in joined.splitlines()
+            if ln.strip() and not ln.lstrip().startswith("#")]
 
 
 def _directives(text: str) -> dict[str, str]:
@@ -60,7 +61,8 @@ def test_directives_come_first_and_are_literal(compiled):
     result, _ = compiled
     lines = result.files["sbatch.sh"].splitlines()
     assert lines[0].startswith("#!"), "sbatch needs a #! first line"
-    first_cmd = next(i for i, ln in enumerate(lines) if ln.strip() and not ln.lstrip().startswith("#"))
+    first_cmd = next(i for i, ln in enumerate(lines)
+                     if ln.strip() and not ln.lstrip().startswith("#"))
     late = [ln for ln in lines[first_cmd:] if ln.lstrip().startswith("#SBATCH")]
     assert not late, f"#SBATCH after the first command are ignored by sbatch: {late}"
     for line in lines[:first_cmd]:

@@ -1,4 +1,5 @@
-"""trainc.launch.submit and the submit/lint --slurm commands against fake Slurm clients (no cluster).
+"""trainc.launch.submit and the submit/lint --slurm commands against fake Slurm clients (no
+cluster).
 
 The fakes are small shell scripts put first on PATH; they answer like Slurm 22.05 does (the real
 answers are checked by the ``slurm``-marked tests on the local cluster).
@@ -108,7 +109,7 @@ def test_wait_uses_sacct_after_the_controller_forgets(fake_slurm, monkeypatch):
 
 
 def test_wait_without_accounting_says_the_end_is_unknown(fake_slurm):
-    with pytest.raises(slurm.LaunchError, match="accounting .* unavailable"):
+    with pytest.raises(slurm.LaunchError, match=r"accounting .* unavailable"):
         slurm.wait("42", poll_s=0.01)
 
 

@@ -15,6 +15,7 @@ import ast
 import dataclasses
 import enum
 import inspect
+import itertools
 import json
 import textwrap
 import types
@@ -22,7 +23,8 @@ import typing
 from functools import cache
 from typing import Any
 
-from trainc.compiler.load import GROUPS, preset_names
+from trainc.compiler.load import GROUPS
+from trainc.compiler.presets import preset_names
 from trainc.compiler.schema_check import MAP_KEYS, field_types
 from trainc.schemas import TrainSpec
 
@@ -36,7 +38,7 @@ def field_docs(cls: type) -> dict[str, str]:
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     body = tree.body[0].body  # type: ignore[attr-defined]
     out: dict[str, str] = {}
-    for stmt, nxt in zip(body, body[1:]):
+    for stmt, nxt in itertools.pairwise(body):
         if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
                 and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
                 and isinstance(nxt.value.value, str)):
@@ -56,7 +58,7 @@ def type_schema(tp: Any, *, free_map: bool = False) -> dict[str, Any]:
     base, optional = _split_optional(tp)
     if isinstance(base, type) and issubclass(base, enum.Enum):
         names: list[Any] = [m.value for m in base]
-        return {"enum": names + [None] if optional else names}
+        return {"enum": [*names, None] if optional else names}
     if base is bool:
         types_: list[str] = ["boolean"]
     elif base is int:
@@ -99,7 +101,7 @@ def _section(cls: type, prefix: str, defs: dict[str, Any]) -> tuple[dict[str, An
     docs = field_docs(cls)
     for f in dataclasses.fields(cls):
         tp = field_types(cls)[f.name]
-        if dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             name = tp.__name__
             sub, sub_req = _section(tp, f"{prefix}{f.name}.", defs)
             defs[name] = sub

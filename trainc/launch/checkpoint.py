@@ -1,4 +1,5 @@
-"""Per-rank checkpoints for the Megatron-Core path: ``DIR/iter_NNNNNNN/rank_RRRRR.pt`` + ``DIR/latest``.
+"""Per-rank checkpoints for the Megatron-Core path: ``DIR/iter_NNNNNNN/rank_RRRRR.pt`` +
+``DIR/latest``.
 
 Each rank writes what it holds: its model chunks, and for every (chained) Megatron optimizer the
 inner torch optimizer state (Adam moments, step) and its main parameters (the fp32 masters: the

@@ -18,6 +18,7 @@ import copy
 import os
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -49,7 +50,7 @@ def _rng() -> str:
     """CudaRNGStatesTracker keeps per-group RNG states through torch.cuda's RNG API."""
     from megatron.core.tensor_parallel import random as mrandom
 
-    torch.cuda.get_rng_state = lambda device="cuda": torch.get_rng_state()  # type: ignore
+    torch.cuda.get_rng_state = lambda device="cuda": torch.get_rng_state()
     torch.cuda.manual_seed = lambda seed: None  # the CPU generator is seeded by the tracker fork
     torch.cuda.manual_seed_all = lambda seed: None
     mrandom._get_cuda_rng_state = lambda *a, **k: torch.get_rng_state()
@@ -59,13 +60,13 @@ def _rng() -> str:
 
 def _current_device() -> str:
     """Buffers (DDP grad buffers, p2p, TP gathers) are allocated on torch.cuda.current_device()."""
-    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]
+    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment,return-value]
     return "torch.cuda.current_device() returns 'cpu'"
 
 
 def _synchronize() -> str:
     """p2p communication calls torch.cuda.synchronize() after batched sends."""
-    torch.cuda.synchronize = lambda device=None: None  # type: ignore[assignment]
+    torch.cuda.synchronize = lambda device=None: None
     return "torch.cuda.synchronize() is a no-op (gloo ops complete on wait())"
 
 
@@ -81,9 +82,9 @@ class _CpuDeviceMode(torch.overrides.TorchFunctionMode):
         if kwargs.get("pin_memory"):
             kwargs["pin_memory"] = False
         if func is torch.Tensor.to and args and len(args) > 1 and (
-                isinstance(args[1], int) and not isinstance(args[1], bool)
-                or isinstance(args[1], str) and args[1].startswith("cuda")
-                or isinstance(args[1], torch.device) and args[1].type == "cuda"):
+                (isinstance(args[1], int) and not isinstance(args[1], bool))
+                or (isinstance(args[1], str) and args[1].startswith("cuda"))
+                or (isinstance(args[1], torch.device) and args[1].type == "cuda")):
             args = (args[0], "cpu", *args[2:])
         return func(*args, **kwargs)
 
@@ -134,31 +135,31 @@ def _sp_norm() -> str:
             p.sequence_parallel = True
         return norm
 
-    torch_norm.WrappedTorchNorm.__new__ = new  # type: ignore[method-assign]
+    torch_norm.WrappedTorchNorm.__new__ = new
     with contextlib.suppress(ImportError):  # the spec module keeps its own reference to the class
         from megatron.core.models.gpt import gpt_layer_specs  # noqa: F401
     return "torch LayerNorm/RMSNorm built under sequence_parallel, params marked sequence_parallel"
 
 
 class _Inert:
-    def __init__(self, *a, **k): ...
-    def __enter__(self): return self
-    def __exit__(self, *a): return False
-    def wait_stream(self, *a, **k): ...
-    def wait_event(self, *a, **k): ...
-    def record_event(self, *a, **k): return _Inert()
-    def record(self, *a, **k): ...
-    def synchronize(self): ...
-    def wait(self, *a, **k): ...
-    def query(self): return True
+    def __init__(self, *a: Any, **k: Any) -> None: ...
+    def __enter__(self) -> _Inert: return self
+    def __exit__(self, *a: object) -> None: ...
+    def wait_stream(self, *a: Any, **k: Any) -> None: ...
+    def wait_event(self, *a: Any, **k: Any) -> None: ...
+    def record_event(self, *a: Any, **k: Any) -> _Inert: return _Inert()
+    def record(self, *a: Any, **k: Any) -> None: ...
+    def synchronize(self) -> None: ...
+    def wait(self, *a: Any, **k: Any) -> None: ...
+    def query(self) -> bool: return True
 
 
 def _streams() -> str:
     """MoEAlltoAllTokenDispatcher creates torch.cuda.Stream/Event for its D2H copies."""
     torch.cuda.Stream = _Inert  # type: ignore[assignment,misc]
     torch.cuda.Event = _Inert  # type: ignore[assignment,misc]
-    torch.cuda.stream = lambda s=None: _Inert()  # type: ignore[assignment]
-    torch.cuda.current_stream = lambda device=None: _Inert()  # type: ignore[assignment]
+    torch.cuda.stream = lambda s=None: _Inert()  # type: ignore[assignment,misc]
+    torch.cuda.current_stream = lambda device=None: _Inert()  # type: ignore[assignment,return-value]
     return "torch.cuda.Stream/Event/stream/current_stream are inert (CPU ops are synchronous)"
 
 
@@ -264,7 +265,7 @@ def _jit_fuser() -> str:
     if version != SUPPORTED["megatron-core"]:
         return f"not applied: megatron-core {version}"
 
-    def noop_decorator(func: Callable) -> Callable:  # type: ignore[type-arg]
+    def noop_decorator(func: Callable) -> Callable:
         return func
 
     mod = types.ModuleType("megatron.core.jit")

@@ -96,7 +96,8 @@ def shrink(plan: dict[str, Any], head_dim: int = 16, seq: int = 32, vocab: int =
     # also holds the embedding (loss) still builds one transformer layer.
     extra = int(full.account_for_embedding) + int(full.account_for_loss)
     return Dims(
-        num_layers=pp * vpp * (2 if extra else 1) - extra, hidden_size=hidden, num_attention_heads=heads,
+        num_layers=pp * vpp * (2 if extra else 1) - extra, hidden_size=hidden,
+        num_attention_heads=heads,
         num_query_groups=groups, kv_channels=head_dim, ffn_hidden_size=ffn,
         vocab_size=padded_vocab, seq_length=seq_len, max_position_embeddings=seq_len,
         num_experts=experts, moe_router_topk=min(full.moe_router_topk, experts or 1),

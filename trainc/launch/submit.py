@@ -5,7 +5,8 @@
   id;
 * :func:`wait` follows a job to its end (``scontrol show job``, then ``sacct`` once the controller
   has forgotten the job; clusters without accounting are handled) and returns its final
-  :class:`JobStatus`, whose :attr:`JobStatus.return_code` is what ``trainc submit --wait`` exits with;
+  :class:`JobStatus`, whose :attr:`JobStatus.return_code` is what ``trainc submit --wait``
+  exits with;
 * :func:`test_only` asks a reachable controller whether it would run a batch script
   (``sbatch --test-only``: options, node/CPU/GPU/memory counts and partition names are checked, the
   script body is not; a ``bash -n`` syntax check is done as well);
@@ -17,6 +18,7 @@ Every failure of the environment (no Slurm client, no controller, sbatch refusin
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -289,10 +291,8 @@ def wait(job_id: str, *, poll_s: float = 0.5, max_poll_s: float = 5.0,
 
 def cancel(job_id: str) -> None:
     """``scancel`` the job (best effort)."""
-    try:
+    with contextlib.suppress(SlurmUnavailable):
         _run(["scancel", job_id])
-    except SlurmUnavailable:
-        pass
 
 
 # --- test-only ------------------------------------------------------------------------------------

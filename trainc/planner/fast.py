@@ -194,7 +194,8 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
         """Bytes per layer and micro batch (full recompute, none, selective): the estimator's
         own per-layer formulas (GQA, SwiGLU, MoE), averaged over dense and MoE layers."""
         tsp = tp if sp else 1
-        shape = dict(s=s_loc, b=mbs, h=h, a=a, g=g, d=d, f=f, t=tp, sp=sp, swiglu=swiglu)
+        shape: dict[str, Any] = dict(s=s_loc, b=mbs, h=h, a=a, g=g, d=d, f=f, t=tp, sp=sp,
+                                     swiglu=swiglu)
         moe = 0.0
         if k.moe_fraction:
             moe = k.moe_fraction * (moe_mlp_extra_bytes(
@@ -224,8 +225,9 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
             for rc in _recompute_variants(recomputes, chunk, fx):
                 # full/block n: n of each chunk's layers keep only their input, the rest keep
                 # everything; full/uniform: every layer keeps only its input.
-                frac = 1.0 if rc[1] != "block" else rc[2] / chunk
-                group = rc[2] if rc[1] == "uniform" else 1
+                n_rc = rc[2] or 0  # set for the block and uniform methods
+                frac = 1.0 if rc[1] != "block" else n_rc / chunk
+                group = n_rc if rc[1] == "uniform" else 1
                 per_layer = (frac * full_l / group + (1 - frac) * none_l if rc[0] == "full" else
                              sel_l if rc[0] == "selective" else none_l)
                 act = per_layer * n_max * inflight

@@ -31,7 +31,8 @@ SEARCHED = (
     "parallel.ep", "parallel.etp", "parallel.dp", "parallel.sequence_parallel",
     "parallel.zero_stage", "parallel.pipeline_first_stage_layers",
     "parallel.pipeline_last_stage_layers", "parallel.account_for_embedding_in_pipeline_split",
-    "parallel.account_for_loss_in_pipeline_split", "training.micro_batch_size", "training.recompute",
+    "parallel.account_for_loss_in_pipeline_split", "training.micro_batch_size",
+    "training.recompute",
     "training.recompute_method", "training.recompute_num_layers", "training.offload_optimizer",
     "training.offload_param",
 )
@@ -170,7 +171,8 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
 
     tps = pick("parallel.tp", [x for x in divisors(a) if x <= MAX_TP and f % x == 0
                                and (g % x == 0 or x % g == 0)])
-    cps = pick("parallel.cp", [x for x in divisors(W) if x <= MAX_CP and (x == 1 or s % (2 * x) == 0)])
+    cps = pick("parallel.cp", [x for x in divisors(W)
+                               if x <= MAX_CP and (x == 1 or s % (2 * x) == 0)])
     # axes the runner cannot split (trainc.capabilities: DeepSpeed's worker has no pp/cp/ep)
     cap = capability(spec.engine, spec.launch.entrypoint)
     can = cap.axes if cap is not None else frozenset({"tp", "dp"})
@@ -350,4 +352,4 @@ def round_sig(x: float, digits: int = 6) -> float:
     """Round to significant digits (byte-stable JSON)."""
     if x == 0 or not math.isfinite(x):
         return x
-    return round(x, digits - 1 - int(math.floor(math.log10(abs(x)))))
+    return round(x, digits - 1 - math.floor(math.log10(abs(x))))

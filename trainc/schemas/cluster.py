@@ -25,8 +25,8 @@ class ClusterSpec:
     peak_tflops: float | None = None
     """Dense bf16 peak per GPU (TFLOP/s = 1e12 FLOP/s). Default: from gpu."""
     nvlink_domain_size: int | None = None
-    """GPUs sharing NVLink/NVSwitch (count): 8 on DGX/HGX, 72 on GB200 NVL72. Default: gpus_per_node.
-    Rules: TRC105-TRC107."""
+    """GPUs sharing NVLink/NVSwitch (count): 8 on DGX/HGX, 72 on GB200 NVL72. Default:
+    gpus_per_node. Rules: TRC105-TRC107."""
     intra_node_bandwidth_gbps: float | None = None
     """GB/s (1e9 bytes/s) per GPU, one direction, inside the NVLink domain. Default: from gpu."""
     inter_node_bandwidth_gbps: float | None = None

@@ -87,8 +87,8 @@ class MoeDispatcher(Enum):
 
 class Optimizer(Enum):
     """Optimizer. ``adam`` is Adam with decoupled weight decay (AdamW): Megatron-Core's
-    ``optimizer='adam'`` builds ``torch.optim.AdamW`` / TE FusedAdam with ``adam_w_mode``, DeepSpeed's
-    ``"AdamW"``. ``sgd`` is SGD with momentum (``sgd_momentum``)."""
+    ``optimizer='adam'`` builds ``torch.optim.AdamW`` / TE FusedAdam with ``adam_w_mode``,
+    DeepSpeed's ``"AdamW"``. ``sgd`` is SGD with momentum (``sgd_momentum``)."""
 
     adam = "adam"
     sgd = "sgd"

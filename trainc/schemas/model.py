@@ -25,16 +25,18 @@ class ModelSpec:
     num_attention_heads: int
     """Query heads a (count). Required. Rules: TRC201, TRC207, TRC208."""
     num_query_groups: int | None = None
-    """KV heads g for grouped-query attention (count). Default: num_attention_heads (MHA). TRC202."""
+    """KV heads g for grouped-query attention (count). Default: num_attention_heads (MHA).
+    TRC202."""
     ffn_hidden_size: int | None = None
-    """MLP inner width (elements). Default as Megatron-LM's CLI: swiglu -> floor(8h/3/64)*64, else 4h.
-    Rules: TRC203."""
+    """MLP inner width (elements). Default as Megatron-LM's CLI: swiglu -> floor(8h/3/64)*64, else
+    4h. Rules: TRC203."""
     kv_channels: int | None = None
     """Per-head width d (elements). Default: hidden_size / num_attention_heads. Rules: TRC208."""
     vocab_size: int
     """Tokenizer vocabulary (count), before padding. Required. Padded as Megatron does (TRC209)."""
     make_vocab_size_divisible_by: int = 128
-    """Vocab padding unit (Megatron ``--make-vocab-size-divisible-by``); padded to a multiple of this x tp."""
+    """Vocab padding unit (Megatron ``--make-vocab-size-divisible-by``); padded to a multiple of
+    this x tp."""
     seq_length: int
     """Training sequence length s (tokens). Required. Rules: TRC217-TRC219."""
     max_position_embeddings: int | None = None
@@ -56,8 +58,8 @@ class ModelSpec:
     """Bias on the QKV projection only (Qwen-2 style; Megatron --add-qkv-bias)."""
     add_bias_linear: bool | None = None
     """Biases in every linear layer (Megatron add_bias_linear, whose own default is true).
-    Default: false for Llama-style models (swiglu or rmsnorm) and for MoE with etp > 1 (Megatron-Core
-    rejects expert biases there), true otherwise (GPT-3)."""
+    Default: false for Llama-style models (swiglu or rmsnorm) and for MoE with etp > 1
+    (Megatron-Core rejects expert biases there), true otherwise (GPT-3)."""
     norm_epsilon: float = 1.0e-5
     """Epsilon of the layer norms (> 0; Megatron --norm-epsilon, default 1e-5)."""
     init_method_std: float = 0.02
@@ -69,7 +71,8 @@ class ModelSpec:
     untie_embeddings_and_output_weights: bool = True
     """True: separate input embedding and output layer (Llama); False: tied (GPT-3)."""
     num_experts: int | None = None
-    """MoE: routed experts per MoE layer (count); null = dense model. Rules: TRC205, TRC206, TRC312."""
+    """MoE: routed experts per MoE layer (count); null = dense model. Rules: TRC205, TRC206,
+    TRC312."""
     moe_router_topk: int = 2
     """MoE: experts each token is routed to (count). Rules: TRC206."""
     moe_ffn_hidden_size: int | None = None

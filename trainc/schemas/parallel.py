@@ -17,7 +17,8 @@ class ParallelSpec:
     pp: int = 1
     """Pipeline-parallel degree (pipeline_model_parallel_size). Rules: TRC101, TRC210-TRC216."""
     vpp: int = 1
-    """Virtual pipeline stages per PP rank; > 1 selects the interleaved 1F1B schedule. TRC211, TRC213."""
+    """Virtual pipeline stages per PP rank; > 1 selects the interleaved 1F1B schedule. TRC211,
+    TRC213."""
     cp: int = 1
     """Context-parallel degree (context_parallel_size); splits the sequence. TRC217, TRC218."""
     cp_comm_type: CpCommType = CpCommType.p2p
@@ -27,16 +28,19 @@ class ParallelSpec:
     etp: int | None = None
     """Expert tensor-parallel degree. Default: tp (Megatron's default); always emitted. TRC204."""
     dp: int | None = None
-    """Data-parallel degree. Default: world / (tp*pp*cp); if given it must equal that. TRC102, TRC103."""
+    """Data-parallel degree. Default: world / (tp*pp*cp); if given it must equal that. TRC102,
+    TRC103."""
     sequence_parallel: bool | None = None
     """Megatron sequence parallelism. Default: true when tp > 1. TRC218, TRC301, TRC302."""
     zero_stage: int = 1
     """ZeRO stage 0-3. engine=megatron: 0 = plain DDP, 1 = distributed optimizer (ZeRO-1
     equivalent). engine=deepspeed: DeepSpeed's stage. TRC304, TRC307."""
     pipeline_first_stage_layers: int | None = None
-    """Uneven pipeline: layers on the first stage (Megatron --decoder-first-pipeline-num-layers). TRC212."""
+    """Uneven pipeline: layers on the first stage (Megatron --decoder-first-pipeline-num-layers).
+    TRC212."""
     pipeline_last_stage_layers: int | None = None
-    """Uneven pipeline: layers on the last stage (Megatron --decoder-last-pipeline-num-layers). TRC212."""
+    """Uneven pipeline: layers on the last stage (Megatron --decoder-last-pipeline-num-layers).
+    TRC212."""
     account_for_embedding_in_pipeline_split: bool = False
     """Count the input embedding as one layer when splitting layers over PP stages: the first
     stage (its first virtual chunk with vpp) builds one transformer layer fewer (Megatron

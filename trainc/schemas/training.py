@@ -41,7 +41,8 @@ class TrainingSpec:
     adam_beta1: float = 0.9
     """Adam beta1, in [0, 1) (Megatron-LM default 0.9). TRC006."""
     adam_beta2: float = 0.999
-    """Adam beta2, in [0, 1) (Megatron-LM default 0.999; most LLM pre-training uses 0.95). TRC006."""
+    """Adam beta2, in [0, 1) (Megatron-LM default 0.999; most LLM pre-training uses 0.95).
+    TRC006."""
     adam_eps: float = 1.0e-8
     """Adam epsilon, > 0 (Megatron-LM default 1e-8). TRC006."""
     sgd_momentum: float = 0.9
@@ -63,7 +64,8 @@ class TrainingSpec:
     """WSD only: steps of the final decay phase (Megatron-LM --lr-wsd-decay-iters). Required with
     lr_decay_style=WSD. TRC323."""
     lr_wsd_decay_style: WsdDecayStyle = WsdDecayStyle.exponential
-    """WSD only: shape of the final decay (Megatron-LM --lr-wsd-decay-style, default exponential)."""
+    """WSD only: shape of the final decay (Megatron-LM --lr-wsd-decay-style, default
+    exponential)."""
     weight_decay: float = 0.1
     """Decoupled weight decay (>= 0)."""
     grad_clip: float = 1.0

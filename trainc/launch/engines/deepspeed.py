@@ -18,7 +18,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainc.launch.worker import Settings, emit, init_parallel_state, log, override
+from trainc.launch.runtime import (
+    Settings,
+    checkpoint_or_stop,
+    emit,
+    init_parallel_state,
+    log,
+    override,
+    resolve_dims,
+    resolve_precision,
+)
 
 
 def load_config(s: Settings) -> dict[str, Any]:
@@ -92,7 +101,7 @@ def _skip_shm_build() -> None:
     # sys.modules has the real submodule.
     mod = sys.modules.get("deepspeed.comm.torch")
     if mod is not None and hasattr(mod, "build_shm_op"):
-        mod.build_shm_op = lambda: None
+        mod.build_shm_op = lambda: None  # type: ignore[attr-defined]
         override("deepspeed shm communication op not built (JIT C++ build avoided; gloo "
                  "does every collective)")
 
@@ -127,7 +136,6 @@ def _run(s: Settings) -> None:
 
     from trainc.launch import model as mb
     from trainc.launch.data import Batches, build_dataset
-    from trainc.launch.train import checkpoint_or_stop, resolve_dims, resolve_precision
 
     if s.device == "cpu":
         _skip_shm_build()

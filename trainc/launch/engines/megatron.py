@@ -1,4 +1,6 @@
-"""The Megatron-Core training loop of the worker (engine=megatron)."""
+"""engine=megatron: the worker's Megatron-Core training loop (GPTModel chunks, Megatron DDP, the
+Megatron optimizer and scheduler, ``get_forward_backward_func`` schedules), built from plan.json's
+``engines.megatron_core`` and cross-checked against it."""
 
 from __future__ import annotations
 
@@ -11,23 +13,17 @@ import torch
 import torch.distributed as dist
 
 from trainc.launch import checkpoint
-from trainc.launch.shrink import Dims, full_dims, shrink
-from trainc.launch.worker import Settings, emit, init_parallel_state, log, override
-
-
-def resolve_dims(s: Settings) -> Dims:
-    """The plan's dims, or the shrunk ones (printed either way)."""
-    dims = shrink(s.plan) if s.shrink else full_dims(s.plan)
-    log(("shrunk dims: " if s.shrink else "dims: ") + dims.describe())
-    return dims
-
-
-def resolve_precision(s: Settings) -> str:
-    """fp16 has no CPU kernels on these machines: bf16 instead (announced)."""
-    if s.device == "cpu" and s.precision == "fp16":
-        override("precision fp16 -> bf16 (no fp16 CPU kernels; DeepSpeed/mkldnn reject fp16)")
-        return "bf16"
-    return s.precision
+from trainc.launch.runtime import (
+    Settings,
+    checkpoint_or_stop,
+    emit,
+    init_parallel_state,
+    log,
+    override,
+    resolve_dims,
+    resolve_precision,
+)
+from trainc.launch.shrink import Dims
 
 
 def _loss_func(loss_mask: torch.Tensor, output: torch.Tensor):  # type: ignore[no-untyped-def]
@@ -54,7 +50,7 @@ def _forward_step(cp: int, data_iterator, model):  # type: ignore[no-untyped-def
 def run(s: Settings) -> None:
     """Build model, DDP, optimizer; train; checkpoint."""
     from megatron.core import parallel_state as ps
-    from megatron.core.distributed import DistributedDataParallel as DDP
+    from megatron.core.distributed import DistributedDataParallel as DDP  # noqa: N817
     from megatron.core.distributed import DistributedDataParallelConfig, finalize_model_grads
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
@@ -90,7 +86,8 @@ def run(s: Settings) -> None:
             f"aux_loss_coeff={config.moe_aux_loss_coeff}")
     log(f"layout tp={L['tp']} pp={L['pp']} vpp={L['vpp']} cp={L['cp']} ep={L['ep']} "
         f"etp={L['etp']} dp={L['dp']} sp={L['sp']} num_microbatches={s.num_microbatches} "
-        f"distributed_optimizer={s.distributed_optimizer} overlap_p2p_comm={config.overlap_p2p_comm} "
+        f"distributed_optimizer={s.distributed_optimizer} "
+        f"overlap_p2p_comm={config.overlap_p2p_comm} "
         f"batch_p2p_comm={config.batch_p2p_comm} spec={'te' if use_te else 'local'}")
     chunks = mb.build_chunks(s.plan, dims, config, use_te=use_te, cp=L["cp"])
     if L["pp"] > 1 and ps.get_tensor_model_parallel_rank() == 0 and \
@@ -280,30 +277,6 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
         return math.isclose(a, b)
     return bool(a == b)
-
-
-def checkpoint_or_stop(s: Settings, done: int, write: Any) -> bool:
-    """After step ``done`` (both engines' loops): save at ``launch.save_interval`` and, when any
-    rank got SIGUSR1, save, leave the stop marker and return True (the loop ends there).
-    ``write(step)`` saves a checkpoint and returns where it went."""
-    stop = _agree_to_stop()
-    if (s.save_interval and done % s.save_interval == 0 or stop) and not s.reference:
-        log(f"saved checkpoint step={done} to {write(done)}")
-    if stop:
-        log(f"SIGUSR1: stopping after step {done}")
-        from trainc.launch import signals
-
-        signals.mark_stopped(s.save, dist.get_rank())
-    return stop
-
-
-def _agree_to_stop() -> bool:
-    """True on every rank once any rank got SIGUSR1 (ranks must stop at the same step)."""
-    from trainc.launch import signals
-
-    flag = torch.tensor([1.0 if signals.stop_requested() else 0.0])
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    return bool(flag.item())
 
 
 def _ckpt_layout(s: Settings, dims: Dims) -> dict[str, Any]:

@@ -1,0 +1,269 @@
+"""What both engines' training loops share: the worker's settings (read from plan.json and the
+command line), its log lines, torch.distributed and Megatron-Core parallel_state set-up, the
+runner capability check, dims and precision resolution, and checkpoint-or-stop after each step
+(SIGUSR1, agreed on by every rank).
+
+This module imports no compiler internals (only :mod:`trainc.capabilities` and
+:mod:`trainc.schemas`) and no torch at import time, so ``python -m trainc.launch.worker --help``
+stays cheap; the engines (:mod:`trainc.launch.engines.megatron`,
+:mod:`trainc.launch.engines.deepspeed`) import it, never the other way round.
+
+SIGUSR1 (Slurm's ``--signal`` before the time limit): save a checkpoint after the current step
+and stop cleanly. The generated scripts ignore USR1 in the shell and torchrun; the worker handles
+it here (:func:`install_signal_handler`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from types import FrameType
+from typing import Any
+
+from trainc.launch.shrink import Dims, full_dims, shrink
+
+#: Written into the checkpoint folder when the worker stopped on SIGUSR1; sbatch.sh (with
+#: launch.requeue) requeues the job when it finds it.
+STOPPED_MARKER = ".stopped-by-signal"
+
+_stop_requested = False
+
+
+def log(msg: str, all_ranks: bool = False) -> None:
+    """One setup line on stdout, prefixed and flushed (by global rank 0 unless ``all_ranks``)."""
+    if all_ranks or os.environ.get("RANK", "0") == "0":
+        emit(f"trainc-worker: {msg}")
+
+
+def emit(line: str) -> None:
+    """Write one line with a single write() (atomic on a pipe shared by the ranks: print() writes
+    the text and the newline separately, so two ranks' lines could interleave)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def override(msg: str) -> None:
+    """Announce a setting the worker changed from what the plan says."""
+    log(f"override: {msg}")
+
+
+class Settings:
+    """Everything the run needs, read from plan.json (the compiler filled every value: no
+    fallbacks here) and the command line (which may override the device, iterations, lr and
+    paths, each announced)."""
+
+    def __init__(self, plan: dict[str, Any], args: argparse.Namespace, plan_path: str) -> None:
+        spec, d = plan["spec"], plan["derived"]
+        launch, train = spec["launch"], spec["training"]
+        self.plan = plan
+        self.plan_path = plan_path
+        self.engine: str = spec["engine"]
+        self.device: str = args.device or launch["device"]
+        self.shrink = bool(args.shrink if args.shrink is not None else launch["shrink"])
+        self.train_iters: int = args.train_iters or train["train_iters"]
+        self.lr_override: float | None = args.lr
+        self.save: str = args.save or launch["save_dir"] or os.path.join(
+            os.path.dirname(os.path.abspath(plan_path)), "checkpoints")
+        self.save_interval: int = args.save_interval or launch["save_interval"]
+        self.load: str | None = self.save if args.load == "auto" else args.load
+        self.data_path: str | None = args.data_path or launch["data_path"]
+        self.log_interval: int = launch["log_interval"]
+        self.seed: int = train["seed"]
+        self.reference: bool = args.reference
+        self.resume_check: int | None = args.resume_check
+        self.precision: str = train["precision"]
+        self.micro_batch_size: int = train["micro_batch_size"]
+        self.global_batch_size: int = train["global_batch_size"]
+        self.layout: dict[str, Any] = {k: int(d[k]) for k in ("tp", "pp", "vpp", "cp", "ep", "dp",
+                                                              "etp")}
+        self.layout["sp"] = bool(d["sequence_parallel"])
+        self.num_microbatches: int = d["num_microbatches"]
+        self.distributed_optimizer: bool = bool(d["distributed_optimizer"])
+        self.timeout_s: float = args.timeout_s or (120.0 if self.device == "cpu" else 1800.0)
+        if self.reference:  # same model and data on one rank
+            self.num_microbatches = self.num_microbatches * self.layout["dp"]
+            self.layout = {"tp": 1, "pp": 1, "vpp": 1, "cp": 1, "ep": 1, "dp": 1, "etp": 1,
+                           "sp": False}
+            self.distributed_optimizer = False
+
+
+def check_runner(plan: dict[str, Any]) -> None:
+    """Refuse a plan the engine's runner cannot run (the same table the compiler's rules use,
+    :mod:`trainc.capabilities`; trainc compile rejects such a spec, so this only catches a
+    hand-edited plan.json). Raises SystemExit with the reason."""
+    from trainc.capabilities import capability, unsupported_axes
+    from trainc.schemas import Engine, Entrypoint
+
+    d = plan["derived"]
+    cap = capability(Engine(plan["spec"]["engine"]), Entrypoint.trainc)
+    assert cap is not None
+    bad = unsupported_axes(cap, {k: int(d[k]) for k in ("tp", "pp", "vpp", "cp", "ep", "dp")})
+    if bad:
+        raise SystemExit(f"trainc-worker: {cap.runner} cannot split "
+                         + ", ".join(f"{a}={d[a]}" for a in bad) + f": {cap.why}")
+
+
+def setup(args: argparse.Namespace) -> Settings:
+    """Read the plan named by ``args.plan``, check that its engine's runner can run it, and
+    prepare the process: SIGUSR1 handler, CPU environment (no CUDA devices, DeepSpeed's CPU
+    accelerator, torch threads from ``OMP_NUM_THREADS``, :mod:`trainc.launch.cpu_compat`).
+    Returns the run's settings; raises SystemExit for a plan the runner cannot run."""
+    install_signal_handler()
+    with open(args.plan) as f:
+        plan = json.load(f)
+    check_runner(plan)
+    s = Settings(plan, args, args.plan)
+    if s.device == "cpu":
+        os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+        if s.engine == "deepspeed":
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    log(f"plan={os.path.abspath(args.plan)} engine={s.engine} device={s.device} "
+        f"shrink={s.shrink} reference={s.reference} train_iters={s.train_iters}")
+    import torch
+
+    if s.device == "cpu":
+        torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+        from trainc.launch import cpu_compat
+
+        cpu_compat.apply()
+    return s
+
+
+def init_distributed(s: Settings) -> None:
+    """torch.distributed from the torchrun environment (single process when absent). Raises
+    SystemExit when the world size is not the plan's."""
+    import torch
+    import torch.distributed as dist
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("WORLD_SIZE", "1")
+    os.environ.setdefault("LOCAL_RANK", "0")
+    backend = "gloo" if s.device == "cpu" else "nccl"
+    if s.device == "cuda":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=s.timeout_s))
+    world = dist.get_world_size()
+    expected = 1 if s.reference else s.plan["derived"]["world_size"]
+    if world != expected:
+        raise SystemExit(f"trainc-worker: world size {world} != the plan's {expected} "
+                         "(start the job with the generated torchrun.sh/sbatch.sh)")
+    log(f"distributed backend={backend} world_size={world} rank={dist.get_rank()} "
+        f"timeout_s={s.timeout_s:g}")
+
+
+@contextlib.contextmanager
+def distributed(s: Settings) -> Iterator[None]:
+    """:func:`init_distributed`, then the body, then (whatever happened in it) Megatron-Core's
+    parallel_state and the process group torn down, so the process can run another plan."""
+    init_distributed(s)
+    try:
+        yield
+    finally:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            try:
+                from megatron.core import parallel_state as ps
+
+                ps.destroy_model_parallel()
+            except Exception as e:  # shutdown must not hide the real error
+                log(f"destroy_model_parallel failed: {e}")
+            dist.destroy_process_group()
+
+
+def init_parallel_state(s: Settings) -> None:
+    """Megatron-Core parallel_state with the plan's degrees; logs this rank's groups."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    L = s.layout
+    ps.initialize_model_parallel(
+        tensor_model_parallel_size=L["tp"], pipeline_model_parallel_size=L["pp"],
+        virtual_pipeline_model_parallel_size=L["vpp"] if L["vpp"] > 1 else None,
+        context_parallel_size=L["cp"], expert_model_parallel_size=L["ep"],
+        expert_tensor_parallel_size=L["etp"],
+        distributed_timeout_minutes=max(1, int(s.timeout_s // 60)), order="tp-cp-ep-dp-pp")
+    groups = {
+        "tp": ps.get_tensor_model_parallel_group(), "pp": ps.get_pipeline_model_parallel_group(),
+        "dp": ps.get_data_parallel_group(), "cp": ps.get_context_parallel_group(),
+        "dp_cp": ps.get_data_parallel_group(with_context_parallel=True),
+        "ep": ps.get_expert_model_parallel_group(),
+        "etp": ps.get_expert_tensor_parallel_group(),
+        "edp": ps.get_expert_data_parallel_group(),
+    }
+    parts = [f"{k}={json.dumps(dist.get_process_group_ranks(g), separators=(',', ':'))}"
+             for k, g in groups.items()]
+    log(f"groups rank={dist.get_rank()} " + " ".join(parts), all_ranks=True)
+
+
+def resolve_dims(s: Settings) -> Dims:
+    """The plan's dims, or the shrunk ones (printed either way)."""
+    dims = shrink(s.plan) if s.shrink else full_dims(s.plan)
+    log(("shrunk dims: " if s.shrink else "dims: ") + dims.describe())
+    return dims
+
+
+def resolve_precision(s: Settings) -> str:
+    """fp16 has no CPU kernels on these machines: bf16 instead (announced)."""
+    if s.device == "cpu" and s.precision == "fp16":
+        override("precision fp16 -> bf16 (no fp16 CPU kernels; DeepSpeed/mkldnn reject fp16)")
+        return "bf16"
+    return s.precision
+
+
+def _on_sigusr1(signum: int, frame: FrameType | None) -> None:
+    global _stop_requested
+    _stop_requested = True
+
+
+def install_signal_handler() -> None:
+    """Handle SIGUSR1 (where the platform has it): the training loops stop after the step."""
+    if hasattr(signal, "SIGUSR1"):
+        signal.signal(signal.SIGUSR1, _on_sigusr1)
+
+
+def stop_requested() -> bool:
+    """True once SIGUSR1 arrived in this process."""
+    return _stop_requested
+
+
+def mark_stopped(save_dir: str, rank: int) -> None:
+    """Rank 0 leaves :data:`STOPPED_MARKER` in ``save_dir`` after the SIGUSR1 checkpoint."""
+    if rank == 0:
+        os.makedirs(save_dir, exist_ok=True)
+        with open(os.path.join(save_dir, STOPPED_MARKER), "w") as f:
+            f.write("stopped by SIGUSR1 after its checkpoint\n")
+
+
+def checkpoint_or_stop(s: Settings, done: int, write: Callable[[int], str]) -> bool:
+    """After step ``done`` (both engines' loops): save at ``launch.save_interval`` and, when any
+    rank got SIGUSR1, save, leave the stop marker and return True (the loop ends there).
+    ``write(step)`` saves a checkpoint and returns where it went."""
+    import torch.distributed as dist
+
+    stop = agree_to_stop()
+    if ((s.save_interval and done % s.save_interval == 0) or stop) and not s.reference:
+        log(f"saved checkpoint step={done} to {write(done)}")
+    if stop:
+        log(f"SIGUSR1: stopping after step {done}")
+        mark_stopped(s.save, dist.get_rank())
+    return stop
+
+
+def agree_to_stop() -> bool:
+    """True on every rank once any rank got SIGUSR1 (ranks must stop at the same step): a MAX
+    all-reduce of this rank's flag over the default process group."""
+    import torch
+    import torch.distributed as dist
+
+    flag = torch.tensor([1.0 if stop_requested() else 0.0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
