@@ -149,24 +149,23 @@ def _import_megatron() -> types.SimpleNamespace:
     """Import what the jobs use, under :func:`_import_shims` (seconds: torch, then Megatron)."""
     with _import_shims(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        import megatron.core
         import torch
         import torch.distributed as dist
-        from torch.testing._internal.distributed.fake_pg import FakeStore
-
-        import megatron.core
         from megatron.core import parallel_state
+        from megatron.core.models.common.embeddings import rope_utils
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
         from megatron.core.models.gpt.gpt_model import GPTModel
         from megatron.core.num_microbatches_calculator import (
             destroy_num_microbatches_calculator,
             get_num_microbatches,
         )
-        from megatron.core.models.common.embeddings import rope_utils
         from megatron.core.transformer import transformer_config
         from megatron.core.transformer.transformer_block import get_num_layers_to_build
         from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
         from megatron.training import arguments, global_vars, initialize, training
         from megatron.training.argument_utils import core_transformer_config_from_args
+        from torch.testing._internal.distributed.fake_pg import FakeStore
     return types.SimpleNamespace(
         torch=torch, dist=dist, FakeStore=FakeStore, megatron=megatron,
         parallel_state=parallel_state, get_gpt_layer_local_spec=get_gpt_layer_local_spec,
@@ -351,7 +350,7 @@ def run_job(M: types.SimpleNamespace, dests: dict[str, str], job: dict[str, Any]
             if os.environ.get("TRAINC_ORACLE_DEBUG"):
                 traceback.print_exc()
         stage = None
-    except BaseException as e:  # noqa: BLE001 - every failure is the verdict
+    except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             raise
         out["stage"], out["error"] = stage, _error(e)
@@ -480,7 +479,10 @@ def main(argv: list[str] | None = None) -> int:
         jobs = [{"id": p, "args_file": p, "world_size": opts.world_size, "env": env}
                 for p in opts.inputs]
     else:
-        jobs = [j for p in opts.inputs for j in json.load(open(p, encoding="utf-8"))]
+        jobs = []
+        for p in opts.inputs:
+            with open(p, encoding="utf-8") as f:
+                jobs += json.load(f)
     real_stdout = sys.stdout
     with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
         warnings.simplefilter("ignore")

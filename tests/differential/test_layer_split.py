@@ -16,8 +16,7 @@ pytestmark = [pytest.mark.differential,
 pytest.importorskip("megatron.core")
 
 from differential import harness as H  # noqa: E402
-from trainc.compiler.derive import layers_per_stage  # noqa: E402
-from trainc.compiler.derive import stage_chunk_sizes  # noqa: E402
+from trainc.compiler.derive import layers_per_stage, stage_chunk_sizes  # noqa: E402
 
 GRID = [g for g in itertools.product(range(1, 19), (1, 2, 3, 4, 6), (1, 2, 3), (False, True),
                                     (False, True)) if g[2] == 1 or g[1] > 1]  # vpp needs pp>1

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from trainc.planner import PlanResult, Planned, plan_layouts
+from trainc.planner import Planned, PlanResult, plan_layouts
 from trainc.planner.table import DEFAULT_WIDTH, dominated_by, render
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -266,7 +266,7 @@ def test_a_failed_swap_leaves_no_old_folder_and_the_previous_output(tmp_path: Pa
     before = _tree(tmp_path / "out")
     real = os.rename
 
-    def rename(src, dst):  # noqa: ANN001, ANN202
+    def rename(src, dst):
         moving_old = Path(dst).name == "x" and ".old-" in Path(dst).parent.name
         moving_new = ".tmp-" in Path(src).name
         if (fail == "move-old-away" and moving_old) or (fail == "move-new-in" and moving_new):

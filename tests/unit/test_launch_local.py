@@ -167,7 +167,7 @@ def test_cuda_plan_without_gpu_is_one_line_naming_device_cpu(tmp_path, fake_torc
 def test_device_check(device, gpu, refused):
     shape = local.PlanShape("s", 1, 8, device, 29500)
     if refused:
-        with pytest.raises(local.RunRefused, match="launch.device=cpu"):
+        with pytest.raises(local.RunRefused, match=r"launch\.device=cpu"):
             local.launch_env("OUT", shape, {"TORCHRUN": "t"}, gpu=gpu)
     else:
         assert local.launch_env("OUT", shape, {"TORCHRUN": "t"}, gpu=gpu)["TORCHRUN"] == "t"

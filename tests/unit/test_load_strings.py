@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from trainc.cli import main
-from trainc.schemas import Gpu
 from trainc.compiler.load import load_spec
+from trainc.schemas import Gpu
 
 SPEC = """\
 name: strings
@@ -181,7 +181,7 @@ def test_artifact_with_a_non_finite_value_is_an_internal_error(tmp_path: Path) -
     from trainc.errors import InternalError
 
     plan = {"spec_hash": "x", "trainc_version": "0", "target_versions": {}}
-    with pytest.raises(InternalError, match="plan.json would hold NaN"):
+    with pytest.raises(InternalError, match=r"plan\.json would hold NaN"):
         write_artifacts({"plan.json": json.dumps({"x": math.nan})}, plan, tmp_path / "o")
     assert not (tmp_path / "o").exists()
 

@@ -17,7 +17,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from trainc import __version__
 from trainc.cli._common import EXIT_ENV, EXIT_INTERNAL, EXIT_OK, EXIT_SPEC
@@ -42,11 +42,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
 def handler(command: str) -> Callable[[argparse.Namespace], int]:
     """The function that runs ``command`` (imports its module)."""
     module, name = COMMANDS[command]
-    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+    fn: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(module), name)
+    return fn
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse exits 2 on usage errors, which we keep
+    def error(self, message: str) -> NoReturn:  # argparse exits 2 on usage errors, as we do
         self.print_usage(sys.stderr)
         self.exit(EXIT_SPEC, f"trainc: error: {message}\n")
 
@@ -94,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _add_ecosystem_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_ecosystem_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]
     """``import-hf``, ``schema`` and ``diff`` (issue 8)."""
     imp = sub.add_parser("import-hf", help="turn a Hugging Face config.json into a model preset")
     imp.add_argument("config", metavar="CONFIG_JSON")
@@ -114,7 +115,7 @@ def _add_ecosystem_parsers(sub: argparse._SubParsersAction) -> None:  # type: ig
     d.add_argument("--all", action="store_true", help="also list the keys that are equal")
 
 
-def _add_plan_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_plan_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]
     pl = sub.add_parser("plan", help="search the parallel layout for a spec")
     pl.add_argument("items", nargs="+", metavar="SPEC [KEY=VALUE ...]")
     pl.add_argument("--top", type=int, default=5, metavar="K")
@@ -122,7 +123,7 @@ def _add_plan_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
     pl.add_argument("--apply", metavar="OUT.yaml", help="write the best layout as a spec")
 
 
-def _add_submit_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_submit_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]
     s = sub.add_parser("submit", help="submit OUTDIR/sbatch.sh to Slurm and print the job id")
     s.add_argument("outdir", metavar="OUTDIR", help="a folder written by trainc compile")
     s.add_argument("--wait", action="store_true",

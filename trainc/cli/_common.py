@@ -59,7 +59,7 @@ def _print_text(result: LintResult) -> None:
         print(text, file=sys.stderr)
 
 
-def _json_record(result: LintResult, werror: bool) -> dict:  # type: ignore[type-arg]
+def _json_record(result: LintResult, werror: bool) -> dict[str, Any]:
     """One spec's entry of the ``--format json`` output (spec-contract: path, ok, diagnostics)."""
     return {"path": result.path, "ok": not _failed(result, werror),
             "diagnostics": [d.to_json() for d in result.diagnostics]}

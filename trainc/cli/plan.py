@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+
 from trainc.cli._common import (
     EXIT_OK,
     EXIT_SPEC,

@@ -10,7 +10,7 @@ from typing import Any
 from trainc.cli._common import EXIT_ENV, EXIT_OK, out
 
 
-def _slurm_check(result: Any) -> dict:  # type: ignore[type-arg]
+def _slurm_check(result: Any) -> dict[str, Any]:
     """``sbatch --test-only`` of the spec's sbatch.sh: {"checked", "ok", "message"}; ok is None
     when the check could not be made (no controller, nothing generated)."""
     from trainc.launch.submit import SlurmUnavailable, test_only
@@ -31,7 +31,7 @@ def _slurm_check(result: Any) -> dict:  # type: ignore[type-arg]
             "message": f"sbatch --test-only {verdict} sbatch.sh: {answer.message}"}
 
 
-def _print_slurm_check(path: str, check: dict) -> None:  # type: ignore[type-arg]
+def _print_slurm_check(path: str, check: dict[str, Any]) -> None:
     if check["ok"] is None:
         print(f"warning: {path}: slurm: {check['message']}", file=sys.stderr)
     elif check["ok"]:

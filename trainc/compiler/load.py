@@ -199,7 +199,8 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
 def _preset_lines(pfile: str, group: str, shown: str) -> dict[str, Location]:
     pnode, _ = _read_yaml(Path(pfile), shown)
     out: dict[str, Location] = {}
-    _node_lines(pnode, group + ".", shown, out)
+    if pnode is not None:
+        _node_lines(pnode, group + ".", shown, out)
     return out
 
 
@@ -325,7 +326,7 @@ def _compose(
 
             merged = OmegaConf.to_container(OmegaConf.create(merged), resolve=True)
         container = merged
-    except Exception as e:  # noqa: BLE001 - classified below; anything else is re-raised
+    except Exception as e:
         return _compose_failure(e, shown)
     if not isinstance(container, dict):
         return {}, {}, [_at(diag(R.SPEC_UNREADABLE, f"{shown} must be a mapping", "<file>"),
@@ -340,19 +341,21 @@ def _compose(
     return container, presets, []
 
 
-def _compose_failure(e: Exception, shown: str) -> tuple[dict, dict, list[Diagnostic]]:
+def _compose_failure(e: Exception, shown: str
+                     ) -> tuple[dict[str, Any], dict[str, str], list[Diagnostic]]:
     """Turn a Hydra / OmegaConf / YAML failure into a diagnostic; re-raise anything else."""
     from hydra.errors import HydraException, MissingConfigException
     from omegaconf.errors import OmegaConfBaseException
 
-    def fail(rule: R.Rule, msg: str, key: str, fix: str | None) -> tuple[dict, dict, list]:
+    def fail(rule: R.Rule, msg: str, key: str, fix: str | None
+             ) -> tuple[dict[str, Any], dict[str, str], list[Diagnostic]]:
         return {}, {}, [_at(diag(rule, msg, key, fix=fix), shown, None)]
 
     if isinstance(e, MissingConfigException):
         group = next((g for g in GROUPS if e.missing_cfg_file and
                       e.missing_cfg_file.startswith(g + "/")), None)
         options = list(e.options or []) or (preset_names(group) if group else [])
-        if group:
+        if group and e.missing_cfg_file:
             opt = e.missing_cfg_file.split("/", 1)[1]
             msg = f"{group} preset '{opt}' does not exist{did_you_mean(opt, options)}"
             return fail(R.UNKNOWN_CHOICE, msg, group,

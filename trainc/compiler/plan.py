@@ -13,8 +13,8 @@ from trainc import __version__
 from trainc.compiler.derive import derive
 from trainc.compiler.engines import engine_configs
 from trainc.compiler.engines.settings import distributed_optimizer, layers_per_virtual_stage
-from trainc.compiler.secrets import mask_secrets
 from trainc.compiler.ir import Engines, Layout, Plan
+from trainc.compiler.secrets import mask_secrets
 from trainc.schemas import Device, Precision, TrainSpec
 
 #: Megatron-LM release whose ``pretrain_gpt.py`` flags ``megatron_args.txt`` targets.

@@ -17,6 +17,7 @@ from typing import Any
 
 from trainc import __version__
 
+
 def conf_dir() -> Path:
     """The package's Hydra config tree (``trainc/conf``)."""
     return Path(str(resources.files("trainc") / "conf"))
@@ -27,7 +28,7 @@ def preset_names(group: str) -> list[str]:
     return sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
 
 
-_PRESET_CACHE: dict[tuple[str, tuple[tuple[str, str | None], ...]], tuple[Any, dict[str, str]]] = {}  # noqa: E501
+_PRESET_CACHE: dict[tuple[str, tuple[tuple[str, str | None], ...]], tuple[Any, dict[str, str]]] = {}
 
 
 def _compose_presets(spec_dir: str, entries: tuple[tuple[str, str | None], ...]
@@ -79,7 +80,7 @@ def _hydra_compose(spec_dir: str, entries: tuple[tuple[str, str | None], ...]
     raw = OmegaConf.to_container(composed, resolve=False)
     assert isinstance(raw, dict)
     raw.pop("hydra", None)
-    return raw, choices
+    return {str(k): v for k, v in raw.items()}, choices
 
 
 def _hydra_quoted(text: str) -> str:

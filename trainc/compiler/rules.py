@@ -237,7 +237,8 @@ SOURCES: dict[str, str] = {
     "TRC003": "trainc schema", "TRC004": "trainc schema / Hydra defaults list",
     "TRC005": "Hydra override grammar", "TRC006": "trainc schema",
     "TRC007": "YAML 1.1 implicit types (yaml.org/type: int, float, bool, null); Hydra override "
-              "grammar", "TRC008": "RFC 8259 JSON has no NaN or Infinity (plan.json, ds_config.json)",
+              "grammar",
+    "TRC008": "RFC 8259 JSON has no NaN or Infinity (plan.json, ds_config.json)",
     "TRC009": "trainc validate (issue 12: every error whose inputs are known, in one run)",
     "TRC101": "Megatron validate_args / initialize_model_parallel (MR WS-1)",
     "TRC102": "Megatron data_parallel_size = W/(tp*pp*cp) (MR §1.2)",

@@ -43,7 +43,7 @@ def schema_keys(cls: type = TrainSpec, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, tp in field_types(cls).items():
         key = prefix + name
-        if dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             out.update(schema_keys(tp, key + "."))
         else:
             out[key] = tp
@@ -224,7 +224,7 @@ def _required_keys(cls: type = TrainSpec, prefix: str = "") -> frozenset[str]:
     out: set[str] = set()
     for f in dataclasses.fields(cls):
         tp = field_types(cls)[f.name]
-        if dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             out |= _required_keys(tp, prefix + f.name + ".")
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             out.add(prefix + f.name)
@@ -296,7 +296,7 @@ def check_spec(cfg: dict[str, Any], raw: dict[str, tuple[str, bool]] | None = No
         base, optional = _optional(tp)
         text, from_cli = raw.get(key, (_scalar_str(value) or "", False))
         if base is str and (isinstance(value, (bool, int, float)) or
-                            value is None and not optional and text):
+                            (value is None and not optional and text)):
             # 4:00:00 -> 14400, 0123 -> 83, yes -> True, 1e3 -> 1000.0, ~ -> None
             diags.append(_not_a_string(key, value, text, from_cli))
             return
@@ -317,7 +317,7 @@ def check_spec(cfg: dict[str, Any], raw: dict[str, tuple[str, bool]] | None = No
         if typing.get_origin(base) is list and isinstance(value, list):
             # yes/no/~ in a list of strings: YAML made booleans and nulls of them
             odd = [i for i, v in enumerate(value) if v is None or isinstance(v, bool) or
-                   isinstance(v, float) and not math.isfinite(v)]
+                   (isinstance(v, float) and not math.isfinite(v))]
             if odd:
                 v = value[odd[0]]
                 shown = raw.get(f"{key}[{odd[0]}]", (_scalar_str(v) or "null", False))[0]
@@ -362,7 +362,7 @@ def _build(cls: type, prefix: str, values: dict[str, Any], diags: list[Diagnosti
     for f in dataclasses.fields(cls):
         key = prefix + f.name
         tp = field_types(cls)[f.name]
-        if dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             kwargs[f.name] = _build(tp, key + ".", values, diags)
         elif key in values:
             kwargs[f.name] = values[key]

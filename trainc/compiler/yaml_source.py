@@ -14,6 +14,7 @@ from trainc.compiler import rules as R
 from trainc.compiler.diagnostics import Diagnostic, Location, diag
 from trainc.compiler.schema_check import MAP_KEYS
 
+
 class _Loader(yaml.CSafeLoader if hasattr(yaml, "CSafeLoader") else yaml.SafeLoader):  # type: ignore[misc]
     """libyaml parser with OmegaConf's scalar rules: YAML 1.2 style floats (``1e-4`` is a float,
     not a string) and no timestamp type (``2024-01-01`` stays a string)."""

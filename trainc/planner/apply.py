@@ -133,7 +133,7 @@ class _Editor:
             lines.append(f"{' ' * indent}{key}: {_flow(value)}")
             return
         node = hit[1]
-        if not isinstance(node, yaml.MappingNode) or not node.value and not node.flow_style:
+        if not isinstance(node, yaml.MappingNode) or (not node.value and not node.flow_style):
             self._replace(node, _flow({key: value}))
             return
         inner = self._get(node, key)

@@ -76,7 +76,7 @@ def time_limit_seconds(time_limit: str) -> int | None:
     except ValueError:
         return None
     if d is not None:
-        h, m, s = (parts + [0, 0])[:3]
+        h, m, s = [*parts, 0, 0][:3]
         return ((d * 24 + h) * 60 + m) * 60 + s
     if len(parts) == 1:
         return parts[0] * 60

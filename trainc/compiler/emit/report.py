@@ -8,6 +8,7 @@ from typing import Any
 from trainc.compiler.emit.render import header
 from trainc.compiler.numfmt import fixed, gib, percent
 
+
 def _table(rows: list[tuple[str, Any]]) -> list[str]:
     out = ["| quantity | value |", "|---|---|"]
     out += [f"| {k} | {v} |" for k, v in rows]

@@ -44,7 +44,7 @@ def time_limit_seconds(time_limit: str) -> int:
     days, _, rest = time_limit.rpartition("-")
     parts = [int(x) for x in rest.split(":")]
     if days:
-        h, m, s = (parts + [0, 0])[:3]
+        h, m, s = [*parts, 0, 0][:3]
         return ((int(days) * 24 + h) * 60 + m) * 60 + s
     if len(parts) == 1:
         return parts[0] * 60

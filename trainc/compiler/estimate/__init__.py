@@ -36,7 +36,6 @@ from trainc.compiler.ir import (
 from trainc.schemas import TrainSpec
 
 
-
 def r6(x: float) -> float:
     """Round to 6 significant digits (byte-stable JSON).
 
@@ -47,7 +46,7 @@ def r6(x: float) -> float:
 
 
 def _int(x: float) -> int:
-    return int(round(x))
+    return round(x)
 
 
 def memory_per_stage(spec: TrainSpec, plan: Plan) -> list[StageMemory]:

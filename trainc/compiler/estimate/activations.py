@@ -38,13 +38,13 @@ from __future__ import annotations
 
 import math
 
-from trainc.compiler.ir import Plan
+from trainc.compiler.derive import full_recompute_mask
 from trainc.compiler.estimate.params import (
-    full_recompute_mask,
     is_moe_layer,
     plan_stage_chunks,
     plan_stage_layers,
 )
+from trainc.compiler.ir import Plan
 from trainc.schemas import Activation, Precision, Recompute, RecomputeMethod, TrainSpec
 
 
@@ -118,8 +118,7 @@ def stage_activation_bytes(spec: TrainSpec, plan: Plan) -> list[float]:
     s, b, h = m.seq_length / c, tr.micro_batch_size, m.hidden_size
     a = m.num_attention_heads
     swiglu = m.activation is Activation.swiglu
-    common = dict(s=s, b=b, h=h, a=a, g=m.num_query_groups or a, d=m.kv_channels or h // a,
-                  t=t, sp=sp, swiglu=swiglu)
+    g, kv = m.num_query_groups or a, m.kv_channels or h // a
     f = m.ffn_hidden_size or 4 * h
     moe_delta = 0.0
     if m.num_experts:
@@ -129,7 +128,8 @@ def stage_activation_bytes(spec: TrainSpec, plan: Plan) -> list[float]:
             num_experts=m.num_experts, swiglu=swiglu) - (6 if swiglu else 4) * s * b * f / t
 
     def layer(moe: bool, scores: bool) -> float:
-        base = dense_layer_bytes(f=f, with_scores=scores and not flash, **common)
+        base = dense_layer_bytes(s=s, b=b, h=h, a=a, g=g, d=kv, t=t, sp=sp, swiglu=swiglu, f=f,
+                                 with_scores=scores and not flash)
         return base + (lse if scores and flash else 0.0) + (moe_delta if moe else 0.0)
 
     scale = 2.0 if tr.precision is Precision.fp32 else 1.0
@@ -147,7 +147,7 @@ def stage_activation_bytes(spec: TrainSpec, plan: Plan) -> list[float]:
             ckpt = 2 * s * b * h / tsp
             if tr.recompute_method is RecomputeMethod.block:
                 mask = full_recompute_mask(chunks[r], "block", n)
-                stored = sum(ckpt if re else layer(fl, True) for re, fl in zip(mask, moe_flags))
+                stored = sum(ckpt if re else layer(fl, True) for re, fl in zip(mask, moe_flags, strict=False))
             else:
                 stored = math.ceil(len(idx) / n) * ckpt
             working = max((layer(fl, True) for fl in moe_flags), default=0.0) * min(n, len(idx))

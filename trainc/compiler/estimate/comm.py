@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trainc.compiler.ir import Plan
 from trainc.compiler.estimate.memory import megatron_bytes_per_param
 from trainc.compiler.estimate.params import (
     StageParams,
@@ -38,6 +37,7 @@ from trainc.compiler.estimate.params import (
     plan_rerun_masks,
     plan_stage_layers,
 )
+from trainc.compiler.ir import Plan
 from trainc.schemas import CpCommType, Engine, Precision, TrainSpec
 
 AXES = ("tp", "cp", "ep", "pp", "dp")
@@ -154,7 +154,8 @@ def stage_comm(spec: TrainSpec, plan: Plan, stages: list[StageParams]) -> list[S
         sc = StageComm()
         n_moe = sum(moe)
         if t > 1:  # TP: one all-reduce-equivalent (SP: all-gather + reduce-scatter) per block
-            blocks = sum((2 if not mo or etp > 1 else 1) * n for mo, n in zip(moe, passes))
+            blocks = sum((2 if not mo or etp > 1 else 1) * n
+                         for mo, n in zip(moe, passes, strict=False))
             unit = all_reduce_bytes(t, act)
             name = "all_gather+reduce_scatter" if sp else "all_reduce"
             sc.get("tp", name, t).add(unit, times=blocks * M)
@@ -171,7 +172,7 @@ def stage_comm(spec: TrainSpec, plan: Plan, stages: list[StageParams]) -> list[S
             tokens = b * s / (t if sp else 1)
             a2a = all_to_all_bytes(e, m.moe_router_topk * tokens * h * eb)
             sc.get("ep", "dispatch+combine all_to_all", e).add(a2a, times=2 * M * sum(
-                n for mo, n in zip(moe, passes) if mo))
+                n for mo, n in zip(moe, passes, strict=False) if mo))
         if p > 1:
             pb = b * s * h * eb / (t if sp else 1)
             sent = recv = 0

@@ -73,14 +73,14 @@ def explain_tables(plan: dict[str, Any], max_ranks: int | None = None) -> list[A
                      "yes" if cross[kind[axis]] else "no")
     out.append(comm)
 
-    col = Table(title="collectives (critical stage)")
-    for c in ("axis", "collective", "group", "ops", "sent GiB", "recv GiB", "GB/s", "seconds"):
-        col.add_column(c, justify="right")
+    coll = Table(title="collectives (critical stage)")
+    for name in ("axis", "collective", "group", "ops", "sent GiB", "recv GiB", "GB/s", "seconds"):
+        coll.add_column(name, justify="right")
     for c in e["comm_collectives"]:
-        col.add_row(c["axis"], c["name"], str(c["group_size"]), str(c["count"]),
+        coll.add_row(c["axis"], c["name"], str(c["group_size"]), str(c["count"]),
                     _gib(c["sent_bytes"]), _gib(c["received_bytes"]),
                     f"{c['bandwidth_gbps']:g}", sig(c["seconds"]))
-    out.append(col)
+    out.append(coll)
 
     tm = Table(title="time", show_header=False)
     tm.add_column("key", style="bold")

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainc.compiler.ir import Plan
 from trainc.compiler.estimate.params import plan_rerun_masks
+from trainc.compiler.ir import Plan
 from trainc.schemas import Activation, Recompute, TrainSpec
 
 

@@ -30,8 +30,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from trainc.compiler.ir import Plan
 from trainc.compiler.estimate.params import StageParams
+from trainc.compiler.ir import Plan
 from trainc.schemas import Engine, Offload, Precision, TrainSpec
 
 
@@ -181,4 +181,4 @@ def gib(num_bytes: float) -> float:
 
 def ceil_int(x: float) -> int:
     """Bytes as a whole number (ceil, so a fraction of a byte never hides)."""
-    return int(math.ceil(x - 1e-9))
+    return math.ceil(x - 1e-9)

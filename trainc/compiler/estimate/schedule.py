@@ -37,10 +37,7 @@ def _order(p: int, s: int, m: int, v: int) -> list[tuple[str, int, int]]:
     def bwd(k: int) -> tuple[str, int, int]:
         return ("B", (k // (p * v)) * p + k % p, v - 1 - (k // p) % v)
 
-    if v == 1:
-        warm = min(p - s - 1, m)
-    else:
-        warm = min(2 * (p - s - 1) + (v - 1) * p, total)
+    warm = min(p - s - 1, m) if v == 1 else min(2 * (p - s - 1) + (v - 1) * p, total)
     out = [fwd(k) for k in range(warm)]
     f, b = warm, 0
     while f < total:

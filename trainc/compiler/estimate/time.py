@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainc.compiler.ir import Plan
 from trainc.compiler.estimate.comm import StageComm
 from trainc.compiler.estimate.params import is_moe_layer, plan_rerun_masks, plan_stage_layers
+from trainc.compiler.ir import Plan
 from trainc.schemas import Activation, Recompute, TrainSpec
 
 

@@ -69,7 +69,7 @@ def _with_defaults(spec: TrainSpec, bad: frozenset[str]) -> TrainSpec:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             f = next(f for f in dataclasses.fields(obj) if f.name == name)
             default = f.default if f.default is not dataclasses.MISSING else 1
-            ok = default is None or isinstance(default, (int, float)) and default > 0
+            ok = default is None or (isinstance(default, (int, float)) and default > 0)
             setattr(obj, name, default if ok else type(value)(1))
     return s
 

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from trainc.compiler import rules as R
-from trainc.compiler.derive import Derived
-from trainc.compiler.diagnostics import Diagnostic, diag
-from trainc.compiler.derive import stage_chunk_sizes
 from trainc.capabilities import capability, unsupported_axes
+from trainc.compiler import rules as R
+from trainc.compiler.derive import Derived, stage_chunk_sizes
+from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.schemas import (
     Device,
     Engine,
-    Entrypoint,
     LrDecayStyle,
     MoeLoadBalancing,
     Offload,

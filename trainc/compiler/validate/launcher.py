@@ -71,7 +71,7 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    "validation, test parts, e.g. 100,0,0 or 98,1,1)", "launch.data_split",
                    fix="set launch.data_split to e.g. \"100,0,0\"",
                    edits={"launch.data_split": "100,0,0"}, data_split=lc.data_split)
-    for k, v in sorted(lc.env.items()):
+    for k in sorted(lc.env):
         if not _ENV.fullmatch(k):
             yield diag(R.ENV_NAME, f"launch.env key ({k!r}) is not a valid environment variable "
                        "name", f"launch.env.{k}", fix="use letters, digits and '_' only", name=k)

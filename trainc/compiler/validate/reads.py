@@ -38,7 +38,7 @@ class SpecView:
 class DerivedView:
     """View of a :class:`Derived` whose every field read counts as reading ``inputs``."""
 
-    __slots__ = ("_obj", "_inputs", "_reads")
+    __slots__ = ("_inputs", "_obj", "_reads")
 
     def __init__(self, obj: Any, inputs: set[str], reads: set[str]) -> None:
         object.__setattr__(self, "_obj", obj)
