@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from differential.strategies import coherent_specs
 from hypothesis import strategies as st
 
-from differential.strategies import coherent_specs
 from trainc.compiler.pipeline import compile_spec
 
 
@@ -101,6 +101,9 @@ def one_truth_specs(draw: st.DrawFn, *, engine: str | None = None) -> dict[str, 
         if draw(st.booleans()):
             m["moe_shared_expert_intermediate_size"] = p["tp"] * 64 * draw(st.integers(1, 4))
         m["moe_token_dispatcher_type"] = draw(st.sampled_from(["alltoall", "allgather"]))
+    # Megatron-LM's pretrain_gpt.py instead of the trainc worker
+    if not ds and draw(st.integers(0, 3)) == 0:
+        cfg["launch"] |= {"entrypoint": "megatron-lm", "megatron_lm_path": "/opt/Megatron-LM"}
     # data
     if not ds and draw(st.integers(0, 2)) == 0:
         cfg["launch"]["data_path"] = "/data/corpus_text_document"

@@ -240,7 +240,8 @@ def _core_activation(c: dict[str, Any]) -> str:
 
 def _lm_vpp(a: dict[str, Any]) -> int | None:
     """Megatron-LM's virtual_pipeline_model_parallel_size (validate_args): from
-    --num-layers-per-virtual-pipeline-stage (even split) or --num-virtual-stages-per-pipeline-rank."""
+    --num-layers-per-virtual-pipeline-stage (even split) or
+    --num-virtual-stages-per-pipeline-rank."""
     if "--num-virtual-stages-per-pipeline-rank" in a:
         assert "--num-layers-per-virtual-pipeline-stage" not in a
         return int(a["--num-virtual-stages-per-pipeline-rank"])
@@ -254,6 +255,12 @@ def _lm_vpp(a: dict[str, Any]) -> int | None:
 
 
 _VPP_FLAGS = ("--num-virtual-stages-per-pipeline-rank", "--num-layers-per-virtual-pipeline-stage")
+
+
+def _lm_overlap_p2p(a: dict[str, Any]) -> bool:
+    """Megatron-LM: overlapped p2p unless --no-overlap-p2p-communication, and only with
+    interleaving (validate_args sets overlap_p2p_comm False without a virtual pipeline)."""
+    return "--no-overlap-p2p-communication" not in a and _lm_vpp(a) is not None
 
 
 def _sched(d: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -308,7 +315,8 @@ _MOE = lambda plan: plan["spec"]["model"]["num_experts"] is not None  # noqa: E7
 _ROPE = lambda plan: plan["spec"]["model"]["position_embedding"] == "rope"  # noqa: E731
 _WSD = lambda plan: plan["spec"]["training"]["lr_decay_style"] == "WSD"  # noqa: E731
 _WARMUP = lambda plan: plan["spec"]["training"]["lr_warmup_iters"] > 0  # noqa: E731
-_TC, _GPT, _OPT, _SCH = "TransformerConfig", "GPTModel", "OptimizerConfig", "OptimizerParamScheduler"
+_TC, _GPT, _OPT = "TransformerConfig", "GPTModel", "OptimizerConfig"
+_SCH = "OptimizerParamScheduler"
 _DDP, _IMP, _FB = "DistributedDataParallelConfig", "initialize_model_parallel", \
     "forward_backward_func"
 
@@ -461,13 +469,11 @@ TABLE: tuple[Setting, ...] = (
     # interleaving (validate_args); batch_p2p_comm = not overlap_p2p_comm
     # (core_transformer_config_from_args)
     Setting("overlap_p2p_comm", spec=(S("derived.overlap_p2p_comm"),),
-            lm=(LF(("--no-overlap-p2p-communication", *_VPP_FLAGS),
-                   lambda a: "--no-overlap-p2p-communication" not in a and _lm_vpp(a) is not None),),
+            lm=(LF(("--no-overlap-p2p-communication", *_VPP_FLAGS), _lm_overlap_p2p),),
             core=(C(_TC, "overlap_p2p_comm"),)),
     Setting("batch_p2p_comm", spec=(S("derived.batch_p2p_comm"),),
             lm=(LF(("--no-overlap-p2p-communication", *_VPP_FLAGS),
-                   lambda a: not ("--no-overlap-p2p-communication" not in a
-                                  and _lm_vpp(a) is not None)),),
+                   lambda a: not _lm_overlap_p2p(a)),),
             core=(C(_TC, "batch_p2p_comm"),)),
     Setting("variable_seq_lengths", lm=(LMC(False),), core=(C(_TC, "variable_seq_lengths"),),
             spec=(SF(lambda plan: False),)),

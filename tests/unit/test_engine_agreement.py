@@ -579,7 +579,7 @@ def _curve_mismatch(overrides: tuple[str, ...]) -> list[tuple[int, float, float]
     plan, _ = compile_case("llama2-7b-deepspeed-zero3-offload",
                            ("training.train_iters=200", *overrides))
     megatron, deepspeed = lr_curves(plan, 200)
-    return [(k, m, d) for k, (m, d) in enumerate(zip(megatron, deepspeed))
+    return [(k, m, d) for k, (m, d) in enumerate(zip(megatron, deepspeed, strict=True))
             if not math.isclose(m, d, rel_tol=1e-9, abs_tol=1e-12)]
 
 

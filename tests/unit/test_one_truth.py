@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from one_truth_specs import compile_cfg, one_truth_specs
 from one_truth_table import (
     LM_ENGINE_ONLY,
-    TABLE,
     NA,
+    TABLE,
     Reader,
     agree,
     core_keys,
@@ -266,7 +266,7 @@ def test_generated_deepspeed_specs_agree(cfg: dict[str, Any]) -> None:
 @given(one_truth_specs(engine="megatron"), st.sampled_from(["cpu"]))
 def test_generated_cpu_specs_agree(cfg: dict[str, Any], device: str) -> None:
     """The trainc worker on CPU (local layers, CPU initialisation, gloo)."""
-    cfg["launch"] |= {"device": device, "shrink": True}
+    cfg["launch"] |= {"device": device, "shrink": True, "entrypoint": "trainc"}
     if cfg["training"].get("precision") == "fp16":
         cfg["training"]["precision"] = "bf16"
     _compare_generated(cfg)

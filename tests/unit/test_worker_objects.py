@@ -95,12 +95,12 @@ def build_megatron(s: Settings) -> dict[str, tuple[Any, dict[str, Any], set[str]
     }
 
 
-def check_megatron(files: dict[str, str], tmp: Path) -> None:
+def check_megatron(files: dict[str, str], tmp: Path, device: str | None = None) -> None:
     """Every megatron_core.yaml key of the four groups is an attribute of the built object with
     the YAML's value (dtypes by name), apart from the announced CPU substitutions; the worker's
     own cross_check agrees; the other groups are what the worker passes."""
     core_yaml = yaml.safe_load(files["megatron_core.yaml"])
-    s = settings_of(files, tmp)
+    s = settings_of(files, tmp, *(["--device", device] if device else []))
     cpu = s.device == "cpu"
     built = build_megatron(s)
     bad = {}
@@ -157,10 +157,11 @@ def _init_parallel_kwargs(s: Settings) -> dict[str, Any]:
     return seen
 
 
+@pytest.mark.parametrize("device", [None, "cpu"])
 @pytest.mark.parametrize("case", CASE_NAMES)
-def test_golden_case_megatron_objects(case: str, tmp_path: Path) -> None:
+def test_golden_case_megatron_objects(case: str, device: str | None, tmp_path: Path) -> None:
     _, files = compile_case(case)
-    check_megatron(files, tmp_path)
+    check_megatron(files, tmp_path, device)
 
 
 @settings(max_examples=25, deadline=None, derandomize=True,
@@ -171,8 +172,9 @@ def test_generated_megatron_objects(cfg: dict[str, Any]) -> None:
 
     result = compile_cfg(cfg)
     assume(result.ok)
-    with tempfile.TemporaryDirectory() as tmp:
-        check_megatron(result.files, Path(tmp))
+    for device in (None, "cpu"):  # as planned, and with the CPU substitutions (--device cpu)
+        with tempfile.TemporaryDirectory() as tmp:
+            check_megatron(result.files, Path(tmp), device)
 
 
 # --- DeepSpeed -------------------------------------------------------------------------------
@@ -232,7 +234,7 @@ def check_deepspeed(files: dict[str, str], tmp: Path, device: str | None = None)
     assert c.scheduler_name == emitted["scheduler"]["type"]
     assert c.scheduler_params == emitted["scheduler"]["params"]
     # the model of engine=deepspeed is the same Megatron-Core TransformerConfig
-    check_megatron(files, tmp)
+    check_megatron(files, tmp, device)
 
 
 def test_golden_case_deepspeed_config() -> None:
