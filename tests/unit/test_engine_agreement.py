@@ -640,3 +640,56 @@ def test_deepspeed_reduces_gradients_in_the_dtype_megatron_core_yaml_states() ->
         "bf16" if cfg.get("bf16", {}).get("enabled") else "fp32")
     fp32 = core(files)["DistributedDataParallelConfig"]["grad_reduce_in_fp32"]
     assert (reduce_dtype == "fp32") == fp32
+
+
+_DS_INIT = r"""
+import json, os, sys, warnings
+os.environ.update(DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2],
+                  RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", CUDA_VISIBLE_DEVICES="")
+warnings.simplefilter("ignore")
+import torch
+import torch.distributed as dist
+import deepspeed
+sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None  # no JIT build (as the worker)
+dist.init_process_group("gloo")
+model = torch.nn.Linear(8, 8)
+cfg = json.loads(sys.argv[1])
+try:
+    deepspeed.initialize(model=model, model_parameters=list(model.parameters()), config=cfg)
+except Exception as e:
+    print("REFUSED", type(e).__name__, e)
+    sys.exit(1)
+print("INITIALIZED")
+"""
+
+
+@pytest.mark.parametrize("optimizer", [
+    "adam",
+    pytest.param("sgd", marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+        "engine=deepspeed, optimizer=sgd, zero_stage >= 1 compiles, but deepspeed.initialize "
+        "refuses it: torch.optim.SGD is not in DeepSpeed 0.19.8's ZERO_SUPPORTED_OPTIMIZERS "
+        "(runtime/zero/utils.py) and ds_config.json has no zero_allow_untested_optimizer "
+        "('You are using an untested ZeRO Optimizer', engine.py _do_optimizer_sanity_check)"))),
+])
+def test_deepspeed_initializes_what_compile_accepts(tmp_path: Path, optimizer: str) -> None:
+    """What compile accepts, the worker runs: deepspeed.initialize (one CPU process, gloo) on
+    the worker's DeepSpeed config (ds_engine.load_config with --device cpu) of a ZeRO-1 spec."""
+    pytest.importorskip("deepspeed")
+    import os
+    import subprocess
+    import sys
+
+    from trainc.launch.ds_engine import load_config
+    from trainc.launch.worker import Settings, parse_args
+
+    files = ok(tmp_path, ds_spec(**{"training.optimizer": optimizer}))
+    path = tmp_path / "plan.json"
+    path.write_text(files["plan.json"])
+    s = Settings(json.loads(files["plan.json"]),
+                 parse_args(["--plan", str(path), "--device", "cpu", "--reference"]), str(path))
+    cfg = load_config(s)
+    port = str(29000 + os.getpid() % 1000)
+    run = subprocess.run([sys.executable, "-c", _DS_INIT, json.dumps(cfg), port],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "INITIALIZED" in run.stdout, \
+        (run.stdout + run.stderr)[-2000:]
