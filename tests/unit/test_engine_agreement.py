@@ -301,6 +301,13 @@ def test_megatron_lm_entrypoint_on_cpu_is_a_compile_error(tmp_path: Path) -> Non
     assert errs[0].key == "launch.device" and "launch.entrypoint=trainc" in (errs[0].fix or "")
 
 
+def test_megatron_lm_entrypoint_with_deepspeed_is_a_compile_error(tmp_path: Path) -> None:
+    """(same finding) pretrain_gpt.py does not run engine=deepspeed: TRC325 on the entrypoint."""
+    errs = errors(tmp_path, ds_spec(**{"launch.entrypoint": "megatron-lm",
+                                       "launch.megatron_lm_path": "/opt/Megatron-LM"}))
+    assert [d.rule.id for d in errs] == ["TRC325"] and errs[0].key == "launch.entrypoint"
+
+
 def test_wsd_schedule_with_deepspeed_is_a_compile_error(tmp_path: Path) -> None:
     """Bug (keys real jobs need, schedules): DeepSpeed has no WSD schedule; a spec asking for it
     must not silently get another one. TRC323 naming the styles DeepSpeed honours."""
@@ -693,3 +700,28 @@ def test_deepspeed_initializes_what_compile_accepts(tmp_path: Path, optimizer: s
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and "INITIALIZED" in run.stdout, \
         (run.stdout + run.stderr)[-2000:]
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "lr_decay_style=constant with lr_warmup_iters >= lr_decay_iters compiles (TRC323 exempts "
+    "constant), but megatron-core 0.16.1 OptimizerParamScheduler.__init__ asserts "
+    "lr_warmup_steps < lr_decay_steps for every style, so the trainc worker (and Megatron-LM) "
+    "fails at start"))
+@pytest.mark.parametrize("changes", [
+    {"training.train_iters": 10, "training.lr_warmup_iters": 10},
+    {"training.lr_decay_iters": 5, "training.lr_warmup_iters": 8},
+], ids=["warmup-equals-decay", "warmup-over-decay"])
+def test_constant_schedule_compile_accepts_megatron_core_builds(
+        tmp_path: Path, changes: dict[str, Any]) -> None:
+    """What compile accepts, the worker runs: the OptimizerParamScheduler of megatron_core.yaml
+    builds (the worker passes that group as keyword arguments)."""
+    pytest.importorskip("megatron.core")
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+    result = compile_dict(tmp_path, spec(**{"training.lr_decay_style": "constant", **changes}))
+    if not result.ok:  # refused at compile time: the fix
+        assert "TRC323" in {d.rule.id for d in result.diagnostics if d.is_error}
+        return
+    stand_in = types.SimpleNamespace(param_groups=[{"params": [], "lr": 0.0,
+                                                    "weight_decay": 0.0}])
+    OptimizerParamScheduler(stand_in, **core(result.files)["OptimizerParamScheduler"])
