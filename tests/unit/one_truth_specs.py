@@ -57,8 +57,10 @@ def one_truth_specs(draw: st.DrawFn, *, engine: str | None = None) -> dict[str, 
         t["lr_decay_iters"] = draw(st.sampled_from([t["train_iters"], t["train_iters"] // 2 or 1]))
     decay = t.get("lr_decay_iters", t["train_iters"])
     t["lr_warmup_iters"] = draw(st.sampled_from([0, 0, max(decay // 10, 1) if decay > 1 else 0]))
-    if ds and style == "linear" and t["lr_warmup_iters"] > 0:
+    if ds and style == "linear":
         t["min_lr"] = 0.0  # DeepSpeed's WarmupDecayLR warms up from the value it decays to
+    if ds and t["lr_warmup_iters"] == 1:
+        t["lr_warmup_iters"] = 2 if decay > 2 else 0  # DeepSpeed warms up over >= 2 steps (TRC323)
     if style == "WSD":
         t["lr_wsd_decay_iters"] = draw(st.sampled_from([max(decay // 5, 1), decay]))
         t["lr_wsd_decay_style"] = draw(st.sampled_from(

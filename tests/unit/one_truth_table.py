@@ -639,6 +639,8 @@ CORE_ENGINE_ONLY: dict[tuple[str, str], str] = {}
 #: scaling, profiling.
 DS_ENGINE_ONLY: dict[str, str] = {
     "wall_clock_breakdown": "DeepSpeed's timer profiling, off",
+    "zero_allow_untested_optimizer": "lets ZeRO wrap torch.optim.SGD (not on DeepSpeed's tested "
+                                     "list); no training setting",
     "zero_optimization.contiguous_gradients": "ZeRO memory layout (DeepSpeed default)",
     "zero_optimization.overlap_comm": "ZeRO's own overlap of reduce with backward (stage >= 2); "
                                       "Megatron DDP's overlap_* are not used by DeepSpeed",

@@ -121,7 +121,7 @@ def test_worker_wires_megatron_lms_overlap_hooks() -> None:
     overlap_grad_reduce it now sets the schedules' no_sync / grad_sync hooks and with
     overlap_param_gather the param_sync hook, as Megatron-LM's setup_model_and_optimizer."""
     pytest.importorskip("megatron.core")
-    from trainc.launch import train
+    from trainc.launch.engines import megatron as train
 
     chunk = types.SimpleNamespace(no_sync="ns", start_grad_sync="gs", start_param_sync="ps")
     cfg = types.SimpleNamespace(no_sync_func=None, grad_sync_func=None, param_sync_func=None)
@@ -275,7 +275,7 @@ def test_rule_and_worker_read_one_capabilities_table(tmp_path: Path,
     import dataclasses
 
     from trainc import capabilities
-    from trainc.launch.worker import check_runner
+    from trainc.launch.runtime import check_runner
     from trainc.schemas import Engine, Entrypoint
 
     plan = json.loads(ok(tmp_path, ds_spec())["plan.json"])
@@ -448,10 +448,11 @@ def test_worker_builds_bias_reduce_dtype_and_optimizer_from_the_plan(tmp_path: P
     from megatron.core.optimizer import OptimizerConfig
 
     from trainc.launch import model as mb
+    from trainc.launch.runtime import Settings
     from trainc.launch.shrink import full_dims
-    from trainc.launch.worker import Settings, parse_args
+    from trainc.launch.worker import parse_args
 
-    plan, files = compile_case("gpt3-175b", ("training.optimizer=sgd",))
+    _, files = compile_case("gpt3-175b", ("training.optimizer=sgd",))
     path = tmp_path / "plan.json"
     path.write_text(files["plan.json"])
     s = Settings(json.loads(files["plan.json"]), parse_args(["--plan", str(path)]), str(path))
@@ -498,7 +499,7 @@ def test_cross_check_compares_every_key(group: str, key: str, value: Any,
     """Bug: the worker's cross-check compared nine layout keys. Now every key of the four
     groups: one attribute of a built object changed (not announced) stops the worker."""
     pytest.importorskip("torch")
-    from trainc.launch import train
+    from trainc.launch.engines import megatron as train
 
     plan, _ = compile_case("llama3-8b-pp2-vpp2")
     built = _objects(plan)
@@ -513,7 +514,7 @@ def test_cross_check_compares_every_key(group: str, key: str, value: Any,
 def test_cross_check_stops_on_a_passed_value_that_is_not_announced() -> None:
     """... and a value passed differently from the plan without an override line, too."""
     pytest.importorskip("torch")
-    from trainc.launch import train
+    from trainc.launch.engines import megatron as train
 
     plan, _ = compile_case("llama3-8b-pp2-vpp2")
     built = _objects(plan)
@@ -525,13 +526,9 @@ def test_cross_check_stops_on_a_passed_value_that_is_not_announced() -> None:
     train.cross_check(_fake_settings(plan), built)
 
 
-@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception,
-                   reason="trainc.launch.train.cross_check reads "
-                   "getattr(obj, key, sent): an object without the attribute counts as agreeing, "
-                   "so a setting the library object does not keep is never compared")
 def test_cross_check_stops_on_a_missing_attribute() -> None:
     pytest.importorskip("torch")
-    from trainc.launch import train
+    from trainc.launch.engines import megatron as train
 
     plan, _ = compile_case("llama3-8b-pp2-vpp2")
     built = _objects(plan)
@@ -618,11 +615,8 @@ def test_deepspeed_lr_schedule_equals_megatron_cores(overrides: tuple[str, ...])
     assert _curve_mismatch(overrides) == []
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "ds_config.json's scheduler cannot express lr_warmup_iters=1 (DeepSpeed warms up over "
-    "max(2, warmup_num_steps) steps) nor linear decay without warm-up and min_lr > 0 "
-    "(WarmupDecayLR starts at warmup_min_lr = min_lr, not at the peak); trainc accepts both "
-    "for engine=deepspeed instead of a TRC323 error"))
+# ds_config.json's scheduler cannot express lr_warmup_iters=1 (DeepSpeed warms up over
+# max(2, warmup_num_steps) steps) nor linear decay to a min_lr > 0: TRC323 refuses both.
 @pytest.mark.parametrize("changes", [
     {"training.lr_warmup_iters": 1},
     {"training.lr_warmup_iters": 0, "training.lr_decay_style": "linear"},
@@ -672,11 +666,9 @@ print("INITIALIZED")
 
 @pytest.mark.parametrize("optimizer", [
     "adam",
-    pytest.param("sgd", marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-        "engine=deepspeed, optimizer=sgd, zero_stage >= 1 compiles, but deepspeed.initialize "
-        "refuses it: torch.optim.SGD is not in DeepSpeed 0.19.8's ZERO_SUPPORTED_OPTIMIZERS "
-        "(runtime/zero/utils.py) and ds_config.json has no zero_allow_untested_optimizer "
-        "('You are using an untested ZeRO Optimizer', engine.py _do_optimizer_sanity_check)"))),
+    # torch.optim.SGD is not in DeepSpeed 0.19.8's ZERO_SUPPORTED_OPTIMIZERS: ds_config.json
+    # says zero_allow_untested_optimizer (was: 'You are using an untested ZeRO Optimizer')
+    "sgd",
 ])
 def test_deepspeed_initializes_what_compile_accepts(tmp_path: Path, optimizer: str) -> None:
     """What compile accepts, the worker runs: deepspeed.initialize (one CPU process, gloo) on
@@ -686,8 +678,9 @@ def test_deepspeed_initializes_what_compile_accepts(tmp_path: Path, optimizer: s
     import subprocess
     import sys
 
-    from trainc.launch.ds_engine import load_config
-    from trainc.launch.worker import Settings, parse_args
+    from trainc.launch.engines.deepspeed import load_config
+    from trainc.launch.runtime import Settings
+    from trainc.launch.worker import parse_args
 
     files = ok(tmp_path, ds_spec(**{"training.optimizer": optimizer}))
     path = tmp_path / "plan.json"
@@ -702,11 +695,6 @@ def test_deepspeed_initializes_what_compile_accepts(tmp_path: Path, optimizer: s
         (run.stdout + run.stderr)[-2000:]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "lr_decay_style=constant with lr_warmup_iters >= lr_decay_iters compiles (TRC323 exempts "
-    "constant), but megatron-core 0.16.1 OptimizerParamScheduler.__init__ asserts "
-    "lr_warmup_steps < lr_decay_steps for every style, so the trainc worker (and Megatron-LM) "
-    "fails at start"))
 @pytest.mark.parametrize("changes", [
     {"training.train_iters": 10, "training.lr_warmup_iters": 10},
     {"training.lr_decay_iters": 5, "training.lr_warmup_iters": 8},

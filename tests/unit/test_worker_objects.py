@@ -29,9 +29,11 @@ pytest.importorskip("deepspeed")
 import torch  # noqa: E402
 
 from trainc.launch import model as mb  # noqa: E402
-from trainc.launch import train  # noqa: E402
+from trainc.launch import runtime as _runtime  # noqa: E402
+from trainc.launch.engines import megatron as train  # noqa: E402
+from trainc.launch.runtime import Settings  # noqa: E402
 from trainc.launch.shrink import full_dims  # noqa: E402
-from trainc.launch.worker import Settings, parse_args  # noqa: E402
+from trainc.launch.worker import parse_args  # noqa: E402
 
 #: What the worker changes on CPU, each announced (an ``override:`` line): Transformer Engine ->
 #: local layers with CPU initialisation, and fp16 -> bf16 (no fp16 CPU kernels).
@@ -68,7 +70,7 @@ def build_megatron(s: Settings) -> dict[str, tuple[Any, dict[str, Any], set[str]
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
     dims = full_dims(s.plan)
-    precision = train.resolve_precision(s)
+    precision = _runtime.resolve_precision(s)
     cpu = s.device == "cpu"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -142,7 +144,7 @@ def _init_parallel_kwargs(s: Settings) -> dict[str, Any]:
     ``initialize_model_parallel`` (captured; no process group is created)."""
     from megatron.core import parallel_state as ps
 
-    from trainc.launch.worker import init_parallel_state
+    from trainc.launch.runtime import init_parallel_state
 
     seen: dict[str, Any] = {}
 
@@ -200,7 +202,7 @@ def _cpu_changes(emitted: dict[str, Any], loaded: dict[str, Any]) -> dict[str, A
 def check_deepspeed(files: dict[str, str], tmp: Path, device: str | None = None) -> None:
     from deepspeed.runtime.config import DeepSpeedConfig
 
-    from trainc.launch.ds_engine import load_config
+    from trainc.launch.engines.deepspeed import load_config
 
     emitted = json.loads(files["ds_config.json"])
     s = settings_of(files, tmp, *(["--device", device] if device else []))

@@ -124,6 +124,8 @@ def normalize(spec: TrainSpec) -> TrainSpec:
         m.add_bias_linear = not (m.activation is Activation.swiglu
                                  or m.normalization is Normalization.rmsnorm
                                  or (m.num_experts is not None and p.etp > 1))
+    # Megatron-LM validate_args keeps them in sync: biases in every linear layer include QKV
+    m.add_qkv_bias = m.add_qkv_bias or bool(m.add_bias_linear)
     if m.moe_router_pre_softmax is None:
         m.moe_router_pre_softmax = m.num_experts is not None and m.moe_router_topk == 1
     if t.lr_decay_iters is None:

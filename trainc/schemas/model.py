@@ -55,7 +55,8 @@ class ModelSpec:
     """Llama 3.1-style RoPE frequency scaling factor (Megatron-LM --use-rope-scaling
     --rope-scaling-factor; GPTModel rope_scaling); null = no scaling. Llama 3.1: 8.0."""
     add_qkv_bias: bool = False
-    """Bias on the QKV projection only (Qwen-2 style; Megatron --add-qkv-bias)."""
+    """Bias on the QKV projection (Qwen-2 style; Megatron --add-qkv-bias). Normalized to true
+    whenever add_bias_linear is (Megatron-LM's validate_args keeps the two in sync)."""
     add_bias_linear: bool | None = None
     """Biases in every linear layer (Megatron add_bias_linear, whose own default is true).
     Default: false for Llama-style models (swiglu or rmsnorm) and for MoE with etp > 1

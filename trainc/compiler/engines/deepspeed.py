@@ -27,7 +27,7 @@ OPTIMIZER_BUFFER_COUNT = 4
 PARAM_BUFFER_COUNT = 5
 #: lr_decay_style -> DeepSpeed scheduler type. The styles missing here have no DeepSpeed
 #: scheduler (TRC323 rejects them for engine=deepspeed); ``linear`` maps to WarmupDecayLR, which
-#: warms up from and decays to the same ``warmup_min_lr`` (TRC323 checks that this is exact).
+#: warms up from and decays to the same ``warmup_min_lr`` (TRC323 requires min_lr 0).
 SCHEDULERS = {LrDecayStyle.constant: "WarmupLR", LrDecayStyle.cosine: "WarmupCosineLR",
               LrDecayStyle.linear: "WarmupDecayLR"}
 
@@ -86,7 +86,10 @@ def optimizer(spec: TrainSpec) -> dict[str, Any]:
 def scheduler(spec: TrainSpec) -> dict[str, Any]:
     """``scheduler`` for ``training.lr_decay_style`` (see :data:`SCHEDULERS`): a linear warm-up
     over ``lr_warmup_iters`` from 0, then the decay to ``min_lr`` by ``lr_decay_iters``.
-    DeepSpeed 0.19.8 requires a positive warm-up; no warm-up = start at the peak."""
+    DeepSpeed 0.19.8 requires a positive warm-up (``warmup_num_steps = max(2, n)`` inside) and
+    sets the rate of iteration -1 when it builds the scheduler, so its schedule runs one step
+    behind Megatron-Core's OptimizerParamScheduler (the first step at lr 0); see
+    docs/divergences.md."""
     t = spec.training
     assert t.lr_decay_iters is not None
     kind = SCHEDULERS[t.lr_decay_style]
@@ -103,8 +106,7 @@ def scheduler(spec: TrainSpec) -> dict[str, Any]:
     start = 0.0 if t.lr_warmup_iters > 0 else lr
     params: dict[str, Any] = {"warmup_min_lr": start, "warmup_max_lr": lr,
                               "warmup_num_steps": warmup, "warmup_type": "linear"}
-    if kind == "WarmupDecayLR":
-        params["warmup_min_lr"] = float(t.min_lr) if t.lr_warmup_iters == 0 else 0.0
+    if kind == "WarmupDecayLR":  # decays to warmup_min_lr: 0 (TRC323 requires min_lr 0)
         params["total_num_steps"] = t.lr_decay_iters
     return {"type": kind, "params": params}
 
@@ -129,6 +131,10 @@ def deepspeed_config(spec: TrainSpec, d: Derived) -> dict[str, Any]:
         "optimizer": optimizer(spec),
         "scheduler": scheduler(spec),
     }
+    if t.optimizer is Optimizer.sgd and spec.parallel.zero_stage >= 1:
+        # torch.optim.SGD is not on DeepSpeed's list of ZeRO-tested optimizers
+        # (runtime/zero/utils.py ZERO_SUPPORTED_OPTIMIZERS); initialize refuses it without this
+        cfg["zero_allow_untested_optimizer"] = True
     if t.precision is Precision.bf16:
         cfg["bf16"] = {"enabled": True}
     elif t.precision is Precision.fp16:

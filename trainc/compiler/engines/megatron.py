@@ -77,8 +77,7 @@ def megatron_core_kwargs(spec: TrainSpec, d: Derived) -> dict[str, dict[str, Any
         "normalization": NORMALIZATION[m.normalization],
         "layernorm_epsilon": float(m.norm_epsilon),
         "add_bias_linear": bool(m.add_bias_linear),
-        # Megatron-LM validate_args keeps them in sync: add_bias_linear implies a QKV bias
-        "add_qkv_bias": bool(m.add_qkv_bias or m.add_bias_linear),
+        "add_qkv_bias": m.add_qkv_bias,
         "init_method_std": float(m.init_method_std),
         "hidden_dropout": float(m.hidden_dropout),
         "attention_dropout": float(m.attention_dropout),

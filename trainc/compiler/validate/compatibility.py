@@ -180,17 +180,21 @@ def _schedule(spec: TrainSpec) -> Iterator[Diagnostic]:
                    "training.lr_decay_style", related=("engine",),
                    fix=f"set training.lr_decay_style to one of {ok}, or engine=megatron",
                    edits={"training.lr_decay_style": "cosine"}, style=style.value)
-    if (spec.engine is Engine.deepspeed and style is LrDecayStyle.linear
-            and t.lr_warmup_iters > 0 and t.min_lr > 0):
-        yield diag(R.LR_SCHEDULE_ENGINE, f"lr_decay_style linear with a warm-up "
-                   f"({t.lr_warmup_iters} steps) and min_lr ({t.min_lr:g}) > 0: DeepSpeed's "
-                   "WarmupDecayLR warms up from the value it decays to, so it cannot start at 0 "
-                   "and end at min_lr", "training.min_lr",
+    if spec.engine is Engine.deepspeed and style is LrDecayStyle.linear and t.min_lr > 0:
+        yield diag(R.LR_SCHEDULE_ENGINE, f"lr_decay_style linear with min_lr ({t.min_lr:g}) > 0: "
+                   "DeepSpeed's WarmupDecayLR warms up from the value it decays to, so it "
+                   "cannot both start at 0 (or at the peak) and end at min_lr", "training.min_lr",
                    related=("training.lr_decay_style", "training.lr_warmup_iters", "engine"),
                    fix="set training.min_lr=0, or lr_decay_style=cosine",
                    edits={"training.min_lr": 0.0}, min_lr=t.min_lr, warmup=t.lr_warmup_iters)
+    if spec.engine is Engine.deepspeed and t.lr_warmup_iters == 1:
+        yield diag(R.LR_SCHEDULE_ENGINE, "lr_warmup_iters (1): DeepSpeed 0.19.8's schedulers warm "
+                   "up over at least 2 steps (warmup_num_steps = max(2, n))",
+                   "training.lr_warmup_iters", related=("engine",),
+                   fix="set training.lr_warmup_iters to 0 or at least 2",
+                   edits={"training.lr_warmup_iters": 2}, warmup=1)
     decay = t.lr_decay_iters or t.train_iters
-    if style is not LrDecayStyle.constant and t.lr_warmup_iters >= decay:
+    if t.lr_warmup_iters >= decay:
         yield diag(R.LR_SCHEDULE_ENGINE, f"lr_warmup_iters ({t.lr_warmup_iters}) must be below "
                    f"lr_decay_iters ({decay}): Megatron-Core's OptimizerParamScheduler asserts "
                    "lr_warmup_steps < lr_decay_steps", "training.lr_warmup_iters",

@@ -258,7 +258,10 @@ def cross_check(s: Settings, built: dict[str, tuple[Any, dict[str, Any], set[str
     for group, (obj, passed, announced) in built.items():
         for key, want in core[group].items():
             sent = _plain(passed.get(key, want))
-            got = _plain(getattr(obj, key, sent))
+            if not hasattr(obj, key):  # a setting the object does not keep cannot be checked
+                bad[f"{group}.{key}"] = (want, sent, "<no such attribute>")
+                continue
+            got = _plain(getattr(obj, key))
             if (sent != want and key not in announced) or not _same(got, sent):
                 bad[f"{group}.{key}"] = (want, sent, got)
             checked += 1
