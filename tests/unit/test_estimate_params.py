@@ -6,6 +6,7 @@ import pytest
 
 from trainc.compiler.estimate.params import (
     attention_params, layer_params, mlp_params, stage_layer_indices, stage_params, total_params)
+from trainc.compiler.normalize import normalize
 from trainc.schemas import Normalization
 
 from test_estimate_memory import make_spec, run_ir  # noqa: E402
@@ -17,22 +18,23 @@ def test_llama2_7b_matches_deepspeed_count():
                      model__ffn_hidden_size=11008, model__vocab_size=32000,
                      model__seq_length=4096)
     plan = run_ir(spec)
-    assert total_params(spec, plan) == 6_738_415_616
+    assert total_params(plan.spec, plan) == 6_738_415_616
 
 
 def test_llama3_8b_and_mixtral_published_sizes():
-    spec = make_spec(parallel__tp=1, parallel__pp=1)
-    assert total_params(spec, run_ir(spec)) == 8_030_261_248  # Llama 3 8B: 8.03 B
+    plan = run_ir(make_spec(parallel__tp=1, parallel__pp=1))
+    assert total_params(plan.spec, plan) == 8_030_261_248  # Llama 3 8B: 8.03 B
     moe = make_spec(nodes=1, parallel__tp=1, parallel__pp=1, parallel__ep=8, model__num_experts=8,
                     model__moe_ffn_hidden_size=14336, model__vocab_size=32000,
                     model__seq_length=4096)
-    assert total_params(moe, run_ir(moe)) == 46_702_792_704  # Mixtral 8x7B: 46.7 B
+    plan = run_ir(moe)
+    assert total_params(plan.spec, plan) == 46_702_792_704  # Mixtral 8x7B: 46.7 B
 
 
 def test_component_formulas():
     assert attention_params(8192, 64, 8, 128) == 2 * 8192 * 128 * (64 + 8)
     assert mlp_params(4096, 16384, False) == 2 * 4096 * 16384
-    lp = layer_params(make_spec(model__normalization=Normalization.layernorm), False)
+    lp = layer_params(normalize(make_spec(model__normalization=Normalization.layernorm)), False)
     assert lp.replicated == 2 * 2 * 4096  # two LayerNorms with bias
 
 
@@ -40,12 +42,12 @@ def test_moe_layer_sharding_and_router():
     spec = make_spec(nodes=1, parallel__tp=2, parallel__pp=1, parallel__ep=4,
                      model__num_experts=8, model__moe_ffn_hidden_size=1024,
                      model__moe_shared_expert_intermediate_size=2048)
-    lp = layer_params(spec, True)
+    lp = layer_params(normalize(spec), True)
     assert lp.expert == 8 * 3 * 4096 * 1024
     assert lp.replicated == 2 * 4096 + 4096 * 8  # norms + router (replicated over tp)
     assert lp.tp_sharded == attention_params(4096, 32, 8, 128) + 3 * 4096 * 2048
     plan = run_ir(spec)
-    [sp] = stage_params(spec, plan)
+    [sp] = stage_params(plan.spec, plan)
     assert sp.expert == pytest.approx(32 * lp.expert / (2 * 4))  # etp 2 x ep 4
 
 

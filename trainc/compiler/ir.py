@@ -17,9 +17,19 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from trainc.schemas import TrainSpec
+
+T = TypeVar("T")
+
+
+def filled(value: T | None, key: str) -> T:
+    """A value normalization fills (``normalize`` guarantees it for a spec past validation);
+    AssertionError names ``key`` if a pass is handed an unnormalized spec (a bug, never a
+    silent fallback)."""
+    assert value is not None, f"{key} is not filled: the spec was not normalized"
+    return value
 
 
 def _json(obj: Any) -> Any:

@@ -32,6 +32,7 @@ from trainc.compiler.ir import (
     MemoryBytes,
     Plan,
     StageMemory,
+    filled,
 )
 from trainc.schemas import TrainSpec
 
@@ -71,7 +72,7 @@ def estimate(plan: Plan) -> Estimates:
     mem = memory_per_stage(spec, plan)
     worst = max(range(len(mem)), key=lambda r: (mem[r].total, -r))
     gpn = cl.gpus_per_node
-    domain = cl.nvlink_domain_size or gpn
+    domain = filled(cl.nvlink_domain_size, "cluster.nvlink_domain_size")
     rmap = rank_map_summary(d, gpn, domain)
     comms = stage_comm(spec, plan, sp)
     time_collectives(spec, comms, rmap["groups_cross_nvlink_domain"])
@@ -80,7 +81,7 @@ def estimate(plan: Plan) -> Estimates:
     st = step_time(spec, plan, comms, bubble, flops)
     by_axis = [c.bytes_by_axis() for c in comms]
     crit = comms[st.critical_stage]
-    budget = ((cl.gpu_memory_gib or 0.0) - cl.memory_reserve_gib) * 2**30
+    budget = (filled(cl.gpu_memory_gib, "cluster.gpu_memory_gib") - cl.memory_reserve_gib) * 2**30
     w = mem[worst]
     return Estimates(
         memory_bytes=MemoryBytes(params=w.params, grads=w.grads, optimizer=w.optimizer,

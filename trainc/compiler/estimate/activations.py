@@ -44,7 +44,7 @@ from trainc.compiler.estimate.params import (
     plan_stage_chunks,
     plan_stage_layers,
 )
-from trainc.compiler.ir import Plan
+from trainc.compiler.ir import Plan, filled
 from trainc.schemas import Activation, Precision, Recompute, RecomputeMethod, TrainSpec
 
 
@@ -118,13 +118,14 @@ def stage_activation_bytes(spec: TrainSpec, plan: Plan) -> list[float]:
     s, b, h = m.seq_length / c, tr.micro_batch_size, m.hidden_size
     a = m.num_attention_heads
     swiglu = m.activation is Activation.swiglu
-    g, kv = m.num_query_groups or a, m.kv_channels or h // a
-    f = m.ffn_hidden_size or 4 * h
+    g = filled(m.num_query_groups, "model.num_query_groups")
+    kv = filled(m.kv_channels, "model.kv_channels")
+    f = filled(m.ffn_hidden_size, "model.ffn_hidden_size")
     moe_delta = 0.0
     if m.num_experts:
         moe_delta = moe_mlp_extra_bytes(
             s=s, b=b, h=h, t=t, sp=sp, etp=d.etp, topk=m.moe_router_topk,
-            f_e=m.moe_ffn_hidden_size or f, f_s=m.moe_shared_expert_intermediate_size or 0,
+            f_e=filled(m.moe_ffn_hidden_size, "model.moe_ffn_hidden_size"), f_s=m.moe_shared_expert_intermediate_size or 0,
             num_experts=m.num_experts, swiglu=swiglu) - (6 if swiglu else 4) * s * b * f / t
 
     def layer(moe: bool, scores: bool) -> float:
@@ -143,7 +144,7 @@ def stage_activation_bytes(spec: TrainSpec, plan: Plan) -> list[float]:
         moe_flags = [is_moe_layer(spec, i) for i in idx]
         inflight = inflight_microbatches(p, r, M, v)
         if tr.recompute is Recompute.full:
-            n = max(tr.recompute_num_layers or 1, 1)
+            n = max(filled(tr.recompute_num_layers, "training.recompute_num_layers"), 1)
             ckpt = 2 * s * b * h / tsp
             if tr.recompute_method is RecomputeMethod.block:
                 mask = full_recompute_mask(chunks[r], "block", n)

@@ -37,7 +37,7 @@ from trainc.compiler.estimate.params import (
     plan_rerun_masks,
     plan_stage_layers,
 )
-from trainc.compiler.ir import Plan
+from trainc.compiler.ir import Plan, filled
 from trainc.schemas import CpCommType, Engine, Precision, TrainSpec
 
 AXES = ("tp", "cp", "ep", "pp", "dp")
@@ -142,8 +142,8 @@ def stage_comm(spec: TrainSpec, plan: Plan, stages: list[StageParams]) -> list[S
     sp = bool(d.sequence_parallel)
     eb = 4 if tr.precision is Precision.fp32 else 2
     s, b, h = m.seq_length / c, tr.micro_batch_size, m.hidden_size
-    a, g = m.num_attention_heads, m.num_query_groups or m.num_attention_heads
-    dh = m.kv_channels or h // a
+    a, g = m.num_attention_heads, filled(m.num_query_groups, "model.num_query_groups")
+    dh = filled(m.kv_channels, "model.kv_channels")
     act = b * s * h * eb  # the tensor TP collectives act on (per CP rank)
     out = []
     for r, (idx, rerun) in enumerate(zip(plan_stage_layers(plan), plan_rerun_masks(plan),
@@ -240,8 +240,8 @@ def time_collectives(spec: TrainSpec, comms: list[StageComm], crosses: dict[str,
     inter-node one when the axis' group leaves an NVLink domain (from the rank map)."""
     cl = spec.cluster
     eff = cl.comm_efficiency if cl.comm_efficiency and cl.comm_efficiency > 0 else 1.0
-    intra = cl.intra_node_bandwidth_gbps or 0.0
-    inter = cl.inter_node_bandwidth_gbps or 0.0
+    intra = filled(cl.intra_node_bandwidth_gbps, "cluster.intra_node_bandwidth_gbps")
+    inter = filled(cl.inter_node_bandwidth_gbps, "cluster.inter_node_bandwidth_gbps")
     for sc in comms:
         for col in sc.collectives.values():
             kind = _GROUP_OF_AXIS[col.axis]

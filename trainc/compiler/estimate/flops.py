@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainc.compiler.estimate.params import plan_rerun_masks
-from trainc.compiler.ir import Plan
+from trainc.compiler.ir import Plan, filled
 from trainc.schemas import Activation, Recompute, TrainSpec
 
 
@@ -63,11 +63,14 @@ def spec_flop_terms(spec: TrainSpec, plan: Plan) -> FlopTerms:
     m, d = spec.model, plan.derived
     moe = bool(m.num_experts)
     return flop_terms(
-        h=m.hidden_size, a=m.num_attention_heads, g=m.num_query_groups or m.num_attention_heads,
-        d=m.kv_channels or m.hidden_size // m.num_attention_heads,
-        f=m.ffn_hidden_size or 4 * m.hidden_size, V=d.padded_vocab_size, L=m.num_layers,
-        swiglu=m.activation is Activation.swiglu, num_moe_layers=d.num_moe_layers,
-        f_e=(m.moe_ffn_hidden_size or 0) if moe else 0, topk=m.moe_router_topk if moe else 0,
+        h=m.hidden_size, a=m.num_attention_heads,
+        g=filled(m.num_query_groups, "model.num_query_groups"),
+        d=filled(m.kv_channels, "model.kv_channels"),
+        f=filled(m.ffn_hidden_size, "model.ffn_hidden_size"), V=d.padded_vocab_size,
+        L=m.num_layers, swiglu=m.activation is Activation.swiglu,
+        num_moe_layers=d.num_moe_layers,
+        f_e=filled(m.moe_ffn_hidden_size, "model.moe_ffn_hidden_size") if moe else 0,
+        topk=m.moe_router_topk if moe else 0,
         f_s=(m.moe_shared_expert_intermediate_size or 0) if moe else 0)
 
 

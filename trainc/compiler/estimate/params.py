@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainc.compiler.derive import full_recompute_mask, stage_chunk_sizes, stage_layer_indices
-from trainc.compiler.ir import Plan
+from trainc.compiler.ir import Plan, filled
 from trainc.schemas import Activation, Normalization, PositionEmbedding, Recompute, TrainSpec
 
 
@@ -70,15 +70,17 @@ def layer_params(spec: TrainSpec, moe: bool) -> LayerParams:
     """One dense or MoE layer of ``spec``'s model (normalized spec: every default filled)."""
     m = spec.model
     h, a = m.hidden_size, m.num_attention_heads
-    g, d = m.num_query_groups or a, m.kv_channels or h // a
+    g = filled(m.num_query_groups, "model.num_query_groups")
+    d = filled(m.kv_channels, "model.kv_channels")
     swiglu = m.activation is Activation.swiglu
     ln = m.normalization is Normalization.layernorm
     attn = attention_params(h, a, g, d)
     norms = 2 * norm_params(h, ln)
     if not moe:
-        return LayerParams(attn + mlp_params(h, m.ffn_hidden_size or 4 * h, swiglu), norms, 0)
+        return LayerParams(attn + mlp_params(h, filled(m.ffn_hidden_size, "model.ffn_hidden_size"),
+                                             swiglu), norms, 0)
     e = m.num_experts or 0
-    fe = m.moe_ffn_hidden_size or m.ffn_hidden_size or 4 * h
+    fe = filled(m.moe_ffn_hidden_size, "model.moe_ffn_hidden_size") if e else 0
     shared = mlp_params(h, m.moe_shared_expert_intermediate_size or 0, swiglu)
     return LayerParams(attn + shared, norms + h * e, e * mlp_params(h, fe, swiglu))
 
@@ -156,7 +158,7 @@ def stage_params(spec: TrainSpec, plan: Plan) -> list[StageParams]:
             dense += V * h / tp  # word embedding (vocab-parallel)
             largest = max(largest, V * h / tp)
             if m.position_embedding is PositionEmbedding.learned:
-                dense += (m.max_position_embeddings or m.seq_length) * h
+                dense += filled(m.max_position_embeddings, "model.max_position_embeddings") * h
         if r == p - 1:
             dense += norm_params(h, ln)  # final norm
             if p > 1 or m.untie_embeddings_and_output_weights:
@@ -182,5 +184,5 @@ def total_params(spec: TrainSpec, plan: Plan) -> int:
         n += lp.tp_sharded + lp.replicated + lp.expert
     n += V * h * (2 if m.untie_embeddings_and_output_weights else 1) + norm_params(h, ln)
     if m.position_embedding is PositionEmbedding.learned:
-        n += (m.max_position_embeddings or m.seq_length) * h
+        n += filled(m.max_position_embeddings, "model.max_position_embeddings") * h
     return n

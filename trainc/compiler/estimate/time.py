@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from trainc.compiler.estimate.comm import StageComm
 from trainc.compiler.estimate.params import is_moe_layer, plan_rerun_masks, plan_stage_layers
-from trainc.compiler.ir import Plan
+from trainc.compiler.ir import Plan, filled
 from trainc.schemas import Activation, Recompute, TrainSpec
 
 
@@ -33,15 +33,17 @@ def layer_flops(spec: TrainSpec, moe: bool, tokens: float, s2: float) -> float:
     per-layer terms of ``transformer_flops``, megatron_rules.md §4.5)."""
     m = spec.model
     h, a = m.hidden_size, m.num_attention_heads
-    g, d = m.num_query_groups or a, m.kv_channels or h // a
+    g = filled(m.num_query_groups, "model.num_query_groups")
+    d = filled(m.kv_channels, "model.kv_channels")
     c_f = 3 if m.activation is Activation.swiglu else 2
     q = a * d
     attn = 6 * (h * (q + 2 * g * d) + q * h)
     if moe:
-        mlp = 6 * h * c_f * ((m.moe_ffn_hidden_size or 0) * m.moe_router_topk
+        mlp = 6 * h * c_f * (filled(m.moe_ffn_hidden_size, "model.moe_ffn_hidden_size")
+                             * m.moe_router_topk
                              + (m.moe_shared_expert_intermediate_size or 0))
     else:
-        mlp = 6 * h * c_f * (m.ffn_hidden_size or 4 * h)
+        mlp = 6 * h * c_f * filled(m.ffn_hidden_size, "model.ffn_hidden_size")
     return tokens * (attn + mlp) + s2 * 6 * q
 
 
@@ -69,7 +71,7 @@ def stage_compute_flops(spec: TrainSpec, plan: Plan) -> list[float]:
         per_layer = [layer_flops(spec, is_moe_layer(spec, i), tokens, s2) for i in idx]
         f = sum(per_layer)
         core = s2 * 6 * spec.model.num_attention_heads * (
-            spec.model.kv_channels or spec.model.hidden_size // spec.model.num_attention_heads)
+            filled(spec.model.kv_channels, "model.kv_channels"))
         if tr.recompute is Recompute.full:
             f += sum(fl for fl, re in zip(per_layer, reruns[r], strict=True) if re) / 3
         elif tr.recompute is Recompute.selective:
@@ -85,7 +87,7 @@ def step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: float
     """Predicted step time of the slowest stage (see the module docstring)."""
     d, cl = plan.derived, spec.cluster
     world, p = d.world_size, d.pp
-    peak = (cl.peak_tflops or 0.0) * 1e12
+    peak = filled(cl.peak_tflops, "cluster.peak_tflops") * 1e12
     eff = cl.compute_efficiency if cl.compute_efficiency and cl.compute_efficiency > 0 else 1.0
     overlap = min(max(cl.comm_overlap or 0.0, 0.0), 1.0)
     gpus_per_stage = max(world // max(p, 1), 1)
