@@ -639,6 +639,8 @@ CORE_ENGINE_ONLY: dict[tuple[str, str], str] = {}
 #: scaling, profiling.
 DS_ENGINE_ONLY: dict[str, str] = {
     "wall_clock_breakdown": "DeepSpeed's timer profiling, off",
+    "communication_data_type": "the gradient reduce dtype, compared with Megatron-Core's "
+                               "grad_reduce_in_fp32 by test_engine_agreement.py",
     "zero_allow_untested_optimizer": "lets ZeRO wrap torch.optim.SGD (not on DeepSpeed's tested "
                                      "list); no training setting",
     "zero_optimization.contiguous_gradients": "ZeRO memory layout (DeepSpeed default)",

@@ -627,11 +627,8 @@ def test_deepspeed_schedules_it_cannot_run_are_refused(tmp_path: Path,
     assert "TRC323" in {d.rule.id for d in errs}
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "engine=deepspeed with bf16: megatron_core.yaml (and plan.json engines.megatron_core) says "
-    "DistributedDataParallelConfig.grad_reduce_in_fp32: true, as Megatron does, but "
-    "ds_config.json sets no communication_data_type, so DeepSpeed 0.19.8 reduces the gradients "
-    "in bf16 (engine.py DeepSpeedEngine.communication_data_type: bf16 when bf16 is enabled)"))
+# was a bug: with bf16, megatron_core.yaml says grad_reduce_in_fp32 but ds_config.json set no
+# communication_data_type, so DeepSpeed reduced in bf16
 def test_deepspeed_reduces_gradients_in_the_dtype_megatron_core_yaml_states() -> None:
     _, files = compile_case("llama2-7b-deepspeed-zero3-offload")
     cfg = ds(files)

@@ -137,6 +137,9 @@ def deepspeed_config(spec: TrainSpec, d: Derived) -> dict[str, Any]:
         cfg["zero_allow_untested_optimizer"] = True
     if t.precision is Precision.bf16:
         cfg["bf16"] = {"enabled": True}
+        # reduce gradients in fp32 as Megatron-Core does for bf16 (grad_reduce_in_fp32); without
+        # it DeepSpeed communicates in the training dtype (DeepSpeedEngine.communication_data_type)
+        cfg["communication_data_type"] = "fp32"
     elif t.precision is Precision.fp16:
         cfg["fp16"] = {"enabled": True, "loss_scale": 0.0, "initial_scale_power": 16,
                        "loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1}
