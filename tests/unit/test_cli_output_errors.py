@@ -50,7 +50,7 @@ def test_stdout_on_a_full_device_is_exit_4(tmp_path: Path, args: list[str]) -> N
     assert lines and "No space left on device" in lines[-1], err
 
 
-@pytest.mark.parametrize("where", ["missing-folder", "under-a-file", "a-folder"])
+@pytest.mark.parametrize("where", ["missing-folder", "under-a-file"])
 def test_plan_apply_to_an_unwritable_path_is_exit_4(tmp_path: Path, where: str) -> None:
     (tmp_path / "file").write_text("x")
     (tmp_path / "dir").mkdir()
@@ -63,6 +63,42 @@ def test_plan_apply_to_an_unwritable_path_is_exit_4(tmp_path: Path, where: str) 
     assert rc == 4, err
     assert "Traceback" not in err
     assert f"trainc plan: cannot write {target}" in err
+
+
+_PLAN_SPEC = ("defaults:\n  - model: llama2-7b\n  - cluster: dgx-h100\n  - _self_\n"
+              "cluster:\n  num_nodes: 1\ntraining:\n  global_batch_size: 32\n")
+
+
+@pytest.mark.parametrize("where", ["a-folder", "a-notes-file", "another-spec", "a-symlink"])
+def test_plan_apply_never_replaces_what_is_not_the_spec(tmp_path: Path, where: str) -> None:
+    """--apply edits the spec itself or writes a new file; an existing other file (a user's
+    notes, another spec, an artifact) is replaced only with --force, a folder or link never."""
+    spec = tmp_path / "s.yaml"
+    spec.write_text(_PLAN_SPEC)
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "notes.txt").write_text("mine\n")
+    (tmp_path / "other.yaml").write_text("name: other\n")
+    (tmp_path / "link.yaml").symlink_to(tmp_path / "notes.txt")
+    target = {"a-folder": tmp_path / "dir", "a-notes-file": tmp_path / "notes.txt",
+              "another-spec": tmp_path / "other.yaml", "a-symlink": tmp_path / "link.yaml"}[where]
+    before = target.read_text() if target.is_file() else None
+    rc, err = _trainc(["plan", str(spec), "--top", "1", "--apply", str(target)])
+    assert rc == 2 and "Traceback" not in err, err
+    assert "--apply" in err
+    assert (target.read_text() if target.is_file() else None) == before
+    if where in ("a-notes-file", "another-spec"):
+        assert "--force" in err
+        rc, err = _trainc(["plan", str(spec), "--top", "1", "--apply", str(target), "--force"])
+        assert rc == 0, err
+        assert "num_nodes" in target.read_text()
+
+
+def test_plan_apply_edits_the_spec_in_place_without_force(tmp_path: Path) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text("# my comment\n" + _PLAN_SPEC)
+    rc, err = _trainc(["plan", str(spec), "--top", "1", "--apply", str(spec)])
+    assert rc == 0, err
+    assert spec.read_text().startswith("# my comment\n")
 
 
 def test_import_hf_output_under_a_file_is_exit_4(tmp_path: Path) -> None:

@@ -120,7 +120,11 @@ def _add_plan_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
     pl.add_argument("items", nargs="+", metavar="SPEC [KEY=VALUE ...]")
     pl.add_argument("--top", type=int, default=5, metavar="K")
     pl.add_argument("--format", choices=("text", "json"), default="text")
-    pl.add_argument("--apply", metavar="OUT.yaml", help="write the best layout as a spec")
+    pl.add_argument("--apply", metavar="OUT.yaml", help="write the best layout as a spec: the "
+                    "spec file itself is edited in place; another existing file is replaced only "
+                    "with --force")
+    pl.add_argument("--force", action="store_true",
+                    help="with --apply: replace OUT.yaml although it exists")
 
 
 def _add_submit_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]

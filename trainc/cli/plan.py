@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from trainc.cli._common import (
     EXIT_OK,
@@ -25,6 +26,10 @@ def _plan(args: argparse.Namespace) -> int:
     specs, overrides = _split(args.items)
     if len(specs) != 1:
         print("trainc plan: expected one spec file", file=sys.stderr)
+        return EXIT_SPEC
+    refused = _apply_refused(specs[0], args.apply, args.force) if args.apply else None
+    if refused:
+        print(f"trainc plan: {refused}", file=sys.stderr)
         return EXIT_SPEC
     res = plan_layouts(specs[0], overrides, top=max(1, args.top))
     if not res.ok or not res.planned:
@@ -50,7 +55,8 @@ def _plan(args: argparse.Namespace) -> int:
         from trainc.planner.apply import write_applied
 
         try:
-            applied = write_applied(specs[0], overrides, res.planned[0].spec, args.apply)
+            applied = write_applied(specs[0], overrides, res.planned[0].spec, args.apply,
+                                    res.planned[0].raw_spec)
         except OSError as e:
             raise OutputError(f"cannot write {args.apply}: {e.strerror or e}") from e
         if applied.note:
@@ -58,3 +64,23 @@ def _plan(args: argparse.Namespace) -> int:
         if args.format == "text":
             out(f"wrote {args.apply} ({len(applied.changed)} key(s) changed)")
     return EXIT_OK
+
+
+def _apply_refused(spec: str, target: str, force: bool) -> str | None:
+    """Why ``--apply target`` must not write (None: it may). The spec file itself is edited in
+    place; a new file is written; any other existing path (a notes file, another spec, an
+    artifact) is replaced only with ``--force``, and never when it is not a regular file."""
+    if spec == "-":
+        return ("--apply edits the spec file: with the spec on standard input there is no file "
+                "to edit; pass the spec's path")
+    path = Path(target)
+    if not path.exists() and not path.is_symlink():
+        return None
+    if path.is_symlink() or not path.is_file():
+        return f"--apply {target}: not a regular file; name a new file or the spec itself"
+    if path.resolve() == Path(spec).resolve():
+        return None
+    if force:
+        return None
+    return (f"--apply {target}: the file exists and is not the spec ({spec}); --apply replaces "
+            "only the spec itself or a new file without --force (add --force to replace it)")

@@ -221,6 +221,9 @@ LAUNCH_VALUE = _r(
     "TRC511", "launch-value-printable",
     "paths, Slurm names and container settings must not contain control characters "
     "(a newline would end an #SBATCH line); env values must not contain NUL")
+MOE_TOP1_PRE_SOFTMAX = _r(
+    "TRC328", "moe-top1-needs-pre-softmax",
+    "a top-1 softmax router needs moe_router_pre_softmax (a softmax over one score is constant)")
 DATA_SPLIT = _r(
     "TRC512", "data-split-format",
     "launch.data_split is three non-negative numbers, comma-separated, not all zero "
@@ -294,6 +297,8 @@ SOURCES: dict[str, str] = {
     "TRC509": "torchrun / Slurm rendezvous (DR §5.3; BC-057, BC-059)",
     "TRC510": "trainc: credentials in launch.env are not written to the artifacts",
     "TRC511": "generated shell scripts and #SBATCH lines (one value per line)",
+    "TRC328": "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__ "
+              "(0.16.1): 'Please use --moe-router-pre-softmax when topk is 1.'",
     "TRC512": "megatron/training/arguments.py --split; megatron/core/datasets utils "
               "parse_and_normalize_split (core_v0.19.0)",
 }

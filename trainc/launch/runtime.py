@@ -244,13 +244,16 @@ def mark_stopped(save_dir: str, rank: int) -> None:
 
 
 def checkpoint_or_stop(s: Settings, done: int, write: Callable[[int], str]) -> bool:
-    """After step ``done`` (both engines' loops): save at ``launch.save_interval`` and, when any
+    """After step ``done`` (both engines' loops): save at ``launch.save_interval``, after the last
+    step (as Megatron-LM's ``training.py`` saves when the last iteration is not a multiple of the
+    interval: a job of 1500 steps with an interval of 1000 keeps its last 500) and, when any
     rank got SIGUSR1, save, leave the stop marker and return True (the loop ends there).
     ``write(step)`` saves a checkpoint and returns where it went."""
     import torch.distributed as dist
 
     stop = agree_to_stop()
-    if ((s.save_interval and done % s.save_interval == 0) or stop) and not s.reference:
+    due = bool(s.save_interval and done % s.save_interval == 0) or done == s.train_iters
+    if (due or stop) and not s.reference:
         log(f"saved checkpoint step={done} to {write(done)}")
     if stop:
         log(f"SIGUSR1: stopping after step {done}")

@@ -37,6 +37,9 @@ class Planned:
     spec: TrainSpec
     estimates: dict[str, Any]
     reason: str = ""
+    raw_spec: TrainSpec | None = None
+    """The spec as the user wrote it with the layout applied, before normalization (what
+    ``--apply`` writes when it cannot edit the file in place: derived values stay null)."""
 
 
 @dataclass
@@ -90,7 +93,8 @@ def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
         if key in seen:
             continue
         seen.add(key)
-        out.planned.append(Planned(cand, cspec, est))
+        out.planned.append(Planned(cand, cspec, est,
+                                   raw_spec=candidate_spec(loaded.spec, cand)))
         if len(out.planned) >= max(top * 3, top):
             break
     if not out.planned:

@@ -182,7 +182,8 @@ def _indent(text: str) -> int:
 
 
 def applied_text(spec_path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...],
-                 planned_spec: Any, out_path: str | os.PathLike[str]) -> Applied:
+                 planned_spec: Any, out_path: str | os.PathLike[str],
+                 raw_spec: Any = None) -> Applied:
     """The text of OUT.yaml for the finalist whose validated spec is ``planned_spec``
     (see the module docstring). Raises OSError when the spec cannot be read or OUT's folder
     cannot hold the check's scratch file."""
@@ -209,7 +210,10 @@ def applied_text(spec_path: str | os.PathLike[str], overrides: list[str] | tuple
                 return Applied(text2, [f"{g}={o}" for g, o in groups] + changed)
     except (yaml.YAMLError, ValueError):
         pass  # not a plain block mapping (or a key nested deeper): the full spec below
-    full = yaml.safe_dump(spec_to_dict(planned_spec), sort_keys=False)
+    # the spec before normalization: values trainc derives (lr_decay_iters, etp, the overlap
+    # switches, ...) stay null, so a later override of what they derive from still moves them
+    full = yaml.safe_dump(spec_to_dict(raw_spec if raw_spec is not None else planned_spec),
+                          sort_keys=False)
     return Applied(f"# written by trainc plan from {spec_path}\n{full}", sorted(target),
                    note=f"{spec_path} could not be edited in place so that it resolves to the "
                    f"planned layout from {folder} (its defaults list names presets found only "
@@ -218,10 +222,11 @@ def applied_text(spec_path: str | os.PathLike[str], overrides: list[str] | tuple
 
 
 def write_applied(spec_path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...],
-                  planned_spec: Any, out_path: str | os.PathLike[str]) -> Applied:
+                  planned_spec: Any, out_path: str | os.PathLike[str],
+                  raw_spec: Any = None) -> Applied:
     """:func:`applied_text`, written to ``out_path`` atomically (a scratch file in its folder,
     renamed over it). Raises OSError when that fails."""
-    applied = applied_text(spec_path, overrides, planned_spec, out_path)
+    applied = applied_text(spec_path, overrides, planned_spec, out_path, raw_spec)
     out = Path(out_path)
     fd, tmp = tempfile.mkstemp(prefix=".trainc-apply-", suffix=".yaml", dir=out.resolve().parent)
     try:

@@ -21,6 +21,7 @@ from trainc.schemas import (
     Engine,
     LrDecayStyle,
     MoeLoadBalancing,
+    MoeScoreFunction,
     Offload,
     Precision,
     Recompute,
@@ -246,6 +247,14 @@ def _moe(spec: TrainSpec) -> Iterator[Diagnostic]:
                        "model.moe_expert_capacity_factor=null (dropless)",
                    edits={"model.moe_router_load_balancing_type": "aux_loss"},
                    balancing=lb.value)
+    if (m.moe_router_topk == 1 and m.moe_router_score_function is MoeScoreFunction.softmax
+            and m.moe_router_pre_softmax is False and lb is not MoeLoadBalancing.sinkhorn):
+        yield diag(R.MOE_TOP1_PRE_SOFTMAX, "moe_router_topk 1 with a softmax router and "
+                   "moe_router_pre_softmax false: the softmax of one score is always 1, so the "
+                   "router gets no gradient (Megatron-Core refuses it when it builds the config)",
+                   "model.moe_router_pre_softmax", related=("model.moe_router_topk",),
+                   fix="remove model.moe_router_pre_softmax (trainc sets it for top-1), or set it "
+                       "true", edits={"model.moe_router_pre_softmax": True}, topk=1)
     shared = m.moe_shared_expert_intermediate_size
     if shared is not None and shared % p.tp:
         lower, upper = shared // p.tp * p.tp, -(-shared // p.tp) * p.tp
