@@ -599,8 +599,8 @@ def test_constant_lr_without_warmup_is_the_same_on_both_engines() -> None:
     "max(2, n), so (a) every warm-up lags one step (step 1 at lr 0, the peak at step W+1), "
     "(b) cosine without warm-up runs its first step at lr 0 (get_lr before start) and decays over "
     "total-2 steps, (c) linear without warm-up starts at min_lr for two steps instead of the peak "
-    "(WarmupDecayLR warms up from warmup_min_lr), (d) lr_warmup_iters=1 warms up over 2 steps; "
-    "trainc/compiler/engines/deepspeed.py::scheduler claims 'no warm-up = start at the peak'"))
+    "(WarmupDecayLR warms up from warmup_min_lr), (d) lr_warmup_iters=1 warms up over 2 steps "
+    "(c and d are refused by TRC323; docs/divergences.md)"))
 @pytest.mark.parametrize("overrides", [
     (),                                                                      # cosine, warm-up 50
     ("training.lr_warmup_iters=0",),                                         # cosine, none

@@ -183,3 +183,22 @@ def test_worker_args_are_appended_to_the_environment():
     env = local.launch_env("OUT", None, {"TORCHRUN": "t", "TRAINC_WORKER_ARGS": "--a 1"},
                            ["--", "--train-iters", "3", "--load", "my dir"])
     assert env["TRAINC_WORKER_ARGS"] == "--a 1 --train-iters 3 --load 'my dir'"
+
+
+@pytest.mark.parametrize(("worker_args", "rest", "rank", "addr"), [
+    (["--node-rank", "1", "--master-addr", "h0"], [], 1, "h0"),
+    (["--node-rank=2", "--", "--node-rank", "5"], ["--", "--node-rank", "5"], 2, None),
+    (["--", "--train-iters", "3"], ["--", "--train-iters", "3"], None, None),
+    (["--train-iters", "3", "--master-addr=h1"], ["--train-iters", "3"], None, "h1"),
+])
+def test_run_options_after_outdir_are_trainc_runs_own(worker_args, rest, rank, addr) -> None:
+    """`trainc run OUT --node-rank 1` means trainc run's option, not a worker flag (argparse's
+    REMAINDER gave it to the worker, which refused it after torchrun had started); after `--`
+    everything is the worker's."""
+    import argparse
+
+    from trainc.cli.run import own_options
+
+    args = argparse.Namespace(worker_args=worker_args, node_rank=None, master_addr=None)
+    assert own_options(args) == rest
+    assert (args.node_rank, args.master_addr) == (rank, addr)

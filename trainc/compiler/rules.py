@@ -224,6 +224,11 @@ LAUNCH_VALUE = _r(
 MOE_TOP1_PRE_SOFTMAX = _r(
     "TRC328", "moe-top1-needs-pre-softmax",
     "a top-1 softmax router needs moe_router_pre_softmax (a softmax over one score is constant)")
+SETTING_WITHOUT_EFFECT = _r(
+    "TRC329", "setting-without-effect",
+    "a key set to a non-default value that the rest of the spec makes inert (Adam betas with "
+    "sgd, WSD keys with another schedule, RoPE keys with learned positions, router keys on a "
+    "dense model, a data split without data)", "warning")
 DATA_SPLIT = _r(
     "TRC512", "data-split-format",
     "launch.data_split is three non-negative numbers, comma-separated, not all zero "
@@ -299,6 +304,7 @@ SOURCES: dict[str, str] = {
     "TRC511": "generated shell scripts and #SBATCH lines (one value per line)",
     "TRC328": "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__ "
               "(0.16.1): 'Please use --moe-router-pre-softmax when topk is 1.'",
+    "TRC329": "trainc: what each engine reads (docs/engines.md)",
     "TRC512": "megatron/training/arguments.py --split; megatron/core/datasets utils "
               "parse_and_normalize_split (core_v0.19.0)",
 }

@@ -66,10 +66,10 @@ def type_schema(tp: Any, *, free_map: bool = False) -> dict[str, Any]:
     elif base is float:
         types_ = ["number"]
     elif base is str:
-        types_ = ["string", "number"]
+        types_ = ["string"]  # an unquoted number there is TRC007: quote it
     elif typing.get_origin(base) is list:
         out: dict[str, Any] = {"type": ["array", "null"] if optional else "array",
-                               "items": {"type": _SCALAR}}
+                               "items": {"type": "string"}}
         return out
     elif typing.get_origin(base) is dict or free_map:
         return {"type": ["object", "null"] if optional else "object",

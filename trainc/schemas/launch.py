@@ -16,7 +16,8 @@ class LaunchSpec:
     account: str | None = None
     """Slurm account (#SBATCH --account); null = user default."""
     time_limit: str = "04:00:00"
-    """Slurm wall-clock limit, [D-]HH:MM:SS (or minutes). TRC502."""
+    """Slurm wall-clock limit, [D-]HH:MM:SS or minutes, quoted in YAML ("04:00:00", "240"). TRC502,
+    TRC007."""
     container_image: str | None = None
     """Container image for pyxis/enroot (srun --container-image); null = no container."""
     container_mounts: list[str] | None = None

@@ -11,6 +11,7 @@ deepspeed_rules.md §2, §8.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from trainc.capabilities import capability, unsupported_axes
 from trainc.compiler import rules as R
@@ -19,12 +20,17 @@ from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.schemas import (
     Device,
     Engine,
+    LaunchSpec,
     LrDecayStyle,
+    ModelSpec,
     MoeLoadBalancing,
     MoeScoreFunction,
     Offload,
+    Optimizer,
+    PositionEmbedding,
     Precision,
     Recompute,
+    TrainingSpec,
     TrainSpec,
 )
 
@@ -66,6 +72,9 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     yield from _runner(spec, d)
     yield from _schedule(spec)
     yield from _moe(spec)
+    for key, why in _inert(spec):
+        yield diag(R.SETTING_WITHOUT_EFFECT, f"{key} is set but has no effect: {why}", key,
+                   fix=f"remove {key}, or change what makes it inert", setting=key, why=why)
     yield from _recompute(spec, d)
     if t.min_lr > t.lr:
         yield diag(R.LR_RANGE, f"min_lr ({t.min_lr:g}) exceeds lr ({t.lr:g})", "training.min_lr",
@@ -229,6 +238,35 @@ def _schedule(spec: TrainSpec) -> Iterator[Diagnostic]:
                    related=("training.overlap_grad_reduce", "parallel.zero_stage"),
                    fix="set training.overlap_param_gather=false",
                    edits={"training.overlap_param_gather": False}, missing=missing)
+
+
+def _inert(spec: TrainSpec) -> Iterator[tuple[str, str]]:
+    """(key, why it has no effect) for keys set away from their default that nothing reads."""
+    m, t, lc = spec.model, spec.training, spec.launch
+    dm, dt, dl = ModelSpec.__dataclass_fields__, TrainingSpec.__dataclass_fields__, \
+        LaunchSpec.__dataclass_fields__
+
+    def moved(obj: object, fields: dict[str, Any], key: str) -> bool:
+        return bool(getattr(obj, key) != fields[key].default)
+
+    if t.optimizer is Optimizer.sgd:
+        yield from ((f"training.{k}", "optimizer is sgd") for k in
+                    ("adam_beta1", "adam_beta2", "adam_eps") if moved(t, dt, k))
+    elif moved(t, dt, "sgd_momentum"):
+        yield "training.sgd_momentum", f"optimizer is {t.optimizer.value}"
+    if t.lr_decay_style is not LrDecayStyle.WSD:
+        yield from ((f"training.{k}", f"lr_decay_style is {t.lr_decay_style.value}") for k in
+                    ("lr_wsd_decay_iters", "lr_wsd_decay_style") if moved(t, dt, k))
+    if m.position_embedding is not PositionEmbedding.rope:
+        yield from ((f"model.{k}", "position_embedding is learned") for k in
+                    ("rope_scaling_factor", "rotary_percent") if moved(m, dm, k))
+    if m.num_experts is None:
+        yield from ((f"model.{k}", "the model has no experts (num_experts is null)") for k in
+                    ("moe_router_load_balancing_type", "moe_aux_loss_coeff", "moe_z_loss_coeff",
+                     "moe_router_score_function", "moe_router_topk_scaling_factor",
+                     "moe_expert_capacity_factor") if moved(m, dm, k))
+    if lc.data_path is None and moved(lc, dl, "data_split"):
+        yield "launch.data_split", "launch.data_path is not set (mock data)"
 
 
 def _moe(spec: TrainSpec) -> Iterator[Diagnostic]:
