@@ -145,31 +145,51 @@ def _store_code(out: Path) -> str:
 @pytest.mark.parametrize("external", [False, True])
 def test_the_store_host_leaving_first_breaks_the_others_shutdown(tmp_path, external):
     """The mechanism, with torch's own c10d rendezvous handler (two agents of two nodes): agent 0
-    leaves at once, agent 1 shuts down 1.5 s later. Hosted by agent 0, the store is gone by then
+    leaves first, agent 1 shuts down 2.5 s after it. Hosted by agent 0, the store is gone by then
     (agent 1's shutdown fails: the log noise); hosted by sbatch.sh's store program, both
     shut down cleanly."""
-    port = free_port()
-    store = None
-    if external:
-        store = subprocess.Popen([sys.executable, "-c", _store_code(_compile(tmp_path)),
-                                  "127.0.0.1", str(port)], stdout=subprocess.PIPE, text=True)
-        assert store.stdout is not None and store.stdout.readline().strip() == "ready"
-    host = "0" if external else "1"
-    first = subprocess.Popen([sys.executable, "-c", AGENT, str(port), host, "0"],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    second = subprocess.run([sys.executable, "-c", AGENT, str(port), "0", "1.5"],
-                            capture_output=True, text=True, timeout=120, check=False)
-    out_first = first.communicate(timeout=120)[0]
-    if store is not None:
-        store.terminate()
-        assert store.wait(timeout=30) == 0
+    # The scenario is retried when agent 1 never reached its shutdown (a rendezvous race of
+    # two processes started together on a loaded machine, not the behaviour under test).
+    code = _store_code(_compile(tmp_path)) if external else None
+    for _attempt in range(4):
+        outcome = _store_scenario(code)
+        if outcome is not None:
+            break
+    assert outcome is not None, "agent 1 never completed the rendezvous in 4 attempts"
+    out_first, log = outcome
     assert "SHUTDOWN True" in out_first
-    log = second.stdout + second.stderr
     if external:
         assert "SHUTDOWN True" in log and not [w for w in NOISE if w in log], log
     else:
         assert "SHUTDOWN False" in log and "failed to shutdown the rendezvous" in log
         assert "TCPStore.cpp" in log
+
+
+def _store_scenario(store_code: str | None) -> tuple[str, str] | None:
+    """(agent 0's output, agent 1's log), or None when agent 1 did not get to its shutdown;
+    ``store_code``: sbatch.sh's store program (None: agent 0 hosts the store)."""
+    port = free_port()
+    store = None
+    external = store_code is not None
+    if store_code is not None:
+        store = subprocess.Popen([sys.executable, "-c", store_code,
+                                  "127.0.0.1", str(port)], stdout=subprocess.PIPE, text=True)
+        assert store.stdout is not None and store.stdout.readline().strip() == "ready"
+    host = "0" if external else "1"
+    # agent 0 leaves 0.5 s after the rendezvous (at once, it could close the rendezvous while
+    # agent 1 is still reading the completed state: RendezvousClosedError, a race of the test)
+    first = subprocess.Popen([sys.executable, "-c", AGENT, str(port), host, "0.5"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    second = subprocess.run([sys.executable, "-c", AGENT, str(port), "0", "3"],
+                            capture_output=True, text=True, timeout=120, check=False)
+    out_first = first.communicate(timeout=120)[0]
+    if store is not None:
+        store.terminate()
+        assert store.wait(timeout=30) == 0
+    log = second.stdout + second.stderr
+    if "SHUTDOWN" not in log or "SHUTDOWN" not in out_first:
+        return None
+    return out_first, log
 
 
 @pytest.mark.slow
