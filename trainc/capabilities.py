@@ -37,6 +37,12 @@ CAPABILITIES: dict[tuple[Engine, Entrypoint], Capability] = {
         frozenset({LrDecayStyle.constant, LrDecayStyle.cosine, LrDecayStyle.linear}),
         "it runs deepspeed.initialize on one Megatron-Core model chunk (no PipelineEngine, no "
         "context or expert parallel groups)"),
+    (Engine.fsdp, Entrypoint.trainc): Capability(
+        "the trainc worker on FSDP2", frozenset({"tp", "dp"}), frozenset(Device),
+        frozenset({LrDecayStyle.constant, LrDecayStyle.cosine, LrDecayStyle.linear}),
+        "it applies fully_shard and DTensor tensor parallelism to one model; pipeline schedules "
+        "(torch.distributed.pipelining), context parallelism and experts run in torchtitan only "
+        "(torchtitan_args.txt)"),
     (Engine.megatron, Entrypoint.megatron_lm): Capability(
         "Megatron-LM pretrain_gpt.py", ALL_AXES, frozenset({Device.cuda}), ALL_STYLES, ""),
 }

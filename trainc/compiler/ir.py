@@ -105,6 +105,9 @@ class Engines:
     (megatron_args.txt); None when nothing runs Megatron-LM's CLI."""
     deepspeed: Mapping[str, Any] | None
     """DeepSpeed config (ds_config.json); None unless engine=deepspeed."""
+    fsdp: Mapping[str, Any] | None = None
+    """FSDP2 settings (mesh, fully_shard, policies; torchtitan_args.txt); None unless
+    engine=fsdp."""
 
     def to_json(self) -> dict[str, Any]:
         """The ``engines`` object of plan.json."""

@@ -229,6 +229,26 @@ SETTING_WITHOUT_EFFECT = _r(
     "a key set to a non-default value that the rest of the spec makes inert (Adam betas with "
     "sgd, WSD keys with another schedule, RoPE keys with learned positions, router keys on a "
     "dense model, a data split without data)", "warning")
+FSDP_MESH = _r(
+    "TRC340", "fsdp-mesh-matches-world",
+    "engine=fsdp: dp_replicate x dp_shard must equal dp, so that the DeviceMesh (pp, dp_replicate, "
+    "dp_shard, cp, tp) covers the world (init_device_mesh refuses another product)")
+FSDP_HSDP_NODE = _r(
+    "TRC341", "fsdp-hsdp-shard-group-in-node",
+    "engine=fsdp with HSDP: the shard group (dp_shard x cp x tp consecutive ranks) should fit in "
+    "one node, so that the per-layer all-gathers and reduce-scatters stay on NVLink", "warning")
+FSDP_PRECISION = _r(
+    "TRC342", "fsdp-precision",
+    "engine=fsdp trains in bf16 or fp32 (MixedPrecisionPolicy); fp16 needs a sharded gradient "
+    "scaler that neither the trainc worker nor torchtitan sets up")
+FSDP_SCHEDULE = _r(
+    "TRC343", "fsdp-pipeline-schedule",
+    "engine=fsdp with pp > 1: the pipelining schedule must match the stages per rank (1F1B: vpp 1, "
+    "Interleaved1F1B: vpp > 1, ZBVZeroBubble: vpp 2)")
+FSDP_UNSUPPORTED = _r(
+    "TRC344", "fsdp-unsupported-setting",
+    "engine=fsdp does not read a setting of another engine or one its runner cannot honour (ZeRO "
+    "stage and DeepSpeed offload keys: FSDP2 shards by fsdp.* keys; experts; compile on CPU)")
 DATA_SPLIT = _r(
     "TRC512", "data-split-format",
     "launch.data_split is three non-negative numbers, comma-separated, not all zero "
@@ -305,6 +325,15 @@ SOURCES: dict[str, str] = {
     "TRC328": "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__ "
               "(0.16.1): 'Please use --moe-router-pre-softmax when topk is 1.'",
     "TRC329": "trainc: what each engine reads (docs/engines.md)",
+    "TRC340": "torch 2.13 torch/distributed/device_mesh.py init_device_mesh (mesh size must equal "
+              "the world); torchtitan 0.3.0 distributed/parallel_dims.py ParallelDims._validate",
+    "TRC341": "torch 2.13 fully_shard on a 2-D mesh (HSDP: all-gather / reduce-scatter over the "
+              "shard dim per layer, all-reduce over the replicate dim); arXiv:2304.11277 §3.2",
+    "TRC342": "torch 2.13 torch/distributed/fsdp/_fully_shard/_fsdp_api.py MixedPrecisionPolicy; "
+              "torchtitan 0.3.0 config/configs.py TrainingConfig.mixed_precision_param",
+    "TRC343": "torch 2.13 torch/distributed/pipelining/schedules.py (PipelineScheduleSingle vs "
+              "PipelineScheduleMulti; ScheduleZBVZeroBubble needs 2 stages per rank)",
+    "TRC344": "trainc: what engine=fsdp reads (docs/engines.md)",
     "TRC512": "megatron/training/arguments.py --split; megatron/core/datasets utils "
               "parse_and_normalize_split (core_v0.19.0)",
 }

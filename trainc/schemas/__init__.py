@@ -10,6 +10,7 @@ from trainc.schemas.enums import (
     Device,
     Engine,
     Entrypoint,
+    FsdpDtype,
     Gpu,
     LrDecayStyle,
     MoeDispatcher,
@@ -18,12 +19,14 @@ from trainc.schemas.enums import (
     Normalization,
     Offload,
     Optimizer,
+    PipelineSchedule,
     PositionEmbedding,
     Precision,
     Recompute,
     RecomputeMethod,
     WsdDecayStyle,
 )
+from trainc.schemas.fsdp import FsdpSpec
 from trainc.schemas.launch import LaunchSpec
 from trainc.schemas.model import ModelSpec
 from trainc.schemas.parallel import ParallelSpec
@@ -37,6 +40,8 @@ __all__ = [
     "Device",
     "Engine",
     "Entrypoint",
+    "FsdpDtype",
+    "FsdpSpec",
     "Gpu",
     "LaunchSpec",
     "LrDecayStyle",
@@ -48,6 +53,7 @@ __all__ = [
     "Offload",
     "Optimizer",
     "ParallelSpec",
+    "PipelineSchedule",
     "PositionEmbedding",
     "Precision",
     "Recompute",

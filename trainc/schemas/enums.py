@@ -8,6 +8,7 @@ class Engine(Enum):
 
     megatron = "megatron"
     deepspeed = "deepspeed"
+    fsdp = "fsdp"
 
 
 class Activation(Enum):
@@ -151,3 +152,20 @@ class MoeScoreFunction(Enum):
 
     softmax = "softmax"
     sigmoid = "sigmoid"
+
+
+class FsdpDtype(Enum):
+    """Dtype of FSDP2's ``MixedPrecisionPolicy`` (param_dtype / reduce_dtype)."""
+
+    bf16 = "bf16"
+    fp32 = "fp32"
+
+
+class PipelineSchedule(Enum):
+    """``torch.distributed.pipelining`` schedule (engine=fsdp, pp > 1): class names of torch
+    2.13's ``schedules.py`` (``Schedule1F1B``, ``ScheduleInterleaved1F1B``,
+    ``ScheduleZBVZeroBubble``), spelled as torchtitan's ``pipeline_parallel_schedule``."""
+
+    one_f1b = "1F1B"
+    interleaved_1f1b = "Interleaved1F1B"
+    zbv_zero_bubble = "ZBVZeroBubble"

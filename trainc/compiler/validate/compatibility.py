@@ -17,6 +17,7 @@ from trainc.capabilities import capability, unsupported_axes
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived, stage_chunk_sizes
 from trainc.compiler.diagnostics import Diagnostic, diag
+from trainc.compiler.validate.fsdp import fsdp_rules, inert_fsdp
 from trainc.schemas import (
     Device,
     Engine,
@@ -91,6 +92,9 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
 def _engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     p, t = spec.parallel, spec.training
     offload = t.offload_optimizer is not Offload.none or t.offload_param is not Offload.none
+    if spec.engine is Engine.fsdp:
+        yield from fsdp_rules(spec, d)
+        return
     if spec.engine is Engine.megatron:
         if p.zero_stage > 1:
             yield diag(R.MEGATRON_ZERO,
@@ -224,9 +228,11 @@ def _schedule(spec: TrainSpec) -> Iterator[Diagnostic]:
     if spec.engine is not Engine.megatron:
         for key in ("overlap_grad_reduce", "overlap_param_gather"):
             if getattr(t, key):
+                own = ("FSDP2's prefetch of the next block's all-gather"
+                       if spec.engine is Engine.fsdp else "zero_optimization.overlap_comm")
                 yield diag(R.DDP_OVERLAP, f"training.{key} is a Megatron-Core DDP setting; "
-                           f"engine={spec.engine.value} overlaps with its own "
-                           "zero_optimization.overlap_comm", f"training.{key}",
+                           f"engine={spec.engine.value} overlaps with its own {own}",
+                           f"training.{key}",
                            related=("engine",), fix=f"remove training.{key}",
                            edits={f"training.{key}": None}, engine=spec.engine.value)
         return
@@ -267,6 +273,7 @@ def _inert(spec: TrainSpec) -> Iterator[tuple[str, str]]:
                      "moe_expert_capacity_factor") if moved(m, dm, k))
     if lc.data_path is None and moved(lc, dl, "data_split"):
         yield "launch.data_split", "launch.data_path is not set (mock data)"
+    yield from inert_fsdp(spec)
 
 
 def _moe(spec: TrainSpec) -> Iterator[Diagnostic]:
