@@ -1,6 +1,6 @@
-"""engine=fsdp: PyTorch FSDP2 (fully_shard on a CPU DeviceMesh, gloo) with DTensor tensor parallelism,
-HSDP, mixed precision, CPU offload and activation checkpointing, launched with the generated
-torchrun.sh.
+"""engine=fsdp: PyTorch FSDP2 (fully_shard on a CPU DeviceMesh, gloo) with DTensor tensor
+parallelism, HSDP, mixed precision, CPU offload and activation checkpointing, launched with the
+generated torchrun.sh.
 
 Each case checks (a) equality with a one-process FSDP2 reference of the same model and data, (b) the
 loss falls, (c) the DCP checkpoint of step 6 replays steps 7-12 to the same losses bit for bit,

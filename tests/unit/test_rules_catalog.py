@@ -18,6 +18,7 @@ from trainc.compiler.load import load_spec
 MOE = {"model.num_experts": 8, "model.moe_router_topk": 2}
 DS = {"engine": "deepspeed"}
 BIG = {"model.num_layers": 32, "model.hidden_size": 8192}
+FSDP = {"engine": "fsdp", "parallel.pp": 1}  # tp2 x dp4 on 8 GPUs
 
 # rule id -> (changes that trigger it, changes that do not, expected key)
 SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
@@ -154,6 +155,19 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "TRC329": ({"training.optimizer": "sgd", "training.adam_beta2": 0.95},
                {"training.optimizer": "adam", "training.adam_beta2": 0.95},
                "training.adam_beta2"),
+    "TRC340": ({**FSDP, "fsdp.dp_replicate": 2, "fsdp.dp_shard": 4},
+               {**FSDP, "fsdp.dp_replicate": 2, "fsdp.dp_shard": 2}, "fsdp.dp_shard"),
+    "TRC341": ({**FSDP, "cluster.num_nodes": 4, "cluster.gpus_per_node": 2,
+                "fsdp.dp_replicate": 2},
+               {**FSDP, "cluster.num_nodes": 4, "cluster.gpus_per_node": 2,
+                "fsdp.dp_replicate": 4}, "fsdp.dp_shard"),
+    "TRC342": ({**FSDP, "training.precision": "fp16"}, {**FSDP, "training.precision": "bf16"},
+               "training.precision"),
+    "TRC343": ({"engine": "fsdp", "parallel.vpp": 2, "fsdp.pp_schedule": "1F1B"},
+               {"engine": "fsdp", "parallel.vpp": 2, "fsdp.pp_schedule": "ZBVZeroBubble"},
+               "fsdp.pp_schedule"),
+    "TRC344": ({**FSDP, "parallel.zero_stage": 3}, {**FSDP, "parallel.zero_stage": 1},
+               "parallel.zero_stage"),
     "TRC512": ({"launch.data_split": "969,30"}, {"launch.data_split": "98,1,1"},
                "launch.data_split"),
     "TRC003": ({"cluster.gpu": "custom", "cluster.gpu_memory_gib": None},

@@ -196,7 +196,8 @@ class GPT(nn.Module):
         if self.pos_embeddings is not None:
             h = h + self.pos_embeddings(torch.arange(tokens.shape[1])[None, :])
         h = self.embed_dropout(h)
-        angles = self.angles[:tokens.shape[1]] if self.opts["rope"] else None
+        rope: torch.Tensor = self.angles  # type: ignore[assignment]
+        angles = rope[:tokens.shape[1]] if self.opts["rope"] else None
         for block in self.layers.values():
             h = block(h, angles)
         return self.output(self.norm(h)).float()

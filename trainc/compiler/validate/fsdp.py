@@ -14,7 +14,15 @@ from collections.abc import Iterator
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, diag
-from trainc.schemas import Device, FsdpDtype, FsdpSpec, Offload, PipelineSchedule, Precision, TrainSpec
+from trainc.schemas import (
+    Device,
+    FsdpDtype,
+    FsdpSpec,
+    Offload,
+    PipelineSchedule,
+    Precision,
+    TrainSpec,
+)
 
 
 def _divisors(n: int) -> list[int]:

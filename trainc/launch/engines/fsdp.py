@@ -261,10 +261,9 @@ def run(s: Settings) -> None:
             except FileNotFoundError:
                 return None
         msd, osd = get_state_dict(model, opt)
-        state = {"model": msd, "optim": osd}
-        dcp.load(state, checkpoint_id=os.path.join(directory, f"iter_{step:07d}"))
-        set_state_dict(model, opt, model_state_dict=state["model"],
-                       optim_state_dict=state["optim"])
+        dcp.load({"model": msd, "optim": osd},
+                 checkpoint_id=os.path.join(directory, f"iter_{step:07d}"))
+        set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
         return step
 
     start = 0
@@ -283,7 +282,7 @@ def run(s: Settings) -> None:
             total = torch.zeros((), dtype=torch.float64)
             for m in range(gas):
                 b = batches.microbatch(step, m)
-                model.set_requires_gradient_sync(m == gas - 1)
+                model.set_requires_gradient_sync(m == gas - 1)  # type: ignore[operator]
                 logits = model(b["tokens"].to(device))
                 loss_tok = torch.nn.functional.cross_entropy(
                     logits.view(-1, logits.shape[-1]), b["labels"].to(device).view(-1),
