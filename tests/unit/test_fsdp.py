@@ -141,3 +141,47 @@ def test_worker_lr_is_megatron_cores(style: str, warmup: int) -> None:
         core.step(0)
         assert lr_at(c["lr_schedule"], step) == pytest.approx(group["lr"], rel=1e-12,
                                                                abs=1e-15), step
+
+
+def test_fsdp_memory_model_exact() -> None:
+    """fp32 shards of params, grads, Adam over dp_shard x cp; gathered bf16 copies of two blocks
+    (or the whole stage without reshard); unsharded fp32 grads of two blocks; offload moves the
+    shards to the host."""
+    from trainc.compiler.estimate.fsdp import fsdp_states
+    from trainc.compiler.estimate.params import StageParams
+
+    sp = StageParams(dense=1000.0, expert=0.0, largest_layer=100.0)
+    spec = make(**FSDP)  # dp_shard 4, bf16, adam
+    st = fsdp_states(spec, sp)
+    assert (st.params, st.grads, st.optimizer) == (4 * 1000 / 4 + 2 * 200, 1000 + 4 * 200,
+                                                   8 * 1000 / 4)
+    st = fsdp_states(make(**FSDP, **{"fsdp.reshard_after_forward": False}), sp)
+    assert st.params == 1000 + 2 * 1100
+    st = fsdp_states(make(**FSDP, **{"fsdp.cpu_offload": True, "training.optimizer": "sgd"}), sp)
+    assert (st.params, st.grads, st.optimizer) == (400, 800, 0)
+
+
+def test_fsdp_comm_model_exact() -> None:
+    """Per micro-batch: all-gather fwd + bwd (bf16), reduce-scatter (fp32) over the shard group,
+    HSDP all-reduce of the fp32 shard over the replicas; the shard group of 4 x tp 2 fits a node,
+    the replicate group does not."""
+    from trainc.compiler.estimate.comm import StageComm
+    from trainc.compiler.estimate.fsdp import add_fsdp_comm, fsdp_crossings
+    from trainc.compiler.estimate.params import StageParams
+
+    spec = make(**FSDP, **{"cluster.num_nodes": 2, "fsdp.dp_replicate": 2})  # dp 8 = 2 x 4
+    _, _, plan = plan_and_estimate(spec, normalized=True)
+    assert plan is not None and plan.derived.num_microbatches == 2
+    sc = StageComm()
+    add_fsdp_comm(spec, plan, sc, StageParams(dense=1000.0, expert=0.0, largest_layer=100.0))
+    got = {k: (c.group_size, c.count, c.sent_bytes, c.group) for k, c in sc.collectives.items()}
+    assert got == {
+        "dp:fsdp param all_gather (fwd+bwd)": (4, 4, 4 * 0.75 * 2000, "fsdp_shard"),
+        "dp:fsdp grad reduce_scatter": (4, 2, 2 * 0.75 * 4000, "fsdp_shard"),
+        "dp:hsdp grad all_reduce (replicate)": (2, 2, 2 * 1.0 * 1000, "fsdp_replicate")}
+    assert fsdp_crossings(spec) == {"fsdp_shard": False, "fsdp_replicate": True}
+    # the plan's estimates carry them and nothing of Megatron's DDP
+    assert plan.estimates is not None
+    names = {c.name for c in plan.estimates.comm_collectives if c.axis == "dp"}
+    assert names == {"fsdp param all_gather (fwd+bwd)", "fsdp grad reduce_scatter",
+                     "hsdp grad all_reduce (replicate)"}

@@ -20,15 +20,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from one_truth_specs import compile_cfg, one_truth_specs
 from one_truth_table import (
+    FSDP_TABLE,
     LM_ENGINE_ONLY,
     NA,
     TABLE,
     Reader,
     agree,
     core_keys,
+    covered_fsdp,
     covered_keys,
     leaves,
     parse_megatron_args,
+    parse_torchtitan_args,
     values,
 )
 
@@ -50,11 +53,13 @@ def artifacts(files: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any] | N
 def disagreements(files: dict[str, str]) -> list[str]:
     """Every row of the table whose readings differ, as readable lines."""
     plan, lm, core, ds = artifacts(files)
+    tt = parse_torchtitan_args(files["torchtitan_args.txt"]) \
+        if "torchtitan_args.txt" in files else None
     bad = []
-    for row in TABLE:
+    for row in (*TABLE, *FSDP_TABLE):
         if not row.when(plan):
             continue
-        vals = values(row, plan, lm, core, ds)
+        vals = values(row, plan, lm, core, ds, tt)
         if vals and not agree(row, vals):
             bad.append(f"{row.name}: " + ", ".join(f"{w}={v!r}" for w, v in vals))
     return bad
@@ -67,6 +72,14 @@ def uncovered(files: dict[str, str]) -> list[str]:
     out = [f"megatron_args.txt {f}" for f in sorted(set(lm or {}) - lm_cov)]
     out += [f"megatron_core.yaml {g}.{k}" for g, k in sorted(core_keys(core) - core_cov)]
     out += [f"ds_config.json {p}" for p in sorted(set(leaves(ds or {})) - ds_cov)]
+    plan = json.loads(files["plan.json"])
+    fsdp_cov, tt_cov = covered_fsdp()
+    fsdp = plan["engines"].get("fsdp") or {}
+    out += [f"engines.fsdp {p}" for p in sorted(set(leaves(fsdp)) - fsdp_cov)
+            if not p.startswith("torchtitan.args.")]
+    if "torchtitan_args.txt" in files:
+        tt = parse_torchtitan_args(files["torchtitan_args.txt"])
+        out += [f"torchtitan_args.txt {f}" for f in sorted(set(tt) - tt_cov)]
     return out
 
 
@@ -278,3 +291,25 @@ def test_generated_specs_were_compared() -> None:
         pytest.skip("run with the generated-spec tests")
     print("compared", _SEEN)
     assert _SEEN.get("megatron", 0) >= 20 and _SEEN.get("deepspeed", 0) >= 10, _SEEN
+
+
+# --- engine=fsdp -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overrides", [
+    (),
+    ("fsdp.dp_replicate=2", "fsdp.reshard_after_forward=false", "fsdp.cpu_offload=true"),
+    ("training.lr_decay_style=constant", "training.recompute=full", "fsdp.compile=true"),
+    ("training.precision=fp32", "training.optimizer=sgd", "parallel.tp=1",
+     "training.recompute=full",
+     "training.lr_decay_style=linear"),
+], ids=["default", "hsdp-offload", "constant-full-compile", "fp32-sgd-tp1"])
+def test_fsdp_artifacts_agree(overrides: tuple[str, ...]) -> None:
+    """engine=fsdp: the spec, engines.fsdp and torchtitan_args.txt agree on every row of
+    FSDP_TABLE (the layouts need not be runnable by the CPU worker: torchtitan runs pp)."""
+    from trainc.compiler.pipeline import compile_spec
+
+    result = compile_spec(str(DATA.parent / "golden" / "cases" / "llama3-8b-fsdp-hsdp"
+                              / "spec.yaml"), list(overrides))
+    assert result.ok, [d.to_json() for d in result.diagnostics if d.is_error]
+    check(result.files)

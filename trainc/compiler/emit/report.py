@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainc.compiler.emit.render import header
+from trainc.compiler.estimate.explain import fsdp_sharding
 from trainc.compiler.numfmt import fixed, gib, percent
 
 
@@ -111,7 +112,7 @@ def report_text(plan: dict[str, Any], artifacts: list[str]) -> str:
         ("dp", d["dp"]),
         ("sequence parallel", "yes" if d["sequence_parallel"] else "no"),
         ("ZeRO stage", s["parallel"]["zero_stage"]
-         if s["engine"] == "deepspeed" else
+         if s["engine"] == "deepspeed" else fsdp_sharding(s) if s["engine"] == "fsdp" else
          ("1 (distributed optimizer)" if d["distributed_optimizer"] else "0")),
         ("micro / global batch", f"{t['micro_batch_size']} / {t['global_batch_size']}"),
         ("micro-batches per step", d["num_microbatches"]),

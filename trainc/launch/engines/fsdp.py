@@ -282,7 +282,6 @@ def run(s: Settings) -> None:
             total = torch.zeros((), dtype=torch.float64)
             for m in range(gas):
                 b = batches.microbatch(step, m)
-                model.set_requires_gradient_sync(m == gas - 1)  # type: ignore[operator]
                 logits = model(b["tokens"].to(device))
                 loss_tok = torch.nn.functional.cross_entropy(
                     logits.view(-1, logits.shape[-1]), b["labels"].to(device).view(-1),
