@@ -94,7 +94,11 @@ def state_bytes_per_param(engine: str, zero: int, precision: str, shard: int,
     7.5
     >>> state_bytes_per_param("deepspeed", 3, "bf16", 16, False, False)
     1.0
+    >>> state_bytes_per_param("fsdp", 1, "bf16", 16, False, False)  # fp32 shards: 4 + 4 + 8
+    1.0
     """
+    if engine == "fsdp":  # trainc.compiler.estimate.fsdp: fp32 shards (gathered blocks ignored)
+        return 16.0 / shard
     if engine == "megatron":
         if precision == "fp32":
             return 16.0 if zero == 0 else 8 + 8 / shard

@@ -177,7 +177,9 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
     cap = capability(spec.engine, spec.launch.entrypoint)
     can = cap.axes if cap is not None else frozenset({"tp", "dp"})
     cps = [x for x in cps if x == 1 or "cp" in can]
-    zeros = pick("parallel.zero_stage", [0, 1, 2, 3] if deepspeed else [0, 1])
+    # engine=fsdp shards by fsdp.* keys, not zero_stage (TRC344): its default only
+    zeros = pick("parallel.zero_stage", [0, 1, 2, 3] if deepspeed else
+                 [1] if spec.engine is Engine.fsdp else [0, 1])
     recomputes = pick("training.recompute", ["none", "selective", "full"])
     offloads = ["none"]
     if deepspeed and fx["training.offload_optimizer"] is None:
