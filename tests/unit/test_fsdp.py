@@ -185,3 +185,44 @@ def test_fsdp_comm_model_exact() -> None:
     names = {c.name for c in plan.estimates.comm_collectives if c.axis == "dp"}
     assert names == {"fsdp param all_gather (fwd+bwd)", "fsdp grad reduce_scatter",
                      "hsdp grad all_reduce (replicate)"}
+
+
+GOLDEN = "tests/golden/cases/llama3-8b-fsdp-hsdp/spec.yaml"
+
+
+def _compile(*overrides: str):
+    from pathlib import Path
+
+    from trainc.compiler.pipeline import compile_spec
+
+    return compile_spec(str(Path(__file__).resolve().parents[2] / GOLDEN), list(overrides))
+
+
+def test_torchtitan_entrypoint_runs_the_pipeline_torchtitan_can() -> None:
+    """launch.entrypoint torchtitan: torchrun.sh runs torchtitan.train with the file's overrides
+    (pp with the ZBV schedule, which the trainc worker cannot split, TRC313), valid bash."""
+    import subprocess
+
+    r = _compile("launch.entrypoint=torchtitan", "parallel.pp=2", "parallel.vpp=2",
+                 "fsdp.pp_schedule=ZBVZeroBubble")
+    assert r.ok, [d.to_json() for d in r.diagnostics if d.is_error]
+    sh = r.files["torchrun.sh"]
+    assert "-m torchtitan.train --module" in sh and "torchtitan_args.txt" in sh
+    assert "trainc.launch.worker" not in sh and "pytorchjob.yaml" not in r.files
+    assert subprocess.run(["bash", "-n"], input=sh, text=True).returncode == 0
+    args = r.files["torchtitan_args.txt"].splitlines()
+    assert "--parallelism.pipeline_parallel_schedule ZBVZeroBubble" in args
+    assert "--training.local_batch_size 16" in args  # 16 micro-batches of 1 per pipeline step
+    worker = _compile("parallel.pp=2", "parallel.vpp=2", "fsdp.pp_schedule=ZBVZeroBubble")
+    assert {d.rule.id for d in worker.diagnostics if d.is_error} == {"TRC313"}
+
+
+@pytest.mark.parametrize("overrides,key", [
+    (("engine=megatron", "launch.entrypoint=torchtitan"), "launch.entrypoint"),
+    (("launch.entrypoint=torchtitan", "launch.device=cpu"), "launch.device"),
+])
+def test_torchtitan_entrypoint_is_fsdp_on_cuda(overrides: tuple[str, ...], key: str) -> None:
+    r = _compile(*overrides)
+    found = [d for d in r.diagnostics if d.rule.id == "TRC325"]
+    assert [d.key for d in found] == [key]
+    assert found[0].fix

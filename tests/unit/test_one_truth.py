@@ -300,10 +300,12 @@ def test_generated_specs_were_compared() -> None:
     (),
     ("fsdp.dp_replicate=2", "fsdp.reshard_after_forward=false", "fsdp.cpu_offload=true"),
     ("training.lr_decay_style=constant", "training.recompute=full", "fsdp.compile=true"),
+    ("launch.entrypoint=torchtitan", "parallel.pp=2", "parallel.vpp=2",
+     "fsdp.pp_schedule=Interleaved1F1B", "parallel.cp=2", "fsdp.dp_replicate=1"),
     ("training.precision=fp32", "training.optimizer=sgd", "parallel.tp=1",
      "training.recompute=full",
      "training.lr_decay_style=linear"),
-], ids=["default", "hsdp-offload", "constant-full-compile", "fp32-sgd-tp1"])
+], ids=["default", "hsdp-offload", "constant-full-compile", "torchtitan-pp-cp", "fp32-sgd-tp1"])
 def test_fsdp_artifacts_agree(overrides: tuple[str, ...]) -> None:
     """engine=fsdp: the spec, engines.fsdp and torchtitan_args.txt agree on every row of
     FSDP_TABLE (the layouts need not be runnable by the CPU worker: torchtitan runs pp)."""

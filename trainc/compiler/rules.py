@@ -170,7 +170,8 @@ DDP_OVERLAP = _r(
     "Megatron-Core DDP settings (engine=megatron)")
 ENTRYPOINT_RUNS = _r(
     "TRC325", "entrypoint-runs-spec",
-    "launch.entrypoint megatron-lm runs engine=megatron on CUDA only")
+    "launch.entrypoint megatron-lm runs engine=megatron, torchtitan runs engine=fsdp, both on "
+    "CUDA only")
 MOE_CAPACITY_BALANCING = _r(
     "TRC326", "moe-capacity-needs-aux-balancing",
     "moe_expert_capacity_factor works only with aux_loss, seq_aux_loss, global_aux_loss or none "
@@ -309,7 +310,8 @@ SOURCES: dict[str, str] = {
               "WarmupCosineLR; megatron/core/optimizer_param_scheduler.py "
               "OptimizerParamScheduler.__init__ asserts (0.16.1)",
     "TRC324": "megatron/training/arguments.py::validate_args overlap checks (core_v0.19.0)",
-    "TRC325": "trainc.capabilities (pretrain_gpt.py needs CUDA and Megatron)",
+    "TRC325": "trainc.capabilities (pretrain_gpt.py needs CUDA and Megatron; torchtitan 0.3.0 "
+              "trains on CUDA)",
     "TRC326": "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__ "
               "(0.16.1)",
     "TRC327": "megatron/core/transformer/moe/shared_experts.py SharedExpertMLP (0.16.1): "

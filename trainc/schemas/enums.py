@@ -96,11 +96,13 @@ class Optimizer(Enum):
 
 
 class Entrypoint(Enum):
-    """What the generated scripts start on every rank: ``trainc`` (the trainc worker) or
-    ``megatron-lm`` (``pretrain_gpt.py`` of a Megatron-LM checkout with ``megatron_args.txt``)."""
+    """What the generated scripts start on every rank: ``trainc`` (the trainc worker),
+    ``megatron-lm`` (``pretrain_gpt.py`` of a Megatron-LM checkout with ``megatron_args.txt``) or
+    ``torchtitan`` (``torchtitan.train`` 0.3.0 with ``torchtitan_args.txt``; engine=fsdp)."""
 
     trainc = "trainc"
     megatron_lm = "megatron-lm"
+    torchtitan = "torchtitan"
 
 
 class Gpu(Enum):

@@ -21,6 +21,7 @@ from trainc.compiler.validate.fsdp import fsdp_rules, inert_fsdp
 from trainc.schemas import (
     Device,
     Engine,
+    Entrypoint,
     LaunchSpec,
     LrDecayStyle,
     ModelSpec,
@@ -159,11 +160,14 @@ def _runner(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     p, lc = spec.parallel, spec.launch
     cap = capability(spec.engine, lc.entrypoint)
     if cap is None:
+        what, own = (("torchtitan's torchtitan.train", "fsdp")
+                     if lc.entrypoint is Entrypoint.torchtitan
+                     else ("Megatron-LM's pretrain_gpt.py", "megatron"))
         yield diag(R.ENTRYPOINT_RUNS, f"launch.entrypoint ({lc.entrypoint.value}) starts "
-                   f"Megatron-LM's pretrain_gpt.py, which cannot run engine={spec.engine.value}",
+                   f"{what}, which cannot run engine={spec.engine.value}",
                    "launch.entrypoint", related=("engine",),
-                   fix="set launch.entrypoint=trainc (the trainc worker runs DeepSpeed), or "
-                       "engine=megatron", edits={"launch.entrypoint": "trainc"},
+                   fix=f"set launch.entrypoint=trainc (the trainc worker runs every engine), or "
+                       f"engine={own}", edits={"launch.entrypoint": "trainc"},
                    entrypoint=lc.entrypoint.value, engine=spec.engine.value)
         return
     if lc.device not in cap.devices:
