@@ -243,6 +243,17 @@ SETTING_WITHOUT_EFFECT = _r(
     "a key set to a non-default value that the rest of the spec makes inert (Adam betas with "
     "sgd, WSD keys with another schedule, RoPE keys with learned positions, router keys on a "
     "dense model, a data split without data)", "warning")
+LOW_PRECISION_RUNNER = _r(
+    "TRC330", "low-precision-runner",
+    "FP8 / FP4 GEMMs and a precision-aware optimizer need Transformer Engine on CUDA: "
+    "engine=megatron with launch.device=cuda")
+FP8_FP4_COMBINATION = _r(
+    "TRC331", "fp8-fp4-combination",
+    "fp8 and fp4 are exclusive; fp8_param_gather needs fp8_format and the distributed optimizer")
+OPTIMIZER_STATE_PRECISION = _r(
+    "TRC332", "optimizer-state-precision",
+    "optimizer buffers below fp32 need adam and the distributed optimizer (Megatron-Core "
+    "precision-aware optimizer), in the dtypes Megatron-LM accepts for each buffer")
 DATA_SPLIT = _r(
     "TRC512", "data-split-format",
     "launch.data_split is three non-negative numbers, comma-separated, not all zero "
@@ -319,6 +330,11 @@ SOURCES: dict[str, str] = {
     "TRC328": "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__ "
               "(0.16.1): 'Please use --moe-router-pre-softmax when topk is 1.'",
     "TRC329": "trainc: what each engine reads (docs/engines.md)",
+    "TRC330": "megatron-core 0.16.1 transformer_config.py / optimizer_config.py (Transformer "
+              "Engine FusedAdam); trainc capabilities",
+    "TRC331": "megatron-core 0.16.1 TransformerConfig.__post_init__ (fp8_param, fp4 vs fp8)",
+    "TRC332": "megatron-core 0.16.1 OptimizerConfig.__post_init__; Megatron-LM arguments.py "
+              "--main-grads-dtype, --main-params-dtype, --exp-avg(-sq)-dtype",
     "TRC512": "megatron/training/arguments.py --split; megatron/core/datasets utils "
               "parse_and_normalize_split (core_v0.19.0)",
 }

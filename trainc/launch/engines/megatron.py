@@ -117,6 +117,9 @@ def run(s: Settings) -> None:
         opt_kw, extra = _changed(opt_kw, "OptimizerConfig", {"lr": s.lr_override}, "--lr")
         opt_changed |= extra
     opt_kw["params_dtype"] = config.params_dtype
+    for key in ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
+        if key in opt_kw:  # the precision-aware optimizer's buffers: torch dtypes by name
+            opt_kw[key] = getattr(torch, opt_kw[key])
     ddp_config = DistributedDataParallelConfig(**ddp_kw)
     chunks = [DDP(config=config, ddp_config=ddp_config, module=c, disable_bucketing=i > 0)
               for i, c in enumerate(chunks)]
