@@ -9,19 +9,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: The severities a rule may take for an engine; ``n/a`` means the rule does not apply to it
+#: (its findings are dropped for a spec of that engine).
+SEVERITIES = ("error", "warning", "info", "n/a")
+
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """A rule of the catalog. ``severity`` is ``error``, ``warning`` or ``info``."""
+    """A rule of the catalog. ``severity`` is ``error``, ``warning`` or ``info``: the default for
+    every engine. ``engines`` overrides it per engine (``Engine`` value -> a :data:`SEVERITIES`
+    entry), e.g. a check Megatron-Core enforces at init but DeepSpeed only warns about; the
+    validate and fit passes apply it (:func:`trainc.compiler.diagnostics.for_engine`)."""
 
     id: str
     name: str
     summary: str
     severity: str = "error"
+    engines: tuple[tuple[str, str], ...] = ()
+
+    def severity_for(self, engine: str) -> str:
+        """The severity of this rule's findings for ``engine`` (an ``Engine`` value): the
+        override in :attr:`engines`, else :attr:`severity`; ``"n/a"`` when it does not apply."""
+        return dict(self.engines).get(engine, self.severity)
 
 
-def _r(id: str, name: str, summary: str, severity: str = "error") -> Rule:
-    return Rule(id, name, summary, severity)
+def _r(id: str, name: str, summary: str, severity: str = "error",
+       engines: dict[str, str] | None = None) -> Rule:
+    return Rule(id, name, summary, severity, tuple(sorted((engines or {}).items())))
 
 
 # --- TRC0xx: loading -----------------------------------------------------------------------
@@ -159,7 +173,7 @@ NVME_PATH = _r(
 DS_PIPE_GRAD_ACCUM = _r(
     "TRC322", "deepspeed-pipe-grad-accum-scale",
     "DeepSpeed's pipeline engine sums micro-batch gradients: the micro/accumulation split at a "
-    "fixed global batch changes the gradient scale", "warning")
+    "fixed global batch changes the gradient scale", "warning", engines={"megatron": "n/a"})
 LR_SCHEDULE_ENGINE = _r(
     "TRC323", "lr-schedule-supported",
     "the learning-rate schedule must be one the engine honours exactly (DeepSpeed: constant, "
