@@ -159,6 +159,15 @@ def test_secrets_come_from_a_secret(plan, validator):
             '--from-literal=WANDB_API_KEY="$WANDB_API_KEY"') in text
 
 
+def test_values_stay_literal(plan):
+    """The kubelet expands $(VAR) in env values and command words and reduces $$ to $: every $
+    is doubled, so the pod sees the spec's text (and torchrun's --save the spec's path)."""
+    p = _variant(plan, launch__env={"NOTE": "$(HOME) costs $$5"}, launch__save_dir="/ck/$(USER)")
+    _, job = _job(p)
+    assert job["spec"]["trainer"]["env"][-1] == {"name": "NOTE", "value": "$$(HOME) costs $$$$5"}
+    assert job["spec"]["trainer"]["command"][-1] == "/ck/$$(USER)"
+
+
 def test_a_misspelt_field_is_caught(plan, validator):
     _, job = _job(plan)
     job["spec"]["trainer"]["numNode"] = 8

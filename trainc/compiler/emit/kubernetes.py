@@ -102,12 +102,24 @@ def secret_env_refs(plan: dict[str, Any], env: list[dict[str, Any]], job: str
             if e["name"] in secret else e for e in env]
 
 
+def k8s_literal(text: str) -> str:
+    """``text`` as a container ``env`` value or ``command`` word that Kubernetes passes on
+    verbatim: the kubelet expands ``$(VAR)`` there and reduces ``$$`` to ``$`` (core/v1
+    EnvVar.value, Container.command), so every ``$`` is doubled.
+
+    >>> k8s_literal("$(HOME)/x and $$")
+    '$$(HOME)/x and $$$$'
+    """
+    return text.replace("$", "$$")
+
+
 def container_env(plan: dict[str, Any], job: str) -> list[dict[str, Any]]:
     """The container environment of every pod: ``CUDA_DEVICE_MAX_CONNECTIONS=1`` where
     ``torchrun.sh`` exports it (Megatron-Core with tp > 1 or cp > 1 on CUDA; launch.env cannot
-    set it otherwise, TRC505), then ``launch.env`` by name, secrets as Secret references."""
+    set it otherwise, TRC505), then ``launch.env`` by name (values kept literal,
+    :func:`k8s_literal`), secrets as Secret references."""
     launch = plan["spec"]["launch"]
-    env = [{"name": k, "value": str(v)} for k, v in sorted(launch["env"].items())]
+    env = [{"name": k, "value": k8s_literal(str(v))} for k, v in sorted(launch["env"].items())]
     if plan["derived"].get("cuda_device_max_connections_1") and launch["device"] == "cuda":
         env = [{"name": "CUDA_DEVICE_MAX_CONNECTIONS", "value": "1"},
                *(e for e in env if e["name"] != "CUDA_DEVICE_MAX_CONNECTIONS")]
@@ -122,7 +134,7 @@ def _pod_template(plan: dict[str, Any], job: str) -> dict[str, Any]:
         "name": "pytorch",  # the container name the training operator looks for
         "image": launch["container_image"] or PLACEHOLDER_IMAGE,
         "imagePullPolicy": "IfNotPresent",
-        "command": [*WORKER_COMMAND, "--save", launch["save_dir"] or CHECKPOINT_MOUNT],
+        "command": [*WORKER_COMMAND, "--save", k8s_literal(launch["save_dir"] or CHECKPOINT_MOUNT)],
         "ports": [{"name": "pytorchjob-port", "containerPort": int(launch["master_port"])}],
         "volumeMounts": [
             {"name": "plan", "mountPath": PLAN_MOUNT, "readOnly": True},
@@ -236,7 +248,7 @@ def trainjob_dict(plan: dict[str, Any]) -> dict[str, Any]:
     spec = plan["spec"]
     launch, cluster = spec["launch"], spec["cluster"]
     job = k8s_name(spec["name"])
-    save = launch["save_dir"] or CHECKPOINT_MOUNT
+    save = k8s_literal(launch["save_dir"] or CHECKPOINT_MOUNT)
     torchrun, *module = WORKER_COMMAND
     trainer: dict[str, Any] = {
         "numNodes": int(cluster["num_nodes"]),
