@@ -196,3 +196,12 @@ def test_round_trips_through_the_kubeflow_trainer_api_models(plan):
     _, job = _job(plan)
     job["spec"]["trainer"]["numNode"] = 8
     assert models.TrainerV1alpha1TrainJob.from_dict(job).to_dict() != job
+
+
+@pytest.mark.parametrize("var", sorted(RESERVED))
+def test_launch_env_may_not_set_the_runtime_variables(var):
+    """Trainer's webhook refuses a TrainJob whose trainer.env names them: TRC509 says so first."""
+    from specs.kit import find, lint_cfg
+
+    [d] = find(lint_cfg(**{"launch.env": {var: "1"}}), "TRC509")
+    assert d.is_error and d.key == f"launch.env.{var}"
