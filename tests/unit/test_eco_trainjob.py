@@ -5,7 +5,8 @@ manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml at github.com/kubeflow/t
 (the release of PyPI ``kubeflow-trainer-api`` 2.3.0), descriptions removed. jsonschema does not
 evaluate the CRD's CEL rules (x-kubernetes-validations); the object-level ones (metadata.name an
 RFC 1035 label of at most 63 characters) and the Torch plugin's webhook check (no PET_* variable
-in trainer.env, v2.3.0 pkg/runtime/framework/plugins/torch/torch.go) are asserted here.
+in trainer.env, v2.3.0 pkg/runtime/framework/plugins/torch/torch.go) and the JobSet plugin's
+checks of runtimePatches (plugins/jobset/jobset.go) are asserted here.
 """
 
 import copy
@@ -68,6 +69,21 @@ def _errors(validator, job):
     reserved = RESERVED & {e["name"] for e in job["spec"]["trainer"].get("env", [])}
     if reserved:
         errs.append(f"trainer.env sets reserved {sorted(reserved)}")
+    # the JobSet plugin's webhook checks (v2.3.0 plugins/jobset/jobset.go Validate): a manager
+    # that is a domain-prefixed path, replicated jobs and containers the runtime has (the
+    # torch-distributed runtime: job "node", container "node"), no env in the node container
+    for patch in job["spec"].get("runtimePatches", []):
+        domain, _, path = patch["manager"].partition("/")
+        if not (re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+",
+                             domain) and path and re.fullmatch(r"[A-Za-z0-9/\-._~%!$&'()*+,;=:]+",
+                                                               path)):
+            errs.append(f"manager {patch['manager']!r} is not a domain-prefixed path")
+        for rjob in patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]:
+            if rjob["name"] != "node":
+                errs.append(f"replicated job {rjob['name']!r} is not in torch-distributed")
+            for c in rjob["template"]["spec"]["template"]["spec"].get("containers", []):
+                if c["name"] != "node" or "env" in c:
+                    errs.append(f"container patch {c} is refused")
     return errs
 
 
@@ -111,7 +127,7 @@ def test_nodes_processes_gpus_command_and_deadline(plan):
 def test_volumes_reach_the_node_container_through_runtime_patches(plan):
     _, job = _job(plan)
     (patch,) = job["spec"]["runtimePatches"]
-    assert patch["manager"] == "trainc"
+    assert patch["manager"] == "trainc.dev/compiler"
     (rjob,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
     assert rjob["name"] == "node"  # torch-distributed's replicated job
     pod = rjob["template"]["spec"]["template"]
@@ -175,6 +191,9 @@ def test_a_misspelt_field_is_caught(plan, validator):
     _, job = _job(plan)
     job["spec"]["trainer"]["numProcPerNode"] = "8"  # an integer in Trainer v2.3.0
     assert _errors(validator, job)
+    _, job = _job(plan)
+    job["spec"]["runtimePatches"][0]["manager"] = "trainc"  # the webhook wants domain/path
+    assert _errors(validator, job) == ["manager 'trainc' is not a domain-prefixed path"]
 
 
 def test_deterministic_and_megatron_lm_entrypoint(plan):

@@ -223,8 +223,10 @@ TRAINER_RELEASE = "v2.3.0"
 #: The replicated job and container names Trainer's torch runtimes use for the training nodes
 #: (v2.3.0 pkg/constants ``Node``; manifests/base/runtimes/torch_distributed.yaml).
 TRAINER_NODE = "node"
-#: runtimePatches entry owner (the TrainJob's patch list is keyed by manager).
-PATCH_MANAGER = "trainc"
+#: runtimePatches entry owner (the TrainJob's patch list is keyed by manager). Trainer's webhook
+#: wants a domain-prefixed path (v2.3.0 plugins/jobset/jobset.go: IsDomainPrefixedPath), like
+#: Kueue's "kueue.x-k8s.io/manager".
+PATCH_MANAGER = "trainc.dev/compiler"
 
 
 def trainjob_dict(plan: dict[str, Any]) -> dict[str, Any]:
