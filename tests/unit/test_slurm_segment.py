@@ -28,6 +28,8 @@ MOE = {"model.num_experts": 64, "model.moe_router_topk": 2, "parallel.tp": 1}
     (20, 4, 72, None, 1, 10),   # 20 = 2 x 10: the largest divisor that fits a rack
     (36, 4, 72, None, 4, 12),   # 4-tray EP groups: 18 would cut one, 12 holds three
     (19, 4, 72, None, 1, 0),    # prime: no segment above 1 divides it
+    (18, 4, 72, None, 4, 18),   # one rack: a single segment cuts no group
+    (18, 4, 72, 9, 4, 9),
     (1, 4, 72, None, 1, 0),
     (8, 8, 8, None, 1, 0),      # DGX: the NVLink domain is the node, no --segment
     (36, 4, 72, 0, 1, 0),       # launch.slurm_segment: 0 turns it off
@@ -97,5 +99,10 @@ def test_trc520_node_count_and_domain():
                "TRC520")
     assert "does not divide cluster.num_nodes (20)" in d.message
     assert d.edits == {"launch.slurm_segment": 10}
+    # 4-tray EP groups on one rack: one segment, nothing cut; segments of 9 cut them
+    moe16 = {**NVL72, **MOE, "parallel.ep": 16, "cluster.num_nodes": 18}
+    assert not find(lint_cfg(**moe16), "TRC520")
+    [d] = find(lint_cfg(**moe16, **{"launch.slurm_segment": 9}), "TRC520")
+    assert "span 4 nodes" in d.message and d.edits == {"launch.slurm_segment": 18}
     # an ordinary cluster with no segment asked for: nothing to say
     assert not find(lint_cfg(**{"cluster.num_nodes": 7}), "TRC520")

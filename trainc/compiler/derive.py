@@ -236,7 +236,8 @@ def slurm_segment(num_nodes: int, gpus_per_node: int, nvlink_domain_size: int,
     NVL72: 72 GPUs = 18 trays of 4): the largest divisor of ``num_nodes`` that fits one domain
     (``nvlink_domain_size // gpus_per_node`` nodes), preferring one that is a multiple of
     ``group_nodes`` (:func:`domain_group_nodes`) so that no TP/CP or EP group straddles two
-    segments; 0 when that divisor is 1 (a one-node segment asks for nothing). The segment
+    segments (a job that fits one domain is one segment); 0 when that divisor is 1 (a one-node
+    segment asks for nothing). The segment
     divides ``num_nodes`` because the allocation is made of whole segments (Slurm's
     topology/block plugin, https://slurm.schedmd.com/topology.html, sbatch ``--segment``).
 
@@ -250,7 +251,9 @@ def slurm_segment(num_nodes: int, gpus_per_node: int, nvlink_domain_size: int,
     per_domain = nvlink_domain_size // max(gpus_per_node, 1)
     if per_domain <= 1 or num_nodes <= 1:
         return 0
-    fits = [s for s in range(min(per_domain, num_nodes), 0, -1) if num_nodes % s == 0]
+    if num_nodes <= per_domain:
+        return num_nodes  # the whole job in one domain: no group can be cut
+    fits = [s for s in range(per_domain, 0, -1) if num_nodes % s == 0]
     whole = [s for s in fits if s % group_nodes == 0]
     best = (whole or fits)[0]
     return best if best > 1 else 0

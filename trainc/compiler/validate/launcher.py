@@ -181,7 +181,7 @@ def _segment(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     cap = per_domain if per_domain > 1 else c.num_nodes  # no domain wider than a node
     fits = span if span <= per_domain else 1  # a group wider than a domain is TRC105/TRC107
     good = [s for s in range(min(cap, c.num_nodes), 1, -1)
-            if c.num_nodes % s == 0 and s % fits == 0]
+            if c.num_nodes % s == 0 and (s % fits == 0 or s == c.num_nodes)]
     # the fewest nodes, at least num_nodes, whose derived segment holds whole groups
     step = math.lcm(per_domain if per_domain > 1 else max(seg, 2), fits)
     nodes = next((n for n in range(c.num_nodes, c.num_nodes + step + 1)
@@ -206,10 +206,10 @@ def _segment(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     if per_domain > 1 and seg > per_domain:
         why.append(f"it is wider than one NVLink domain ({per_domain} nodes = "
                    f"{dom} GPUs / {c.gpus_per_node}), so no block can hold a segment")
-    if seg % fits:
+    if seg % fits and c.num_nodes > seg:  # one segment: no boundary to cut a group
         why.append(f"TP x CP / ETP x EP groups span {span} nodes (tp*cp = {p.tp * p.cp}, "
                    f"etp*ep = {d.etp * p.ep} GPUs) and a segment of {seg} cuts some of them "
-                   "across two segments, i.e. two NVLink domains")
+                   "across two segments, which Slurm may place in two NVLink domains")
     if not why:
         return
     if good:
