@@ -19,6 +19,9 @@ from trainc.schemas import Engine
 MOE = {"model.num_experts": 8, "model.moe_router_topk": 2}
 DS = {"engine": "deepspeed"}
 BIG = {"model.num_layers": 32, "model.hidden_size": 8192}
+#: 20 GB200 NVL72 trays (4 GPUs each, 18 per 72-GPU NVLink domain)
+NVL72 = {"cluster.gpu": "gb200", "cluster.gpus_per_node": 4, "cluster.nvlink_domain_size": 72,
+         "cluster.num_nodes": 20, "parallel.pp": 1}
 
 # rule id -> (changes that trigger it, changes that do not, expected key)
 SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
@@ -194,6 +197,10 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
                "launch.env.WANDB_API_KEY"),
     "TRC511": ({"launch.partition": "batch\n#SBATCH --qos=high"}, {"launch.partition": "batch"},
                "launch.partition"),
+    "TRC520": ({**NVL72, "launch.slurm_segment": 8}, {**NVL72, "launch.slurm_segment": 10},
+               "launch.slurm_segment"),
+    "TRC521": ({"launch.k8s_runtime": "Torch_Distributed"},
+               {"launch.k8s_runtime": "torch-distributed-v2"}, "launch.k8s_runtime"),
 }
 
 SPEC_YAML = """\

@@ -258,6 +258,16 @@ DATA_SPLIT = _r(
     "TRC512", "data-split-format",
     "launch.data_split is three non-negative numbers, comma-separated, not all zero "
     "(Megatron --split)")
+SLURM_SEGMENT = _r(
+    "TRC520", "slurm-segment-whole-groups",
+    "the #SBATCH --segment size must divide num_nodes, fit one NVLink domain and hold whole "
+    "TP x CP and ETP x EP groups (GB200 NVL72 block topology)", "warning",
+    engines={"megatron": "warning", "deepspeed": "warning"})
+K8S_RUNTIME = _r(
+    "TRC521", "k8s-runtime-name",
+    "launch.k8s_runtime must be a Kubernetes object name (RFC 1123 subdomain: lower-case "
+    "letters, digits, '-' and '.', at most 253)",
+    engines={"megatron": "error", "deepspeed": "error"})
 
 ALL_RULES: tuple[Rule, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Rule))
 RULES_BY_ID = {r.id: r for r in ALL_RULES}
@@ -337,4 +347,8 @@ SOURCES: dict[str, str] = {
               "--main-grads-dtype, --main-params-dtype, --exp-avg(-sq)-dtype",
     "TRC512": "megatron/training/arguments.py --split; megatron/core/datasets utils "
               "parse_and_normalize_split (core_v0.19.0)",
+    "TRC520": "Slurm topology/block plugin and sbatch --segment (slurm.schedmd.com/"
+              "topology.html, Slurm 24.05+); Megatron-Core RankGenerator order tp-cp-ep-dp-pp",
+    "TRC521": "Kubernetes object names (RFC 1123 subdomain); Kubeflow Trainer v2.3.0 "
+              "TrainJob.spec.runtimeRef.name",
 }
