@@ -18,6 +18,7 @@ from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived, stage_chunk_sizes
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.validate.fsdp import fsdp_rules, inert_fsdp
+from trainc.compiler.validate.precision import precision
 from trainc.schemas import (
     Device,
     Engine,
@@ -72,6 +73,7 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    num_layers=m.num_layers)
     yield from _engine(spec, d)
     yield from _runner(spec, d)
+    yield from precision(spec, d)
     yield from _schedule(spec)
     yield from _moe(spec)
     for key, why in _inert(spec):
