@@ -226,3 +226,17 @@ def test_torchtitan_entrypoint_is_fsdp_on_cuda(overrides: tuple[str, ...], key: 
     found = [d for d in r.diagnostics if d.rule.id == "TRC325"]
     assert [d.key for d in found] == [key]
     assert found[0].fix
+
+
+@pytest.mark.parametrize("key,value", [("model.untie_embeddings_and_output_weights", False),
+                                       ("model.position_embedding", "learned")])
+def test_worker_tp_plan_limits_are_compile_errors(key: str, value: object) -> None:
+    """The trainc FSDP2 worker's TP plan has no tied or learned-position embedding with tp > 1
+    (TRC344 with the fix); tp 1, or the torchtitan runner, is accepted."""
+    from specs.kit import find, lint_cfg
+
+    found = find(lint_cfg(**FSDP, **{key: value}), "TRC344")
+    assert [d.key for d in found] == [key] and "parallel.tp=1" in (found[0].fix or "")
+    assert not find(lint_cfg(**FSDP, **{key: value, "parallel.tp": 1}), "TRC344")
+    assert not find(lint_cfg(**FSDP, **{key: value, "launch.entrypoint": "torchtitan"}),
+                    "TRC344")

@@ -16,10 +16,12 @@ from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.schemas import (
     Device,
+    Entrypoint,
     FsdpDtype,
     FsdpSpec,
     Offload,
     PipelineSchedule,
+    PositionEmbedding,
     Precision,
     TrainSpec,
 )
@@ -130,6 +132,24 @@ def _unsupported(spec: TrainSpec) -> Iterator[Diagnostic]:
                    "C++/Triton toolchain of a GPU machine)", "fsdp.compile",
                    related=("launch.device",), fix="set fsdp.compile=false for the CPU run",
                    edits={"fsdp.compile": False}, device="cpu")
+    m = spec.model
+    if p.tp > 1 and spec.launch.entrypoint is Entrypoint.trainc:
+        worker = []
+        if not m.untie_embeddings_and_output_weights:
+            worker.append(("model.untie_embeddings_and_output_weights", "tied embeddings (one "
+                           "weight split row-wise as the embedding and column-wise as the "
+                           "output)", {"model.untie_embeddings_and_output_weights": True}))
+        if m.position_embedding is not PositionEmbedding.rope:
+            worker.append(("model.position_embedding", "learned position embeddings (the "
+                           "sequence-parallel embedding output is a sequence shard)",
+                           {"model.position_embedding": "rope"}))
+        for key, what, edits in worker:
+            yield diag(R.FSDP_UNSUPPORTED, f"{key}: the trainc FSDP2 worker's tensor-parallel "
+                       f"plan (tp = {p.tp}) has no {what}", key,
+                       related=("parallel.tp", "launch.entrypoint"),
+                       fix=f"set parallel.tp=1, or {key}="
+                           f"{str(next(iter(edits.values()))).lower()}, or "
+                           "launch.entrypoint=torchtitan", edits=edits, tp=p.tp, setting=key)
     if f.reduce_dtype is FsdpDtype.bf16:
         yield diag(R.FSDP_PRECISION, "fsdp.reduce_dtype bf16: the trainc worker reduces in bf16, "
                    "but torchtitan 0.3.0 accepts only float32 (mixed_precision_reduce), so "
