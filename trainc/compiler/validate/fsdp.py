@@ -134,7 +134,7 @@ def _unsupported(spec: TrainSpec) -> Iterator[Diagnostic]:
                    edits={"fsdp.compile": False}, device="cpu")
     m = spec.model
     if p.tp > 1 and spec.launch.entrypoint is Entrypoint.trainc:
-        worker = []
+        worker: list[tuple[str, str, dict[str, object]]] = []
         if not m.untie_embeddings_and_output_weights:
             worker.append(("model.untie_embeddings_and_output_weights", "tied embeddings (one "
                            "weight split row-wise as the embedding and column-wise as the "
