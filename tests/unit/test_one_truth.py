@@ -319,3 +319,42 @@ def test_fsdp_artifacts_agree(overrides: tuple[str, ...]) -> None:
                               / "spec.yaml"), list(overrides))
     assert result.ok, [d.to_json() for d in result.diagnostics if d.is_error]
     check(result.files)
+
+
+@st.composite
+def fsdp_specs(draw: st.DrawFn) -> dict[str, Any]:
+    """A generated DeepSpeed-runnable spec (tp x dp, DeepSpeed's schedules) made engine=fsdp,
+    with the fsdp: keys drawn; MoE is engine=megatron's."""
+    cfg = draw(one_truth_specs(engine="deepspeed"))
+    m, p, t = cfg["model"], cfg["parallel"], cfg["training"]
+    cfg["engine"] = "fsdp"
+    for k in [k for k in m if k.startswith("moe_") or k == "num_experts"]:
+        del m[k]
+    p.pop("ep", None), p.pop("etp", None)
+    p["zero_stage"] = 1
+    t.pop("offload_optimizer", None), t.pop("offload_param", None), t.pop("nvme_path", None)
+    if t.get("precision") == "fp16":
+        t["precision"] = "bf16"
+    m["untie_embeddings_and_output_weights"] = True
+    m["position_embedding"] = "rope"
+    cfg["fsdp"] = {"dp_replicate": draw(st.sampled_from([1, 1, 2])),
+                   "reshard_after_forward": draw(st.booleans()),
+                   "cpu_offload": draw(st.booleans())}
+    if draw(st.booleans()):
+        cfg["launch"] |= {"entrypoint": "torchtitan", "device": "cuda"}
+        cfg["fsdp"]["compile"] = draw(st.booleans())
+    return cfg
+
+
+@settings(max_examples=15, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(fsdp_specs())
+def test_generated_fsdp_specs_agree(cfg: dict[str, Any]) -> None:
+    _compare_generated(cfg)
+
+
+def test_generated_fsdp_specs_were_compared() -> None:
+    """The generated engine=fsdp specs above were mostly accepted (runs after them)."""
+    if "fsdp" not in _SEEN and not _SEEN:
+        pytest.skip("run with the generated-spec tests")
+    assert _SEEN.get("fsdp", 0) >= 8, _SEEN
