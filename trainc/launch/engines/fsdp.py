@@ -37,7 +37,6 @@ from trainc.launch.runtime import (
     log,
     override,
     resolve_dims,
-    resolve_precision,
 )
 
 
@@ -116,7 +115,7 @@ def grad_norm_and_clip(model: Any, max_norm: float) -> float:
     return total
 
 
-def shard(model: Any, mesh: Any, cfg: dict[str, Any], s: Settings) -> None:
+def shard(model: Any, mesh: Any, cfg: dict[str, Any]) -> None:
     """``parallelize_module`` over tp, then ``fully_shard`` per block and on the root."""
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy
     from torch.distributed.fsdp import fully_shard as fsdp_shard
@@ -135,12 +134,8 @@ def shard(model: Any, mesh: Any, cfg: dict[str, Any], s: Settings) -> None:
     fs = cfg["fully_shard"]
     dims = tuple(fs["mesh_dims"])
     dp_mesh = mesh[dims] if len(dims) > 1 else mesh[dims[0]]
-    mp = fs["mp_policy"]
-    precision = resolve_precision(s)
-    param_dtype = mp["param_dtype"]
-    if precision == "fp32" and param_dtype != "float32":
-        param_dtype = "float32"
-    policy = MixedPrecisionPolicy(param_dtype=_dtype(param_dtype),
+    mp = fs["mp_policy"]  # exactly the plan's (fp16 is refused at compile time, TRC342)
+    policy = MixedPrecisionPolicy(param_dtype=_dtype(mp["param_dtype"]),
                                   reduce_dtype=_dtype(mp["reduce_dtype"]))
     off = fs["offload_policy"]
     offload: Any = CPUOffloadPolicy(pin_memory=bool(off["pin_memory"])) if off["cpu"] \
@@ -206,7 +201,7 @@ def run(s: Settings) -> None:
     if cfg["compile"]:  # TRC344 refuses it with launch.device cpu
         for b in model.layers.values():
             b.compile()
-    shard(model, mesh, cfg, s)
+    shard(model, mesh, cfg)
     built = cross_check(model, mesh, cfg, s)
     log("fsdp layout " + " ".join(f"{k}={v}".replace(" ", "") for k, v in built.items()))
     log(f"fsdp reshard_after_forward={cfg['fully_shard']['reshard_after_forward']} "
