@@ -83,6 +83,8 @@ RANKED = 20
 #: At most this many layouts go through the full estimator per plan (a time cap; when it is
 #: reached before the bound proves the ranking, ``PlanResult.exact`` is False).
 MAX_FULL = 256
+#: Grids scouted (one full estimate each) before the branch and bound's rounds.
+SCOUTS = 48
 #: Safety factor on the measured full / fast ratio of a grid (see :func:`plan_layouts`).
 BOUND_SAFETY = 0.9
 
@@ -212,8 +214,14 @@ def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
         out.planned.append(Planned(cand, state.spec, est, raw_spec=raw))
         bisect.insort(steps, round_sig(step))
 
-    for cand in result.candidates:  # the fast model's best first: a tight threshold quickly
-        if out.num_full_estimates < MAX_FULL:
+    # First the fastest layout (by the fast model) of each of the SCOUTS fastest grids, so that
+    # every competitive grid (and the simpler ones the tie-break may prefer) has a measured
+    # full / fast ratio, then the fast model's best layouts: a tight threshold quickly.
+    firsts: dict[tuple[Any, ...], Candidate] = {}
+    for cand in result.pool:
+        firsts.setdefault(cand.grid_key(), cand)
+    for cand in [*list(firsts.values())[:SCOUTS], *result.candidates]:
+        if out.num_full_estimates < MAX_FULL and cand.layout_key() not in done:
             full(cand)
     # Branch and bound over the pool (docs/planner.md). A layout's bound is the larger of its
     # proven compute bound (fast.step_lower_bound) and, once a layout of its class (grid,

@@ -164,8 +164,11 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
     bw_tp = intra if tp <= dom and dom % tp == 0 else inter
     bw_cp = intra if tp * cp <= dom and dom % (tp * cp) == 0 else inter
     bw_ep = intra if etp * ep <= dom and dom % (etp * ep) == 0 else inter
-    bw_dp = intra if tp * cp * dp <= gpn else inter
-    bw_pp = intra if W // pp < gpn else inter
+    # the full estimator prices an axis at the intra-domain bandwidth when its groups stay in
+    # one NVLink domain (rank map: DP x CP groups span tp*cp*dp consecutive-stride ranks, PP
+    # groups the whole world), not one node: on an NVL72 rack a 4-GPU tray is not the domain
+    bw_dp = intra if tp * cp * dp <= dom and dom % (tp * cp * dp) == 0 else inter
+    bw_pp = intra if W <= dom else inter
     peak = (c.peak_tflops or 1) * 1e12 * c.compute_efficiency
     overhead = c.layer_overhead_us * 1e-6
     hide = 1 - c.comm_overlap
