@@ -87,9 +87,9 @@ def _print_table(runs: list[Any], result: Any) -> None:
     console = Console(width=console_width())
     t = Table(title=f"trainc calibrate: {len(runs)} run(s)", box=box.SIMPLE_HEAD,
               show_edge=False)
-    for head in ("run", "measured s", "before s", "before/meas", "after s", "after/meas"):
-        t.add_column(head, justify="left" if head == "run" else "right",
-                     overflow="fold" if head == "run" else None)
+    t.add_column("run", overflow="fold")
+    for head in ("measured s", "before s", "before/meas", "after s", "after/meas"):
+        t.add_column(head, justify="right")
     for r, b, a in zip(runs, result.estimates_before, result.estimates_after, strict=True):
         m = r.measured_step_seconds
         t.add_row(r.name, f"{m:.4g}", f"{b:.4g}", f"{b / m:.3f}", f"{a:.4g}", f"{a / m:.3f}")

@@ -217,8 +217,11 @@ def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
     # First the fastest layout (by the fast model) of each of the SCOUTS fastest grids, so that
     # every competitive grid (and the simpler ones the tie-break may prefer) has a measured
     # full / fast ratio, then the fast model's best layouts: a tight threshold quickly.
+    # Layouts the fast model already puts over the memory budget (within MEM_SLACK) come last:
+    # the full fit check usually confirms it, and they would spend the budget.
+    order = sorted(result.pool, key=lambda c: c.memory_bytes > result.limit_bytes)
     firsts: dict[tuple[Any, ...], Candidate] = {}
-    for cand in result.pool:
+    for cand in order:
         firsts.setdefault(cand.grid_key(), cand)
     for cand in [*list(firsts.values())[:SCOUTS], *result.candidates]:
         if out.num_full_estimates < MAX_FULL and cand.layout_key() not in done:
@@ -230,7 +233,7 @@ def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
     # layout whose bound is within the band of the need-th best full step time (a grid not
     # estimated yet sends one scout, its fastest layout by the fast model), until none is left.
     threshold = math.inf
-    pool = [c for c in result.pool if c.layout_key() not in done]
+    pool = [c for c in order if c.layout_key() not in done]
     while pool:
         threshold = steps[need - 1] * (1 + band) if len(steps) >= need else math.inf
         todo, keep = [], []
@@ -247,6 +250,13 @@ def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
         todo += scout.values()
         if not todo:
             break
+        # breadth first: the fastest layout of every grid before the siblings (under the time
+        # cap, every competitive grid is seen before a grid's micro batch and recompute variants)
+        heads: dict[tuple[Any, ...], Candidate] = {}
+        for c in todo:
+            heads.setdefault(c.grid_key(), c)
+        first = {id(c) for c in heads.values()}
+        todo = list(heads.values()) + [c for c in todo if id(c) not in first]
         room = MAX_FULL - out.num_full_estimates
         for c in todo[:room]:
             full(c)
@@ -287,7 +297,8 @@ def versus_spec(raw: TrainSpec, pick: Planned) -> str:
     state = run_passes(State(spec=raw, suggest=False), stop_after="check_fit")
     p = state.spec.parallel if state.plan is not None else raw.parallel
     t = state.spec.training if state.plan is not None else raw.training
-    lay = (f"tp={p.tp} pp={p.pp} vpp={p.vpp} cp={p.cp} ep={p.ep} dp={p.dp} "
+    dp = state.plan.derived.dp if state.plan is not None else p.dp
+    lay = (f"tp={p.tp} pp={p.pp} vpp={p.vpp} cp={p.cp} ep={p.ep} dp={dp} "
            f"mbs={t.micro_batch_size} recompute={t.recompute.name}")
     c = pick.candidate
     if (c.tp, c.pp, c.vpp, c.cp, c.ep, c.mbs, c.recompute[0]) == \

@@ -22,8 +22,9 @@ The fit (:func:`fit`) changes the cluster's scalar factors the time model reads
 (:data:`FACTORS`: name -> bounds; the list is data, a new factor of the time model is one entry)
 to minimise the sum over runs of ``(log estimate - log measured)^2``, with scipy's Nelder-Mead
 when scipy is installed, else :func:`nelder_mead` (Nelder and Mead 1965, the standard
-reflection/expansion/contraction/shrink coefficients 1, 2, 0.5, 0.5), each factor mapped
-to its bounds through a logistic function. The estimate is the compiler's own
+reflection/expansion/contraction/shrink coefficients 1, 2, 0.5, 0.5), each factor in units of
+its start value and folded into its bounds by reflection, restarted from its best point until
+it stops improving. The estimate is the compiler's own
 (:func:`trainc.compiler.estimate.estimate` on the run's plan with the factors replaced).
 The residual band is the 10th and 90th percentile (linear interpolation) of measured / fitted
 estimate over the runs; it is written into the preset as ``step_time_p10_ratio`` /
@@ -62,6 +63,8 @@ FACTORS: dict[str, tuple[float, float]] = {
     "layer_overhead_us": (0.0, 5000.0),
     "comm_overlap": (0.0, 1.0),
 }
+#: Nelder-Mead runs at most (each from the previous one's best point).
+RESTARTS = 6
 #: Factors the schema types as integers (rounded when written).
 INT_FACTORS = frozenset({"gemm_half_efficiency_tokens"})
 
@@ -222,7 +225,7 @@ def _published_spec(data: dict[str, Any], row: dict[str, str], overrides: Sequen
 # (a log line may carry a launcher prefix such as "[rank0]: " or a timestamp: search, not match)
 _ARGS_START = re.compile(r"-{8,} arguments -{8,}")
 _ARGS_END = re.compile(r"-{8,} end of arguments -{8,}")
-_ARG = re.compile(r"(?:^|\s)(\w+) \.{3,} (.*?)\s*$")
+_ARG = re.compile(r"(?:^|\s)(\w+) \.+ (.*?)\s*$")
 _ITER_MS = re.compile(r"elapsed time per iteration \(ms\):\s*([0-9.]+)")
 
 
@@ -260,8 +263,8 @@ def _num(v: str | None) -> int | float | None:
             return None
 
 
-def megatron_spec_dict(args: dict[str, str], cluster: str, gpus_per_node: int
-                       ) -> dict[str, Any]:
+def megatron_spec_dict(args: dict[str, str], cluster: str, gpus_per_node: int,
+                       vocab_given: bool = False) -> dict[str, Any]:
     """A spec dict for the run a Megatron-LM arguments block describes (model, layout, batch,
     recompute, precision), on the cluster preset ``cluster``. Raises CalibrateError when a
     required argument is missing."""
@@ -297,6 +300,8 @@ def megatron_spec_dict(args: dict[str, str], cluster: str, gpus_per_node: int
         if v is not None:
             model[key] = v
     vocab = _num(args.get("padded_vocab_size")) or _num(args.get("vocab_size"))
+    if vocab is None and vocab_given:  # a model.vocab_size=N override replaces it
+        vocab = 1
     if vocab is None:
         raise CalibrateError("the Megatron-LM arguments block has no padded_vocab_size or "
                              "vocab_size (pass model.vocab_size=N)")
@@ -349,7 +354,8 @@ def parse_megatron_log(path: Path, cluster: str | None, gpus_per_node: int | Non
         raise CalibrateError(f"{path}: a Megatron-LM log does not name the cluster: pass "
                              "--cluster PRESET (e.g. dgx-h100)")
     gpn = gpus_per_node or _preset_gpus_per_node(cluster)
-    spec, why = _spec_from_dict(megatron_spec_dict(args, cluster, gpn), overrides)
+    given = any(o.startswith("model.vocab_size=") for o in overrides)
+    spec, why = _spec_from_dict(megatron_spec_dict(args, cluster, gpn, given), overrides)
     if spec is None:
         raise CalibrateError(f"{path}: {why}")
     return Run(f"{path.name} ({len(times)} iterations)", spec, step, "megatron-log")
@@ -476,7 +482,8 @@ def check_one_cluster(runs: list[Run], names: Sequence[str]) -> None:
 
 def step_estimate(plan: Plan, factors: dict[str, float]) -> float:
     """The full estimator's step time (seconds) of ``plan`` with the cluster ``factors``."""
-    cl = dataclasses.replace(plan.spec.cluster, **factors)
+    changes: dict[str, Any] = dict(factors)
+    cl = dataclasses.replace(plan.spec.cluster, **changes)
     spec = dataclasses.replace(plan.spec, cluster=cl)
     return float(estimate(dataclasses.replace(plan, spec=spec)).step_time_seconds)
 
@@ -538,17 +545,16 @@ def nelder_mead(f: Callable[[list[float]], float], x0: list[float], *, step: flo
     return simplex[i], vals[i], evals
 
 
-def _to_unit(x: float, lo: float, hi: float) -> float:
-    p = min(max((x - lo) / (hi - lo), 1e-6), 1 - 1e-6)
-    return math.log(p / (1 - p))
-
-
-def _from_unit(u: float, lo: float, hi: float) -> float:
-    return lo + (hi - lo) / (1 + math.exp(-max(min(u, 50.0), -50.0)))
+def _reflect(x: float, lo: float, hi: float) -> float:
+    """``x`` folded into [lo, hi] by reflection at the bounds (a bounded search without the flat
+    ends a logistic map has: the simplex never stalls against a bound)."""
+    w = hi - lo
+    t = (x - lo) / w % 2.0
+    return lo + w * (2.0 - t if t > 1.0 else t)
 
 
 def fit(runs: list[Run], names: Sequence[str] | None = None,
-        start: dict[str, float] | None = None, max_evals: int = 800) -> FitResult:
+        start: dict[str, float] | None = None, max_evals: int = 600) -> FitResult:
     """Fit the factors ``names`` (default: every :data:`FACTORS` entry) to planned ``runs``
     (:func:`prepare`); ``start``: the initial values (default: the first run's cluster)."""
     names = list(names or FACTORS)
@@ -567,24 +573,41 @@ def fit(runs: list[Run], names: Sequence[str] | None = None,
     def estimates(factors: dict[str, float]) -> list[float]:
         return [step_estimate(r.plan, factors) for r in runs]  # type: ignore[arg-type]
 
+    # search coordinates: each factor in units of its start value (or a tenth of its range)
+    scale = {n: abs(x0[n]) if x0[n] else 0.1 * (FACTORS[n][1] - FACTORS[n][0]) for n in names}
+
+    def factors_of(u: list[float]) -> dict[str, float]:
+        return {n: _reflect(v * scale[n], *FACTORS[n]) for n, v in zip(names, u, strict=True)}
+
     def loss(u: list[float]) -> float:
-        fac = {n: _from_unit(v, *FACTORS[n]) for n, v in zip(names, u, strict=True)}
+        fac = factors_of(u)
         est = estimates(fac)
         if any(e <= 0 or not math.isfinite(e) for e in est):
             return 1e30
         return sum((math.log(e) - m) ** 2 for e, m in zip(est, meas, strict=True))
 
-    u0 = [_to_unit(x0[n], *FACTORS[n]) for n in names]
+    u = [_reflect(x0[n], *FACTORS[n]) / scale[n] for n in names]
     notes: list[str] = []
     try:
-        from scipy.optimize import minimize  # optional: scipy's Nelder-Mead when installed
-
-        res = minimize(lambda u: loss(list(u)), u0, method="Nelder-Mead",
-                       options={"maxfev": max_evals, "xatol": 1e-6, "fatol": 1e-12})
-        u, evals = [float(v) for v in res.x], int(res.nfev)
+        from scipy.optimize import (  # type: ignore[import-untyped,unused-ignore]
+            minimize,  # optional: scipy's Nelder-Mead when installed
+        )
     except ImportError:
-        u, _, evals = nelder_mead(loss, u0, max_evals=max_evals)
-    after = {n: _from_unit(v, *FACTORS[n]) for n, v in zip(names, u, strict=True)}
+        minimize = None
+    evals, best = 0, math.inf
+    for _ in range(RESTARTS):  # restarting from the best point with a fresh simplex (standard
+        # practice: a collapsed simplex stalls on narrow valleys)
+        if minimize is not None:
+            res = minimize(lambda v: loss(list(v)), u, method="Nelder-Mead",
+                           options={"maxfev": max_evals, "xatol": 1e-7, "fatol": 1e-14})
+            u, val, nfev = [float(v) for v in res.x], float(res.fun), int(res.nfev)
+        else:
+            u, val, nfev = nelder_mead(loss, u, step=0.3, max_evals=max_evals)
+        evals += nfev
+        if val >= best - 1e-12 * max(1.0, best):
+            break
+        best = val
+    after = factors_of(u)
     for n in INT_FACTORS & set(after):
         after[n] = float(round(after[n]))
     # a factor at its bound: the runs push it there (say so)
@@ -619,7 +642,7 @@ def preset_dict(run: Run, result: FitResult) -> dict[str, Any]:
                            and k not in result.names}
     for n in result.names:
         v = result.after[n]
-        out[n] = int(round(v)) if n in INT_FACTORS else float(f"{v:.4g}")
+        out[n] = round(v) if n in INT_FACTORS else float(f"{v:.4g}")
     out["step_time_p10_ratio"] = float(f"{result.p10_ratio:.4g}")
     out["step_time_p90_ratio"] = float(f"{result.p90_ratio:.4g}")
     return out

@@ -160,7 +160,6 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
     eff_bw = c.comm_efficiency * 1e9
     intra, inter = (c.intra_node_bandwidth_gbps or 1) * eff_bw, \
         (c.inter_node_bandwidth_gbps or 1) * eff_bw
-    gpn = c.gpus_per_node
     bw_tp = intra if tp <= dom and dom % tp == 0 else inter
     bw_cp = intra if tp * cp <= dom and dom % (tp * cp) == 0 else inter
     bw_ep = intra if etp * ep <= dom and dom % (etp * ep) == 0 else inter

@@ -113,6 +113,8 @@ class SearchResult:
     """The smallest fast step time (seconds) among the layouts left out of ``pool``."""
     dropped: int = 0
     """How many layouts within the memory slack were left out of ``pool``."""
+    limit_bytes: float = math.inf
+    """The memory budget per GPU the fast model's memory is compared with (bytes)."""
 
 
 def _fixed(spec: TrainSpec, explicit: frozenset[str], key: str) -> Any:
@@ -288,7 +290,7 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
     ranked = [c for _, _, c in sorted(pool, key=lambda x: (-x[0], -x[1]))]
     best = sorted((c for c in ranked if c.memory_bytes <= limit), key=_rank_key)[:KEEP]
     return SearchResult(evaluated, best, fits, evaluated + pruned, ranked, dropped, dropped_fast,
-                        n_dropped)
+                        n_dropped, limit)
 
 
 KEEP = 64
