@@ -77,8 +77,8 @@ class PlanResult:
 #: (:attr:`trainc.schemas.ClusterSpec.gemm_half_efficiency_tokens`). Two layouts whose full
 #: estimates are closer than this are a tie, broken by the simpler layout (docs/planner.md).
 DEFAULT_ERROR_BAND = 0.10
-#: The ranking is exact (the same as estimating every layout) for at least this many places, so
-#: ``--top`` up to it never changes the order.
+#: Places the branch and bound ranks whatever ``--top`` is (so ``--top`` up to it never
+#: changes the order); exact (the same as estimating every layout) when ``PlanResult.exact``.
 RANKED = 20
 #: At most this many layouts go through the full estimator per plan (a time cap; when it is
 #: reached before the bound proves the ranking, ``PlanResult.exact`` is False).
@@ -166,10 +166,12 @@ def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
 
     Ranking (docs/planner.md): every ranked layout has the full estimator's step time and
     memory (compiled with the full rule set and fit check). The fast model only orders the
-    work and prunes by a lower bound of the full step time (branch and bound): a layout is left
-    unestimated only when its bound exceeds the ``max(top, RANKED)``-th best full step time by
-    more than the error band, so the first ``max(top, RANKED)`` places are those of estimating
-    every layout, whatever ``top`` is.
+    work and prunes by a bound of the full step time (branch and bound): a layout is left
+    unestimated when its bound exceeds the ``max(top, RANKED)``-th best full step time by more
+    than the error band, or when MAX_FULL layouts have been estimated. The procedure is the same
+    for every ``top`` up to RANKED, so ``--top 1, 5, 20`` print prefixes of one list;
+    ``PlanResult.exact`` says whether the bound proved the order (the same as estimating every
+    layout) or the time cap came first.
     """
     loaded = load_spec(path, overrides)
     if loaded.spec is None:
