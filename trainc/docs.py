@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from trainc.compiler.rules import ALL_RULES, SOURCES
+from trainc.schemas import Engine
 
 FAMILIES = (
     ("TRC0", "Loading (TRC0xx)", "the file, its YAML, the schema and the overrides"),
@@ -33,19 +34,23 @@ def render() -> str:
         "spec key it is about, the values involved and a computed fix. Severity `error` stops",
         "compilation (exit 2); `warning` and `info` do not (`--werror` turns warnings into",
         "errors). Sources: MR = Megatron rules reference, DR = DeepSpeed rules reference (the",
-        "shared research notes), BC = bug cases (docs/bug_cases.md).",
+        "shared research notes), BC = bug cases (docs/bug_cases.md). The severity columns",
+        "grade a finding per `engine:`; `n/a`: the rule does not apply to that engine.",
         "",
     ]
+    engines = [e.value for e in Engine]
     for prefix, title, blurb in FAMILIES:
         rules = [r for r in ALL_RULES if r.id.startswith(prefix)]
         if not rules:
             continue
         out += [f"## {title}", "", blurb[0].upper() + blurb[1:] + ".", "",
-                "| id | name | severity | summary | source |", "|---|---|---|---|---|"]
+                "| id | name | " + " | ".join(engines) + " | summary | source |",
+                "|---|---|" + "---|" * len(engines) + "---|---|"]
         for r in sorted(rules, key=lambda r: r.id):
             summary = r.summary.replace("|", "\\|")
             source = SOURCES.get(r.id, "").replace("|", "\\|")
-            out.append(f"| {r.id} | `{r.name}` | {r.severity} | {summary} | {source} |")
+            grades = " | ".join(r.severity_for(e) for e in engines)
+            out.append(f"| {r.id} | `{r.name}` | {grades} | {summary} | {source} |")
         out.append("")
     return "\n".join(out)
 

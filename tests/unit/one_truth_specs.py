@@ -22,8 +22,11 @@ def _divisors(n: int) -> list[int]:
 
 
 @st.composite
-def one_truth_specs(draw: st.DrawFn, *, engine: str | None = None) -> dict[str, Any]:
-    """A spec dict that trainc should accept, with the issue-11 keys drawn."""
+def one_truth_specs(draw: st.DrawFn, *, engine: str | None = None,
+                    low_precision: bool = True) -> dict[str, Any]:
+    """A spec dict that trainc should accept, with the issue-11 keys drawn (and, with
+    ``low_precision``, the FP8/FP4 and optimizer-state keys, which need Transformer Engine on
+    CUDA to build)."""
     cfg = draw(coherent_specs(engine=engine))
     m, p, t, c = cfg["model"], cfg["parallel"], cfg["training"], cfg["cluster"]
     ds = cfg["engine"] == "deepspeed"
@@ -72,6 +75,23 @@ def one_truth_specs(draw: st.DrawFn, *, engine: str | None = None) -> dict[str, 
             t["overlap_param_gather"] = draw(st.booleans())
         else:
             t["overlap_param_gather"] = False
+    # FP8 / FP4 and optimizer state precision (engine=megatron on CUDA only, TRC330)
+    cuda = low_precision and cfg.get("launch", {}).get("device", "cuda") == "cuda"
+    if not ds and cuda and draw(st.integers(0, 2)) == 0:
+        if draw(st.booleans()):
+            t["fp8_format"] = draw(st.sampled_from(["e4m3", "hybrid"]))
+            t["fp8_recipe"] = draw(st.sampled_from(["delayed", "tensorwise", "blockwise",
+                                                    "mxfp8"]))
+            t["fp8_param_gather"] = p["zero_stage"] == 1 and draw(st.booleans())
+        else:
+            t["fp4_format"] = "e2m1"
+        t["first_last_layers_bf16"] = draw(st.booleans())
+    if not ds and cuda and p["zero_stage"] == 1 and t.get("optimizer", "adam") == "adam" \
+            and draw(st.integers(0, 2)) == 0:
+        t["main_grads_dtype"] = draw(st.sampled_from(["fp32", "bf16"]))
+        t["main_params_dtype"] = draw(st.sampled_from(["fp32", "fp16"]))
+        t["exp_avg_dtype"] = draw(st.sampled_from(["fp32", "fp16", "bf16", "fp8"]))
+        t["exp_avg_sq_dtype"] = draw(st.sampled_from(["fp32", "fp16", "bf16", "fp8"]))
     # model keys
     if draw(st.booleans()):
         m["add_qkv_bias"] = draw(st.booleans())

@@ -156,6 +156,12 @@ def C(group: str, key: str, conv: Callable[[Any], Any] = lambda v: v) -> Reader:
     return Reader(((group, key),), lambda c: conv(c[group][key]))
 
 
+def CO(group: str, key: str, absent: Any, conv: Callable[[Any], Any] = lambda v: v) -> Reader:
+    """An optional megatron_core.yaml ``group.key``: ``absent`` (the library default) when the
+    builder leaves it out (the FP8/FP4 and precision-aware keys of an all-BF16 plan)."""
+    return Reader(((group, key),), lambda c: conv(c[group].get(key, absent)))
+
+
 def D(path: str, conv: Callable[[Any], Any] = lambda v: v, absent: Any = None) -> Reader:
     """ds_config.json leaf at ``path``; ``absent`` (a value, or NA) when the key is not there
     (None: the key must be there)."""
@@ -315,6 +321,11 @@ _MOE = lambda plan: plan["spec"]["model"]["num_experts"] is not None  # noqa: E7
 _ROPE = lambda plan: plan["spec"]["model"]["position_embedding"] == "rope"  # noqa: E731
 _WSD = lambda plan: plan["spec"]["training"]["lr_decay_style"] == "WSD"  # noqa: E731
 _WARMUP = lambda plan: plan["spec"]["training"]["lr_warmup_iters"] > 0  # noqa: E731
+_FP8 = lambda plan: plan["spec"]["training"]["fp8_format"] != "none"  # noqa: E731
+_FP4 = lambda plan: plan["spec"]["training"]["fp4_format"] != "none"  # noqa: E731
+_STATES = ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
+#: OptimizerConfig's torch dtype names -> the spec's (Megatron-LM's) spelling
+_STATE_NAME = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "uint8": "fp8"}
 _TC, _GPT, _OPT = "TransformerConfig", "GPTModel", "OptimizerConfig"
 _SCH = "OptimizerParamScheduler"
 _DDP, _IMP, _FB = "DistributedDataParallelConfig", "initialize_model_parallel", \
@@ -567,6 +578,30 @@ TABLE: tuple[Setting, ...] = (
     Setting("sgd_momentum", spec=(S("training.sgd_momentum", float),),
             lm=(F("--sgd-momentum", float, 0.9),), core=(C(_OPT, "sgd_momentum"),),
             ds=(D("optimizer.params.momentum"),), when=_SGD),
+    # FP8 / FP4 (issue 13) and the precision-aware optimizer
+    Setting("fp8_format", spec=(S("training.fp8_format", lambda v: None if v == "none" else v),),
+            lm=(F("--fp8-format", str, None),), core=(CO(_TC, "fp8", None),)),
+    Setting("fp8_recipe", spec=(S("training.fp8_recipe"),),
+            lm=(F("--fp8-recipe", str, "delayed"),), core=(CO(_TC, "fp8_recipe", "delayed"),),
+            when=_FP8),
+    Setting("fp8_param_gather", spec=(S("training.fp8_param_gather", bool),),
+            lm=(B("--fp8-param-gather"),),
+            core=(CO(_DDP, "fp8_param_gather", False), CO(_TC, "fp8_param", False))),
+    Setting("fp4_format", spec=(S("training.fp4_format", lambda v: None if v == "none" else v),),
+            lm=(F("--fp4-format", str, None),), core=(CO(_TC, "fp4", None),)),
+    Setting("fp4_recipe", spec=(S("training.fp4_recipe"),),
+            lm=(F("--fp4-recipe", str, "nvfp4"),), core=(CO(_TC, "fp4_recipe", "nvfp4"),),
+            when=_FP4),
+    Setting("first_last_layers_bf16", spec=(S("training.first_last_layers_bf16", bool),),
+            lm=(B("--first-last-layers-bf16"),),
+            core=(CO(_TC, "first_last_layers_bf16", False),),
+            when=lambda plan: _FP8(plan) or _FP4(plan)),
+    Setting("use_precision_aware_optimizer",
+            spec=(SF(lambda plan: any(plan["spec"]["training"][k] != "fp32" for k in _STATES)),),
+            lm=(B("--use-precision-aware-optimizer"),),
+            core=(CO(_OPT, "use_precision_aware_optimizer", False),)),
+    *[Setting(k, spec=(S(f"training.{k}"),), lm=(F(f"--{k.replace('_', '-')}", str, "fp32"),),
+              core=(CO(_OPT, k, "float32", _STATE_NAME.get),)) for k in _STATES],
     Setting("grad_clip", spec=(S("training.grad_clip", float),),
             lm=(F("--clip-grad", float, 1.0),), core=(C(_OPT, "clip_grad"),),
             ds=(D("gradient_clipping"),)),

@@ -78,6 +78,8 @@ def test_one_pod_per_node_and_gpus(plan):
     assert container["command"][:5] == ["torchrun", "-m", "trainc.launch.worker", "--plan",
                                         "/trainc/plan.json"]
     assert container["image"] == PLACEHOLDER_IMAGE
+    # tp 8 on CUDA: the variable torchrun.sh exports reaches the pods too
+    assert container["env"] == [{"name": "CUDA_DEVICE_MAX_CONNECTIONS", "value": "1"}]
     volumes = {v["name"]: v for v in replicas["Master"]["template"]["spec"]["volumes"]}
     assert volumes["plan"]["configMap"]["name"] == "llama2-70b-pretrain-plan"
     assert "kubectl create configmap llama2-70b-pretrain-plan --from-file=plan.json" in text

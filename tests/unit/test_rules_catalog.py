@@ -14,10 +14,14 @@ import pytest
 from specs.kit import find, lint_cfg
 from trainc.compiler import rules as R
 from trainc.compiler.load import load_spec
+from trainc.schemas import Engine
 
 MOE = {"model.num_experts": 8, "model.moe_router_topk": 2}
 DS = {"engine": "deepspeed"}
 BIG = {"model.num_layers": 32, "model.hidden_size": 8192}
+#: 20 GB200 NVL72 trays (4 GPUs each, 18 per 72-GPU NVLink domain)
+NVL72 = {"cluster.gpu": "gb200", "cluster.gpus_per_node": 4, "cluster.nvlink_domain_size": 72,
+         "cluster.num_nodes": 20, "parallel.pp": 1}
 
 # rule id -> (changes that trigger it, changes that do not, expected key)
 SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
@@ -154,6 +158,13 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "TRC329": ({"training.optimizer": "sgd", "training.adam_beta2": 0.95},
                {"training.optimizer": "adam", "training.adam_beta2": 0.95},
                "training.adam_beta2"),
+    "TRC330": ({"training.fp8_format": "hybrid", "launch.device": "cpu"},
+               {"training.fp8_format": "hybrid", "launch.device": "cuda"}, "training.fp8_format"),
+    "TRC331": ({"training.fp8_format": "e4m3", "training.fp4_format": "e2m1"},
+               {"training.fp8_format": "e4m3"}, "training.fp4_format"),
+    "TRC332": ({"training.exp_avg_dtype": "bf16", "parallel.zero_stage": 0},
+               {"training.exp_avg_dtype": "bf16", "parallel.zero_stage": 1},
+               "training.exp_avg_dtype"),
     "TRC512": ({"launch.data_split": "969,30"}, {"launch.data_split": "98,1,1"},
                "launch.data_split"),
     "TRC003": ({"cluster.gpu": "custom", "cluster.gpu_memory_gib": None},
@@ -186,6 +197,10 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
                "launch.env.WANDB_API_KEY"),
     "TRC511": ({"launch.partition": "batch\n#SBATCH --qos=high"}, {"launch.partition": "batch"},
                "launch.partition"),
+    "TRC520": ({**NVL72, "launch.slurm_segment": 8}, {**NVL72, "launch.slurm_segment": 10},
+               "launch.slurm_segment"),
+    "TRC521": ({"launch.k8s_runtime": "Torch_Distributed"},
+               {"launch.k8s_runtime": "torch-distributed-v2"}, "launch.k8s_runtime"),
 }
 
 SPEC_YAML = """\
@@ -235,7 +250,8 @@ def test_spec_rule_rejects(rule_id: str) -> None:
     assert found, f"{rule_id} not reported for {reject}"
     assert key in {d.key for d in found}, [d.key for d in found]
     for d in found:
-        assert d.severity.value == R.RULES_BY_ID[rule_id].severity
+        spec_engine = {**reject}.get("engine", "megatron")
+        assert d.severity.value == R.RULES_BY_ID[rule_id].severity_for(str(spec_engine))
         if d.is_error:
             assert d.fix, f"{rule_id} error without a fix"
         assert d.facts, f"{rule_id} reports no values (facts)"
@@ -297,7 +313,28 @@ def test_catalog_ids_are_unique_and_well_formed() -> None:
         assert re.fullmatch(r"TRC\d{3}", r.id)
         assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", r.name)
         assert r.severity in ("error", "warning", "info")
+        engines = dict(r.engines)
+        assert set(engines) <= {e.value for e in Engine}, (r.id, engines)
+        assert set(engines.values()) <= set(R.SEVERITIES), (r.id, engines)
     assert len({r.name for r in R.ALL_RULES}) == len(R.ALL_RULES)
+
+
+def test_engine_grades_apply_to_findings() -> None:
+    """A rule graded ``n/a`` for an engine reports nothing for it; one graded otherwise takes
+    that engine's severity (TRC322 is a DeepSpeed pipeline-engine warning, n/a on Megatron)."""
+    from trainc.compiler.diagnostics import Severity, diag, for_engine
+
+    rule = R.DS_PIPE_GRAD_ACCUM
+    d = diag(rule, "m", "parallel.pp")
+    assert for_engine([d], "megatron") == []
+    assert [x.severity for x in for_engine([d], "deepspeed")] == [Severity.warning]
+    graded = R.Rule("TRC999", "x", "s", "error", (("deepspeed", "warning"),))
+    e = diag(graded, "m", "parallel.tp")
+    assert [x.severity for x in for_engine([e], "deepspeed")] == [Severity.warning]
+    assert [x.severity for x in for_engine([e], "megatron")] == [Severity.error]
+    # a severity the check chose itself is kept
+    kept = diag(graded, "m", "parallel.tp", severity=Severity.info)
+    assert [x.severity for x in for_engine([kept], "deepspeed")] == [Severity.info]
 
 
 def test_microbatches_below_pp_is_an_error_with_interleaving() -> None:

@@ -210,8 +210,10 @@ def test_secrets_are_never_written_in_clear(tmp_path: Path) -> None:
     warned = {d["key"] for d in plan["diagnostics"] if d["rule"] == "TRC510"}
     assert warned == {f"launch.env.{k}" for k in SECRETS}
     assert all(d["severity"] == "warning" for d in plan["diagnostics"] if d["rule"] == "TRC510")
-    job = (out / "pytorchjob.yaml").read_text()
-    assert "secretKeyRef" in job and "safe-secrets" in job
+    for name in ("pytorchjob.yaml", "trainjob.yaml"):
+        job = (out / name).read_text()
+        assert "secretKeyRef" in job and "safe-secrets" in job, name
+        assert "***" not in job, name
     # the scripts take the values from the submitting environment
     bindir, log = make_stubs(tmp_path)
     r = run_script(out / "torchrun.sh", bindir, log, out, SECRETS)

@@ -209,3 +209,51 @@ def full_recompute_mask(chunks: list[int], recompute_method: str | None,
         return [True] * sum(chunks)
     n = max(recompute_num_layers or 1, 1)
     return [k < n for c in chunks for k in range(c)]
+
+
+def domain_group_nodes(tp: int, cp: int, etp: int, ep: int, gpus_per_node: int) -> int:
+    """Nodes spanned by the widest group that should stay inside one NVLink domain: the TP x CP
+    group of the dense grid or the ETP x EP group of the expert grid (count, at least 1).
+
+    Megatron-Core's rank order ``tp-cp-ep-dp-pp`` (``parallel_state.RankGenerator``, 0.16.1)
+    makes both groups runs of consecutive ranks, aligned to their size, and torchrun numbers
+    ranks node by node, so a group of ``g`` GPUs covers ``ceil(g / gpus_per_node)`` consecutive
+    node ranks.
+
+    >>> domain_group_nodes(4, 1, 1, 16, 4), domain_group_nodes(2, 1, 1, 1, 4)
+    (4, 1)
+    """
+    widest = max(tp * cp, etp * ep, 1)
+    return max(1, -(-widest // max(gpus_per_node, 1)))
+
+
+def slurm_segment(num_nodes: int, gpus_per_node: int, nvlink_domain_size: int,
+                  requested: int | None, group_nodes: int = 1) -> int:
+    """Nodes per ``#SBATCH --segment`` (0: no such line) for a job of ``num_nodes`` nodes.
+
+    ``requested`` (``launch.slurm_segment``) is taken as written (0 turns the line off). Left
+    null, a segment is asked for only when the NVLink domain spans more than one node (GB200
+    NVL72: 72 GPUs = 18 trays of 4): the largest divisor of ``num_nodes`` that fits one domain
+    (``nvlink_domain_size // gpus_per_node`` nodes), preferring one that is a multiple of
+    ``group_nodes`` (:func:`domain_group_nodes`) so that no TP/CP or EP group straddles two
+    segments (a job that fits one domain is one segment); 0 when that divisor is 1 (a one-node
+    segment asks for nothing). The segment
+    divides ``num_nodes`` because the allocation is made of whole segments (Slurm's
+    topology/block plugin, https://slurm.schedmd.com/topology.html, sbatch ``--segment``).
+
+    >>> slurm_segment(36, 4, 72, None), slurm_segment(20, 4, 72, None), slurm_segment(8, 8, 8, None)
+    (18, 10, 0)
+    >>> slurm_segment(32, 4, 72, None, group_nodes=16), slurm_segment(4, 4, 72, 0)
+    (16, 0)
+    """
+    if requested is not None:
+        return requested
+    per_domain = nvlink_domain_size // max(gpus_per_node, 1)
+    if per_domain <= 1 or num_nodes <= 1:
+        return 0
+    if num_nodes <= per_domain:
+        return num_nodes  # the whole job in one domain: no group can be cut
+    fits = [s for s in range(per_domain, 0, -1) if num_nodes % s == 0]
+    whole = [s for s in fits if s % group_nodes == 0]
+    best = (whole or fits)[0]
+    return best if best > 1 else 0

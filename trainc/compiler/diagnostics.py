@@ -110,6 +110,22 @@ def diag(
     )
 
 
+def for_engine(diags: Iterable[Diagnostic], engine: str) -> list[Diagnostic]:
+    """``diags`` as the rule catalog grades them for ``engine`` (an ``Engine`` value): a finding
+    whose rule does not apply to the engine (``n/a``) is dropped; one a check left at its
+    rule's default severity takes the engine's (:meth:`Rule.severity_for`). A severity a check
+    chose for specific values (a finding it raises or lowers itself) is kept."""
+    out = []
+    for d in diags:
+        sev = d.rule.severity_for(engine)
+        if sev == "n/a":
+            continue
+        if d.severity.value == d.rule.severity and sev != d.rule.severity:
+            d = replace(d, severity=Severity(sev))
+        out.append(d)
+    return out
+
+
 def locate(diags: Iterable[Diagnostic], where: Mapping[str, Location]) -> list[Diagnostic]:
     """Attach source locations (primary key first, then related keys) to each diagnostic."""
     out = []

@@ -13,7 +13,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainc.compiler.diagnostics import Diagnostic, Location, locate, sort_diagnostics
+from trainc.compiler.diagnostics import (
+    Diagnostic,
+    Location,
+    for_engine,
+    locate,
+    sort_diagnostics,
+)
 from trainc.compiler.emit import emit
 from trainc.compiler.estimate import estimate
 from trainc.compiler.fit import check_fit
@@ -69,7 +75,8 @@ def _estimate(s: State) -> State:
 def _check_fit(s: State) -> State:
     assert s.plan is not None
     evaluate = _evaluate if s.suggest else None
-    found = tuple(locate(check_fit(s.plan, evaluate=evaluate), s.where))
+    found = tuple(locate(for_engine(check_fit(s.plan, evaluate=evaluate), s.spec.engine.value),
+                         s.where))
     diags = tuple(sort_diagnostics([*s.diagnostics, *found]))
     plan = dataclasses.replace(s.plan, diagnostics=tuple(_artifact_record(d, s.spec_path)
                                                          for d in diags))

@@ -9,19 +9,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: The severities a rule may take for an engine; ``n/a`` means the rule does not apply to it
+#: (its findings are dropped for a spec of that engine).
+SEVERITIES = ("error", "warning", "info", "n/a")
+
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """A rule of the catalog. ``severity`` is ``error``, ``warning`` or ``info``."""
+    """A rule of the catalog. ``severity`` is ``error``, ``warning`` or ``info``: the default for
+    every engine. ``engines`` overrides it per engine (``Engine`` value -> a :data:`SEVERITIES`
+    entry), e.g. a check Megatron-Core enforces at init but DeepSpeed only warns about; the
+    validate and fit passes apply it (:func:`trainc.compiler.diagnostics.for_engine`)."""
 
     id: str
     name: str
     summary: str
     severity: str = "error"
+    engines: tuple[tuple[str, str], ...] = ()
+
+    def severity_for(self, engine: str) -> str:
+        """The severity of this rule's findings for ``engine`` (an ``Engine`` value): the
+        override in :attr:`engines`, else :attr:`severity`; ``"n/a"`` when it does not apply."""
+        return dict(self.engines).get(engine, self.severity)
 
 
-def _r(id: str, name: str, summary: str, severity: str = "error") -> Rule:
-    return Rule(id, name, summary, severity)
+def _r(id: str, name: str, summary: str, severity: str = "error",
+       engines: dict[str, str] | None = None) -> Rule:
+    return Rule(id, name, summary, severity, tuple(sorted((engines or {}).items())))
 
 
 # --- TRC0xx: loading -----------------------------------------------------------------------
@@ -159,7 +173,7 @@ NVME_PATH = _r(
 DS_PIPE_GRAD_ACCUM = _r(
     "TRC322", "deepspeed-pipe-grad-accum-scale",
     "DeepSpeed's pipeline engine sums micro-batch gradients: the micro/accumulation split at a "
-    "fixed global batch changes the gradient scale", "warning")
+    "fixed global batch changes the gradient scale", "warning", engines={"megatron": "n/a"})
 LR_SCHEDULE_ENGINE = _r(
     "TRC323", "lr-schedule-supported",
     "the learning-rate schedule must be one the engine honours exactly (DeepSpeed: constant, "
@@ -229,10 +243,31 @@ SETTING_WITHOUT_EFFECT = _r(
     "a key set to a non-default value that the rest of the spec makes inert (Adam betas with "
     "sgd, WSD keys with another schedule, RoPE keys with learned positions, router keys on a "
     "dense model, a data split without data)", "warning")
+LOW_PRECISION_RUNNER = _r(
+    "TRC330", "low-precision-runner",
+    "FP8 / FP4 GEMMs and a precision-aware optimizer need Transformer Engine on CUDA: "
+    "engine=megatron with launch.device=cuda")
+FP8_FP4_COMBINATION = _r(
+    "TRC331", "fp8-fp4-combination",
+    "fp8 and fp4 are exclusive; fp8_param_gather needs fp8_format and the distributed optimizer")
+OPTIMIZER_STATE_PRECISION = _r(
+    "TRC332", "optimizer-state-precision",
+    "optimizer buffers below fp32 need adam and the distributed optimizer (Megatron-Core "
+    "precision-aware optimizer), in the dtypes Megatron-LM accepts for each buffer")
 DATA_SPLIT = _r(
     "TRC512", "data-split-format",
     "launch.data_split is three non-negative numbers, comma-separated, not all zero "
     "(Megatron --split)")
+SLURM_SEGMENT = _r(
+    "TRC520", "slurm-segment-whole-groups",
+    "the #SBATCH --segment size must divide num_nodes, fit one NVLink domain and hold whole "
+    "TP x CP and ETP x EP groups (GB200 NVL72 block topology)", "warning",
+    engines={"megatron": "warning", "deepspeed": "warning"})
+K8S_RUNTIME = _r(
+    "TRC521", "k8s-runtime-name",
+    "launch.k8s_runtime must be a Kubernetes object name (RFC 1123 subdomain: lower-case "
+    "letters, digits, '-' and '.', at most 253)",
+    engines={"megatron": "error", "deepspeed": "error"})
 
 ALL_RULES: tuple[Rule, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Rule))
 RULES_BY_ID = {r.id: r for r in ALL_RULES}
@@ -305,6 +340,15 @@ SOURCES: dict[str, str] = {
     "TRC328": "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__ "
               "(0.16.1): 'Please use --moe-router-pre-softmax when topk is 1.'",
     "TRC329": "trainc: what each engine reads (docs/engines.md)",
+    "TRC330": "megatron-core 0.16.1 transformer_config.py / optimizer_config.py (Transformer "
+              "Engine FusedAdam); trainc capabilities",
+    "TRC331": "megatron-core 0.16.1 TransformerConfig.__post_init__ (fp8_param, fp4 vs fp8)",
+    "TRC332": "megatron-core 0.16.1 OptimizerConfig.__post_init__; Megatron-LM arguments.py "
+              "--main-grads-dtype, --main-params-dtype, --exp-avg(-sq)-dtype",
     "TRC512": "megatron/training/arguments.py --split; megatron/core/datasets utils "
               "parse_and_normalize_split (core_v0.19.0)",
+    "TRC520": "Slurm topology/block plugin and sbatch --segment (slurm.schedmd.com/"
+              "topology.html, Slurm 24.05+); Megatron-Core RankGenerator order tp-cp-ep-dp-pp",
+    "TRC521": "Kubernetes object names (RFC 1123 subdomain); Kubeflow Trainer v2.3.0 "
+              "TrainJob.spec.runtimeRef.name",
 }

@@ -126,6 +126,50 @@ class LrDecayStyle(Enum):
     WSD = "WSD"
 
 
+class Fp8Format(Enum):
+    """FP8 training format (Megatron-LM ``--fp8-format``; TransformerConfig.fp8): none (no FP8),
+    e4m3 everywhere, or hybrid (e4m3 forward, e5m2 gradients)."""
+
+    none = "none"
+    e4m3 = "e4m3"
+    hybrid = "hybrid"
+
+
+class Fp8Recipe(Enum):
+    """FP8 scaling recipe (TransformerConfig.fp8_recipe, Megatron-Core ``Fp8Recipe``; default
+    delayed as Megatron-Core): delayed (amax history), tensorwise (current per-tensor scaling),
+    blockwise (1x128 / 128x128 blocks, Hopper), mxfp8 (32-element blocks, Blackwell)."""
+
+    delayed = "delayed"
+    tensorwise = "tensorwise"
+    blockwise = "blockwise"
+    mxfp8 = "mxfp8"
+
+
+class Fp4Format(Enum):
+    """FP4 training format (Megatron-LM ``--fp4-format``; TransformerConfig.fp4)."""
+
+    none = "none"
+    e2m1 = "e2m1"
+
+
+class Fp4Recipe(Enum):
+    """FP4 recipe (TransformerConfig.fp4_recipe; Megatron-Core ``Fp4Recipe``)."""
+
+    nvfp4 = "nvfp4"
+
+
+class StateDtype(Enum):
+    """Precision of an optimizer buffer (Megatron-Core OptimizerConfig ``main_grads_dtype``,
+    ``main_params_dtype``, ``exp_avg_dtype``, ``exp_avg_sq_dtype``; anything but fp32 needs
+    ``use_precision_aware_optimizer``). fp8 is stored as uint8 (Megatron-LM's dtype map)."""
+
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp8 = "fp8"
+
+
 class WsdDecayStyle(Enum):
     """Shape of the final decay phase of a WSD (warmup-stable-decay) schedule
     (Megatron-LM ``--lr-wsd-decay-style``)."""

@@ -47,6 +47,16 @@ class LaunchSpec:
     """Slurm: ``#SBATCH --requeue``; a job stopped by the time-limit signal (after its checkpoint)
     or by preemption / node failure is queued again and resumes from the latest checkpoint in the
     checkpoint directory (``--load auto``)."""
+    slurm_segment: int | None = None
+    """Slurm: nodes per ``#SBATCH --segment`` (topology/block plugin, Slurm 24.05+): the
+    allocation is made of segments of this many nodes, each inside one block (an NVLink domain
+    on GB200 NVL72). null = derived: with an NVLink domain wider than a node
+    (cluster.nvlink_domain_size > gpus_per_node), the largest divisor of num_nodes that fits
+    one domain, preferring a multiple of the nodes a TP x CP or ETP x EP group spans; otherwise
+    no --segment. 0 = no --segment line (older Slurm or no block topology). TRC520."""
+    k8s_runtime: str = "torch-distributed"
+    """Kubernetes: the Kubeflow Trainer ClusterTrainingRuntime that ``trainjob.yaml`` references
+    (runtimeRef.name); torch-distributed is the one Trainer v2 installs. TRC521."""
     save_interval: int = 1000
     """Steps between checkpoints."""
     log_interval: int = 1

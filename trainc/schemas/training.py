@@ -5,12 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainc.schemas.enums import (
+    Fp4Format,
+    Fp4Recipe,
+    Fp8Format,
+    Fp8Recipe,
     LrDecayStyle,
     Offload,
     Optimizer,
     Precision,
     Recompute,
     RecomputeMethod,
+    StateDtype,
     WsdDecayStyle,
 )
 
@@ -26,6 +31,35 @@ class TrainingSpec:
     """Samples per optimizer step, whole job. Required. TRC214-TRC216."""
     precision: Precision = Precision.bf16
     """bf16, fp16 or fp32."""
+    fp8_format: Fp8Format = Fp8Format.none
+    """FP8 GEMMs through Transformer Engine on top of ``precision`` (which stays the dtype of
+    parameters and the other kernels): none, e4m3 or hybrid (Megatron-LM --fp8-format,
+    TransformerConfig.fp8). engine=megatron on CUDA only (TRC330)."""
+    fp8_recipe: Fp8Recipe = Fp8Recipe.delayed
+    """FP8 scaling recipe with fp8_format: delayed, tensorwise, blockwise or mxfp8 (Megatron-LM
+    --fp8-recipe; Megatron-Core's default delayed)."""
+    fp8_param_gather: bool = False
+    """Keep parameters in FP8 and all-gather them in FP8 with the distributed optimizer
+    (Megatron-LM --fp8-param-gather: TransformerConfig.fp8_param and
+    DistributedDataParallelConfig.fp8_param_gather)."""
+    first_last_layers_bf16: bool = False
+    """With fp8_format / fp4_format: run the first and the last transformer layer in
+    ``precision`` (Megatron-LM --first-last-layers-bf16; one layer each, Megatron-LM's
+    --num-layers-at-start/end-in-bf16 default)."""
+    fp4_format: Fp4Format = Fp4Format.none
+    """FP4 GEMMs (Megatron-LM --fp4-format, TransformerConfig.fp4): none or e2m1.
+    engine=megatron on CUDA only (TRC330)."""
+    fp4_recipe: Fp4Recipe = Fp4Recipe.nvfp4
+    """FP4 recipe with fp4_format (Megatron-LM --fp4-recipe): nvfp4."""
+    main_grads_dtype: StateDtype = StateDtype.fp32
+    """Optimizer's main gradients: fp32 or bf16 (Megatron-Core OptimizerConfig.main_grads_dtype;
+    not fp32 turns on use_precision_aware_optimizer, TRC330)."""
+    main_params_dtype: StateDtype = StateDtype.fp32
+    """Optimizer's master weights: fp32 or fp16 (OptimizerConfig.main_params_dtype)."""
+    exp_avg_dtype: StateDtype = StateDtype.fp32
+    """Adam first moment: fp32, fp16, bf16 or fp8 (OptimizerConfig.exp_avg_dtype)."""
+    exp_avg_sq_dtype: StateDtype = StateDtype.fp32
+    """Adam second moment: fp32, fp16, bf16 or fp8 (OptimizerConfig.exp_avg_sq_dtype)."""
     recompute: Recompute = Recompute.selective
     """Activation recompute granularity: none, selective (attention core) or full (whole layers)."""
     recompute_method: RecomputeMethod | None = None

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainc.compiler.emit.deepspeed import ds_config
-from trainc.compiler.emit.kubernetes import pytorchjob
+from trainc.compiler.emit.kubernetes import pytorchjob, trainjob
 from trainc.compiler.emit.megatron import megatron_args
 from trainc.compiler.emit.megatron_core import megatron_core
 from trainc.compiler.emit.report import report
@@ -22,7 +22,7 @@ from trainc.compiler.plan import canonical_json
 
 Emitter = Callable[[dict[str, Any]], dict[str, str]]
 EMITTERS: tuple[Emitter, ...] = (megatron_args, megatron_core, ds_config, torchrun, sbatch,
-                                 report_html, pytorchjob)
+                                 report_html, pytorchjob, trainjob)
 
 
 def emit(ir: Plan) -> dict[str, str]:

@@ -1,4 +1,11 @@
-"""``pytorchjob.yaml``: the job as a Kubeflow training-operator PyTorchJob (``kubeflow.org/v1``).
+"""Kubernetes artifacts: ``trainjob.yaml``, a Kubeflow Trainer v2 TrainJob
+(``trainer.kubeflow.org/v1alpha1``, :func:`trainjob_dict`), and ``pytorchjob.yaml``, the same job
+as a training-operator v1 PyTorchJob (``kubeflow.org/v1``) for clusters without Trainer v2.
+
+Both run the same pods and take the same guarantees from one place: values quoted as the CRDs
+type them, secret ``launch.env`` entries from the Secret ``<job>-secrets``
+(:func:`container_env`), one pod per node with gpus_per_node processes, the container image,
+the time limit as ``activeDeadlineSeconds``. What follows describes the PyTorchJob.
 
 One pod per node (``Master`` replica 1 + ``Worker`` replicas num_nodes - 1), ``nprocPerNode`` =
 gpus_per_node, ``nvidia.com/gpu`` requests and limits when ``launch.device`` is cuda, ``plan.json``
@@ -95,16 +102,39 @@ def secret_env_refs(plan: dict[str, Any], env: list[dict[str, Any]], job: str
             if e["name"] in secret else e for e in env]
 
 
+def k8s_literal(text: str) -> str:
+    """``text`` as a container ``env`` value or ``command`` word that Kubernetes passes on
+    verbatim: the kubelet expands ``$(VAR)`` there and reduces ``$$`` to ``$`` (core/v1
+    EnvVar.value, Container.command), so every ``$`` is doubled.
+
+    >>> k8s_literal("$(HOME)/x and $$")
+    '$$(HOME)/x and $$$$'
+    """
+    return text.replace("$", "$$")
+
+
+def container_env(plan: dict[str, Any], job: str) -> list[dict[str, Any]]:
+    """The container environment of every pod: ``CUDA_DEVICE_MAX_CONNECTIONS=1`` where
+    ``torchrun.sh`` exports it (Megatron-Core with tp > 1 or cp > 1 on CUDA; launch.env cannot
+    set it otherwise, TRC505), then ``launch.env`` by name (values kept literal,
+    :func:`k8s_literal`), secrets as Secret references."""
+    launch = plan["spec"]["launch"]
+    env = [{"name": k, "value": k8s_literal(str(v))} for k, v in sorted(launch["env"].items())]
+    if plan["derived"].get("cuda_device_max_connections_1") and launch["device"] == "cuda":
+        env = [{"name": "CUDA_DEVICE_MAX_CONNECTIONS", "value": "1"},
+               *(e for e in env if e["name"] != "CUDA_DEVICE_MAX_CONNECTIONS")]
+    return secret_env_refs(plan, env, job)
+
+
 def _pod_template(plan: dict[str, Any], job: str) -> dict[str, Any]:
     spec = plan["spec"]
     launch, cluster = spec["launch"], spec["cluster"]
-    env = [{"name": k, "value": str(v)} for k, v in sorted(launch["env"].items())]
-    env = secret_env_refs(plan, env, job)
+    env = container_env(plan, job)
     container: dict[str, Any] = {
         "name": "pytorch",  # the container name the training operator looks for
         "image": launch["container_image"] or PLACEHOLDER_IMAGE,
         "imagePullPolicy": "IfNotPresent",
-        "command": [*WORKER_COMMAND, "--save", launch["save_dir"] or CHECKPOINT_MOUNT],
+        "command": [*WORKER_COMMAND, "--save", k8s_literal(launch["save_dir"] or CHECKPOINT_MOUNT)],
         "ports": [{"name": "pytorchjob-port", "containerPort": int(launch["master_port"])}],
         "volumeMounts": [
             {"name": "plan", "mountPath": PLAN_MOUNT, "readOnly": True},
@@ -185,3 +215,114 @@ def pytorchjob(plan: dict[str, Any], *, elastic: bool = False) -> dict[str, str]
     body = yaml.dump(pytorchjob_dict(plan, elastic=elastic), Dumper=_Dumper, sort_keys=True,
                      default_flow_style=False, width=100)
     return {"pytorchjob.yaml": header + body}
+
+
+#: Kubeflow Trainer v2 release whose CRDs trainjob.yaml is written for (and validated against in
+#: tests/data/trainjob_crd_schema.json).
+TRAINER_RELEASE = "v2.3.0"
+#: The replicated job and container names Trainer's torch runtimes use for the training nodes
+#: (v2.3.0 pkg/constants ``Node``; manifests/base/runtimes/torch_distributed.yaml).
+TRAINER_NODE = "node"
+#: runtimePatches entry owner (the TrainJob's patch list is keyed by manager). Trainer's webhook
+#: wants a domain-prefixed path (v2.3.0 plugins/jobset/jobset.go: IsDomainPrefixedPath), like
+#: Kueue's "kueue.x-k8s.io/manager".
+PATCH_MANAGER = "trainc.dev/compiler"
+
+
+def trainjob_dict(plan: dict[str, Any]) -> dict[str, Any]:
+    """The Kubeflow Trainer v2 ``TrainJob`` (``trainer.kubeflow.org/v1alpha1``, release
+    :data:`TRAINER_RELEASE`) referencing the ClusterTrainingRuntime ``launch.k8s_runtime``.
+
+    ``trainer``: ``numNodes`` = num_nodes, ``numProcPerNode`` = gpus_per_node, the image, the
+    worker command (``torchrun --master-port=<launch.master_port> -m trainc.launch.worker``:
+    the Torch plugin sets ``PET_NNODES``, ``PET_NPROC_PER_NODE``, ``PET_NODE_RANK`` (the Job
+    completion index), ``PET_MASTER_ADDR`` (``<job>-node-0-0.<job>``) and ``PET_MASTER_PORT``
+    (29500) in the ``node`` container, which torchrun reads as its flag defaults; the explicit
+    port keeps ``launch.master_port``), the environment (:func:`container_env`) and
+    ``resourcesPerNode`` (``nvidia.com/gpu`` with launch.device cuda). ``activeDeadlineSeconds``
+    from ``launch.time_limit`` (a TrainJob field since Trainer v2.2). The plan ConfigMap,
+    ``/dev/shm`` and the checkpoint emptyDir reach the pods through ``runtimePatches`` (pod
+    volumes and the ``node`` container's mounts), which TrainJob has since v2.2.
+
+    Source: kubeflow/trainer v2.3.0, manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml
+    and pkg/runtime/framework/plugins/torch/torch.go (``EnforceMLPolicy``).
+    """
+    spec = plan["spec"]
+    launch, cluster = spec["launch"], spec["cluster"]
+    job = k8s_name(spec["name"])
+    save = k8s_literal(launch["save_dir"] or CHECKPOINT_MOUNT)
+    torchrun, *module = WORKER_COMMAND
+    trainer: dict[str, Any] = {
+        "numNodes": int(cluster["num_nodes"]),
+        "numProcPerNode": int(cluster["gpus_per_node"]),
+        "image": launch["container_image"] or PLACEHOLDER_IMAGE,
+        "command": [torchrun, f"--master-port={int(launch['master_port'])}", *module,
+                    "--save", save],
+    }
+    env = container_env(plan, job)
+    if env:
+        trainer["env"] = env
+    if launch["device"] == "cuda":
+        gpus = str(cluster["gpus_per_node"])
+        trainer["resourcesPerNode"] = {"limits": {"nvidia.com/gpu": gpus},
+                                       "requests": {"nvidia.com/gpu": gpus}}
+    mounts: list[dict[str, Any]] = [
+        {"name": "plan", "mountPath": PLAN_MOUNT, "readOnly": True},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+    ]
+    volumes: list[dict[str, Any]] = [
+        {"name": "plan", "configMap": {"name": f"{job}-plan"}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+    ]
+    if not launch["save_dir"]:
+        mounts.append({"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT})
+        volumes.append({"name": "checkpoints", "emptyDir": {}})
+    pod = {
+        "metadata": {"labels": {"app.kubernetes.io/name": "trainc",
+                                "app.kubernetes.io/instance": job}},
+        "spec": {"containers": [{"name": TRAINER_NODE, "volumeMounts": mounts}],
+                 "volumes": volumes},
+    }
+    patch = {"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {
+        "replicatedJobs": [{"name": TRAINER_NODE,
+                            "template": {"spec": {"template": pod}}}]}}}}
+    job_spec: dict[str, Any] = {
+        "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime",
+                       "name": launch.get("k8s_runtime") or "torch-distributed"},
+        "trainer": trainer,
+        "runtimePatches": [patch],
+    }
+    deadline = time_limit_seconds(str(launch["time_limit"]))
+    if deadline:
+        job_spec["activeDeadlineSeconds"] = deadline
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": job, "labels": {"app.kubernetes.io/name": "trainc",
+                                             "trainc/spec-hash": plan["spec_hash"][:16]}},
+        "spec": job_spec,
+    }
+
+
+def trainjob(plan: dict[str, Any]) -> dict[str, str]:
+    """``{"trainjob.yaml": text}`` (empty for ``launch.entrypoint: megatron-lm``), with a
+    header that says how to create the plan ConfigMap (and the Secret) and apply the job."""
+    launch = plan["spec"]["launch"]
+    if launch.get("entrypoint", "trainc") != "trainc":
+        return {}
+    job = k8s_name(plan["spec"]["name"])
+    secrets = sorted(plan["derived"].get("secret_env", []))
+    runtime = launch.get("k8s_runtime") or "torch-distributed"
+    header = (render_header(plan) +
+              f"# Run from this folder on a cluster with Kubeflow Trainer {TRAINER_RELEASE} (or "
+              f"later v2) and its\n# ClusterTrainingRuntime {runtime} "
+              f"(kubectl get clustertrainingruntimes {runtime}):\n"
+              f"#   kubectl create configmap {job}-plan --from-file=plan.json --dry-run=client "
+              "-o yaml | kubectl apply -f -\n")
+    if secrets:
+        header += (f"#   kubectl create secret generic {job}-secrets "
+                   + " ".join(f'--from-literal={k}="${k}"' for k in secrets) + "\n")
+    header += "#   kubectl apply -f trainjob.yaml\n"
+    body = yaml.dump(trainjob_dict(plan), Dumper=_Dumper, sort_keys=True,
+                     default_flow_style=False, width=100)
+    return {"trainjob.yaml": header + body}

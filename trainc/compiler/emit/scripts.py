@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from trainc.compiler.derive import domain_group_nodes, slurm_segment
 from trainc.compiler.emit.render import header, render
 from trainc.compiler.secrets import shell_reference
 from trainc.errors import InternalError
@@ -112,14 +113,24 @@ def sbatch(plan: dict[str, Any]) -> dict[str, str]:
     """``sbatch.sh``: one srun task per node (``--ntasks-per-node=1``), each running
     ``torchrun.sh`` with a c10d rendezvous on the first host of ``scontrol show hostnames``;
     pyxis ``--container-image``/``--container-mounts`` when set; ``--signal=USR1@N`` so the
-    worker checkpoints before the time limit. ``#SBATCH`` lines come first and hold no shell
+    worker checkpoints before the time limit; ``--segment=N`` (Slurm topology/block) when the
+    NVLink domain spans several nodes or ``launch.slurm_segment`` asks for it
+    (:func:`trainc.compiler.derive.slurm_segment`). ``#SBATCH`` lines come first and hold no shell
     expansion.
     """
     s = plan["spec"]
     lc = s["launch"]
     signal = min(SIGNAL_SECONDS, max(time_limit_seconds(lc["time_limit"]) // 10, 10))
     mounts = ",".join(lc["container_mounts"] or [])
+    c, par = s["cluster"], s["parallel"]
+    span = domain_group_nodes(par["tp"], par["cp"], par["etp"],
+                              par["ep"] if s["model"]["num_experts"] else 1, c["gpus_per_node"])
+    segment = slurm_segment(c["num_nodes"], c["gpus_per_node"], c["nvlink_domain_size"],
+                            lc.get("slurm_segment"), span)
     ctx = _common(plan) | {
+        "segment": segment,
+        "segment_domains": max(c["nvlink_domain_size"] // c["gpus_per_node"], 1),
+        "segment_group_nodes": span,
         "gpus_per_node": s["cluster"]["gpus_per_node"] if lc["device"] != "cpu" else None,
         "time_limit": sbatch_value(lc["time_limit"]),
         "partition": sbatch_value(lc["partition"]) if lc["partition"] else None,

@@ -28,11 +28,14 @@ from trainc.compiler.engines.settings import (
 from trainc.schemas import (
     Activation,
     Device,
+    Fp4Format,
+    Fp8Format,
     Normalization,
     Optimizer,
     PositionEmbedding,
     Precision,
     Recompute,
+    StateDtype,
     TrainSpec,
 )
 
@@ -109,6 +112,7 @@ def megatron_core_kwargs(spec: TrainSpec, d: Derived) -> dict[str, dict[str, Any
         "transformer_impl": "local" if cpu else "transformer_engine",
         "use_cpu_initialization": cpu,
     }
+    tc.update(low_precision_kwargs(spec))
     if moe:
         tc.update({
             "num_moe_experts": m.num_experts,
@@ -152,6 +156,7 @@ def megatron_core_kwargs(spec: TrainSpec, d: Derived) -> dict[str, dict[str, Any
             "grad_reduce_in_fp32": grad_reduce_in_fp32(spec),
             "overlap_grad_reduce": bool(t.overlap_grad_reduce),
             "overlap_param_gather": bool(t.overlap_param_gather),
+            **({"fp8_param_gather": True} if t.fp8_param_gather else {}),
         },
         "OptimizerConfig": {
             "optimizer": t.optimizer.value,
@@ -167,6 +172,7 @@ def megatron_core_kwargs(spec: TrainSpec, d: Derived) -> dict[str, dict[str, Any
             "fp16": t.precision is Precision.fp16,
             "params_dtype": dtype,
             "use_distributed_optimizer": distopt,
+            **optimizer_state_kwargs(spec),
         },
         "OptimizerParamScheduler": {
             "init_lr": 0.0,
@@ -190,6 +196,44 @@ def megatron_core_kwargs(spec: TrainSpec, d: Derived) -> dict[str, dict[str, Any
         },
         "callables": {"TransformerConfig": {"activation_func": act}},
     }
+
+
+#: StateDtype -> the torch dtype name OptimizerConfig takes (Megatron-LM ``arguments.py`` maps
+#: ``fp8`` to ``torch.uint8``, the storage of Transformer Engine's FP8 moments).
+STATE_DTYPE = {StateDtype.fp32: "float32", StateDtype.bf16: "bfloat16",
+               StateDtype.fp16: "float16", StateDtype.fp8: "uint8"}
+
+
+def low_precision_kwargs(spec: TrainSpec) -> dict[str, Any]:
+    """TransformerConfig's FP8 / FP4 keys of megatron-core 0.16.1 (``fp8``, ``fp8_recipe``,
+    ``fp8_param``, ``first_last_layers_bf16``, ``fp4``, ``fp4_recipe``), only those the spec
+    turns on: an all-BF16 spec adds none (the library defaults, ``fp8=None``, apply).
+    ``fp8_param`` follows ``fp8_param_gather`` as in Megatron-LM's
+    ``core_transformer_config_from_args``."""
+    t = spec.training
+    out: dict[str, Any] = {}
+    if t.fp8_format is not Fp8Format.none:
+        out.update({"fp8": t.fp8_format.value, "fp8_recipe": t.fp8_recipe.value})
+        if t.fp8_param_gather:
+            out["fp8_param"] = True
+    if t.fp4_format is not Fp4Format.none:
+        out.update({"fp4": t.fp4_format.value, "fp4_recipe": t.fp4_recipe.value})
+    if out and t.first_last_layers_bf16:
+        out["first_last_layers_bf16"] = True
+    return out
+
+
+def optimizer_state_kwargs(spec: TrainSpec) -> dict[str, Any]:
+    """OptimizerConfig's precision-aware keys (megatron-core 0.16.1): when any optimizer buffer
+    is not fp32, ``use_precision_aware_optimizer`` and the four dtypes (torch dtype names);
+    nothing for an all-fp32 optimizer (the library defaults)."""
+    t = spec.training
+    dtypes = {"main_grads_dtype": t.main_grads_dtype, "main_params_dtype": t.main_params_dtype,
+              "exp_avg_dtype": t.exp_avg_dtype, "exp_avg_sq_dtype": t.exp_avg_sq_dtype}
+    if all(v is StateDtype.fp32 for v in dtypes.values()):
+        return {}
+    return {"use_precision_aware_optimizer": True,
+            **{k: STATE_DTYPE[v] for k, v in dtypes.items()}}
 
 
 def _float(x: float | None) -> float | None:
@@ -316,6 +360,17 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
         ("--global-batch-size", t.global_batch_size, None),
         c("--bf16", "TransformerConfig", "bf16"),
         c("--fp16", "TransformerConfig", "fp16"),
+        c("--fp8-format", "TransformerConfig", "fp8"),
+        c("--fp8-recipe", "TransformerConfig", "fp8_recipe"),
+        ("--fp8-param-gather", ddp.get("fp8_param_gather"),
+         ("DistributedDataParallelConfig", "fp8_param_gather")),
+        c("--fp4-format", "TransformerConfig", "fp4"),
+        c("--fp4-recipe", "TransformerConfig", "fp4_recipe"),
+        c("--first-last-layers-bf16", "TransformerConfig", "first_last_layers_bf16"),
+        c("--use-precision-aware-optimizer", "OptimizerConfig", "use_precision_aware_optimizer"),
+        *[(f"--{k.replace('_', '-')}", _state_flag(opt.get(k)), ("OptimizerConfig", k))
+          for k in ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype",
+                    "exp_avg_sq_dtype")],
         c("--recompute-granularity", "TransformerConfig", "recompute_granularity"),
         c("--recompute-method", "TransformerConfig", "recompute_method"),
         c("--recompute-num-layers", "TransformerConfig", "recompute_num_layers"),
@@ -348,6 +403,13 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
         c("--use-cpu-initialization", "TransformerConfig", "use_cpu_initialization"),
     ]
     return out
+
+
+def _state_flag(torch_name: str | None) -> str | None:
+    """Megatron-LM's spelling (``--exp-avg-dtype bf16``) of an OptimizerConfig dtype name."""
+    if torch_name is None:
+        return None
+    return next(k.value for k, v in STATE_DTYPE.items() if v == torch_name)
 
 
 def megatron_lm_flags(entries: list[FlagEntry]) -> list[list[str]]:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from trainc.compiler import rules as R
 from trainc.compiler.derive import derive
-from trainc.compiler.diagnostics import Diagnostic, diag
+from trainc.compiler.diagnostics import Diagnostic, diag, for_engine
 from trainc.compiler.normalize import FILLED_FROM
 from trainc.compiler.validate.compatibility import compatibility
 from trainc.compiler.validate.divisibility import _heads, _moe, divisibility
@@ -39,7 +39,8 @@ PARTS = (_dense_grid, _expert_grid, _nvlink, _heads, _moe, _layers, _batch, sequ
 
 def validate(spec: TrainSpec, broken: frozenset[str] = frozenset(),
              stands_for: Mapping[str, frozenset[str]] | None = None) -> list[Diagnostic]:
-    """All diagnostics of a normalized spec (unsorted, without locations).
+    """All diagnostics of a normalized spec (unsorted, without locations), graded for the
+    spec's engine (:func:`trainc.compiler.diagnostics.for_engine`).
 
     ``broken``: keys whose value the loader could not take (they hold defaults or placeholders
     in ``spec``); findings that read them are withheld, as are those reading a key with a range
@@ -52,8 +53,9 @@ def validate(spec: TrainSpec, broken: frozenset[str] = frozenset(),
         derived = derive(spec)
         for validator in VALIDATORS:
             out.extend(validator(spec, derived))
-        return out
-    return out + _validate_around(_with_defaults(spec, bad), bad, stands_for or {})
+        return for_engine(out, spec.engine.value)
+    found = out + _validate_around(_with_defaults(spec, bad), bad, stands_for or {})
+    return for_engine(found, spec.engine.value)
 
 
 def _with_defaults(spec: TrainSpec, bad: frozenset[str]) -> TrainSpec:

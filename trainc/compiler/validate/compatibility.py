@@ -17,6 +17,7 @@ from trainc.capabilities import capability, unsupported_axes
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived, stage_chunk_sizes
 from trainc.compiler.diagnostics import Diagnostic, diag
+from trainc.compiler.validate.precision import precision
 from trainc.schemas import (
     Device,
     Engine,
@@ -70,6 +71,7 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    num_layers=m.num_layers)
     yield from _engine(spec, d)
     yield from _runner(spec, d)
+    yield from precision(spec, d)
     yield from _schedule(spec)
     yield from _moe(spec)
     for key, why in _inert(spec):

@@ -9,13 +9,16 @@ BC-067/BC-069 (NCCL socket interface).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator
+from typing import Any
 
 from trainc.compiler import rules as R
-from trainc.compiler.derive import Derived
+from trainc.compiler.derive import Derived, domain_group_nodes, slurm_segment
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.secrets import is_secret
+from trainc.compiler.validate.util import show
 from trainc.schemas import Device, Entrypoint, Gpu, TrainSpec
 
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
@@ -27,7 +30,14 @@ _SPLIT = re.compile(r"\d+(\.\d+)?,\d+(\.\d+)?,\d+(\.\d+)?")
 #: Set by torchrun / the generated sbatch from the allocation (shared reference
 #: deepspeed_rules.md §5.3; bug cases BC-057, BC-059): a spec must not pin them.
 LAUNCHER_OWNED = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK",
-                  "LOCAL_WORLD_SIZE", "GROUP_RANK")
+                  "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                  # torchrun's flag defaults; Kubeflow Trainer v2 sets them in every pod and
+                  # its webhook refuses a TrainJob whose trainer.env names them (v2.3.0
+                  # pkg/constants TorchRunReservedEnvNames)
+                  "PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR",
+                  "PET_MASTER_PORT")
+#: Kubernetes object names (RFC 1123 subdomain), e.g. a ClusterTrainingRuntime's metadata.name.
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 #: Interface names that never carry inter-node traffic (loopback, container bridges).
 _LOCAL_IF = re.compile(r"(lo|docker\d*|veth\w*|br-\w*|virbr\d*|cni\d*|flannel\S*)")
 #: Parameters beyond which a CPU run without shrink cannot hold the model (about 8 GiB of fp32).
@@ -85,6 +95,14 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    value=str(mdc), tp=p.tp, cp=p.cp)
     yield from _env(spec)
     yield from _printable(spec)
+    yield from _segment(spec, d)
+    if not _DNS_SUBDOMAIN.fullmatch(lc.k8s_runtime) or len(lc.k8s_runtime) > 253:
+        yield diag(R.K8S_RUNTIME, f"launch.k8s_runtime ({lc.k8s_runtime!r}) is not a "
+                   "Kubernetes object name, so trainjob.yaml's runtimeRef cannot name a "
+                   "ClusterTrainingRuntime", "launch.k8s_runtime",
+                   fix="set launch.k8s_runtime to the runtime's metadata.name, e.g. "
+                       "torch-distributed (kubectl get clustertrainingruntimes)",
+                   edits={"launch.k8s_runtime": "torch-distributed"}, value=lc.k8s_runtime)
     if lc.device is Device.cpu and not lc.shrink:
         m = spec.model
         approx = 12 * m.num_layers * m.hidden_size**2 + 2 * m.vocab_size * m.hidden_size
@@ -141,6 +159,73 @@ def _env(spec: TrainSpec) -> Iterator[Diagnostic]:
                        fix=f"remove {var} from launch.env"
                            + (" and set launch.master_port" if var == "MASTER_PORT" else ""),
                        variable=var, value=str(env[var]))
+
+
+def _segment(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """TRC520: the ``#SBATCH --segment`` that sbatch.sh asks for (:func:`slurm_segment`) against
+    the node count, the NVLink domain and the TP x CP / ETP x EP groups.
+
+    Slurm's topology/block plugin builds the allocation from segments of ``--segment`` nodes,
+    each inside one block (https://slurm.schedmd.com/topology.html); a group of consecutive
+    node ranks stays on NVLink only if no segment boundary cuts it, i.e. when the segment is a
+    multiple of the nodes the group spans (:func:`domain_group_nodes`).
+    """
+    c, p, lc = spec.cluster, spec.parallel, spec.launch
+    dom = c.nvlink_domain_size or c.gpus_per_node
+    per_domain = max(dom // c.gpus_per_node, 1)
+    span = domain_group_nodes(p.tp, p.cp, d.etp, p.ep if spec.model.num_experts else 1,
+                              c.gpus_per_node)
+    seg = slurm_segment(c.num_nodes, c.gpus_per_node, dom, lc.slurm_segment, span)
+    facts: dict[str, Any] = {"segment": seg, "num_nodes": c.num_nodes,
+                             "nodes_per_domain": per_domain, "group_nodes": span}
+    cap = per_domain if per_domain > 1 else c.num_nodes  # no domain wider than a node
+    fits = span if span <= per_domain else 1  # a group wider than a domain is TRC105/TRC107
+    good = [s for s in range(min(cap, c.num_nodes), 1, -1)
+            if c.num_nodes % s == 0 and (s % fits == 0 or s == c.num_nodes)]
+    # the fewest nodes, at least num_nodes, whose derived segment holds whole groups
+    step = math.lcm(per_domain if per_domain > 1 else max(seg, 2), fits)
+    nodes = next((n for n in range(c.num_nodes, c.num_nodes + step + 1)
+                  if (s := slurm_segment(n, c.gpus_per_node, max(dom, c.gpus_per_node * cap),
+                                         None, fits)) > 1 and s % fits == 0),
+                 -(-c.num_nodes // step) * step)
+    if seg == 0:
+        if lc.slurm_segment is None and per_domain > 1 and c.num_nodes > per_domain:
+            yield diag(R.SLURM_SEGMENT, f"no segment size above 1 divides cluster.num_nodes "
+                       f"({c.num_nodes}) and fits the NVLink domain ({per_domain} nodes of "
+                       f"{c.gpus_per_node} GPUs), so sbatch.sh asks for no --segment and Slurm "
+                       "may scatter the job over partial domains", "cluster.num_nodes",
+                       related=("launch.slurm_segment", "cluster.nvlink_domain_size"),
+                       fix=f"set cluster.num_nodes={nodes} (segments of "
+                           f"{slurm_segment(nodes, c.gpus_per_node, dom, None, span)} nodes)",
+                       edits={"cluster.num_nodes": nodes}, **facts)
+        return
+    why = []
+    if c.num_nodes % seg:
+        why.append(f"it does not divide cluster.num_nodes ({c.num_nodes}): the allocation is "
+                   "made of whole segments")
+    if per_domain > 1 and seg > per_domain:
+        why.append(f"it is wider than one NVLink domain ({per_domain} nodes = "
+                   f"{dom} GPUs / {c.gpus_per_node}), so no block can hold a segment")
+    if seg % fits and c.num_nodes > seg:  # one segment: no boundary to cut a group
+        why.append(f"TP x CP / ETP x EP groups span {span} nodes (tp*cp = {p.tp * p.cp}, "
+                   f"etp*ep = {d.etp * p.ep} GPUs) and a segment of {seg} cuts some of them "
+                   "across two segments, which Slurm may place in two NVLink domains")
+    if not why:
+        return
+    if good:
+        fix = f"set launch.slurm_segment to one of {{{show(good)}}}"
+        edits: dict[str, Any] = {"launch.slurm_segment": good[0]}
+    else:
+        fix = f"set cluster.num_nodes={nodes}"
+        edits = {"cluster.num_nodes": nodes}
+        if lc.slurm_segment is not None:
+            fix += " and remove launch.slurm_segment (derived then)"
+            edits["launch.slurm_segment"] = None
+    yield diag(R.SLURM_SEGMENT, f"#SBATCH --segment={seg}: " + "; ".join(why),
+               "launch.slurm_segment", related=("cluster.num_nodes", "cluster.nvlink_domain_size",
+                                                "parallel.tp", "parallel.ep"),
+               fix=fix + ", or launch.slurm_segment=0 to ask for no segment", edits=edits,
+               **facts)
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

@@ -33,7 +33,8 @@ _UNIT = ("cluster.comm_overlap",)
 _NON_NEGATIVE = ("cluster.memory_reserve_gib", "cluster.gemm_half_efficiency_tokens",
                  "cluster.layer_overhead_us", "training.lr", "training.min_lr",
                  "training.weight_decay", "training.grad_clip", "training.lr_warmup_iters",
-                 "training.seed", "model.moe_aux_loss_coeff", "model.moe_z_loss_coeff")
+                 "training.seed", "model.moe_aux_loss_coeff", "model.moe_z_loss_coeff",
+                 "launch.slurm_segment")
 #: Largest value accepted for any count; beyond it arithmetic is meaningless (and slow).
 MAX_COUNT = 10**12
 #: Tighter caps for counts that later passes iterate over (per layer, per rank): beyond them a

@@ -1,0 +1,116 @@
+"""TRC330-TRC332: FP8 / FP4 training and the optimizer's state precision.
+
+Sources (megatron-core 0.16.1): ``TransformerConfig.__post_init__`` (``fp8_param`` needs
+``fp8``; ``fp4`` and ``fp8`` are exclusive), ``OptimizerConfig.__post_init__``
+(``use_precision_aware_optimizer`` only with adam and the distributed optimizer, and only
+Transformer Engine's FusedAdam implements it); Megatron-LM ``megatron/training/arguments.py``
+(``--main-grads-dtype`` fp32/bf16, ``--main-params-dtype`` fp32/fp16, ``--exp-avg(-sq)-dtype``
+fp32/fp16/bf16/fp8). Transformer Engine's FP8/FP4 GEMMs need CUDA; trainc's DeepSpeed and CPU
+paths have none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from trainc.compiler import rules as R
+from trainc.compiler.derive import Derived
+from trainc.compiler.diagnostics import Diagnostic, diag
+from trainc.compiler.engines.settings import distributed_optimizer
+from trainc.schemas import Device, Engine, Fp4Format, Fp8Format, Optimizer, StateDtype, TrainSpec
+
+#: The dtypes Megatron-LM's parser accepts for each optimizer buffer.
+STATE_CHOICES = {
+    "main_grads_dtype": (StateDtype.fp32, StateDtype.bf16),
+    "main_params_dtype": (StateDtype.fp32, StateDtype.fp16),
+    "exp_avg_dtype": tuple(StateDtype),
+    "exp_avg_sq_dtype": tuple(StateDtype),
+}
+
+
+def low_precision_keys(spec: TrainSpec) -> list[str]:
+    """The dotted keys of the spec that ask for FP8/FP4 GEMMs or a precision-aware optimizer."""
+    t = spec.training
+    keys = []
+    if t.fp8_format is not Fp8Format.none:
+        keys.append("training.fp8_format")
+    if t.fp4_format is not Fp4Format.none:
+        keys.append("training.fp4_format")
+    keys += [f"training.{k}" for k in STATE_CHOICES if getattr(t, k) is not StateDtype.fp32]
+    return keys
+
+
+def precision(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """TRC330 (runner), TRC331 (FP8/FP4 combinations), TRC332 (optimizer state precision)."""
+    t = spec.training
+    keys = low_precision_keys(spec)
+    if keys and (spec.engine is not Engine.megatron or spec.launch.device is Device.cpu):
+        where = (f"engine={spec.engine.value}" if spec.engine is not Engine.megatron
+                 else "launch.device=cpu")
+        yield diag(R.LOW_PRECISION_RUNNER,
+                   f"{', '.join(keys)} {_need(keys)} Transformer Engine on CUDA with "
+                   f"engine=megatron; this spec runs on {where}", keys[0],
+                   related=("engine", "launch.device", *keys[1:]),
+                   fix="use engine=megatron with launch.device=cuda, or set "
+                   + ", ".join(f"{k}={'none' if 'format' in k else 'fp32'}" for k in keys),
+                   edits={k: "none" if "format" in k else "fp32" for k in keys},
+                   engine=spec.engine.value, device=spec.launch.device.value)
+    fp8 = t.fp8_format is not Fp8Format.none
+    fp4 = t.fp4_format is not Fp4Format.none
+    if fp8 and fp4:
+        yield diag(R.FP8_FP4_COMBINATION, "fp8_format and fp4_format are both set; Megatron-Core "
+                   "raises 'fp4 and fp8 cannot be used simultaneously'", "training.fp4_format",
+                   related=("training.fp8_format",),
+                   fix="set training.fp4_format=none (or training.fp8_format=none)",
+                   edits={"training.fp4_format": "none"}, fp8_format=t.fp8_format.value,
+                   fp4_format=t.fp4_format.value)
+    if t.fp8_param_gather and not fp8:
+        yield diag(R.FP8_FP4_COMBINATION, "fp8_param_gather keeps parameters in FP8 but "
+                   "fp8_format is none (Megatron-Core: 'fp8_param must be used together with fp8 "
+                   "mode')", "training.fp8_param_gather", related=("training.fp8_format",),
+                   fix="set training.fp8_format (e4m3 or hybrid), or fp8_param_gather=false",
+                   edits={"training.fp8_param_gather": False}, fp8_param_gather=True,
+                   fp8_format="none")
+    if t.fp8_param_gather and fp8 and not distributed_optimizer(spec):
+        yield diag(R.FP8_FP4_COMBINATION, "fp8_param_gather all-gathers FP8 parameters in the "
+                   "distributed optimizer, which this spec does not use (zero_stage "
+                   f"{spec.parallel.zero_stage})", "training.fp8_param_gather",
+                   related=("parallel.zero_stage",),
+                   fix="set parallel.zero_stage=1 (the distributed optimizer), or "
+                   "fp8_param_gather=false", edits={"parallel.zero_stage": 1},
+                   zero_stage=spec.parallel.zero_stage)
+    yield from _state(spec)
+
+
+def _state(spec: TrainSpec) -> Iterator[Diagnostic]:
+    t = spec.training
+    for key, ok in STATE_CHOICES.items():
+        value = getattr(t, key)
+        if value not in ok:
+            yield diag(R.OPTIMIZER_STATE_PRECISION,
+                       f"{key}={value.value} is not accepted (Megatron-LM --"
+                       f"{key.replace('_', '-')} takes {', '.join(v.value for v in ok)})",
+                       f"training.{key}", fix=f"set training.{key} to one of "
+                       + ", ".join(v.value for v in ok),
+                       edits={f"training.{key}": ok[-1].value}, value=value.value)
+    lowered = [f"training.{k}" for k in STATE_CHOICES if getattr(t, k) is not StateDtype.fp32]
+    if not lowered:
+        return
+    if t.optimizer is not Optimizer.adam:
+        yield diag(R.OPTIMIZER_STATE_PRECISION, f"{', '.join(lowered)} {_need(lowered)} the "
+                   "precision-aware optimizer, which supports adam only (optimizer is "
+                   f"{t.optimizer.value})",
+                   lowered[0], related=("training.optimizer", *lowered[1:]),
+                   fix="set training.optimizer=adam, or the optimizer dtypes to fp32",
+                   edits={"training.optimizer": "adam"}, optimizer=t.optimizer.value)
+    if spec.engine is Engine.megatron and not distributed_optimizer(spec):
+        yield diag(R.OPTIMIZER_STATE_PRECISION, f"{', '.join(lowered)} {_need(lowered)} the "
+                   "precision-aware optimizer, which Megatron-Core supports only with the "
+                   f"distributed optimizer (zero_stage is {spec.parallel.zero_stage})", lowered[0],
+                   related=("parallel.zero_stage", *lowered[1:]),
+                   fix="set parallel.zero_stage=1, or the optimizer dtypes to fp32",
+                   edits={"parallel.zero_stage": 1}, zero_stage=spec.parallel.zero_stage)
+
+
+def _need(keys: list[str]) -> str:
+    return "needs" if len(keys) == 1 else "need"
