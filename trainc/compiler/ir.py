@@ -180,6 +180,10 @@ class Estimates:
     assumptions: Mapping[str, float]
     rank_map: Mapping[str, Any]
     """Rank generator sizes, strides, groups leaving a node / NVLink domain, first node's rows."""
+    step_time_p10_seconds: float | None = None
+    """step_time_seconds x the cluster's calibrated step_time_p10_ratio (None: not calibrated)."""
+    step_time_p90_seconds: float | None = None
+    """step_time_seconds x the cluster's calibrated step_time_p90_ratio (None: not calibrated)."""
 
     def to_json(self) -> dict[str, Any]:
         """The ``estimates`` object of plan.json."""

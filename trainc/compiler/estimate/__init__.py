@@ -121,4 +121,12 @@ def estimate(plan: Plan) -> Estimates:
                      "comm_efficiency": cl.comm_efficiency, "comm_overlap": cl.comm_overlap,
                      "memory_reserve_gib": cl.memory_reserve_gib},
         rank_map=rmap,
+        **_band(cl.step_time_p10_ratio, cl.step_time_p90_ratio, st.step_time_seconds),
     )
+
+
+def _band(lo: float | None, hi: float | None, step: float) -> dict[str, float]:
+    """The calibrated p10/p90 step times (``trainc calibrate`` writes the ratios), if any."""
+    if lo is None or hi is None:
+        return {}
+    return {"step_time_p10_seconds": r6(step * lo), "step_time_p90_seconds": r6(step * hi)}

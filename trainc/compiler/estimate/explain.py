@@ -95,7 +95,9 @@ def explain_tables(plan: dict[str, Any], max_ranks: int | None = None) -> list[A
                                   f"{a['comm_overlap']:g}, efficiency {a['comm_efficiency']:g})"),
         ("pipeline bubble", f"{percent(e['pipeline_bubble_fraction'], 2)} % "
                             f"({sig(e['bubble_seconds'])} s)"),
-        ("step time", f"{sig(e['step_time_seconds'])} s"),
+        ("step time", f"{sig(e['step_time_seconds'])} s" + (
+            f" (p10-p90 {sig(e['step_time_p10_seconds'])}-{sig(e['step_time_p90_seconds'])} s, "
+            "calibrated)" if e.get("step_time_p10_seconds") is not None else "")),
         ("tokens / s", f"{e['tokens_per_second']:,.0f}"),
         ("MFU", f"{percent(e['mfu'])} %"),
     ):
