@@ -24,6 +24,7 @@ sets with the reason; ``test_one_truth.py`` fails on a key in neither.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -74,6 +75,11 @@ def parse_megatron_args(text: str) -> dict[str, Any]:
     lines start with ``#``; a flag appears once."""
     out: dict[str, Any] = {}
     for line in text.splitlines():
+        if line.startswith("#registry "):  # what the registry function must set, as JSON
+            _, field, value = line.split(" ", 2)
+            for path, leaf in leaves(json.loads(value)).items():
+                out[f"registry:{field}.{path}"] = leaf
+            continue
         if not line.strip() or line.startswith("#"):
             continue
         flag, _, value = line.partition(" ")
@@ -714,6 +720,11 @@ def parse_torchtitan_args(text: str) -> dict[str, Any]:
     ``--section.no-field`` becomes ``{"--section.field": False}``."""
     out: dict[str, Any] = {}
     for line in text.splitlines():
+        if line.startswith("#registry "):  # what the registry function must set, as JSON
+            _, field, value = line.split(" ", 2)
+            for path, leaf in leaves(json.loads(value)).items():
+                out[f"registry:{field}.{path}"] = leaf
+            continue
         if not line.strip() or line.startswith("#"):
             continue
         flag, _, value = line.partition(" ")
@@ -742,6 +753,20 @@ def T(flag: str, conv: Callable[[Any], Any] = lambda v: v) -> Reader:
 
 def _fsdp(plan: dict[str, Any]) -> bool:
     return bool(plan["spec"]["engine"] == "fsdp")
+
+
+def _adam(plan: dict[str, Any]) -> bool:
+    return _fsdp(plan) and plan["spec"]["training"]["optimizer"] == "adam"
+
+
+def _sgd(plan: dict[str, Any]) -> bool:
+    return _fsdp(plan) and plan["spec"]["training"]["optimizer"] == "sgd"
+
+
+#: the optimizer the torchtitan registry function must set (torchtitan_args.txt #registry)
+_OPT = "optimizer.param_groups.0"
+#: engines.fsdp's copy of it
+_REG = "torchtitan.registry." + _OPT
 
 
 def _pp(plan: dict[str, Any]) -> bool:
@@ -809,16 +834,35 @@ FSDP_TABLE: tuple[Setting, ...] = (
             tt=(T("--training.max_norm", float),), when=_fsdp),
     Setting("fsdp seed", spec=(S("training.seed"),), tt=(T("--debug.seed", int),), when=_fsdp),
     Setting("fsdp optimizer", spec=(S("training.optimizer"),),
-            fsdp=(E("optimizer.class", {"AdamW": "adam", "SGD": "sgd"}.get),), when=_fsdp),
-    Setting("fsdp lr", spec=(S("training.lr", float),), fsdp=(E("optimizer.lr"),
-                                                              E("lr_schedule.lr")), when=_fsdp),
+            fsdp=(E("optimizer.class", {"AdamW": "adam", "SGD": "sgd"}.get),
+                  E(f"{_REG}.optimizer_name", {"AdamW": "adam", "SGD": "sgd"}.get)),
+            tt=(T(f"registry:{_OPT}.optimizer_name", {"AdamW": "adam", "SGD": "sgd"}.get),),
+            when=_fsdp),
+    Setting("fsdp optimizer pattern", spec=(SF(lambda p: ".*"),),
+            fsdp=(E(f"{_REG}.pattern"),), tt=(T(f"registry:{_OPT}.pattern"),), when=_fsdp),
+    Setting("fsdp lr", spec=(S("training.lr", float),),
+            fsdp=(E("optimizer.lr"), E("lr_schedule.lr"), E(f"{_REG}.optimizer_kwargs.lr")),
+            tt=(T(f"registry:{_OPT}.optimizer_kwargs.lr", float),), when=_fsdp),
+    Setting("fsdp adam_beta1", spec=(S("training.adam_beta1", float),),
+            fsdp=(E("optimizer.betas.0"), E(f"{_REG}.optimizer_kwargs.betas.0")),
+            tt=(T(f"registry:{_OPT}.optimizer_kwargs.betas.0", float),), when=_adam),
+    Setting("fsdp adam_beta2", spec=(S("training.adam_beta2", float),),
+            fsdp=(E("optimizer.betas.1"), E(f"{_REG}.optimizer_kwargs.betas.1")),
+            tt=(T(f"registry:{_OPT}.optimizer_kwargs.betas.1", float),), when=_adam),
+    Setting("fsdp adam_eps", spec=(S("training.adam_eps", float),),
+            fsdp=(E("optimizer.eps"), E(f"{_REG}.optimizer_kwargs.eps")),
+            tt=(T(f"registry:{_OPT}.optimizer_kwargs.eps", float),), when=_adam),
+    Setting("fsdp sgd_momentum", spec=(S("training.sgd_momentum", float),),
+            fsdp=(E("optimizer.momentum"), E(f"{_REG}.optimizer_kwargs.momentum")),
+            tt=(T(f"registry:{_OPT}.optimizer_kwargs.momentum", float),), when=_sgd),
     Setting("fsdp min_lr", spec=(S("training.min_lr", float),), fsdp=(E("lr_schedule.min_lr"),),
             when=_fsdp),
     Setting("fsdp min_lr_factor", spec=(SF(lambda p: p["spec"]["training"]["min_lr"]
                                            / p["spec"]["training"]["lr"]),),
             tt=(T("--lr_scheduler.min_lr_factor", float),), when=_fsdp, approx=True),
     Setting("fsdp weight_decay", spec=(S("training.weight_decay", float),),
-            fsdp=(E("optimizer.weight_decay"),), when=_fsdp),
+            fsdp=(E("optimizer.weight_decay"), E(f"{_REG}.optimizer_kwargs.weight_decay")),
+            tt=(T(f"registry:{_OPT}.optimizer_kwargs.weight_decay", float),), when=_fsdp),
     Setting("fsdp lr_decay_style", spec=(S("training.lr_decay_style"),),
             fsdp=(E("lr_schedule.style"),), when=_fsdp),
     Setting("fsdp torchtitan decay_type", spec=(S("training.lr_decay_style", TT_DECAY.get),),
@@ -846,8 +890,6 @@ FSDP_ENGINE_ONLY: dict[str, str] = {
     "fully_shard.offload_policy.pin_memory": "host pinning on CUDA",
     "pipeline.schedule": "the torch class of fsdp.pp_schedule (test_fsdp.py)",
     "activation_checkpoint.per_block": "recompute != none",
-    "optimizer.betas.0": "Adam beta1 (test_fsdp.py)", "optimizer.betas.1": "Adam beta2",
-    "optimizer.eps": "Adam eps", "optimizer.momentum": "SGD momentum",
     "torchtitan.version": "the torchtitan release the flags target",
 }
 TT_ENGINE_ONLY: dict[str, str] = {

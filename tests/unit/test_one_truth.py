@@ -309,7 +309,11 @@ def test_generated_specs_were_compared() -> None:
     ("training.precision=fp32", "training.optimizer=sgd", "parallel.tp=1",
      "training.recompute=full",
      "training.lr_decay_style=linear"),
-], ids=["default", "hsdp-offload", "constant-full-compile", "torchtitan-pp-cp", "fp32-sgd-tp1"])
+    ("training.adam_beta2=0.95", "training.weight_decay=0.05", "training.adam_eps=1e-5",
+     "training.adam_beta1=0.8", "training.lr=1e-4"),
+    ("training.optimizer=sgd", "training.sgd_momentum=0.5"),
+], ids=["default", "hsdp-offload", "constant-full-compile", "torchtitan-pp-cp", "fp32-sgd-tp1",
+        "adam-hyper-parameters", "sgd-momentum"])
 def test_fsdp_artifacts_agree(overrides: tuple[str, ...]) -> None:
     """engine=fsdp: the spec, engines.fsdp and torchtitan_args.txt agree on every row of
     FSDP_TABLE (the layouts need not be runnable by the CPU worker: torchtitan runs pp)."""

@@ -161,12 +161,13 @@ def normalize(spec: TrainSpec) -> TrainSpec:
 def _fsdp(s: TrainSpec, dp: int | None) -> None:
     """engine=fsdp: ``fsdp.dp_shard`` = dp / dp_replicate (when it divides; TRC340 reports it
     otherwise), ``fsdp.param_dtype`` = the training precision (bf16 or fp32; fp16 stays null and
-    TRC342 reports it), ``fsdp.pp_schedule`` = 1F1B, or Interleaved1F1B with vpp > 1."""
+    TRC342 reports it), ``fsdp.pp_schedule`` = 1F1B, or Interleaved1F1B with vpp > 1 (with
+    pp > 1 only)."""
     f, p = s.fsdp, s.parallel
     if f.dp_shard is None and dp is not None and f.dp_replicate > 0 and dp % f.dp_replicate == 0:
         f.dp_shard = dp // f.dp_replicate
     if f.param_dtype is None and s.training.precision is not Precision.fp16:
         f.param_dtype = FsdpDtype(s.training.precision.value)
-    if f.pp_schedule is None:
+    if f.pp_schedule is None and p.pp > 1:  # with pp 1 a written schedule is inert (TRC329)
         f.pp_schedule = (PipelineSchedule.interleaved_1f1b if p.vpp > 1
                          else PipelineSchedule.one_f1b)

@@ -142,14 +142,18 @@ VPP_PP2_P2P = _r(
     "pp=2 with interleaving is emitted with overlapped (unbatched) p2p; batched p2p silently "
     "corrupts training on that layout", "info", engines={"fsdp": "n/a"})
 DS_ZERO_PP = _r(
-    "TRC304", "deepspeed-zero-pp", "DeepSpeed ZeRO-2/3 is incompatible with pipeline parallelism")
+    "TRC304", "deepspeed-zero-pp", "DeepSpeed ZeRO-2/3 is incompatible with pipeline parallelism",
+    engines={"megatron": "n/a", "fsdp": "n/a"})
 OFFLOAD_PARAM_STAGE = _r(
-    "TRC305", "offload-param-needs-zero3", "offload_param needs DeepSpeed ZeRO stage 3")
+    "TRC305", "offload-param-needs-zero3", "offload_param needs DeepSpeed ZeRO stage 3",
+    engines={"megatron": "n/a", "fsdp": "n/a"})
 OFFLOAD_ENGINE = _r(
-    "TRC306", "offload-needs-deepspeed", "optimizer/parameter offload needs engine=deepspeed")
+    "TRC306", "offload-needs-deepspeed", "optimizer/parameter offload needs engine=deepspeed",
+    engines={"deepspeed": "n/a", "fsdp": "n/a"})
 MEGATRON_ZERO = _r(
     "TRC307", "megatron-zero-stage",
-    "engine=megatron supports zero_stage 0 (DDP) and 1 (distributed optimizer)")
+    "engine=megatron supports zero_stage 0 (DDP) and 1 (distributed optimizer)",
+    engines={"deepspeed": "n/a", "fsdp": "n/a"})
 RECOMPUTE_ARGS = _r(
     "TRC308", "recompute-method-args",
     "recompute_method/recompute_num_layers belong to recompute=full only")
@@ -167,9 +171,11 @@ LR_RANGE = _r("TRC318", "min-lr-le-lr", "min_lr must not exceed lr")
 FP16_CPU = _r(
     "TRC319", "precision-on-device", "fp16 does not run on the CPU device (use bf16 or fp32)")
 OFFLOAD_OPTIMIZER_STAGE = _r(
-    "TRC320", "offload-optimizer-needs-zero", "offload_optimizer needs DeepSpeed ZeRO stage 1-3")
+    "TRC320", "offload-optimizer-needs-zero", "offload_optimizer needs DeepSpeed ZeRO stage 1-3",
+    engines={"megatron": "n/a", "fsdp": "n/a"})
 NVME_PATH = _r(
-    "TRC321", "nvme-path-required", "nvme offload needs training.nvme_path")
+    "TRC321", "nvme-path-required", "nvme offload needs training.nvme_path",
+    engines={"megatron": "n/a", "fsdp": "n/a"})
 DS_PIPE_GRAD_ACCUM = _r(
     "TRC322", "deepspeed-pipe-grad-accum-scale",
     "DeepSpeed's pipeline engine sums micro-batch gradients: the micro/accumulation split at a "
@@ -212,7 +218,8 @@ MEGATRON_LM_PATH = _r(
 ENV_NAME = _r("TRC504", "env-name-valid", "launch.env keys must be valid shell variable names")
 ENV_MAX_CONNECTIONS = _r(
     "TRC505", "cuda-device-max-connections",
-    "tp > 1 or cp > 1 needs CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron validate_args)")
+    "tp > 1 or cp > 1 needs CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron validate_args); FSDP2 and "
+    "torchtitan do not read it", engines={"fsdp": "n/a"})
 CPU_FULL_SIZE = _r(
     "TRC506", "cpu-needs-shrink",
     "device=cpu with a full-size model will not fit in host memory; use launch.shrink", "warning")

@@ -6,14 +6,23 @@ torchtitan 0.3.0 has no TOML job file: a job is a Python ``config_registry`` fun
 with ``--module``/``--config`` (``torchtitan/config/manager.py`` ``ConfigManager``), whose fields
 tyro lets the command line override as ``--section.field value``. The model's shape, tokenizer,
 data set and optimizer are set by that function only (``Trainer.Config.model_spec`` is
-suppressed on the command line), so the file names the shape the registry entry must have.
+suppressed on the command line; ``optimizer.param_groups`` is a list of ``ParamGroupConfig``
+with a free ``optimizer_kwargs`` dict, which tyro offers no flag for), so the file names the
+shape the registry entry must have and, on a ``#registry`` line, the optimizer values as JSON.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from trainc.compiler.emit.render import header
+
+
+#: The ``Trainer.Config`` field the registry function must set (``OptimizersContainer.Config``).
+REGISTRY_FIELD = "optimizer.param_groups"
+#: torchtitan 0.3.0 ``OptimizersContainer._resolve_optimizer_factory`` names.
+TORCHTITAN_OPTIMIZERS = frozenset({"Adam", "AdamW", "DistMuon"})
 
 
 def torchtitan_args(plan: dict[str, Any]) -> dict[str, str]:
@@ -25,6 +34,7 @@ def torchtitan_args(plan: dict[str, Any]) -> dict[str, str]:
         return {}
     tc = plan["engines"]["megatron_core"]["TransformerConfig"]
     tt = cfg["torchtitan"]
+    param_groups = tt["registry"]["optimizer"]["param_groups"]
     comment = (
         f"# torchtitan {tt['version']} overrides (tyro --section.field): run with\n"
         "#   torchrun --nnodes=N --nproc_per_node=G -m torchtitan.train --module llama3 \\\n"
@@ -33,8 +43,13 @@ def torchtitan_args(plan: dict[str, Any]) -> dict[str, str]:
         f"#   layers={tc['num_layers']} dim={tc['hidden_size']} "
         f"heads={tc['num_attention_heads']} kv_heads={tc['num_query_groups']} "
         f"ffn={tc['ffn_hidden_size']} vocab={plan['derived']['padded_vocab_size']}\n"
-        f"# and the optimizer {cfg['optimizer']['class']} lr={cfg['optimizer']['lr']:g}; "
-        "activation checkpointing "
-        f"{cfg['activation_checkpoint']['mode']} (FullAC / SelectiveAC config class).\n")
+        f"# activation checkpointing {cfg['activation_checkpoint']['mode']} (FullAC / SelectiveAC "
+        "config class),\n# and the optimizer (no flag reaches it) as this JSON line says "
+        "(OptimizersContainer.Config):\n"
+        f"#registry {REGISTRY_FIELD} {json.dumps(param_groups, sort_keys=True)}\n")
+    if param_groups[0]["optimizer_name"] not in TORCHTITAN_OPTIMIZERS:
+        comment += (f"# torchtitan {tt['version']} builds "
+                    f"{', '.join(sorted(TORCHTITAN_OPTIMIZERS))} only: "
+                    f"{param_groups[0]['optimizer_name']} needs a custom optimizer factory.\n")
     lines = [" ".join(item) for item in tt["args"]]
     return {"torchtitan_args.txt": header(plan) + comment + "\n".join(lines) + "\n"}

@@ -150,6 +150,19 @@ def torchtitan_args(spec: TrainSpec, d: Derived) -> list[list[str]]:
     return args
 
 
+def torchtitan_registry(spec: TrainSpec) -> dict[str, Any]:
+    """What the torchtitan 0.3.0 ``config_registry`` function must set because no command-line
+    flag reaches it: the optimizer, one catch-all ``ParamGroupConfig(pattern=".*",
+    optimizer_name, optimizer_kwargs)`` of ``OptimizersContainer.Config.param_groups``
+    (``torchtitan/components/optimizer/optimizer.py``; its ``default_adamw`` would otherwise
+    give betas (0.9, 0.95), eps 1e-8, weight_decay 0.1). torchtitan 0.3.0 builds Adam, AdamW and
+    DistMuon only, so SGD needs a custom factory there (TRC344 with launch.entrypoint
+    torchtitan)."""
+    o = optimizer(spec)
+    kwargs = {k: v for k, v in o.items() if k != "class"}
+    return {"pattern": ".*", "optimizer_name": o["class"], "optimizer_kwargs": kwargs}
+
+
 def fsdp_config(spec: TrainSpec, d: Derived) -> dict[str, Any]:
     """``engines.fsdp``: everything the FSDP2 worker builds and ``torchtitan_args.txt`` shows.
 
@@ -173,5 +186,6 @@ def fsdp_config(spec: TrainSpec, d: Derived) -> dict[str, Any]:
         "optimizer": optimizer(spec),
         "lr_schedule": lr_schedule(spec),
         "grad_clip": float(t.grad_clip),
-        "torchtitan": {"version": TORCHTITAN_VERSION, "args": torchtitan_args(spec, d)},
+        "torchtitan": {"version": TORCHTITAN_VERSION, "args": torchtitan_args(spec, d),
+                       "registry": {"optimizer": {"param_groups": [torchtitan_registry(spec)]}}},
     }

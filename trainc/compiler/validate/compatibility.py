@@ -144,7 +144,9 @@ def _engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    related=("training.offload_optimizer", "training.offload_param"),
                    fix="set training.nvme_path to a local NVMe directory on every node",
                    offload_optimizer=t.offload_optimizer.value, offload_param=t.offload_param.value)
-    if p.pp > 1 and (d.num_microbatches or 0) > 1:
+    cap = capability(spec.engine, spec.launch.entrypoint)
+    runs_pp = cap is None or "pp" in cap.axes  # else TRC313 refuses pp: no PipelineEngine
+    if p.pp > 1 and (d.num_microbatches or 0) > 1 and runs_pp:
         yield diag(R.DS_PIPE_GRAD_ACCUM,
                    f"the DeepSpeed pipeline engine (pp = {p.pp}) with {d.num_microbatches} "
                    "micro-batches per step sums micro-batch gradients instead of averaging them "
@@ -195,7 +197,9 @@ def _schedule(spec: TrainSpec) -> Iterator[Diagnostic]:
     t = spec.training
     cap = capability(spec.engine, spec.launch.entrypoint)
     style = t.lr_decay_style
-    if cap is not None and style not in cap.lr_decay_styles:
+    refused = cap is not None and style not in cap.lr_decay_styles
+    if refused:
+        assert cap is not None
         ok = ", ".join(sorted(s.value for s in cap.lr_decay_styles))
         yield diag(R.LR_SCHEDULE_ENGINE, f"lr_decay_style ({style.value}) has no equivalent in "
                    f"engine={spec.engine.value} ({cap.runner} honours {ok})",
@@ -224,7 +228,7 @@ def _schedule(spec: TrainSpec) -> Iterator[Diagnostic]:
                    fix=f"set training.lr_warmup_iters below {decay}",
                    edits={"training.lr_warmup_iters": max(decay - 1, 0)},
                    warmup=t.lr_warmup_iters, decay=decay)
-    if style is LrDecayStyle.WSD and (t.lr_wsd_decay_iters is None
+    if style is LrDecayStyle.WSD and not refused and (t.lr_wsd_decay_iters is None
                                       or t.lr_wsd_decay_iters > decay):
         have = "is not set" if t.lr_wsd_decay_iters is None else \
             f"({t.lr_wsd_decay_iters}) exceeds lr_decay_iters ({decay})"

@@ -20,6 +20,7 @@ from trainc.schemas import (
     FsdpDtype,
     FsdpSpec,
     Offload,
+    Optimizer,
     PipelineSchedule,
     PositionEmbedding,
     Precision,
@@ -38,13 +39,23 @@ def fsdp_rules(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     if dp is not None and f.dp_replicate >= 1:
         shard = f.dp_shard
         if dp % f.dp_replicate:
-            ok = [k for k in _divisors(dp) if k <= f.dp_replicate][-1]
+            # the fix must hold with the other key as given: dp_replicate = dp / dp_shard when
+            # dp_shard divides dp, else both keys (the largest divisor of dp below dp_replicate)
+            if shard is not None and shard >= 1 and dp % shard == 0:
+                edits: dict[str, object] = {"fsdp.dp_replicate": dp // shard}
+                fix = f"set fsdp.dp_replicate={dp // shard} (dp {dp} / fsdp.dp_shard {shard})"
+            else:
+                ok = [k for k in _divisors(dp) if k <= f.dp_replicate][-1]
+                edits = {"fsdp.dp_replicate": ok}
+                fix = f"set fsdp.dp_replicate={ok} (a divisor of dp {dp})"
+                if shard is not None:
+                    edits["fsdp.dp_shard"] = dp // ok
+                    fix += f" and fsdp.dp_shard={dp // ok}"
             yield diag(R.FSDP_MESH, f"fsdp.dp_replicate ({f.dp_replicate}) does not divide dp "
                        f"({dp}): the mesh (pp={p.pp}, dp_replicate, dp_shard, cp={p.cp}, "
                        f"tp={p.tp}) cannot cover the {d.world_size} ranks", "fsdp.dp_replicate",
-                       related=("parallel.tp", "parallel.pp", "parallel.cp"),
-                       fix=f"set fsdp.dp_replicate to a divisor of {dp}, e.g. {ok}",
-                       edits={"fsdp.dp_replicate": ok}, dp_replicate=f.dp_replicate, dp=dp)
+                       related=("fsdp.dp_shard", "parallel.tp", "parallel.pp", "parallel.cp"),
+                       fix=fix, edits=edits, dp_replicate=f.dp_replicate, dp_shard=shard, dp=dp)
         elif shard is not None and shard * f.dp_replicate != dp:
             yield diag(R.FSDP_MESH, f"fsdp.dp_replicate ({f.dp_replicate}) x fsdp.dp_shard "
                        f"({shard}) = {f.dp_replicate * shard}, but dp is {dp} (world "
@@ -91,13 +102,17 @@ def _schedule(spec: TrainSpec) -> Iterator[Diagnostic]:
           PipelineSchedule.zbv_zero_bubble: p.vpp == 2}[f.pp_schedule]
     if not ok:
         fit = PipelineSchedule.one_f1b if p.vpp == 1 else PipelineSchedule.interleaved_1f1b
+        # the vpp the written schedule needs (Interleaved1F1B: 2, the smallest looped count)
+        vpp = {PipelineSchedule.one_f1b: 1, PipelineSchedule.interleaved_1f1b: 2,
+               PipelineSchedule.zbv_zero_bubble: 2}[f.pp_schedule]
         yield diag(R.FSDP_SCHEDULE, f"fsdp.pp_schedule {f.pp_schedule.value} needs "
                    f"{want[f.pp_schedule]}, but vpp is {p.vpp} (torch.distributed.pipelining "
                    "builds one stage per rank for a single-stage schedule and vpp stages for a "
                    "looped one)", "fsdp.pp_schedule", related=("parallel.vpp", "parallel.pp"),
-                   fix=f"set fsdp.pp_schedule={fit.value}, or parallel.vpp to match",
-                   edits={"fsdp.pp_schedule": fit.value}, schedule=f.pp_schedule.value,
-                   vpp=p.vpp)
+                   fix=f"set parallel.vpp={vpp} (keeps {f.pp_schedule.value}), or "
+                       f"fsdp.pp_schedule={fit.value} (keeps vpp {p.vpp})",
+                   edits={"parallel.vpp": vpp}, schedule=f.pp_schedule.value,
+                   vpp=p.vpp, vpp_needed=vpp)
 
 
 def _unsupported(spec: TrainSpec) -> Iterator[Diagnostic]:
@@ -150,6 +165,14 @@ def _unsupported(spec: TrainSpec) -> Iterator[Diagnostic]:
                        fix=f"set parallel.tp=1, or {key}="
                            f"{str(next(iter(edits.values()))).lower()}, or "
                            "launch.entrypoint=torchtitan", edits=edits, tp=p.tp, setting=key)
+    if t.optimizer is Optimizer.sgd and spec.launch.entrypoint is Entrypoint.torchtitan:
+        yield diag(R.FSDP_UNSUPPORTED, "training.optimizer sgd with launch.entrypoint torchtitan: "
+                   "torchtitan 0.3.0 builds Adam, AdamW and DistMuon only "
+                   "(OptimizersContainer._resolve_optimizer_factory raises NotImplementedError "
+                   "for another name)", "training.optimizer", related=("launch.entrypoint",),
+                   fix="set training.optimizer=adam, or launch.entrypoint=trainc (the trainc "
+                       "FSDP2 worker runs SGD)", edits={"training.optimizer": "adam"},
+                   optimizer="sgd", entrypoint="torchtitan")
     if f.reduce_dtype is FsdpDtype.bf16:
         yield diag(R.FSDP_PRECISION, "fsdp.reduce_dtype bf16: the trainc worker reduces in bf16, "
                    "but torchtitan 0.3.0 accepts only float32 (mixed_precision_reduce), so "
@@ -159,8 +182,11 @@ def _unsupported(spec: TrainSpec) -> Iterator[Diagnostic]:
 
 
 def inert_fsdp(spec: TrainSpec) -> Iterator[tuple[str, str]]:
-    """(key, why) for ``fsdp.*`` keys set away from their default with another engine (TRC329)."""
+    """(key, why) for ``fsdp.*`` keys set away from their default with another engine, and for
+    ``fsdp.pp_schedule`` without a pipeline (pp 1) with engine=fsdp (TRC329)."""
     if spec.engine.value == "fsdp":
+        if spec.parallel.pp == 1 and spec.fsdp.pp_schedule is not None:
+            yield "fsdp.pp_schedule", "parallel.pp is 1 (no pipeline to schedule)"
         return
     fields = FsdpSpec.__dataclass_fields__
     for name, fld in fields.items():

@@ -24,6 +24,7 @@ _POSITIVE = (
     "training.adam_eps", "model.norm_epsilon", "model.init_method_std",
     "model.rope_scaling_factor", "model.moe_router_topk_scaling_factor",
     "model.moe_expert_capacity_factor",
+    "fsdp.dp_replicate", "fsdp.dp_shard",
 )
 _FRACTION = ("cluster.compute_efficiency", "cluster.comm_efficiency", "model.rotary_percent")
 #: In [0, 1): momentum terms and dropout probabilities.
