@@ -240,3 +240,144 @@ def test_worker_tp_plan_limits_are_compile_errors(key: str, value: object) -> No
     assert not find(lint_cfg(**FSDP, **{key: value, "parallel.tp": 1}), "TRC344")
     assert not find(lint_cfg(**FSDP, **{key: value, "launch.entrypoint": "torchtitan"}),
                     "TRC344")
+
+
+# --- red-team findings (specs in tests/specs/fsdp/) ------------------------------------------
+
+MESH_SPEC = "tests/specs/fsdp/fsdp-mesh-mismatch.yaml"  # 2 x 8 GPUs: dp 16; 3 x 4 given
+
+
+def _lint_file(*overrides: str):
+    from pathlib import Path
+
+    from trainc.compiler.pipeline import compile_spec
+
+    return compile_spec(str(Path(__file__).resolve().parents[2] / MESH_SPEC), list(overrides))
+
+
+@pytest.mark.parametrize("overrides,keys", [
+    (("fsdp.dp_replicate=0",), ["fsdp.dp_replicate"]),
+    (("fsdp.dp_replicate=-2", "fsdp.dp_shard=-8"), ["fsdp.dp_replicate", "fsdp.dp_shard"]),
+    (("fsdp.dp_replicate=2", "fsdp.dp_shard=0"), ["fsdp.dp_shard"]),
+])
+def test_mesh_sizes_below_one_are_range_errors(overrides: tuple[str, ...],
+                                               keys: list[str]) -> None:
+    """dp_replicate 0 used to reach an AssertionError in the engine builder, and -2 x -8 = 16
+    compiled with negative memory: both are TRC006, nothing is planned or written."""
+    r = _lint_file(*overrides)
+    assert not r.ok and not r.files
+    assert sorted(d.key for d in r.diagnostics if d.rule.id == "TRC006") == keys
+    assert [d.rule.id for d in r.diagnostics if d.is_error] == ["TRC006"] * len(keys)
+
+
+def test_mesh_fix_keeps_the_other_given_key() -> None:
+    """TRC340 with dp_shard 4 given: dp_replicate = 16 / 4 = 4 (applied, it lints clean); without
+    a dividing dp_shard both keys are set."""
+    from specs.kit import find, lint_cfg
+
+    r = _lint_file()
+    [d] = [d for d in r.diagnostics if d.rule.id == "TRC340"]
+    assert d.edits == {"fsdp.dp_replicate": 4}
+    assert d.fix == "set fsdp.dp_replicate=4 (dp 16 / fsdp.dp_shard 4)"
+    assert _lint_file("fsdp.dp_replicate=4").ok
+    base = {**FSDP, "cluster.num_nodes": 2}  # tp 2: dp 8
+    [d] = find(lint_cfg(**base, **{"fsdp.dp_replicate": 3, "fsdp.dp_shard": 3}), "TRC340")
+    assert d.edits == {"fsdp.dp_replicate": 2, "fsdp.dp_shard": 4}
+    assert not find(lint_cfg(**base, **d.edits), "TRC340")
+    [d] = find(lint_cfg(**base, **{"fsdp.dp_replicate": 3}), "TRC340")
+    assert d.edits == {"fsdp.dp_replicate": 2}
+    assert not find(lint_cfg(**base, **d.edits), "TRC340")
+
+
+def test_pp_schedule_without_pipeline_is_inert() -> None:
+    """fsdp.pp_schedule with pp 1: TRC329 (it used to be silently filled and ignored); with
+    pp 2 it is read; left unset with pp 1 it stays null in the plan."""
+    from specs.kit import find, lint_cfg
+
+    [d] = find(lint_cfg(**FSDP, **{"fsdp.pp_schedule": "Interleaved1F1B"}), "TRC329")
+    assert d.key == "fsdp.pp_schedule" and d.severity.value == "warning"
+    assert "parallel.pp is 1" in d.message
+    assert not find(lint_cfg(**FSDP), "TRC329")
+    assert make(**FSDP).fsdp.pp_schedule is None
+    assert make(**{**FSDP, "parallel.pp": 2}).fsdp.pp_schedule.value == "1F1B"
+
+
+@pytest.mark.parametrize("schedule,vpp,want", [("ZBVZeroBubble", 4, 2), ("ZBVZeroBubble", 1, 2),
+                                                ("1F1B", 2, 1), ("Interleaved1F1B", 1, 2)])
+def test_schedule_fix_is_the_vpp_the_schedule_needs(schedule: str, vpp: int, want: int) -> None:
+    """TRC343 names the concrete vpp (and the other schedule) and its edit sets parallel.vpp;
+    applied, TRC343 is gone."""
+    from specs.kit import find, lint_cfg
+
+    base = {"engine": "fsdp", "parallel.pp": 2, "launch.entrypoint": "torchtitan",
+            "launch.device": "cuda", "model.num_layers": 8, "training.global_batch_size": 16}
+    [d] = find(lint_cfg(**base, **{"parallel.vpp": vpp, "fsdp.pp_schedule": schedule}), "TRC343")
+    assert d.edits == {"parallel.vpp": want}
+    assert d.fix.startswith(f"set parallel.vpp={want} (keeps {schedule}), or fsdp.pp_schedule=")
+    assert not find(lint_cfg(**base, **{"parallel.vpp": want, "fsdp.pp_schedule": schedule}),
+                    "TRC343")
+
+
+def test_wsd_on_fsdp_is_one_finding() -> None:
+    """WSD with engine=fsdp: the unsupported schedule only, not also lr_wsd_decay_iters."""
+    from specs.kit import find, lint_cfg
+
+    diags = find(lint_cfg(**FSDP, **{"training.lr_decay_style": "WSD"}), "TRC323")
+    assert [d.key for d in diags] == ["training.lr_decay_style"]
+    meg = find(lint_cfg(**{"training.lr_decay_style": "WSD"}), "TRC323")
+    assert [d.key for d in meg] == ["training.lr_wsd_decay_iters"]
+
+
+def test_torchtitan_registry_line_carries_every_optimizer_value() -> None:
+    """torchtitan 0.3.0 has no optimizer flags (OptimizersContainer.Config.param_groups is a list
+    of ParamGroupConfig with a kwargs dict): the #registry line states every value as written."""
+    import json
+
+    r = _compile("training.adam_beta2=0.95", "training.weight_decay=0.05",
+                 "training.adam_eps=1e-5", "training.adam_beta1=0.85", "training.lr=2e-4")
+    assert r.ok
+    [line] = [x for x in r.files["torchtitan_args.txt"].splitlines()
+              if x.startswith("#registry ")]
+    _, field, value = line.split(" ", 2)
+    assert field == "optimizer.param_groups"
+    assert json.loads(value) == [{"pattern": ".*", "optimizer_name": "AdamW", "optimizer_kwargs": {
+        "lr": 2e-4, "betas": [0.85, 0.95], "eps": 1e-5, "weight_decay": 0.05}}]
+    sgd = _compile("training.optimizer=sgd", "training.sgd_momentum=0.5")
+    text = sgd.files["torchtitan_args.txt"]
+    assert '"optimizer_name": "SGD"' in text and '"momentum": 0.5' in text
+    assert "builds Adam, AdamW, DistMuon only: SGD needs a custom optimizer factory" in text
+
+
+def test_sgd_with_the_torchtitan_entrypoint_is_refused() -> None:
+    from specs.kit import find, lint_cfg
+
+    base = {**FSDP, "launch.entrypoint": "torchtitan", "launch.device": "cuda"}
+    [d] = [d for d in find(lint_cfg(**base, **{"training.optimizer": "sgd"}), "TRC344")
+           if d.key == "training.optimizer"]
+    assert d.is_error and d.edits == {"training.optimizer": "adam"}
+    assert not [d for d in find(lint_cfg(**base), "TRC344") if d.key == "training.optimizer"]
+
+
+def test_checkpoint_layout_differences() -> None:
+    """The FSDP2 worker's resume check: model dimensions and the optimizer, not the mesh (DCP
+    reshards)."""
+    from trainc.launch.engines.fsdp import check_checkpoint, layout_differences
+
+    saved = {"model": {"hidden_size": 64, "num_layers": 2}, "optimizer": "AdamW",
+             "mesh": {"dp_shard": 2}}
+    now = {"model": {"hidden_size": 128, "num_layers": 2}, "optimizer": "SGD",
+           "mesh": {"dp_shard": 4}}
+    assert layout_differences(saved, now) == ["hidden_size 64 -> 128", "optimizer AdamW -> SGD"]
+    assert layout_differences(saved, {**saved, "mesh": {"dp_shard": 4}}) == []
+    import json
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        check_checkpoint(d, now)  # no layout file (older checkpoint): loaded as is
+        (Path(d) / "trainc_layout.json").write_text(json.dumps(saved))
+        with pytest.raises(SystemExit) as e:
+            check_checkpoint(d, now)
+        assert str(e.value).startswith(f"trainc-worker: checkpoint {d} was written for another "
+                                       "model than this run's (checkpoint -> this run: "
+                                       "hidden_size 64 -> 128; optimizer AdamW -> SGD)")

@@ -396,7 +396,7 @@ def test_deepspeed_pipeline_warning_only_where_a_runner_splits_pp(
     assert d.key == "training.micro_batch_size" and d.severity.value == "warning"
     assert d.facts == {"pp": 2, "num_microbatches": d.facts["num_microbatches"]}
     assert d.facts["num_microbatches"] > 1
-    assert not find(lint_cfg(**DS, **{"parallel.pp": 2, "engine": "megatron"}), "TRC322")
+    assert not find(lint_cfg(**{"parallel.pp": 2, "engine": "megatron"}), "TRC322")
 
 
 @pytest.mark.parametrize(("rule", "fsdp", "megatron", "deepspeed"), [

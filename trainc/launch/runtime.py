@@ -112,7 +112,8 @@ def check_runner(plan: dict[str, Any]) -> None:
 def setup(args: argparse.Namespace) -> Settings:
     """Read the plan named by ``args.plan``, check that its engine's runner can run it, and
     prepare the process: SIGUSR1 handler, CPU environment (no CUDA devices, DeepSpeed's CPU
-    accelerator, torch threads from ``OMP_NUM_THREADS``, :mod:`trainc.launch.cpu_compat`).
+    accelerator, torch threads from ``OMP_NUM_THREADS``, :mod:`trainc.launch.cpu_compat` for the
+    Megatron-Core engines, not for engine=fsdp, whose worker imports no Megatron-Core).
     Returns the run's settings; raises SystemExit for a plan the runner cannot run."""
     install_signal_handler()
     with open(args.plan) as f:
@@ -129,9 +130,10 @@ def setup(args: argparse.Namespace) -> Settings:
 
     if s.device == "cpu":
         torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
-        from trainc.launch import cpu_compat
+        if s.engine != "fsdp":  # the patches are Megatron-Core's; the FSDP2 worker is torch's
+            from trainc.launch import cpu_compat
 
-        cpu_compat.apply()
+            cpu_compat.apply()
     return s
 
 

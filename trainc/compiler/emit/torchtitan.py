@@ -18,7 +18,6 @@ from typing import Any
 
 from trainc.compiler.emit.render import header
 
-
 #: The ``Trainer.Config`` field the registry function must set (``OptimizersContainer.Config``).
 REGISTRY_FIELD = "optimizer.param_groups"
 #: torchtitan 0.3.0 ``OptimizersContainer._resolve_optimizer_factory`` names.

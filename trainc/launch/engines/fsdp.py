@@ -10,7 +10,9 @@ recompute); ``fully_shard`` per block and on the root over the dp dimensions (a 
 policy; AdamW / SGD with Megatron-Core's parameter groups (no weight decay on biases and norms)
 and its learning-rate schedule; gradient clipping over DTensor gradients;
 ``torch.distributed.checkpoint`` (DCP) checkpoints of the model and optimizer state dicts
-(``get_state_dict`` / ``set_state_dict``), which resume bit for bit.
+(``get_state_dict`` / ``set_state_dict``), which resume bit for bit; each records the model
+shape and optimizer it was written for (``trainc_layout.json``), and a resume into another
+model stops with one ``trainc-worker:`` line instead of DCP's size-mismatch tracebacks.
 
 The built layout is checked against the plan before training (:func:`cross_check`): mesh shape
 and names, and that every parameter is a DTensor on the planned mesh dimensions.
@@ -22,6 +24,7 @@ context parallelism, experts, torch.compile on CPU.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -178,6 +181,53 @@ def cross_check(model: Any, mesh: Any, cfg: dict[str, Any], s: Settings) -> dict
             "sharded_params": sharded}
 
 
+#: The file next to a DCP checkpoint's shards that records what wrote it.
+LAYOUT_FILE = "trainc_layout.json"
+
+
+def checkpoint_layout(dims: Any, cfg: dict[str, Any]) -> dict[str, Any]:
+    """What a checkpoint must match to be loaded: the model's shape (``Dims`` fields, the
+    shrunk ones on a shrunk run) and the optimizer class. The mesh is recorded but not
+    compared: DCP reshards a checkpoint onto another mesh (``torch.distributed.checkpoint``
+    ``load`` reads each rank's slice from the saved global tensors)."""
+    import dataclasses
+
+    return {"model": dataclasses.asdict(dims), "optimizer": cfg["optimizer"]["class"],
+            "mesh": dict(zip(cfg["mesh"]["dim_names"], cfg["mesh"]["shape"], strict=True))}
+
+
+def layout_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """``"key saved -> now"`` for every model dimension or the optimizer that differs.
+
+    >>> layout_differences({"model": {"hidden_size": 64}, "optimizer": "AdamW"},
+    ...                    {"model": {"hidden_size": 128}, "optimizer": "AdamW"})
+    ['hidden_size 64 -> 128']
+    """
+    out = [f"{k} {saved['model'].get(k)} -> {v}" for k, v in now["model"].items()
+           if saved.get("model", {}).get(k) != v]
+    if saved.get("optimizer") != now["optimizer"]:
+        out.append(f"optimizer {saved.get('optimizer')} -> {now['optimizer']}")
+    return out
+
+
+def check_checkpoint(path: str, now: dict[str, Any]) -> None:
+    """Raise SystemExit (one ``trainc-worker:`` line) when the checkpoint at ``path`` was written
+    for another model or optimizer than this run's; a checkpoint without the layout file (an
+    older trainc) is loaded as is."""
+    import json
+
+    try:
+        with open(os.path.join(path, LAYOUT_FILE)) as f:
+            saved = json.load(f)
+    except FileNotFoundError:
+        return
+    diff = layout_differences(saved, now)
+    if diff:
+        raise SystemExit(f"trainc-worker: checkpoint {path} was written for another model than "
+                         f"this run's (checkpoint -> this run: {'; '.join(diff)}); resume with "
+                         "the spec that wrote it, or start without --load")
+
+
 def run(s: Settings) -> None:
     """Build, shard, train, checkpoint (see the module docstring)."""
     import torch.distributed.checkpoint as dcp
@@ -235,6 +285,7 @@ def run(s: Settings) -> None:
     device = torch.device("cpu") if s.device == "cpu" else torch.device(
         "cuda", int(os.environ.get("LOCAL_RANK", "0")))
     clip = float(cfg["grad_clip"])
+    layout = checkpoint_layout(dims, cfg)
 
     def save(done: int) -> str:
         path = os.path.join(s.save, f"iter_{done:07d}")
@@ -242,6 +293,8 @@ def run(s: Settings) -> None:
         dcp.save({"model": msd, "optim": osd}, checkpoint_id=path)
         dist.barrier()
         if dist.get_rank() == 0:
+            with open(os.path.join(path, LAYOUT_FILE), "w") as f:
+                json.dump(layout, f, sort_keys=True)
             with open(os.path.join(s.save, "latest.tmp"), "w") as f:
                 f.write(f"{done}\n")
             os.replace(os.path.join(s.save, "latest.tmp"), os.path.join(s.save, "latest"))
@@ -255,9 +308,10 @@ def run(s: Settings) -> None:
                     step = int(f.read().strip())
             except FileNotFoundError:
                 return None
+        path = os.path.join(directory, f"iter_{step:07d}")
+        check_checkpoint(path, layout)
         msd, osd = get_state_dict(model, opt)
-        dcp.load({"model": msd, "optim": osd},
-                 checkpoint_id=os.path.join(directory, f"iter_{step:07d}"))
+        dcp.load({"model": msd, "optim": osd}, checkpoint_id=path)
         set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
         return step
 
