@@ -381,3 +381,21 @@ def test_checkpoint_layout_differences() -> None:
         assert str(e.value).startswith(f"trainc-worker: checkpoint {d} was written for another "
                                        "model than this run's (checkpoint -> this run: "
                                        "hidden_size 64 -> 128; optimizer AdamW -> SGD)")
+
+
+def test_lint_of_dp_replicate_zero_exits_2_without_traceback() -> None:
+    """The red-team command: ``trainc lint fsdp-mesh-mismatch.yaml fsdp.dp_replicate=0`` was an
+    internal error (AssertionError in the engine builder); it is a TRC006 user error, exit 2."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, "-m", "trainc", "lint", str(root / MESH_SPEC),
+                        "fsdp.dp_replicate=0"], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "TRAINC_NO_CACHE": "1"})
+    out = r.stdout + r.stderr
+    assert r.returncode == 2, out
+    assert "Traceback" not in out and "AssertionError" not in out
+    assert "error[TRC006 value-out-of-range]: fsdp.dp_replicate must be a positive number" in out

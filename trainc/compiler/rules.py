@@ -134,9 +134,12 @@ KV_REPLICATED = _r(
     "warning")
 
 # --- TRC3xx: feature compatibility ---------------------------------------------------------
+#: Megatron-Core MoE build checks: engine=fsdp builds no experts (TRC344 refuses num_experts)
+_NO_MOE_FSDP = {"fsdp": "n/a"}
 SP_NEEDS_TP = _r("TRC301", "sp-needs-tp", "sequence_parallel needs tp > 1")
 MOE_TP_SP = _r(
-    "TRC302", "moe-tp-needs-sp", "MoE with tp > 1 should use sequence_parallel", "warning")
+    "TRC302", "moe-tp-needs-sp", "MoE with tp > 1 should use sequence_parallel", "warning",
+    engines=_NO_MOE_FSDP)
 VPP_PP2_P2P = _r(
     "TRC303", "vpp-pp2-unbatched-p2p",
     "pp=2 with interleaving is emitted with overlapped (unbatched) p2p; batched p2p silently "
@@ -196,11 +199,11 @@ ENTRYPOINT_RUNS = _r(
 MOE_CAPACITY_BALANCING = _r(
     "TRC326", "moe-capacity-needs-aux-balancing",
     "moe_expert_capacity_factor works only with aux_loss, seq_aux_loss, global_aux_loss or none "
-    "load balancing")
+    "load balancing", engines=_NO_MOE_FSDP)
 SHARED_EXPERT_TP = _r(
     "TRC327", "shared-expert-divisible-by-tp",
     "moe_shared_expert_intermediate_size must be a multiple of tp (the shared expert MLP is "
-    "split over the tensor-parallel group)")
+    "split over the tensor-parallel group)", engines=_NO_MOE_FSDP)
 
 # --- TRC4xx: resource fit -------------------------------------------------------------------
 MEMORY_FIT = _r(
@@ -246,7 +249,8 @@ LAUNCH_VALUE = _r(
     "(a newline would end an #SBATCH line); env values must not contain NUL")
 MOE_TOP1_PRE_SOFTMAX = _r(
     "TRC328", "moe-top1-needs-pre-softmax",
-    "a top-1 softmax router needs moe_router_pre_softmax (a softmax over one score is constant)")
+    "a top-1 softmax router needs moe_router_pre_softmax (a softmax over one score is constant)",
+    engines=_NO_MOE_FSDP)
 SETTING_WITHOUT_EFFECT = _r(
     "TRC329", "setting-without-effect",
     "a key set to a non-default value that the rest of the spec makes inert (Adam betas with "
