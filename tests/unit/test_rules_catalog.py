@@ -22,6 +22,9 @@ BIG = {"model.num_layers": 32, "model.hidden_size": 8192}
 #: 20 GB200 NVL72 trays (4 GPUs each, 18 per 72-GPU NVLink domain)
 NVL72 = {"cluster.gpu": "gb200", "cluster.gpus_per_node": 4, "cluster.nvlink_domain_size": 72,
          "cluster.num_nodes": 20, "parallel.pp": 1}
+#: pretrain_gpt.py on CUDA (Transformer Engine attention)
+LM = {"launch.entrypoint": "megatron-lm", "launch.megatron_lm_path": "/opt/Megatron-LM"}
+PACKED_CP = {"data.packed": True, "parallel.cp": 2, "parallel.pp": 1}
 
 # rule id -> (changes that trigger it, changes that do not, expected key)
 SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
@@ -199,6 +202,36 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
                "launch.partition"),
     "TRC520": ({**NVL72, "launch.slurm_segment": 8}, {**NVL72, "launch.slurm_segment": 10},
                "launch.slurm_segment"),
+    "TRC350": ({"data.paths": ["0.7 /d/web", "/d/code"]},
+               {"data.paths": ["0.7 /d/web", "0.3 /d/code"]}, "data.paths"),
+    "TRC351": ({"data.tokenizer_vocab_size": 32001}, {"data.tokenizer_vocab_size": 32000},
+               "data.tokenizer_vocab_size"),
+    "TRC352": ({**PACKED_CP, "data.pad_to_multiple_of": 2},
+               {**PACKED_CP, "data.pad_to_multiple_of": 8}, "data.pad_to_multiple_of"),
+    "TRC353": ({**LM, "data.reset_attention_mask": True},
+               {**LM, "data.reset_attention_mask": False, "data.reset_position_ids": True},
+               "data.reset_attention_mask"),
+    "TRC356": ({"data.packed": True}, {"data.packed": False, "data.eod_mask_loss": True},
+               "data.packed"),
+    "TRC357": ({"data.num_samples": 1000, "training.train_iters": 100},
+               {"data.num_samples": 1600, "training.train_iters": 100}, "training.train_iters"),
+    "TRC530": ({**MOE, "parallel.ep": 2, "launch.versions": {"nccl": "2.19.3"}},
+               {**MOE, "parallel.ep": 2, "launch.versions": {"nccl": "2.20.3"}},
+               "launch.versions.nccl"),
+    "TRC531": ({"launch.versions": {"pytorch": "2.4.0"}}, {"launch.versions": {"torch": "2.4.0"}},
+               "launch.versions.pytorch"),
+    "TRC532": ({"launch.versions": {"megatron_core": "0.12.0"}},
+               {"launch.versions": {"megatron_core": "0.16.1"}}, "launch.versions.megatron_core"),
+    "TRC533": ({"resume.finetune": True}, {**LM, "resume.finetune": True}, "resume.finetune"),
+    "TRC534": ({"resume.saved.tp": 4}, {"resume.saved.tp": 2}, "parallel.tp"),
+    "TRC535": ({"resume.saved.padded_vocab_size": 32256},
+               {"resume.saved.padded_vocab_size": 32000}, "model.make_vocab_size_divisible_by"),
+    "TRC536": ({"resume.saved.num_layers": 12}, {"resume.saved.num_layers": 8},
+               "model.num_layers"),
+    "TRC537": ({"resume.saved.global_batch_size": 32}, {"resume.saved.global_batch_size": 16},
+               "training.global_batch_size"),
+    "TRC538": ({"resume.saved.optimizer": "sgd"}, {"resume.saved.optimizer": "adam"},
+               "training.optimizer"),
     "TRC521": ({"launch.k8s_runtime": "Torch_Distributed"},
                {"launch.k8s_runtime": "torch-distributed-v2"}, "launch.k8s_runtime"),
 }

@@ -269,6 +269,77 @@ K8S_RUNTIME = _r(
     "letters, digits, '-' and '.', at most 253)",
     engines={"megatron": "error", "deepspeed": "error"})
 
+# --- TRC35x: the data path (data:) -------------------------------------------------------------
+_BOTH_ERR = {"megatron": "error", "deepspeed": "error"}
+DATA_BLEND = _r(
+    "TRC350", "data-blend",
+    "data.paths is a blend of PREFIX or \"WEIGHT PREFIX\" entries (all weighted or none, "
+    "weights > 0), not combined with launch.data_path (Megatron --data-path)", engines=_BOTH_ERR)
+TOKENIZER_VOCAB = _r(
+    "TRC351", "tokenizer-vocab-within-model",
+    "data.tokenizer_vocab_size must not exceed model.vocab_size: larger token ids index past "
+    "the embedding (CUDA device-side assert / IndexError)", engines=_BOTH_ERR)
+PACKED_CP_PADDING = _r(
+    "TRC352", "packed-cp-padding",
+    "with packed (THD) sequences and cp > 1 every document must be padded to a multiple of "
+    "2*cp (cp*lcm(2, tp) with sequence parallelism): data.pad_to_multiple_of",
+    engines=_BOTH_ERR)
+MASK_IGNORED = _r(
+    "TRC353", "reset-attention-mask-ignored",
+    "Transformer Engine attention is causal and ignores the dense mask of "
+    "--reset-attention-mask: documents attend across each other silently",
+    engines={"megatron": "error", "deepspeed": "n/a"})
+DATA_RUNNER = _r(
+    "TRC356", "data-option-runner",
+    "a data option the chosen runner does not read (packed THD data; the cross-document mask "
+    "in the trainc worker) is an error, never silently dropped", engines=_BOTH_ERR)
+EPOCHS = _r(
+    "TRC357", "epochs-derived",
+    "train_iters x global_batch_size against the samples in the data: the epoch count, derived "
+    "once (derived.steps_per_epoch, derived.epochs); more than one epoch repeats data",
+    "info", engines={"megatron": "info", "deepspeed": "info"})
+
+# --- TRC53x: versions and checkpoints -------------------------------------------------------------
+KNOWN_BAD_VERSIONS = _r(
+    "TRC530", "known-bad-versions",
+    "launch.versions (or the installed packages) match a known-bad combination of "
+    "trainc/conf/known_bad_versions.yaml for a feature the job uses", engines=_BOTH_ERR)
+VERSION_FORMAT = _r(
+    "TRC531", "version-key-format",
+    "launch.versions keys are torch, cuda, nccl, transformer_engine, megatron_core, deepspeed, "
+    "flash_attn; values are release numbers (2.4.0, 12.4, 0.14.4)", engines=_BOTH_ERR)
+VERSION_TARGET = _r(
+    "TRC532", "version-below-target",
+    "the engine library in launch.versions is older than the release trainc emits for "
+    "(megatron-core 0.16.1, deepspeed 0.19.8): flags or config keys may not exist there",
+    "warning", engines={"megatron": "warning", "deepspeed": "warning"})
+CKPT_FORMAT_RUNNER = _r(
+    "TRC533", "checkpoint-format-runner",
+    "resume.checkpoint_format is Megatron-LM's --ckpt-format (entrypoint=megatron-lm); the "
+    "trainc worker writes its own per-rank, layout-bound files", engines=_BOTH_ERR)
+RESUME_LAYOUT = _r(
+    "TRC534", "resume-layout-change",
+    "a parallel layout change on resume needs a format that reshards (torch_dist); legacy "
+    "torch files, the trainc worker's files and DeepSpeed ZeRO shards load only into the "
+    "layout that wrote them", engines=_BOTH_ERR)
+RESUME_VOCAB = _r(
+    "TRC535", "resume-vocab-padding",
+    "the padded vocabulary (embedding rows) must equal the saved one: it depends on tp and "
+    "make_vocab_size_divisible_by", engines=_BOTH_ERR)
+RESUME_ARCH = _r(
+    "TRC536", "resume-architecture",
+    "layers, widths, heads, experts, learned positions and embedding tying must match the "
+    "checkpoint (global shape mismatch on load)", engines=_BOTH_ERR)
+RESUME_SCHEDULE = _r(
+    "TRC537", "resume-batch-schedule",
+    "resuming (not finetune) with another global batch, schedule or iteration count changes the "
+    "learning-rate schedule and the data order mid-run", "warning",
+    engines={"megatron": "warning", "deepspeed": "warning"})
+RESUME_OPTIMIZER = _r(
+    "TRC538", "resume-optimizer",
+    "the optimizer state in the checkpoint belongs to the saved optimizer (and ZeRO stage); "
+    "another one needs resume.finetune", engines=_BOTH_ERR)
+
 ALL_RULES: tuple[Rule, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Rule))
 RULES_BY_ID = {r.id: r for r in ALL_RULES}
 assert len(RULES_BY_ID) == len(ALL_RULES), "duplicate rule id"
@@ -349,6 +420,32 @@ SOURCES: dict[str, str] = {
               "parse_and_normalize_split (core_v0.19.0)",
     "TRC520": "Slurm topology/block plugin and sbatch --segment (slurm.schedmd.com/"
               "topology.html, Slurm 24.05+); Megatron-Core RankGenerator order tp-cp-ep-dp-pp",
+    "TRC350": "megatron/training/arguments.py --data-path; megatron/core/datasets/utils.py "
+              "get_blend_from_list (core_v0.16.x)",
+    "TRC351": "Megatron-Bridge PR #455 (vocab size >= tokenizer vocab size); "
+              "huggingface/tokenizers #1609 (token id out of range)",
+    "TRC352": "Transformer Engine THD context parallelism (TransformerEngine #1368, PR #641); "
+              "Megatron-Bridge PR #1867 (pad each packed sample to 2*cp)",
+    "TRC353": "NVIDIA/Megatron-LM #2357 (TE attn_mask_type causal ignores the GPTDataset mask)",
+    "TRC356": "trainc worker (trainc/launch/data.py: GPTDatasetConfig; no attention mask, no "
+              "PackedSeqParams); pretrain_gpt.py reads no THD data (core_v0.16.x)",
+    "TRC357": "megatron/core/datasets/gpt_dataset.py GPTDataset (epochs repeat the documents, "
+              "0.16.1); trainc derive.py steps_per_epoch",
+    "TRC530": "trainc/conf/known_bad_versions.yaml (each entry links its public report)",
+    "TRC531": "trainc schema", "TRC532": "trainc target_versions (plan.json)",
+    "TRC533": "megatron/training/arguments.py --ckpt-format (core_v0.16.x); "
+              "trainc/launch/checkpoint.py",
+    "TRC534": "megatron/training/checkpointing.py load_checkpoint (core_v0.16.x: legacy files "
+              "per mp_rank); NVIDIA/Megatron-LM #296 (BC-053); DeepSpeed universal checkpoint "
+              "(deepspeed/checkpoint/ds_to_universal.py, 0.19.8)",
+    "TRC535": "megatron/training/tokenizer vocab_size_with_padding (core_v0.16.x); "
+              "THUDM/Chinese-Transformer-XL #3 (BC-051)",
+    "TRC536": "megatron/core/dist_checkpointing (global shape check, 0.16.1); "
+              "NVIDIA-NeMo/Speech #10715 (BC-055)",
+    "TRC537": "megatron/core/optimizer_param_scheduler.py (consumed samples drive the lr, "
+              "0.16.1); megatron/training/checkpointing.py --finetune",
+    "TRC538": "megatron/training/checkpointing.py load_checkpoint --no-load-optim / --finetune "
+              "(core_v0.16.x); deepspeed/runtime/engine.py load_checkpoint (0.19.8)",
     "TRC521": "Kubernetes object names (RFC 1123 subdomain); Kubeflow Trainer v2.3.0 "
               "TrainJob.spec.runtimeRef.name",
 }

@@ -6,6 +6,7 @@ Standard library only. Field docstrings give meaning, unit and default semantics
 from trainc.schemas.cluster import ClusterSpec
 from trainc.schemas.enums import (
     Activation,
+    CkptFormat,
     CpCommType,
     Device,
     Engine,
@@ -29,16 +30,20 @@ from trainc.schemas.enums import (
     StateDtype,
     WsdDecayStyle,
 )
+from trainc.schemas.data import DataSpec
 from trainc.schemas.launch import LaunchSpec
 from trainc.schemas.model import ModelSpec
 from trainc.schemas.parallel import ParallelSpec
+from trainc.schemas.resume import ResumeSpec, SavedLayout
 from trainc.schemas.spec import TrainSpec
 from trainc.schemas.training import TrainingSpec
 
 __all__ = [
     "Activation",
+    "CkptFormat",
     "ClusterSpec",
     "CpCommType",
+    "DataSpec",
     "Device",
     "Engine",
     "Entrypoint",
@@ -61,6 +66,8 @@ __all__ = [
     "Precision",
     "Recompute",
     "RecomputeMethod",
+    "ResumeSpec",
+    "SavedLayout",
     "StateDtype",
     "TrainSpec",
     "TrainingSpec",

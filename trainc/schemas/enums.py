@@ -195,3 +195,12 @@ class MoeScoreFunction(Enum):
 
     softmax = "softmax"
     sigmoid = "sigmoid"
+
+
+class CkptFormat(Enum):
+    """Megatron-LM ``--ckpt-format`` (megatron/training/arguments.py, core_v0.16.x): ``torch_dist``
+    (distributed checkpoint, resharded on load: TP/PP/EP/DP may change) or ``torch`` (the legacy
+    per-rank files ``mp_rank_XX``: the layout must match on load)."""
+
+    torch_dist = "torch_dist"
+    torch = "torch"
