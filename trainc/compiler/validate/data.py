@@ -100,7 +100,8 @@ def data_path(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             yield diag(R.PACKED_CP_PADDING,
                        f"packed sequences with cp={p.cp}: Transformer Engine splits every document "
                        f"into 2*cp chunks, so each must be padded to a multiple of {unit}"
-                       + (" (2*cp*tp with sequence parallelism)" if unit != 2 * p.cp else "")
+                       + (f" (cp*lcm(2, tp) = {unit} with sequence parallelism)"
+                          if unit != 2 * p.cp else "")
                        + f"; data.pad_to_multiple_of is {pad}", "data.pad_to_multiple_of",
                        related=("parallel.cp", "data.packed"),
                        fix=f"set data.pad_to_multiple_of to {good} (a multiple of {unit}) and "
