@@ -130,6 +130,17 @@ def one_truth_specs(draw: st.DrawFn, *, engine: str | None = None,
     if not ds and draw(st.integers(0, 2)) == 0:
         cfg["launch"]["data_path"] = "/data/corpus_text_document"
         cfg["launch"]["data_split"] = draw(st.sampled_from(["100,0,0", "98,1,1", "969,30,1"]))
+    elif not ds and draw(st.integers(0, 2)) == 0:  # a blend (data.paths)
+        cfg["data"] = {"paths": draw(st.sampled_from([["/data/a_text", "/data/b_text"],
+                                                      ["0.7 /data/a_text", "0.3 /data/b_text"]]))}
+    data = cfg.setdefault("data", {})
+    data["reset_position_ids"] = draw(st.booleans())
+    data["eod_mask_loss"] = draw(st.booleans())
+    # (reset_attention_mask compiles nowhere: TRC353 with TE, TRC356 for the trainc worker)
+    lm = cfg["launch"].get("entrypoint") == "megatron-lm"
+    if lm and draw(st.booleans()):  # load another run's checkpoint, maybe weights only
+        cfg["resume"] = {"load_dir": "/ckpt/base", "finetune": draw(st.booleans()),
+                         "checkpoint_format": draw(st.sampled_from([None, "torch_dist", "torch"]))}
     return cfg
 
 

@@ -643,14 +643,31 @@ TABLE: tuple[Setting, ...] = (
     Setting("use_cpu_initialization", spec=(S("launch.device", lambda v: v == "cpu"),),
             lm=(B("--use-cpu-initialization"),), core=(C(_TC, "use_cpu_initialization"),)),
     # data, checkpoints and logging (Megatron-LM's training loop / DeepSpeed's logger)
-    Setting("mock_data", spec=(S("launch.data_path", lambda v: v is None),),
+    Setting("mock_data", spec=(SF(lambda plan: plan["spec"]["launch"]["data_path"] is None
+                                  and plan["spec"]["data"]["paths"] is None),),
             lm=(B("--mock-data"),)),
-    Setting("data_path", spec=(S("launch.data_path"),), lm=(F("--data-path", str, None),)),
+    # a data.paths blend is one --data-path line of WEIGHT PREFIX items (torchrun.sh splits it)
+    Setting("data_path", spec=(SF(lambda plan: plan["spec"]["launch"]["data_path"]
+                                  if plan["spec"]["data"]["paths"] is None
+                                  else " ".join(plan["spec"]["data"]["paths"])),),
+            lm=(F("--data-path", str, None),)),
     Setting("data_split", spec=(S("launch.data_split"),),
             lm=(F("--split", str, "969,30,1"),),
-            when=lambda plan: plan["spec"]["launch"]["data_path"] is not None),
-    Setting("save_dir", spec=(S("launch.save_dir"),),
-            lm=(F("--save", str, None), F("--load", str, None))),
+            when=lambda plan: plan["spec"]["launch"]["data_path"] is not None
+            or plan["spec"]["data"]["paths"] is not None),
+    Setting("reset_position_ids", spec=(S("data.reset_position_ids"),),
+            lm=(B("--reset-position-ids"),)),
+    Setting("reset_attention_mask", spec=(S("data.reset_attention_mask"),),
+            lm=(B("--reset-attention-mask"),)),
+    Setting("eod_mask_loss", spec=(S("data.eod_mask_loss"),), lm=(B("--eod-mask-loss"),)),
+    Setting("save_dir", spec=(S("launch.save_dir"),), lm=(F("--save", str, None),)),
+    # --load: resume.load_dir, else the job's own checkpoints (launch.save_dir)
+    Setting("load_dir", spec=(SF(lambda plan: plan["spec"]["resume"]["load_dir"]
+                                 or plan["spec"]["launch"]["save_dir"]),),
+            lm=(F("--load", str, None),)),
+    Setting("checkpoint_format", spec=(S("derived.checkpoint_format"),),
+            lm=(F("--ckpt-format", str, "torch_dist"),)),
+    Setting("finetune", spec=(S("resume.finetune"),), lm=(B("--finetune"),)),
     Setting("save_interval", spec=(S("launch.save_interval"),),
             lm=(F("--save-interval", int, None),)),
     Setting("log_interval", spec=(S("launch.log_interval"),), lm=(F("--log-interval", int, 100),),

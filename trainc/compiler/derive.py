@@ -50,6 +50,8 @@ class Derived:
     epochs: float | None
     """train_iters x samples_per_step / dataset_samples (passes over the data; Megatron-Core's
     GPTDataset repeats the documents beyond 1)."""
+    checkpoint_format: str
+    """The checkpoint format this job writes (:func:`checkpoint_format`)."""
 
 
 def _div(a: int, b: int) -> int | None:
@@ -156,7 +158,21 @@ def derive(spec: TrainSpec) -> Derived:
         dataset_samples=samples,
         steps_per_epoch=steps,
         epochs=epochs,
+        checkpoint_format=checkpoint_format(spec),
     )
+
+
+def checkpoint_format(spec: TrainSpec) -> str:
+    """The format a job writes: resume.checkpoint_format, else ``torch_dist`` for
+    entrypoint=megatron-lm (Megatron-LM's --ckpt-format default, core_v0.16.x), ``trainc`` (the
+    trainc worker's per-rank, layout-bound files, trainc/launch/checkpoint.py) for the worker with
+    engine=megatron, ``deepspeed`` (ZeRO shards, one per data-parallel rank) for
+    engine=deepspeed."""
+    if spec.resume.checkpoint_format is not None:
+        return spec.resume.checkpoint_format.value
+    if spec.launch.entrypoint.value == "megatron-lm":
+        return "torch_dist"
+    return "deepspeed" if spec.engine.value == "deepspeed" else "trainc"
 
 
 def epoch_counts(spec: TrainSpec) -> tuple[int | None, int | None, float | None]:

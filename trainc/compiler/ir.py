@@ -46,7 +46,7 @@ def _json(obj: Any) -> Any:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Layout:
     """``derived``: counts unless named otherwise (a validated spec: nothing is ``None`` but
-    ``layers_per_virtual_stage``)."""
+    ``layers_per_virtual_stage`` and the epoch counts without data sizes)."""
 
     world_size: int
     """GPUs in the job (num_nodes x gpus_per_node)."""
@@ -76,7 +76,20 @@ class Layout:
     overlap_p2p_comm: bool
     batch_p2p_comm: bool
     tokens_per_step: int
-    """global_batch_size x seq_length (tokens per optimizer step, whole job)."""
+    """global_batch_size x seq_length (tokens per optimizer step, whole job; the same for any
+    cp: derive.py, the one place batch and epoch counts are computed)."""
+    samples_per_step: int
+    """Sequences per optimizer step (= global_batch_size)."""
+    dataset_samples: int | None
+    """Sequences in the training data (data.num_samples, or data.num_tokens / seq_length);
+    None when the spec gives neither."""
+    steps_per_epoch: int | None
+    """ceil(dataset_samples / samples_per_step); None without dataset_samples."""
+    epochs: float | None
+    """train_iters x samples_per_step / dataset_samples; None without dataset_samples."""
+    checkpoint_format: str
+    """The checkpoint format the job writes: torch_dist, torch (Megatron-LM --ckpt-format),
+    trainc (the worker's per-rank files) or deepspeed (ZeRO shards)."""
     params_dtype: str
     cuda_device_max_connections_1: bool
     gradient_accumulation_steps: int

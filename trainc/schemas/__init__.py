@@ -4,6 +4,7 @@ Standard library only. Field docstrings give meaning, unit and default semantics
 """
 
 from trainc.schemas.cluster import ClusterSpec
+from trainc.schemas.data import DataSpec
 from trainc.schemas.enums import (
     Activation,
     CkptFormat,
@@ -30,7 +31,6 @@ from trainc.schemas.enums import (
     StateDtype,
     WsdDecayStyle,
 )
-from trainc.schemas.data import DataSpec
 from trainc.schemas.launch import LaunchSpec
 from trainc.schemas.model import ModelSpec
 from trainc.schemas.parallel import ParallelSpec

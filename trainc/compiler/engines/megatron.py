@@ -261,9 +261,12 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
     mode for PP=2 with interleaving). ``--vocab-size`` is the model's vocabulary: since
     core_v0.18.0 the NullTokenizer has exactly that many tokens (it no longer appends one), and
     Megatron pads it to ``derived.padded_vocab_size``. ``--split`` is always written with a data
-    path (Megatron-LM's own default ``969,30,1`` holds out 3 %).
+    path (Megatron-LM's own default ``969,30,1`` holds out 3 %). A ``data.paths`` blend is one
+    ``--data-path`` line of whitespace-separated ``WEIGHT PREFIX`` items (torchrun.sh splits that
+    line; Megatron-Core ``get_blend_from_list`` reads the flattened pairs). ``--ckpt-format`` is
+    ``derived.checkpoint_format``; ``--load`` is resume.load_dir, else launch.save_dir.
     """
-    m, p, t, lc = spec.model, spec.parallel, spec.training, spec.launch
+    m, p, t, lc, data = spec.model, spec.parallel, spec.training, spec.launch, spec.data
     tc, gpt, opt = core["TransformerConfig"], core["GPTModel"], core["OptimizerConfig"]
     sched, ddp = core["OptimizerParamScheduler"], core["DistributedDataParallelConfig"]
 
@@ -306,9 +309,13 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
         ("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by, None),
         ("--tokenizer-type", "NullTokenizer", None),
         ("--vocab-size", m.vocab_size, None),
-        ("--mock-data", lc.data_path is None, None),
-        ("--data-path", lc.data_path, None),
-        ("--split", lc.data_split if lc.data_path is not None else None, None),
+        ("--mock-data", lc.data_path is None and data.paths is None, None),
+        ("--data-path", lc.data_path if data.paths is None else " ".join(data.paths), None),
+        ("--split", lc.data_split if lc.data_path is not None or data.paths is not None
+         else None, None),
+        ("--reset-position-ids", data.reset_position_ids, None),
+        ("--reset-attention-mask", data.reset_attention_mask, None),
+        ("--eod-mask-loss", data.eod_mask_loss, None),
         c("--tensor-model-parallel-size", "TransformerConfig", "tensor_model_parallel_size"),
         c("--pipeline-model-parallel-size", "TransformerConfig", "pipeline_model_parallel_size"),
         ("--num-layers-per-virtual-pipeline-stage", lpvs, None),
@@ -395,7 +402,9 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
         ("--train-iters", t.train_iters, None),
         ("--seed", t.seed, None),
         ("--save", lc.save_dir, None),
-        ("--load", lc.save_dir, None),
+        ("--load", spec.resume.load_dir or lc.save_dir, None),
+        ("--ckpt-format", d.checkpoint_format, None),
+        ("--finetune", spec.resume.finetune, None),
         ("--save-interval", lc.save_interval, None),
         ("--log-interval", lc.log_interval, None),
         ("--distributed-backend", "gloo" if lc.device is Device.cpu else "nccl", None),

@@ -58,24 +58,13 @@ class Finding:
     edits: Mapping[str, Any]
 
 
-def checkpoint_format(spec: TrainSpec) -> str:
-    """The format this job writes: resume.checkpoint_format, else torch_dist for
-    entrypoint=megatron-lm (Megatron-LM's default), ``trainc`` (the worker's per-rank files) for
-    the trainc worker with engine=megatron, ``deepspeed`` (ZeRO shards) for engine=deepspeed."""
-    if spec.resume.checkpoint_format is not None:
-        return spec.resume.checkpoint_format.value
-    if spec.launch.entrypoint is Entrypoint.megatron_lm:
-        return "torch_dist"
-    return "deepspeed" if spec.engine.value == "deepspeed" else "trainc"
-
-
 def layout_facts(spec: TrainSpec, d: Derived) -> dict[str, Any]:
     """The :class:`trainc.schemas.SavedLayout` facts of a normalized spec (what its checkpoint
     will hold)."""
     m, p, t = spec.model, spec.parallel, spec.training
     learned = m.position_embedding is PositionEmbedding.learned
     return {
-        "engine": spec.engine.value, "checkpoint_format": checkpoint_format(spec),
+        "engine": spec.engine.value, "checkpoint_format": d.checkpoint_format,
         "tp": p.tp, "pp": p.pp, "vpp": p.vpp, "cp": p.cp, "ep": p.ep, "etp": d.etp, "dp": d.dp,
         "zero_stage": p.zero_stage if spec.engine.value == "deepspeed" else None,
         "num_layers": m.num_layers, "hidden_size": m.hidden_size,

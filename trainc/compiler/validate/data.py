@@ -64,11 +64,13 @@ def _blend(spec: TrainSpec) -> Iterator[Diagnostic]:
     got = parse_blend(data.paths)
     if isinstance(got, str):
         yield diag(R.DATA_BLEND, f"data.paths is not a blend: {got}", "data.paths",
-                   fix="write each entry as \"WEIGHT PREFIX\" (e.g. \"0.7 /data/web_text_document\")"
-                       " or all as bare prefixes", paths=list(data.paths))
+                   fix="write each entry as \"WEIGHT PREFIX\" (e.g. "
+                       "\"0.7 /data/web_text_document\") or all as bare prefixes",
+                   paths=list(data.paths))
     if lc.data_path is not None:
-        yield diag(R.DATA_BLEND, f"launch.data_path ({lc.data_path!r}) and data.paths are both set; "
-                   "Megatron takes one --data-path", "data.paths", related=("launch.data_path",),
+        yield diag(R.DATA_BLEND, f"launch.data_path ({lc.data_path!r}) and data.paths are both "
+                   "set; Megatron takes one --data-path", "data.paths",
+                   related=("launch.data_path",),
                    fix=f"add {lc.data_path!r} to data.paths and unset launch.data_path",
                    edits={"launch.data_path": None}, data_path=lc.data_path)
 
@@ -77,6 +79,12 @@ def data_path(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     """TRC350-TRC357."""
     m, p, data, lc = spec.model, spec.parallel, spec.data, spec.launch
     yield from _blend(spec)
+    if lc.data_path is not None and len(lc.data_path.split()) != 1:
+        yield diag(R.DATA_BLEND, f"launch.data_path ({lc.data_path!r}) holds whitespace: the "
+                   "--data-path line of megatron_args.txt is read as whitespace-separated "
+                   "WEIGHT PREFIX items", "launch.data_path",
+                   fix="move the dataset to a path without spaces, or write a blend in "
+                       "data.paths", data_path=lc.data_path)
     tv = data.tokenizer_vocab_size
     if tv is not None and tv > m.vocab_size:
         yield diag(R.TOKENIZER_VOCAB,
@@ -138,7 +146,8 @@ def data_path(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    fix="set data.reset_attention_mask=false and keep data.reset_position_ids / "
                        "data.eod_mask_loss (the same training, stated), or train packed THD data "
                        "with cu_seqlens in a fine-tuning pipeline",
-                   edits={"data.reset_attention_mask": False}, transformer_impl="transformer_engine")
+                   edits={"data.reset_attention_mask": False},
+                   transformer_impl="transformer_engine")
     if d.epochs is not None and d.dataset_samples is not None and d.epochs > 1:
         need = spec.training.train_iters * spec.training.global_batch_size
         yield diag(R.EPOCHS,
