@@ -69,10 +69,15 @@ def parse_megatron_args(text: str) -> dict[str, Any]:
     """``megatron_args.txt`` -> {flag: value string, or True for a flag without value}. Comment
     lines start with ``#``; a flag appears once."""
     out: dict[str, Any] = {}
+    last = None
     for line in text.splitlines():
         if not line.strip() or line.startswith("#"):
             continue
+        if last is not None and not line.startswith("--") and " " not in line:
+            out[last] = f"{out[last]} {line}"  # a further value of a multi-valued flag
+            continue
         flag, _, value = line.partition(" ")
+        last = flag
         assert flag.startswith("--"), line
         assert flag not in out, f"{flag} twice in megatron_args.txt"
         out[flag] = value if value else True
@@ -649,7 +654,8 @@ TABLE: tuple[Setting, ...] = (
     # a data.paths blend is one --data-path line of WEIGHT PREFIX items (torchrun.sh splits it)
     Setting("data_path", spec=(SF(lambda plan: plan["spec"]["launch"]["data_path"]
                                   if plan["spec"]["data"]["paths"] is None
-                                  else " ".join(plan["spec"]["data"]["paths"])),),
+                                  else " ".join(x for e in plan["spec"]["data"]["paths"]
+                                                for x in e.split())),),
             lm=(F("--data-path", str, None),)),
     Setting("data_split", spec=(S("launch.data_split"),),
             lm=(F("--split", str, "969,30,1"),),

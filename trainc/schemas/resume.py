@@ -17,28 +17,47 @@ class SavedLayout:
     checkpoint_format: CkptFormat | None = None
     """The format the checkpoint was written in (torch_dist or torch)."""
     tp: int | None = None
+    """Tensor-parallel size of the saving run."""
     pp: int | None = None
+    """Pipeline-parallel size."""
     vpp: int | None = None
+    """Virtual pipeline chunks per stage."""
     cp: int | None = None
+    """Context-parallel size."""
     ep: int | None = None
+    """Expert-parallel size."""
     etp: int | None = None
+    """Expert tensor-parallel size."""
     dp: int | None = None
+    """Data-parallel size (derived.dp of the saving run)."""
     zero_stage: int | None = None
+    """engine=deepspeed: the ZeRO stage."""
     num_layers: int | None = None
+    """Transformer layers."""
     hidden_size: int | None = None
+    """Model width."""
     num_attention_heads: int | None = None
+    """Query heads."""
     num_query_groups: int | None = None
+    """KV heads."""
     ffn_hidden_size: int | None = None
+    """MLP inner width."""
     num_experts: int | None = None
+    """MoE experts (null: dense)."""
     max_position_embeddings: int | None = None
     """Learned position embeddings: rows of the position table (tokens)."""
     padded_vocab_size: int | None = None
     """Rows of the embedding / output layer (derived.padded_vocab_size of the saving run)."""
     untie_embeddings_and_output_weights: bool | None = None
+    """Separate output layer (false: tied to the embedding)."""
     global_batch_size: int | None = None
+    """Samples per optimizer step."""
     optimizer: Optimizer | None = None
+    """adam or sgd."""
     lr_decay_style: LrDecayStyle | None = None
+    """The learning-rate decay."""
     train_iters: int | None = None
+    """Optimizer steps planned."""
 
 
 @dataclass(kw_only=True)

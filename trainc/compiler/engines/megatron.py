@@ -262,8 +262,8 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
     core_v0.18.0 the NullTokenizer has exactly that many tokens (it no longer appends one), and
     Megatron pads it to ``derived.padded_vocab_size``. ``--split`` is always written with a data
     path (Megatron-LM's own default ``969,30,1`` holds out 3 %). A ``data.paths`` blend is one
-    ``--data-path`` line of whitespace-separated ``WEIGHT PREFIX`` items (torchrun.sh splits that
-    line; Megatron-Core ``get_blend_from_list`` reads the flattened pairs). ``--ckpt-format`` is
+    ``--data-path`` entry with several values (``w1 p1 w2 p2``, the flattened pairs Megatron-Core
+    ``get_blend_from_list`` reads). ``--ckpt-format`` is
     ``derived.checkpoint_format``; ``--load`` is resume.load_dir, else launch.save_dir.
     """
     m, p, t, lc, data = spec.model, spec.parallel, spec.training, spec.launch, spec.data
@@ -310,7 +310,8 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
         ("--tokenizer-type", "NullTokenizer", None),
         ("--vocab-size", m.vocab_size, None),
         ("--mock-data", lc.data_path is None and data.paths is None, None),
-        ("--data-path", lc.data_path if data.paths is None else " ".join(data.paths), None),
+        ("--data-path", lc.data_path if data.paths is None
+         else tuple(x for entry in data.paths for x in entry.split()), None),
         ("--split", lc.data_split if lc.data_path is not None or data.paths is not None
          else None, None),
         ("--reset-position-ids", data.reset_position_ids, None),
@@ -422,12 +423,16 @@ def _state_flag(torch_name: str | None) -> str | None:
 
 
 def megatron_lm_flags(entries: list[FlagEntry]) -> list[list[str]]:
-    """The entries that are written, as ``[flag]`` (store_true) or ``[flag, value]``."""
+    """The entries that are written, as ``[flag]`` (store_true), ``[flag, value]`` or
+    ``[flag, value, ...]`` (a flag with several values: a data blend)."""
     out: list[list[str]] = []
     for flag, value, _ in entries:
         if value is None or value is False:
             continue
-        out.append([flag] if value is True else [flag, _fmt(value)])
+        if isinstance(value, tuple):
+            out.append([flag, *(_fmt(v) for v in value)])
+        else:
+            out.append([flag] if value is True else [flag, _fmt(value)])
     return out
 
 

@@ -79,12 +79,6 @@ def data_path(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     """TRC350-TRC357."""
     m, p, data, lc = spec.model, spec.parallel, spec.data, spec.launch
     yield from _blend(spec)
-    if lc.data_path is not None and len(lc.data_path.split()) != 1:
-        yield diag(R.DATA_BLEND, f"launch.data_path ({lc.data_path!r}) holds whitespace: the "
-                   "--data-path line of megatron_args.txt is read as whitespace-separated "
-                   "WEIGHT PREFIX items", "launch.data_path",
-                   fix="move the dataset to a path without spaces, or write a blend in "
-                       "data.paths", data_path=lc.data_path)
     tv = data.tokenizer_vocab_size
     if tv is not None and tv > m.vocab_size:
         yield diag(R.TOKENIZER_VOCAB,
