@@ -671,8 +671,10 @@ TABLE: tuple[Setting, ...] = (
     Setting("load_dir", spec=(SF(lambda plan: plan["spec"]["resume"]["load_dir"]
                                  or plan["spec"]["launch"]["save_dir"]),),
             lm=(F("--load", str, None),)),
+    # (the trainc worker writes its own per-rank files: no Megatron-LM format to name)
     Setting("checkpoint_format", spec=(S("derived.checkpoint_format"),),
-            lm=(F("--ckpt-format", str, "torch_dist"),)),
+            lm=(F("--ckpt-format", str, "torch_dist"),),
+            when=lambda plan: plan["derived"]["checkpoint_format"] in ("torch_dist", "torch")),
     Setting("finetune", spec=(S("resume.finetune"),), lm=(B("--finetune"),)),
     Setting("save_interval", spec=(S("launch.save_interval"),),
             lm=(F("--save-interval", int, None),)),

@@ -264,7 +264,8 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
     path (Megatron-LM's own default ``969,30,1`` holds out 3 %). A ``data.paths`` blend is one
     ``--data-path`` entry with several values (``w1 p1 w2 p2``, the flattened pairs Megatron-Core
     ``get_blend_from_list`` reads). ``--ckpt-format`` is
-    ``derived.checkpoint_format``; ``--load`` is resume.load_dir, else launch.save_dir.
+    ``derived.checkpoint_format`` when that is a Megatron-LM format (not for the trainc worker's
+    own files); ``--load`` is resume.load_dir, else launch.save_dir.
     """
     m, p, t, lc, data = spec.model, spec.parallel, spec.training, spec.launch, spec.data
     tc, gpt, opt = core["TransformerConfig"], core["GPTModel"], core["OptimizerConfig"]
@@ -404,7 +405,8 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
         ("--seed", t.seed, None),
         ("--save", lc.save_dir, None),
         ("--load", spec.resume.load_dir or lc.save_dir, None),
-        ("--ckpt-format", d.checkpoint_format, None),
+        ("--ckpt-format", d.checkpoint_format
+         if d.checkpoint_format in ("torch_dist", "torch") else None, None),
         ("--finetune", spec.resume.finetune, None),
         ("--save-interval", lc.save_interval, None),
         ("--log-interval", lc.log_interval, None),
