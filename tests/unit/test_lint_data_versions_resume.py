@@ -165,3 +165,14 @@ def test_blend_and_resume_reach_pretrain_gpt(tmp_path):
 
 def test_shared_root_exists():
     assert Path(KV.TABLE).is_file()
+
+
+def test_report_and_plan_show_the_epoch_count(tmp_path):
+    spec = apply(BASE, {"data": {"num_samples": 10_000}, "training": {"micro_batch_size": 1,
+                                                                      "global_batch_size": 16,
+                                                                      "train_iters": 1250}})
+    res = compile_dict(tmp_path, spec)
+    assert res.ok
+    d = res.plan["derived"]
+    assert (d["dataset_samples"], d["steps_per_epoch"], d["epochs"]) == (10_000, 625, 2.0)
+    assert "| steps per epoch | 625 (2 epochs of 10,000 samples) |" in res.files["report.md"]

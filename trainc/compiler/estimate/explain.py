@@ -40,6 +40,9 @@ def explain_tables(plan: dict[str, Any], max_ranks: int | None = None) -> list[A
         ("layers per stage", ", ".join(map(str, d["layers_per_stage"]))),
         ("micro-batches", f"{d['num_microbatches']} of {s['training']['micro_batch_size']} "
                           f"(global batch {s['training']['global_batch_size']})"),
+        ("per step", f"{d['samples_per_step']:,} samples, {d['tokens_per_step']:,} tokens; "
+                     + (f"{d['steps_per_epoch']:,} steps per epoch ({d['epochs']:g} epochs)"
+                        if d.get("steps_per_epoch") is not None else "epochs unknown")),
         ("sequence parallel", str(d["sequence_parallel"])),
         ("optimizer sharding", f"zero_stage {s['parallel']['zero_stage']}"
          + (" (distributed optimizer over dp x cp)" if d["distributed_optimizer"] else "")),
