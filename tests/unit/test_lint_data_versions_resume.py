@@ -176,3 +176,10 @@ def test_report_and_plan_show_the_epoch_count(tmp_path):
     d = res.plan["derived"]
     assert (d["dataset_samples"], d["steps_per_epoch"], d["epochs"]) == (10_000, 625, 2.0)
     assert "| steps per epoch | 625 (2 epochs of 10,000 samples) |" in res.files["report.md"]
+
+
+def test_inert_data_settings_warn():
+    [d] = find(lint_cfg(**{"data.pad_to_multiple_of": 8}), "TRC329")
+    assert d.key == "data.pad_to_multiple_of" and d.severity.value == "warning"
+    # a blend makes launch.data_split count
+    assert not find(lint_cfg(**{"data.paths": ["/d/a"], "launch.data_split": "98,1,1"}), "TRC329")

@@ -267,8 +267,10 @@ def _inert(spec: TrainSpec) -> Iterator[tuple[str, str]]:
                     ("moe_router_load_balancing_type", "moe_aux_loss_coeff", "moe_z_loss_coeff",
                      "moe_router_score_function", "moe_router_topk_scaling_factor",
                      "moe_expert_capacity_factor") if moved(m, dm, k))
-    if lc.data_path is None and moved(lc, dl, "data_split"):
+    if lc.data_path is None and spec.data.paths is None and moved(lc, dl, "data_split"):
         yield "launch.data_split", "launch.data_path is not set (mock data)"
+    if not spec.data.packed and spec.data.pad_to_multiple_of is not None:
+        yield "data.pad_to_multiple_of", "data.packed is false (no packs to pad)"
 
 
 def _moe(spec: TrainSpec) -> Iterator[Diagnostic]:
