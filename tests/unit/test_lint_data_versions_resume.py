@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from _emit_helpers import compile_dict, make_stubs, read_nul, run_script, write_files
-
 from specs.kit import BASE, apply, find, lint_cfg, make
+
 from trainc import known_versions as KV
 from trainc.compiler.derive import derive, epoch_counts
 from trainc.compiler.validate.checkpoint import layout_facts, resume_findings
