@@ -183,3 +183,21 @@ def test_inert_data_settings_warn():
     assert d.key == "data.pad_to_multiple_of" and d.severity.value == "warning"
     # a blend makes launch.data_split count
     assert not find(lint_cfg(**{"data.paths": ["/d/a"], "launch.data_split": "98,1,1"}), "TRC329")
+
+
+FSDP = {"engine": "fsdp", "parallel.pp": 1}
+
+
+def test_fsdp_writes_dcp_which_reshards():
+    s = make(**FSDP)
+    assert derive(s).checkpoint_format == "dcp"
+    assert not find(lint_cfg(**FSDP, **{"resume.saved.tp": 1, "resume.saved.dp": 8}), "TRC534")
+    # global shapes still bind
+    assert find(lint_cfg(**FSDP, **{"resume.saved.num_layers": 4}), "TRC536")
+
+
+def test_torchtitan_gets_no_data_or_resume_keys():
+    titan = {**FSDP, "launch.entrypoint": "torchtitan"}
+    diags = lint_cfg(**titan, **{"data.eod_mask_loss": True, "resume.load_dir": "/ckpt"})
+    assert _one(diags, "TRC356").key == "data.eod_mask_loss"
+    assert _one(diags, "TRC533").key == "resume.load_dir"

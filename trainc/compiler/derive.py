@@ -167,11 +167,14 @@ def checkpoint_format(spec: TrainSpec) -> str:
     entrypoint=megatron-lm (Megatron-LM's --ckpt-format default, core_v0.16.x), ``trainc`` (the
     trainc worker's per-rank, layout-bound files, trainc/launch/checkpoint.py) for the worker with
     engine=megatron, ``deepspeed`` (ZeRO shards, one per data-parallel rank) for
-    engine=deepspeed."""
+    engine=deepspeed, ``dcp`` (torch.distributed.checkpoint of DTensor state dicts, resharded on
+    load) for engine=fsdp (the trainc worker and torchtitan)."""
     if spec.resume.checkpoint_format is not None:
         return spec.resume.checkpoint_format.value
     if spec.launch.entrypoint.value == "megatron-lm":
         return "torch_dist"
+    if spec.engine.value == "fsdp":
+        return "dcp"
     return "deepspeed" if spec.engine.value == "deepspeed" else "trainc"
 
 

@@ -140,7 +140,7 @@ MOE_TP_SP = _r(
 VPP_PP2_P2P = _r(
     "TRC303", "vpp-pp2-unbatched-p2p",
     "pp=2 with interleaving is emitted with overlapped (unbatched) p2p; batched p2p silently "
-    "corrupts training on that layout", "info")
+    "corrupts training on that layout", "info", engines={"fsdp": "n/a"})
 DS_ZERO_PP = _r(
     "TRC304", "deepspeed-zero-pp", "DeepSpeed ZeRO-2/3 is incompatible with pipeline parallelism")
 OFFLOAD_PARAM_STAGE = _r(
@@ -173,7 +173,8 @@ NVME_PATH = _r(
 DS_PIPE_GRAD_ACCUM = _r(
     "TRC322", "deepspeed-pipe-grad-accum-scale",
     "DeepSpeed's pipeline engine sums micro-batch gradients: the micro/accumulation split at a "
-    "fixed global batch changes the gradient scale", "warning", engines={"megatron": "n/a"})
+    "fixed global batch changes the gradient scale", "warning",
+    engines={"megatron": "n/a", "fsdp": "n/a"})
 LR_SCHEDULE_ENGINE = _r(
     "TRC323", "lr-schedule-supported",
     "the learning-rate schedule must be one the engine honours exactly (DeepSpeed: constant, "
@@ -184,7 +185,8 @@ DDP_OVERLAP = _r(
     "Megatron-Core DDP settings (engine=megatron)")
 ENTRYPOINT_RUNS = _r(
     "TRC325", "entrypoint-runs-spec",
-    "launch.entrypoint megatron-lm runs engine=megatron on CUDA only")
+    "launch.entrypoint megatron-lm runs engine=megatron, torchtitan runs engine=fsdp, both on "
+    "CUDA only")
 MOE_CAPACITY_BALANCING = _r(
     "TRC326", "moe-capacity-needs-aux-balancing",
     "moe_expert_capacity_factor works only with aux_loss, seq_aux_loss, global_aux_loss or none "
@@ -243,6 +245,31 @@ SETTING_WITHOUT_EFFECT = _r(
     "a key set to a non-default value that the rest of the spec makes inert (Adam betas with "
     "sgd, WSD keys with another schedule, RoPE keys with learned positions, router keys on a "
     "dense model, a data split without data)", "warning")
+#: the engine=fsdp rules do not apply to the other engines
+_FSDP_ONLY = {"megatron": "n/a", "deepspeed": "n/a"}
+FSDP_MESH = _r(
+    "TRC340", "fsdp-mesh-matches-world",
+    "engine=fsdp: dp_replicate x dp_shard must equal dp, so that the DeviceMesh (pp, dp_replicate, "
+    "dp_shard, cp, tp) covers the world (init_device_mesh refuses another product)",
+    engines=_FSDP_ONLY)
+FSDP_HSDP_NODE = _r(
+    "TRC341", "fsdp-hsdp-shard-group-in-node",
+    "engine=fsdp with HSDP: the shard group (dp_shard x cp x tp consecutive ranks) should fit in "
+    "one node, so that the per-layer all-gathers and reduce-scatters stay on NVLink", "warning",
+    engines=_FSDP_ONLY)
+FSDP_PRECISION = _r(
+    "TRC342", "fsdp-precision",
+    "engine=fsdp trains in bf16 or fp32 (MixedPrecisionPolicy); fp16 needs a sharded gradient "
+    "scaler that neither the trainc worker nor torchtitan sets up", engines=_FSDP_ONLY)
+FSDP_SCHEDULE = _r(
+    "TRC343", "fsdp-pipeline-schedule",
+    "engine=fsdp with pp > 1: the pipelining schedule must match the stages per rank (1F1B: vpp 1, "
+    "Interleaved1F1B: vpp > 1, ZBVZeroBubble: vpp 2)", engines=_FSDP_ONLY)
+FSDP_UNSUPPORTED = _r(
+    "TRC344", "fsdp-unsupported-setting",
+    "engine=fsdp does not read a setting of another engine or one its runner cannot honour (ZeRO "
+    "stage and DeepSpeed offload keys: FSDP2 shards by fsdp.* keys; experts; compile on CPU)",
+    engines=_FSDP_ONLY)
 LOW_PRECISION_RUNNER = _r(
     "TRC330", "low-precision-runner",
     "FP8 / FP4 GEMMs and a precision-aware optimizer need Transformer Engine on CUDA: "
@@ -292,7 +319,8 @@ MASK_IGNORED = _r(
 DATA_RUNNER = _r(
     "TRC356", "data-option-runner",
     "a data option the chosen runner does not read (packed THD data; the cross-document mask "
-    "in the trainc worker) is an error, never silently dropped", engines=_BOTH_ERR)
+    "in the trainc worker; any data: key for torchtitan) is an error, never silently dropped",
+    engines=_BOTH_ERR)
 EPOCHS = _r(
     "TRC357", "epochs-derived",
     "train_iters x global_batch_size against the samples in the data: the epoch count, derived "
@@ -315,8 +343,9 @@ VERSION_TARGET = _r(
     "warning", engines={"megatron": "warning", "deepspeed": "warning"})
 CKPT_FORMAT_RUNNER = _r(
     "TRC533", "checkpoint-format-runner",
-    "resume.checkpoint_format is Megatron-LM's --ckpt-format (entrypoint=megatron-lm); the "
-    "trainc worker writes its own per-rank, layout-bound files", engines=_BOTH_ERR)
+    "resume.checkpoint_format and resume.finetune are Megatron-LM's --ckpt-format / --finetune "
+    "(entrypoint=megatron-lm); the trainc worker writes its own files, and torchtitan gets no "
+    "resume.load_dir", engines=_BOTH_ERR)
 RESUME_LAYOUT = _r(
     "TRC534", "resume-layout-change",
     "a parallel layout change on resume needs a format that reshards (torch_dist); legacy "
@@ -395,7 +424,8 @@ SOURCES: dict[str, str] = {
               "WarmupCosineLR; megatron/core/optimizer_param_scheduler.py "
               "OptimizerParamScheduler.__init__ asserts (0.16.1)",
     "TRC324": "megatron/training/arguments.py::validate_args overlap checks (core_v0.19.0)",
-    "TRC325": "trainc.capabilities (pretrain_gpt.py needs CUDA and Megatron)",
+    "TRC325": "trainc.capabilities (pretrain_gpt.py needs CUDA and Megatron; torchtitan 0.3.0 "
+              "trains on CUDA)",
     "TRC326": "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__ "
               "(0.16.1)",
     "TRC327": "megatron/core/transformer/moe/shared_experts.py SharedExpertMLP (0.16.1): "
@@ -411,6 +441,15 @@ SOURCES: dict[str, str] = {
     "TRC328": "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__ "
               "(0.16.1): 'Please use --moe-router-pre-softmax when topk is 1.'",
     "TRC329": "trainc: what each engine reads (docs/engines.md)",
+    "TRC340": "torch 2.13 torch/distributed/device_mesh.py init_device_mesh (mesh size must equal "
+              "the world); torchtitan 0.3.0 distributed/parallel_dims.py ParallelDims._validate",
+    "TRC341": "torch 2.13 fully_shard on a 2-D mesh (HSDP: all-gather / reduce-scatter over the "
+              "shard dim per layer, all-reduce over the replicate dim); arXiv:2304.11277 §3.2",
+    "TRC342": "torch 2.13 torch/distributed/fsdp/_fully_shard/_fsdp_api.py MixedPrecisionPolicy; "
+              "torchtitan 0.3.0 config/configs.py TrainingConfig.mixed_precision_param",
+    "TRC343": "torch 2.13 torch/distributed/pipelining/schedules.py (PipelineScheduleSingle vs "
+              "PipelineScheduleMulti; ScheduleZBVZeroBubble needs 2 stages per rank)",
+    "TRC344": "trainc: what engine=fsdp reads (docs/engines.md)",
     "TRC330": "megatron-core 0.16.1 transformer_config.py / optimizer_config.py (Transformer "
               "Engine FusedAdam); trainc capabilities",
     "TRC331": "megatron-core 0.16.1 TransformerConfig.__post_init__ (fp8_param, fp4 vs fp8)",

@@ -16,6 +16,7 @@ from trainc.schemas.enums import (
     Fp4Recipe,
     Fp8Format,
     Fp8Recipe,
+    FsdpDtype,
     Gpu,
     LrDecayStyle,
     MoeDispatcher,
@@ -24,6 +25,7 @@ from trainc.schemas.enums import (
     Normalization,
     Offload,
     Optimizer,
+    PipelineSchedule,
     PositionEmbedding,
     Precision,
     Recompute,
@@ -31,6 +33,7 @@ from trainc.schemas.enums import (
     StateDtype,
     WsdDecayStyle,
 )
+from trainc.schemas.fsdp import FsdpSpec
 from trainc.schemas.launch import LaunchSpec
 from trainc.schemas.model import ModelSpec
 from trainc.schemas.parallel import ParallelSpec
@@ -51,6 +54,8 @@ __all__ = [
     "Fp4Recipe",
     "Fp8Format",
     "Fp8Recipe",
+    "FsdpDtype",
+    "FsdpSpec",
     "Gpu",
     "LaunchSpec",
     "LrDecayStyle",
@@ -62,6 +67,7 @@ __all__ = [
     "Offload",
     "Optimizer",
     "ParallelSpec",
+    "PipelineSchedule",
     "PositionEmbedding",
     "Precision",
     "Recompute",

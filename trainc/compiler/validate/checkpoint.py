@@ -11,8 +11,11 @@ load, so TP/PP/EP/DP may change (megatron/core/dist_checkpointing, 0.16.1); the 
 tools/checkpoint/convert.py for another TP/PP (NVIDIA/Megatron-LM #296); the trainc worker
 records its layout and requires it on load (trainc/launch/checkpoint.py); DeepSpeed ZeRO
 shards the optimizer per data-parallel rank and loads another DP only as a universal checkpoint
-(deepspeed/checkpoint/ds_to_universal.py, 0.19.8). The embedding's row count (the padded
-vocabulary) and the architecture are global shapes: no format changes them (BC-051, BC-055).
+(deepspeed/checkpoint/ds_to_universal.py, 0.19.8); engine=fsdp writes torch.distributed.checkpoint
+(DCP) files of DTensor state dicts, which load into another mesh (torch 2.13
+torch/distributed/checkpoint, ``dcp.load`` reshards by the saved metadata). The embedding's row
+count (the padded vocabulary) and the architecture are global shapes: no format changes them
+(BC-051, BC-055).
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ ARCH = {"num_layers": "model.num_layers", "hidden_size": "model.hidden_size",
 SCHEDULE = {"global_batch_size": "training.global_batch_size",
             "lr_decay_style": "training.lr_decay_style"}
 #: Which layout facts each writer's format lets change on load.
-RESHARDS = {"torch_dist": frozenset(LAYOUT), "torch": frozenset({"cp", "dp"}),
+RESHARDS = {"torch_dist": frozenset(LAYOUT), "dcp": frozenset(LAYOUT),
+            "torch": frozenset({"cp", "dp"}),
             "trainc": frozenset(), "deepspeed": frozenset({"tp", "pp", "vpp", "cp", "ep", "etp"})}
 
 
@@ -172,14 +176,21 @@ def resume_findings(saved: Mapping[str, Any], now: Mapping[str, Any],
 def checkpoint(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     """TRC533-TRC538."""
     r, lc = spec.resume, spec.launch
-    if lc.entrypoint is Entrypoint.trainc and (r.checkpoint_format is not None or r.finetune):
-        key = "resume.checkpoint_format" if r.checkpoint_format is not None else "resume.finetune"
+    titan = lc.entrypoint is Entrypoint.torchtitan
+    if lc.entrypoint is not Entrypoint.megatron_lm and (
+            r.checkpoint_format is not None or r.finetune or (titan and r.load_dir is not None)):
+        key = ("resume.load_dir" if titan and r.load_dir is not None else
+               "resume.checkpoint_format" if r.checkpoint_format is not None else
+               "resume.finetune")
+        runner = ("torchtitan.train (trainc writes no --checkpoint.* flags for it)" if titan else
+                  "the trainc worker, which writes its own files and always resumes weights, "
+                  "optimizer and step")
         yield diag(R.CKPT_FORMAT_RUNNER,
-                   f"{key} is a Megatron-LM flag (--ckpt-format / --finetune); the trainc worker "
-                   "writes its own per-rank files and always resumes weights, optimizer and step",
+                   f"{key} is read by pretrain_gpt.py (--load / --ckpt-format / --finetune), not "
+                   f"by {runner}",
                    key, related=("launch.entrypoint",),
                    fix=f"unset {key}, or use launch.entrypoint=megatron-lm",
-                   edits={key: None if key == "resume.checkpoint_format" else False},
+                   edits={key: False if key == "resume.finetune" else None},
                    entrypoint=lc.entrypoint.value,
                    value=getattr(getattr(r, key.partition(".")[2]), "value",
                                  getattr(r, key.partition(".")[2])))

@@ -75,6 +75,61 @@ def _blend(spec: TrainSpec) -> Iterator[Diagnostic]:
                    edits={"launch.data_path": None}, data_path=lc.data_path)
 
 
+def _torchtitan(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC356 for entrypoint=torchtitan: no data: key reaches torchtitan.train."""
+    data, lc = spec.data, spec.launch
+    set_keys = [k for k, v in (("data.paths", data.paths),
+                               ("data.reset_position_ids", data.reset_position_ids),
+                               ("data.reset_attention_mask", data.reset_attention_mask),
+                               ("data.eod_mask_loss", data.eod_mask_loss),
+                               ("data.packed", data.packed)) if v]
+    for key in set_keys:
+        yield diag(R.DATA_RUNNER, f"{key} is not passed to torchtitan.train (its dataset is "
+                   "configured by torchtitan's own [training] dataset keys)", key,
+                   related=("launch.entrypoint",),
+                   fix=f"unset {key}, or use launch.entrypoint=trainc",
+                   edits={key: None if key == "data.paths" else False},
+                   entrypoint=lc.entrypoint.value)
+
+
+def _runner(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC356 / TRC353: what pretrain_gpt.py and the trainc worker do with the data options."""
+    data, lc = spec.data, spec.launch
+    runner = "pretrain_gpt.py" if lc.entrypoint is Entrypoint.megatron_lm else "the trainc worker"
+    te = lc.entrypoint is Entrypoint.megatron_lm and lc.device is Device.cuda
+    if data.packed:
+        yield diag(R.DATA_RUNNER,
+                   f"data.packed (THD sequences with cu_seqlens) is not read by {runner}: it "
+                   "builds fixed-length GPTDataset samples, and the packs would be trained as "
+                   "one document each", "data.packed",
+                   fix="train packed data with a fine-tuning pipeline that passes "
+                       "PackedSeqParams (Megatron-Bridge, NeMo), or set data.packed=false and "
+                       "use data.reset_position_ids / data.eod_mask_loss",
+                   edits={"data.packed": False}, runner=runner)
+    if data.reset_attention_mask and lc.entrypoint is Entrypoint.trainc:
+        yield diag(R.DATA_RUNNER,
+                   "data.reset_attention_mask: the trainc worker passes no attention mask to the "
+                   "model (causal attention over the whole sequence), so the cross-document "
+                   "mask would be dropped", "data.reset_attention_mask",
+                   related=("launch.entrypoint",),
+                   fix="set data.reset_attention_mask=false (documents attend across the EOD "
+                       "boundary, as without the flag; data.reset_position_ids and "
+                       "data.eod_mask_loss still apply)",
+                   edits={"data.reset_attention_mask": False}, runner=runner)
+    if data.reset_attention_mask and te and not data.packed:
+        yield diag(R.MASK_IGNORED,
+                   "data.reset_attention_mask with Transformer Engine attention "
+                   "(--transformer-impl transformer_engine, attn_mask_type causal): TE ignores "
+                   "the block-diagonal mask GPTDataset builds, so documents attend across each "
+                   "other as if the flag were off (Megatron-LM #2357)", "data.reset_attention_mask",
+                   related=("launch.entrypoint", "launch.device"),
+                   fix="set data.reset_attention_mask=false and keep data.reset_position_ids / "
+                       "data.eod_mask_loss (the same training, stated), or train packed THD data "
+                       "with cu_seqlens in a fine-tuning pipeline",
+                   edits={"data.reset_attention_mask": False},
+                   transformer_impl="transformer_engine")
+
+
 def data_path(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     """TRC350-TRC357."""
     m, p, data, lc = spec.model, spec.parallel, spec.data, spec.launch
@@ -109,39 +164,10 @@ def data_path(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                        fix=f"set data.pad_to_multiple_of to {good} (a multiple of {unit}) and "
                            f"pack the data again", edits={"data.pad_to_multiple_of": good},
                        pad_to_multiple_of=pad, cp=p.cp, required_multiple=unit)
-    runner = "pretrain_gpt.py" if lc.entrypoint is Entrypoint.megatron_lm else "the trainc worker"
-    te = lc.entrypoint is Entrypoint.megatron_lm and lc.device is Device.cuda
-    if data.packed:
-        yield diag(R.DATA_RUNNER,
-                   f"data.packed (THD sequences with cu_seqlens) is not read by {runner}: it "
-                   "builds fixed-length GPTDataset samples, and the packs would be trained as "
-                   "one document each", "data.packed",
-                   fix="train packed data with a fine-tuning pipeline that passes "
-                       "PackedSeqParams (Megatron-Bridge, NeMo), or set data.packed=false and "
-                       "use data.reset_position_ids / data.eod_mask_loss",
-                   edits={"data.packed": False}, runner=runner)
-    if data.reset_attention_mask and lc.entrypoint is Entrypoint.trainc:
-        yield diag(R.DATA_RUNNER,
-                   "data.reset_attention_mask: the trainc worker passes no attention mask to the "
-                   "model (causal attention over the whole sequence), so the cross-document "
-                   "mask would be dropped", "data.reset_attention_mask",
-                   related=("launch.entrypoint",),
-                   fix="set data.reset_attention_mask=false (documents attend across the EOD "
-                       "boundary, Megatron's default) or use launch.entrypoint=megatron-lm with "
-                       "launch.device=cpu (local attention reads the mask)",
-                   edits={"data.reset_attention_mask": False}, runner=runner)
-    if data.reset_attention_mask and te and not data.packed:
-        yield diag(R.MASK_IGNORED,
-                   "data.reset_attention_mask with Transformer Engine attention "
-                   "(--transformer-impl transformer_engine, attn_mask_type causal): TE ignores "
-                   "the block-diagonal mask GPTDataset builds, so documents attend across each "
-                   "other as if the flag were off (Megatron-LM #2357)", "data.reset_attention_mask",
-                   related=("launch.entrypoint", "launch.device"),
-                   fix="set data.reset_attention_mask=false and keep data.reset_position_ids / "
-                       "data.eod_mask_loss (the same training, stated), or train packed THD data "
-                       "with cu_seqlens in a fine-tuning pipeline",
-                   edits={"data.reset_attention_mask": False},
-                   transformer_impl="transformer_engine")
+    if lc.entrypoint is Entrypoint.torchtitan:
+        yield from _torchtitan(spec)
+    else:
+        yield from _runner(spec)
     if d.epochs is not None and d.dataset_samples is not None and d.epochs > 1:
         need = spec.training.train_iters * spec.training.global_batch_size
         yield diag(R.EPOCHS,
