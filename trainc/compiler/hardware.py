@@ -40,4 +40,7 @@ GPUS: dict[Gpu, GpuPreset] = {
     Gpu.b200: GpuPreset(180, 2250, 900, 50),
     # GB200 NVL72: 186 GB per GPU, 2.5 PFLOPS dense BF16, one 72-GPU NVLink domain.
     Gpu.gb200: GpuPreset(186, 2500, 900, 50, nvlink_domain_size=72),
+    # GB300 NVL72 (Blackwell Ultra): 279 GB HBM3e per GPU, 2.5 PFLOPS dense BF16, one 72-GPU
+    # NVLink domain, ConnectX-8 800 Gb/s per GPU.
+    Gpu.gb300: GpuPreset(279, 2500, 900, 100, nvlink_domain_size=72),
 }

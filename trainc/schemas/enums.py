@@ -112,6 +112,7 @@ class Gpu(Enum):
     h800 = "h800"
     b200 = "b200"
     gb200 = "gb200"
+    gb300 = "gb300"
     custom = "custom"
 
 
