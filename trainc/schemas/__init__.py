@@ -27,6 +27,7 @@ from trainc.schemas.enums import (
     Recompute,
     RecomputeMethod,
     StateDtype,
+    TimeModel,
     WsdDecayStyle,
 )
 from trainc.schemas.launch import LaunchSpec
@@ -62,6 +63,7 @@ __all__ = [
     "Recompute",
     "RecomputeMethod",
     "StateDtype",
+    "TimeModel",
     "TrainSpec",
     "TrainingSpec",
     "WsdDecayStyle",

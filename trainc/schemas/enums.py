@@ -102,6 +102,15 @@ class Entrypoint(Enum):
     megatron_lm = "megatron-lm"
 
 
+class TimeModel(Enum):
+    """Step-time model (``cluster.time_model``): kernels (per-GEMM roofline with wave
+    quantization, fused attention, element-wise bytes, per-axis overlap; docs/performance.md)
+    or seed (one compute_efficiency over Megatron's FLOPs, the seeds' formula)."""
+
+    kernels = "kernels"
+    seed = "seed"
+
+
 class Gpu(Enum):
     """GPU preset names (``cluster.gpu``); ``custom`` = give the hardware fields yourself."""
 

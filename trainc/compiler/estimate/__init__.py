@@ -98,7 +98,7 @@ def estimate(plan: Plan) -> Estimates:
                                count=c.count, sent_bytes=_int(c.sent_bytes),
                                received_bytes=_int(c.received_bytes),
                                crosses_nodes=c.crosses_nodes, bandwidth_gbps=r6(c.bandwidth_gbps),
-                               seconds=r6(c.seconds))
+                               seconds=r6(c.seconds), exposed_seconds=r6(c.exposed_seconds))
             for c in crit.collectives.values()),
         pipeline_bubble_fraction=r6(bubble),
         flops_per_step=r6(flops),
@@ -107,10 +107,13 @@ def estimate(plan: Plan) -> Estimates:
         compute_seconds=r6(st.compute_seconds),
         exposed_comm_seconds=r6(st.exposed_comm_seconds),
         bubble_seconds=r6(st.bubble_seconds),
+        compute_seconds_by_kind={k: r6(v) for k, v in st.compute_by_kind.items()},
+        memory_margin=r6((budget - w.total) / budget) if budget > 0 else -1.0,
         critical_stage=st.critical_stage,
         tokens_per_second=r6(st.tokens_per_second),
         mfu=r6(st.mfu),
-        assumptions={"compute_efficiency": cl.compute_efficiency,
+        assumptions={"time_model": cl.time_model.value,
+                     "compute_efficiency": cl.compute_efficiency,
                      "comm_efficiency": cl.comm_efficiency, "comm_overlap": cl.comm_overlap,
                      "memory_reserve_gib": cl.memory_reserve_gib},
         rank_map=rmap,

@@ -38,7 +38,7 @@ from trainc.compiler.estimate.params import (
     plan_stage_layers,
 )
 from trainc.compiler.ir import Plan, filled
-from trainc.schemas import CpCommType, Engine, Precision, TrainSpec
+from trainc.schemas import CpCommType, Engine, Fp8Format, Precision, StateDtype, TrainSpec
 
 AXES = ("tp", "cp", "ep", "pp", "dp")
 
@@ -79,6 +79,7 @@ class Collective:
     crosses_nodes: bool = False
     bandwidth_gbps: float = 0.0
     seconds: float = 0.0
+    exposed_seconds: float = 0.0
 
     def add(self, sent: float, received: float | None = None, times: int = 1) -> None:
         """Add ``times`` operations of ``sent`` bytes (received defaults to sent)."""
@@ -219,6 +220,11 @@ def _dp(spec: TrainSpec, plan: Plan, sc: StageComm, sp_: StageParams) -> None:
             sc.get("dp", f"zero{stage} reduce/gather", n).add(sent)
         return
     pb, gb, _ = megatron_bytes_per_param(spec.training.precision)
+    tr = spec.training
+    if tr.fp8_param_gather and (tr.fp8_format is not Fp8Format.none):
+        pb = 1  # FP8 parameters are all-gathered in FP8 (DDP fp8_param_gather)
+    if tr.main_grads_dtype is StateDtype.bf16:
+        gb = 2  # precision-aware optimizer: bf16 main grads, reduced in bf16
     for group, params, kind in ((n, sp_.dense, "dense"), (n_e, sp_.expert, "expert")):
         if group <= 1 or params <= 0:
             continue
