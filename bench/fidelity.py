@@ -126,8 +126,8 @@ def _llm_analysis(spec: dict[str, Any]) -> float | None:
         return None
 
 
-def run(path: str | Path) -> list[Result]:
-    """Compile every row; one :class:`Result` each."""
+def run(path: str | Path, baselines: bool = True) -> list[Result]:
+    """Compile every row; one :class:`Result` each (``baselines``: also run llm-analysis)."""
     out = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -162,7 +162,7 @@ def run(path: str | Path) -> list[Result]:
             if meas is None and (tf := measured_tflops(row)) is not None:
                 meas = tf * 1e12 / res.flops_per_token  # the source counts Megatron's FLOPs
             res.measured = meas
-            res.llm_analysis = _llm_analysis(spec)
+            res.llm_analysis = _llm_analysis(spec) if baselines else None
     return out
 
 

@@ -166,7 +166,7 @@ def row_to_spec(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]:
         "engine": "deepspeed" if fsdp else "megatron",
         "model": model,
         "cluster": {"num_nodes": n // gpn, "gpus_per_node": gpn, "gpu": gpu,
-                    "nvlink_domain_size": 72 if gpu in ("gb200", "gb300") else gpn},
+                    "nvlink_domain_size": (64 if n % 64 == 0 else 72) if gpu in ("gb200", "gb300") else gpn},
         "parallel": {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "dp": dp,
                      "sequence_parallel": tp > 1, "zero_stage": 3 if fsdp else 1},
         "training": {"micro_batch_size": mbs, "global_batch_size": gbs, "precision": "bf16",

@@ -24,7 +24,7 @@ from trainc.compiler.estimate.comm import AXES, stage_comm, time_collectives
 from trainc.compiler.estimate.flops import flops_per_step, hardware_flops_per_step
 from trainc.compiler.estimate.memory import model_state_bytes
 from trainc.compiler.estimate.params import stage_params, total_params
-from trainc.compiler.estimate.rankmap import rank_map_summary
+from trainc.compiler.estimate.rankmap import members_per_domain, rank_map_summary
 from trainc.compiler.estimate.time import step_time
 from trainc.compiler.ir import (
     CollectiveEstimate,
@@ -34,7 +34,7 @@ from trainc.compiler.ir import (
     StageMemory,
     filled,
 )
-from trainc.schemas import TrainSpec
+from trainc.schemas import TimeModel, TrainSpec
 
 
 def r6(x: float) -> float:
@@ -75,7 +75,8 @@ def estimate(plan: Plan) -> Estimates:
     domain = filled(cl.nvlink_domain_size, "cluster.nvlink_domain_size")
     rmap = rank_map_summary(d, gpn, domain)
     comms = stage_comm(spec, plan, sp)
-    time_collectives(spec, comms, rmap["groups_cross_nvlink_domain"])
+    members = (members_per_domain(d, domain) if cl.time_model is TimeModel.kernels else None)
+    time_collectives(spec, comms, rmap["groups_cross_nvlink_domain"], members)
     bubble = bubble_fraction(plan.derived.pp, plan.derived.num_microbatches, plan.derived.vpp)
     flops = flops_per_step(spec, plan)
     st = step_time(spec, plan, comms, bubble, flops)
