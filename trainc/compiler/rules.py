@@ -197,9 +197,14 @@ SHARED_EXPERT_TP = _r(
 # --- TRC4xx: resource fit -------------------------------------------------------------------
 MEMORY_FIT = _r(
     "TRC401", "memory-fits-gpu",
-    "estimated memory per GPU must fit gpu_memory_gib minus memory_reserve_gib")
+    "estimated memory per GPU must not exceed gpu_memory_gib minus memory_reserve_gib by more "
+    "than the memory model's error margin (a sure out-of-memory)")
 BUBBLE_HIGH = _r(
     "TRC402", "pipeline-bubble-high", "the pipeline bubble exceeds 25 % of the step", "warning")
+MEMORY_TIGHT = _r(
+    "TRC403", "memory-tight",
+    "estimated memory per GPU is within the memory model's error margin of the budget: it may "
+    "or may not fit", "warning")
 
 # --- TRC5xx: launcher / cluster -------------------------------------------------------------
 JOB_NAME = _r("TRC501", "job-name-safe",
