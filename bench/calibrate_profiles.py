@@ -20,10 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import fidelity  # noqa: E402
-from trainc.compiler import hardware  # noqa: E402
-from trainc.compiler.estimate import kernels  # noqa: E402
-from trainc.schemas import Gpu  # noqa: E402
+from bench import fidelity
+from trainc.compiler import hardware
+from trainc.compiler.estimate import kernels
+from trainc.schemas import Gpu
 
 FAMILIES = {"hopper": (Gpu.h100_80g, Gpu.h200, Gpu.h800), "blackwell": (Gpu.b200, Gpu.gb200),
             "gb300": (Gpu.gb300,)}

@@ -34,7 +34,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.published import (  # noqa: E402
+from bench.published import (
     DEFAULT_CSV,
     _fsdp_col,
     load_rows,
@@ -44,8 +44,8 @@ from bench.published import (  # noqa: E402
     row_to_spec,
     source_short,
 )
-from trainc.compiler.load import load_spec  # noqa: E402
-from trainc.compiler.pipeline import State, run_passes  # noqa: E402
+from trainc.compiler.load import load_spec
+from trainc.compiler.pipeline import State, run_passes
 
 
 @dataclass
@@ -215,7 +215,7 @@ def run(path: str | Path, baselines: bool = True) -> list[Result]:
 def stats(errs: list[float]) -> tuple[float, float, float]:
     """(median |e|, p90 |e|, median e) in per cent."""
     a = sorted(abs(x) for x in errs)
-    p90 = a[min(len(a) - 1, int(round(0.9 * (len(a) - 1))))]
+    p90 = a[min(len(a) - 1, round(0.9 * (len(a) - 1)))]
     return 100 * statistics.median(a), 100 * p90, 100 * statistics.median(errs)
 
 
@@ -310,7 +310,8 @@ def report(results: list[Result], show_rows: bool = False) -> str:
             assert e is not None
             lines.append(f"  {r.row['model'][:24]:<24} {r.row['gpu_type'][:10]:<10} "
                          f"{precision_of(r.row):<11} tp{r.row['tp']} pp{r.row['pp']} "
-                         f"cp{r.row['cp']} ep{r.row['ep'] or 1} gbs{r.spec['training']['global_batch_size'] if r.spec else ''}"
+                         f"cp{r.row['cp']} ep{r.row['ep'] or 1} "
+                         f"gbs{r.spec['training']['global_batch_size'] if r.spec else ''}"
                          f" {r.predicted:9.0f} / {r.measured:9.0f}  {100 * e:+6.1f} %  {r.fit}")
     return "\n".join(lines)
 

@@ -122,7 +122,8 @@ def _arch(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]:
     if base is None:
         needed = {"num_layers", "hidden_size", "num_attention_heads", "vocab_size"}
         if not needed <= set(given) or row.get("experts", "").strip():
-            return None, f"architecture of {row['model']!r} not transcribed and not in bench/archs.py"
+            return None, (f"architecture of {row['model']!r} not transcribed and not in "
+                          "bench/archs.py")
         base, src = {}, "csv columns"
     if not base.get("num_experts"):  # the CSV's ffn column of MoE rows is the expert width
         base.update(given)
@@ -166,26 +167,28 @@ def row_to_spec(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]:
         "engine": "deepspeed" if fsdp else "megatron",
         "model": model,
         "cluster": {"num_nodes": n // gpn, "gpus_per_node": gpn, "gpu": gpu,
-                    "nvlink_domain_size": (64 if n % 64 == 0 else 72) if gpu in ("gb200", "gb300") else gpn},
+                    # NVL72 racks run jobs on 64 of their 72 GPUs (16 trays; the rest spare)
+                    "nvlink_domain_size": ((64 if n % 64 == 0 else 72)
+                                           if gpu in ("gb200", "gb300") else gpn)},
         "parallel": {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "dp": dp,
                      "sequence_parallel": tp > 1, "zero_stage": 3 if fsdp else 1},
         "training": {"micro_batch_size": mbs, "global_batch_size": gbs, "precision": "bf16",
                      "recompute": "none"},
     }
     par = spec["parallel"]
-    L = model["num_layers"]
-    if L % (pp * vpp):  # Megatron-Bridge splits these with the embedding / loss counted as layers
-        if (L + 2) % (pp * vpp) == 0:
+    nl = model["num_layers"]
+    if nl % (pp * vpp):  # Megatron-Bridge splits these with the embedding / loss counted as layers
+        if (nl + 2) % (pp * vpp) == 0:
             par["account_for_embedding_in_pipeline_split"] = True
             par["account_for_loss_in_pipeline_split"] = True
-        elif (L + 1) % (pp * vpp) == 0:
+        elif (nl + 1) % (pp * vpp) == 0:
             par["account_for_loss_in_pipeline_split"] = True
         else:  # an explicit first/last stage (Bridge's pipeline layout strings); one chunk
             vpp = 1
-            mid = -(-L // pp)
-            rest = L - (pp - 2) * mid
+            mid = -(-nl // pp)
+            rest = nl - (pp - 2) * mid
             if pp < 2 or rest < 2:
-                return None, f"cannot split {L} layers over pp={pp}"
+                return None, f"cannot split {nl} layers over pp={pp}"
             par["pipeline_first_stage_layers"] = rest // 2
             par["pipeline_last_stage_layers"] = rest - rest // 2
     if vpp > 1:

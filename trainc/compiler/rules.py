@@ -334,7 +334,7 @@ SOURCES: dict[str, str] = {
               "(0.16.1)",
     "TRC327": "megatron/core/transformer/moe/shared_experts.py SharedExpertMLP (0.16.1): "
               "'... is not divisible by' at model build",
-    "TRC401": "trainc estimates", "TRC402": "trainc estimates",
+    "TRC401": "trainc estimates", "TRC402": "trainc estimates", "TRC403": "trainc estimates",
     "TRC501": "Slurm job names", "TRC502": "Slurm --time", "TRC503": "pretrain_gpt.py (MR §6)",
     "TRC504": "POSIX environment names", "TRC505": "validate_args (MR ENV-1)",
     "TRC506": "CPU (gloo) execution", "TRC507": "torchrun --nproc_per_node (BC-063)",

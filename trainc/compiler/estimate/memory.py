@@ -32,7 +32,15 @@ from dataclasses import dataclass
 
 from trainc.compiler.estimate.params import StageParams
 from trainc.compiler.ir import Plan
-from trainc.schemas import Engine, Fp8Format, Offload, Precision, StateDtype, TrainingSpec, TrainSpec
+from trainc.schemas import (
+    Engine,
+    Fp8Format,
+    Offload,
+    Precision,
+    StateDtype,
+    TrainingSpec,
+    TrainSpec,
+)
 
 
 @dataclass(frozen=True, slots=True)
