@@ -143,7 +143,7 @@ BUCKET_MIN_PARAMS = 40_000_000
 
 
 def _dp_exposed(spec: TrainSpec, plan: Plan, sc: StageComm, r: int, params: float,
-                fwd_mb: float, bwd_mb: float, compute_step: float) -> None:
+                fwd_mb: float, bwd_mb: float, compute_step: float, n_layers: int) -> None:
     """Exposed seconds of the data-parallel collectives of stage ``r`` (sets each
     collective's ``exposed_seconds``).
 
@@ -167,8 +167,9 @@ def _dp_exposed(spec: TrainSpec, plan: Plan, sc: StageComm, r: int, params: floa
             continue
         if spec.engine is Engine.deepspeed:
             if spec.parallel.zero_stage >= 3:
-                layer = c.seconds / max(d.num_microbatches * max(len(d.layers_per_stage), 1), 1)
-                c.exposed_seconds = max(c.seconds - 0.9 * compute_step, 0.0) + layer
+                # the first layer's gather of every micro-batch has nothing to hide behind
+                layer = c.seconds / max(n_layers, 1)
+                c.exposed_seconds = min(max(c.seconds - compute_step, 0.0) + layer, c.seconds)
             else:
                 last = c.seconds / max(nb, 1)
                 c.exposed_seconds = last + max(c.seconds - last - bwd_mb - drain, 0.0)
@@ -252,7 +253,7 @@ def kernel_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble
         compute = compute_mb * M
         piped = (compute + exposed_mb * M)
         idle = max(piped * bubble / (1 - bubble), 0.0)
-        _dp_exposed(spec, plan, sc, r, sps[r].total, fwd, bwd, compute)
+        _dp_exposed(spec, plan, sc, r, sps[r].total, fwd, bwd, compute, len(idx))
         dp_exp = sum(c.exposed_seconds for c in sc.collectives.values() if c.axis == "dp")
         total = piped + idle + dp_exp
         if best is None or total > best.step_time_seconds:
