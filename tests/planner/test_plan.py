@@ -105,7 +105,9 @@ def test_405b_finds_the_published_tp8_pp16_interleaved_layout(results):
     assert res.num_candidates_evaluated >= 100_000
     found = [p.candidate for p in res.planned if (p.candidate.tp, p.candidate.pp) == (8, 16)]
     assert found and all(c.vpp > 1 and c.acc == (True, True) for c in found)
-    assert all(p.candidate.tp == 8 for p in res.planned)  # TP stays in the NVLink domain
+    # TP stays in the NVLink domain (8 GPUs); the kernel time model may rank tp 4 (larger
+    # GEMMs per GPU, half the TP traffic) next to Meta's tp 8
+    assert all(p.candidate.tp <= 8 for p in res.planned)
 
 
 def test_top_candidates_are_distinct_choices(results):
