@@ -170,16 +170,21 @@ def _dp_exposed(spec: TrainSpec, plan: Plan, sc: StageComm, r: int, params: floa
                 # the first layer's gather of every micro-batch has nothing to hide behind
                 layer = c.seconds / max(n_layers, 1)
                 c.exposed_seconds = min(max(c.seconds - compute_step, 0.0) + layer, c.seconds)
+            elif r > 0:
+                c.exposed_seconds = max(c.seconds - drain, 0.0)
             else:
                 last = c.seconds / max(nb, 1)
-                c.exposed_seconds = last + max(c.seconds - last - bwd_mb - drain, 0.0)
+                c.exposed_seconds = last + max(c.seconds - last - bwd_mb, 0.0)
             continue
         gather = "all_gather" in c.name
         on = bool(tr.overlap_param_gather) if gather else bool(tr.overlap_grad_reduce)
         if not on:
             c.exposed_seconds = c.seconds
             continue
-        window = fwd_mb if gather else bwd_mb + drain
+        if r > 0 and not gather:  # one bucket, behind the drain of the earlier stages
+            c.exposed_seconds = max(c.seconds - drain, 0.0)
+            continue
+        window = fwd_mb if gather else bwd_mb
         last = c.seconds / nb
         c.exposed_seconds = last + max(c.seconds - last - window, 0.0)
 
