@@ -316,12 +316,54 @@ def report(results: list[Result], show_rows: bool = False) -> str:
     return "\n".join(lines)
 
 
+def planner_top5(results: list[Result], limit: int | None = None) -> str:
+    """The planner's top-5 rate: for each distinct (model, cluster, batch, precision) of the
+    compiled rows, does ``trainc plan`` (the spec without its parallel section, micro batch and
+    recompute) list the published tp / pp / cp / ep among its five best layouts?"""
+    from trainc.planner import plan_layouts
+
+    seen: dict[str, tuple[bool, str]] = {}
+    with tempfile.TemporaryDirectory() as d:
+        for r in results:
+            if r.spec is None or r.predicted is None:
+                continue
+            spec = copy.deepcopy(r.spec)
+            par = spec.pop("parallel")
+            for k in ("micro_batch_size", "recompute"):
+                spec["training"].pop(k, None)
+            key = yaml.safe_dump(spec, sort_keys=True)
+            if key in seen:
+                continue
+            if limit is not None and len(seen) >= limit:
+                break
+            path = Path(d) / "plan.yaml"
+            path.write_text(yaml.safe_dump(spec, sort_keys=False))
+            res = plan_layouts(path, top=5)
+            want = (par["tp"], par["pp"], par["cp"], par.get("ep", 1))
+            got = [(p.candidate.tp, p.candidate.pp, p.candidate.cp, p.candidate.ep)
+                   for p in res.planned]
+            seen[key] = (want in got, f"{r.row['model']} on {r.row['gpus']} x "
+                                      f"{r.row['gpu_type'][:10]}: published {want}, top-5 {got}")
+    hits = sum(ok for ok, _ in seen.values())
+    lines = [f"planner top-5 rate: {hits} of {len(seen)} distinct published runs have their "
+             f"tp/pp/cp/ep among trainc plan's five best"]
+    lines += [f"  {'hit ' if ok else 'miss'} {why}" for ok, why in seen.values()]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``fidelity.py [CSV] [--rows]``."""
+    """Entry point: ``fidelity.py [CSV] [--rows] [--planner]`` (the planner's top-5 rate runs
+    ``trainc plan`` once per distinct run: minutes)."""
     args = sys.argv[1:] if argv is None else argv
     show = "--rows" in args
     paths = [a for a in args if not a.startswith("--")]
-    print(report(run(paths[0] if paths else DEFAULT_CSV), show))
+    results = run(paths[0] if paths else DEFAULT_CSV)
+    print(report(results, show))
+    if "--planner" in args:
+        print()
+        print(planner_top5(results))
+    else:
+        print("\nplanner top-5 rate: not run (add --planner; one trainc plan per distinct run)")
     return 0
 
 

@@ -174,3 +174,12 @@ def test_fit_rule_catches_a_long_sequence_large_vocabulary_oom():
     ids, e = _fit_ids(spec)
     assert "TRC401" in ids
     assert e.memory_bytes.activations > 6 * 32768 * 256000
+
+
+def test_every_named_gpu_has_a_profile_with_its_data_sheet_peaks():
+    assert set(GPUS) == {g for g in Gpu if g is not Gpu.custom}
+    assert GPUS[Gpu.h100_80g].peaks == {"bf16": 989, "fp8": 1979}
+    assert GPUS[Gpu.b200].peaks == {"bf16": 2250, "fp8": 4500, "fp4": 9000}
+    assert GPUS[Gpu.gb200].peaks == {"bf16": 2500, "fp8": 5000, "fp4": 10000}
+    assert "fp8" not in GPUS[Gpu.a100_80g].peaks
+    assert GPUS[Gpu.gb200].nvlink_domain_size == 72 and GPUS[Gpu.h100_80g].nvlink_domain_size is None
