@@ -230,22 +230,27 @@ def hfu_fit(rs: Iterable[Result]) -> float:
     return statistics.median(xs) if xs else 0.0
 
 
-def report(results: list[Result], show_rows: bool = False) -> str:
-    """The printed tables."""
+def report(results: list[Result], show_rows: bool = False,
+           fit_on: list[Result] | None = None) -> str:
+    """The printed tables; ``fit_on``: the rows the baselines' single factors are fitted on
+    (default: ``results`` themselves; a held-out CSV passes the calibration rows)."""
     ok = [r for r in results if r.predicted is not None and r.measured]
     lines = [f"rows: {len(results)}, compiled and measured: {len(ok)}, skipped: "
              f"{sum(r.spec is None for r in results)}, not compiling: "
              f"{sum(r.spec is not None and r.predicted is None for r in results)}"]
-    hfu = hfu_fit(ok)
-    la_ok = [r for r in ok if r.llm_analysis]
+    basis = ok if fit_on is None else [r for r in fit_on if r.predicted is not None
+                                       and r.measured]
+    hfu = hfu_fit(basis)
+    la_ok = [r for r in basis if r.llm_analysis]
     la_eff = statistics.median(r.measured / r.llm_analysis for r in la_ok) if la_ok else 0.0
 
     def base(r: Result) -> float:
         assert r.flops_per_token and r.peak_bf16
         return hfu * r.peak_bf16 * 1e12 / r.flops_per_token
 
-    lines.append(f"constant-HFU baseline: HFU {hfu:.3f} of the BF16 dense peak (fitted on these "
-                 f"rows); llm-analysis 0.2.2: "
+    where = "these rows" if fit_on is None else "the calibration CSV"
+    lines.append(f"constant-HFU baseline: HFU {hfu:.3f} of the BF16 dense peak (fitted on "
+                 f"{where}); llm-analysis 0.2.2: "
                  + (f"flops_efficiency {la_eff:.3f} (fitted), {len(la_ok)} rows"
                     if la_ok else "not installed or failed on every row: not compared"))
     hdr = (f"{'subset':<22}{'n':>4} | {'trainc med':>10}{'p90':>7}{'bias':>7} | "
@@ -357,8 +362,10 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     show = "--rows" in args
     paths = [a for a in args if not a.startswith("--")]
-    results = run(paths[0] if paths else DEFAULT_CSV)
-    print(report(results, show))
+    path = Path(paths[0]) if paths else DEFAULT_CSV
+    results = run(path)
+    calib = None if path.resolve() == DEFAULT_CSV.resolve() else run(DEFAULT_CSV)
+    print(report(results, show, calib))
     if "--planner" in args:
         print()
         print(planner_top5(results))

@@ -127,6 +127,9 @@ def _arch(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]:
         base, src = {}, "csv columns"
     if not base.get("num_experts"):  # the CSV's ffn column of MoE rows is the expert width
         base.update(given)
+    if src == "csv columns" and key.startswith("gpt"):  # GPT-2/3 style (Brown et al. 2020)
+        base.update(activation="gelu", normalization="layernorm", position_embedding="learned",
+                    untie_embeddings_and_output_weights=False)
     return base, src
 
 
@@ -173,8 +176,12 @@ def row_to_spec(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]:
         "parallel": {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "dp": dp,
                      "sequence_parallel": tp > 1, "zero_stage": 3 if fsdp else 1},
         "training": {"micro_batch_size": mbs, "global_batch_size": gbs, "precision": "bf16",
-                     "recompute": "none"},
+                     "recompute": row.get("recompute", "").strip() or "none"},
     }
+    if (row.get("zero_stage") or "").strip() == "0":
+        spec["parallel"]["zero_stage"] = 0
+    if note(row, "sequence_parallel") == "false":
+        spec["parallel"]["sequence_parallel"] = False
     par = spec["parallel"]
     nl = model["num_layers"]
     if nl % (pp * vpp):  # Megatron-Bridge splits these with the embedding / loss counted as layers
@@ -213,7 +220,8 @@ def _fsdp_col(row: dict[str, str]) -> int:
 def measured_tokens_per_gpu(row: dict[str, str]) -> float | None:
     """Published tokens/s per GPU, if printed (``tokens_per_s_per_gpu=`` in notes)."""
     v = note(row, "tokens_per_s_per_gpu")
-    return float(v) if v else None
+    m = re.match(r"[0-9.]+", v or "")
+    return float(m.group(0)) if m else None
 
 
 def measured_tflops(row: dict[str, str]) -> float | None:
@@ -232,4 +240,6 @@ def source_short(row: dict[str, str]) -> str:
         return "nemo long-seq"
     if "NeMo" in s:
         return "nemo 24.07"
-    return "megatron-lm"
+    if "Megatron-LM" in s:
+        return "megatron-lm"
+    return " ".join(s.replace(",", "").split()[:2]).lower()

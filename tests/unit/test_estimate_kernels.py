@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from test_estimate_memory import make_spec, run, run_ir
 
 from trainc.compiler.estimate.activations import stage_activation_bytes
 from trainc.compiler.estimate.kernels import Hw, gemm_seconds, hardware, logits_time
@@ -15,8 +16,6 @@ from trainc.compiler.estimate.time import BUCKET_MIN_PARAMS
 from trainc.compiler.fit import OOM_MARGIN, TIGHT_MARGIN, check_fit
 from trainc.compiler.hardware import GPUS
 from trainc.schemas import Fp8Format, Gpu, Recompute, StateDtype, TimeModel
-
-from test_estimate_memory import make_spec, run, run_ir  # noqa: E402
 
 HW = Hw({"bf16": 1e15, "fp8": 2e15}, {"bf16": 1.0, "fp8": 1.0}, 0.5, 1e12, 100)
 
@@ -182,4 +181,5 @@ def test_every_named_gpu_has_a_profile_with_its_data_sheet_peaks():
     assert GPUS[Gpu.b200].peaks == {"bf16": 2250, "fp8": 4500, "fp4": 9000}
     assert GPUS[Gpu.gb200].peaks == {"bf16": 2500, "fp8": 5000, "fp4": 10000}
     assert "fp8" not in GPUS[Gpu.a100_80g].peaks
-    assert GPUS[Gpu.gb200].nvlink_domain_size == 72 and GPUS[Gpu.h100_80g].nvlink_domain_size is None
+    assert GPUS[Gpu.gb200].nvlink_domain_size == 72
+    assert GPUS[Gpu.h100_80g].nvlink_domain_size is None
