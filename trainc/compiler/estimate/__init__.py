@@ -4,8 +4,9 @@
 
 Modules, one quantity each: :mod:`.params` (parameter counts per stage), :mod:`.memory` (model
 states by engine / ZeRO stage), :mod:`.activations` (Korthikanti et al. 2022), :mod:`.comm`
-(collectives by axis), :mod:`.bubble`, :mod:`.flops` (Megatron's count), :mod:`.time` (step time,
-tokens/s, MFU), :mod:`.rankmap` (Megatron-Core's rank layout), :mod:`.megatron_ref` (Megatron's own
+(collectives by axis), :mod:`.bubble`, :mod:`.flops` (Megatron's count), :mod:`.kernels` (kernel
+times on the GPU profile), :mod:`.time` (step time, tokens/s, MFU, exposed seconds per
+collective), :mod:`.rankmap` (Megatron-Core's rank layout), :mod:`.megatron_ref` (Megatron's own
 theoretical estimator, the reference the tests compare with).
 
 Which GPU the per-GPU numbers describe: ``memory_bytes`` is the most loaded pipeline stage

@@ -1,6 +1,11 @@
 """Step time, tokens per second and MFU.
 
-Per pipeline stage ``r`` (its GPUs share the stage's work, ``world / pp`` of them):
+Two models, chosen by ``cluster.time_model``: ``kernels`` (the default,
+:func:`kernel_step_time`: every kernel of the layer timed from its shape on the GPU profile,
+:mod:`.kernels`, and communication hidden per axis as the engines do; docs/performance.md) and
+``seed`` (:func:`seed_step_time`, the seeds' formula below, which the seed tests assert).
+
+Seed model. Per pipeline stage ``r`` (its GPUs share the stage's work, ``world / pp`` of them):
 
 * compute ``C_r`` = the stage's executed FLOPs (model FLOPs of its layers, logits on the last stage,
   plus recomputation) / (``compute_efficiency`` x ``n / (n + gemm_half_efficiency_tokens)`` x
