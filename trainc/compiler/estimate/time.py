@@ -157,7 +157,8 @@ def _dp_exposed(spec: TrainSpec, plan: Plan, sc: StageComm, r: int, params: floa
     in that backward. Stages after the first use one bucket (Megatron disables bucketing there:
     their DP communication overlaps the pipeline's drain, ``r`` backward slots). With
     ``overlap_param_gather`` the distributed optimizer's parameter all-gather overlaps the next
-    step's first forward the same way. Without the switches the collectives are exposed.
+    step's first forward the same way (on stage ``r`` > 0 the ``r`` forward slots of the
+    pipeline's warm-up). Without the switches the collectives are exposed.
     ZeRO-3 (engine=deepspeed): parameter all-gathers are prefetched a layer ahead and the
     gradient reduce-scatter runs behind backward, every micro-batch: exposed is what exceeds the
     compute, plus one layer's gather.
@@ -186,8 +187,8 @@ def _dp_exposed(spec: TrainSpec, plan: Plan, sc: StageComm, r: int, params: floa
         if not on:
             c.exposed_seconds = c.seconds
             continue
-        if r > 0 and not gather:  # one bucket, behind the drain of the earlier stages
-            c.exposed_seconds = max(c.seconds - drain, 0.0)
+        if r > 0:  # one bucket: the reduce behind the drain, the gather behind the warm-up
+            c.exposed_seconds = max(c.seconds - (r * fwd_mb if gather else drain), 0.0)
             continue
         window = fwd_mb if gather else bwd_mb
         last = c.seconds / nb
