@@ -25,7 +25,7 @@ import copy
 import statistics
 import sys
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -373,8 +373,6 @@ def main(argv: list[str] | None = None) -> int:
         print("\nplanner top-5 rate: not run (add --planner; one trainc plan per distinct run)")
     return 0
 
-
-Main: Callable[[list[str] | None], int] = main
 
 if __name__ == "__main__":
     raise SystemExit(main())
