@@ -14,7 +14,9 @@ import yaml
 from differential.strategies import coherent_specs
 from hypothesis import strategies as st
 
+from specs.kit import make
 from trainc.compiler.pipeline import compile_spec
+from trainc.compiler.validate.precision_shapes import ALIGN, misaligned, recipe_name
 
 
 def _divisors(n: int) -> list[int]:
@@ -85,7 +87,13 @@ def one_truth_specs(draw: st.DrawFn, *, engine: str | None = None,
             t["fp8_param_gather"] = p["zero_stage"] == 1 and draw(st.booleans())
         else:
             t["fp4_format"] = "e2m1"
-        t["first_last_layers_bf16"] = draw(st.booleans())
+        # Blackwell runs every recipe (TRC370); delayed scaling keeps no BF16 layers (TRC372)
+        c["gpu"] = "b200"
+        t["first_last_layers_bf16"] = t.get("fp8_recipe") != "delayed" and draw(st.booleans())
+        if _misaligned(cfg):  # the local GEMM shapes of this layout do not quantize (TRC371)
+            for k in ("fp8_format", "fp8_recipe", "fp4_format", "first_last_layers_bf16"):
+                t.pop(k, None)
+            t["fp8_param_gather"] = False
     if not ds and cuda and p["zero_stage"] == 1 and t.get("optimizer", "adam") == "adam" \
             and draw(st.integers(0, 2)) == 0:
         t["main_grads_dtype"] = draw(st.sampled_from(["fp32", "bf16"]))
@@ -131,6 +139,18 @@ def one_truth_specs(draw: st.DrawFn, *, engine: str | None = None,
         cfg["launch"]["data_path"] = "/data/corpus_text_document"
         cfg["launch"]["data_split"] = draw(st.sampled_from(["100,0,0", "98,1,1", "969,30,1"]))
     return cfg
+
+
+def _misaligned(cfg: dict[str, Any]) -> bool:
+    """True when the FP8/FP4 recipe drawn in ``cfg`` cannot quantize its local GEMMs."""
+    spec = make(cfg)
+    recipe = recipe_name(spec)
+    if recipe is None:
+        return False
+    m_unit, unit = ALIGN[recipe]
+    tokens = spec.training.micro_batch_size * spec.model.seq_length // spec.parallel.cp
+    etp = spec.parallel.etp or spec.parallel.tp
+    return bool(misaligned(spec, spec.parallel.tp, etp, unit)) or tokens % m_unit != 0
 
 
 def compile_cfg(cfg: dict[str, Any], overrides: tuple[str, ...] = ()) -> Any:

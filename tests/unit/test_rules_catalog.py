@@ -18,6 +18,7 @@ from trainc.schemas import Engine
 
 MOE = {"model.num_experts": 8, "model.moe_router_topk": 2}
 DS = {"engine": "deepspeed"}
+H100_FP8 = {"training.fp8_format": "hybrid", "cluster.gpu": "h100-80g"}
 BIG = {"model.num_layers": 32, "model.hidden_size": 8192}
 #: 20 GB200 NVL72 trays (4 GPUs each, 18 per 72-GPU NVLink domain)
 NVL72 = {"cluster.gpu": "gb200", "cluster.gpus_per_node": 4, "cluster.nvlink_domain_size": 72,
@@ -165,6 +166,32 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "TRC332": ({"training.exp_avg_dtype": "bf16", "parallel.zero_stage": 0},
                {"training.exp_avg_dtype": "bf16", "parallel.zero_stage": 1},
                "training.exp_avg_dtype"),
+    "TRC370": ({"training.fp8_format": "hybrid", "training.fp8_recipe": "mxfp8",
+                "cluster.gpu": "h100-80g"},
+               {"training.fp8_format": "hybrid", "training.fp8_recipe": "mxfp8",
+                "cluster.gpu": "b200"}, "training.fp8_recipe"),
+    "TRC371": ({**H100_FP8, "model.ffn_hidden_size": 2056},
+               {**H100_FP8, "model.ffn_hidden_size": 2080}, "parallel.tp"),
+    "TRC372": ({**H100_FP8, "training.first_last_layers_bf16": True},
+               {**H100_FP8, "training.first_last_layers_bf16": True,
+                "training.fp8_recipe": "tensorwise"}, "training.first_last_layers_bf16"),
+    "TRC373": ({**MOE, "model.add_bias_linear": True, "parallel.etp": 2,
+                "parallel.sequence_parallel": True},
+               {**MOE, "model.add_bias_linear": True, "parallel.etp": 1,
+                "parallel.sequence_parallel": True}, "model.add_bias_linear"),
+    "TRC375": ({**MOE, "model.moe_token_dispatcher_type": "flex", "parallel.tp": 1,
+                "parallel.pp": 1},
+               {**MOE, "model.moe_token_dispatcher_type": "flex", "parallel.tp": 1,
+                "parallel.pp": 1, "parallel.ep": 8}, "model.moe_token_dispatcher_type"),
+    "TRC376": ({**MOE, "model.moe_pad_expert_input_to_capacity": True},
+               {**MOE, "model.moe_pad_expert_input_to_capacity": True,
+                "model.moe_expert_capacity_factor": 1.0},
+               "model.moe_pad_expert_input_to_capacity"),
+    "TRC377": ({**MOE, "model.moe_router_padding_for_quantization": True,
+                "parallel.sequence_parallel": True},
+               {**MOE, **H100_FP8, "model.moe_router_padding_for_quantization": True,
+                "parallel.sequence_parallel": True},
+               "model.moe_router_padding_for_quantization"),
     "TRC512": ({"launch.data_split": "969,30"}, {"launch.data_split": "98,1,1"},
                "launch.data_split"),
     "TRC003": ({"cluster.gpu": "custom", "cluster.gpu_memory_gib": None},

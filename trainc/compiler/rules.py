@@ -254,6 +254,41 @@ OPTIMIZER_STATE_PRECISION = _r(
     "TRC332", "optimizer-state-precision",
     "optimizer buffers below fp32 need adam and the distributed optimizer (Megatron-Core "
     "precision-aware optimizer), in the dtypes Megatron-LM accepts for each buffer")
+#: not applicable to DeepSpeed: trainc's DeepSpeed runner has no Transformer Engine GEMMs and no
+#: Megatron-Core MoE dispatcher settings (TRC330 / TRC313 report the spec there instead)
+_MEGATRON_ONLY = {"megatron": "error", "deepspeed": "n/a"}
+LOW_PRECISION_GPU = _r(
+    "TRC370", "low-precision-recipe-gpu",
+    "the FP8 / FP4 recipe must run on cluster.gpu: FP8 needs compute capability 8.9+ (no A100), "
+    "mxfp8 and nvfp4 need Blackwell (B200, GB200), blockwise needs Hopper or a recent "
+    "Transformer Engine on Blackwell", engines=_MEGATRON_ONLY)
+LOW_PRECISION_SHAPES = _r(
+    "TRC371", "low-precision-gemm-shapes",
+    "every FP8 / FP4 GEMM's local shape after the TP / ETP split must be aligned: tokens per "
+    "micro-batch divisible by 8 and widths by 16 (delayed, tensorwise, blockwise), both by 32 "
+    "(mxfp8), both by 16 (nvfp4)", engines=_MEGATRON_ONLY)
+FP8_BF16_LAYERS = _r(
+    "TRC372", "fp8-bf16-layers",
+    "first_last_layers_bf16 needs fp8_format or fp4_format and a recipe other than delayed "
+    "(Megatron-Core: 'Delayed scaling does not support first / last layer in BF16')",
+    engines=_MEGATRON_ONLY)
+MOE_BIAS_ETP = _r(
+    "TRC373", "moe-bias-needs-etp1",
+    "add_bias_linear with experts needs etp = 1 (Megatron-Core: 'Bias in Moe is only supported "
+    "when ETP==1')", engines=_MEGATRON_ONLY)
+MOE_FLEX_DISPATCHER = _r(
+    "TRC375", "moe-flex-dispatcher",
+    "the flex token dispatcher needs etp*ep > 1; its deepep backend does not drop-and-pad "
+    "(moe_pad_expert_input_to_capacity); its backend key is read only with flex",
+    engines=_MEGATRON_ONLY)
+MOE_PAD_CAPACITY = _r(
+    "TRC376", "moe-pad-needs-capacity",
+    "moe_pad_expert_input_to_capacity needs moe_expert_capacity_factor (the token dispatcher "
+    "asserts it at init)", engines=_MEGATRON_ONLY)
+MOE_QUANT_PADDING = _r(
+    "TRC377", "moe-router-padding-for-quantization",
+    "moe_router_padding_for_quantization needs fp8_format or fp4_format and the alltoall or flex "
+    "dispatcher (Megatron-Core TransformerConfig.__post_init__)", engines=_MEGATRON_ONLY)
 DATA_SPLIT = _r(
     "TRC512", "data-split-format",
     "launch.data_split is three non-negative numbers, comma-separated, not all zero "
@@ -345,6 +380,24 @@ SOURCES: dict[str, str] = {
     "TRC331": "megatron-core 0.16.1 TransformerConfig.__post_init__ (fp8_param, fp4 vs fp8)",
     "TRC332": "megatron-core 0.16.1 OptimizerConfig.__post_init__; Megatron-LM arguments.py "
               "--main-grads-dtype, --main-params-dtype, --exp-avg(-sq)-dtype",
+    "TRC370": "transformer_engine/pytorch/quantization.py check_recipe_support / "
+              "_compute_fp8_support (8.9+), _compute_mxfp8_support and _compute_nvfp4_support "
+              "(10.0+), _compute_fp8_block_scaling_support (TE 2.x: Hopper, later 9.0+); "
+              "megatron-core 0.16.1 transformer_config.py fp8_recipe ('mxfp8' for Blackwell only)",
+    "TRC371": "transformer_engine/pytorch/utils.py assert_dim_for_fp8_exec (height % 8, width % "
+              "16); tensor/mxfp8_tensor.py and nvfp4_tensor.py Quantizer.is_quantizable (block "
+              "sizes 32 and 16); megatron-core 0.16.1 fp8_utils.get_fp8_align_size",
+    "TRC372": "megatron-core 0.16.1 transformer_config.py TransformerConfig.__post_init__ "
+              "('Delayed scaling does not support first / last layer in BF16')",
+    "TRC373": "megatron-core 0.16.1 transformer_config.py TransformerConfig.__post_init__ "
+              "('Bias in Moe is only supported when ETP==1')",
+    "TRC375": "megatron-core 0.16.1 transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher."
+              "__init__ ('Flex token dispatcher requires TPxEP > 1'); transformer_config.py "
+              "__post_init__ (deepep backend vs moe_pad_expert_input_to_capacity)",
+    "TRC376": "megatron-core 0.16.1 transformer/moe/token_dispatcher.py "
+              "MoEAlltoAllTokenDispatcher / _DeepepManager __init__ (assert capacity factor)",
+    "TRC377": "megatron-core 0.16.1 transformer_config.py TransformerConfig.__post_init__ "
+              "(moe_router_padding_for_quantization checks)",
     "TRC512": "megatron/training/arguments.py --split; megatron/core/datasets utils "
               "parse_and_normalize_split (core_v0.19.0)",
     "TRC520": "Slurm topology/block plugin and sbatch --segment (slurm.schedmd.com/"

@@ -17,7 +17,9 @@ from trainc.capabilities import capability, unsupported_axes
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived, stage_chunk_sizes
 from trainc.compiler.diagnostics import Diagnostic, diag
+from trainc.compiler.validate.moe_dispatch import moe_dispatch
 from trainc.compiler.validate.precision import precision
+from trainc.compiler.validate.precision_shapes import precision_shapes
 from trainc.schemas import (
     Device,
     Engine,
@@ -72,6 +74,8 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     yield from _engine(spec, d)
     yield from _runner(spec, d)
     yield from precision(spec, d)
+    yield from precision_shapes(spec, d)
+    yield from moe_dispatch(spec, d)
     yield from _schedule(spec)
     yield from _moe(spec)
     for key, why in _inert(spec):
