@@ -13,8 +13,8 @@ from typing import Any
 import yaml
 from differential.strategies import coherent_specs
 from hypothesis import strategies as st
-
 from specs.kit import make
+
 from trainc.compiler.pipeline import compile_spec
 from trainc.compiler.validate.precision_shapes import ALIGN, misaligned, recipe_name
 
@@ -130,7 +130,17 @@ def one_truth_specs(draw: st.DrawFn, *, engine: str | None = None,
             m["moe_expert_capacity_factor"] = draw(st.sampled_from([None, 1.0, 1.25]))
         if draw(st.booleans()):
             m["moe_shared_expert_intermediate_size"] = p["tp"] * 64 * draw(st.integers(1, 4))
-        m["moe_token_dispatcher_type"] = draw(st.sampled_from(["alltoall", "allgather"]))
+        etp = p.get("etp") or p["tp"]
+        flex = ["flex"] if p.get("ep", 1) * etp > 1 else []  # TRC375: etp*ep > 1
+        m["moe_token_dispatcher_type"] = draw(st.sampled_from(["alltoall", "allgather", *flex]))
+        if m["moe_token_dispatcher_type"] == "flex":
+            m["moe_flex_dispatcher_backend"] = draw(st.sampled_from(["deepep", "hybridep"]))
+        deepep = m.get("moe_flex_dispatcher_backend") == "deepep"
+        if m.get("moe_expert_capacity_factor") is not None and not deepep:
+            m["moe_pad_expert_input_to_capacity"] = draw(st.booleans())  # TRC375, TRC376
+        low = t.get("fp8_format", "none") != "none" or t.get("fp4_format", "none") != "none"
+        if low and m["moe_token_dispatcher_type"] != "allgather":
+            m["moe_router_padding_for_quantization"] = draw(st.booleans())  # TRC377
     # Megatron-LM's pretrain_gpt.py instead of the trainc worker
     if not ds and draw(st.integers(0, 3)) == 0:
         cfg["launch"] |= {"entrypoint": "megatron-lm", "megatron_lm_path": "/opt/Megatron-LM"}

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, diag
-from trainc.schemas import Fp4Format, Fp8Format, MoeDispatcher, MoeFlexBackend, TrainSpec
+from trainc.schemas import Device, Fp4Format, Fp8Format, MoeDispatcher, MoeFlexBackend, TrainSpec
 
 
 def moe_dispatch(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
@@ -43,6 +43,12 @@ def moe_dispatch(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    fix="set parallel.ep to a divisor of num_experts above 1, or "
                        "model.moe_token_dispatcher_type=alltoall",
                    edits={"model.moe_token_dispatcher_type": "alltoall"}, ep=p.ep, etp=d.etp)
+    if flex and spec.launch.device is Device.cpu:
+        yield diag(R.MOE_FLEX_DISPATCHER, "moe_token_dispatcher_type flex runs DeepEP / "
+                   "HybridEP CUDA kernels; launch.device is cpu",
+                   "model.moe_token_dispatcher_type", related=("launch.device",),
+                   fix="set model.moe_token_dispatcher_type=alltoall to try the layout on CPU",
+                   edits={"model.moe_token_dispatcher_type": "alltoall"}, device="cpu")
     if flex and m.moe_flex_dispatcher_backend is MoeFlexBackend.deepep \
             and m.moe_pad_expert_input_to_capacity:
         yield diag(R.MOE_FLEX_DISPATCHER, "the flex dispatcher's deepep backend does not "
