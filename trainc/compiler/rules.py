@@ -101,13 +101,17 @@ HIDDEN_HEADS = _r(
 VOCAB_PADDING = _r(
     "TRC209", "vocab-padding",
     "vocab_size is padded to a multiple of make_vocab_size_divisible_by*tp", "info")
-LAYERS_PP = _r("TRC210", "layers-divisible-by-pp", "num_layers must be a multiple of pp")
+LAYERS_PP = _r(
+    "TRC210", "layers-divisible-by-pp", "num_layers must be a multiple of pp",
+    engines={"megatron": "error", "deepspeed": "warning"})
 LAYERS_VPP = _r(
     "TRC211", "layers-divisible-by-pp-vpp",
-    "num_layers must be a multiple of pp*vpp for the interleaved schedule")
+    "num_layers must be a multiple of pp*vpp for the interleaved schedule",
+    engines={"megatron": "error", "deepspeed": "n/a"})
 UNEVEN_PP = _r(
     "TRC212", "uneven-pp-layout",
-    "first/last stage layers must be given with pp > 1 and leave a middle that divides evenly")
+    "first/last stage layers must be given with pp > 1 and leave a middle that divides evenly",
+    engines={"megatron": "error", "deepspeed": "n/a"})
 VPP_NEEDS_PP = _r("TRC213", "vpp-needs-pp", "vpp > 1 needs pp > 1")
 GLOBAL_BATCH = _r(
     "TRC214", "global-batch-divisible",
@@ -118,7 +122,8 @@ MICROBATCHES_PP = _r(
     "warning")
 MICROBATCHES_VPP = _r(
     "TRC216", "microbatches-multiple-of-pp",
-    "the interleaved schedule needs num_microbatches to be a multiple of pp")
+    "the interleaved schedule needs num_microbatches to be a multiple of pp",
+    engines={"megatron": "error", "deepspeed": "n/a"})
 CP_SEQ = _r("TRC217", "seq-divisible-by-2cp", "seq_length must be a multiple of 2*cp when cp > 1")
 SP_SEQ = _r(
     "TRC218", "sp-seq-divisible-by-tp",
@@ -140,16 +145,21 @@ MOE_TP_SP = _r(
 VPP_PP2_P2P = _r(
     "TRC303", "vpp-pp2-unbatched-p2p",
     "pp=2 with interleaving is emitted with overlapped (unbatched) p2p; batched p2p silently "
-    "corrupts training on that layout", "info")
+    "corrupts training on that layout", "info",
+    engines={"megatron": "info", "deepspeed": "n/a"})
 DS_ZERO_PP = _r(
-    "TRC304", "deepspeed-zero-pp", "DeepSpeed ZeRO-2/3 is incompatible with pipeline parallelism")
+    "TRC304", "deepspeed-zero-pp", "DeepSpeed ZeRO-2/3 is incompatible with pipeline parallelism",
+    engines={"megatron": "n/a", "deepspeed": "error"})
 OFFLOAD_PARAM_STAGE = _r(
-    "TRC305", "offload-param-needs-zero3", "offload_param needs DeepSpeed ZeRO stage 3")
+    "TRC305", "offload-param-needs-zero3", "offload_param needs DeepSpeed ZeRO stage 3",
+    engines={"megatron": "n/a", "deepspeed": "error"})
 OFFLOAD_ENGINE = _r(
-    "TRC306", "offload-needs-deepspeed", "optimizer/parameter offload needs engine=deepspeed")
+    "TRC306", "offload-needs-deepspeed", "optimizer/parameter offload needs engine=deepspeed",
+    engines={"megatron": "error", "deepspeed": "n/a"})
 MEGATRON_ZERO = _r(
     "TRC307", "megatron-zero-stage",
-    "engine=megatron supports zero_stage 0 (DDP) and 1 (distributed optimizer)")
+    "engine=megatron supports zero_stage 0 (DDP) and 1 (distributed optimizer)",
+    engines={"megatron": "error", "deepspeed": "n/a"})
 RECOMPUTE_ARGS = _r(
     "TRC308", "recompute-method-args",
     "recompute_method/recompute_num_layers belong to recompute=full only")
@@ -167,9 +177,11 @@ LR_RANGE = _r("TRC318", "min-lr-le-lr", "min_lr must not exceed lr")
 FP16_CPU = _r(
     "TRC319", "precision-on-device", "fp16 does not run on the CPU device (use bf16 or fp32)")
 OFFLOAD_OPTIMIZER_STAGE = _r(
-    "TRC320", "offload-optimizer-needs-zero", "offload_optimizer needs DeepSpeed ZeRO stage 1-3")
+    "TRC320", "offload-optimizer-needs-zero", "offload_optimizer needs DeepSpeed ZeRO stage 1-3",
+    engines={"megatron": "n/a", "deepspeed": "error"})
 NVME_PATH = _r(
-    "TRC321", "nvme-path-required", "nvme offload needs training.nvme_path")
+    "TRC321", "nvme-path-required", "nvme offload needs training.nvme_path",
+    engines={"megatron": "n/a", "deepspeed": "error"})
 DS_PIPE_GRAD_ACCUM = _r(
     "TRC322", "deepspeed-pipe-grad-accum-scale",
     "DeepSpeed's pipeline engine sums micro-batch gradients: the micro/accumulation split at a "
