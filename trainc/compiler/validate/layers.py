@@ -24,7 +24,7 @@ from trainc.compiler.validate.util import (
     or_list,
     show,
 )
-from trainc.schemas import TrainSpec
+from trainc.schemas import Engine, TrainSpec
 
 #: How many first/last sizes below the even share the uneven-split fix tries.
 _UNEVEN_WINDOW = 64
@@ -82,8 +82,12 @@ def _layers(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                if vpp == 1 or (x > 1 and (Lp // x) % vpp == 0)]
         of = f"divisors of {Lp} that fit the GPUs" + (
             f" and leave stages of a multiple of vpp={vpp} layers" if vpp > 1 else "")
-        yield diag(R.LAYERS_PP, f"{what} is not divisible by pp ({pp}); Megatron-Core "
-                   f"would build {Lp // pp} layers per stage and silently drop {Lp % pp}",
+        why = (f"DeepSpeed's PipelineModule partitions it unevenly (partition_uniform: "
+               f"{Lp % pp} stage(s) of {Lp // pp + 1} layers, the rest {Lp // pp}), so the "
+               "largest stage paces the pipeline" if spec.engine is Engine.deepspeed else
+               f"Megatron-Core would build {Lp // pp} layers per stage and silently drop "
+               f"{Lp % pp}")
+        yield diag(R.LAYERS_PP, f"{what} is not divisible by pp ({pp}); {why}",
                    "parallel.pp", related=("model.num_layers",),
                    fix=", or ".join(
                        ([f"set parallel.pp to one of {show(pps)} ({of})"] if pps else [])
