@@ -288,6 +288,11 @@ MOE_BIAS_ETP = _r(
     "TRC373", "moe-bias-needs-etp1",
     "add_bias_linear with experts needs etp = 1 (Megatron-Core: 'Bias in Moe is only supported "
     "when ETP==1')", engines=_MEGATRON_ONLY)
+MXFP8_FORMAT = _r(
+    "TRC374", "mxfp8-e4m3-only",
+    "the mxfp8 recipe trains with E4M3 in forward and backward; fp8_format hybrid (E5M2 "
+    "gradients) diverged in Megatron-Bridge's MXFP8 runs", "warning",
+    engines={"megatron": "warning", "deepspeed": "n/a"})
 MOE_FLEX_DISPATCHER = _r(
     "TRC375", "moe-flex-dispatcher",
     "the flex token dispatcher needs etp*ep > 1; its deepep backend does not drop-and-pad "
@@ -301,6 +306,11 @@ MOE_QUANT_PADDING = _r(
     "TRC377", "moe-router-padding-for-quantization",
     "moe_router_padding_for_quantization needs fp8_format or fp4_format and the alltoall or flex "
     "dispatcher (Megatron-Core TransformerConfig.__post_init__)", engines=_MEGATRON_ONLY)
+MOE_FLEX_SCALE = _r(
+    "TRC378", "moe-flex-dispatcher-intranode",
+    "the flex dispatcher (DeepEP) pays off for expert-parallel groups across nodes; inside one "
+    "node alltoall or allgather is as fast or faster", "warning",
+    engines={"megatron": "warning", "deepspeed": "n/a"})
 DATA_SPLIT = _r(
     "TRC512", "data-split-format",
     "launch.data_split is three non-negative numbers, comma-separated, not all zero "
@@ -403,6 +413,10 @@ SOURCES: dict[str, str] = {
               "('Delayed scaling does not support first / last layer in BF16')",
     "TRC373": "megatron-core 0.16.1 transformer_config.py TransformerConfig.__post_init__ "
               "('Bias in Moe is only supported when ETP==1')",
+    "TRC374": "Megatron-Bridge PR #638 (github.com/NVIDIA-NeMo/Megatron-Bridge/pull/638): the "
+              "MXFP8 recipe must use E4M3 for fprop and bprop; NeMo PR #14793",
+    "TRC378": "Megatron-LM issue #1456 (github.com/NVIDIA/Megatron-LM/issues/1456): DeepEP is "
+              "optimized for cross-node EP (> 8); for EP <= 8 allgather or alltoall",
     "TRC375": "megatron-core 0.16.1 transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher."
               "__init__ ('Flex token dispatcher requires TPxEP > 1'); transformer_config.py "
               "__post_init__ (deepep backend vs moe_pad_expert_input_to_capacity)",

@@ -49,6 +49,20 @@ def moe_dispatch(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    "model.moe_token_dispatcher_type", related=("launch.device",),
                    fix="set model.moe_token_dispatcher_type=alltoall to try the layout on CPU",
                    edits={"model.moe_token_dispatcher_type": "alltoall"}, device="cpu")
+    group = d.etp * p.ep
+    per_node = spec.cluster.gpus_per_node
+    if flex and m.moe_flex_dispatcher_backend is MoeFlexBackend.deepep and 1 < group \
+            <= per_node:
+        yield diag(R.MOE_FLEX_SCALE, f"the flex dispatcher's deepep backend with an etp x ep "
+                   f"group of {group} GPUs inside one node ({per_node} GPUs): DeepEP is tuned "
+                   "for expert parallelism across nodes (EP > 8); inside a node Megatron-LM's "
+                   "maintainers measured alltoall / allgather as fast or faster (Megatron-LM "
+                   "#1456)", "model.moe_token_dispatcher_type",
+                   related=("parallel.ep", "parallel.etp", "cluster.gpus_per_node"),
+                   fix="set model.moe_token_dispatcher_type=alltoall (or keep flex for an EP "
+                       "group that spans nodes)",
+                   edits={"model.moe_token_dispatcher_type": "alltoall"}, group=group,
+                   gpus_per_node=per_node)
     if flex and m.moe_flex_dispatcher_backend is MoeFlexBackend.deepep \
             and m.moe_pad_expert_input_to_capacity:
         yield diag(R.MOE_FLEX_DISPATCHER, "the flex dispatcher's deepep backend does not "

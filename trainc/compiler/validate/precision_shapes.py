@@ -137,6 +137,13 @@ def precision_shapes(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    edits={"training.fp8_recipe": "tensorwise"}, fp8_recipe="delayed")
     if recipe is None:
         return
+    if recipe == "mxfp8" and t.fp8_format is Fp8Format.hybrid:
+        yield diag(R.MXFP8_FORMAT, "fp8_recipe mxfp8 with fp8_format hybrid quantizes "
+                   "gradients to E5M2; with 32-element E8M0 block scales the MXFP8 recipe is "
+                   "meant to run E4M3 in both passes, and hybrid diverged in Megatron-Bridge's "
+                   "runs (PR #638)", "training.fp8_format", related=("training.fp8_recipe",),
+                   fix="set training.fp8_format=e4m3", edits={"training.fp8_format": "e4m3"},
+                   fp8_format="hybrid", recipe="mxfp8")
     yield from _gpu(spec, recipe)
     yield from _shapes(spec, d, recipe)
 
