@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, Severity, diag
-from trainc.compiler.validate.util import divisors
+from trainc.compiler.validate.util import divisors, nearest_multiple, or_list
 from trainc.schemas import (
     Activation,
     Fp4Format,
@@ -243,13 +243,20 @@ def _shapes(spec: TrainSpec, d: Derived, recipe: str) -> Iterator[Diagnostic]:
                    layers=[g.layer for g in bad], tp=p.tp, etp=etp)
     tokens = t.micro_batch_size * m.seq_length // max(p.cp, 1)
     if tokens % m_unit:
-        seq_step = m_unit * max(p.cp, 1) * (p.tp if p.sequence_parallel else 1)
-        seq_fix = -(-m.seq_length // seq_step) * seq_step
+        # seq must keep tokens % m_unit == 0 and the CP (2 cp) and SP (tp) splits whole
+        seq_step = _lcm(m_unit * max(p.cp, 1), 2 * p.cp if p.cp > 1 else 1)
+        seq_step = _lcm(seq_step, max(p.cp, 1) * (p.tp if p.sequence_parallel else 1))
+        seqs = nearest_multiple(m.seq_length, seq_step)
+        seq_fix = seqs[-1]
         yield diag(R.LOW_PRECISION_SHAPES, f"with the {recipe} recipe the tokens of one GEMM "
                    f"(micro_batch_size x seq_length / cp = {tokens}) must be a multiple of "
                    f"{m_unit}", "model.seq_length",
                    related=("training.micro_batch_size", "parallel.cp"),
-                   fix=f"set model.seq_length={seq_fix}, or training.micro_batch_size to a "
+                   fix=f"set model.seq_length to {or_list(seqs)} (a multiple of {seq_step}: "
+                       f"{m_unit} tokens per GEMM x cp {p.cp}"
+                       + (f", split by tp {p.tp} for sequence parallelism" if p.sequence_parallel
+                          else "") + "), or pad every sample to it; or "
+                       f"training.micro_batch_size to a "
                        f"multiple of {m_unit // _gcd(m_unit, tokens)}",
                    edits={"model.seq_length": seq_fix}, recipe=recipe, tokens=tokens,
                    unit=m_unit)
@@ -259,3 +266,7 @@ def _gcd(a: int, b: int) -> int:
     while b:
         a, b = b, a % b
     return a
+
+
+def _lcm(a: int, b: int) -> int:
+    return a * b // _gcd(a, b)
