@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from specs.kit import find, lint_cfg
+
 from trainc.compiler import rules as R
 
 MOE = {"model.num_experts": 8, "model.moe_router_topk": 2}
@@ -51,6 +51,15 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, str | None]]] = {
                {"megatron": "error", "deepspeed": None}),
     "TRC376": ({**MOE, "model.moe_pad_expert_input_to_capacity": True, **FLAT},
                {"megatron": "error", "deepspeed": None}),
+    "TRC374": ({"training.fp8_format": "hybrid", "training.fp8_recipe": "mxfp8",
+                "cluster.gpu": "b200", **FLAT}, {"megatron": "warning", "deepspeed": None}),
+    "TRC375": ({**MOE, "model.moe_token_dispatcher_type": "flex", "parallel.tp": 1, **FLAT},
+               {"megatron": "error", "deepspeed": None}),
+    "TRC377": ({**MOE, "model.moe_router_padding_for_quantization": True,
+                "parallel.sequence_parallel": True, **FLAT},
+               {"megatron": "error", "deepspeed": None}),
+    "TRC378": ({**MOE, "model.moe_token_dispatcher_type": "flex", "parallel.tp": 1,
+                "parallel.ep": 8, **FLAT}, {"megatron": "warning", "deepspeed": None}),
     # the same on both: a batch DeepSpeed and Megatron both refuse
     "TRC214": ({"training.global_batch_size": 15, **FLAT},
                {"megatron": "error", "deepspeed": "error"}),
