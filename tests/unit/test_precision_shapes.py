@@ -4,8 +4,8 @@ alignment of each recipe, and the first/last pipeline split search."""
 from __future__ import annotations
 
 import pytest
-
 from specs.kit import find, lint_cfg, make
+
 from trainc.compiler.validate.layers import _uneven_fix
 from trainc.compiler.validate.precision_shapes import ALIGN, local_gemms, misaligned
 
