@@ -102,16 +102,13 @@ VOCAB_PADDING = _r(
     "TRC209", "vocab-padding",
     "vocab_size is padded to a multiple of make_vocab_size_divisible_by*tp", "info")
 LAYERS_PP = _r(
-    "TRC210", "layers-divisible-by-pp", "num_layers must be a multiple of pp",
-    engines={"megatron": "error", "deepspeed": "warning"})
+    "TRC210", "layers-divisible-by-pp", "num_layers must be a multiple of pp")
 LAYERS_VPP = _r(
     "TRC211", "layers-divisible-by-pp-vpp",
-    "num_layers must be a multiple of pp*vpp for the interleaved schedule",
-    engines={"megatron": "error", "deepspeed": "n/a"})
+    "num_layers must be a multiple of pp*vpp for the interleaved schedule")
 UNEVEN_PP = _r(
     "TRC212", "uneven-pp-layout",
-    "first/last stage layers must be given with pp > 1 and leave a middle that divides evenly",
-    engines={"megatron": "error", "deepspeed": "n/a"})
+    "first/last stage layers must be given with pp > 1 and leave a middle that divides evenly")
 VPP_NEEDS_PP = _r("TRC213", "vpp-needs-pp", "vpp > 1 needs pp > 1")
 GLOBAL_BATCH = _r(
     "TRC214", "global-batch-divisible",
@@ -122,8 +119,7 @@ MICROBATCHES_PP = _r(
     "warning")
 MICROBATCHES_VPP = _r(
     "TRC216", "microbatches-multiple-of-pp",
-    "the interleaved schedule needs num_microbatches to be a multiple of pp",
-    engines={"megatron": "error", "deepspeed": "n/a"})
+    "the interleaved schedule needs num_microbatches to be a multiple of pp")
 CP_SEQ = _r("TRC217", "seq-divisible-by-2cp", "seq_length must be a multiple of 2*cp when cp > 1")
 SP_SEQ = _r(
     "TRC218", "sp-seq-divisible-by-tp",
@@ -145,8 +141,7 @@ MOE_TP_SP = _r(
 VPP_PP2_P2P = _r(
     "TRC303", "vpp-pp2-unbatched-p2p",
     "pp=2 with interleaving is emitted with overlapped (unbatched) p2p; batched p2p silently "
-    "corrupts training on that layout", "info",
-    engines={"megatron": "info", "deepspeed": "n/a"})
+    "corrupts training on that layout", "info")
 DS_ZERO_PP = _r(
     "TRC304", "deepspeed-zero-pp", "DeepSpeed ZeRO-2/3 is incompatible with pipeline parallelism",
     engines={"megatron": "n/a", "deepspeed": "error"})
@@ -293,6 +288,11 @@ MXFP8_FORMAT = _r(
     "the mxfp8 recipe trains with E4M3 in forward and backward; fp8_format hybrid (E5M2 "
     "gradients) diverged in Megatron-Bridge's MXFP8 runs", "warning",
     engines={"megatron": "warning", "deepspeed": "n/a"})
+MXFP8_PARAM_GATHER = _r(
+    "TRC379", "mxfp8-param-gather",
+    "mxfp8 without fp8_param_gather keeps BF16 parameter copies next to the MXFP8 ones "
+    "(Megatron-Core: 'will use significant amount additional GPU memory')", "warning",
+    engines={"megatron": "warning", "deepspeed": "n/a"})
 MOE_FLEX_DISPATCHER = _r(
     "TRC375", "moe-flex-dispatcher",
     "the flex token dispatcher needs etp*ep > 1; its deepep backend does not drop-and-pad "
@@ -415,6 +415,8 @@ SOURCES: dict[str, str] = {
               "('Bias in Moe is only supported when ETP==1')",
     "TRC374": "Megatron-Bridge PR #638 (github.com/NVIDIA-NeMo/Megatron-Bridge/pull/638): the "
               "MXFP8 recipe must use E4M3 for fprop and bprop; NeMo PR #14793",
+    "TRC379": "megatron-core 0.16.1 optimizer/optimizer_config.py OptimizerConfig.__post_init__ "
+              "(mxfp8 without reuse_grad_buf_for_mxfp8_param_ag and fp8_param_gather warning)",
     "TRC378": "Megatron-LM issue #1456 (github.com/NVIDIA/Megatron-LM/issues/1456): DeepEP is "
               "optimized for cross-node EP (> 8); for EP <= 8 allgather or alltoall",
     "TRC375": "megatron-core 0.16.1 transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher."

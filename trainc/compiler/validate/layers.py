@@ -24,7 +24,7 @@ from trainc.compiler.validate.util import (
     or_list,
     show,
 )
-from trainc.schemas import Engine, TrainSpec
+from trainc.schemas import TrainSpec
 
 #: How many first/last sizes below the even share the uneven-split fix tries.
 _UNEVEN_WINDOW = 64
@@ -82,12 +82,8 @@ def _layers(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                if vpp == 1 or (x > 1 and (Lp // x) % vpp == 0)]
         of = f"divisors of {Lp} that fit the GPUs" + (
             f" and leave stages of a multiple of vpp={vpp} layers" if vpp > 1 else "")
-        why = (f"DeepSpeed's PipelineModule partitions it unevenly (partition_uniform: "
-               f"{Lp % pp} stage(s) of {Lp // pp + 1} layers, the rest {Lp // pp}), so the "
-               "largest stage paces the pipeline" if spec.engine is Engine.deepspeed else
-               f"Megatron-Core would build {Lp // pp} layers per stage and silently drop "
-               f"{Lp % pp}")
-        yield diag(R.LAYERS_PP, f"{what} is not divisible by pp ({pp}); {why}",
+        yield diag(R.LAYERS_PP, f"{what} is not divisible by pp ({pp}); Megatron-Core "
+                   f"would build {Lp // pp} layers per stage and silently drop {Lp % pp}",
                    "parallel.pp", related=("model.num_layers",),
                    fix=", or ".join(
                        ([f"set parallel.pp to one of {show(pps)} ({of})"] if pps else [])
@@ -101,6 +97,7 @@ def _layers(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         per = Lp // pp
         ok = [v for v in divisors(per)]
         other = _account_fix(L, pp, vpp) if not acc else ""
+        split = _uneven_fix(L, pp, vpp) if not acc else ""
         yield diag(R.LAYERS_VPP,
                    f"{what} is not divisible by pp*vpp ({pp}*{vpp} = {pp * vpp}): each "
                    f"of the {pp} stages holds {per} layers, which cannot form {vpp} equal virtual "
@@ -108,6 +105,7 @@ def _layers(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    related=("parallel.pp", "model.num_layers"),
                    fix=f"set parallel.vpp to one of {show(ok)} (layers per virtual stage: "
                        f"{show(sorted(per // v for v in ok))})"
+                       + (f", or {split}" if split.startswith("set") else "")
                        + (f", or {other}" if other.startswith("set") else ""),
                    edits={"parallel.vpp": nearest(ok, vpp)}, num_layers=L, pp=pp, vpp=vpp)
 

@@ -144,6 +144,14 @@ def precision_shapes(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    "runs (PR #638)", "training.fp8_format", related=("training.fp8_recipe",),
                    fix="set training.fp8_format=e4m3", edits={"training.fp8_format": "e4m3"},
                    fp8_format="hybrid", recipe="mxfp8")
+    if recipe == "mxfp8" and not t.fp8_param_gather:
+        yield diag(R.MXFP8_PARAM_GATHER, "fp8_recipe mxfp8 without fp8_param_gather: every "
+                   "parameter is kept in BF16 and quantized to MXFP8 on each step, which "
+                   "Megatron-Core warns 'will use significant amount additional GPU memory'",
+                   "training.fp8_param_gather", related=("training.fp8_recipe",),
+                   fix="set training.fp8_param_gather=true (needs the distributed optimizer, "
+                       "parallel.zero_stage=1)", edits={"training.fp8_param_gather": True},
+                   recipe="mxfp8", fp8_param_gather=False)
     yield from _gpu(spec, recipe)
     yield from _shapes(spec, d, recipe)
 
