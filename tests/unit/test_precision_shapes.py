@@ -3,9 +3,14 @@ alignment of each recipe, and the first/last pipeline split search."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from specs.kit import find, lint_cfg, make
 
+from trainc.compiler.load import load_spec
+from trainc.compiler.normalize import normalize
+from trainc.compiler.validate import validate
 from trainc.compiler.validate.layers import _uneven_fix
 from trainc.compiler.validate.precision_shapes import ALIGN, local_gemms, misaligned
 
@@ -107,3 +112,24 @@ def test_uneven_split_search_is_bounded_for_huge_counts() -> None:
     fix = _uneven_fix(10**12, 10**6, 1)
     assert "first and last searched together" in fix
     assert "x 999998" in fix  # the middle is shown as a count, not listed
+
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "cases"
+KNOWN_MODELS = ["gpt3-175b", "llama2-70b-tp8pp4", "llama3-8b-pp2-vpp2",
+                "llama3.1-405b-pp16-vpp8", "megatron-lm-uneven-cp", "mixtral-8x7b-ep8",
+                "mixtral-8x7b-gb200-nvl72"]
+
+
+@pytest.mark.parametrize("case", KNOWN_MODELS)
+@pytest.mark.parametrize(("recipe", "gpu"), [("tensorwise", "h100-80g"), ("delayed", "h200"),
+                                             ("mxfp8", "b200")])
+def test_published_models_quantize_at_their_layouts(case: str, recipe: str, gpu: str) -> None:
+    """No false alarm: GPT-3, Llama 2/3, Mixtral at their published layouts train in FP8
+    (NeMo / Megatron-Bridge recipes), so no TRC370 / TRC371 error."""
+    gpu = "gb200" if "gb200" in case else gpu
+    loaded = load_spec(GOLDEN / case / "spec.yaml", [
+        "training.fp8_format=e4m3", f"training.fp8_recipe={recipe}", f"cluster.gpu={gpu}"])
+    assert loaded.spec is not None
+    found = [(d.rule.id, d.key) for d in validate(normalize(loaded.spec))
+             if d.rule.id in {"TRC370", "TRC371"}]
+    assert found == []
