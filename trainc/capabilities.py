@@ -37,6 +37,17 @@ CAPABILITIES: dict[tuple[Engine, Entrypoint], Capability] = {
         frozenset({LrDecayStyle.constant, LrDecayStyle.cosine, LrDecayStyle.linear}),
         "it runs deepspeed.initialize on one Megatron-Core model chunk (no PipelineEngine, no "
         "context or expert parallel groups)"),
+    (Engine.fsdp, Entrypoint.trainc): Capability(
+        "the trainc worker on FSDP2", frozenset({"tp", "dp"}), frozenset(Device),
+        frozenset({LrDecayStyle.constant, LrDecayStyle.cosine, LrDecayStyle.linear}),
+        "it applies fully_shard and DTensor tensor parallelism to one model; pipeline schedules "
+        "(torch.distributed.pipelining), context parallelism and experts run in torchtitan only "
+        "(torchtitan_args.txt)"),
+    (Engine.fsdp, Entrypoint.torchtitan): Capability(
+        "torchtitan 0.3.0 torchtitan.train", frozenset({"tp", "pp", "vpp", "cp", "dp"}),
+        frozenset({Device.cuda}),
+        frozenset({LrDecayStyle.constant, LrDecayStyle.cosine, LrDecayStyle.linear}),
+        "trainc's engine=fsdp builds dense models only"),
     (Engine.megatron, Entrypoint.megatron_lm): Capability(
         "Megatron-LM pretrain_gpt.py", ALL_AXES, frozenset({Device.cuda}), ALL_STYLES, ""),
 }
@@ -44,7 +55,7 @@ CAPABILITIES: dict[tuple[Engine, Entrypoint], Capability] = {
 
 def capability(engine: Engine, entrypoint: Entrypoint) -> Capability | None:
     """The runner of ``engine`` started by ``entrypoint``; None when that pair cannot run at all
-    (pretrain_gpt.py is Megatron-LM: it does not run engine=deepspeed)."""
+    (pretrain_gpt.py is Megatron-LM: it runs engine=megatron only; torchtitan engine=fsdp only)."""
     return CAPABILITIES.get((engine, entrypoint))
 
 

@@ -110,6 +110,13 @@ EXPLICIT: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
                             "model.moe_expert_capacity_factor": 1.25,
                             "parallel.tp": 2, "parallel.pp": 1, "parallel.ep": 2,
                             "parallel.sequence_parallel": True}), {}),
+    # FP8 keys (issue 13): --fp8-format/--fp8-recipe/--fp8-param-gather/--first-last-layers-bf16
+    # must give the TransformerConfig and DDP config megatron_core.yaml states
+    "fp8-tensorwise-param-gather": (_spec(**{"training.fp8_format": "hybrid",
+                                             "training.fp8_recipe": "tensorwise",
+                                             "training.fp8_param_gather": True,
+                                             "training.first_last_layers_bf16": True,
+                                             "parallel.zero_stage": 1}), {}),
 }
 
 #: Specs Megatron-LM refuses, which trainc refuses too (name -> (spec, the trainc rule)).

@@ -58,6 +58,10 @@ class Setting:
     lm: tuple[Reader, ...] = ()
     core: tuple[Reader, ...] = ()
     ds: tuple[Reader, ...] = ()
+    fsdp: tuple[Reader, ...] = ()
+    """plan.json ``engines.fsdp`` (what the FSDP2 worker builds), a dotted path."""
+    tt: tuple[Reader, ...] = ()
+    """``torchtitan_args.txt`` (torchtitan 0.3.0 overrides), a flag."""
     when: Callable[[dict[str, Any]], bool] = field(default=lambda plan: True)
     approx: bool = False  # compare floats with math.isclose (derived ratios only)
 
@@ -715,6 +719,169 @@ DS_ENGINE_ONLY: dict[str, str] = {
 }
 
 
+# --- engine=fsdp: plan.json engines.fsdp and torchtitan_args.txt ------------------------------
+
+
+def parse_torchtitan_args(text: str) -> dict[str, Any]:
+    """``torchtitan_args.txt`` -> {flag: value string, or True for a bare flag}; a negated boolean
+    ``--section.no-field`` becomes ``{"--section.field": False}``."""
+    out: dict[str, Any] = {}
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        flag, _, value = line.partition(" ")
+        section, _, name = flag[2:].partition(".")
+        if name.startswith("no-"):
+            flag, value_any = f"--{section}.{name[3:].replace('-', '_')}", False
+        else:
+            value_any = value if value else True
+        assert flag not in out, f"{flag} twice in torchtitan_args.txt"
+        out[flag] = value_any
+    return out
+
+
+def E(path: str, conv: Callable[[Any], Any] = lambda v: v) -> Reader:
+    """plan.json ``engines.fsdp.<path>``."""
+    return Reader((path,), lambda f: conv(_dig(f, path)))
+
+
+def T(flag: str, conv: Callable[[Any], Any] = lambda v: v) -> Reader:
+    """torchtitan_args.txt ``flag`` (must be there)."""
+    def read(a: dict[str, Any]) -> Any:
+        assert flag in a, f"torchtitan_args.txt has no {flag}"
+        return conv(a[flag])
+    return Reader((flag,), read)
+
+
+def _fsdp(plan: dict[str, Any]) -> bool:
+    return bool(plan["spec"]["engine"] == "fsdp")
+
+
+def _pp(plan: dict[str, Any]) -> bool:
+    return _fsdp(plan) and plan["derived"]["pp"] > 1
+
+
+TT_DTYPE = {"bf16": "bfloat16", "fp32": "float32"}
+TT_DECAY = {"cosine": "cosine", "linear": "linear", "constant": "linear"}
+
+#: engine=fsdp settings: the spec, the FSDP2 worker's settings and torchtitan's overrides.
+FSDP_TABLE: tuple[Setting, ...] = (
+    Setting("fsdp tp", spec=(S("parallel.tp"),),
+            fsdp=(E("tensor_parallel.degree"), E("mesh.shape.4")),
+            tt=(T("--parallelism.tensor_parallel_degree", int),), when=_fsdp),
+    Setting("fsdp sequence_parallel", spec=(S("derived.sequence_parallel"),),
+            fsdp=(E("tensor_parallel.sequence_parallel"),),
+            tt=(T("--parallelism.enable_sequence_parallel"),), when=_fsdp),
+    Setting("fsdp pp", spec=(S("parallel.pp"),), fsdp=(E("pipeline.degree"), E("mesh.shape.0")),
+            tt=(T("--parallelism.pipeline_parallel_degree", int),), when=_fsdp),
+    Setting("fsdp vpp", spec=(S("parallel.vpp"),), fsdp=(E("pipeline.stages_per_rank"),),
+            when=_fsdp),
+    Setting("fsdp pp_schedule", spec=(S("fsdp.pp_schedule"),),
+            tt=(T("--parallelism.pipeline_parallel_schedule"),), when=_pp),
+    Setting("fsdp cp", spec=(S("parallel.cp"),), fsdp=(E("context_parallel.degree"),
+                                                      E("mesh.shape.3")),
+            tt=(T("--parallelism.context_parallel_degree", int),), when=_fsdp),
+    Setting("fsdp dp_replicate", spec=(S("fsdp.dp_replicate"),), fsdp=(E("mesh.shape.1"),),
+            tt=(T("--parallelism.data_parallel_replicate_degree", int),), when=_fsdp),
+    Setting("fsdp dp_shard", spec=(S("fsdp.dp_shard"),), fsdp=(E("mesh.shape.2"),),
+            tt=(T("--parallelism.data_parallel_shard_degree", int),), when=_fsdp),
+    Setting("fsdp reshard_after_forward", spec=(S("fsdp.reshard_after_forward"),),
+            fsdp=(E("fully_shard.reshard_after_forward"),),
+            tt=(T("--parallelism.fsdp_reshard_after_forward", lambda v: v == "always"),),
+            when=_fsdp),
+    Setting("fsdp param_dtype", spec=(S("fsdp.param_dtype", TT_DTYPE.get),),
+            fsdp=(E("fully_shard.mp_policy.param_dtype"),),
+            tt=(T("--training.mixed_precision_param"),), when=_fsdp),
+    Setting("fsdp reduce_dtype", spec=(S("fsdp.reduce_dtype", TT_DTYPE.get),),
+            fsdp=(E("fully_shard.mp_policy.reduce_dtype"),),
+            tt=(T("--training.mixed_precision_reduce"),), when=_fsdp),
+    Setting("fsdp cpu_offload", spec=(S("fsdp.cpu_offload"),),
+            fsdp=(E("fully_shard.offload_policy.cpu"),),
+            tt=(T("--training.enable_cpu_offload"),), when=_fsdp),
+    Setting("fsdp compile", spec=(S("fsdp.compile"),), fsdp=(E("compile"),),
+            tt=(T("--compile.enable"),), when=_fsdp),
+    Setting("fsdp recompute", spec=(S("training.recompute"),),
+            fsdp=(E("activation_checkpoint.mode"),), when=_fsdp),
+    Setting("fsdp micro_batch_size", spec=(S("training.micro_batch_size"),),
+            fsdp=(E("batch.micro_batch_size"),),
+            tt=(Reader(("--training.local_batch_size", "--parallelism.pipeline_parallel_degree"),
+                       lambda a: int(a["--training.local_batch_size"])
+                       if a["--parallelism.pipeline_parallel_degree"] == "1"
+                       else int(a["--parallelism.pipeline_parallel_microbatch_size"])),),
+            when=_fsdp),
+    Setting("fsdp global_batch_size", spec=(S("training.global_batch_size"),),
+            fsdp=(E("batch.global_batch_size"),),
+            tt=(T("--training.global_batch_size", int),), when=_fsdp),
+    Setting("fsdp num_microbatches", spec=(S("derived.num_microbatches"),),
+            fsdp=(E("batch.gradient_accumulation_steps"),), when=_fsdp),
+    Setting("fsdp seq_length", spec=(S("model.seq_length"),),
+            tt=(T("--training.seq_len", int),), when=_fsdp),
+    Setting("fsdp train_iters", spec=(S("training.train_iters"),),
+            tt=(T("--training.steps", int),), when=_fsdp),
+    Setting("fsdp grad_clip", spec=(S("training.grad_clip", float),), fsdp=(E("grad_clip"),),
+            tt=(T("--training.max_norm", float),), when=_fsdp),
+    Setting("fsdp seed", spec=(S("training.seed"),), tt=(T("--debug.seed", int),), when=_fsdp),
+    Setting("fsdp optimizer", spec=(S("training.optimizer"),),
+            fsdp=(E("optimizer.class", {"AdamW": "adam", "SGD": "sgd"}.get),), when=_fsdp),
+    Setting("fsdp lr", spec=(S("training.lr", float),), fsdp=(E("optimizer.lr"),
+                                                              E("lr_schedule.lr")), when=_fsdp),
+    Setting("fsdp min_lr", spec=(S("training.min_lr", float),), fsdp=(E("lr_schedule.min_lr"),),
+            when=_fsdp),
+    Setting("fsdp min_lr_factor", spec=(SF(lambda p: p["spec"]["training"]["min_lr"]
+                                           / p["spec"]["training"]["lr"]),),
+            tt=(T("--lr_scheduler.min_lr_factor", float),), when=_fsdp, approx=True),
+    Setting("fsdp weight_decay", spec=(S("training.weight_decay", float),),
+            fsdp=(E("optimizer.weight_decay"),), when=_fsdp),
+    Setting("fsdp lr_decay_style", spec=(S("training.lr_decay_style"),),
+            fsdp=(E("lr_schedule.style"),), when=_fsdp),
+    Setting("fsdp torchtitan decay_type", spec=(S("training.lr_decay_style", TT_DECAY.get),),
+            tt=(T("--lr_scheduler.decay_type"),), when=_fsdp),
+    Setting("fsdp lr_warmup_iters", spec=(S("training.lr_warmup_iters"),),
+            fsdp=(E("lr_schedule.warmup_iters"),),
+            tt=(T("--lr_scheduler.warmup_steps", int),), when=_fsdp),
+    Setting("fsdp lr_decay_iters", spec=(S("training.lr_decay_iters"),),
+            fsdp=(E("lr_schedule.decay_iters"),),
+            tt=(T("--lr_scheduler.total_steps", int),), when=_fsdp),
+    Setting("fsdp save_interval", spec=(S("launch.save_interval"),),
+            tt=(T("--checkpoint.interval", int),), when=_fsdp),
+)
+
+#: engines.fsdp leaves / torchtitan flags that are mechanics without a spec key.
+FSDP_ENGINE_ONLY: dict[str, str] = {
+    "mesh.device_type": "cuda or cpu from launch.device (the worker's mesh device)",
+    "mesh.dim_names.0": "torchtitan's mesh order", "mesh.dim_names.1": "torchtitan's mesh order",
+    "mesh.dim_names.2": "torchtitan's mesh order", "mesh.dim_names.3": "torchtitan's mesh order",
+    "mesh.dim_names.4": "torchtitan's mesh order",
+    "fully_shard.mesh_dims.0": "the shard dims follow dp_replicate / cp (test_fsdp.py)",
+    "fully_shard.mesh_dims.1": "the shard dims follow dp_replicate / cp (test_fsdp.py)",
+    "fully_shard.mesh_dims.2": "the shard dims follow dp_replicate / cp (test_fsdp.py)",
+    "fully_shard.root_reshard_after_forward": "the root stays gathered for backward (torchtitan)",
+    "fully_shard.offload_policy.pin_memory": "host pinning on CUDA",
+    "pipeline.schedule": "the torch class of fsdp.pp_schedule (test_fsdp.py)",
+    "activation_checkpoint.per_block": "recompute != none",
+    "optimizer.betas.0": "Adam beta1 (test_fsdp.py)", "optimizer.betas.1": "Adam beta2",
+    "optimizer.eps": "Adam eps", "optimizer.momentum": "SGD momentum",
+    "torchtitan.version": "the torchtitan release the flags target",
+}
+TT_ENGINE_ONLY: dict[str, str] = {
+    "--checkpoint.enable": "torchtitan checkpoints off by default; trainc always saves",
+    "--parallelism.pipeline_parallel_microbatch_size": "read by row fsdp micro_batch_size",
+    "--training.local_batch_size": "read by row fsdp micro_batch_size",
+    "--lr_scheduler.decay_ratio": "0 for the constant schedule (stable after warm-up)",
+}
+
+
+def covered_fsdp() -> tuple[set[str], set[str]]:
+    """(engines.fsdp leaf paths, torchtitan flags) the FSDP table reads or lists."""
+    fsdp, tt = set(FSDP_ENGINE_ONLY), set(TT_ENGINE_ONLY)
+    for row in FSDP_TABLE:
+        for r in row.fsdp:
+            fsdp |= set(r.keys)
+        for r in row.tt:
+            tt |= set(r.keys)
+    return fsdp, tt
+
+
 def covered_keys() -> tuple[set[str], set[tuple[str, str]], set[str]]:
     """(flags, core (group, key)s, ds leaf paths) that the table reads or lists as engine-only."""
     lm = set(LM_ENGINE_ONLY)
@@ -731,12 +898,16 @@ def covered_keys() -> tuple[set[str], set[tuple[str, str]], set[str]]:
 
 
 def values(row: Setting, plan: dict[str, Any], lm: dict[str, Any] | None,
-           core: dict[str, Any] | None, ds: dict[str, Any] | None) -> list[tuple[str, Any]]:
-    """(where, value) of ``row`` in every artifact there is (NA readings left out)."""
+           core: dict[str, Any] | None, ds: dict[str, Any] | None,
+           tt: dict[str, Any] | None = None) -> list[tuple[str, Any]]:
+    """(where, value) of ``row`` in every artifact there is (NA readings left out); ``tt`` is
+    torchtitan_args.txt, and plan.json's ``engines.fsdp`` is read from ``plan``."""
     out: list[tuple[str, Any]] = []
     for label, readers, art in (("spec", row.spec, plan), ("megatron_args.txt", row.lm, lm),
                                 ("megatron_core.yaml", row.core, core),
-                                ("ds_config.json", row.ds, ds)):
+                                ("ds_config.json", row.ds, ds),
+                                ("engines.fsdp", row.fsdp, plan["engines"].get("fsdp")),
+                                ("torchtitan_args.txt", row.tt, tt)):
         if art is None:
             continue
         for r in readers:

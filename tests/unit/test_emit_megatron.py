@@ -16,6 +16,10 @@ from trainc.compiler.emit.megatron import megatron_flags
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 
+#: golden cases that write megatron_args.txt (engine=megatron)
+MEGATRON_CASES = [n for n in CASE_NAMES if "deepspeed" not in n and "fsdp" not in n]
+
+
 def _flags_019() -> set[str]:
     with open(DATA / "megatron_cli_flags.tsv", encoding="utf-8") as f:
         rows = csv.DictReader((ln for ln in f if not ln.startswith("#")), delimiter="\t")
@@ -51,13 +55,13 @@ def core_of(name: str, *overrides: str) -> dict:
 
 
 def test_no_flag_of_another_release_or_the_unsafe_p2p_switch() -> None:
-    for name in [n for n in CASE_NAMES if "deepspeed" not in n]:
+    for name in MEGATRON_CASES:
         args = args_of(name)
         assert "--virtual-pipeline-model-parallel-size" not in args
         assert "--no-overlap-p2p-communication" not in args
 
 
-@pytest.mark.parametrize("name", [n for n in CASE_NAMES if "deepspeed" not in n])
+@pytest.mark.parametrize("name", MEGATRON_CASES)
 def test_every_emitted_flag_exists_in_megatron_lm_0_19(name: str) -> None:
     args = args_of(name)
     assert sorted(set(args) - FLAGS_019) == []
@@ -83,7 +87,7 @@ def test_megatron_core_yaml_uses_real_0_16_1_field_names(name: str) -> None:
     assert not (tc["bf16"] and tc["fp16"])
 
 
-@pytest.mark.parametrize("name", [n for n in CASE_NAMES if "deepspeed" not in n])
+@pytest.mark.parametrize("name", MEGATRON_CASES)
 def test_args_and_core_yaml_agree(name: str) -> None:
     plan, _ = compile_case(name)
     a, c = args_of(name), core_of(name)

@@ -20,15 +20,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from one_truth_specs import compile_cfg, one_truth_specs
 from one_truth_table import (
+    FSDP_TABLE,
     LM_ENGINE_ONLY,
     NA,
     TABLE,
     Reader,
     agree,
     core_keys,
+    covered_fsdp,
     covered_keys,
     leaves,
     parse_megatron_args,
+    parse_torchtitan_args,
     values,
 )
 
@@ -50,11 +53,13 @@ def artifacts(files: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any] | N
 def disagreements(files: dict[str, str]) -> list[str]:
     """Every row of the table whose readings differ, as readable lines."""
     plan, lm, core, ds = artifacts(files)
+    tt = parse_torchtitan_args(files["torchtitan_args.txt"]) \
+        if "torchtitan_args.txt" in files else None
     bad = []
-    for row in TABLE:
+    for row in (*TABLE, *FSDP_TABLE):
         if not row.when(plan):
             continue
-        vals = values(row, plan, lm, core, ds)
+        vals = values(row, plan, lm, core, ds, tt)
         if vals and not agree(row, vals):
             bad.append(f"{row.name}: " + ", ".join(f"{w}={v!r}" for w, v in vals))
     return bad
@@ -67,6 +72,14 @@ def uncovered(files: dict[str, str]) -> list[str]:
     out = [f"megatron_args.txt {f}" for f in sorted(set(lm or {}) - lm_cov)]
     out += [f"megatron_core.yaml {g}.{k}" for g, k in sorted(core_keys(core) - core_cov)]
     out += [f"ds_config.json {p}" for p in sorted(set(leaves(ds or {})) - ds_cov)]
+    plan = json.loads(files["plan.json"])
+    fsdp_cov, tt_cov = covered_fsdp()
+    fsdp = plan["engines"].get("fsdp") or {}
+    out += [f"engines.fsdp {p}" for p in sorted(set(leaves(fsdp)) - fsdp_cov)
+            if not p.startswith("torchtitan.args.")]
+    if "torchtitan_args.txt" in files:
+        tt = parse_torchtitan_args(files["torchtitan_args.txt"])
+        out += [f"torchtitan_args.txt {f}" for f in sorted(set(tt) - tt_cov)]
     return out
 
 
@@ -287,3 +300,66 @@ def test_generated_specs_were_compared() -> None:
         pytest.skip("run with the generated-spec tests")
     print("compared", _SEEN)
     assert _SEEN.get("megatron", 0) >= 20 and _SEEN.get("deepspeed", 0) >= 10, _SEEN
+
+
+# --- engine=fsdp -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overrides", [
+    (),
+    ("fsdp.dp_replicate=2", "fsdp.reshard_after_forward=false", "fsdp.cpu_offload=true"),
+    ("training.lr_decay_style=constant", "training.recompute=full", "fsdp.compile=true"),
+    ("launch.entrypoint=torchtitan", "parallel.pp=2", "parallel.vpp=2",
+     "fsdp.pp_schedule=Interleaved1F1B", "parallel.cp=2", "fsdp.dp_replicate=1"),
+    ("training.precision=fp32", "training.optimizer=sgd", "parallel.tp=1",
+     "training.recompute=full",
+     "training.lr_decay_style=linear"),
+], ids=["default", "hsdp-offload", "constant-full-compile", "torchtitan-pp-cp", "fp32-sgd-tp1"])
+def test_fsdp_artifacts_agree(overrides: tuple[str, ...]) -> None:
+    """engine=fsdp: the spec, engines.fsdp and torchtitan_args.txt agree on every row of
+    FSDP_TABLE (the layouts need not be runnable by the CPU worker: torchtitan runs pp)."""
+    from trainc.compiler.pipeline import compile_spec
+
+    result = compile_spec(str(DATA.parent / "golden" / "cases" / "llama3-8b-fsdp-hsdp"
+                              / "spec.yaml"), list(overrides))
+    assert result.ok, [d.to_json() for d in result.diagnostics if d.is_error]
+    check(result.files)
+
+
+@st.composite
+def fsdp_specs(draw: st.DrawFn) -> dict[str, Any]:
+    """A generated DeepSpeed-runnable spec (tp x dp, DeepSpeed's schedules) made engine=fsdp,
+    with the fsdp: keys drawn; MoE is engine=megatron's."""
+    cfg = draw(one_truth_specs(engine="deepspeed"))
+    m, p, t = cfg["model"], cfg["parallel"], cfg["training"]
+    cfg["engine"] = "fsdp"
+    for k in [k for k in m if k.startswith("moe_") or k == "num_experts"]:
+        del m[k]
+    p.pop("ep", None), p.pop("etp", None)
+    p["zero_stage"] = 1
+    t.pop("offload_optimizer", None), t.pop("offload_param", None), t.pop("nvme_path", None)
+    if t.get("precision") == "fp16":
+        t["precision"] = "bf16"
+    m["untie_embeddings_and_output_weights"] = True
+    m["position_embedding"] = "rope"
+    cfg["fsdp"] = {"dp_replicate": draw(st.sampled_from([1, 1, 2])),
+                   "reshard_after_forward": draw(st.booleans()),
+                   "cpu_offload": draw(st.booleans())}
+    if draw(st.booleans()):
+        cfg["launch"] |= {"entrypoint": "torchtitan", "device": "cuda"}
+        cfg["fsdp"]["compile"] = draw(st.booleans())
+    return cfg
+
+
+@settings(max_examples=15, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(fsdp_specs())
+def test_generated_fsdp_specs_agree(cfg: dict[str, Any]) -> None:
+    _compare_generated(cfg)
+
+
+def test_generated_fsdp_specs_were_compared() -> None:
+    """The generated engine=fsdp specs above were mostly accepted (runs after them)."""
+    if "fsdp" not in _SEEN and not _SEEN:
+        pytest.skip("run with the generated-spec tests")
+    assert _SEEN.get("fsdp", 0) >= 8, _SEEN

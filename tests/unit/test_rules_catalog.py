@@ -20,6 +20,7 @@ MOE = {"model.num_experts": 8, "model.moe_router_topk": 2}
 DS = {"engine": "deepspeed"}
 H100_FP8 = {"training.fp8_format": "hybrid", "cluster.gpu": "h100-80g"}
 BIG = {"model.num_layers": 32, "model.hidden_size": 8192}
+FSDP = {"engine": "fsdp", "parallel.pp": 1}  # tp2 x dp4 on 8 GPUs
 #: 20 GB200 NVL72 trays (4 GPUs each, 18 per 72-GPU NVLink domain)
 NVL72 = {"cluster.gpu": "gb200", "cluster.gpus_per_node": 4, "cluster.nvlink_domain_size": 72,
          "cluster.num_nodes": 20, "parallel.pp": 1}
@@ -159,6 +160,19 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "TRC329": ({"training.optimizer": "sgd", "training.adam_beta2": 0.95},
                {"training.optimizer": "adam", "training.adam_beta2": 0.95},
                "training.adam_beta2"),
+    "TRC340": ({**FSDP, "fsdp.dp_replicate": 2, "fsdp.dp_shard": 4},
+               {**FSDP, "fsdp.dp_replicate": 2, "fsdp.dp_shard": 2}, "fsdp.dp_shard"),
+    "TRC341": ({**FSDP, "cluster.num_nodes": 4, "cluster.gpus_per_node": 2,
+                "fsdp.dp_replicate": 2},
+               {**FSDP, "cluster.num_nodes": 4, "cluster.gpus_per_node": 2,
+                "fsdp.dp_replicate": 4}, "fsdp.dp_shard"),
+    "TRC342": ({**FSDP, "training.precision": "fp16"}, {**FSDP, "training.precision": "bf16"},
+               "training.precision"),
+    "TRC343": ({"engine": "fsdp", "parallel.vpp": 2, "fsdp.pp_schedule": "1F1B"},
+               {"engine": "fsdp", "parallel.vpp": 2, "fsdp.pp_schedule": "ZBVZeroBubble"},
+               "fsdp.pp_schedule"),
+    "TRC344": ({**FSDP, "parallel.zero_stage": 3}, {**FSDP, "parallel.zero_stage": 1},
+               "parallel.zero_stage"),
     "TRC330": ({"training.fp8_format": "hybrid", "launch.device": "cpu"},
                {"training.fp8_format": "hybrid", "launch.device": "cuda"}, "training.fp8_format"),
     "TRC331": ({"training.fp8_format": "e4m3", "training.fp4_format": "e2m1"},

@@ -102,3 +102,19 @@ def test_fp8_on_deepspeed_is_one_runner_error_not_recipe_findings() -> None:
     mg = {d.rule.id for d in lint_cfg(**changes, engine="megatron")}
     assert "TRC330" in ds and not ds & {"TRC370", "TRC371", "TRC379"}
     assert {"TRC370", "TRC371", "TRC379"} <= mg and "TRC330" not in mg
+
+
+#: rules that only Megatron-Core (Transformer Engine, its MoE layer) enforces, or only DeepSpeed
+MEGATRON_ONLY = ("TRC306", "TRC307", "TRC370", "TRC371", "TRC372", "TRC373", "TRC374", "TRC375",
+                 "TRC376", "TRC377", "TRC378", "TRC379")
+DEEPSPEED_ONLY = ("TRC304", "TRC305", "TRC320", "TRC321")
+
+
+@pytest.mark.parametrize("rule_id", MEGATRON_ONLY + DEEPSPEED_ONLY)
+def test_engine_only_rules_are_na_on_fsdp(rule_id: str) -> None:
+    """engine=fsdp (torch FSDP2 / torchtitan) has neither runner: the catalog says n/a."""
+    rule = R.RULES_BY_ID[rule_id]
+    assert rule.severity_for("fsdp") == "n/a"
+    other = "deepspeed" if rule_id in MEGATRON_ONLY else "megatron"
+    assert rule.severity_for(other) == "n/a"
+

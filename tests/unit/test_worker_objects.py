@@ -260,3 +260,32 @@ def test_generated_deepspeed_config(cfg: dict[str, Any]) -> None:
         check_deepspeed(result.files, Path(tmp))
     with tempfile.TemporaryDirectory() as tmp:
         check_deepspeed(result.files, Path(tmp), "cpu")
+
+
+def test_worker_refuses_fp8_plans_on_cpu() -> None:
+    """A CUDA plan with FP8 or the precision-aware optimizer cannot run with --device cpu: the
+    worker stops naming the keys instead of training another model (one truth)."""
+    from trainc.compiler.engines.megatron import megatron_core_kwargs
+    from trainc.compiler.pipeline import plan_and_estimate
+    from trainc.schemas import Fp8Format, StateDtype
+
+    spec = make_spec_for_worker()
+    spec.training.fp8_format = Fp8Format.hybrid
+    spec.training.exp_avg_dtype = StateDtype.bf16
+    spec.parallel.zero_stage = 1
+    nspec, diags, plan = plan_and_estimate(spec)
+    assert plan is not None, [d.message for d in diags if d.is_error]
+    core = megatron_core_kwargs(nspec, plan.derived)
+    with pytest.raises(SystemExit, match=r"fp8=hybrid.*use_precision_aware_optimizer"):
+        train.refuse_low_precision_on_cpu(core)
+    spec.training.fp8_format = Fp8Format.none
+    spec.training.exp_avg_dtype = StateDtype.fp32
+    nspec, _, plan = plan_and_estimate(spec)
+    assert plan is not None
+    train.refuse_low_precision_on_cpu(megatron_core_kwargs(nspec, plan.derived))  # no error
+
+
+def make_spec_for_worker() -> Any:
+    from specs.kit import make
+
+    return make(**{"launch.device": "cuda"})

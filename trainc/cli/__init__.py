@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schema": ("trainc.cli.ecosystem", "_schema"),
     "diff": ("trainc.cli.ecosystem", "_diff"),
     "plan": ("trainc.cli.plan", "_plan"),
+    "calibrate": ("trainc.cli.calibrate", "_calibrate"),
     "submit": ("trainc.cli.slurm", "_submit"),
     "run": ("trainc.cli.run", "_run"),
 }
@@ -82,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="rows of the rank table (default: one node; at most 256)")
     _add_ecosystem_parsers(sub)
     _add_plan_parser(sub)
+    from trainc.cli.calibrate import add_parser as _add_calibrate_parser
+
+    _add_calibrate_parser(sub)
     _add_submit_parser(sub)
 
     run = sub.add_parser("run", help="run OUTDIR/torchrun.sh on this machine")

@@ -12,7 +12,10 @@ from trainc.compiler.hardware import GPUS
 from trainc.schemas import (
     Activation,
     Engine,
+    FsdpDtype,
     Normalization,
+    PipelineSchedule,
+    Precision,
     Recompute,
     RecomputeMethod,
     TrainSpec,
@@ -48,6 +51,10 @@ FILLED_FROM: dict[str, tuple[str, ...]] = {
     "parallel.sequence_parallel": ("parallel.tp",),
     "training.recompute_method": ("training.recompute",),
     "training.recompute_num_layers": ("training.recompute",),
+    "fsdp.dp_shard": ("cluster.num_nodes", "cluster.gpus_per_node", "parallel.tp", "parallel.pp",
+                      "parallel.cp", "fsdp.dp_replicate"),
+    "fsdp.param_dtype": ("training.precision",),
+    "fsdp.pp_schedule": ("parallel.vpp",),
 }
 
 
@@ -140,9 +147,26 @@ def normalize(spec: TrainSpec) -> TrainSpec:
     if t.overlap_param_gather is None:
         t.overlap_param_gather = (megatron and p.zero_stage == 1 and dp_cp > 1
                                   and t.overlap_grad_reduce)
+    if s.engine is Engine.fsdp:
+        _fsdp(s, world // model_parallel if model_parallel > 0 and world % model_parallel == 0
+              else None)
     if t.recompute is Recompute.full:
         if t.recompute_method is None:
             t.recompute_method = RecomputeMethod.uniform
         if t.recompute_num_layers is None:
             t.recompute_num_layers = 1
     return s
+
+
+def _fsdp(s: TrainSpec, dp: int | None) -> None:
+    """engine=fsdp: ``fsdp.dp_shard`` = dp / dp_replicate (when it divides; TRC340 reports it
+    otherwise), ``fsdp.param_dtype`` = the training precision (bf16 or fp32; fp16 stays null and
+    TRC342 reports it), ``fsdp.pp_schedule`` = 1F1B, or Interleaved1F1B with vpp > 1."""
+    f, p = s.fsdp, s.parallel
+    if f.dp_shard is None and dp is not None and f.dp_replicate > 0 and dp % f.dp_replicate == 0:
+        f.dp_shard = dp // f.dp_replicate
+    if f.param_dtype is None and s.training.precision is not Precision.fp16:
+        f.param_dtype = FsdpDtype(s.training.precision.value)
+    if f.pp_schedule is None:
+        f.pp_schedule = (PipelineSchedule.interleaved_1f1b if p.vpp > 1
+                         else PipelineSchedule.one_f1b)

@@ -12,10 +12,11 @@ from typing import Any
 from trainc import __version__
 from trainc.compiler.derive import derive
 from trainc.compiler.engines import engine_configs
+from trainc.compiler.engines.fsdp import TORCHTITAN_VERSION
 from trainc.compiler.engines.settings import distributed_optimizer, layers_per_virtual_stage
 from trainc.compiler.ir import Engines, Layout, Plan
 from trainc.compiler.secrets import mask_secrets
-from trainc.schemas import Device, Precision, TrainSpec
+from trainc.schemas import Device, Engine, Precision, TrainSpec
 
 #: Megatron-LM release whose ``pretrain_gpt.py`` flags ``megatron_args.txt`` targets.
 MEGATRON_LM_VERSION = "core_v0.19.0"
@@ -98,8 +99,9 @@ def plan(spec: TrainSpec) -> Plan:
         spec=spec, spec_json=spec_dict, spec_hash=spec_hash(spec_dict), derived=layout,
         engines=Engines(megatron_core=eng["megatron_core"],
                         megatron_lm=None if lm is None else tuple(tuple(x) for x in lm),
-                        deepspeed=eng["deepspeed"]),
+                        deepspeed=eng["deepspeed"], fsdp=eng["fsdp"]),
         trainc_version=__version__,
         target_versions={"megatron_lm": MEGATRON_LM_VERSION,
                          "megatron_core": MEGATRON_CORE_VERSION,
-                         "deepspeed": DEEPSPEED_VERSION})
+                         "deepspeed": DEEPSPEED_VERSION}
+        | ({"torchtitan": TORCHTITAN_VERSION} if spec.engine is Engine.fsdp else {}))

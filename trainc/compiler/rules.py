@@ -141,20 +141,20 @@ MOE_TP_SP = _r(
 VPP_PP2_P2P = _r(
     "TRC303", "vpp-pp2-unbatched-p2p",
     "pp=2 with interleaving is emitted with overlapped (unbatched) p2p; batched p2p silently "
-    "corrupts training on that layout", "info")
+    "corrupts training on that layout", "info", engines={"fsdp": "n/a"})
 DS_ZERO_PP = _r(
     "TRC304", "deepspeed-zero-pp", "DeepSpeed ZeRO-2/3 is incompatible with pipeline parallelism",
-    engines={"megatron": "n/a", "deepspeed": "error"})
+    engines={"megatron": "n/a", "deepspeed": "error", "fsdp": "n/a"})
 OFFLOAD_PARAM_STAGE = _r(
     "TRC305", "offload-param-needs-zero3", "offload_param needs DeepSpeed ZeRO stage 3",
-    engines={"megatron": "n/a", "deepspeed": "error"})
+    engines={"megatron": "n/a", "deepspeed": "error", "fsdp": "n/a"})
 OFFLOAD_ENGINE = _r(
     "TRC306", "offload-needs-deepspeed", "optimizer/parameter offload needs engine=deepspeed",
-    engines={"megatron": "error", "deepspeed": "n/a"})
+    engines={"megatron": "error", "deepspeed": "n/a", "fsdp": "n/a"})
 MEGATRON_ZERO = _r(
     "TRC307", "megatron-zero-stage",
     "engine=megatron supports zero_stage 0 (DDP) and 1 (distributed optimizer)",
-    engines={"megatron": "error", "deepspeed": "n/a"})
+    engines={"megatron": "error", "deepspeed": "n/a", "fsdp": "n/a"})
 RECOMPUTE_ARGS = _r(
     "TRC308", "recompute-method-args",
     "recompute_method/recompute_num_layers belong to recompute=full only")
@@ -173,14 +173,15 @@ FP16_CPU = _r(
     "TRC319", "precision-on-device", "fp16 does not run on the CPU device (use bf16 or fp32)")
 OFFLOAD_OPTIMIZER_STAGE = _r(
     "TRC320", "offload-optimizer-needs-zero", "offload_optimizer needs DeepSpeed ZeRO stage 1-3",
-    engines={"megatron": "n/a", "deepspeed": "error"})
+    engines={"megatron": "n/a", "deepspeed": "error", "fsdp": "n/a"})
 NVME_PATH = _r(
     "TRC321", "nvme-path-required", "nvme offload needs training.nvme_path",
-    engines={"megatron": "n/a", "deepspeed": "error"})
+    engines={"megatron": "n/a", "deepspeed": "error", "fsdp": "n/a"})
 DS_PIPE_GRAD_ACCUM = _r(
     "TRC322", "deepspeed-pipe-grad-accum-scale",
     "DeepSpeed's pipeline engine sums micro-batch gradients: the micro/accumulation split at a "
-    "fixed global batch changes the gradient scale", "warning", engines={"megatron": "n/a"})
+    "fixed global batch changes the gradient scale", "warning",
+    engines={"megatron": "n/a", "fsdp": "n/a"})
 LR_SCHEDULE_ENGINE = _r(
     "TRC323", "lr-schedule-supported",
     "the learning-rate schedule must be one the engine honours exactly (DeepSpeed: constant, "
@@ -191,7 +192,8 @@ DDP_OVERLAP = _r(
     "Megatron-Core DDP settings (engine=megatron)")
 ENTRYPOINT_RUNS = _r(
     "TRC325", "entrypoint-runs-spec",
-    "launch.entrypoint megatron-lm runs engine=megatron on CUDA only")
+    "launch.entrypoint megatron-lm runs engine=megatron, torchtitan runs engine=fsdp, both on "
+    "CUDA only")
 MOE_CAPACITY_BALANCING = _r(
     "TRC326", "moe-capacity-needs-aux-balancing",
     "moe_expert_capacity_factor works only with aux_loss, seq_aux_loss, global_aux_loss or none "
@@ -250,6 +252,31 @@ SETTING_WITHOUT_EFFECT = _r(
     "a key set to a non-default value that the rest of the spec makes inert (Adam betas with "
     "sgd, WSD keys with another schedule, RoPE keys with learned positions, router keys on a "
     "dense model, a data split without data)", "warning")
+#: the engine=fsdp rules do not apply to the other engines
+_FSDP_ONLY = {"megatron": "n/a", "deepspeed": "n/a"}
+FSDP_MESH = _r(
+    "TRC340", "fsdp-mesh-matches-world",
+    "engine=fsdp: dp_replicate x dp_shard must equal dp, so that the DeviceMesh (pp, dp_replicate, "
+    "dp_shard, cp, tp) covers the world (init_device_mesh refuses another product)",
+    engines=_FSDP_ONLY)
+FSDP_HSDP_NODE = _r(
+    "TRC341", "fsdp-hsdp-shard-group-in-node",
+    "engine=fsdp with HSDP: the shard group (dp_shard x cp x tp consecutive ranks) should fit in "
+    "one node, so that the per-layer all-gathers and reduce-scatters stay on NVLink", "warning",
+    engines=_FSDP_ONLY)
+FSDP_PRECISION = _r(
+    "TRC342", "fsdp-precision",
+    "engine=fsdp trains in bf16 or fp32 (MixedPrecisionPolicy); fp16 needs a sharded gradient "
+    "scaler that neither the trainc worker nor torchtitan sets up", engines=_FSDP_ONLY)
+FSDP_SCHEDULE = _r(
+    "TRC343", "fsdp-pipeline-schedule",
+    "engine=fsdp with pp > 1: the pipelining schedule must match the stages per rank (1F1B: vpp 1, "
+    "Interleaved1F1B: vpp > 1, ZBVZeroBubble: vpp 2)", engines=_FSDP_ONLY)
+FSDP_UNSUPPORTED = _r(
+    "TRC344", "fsdp-unsupported-setting",
+    "engine=fsdp does not read a setting of another engine or one its runner cannot honour (ZeRO "
+    "stage and DeepSpeed offload keys: FSDP2 shards by fsdp.* keys; experts; compile on CPU)",
+    engines=_FSDP_ONLY)
 LOW_PRECISION_RUNNER = _r(
     "TRC330", "low-precision-runner",
     "FP8 / FP4 GEMMs and a precision-aware optimizer need Transformer Engine on CUDA: "
@@ -261,9 +288,9 @@ OPTIMIZER_STATE_PRECISION = _r(
     "TRC332", "optimizer-state-precision",
     "optimizer buffers below fp32 need adam and the distributed optimizer (Megatron-Core "
     "precision-aware optimizer), in the dtypes Megatron-LM accepts for each buffer")
-#: not applicable to DeepSpeed: trainc's DeepSpeed runner has no Transformer Engine GEMMs and no
-#: Megatron-Core MoE dispatcher settings (TRC330 / TRC313 report the spec there instead)
-_MEGATRON_ONLY = {"megatron": "error", "deepspeed": "n/a"}
+#: not applicable to DeepSpeed or FSDP: trainc's runners there have no Transformer Engine GEMMs and
+#: no Megatron-Core MoE dispatcher (TRC330 / TRC313 / the FSDP rules report the spec instead)
+_MEGATRON_ONLY = {"megatron": "error", "deepspeed": "n/a", "fsdp": "n/a"}
 LOW_PRECISION_GPU = _r(
     "TRC370", "low-precision-recipe-gpu",
     "the FP8 / FP4 recipe must run on cluster.gpu: FP8 needs compute capability 8.9+ (no A100), "
@@ -287,12 +314,12 @@ MXFP8_FORMAT = _r(
     "TRC374", "mxfp8-e4m3-only",
     "the mxfp8 recipe trains with E4M3 in forward and backward; fp8_format hybrid (E5M2 "
     "gradients) diverged in Megatron-Bridge's MXFP8 runs", "warning",
-    engines={"megatron": "warning", "deepspeed": "n/a"})
+    engines={"megatron": "warning", "deepspeed": "n/a", "fsdp": "n/a"})
 MXFP8_PARAM_GATHER = _r(
     "TRC379", "mxfp8-param-gather",
     "mxfp8 without fp8_param_gather keeps BF16 parameter copies next to the MXFP8 ones "
     "(Megatron-Core: 'will use significant amount additional GPU memory')", "warning",
-    engines={"megatron": "warning", "deepspeed": "n/a"})
+    engines={"megatron": "warning", "deepspeed": "n/a", "fsdp": "n/a"})
 MOE_FLEX_DISPATCHER = _r(
     "TRC375", "moe-flex-dispatcher",
     "the flex token dispatcher needs etp*ep > 1; its deepep backend does not drop-and-pad "
@@ -310,7 +337,7 @@ MOE_FLEX_SCALE = _r(
     "TRC378", "moe-flex-dispatcher-intranode",
     "the flex dispatcher (DeepEP) pays off for expert-parallel groups across nodes; inside one "
     "node alltoall or allgather is as fast or faster", "warning",
-    engines={"megatron": "warning", "deepspeed": "n/a"})
+    engines={"megatron": "warning", "deepspeed": "n/a", "fsdp": "n/a"})
 DATA_SPLIT = _r(
     "TRC512", "data-split-format",
     "launch.data_split is three non-negative numbers, comma-separated, not all zero "
@@ -381,7 +408,8 @@ SOURCES: dict[str, str] = {
               "WarmupCosineLR; megatron/core/optimizer_param_scheduler.py "
               "OptimizerParamScheduler.__init__ asserts (0.16.1)",
     "TRC324": "megatron/training/arguments.py::validate_args overlap checks (core_v0.19.0)",
-    "TRC325": "trainc.capabilities (pretrain_gpt.py needs CUDA and Megatron)",
+    "TRC325": "trainc.capabilities (pretrain_gpt.py needs CUDA and Megatron; torchtitan 0.3.0 "
+              "trains on CUDA)",
     "TRC326": "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__ "
               "(0.16.1)",
     "TRC327": "megatron/core/transformer/moe/shared_experts.py SharedExpertMLP (0.16.1): "
@@ -397,6 +425,15 @@ SOURCES: dict[str, str] = {
     "TRC328": "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__ "
               "(0.16.1): 'Please use --moe-router-pre-softmax when topk is 1.'",
     "TRC329": "trainc: what each engine reads (docs/engines.md)",
+    "TRC340": "torch 2.13 torch/distributed/device_mesh.py init_device_mesh (mesh size must equal "
+              "the world); torchtitan 0.3.0 distributed/parallel_dims.py ParallelDims._validate",
+    "TRC341": "torch 2.13 fully_shard on a 2-D mesh (HSDP: all-gather / reduce-scatter over the "
+              "shard dim per layer, all-reduce over the replicate dim); arXiv:2304.11277 §3.2",
+    "TRC342": "torch 2.13 torch/distributed/fsdp/_fully_shard/_fsdp_api.py MixedPrecisionPolicy; "
+              "torchtitan 0.3.0 config/configs.py TrainingConfig.mixed_precision_param",
+    "TRC343": "torch 2.13 torch/distributed/pipelining/schedules.py (PipelineScheduleSingle vs "
+              "PipelineScheduleMulti; ScheduleZBVZeroBubble needs 2 stages per rank)",
+    "TRC344": "trainc: what engine=fsdp reads (docs/engines.md)",
     "TRC330": "megatron-core 0.16.1 transformer_config.py / optimizer_config.py (Transformer "
               "Engine FusedAdam); trainc capabilities",
     "TRC331": "megatron-core 0.16.1 TransformerConfig.__post_init__ (fp8_param, fp4 vs fp8)",

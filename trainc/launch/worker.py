@@ -5,7 +5,8 @@ environment (NCCL on CUDA, gloo on CPU), Megatron-Core's parallel_state with exa
 tp/pp/vpp/cp/ep/etp (order tp-cp-ep-dp-pp), builds the GPTModel chunks, wraps them in Megatron DDP
 and the Megatron optimizer (distributed optimizer when the plan says so), and trains with
 Megatron-Core's schedules (:mod:`trainc.launch.engines.megatron`); engine=deepspeed goes through
-:mod:`trainc.launch.engines.deepspeed`. This module only parses the command line and dispatches;
+:mod:`trainc.launch.engines.deepspeed`, engine=fsdp (FSDP2 on a DeviceMesh) through
+:mod:`trainc.launch.engines.fsdp`. This module only parses the command line and dispatches;
 what the engines share is :mod:`trainc.launch.runtime`.
 
 Log lines (stdout): ``trainc-worker: ...`` for setup (every override the worker applies is one
@@ -70,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
             from trainc.launch.engines import deepspeed
 
             deepspeed.run(s)
+        elif s.engine == "fsdp":
+            from trainc.launch.engines import fsdp
+
+            fsdp.run(s)
         else:
             from trainc.launch.engines import megatron
 

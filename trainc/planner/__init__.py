@@ -1,13 +1,15 @@
 """``trainc plan``: search every parallel dimension for a spec's model, cluster and batch.
 
 :func:`plan_layouts` loads the spec, runs :func:`trainc.planner.search.search`, then compiles the
-best candidates for real (full rule set, full estimator, fit check) so that every returned
-candidate compiles with no error, and ranks them by the full estimator's step time (ties: less
-memory, then the simpler layout).
+candidates for real (full rule set, full estimator, fit check) so that every returned candidate
+compiles with no error, and ranks them by the full estimator's step time, the simpler layout
+first when two are within the model's error band (docs/planner.md).
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +29,8 @@ from trainc.planner.search import (
     summary,
 )
 from trainc.schemas import TrainSpec
+
+GIB = 2**30
 
 
 @dataclass
@@ -52,11 +56,103 @@ class PlanResult:
     num_fit: int = 0
     num_candidates_considered: int = 0
     planned: list[Planned] = field(default_factory=list)
+    num_full_estimates: int = 0
+    """Layouts that went through the full estimator (the rest were pruned by the bound)."""
+    exact: bool = True
+    """True when the bound proved the first max(top, RANKED) places (every unestimated layout
+    is slower than them by more than the error band)."""
+    error_band: float = 0.0
+    """The relative step-time band of the simplicity tie-break (:func:`error_band`)."""
+    versus_spec: str = ""
+    """Why the top pick beats the spec's own layout (:func:`versus_spec`)."""
 
     @property
     def ok(self) -> bool:
         """No error diagnostics in the input spec."""
         return not any(d.is_error for d in self.diagnostics)
+
+
+#: The model's error band when the cluster has no calibrated one (relative step time): the
+#: cluster defaults are stated to keep Narayanan et al. 2021 Table 1 within 10 %
+#: (:attr:`trainc.schemas.ClusterSpec.gemm_half_efficiency_tokens`). Two layouts whose full
+#: estimates are closer than this are a tie, broken by the simpler layout (docs/planner.md).
+DEFAULT_ERROR_BAND = 0.10
+#: Places the branch and bound ranks whatever ``--top`` is (so ``--top`` up to it never
+#: changes the order); exact (the same as estimating every layout) when ``PlanResult.exact``.
+RANKED = 20
+#: At most this many layouts go through the full estimator per plan (a time cap; when it is
+#: reached before the bound proves the ranking, ``PlanResult.exact`` is False).
+MAX_FULL = 256
+#: Grids scouted (one full estimate each) before the branch and bound's rounds.
+SCOUTS = 48
+#: Safety factor on the measured full / fast ratio of a grid (see :func:`plan_layouts`).
+BOUND_SAFETY = 0.9
+
+
+def _class(c: Candidate) -> tuple[Any, ...]:
+    """The class whose layouts share one full / fast ratio in the bound: grid, cp_comm_type
+    and recompute granularity (the fast model's error varies mostly across these)."""
+    return (*c.grid_key(), c.cp_comm_type, c.recompute[0])
+
+
+def _bound(c: Candidate, ratios: dict[tuple[Any, ...], float]) -> float:
+    """The branch and bound's bound of ``c``'s full step time (see :func:`plan_layouts`): the
+    larger of the proven compute bound and the fast step time x the smallest full / fast ratio
+    seen in its class x BOUND_SAFETY, else in its grid x BOUND_SAFETY**2, else over every
+    estimated layout x BOUND_SAFETY**3."""
+    proven = c.terms.get("lower_bound", 0.0)
+    for level, key in enumerate((_class(c), c.grid_key(), ())):
+        r = ratios.get(key)
+        if r is not None:
+            return max(proven, c.step_seconds * r * BOUND_SAFETY ** (level + 1))
+    return proven
+
+
+def error_band(spec: TrainSpec) -> float:
+    """The relative step-time band within which two layouts tie: half the width of the
+    calibrated p10..p90 band of measured / estimated step time (``cluster.step_time_p10_ratio``,
+    ``cluster.step_time_p90_ratio``, written by ``trainc calibrate``), else
+    :data:`DEFAULT_ERROR_BAND`."""
+    c = spec.cluster
+    lo, hi = getattr(c, "step_time_p10_ratio", None), getattr(c, "step_time_p90_ratio", None)
+    if lo is not None and hi is not None and hi >= lo > 0:
+        return float((hi - lo) / 2)
+    return DEFAULT_ERROR_BAND
+
+
+def rank_within_band(planned: list[Planned], band: float) -> list[Planned]:
+    """Order finalists by the full estimator with the simplicity tie-break: repeatedly take,
+    among the remaining layouts whose step time is within ``band`` (relative) of the fastest
+    remaining one, the simplest (:meth:`Candidate.simplicity`), then the faster, then the
+    smaller. Deterministic and independent of how many are shown."""
+    rest = sorted(planned, key=lambda p: (_step(p), _mem(p), p.candidate.simplicity()))
+    out: list[Planned] = []
+    while rest:
+        limit = _step(rest[0]) * (1 + band)
+        near = [p for p in rest if _step(p) <= limit]
+        pick = min(near, key=lambda p: (p.candidate.simplicity(), _step(p), _mem(p)))
+        out.append(pick)
+        rest.remove(pick)
+    return out
+
+
+def drop_equal_time_larger(planned: list[Planned]) -> list[Planned]:
+    """Among finalists with the same step time (to 6 significant digits), keep only those with
+    the least memory: a layout that estimates exactly as fast as another but needs more memory
+    is no choice (EP=1 with ETP=8 next to EP=8 with ETP=1, for instance). Other dominated
+    layouts stay ranked (the table hides them; ``--format json`` lists them)."""
+    low: dict[float, int] = {}
+    for p in planned:
+        low[_step(p)] = min(low.get(_step(p), _mem(p)), _mem(p))
+    return [p for p in planned if _mem(p) == low[_step(p)]]
+
+
+def _step(p: Planned) -> float:
+    return float(round_sig(p.estimates.get("step_time_seconds", 0.0)))
+
+
+def _mem(p: Planned) -> int:
+    return int(p.estimates.get("memory_bytes", {}).get("total", 0))
 
 
 def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = (),
@@ -67,52 +163,182 @@ def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
     constraints. Model-level errors (e.g. heads not divisible by a fixed tp) come back as
     diagnostics, as from ``trainc lint``; so do rule errors of the fixed keys when no layout
     survives.
+
+    Ranking (docs/planner.md): every ranked layout has the full estimator's step time and
+    memory (compiled with the full rule set and fit check). The fast model only orders the
+    work and prunes by a bound of the full step time (branch and bound): a layout is left
+    unestimated when its bound exceeds the ``max(top, RANKED)``-th best full step time by more
+    than the error band, or when MAX_FULL layouts have been estimated. The procedure is the same
+    for every ``top`` up to RANKED, so ``--top 1, 5, 20`` print prefixes of one list;
+    ``PlanResult.exact`` says whether the bound proved the order (the same as estimating every
+    layout) or the time cap came first.
     """
     loaded = load_spec(path, overrides)
     if loaded.spec is None:
         return PlanResult(str(path), sort_diagnostics(loaded.diagnostics))
-    spec = normalize(loaded.spec)
+    raw_spec = loaded.spec
+    spec = normalize(raw_spec)
     explicit = loaded.explicit
     result = search(spec, explicit)
     out = PlanResult(str(path), [], result.num_candidates_evaluated, result.num_fit,
                      result.num_candidates_considered)
+    band = error_band(spec)
+    out.error_band = band
+    need = max(top, RANKED)
+    done: set[tuple[Any, ...]] = set()
     seen: set[tuple[Any, ...]] = set()
-    for cand in result.candidates:
+    steps: list[float] = []  # full step times of the fitting layouts, ascending
+    ratios: dict[tuple[Any, ...], float] = {}  # class -> smallest full / fast step seen
+
+    def full(cand: Candidate) -> None:
+        done.add(cand.layout_key())
+        out.num_full_estimates += 1
+        raw = candidate_spec(raw_spec, cand)
         # the compiler's own passes (the fit verdict without its what-if search)
-        state = run_passes(State(spec=candidate_spec(loaded.spec, cand), suggest=False),
-                           stop_after="check_fit")
-        if state.failed or state.plan is None or state.plan.estimates is None:
-            continue
-        cspec, est = state.spec, state.plan.estimates.to_json()
+        state = run_passes(State(spec=raw, suggest=False), stop_after="check_fit")
+        if state.plan is None or state.plan.estimates is None:
+            return
+        est = state.plan.estimates.to_json()
+        step = float(est.get("step_time_seconds", 0.0))
+        if cand.step_seconds > 0 and step > 0:
+            for g in (_class(cand), cand.grid_key(), ()):
+                ratios[g] = min(ratios.get(g, math.inf), step / cand.step_seconds)
+        if state.failed:
+            return
         # A layout that differs from a finalist only in cp_comm_type and estimates the same is
         # not another choice: keep the first (the search yields p2p, Megatron's default, first).
         par = {k: v for k, v in summary(cand)["parallel"].items() if k != "cp_comm_type"}
         key = (repr(sorted(par.items())), repr(summary(cand)["training"]),
-               round_sig(est.get("step_time_seconds", 0.0)),
-               est.get("memory_bytes", {}).get("total", 0))
+               round_sig(step), est.get("memory_bytes", {}).get("total", 0))
         if key in seen:
-            continue
+            return
         seen.add(key)
-        out.planned.append(Planned(cand, cspec, est,
-                                   raw_spec=candidate_spec(loaded.spec, cand)))
-        if len(out.planned) >= max(top * 3, top):
+        out.planned.append(Planned(cand, state.spec, est, raw_spec=raw))
+        bisect.insort(steps, round_sig(step))
+
+    # First the fastest layout (by the fast model) of each of the SCOUTS fastest grids, so that
+    # every competitive grid (and the simpler ones the tie-break may prefer) has a measured
+    # full / fast ratio, then the fast model's best layouts: a tight threshold quickly.
+    # Layouts the fast model already puts over the memory budget (within MEM_SLACK) come last:
+    # the full fit check usually confirms it, and they would spend the budget.
+    order = sorted(result.pool, key=lambda c: c.memory_bytes > result.limit_bytes)
+    firsts: dict[tuple[Any, ...], Candidate] = {}
+    for cand in order:
+        firsts.setdefault(cand.grid_key(), cand)
+    for cand in [*list(firsts.values())[:SCOUTS], *result.candidates]:
+        if out.num_full_estimates < MAX_FULL and cand.layout_key() not in done:
+            full(cand)
+    # Branch and bound over the pool (docs/planner.md). A layout's bound is the larger of its
+    # proven compute bound (fast.step_lower_bound) and, once a layout of its class (grid,
+    # cp_comm_type, recompute granularity) has been estimated, its fast step time x the
+    # smallest full / fast ratio seen in the class x BOUND_SAFETY. Each round estimates every
+    # layout whose bound is within the band of the need-th best full step time (a grid not
+    # estimated yet sends one scout, its fastest layout by the fast model), until none is left.
+    threshold = math.inf
+    pool = [c for c in order if c.layout_key() not in done]
+    while pool:
+        threshold = steps[need - 1] * (1 + band) if len(steps) >= need else math.inf
+        todo, keep = [], []
+        scout: dict[tuple[Any, ...], Candidate] = {}
+        for c in pool:  # ascending fast step: the first of a grid is its scout
+            if _bound(c, ratios) > threshold:
+                keep.append(c)
+            elif _class(c) in ratios:
+                todo.append(c)
+            elif _class(c) in scout:
+                keep.append(c)
+            else:
+                scout[_class(c)] = c
+        todo += scout.values()
+        if not todo:
             break
+        # breadth first: the fastest layout of every grid before the siblings (under the time
+        # cap, every competitive grid is seen before a grid's micro batch and recompute variants)
+        heads: dict[tuple[Any, ...], Candidate] = {}
+        for c in todo:
+            heads.setdefault(c.grid_key(), c)
+        first = {id(c) for c in heads.values()}
+        todo = list(heads.values()) + [c for c in todo if id(c) not in first]
+        room = MAX_FULL - out.num_full_estimates
+        for c in todo[:room]:
+            full(c)
+        pool = [c for c in pool if c.layout_key() not in done]
+        if len(todo) > room:
+            break
+    # exact: nothing in the pool is left within the threshold, and the layouts the search left
+    # out of the pool have a proven bound above it
+    threshold = steps[need - 1] * (1 + band) if len(steps) >= need else math.inf
+    out.exact = all(_bound(c, ratios) > threshold for c in pool if c.layout_key() not in done) \
+        and (not result.dropped or max(result.dropped_bound, result.dropped_fast
+                                       * ratios.get((), 0.0) * BOUND_SAFETY ** 3) > threshold)
     if not out.planned:
         # Nothing to offer: if the keys the user fixed break a rule, that is the reason (not
         # memory); report those errors as `trainc lint` would.
         out.diagnostics = sort_diagnostics([
             d for d in validate(spec) if d.is_error
             and (d.key in explicit or any(k in explicit for k in d.related))])
-    out.planned.sort(key=lambda p: (round_sig(p.estimates.get("step_time_seconds", 0.0)),
-                                    p.estimates.get("memory_bytes", {}).get("total", 0),
-                                    p.candidate.simplicity()))
-    out.planned = out.planned[:top]
+    out.planned = rank_within_band(drop_equal_time_larger(out.planned), band)[:top]
     if out.planned:
-        best = out.planned[0].estimates.get("step_time_seconds") or 0.0
+        best = _step(out.planned[0])
         for i, p in enumerate(out.planned):
             step = p.estimates.get("step_time_seconds") or p.candidate.step_seconds
             p.reason = explain(p.candidate, i, step, best)
+        out.versus_spec = versus_spec(raw_spec, out.planned[0])
     return out
+
+
+_TERM_LABELS = {"tp": "TP communication", "cp": "CP communication", "ep": "EP all-to-all",
+                "pp": "PP p2p", "dp": "DP gradient sync"}
+
+
+def versus_spec(raw: TrainSpec, pick: Planned) -> str:
+    """One line on why the top pick beats the layout the spec itself asks for (its parallel
+    and training keys as written, defaults for the rest): step time, memory per GPU and the
+    term of the full estimator that differs most (compute incl. recompute, pipeline bubble, or
+    the exposed communication of one axis)."""
+    state = run_passes(State(spec=raw, suggest=False), stop_after="check_fit")
+    p = state.spec.parallel if state.plan is not None else raw.parallel
+    t = state.spec.training if state.plan is not None else raw.training
+    dp = state.plan.derived.dp if state.plan is not None else p.dp
+    lay = (f"tp={p.tp} pp={p.pp} vpp={p.vpp} cp={p.cp} ep={p.ep} dp={dp} "
+           f"mbs={t.micro_batch_size} recompute={t.recompute.name}")
+    c = pick.candidate
+    if (c.tp, c.pp, c.vpp, c.cp, c.ep, c.mbs, c.recompute[0]) == \
+            (p.tp, p.pp, p.vpp, p.cp, p.ep, t.micro_batch_size, t.recompute.name) \
+            and not state.failed:
+        return f"the spec's own layout ({lay}) is the top pick"
+    if state.plan is None or state.plan.estimates is None:
+        errs = sorted({d.rule.id for d in state.diagnostics if d.is_error})
+        return f"the spec's own layout ({lay}) does not compile ({', '.join(errs)})"
+    est = state.plan.estimates.to_json()
+    mine = float(est["memory_bytes"]["total"]) / GIB
+    theirs = float(pick.estimates["memory_bytes"]["total"]) / GIB
+    if state.failed:
+        errs = sorted({d.rule.id for d in state.diagnostics if d.is_error})
+        budget = float(est.get("memory_budget_bytes", 0)) / GIB
+        return (f"the spec's own layout ({lay}) does not fit or breaks a rule "
+                f"({', '.join(errs)}; {mine:.1f} GiB/GPU against {budget:.1f} GiB); the top "
+                f"pick needs {theirs:.1f} GiB/GPU")
+    s_spec, s_pick = float(est["step_time_seconds"]), float(pick.estimates["step_time_seconds"])
+    diffs = {"compute": float(est["compute_seconds"]) - float(pick.estimates["compute_seconds"]),
+             "pipeline bubble": float(est["bubble_seconds"])
+             - float(pick.estimates["bubble_seconds"]),
+             "exposed communication": float(est["exposed_comm_seconds"])
+             - float(pick.estimates["exposed_comm_seconds"])}
+    main = max(diffs, key=lambda k: diffs[k])
+    why = f"{main} {-diffs[main]:+.3g} s"
+    if main == "exposed communication":
+        a, b = est.get("comm_seconds_per_step", {}), pick.estimates.get("comm_seconds_per_step", {})
+        axis = max(a, key=lambda x: float(a[x]) - float(b.get(x, 0.0)), default=None)
+        if axis is not None:
+            why += f" (mostly {_TERM_LABELS.get(axis, axis)})"
+    elif main == "compute" and t.recompute.name != c.recompute[0]:
+        why += f" (recompute {t.recompute.name} -> {c.recompute[0]})"
+    elif main == "compute":
+        why += " (GEMM efficiency of the micro batch, kernel overheads)"
+    rel = s_pick / s_spec - 1 if s_spec else 0.0
+    return (f"vs the spec's own layout ({lay}): {rel:+.1%} step time ({s_pick:.3g} s vs "
+            f"{s_spec:.3g} s), {theirs:.1f} vs {mine:.1f} GiB/GPU; main difference: {why}")
 
 
 def to_json(res: PlanResult) -> dict[str, Any]:
@@ -123,6 +349,10 @@ def to_json(res: PlanResult) -> dict[str, Any]:
         "num_candidates_considered": res.num_candidates_considered,
         "candidates": [{**summary(p.candidate), "estimates": p.estimates, "reason": p.reason}
                        for p in res.planned],
+        "num_full_estimates": res.num_full_estimates,
+        "ranking_exact": res.exact,
+        "error_band": res.error_band,
+        "versus_spec": res.versus_spec,
     }
 
 

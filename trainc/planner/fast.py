@@ -50,6 +50,8 @@ class ModelConsts:
     """Megatron num_floating_point_operations for the global batch (FLOPs)."""
     attn_core_fraction: float
     """Share of flops_per_step in the attention core (recomputed by selective recompute)."""
+    logits_flops_per_step: float = 0.0
+    """The output layer's share of flops_per_step (6 h V per token, on the last stage)."""
 
 
 def model_consts(spec: TrainSpec) -> ModelConsts:
@@ -83,7 +85,8 @@ def model_consts(spec: TrainSpec) -> ModelConsts:
                + 6 * (h * (a * d + 2 * g * d) + a * d * h) * L + 6 * h * V)
     core = 6 * a * d * L * s  # per token: S2 / T = s for unpacked sequences
     flops = B * s * (per_tok + core)
-    return ModelConsts(p_tp, p_rep, p_exp, h * V, moe_frac, float(flops), core / (per_tok + core))
+    return ModelConsts(p_tp, p_rep, p_exp, h * V, moe_frac, float(flops), core / (per_tok + core),
+                       float(B * s * 6 * h * V))
 
 
 def state_bytes_per_param(engine: str, zero: int, precision: str, shard: int,
@@ -94,7 +97,11 @@ def state_bytes_per_param(engine: str, zero: int, precision: str, shard: int,
     7.5
     >>> state_bytes_per_param("deepspeed", 3, "bf16", 16, False, False)
     1.0
+    >>> state_bytes_per_param("fsdp", 1, "bf16", 16, False, False)  # fp32 shards: 4 + 4 + 8
+    1.0
     """
+    if engine == "fsdp":  # trainc.compiler.estimate.fsdp: fp32 shards (gathered blocks ignored)
+        return 16.0 / shard
     if engine == "megatron":
         if precision == "fp32":
             return 16.0 if zero == 0 else 8 + 8 / shard
@@ -112,7 +119,29 @@ def state_bytes_per_param(engine: str, zero: int, precision: str, shard: int,
 
 
 TERMS = ("compute", "tp", "cp", "ep", "pp", "dp", "bubble", "bubble_seconds", "tp_cross",
-         "intra_over_inter")
+         "intra_over_inter", "lower_bound")
+"""Names of the terms :func:`score_grid` yields per layout (seconds, except ``bubble`` (a
+fraction), ``tp_cross`` (0/1) and ``intra_over_inter`` (a ratio)). ``lower_bound`` is
+:func:`step_lower_bound`'s value: the planner's branch and bound prunes with it."""
+
+
+def step_lower_bound(flops_gpu: float, selective_extra: float, peak_eff: float,
+                     min_layers: int, microbatches: int, overhead_s: float,
+                     bubble: float) -> float:
+    """A lower bound (seconds) of the full estimator's step time for one layout.
+
+    The full estimator (:func:`trainc.compiler.estimate.time.step_time`) takes, over the
+    pipeline stages r, ``(C_r + X_r) / (1 - bubble) + DP`` with ``C_r`` = the stage's executed
+    FLOPs per GPU / (efficiency x peak) + ``layer_overhead_us`` x (2 x layers_r + reruns) x M and
+    X_r, DP >= 0. The stage with the most FLOPs has at least the average FLOPs per GPU (the model
+    FLOPs / world, at the unpadded vocabulary), plus the attention recompute of selective
+    recompute (full recompute's rerun is left out: a bound), and every stage has at least
+    ``min_layers`` layers, so ``(flops_gpu x (1 + selective_extra) / peak_eff + 2 x min_layers x
+    M x overhead_s) / (1 - bubble)`` is below the full step time. ``peak_eff`` is FLOP/s
+    (peak x compute_efficiency x the micro batch's GEMM efficiency)."""
+    compute = flops_gpu * (1 + selective_extra) / peak_eff + \
+        2 * min_layers * microbatches * overhead_s
+    return compute / (1 - bubble)
 
 
 def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: int, pp: int,
@@ -135,12 +164,14 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
     eff_bw = c.comm_efficiency * 1e9
     intra, inter = (c.intra_node_bandwidth_gbps or 1) * eff_bw, \
         (c.inter_node_bandwidth_gbps or 1) * eff_bw
-    gpn = c.gpus_per_node
     bw_tp = intra if tp <= dom and dom % tp == 0 else inter
     bw_cp = intra if tp * cp <= dom and dom % (tp * cp) == 0 else inter
     bw_ep = intra if etp * ep <= dom and dom % (etp * ep) == 0 else inter
-    bw_dp = intra if tp * cp * dp <= gpn else inter
-    bw_pp = intra if W // pp < gpn else inter
+    # the full estimator prices an axis at the intra-domain bandwidth when its groups stay in
+    # one NVLink domain (rank map: DP x CP groups span tp*cp*dp consecutive-stride ranks, PP
+    # groups the whole world), not one node: on an NVL72 rack a 4-GPU tray is not the domain
+    bw_dp = intra if tp * cp * dp <= dom and dom % (tp * cp * dp) == 0 else inter
+    bw_pp = intra if W <= dom else inter
     peak = (c.peak_tflops or 1) * 1e12 * c.compute_efficiency
     overhead = c.layer_overhead_us * 1e-6
     hide = 1 - c.comm_overlap
@@ -169,12 +200,26 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
     mbss = [fx["training.micro_batch_size"]] if fx["training.micro_batch_size"] is not None \
         else [b for b in divisors(gbs // dp) if b <= MAX_MBS]
     flops_gpu = k.flops_per_step / W
+    gps = W // pp  # GPUs per stage
+    flops_total = k.flops_per_step - k.logits_flops_per_step  # the layers' FLOPs per step
+    layer_flops = flops_total / max(sum(stages), 1)
+    per_layer_flops = layer_flops / gps
+    logits = k.logits_flops_per_step / gps
+    crit = sorted({(stages.index(max(stages)), max(stages)), (pp - 1, stages[-1])})
     shard = dp * cp
     red = (shard - 1) / shard if shard > 1 else 0.0
     grad_bytes = (p_dense + p_exp) * (4 if not deepspeed else 2)
     states = []  # (zero, offload, model-state bytes, exposed DP seconds): grid-only terms
+    zero_fixed = fx["parallel.zero_stage"] is not None
     for zero in zeros:
         if deepspeed and zero > 1 and pp > 1:
+            continue
+        # Megatron: the distributed optimizer (zero 1) moves fewer DP bytes (a reduce-scatter
+        # of the grads + an all-gather of the bf16 params instead of an all-reduce of the
+        # grads: megatron_rules.md §4.2, DO-10) and keeps less state, so without it a layout is
+        # dominated whenever there is data parallelism to shard over; with none, zero 0 is the
+        # same layout, simpler.
+        if not deepspeed and not zero_fixed and zero != (1 if shard > 1 else 0):
             continue
         for off in offloads:
             if off != "none" and (not deepspeed or zero == 0):
@@ -236,9 +281,19 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
                 act += 4 * sbh / tp  # embedding output / logits buffers (order of magnitude)
                 extra = {"none": 0.0, "selective": k.attn_core_fraction / 3,
                          "full": frac / 3}[rc[0]]
+                lower = step_lower_bound(
+                    flops_gpu, extra if rc[0] == "selective" else 0.0, peak * gemm_eff,
+                    min(stages), M, overhead, bubble)
                 layers_steps = n_max * M  # layer-microbatches this stage runs per step
-                t_comp = flops_gpu * (1 + extra) / (peak * gemm_eff) + \
-                    layers_steps * (3 + (frac if rc[0] == "full" else 0)) * overhead
+                # the critical stage, as the full estimator (time.step_time) takes it: the most
+                # loaded of the stage with the most layers and the last (it runs the logits),
+                # its recompute, and layer_overhead_us per layer, micro batch and pass
+                x_l = extra * flops_total / layer_flops if rc[0] == "selective" else extra
+                passes = 2 + (frac if rc[0] == "full" else 0)
+                t_comp = max(
+                    (n * per_layer_flops * (1 + x_l) + (logits if i == pp - 1 else 0.0))
+                    / (peak * gemm_eff) + n * M * passes * overhead
+                    for i, n in crit)
                 n_tp = 8 + (4 * frac if rc[0] == "full" else 0)
                 t_tp = n_tp * (tp - 1) / tp * (sbh / 1) * layers_steps / bw_tp if tp > 1 else 0.0
                 for cpt in cps:
@@ -247,13 +302,15 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
                     if ep > 1:
                         tok = sbh / (tp if tp > 1 else 1) * (m.moe_router_topk)
                         t_ep = 4 * (ep - 1) / ep * tok * layers_steps * k.moe_fraction / bw_ep
-                    work = t_comp + hide * (t_tp + t_cp + t_ep)
-                    t_pp = 2 * (pp - 1) * (sbh / max(tp, 1)) / bw_pp * v if pp > 1 else 0.0
-                    base = work / (1 - bubble) + t_pp
+                    # p2p: a middle stage sends and receives one activation (gradient) per
+                    # virtual chunk and micro batch each way, on the critical path
+                    t_pp = 2 * v * M * (sbh / (tp if sp else 1)) / bw_pp if pp > 1 else 0.0
+                    work = t_comp + hide * (t_tp + t_cp + t_ep) + t_pp
+                    base = work / (1 - bubble)
                     for zero, off, state_mem, t_dp in states:
                         yield state_mem + act, base + t_dp, (v, cpt, mbs, rc, zero, off), (
                             t_comp, hide * t_tp, hide * t_cp, hide * t_ep, t_pp, t_dp, bubble,
-                            work * bubble / (1 - bubble), cross, intra / inter)
+                            work * bubble / (1 - bubble), cross, intra / inter, lower)
 
 
 def _recompute_variants(recomputes: list[str], chunk: int, fx: dict[str, Any]

@@ -11,6 +11,8 @@ the closed-form model of :mod:`trainc.planner.fast`; the best ones are then comp
 from __future__ import annotations
 
 import copy
+import dataclasses
+import heapq
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -61,25 +63,58 @@ class Candidate:
     step_seconds: float
     terms: dict[str, float] = field(default_factory=dict)
     sp: bool = False
-    rank: tuple[float, float, int] | None = None
+    rank: tuple[float, float, tuple[int, ...]] | None = None
     acc: tuple[bool, bool] = (False, False)
     """(account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split)."""
 
-    def simplicity(self) -> int:
-        """Number of parallel axes in use (fewer is simpler)."""
-        return sum(x > 1 for x in (self.tp, self.pp, self.vpp, self.cp, self.ep))
+    def simplicity(self) -> tuple[int, ...]:
+        """The simplicity order of the parallel layout (smaller is simpler; docs/planner.md):
+        the smaller model-parallel group (tp x pp x cp: more data parallelism), then fewer
+        model-parallel axes in use, then lower pp, no interleaving, lower vpp, lower cp, lower
+        tp. Micro batch, recompute and ZeRO stage are not part of it:
+        between two layouts of equal simplicity the faster wins."""
+        # EP is not counted as a model-parallel axis: experts are split over the data-parallel
+        # ranks (Megatron-Core's expert folding), as DP splits the batch
+        return (self.tp * self.pp * self.cp, sum(x > 1 for x in (self.tp, self.pp, self.cp)),
+                self.pp, int(self.vpp > 1), self.vpp, self.cp, self.tp)
+
+    def grid_key(self) -> tuple[Any, ...]:
+        """The grid (degrees and layer split) this layout belongs to; its siblings differ only
+        in vpp, cp_comm_type, micro batch, recompute, ZeRO stage and offload."""
+        return (self.tp, self.pp, self.cp, self.ep, self.etp, self.dp, self.sp, self.first,
+                self.last, self.acc)
+
+    def layout_key(self) -> tuple[Any, ...]:
+        """Every searched choice (two candidates with equal keys are the same layout)."""
+        return (self.tp, self.pp, self.vpp, self.cp, self.cp_comm_type, self.ep, self.etp,
+                self.dp, self.first, self.last, self.mbs, self.recompute, self.zero,
+                self.offload, self.sp, self.acc)
 
 
 @dataclass
 class SearchResult:
-    """Ranked candidates (best first) and how many layouts were estimated."""
+    """Candidates by the fast model (best first), by lower bound, and how many were scored."""
 
     num_candidates_evaluated: int
     candidates: list[Candidate]
+    """The :data:`KEEP` best fitting layouts by the fast model's step time (best first): the
+    planner estimates these first to get a tight bound quickly."""
     num_fit: int
     num_candidates_considered: int = 0
     """Evaluated plus the layouts of grids pruned whole because their model states alone
     exceed the GPU memory (never enumerated one by one)."""
+    pool: list[Candidate] = field(default_factory=list)
+    """The :data:`KEEP_POOL` layouts within :data:`MEM_SLACK` of the memory budget with the
+    smallest fast step time, ascending (the planner's branch and bound works on these)."""
+    dropped_bound: float = math.inf
+    """The smallest ``terms['lower_bound']`` (a proven lower bound of the full estimator's step
+    time, seconds) among the layouts left out of ``pool``; inf when none was left out."""
+    dropped_fast: float = math.inf
+    """The smallest fast step time (seconds) among the layouts left out of ``pool``."""
+    dropped: int = 0
+    """How many layouts within the memory slack were left out of ``pool``."""
+    limit_bytes: float = math.inf
+    """The memory budget per GPU the fast model's memory is compared with (bytes)."""
 
 
 def _fixed(spec: TrainSpec, explicit: frozenset[str], key: str) -> Any:
@@ -159,12 +194,16 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
         return [v] if v is not None else options
 
     def sps(tp: int, cp: int) -> list[bool]:
-        """Sequence parallel choices: off with tp=1; with tp>1 on (needs (s/cp) % tp == 0) or
-        off, unless MoE (which wants it on) or the user fixed it."""
+        """Sequence parallel choices: off with tp=1; with tp>1 on (needs (s/cp) % tp == 0), off
+        only where on is impossible (not for MoE, which needs it), or what the user fixed."""
         if tp == 1:
             return [False]
+        # SP off is searched only where SP is impossible: the full estimator gives SP the same
+        # step time (its reduce-scatter + all-gather move what the all-reduce moves) and less
+        # activation memory (Korthikanti et al. 2022, arXiv 2205.05198, Table 2), so SP off is
+        # always dominated when SP is possible.
         opts = [True] if (s // cp) % tp == 0 else []
-        if not E:
+        if not E and not opts:
             opts.append(False)
         fixed = fx["parallel.sequence_parallel"]
         return [o for o in opts if fixed is None or o == fixed]
@@ -177,7 +216,9 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
     cap = capability(spec.engine, spec.launch.entrypoint)
     can = cap.axes if cap is not None else frozenset({"tp", "dp"})
     cps = [x for x in cps if x == 1 or "cp" in can]
-    zeros = pick("parallel.zero_stage", [0, 1, 2, 3] if deepspeed else [0, 1])
+    # engine=fsdp shards by fsdp.* keys, not zero_stage (TRC344): its default only
+    zeros = pick("parallel.zero_stage", [0, 1, 2, 3] if deepspeed else
+                 [1] if spec.engine is Engine.fsdp else [0, 1])
     recomputes = pick("training.recompute", ["none", "selective", "full"])
     offloads = ["none"]
     if deepspeed and fx["training.offload_optimizer"] is None:
@@ -213,8 +254,10 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
     acc_fixed = (fx["parallel.account_for_embedding_in_pipeline_split"],
                  fx["parallel.account_for_loss_in_pipeline_split"])
     evaluated = 0
-    best: list[Candidate] = []
-    worst: tuple[float, float, int] = (math.inf, math.inf, 0)
+    pool: list[tuple[float, int, Candidate]] = []  # max-heap on the fast step time
+    dropped = dropped_fast = math.inf
+    n_dropped = 0
+    order = 0
     fits = 0
     pruned = 0
     for tp, cp, pp, dp, first, last, stages, acc, ep, etp, sp in grids():
@@ -222,48 +265,49 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
                       for r, n in enumerate(stages))
         for mem, step, var, terms in score_grid(spec, k, W, dom, tp, cp, pp, dp, stages, ep, etp,
                                             sp, zeros, recomputes, offloads, fx, deepspeed,
-                                            limit, slots):
+                                            limit * (1 + MEM_SLACK), slots):
             if mem is None:
                 pruned += step
                 continue
             evaluated += 1
-            if mem > limit:
+            if mem > limit * (1 + MEM_SLACK):
                 continue
-            fits += 1
             v, cpt, mbs, rc, zero, off = var
-            if len(best) == KEEP and step > worst[0]:
+            fits += mem <= limit
+            if len(pool) == KEEP_POOL and step >= -pool[0][0]:
+                dropped = min(dropped, terms[-1])
+                dropped_fast = min(dropped_fast, step)
+                n_dropped += 1
                 continue
-            _keep(best, Candidate(tp, pp, v, cp, cpt, ep, etp, dp, first, last, mbs, rc, zero,
-                                  off, mem, step, dict(zip(TERMS, terms, strict=True)), sp,
-                                  acc=acc))
-            if len(best) == KEEP:
-                worst = _rank_key(best[-1])
-    best.sort(key=_rank_key)
-    return SearchResult(evaluated, best, fits, evaluated + pruned)
+            order += 1
+            cand = Candidate(tp, pp, v, cp, cpt, ep, etp, dp, first, last, mbs, rc, zero, off,
+                             mem, step, dict(zip(TERMS, terms, strict=True)), sp, acc=acc)
+            if len(pool) < KEEP_POOL:
+                heapq.heappush(pool, (-step, -order, cand))
+            else:
+                out = heapq.heapreplace(pool, (-step, -order, cand))[2]
+                dropped = min(dropped, out.terms["lower_bound"])
+                dropped_fast = min(dropped_fast, out.step_seconds)
+                n_dropped += 1
+    ranked = [c for _, _, c in sorted(pool, key=lambda x: (-x[0], -x[1]))]
+    best = sorted((c for c in ranked if c.memory_bytes <= limit), key=_rank_key)[:KEEP]
+    return SearchResult(evaluated, best, fits, evaluated + pruned, ranked, dropped, dropped_fast,
+                        n_dropped, limit)
 
 
 KEEP = 64
+#: Layouts kept (by fast step time) for the planner's branch and bound.
+KEEP_POOL = 1000
+#: The fast model's memory may exceed the budget by this fraction and the layout is still
+#: handed to the full estimator (whose fit check decides): the fast model never removes a layout
+#: the full estimator would call fitting unless it overestimates memory by more than this.
+MEM_SLACK = 0.15
 
 
-def _rank_key(c: Candidate) -> tuple[float, float, int]:
+def _rank_key(c: Candidate) -> tuple[float, float, tuple[int, ...]]:
     if c.rank is None:
         c.rank = (round(c.step_seconds, 9), round(c.memory_bytes), c.simplicity())
     return c.rank
-
-
-def _keep(best: list[Candidate], cand: Candidate) -> None:
-    """Keep the KEEP best candidates (a bounded list: memory stays small on huge searches)."""
-    if len(best) < KEEP:
-        best.append(cand)
-        if len(best) == KEEP:
-            best.sort(key=_rank_key)
-        return
-    if _rank_key(cand) < _rank_key(best[-1]):
-        best[-1] = cand
-        i = len(best) - 1
-        while i > 0 and _rank_key(best[i]) < _rank_key(best[i - 1]):
-            best[i], best[i - 1] = best[i - 1], best[i]
-            i -= 1
 
 
 def _expert_options(E: int, W: int, tp: int, pp: int, f_e: int, ep_fixed: int | None,
@@ -284,7 +328,9 @@ def _expert_options(E: int, W: int, tp: int, pp: int, f_e: int, ep_fixed: int | 
 
 def candidate_spec(spec: TrainSpec, cand: Candidate) -> TrainSpec:
     """A copy of ``spec`` with the candidate's layout applied (ready to normalize/validate)."""
-    s = copy.deepcopy(spec)
+    # normalization deep-copies the spec: a shallow copy of the two edited sections suffices
+    s = dataclasses.replace(spec, parallel=copy.copy(spec.parallel),
+                            training=copy.copy(spec.training))
     p, t = s.parallel, s.training
     p.tp, p.pp, p.vpp, p.cp, p.ep, p.etp = cand.tp, cand.pp, cand.vpp, cand.cp, cand.ep, cand.etp
     p.cp_comm_type = CpCommType[cand.cp_comm_type]

@@ -158,6 +158,15 @@ def render(res: Any, width: int) -> list[Any]:
         pairs = ", ".join(f"#{i + 1} by #{b + 1}" for i, b in hidden)
         out.append(Text(f"{len(hidden)} dominated layout(s) hidden, each no faster and no smaller "
                         f"than one shown ({pairs}); --format json lists them"))
+    if getattr(res, "num_full_estimates", 0):
+        exact = "" if getattr(res, "exact", True) else (
+            " (time cap reached before the bound proved the order: a layout left unestimated "
+            "may rank higher)")
+        out.append(Text(f"ranked by the full estimator ({res.num_full_estimates} layouts "
+                        f"estimated); within {res.error_band:.0%} of the fastest the simpler "
+                        f"layout ranks first{exact}"))
+    if getattr(res, "versus_spec", ""):
+        out.append(Text(res.versus_spec))
     return out
 
 

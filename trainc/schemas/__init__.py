@@ -14,6 +14,7 @@ from trainc.schemas.enums import (
     Fp4Recipe,
     Fp8Format,
     Fp8Recipe,
+    FsdpDtype,
     Gpu,
     LrDecayStyle,
     MoeDispatcher,
@@ -23,6 +24,7 @@ from trainc.schemas.enums import (
     Normalization,
     Offload,
     Optimizer,
+    PipelineSchedule,
     PositionEmbedding,
     Precision,
     Recompute,
@@ -30,6 +32,7 @@ from trainc.schemas.enums import (
     StateDtype,
     WsdDecayStyle,
 )
+from trainc.schemas.fsdp import FsdpSpec
 from trainc.schemas.launch import LaunchSpec
 from trainc.schemas.model import ModelSpec
 from trainc.schemas.parallel import ParallelSpec
@@ -47,6 +50,8 @@ __all__ = [
     "Fp4Recipe",
     "Fp8Format",
     "Fp8Recipe",
+    "FsdpDtype",
+    "FsdpSpec",
     "Gpu",
     "LaunchSpec",
     "LrDecayStyle",
@@ -59,6 +64,7 @@ __all__ = [
     "Offload",
     "Optimizer",
     "ParallelSpec",
+    "PipelineSchedule",
     "PositionEmbedding",
     "Precision",
     "Recompute",

@@ -53,6 +53,14 @@ class ClusterSpec:
     """Fixed time per layer per micro batch per pass (forward, backward) in microseconds: kernel
     launches and schedule bookkeeping that do not shrink with the work (estimates and planner)."""
 
+    step_time_p10_ratio: float | None = None
+    """Calibrated band of the step-time estimate: the 10th percentile of measured / estimated
+    step time over the runs ``trainc calibrate`` fitted (a ratio; with step_time_p90_ratio the
+    estimates carry a p10-p90 range and the planner's tie band is half its width). null = not
+    calibrated."""
+    step_time_p90_ratio: float | None = None
+    """The 90th percentile of measured / estimated step time (see step_time_p10_ratio)."""
+
     flash_attention: bool = True
     """Estimates only: attention kernels do not keep the s x s score matrix (FlashAttention /
     cuDNN fused attention, Megatron-Core's default through Transformer Engine), so activation

@@ -8,6 +8,7 @@ class Engine(Enum):
 
     megatron = "megatron"
     deepspeed = "deepspeed"
+    fsdp = "fsdp"
 
 
 class Activation(Enum):
@@ -104,11 +105,13 @@ class Optimizer(Enum):
 
 
 class Entrypoint(Enum):
-    """What the generated scripts start on every rank: ``trainc`` (the trainc worker) or
-    ``megatron-lm`` (``pretrain_gpt.py`` of a Megatron-LM checkout with ``megatron_args.txt``)."""
+    """What the generated scripts start on every rank: ``trainc`` (the trainc worker),
+    ``megatron-lm`` (``pretrain_gpt.py`` of a Megatron-LM checkout with ``megatron_args.txt``) or
+    ``torchtitan`` (``torchtitan.train`` 0.3.0 with ``torchtitan_args.txt``; engine=fsdp)."""
 
     trainc = "trainc"
     megatron_lm = "megatron-lm"
+    torchtitan = "torchtitan"
 
 
 class Gpu(Enum):
@@ -204,3 +207,20 @@ class MoeScoreFunction(Enum):
 
     softmax = "softmax"
     sigmoid = "sigmoid"
+
+
+class FsdpDtype(Enum):
+    """Dtype of FSDP2's ``MixedPrecisionPolicy`` (param_dtype / reduce_dtype)."""
+
+    bf16 = "bf16"
+    fp32 = "fp32"
+
+
+class PipelineSchedule(Enum):
+    """``torch.distributed.pipelining`` schedule (engine=fsdp, pp > 1): class names of torch
+    2.13's ``schedules.py`` (``Schedule1F1B``, ``ScheduleInterleaved1F1B``,
+    ``ScheduleZBVZeroBubble``), spelled as torchtitan's ``pipeline_parallel_schedule``."""
+
+    one_f1b = "1F1B"
+    interleaved_1f1b = "Interleaved1F1B"
+    zbv_zero_bubble = "ZBVZeroBubble"

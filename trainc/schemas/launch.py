@@ -31,7 +31,8 @@ class LaunchSpec:
     shrink: bool = False
     """True: the worker builds the same layout with tiny dimensions (smoke tests)."""
     entrypoint: Entrypoint = Entrypoint.trainc
-    """trainc (our worker) or megatron-lm (pretrain_gpt.py + megatron_args.txt; CUDA only).
+    """trainc (our worker), megatron-lm (pretrain_gpt.py + megatron_args.txt; engine=megatron,
+    CUDA only) or torchtitan (torchtitan.train + torchtitan_args.txt; engine=fsdp, CUDA only).
     TRC004, TRC503, TRC325."""
     megatron_lm_path: str | None = None
     """entrypoint=megatron-lm: path to a Megatron-LM checkout holding pretrain_gpt.py. TRC503."""

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from trainc.schemas.cluster import ClusterSpec
 from trainc.schemas.enums import Engine
+from trainc.schemas.fsdp import FsdpSpec
 from trainc.schemas.launch import LaunchSpec
 from trainc.schemas.model import ModelSpec
 from trainc.schemas.parallel import ParallelSpec
@@ -19,7 +20,8 @@ class TrainSpec:
     name: str = "trainc-job"
     """Job name: letters, digits, '.', '_' and '-' (Slurm job name, output folder). TRC501."""
     engine: Engine = Engine.megatron
-    """megatron (Megatron-Core) or deepspeed (DeepSpeed ZeRO engine)."""
+    """megatron (Megatron-Core), deepspeed (DeepSpeed ZeRO engine) or fsdp (PyTorch FSDP2;
+    docs/engines.md says when to pick which)."""
     model: ModelSpec
     """The transformer (see ModelSpec)."""
     cluster: ClusterSpec
@@ -30,3 +32,6 @@ class TrainSpec:
     """Batch, precision, recompute, optimizer (see TrainingSpec)."""
     launch: LaunchSpec = field(default_factory=LaunchSpec)
     """Launch settings (see LaunchSpec)."""
+    fsdp: FsdpSpec = field(default_factory=FsdpSpec)
+    """engine=fsdp settings: HSDP split of dp, resharding, mixed precision, offload, compile,
+    pipeline schedule (see FsdpSpec)."""

@@ -17,12 +17,13 @@ from trainc.compiler.emit.megatron_core import megatron_core
 from trainc.compiler.emit.report import report
 from trainc.compiler.emit.report_html import report_html
 from trainc.compiler.emit.scripts import sbatch, torchrun
+from trainc.compiler.emit.torchtitan import torchtitan_args
 from trainc.compiler.ir import Plan
 from trainc.compiler.plan import canonical_json
 
 Emitter = Callable[[dict[str, Any]], dict[str, str]]
-EMITTERS: tuple[Emitter, ...] = (megatron_args, megatron_core, ds_config, torchrun, sbatch,
-                                 report_html, pytorchjob, trainjob)
+EMITTERS: tuple[Emitter, ...] = (megatron_args, megatron_core, ds_config, torchtitan_args,
+                                 torchrun, sbatch, report_html, pytorchjob, trainjob)
 
 
 def emit(ir: Plan) -> dict[str, str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainc.compiler.emit.render import header
+from trainc.compiler.estimate.explain import fsdp_sharding
 from trainc.compiler.numfmt import fixed, gib, percent
 
 
@@ -35,7 +36,11 @@ def _estimates(est: dict[str, Any]) -> list[str]:
     if _num(est.get("flops_per_step")):
         rows.append(("model FLOPs per step", f"{est['flops_per_step']:.3e}"))
     if _num(est.get("step_time_seconds")):
-        rows.append(("step time", f"{fixed(est['step_time_seconds'], 3)} s"))
+        band = ""
+        if _num(est.get("step_time_p10_seconds")) and _num(est.get("step_time_p90_seconds")):
+            band = (f" (p10-p90 {fixed(est['step_time_p10_seconds'], 3)}-"
+                    f"{fixed(est['step_time_p90_seconds'], 3)} s, calibrated)")
+        rows.append(("step time", f"{fixed(est['step_time_seconds'], 3)} s{band}"))
     if _num(est.get("tokens_per_second")):
         rows.append(("tokens per second", fixed(est["tokens_per_second"], 0, sep=True)))
     if _num(est.get("mfu")):
@@ -111,7 +116,7 @@ def report_text(plan: dict[str, Any], artifacts: list[str]) -> str:
         ("dp", d["dp"]),
         ("sequence parallel", "yes" if d["sequence_parallel"] else "no"),
         ("ZeRO stage", s["parallel"]["zero_stage"]
-         if s["engine"] == "deepspeed" else
+         if s["engine"] == "deepspeed" else fsdp_sharding(s) if s["engine"] == "fsdp" else
          ("1 (distributed optimizer)" if d["distributed_optimizer"] else "0")),
         ("micro / global batch", f"{t['micro_batch_size']} / {t['global_batch_size']}"),
         ("micro-batches per step", d["num_microbatches"]),

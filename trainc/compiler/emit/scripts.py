@@ -91,7 +91,9 @@ def torchrun(plan: dict[str, Any]) -> dict[str, str]:
     """``torchrun.sh``: one node's share of the job, like PyTorch's ``torchrun`` recipe for
     multi-node runs (static ``--node_rank``/``--master_addr`` by default, a c10d rendezvous when
     started by ``sbatch.sh``), running ``python -m trainc.launch.worker --plan <dir>/plan.json``
-    or, for entrypoint megatron-lm, ``pretrain_gpt.py`` with ``megatron_args.txt``.
+    or, for entrypoint megatron-lm, ``pretrain_gpt.py`` with ``megatron_args.txt``, or for
+    entrypoint torchtitan, ``torchtitan.train`` 0.3.0 with ``torchtitan_args.txt`` (the
+    ``config_registry`` function from ``TORCHTITAN_CONFIG``).
     """
     s, d = plan["spec"], plan["derived"]
     lc = s["launch"]

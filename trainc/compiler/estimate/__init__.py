@@ -22,6 +22,7 @@ from trainc.compiler.estimate.activations import stage_activation_bytes
 from trainc.compiler.estimate.bubble import bubble_fraction
 from trainc.compiler.estimate.comm import AXES, stage_comm, time_collectives
 from trainc.compiler.estimate.flops import flops_per_step, hardware_flops_per_step
+from trainc.compiler.estimate.fsdp import add_fsdp_comm, fsdp_crossings, fsdp_states
 from trainc.compiler.estimate.memory import model_state_bytes
 from trainc.compiler.estimate.params import stage_params, total_params
 from trainc.compiler.estimate.rankmap import rank_map_summary
@@ -34,7 +35,7 @@ from trainc.compiler.ir import (
     StageMemory,
     filled,
 )
-from trainc.schemas import TrainSpec
+from trainc.schemas import Engine, TrainSpec
 
 
 def r6(x: float) -> float:
@@ -53,7 +54,8 @@ def _int(x: float) -> int:
 def memory_per_stage(spec: TrainSpec, plan: Plan) -> list[StageMemory]:
     """Bytes per GPU on every stage: params, grads, optimizer, activations, total."""
     sp = stage_params(spec, plan)
-    states = model_state_bytes(spec, plan, sp)
+    states = [fsdp_states(spec, x) for x in sp] if spec.engine is Engine.fsdp \
+        else model_state_bytes(spec, plan, sp)
     acts = stage_activation_bytes(spec, plan)
     out = []
     for r, (st, act) in enumerate(zip(states, acts, strict=True)):
@@ -75,7 +77,12 @@ def estimate(plan: Plan) -> Estimates:
     domain = filled(cl.nvlink_domain_size, "cluster.nvlink_domain_size")
     rmap = rank_map_summary(d, gpn, domain)
     comms = stage_comm(spec, plan, sp)
-    time_collectives(spec, comms, rmap["groups_cross_nvlink_domain"])
+    crosses = dict(rmap["groups_cross_nvlink_domain"])
+    if spec.engine is Engine.fsdp:
+        for sc, x in zip(comms, sp, strict=True):
+            add_fsdp_comm(spec, plan, sc, x)
+        crosses |= fsdp_crossings(spec)
+    time_collectives(spec, comms, crosses)
     bubble = bubble_fraction(plan.derived.pp, plan.derived.num_microbatches, plan.derived.vpp)
     flops = flops_per_step(spec, plan)
     st = step_time(spec, plan, comms, bubble, flops)
@@ -114,4 +121,12 @@ def estimate(plan: Plan) -> Estimates:
                      "comm_efficiency": cl.comm_efficiency, "comm_overlap": cl.comm_overlap,
                      "memory_reserve_gib": cl.memory_reserve_gib},
         rank_map=rmap,
+        **_band(cl.step_time_p10_ratio, cl.step_time_p90_ratio, st.step_time_seconds),
     )
+
+
+def _band(lo: float | None, hi: float | None, step: float) -> dict[str, float]:
+    """The calibrated p10/p90 step times (``trainc calibrate`` writes the ratios), if any."""
+    if lo is None or hi is None:
+        return {}
+    return {"step_time_p10_seconds": r6(step * lo), "step_time_p90_seconds": r6(step * hi)}

@@ -79,6 +79,8 @@ class Collective:
     crosses_nodes: bool = False
     bandwidth_gbps: float = 0.0
     seconds: float = 0.0
+    group: str = ""
+    """Rank-map group kind whose span decides the bandwidth ("": the axis' own group)."""
 
     def add(self, sent: float, received: float | None = None, times: int = 1) -> None:
         """Add ``times`` operations of ``sent`` bytes (received defaults to sent)."""
@@ -211,6 +213,8 @@ def zero_dp_bytes(num_params: float, n: int, stage: int, num_microbatches: int =
 def _dp(spec: TrainSpec, plan: Plan, sc: StageComm, sp_: StageParams) -> None:
     d = plan.derived
     n, n_e = d.dp * d.cp, d.expert_dp
+    if spec.engine is Engine.fsdp:
+        return  # FSDP2's collectives: trainc.compiler.estimate.fsdp.add_fsdp_comm
     if spec.engine is Engine.deepspeed:
         if n > 1:
             stage = spec.parallel.zero_stage
@@ -244,7 +248,7 @@ def time_collectives(spec: TrainSpec, comms: list[StageComm], crosses: dict[str,
     inter = filled(cl.inter_node_bandwidth_gbps, "cluster.inter_node_bandwidth_gbps")
     for sc in comms:
         for col in sc.collectives.values():
-            kind = _GROUP_OF_AXIS[col.axis]
+            kind = col.group or _GROUP_OF_AXIS[col.axis]
             if col.axis == "dp" and col.name.startswith("expert"):
                 kind = "expert_dp"
             col.crosses_nodes = bool(crosses.get(kind, True))

@@ -41,7 +41,8 @@ def explain_tables(plan: dict[str, Any], max_ranks: int | None = None) -> list[A
         ("micro-batches", f"{d['num_microbatches']} of {s['training']['micro_batch_size']} "
                           f"(global batch {s['training']['global_batch_size']})"),
         ("sequence parallel", str(d["sequence_parallel"])),
-        ("optimizer sharding", f"zero_stage {s['parallel']['zero_stage']}"
+        ("optimizer sharding", fsdp_sharding(s) if s["engine"] == "fsdp" else
+         f"zero_stage {s['parallel']['zero_stage']}"
          + (" (distributed optimizer over dp x cp)" if d["distributed_optimizer"] else "")),
         ("recompute", s["training"]["recompute"]),
         ("parameters", f"{e['params_total']:,} total, {e['params_per_gpu']:,} per GPU "
@@ -94,7 +95,9 @@ def explain_tables(plan: dict[str, Any], max_ranks: int | None = None) -> list[A
                                   f"{a['comm_overlap']:g}, efficiency {a['comm_efficiency']:g})"),
         ("pipeline bubble", f"{percent(e['pipeline_bubble_fraction'], 2)} % "
                             f"({sig(e['bubble_seconds'])} s)"),
-        ("step time", f"{sig(e['step_time_seconds'])} s"),
+        ("step time", f"{sig(e['step_time_seconds'])} s" + (
+            f" (p10-p90 {sig(e['step_time_p10_seconds'])}-{sig(e['step_time_p90_seconds'])} s, "
+            "calibrated)" if e.get("step_time_p10_seconds") is not None else "")),
         ("tokens / s", f"{e['tokens_per_second']:,.0f}"),
         ("MFU", f"{percent(e['mfu'])} %"),
     ):
@@ -115,3 +118,16 @@ def explain_tables(plan: dict[str, Any], max_ranks: int | None = None) -> list[A
                    _group(gr["tp"]), _group(gr["dp_cp"]), _group(gr["pp"]), _group(gr["ep"]))
     out.append(rk)
     return out
+
+
+def fsdp_sharding(s: dict[str, Any]) -> str:
+    """engine=fsdp: how FSDP2 shards (plan.json ``spec``): the shard group, HSDP replicas and
+    whether blocks are resharded after forward."""
+    f = s["fsdp"]
+    out = f"FSDP2 over dp_shard {f['dp_shard']}"
+    if s["parallel"]["cp"] > 1:
+        out += f" x cp {s['parallel']['cp']}"
+    if f["dp_replicate"] > 1:
+        out += f", HSDP x {f['dp_replicate']} replicas"
+    return out + (", reshard after forward" if f["reshard_after_forward"] else
+                  ", no reshard after forward")

@@ -166,9 +166,25 @@ def rank_row(d: dict[str, Any], rank: int, gpus_per_node: int,
 def rank_map_summary(d: dict[str, Any], gpus_per_node: int, nvlink_domain: int,
                      max_rows: int | None = None) -> dict[str, Any]:
     """What plan.json stores: generator sizes, strides, which groups leave a node / NVLink
-    domain, and the first node's ranks (never the whole world)."""
+    domain, and the first node's ranks (never the whole world). Memoized on the generator
+    sizes (the layout planner estimates many layouts of one grid): calls with the same sizes
+    return the same object, which callers only read."""
     g = grids(d)
     rows = min(max_rows or gpus_per_node, d["world_size"])
+    key = (g["dense"].sizes, g["expert"].sizes, gpus_per_node, nvlink_domain, rows)
+    hit = _SUMMARIES.get(key)
+    if hit is None:
+        if len(_SUMMARIES) > 4096:
+            _SUMMARIES.clear()
+        hit = _SUMMARIES[key] = _summary(d, g, gpus_per_node, nvlink_domain, rows)
+    return hit
+
+
+_SUMMARIES: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+
+def _summary(d: dict[str, Any], g: dict[str, RankGrid], gpus_per_node: int,
+             nvlink_domain: int, rows: int) -> dict[str, Any]:
     return {
         "order": "-".join(DENSE_ORDER),
         "dense": dict(zip(DENSE_ORDER, g["dense"].sizes, strict=True)),

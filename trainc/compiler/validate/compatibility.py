@@ -17,12 +17,14 @@ from trainc.capabilities import capability, unsupported_axes
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived, stage_chunk_sizes
 from trainc.compiler.diagnostics import Diagnostic, diag
+from trainc.compiler.validate.fsdp import fsdp_rules, inert_fsdp
 from trainc.compiler.validate.moe_dispatch import moe_dispatch
 from trainc.compiler.validate.precision import precision
 from trainc.compiler.validate.precision_shapes import precision_shapes
 from trainc.schemas import (
     Device,
     Engine,
+    Entrypoint,
     LaunchSpec,
     LrDecayStyle,
     ModelSpec,
@@ -97,6 +99,9 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
 def _engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     p, t = spec.parallel, spec.training
     offload = t.offload_optimizer is not Offload.none or t.offload_param is not Offload.none
+    if spec.engine is Engine.fsdp:
+        yield from fsdp_rules(spec, d)
+        return
     if spec.engine is Engine.megatron:
         if p.zero_stage > 1:
             yield diag(R.MEGATRON_ZERO,
@@ -161,11 +166,14 @@ def _runner(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     p, lc = spec.parallel, spec.launch
     cap = capability(spec.engine, lc.entrypoint)
     if cap is None:
+        what, own = (("torchtitan's torchtitan.train", "fsdp")
+                     if lc.entrypoint is Entrypoint.torchtitan
+                     else ("Megatron-LM's pretrain_gpt.py", "megatron"))
         yield diag(R.ENTRYPOINT_RUNS, f"launch.entrypoint ({lc.entrypoint.value}) starts "
-                   f"Megatron-LM's pretrain_gpt.py, which cannot run engine={spec.engine.value}",
+                   f"{what}, which cannot run engine={spec.engine.value}",
                    "launch.entrypoint", related=("engine",),
-                   fix="set launch.entrypoint=trainc (the trainc worker runs DeepSpeed), or "
-                       "engine=megatron", edits={"launch.entrypoint": "trainc"},
+                   fix=f"set launch.entrypoint=trainc (the trainc worker runs every engine), or "
+                       f"engine={own}", edits={"launch.entrypoint": "trainc"},
                    entrypoint=lc.entrypoint.value, engine=spec.engine.value)
         return
     if lc.device not in cap.devices:
@@ -180,7 +188,9 @@ def _runner(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     for axis in unsupported_axes(cap, degrees):
         yield diag(R.DS_UNSUPPORTED_AXIS, f"{axis} = {degrees[axis]}, but {cap.runner} cannot "
                    f"split {axis}: {cap.why}", f"parallel.{axis}", related=("engine",),
-                   fix=f"set parallel.{axis}=1 (and raise tp or dp instead), or engine=megatron",
+                   fix=f"set parallel.{axis}=1 (and raise tp or dp instead), or "
+                       + ("launch.entrypoint=torchtitan (runs pp, vpp and cp on CUDA)"
+                          if spec.engine is Engine.fsdp and axis != "ep" else "engine=megatron"),
                    edits={f"parallel.{axis}": 1}, axis=axis, degree=degrees[axis])
 
 
@@ -230,9 +240,11 @@ def _schedule(spec: TrainSpec) -> Iterator[Diagnostic]:
     if spec.engine is not Engine.megatron:
         for key in ("overlap_grad_reduce", "overlap_param_gather"):
             if getattr(t, key):
+                own = ("FSDP2's prefetch of the next block's all-gather"
+                       if spec.engine is Engine.fsdp else "zero_optimization.overlap_comm")
                 yield diag(R.DDP_OVERLAP, f"training.{key} is a Megatron-Core DDP setting; "
-                           f"engine={spec.engine.value} overlaps with its own "
-                           "zero_optimization.overlap_comm", f"training.{key}",
+                           f"engine={spec.engine.value} overlaps with its own {own}",
+                           f"training.{key}",
                            related=("engine",), fix=f"remove training.{key}",
                            edits={f"training.{key}": None}, engine=spec.engine.value)
         return
@@ -273,6 +285,7 @@ def _inert(spec: TrainSpec) -> Iterator[tuple[str, str]]:
                      "moe_expert_capacity_factor") if moved(m, dm, k))
     if lc.data_path is None and moved(lc, dl, "data_split"):
         yield "launch.data_split", "launch.data_path is not set (mock data)"
+    yield from inert_fsdp(spec)
 
 
 def _moe(spec: TrainSpec) -> Iterator[Diagnostic]:

@@ -47,6 +47,21 @@ def _forward_step(cp: int, data_iterator, model):  # type: ignore[no-untyped-def
     return out, partial(_loss_func, batch["loss_mask"])
 
 
+def refuse_low_precision_on_cpu(core: dict[str, Any]) -> None:
+    """Stop (SystemExit, naming the keys) when a plan asks for FP8/FP4 GEMMs or the
+    precision-aware optimizer on CPU: both are Transformer Engine kernels that need CUDA, and
+    dropping them would train another model than the plan (trainc's TRC330 refuses such a
+    plan at compile time; this catches ``--device cpu`` on a CUDA plan)."""
+    tc, opt = core["TransformerConfig"], core["OptimizerConfig"]
+    asked = [f"TransformerConfig.{k}={tc[k]}" for k in ("fp8", "fp4") if tc.get(k)]
+    if opt.get("use_precision_aware_optimizer"):
+        asked.append("OptimizerConfig.use_precision_aware_optimizer=True")
+    if asked:
+        raise SystemExit("trainc-worker: --device cpu cannot run " + ", ".join(asked)
+                         + " (Transformer Engine needs CUDA); run on a GPU, or compile the spec "
+                         "without training.fp8_format / fp4_format / the optimizer state dtypes")
+
+
 def run(s: Settings) -> None:
     """Build model, DDP, optimizer; train; checkpoint."""
     from megatron.core import parallel_state as ps
@@ -67,6 +82,8 @@ def run(s: Settings) -> None:
     model_parallel_cuda_manual_seed(s.seed, force_reset_rng=True)
     use_te = not cpu and mb.have_te()
     L = s.layout
+    if cpu:
+        refuse_low_precision_on_cpu(s.plan["engines"]["megatron_core"])
     if cpu and L["cp"] > 1:
         override("context-parallel core attention -> trainc.launch.cp_attention "
                  "(pure-torch all-gather stand-in; TE needs CUDA)")

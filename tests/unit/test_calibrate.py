@@ -1,0 +1,195 @@
+"""``trainc calibrate``: the fit recovers factors the model itself was run with, Megatron-LM and
+trainc worker logs are read, the preset it writes compiles and carries a band, bad input exits 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trainc.compiler.pipeline import compile_spec
+from trainc.planner.calibrate import (
+    Run,
+    _spec_from_dict,
+    fit,
+    nelder_mead,
+    parse_megatron_args,
+    parse_megatron_log,
+    parse_worker_log,
+    percentile,
+    prepare,
+    step_estimate,
+)
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "calibrate"
+TRUE = {"compute_efficiency": 0.55, "gemm_half_efficiency_tokens": 512.0,
+        "layer_overhead_us": 25.0, "comm_overlap": 0.3}
+
+
+def _spec_dict(seq: int, mbs: int, tp: int, nodes: int, gbs: int) -> dict:
+    return {"defaults": [{"cluster": "dgx-h100"}, "_self_"], "name": "syn",
+            "model": {"num_layers": 4, "hidden_size": 2048, "num_attention_heads": 16,
+                      "vocab_size": 32000, "seq_length": seq, "max_position_embeddings": seq,
+                      "activation": "swiglu", "normalization": "rmsnorm",
+                      "position_embedding": "rope"},
+            "cluster": {"num_nodes": nodes}, "parallel": {"tp": tp},
+            "training": {"global_batch_size": gbs, "micro_batch_size": mbs}}
+
+
+#: (seq, micro batch, tp, nodes, global batch): micro batches of 1K-32K tokens (GEMM
+#: efficiency), 1-32 micro batches (overhead per layer and micro batch), TP inside and across
+#: nodes and DP across nodes (the overlap of communication).
+GRID = [(1024, 1, 1, 1, 64), (4096, 4, 1, 1, 64), (2048, 2, 2, 1, 32), (1024, 1, 8, 2, 16),
+        (4096, 1, 2, 2, 256), (2048, 8, 4, 1, 64)]
+
+
+@pytest.fixture(scope="module")
+def synthetic() -> list[Run]:
+    runs = []
+    for i, g in enumerate(GRID):
+        spec, why = _spec_from_dict(_spec_dict(*g))
+        assert spec is not None, why
+        runs.append(Run(f"r{i}", spec, 1.0))
+    runs, notes = prepare(runs)
+    assert not notes and len(runs) == len(GRID)
+    for r in runs:  # "measured" = the model's own estimate with the true factors
+        assert r.plan is not None
+        r.measured_step_seconds = step_estimate(r.plan, TRUE)
+    return runs
+
+
+def test_fit_recovers_the_factors_the_runs_were_made_with(synthetic):
+    res = fit(synthetic)
+    assert res.before == {"compute_efficiency": 0.7, "gemm_half_efficiency_tokens": 128.0,
+                          "layer_overhead_us": 40.0, "comm_overlap": 0.0}
+    assert res.rms_log_before > 0.1  # the defaults are off by > 10 % on these runs
+    assert res.rms_log_after < 1e-4
+    for name, want in TRUE.items():
+        assert res.after[name] == pytest.approx(want, rel=0.01), name
+    assert res.p10_ratio == pytest.approx(1.0, abs=1e-3)
+    assert res.p90_ratio == pytest.approx(1.0, abs=1e-3)
+
+
+def test_fit_of_a_subset_keeps_the_others(synthetic):
+    res = fit(synthetic, ["compute_efficiency"])
+    assert list(res.after) == ["compute_efficiency"]
+    # one factor cannot absorb four: the fit improves on the default but not to zero
+    assert 1e-3 < res.rms_log_after < res.rms_log_before
+
+
+def test_nelder_mead_minimises_a_quadratic():
+    x, fx, n = nelder_mead(lambda v: (v[0] - 3) ** 2 + 10 * (v[1] + 1) ** 2, [0.0, 0.0])
+    assert x[0] == pytest.approx(3, abs=1e-3) and x[1] == pytest.approx(-1, abs=1e-3)
+    assert fx < 1e-6 and n <= 600
+
+
+def test_percentile_interpolates_as_numpy():
+    assert percentile([1.0, 2.0, 3.0, 4.0], 0.1) == pytest.approx(1.3)
+    assert percentile([1.0, 2.0, 3.0, 4.0], 0.9) == pytest.approx(3.7)
+    assert percentile([2.0], 0.9) == 2.0
+
+
+def test_megatron_arguments_block_and_iteration_times():
+    text = (DATA / "megatron_train.log").read_text()
+    args = parse_megatron_args(text)
+    assert args["tensor_model_parallel_size"] == "2"
+    assert args["pipeline_model_parallel_size"] == "2"
+    assert args["virtual_pipeline_model_parallel_size"] == "None"
+    assert args["world_size"] == "8"
+    run = parse_megatron_log(DATA / "megatron_train.log", "dgx-h100", None)
+    # iterations 402.1 398.7 401.5 399.9 405.0 ms after the first (2512.3, warm-up): median
+    assert run.measured_step_seconds == pytest.approx(0.4015)
+    s = run.spec
+    assert (s.parallel.tp, s.parallel.pp, s.parallel.vpp, s.parallel.cp, s.parallel.ep) == \
+        (2, 2, 1, 1, 1)
+    assert s.parallel.sequence_parallel is True and s.parallel.zero_stage == 1
+    assert (s.model.num_layers, s.model.hidden_size, s.model.num_query_groups,
+            s.model.ffn_hidden_size, s.model.vocab_size) == (8, 2048, 4, 5632, 32000)
+    assert (s.training.micro_batch_size, s.training.global_batch_size) == (1, 32)
+    assert s.training.recompute.name == "selective" and s.training.precision.name == "bf16"
+    assert (s.cluster.num_nodes, s.cluster.gpus_per_node) == (1, 8)
+
+
+def test_megatron_log_with_a_launcher_prefix(tmp_path):
+    log = tmp_path / "ranked.log"
+    log.write_text("".join(f"[rank0]: {line}\n"
+                           for line in (DATA / "megatron_train.log").read_text().splitlines()))
+    run = parse_megatron_log(log, "dgx-h100", None)
+    assert run.spec.parallel.tp == 2 and run.measured_step_seconds == pytest.approx(0.4015)
+
+
+def test_worker_log_reads_its_plan(tmp_path):
+    spec = tmp_path / "w.yaml"
+    spec.write_text(yaml.safe_dump(_spec_dict(1024, 1, 2, 1, 16)))
+    res = compile_spec(spec, emit_files=False)
+    assert res.ok and res.plan is not None
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(res.plan))
+    log = tmp_path / "worker.log"
+    log.write_text(f"trainc-worker: plan={plan} engine=megatron device=cpu\n"
+                   "step=1 loss=10.5 grad_norm=3.1 step_time_s=9.0000 tokens_per_s=10.0 lr=0 "
+                   "skipped=0\n"
+                   "step=2 loss=10.1 grad_norm=3.0 step_time_s=0.5000 tokens_per_s=20.0 lr=0 "
+                   "skipped=0\n"
+                   "step=3 loss=9.9 grad_norm=2.9 step_time_s=0.7000 tokens_per_s=20.0 lr=0 "
+                   "skipped=0\n")
+    run = parse_worker_log(log)
+    assert run.measured_step_seconds == pytest.approx(0.6)  # median of steps 2 and 3
+    assert run.spec.parallel.tp == 2 and run.spec.cluster.num_nodes == 1
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "trainc", "calibrate", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_cli_writes_a_preset_that_compile_accepts(tmp_path, synthetic):
+    rows = ["spec,step_time_s"]
+    for i, (g, r) in enumerate(zip(GRID, synthetic, strict=True)):
+        (tmp_path / f"run{i}.yaml").write_text(yaml.safe_dump(_spec_dict(*g)))
+        rows.append(f"run{i}.yaml,{r.measured_step_seconds!r}")
+    (tmp_path / "runs.csv").write_text("\n".join(rows) + "\n")
+    out = tmp_path / "cluster" / "calibrated.yaml"
+    proc = _cli("runs.csv", "-o", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "after/meas" in proc.stdout and "RMS log error" in proc.stdout
+    preset = yaml.safe_load(out.read_text())
+    assert preset["compute_efficiency"] == pytest.approx(0.55, rel=0.01)
+    assert preset["gemm_half_efficiency_tokens"] == pytest.approx(512, rel=0.01)
+    assert preset["gpu"] == "h100-80g" and "num_nodes" not in preset
+    assert preset["step_time_p10_ratio"] == pytest.approx(1.0, abs=1e-3)
+    spec = tmp_path / "use.yaml"
+    spec.write_text(yaml.safe_dump({**_spec_dict(2048, 2, 2, 1, 32),
+                                    "defaults": [{"cluster": "calibrated"}, "_self_"]}))
+    res = compile_spec(spec, emit_files=False)
+    assert res.ok, [d.message for d in res.diagnostics if d.is_error]
+    est = res.plan["estimates"]
+    assert est["step_time_p10_seconds"] <= est["step_time_seconds"] <= \
+        est["step_time_p90_seconds"] * (1 + 1e-6)
+    # again without --force: refused, the preset untouched
+    before = out.read_text()
+    proc = _cli("runs.csv", "-o", str(out), cwd=tmp_path)
+    assert proc.returncode == 2 and "--force" in proc.stderr
+    assert out.read_text() == before
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["missing.csv"], "cannot read"),
+    (["megatron_train.log"], "--cluster"),
+    (["megatron_train.log", "--cluster", "dgx-h100", "--factors", "warp_speed"],
+     "unknown factor"),
+    (["empty.csv"], "no usable run"),
+    (["notes.txt"], "not a CSV"),
+])
+def test_cli_bad_input_exits_2(tmp_path, args, message):
+    (tmp_path / "megatron_train.log").write_text((DATA / "megatron_train.log").read_text())
+    (tmp_path / "empty.csv").write_text("spec,step_time_s\n")
+    (tmp_path / "notes.txt").write_text("hello\n")
+    proc = _cli(*args, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,177 @@
+"""The FSDP2 settings of a validated engine=fsdp spec (``plan.json`` ``engines.fsdp``): the
+DeviceMesh, the ``fully_shard`` arguments, the mixed-precision and offload policies, tensor and
+pipeline parallelism, activation checkpointing, compile, optimizer and schedule, and the
+torchtitan 0.3.0 command line that runs the same layout (``torchtitan_args.txt``).
+
+Sources (torch 2.13): ``torch/distributed/device_mesh.py`` ``init_device_mesh(device_type,
+mesh_shape, mesh_dim_names=...)``; ``torch/distributed/fsdp/_fully_shard/_fully_shard.py``
+``fully_shard(module, *, mesh, reshard_after_forward, mp_policy, offload_policy)`` (a 2-D mesh
+means HSDP: replicate over dim 0, shard over dim 1); ``_fsdp_api.py`` ``MixedPrecisionPolicy
+(param_dtype, reduce_dtype)``, ``CPUOffloadPolicy(pin_memory)``;
+``torch/distributed/pipelining/schedules.py`` (``Schedule1F1B``, ``ScheduleInterleaved1F1B``,
+``ScheduleZBVZeroBubble``). torchtitan 0.3.0: ``torchtitan/config/configs.py``
+(``TrainingConfig``, ``ParallelismConfig``, ``CompileConfig``, ``DebugConfig``),
+``components/optimizer/lr_scheduler.py`` (``LRSchedulersContainer.Config``); its mesh order is
+``pp, dp_replicate, dp_shard, cp, tp`` (``torchtitan/distributed/parallel_dims.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainc.compiler.derive import Derived
+from trainc.compiler.ir import filled
+from trainc.schemas import (
+    Device,
+    FsdpDtype,
+    LrDecayStyle,
+    Optimizer,
+    PipelineSchedule,
+    Recompute,
+    TrainSpec,
+)
+
+#: torchtitan release the ``torchtitan_args.txt`` flags are checked against.
+TORCHTITAN_VERSION = "0.3.0"
+#: DeviceMesh dimension names, outermost first (torchtitan's order; tp innermost so that a TP
+#: group is consecutive ranks on one node).
+MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+#: fsdp dtype -> torch dtype name (``getattr(torch, name)``).
+TORCH_DTYPES = {FsdpDtype.bf16: "bfloat16", FsdpDtype.fp32: "float32"}
+#: pipeline schedule -> torch.distributed.pipelining class name.
+SCHEDULE_CLASSES = {PipelineSchedule.one_f1b: "Schedule1F1B",
+                    PipelineSchedule.interleaved_1f1b: "ScheduleInterleaved1F1B",
+                    PipelineSchedule.zbv_zero_bubble: "ScheduleZBVZeroBubble"}
+#: lr_decay_style -> torchtitan ``lr_scheduler.decay_type`` (the styles missing here have no
+#: torchtitan equivalent; constant is written as decay_ratio 0: warm-up, then stable).
+TORCHTITAN_DECAY = {LrDecayStyle.linear: "linear", LrDecayStyle.cosine: "cosine",
+                    LrDecayStyle.constant: "linear"}
+
+
+def mesh(spec: TrainSpec, d: Derived) -> dict[str, Any]:
+    """``{"device_type", "dim_names", "shape"}`` for ``init_device_mesh``: all five dimensions
+    (size-1 ones included, so every rank's coordinates are explicit); the product is the world
+    size (TRC340 guarantees it)."""
+    f, p = spec.fsdp, spec.parallel
+    shape = [p.pp, f.dp_replicate, filled(f.dp_shard, "fsdp.dp_shard"), p.cp, p.tp]
+    assert d.world_size == p.pp * f.dp_replicate * shape[2] * p.cp * p.tp
+    return {"device_type": "cpu" if spec.launch.device is Device.cpu else "cuda",
+            "dim_names": list(MESH_DIMS), "shape": shape}
+
+
+def fully_shard(spec: TrainSpec) -> dict[str, Any]:
+    """Arguments of each ``fully_shard`` call: the mesh dimensions parameters are sharded over
+    (``["dp_replicate", "dp_shard"]`` = HSDP when dp_replicate > 1; cp is folded into the shard
+    dimension as torchtitan's ``dp_shard_cp``), ``reshard_after_forward`` for every block
+    (the root module is never resharded after forward: its parameters are needed at once by
+    backward, as torchtitan does), and the policies."""
+    f = spec.fsdp
+    dims = (["dp_replicate"] if f.dp_replicate > 1 else []) + ["dp_shard"]
+    if spec.parallel.cp > 1:
+        dims.append("cp")
+    return {
+        "mesh_dims": dims,
+        "reshard_after_forward": f.reshard_after_forward,
+        "root_reshard_after_forward": False,
+        "mp_policy": {"param_dtype": TORCH_DTYPES[filled(f.param_dtype, "fsdp.param_dtype")],
+                      "reduce_dtype": TORCH_DTYPES[f.reduce_dtype]},
+        "offload_policy": {"cpu": f.cpu_offload, "pin_memory": spec.launch.device is Device.cuda},
+    }
+
+
+def optimizer(spec: TrainSpec) -> dict[str, Any]:
+    """``torch.optim.AdamW`` (decoupled weight decay, as Megatron's ``adam``) or ``SGD``
+    keyword arguments, by class name."""
+    t = spec.training
+    if t.optimizer is Optimizer.adam:
+        return {"class": "AdamW", "lr": float(t.lr),
+                "betas": [float(t.adam_beta1), float(t.adam_beta2)], "eps": float(t.adam_eps),
+                "weight_decay": float(t.weight_decay)}
+    return {"class": "SGD", "lr": float(t.lr), "momentum": float(t.sgd_momentum),
+            "weight_decay": float(t.weight_decay)}
+
+
+def lr_schedule(spec: TrainSpec) -> dict[str, Any]:
+    """The learning-rate schedule in Megatron-Core's terms (OptimizerParamScheduler: linear
+    warm-up from 0 over ``warmup_iters``, then ``style`` decay to ``min_lr`` by ``decay_iters``),
+    which the worker evaluates per step."""
+    t = spec.training
+    return {"style": t.lr_decay_style.value, "lr": float(t.lr), "min_lr": float(t.min_lr),
+            "warmup_iters": t.lr_warmup_iters,
+            "decay_iters": filled(t.lr_decay_iters, "training.lr_decay_iters")}
+
+
+def torchtitan_args(spec: TrainSpec, d: Derived) -> list[list[str]]:
+    """torchtitan 0.3.0 ``torchtitan.train`` overrides, ``[flag, value]`` or ``[flag]``
+    (tyro: dotted ``--section.field``; a boolean is ``--section.field`` or, false, tyro's
+    ``--section.no-field`` with hyphens, as torchtitan's ``--compile.no-enable``). Batch:
+    ``local_batch_size`` is per data-parallel rank and accumulation step; with pp it is the
+    pipeline's batch, split into ``pipeline_parallel_microbatch_size`` pieces, so the
+    accumulation count (global / (local x dp)) is 1 there."""
+    f, p, t = spec.fsdp, spec.parallel, spec.training
+    mb = filled(d.num_microbatches, "num_microbatches")
+    local = t.micro_batch_size * (mb if p.pp > 1 else 1)
+    args: list[list[str]] = [
+        ["--parallelism.data_parallel_replicate_degree", str(f.dp_replicate)],
+        ["--parallelism.data_parallel_shard_degree", str(filled(f.dp_shard, "fsdp.dp_shard"))],
+        ["--parallelism.fsdp_reshard_after_forward",
+         "always" if f.reshard_after_forward else "never"],
+        ["--parallelism.tensor_parallel_degree", str(p.tp)],
+        ["--parallelism.enable_sequence_parallel" if p.sequence_parallel
+         else "--parallelism.no-enable-sequence-parallel"],
+        ["--parallelism.context_parallel_degree", str(p.cp)],
+        ["--parallelism.pipeline_parallel_degree", str(p.pp)],
+    ]
+    if p.pp > 1:
+        args += [["--parallelism.pipeline_parallel_schedule",
+                  filled(f.pp_schedule, "fsdp.pp_schedule").value],
+                 ["--parallelism.pipeline_parallel_microbatch_size", str(t.micro_batch_size)]]
+    args += [
+        ["--training.local_batch_size", str(local)],
+        ["--training.global_batch_size", str(t.global_batch_size)],
+        ["--training.seq_len", str(spec.model.seq_length)],
+        ["--training.steps", str(t.train_iters)],
+        ["--training.max_norm", repr(float(t.grad_clip))],
+        ["--training.mixed_precision_param",
+         TORCH_DTYPES[filled(f.param_dtype, "fsdp.param_dtype")]],
+        ["--training.mixed_precision_reduce", TORCH_DTYPES[f.reduce_dtype]],
+        ["--training.enable_cpu_offload" if f.cpu_offload else "--training.no-enable-cpu-offload"],
+        ["--compile.enable" if f.compile else "--compile.no-enable"],
+        ["--lr_scheduler.warmup_steps", str(t.lr_warmup_iters)],
+        ["--lr_scheduler.total_steps", str(filled(t.lr_decay_iters, "training.lr_decay_iters"))],
+        ["--lr_scheduler.decay_type", TORCHTITAN_DECAY[t.lr_decay_style]],
+        ["--lr_scheduler.min_lr_factor", repr(float(t.min_lr) / float(t.lr) if t.lr else 0.0)],
+    ]
+    if t.lr_decay_style is LrDecayStyle.constant:
+        args.append(["--lr_scheduler.decay_ratio", "0.0"])
+    args += [["--checkpoint.enable"],
+             ["--checkpoint.interval", str(spec.launch.save_interval)],
+             ["--debug.seed", str(t.seed)]]
+    return args
+
+
+def fsdp_config(spec: TrainSpec, d: Derived) -> dict[str, Any]:
+    """``engines.fsdp``: everything the FSDP2 worker builds and ``torchtitan_args.txt`` shows.
+
+    Raises AssertionError for a spec the validators reject (mesh product, batch)."""
+    f, p, t = spec.fsdp, spec.parallel, spec.training
+    mb = filled(d.num_microbatches, "num_microbatches")
+    assert t.micro_batch_size * mb * filled(d.dp, "dp") == t.global_batch_size
+    return {
+        "mesh": mesh(spec, d),
+        "fully_shard": fully_shard(spec),
+        "tensor_parallel": {"degree": p.tp, "sequence_parallel": bool(p.sequence_parallel)},
+        "pipeline": {"degree": p.pp, "stages_per_rank": p.vpp,
+                     "schedule": SCHEDULE_CLASSES[filled(f.pp_schedule, "fsdp.pp_schedule")]
+                     if p.pp > 1 else None},
+        "context_parallel": {"degree": p.cp},
+        "activation_checkpoint": {"mode": t.recompute.value,
+                                  "per_block": t.recompute is not Recompute.none},
+        "compile": f.compile,
+        "batch": {"micro_batch_size": t.micro_batch_size, "gradient_accumulation_steps": mb,
+                  "global_batch_size": t.global_batch_size},
+        "optimizer": optimizer(spec),
+        "lr_schedule": lr_schedule(spec),
+        "grad_clip": float(t.grad_clip),
+        "torchtitan": {"version": TORCHTITAN_VERSION, "args": torchtitan_args(spec, d)},
+    }

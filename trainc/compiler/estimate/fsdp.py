@@ -1,0 +1,97 @@
+"""engine=fsdp (PyTorch FSDP2): model-state memory and data-parallel communication per GPU.
+
+Memory (bytes on one GPU of a pipeline stage holding ``P`` parameters after TP/PP; shard group
+``n = dp_shard x cp``, the mesh dims ``fully_shard`` shards over):
+
+* sharded states (``fully_shard`` keeps each parameter as a DTensor shard in its original dtype,
+  fp32, and its gradient shard in the same dtype; torch 2.13 ``_fsdp_param.py``): fp32 master
+  ``4P/n``, gradient ``4P/n``, optimizer ``8P/n`` for AdamW (exp_avg, exp_avg_sq), ``4P/n`` for
+  SGD with momentum. With ``fsdp.cpu_offload`` all three live in host memory (CPUOffloadPolicy).
+* unsharded parameters during compute, in ``param_dtype`` (MixedPrecisionPolicy): with
+  ``reshard_after_forward`` one block being computed plus the next one prefetched (FSDP2's
+  implicit forward prefetch and backward prefetch, ``_fsdp_state.py``) = 2 x the largest block;
+  without it every block stays gathered from its forward to its backward, the peak at the start
+  of backward = the whole stage ``P`` (ZeRO-2-like). The root module (embedding, final norm,
+  output) is not resharded after forward (as torchtitan), so its gathered copy is counted in the
+  largest-module term.
+* unsharded gradients of the block whose reduce-scatter is in flight plus the one being computed:
+  2 x largest block in ``reduce_dtype``.
+
+Communication per GPU per step (``M`` micro-batches; FSDP2 reduce-scatters at every backward,
+as torchtitan runs gradient accumulation): per micro-batch an all-gather of ``P`` in param_dtype
+in forward, another in backward when reshard_after_forward, a reduce-scatter of ``P`` gradients
+in reduce_dtype, and with HSDP an all-reduce of the ``P/n`` shard over ``dp_replicate``
+(``fully_shard`` on a 2-D mesh; Zhao et al. 2023, PyTorch FSDP, arXiv:2304.11277 §3.2-3.3). The
+all-gathers are prefetched behind the previous block's compute; the time model's
+``comm_overlap`` is the fraction hidden.
+"""
+
+from __future__ import annotations
+
+from trainc.compiler.estimate.comm import (
+    StageComm,
+    all_gather_bytes,
+    all_reduce_bytes,
+)
+from trainc.compiler.estimate.memory import StateBytes
+from trainc.compiler.estimate.params import StageParams
+from trainc.compiler.ir import Plan, filled
+from trainc.schemas import FsdpDtype, Optimizer, TrainSpec
+
+#: bytes per element of an FSDP dtype
+DTYPE_BYTES = {FsdpDtype.bf16: 2, FsdpDtype.fp32: 4}
+
+
+def shard_group(spec: TrainSpec) -> int:
+    """Ranks one parameter is sharded over: dp_shard x cp (torchtitan's ``dp_shard_cp``)."""
+    return filled(spec.fsdp.dp_shard, "fsdp.dp_shard") * spec.parallel.cp
+
+
+def fsdp_states(spec: TrainSpec, sp: StageParams) -> StateBytes:
+    """Model-state bytes of one GPU holding ``sp`` (see the module docstring; exact numbers
+    in tests/unit/test_fsdp.py)."""
+    f = spec.fsdp
+    n = shard_group(spec)
+    pd = DTYPE_BYTES[filled(f.param_dtype, "fsdp.param_dtype")]
+    rd = DTYPE_BYTES[f.reduce_dtype]
+    opt_b = 8 if spec.training.optimizer is Optimizer.adam else 4
+    host = 0.0 if f.cpu_offload else 1.0
+    gathered = 2 * sp.largest_layer if f.reshard_after_forward else sp.total + sp.largest_layer
+    return StateBytes(params=host * 4 * sp.total / n + pd * gathered,
+                      grads=host * 4 * sp.total / n + rd * 2 * sp.largest_layer,
+                      optimizer=host * opt_b * sp.total / n)
+
+
+def add_fsdp_comm(spec: TrainSpec, plan: Plan, sc: StageComm, sp: StageParams) -> None:
+    """Add the FSDP2 collectives of one stage's GPU for one step to ``sc`` (axis ``dp``; group
+    kinds ``fsdp_shard`` / ``fsdp_replicate`` for :func:`fsdp_crossings`)."""
+    f, M = spec.fsdp, plan.derived.num_microbatches
+    n, r = shard_group(spec), f.dp_replicate
+    pd = DTYPE_BYTES[filled(f.param_dtype, "fsdp.param_dtype")]
+    rd = DTYPE_BYTES[f.reduce_dtype]
+    if n > 1:
+        gathers = 2 if f.reshard_after_forward else 1
+        ag = sc.get("dp", "fsdp param all_gather (fwd+bwd)" if gathers == 2
+                    else "fsdp param all_gather (fwd)", n)
+        ag.add(all_gather_bytes(n, sp.total * pd), times=gathers * M)
+        ag.group = "fsdp_shard"
+        rs = sc.get("dp", "fsdp grad reduce_scatter", n)
+        rs.add(all_gather_bytes(n, sp.total * rd), times=M)
+        rs.group = "fsdp_shard"
+    if r > 1:
+        ar = sc.get("dp", "hsdp grad all_reduce (replicate)", r)
+        ar.add(all_reduce_bytes(r, sp.total * rd / n), times=M)
+        ar.group = "fsdp_replicate"
+
+
+def fsdp_crossings(spec: TrainSpec) -> dict[str, bool]:
+    """Whether the shard and replicate groups leave an NVLink domain. The mesh is
+    (pp, dp_replicate, dp_shard, cp, tp) row-major (tp innermost, as Megatron's tp-cp-dp-pp
+    order): a shard group spans ``dp_shard x cp x tp`` consecutive ranks, a replicate group
+    strides by that many."""
+    f, p = spec.fsdp, spec.parallel
+    domain = filled(spec.cluster.nvlink_domain_size, "cluster.nvlink_domain_size")
+    inner = p.cp * p.tp
+    shard = filled(f.dp_shard, "fsdp.dp_shard")
+    return {"fsdp_shard": shard * inner > domain and shard * p.cp > 1,
+            "fsdp_replicate": f.dp_replicate > 1 and f.dp_replicate * shard * inner > domain}

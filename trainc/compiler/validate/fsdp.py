@@ -1,0 +1,168 @@
+"""TRC340-TRC344: engine=fsdp (PyTorch FSDP2 on a DeviceMesh). The divisibility rules of the
+model (tp divides heads and query groups, TRC201 / TRC202 / TRC207) apply unchanged: DTensor's
+column-wise split of the q/k/v projections shards whole heads as Megatron's does.
+
+Sources: torch 2.13 ``init_device_mesh`` (mesh size == world), ``fully_shard`` (HSDP on a 2-D
+mesh), ``MixedPrecisionPolicy``, ``torch.distributed.pipelining`` schedules; torchtitan 0.3.0
+``ParallelDims`` and ``TrainingConfig``. See docs/engines.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from trainc.compiler import rules as R
+from trainc.compiler.derive import Derived
+from trainc.compiler.diagnostics import Diagnostic, diag
+from trainc.schemas import (
+    Device,
+    Entrypoint,
+    FsdpDtype,
+    FsdpSpec,
+    Offload,
+    PipelineSchedule,
+    PositionEmbedding,
+    Precision,
+    TrainSpec,
+)
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def fsdp_rules(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """The engine=fsdp rules (nothing for another engine: TRC329 reports fsdp.* keys set there)."""
+    f, p, t, c = spec.fsdp, spec.parallel, spec.training, spec.cluster
+    dp = d.dp
+    if dp is not None and f.dp_replicate >= 1:
+        shard = f.dp_shard
+        if dp % f.dp_replicate:
+            ok = [k for k in _divisors(dp) if k <= f.dp_replicate][-1]
+            yield diag(R.FSDP_MESH, f"fsdp.dp_replicate ({f.dp_replicate}) does not divide dp "
+                       f"({dp}): the mesh (pp={p.pp}, dp_replicate, dp_shard, cp={p.cp}, "
+                       f"tp={p.tp}) cannot cover the {d.world_size} ranks", "fsdp.dp_replicate",
+                       related=("parallel.tp", "parallel.pp", "parallel.cp"),
+                       fix=f"set fsdp.dp_replicate to a divisor of {dp}, e.g. {ok}",
+                       edits={"fsdp.dp_replicate": ok}, dp_replicate=f.dp_replicate, dp=dp)
+        elif shard is not None and shard * f.dp_replicate != dp:
+            yield diag(R.FSDP_MESH, f"fsdp.dp_replicate ({f.dp_replicate}) x fsdp.dp_shard "
+                       f"({shard}) = {f.dp_replicate * shard}, but dp is {dp} (world "
+                       f"{d.world_size} / (tp*pp*cp = {p.tp * p.pp * p.cp})): init_device_mesh "
+                       "refuses a mesh whose size is not the world", "fsdp.dp_shard",
+                       related=("fsdp.dp_replicate", "parallel.tp", "parallel.pp", "parallel.cp"),
+                       fix=f"set fsdp.dp_shard={dp // f.dp_replicate} (or leave it unset)",
+                       edits={"fsdp.dp_shard": dp // f.dp_replicate},
+                       dp_shard=shard, dp_replicate=f.dp_replicate, dp=dp)
+        elif shard is not None and f.dp_replicate > 1:
+            group = shard * p.cp * p.tp
+            if group > c.gpus_per_node:
+                fits = [k for k in _divisors(dp) if dp // k * p.cp * p.tp <= c.gpus_per_node]
+                better = f"set fsdp.dp_replicate={fits[0]}" if fits else \
+                    "lower tp x cp, or use plain FSDP (fsdp.dp_replicate=1)"
+                yield diag(R.FSDP_HSDP_NODE, f"HSDP shard group dp_shard x cp x tp = {shard} x "
+                           f"{p.cp} x {p.tp} = {group} ranks spans more than one node "
+                           f"({c.gpus_per_node} GPUs): every layer's all-gather and "
+                           "reduce-scatter crosses the inter-node fabric", "fsdp.dp_shard",
+                           related=("fsdp.dp_replicate", "cluster.gpus_per_node"),
+                           fix=f"{better} so that one shard group is one node",
+                           edits={"fsdp.dp_replicate": fits[0], "fsdp.dp_shard": None}
+                           if fits else None,
+                           shard_group=group, gpus_per_node=c.gpus_per_node)
+    if t.precision is Precision.fp16:
+        yield diag(R.FSDP_PRECISION, "precision fp16 with engine=fsdp: FSDP2 needs a sharded "
+                   "gradient scaler for fp16, which neither the trainc worker nor torchtitan "
+                   "sets up (torchtitan's mixed_precision_param is bfloat16 or float32)",
+                   "training.precision", related=("engine",),
+                   fix="set training.precision=bf16", edits={"training.precision": "bf16"},
+                   precision="fp16")
+    yield from _schedule(spec)
+    yield from _unsupported(spec)
+
+
+def _schedule(spec: TrainSpec) -> Iterator[Diagnostic]:
+    f, p = spec.fsdp, spec.parallel
+    if p.pp == 1 or f.pp_schedule is None:
+        return
+    want = {PipelineSchedule.one_f1b: "vpp 1", PipelineSchedule.interleaved_1f1b: "vpp > 1",
+            PipelineSchedule.zbv_zero_bubble: "vpp 2 (a V of two stages per rank)"}
+    ok = {PipelineSchedule.one_f1b: p.vpp == 1,
+          PipelineSchedule.interleaved_1f1b: p.vpp > 1,
+          PipelineSchedule.zbv_zero_bubble: p.vpp == 2}[f.pp_schedule]
+    if not ok:
+        fit = PipelineSchedule.one_f1b if p.vpp == 1 else PipelineSchedule.interleaved_1f1b
+        yield diag(R.FSDP_SCHEDULE, f"fsdp.pp_schedule {f.pp_schedule.value} needs "
+                   f"{want[f.pp_schedule]}, but vpp is {p.vpp} (torch.distributed.pipelining "
+                   "builds one stage per rank for a single-stage schedule and vpp stages for a "
+                   "looped one)", "fsdp.pp_schedule", related=("parallel.vpp", "parallel.pp"),
+                   fix=f"set fsdp.pp_schedule={fit.value}, or parallel.vpp to match",
+                   edits={"fsdp.pp_schedule": fit.value}, schedule=f.pp_schedule.value,
+                   vpp=p.vpp)
+
+
+def _unsupported(spec: TrainSpec) -> Iterator[Diagnostic]:
+    p, t, f = spec.parallel, spec.training, spec.fsdp
+    if p.zero_stage != 1:  # the schema default; FSDP2 is configured by fsdp.* instead
+        yield diag(R.FSDP_UNSUPPORTED, f"parallel.zero_stage ({p.zero_stage}) is not read by "
+                   "engine=fsdp: FSDP2 always shards parameters, gradients and optimizer states "
+                   "over dp_shard (ZeRO-3); fsdp.reshard_after_forward=false keeps the gathered "
+                   "parameters from forward to backward (ZeRO-2-like), fsdp.dp_replicate > 1 "
+                   "shards within a group only (HSDP)", "parallel.zero_stage",
+                   related=("engine",), fix="remove parallel.zero_stage (and use "
+                   "fsdp.reshard_after_forward / fsdp.dp_replicate)",
+                   edits={"parallel.zero_stage": 1}, zero_stage=p.zero_stage)
+    for key in ("offload_optimizer", "offload_param"):
+        if getattr(t, key) is not Offload.none:
+            yield diag(R.FSDP_UNSUPPORTED, f"training.{key} ({getattr(t, key).value}) is a "
+                       "DeepSpeed ZeRO setting; engine=fsdp offloads parameters, gradients and "
+                       "optimizer states together with fsdp.cpu_offload (CPUOffloadPolicy; no "
+                       "NVMe)", f"training.{key}", related=("engine",),
+                       fix=f"remove training.{key} and set fsdp.cpu_offload=true",
+                       edits={f"training.{key}": "none", "fsdp.cpu_offload": True},
+                       setting=key)
+    if spec.model.num_experts:
+        yield diag(R.FSDP_UNSUPPORTED, f"model.num_experts ({spec.model.num_experts}): trainc's "
+                   "engine=fsdp builds dense transformers only (expert parallelism is "
+                   "engine=megatron's)", "model.num_experts", related=("engine",),
+                   fix="set engine=megatron for an MoE model", edits={"engine": "megatron"},
+                   num_experts=spec.model.num_experts)
+    if f.compile and spec.launch.device is Device.cpu:
+        yield diag(R.FSDP_UNSUPPORTED, "fsdp.compile with launch.device cpu: the trainc worker "
+                   "runs FSDP2 eagerly on CPU (torch.compile of FSDP2 blocks needs the inductor "
+                   "C++/Triton toolchain of a GPU machine)", "fsdp.compile",
+                   related=("launch.device",), fix="set fsdp.compile=false for the CPU run",
+                   edits={"fsdp.compile": False}, device="cpu")
+    m = spec.model
+    if p.tp > 1 and spec.launch.entrypoint is Entrypoint.trainc:
+        worker: list[tuple[str, str, dict[str, object]]] = []
+        if not m.untie_embeddings_and_output_weights:
+            worker.append(("model.untie_embeddings_and_output_weights", "tied embeddings (one "
+                           "weight split row-wise as the embedding and column-wise as the "
+                           "output)", {"model.untie_embeddings_and_output_weights": True}))
+        if m.position_embedding is not PositionEmbedding.rope:
+            worker.append(("model.position_embedding", "learned position embeddings (the "
+                           "sequence-parallel embedding output is a sequence shard)",
+                           {"model.position_embedding": "rope"}))
+        for key, what, edits in worker:
+            yield diag(R.FSDP_UNSUPPORTED, f"{key}: the trainc FSDP2 worker's tensor-parallel "
+                       f"plan (tp = {p.tp}) has no {what}", key,
+                       related=("parallel.tp", "launch.entrypoint"),
+                       fix=f"set parallel.tp=1, or {key}="
+                           f"{str(next(iter(edits.values()))).lower()}, or "
+                           "launch.entrypoint=torchtitan", edits=edits, tp=p.tp, setting=key)
+    if f.reduce_dtype is FsdpDtype.bf16:
+        yield diag(R.FSDP_PRECISION, "fsdp.reduce_dtype bf16: the trainc worker reduces in bf16, "
+                   "but torchtitan 0.3.0 accepts only float32 (mixed_precision_reduce), so "
+                   "torchtitan_args.txt could not carry it", "fsdp.reduce_dtype",
+                   related=("engine",), fix="set fsdp.reduce_dtype=fp32",
+                   edits={"fsdp.reduce_dtype": "fp32"}, reduce_dtype="bf16")
+
+
+def inert_fsdp(spec: TrainSpec) -> Iterator[tuple[str, str]]:
+    """(key, why) for ``fsdp.*`` keys set away from their default with another engine (TRC329)."""
+    if spec.engine.value == "fsdp":
+        return
+    fields = FsdpSpec.__dataclass_fields__
+    for name, fld in fields.items():
+        if getattr(spec.fsdp, name) != fld.default:
+            yield f"fsdp.{name}", f"engine is {spec.engine.value}"

@@ -1,0 +1,306 @@
+"""engine=fsdp: PyTorch FSDP2 (``fully_shard``) on a DeviceMesh, with DTensor tensor parallelism,
+built from ``plan.json``'s ``engines.fsdp`` (the values ``torchtitan_args.txt`` shows).
+
+Steps: ``init_device_mesh`` with the plan's five dimensions (pp, dp_replicate, dp_shard, cp, tp);
+the plain-torch GPT of :mod:`trainc.launch.torch_gpt` with layout-independent initial weights;
+``parallelize_module`` over the tp dimension (tp > 1); activation checkpointing per block
+(recompute full: the whole block, selective: the attention core, as Megatron's selective
+recompute); ``fully_shard`` per block and on the root over the dp dimensions (a 2-D
+``(dp_replicate, dp_shard)`` mesh is HSDP) with the plan's ``MixedPrecisionPolicy`` and offload
+policy; AdamW / SGD with Megatron-Core's parameter groups (no weight decay on biases and norms)
+and its learning-rate schedule; gradient clipping over DTensor gradients;
+``torch.distributed.checkpoint`` (DCP) checkpoints of the model and optimizer state dicts
+(``get_state_dict`` / ``set_state_dict``), which resume bit for bit.
+
+The built layout is checked against the plan before training (:func:`cross_check`): mesh shape
+and names, and that every parameter is a DTensor on the planned mesh dimensions.
+
+On CPU (gloo) FSDP2's all-gather / reduce-scatter and DTensor's collectives run as they do on
+NCCL. Not run by this worker (rejected at compile time, TRC313 / TRC344): pipeline schedules,
+context parallelism, experts, torch.compile on CPU.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from trainc.launch.runtime import (
+    Settings,
+    checkpoint_or_stop,
+    emit,
+    log,
+    override,
+    resolve_dims,
+)
+
+
+def lr_at(sched: dict[str, Any], step: int) -> float:
+    """Learning rate of optimizer step ``step`` (0-based), as Megatron-Core 0.16.1's
+    ``OptimizerParamScheduler.get_lr``: linear warm-up from 0 over ``warmup_iters``, then
+    constant / linear / cosine from ``lr`` to ``min_lr`` by ``decay_iters``, ``min_lr`` after.
+
+    >>> s = {"style": "cosine", "lr": 1.0, "min_lr": 0.0, "warmup_iters": 2, "decay_iters": 6}
+    >>> [round(lr_at(s, i), 3) for i in range(7)]
+    [0.0, 0.5, 1.0, 0.854, 0.5, 0.146, 0.0]
+    """
+    lr, lo, warm, decay = sched["lr"], sched["min_lr"], sched["warmup_iters"], \
+        sched["decay_iters"]
+    if warm > 0 and step <= warm:
+        return lr * step / warm
+    if sched["style"] == "constant":
+        return float(lr)
+    if step > decay:
+        return float(lo)
+    ratio = (step - warm) / max(decay - warm, 1)
+    coeff = 1.0 - ratio if sched["style"] == "linear" else 0.5 * (math.cos(math.pi * ratio) + 1)
+    return float(lo + coeff * (lr - lo))
+
+
+def _dtype(name: str) -> torch.dtype:
+    dtype = getattr(torch, name)
+    assert isinstance(dtype, torch.dtype)
+    return dtype
+
+
+def build_mesh(s: Settings, cfg: dict[str, Any]) -> Any:
+    """The DeviceMesh of ``cfg["mesh"]`` (all ones for the one-process reference)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    m = cfg["mesh"]
+    shape = [1] * len(m["shape"]) if s.reference else list(m["shape"])
+    device = "cpu" if s.device == "cpu" else "cuda"
+    return init_device_mesh(device, tuple(shape), mesh_dim_names=tuple(m["dim_names"]))
+
+
+def apply_recompute(model: Any, mode: str) -> None:
+    """Activation checkpointing per block: ``full`` recomputes each block in backward,
+    ``selective`` only its attention core (softmax(QK^T)V, Megatron's selective recompute)."""
+    for block in model.layers.values():
+        block.recompute = mode
+
+
+def param_groups(model: Any, weight_decay: float) -> list[dict[str, Any]]:
+    """Megatron-Core's default groups (``megatron/core/optimizer/__init__.py``
+    ``_get_param_groups``, 0.16.1): weight decay on matrices, none on biases and norm weights."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
+
+
+def grad_norm_and_clip(model: Any, max_norm: float) -> float:
+    """Global L2 norm of the gradients (DTensors on any mesh: each local norm reduced by DTensor)
+    and, with ``max_norm`` > 0, scale them as ``torch.nn.utils.clip_grad_norm_`` does."""
+    from torch.distributed.tensor import DTensor
+
+    sq = torch.zeros((), dtype=torch.float64)
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    for g in grads:
+        n = g.float().norm(2)
+        if isinstance(n, DTensor):
+            n = n.full_tensor()
+        sq += n.double().cpu() ** 2
+    total = float(sq.sqrt())
+    if max_norm > 0:
+        coef = max_norm / (total + 1e-6)
+        if coef < 1.0:
+            for g in grads:
+                g.mul_(coef)
+    return total
+
+
+def shard(model: Any, mesh: Any, cfg: dict[str, Any]) -> None:
+    """``parallelize_module`` over tp, then ``fully_shard`` per block and on the root."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy
+    from torch.distributed.fsdp import fully_shard as fsdp_shard
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from trainc.launch.torch_gpt import tp_plan
+
+    tp = mesh["tp"].size()
+    if tp > 1:
+        root, block = tp_plan(bool(cfg["tensor_parallel"]["sequence_parallel"]))
+        if not model.opts["gated"]:
+            block.pop("feed_forward.w3")
+        parallelize_module(model, mesh["tp"], root)
+        for b in model.layers.values():
+            parallelize_module(b, mesh["tp"], block)
+    fs = cfg["fully_shard"]
+    dims = tuple(fs["mesh_dims"])
+    dp_mesh = mesh[dims] if len(dims) > 1 else mesh[dims[0]]
+    mp = fs["mp_policy"]  # exactly the plan's (fp16 is refused at compile time, TRC342)
+    policy = MixedPrecisionPolicy(param_dtype=_dtype(mp["param_dtype"]),
+                                  reduce_dtype=_dtype(mp["reduce_dtype"]))
+    off = fs["offload_policy"]
+    offload: Any = CPUOffloadPolicy(pin_memory=bool(off["pin_memory"])) if off["cpu"] \
+        else OffloadPolicy()
+    for b in model.layers.values():
+        fsdp_shard(b, mesh=dp_mesh, reshard_after_forward=bool(fs["reshard_after_forward"]),
+                   mp_policy=policy, offload_policy=offload)
+    fsdp_shard(model, mesh=dp_mesh, reshard_after_forward=bool(fs["root_reshard_after_forward"]),
+               mp_policy=policy, offload_policy=offload)
+
+
+def cross_check(model: Any, mesh: Any, cfg: dict[str, Any], s: Settings) -> dict[str, Any]:
+    """The layout the worker built, compared with the plan's: mesh names and shape, and every
+    parameter a DTensor whose mesh dimensions are the fully_shard dims (plus tp when tp > 1).
+    Returns the built layout; raises SystemExit on a difference."""
+    from torch.distributed.tensor import DTensor
+
+    names = list(mesh.mesh_dim_names)
+    shape = list(mesh.mesh.shape)
+    want_shape = [1] * len(shape) if s.reference else list(cfg["mesh"]["shape"])
+    problems = []
+    if names != list(cfg["mesh"]["dim_names"]) or shape != want_shape:
+        problems.append(f"mesh {names} {shape} != plan {cfg['mesh']['dim_names']} {want_shape}")
+    want_dims = list(cfg["fully_shard"]["mesh_dims"])
+    tp = mesh["tp"].size()
+    sharded = 0
+    for name, p in model.named_parameters():
+        if not isinstance(p, DTensor):
+            problems.append(f"{name} is not sharded (not a DTensor)")
+            continue
+        dims = list(p.device_mesh.mesh_dim_names or ())
+        tp_dims = ["tp"] if tp > 1 and "tp" in dims else []
+        if dims[:len(want_dims)] != want_dims or dims[len(want_dims):] not in ([], tp_dims):
+            problems.append(f"{name} is on mesh dims {dims}, plan {want_dims} (+tp)")
+        sharded += 1
+    if problems:
+        raise SystemExit("trainc-worker: the FSDP2 layout differs from the plan: "
+                         + "; ".join(problems[:5]))
+    return {"mesh_dim_names": names, "mesh_shape": shape, "fsdp_dims": want_dims, "tp": tp,
+            "sharded_params": sharded}
+
+
+def run(s: Settings) -> None:
+    """Build, shard, train, checkpoint (see the module docstring)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    from trainc.launch import torch_gpt
+    from trainc.launch.data import Batches, build_dataset
+
+    cfg = s.plan["engines"].get("fsdp")
+    if cfg is None:
+        raise SystemExit("trainc-worker: plan.json has no FSDP settings (engine is not fsdp); "
+                         "compile the spec with engine: fsdp")
+    dims = resolve_dims(s)
+    mesh = build_mesh(s, cfg)
+    torch.manual_seed(s.seed)
+    model = torch_gpt.GPT(dims, torch_gpt.options(s.plan))
+    n = torch_gpt.deterministic_init(model, s.seed)
+    log(f"deterministic layout-independent init of {n} matrices (seed {s.seed})")
+    ac = cfg["activation_checkpoint"]["mode"]
+    apply_recompute(model, ac)
+    if cfg["compile"]:  # TRC344 refuses it with launch.device cpu
+        for b in model.layers.values():
+            b.compile()
+    shard(model, mesh, cfg)
+    built = cross_check(model, mesh, cfg, s)
+    log("fsdp layout " + " ".join(f"{k}={v}".replace(" ", "") for k, v in built.items()))
+    log(f"fsdp reshard_after_forward={cfg['fully_shard']['reshard_after_forward']} "
+        f"mp_policy={cfg['fully_shard']['mp_policy']} "
+        f"cpu_offload={cfg['fully_shard']['offload_policy']['cpu']} activation_checkpoint={ac}")
+    oc = cfg["optimizer"]
+    sched = dict(cfg["lr_schedule"])
+    if s.lr_override is not None:
+        override(f"fsdp optimizer lr {oc['lr']} -> {s.lr_override} (--lr)")
+        sched["lr"] = s.lr_override
+    if oc["class"] == "AdamW":
+        opt: Any = torch.optim.AdamW(param_groups(model, oc["weight_decay"]), lr=sched["lr"],
+                                     betas=tuple(oc["betas"]), eps=oc["eps"])
+    else:
+        opt = torch.optim.SGD(param_groups(model, oc["weight_decay"]), lr=sched["lr"],
+                              momentum=oc["momentum"])
+    gas = cfg["batch"]["gradient_accumulation_steps"]
+    dp_rank = 0
+    if not s.reference:
+        rep, shd = mesh["dp_replicate"], mesh["dp_shard"]
+        dp_rank = rep.get_local_rank() * shd.size() + shd.get_local_rank()
+    else:
+        gas = gas * int(s.plan["derived"]["dp"])
+        if gas != cfg["batch"]["gradient_accumulation_steps"]:
+            override(f"reference run: gradient_accumulation_steps -> {gas} on one process")
+    gbs, mbs = s.global_batch_size, s.micro_batch_size
+    dataset = build_dataset(s.train_iters * gbs + gbs, dims.seq_length, dims.vocab_size, s.seed,
+                            s.data_path)
+    batches = Batches(dataset, gbs, mbs, gas, dp_rank)
+    tokens = gbs * dims.seq_length
+    device = torch.device("cpu") if s.device == "cpu" else torch.device(
+        "cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    clip = float(cfg["grad_clip"])
+
+    def save(done: int) -> str:
+        path = os.path.join(s.save, f"iter_{done:07d}")
+        msd, osd = get_state_dict(model, opt)
+        dcp.save({"model": msd, "optim": osd}, checkpoint_id=path)
+        dist.barrier()
+        if dist.get_rank() == 0:
+            with open(os.path.join(s.save, "latest.tmp"), "w") as f:
+                f.write(f"{done}\n")
+            os.replace(os.path.join(s.save, "latest.tmp"), os.path.join(s.save, "latest"))
+        dist.barrier()
+        return path
+
+    def load(directory: str, step: int | None) -> int | None:
+        if step is None:
+            try:
+                with open(os.path.join(directory, "latest")) as f:
+                    step = int(f.read().strip())
+            except FileNotFoundError:
+                return None
+        msd, osd = get_state_dict(model, opt)
+        dcp.load({"model": msd, "optim": osd},
+                 checkpoint_id=os.path.join(directory, f"iter_{step:07d}"))
+        set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
+        return step
+
+    start = 0
+    if s.load:
+        got = load(s.load, None)
+        start = got or 0
+        log(f"resumed from {s.load} at step {start}" if got else f"no checkpoint in {s.load}")
+    logger = dist.get_rank() == 0
+
+    def train_steps(first: int, prefix: str, save_ckpt: bool) -> None:
+        for step in range(first, s.train_iters):
+            t0 = time.perf_counter()
+            lr = lr_at(sched, step)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            total = torch.zeros((), dtype=torch.float64)
+            for m in range(gas):
+                b = batches.microbatch(step, m)
+                logits = model(b["tokens"].to(device))
+                loss_tok = torch.nn.functional.cross_entropy(
+                    logits.view(-1, logits.shape[-1]), b["labels"].to(device).view(-1),
+                    reduction="none")
+                mask = b["loss_mask"].to(device).view(-1)
+                loss = (loss_tok * mask).sum() / mask.sum().clamp(min=1)
+                (loss / gas).backward()
+                total += loss.detach().double().cpu()
+            gn = grad_norm_and_clip(model, clip)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            loss_t = (total / gas).reshape(1)
+            dist.all_reduce(loss_t)
+            loss_v = float(loss_t.item()) / dist.get_world_size()
+            dt = time.perf_counter() - t0
+            done = step + 1
+            if logger and (done % s.log_interval == 0 or done == s.train_iters):
+                emit(f"{prefix}step={done} loss={loss_v:.9g} grad_norm={gn:.9g} "
+                     f"step_time_s={dt:.4f} tokens_per_s={tokens / dt:.1f} lr={lr:.6g}")
+            if save_ckpt and checkpoint_or_stop(s, done, save):
+                return
+
+    train_steps(start, "", save_ckpt=True)
+    if s.resume_check is not None:
+        got = load(s.save, s.resume_check)
+        log(f"resume-check: reloaded step {got} from {s.save}; replaying to {s.train_iters}")
+        train_steps(s.resume_check, "resume-check ", save_ckpt=False)

@@ -1,0 +1,660 @@
+"""``trainc calibrate``: fit a cluster's time-model factors to measured runs.
+
+Inputs (:func:`read_runs`), each a list of :class:`Run` (a spec and a measured step time):
+
+* a CSV (:func:`runs_from_csv`): either a ``spec`` column (a spec file, relative to the CSV's
+  folder) with one measured column, ``step_time_s`` (seconds per step), ``tokens_per_s_per_gpu``
+  or ``tflops_per_gpu`` (model TFLOP/s per GPU, Megatron's count); or the columns of the
+  published-runs table (``shared/calibration/published_runs.csv``: the model, GPUs, batch and the
+  published layout, :mod:`trainc.planner.published`) with ``measured_tflops_per_gpu``;
+* a Megatron-LM training log (:func:`parse_megatron_log`): the arguments block Megatron-LM prints
+  at start (``megatron/training/arguments.py`` ``_print_args``: ``------------------------
+  arguments ------------------------`` then ``  name ..... value`` lines) and the ``elapsed time
+  per iteration (ms): X`` of its iteration lines (``megatron/training/training.py``
+  ``training_log``), core_v0.16.x; the cluster comes from ``--cluster``;
+* a trainc worker log (:func:`parse_worker_log`): ``trainc-worker: plan=PATH ...`` and the
+  ``step=N ... step_time_s=X`` lines (:mod:`trainc.launch.runtime`); the spec is plan.json's.
+
+The measured step time of a log is the median over its logged iterations after the first (the
+first includes compilation and warm-up).
+
+The fit (:func:`fit`) changes the cluster's scalar factors the time model reads
+(:data:`FACTORS`: name -> bounds; the list is data, a new factor of the time model is one entry)
+to minimise the sum over runs of ``(log estimate - log measured)^2``, with scipy's Nelder-Mead
+when scipy is installed, else :func:`nelder_mead` (Nelder and Mead 1965, the standard
+reflection/expansion/contraction/shrink coefficients 1, 2, 0.5, 0.5), each factor in units of
+its start value and folded into its bounds by reflection, restarted from its best point until
+it stops improving. The estimate is the compiler's own
+(:func:`trainc.compiler.estimate.estimate` on the run's plan with the factors replaced).
+The residual band is the 10th and 90th percentile (linear interpolation) of measured / fitted
+estimate over the runs; it is written into the preset as ``step_time_p10_ratio`` /
+``step_time_p90_ratio`` so estimates carry a p10-p90 range and the planner's tie band follows.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import re
+import statistics
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainc.compiler.estimate import estimate
+from trainc.compiler.ir import Plan
+from trainc.compiler.load import load_spec
+from trainc.compiler.pipeline import State, run_passes
+from trainc.compiler.plan import spec_to_dict
+from trainc.planner.published import layout_overrides, row_to_spec_reason
+from trainc.schemas import ClusterSpec, TrainSpec
+
+#: Cluster factors the fit may change: name -> (lower, upper) bound. Every name is a float/int
+#: field of :class:`trainc.schemas.ClusterSpec` the time model reads.
+FACTORS: dict[str, tuple[float, float]] = {
+    "compute_efficiency": (0.05, 1.0),
+    "gemm_half_efficiency_tokens": (0.0, 65536.0),
+    "layer_overhead_us": (0.0, 5000.0),
+    "comm_overlap": (0.0, 1.0),
+}
+#: Nelder-Mead runs at most (each from the previous one's best point).
+RESTARTS = 6
+#: Factors the schema types as integers (rounded when written).
+INT_FACTORS = frozenset({"gemm_half_efficiency_tokens"})
+
+
+class CalibrateError(Exception):
+    """Bad input (unreadable file, no usable run, runs on different clusters): exit 2."""
+
+
+@dataclass
+class Run:
+    """One measured run: the spec (as loaded, not normalized) and its measured step time."""
+
+    name: str
+    spec: TrainSpec
+    measured_step_seconds: float
+    source: str = ""
+    plan: Plan | None = None
+    """The planned spec (filled by :func:`prepare`)."""
+
+
+@dataclass
+class FitResult:
+    """What :func:`fit` found (factors by name; estimates in seconds, one per run)."""
+
+    names: list[str]
+    before: dict[str, float]
+    after: dict[str, float]
+    estimates_before: list[float]
+    estimates_after: list[float]
+    p10_ratio: float
+    p90_ratio: float
+    rms_log_before: float
+    rms_log_after: float
+    evaluations: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+# --- inputs -------------------------------------------------------------------------------
+
+def _spec_from_dict(data: dict[str, Any], overrides: Sequence[str] = (),
+                    folder: Path | None = None) -> tuple[TrainSpec | None, str]:
+    """Load a spec given as a dict (written to a temporary file in ``folder``, so presets next to
+    it resolve as for a file there). (spec, "") or (None, the loader's first error)."""
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        path = Path(tmp) / "run.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        loaded = load_spec(path, list(overrides))
+    if loaded.spec is None:
+        msg = next((d.message for d in loaded.diagnostics if d.is_error), "cannot load")
+        return None, msg
+    return loaded.spec, ""
+
+
+def _load(path: Path, overrides: Sequence[str]) -> tuple[TrainSpec | None, str]:
+    loaded = load_spec(path, list(overrides))
+    if loaded.spec is None:
+        msg = next((d.message for d in loaded.diagnostics if d.is_error), "cannot load")
+        return None, f"{path}: {msg}"
+    return loaded.spec, ""
+
+
+def _float(v: str | None) -> float | None:
+    try:
+        x = float(v) if v not in (None, "") else None
+    except ValueError:
+        return None
+    return x if x is not None and math.isfinite(x) and x > 0 else None
+
+
+def _measured(row: dict[str, str], spec: TrainSpec) -> tuple[float | None, str]:
+    """Seconds per step from the row's measured column (needs the spec's FLOPs for TFLOP/s)."""
+    step = _float(row.get("step_time_s")) or _float(row.get("measured_step_time_s"))
+    if step:
+        return step, "step_time_s"
+    world = spec.cluster.num_nodes * spec.cluster.gpus_per_node
+    tokens = spec.training.global_batch_size * spec.model.seq_length
+    tps = _float(row.get("tokens_per_s_per_gpu"))
+    if tps is None:
+        m = re.search(r"tokens_per_s_per_gpu=([0-9.]+)", row.get("notes", ""))
+        tps = _float(m.group(1)) if m else None
+    tflops = _float(row.get("tflops_per_gpu")) or _float(row.get("measured_tflops_per_gpu"))
+    if tflops:
+        return -tflops, "tflops_per_gpu"  # converted once the plan's FLOPs are known
+    if tps:
+        return tokens / (tps * world), "tokens_per_s_per_gpu"
+    return None, ""
+
+
+def runs_from_csv(path: Path, overrides: Sequence[str] = (),
+                  where: Sequence[str] = ()) -> tuple[list[Run], list[str]]:
+    """The CSV's runs and a note per skipped row. ``where``: ``COLUMN=TEXT`` filters (the
+    column's value must contain TEXT, case-insensitive)."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = [{k: (v or "").strip() for k, v in r.items() if k is not None}
+                    for r in csv.DictReader(f)]
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise CalibrateError(f"cannot read {path}: {e}") from e
+    filters = []
+    for w in where:
+        col, sep, text = w.partition("=")
+        if not sep:
+            raise CalibrateError(f"--where {w!r}: expected COLUMN=TEXT")
+        filters.append((col, text.lower()))
+    runs, notes = [], []
+    for i, row in enumerate(rows, start=2):  # line 1 is the header
+        if any(text not in row.get(col, "").lower() for col, text in filters):
+            continue
+        name = f"{path.name}:{i}"
+        if row.get("spec"):
+            spec, why = _load(path.parent / row["spec"], overrides)
+            name += f" {row['spec']}"
+        else:
+            data, why = row_to_spec_reason(row)
+            spec = None
+            if data is not None:
+                name += f" {row.get('model', '')} {row.get('gpus', '')}x{row.get('gpu_type', '')}"
+                spec, why = _published_spec(data, row, overrides)
+        if spec is None:
+            notes.append(f"{name}: skipped ({why})")
+            continue
+        measured, kind = _measured(row, spec)
+        if measured is None:
+            notes.append(f"{name}: skipped (no measured step_time_s, tokens_per_s_per_gpu or "
+                         "tflops_per_gpu)")
+            continue
+        runs.append(Run(name.strip(), spec, measured, kind))
+    return runs, notes
+
+
+def _published_spec(data: dict[str, Any], row: dict[str, str], overrides: Sequence[str]
+                    ) -> tuple[TrainSpec | None, str]:
+    """The published row as a spec with its published layout; when the layers do not split
+    evenly over pp, the splits Megatron-Core offers (account_for_embedding/loss, then uneven
+    first/last stages) are tried in turn and the first that passes the rules is taken."""
+    from trainc.planner.search import _splits
+
+    lay = layout_overrides(row)
+    base = {**data, "parallel": lay["parallel"],
+            "training": {**data["training"], **lay.get("training", {})}}
+    spec, why = _spec_from_dict(base, overrides)
+    if spec is None:
+        return None, why
+    pp, L = spec.parallel.pp, spec.model.num_layers
+    if pp <= 1 or L % pp == 0:
+        return spec, ""
+    for first, last, _st, acc in _splits(L, pp, None, None, False):
+        par = {**lay["parallel"], "pipeline_first_stage_layers": first,
+               "pipeline_last_stage_layers": last,
+               "account_for_embedding_in_pipeline_split": acc[0],
+               "account_for_loss_in_pipeline_split": acc[1]}
+        cand, _ = _spec_from_dict({**base, "parallel": par}, overrides)
+        if cand is not None and _plan(cand)[0] is not None:
+            return cand, ""
+    return None, f"{L} layers do not split over pp={pp} with the published vpp"
+
+
+# (a log line may carry a launcher prefix such as "[rank0]: " or a timestamp: search, not match)
+_ARGS_START = re.compile(r"-{8,} arguments -{8,}")
+_ARGS_END = re.compile(r"-{8,} end of arguments -{8,}")
+_ARG = re.compile(r"(?:^|\s)(\w+) \.+ (.*?)\s*$")
+_ITER_MS = re.compile(r"elapsed time per iteration \(ms\):\s*([0-9.]+)")
+
+
+def parse_megatron_args(text: str) -> dict[str, str]:
+    """The arguments block of a Megatron-LM log as name -> printed value (strings)."""
+    args: dict[str, str] = {}
+    inside = False
+    for line in text.splitlines():
+        if not inside and _ARGS_START.search(line):
+            inside = True
+            continue
+        if inside and _ARGS_END.search(line):
+            break
+        if inside:
+            m = _ARG.search(line)
+            if m:
+                args[m.group(1)] = m.group(2)
+    return args
+
+
+def _median_after_first(values: list[float]) -> float | None:
+    vals = values[1:] if len(values) > 1 else values
+    return statistics.median(vals) if vals else None
+
+
+def _num(v: str | None) -> int | float | None:
+    if v is None or v in ("None", ""):
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        try:
+            return float(v)
+        except ValueError:
+            return None
+
+
+def megatron_spec_dict(args: dict[str, str], cluster: str, gpus_per_node: int,
+                       vocab_given: bool = False) -> dict[str, Any]:
+    """A spec dict for the run a Megatron-LM arguments block describes (model, layout, batch,
+    recompute, precision), on the cluster preset ``cluster``. Raises CalibrateError when a
+    required argument is missing."""
+    def need(name: str) -> Any:
+        v = _num(args.get(name))
+        if v is None:
+            raise CalibrateError(f"the Megatron-LM arguments block has no {name}")
+        return v
+
+    world = need("world_size")
+    if world % gpus_per_node:
+        raise CalibrateError(f"world_size {world} is not whole nodes of {gpus_per_node} GPUs "
+                             "(set --gpus-per-node)")
+    heads = need("num_attention_heads")
+    model: dict[str, Any] = {
+        "num_layers": need("num_layers"), "hidden_size": need("hidden_size"),
+        "num_attention_heads": heads, "seq_length": need("seq_length"),
+        "max_position_embeddings": _num(args.get("max_position_embeddings"))
+        or need("seq_length"),
+        "activation": "swiglu" if args.get("swiglu") == "True" else "gelu",
+        "normalization": "rmsnorm" if args.get("normalization") == "RMSNorm" else "layernorm",
+        "position_embedding": "rope" if args.get("position_embedding_type") == "rope"
+        else "learned",
+        "untie_embeddings_and_output_weights":
+            args.get("untie_embeddings_and_output_weights") == "True",
+    }
+    for key, arg in (("ffn_hidden_size", "ffn_hidden_size"), ("kv_channels", "kv_channels"),
+                     ("num_experts", "num_experts"), ("moe_router_topk", "moe_router_topk"),
+                     ("moe_ffn_hidden_size", "moe_ffn_hidden_size"),
+                     ("moe_shared_expert_intermediate_size",
+                      "moe_shared_expert_intermediate_size")):
+        v = _num(args.get(arg))
+        if v is not None:
+            model[key] = v
+    vocab = _num(args.get("padded_vocab_size")) or _num(args.get("vocab_size"))
+    if vocab is None and vocab_given:  # a model.vocab_size=N override replaces it
+        vocab = 1
+    if vocab is None:
+        raise CalibrateError("the Megatron-LM arguments block has no padded_vocab_size or "
+                             "vocab_size (pass model.vocab_size=N)")
+    model["vocab_size"] = vocab
+    if args.get("group_query_attention") == "True":
+        model["num_query_groups"] = need("num_query_groups")
+    vpp = _num(args.get("virtual_pipeline_model_parallel_size"))
+    par: dict[str, Any] = {
+        "tp": need("tensor_model_parallel_size"), "pp": need("pipeline_model_parallel_size"),
+        "vpp": vpp or 1, "cp": _num(args.get("context_parallel_size")) or 1,
+        "ep": _num(args.get("expert_model_parallel_size")) or 1,
+        "sequence_parallel": args.get("sequence_parallel") == "True",
+        "zero_stage": 1 if args.get("use_distributed_optimizer") == "True" else 0,
+    }
+    etp = _num(args.get("expert_tensor_parallel_size"))
+    if etp is not None:
+        par["etp"] = etp
+    training: dict[str, Any] = {
+        "micro_batch_size": need("micro_batch_size"),
+        "global_batch_size": need("global_batch_size"),
+        "precision": "bf16" if args.get("bf16") == "True" else
+        "fp16" if args.get("fp16") == "True" else "fp32",
+    }
+    gran = args.get("recompute_granularity")
+    training["recompute"] = gran if gran in ("full", "selective") else "none"
+    if gran == "full":
+        if args.get("recompute_method") in ("uniform", "block"):
+            training["recompute_method"] = args["recompute_method"]
+        n = _num(args.get("recompute_num_layers"))
+        if n is not None:
+            training["recompute_num_layers"] = n
+    return {"defaults": [{"cluster": cluster}, "_self_"], "name": "megatron-run",
+            "model": model, "cluster": {"num_nodes": world // gpus_per_node,
+                                        "gpus_per_node": gpus_per_node},
+            "parallel": par, "training": training}
+
+
+def parse_megatron_log(path: Path, cluster: str | None, gpus_per_node: int | None,
+                       overrides: Sequence[str] = ()) -> Run:
+    """One run from a Megatron-LM log (see the module docstring). Raises CalibrateError."""
+    text = _read(path)
+    args = parse_megatron_args(text)
+    if not args:
+        raise CalibrateError(f"{path}: no Megatron-LM arguments block ('---- arguments ----')")
+    times = [float(x) / 1000 for x in _ITER_MS.findall(text)]
+    step = _median_after_first(times)
+    if step is None:
+        raise CalibrateError(f"{path}: no 'elapsed time per iteration (ms)' line")
+    if cluster is None:
+        raise CalibrateError(f"{path}: a Megatron-LM log does not name the cluster: pass "
+                             "--cluster PRESET (e.g. dgx-h100)")
+    gpn = gpus_per_node or _preset_gpus_per_node(cluster)
+    given = any(o.startswith("model.vocab_size=") for o in overrides)
+    spec, why = _spec_from_dict(megatron_spec_dict(args, cluster, gpn, given), overrides)
+    if spec is None:
+        raise CalibrateError(f"{path}: {why}")
+    return Run(f"{path.name} ({len(times)} iterations)", spec, step, "megatron-log")
+
+
+def _preset_gpus_per_node(cluster: str) -> int:
+    spec, _ = _spec_from_dict({"defaults": [{"cluster": cluster}, "_self_"], "name": "probe",
+                               "model": {"num_layers": 1, "hidden_size": 64,
+                                         "num_attention_heads": 1, "vocab_size": 64,
+                                         "seq_length": 8},
+                               "cluster": {"num_nodes": 1},
+                               "training": {"global_batch_size": 1}})
+    return spec.cluster.gpus_per_node if spec is not None else 8
+
+
+_WORKER_PLAN = re.compile(r"trainc-worker: plan=(\S+)")
+_WORKER_STEP = re.compile(r"\bstep=(\d+) .*?\bstep_time_s=([0-9.]+)")
+
+
+def parse_worker_log(path: Path, plan_path: Path | None = None,
+                     overrides: Sequence[str] = ()) -> Run:
+    """One run from a trainc worker log: the plan.json it names (or ``plan_path``) gives the
+    spec, its ``step_time_s`` values the measured step time. Raises CalibrateError."""
+    text = _read(path)
+    times = [float(t) for _, t in _WORKER_STEP.findall(text)]
+    step = _median_after_first(times)
+    if step is None:
+        raise CalibrateError(f"{path}: no 'step=N ... step_time_s=X' line of the trainc worker")
+    if plan_path is None:
+        m = _WORKER_PLAN.search(text)
+        if not m:
+            raise CalibrateError(f"{path}: no 'trainc-worker: plan=PATH' line (pass --plan)")
+        plan_path = Path(m.group(1))
+    try:
+        plan = json.loads(_read(plan_path))
+        data = dict(plan["spec"])
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise CalibrateError(f"{plan_path}: not a trainc plan.json ({e})") from e
+    spec, why = _spec_from_dict(data, overrides)
+    if spec is None:
+        raise CalibrateError(f"{plan_path}: {why}")
+    return Run(f"{path.name} ({len(times)} steps)", spec, step, "worker-log")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        raise CalibrateError(f"cannot read {path}: {e.strerror or e}") from e
+
+
+def read_runs(paths: Sequence[str], *, cluster: str | None = None,
+              gpus_per_node: int | None = None, plan_path: str | None = None,
+              overrides: Sequence[str] = (), where: Sequence[str] = ()
+              ) -> tuple[list[Run], list[str]]:
+    """Every run of the given files (CSV by extension, else a Megatron-LM or trainc worker log
+    by content) and the notes on skipped rows. Raises CalibrateError."""
+    runs: list[Run] = []
+    notes: list[str] = []
+    for p in map(Path, paths):
+        if p.suffix.lower() == ".csv":
+            r, n = runs_from_csv(p, overrides, where)
+            runs += r
+            notes += n
+            continue
+        text = _read(p)
+        if _ARGS_START.search(text):
+            runs.append(parse_megatron_log(p, cluster, gpus_per_node, overrides))
+        elif "trainc-worker:" in text or _WORKER_STEP.search(text):
+            runs.append(parse_worker_log(p, Path(plan_path) if plan_path else None, overrides))
+        else:
+            raise CalibrateError(f"{p}: not a CSV, a Megatron-LM log or a trainc worker log")
+    return runs, notes
+
+
+# --- the fit ------------------------------------------------------------------------------
+
+def _plan(spec: TrainSpec) -> tuple[Plan | None, str]:
+    """The spec through normalize .. plan (the time model's input); (None, rules) on errors."""
+    state = run_passes(State(spec=spec, suggest=False), stop_after="plan")
+    if state.failed or state.plan is None:
+        errs = sorted({d.rule.id for d in state.diagnostics if d.is_error})
+        return None, ", ".join(errs)
+    return state.plan, ""
+
+
+def prepare(runs: list[Run]) -> tuple[list[Run], list[str]]:
+    """Plan every run (those whose layout breaks a rule are dropped, with a note) and turn a
+    TFLOP/s measurement into seconds with the plan's model FLOPs (Megatron's count)."""
+    kept, notes = [], []
+    for r in runs:
+        plan, why = _plan(r.spec)
+        if plan is None:
+            notes.append(f"{r.name}: skipped (its layout breaks {why})")
+            continue
+        r.plan = plan
+        if r.measured_step_seconds < 0:  # TFLOP/s per GPU
+            d = plan.derived
+            flops = estimate(plan).flops_per_step
+            r.measured_step_seconds = flops / (-r.measured_step_seconds * 1e12 * d.world_size)
+        kept.append(r)
+    return kept, notes
+
+
+def check_one_cluster(runs: list[Run], names: Sequence[str]) -> None:
+    """All runs must share the cluster's hardware (every cluster key but num_nodes and the
+    fitted factors): one preset describes one cluster. Raises CalibrateError."""
+    def hw(r: Run) -> dict[str, Any]:
+        assert r.plan is not None
+        d = dict(spec_to_dict(r.plan.spec)["cluster"])
+        for k in ("num_nodes", *names, "step_time_p10_ratio", "step_time_p90_ratio"):
+            d.pop(k, None)
+        return d
+
+    first = hw(runs[0])
+    for r in runs[1:]:
+        other = hw(r)
+        if other != first:
+            diff = sorted(k for k in set(first) | set(other) if first.get(k) != other.get(k))
+            raise CalibrateError(
+                f"{r.name} runs on another cluster than {runs[0].name} ({', '.join(diff)} "
+                "differ): calibrate one cluster at a time (e.g. --where gpu_type=H100)")
+
+
+def step_estimate(plan: Plan, factors: dict[str, float]) -> float:
+    """The full estimator's step time (seconds) of ``plan`` with the cluster ``factors``."""
+    changes: dict[str, Any] = dict(factors)
+    cl = dataclasses.replace(plan.spec.cluster, **changes)
+    spec = dataclasses.replace(plan.spec, cluster=cl)
+    return float(estimate(dataclasses.replace(plan, spec=spec)).step_time_seconds)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) with linear interpolation between order statistics (numpy's
+    default 'linear' method)."""
+    v = sorted(values)
+    if not v:
+        return math.nan
+    pos = q * (len(v) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+def nelder_mead(f: Callable[[list[float]], float], x0: list[float], *, step: float = 0.5,
+                max_evals: int = 600, xtol: float = 1e-6, ftol: float = 1e-12
+                ) -> tuple[list[float], float, int]:
+    """Minimise ``f`` from ``x0`` (Nelder and Mead 1965; coefficients 1, 2, 0.5, 0.5). Returns
+    (x, f(x), evaluations)."""
+    n = len(x0)
+    simplex = [list(x0)] + [[x + (step if i == j else 0.0) for j, x in enumerate(x0)]
+                            for i in range(n)]
+    vals = [f(x) for x in simplex]
+    evals = n + 1
+    while evals < max_evals:
+        order = sorted(range(n + 1), key=lambda i: vals[i])
+        simplex, vals = [simplex[i] for i in order], [vals[i] for i in order]
+        if abs(vals[-1] - vals[0]) <= ftol and max(
+                abs(a - b) for x in simplex[1:] for a, b in zip(x, simplex[0], strict=True)
+        ) <= xtol:
+            break
+        centroid = [sum(x[j] for x in simplex[:-1]) / n for j in range(n)]
+        worst = simplex[-1]
+        refl = [c + (c - w) for c, w in zip(centroid, worst, strict=True)]
+        fr = f(refl)
+        evals += 1
+        if fr < vals[0]:
+            exp = [c + 2 * (c - w) for c, w in zip(centroid, worst, strict=True)]
+            fe = f(exp)
+            evals += 1
+            simplex[-1], vals[-1] = (exp, fe) if fe < fr else (refl, fr)
+        elif fr < vals[-2]:
+            simplex[-1], vals[-1] = refl, fr
+        else:
+            con = [c + 0.5 * (w - c) for c, w in zip(centroid, worst, strict=True)]
+            fc = f(con)
+            evals += 1
+            if fc < vals[-1]:
+                simplex[-1], vals[-1] = con, fc
+            else:
+                best = simplex[0]
+                simplex = [best] + [[b + 0.5 * (x - b) for x, b in zip(p, best, strict=True)]
+                                    for p in simplex[1:]]
+                vals = [vals[0]] + [f(x) for x in simplex[1:]]
+                evals += n
+    i = min(range(n + 1), key=lambda k: vals[k])
+    return simplex[i], vals[i], evals
+
+
+def _reflect(x: float, lo: float, hi: float) -> float:
+    """``x`` folded into [lo, hi] by reflection at the bounds (a bounded search without the flat
+    ends a logistic map has: the simplex never stalls against a bound)."""
+    w = hi - lo
+    t = (x - lo) / w % 2.0
+    return lo + w * (2.0 - t if t > 1.0 else t)
+
+
+def fit(runs: list[Run], names: Sequence[str] | None = None,
+        start: dict[str, float] | None = None, max_evals: int = 600) -> FitResult:
+    """Fit the factors ``names`` (default: every :data:`FACTORS` entry) to planned ``runs``
+    (:func:`prepare`); ``start``: the initial values (default: the first run's cluster)."""
+    names = list(names or FACTORS)
+    unknown = [n for n in names if n not in FACTORS]
+    if unknown:
+        raise CalibrateError(f"unknown factor(s) {', '.join(unknown)}; known: "
+                             f"{', '.join(FACTORS)}")
+    if not runs:
+        raise CalibrateError("no run to fit")
+    assert all(r.plan is not None for r in runs)
+    cl = runs[0].plan.spec.cluster  # type: ignore[union-attr]
+    before = {n: float(getattr(cl, n)) for n in names}
+    x0 = dict(start or before)
+    meas = [math.log(r.measured_step_seconds) for r in runs]
+
+    def estimates(factors: dict[str, float]) -> list[float]:
+        return [step_estimate(r.plan, factors) for r in runs]  # type: ignore[arg-type]
+
+    # search coordinates: each factor in units of its start value (or a tenth of its range)
+    scale = {n: abs(x0[n]) if x0[n] else 0.1 * (FACTORS[n][1] - FACTORS[n][0]) for n in names}
+
+    def factors_of(u: list[float]) -> dict[str, float]:
+        return {n: _reflect(v * scale[n], *FACTORS[n]) for n, v in zip(names, u, strict=True)}
+
+    def loss(u: list[float]) -> float:
+        fac = factors_of(u)
+        est = estimates(fac)
+        if any(e <= 0 or not math.isfinite(e) for e in est):
+            return 1e30
+        return sum((math.log(e) - m) ** 2 for e, m in zip(est, meas, strict=True))
+
+    u = [_reflect(x0[n], *FACTORS[n]) / scale[n] for n in names]
+    notes: list[str] = []
+    try:
+        from scipy.optimize import (  # type: ignore[import-untyped,unused-ignore]
+            minimize,  # optional: scipy's Nelder-Mead when installed
+        )
+    except ImportError:
+        minimize = None
+    evals, best = 0, math.inf
+    for _ in range(RESTARTS):  # restarting from the best point with a fresh simplex (standard
+        # practice: a collapsed simplex stalls on narrow valleys)
+        if minimize is not None:
+            res = minimize(lambda v: loss(list(v)), u, method="Nelder-Mead",
+                           options={"maxfev": max_evals, "xatol": 1e-7, "fatol": 1e-14})
+            u, val, nfev = [float(v) for v in res.x], float(res.fun), int(res.nfev)
+        else:
+            u, val, nfev = nelder_mead(loss, u, step=0.3, max_evals=max_evals)
+        evals += nfev
+        if val >= best - 1e-12 * max(1.0, best):
+            break
+        best = val
+    after = factors_of(u)
+    for n in INT_FACTORS & set(after):
+        after[n] = float(round(after[n]))
+    # a factor at its bound: the runs push it there (say so)
+    for n in names:
+        lo, hi = FACTORS[n]
+        if min(after[n] - lo, hi - after[n]) <= 1e-3 * (hi - lo):
+            notes.append(f"{n} ended at its bound ({after[n]:.4g}; bounds {lo:g}..{hi:g})")
+    if len(runs) < len(names):
+        notes.append(f"{len(runs)} run(s) for {len(names)} factor(s): the fit is not unique; "
+                     "fix some with --factors")
+    eb, ea = estimates(before), estimates(after)
+    ratios = [r.measured_step_seconds / e for r, e in zip(runs, ea, strict=True)]
+
+    def rms(est: list[float]) -> float:
+        return math.sqrt(sum((math.log(e) - m) ** 2 for e, m in zip(est, meas, strict=True))
+                         / len(meas))
+
+    return FitResult(names, before, after, eb, ea, percentile(ratios, 0.1),
+                     percentile(ratios, 0.9), rms(eb), rms(ea), evals, notes)
+
+
+# --- output -------------------------------------------------------------------------------
+
+def preset_dict(run: Run, result: FitResult) -> dict[str, Any]:
+    """The cluster preset (trainc/conf/cluster format): the run's cluster keys that differ from
+    the schema's defaults (num_nodes left to the spec), the fitted factors and the band."""
+    raw = spec_to_dict(run.spec)["cluster"]
+    defaults = {f.name: f.default for f in dataclasses.fields(ClusterSpec)
+                if f.default is not dataclasses.MISSING}
+    out: dict[str, Any] = {k: v for k, v in raw.items()
+                           if k != "num_nodes" and v is not None and defaults.get(k, object()) != v
+                           and k not in result.names}
+    for n in result.names:
+        v = result.after[n]
+        out[n] = round(v) if n in INT_FACTORS else float(f"{v:.4g}")
+    out["step_time_p10_ratio"] = float(f"{result.p10_ratio:.4g}")
+    out["step_time_p90_ratio"] = float(f"{result.p90_ratio:.4g}")
+    return out
+
+
+def preset_text(runs: list[Run], result: FitResult) -> str:
+    """The preset YAML with a comment saying where its factors come from."""
+    head = [f"# Calibrated by trainc calibrate from {len(runs)} measured run(s): "
+            f"{', '.join(r.name for r in runs[:6])}{' ...' if len(runs) > 6 else ''}.",
+            f"# RMS log error of the step time: {result.rms_log_before:.3f} before, "
+            f"{result.rms_log_after:.3f} after; measured / estimated p10 {result.p10_ratio:.3f}, "
+            f"p90 {result.p90_ratio:.3f}.",
+            "# num_nodes is the job's choice: set cluster.num_nodes in the spec."]
+    body = yaml.safe_dump(preset_dict(runs[0], result), sort_keys=False)
+    return "\n".join(head) + "\n" + body
