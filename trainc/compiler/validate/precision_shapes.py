@@ -243,10 +243,15 @@ def _shapes(spec: TrainSpec, d: Derived, recipe: str) -> Iterator[Diagnostic]:
             fixes.append(f"model.moe_ffn_hidden_size={-(-e // step) * step}")
         fixes.append("training.fp8_recipe=tensorwise (16-element alignment)" if unit > 16
                      else "training.fp8_format=none and training.fp4_format=none")
+        key = "parallel.tp" if dense_bad else "parallel.etp"
+        at = f"tp={p.tp}" + (f", etp={etp}" if m.num_experts is not None else "")
+        recipe_key = "training.fp4_recipe" if recipe == "nvfp4" else "training.fp8_recipe"
         yield diag(R.LOW_PRECISION_SHAPES, f"with the {recipe} recipe every GEMM width must be "
-                   f"a multiple of {unit}, but at tp={p.tp}, etp={etp} these local layers are "
-                   f"not: {names}", "parallel.tp" if dense_bad else "parallel.etp",
-                   related=("parallel.tp", "parallel.etp", bad[0].key),
+                   f"a multiple of {unit}, but at {at} these local layers are "
+                   f"not: {names}", key,
+                   related=tuple(dict.fromkeys(
+                       k for k in ("parallel.tp", "parallel.etp", bad[0].key, recipe_key)
+                       if k != key and (k != "parallel.etp" or m.num_experts is not None))),
                    fix="set " + "; or ".join(fixes), edits=edits, recipe=recipe, unit=unit,
                    layers=[g.layer for g in bad], tp=p.tp, etp=etp)
     tokens = t.micro_batch_size * m.seq_length // max(p.cp, 1)
