@@ -83,6 +83,15 @@ class MoeDispatcher(Enum):
 
     alltoall = "alltoall"
     allgather = "allgather"
+    flex = "flex"
+
+
+class MoeFlexBackend(Enum):
+    """Backend of the flex token dispatcher (Megatron-Core ``moe_flex_dispatcher_backend``):
+    DeepEP's fused all-to-all kernels or HybridEP (NVLink-domain aware, for NVL72 racks)."""
+
+    deepep = "deepep"
+    hybridep = "hybridep"
 
 
 

@@ -18,7 +18,9 @@ from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived, stage_chunk_sizes
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.validate.fsdp import fsdp_rules, inert_fsdp
+from trainc.compiler.validate.moe_dispatch import moe_dispatch
 from trainc.compiler.validate.precision import precision
+from trainc.compiler.validate.precision_shapes import precision_shapes
 from trainc.schemas import (
     Device,
     Engine,
@@ -76,6 +78,8 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     yield from _engine(spec, d)
     yield from _runner(spec, d)
     yield from precision(spec, d)
+    yield from precision_shapes(spec, d)
+    yield from moe_dispatch(spec, d)
     yield from _schedule(spec)
     yield from _moe(spec)
     for key, why in _inert(spec):

@@ -102,7 +102,14 @@ def _expert_grid(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         if room else []
     step = egrid // math.gcd(egrid, c.gpus_per_node)
     nodes = -(-c.num_nodes // step) * step
+    # keep ep (the expert count per rank) and split the experts less: etp is searched too
+    room_e = capacity(world, p.ep, p.pp)
+    fe = m.moe_ffn_hidden_size or 0
+    ok_etp = [x for x in divisors(room_e) if fe % x == 0] if room_e and fe else []
     alts = ([f"parallel.ep to one of {show(ok_ep)}"] if ok_ep else []) + \
+        ([f"parallel.etp to one of {show(ok_etp)} (ep={p.ep} kept; etp {d.etp} "
+          f"{'defaults to tp' if d.etp == p.tp else 'is given'}, the experts may split "
+          f"differently from the dense layers)"] if ok_etp else []) + \
         [f"cluster.num_nodes={nodes}"]
     over = f"; ep ({p.ep}) alone exceeds the {world} GPUs" if p.ep > world else ""
     yield diag(R.EXPERT_GRID,
