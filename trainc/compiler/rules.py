@@ -70,15 +70,19 @@ EXPERT_GRID = _r(
     "world size must be a multiple of etp*ep*pp (Megatron expert rank generator)")
 TP_NVLINK = _r(
     "TRC105", "tp-within-nvlink-domain",
-    "tensor parallelism beyond the NVLink domain runs its all-reduces over the slow fabric",
+    "tensor parallelism wider than the NVLink domain, or cut by a domain boundary (tp does not "
+    "divide the domain, nor the Slurm segment), runs its all-reduces over the slow fabric",
     "warning")
 TP_CP_NVLINK = _r(
     "TRC106", "tp-cp-within-nvlink-domain",
-    "the tp*cp block beyond the NVLink domain runs context-parallel traffic over the fabric",
+    "the tp*cp block wider than the NVLink domain, or cut by a domain boundary, runs "
+    "context-parallel traffic over the fabric",
     "warning")
 EP_NVLINK = _r(
     "TRC107", "ep-within-nvlink-domain",
-    "the etp*ep block beyond the NVLink domain runs MoE all-to-all over the fabric", "warning")
+    "the etp*ep block wider than the NVLink domain, or cut by a domain boundary (etp*ep does "
+    "not divide the domain, nor the Slurm segment), runs MoE all-to-all over the fabric",
+    "warning")
 WORLD_EXCEEDS_CLUSTER = _r(
     "TRC108", "world-fits-cluster", "tp*pp*cp*dp must not exceed the cluster's GPUs")
 
