@@ -230,6 +230,12 @@ def test_deterministic_and_megatron_lm_entrypoint(plan):
     assert trainjob(plan) == trainjob(copy.deepcopy(plan))
     assert trainjob({**plan, "estimates": {}, "diagnostics": []}) == trainjob(plan)
     assert trainjob(_variant(plan, launch__entrypoint="megatron-lm")) == {}
+    # as README's artifact table says: no Kubernetes artifact for megatron-lm or torchtitan
+    from trainc.compiler.emit.kubernetes import pytorchjob
+    for entry in ("megatron-lm", "torchtitan"):
+        assert trainjob(_variant(plan, launch__entrypoint=entry)) == {}
+        assert pytorchjob(_variant(plan, launch__entrypoint=entry)) == {}
+    assert set(pytorchjob(plan)) == {"pytorchjob.yaml"} and set(trainjob(plan)) == {"trainjob.yaml"}
 
 
 def test_round_trips_through_the_kubeflow_trainer_api_models(plan):

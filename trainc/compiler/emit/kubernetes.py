@@ -27,7 +27,9 @@ its rendezvous flags.
 
 The image is ``launch.container_image``; without one the job names :data:`PLACEHOLDER_IMAGE`
 (which cannot be pulled: set the key to an image with trainc and its ``[worker]`` extra).
-The artifact is empty for ``launch.entrypoint: megatron-lm`` (run that through ``sbatch.sh``).
+Both artifacts are written only for ``launch.entrypoint: trainc``: the pods run the trainc
+worker, and ``megatron-lm`` / ``torchtitan`` need a checkout or runner the image does not promise
+(run those through ``sbatch.sh`` / ``torchrun.sh``).
 Built as a dict and dumped by a ``yaml.SafeDumper`` (sort_keys=True, no aliases): byte-for-byte
 deterministic.
 """
@@ -239,7 +241,8 @@ def pytorchjob_dict(plan: dict[str, Any], *, elastic: bool = False) -> dict[str,
 
 
 def pytorchjob(plan: dict[str, Any], *, elastic: bool = False) -> dict[str, str]:
-    """``{"pytorchjob.yaml": text}`` (empty for ``launch.entrypoint: megatron-lm``)."""
+    """``{"pytorchjob.yaml": text}`` (empty unless ``launch.entrypoint`` is ``trainc``:
+    megatron-lm and torchtitan write no Kubernetes artifact)."""
     if plan["spec"]["launch"].get("entrypoint", "trainc") != "trainc":
         return {}
     job = k8s_name(plan["spec"]["name"])
@@ -340,7 +343,7 @@ def trainjob_dict(plan: dict[str, Any]) -> dict[str, Any]:
 
 
 def trainjob(plan: dict[str, Any]) -> dict[str, str]:
-    """``{"trainjob.yaml": text}`` (empty for ``launch.entrypoint: megatron-lm``), with a
+    """``{"trainjob.yaml": text}`` (empty unless ``launch.entrypoint`` is ``trainc``), with a
     header that says how to create the plan ConfigMap (and the Secret) and apply the job."""
     launch = plan["spec"]["launch"]
     if launch.get("entrypoint", "trainc") != "trainc":
