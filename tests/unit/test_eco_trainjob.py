@@ -260,3 +260,17 @@ def test_launch_env_may_not_set_the_runtime_variables(var):
 
     [d] = find(lint_cfg(**{"launch.env": {var: "1"}}), "TRC509")
     assert d.is_error and d.key == f"launch.env.{var}"
+
+
+def test_trc522_relative_save_dir():
+    """The Kubernetes artifacts mount the checkpoint volume at launch.save_dir, and a container
+    mountPath must be absolute: a relative save_dir is a warning with the absolute path as fix,
+    and nothing for megatron-lm (which writes no Kubernetes artifact)."""
+    from specs.kit import find, lint_cfg
+    [d] = find(lint_cfg(**{"launch.save_dir": "./ckpt/run1"}), "TRC522")
+    assert d.severity.value == "warning" and d.key == "launch.save_dir"
+    assert "launch.save_dir ('./ckpt/run1') is a relative path" in d.message
+    assert d.edits == {"launch.save_dir": "/ckpt/run1"}
+    assert not find(lint_cfg(**{"launch.save_dir": "/mnt/ckpt"}), "TRC522")
+    assert not find(lint_cfg(**{"launch.save_dir": "ckpt", "launch.entrypoint": "megatron-lm",
+                                "launch.megatron_lm_path": "/opt/Megatron-LM"}), "TRC522")

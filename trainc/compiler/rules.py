@@ -299,6 +299,11 @@ K8S_RUNTIME = _r(
     "launch.k8s_runtime must be a Kubernetes object name (RFC 1123 subdomain: lower-case "
     "letters, digits, '-' and '.', at most 253)",
     engines={"megatron": "error", "deepspeed": "error"})
+K8S_SAVE_DIR = _r(
+    "TRC522", "k8s-save-dir-absolute",
+    "launch.save_dir must be an absolute path for trainjob.yaml / pytorchjob.yaml, which mount "
+    "the checkpoint volume there (a container mountPath is absolute)", "warning",
+    engines={"megatron": "warning", "deepspeed": "warning"})
 
 ALL_RULES: tuple[Rule, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Rule))
 RULES_BY_ID = {r.id: r for r in ALL_RULES}
@@ -392,4 +397,6 @@ SOURCES: dict[str, str] = {
               "topology.html, Slurm 24.05+); Megatron-Core RankGenerator order tp-cp-ep-dp-pp",
     "TRC521": "Kubernetes object names (RFC 1123 subdomain); Kubeflow Trainer v2.3.0 "
               "TrainJob.spec.runtimeRef.name",
+    "TRC522": "Kubernetes core/v1 VolumeMount.mountPath (a path inside the container, where the "
+              "runtime mounts the volume; runc refuses a relative destination)",
 }

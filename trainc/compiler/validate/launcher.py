@@ -103,6 +103,16 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    fix="set launch.k8s_runtime to the runtime's metadata.name, e.g. "
                        "torch-distributed (kubectl get clustertrainingruntimes)",
                    edits={"launch.k8s_runtime": "torch-distributed"}, value=lc.k8s_runtime)
+    if (lc.save_dir and not lc.save_dir.startswith("/")
+            and lc.entrypoint is Entrypoint.trainc):
+        yield diag(R.K8S_SAVE_DIR, f"launch.save_dir ({lc.save_dir!r}) is a relative path: "
+                   "trainjob.yaml and pytorchjob.yaml mount the checkpoint volume at it, and a "
+                   "container mount path must be absolute, so their pods would not start "
+                   "(sbatch.sh and torchrun.sh resolve it against the directory they run in)",
+                   "launch.save_dir",
+                   fix=f"set launch.save_dir to an absolute path, e.g. /{lc.save_dir.lstrip('./')}",
+                   edits={"launch.save_dir": "/" + lc.save_dir.lstrip("./")},
+                   value=lc.save_dir)
     if lc.device is Device.cpu and not lc.shrink:
         m = spec.model
         approx = 12 * m.num_layers * m.hidden_size**2 + 2 * m.vocab_size * m.hidden_size
