@@ -370,3 +370,17 @@ def test_fixes_are_valid_alternatives() -> None:
                 continue
             fixed = lint_cfg(apply(cfg, dict(d.edits)))
             assert not [x for x in find(fixed, rule_id) if x.key == key], (rule_id, d.edits)
+
+
+def test_fp8_keys_without_fp8_are_inert() -> None:
+    """fp8_recipe and first_last_layers_bf16 without fp8_format/fp4_format reach no artifact:
+    TRC329 says so (they are written only with FP8/FP4 on)."""
+    found = find(lint_cfg(**{"training.fp8_recipe": "tensorwise",
+                             "training.first_last_layers_bf16": True}), "TRC329")
+    assert sorted(d.key for d in found) == ["training.first_last_layers_bf16",
+                                            "training.fp8_recipe"]
+    assert not find(lint_cfg(**{"training.fp8_format": "hybrid",
+                                "training.fp8_recipe": "tensorwise",
+                                "training.first_last_layers_bf16": True}), "TRC329")
+    assert not find(lint_cfg(**{"training.fp4_format": "e2m1",
+                                "training.first_last_layers_bf16": True}), "TRC329")

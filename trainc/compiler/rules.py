@@ -203,9 +203,14 @@ SHARED_EXPERT_TP = _r(
 # --- TRC4xx: resource fit -------------------------------------------------------------------
 MEMORY_FIT = _r(
     "TRC401", "memory-fits-gpu",
-    "estimated memory per GPU must fit gpu_memory_gib minus memory_reserve_gib")
+    "estimated memory per GPU must not exceed gpu_memory_gib minus memory_reserve_gib by more "
+    "than the memory model's error margin (a sure out-of-memory)")
 BUBBLE_HIGH = _r(
     "TRC402", "pipeline-bubble-high", "the pipeline bubble exceeds 25 % of the step", "warning")
+MEMORY_TIGHT = _r(
+    "TRC403", "memory-tight",
+    "estimated memory per GPU is within the memory model's error margin of the budget: it may "
+    "or may not fit", "warning")
 
 # --- TRC5xx: launcher / cluster -------------------------------------------------------------
 JOB_NAME = _r("TRC501", "job-name-safe",
@@ -366,7 +371,7 @@ SOURCES: dict[str, str] = {
               "(0.16.1)",
     "TRC327": "megatron/core/transformer/moe/shared_experts.py SharedExpertMLP (0.16.1): "
               "'... is not divisible by' at model build",
-    "TRC401": "trainc estimates", "TRC402": "trainc estimates",
+    "TRC401": "trainc estimates", "TRC402": "trainc estimates", "TRC403": "trainc estimates",
     "TRC501": "Slurm job names", "TRC502": "Slurm --time", "TRC503": "pretrain_gpt.py (MR §6)",
     "TRC504": "POSIX environment names", "TRC505": "validate_args (MR ENV-1)",
     "TRC506": "CPU (gloo) execution", "TRC507": "torchrun --nproc_per_node (BC-063)",

@@ -29,6 +29,7 @@ from trainc.schemas.enums import (
     Recompute,
     RecomputeMethod,
     StateDtype,
+    TimeModel,
     WsdDecayStyle,
 )
 from trainc.schemas.fsdp import FsdpSpec
@@ -68,6 +69,7 @@ __all__ = [
     "Recompute",
     "RecomputeMethod",
     "StateDtype",
+    "TimeModel",
     "TrainSpec",
     "TrainingSpec",
     "WsdDecayStyle",

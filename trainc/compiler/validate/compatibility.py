@@ -23,6 +23,8 @@ from trainc.schemas import (
     Device,
     Engine,
     Entrypoint,
+    Fp4Format,
+    Fp8Format,
     LaunchSpec,
     LrDecayStyle,
     ModelSpec,
@@ -281,6 +283,11 @@ def _inert(spec: TrainSpec) -> Iterator[tuple[str, str]]:
                      "moe_expert_capacity_factor") if moved(m, dm, k))
     if lc.data_path is None and moved(lc, dl, "data_split"):
         yield "launch.data_split", "launch.data_path is not set (mock data)"
+    fp8, fp4 = t.fp8_format is not Fp8Format.none, t.fp4_format is not Fp4Format.none
+    if not fp8 and moved(t, dt, "fp8_recipe"):
+        yield "training.fp8_recipe", "fp8_format is none"
+    if not (fp8 or fp4) and moved(t, dt, "first_last_layers_bf16"):
+        yield "training.first_last_layers_bf16", "fp8_format and fp4_format are none"
     yield from inert_fsdp(spec)
 
 
