@@ -256,6 +256,8 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
                "launch.slurm_segment"),
     "TRC521": ({"launch.k8s_runtime": "Torch_Distributed"},
                {"launch.k8s_runtime": "torch-distributed-v2"}, "launch.k8s_runtime"),
+    "TRC522": ({"launch.save_dir": "ckpt/run1"}, {"launch.save_dir": "/ckpt/run1"},
+               "launch.save_dir"),
 }
 
 SPEC_YAML = """\

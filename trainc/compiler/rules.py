@@ -70,15 +70,19 @@ EXPERT_GRID = _r(
     "world size must be a multiple of etp*ep*pp (Megatron expert rank generator)")
 TP_NVLINK = _r(
     "TRC105", "tp-within-nvlink-domain",
-    "tensor parallelism beyond the NVLink domain runs its all-reduces over the slow fabric",
+    "tensor parallelism wider than the NVLink domain, or cut by a domain boundary (tp does not "
+    "divide the domain, nor the Slurm segment), runs its all-reduces over the slow fabric",
     "warning")
 TP_CP_NVLINK = _r(
     "TRC106", "tp-cp-within-nvlink-domain",
-    "the tp*cp block beyond the NVLink domain runs context-parallel traffic over the fabric",
+    "the tp*cp block wider than the NVLink domain, or cut by a domain boundary, runs "
+    "context-parallel traffic over the fabric",
     "warning")
 EP_NVLINK = _r(
     "TRC107", "ep-within-nvlink-domain",
-    "the etp*ep block beyond the NVLink domain runs MoE all-to-all over the fabric", "warning")
+    "the etp*ep block wider than the NVLink domain, or cut by a domain boundary (etp*ep does "
+    "not divide the domain, nor the Slurm segment), runs MoE all-to-all over the fabric",
+    "warning")
 WORLD_EXCEEDS_CLUSTER = _r(
     "TRC108", "world-fits-cluster", "tp*pp*cp*dp must not exceed the cluster's GPUs")
 
@@ -357,6 +361,11 @@ K8S_RUNTIME = _r(
     "launch.k8s_runtime must be a Kubernetes object name (RFC 1123 subdomain: lower-case "
     "letters, digits, '-' and '.', at most 253)",
     engines={"megatron": "error", "deepspeed": "error"})
+K8S_SAVE_DIR = _r(
+    "TRC522", "k8s-save-dir-absolute",
+    "launch.save_dir must be an absolute path for trainjob.yaml / pytorchjob.yaml, which mount "
+    "the checkpoint volume there (a container mountPath is absolute)", "warning",
+    engines={"megatron": "warning", "deepspeed": "warning"})
 
 ALL_RULES: tuple[Rule, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Rule))
 RULES_BY_ID = {r.id: r for r in ALL_RULES}
@@ -474,4 +483,6 @@ SOURCES: dict[str, str] = {
               "topology.html, Slurm 24.05+); Megatron-Core RankGenerator order tp-cp-ep-dp-pp",
     "TRC521": "Kubernetes object names (RFC 1123 subdomain); Kubeflow Trainer v2.3.0 "
               "TrainJob.spec.runtimeRef.name",
+    "TRC522": "Kubernetes core/v1 VolumeMount.mountPath (a path inside the container, where the "
+              "runtime mounts the volume; runc refuses a relative destination)",
 }
