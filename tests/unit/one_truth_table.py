@@ -327,6 +327,8 @@ _SCHED_P = "scheduler.params."
 _ADAM = lambda plan: plan["spec"]["training"]["optimizer"] == "adam"  # noqa: E731
 _SGD = lambda plan: plan["spec"]["training"]["optimizer"] == "sgd"  # noqa: E731
 _MOE = lambda plan: plan["spec"]["model"]["num_experts"] is not None  # noqa: E731
+_FLEX = lambda plan: (plan["spec"]["model"]["num_experts"] is not None  # noqa: E731
+                      and plan["spec"]["model"]["moe_token_dispatcher_type"] == "flex")
 _ROPE = lambda plan: plan["spec"]["model"]["position_embedding"] == "rope"  # noqa: E731
 _WSD = lambda plan: plan["spec"]["training"]["lr_decay_style"] == "WSD"  # noqa: E731
 _WARMUP = lambda plan: plan["spec"]["training"]["lr_warmup_iters"] > 0  # noqa: E731
@@ -452,6 +454,17 @@ TABLE: tuple[Setting, ...] = (
              _opt_float),
     _moe_row("moe_expert_capacity_factor", "--moe-expert-capacity-factor", float, None,
              _opt_float),
+    Setting("moe_flex_dispatcher_backend", spec=(S("model.moe_flex_dispatcher_backend"),),
+            lm=(F("--moe-flex-dispatcher-backend", str, "deepep"),),
+            core=(CO(_TC, "moe_flex_dispatcher_backend", "deepep"),), when=_FLEX),
+    Setting("moe_pad_expert_input_to_capacity",
+            spec=(S("model.moe_pad_expert_input_to_capacity", bool),),
+            lm=(B("--moe-pad-expert-input-to-capacity"),),
+            core=(CO(_TC, "moe_pad_expert_input_to_capacity", False),), when=_MOE),
+    Setting("moe_router_padding_for_quantization",
+            spec=(S("model.moe_router_padding_for_quantization", bool),),
+            lm=(B("--moe-router-padding-for-quantization"),),
+            core=(CO(_TC, "moe_router_padding_for_quantization", False),), when=_MOE),
     # parallel layout
     _parallel_row("tp", "--tensor-model-parallel-size", "tensor_model_parallel_size"),
     _parallel_row("pp", "--pipeline-model-parallel-size", "pipeline_model_parallel_size"),

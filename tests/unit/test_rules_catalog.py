@@ -18,6 +18,7 @@ from trainc.schemas import Engine
 
 MOE = {"model.num_experts": 8, "model.moe_router_topk": 2}
 DS = {"engine": "deepspeed"}
+H100_FP8 = {"training.fp8_format": "hybrid", "cluster.gpu": "h100-80g"}
 BIG = {"model.num_layers": 32, "model.hidden_size": 8192}
 FSDP = {"engine": "fsdp", "parallel.pp": 1}  # tp2 x dp4 on 8 GPUs
 #: 20 GB200 NVL72 trays (4 GPUs each, 18 per 72-GPU NVLink domain)
@@ -182,6 +183,46 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "TRC332": ({"training.exp_avg_dtype": "bf16", "parallel.zero_stage": 0},
                {"training.exp_avg_dtype": "bf16", "parallel.zero_stage": 1},
                "training.exp_avg_dtype"),
+    "TRC370": ({"training.fp8_format": "hybrid", "training.fp8_recipe": "mxfp8",
+                "cluster.gpu": "h100-80g"},
+               {"training.fp8_format": "hybrid", "training.fp8_recipe": "mxfp8",
+                "cluster.gpu": "b200"}, "training.fp8_recipe"),
+    "TRC371": ({**H100_FP8, "model.ffn_hidden_size": 2056},
+               {**H100_FP8, "model.ffn_hidden_size": 2080}, "parallel.tp"),
+    "TRC372": ({**H100_FP8, "training.first_last_layers_bf16": True},
+               {**H100_FP8, "training.first_last_layers_bf16": True,
+                "training.fp8_recipe": "tensorwise"}, "training.first_last_layers_bf16"),
+    "TRC373": ({**MOE, "model.add_bias_linear": True, "parallel.etp": 2,
+                "parallel.sequence_parallel": True},
+               {**MOE, "model.add_bias_linear": True, "parallel.etp": 1,
+                "parallel.sequence_parallel": True}, "model.add_bias_linear"),
+    "TRC374": ({"training.fp8_format": "hybrid", "training.fp8_recipe": "mxfp8",
+                "cluster.gpu": "b200"},
+               {"training.fp8_format": "e4m3", "training.fp8_recipe": "mxfp8",
+                "cluster.gpu": "b200"}, "training.fp8_format"),
+    "TRC378": ({**MOE, "model.moe_token_dispatcher_type": "flex", "parallel.tp": 1,
+                "parallel.pp": 1, "parallel.ep": 8},
+               {**MOE, "model.moe_token_dispatcher_type": "flex", "parallel.tp": 1,
+                "parallel.pp": 1, "parallel.ep": 8, "cluster.gpus_per_node": 4,
+                "cluster.num_nodes": 2}, "model.moe_token_dispatcher_type"),
+    "TRC379": ({"training.fp8_format": "e4m3", "training.fp8_recipe": "mxfp8",
+                "cluster.gpu": "b200"},
+               {"training.fp8_format": "e4m3", "training.fp8_recipe": "mxfp8",
+                "cluster.gpu": "b200", "training.fp8_param_gather": True,
+                "parallel.zero_stage": 1}, "training.fp8_param_gather"),
+    "TRC375": ({**MOE, "model.moe_token_dispatcher_type": "flex", "parallel.tp": 1,
+                "parallel.pp": 1},
+               {**MOE, "model.moe_token_dispatcher_type": "flex", "parallel.tp": 1,
+                "parallel.pp": 1, "parallel.ep": 8}, "model.moe_token_dispatcher_type"),
+    "TRC376": ({**MOE, "model.moe_pad_expert_input_to_capacity": True},
+               {**MOE, "model.moe_pad_expert_input_to_capacity": True,
+                "model.moe_expert_capacity_factor": 1.0},
+               "model.moe_pad_expert_input_to_capacity"),
+    "TRC377": ({**MOE, "model.moe_router_padding_for_quantization": True,
+                "parallel.sequence_parallel": True},
+               {**MOE, **H100_FP8, "model.moe_router_padding_for_quantization": True,
+                "parallel.sequence_parallel": True},
+               "model.moe_router_padding_for_quantization"),
     "TRC512": ({"launch.data_split": "969,30"}, {"launch.data_split": "98,1,1"},
                "launch.data_split"),
     "TRC003": ({"cluster.gpu": "custom", "cluster.gpu_memory_gib": None},
@@ -248,6 +289,8 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
                "training.optimizer"),
     "TRC521": ({"launch.k8s_runtime": "Torch_Distributed"},
                {"launch.k8s_runtime": "torch-distributed-v2"}, "launch.k8s_runtime"),
+    "TRC522": ({"launch.save_dir": "ckpt/run1"}, {"launch.save_dir": "/ckpt/run1"},
+               "launch.save_dir"),
 }
 
 SPEC_YAML = """\
@@ -401,3 +444,17 @@ def test_fixes_are_valid_alternatives() -> None:
                 continue
             fixed = lint_cfg(apply(cfg, dict(d.edits)))
             assert not [x for x in find(fixed, rule_id) if x.key == key], (rule_id, d.edits)
+
+
+def test_fp8_keys_without_fp8_are_inert() -> None:
+    """fp8_recipe and first_last_layers_bf16 without fp8_format/fp4_format reach no artifact:
+    TRC329 says so (they are written only with FP8/FP4 on)."""
+    found = find(lint_cfg(**{"training.fp8_recipe": "tensorwise",
+                             "training.first_last_layers_bf16": True}), "TRC329")
+    assert sorted(d.key for d in found) == ["training.first_last_layers_bf16",
+                                            "training.fp8_recipe"]
+    assert not find(lint_cfg(**{"training.fp8_format": "hybrid",
+                                "training.fp8_recipe": "tensorwise",
+                                "training.first_last_layers_bf16": True}), "TRC329")
+    assert not find(lint_cfg(**{"training.fp4_format": "e2m1",
+                                "training.first_last_layers_bf16": True}), "TRC329")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from trainc.schemas import TrainSpec
@@ -164,6 +164,9 @@ class CollectiveEstimate:
     crosses_nodes: bool
     bandwidth_gbps: float
     seconds: float
+    exposed_seconds: float = 0.0
+    """Seconds of it on the critical path (not hidden behind compute by the engine's overlap:
+    bucketed DP overlap, CP ring overlap, ZeRO-3 prefetch; docs/performance.md)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -187,10 +190,15 @@ class Estimates:
     compute_seconds: float
     exposed_comm_seconds: float
     bubble_seconds: float
+    compute_seconds_by_kind: Mapping[str, float] = field(default_factory=dict)
+    """Compute seconds of the critical stage per step by kernel kind (time_model=kernels: gemm,
+    attention, elementwise, fixed, recompute; empty with time_model=seed)."""
+    memory_margin: float = 0.0
+    """(budget - estimate) / budget of the most loaded stage: negative = over the budget."""
     critical_stage: int
     tokens_per_second: float
     mfu: float
-    assumptions: Mapping[str, float]
+    assumptions: Mapping[str, float | str]
     rank_map: Mapping[str, Any]
     """Rank generator sizes, strides, groups leaving a node / NVLink domain, first node's rows."""
     step_time_p10_seconds: float | None = None

@@ -20,6 +20,7 @@ from trainc.schemas.enums import (
     Gpu,
     LrDecayStyle,
     MoeDispatcher,
+    MoeFlexBackend,
     MoeLoadBalancing,
     MoeScoreFunction,
     Normalization,
@@ -31,6 +32,7 @@ from trainc.schemas.enums import (
     Recompute,
     RecomputeMethod,
     StateDtype,
+    TimeModel,
     WsdDecayStyle,
 )
 from trainc.schemas.fsdp import FsdpSpec
@@ -61,6 +63,7 @@ __all__ = [
     "LrDecayStyle",
     "ModelSpec",
     "MoeDispatcher",
+    "MoeFlexBackend",
     "MoeLoadBalancing",
     "MoeScoreFunction",
     "Normalization",
@@ -75,6 +78,7 @@ __all__ = [
     "ResumeSpec",
     "SavedLayout",
     "StateDtype",
+    "TimeModel",
     "TrainSpec",
     "TrainingSpec",
     "WsdDecayStyle",

@@ -83,6 +83,15 @@ class MoeDispatcher(Enum):
 
     alltoall = "alltoall"
     allgather = "allgather"
+    flex = "flex"
+
+
+class MoeFlexBackend(Enum):
+    """Backend of the flex token dispatcher (Megatron-Core ``moe_flex_dispatcher_backend``):
+    DeepEP's fused all-to-all kernels or HybridEP (NVLink-domain aware, for NVL72 racks)."""
+
+    deepep = "deepep"
+    hybridep = "hybridep"
 
 
 
@@ -105,6 +114,15 @@ class Entrypoint(Enum):
     torchtitan = "torchtitan"
 
 
+class TimeModel(Enum):
+    """Step-time model (``cluster.time_model``): kernels (per-GEMM roofline with wave
+    quantization, fused attention, element-wise bytes, per-axis overlap; docs/performance.md)
+    or seed (one compute_efficiency over Megatron's FLOPs, the seeds' formula)."""
+
+    kernels = "kernels"
+    seed = "seed"
+
+
 class Gpu(Enum):
     """GPU preset names (``cluster.gpu``); ``custom`` = give the hardware fields yourself."""
 
@@ -115,6 +133,7 @@ class Gpu(Enum):
     h800 = "h800"
     b200 = "b200"
     gb200 = "gb200"
+    gb300 = "gb300"
     custom = "custom"
 
 

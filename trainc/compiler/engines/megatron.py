@@ -30,6 +30,7 @@ from trainc.schemas import (
     Device,
     Fp4Format,
     Fp8Format,
+    MoeDispatcher,
     Normalization,
     Optimizer,
     PositionEmbedding,
@@ -129,6 +130,7 @@ def megatron_core_kwargs(spec: TrainSpec, d: Derived) -> dict[str, dict[str, Any
             "moe_router_topk_scaling_factor": _float(m.moe_router_topk_scaling_factor),
             "moe_expert_capacity_factor": _float(m.moe_expert_capacity_factor),
         })
+        tc.update(moe_dispatch_kwargs(spec))
     distopt = distributed_optimizer(spec)
     return {
         "initialize_model_parallel": {
@@ -220,6 +222,22 @@ def low_precision_kwargs(spec: TrainSpec) -> dict[str, Any]:
         out.update({"fp4": t.fp4_format.value, "fp4_recipe": t.fp4_recipe.value})
     if out and t.first_last_layers_bf16:
         out["first_last_layers_bf16"] = True
+    return out
+
+
+def moe_dispatch_kwargs(spec: TrainSpec) -> dict[str, Any]:
+    """TransformerConfig's MoE dispatch keys of megatron-core 0.16.1 that trainc sets only when
+    the spec moves them off the library default: ``moe_flex_dispatcher_backend`` (with the
+    flex dispatcher), ``moe_pad_expert_input_to_capacity`` and
+    ``moe_router_padding_for_quantization``."""
+    m = spec.model
+    out: dict[str, Any] = {}
+    if m.moe_token_dispatcher_type is MoeDispatcher.flex:
+        out["moe_flex_dispatcher_backend"] = m.moe_flex_dispatcher_backend.value
+    if m.moe_pad_expert_input_to_capacity:
+        out["moe_pad_expert_input_to_capacity"] = True
+    if m.moe_router_padding_for_quantization:
+        out["moe_router_padding_for_quantization"] = True
     return out
 
 
@@ -362,6 +380,12 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
             c("--moe-router-topk-scaling-factor", "TransformerConfig",
               "moe_router_topk_scaling_factor"),
             c("--moe-expert-capacity-factor", "TransformerConfig", "moe_expert_capacity_factor"),
+            c("--moe-flex-dispatcher-backend", "TransformerConfig",
+              "moe_flex_dispatcher_backend"),
+            c("--moe-pad-expert-input-to-capacity", "TransformerConfig",
+              "moe_pad_expert_input_to_capacity"),
+            c("--moe-router-padding-for-quantization", "TransformerConfig",
+              "moe_router_padding_for_quantization"),
         ]
     wsd = sched["lr_decay_style"] == "WSD"
     out += [
