@@ -18,7 +18,6 @@ Run: .venv/bin/python bench/planner_fidelity.py [CSV] [--top K]
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,16 +25,11 @@ from typing import Any
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from published import (
-    DEFAULT_CSV,
-    load_rows,
-    published_layout,
-    row_to_spec_reason,
-)
-
 from trainc.planner import plan_layouts
+from trainc.planner.published import load_rows, published_layout, row_to_spec_reason
+
+#: Default location of the table (the shared, read-only reference folder next to the checkout).
+DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "published_runs.csv"
 
 AXES = ("tp", "pp", "cp", "ep")
 

@@ -42,6 +42,8 @@ def test_bug_case_verdict(exp: dict) -> None:
     if exp["verdict"] == "ok":
         if "info" in exp:
             assert exp["info"] in {d.rule.id for d in diags}
+        for text in exp.get("message_contains", []):  # in the info's message
+            assert any(text in d.message for d in diags if d.rule.id == exp.get("info")), shown
         return
     sev = exp.get("severity", "error" if exp["verdict"] == "reject" else "warning")
     hits = [d for d in diags if d.rule.id == exp["rule"] and d.key == exp["key"]]

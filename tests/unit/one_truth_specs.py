@@ -13,8 +13,10 @@ from typing import Any
 import yaml
 from differential.strategies import coherent_specs
 from hypothesis import strategies as st
+from specs.kit import make
 
 from trainc.compiler.pipeline import compile_spec
+from trainc.compiler.validate.precision_shapes import ALIGN, misaligned, recipe_name
 
 
 def _divisors(n: int) -> list[int]:
@@ -85,7 +87,13 @@ def one_truth_specs(draw: st.DrawFn, *, engine: str | None = None,
             t["fp8_param_gather"] = p["zero_stage"] == 1 and draw(st.booleans())
         else:
             t["fp4_format"] = "e2m1"
-        t["first_last_layers_bf16"] = draw(st.booleans())
+        # Blackwell runs every recipe (TRC370); delayed scaling keeps no BF16 layers (TRC372)
+        c["gpu"] = "b200"
+        t["first_last_layers_bf16"] = t.get("fp8_recipe") != "delayed" and draw(st.booleans())
+        if _misaligned(cfg):  # the local GEMM shapes of this layout do not quantize (TRC371)
+            for k in ("fp8_format", "fp8_recipe", "fp4_format", "first_last_layers_bf16"):
+                t.pop(k, None)
+            t["fp8_param_gather"] = False
     if not ds and cuda and p["zero_stage"] == 1 and t.get("optimizer", "adam") == "adam" \
             and draw(st.integers(0, 2)) == 0:
         t["main_grads_dtype"] = draw(st.sampled_from(["fp32", "bf16"]))
@@ -122,7 +130,17 @@ def one_truth_specs(draw: st.DrawFn, *, engine: str | None = None,
             m["moe_expert_capacity_factor"] = draw(st.sampled_from([None, 1.0, 1.25]))
         if draw(st.booleans()):
             m["moe_shared_expert_intermediate_size"] = p["tp"] * 64 * draw(st.integers(1, 4))
-        m["moe_token_dispatcher_type"] = draw(st.sampled_from(["alltoall", "allgather"]))
+        etp = p.get("etp") or p["tp"]
+        flex = ["flex"] if p.get("ep", 1) * etp > 1 else []  # TRC375: etp*ep > 1
+        m["moe_token_dispatcher_type"] = draw(st.sampled_from(["alltoall", "allgather", *flex]))
+        if m["moe_token_dispatcher_type"] == "flex":
+            m["moe_flex_dispatcher_backend"] = draw(st.sampled_from(["deepep", "hybridep"]))
+        deepep = m.get("moe_flex_dispatcher_backend") == "deepep"
+        if m.get("moe_expert_capacity_factor") is not None and not deepep:
+            m["moe_pad_expert_input_to_capacity"] = draw(st.booleans())  # TRC375, TRC376
+        low = t.get("fp8_format", "none") != "none" or t.get("fp4_format", "none") != "none"
+        if low and m["moe_token_dispatcher_type"] != "allgather":
+            m["moe_router_padding_for_quantization"] = draw(st.booleans())  # TRC377
     # Megatron-LM's pretrain_gpt.py instead of the trainc worker
     if not ds and draw(st.integers(0, 3)) == 0:
         cfg["launch"] |= {"entrypoint": "megatron-lm", "megatron_lm_path": "/opt/Megatron-LM"}
@@ -130,7 +148,30 @@ def one_truth_specs(draw: st.DrawFn, *, engine: str | None = None,
     if not ds and draw(st.integers(0, 2)) == 0:
         cfg["launch"]["data_path"] = "/data/corpus_text_document"
         cfg["launch"]["data_split"] = draw(st.sampled_from(["100,0,0", "98,1,1", "969,30,1"]))
+    elif not ds and draw(st.integers(0, 2)) == 0:  # a blend (data.paths)
+        cfg["data"] = {"paths": draw(st.sampled_from([["/data/a_text", "/data/b_text"],
+                                                      ["0.7 /data/a_text", "0.3 /data/b_text"]]))}
+    data = cfg.setdefault("data", {})
+    data["reset_position_ids"] = draw(st.booleans())
+    data["eod_mask_loss"] = draw(st.booleans())
+    # (reset_attention_mask compiles nowhere: TRC353 with TE, TRC356 for the trainc worker)
+    lm = cfg["launch"].get("entrypoint") == "megatron-lm"
+    if lm and draw(st.booleans()):  # load another run's checkpoint, maybe weights only
+        cfg["resume"] = {"load_dir": "/ckpt/base", "finetune": draw(st.booleans()),
+                         "checkpoint_format": draw(st.sampled_from([None, "torch_dist", "torch"]))}
     return cfg
+
+
+def _misaligned(cfg: dict[str, Any]) -> bool:
+    """True when the FP8/FP4 recipe drawn in ``cfg`` cannot quantize its local GEMMs."""
+    spec = make(cfg)
+    recipe = recipe_name(spec)
+    if recipe is None:
+        return False
+    m_unit, unit = ALIGN[recipe]
+    tokens = spec.training.micro_batch_size * spec.model.seq_length // spec.parallel.cp
+    etp = spec.parallel.etp or spec.parallel.tp
+    return bool(misaligned(spec, spec.parallel.tp, etp, unit)) or tokens % m_unit != 0
 
 
 def compile_cfg(cfg: dict[str, Any], overrides: tuple[str, ...] = ()) -> Any:

@@ -74,6 +74,7 @@ def parse_megatron_args(text: str) -> dict[str, Any]:
     """``megatron_args.txt`` -> {flag: value string, or True for a flag without value}. Comment
     lines start with ``#``; a flag appears once."""
     out: dict[str, Any] = {}
+    last = None
     for line in text.splitlines():
         if line.startswith("#registry "):  # what the registry function must set, as JSON
             _, field, value = line.split(" ", 2)
@@ -82,7 +83,11 @@ def parse_megatron_args(text: str) -> dict[str, Any]:
             continue
         if not line.strip() or line.startswith("#"):
             continue
+        if last is not None and not line.startswith("--") and " " not in line:
+            out[last] = f"{out[last]} {line}"  # a further value of a multi-valued flag
+            continue
         flag, _, value = line.partition(" ")
+        last = flag
         assert flag.startswith("--"), line
         assert flag not in out, f"{flag} twice in megatron_args.txt"
         out[flag] = value if value else True
@@ -328,6 +333,8 @@ _SCHED_P = "scheduler.params."
 _ADAM = lambda plan: plan["spec"]["training"]["optimizer"] == "adam"  # noqa: E731
 _SGD = lambda plan: plan["spec"]["training"]["optimizer"] == "sgd"  # noqa: E731
 _MOE = lambda plan: plan["spec"]["model"]["num_experts"] is not None  # noqa: E731
+_FLEX = lambda plan: (plan["spec"]["model"]["num_experts"] is not None  # noqa: E731
+                      and plan["spec"]["model"]["moe_token_dispatcher_type"] == "flex")
 _ROPE = lambda plan: plan["spec"]["model"]["position_embedding"] == "rope"  # noqa: E731
 _WSD = lambda plan: plan["spec"]["training"]["lr_decay_style"] == "WSD"  # noqa: E731
 _WARMUP = lambda plan: plan["spec"]["training"]["lr_warmup_iters"] > 0  # noqa: E731
@@ -453,6 +460,17 @@ TABLE: tuple[Setting, ...] = (
              _opt_float),
     _moe_row("moe_expert_capacity_factor", "--moe-expert-capacity-factor", float, None,
              _opt_float),
+    Setting("moe_flex_dispatcher_backend", spec=(S("model.moe_flex_dispatcher_backend"),),
+            lm=(F("--moe-flex-dispatcher-backend", str, "deepep"),),
+            core=(CO(_TC, "moe_flex_dispatcher_backend", "deepep"),), when=_FLEX),
+    Setting("moe_pad_expert_input_to_capacity",
+            spec=(S("model.moe_pad_expert_input_to_capacity", bool),),
+            lm=(B("--moe-pad-expert-input-to-capacity"),),
+            core=(CO(_TC, "moe_pad_expert_input_to_capacity", False),), when=_MOE),
+    Setting("moe_router_padding_for_quantization",
+            spec=(S("model.moe_router_padding_for_quantization", bool),),
+            lm=(B("--moe-router-padding-for-quantization"),),
+            core=(CO(_TC, "moe_router_padding_for_quantization", False),), when=_MOE),
     # parallel layout
     _parallel_row("tp", "--tensor-model-parallel-size", "tensor_model_parallel_size"),
     _parallel_row("pp", "--pipeline-model-parallel-size", "pipeline_model_parallel_size"),
@@ -653,14 +671,34 @@ TABLE: tuple[Setting, ...] = (
     Setting("use_cpu_initialization", spec=(S("launch.device", lambda v: v == "cpu"),),
             lm=(B("--use-cpu-initialization"),), core=(C(_TC, "use_cpu_initialization"),)),
     # data, checkpoints and logging (Megatron-LM's training loop / DeepSpeed's logger)
-    Setting("mock_data", spec=(S("launch.data_path", lambda v: v is None),),
+    Setting("mock_data", spec=(SF(lambda plan: plan["spec"]["launch"]["data_path"] is None
+                                  and plan["spec"]["data"]["paths"] is None),),
             lm=(B("--mock-data"),)),
-    Setting("data_path", spec=(S("launch.data_path"),), lm=(F("--data-path", str, None),)),
+    # a data.paths blend is one --data-path line of WEIGHT PREFIX items (torchrun.sh splits it)
+    Setting("data_path", spec=(SF(lambda plan: plan["spec"]["launch"]["data_path"]
+                                  if plan["spec"]["data"]["paths"] is None
+                                  else " ".join(x for e in plan["spec"]["data"]["paths"]
+                                                for x in e.split())),),
+            lm=(F("--data-path", str, None),)),
     Setting("data_split", spec=(S("launch.data_split"),),
             lm=(F("--split", str, "969,30,1"),),
-            when=lambda plan: plan["spec"]["launch"]["data_path"] is not None),
-    Setting("save_dir", spec=(S("launch.save_dir"),),
-            lm=(F("--save", str, None), F("--load", str, None))),
+            when=lambda plan: plan["spec"]["launch"]["data_path"] is not None
+            or plan["spec"]["data"]["paths"] is not None),
+    Setting("reset_position_ids", spec=(S("data.reset_position_ids"),),
+            lm=(B("--reset-position-ids"),)),
+    Setting("reset_attention_mask", spec=(S("data.reset_attention_mask"),),
+            lm=(B("--reset-attention-mask"),)),
+    Setting("eod_mask_loss", spec=(S("data.eod_mask_loss"),), lm=(B("--eod-mask-loss"),)),
+    Setting("save_dir", spec=(S("launch.save_dir"),), lm=(F("--save", str, None),)),
+    # --load: resume.load_dir, else the job's own checkpoints (launch.save_dir)
+    Setting("load_dir", spec=(SF(lambda plan: plan["spec"]["resume"]["load_dir"]
+                                 or plan["spec"]["launch"]["save_dir"]),),
+            lm=(F("--load", str, None),)),
+    # (the trainc worker writes its own per-rank files: no Megatron-LM format to name)
+    Setting("checkpoint_format", spec=(S("derived.checkpoint_format"),),
+            lm=(F("--ckpt-format", str, "torch_dist"),),
+            when=lambda plan: plan["derived"]["checkpoint_format"] in ("torch_dist", "torch")),
+    Setting("finetune", spec=(S("resume.finetune"),), lm=(B("--finetune"),)),
     Setting("save_interval", spec=(S("launch.save_interval"),),
             lm=(F("--save-interval", int, None),)),
     Setting("log_interval", spec=(S("launch.log_interval"),), lm=(F("--log-interval", int, 100),),

@@ -158,7 +158,37 @@ def test_variants_validate(plan, validator):
     assert job["spec"]["activeDeadlineSeconds"] == 86400
     pod = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"][
         "replicatedJobs"][0]["template"]["spec"]["template"]
-    assert "checkpoints" not in {v["name"] for v in pod["spec"]["volumes"]}
+    # launch.save_dir gets the checkpoint volume: --save never writes the container's own layer
+    assert {m["name"]: m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}[
+        "checkpoints"] == "/ckpt"
+    assert {v["name"]: v for v in pod["spec"]["volumes"]}["checkpoints"] == {
+        "name": "checkpoints", "emptyDir": {}}
+
+
+def test_save_dir_is_mounted_and_requeue_resumes(plan, validator):
+    """launch.save_dir=/mnt/ckpt with launch.requeue: the emptyDir sits at /mnt/ckpt in both
+    artifacts, and the worker gets --load auto as sbatch.sh passes it (a restart resumes from
+    the latest checkpoint there); without requeue no --load, as in sbatch.sh."""
+    from trainc.compiler.emit.kubernetes import pytorchjob_dict, trainjob_dict
+    p = _variant(plan, launch__save_dir="/mnt/ckpt", launch__requeue=True)
+    job = trainjob_dict(p)
+    assert _errors(validator, job) == []
+    assert job["spec"]["trainer"]["command"][-4:] == ["--save", "/mnt/ckpt", "--load", "auto"]
+    pod = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"][
+        "replicatedJobs"][0]["template"]["spec"]["template"]
+    mounts = {m["name"]: m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
+    assert mounts == {"plan": "/trainc", "dshm": "/dev/shm", "checkpoints": "/mnt/ckpt"}
+    pj = pytorchjob_dict(p)
+    for role in ("Master", "Worker"):
+        c = pj["spec"]["pytorchReplicaSpecs"][role]["template"]["spec"]["containers"][0]
+        assert c["command"][-4:] == ["--save", "/mnt/ckpt", "--load", "auto"]
+        assert {"name": "checkpoints", "mountPath": "/mnt/ckpt"} in c["volumeMounts"]
+    no_requeue = trainjob_dict(_variant(plan, launch__save_dir="/mnt/ckpt"))
+    assert "--load" not in no_requeue["spec"]["trainer"]["command"]
+    # the same resume rule as sbatch.sh: --load auto there exactly when launch.requeue
+    from trainc.compiler.emit.scripts import sbatch
+    assert "--load auto" in sbatch(p)["sbatch.sh"]
+    assert "--load auto" not in sbatch(_variant(plan, launch__save_dir="/mnt/ckpt"))["sbatch.sh"]
 
 
 def test_secrets_come_from_a_secret(plan, validator):
@@ -200,6 +230,12 @@ def test_deterministic_and_megatron_lm_entrypoint(plan):
     assert trainjob(plan) == trainjob(copy.deepcopy(plan))
     assert trainjob({**plan, "estimates": {}, "diagnostics": []}) == trainjob(plan)
     assert trainjob(_variant(plan, launch__entrypoint="megatron-lm")) == {}
+    # as README's artifact table says: no Kubernetes artifact for megatron-lm or torchtitan
+    from trainc.compiler.emit.kubernetes import pytorchjob
+    for entry in ("megatron-lm", "torchtitan"):
+        assert trainjob(_variant(plan, launch__entrypoint=entry)) == {}
+        assert pytorchjob(_variant(plan, launch__entrypoint=entry)) == {}
+    assert set(pytorchjob(plan)) == {"pytorchjob.yaml"} and set(trainjob(plan)) == {"trainjob.yaml"}
 
 
 def test_round_trips_through_the_kubeflow_trainer_api_models(plan):
@@ -224,3 +260,17 @@ def test_launch_env_may_not_set_the_runtime_variables(var):
 
     [d] = find(lint_cfg(**{"launch.env": {var: "1"}}), "TRC509")
     assert d.is_error and d.key == f"launch.env.{var}"
+
+
+def test_trc522_relative_save_dir():
+    """The Kubernetes artifacts mount the checkpoint volume at launch.save_dir, and a container
+    mountPath must be absolute: a relative save_dir is a warning with the absolute path as fix,
+    and nothing for megatron-lm (which writes no Kubernetes artifact)."""
+    from specs.kit import find, lint_cfg
+    [d] = find(lint_cfg(**{"launch.save_dir": "./ckpt/run1"}), "TRC522")
+    assert d.severity.value == "warning" and d.key == "launch.save_dir"
+    assert "launch.save_dir ('./ckpt/run1') is a relative path" in d.message
+    assert d.edits == {"launch.save_dir": "/ckpt/run1"}
+    assert not find(lint_cfg(**{"launch.save_dir": "/mnt/ckpt"}), "TRC522")
+    assert not find(lint_cfg(**{"launch.save_dir": "ckpt", "launch.entrypoint": "megatron-lm",
+                                "launch.megatron_lm_path": "/opt/Megatron-LM"}), "TRC522")

@@ -65,8 +65,14 @@ def test_plan_flops_and_time_are_consistent():
 
 
 def test_overlap_and_efficiency_move_step_time():
-    base = run(make_spec(nodes=2))["estimates"]["step_time_seconds"]
+    """The seed model's knobs (time_model=seed): comm_overlap and compute_efficiency."""
+    from trainc.schemas import TimeModel
+
+    seed = make_spec(nodes=2)
+    seed.cluster.time_model = TimeModel.seed
+    base = run(seed)["estimates"]["step_time_seconds"]
     s = make_spec(nodes=2)
+    s.cluster.time_model = TimeModel.seed
     s.cluster.comm_overlap = 1.0
     hidden = run(s)["estimates"]
     assert hidden["step_time_seconds"] < base
@@ -98,10 +104,17 @@ def test_published_megatron_throughput_is_predicted(L, h, a, pp, gpus, tflops):
                      model__untie_embeddings_and_output_weights=False, parallel__tp=8,
                      parallel__pp=pp, parallel__sequence_parallel=False, parallel__zero_stage=0,
                      training__global_batch_size=gpus, training__recompute=Recompute.full)
-    # Stated error: with the default efficiency assumptions (compute_efficiency 0.7, scaled by
+    # Stated error, kernel model (default; GEMM shapes on the A100 profile, not fitted to this
+    # paper): within 8 % of the measured step (1.065 and 0.935 of it).
+    ratio = run(spec)["estimates"]["step_time_seconds"] / published_step_seconds
+    assert abs(ratio - 1) <= 0.08
+    # Seed model: with the default efficiency assumptions (compute_efficiency 0.7, scaled by
     # n/(n + gemm_half_efficiency_tokens) for n = 2048 tokens per micro batch, plus the per-layer
     # launch overhead) the prediction is within 10 % of the measured step; with a pessimistic
     # compute_efficiency of 0.5 it is 25-60 % slower.
+    from trainc.schemas import TimeModel
+
+    spec.cluster.time_model = TimeModel.seed
     ratio = run(spec)["estimates"]["step_time_seconds"] / published_step_seconds
     assert abs(ratio - 1) <= 0.10
     spec.cluster.compute_efficiency = 0.5

@@ -18,11 +18,15 @@ from trainc.schemas import Engine
 
 MOE = {"model.num_experts": 8, "model.moe_router_topk": 2}
 DS = {"engine": "deepspeed"}
+H100_FP8 = {"training.fp8_format": "hybrid", "cluster.gpu": "h100-80g"}
 BIG = {"model.num_layers": 32, "model.hidden_size": 8192}
 FSDP = {"engine": "fsdp", "parallel.pp": 1}  # tp2 x dp4 on 8 GPUs
 #: 20 GB200 NVL72 trays (4 GPUs each, 18 per 72-GPU NVLink domain)
 NVL72 = {"cluster.gpu": "gb200", "cluster.gpus_per_node": 4, "cluster.nvlink_domain_size": 72,
          "cluster.num_nodes": 20, "parallel.pp": 1}
+#: pretrain_gpt.py on CUDA (Transformer Engine attention)
+LM = {"launch.entrypoint": "megatron-lm", "launch.megatron_lm_path": "/opt/Megatron-LM"}
+PACKED_CP = {"data.packed": True, "parallel.cp": 2, "parallel.pp": 1}
 
 # rule id -> (changes that trigger it, changes that do not, expected key)
 SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
@@ -178,6 +182,46 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "TRC332": ({"training.exp_avg_dtype": "bf16", "parallel.zero_stage": 0},
                {"training.exp_avg_dtype": "bf16", "parallel.zero_stage": 1},
                "training.exp_avg_dtype"),
+    "TRC370": ({"training.fp8_format": "hybrid", "training.fp8_recipe": "mxfp8",
+                "cluster.gpu": "h100-80g"},
+               {"training.fp8_format": "hybrid", "training.fp8_recipe": "mxfp8",
+                "cluster.gpu": "b200"}, "training.fp8_recipe"),
+    "TRC371": ({**H100_FP8, "model.ffn_hidden_size": 2056},
+               {**H100_FP8, "model.ffn_hidden_size": 2080}, "parallel.tp"),
+    "TRC372": ({**H100_FP8, "training.first_last_layers_bf16": True},
+               {**H100_FP8, "training.first_last_layers_bf16": True,
+                "training.fp8_recipe": "tensorwise"}, "training.first_last_layers_bf16"),
+    "TRC373": ({**MOE, "model.add_bias_linear": True, "parallel.etp": 2,
+                "parallel.sequence_parallel": True},
+               {**MOE, "model.add_bias_linear": True, "parallel.etp": 1,
+                "parallel.sequence_parallel": True}, "model.add_bias_linear"),
+    "TRC374": ({"training.fp8_format": "hybrid", "training.fp8_recipe": "mxfp8",
+                "cluster.gpu": "b200"},
+               {"training.fp8_format": "e4m3", "training.fp8_recipe": "mxfp8",
+                "cluster.gpu": "b200"}, "training.fp8_format"),
+    "TRC378": ({**MOE, "model.moe_token_dispatcher_type": "flex", "parallel.tp": 1,
+                "parallel.pp": 1, "parallel.ep": 8},
+               {**MOE, "model.moe_token_dispatcher_type": "flex", "parallel.tp": 1,
+                "parallel.pp": 1, "parallel.ep": 8, "cluster.gpus_per_node": 4,
+                "cluster.num_nodes": 2}, "model.moe_token_dispatcher_type"),
+    "TRC379": ({"training.fp8_format": "e4m3", "training.fp8_recipe": "mxfp8",
+                "cluster.gpu": "b200"},
+               {"training.fp8_format": "e4m3", "training.fp8_recipe": "mxfp8",
+                "cluster.gpu": "b200", "training.fp8_param_gather": True,
+                "parallel.zero_stage": 1}, "training.fp8_param_gather"),
+    "TRC375": ({**MOE, "model.moe_token_dispatcher_type": "flex", "parallel.tp": 1,
+                "parallel.pp": 1},
+               {**MOE, "model.moe_token_dispatcher_type": "flex", "parallel.tp": 1,
+                "parallel.pp": 1, "parallel.ep": 8}, "model.moe_token_dispatcher_type"),
+    "TRC376": ({**MOE, "model.moe_pad_expert_input_to_capacity": True},
+               {**MOE, "model.moe_pad_expert_input_to_capacity": True,
+                "model.moe_expert_capacity_factor": 1.0},
+               "model.moe_pad_expert_input_to_capacity"),
+    "TRC377": ({**MOE, "model.moe_router_padding_for_quantization": True,
+                "parallel.sequence_parallel": True},
+               {**MOE, **H100_FP8, "model.moe_router_padding_for_quantization": True,
+                "parallel.sequence_parallel": True},
+               "model.moe_router_padding_for_quantization"),
     "TRC512": ({"launch.data_split": "969,30"}, {"launch.data_split": "98,1,1"},
                "launch.data_split"),
     "TRC003": ({"cluster.gpu": "custom", "cluster.gpu_memory_gib": None},
@@ -212,8 +256,40 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
                "launch.partition"),
     "TRC520": ({**NVL72, "launch.slurm_segment": 8}, {**NVL72, "launch.slurm_segment": 10},
                "launch.slurm_segment"),
+    "TRC350": ({"data.paths": ["0.7 /d/web", "/d/code"]},
+               {"data.paths": ["0.7 /d/web", "0.3 /d/code"]}, "data.paths"),
+    "TRC351": ({"data.tokenizer_vocab_size": 32001}, {"data.tokenizer_vocab_size": 32000},
+               "data.tokenizer_vocab_size"),
+    "TRC352": ({**PACKED_CP, "data.pad_to_multiple_of": 2},
+               {**PACKED_CP, "data.pad_to_multiple_of": 8}, "data.pad_to_multiple_of"),
+    "TRC353": ({**LM, "data.reset_attention_mask": True},
+               {**LM, "data.reset_attention_mask": False, "data.reset_position_ids": True},
+               "data.reset_attention_mask"),
+    "TRC356": ({"data.packed": True}, {"data.packed": False, "data.eod_mask_loss": True},
+               "data.packed"),
+    "TRC357": ({"data.num_samples": 1000, "training.train_iters": 100},
+               {"data.num_samples": 1600, "training.train_iters": 100}, "training.train_iters"),
+    "TRC530": ({**MOE, "parallel.ep": 2, "launch.versions": {"nccl": "2.19.3"}},
+               {**MOE, "parallel.ep": 2, "launch.versions": {"nccl": "2.20.3"}},
+               "launch.versions.nccl"),
+    "TRC531": ({"launch.versions": {"pytorch": "2.4.0"}}, {"launch.versions": {"torch": "2.4.0"}},
+               "launch.versions.pytorch"),
+    "TRC532": ({"launch.versions": {"megatron_core": "0.12.0"}},
+               {"launch.versions": {"megatron_core": "0.16.1"}}, "launch.versions.megatron_core"),
+    "TRC533": ({"resume.finetune": True}, {**LM, "resume.finetune": True}, "resume.finetune"),
+    "TRC534": ({"resume.saved.tp": 4}, {"resume.saved.tp": 2}, "parallel.tp"),
+    "TRC535": ({"resume.saved.padded_vocab_size": 32256},
+               {"resume.saved.padded_vocab_size": 32000}, "model.make_vocab_size_divisible_by"),
+    "TRC536": ({"resume.saved.num_layers": 12}, {"resume.saved.num_layers": 8},
+               "model.num_layers"),
+    "TRC537": ({"resume.saved.global_batch_size": 32}, {"resume.saved.global_batch_size": 16},
+               "training.global_batch_size"),
+    "TRC538": ({"resume.saved.optimizer": "sgd"}, {"resume.saved.optimizer": "adam"},
+               "training.optimizer"),
     "TRC521": ({"launch.k8s_runtime": "Torch_Distributed"},
                {"launch.k8s_runtime": "torch-distributed-v2"}, "launch.k8s_runtime"),
+    "TRC522": ({"launch.save_dir": "ckpt/run1"}, {"launch.save_dir": "/ckpt/run1"},
+               "launch.save_dir"),
 }
 
 SPEC_YAML = """\
@@ -430,3 +506,17 @@ def test_max_connections_is_not_checked_for_fsdp() -> None:
     env = {"launch.env": {"CUDA_DEVICE_MAX_CONNECTIONS": "8"}}
     assert [d.severity.value for d in find(lint_cfg(**env), "TRC505")] == ["error"]
     assert not find(lint_cfg(**FSDP, **env), "TRC505")
+
+
+def test_fp8_keys_without_fp8_are_inert() -> None:
+    """fp8_recipe and first_last_layers_bf16 without fp8_format/fp4_format reach no artifact:
+    TRC329 says so (they are written only with FP8/FP4 on)."""
+    found = find(lint_cfg(**{"training.fp8_recipe": "tensorwise",
+                             "training.first_last_layers_bf16": True}), "TRC329")
+    assert sorted(d.key for d in found) == ["training.first_last_layers_bf16",
+                                            "training.fp8_recipe"]
+    assert not find(lint_cfg(**{"training.fp8_format": "hybrid",
+                                "training.fp8_recipe": "tensorwise",
+                                "training.first_last_layers_bf16": True}), "TRC329")
+    assert not find(lint_cfg(**{"training.fp4_format": "e2m1",
+                                "training.first_last_layers_bf16": True}), "TRC329")

@@ -106,3 +106,57 @@ def test_trc520_node_count_and_domain():
     assert "span 4 nodes" in d.message and d.edits == {"launch.slurm_segment": 18}
     # an ordinary cluster with no segment asked for: nothing to say
     assert not find(lint_cfg(**{"cluster.num_nodes": 7}), "TRC520")
+
+
+def test_trc520_explicit_segment_on_a_one_node_domain():
+    """DGX H100: the NVLink domain is one node, so --segment=2 keeps nothing more on NVLink;
+    the fix removes the key (derived: no --segment), as for segments wider than a GB200 rack."""
+    dgx = {"cluster.num_nodes": 8, "cluster.gpus_per_node": 8, "cluster.nvlink_domain_size": 8}
+    [d] = find(lint_cfg(**dgx, **{"launch.slurm_segment": 2}), "TRC520")
+    assert d.severity.value == "warning" and d.key == "launch.slurm_segment"
+    assert "wider than one NVLink domain (1 node: cluster.nvlink_domain_size 8" in d.message
+    assert d.edits == {"launch.slurm_segment": None}
+    assert d.fix.startswith("remove launch.slurm_segment")
+    assert d.facts["segment"] == 2 and d.facts["nodes_per_domain"] == 1
+    assert not find(lint_cfg(**dgx), "TRC520")
+    assert not find(lint_cfg(**dgx, **{"launch.slurm_segment": 0}), "TRC520")
+
+
+def test_trc107_reasons_about_the_segment_on_nvl72():
+    """GB200 NVL72, 36 trays, EP 8 x ETP 2 = 16 GPUs: 16 does not divide 72, but the derived
+    --segment=12 (48 GPUs) holds three whole groups, so no TRC107; --segment=18 (72 GPUs) cuts
+    the groups at ranks 64-79 and TRC107 says "does not divide" (not "does not fit")."""
+    moe = {**NVL72, "model.num_experts": 8, "model.moe_router_topk": 2, "parallel.tp": 2,
+           "parallel.etp": 2, "parallel.ep": 8, "cluster.num_nodes": 36}
+    diags = lint_cfg(**moe)
+    assert not find(diags, "TRC107") and not find(diags, "TRC520")
+    [d] = find(lint_cfg(**moe, **{"launch.slurm_segment": 18}), "TRC107")
+    assert "etp*ep (2*8 = 16) does not divide the NVLink domain (72 GPUs)" in d.message
+    assert "--segment=18 (18 nodes = 72 GPUs) does not hold whole groups" in d.message
+    assert "does not fit" not in d.message
+    assert "launch.slurm_segment in {12, 4}" in d.fix
+    assert d.facts["slurm_segment"] == 18 and d.facts["nodes_per_domain"] == 18
+    # segments turned off: nothing keeps the groups whole
+    [d] = find(lint_cfg(**moe, **{"launch.slurm_segment": 0}), "TRC107")
+    assert "sbatch.sh asks for no --segment" in d.message
+
+
+def test_trc107_ep64_inside_one_nvl72_domain():
+    """EP 64 (16 trays) on 32 trays: the derived segment is 16 trays = 64 GPUs, one group each,
+    inside one 72-GPU domain: no TRC107. EP 128 is wider than the domain: "does not fit"."""
+    ep64 = {**NVL72, **MOE, "parallel.ep": 64, "cluster.num_nodes": 32}
+    diags = lint_cfg(**ep64)
+    assert not find(diags, "TRC107") and not find(diags, "TRC520")
+    [d] = find(lint_cfg(**{**ep64, "model.num_experts": 128, "parallel.ep": 128}), "TRC107")
+    assert "etp*ep (1*128 = 128) does not fit the NVLink domain (72 GPUs)" in d.message
+    assert "launch.slurm_segment" not in d.fix
+
+
+def test_trc105_tp_across_trays_of_one_rack():
+    """TP 8 on 4-GPU trays spans two trays of one NVL72 rack: 8 divides 72, no TRC105; on a
+    DGX (domain = node of 8) TP 16 does not fit."""
+    assert not find(lint_cfg(**{**NVL72, "parallel.tp": 8, "cluster.num_nodes": 18}), "TRC105")
+    [d] = find(lint_cfg(**{"cluster.num_nodes": 2, "cluster.gpus_per_node": 8,
+                           "cluster.nvlink_domain_size": 8, "parallel.tp": 16,
+                           "parallel.pp": 1}), "TRC105")
+    assert "tp (16) does not fit the NVLink domain (8 GPUs)" in d.message

@@ -36,6 +36,22 @@ class Derived:
     """vocab padded to a multiple of make_vocab_size_divisible_by * tp."""
     num_moe_layers: int
     """Layers that are MoE layers (0 for dense models)."""
+    samples_per_step: int
+    """Sequences per optimizer step, whole job (= global_batch_size; cp, tp and pp split each
+    sequence or the model, never the count)."""
+    tokens_per_step: int
+    """samples_per_step x seq_length (tokens per optimizer step, whole job; the same for every
+    cp: a context-parallel rank holds seq_length/cp tokens of the same sequences)."""
+    dataset_samples: int | None
+    """Sequences in the training data: data.num_samples, or floor(data.num_tokens /
+    seq_length); None when neither is given."""
+    steps_per_epoch: int | None
+    """ceil(dataset_samples / samples_per_step): optimizer steps for one pass over the data."""
+    epochs: float | None
+    """train_iters x samples_per_step / dataset_samples (passes over the data; Megatron-Core's
+    GPTDataset repeats the documents beyond 1)."""
+    checkpoint_format: str
+    """The checkpoint format this job writes (:func:`checkpoint_format`)."""
 
 
 def _div(a: int, b: int) -> int | None:
@@ -123,6 +139,7 @@ def derive(spec: TrainSpec) -> Derived:
     etp = p.etp if p.etp is not None else p.tp
     edp = _div(world, etp * p.ep * p.pp)
     nmb = _div(t.global_batch_size, t.micro_batch_size * dp) if dp else None
+    samples, steps, epochs = epoch_counts(spec)
     return Derived(
         world_size=world,
         model_parallel=mp,
@@ -136,7 +153,64 @@ def derive(spec: TrainSpec) -> Derived:
                                           p.account_for_loss_in_pipeline_split),
         padded_vocab_size=padded_vocab(m.vocab_size, m.make_vocab_size_divisible_by, p.tp),
         num_moe_layers=num_moe_layers(spec),
+        samples_per_step=t.global_batch_size,
+        tokens_per_step=t.global_batch_size * m.seq_length,
+        dataset_samples=samples,
+        steps_per_epoch=steps,
+        epochs=epochs,
+        checkpoint_format=checkpoint_format(spec),
     )
+
+
+def checkpoint_format(spec: TrainSpec) -> str:
+    """The format a job writes: resume.checkpoint_format, else ``torch_dist`` for
+    entrypoint=megatron-lm (Megatron-LM's --ckpt-format default, core_v0.16.x), ``trainc`` (the
+    trainc worker's per-rank, layout-bound files, trainc/launch/checkpoint.py) for the worker with
+    engine=megatron, ``deepspeed`` (ZeRO shards, one per data-parallel rank) for
+    engine=deepspeed, ``dcp`` (torch.distributed.checkpoint of DTensor state dicts, resharded on
+    load) for engine=fsdp (the trainc worker and torchtitan)."""
+    if spec.resume.checkpoint_format is not None:
+        return spec.resume.checkpoint_format.value
+    if spec.launch.entrypoint.value == "megatron-lm":
+        return "torch_dist"
+    if spec.engine.value == "fsdp":
+        return "dcp"
+    return "deepspeed" if spec.engine.value == "deepspeed" else "trainc"
+
+
+def epoch_counts(spec: TrainSpec) -> tuple[int | None, int | None, float | None]:
+    """``(dataset_samples, steps_per_epoch, epochs)`` of a spec: the one place trainc counts
+    epochs (the report, ``trainc explain`` and plan.json ``derived`` print these).
+
+    Samples are sequences of ``seq_length`` tokens (Megatron-Core GPTDataset concatenates the
+    documents and cuts them into samples of seq_length + 1 tokens; the +1 label token overlaps
+    the next sample, megatron/core/datasets/gpt_dataset.py, 0.16.1). A step consumes
+    global_batch_size samples whatever the layout: context parallelism splits each sequence
+    over cp ranks and does not change the count (a loader that counted per-rank sequence
+    chunks would report cp times the epochs).
+
+    >>> epoch_counts(_demo())
+    (10000, 157, 1.28)
+    """
+    m, t, data = spec.model, spec.training, spec.data
+    samples = data.num_samples
+    if samples is None and data.num_tokens is not None and m.seq_length > 0:
+        samples = data.num_tokens // m.seq_length
+    if not samples or t.global_batch_size < 1:
+        return samples, None, None
+    steps = -(-samples // t.global_batch_size)
+    return samples, steps, round(t.train_iters * t.global_batch_size / samples, 6)
+
+
+def _demo() -> TrainSpec:
+    """A small spec for the doctests (200 steps of 64 samples over 10 000 samples)."""
+    from trainc.schemas import ClusterSpec, DataSpec, ModelSpec, TrainingSpec
+
+    return TrainSpec(model=ModelSpec(num_layers=2, hidden_size=64, num_attention_heads=4,
+                                     vocab_size=1000, seq_length=128),
+                     cluster=ClusterSpec(num_nodes=1, gpus_per_node=8),
+                     training=TrainingSpec(global_batch_size=64, train_iters=200),
+                     data=DataSpec(num_samples=10000))
 
 
 def stage_chunk_sizes(num_layers_per_stage: list[int], vpp: int, account_for_embedding: bool = False,

@@ -2,7 +2,10 @@
 GPU, pipeline bubble).
 
 TRC401 compares the most loaded stage's estimated memory with ``gpu_memory_gib -
-memory_reserve_gib`` (GiB = 2**30 bytes). When it does not fit, the fix lists the cheapest changes
+memory_reserve_gib`` (GiB = 2**30 bytes) and rejects only a sure out-of-memory: an estimate above
+the budget by more than the memory model's error margin (:data:`OOM_MARGIN`). Between a sure fit
+(at most ``1 - TIGHT_MARGIN`` of the budget) and a sure OOM the verdict is TRC403, a warning with
+the margin. When it does not fit, the fix lists the cheapest changes
 that would: each candidate (more tp or pp or cp, selective/full recompute, the distributed
 optimizer or a higher ZeRO stage, optimizer offload, a smaller micro batch) is applied to a copy of
 the spec, validated with the same rules as the spec itself (candidates that break a divisibility or
@@ -30,6 +33,15 @@ from trainc.schemas import Device, Engine, Offload, Recompute, TrainSpec
 
 GiB = 2**30
 BUBBLE_LIMIT = 0.25
+#: The memory model's error margin over the budget: an estimate above ``budget x (1 + this)`` is
+#: a sure OOM (TRC401). The estimate counts the buffers Megatron-Core / DeepSpeed allocate at the
+#: peak, not the caching allocator's fragmentation nor workspaces beyond memory_reserve_gib; on
+#: the published runs (bench/fidelity.py, read with the recompute / sharding the recipes use)
+#: no layout that ran is above its budget by more than this (docs/performance.md).
+OOM_MARGIN = 0.10
+#: Below ``budget x (1 - this)`` the estimate is a sure fit; between that and the OOM margin
+#: TRC403 warns (the allocator's fragmentation is typically a few per cent of the peak).
+TIGHT_MARGIN = 0.05
 MAX_SUGGESTIONS = 4
 
 #: Normalize, validate, plan and estimate a spec; None when it breaks a rule.
@@ -117,15 +129,33 @@ def fitting_changes(spec: TrainSpec, evaluate: Evaluate) -> tuple[list[dict[str,
 
 def _memory(plan: Plan, e: Estimates, evaluate: Evaluate | None) -> Iterator[Diagnostic]:
     mem, budget = e.memory_bytes, e.memory_budget_bytes
-    if mem.total <= budget:
+    if mem.total <= budget * (1 - TIGHT_MARGIN):
         return
     spec = plan.spec
     c = spec.cluster
     parts = ", ".join(f"{k} {getattr(mem, k) / GiB:.1f}"
                       for k in ("params", "grads", "optimizer", "activations"))
+    margin = (budget - mem.total) / budget if budget > 0 else -1.0
+    if mem.total <= budget * (1 + OOM_MARGIN):
+        word = "under" if margin >= 0 else "over"
+        yield diag(R.MEMORY_TIGHT,
+                   f"estimated memory per GPU ({mem.total / GiB:.1f} GiB on pipeline stage "
+                   f"{e.memory_stage}: {parts}) is {abs(100 * margin):.1f} % {word} "
+                   f"gpu_memory_gib - memory_reserve_gib ({c.gpu_memory_gib:g} - "
+                   f"{c.memory_reserve_gib:g} = {budget / GiB:.1f} GiB), inside the memory "
+                   f"model's margin (-{100 * TIGHT_MARGIN:g} % .. +{100 * OOM_MARGIN:g} %): it "
+                   f"may run out of memory", "cluster.gpu_memory_gib",
+                   related=("training.recompute", "training.micro_batch_size"),
+                   fix="measure the peak on one step (torch.cuda.max_memory_allocated), or "
+                       "leave room: recompute, a smaller micro batch, more tp/pp "
+                       "(trainc lint lists the cheapest when it is a sure OOM)",
+                   memory_bytes=mem.total, budget_bytes=budget, margin=round(margin, 4),
+                   stage=e.memory_stage)
+        return
     msg = (f"estimated memory per GPU ({mem.total / GiB:.1f} GiB on pipeline stage "
            f"{e.memory_stage}: {parts}) exceeds gpu_memory_gib - memory_reserve_gib "
-           f"({c.gpu_memory_gib:g} - {c.memory_reserve_gib:g} = {budget / GiB:.1f} GiB)")
+           f"({c.gpu_memory_gib:g} - {c.memory_reserve_gib:g} = {budget / GiB:.1f} GiB) by "
+           f"{-100 * margin:.1f} %, more than the memory model's {100 * OOM_MARGIN:g} % margin")
     suggest = evaluate is not None
     cands, fit = fitting_changes(spec, evaluate) if evaluate is not None else ([], False)
     listed = "; ".join(f"{_show(r['edits'])} -> {r['total'] / GiB:.1f} GiB, "
@@ -146,7 +176,7 @@ def _memory(plan: Plan, e: Estimates, evaluate: Evaluate | None) -> Iterator[Dia
     related = tuple(sorted({k for r in cands for k in r["edits"]}))
     yield diag(R.MEMORY_FIT, msg, "cluster.gpu_memory_gib", related=related, fix=fix,
                edits=edits, memory_bytes=mem.total, budget_bytes=budget,
-               stage=e.memory_stage)
+               margin=round(margin, 4), stage=e.memory_stage)
 
 
 def _bubble(plan: Plan, e: Estimates) -> Iterator[Diagnostic]:
@@ -176,7 +206,7 @@ def _bubble(plan: Plan, e: Estimates) -> Iterator[Diagnostic]:
 
 
 def check_fit(plan: Plan, *, evaluate: Evaluate | None = None) -> Iterator[Diagnostic]:
-    """Fit diagnostics of ``plan.estimates``: TRC401 (error) and TRC402 (warning).
+    """Fit diagnostics of ``plan.estimates``: TRC401 (error), TRC402 and TRC403 (warnings).
 
     ``evaluate`` re-plans a changed spec for the what-if search behind TRC401's fix (a few dozen
     re-estimates); without it (the layout planner needs only the verdict) the fix is generic.

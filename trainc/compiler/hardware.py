@@ -1,43 +1,83 @@
-"""GPU presets: what ``cluster.gpu: NAME`` fills in when the cluster fields are left null.
+"""GPU profiles: what ``cluster.gpu: NAME`` fills in when the cluster fields are left null, and
+the kernel-level figures the time model reads (peak per precision, HBM bandwidth, SM count,
+achievable fractions).
 
-Figures are the vendors' published numbers: HBM capacity (GiB as printed on the data sheet),
-dense (not sparse) BF16 tensor-core peak, NVLink bandwidth per GPU one direction (half of the
-bidirectional figure NVIDIA quotes), and the usual scale-out NIC per GPU (one direction).
-Sources: NVIDIA A100 data sheet (2021), H100 data sheet (2023), H200 product brief (2024),
-H800 (China-market H100 variant, NVLink 400 GB/s bidirectional), DGX B200 data sheet (2024),
-GB200 NVL72 data sheet (2024).
+The profiles are data: ``trainc/conf/gpu/NAME.yaml``, one per :class:`~trainc.schemas.Gpu`
+value, each with its sources in a comment (vendor data sheets for the peaks, bandwidths and
+capacities; the efficiency fractions are fitted once on published runs, docs/performance.md).
+Peaks are dense (not sparse) tensor-core TFLOP/s; NVLink bandwidth per GPU one direction (half the
+bidirectional figure NVIDIA quotes); the scale-out NIC per GPU one direction.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import yaml
 
 from trainc.schemas import Gpu
 
 
 @dataclass(frozen=True, slots=True)
 class GpuPreset:
-    """Hardware defaults of one GPU model (units in the field names)."""
+    """Hardware of one GPU model (units in the field names)."""
 
     memory_gib: float
     peak_tflops: float
+    """Dense BF16 tensor-core peak (TFLOP/s)."""
     intra_node_bandwidth_gbps: float
     inter_node_bandwidth_gbps: float
     nvlink_domain_size: int | None = None  # None: the node (gpus_per_node)
+    peaks: dict[str, float] = field(default_factory=dict)
+    """Dense peak per GEMM precision (``bf16``, ``fp8``, ``fp4``; TFLOP/s). A missing key: the
+    GPU has no tensor cores for it (A100: no FP8), the GEMM runs at the BF16 peak."""
+    memory_bandwidth_gbps: float = 3350.0
+    """HBM bandwidth (GB/s = 1e9 B/s)."""
+    sm_count: int = 132
+    """Streaming multiprocessors: the GEMM wave size (tiles run one per SM at a time)."""
+    gemm_efficiency: dict[str, float] = field(default_factory=lambda: {"bf16": 0.8})
+    """Fraction of the precision's peak a large, well-shaped GEMM reaches (the roofline's
+    compute ceiling); shapes lower it further (wave and tile quantization, memory bound)."""
+    attention_efficiency: float = 0.55
+    """Fraction of the BF16 peak fused (flash) attention reaches, forward + backward, at long
+    sequences (``s / (s + 512)`` of it at ``s`` keys)."""
+    memory_efficiency: float = 0.8
+    """Fraction of HBM bandwidth element-wise and normalisation kernels reach."""
 
 
-GPUS: dict[Gpu, GpuPreset] = {
-    # A100 SXM: 312 TFLOPS dense BF16; NVLink3 600 GB/s bidirectional; 8x HDR 200 Gb/s per DGX.
-    Gpu.a100_40g: GpuPreset(40, 312, 300, 25),
-    Gpu.a100_80g: GpuPreset(80, 312, 300, 25),
-    # H100 SXM: 989 TFLOPS dense BF16; NVLink4 900 GB/s bidirectional; 8x NDR 400 Gb/s per DGX.
-    Gpu.h100_80g: GpuPreset(80, 989, 450, 50),
-    # H200 SXM: 141 GB HBM3e, same compute and NVLink as H100.
-    Gpu.h200: GpuPreset(141, 989, 450, 50),
-    # H800 SXM: H100 compute, NVLink cut to 400 GB/s bidirectional.
-    Gpu.h800: GpuPreset(80, 989, 200, 50),
-    # B200 (DGX B200): 180 GB, 2.25 PFLOPS dense BF16, NVLink5 1.8 TB/s bidirectional.
-    Gpu.b200: GpuPreset(180, 2250, 900, 50),
-    # GB200 NVL72: 186 GB per GPU, 2.5 PFLOPS dense BF16, one 72-GPU NVLink domain.
-    Gpu.gb200: GpuPreset(186, 2500, 900, 50, nvlink_domain_size=72),
-}
+def _conf() -> Path:
+    return Path(str(resources.files("trainc") / "conf" / "gpu"))
+
+
+def load_profile(path: Path) -> GpuPreset:
+    """One ``conf/gpu/*.yaml`` profile."""
+    d = yaml.safe_load(path.read_text())
+    peaks = {k: float(v) for k, v in d["peak_tflops"].items()}
+    return GpuPreset(
+        memory_gib=float(d["memory_gib"]), peak_tflops=peaks["bf16"],
+        intra_node_bandwidth_gbps=float(d["intra_node_bandwidth_gbps"]),
+        inter_node_bandwidth_gbps=float(d["inter_node_bandwidth_gbps"]),
+        nvlink_domain_size=d.get("nvlink_domain_size"), peaks=peaks,
+        memory_bandwidth_gbps=float(d["memory_bandwidth_gbps"]), sm_count=int(d["sm_count"]),
+        gemm_efficiency={k: float(v) for k, v in d["gemm_efficiency"].items()},
+        attention_efficiency=float(d["attention_efficiency"]),
+        memory_efficiency=float(d["memory_efficiency"]))
+
+
+def _load_all() -> dict[Gpu, GpuPreset]:
+    out = {}
+    for g in Gpu:
+        path = _conf() / f"{g.value}.yaml"
+        if path.exists():
+            out[g] = load_profile(path)
+    return out
+
+
+GPUS: dict[Gpu, GpuPreset] = _load_all()
+
+#: the profile a ``custom`` GPU gets for the figures the cluster section does not carry (an
+#: H100-like part scaled to the spec's ``peak_tflops``: FP8 = 2x, FP4 = 4x BF16)
+GENERIC = GpuPreset(80, 989, 450, 50, peaks={"bf16": 989, "fp8": 1979, "fp4": 3958},
+                    gemm_efficiency={"bf16": 0.8, "fp8": 0.7, "fp4": 0.6})

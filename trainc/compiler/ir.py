@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from trainc.schemas import TrainSpec
@@ -46,7 +46,7 @@ def _json(obj: Any) -> Any:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Layout:
     """``derived``: counts unless named otherwise (a validated spec: nothing is ``None`` but
-    ``layers_per_virtual_stage``)."""
+    ``layers_per_virtual_stage`` and the epoch counts without data sizes)."""
 
     world_size: int
     """GPUs in the job (num_nodes x gpus_per_node)."""
@@ -76,7 +76,20 @@ class Layout:
     overlap_p2p_comm: bool
     batch_p2p_comm: bool
     tokens_per_step: int
-    """global_batch_size x seq_length (tokens per optimizer step, whole job)."""
+    """global_batch_size x seq_length (tokens per optimizer step, whole job; the same for any
+    cp: derive.py, the one place batch and epoch counts are computed)."""
+    samples_per_step: int
+    """Sequences per optimizer step (= global_batch_size)."""
+    dataset_samples: int | None
+    """Sequences in the training data (data.num_samples, or data.num_tokens / seq_length);
+    None when the spec gives neither."""
+    steps_per_epoch: int | None
+    """ceil(dataset_samples / samples_per_step); None without dataset_samples."""
+    epochs: float | None
+    """train_iters x samples_per_step / dataset_samples; None without dataset_samples."""
+    checkpoint_format: str
+    """The checkpoint format the job writes: torch_dist, torch (Megatron-LM --ckpt-format),
+    trainc (the worker's per-rank files) or deepspeed (ZeRO shards)."""
     params_dtype: str
     cuda_device_max_connections_1: bool
     gradient_accumulation_steps: int
@@ -151,6 +164,9 @@ class CollectiveEstimate:
     crosses_nodes: bool
     bandwidth_gbps: float
     seconds: float
+    exposed_seconds: float = 0.0
+    """Seconds of it on the critical path (not hidden behind compute by the engine's overlap:
+    bucketed DP overlap, CP ring overlap, ZeRO-3 prefetch; docs/performance.md)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -174,10 +190,15 @@ class Estimates:
     compute_seconds: float
     exposed_comm_seconds: float
     bubble_seconds: float
+    compute_seconds_by_kind: Mapping[str, float] = field(default_factory=dict)
+    """Compute seconds of the critical stage per step by kernel kind (time_model=kernels: gemm,
+    attention, elementwise, fixed, recompute; empty with time_model=seed)."""
+    memory_margin: float = 0.0
+    """(budget - estimate) / budget of the most loaded stage: negative = over the budget."""
     critical_stage: int
     tokens_per_second: float
     mfu: float
-    assumptions: Mapping[str, float]
+    assumptions: Mapping[str, float | str]
     rank_map: Mapping[str, Any]
     """Rank generator sizes, strides, groups leaving a node / NVLink domain, first node's rows."""
     step_time_p10_seconds: float | None = None

@@ -70,15 +70,19 @@ EXPERT_GRID = _r(
     "world size must be a multiple of etp*ep*pp (Megatron expert rank generator)")
 TP_NVLINK = _r(
     "TRC105", "tp-within-nvlink-domain",
-    "tensor parallelism beyond the NVLink domain runs its all-reduces over the slow fabric",
+    "tensor parallelism wider than the NVLink domain, or cut by a domain boundary (tp does not "
+    "divide the domain, nor the Slurm segment), runs its all-reduces over the slow fabric",
     "warning")
 TP_CP_NVLINK = _r(
     "TRC106", "tp-cp-within-nvlink-domain",
-    "the tp*cp block beyond the NVLink domain runs context-parallel traffic over the fabric",
+    "the tp*cp block wider than the NVLink domain, or cut by a domain boundary, runs "
+    "context-parallel traffic over the fabric",
     "warning")
 EP_NVLINK = _r(
     "TRC107", "ep-within-nvlink-domain",
-    "the etp*ep block beyond the NVLink domain runs MoE all-to-all over the fabric", "warning")
+    "the etp*ep block wider than the NVLink domain, or cut by a domain boundary (etp*ep does "
+    "not divide the domain, nor the Slurm segment), runs MoE all-to-all over the fabric",
+    "warning")
 WORLD_EXCEEDS_CLUSTER = _r(
     "TRC108", "world-fits-cluster", "tp*pp*cp*dp must not exceed the cluster's GPUs")
 
@@ -101,7 +105,8 @@ HIDDEN_HEADS = _r(
 VOCAB_PADDING = _r(
     "TRC209", "vocab-padding",
     "vocab_size is padded to a multiple of make_vocab_size_divisible_by*tp", "info")
-LAYERS_PP = _r("TRC210", "layers-divisible-by-pp", "num_layers must be a multiple of pp")
+LAYERS_PP = _r(
+    "TRC210", "layers-divisible-by-pp", "num_layers must be a multiple of pp")
 LAYERS_VPP = _r(
     "TRC211", "layers-divisible-by-pp-vpp",
     "num_layers must be a multiple of pp*vpp for the interleaved schedule")
@@ -146,17 +151,17 @@ VPP_PP2_P2P = _r(
     "corrupts training on that layout", "info", engines={"fsdp": "n/a"})
 DS_ZERO_PP = _r(
     "TRC304", "deepspeed-zero-pp", "DeepSpeed ZeRO-2/3 is incompatible with pipeline parallelism",
-    engines={"megatron": "n/a", "fsdp": "n/a"})
+    engines={"megatron": "n/a", "deepspeed": "error", "fsdp": "n/a"})
 OFFLOAD_PARAM_STAGE = _r(
     "TRC305", "offload-param-needs-zero3", "offload_param needs DeepSpeed ZeRO stage 3",
-    engines={"megatron": "n/a", "fsdp": "n/a"})
+    engines={"megatron": "n/a", "deepspeed": "error", "fsdp": "n/a"})
 OFFLOAD_ENGINE = _r(
     "TRC306", "offload-needs-deepspeed", "optimizer/parameter offload needs engine=deepspeed",
-    engines={"deepspeed": "n/a", "fsdp": "n/a"})
+    engines={"megatron": "error", "deepspeed": "n/a", "fsdp": "n/a"})
 MEGATRON_ZERO = _r(
     "TRC307", "megatron-zero-stage",
     "engine=megatron supports zero_stage 0 (DDP) and 1 (distributed optimizer)",
-    engines={"deepspeed": "n/a", "fsdp": "n/a"})
+    engines={"megatron": "error", "deepspeed": "n/a", "fsdp": "n/a"})
 RECOMPUTE_ARGS = _r(
     "TRC308", "recompute-method-args",
     "recompute_method/recompute_num_layers belong to recompute=full only")
@@ -175,10 +180,10 @@ FP16_CPU = _r(
     "TRC319", "precision-on-device", "fp16 does not run on the CPU device (use bf16 or fp32)")
 OFFLOAD_OPTIMIZER_STAGE = _r(
     "TRC320", "offload-optimizer-needs-zero", "offload_optimizer needs DeepSpeed ZeRO stage 1-3",
-    engines={"megatron": "n/a", "fsdp": "n/a"})
+    engines={"megatron": "n/a", "deepspeed": "error", "fsdp": "n/a"})
 NVME_PATH = _r(
     "TRC321", "nvme-path-required", "nvme offload needs training.nvme_path",
-    engines={"megatron": "n/a", "fsdp": "n/a"})
+    engines={"megatron": "n/a", "deepspeed": "error", "fsdp": "n/a"})
 DS_PIPE_GRAD_ACCUM = _r(
     "TRC322", "deepspeed-pipe-grad-accum-scale",
     "DeepSpeed's pipeline engine sums micro-batch gradients: the micro/accumulation split at a "
@@ -208,9 +213,14 @@ SHARED_EXPERT_TP = _r(
 # --- TRC4xx: resource fit -------------------------------------------------------------------
 MEMORY_FIT = _r(
     "TRC401", "memory-fits-gpu",
-    "estimated memory per GPU must fit gpu_memory_gib minus memory_reserve_gib")
+    "estimated memory per GPU must not exceed gpu_memory_gib minus memory_reserve_gib by more "
+    "than the memory model's error margin (a sure out-of-memory)")
 BUBBLE_HIGH = _r(
     "TRC402", "pipeline-bubble-high", "the pipeline bubble exceeds 25 % of the step", "warning")
+MEMORY_TIGHT = _r(
+    "TRC403", "memory-tight",
+    "estimated memory per GPU is within the memory model's error margin of the budget: it may "
+    "or may not fit", "warning")
 
 # --- TRC5xx: launcher / cluster -------------------------------------------------------------
 JOB_NAME = _r("TRC501", "job-name-safe",
@@ -292,6 +302,56 @@ OPTIMIZER_STATE_PRECISION = _r(
     "TRC332", "optimizer-state-precision",
     "optimizer buffers below fp32 need adam and the distributed optimizer (Megatron-Core "
     "precision-aware optimizer), in the dtypes Megatron-LM accepts for each buffer")
+#: not applicable to DeepSpeed or FSDP: trainc's runners there have no Transformer Engine GEMMs and
+#: no Megatron-Core MoE dispatcher (TRC330 / TRC313 / the FSDP rules report the spec instead)
+_MEGATRON_ONLY = {"megatron": "error", "deepspeed": "n/a", "fsdp": "n/a"}
+LOW_PRECISION_GPU = _r(
+    "TRC370", "low-precision-recipe-gpu",
+    "the FP8 / FP4 recipe must run on cluster.gpu: FP8 needs compute capability 8.9+ (no A100), "
+    "mxfp8 and nvfp4 need Blackwell (B200, GB200), blockwise needs Hopper or a recent "
+    "Transformer Engine on Blackwell", engines=_MEGATRON_ONLY)
+LOW_PRECISION_SHAPES = _r(
+    "TRC371", "low-precision-gemm-shapes",
+    "every FP8 / FP4 GEMM's local shape after the TP / ETP split must be aligned: tokens per "
+    "micro-batch divisible by 8 and widths by 16 (delayed, tensorwise, blockwise), both by 32 "
+    "(mxfp8), both by 16 (nvfp4)", engines=_MEGATRON_ONLY)
+FP8_BF16_LAYERS = _r(
+    "TRC372", "fp8-bf16-layers",
+    "first_last_layers_bf16 needs fp8_format or fp4_format and a recipe other than delayed "
+    "(Megatron-Core: 'Delayed scaling does not support first / last layer in BF16')",
+    engines=_MEGATRON_ONLY)
+MOE_BIAS_ETP = _r(
+    "TRC373", "moe-bias-needs-etp1",
+    "add_bias_linear with experts needs etp = 1 (Megatron-Core: 'Bias in Moe is only supported "
+    "when ETP==1')", engines=_MEGATRON_ONLY)
+MXFP8_FORMAT = _r(
+    "TRC374", "mxfp8-e4m3-only",
+    "the mxfp8 recipe trains with E4M3 in forward and backward; fp8_format hybrid (E5M2 "
+    "gradients) diverged in Megatron-Bridge's MXFP8 runs", "warning",
+    engines={"megatron": "warning", "deepspeed": "n/a", "fsdp": "n/a"})
+MXFP8_PARAM_GATHER = _r(
+    "TRC379", "mxfp8-param-gather",
+    "mxfp8 without fp8_param_gather keeps BF16 parameter copies next to the MXFP8 ones "
+    "(Megatron-Core: 'will use significant amount additional GPU memory')", "warning",
+    engines={"megatron": "warning", "deepspeed": "n/a", "fsdp": "n/a"})
+MOE_FLEX_DISPATCHER = _r(
+    "TRC375", "moe-flex-dispatcher",
+    "the flex token dispatcher needs etp*ep > 1; its deepep backend does not drop-and-pad "
+    "(moe_pad_expert_input_to_capacity); its backend key is read only with flex",
+    engines=_MEGATRON_ONLY)
+MOE_PAD_CAPACITY = _r(
+    "TRC376", "moe-pad-needs-capacity",
+    "moe_pad_expert_input_to_capacity needs moe_expert_capacity_factor (the token dispatcher "
+    "asserts it at init)", engines=_MEGATRON_ONLY)
+MOE_QUANT_PADDING = _r(
+    "TRC377", "moe-router-padding-for-quantization",
+    "moe_router_padding_for_quantization needs fp8_format or fp4_format and the alltoall or flex "
+    "dispatcher (Megatron-Core TransformerConfig.__post_init__)", engines=_MEGATRON_ONLY)
+MOE_FLEX_SCALE = _r(
+    "TRC378", "moe-flex-dispatcher-intranode",
+    "the flex dispatcher (DeepEP) pays off for expert-parallel groups across nodes; inside one "
+    "node alltoall or allgather is as fast or faster", "warning",
+    engines={"megatron": "warning", "deepspeed": "n/a", "fsdp": "n/a"})
 DATA_SPLIT = _r(
     "TRC512", "data-split-format",
     "launch.data_split is three non-negative numbers, comma-separated, not all zero "
@@ -306,6 +366,84 @@ K8S_RUNTIME = _r(
     "launch.k8s_runtime must be a Kubernetes object name (RFC 1123 subdomain: lower-case "
     "letters, digits, '-' and '.', at most 253)",
     engines={"megatron": "error", "deepspeed": "error"})
+K8S_SAVE_DIR = _r(
+    "TRC522", "k8s-save-dir-absolute",
+    "launch.save_dir must be an absolute path for trainjob.yaml / pytorchjob.yaml, which mount "
+    "the checkpoint volume there (a container mountPath is absolute)", "warning",
+    engines={"megatron": "warning", "deepspeed": "warning"})
+
+# --- TRC35x: the data path (data:) -------------------------------------------------------------
+_BOTH_ERR = {"megatron": "error", "deepspeed": "error"}
+DATA_BLEND = _r(
+    "TRC350", "data-blend",
+    "data.paths is a blend of PREFIX or \"WEIGHT PREFIX\" entries (all weighted or none, "
+    "weights > 0), not combined with launch.data_path (Megatron --data-path)", engines=_BOTH_ERR)
+TOKENIZER_VOCAB = _r(
+    "TRC351", "tokenizer-vocab-within-model",
+    "data.tokenizer_vocab_size must not exceed model.vocab_size: larger token ids index past "
+    "the embedding (CUDA device-side assert / IndexError)", engines=_BOTH_ERR)
+PACKED_CP_PADDING = _r(
+    "TRC352", "packed-cp-padding",
+    "with packed (THD) sequences and cp > 1 every document must be padded to a multiple of "
+    "2*cp (cp*lcm(2, tp) with sequence parallelism): data.pad_to_multiple_of",
+    engines=_BOTH_ERR)
+MASK_IGNORED = _r(
+    "TRC353", "reset-attention-mask-ignored",
+    "Transformer Engine attention is causal and ignores the dense mask of "
+    "--reset-attention-mask: documents attend across each other silently",
+    engines={"megatron": "error", "deepspeed": "n/a"})
+DATA_RUNNER = _r(
+    "TRC356", "data-option-runner",
+    "a data option the chosen runner does not read (packed THD data; the cross-document mask "
+    "in the trainc worker; any data: key for torchtitan) is an error, never silently dropped",
+    engines=_BOTH_ERR)
+EPOCHS = _r(
+    "TRC357", "epochs-derived",
+    "train_iters x global_batch_size against the samples in the data: the epoch count, derived "
+    "once (derived.steps_per_epoch, derived.epochs); more than one epoch repeats data",
+    "info", engines={"megatron": "info", "deepspeed": "info"})
+
+# --- TRC53x: versions and checkpoints -------------------------------------------------------------
+KNOWN_BAD_VERSIONS = _r(
+    "TRC530", "known-bad-versions",
+    "launch.versions (or the installed packages) match a known-bad combination of "
+    "trainc/conf/known_bad_versions.yaml for a feature the job uses", engines=_BOTH_ERR)
+VERSION_FORMAT = _r(
+    "TRC531", "version-key-format",
+    "launch.versions keys are torch, cuda, nccl, transformer_engine, megatron_core, deepspeed, "
+    "flash_attn; values are release numbers (2.4.0, 12.4, 0.14.4)", engines=_BOTH_ERR)
+VERSION_TARGET = _r(
+    "TRC532", "version-below-target",
+    "the engine library in launch.versions is older than the release trainc emits for "
+    "(megatron-core 0.16.1, deepspeed 0.19.8): flags or config keys may not exist there",
+    "warning", engines={"megatron": "warning", "deepspeed": "warning"})
+CKPT_FORMAT_RUNNER = _r(
+    "TRC533", "checkpoint-format-runner",
+    "resume.checkpoint_format and resume.finetune are Megatron-LM's --ckpt-format / --finetune "
+    "(entrypoint=megatron-lm); the trainc worker writes its own files, and torchtitan gets no "
+    "resume.load_dir", engines=_BOTH_ERR)
+RESUME_LAYOUT = _r(
+    "TRC534", "resume-layout-change",
+    "a parallel layout change on resume needs a format that reshards (torch_dist); legacy "
+    "torch files, the trainc worker's files and DeepSpeed ZeRO shards load only into the "
+    "layout that wrote them", engines=_BOTH_ERR)
+RESUME_VOCAB = _r(
+    "TRC535", "resume-vocab-padding",
+    "the padded vocabulary (embedding rows) must equal the saved one: it depends on tp and "
+    "make_vocab_size_divisible_by", engines=_BOTH_ERR)
+RESUME_ARCH = _r(
+    "TRC536", "resume-architecture",
+    "layers, widths, heads, experts, learned positions and embedding tying must match the "
+    "checkpoint (global shape mismatch on load)", engines=_BOTH_ERR)
+RESUME_SCHEDULE = _r(
+    "TRC537", "resume-batch-schedule",
+    "resuming (not finetune) with another global batch, schedule or iteration count changes the "
+    "learning-rate schedule and the data order mid-run", "warning",
+    engines={"megatron": "warning", "deepspeed": "warning"})
+RESUME_OPTIMIZER = _r(
+    "TRC538", "resume-optimizer",
+    "the optimizer state in the checkpoint belongs to the saved optimizer (and ZeRO stage); "
+    "another one needs resume.finetune", engines=_BOTH_ERR)
 
 ALL_RULES: tuple[Rule, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Rule))
 RULES_BY_ID = {r.id: r for r in ALL_RULES}
@@ -368,7 +506,7 @@ SOURCES: dict[str, str] = {
               "(0.16.1)",
     "TRC327": "megatron/core/transformer/moe/shared_experts.py SharedExpertMLP (0.16.1): "
               "'... is not divisible by' at model build",
-    "TRC401": "trainc estimates", "TRC402": "trainc estimates",
+    "TRC401": "trainc estimates", "TRC402": "trainc estimates", "TRC403": "trainc estimates",
     "TRC501": "Slurm job names", "TRC502": "Slurm --time", "TRC503": "pretrain_gpt.py (MR §6)",
     "TRC504": "POSIX environment names", "TRC505": "validate_args (MR ENV-1)",
     "TRC506": "CPU (gloo) execution", "TRC507": "torchrun --nproc_per_node (BC-063)",
@@ -393,10 +531,62 @@ SOURCES: dict[str, str] = {
     "TRC331": "megatron-core 0.16.1 TransformerConfig.__post_init__ (fp8_param, fp4 vs fp8)",
     "TRC332": "megatron-core 0.16.1 OptimizerConfig.__post_init__; Megatron-LM arguments.py "
               "--main-grads-dtype, --main-params-dtype, --exp-avg(-sq)-dtype",
+    "TRC370": "transformer_engine/pytorch/quantization.py check_recipe_support / "
+              "_compute_fp8_support (8.9+), _compute_mxfp8_support and _compute_nvfp4_support "
+              "(10.0+), _compute_fp8_block_scaling_support (TE 2.x: Hopper, later 9.0+); "
+              "megatron-core 0.16.1 transformer_config.py fp8_recipe ('mxfp8' for Blackwell only)",
+    "TRC371": "transformer_engine/pytorch/utils.py assert_dim_for_fp8_exec (height % 8, width % "
+              "16); tensor/mxfp8_tensor.py and nvfp4_tensor.py Quantizer.is_quantizable (block "
+              "sizes 32 and 16); megatron-core 0.16.1 fp8_utils.get_fp8_align_size",
+    "TRC372": "megatron-core 0.16.1 transformer_config.py TransformerConfig.__post_init__ "
+              "('Delayed scaling does not support first / last layer in BF16')",
+    "TRC373": "megatron-core 0.16.1 transformer_config.py TransformerConfig.__post_init__ "
+              "('Bias in Moe is only supported when ETP==1')",
+    "TRC374": "Megatron-Bridge PR #638 (github.com/NVIDIA-NeMo/Megatron-Bridge/pull/638): the "
+              "MXFP8 recipe must use E4M3 for fprop and bprop; NeMo PR #14793",
+    "TRC379": "megatron-core 0.16.1 optimizer/optimizer_config.py OptimizerConfig.__post_init__ "
+              "(mxfp8 without reuse_grad_buf_for_mxfp8_param_ag and fp8_param_gather warning)",
+    "TRC378": "Megatron-LM issue #1456 (github.com/NVIDIA/Megatron-LM/issues/1456): DeepEP is "
+              "optimized for cross-node EP (> 8); for EP <= 8 allgather or alltoall",
+    "TRC375": "megatron-core 0.16.1 transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher."
+              "__init__ ('Flex token dispatcher requires TPxEP > 1'); transformer_config.py "
+              "__post_init__ (deepep backend vs moe_pad_expert_input_to_capacity)",
+    "TRC376": "megatron-core 0.16.1 transformer/moe/token_dispatcher.py "
+              "MoEAlltoAllTokenDispatcher / _DeepepManager __init__ (assert capacity factor)",
+    "TRC377": "megatron-core 0.16.1 transformer_config.py TransformerConfig.__post_init__ "
+              "(moe_router_padding_for_quantization checks)",
     "TRC512": "megatron/training/arguments.py --split; megatron/core/datasets utils "
               "parse_and_normalize_split (core_v0.19.0)",
     "TRC520": "Slurm topology/block plugin and sbatch --segment (slurm.schedmd.com/"
               "topology.html, Slurm 24.05+); Megatron-Core RankGenerator order tp-cp-ep-dp-pp",
+    "TRC350": "megatron/training/arguments.py --data-path; megatron/core/datasets/utils.py "
+              "get_blend_from_list (core_v0.16.x)",
+    "TRC351": "Megatron-Bridge PR #455 (vocab size >= tokenizer vocab size); "
+              "huggingface/tokenizers #1609 (token id out of range)",
+    "TRC352": "Transformer Engine THD context parallelism (TransformerEngine #1368, PR #641); "
+              "Megatron-Bridge PR #1867 (pad each packed sample to 2*cp)",
+    "TRC353": "NVIDIA/Megatron-LM #2357 (TE attn_mask_type causal ignores the GPTDataset mask)",
+    "TRC356": "trainc worker (trainc/launch/data.py: GPTDatasetConfig; no attention mask, no "
+              "PackedSeqParams); pretrain_gpt.py reads no THD data (core_v0.16.x)",
+    "TRC357": "megatron/core/datasets/gpt_dataset.py GPTDataset (epochs repeat the documents, "
+              "0.16.1); trainc derive.py steps_per_epoch",
+    "TRC530": "trainc/conf/known_bad_versions.yaml (each entry links its public report)",
+    "TRC531": "trainc schema", "TRC532": "trainc target_versions (plan.json)",
+    "TRC533": "megatron/training/arguments.py --ckpt-format (core_v0.16.x); "
+              "trainc/launch/checkpoint.py",
+    "TRC534": "megatron/training/checkpointing.py load_checkpoint (core_v0.16.x: legacy files "
+              "per mp_rank); NVIDIA/Megatron-LM #296 (BC-053); DeepSpeed universal checkpoint "
+              "(deepspeed/checkpoint/ds_to_universal.py, 0.19.8)",
+    "TRC535": "megatron/training/tokenizer vocab_size_with_padding (core_v0.16.x); "
+              "THUDM/Chinese-Transformer-XL #3 (BC-051)",
+    "TRC536": "megatron/core/dist_checkpointing (global shape check, 0.16.1); "
+              "NVIDIA-NeMo/Speech #10715 (BC-055)",
+    "TRC537": "megatron/core/optimizer_param_scheduler.py (consumed samples drive the lr, "
+              "0.16.1); megatron/training/checkpointing.py --finetune",
+    "TRC538": "megatron/training/checkpointing.py load_checkpoint --no-load-optim / --finetune "
+              "(core_v0.16.x); deepspeed/runtime/engine.py load_checkpoint (0.19.8)",
     "TRC521": "Kubernetes object names (RFC 1123 subdomain); Kubeflow Trainer v2.3.0 "
               "TrainJob.spec.runtimeRef.name",
+    "TRC522": "Kubernetes core/v1 VolumeMount.mountPath (a path inside the container, where the "
+              "runtime mounts the volume; runc refuses a relative destination)",
 }

@@ -6,6 +6,9 @@ estimate (``estimates.memory_bytes.total``, ``estimates.step_time_seconds``, ...
 plus the set of rule ids reported. A is the baseline; the overrides apply to B only, so
 ``trainc diff s.yaml s.yaml parallel.tp=4`` shows what changing one key does.
 
+It also says whether B can resume from A's checkpoints (:func:`resume_verdict`: the same
+comparison as the ``resume.saved`` rules TRC533-TRC538, A's layout as the saved one).
+
 Exit codes: 0 when both specs compile (whether or not they differ), 2 when either has an error
 (the diff of what could be resolved is still shown).
 """
@@ -134,12 +137,36 @@ def headline(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"key": k, "a": fa.get(k), "b": fb.get(k)} for k in HEADLINE if k in fa or k in fb]
 
 
+def resume_verdict(a_res: Any, b_res: Any) -> dict[str, Any] | None:
+    """Can B resume from a checkpoint A wrote? ``{"ok": bool, "reasons": [...]}`` (each reason:
+    rule, severity, key, a, b, message, fix): errors make ``ok`` false, warnings (another batch
+    or schedule) do not. None when either spec did not resolve. B's ``resume.finetune``
+    (weights only) waives the batch, schedule and optimizer reasons, as in the lint rules."""
+    from trainc.compiler.derive import derive
+    from trainc.compiler.validate.checkpoint import layout_facts, resume_findings
+
+    if a_res.spec is None or b_res.spec is None:
+        return None
+    try:
+        saved = layout_facts(a_res.spec, derive(a_res.spec))
+        now = layout_facts(b_res.spec, derive(b_res.spec))
+    except (ArithmeticError, ValueError, TypeError):
+        return None
+    found = resume_findings(saved, now, b_res.spec.resume.finetune)
+    reasons = [{"rule": f.rule.id, "severity": f.rule.severity, "key": f.key, "a": f.saved,
+                "b": f.now, "message": f.message, "fix": f.fix} for f in found]
+    return {"ok": not any(r["severity"] == "error" for r in reasons), "reasons": reasons}
+
+
 def to_json(a_res: Any, b_res: Any, show_all: bool = False) -> dict[str, Any]:
     """The ``--format json`` object."""
     out: dict[str, Any] = {
         "a": {"path": a_res.path, "ok": a_res.ok},
         "b": {"path": b_res.path, "ok": b_res.ok},
     }
+    verdict = resume_verdict(a_res, b_res)
+    if verdict is not None:
+        out["resume"] = verdict
     if a_res.plan is not None and b_res.plan is not None:
         diffs, same = compare(a_res.plan, b_res.plan)
         out["summary"] = headline(a_res.plan, b_res.plan)
@@ -167,6 +194,13 @@ def render_table(a_res: Any, b_res: Any, show_all: bool = False) -> None:
                         change(row["a"], row["b"], k))
     console.print(f"A = {a_res.path}\nB = {b_res.path}")
     console.print(summary)
+    verdict = resume_verdict(a_res, b_res)
+    if verdict is not None:
+        console.print("B can resume from A's checkpoints" if verdict["ok"] else
+                      "B cannot resume from A's checkpoints", markup=False)
+        for r in verdict["reasons"]:
+            console.print(f"  {r['severity']}[{r['rule']}] {r['key']}: {r['message']}\n"
+                          f"    fix: {r['fix']}", markup=False)
     rows = [*diffs, *({"key": k, "a": v, "b": v} for k, v in same.items())] if show_all else diffs
     if not diffs:
         console.print(f"no differences after resolution ({len(same)} keys compared)")

@@ -14,21 +14,38 @@ import torch
 
 
 def build_dataset(num_samples: int, seq_length: int, vocab_size: int, seed: int,
-                  data_path: str | None) -> Any:
-    """The training split of a GPT dataset holding at least ``num_samples`` samples."""
+                  data_path: str | None, data: dict[str, Any] | None = None) -> Any:
+    """The training split of a GPT dataset holding at least ``num_samples`` samples.
+
+    ``data`` is plan.json's ``spec.data``: a ``paths`` blend (``PREFIX`` or ``WEIGHT PREFIX``
+    entries, Megatron-Core ``get_blend_from_list``) replaces ``data_path``; ``reset_position_ids``
+    and ``eod_mask_loss`` go to GPTDatasetConfig as written. (The compiler refuses
+    ``reset_attention_mask`` and ``packed`` for this worker, TRC356: it passes no mask.)"""
     from megatron.core.datasets.blended_megatron_dataset_builder import (
         BlendedMegatronDatasetBuilder,
     )
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig, MockGPTDataset
-    from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
 
     # NullTokenizer(V-1): token ids 0..V-2, end-of-document id V-1.
+    from megatron.core.datasets.utils import get_blend_from_list
+    from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
+
     tok = NullTokenizer(vocab_size - 1)
+    data = data or {}
+    if data.get("reset_attention_mask") or data.get("packed"):
+        raise SystemExit("trainc-worker: data.reset_attention_mask / data.packed are not read "
+                         "by this worker (trainc lint: TRC356)")
     kwargs: dict[str, Any] = dict(
-        random_seed=seed, sequence_length=seq_length, reset_position_ids=False,
-        reset_attention_mask=False, eod_mask_loss=False, tokenizer=tok,
+        random_seed=seed, sequence_length=seq_length,
+        reset_position_ids=bool(data.get("reset_position_ids")),
+        reset_attention_mask=False, eod_mask_loss=bool(data.get("eod_mask_loss")), tokenizer=tok,
         mid_level_dataset_surplus=0.005)
-    if data_path:
+    paths = data.get("paths")
+    if paths:
+        items = [x for entry in paths for x in str(entry).split()]
+        kwargs.update(blend=get_blend_from_list(items), split="100,0,0")
+        cls = GPTDataset
+    elif data_path:
         kwargs.update(blend=([data_path], None), split="100,0,0")
         cls = GPTDataset
     else:

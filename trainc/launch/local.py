@@ -11,6 +11,11 @@ launch that cannot work here into one line and exit 4 instead of a hang or a wal
   MASTER_ADDR:MASTER_PORT for the other ``N - 1``. Unless this node's rank is given (``--node-rank``
   or ``NODE_RANK``; under sbatch.sh's c10d rendezvous the rank comes from Slurm), it is refused
   with what to do instead.
+* **Versions.** The installed torch, NCCL, Transformer Engine, megatron-core, DeepSpeed and
+  flash-attn (``importlib.metadata``, nothing imported) are checked against the known-bad table
+  (``trainc/conf/known_bad_versions.yaml``, the one ``trainc lint`` checks ``launch.versions``
+  against, TRC530) for the plan's features: an ``error`` entry refuses the run (unless its
+  workaround is in the plan's ``launch.env`` or this environment), a ``warning`` entry is printed.
 * **Device.** A ``launch.device: cuda`` plan on a machine with no GPU device node
   (``/dev/nvidia[0-9]*``, ``/dev/kfd`` for ROCm, ``/dev/dxg`` for WSL) is refused: every rank
   would fail in ``torch.cuda.set_device``.
@@ -117,6 +122,37 @@ def launch_env(outdir: str, shape: PlanShape | None, base: Mapping[str, str],
     return env
 
 
+def version_problems(outdir: str, env: Mapping[str, str],
+                     installed: Mapping[str, str] | None = None) -> tuple[list[str], list[str]]:
+    """``(errors, warnings)``: the known-bad entries the installed packages (or ``installed``)
+    match for OUTDIR/plan.json's job; empty when there is no readable plan."""
+    from trainc import known_versions as KV
+
+    try:
+        with open(os.path.join(outdir, "plan.json"), encoding="utf-8") as f:
+            spec = json.load(f)["spec"]
+        m, p, t, lc = spec["model"], spec["parallel"], spec["training"], spec["launch"]
+        feats = KV.job_features(
+            engine=str(spec["engine"]), entrypoint=str(lc["entrypoint"]),
+            device=str(lc["device"]), ep=int(p["ep"]), num_experts=m.get("num_experts"),
+            dispatcher=str(m.get("moe_token_dispatcher_type", "alltoall")), cp=int(p["cp"]),
+            fp8=t.get("fp8_format", "none") != "none", zero_stage=int(p.get("zero_stage") or 0))
+        job_env = {**lc.get("env", {}), **env}
+    except (OSError, ValueError, KeyError, TypeError):
+        return [], []
+    have = dict(KV.installed_versions() if installed is None else installed)
+    errors: list[str] = []
+    warnings: list[str] = []
+    for e in KV.matches(have, feats, job_env):
+        fix = ", ".join(f"{c} >= {v}" for c, v in e.fixed_in.items())
+        work = " or set " + " ".join(f"{k}={v}" for k, v in e.unless_env.items()) \
+            if e.unless_env else ""
+        text = (f"installed {KV.describe(e, have)} is known-bad for this job ({e.id}): "
+                f"{e.symptom}; use {fix}{work} ({e.link})")
+        (errors if e.severity == "error" else warnings).append(text)
+    return errors, warnings
+
+
 def run(outdir: str, worker_args: Sequence[str] = (), *, node_rank: int | None = None,
         master_addr: str | None = None) -> int:
     """Start ``OUTDIR/torchrun.sh`` here; its output streams through; return its exit code
@@ -131,6 +167,13 @@ def run(outdir: str, worker_args: Sequence[str] = (), *, node_rank: int | None =
                          node_rank=node_rank, master_addr=master_addr)
     except RunRefused as e:
         print(f"trainc run: {e}", file=sys.stderr)
+        return 4
+    bad, warn = version_problems(outdir, os.environ)
+    for text in warn:
+        print(f"trainc run: warning: {text}", file=sys.stderr)
+    if bad:
+        for text in bad:
+            print(f"trainc run: {text}", file=sys.stderr)
         return 4
     if node_rank is not None or "NODE_RANK" in os.environ:
         print(f"trainc run: node {env['NODE_RANK']}, master "

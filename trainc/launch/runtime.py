@@ -71,7 +71,8 @@ class Settings:
         self.save: str = args.save or launch["save_dir"] or os.path.join(
             os.path.dirname(os.path.abspath(plan_path)), "checkpoints")
         self.save_interval: int = args.save_interval or launch["save_interval"]
-        self.load: str | None = self.save if args.load == "auto" else args.load
+        self.load: str | None = self.save if args.load == "auto" else (
+            args.load or (spec.get("resume") or {}).get("load_dir"))
         self.data_path: str | None = args.data_path or launch["data_path"]
         self.log_interval: int = launch["log_interval"]
         self.seed: int = train["seed"]

@@ -4,8 +4,10 @@ Standard library only. Field docstrings give meaning, unit and default semantics
 """
 
 from trainc.schemas.cluster import ClusterSpec
+from trainc.schemas.data import DataSpec
 from trainc.schemas.enums import (
     Activation,
+    CkptFormat,
     CpCommType,
     Device,
     Engine,
@@ -18,6 +20,7 @@ from trainc.schemas.enums import (
     Gpu,
     LrDecayStyle,
     MoeDispatcher,
+    MoeFlexBackend,
     MoeLoadBalancing,
     MoeScoreFunction,
     Normalization,
@@ -29,19 +32,23 @@ from trainc.schemas.enums import (
     Recompute,
     RecomputeMethod,
     StateDtype,
+    TimeModel,
     WsdDecayStyle,
 )
 from trainc.schemas.fsdp import FsdpSpec
 from trainc.schemas.launch import LaunchSpec
 from trainc.schemas.model import ModelSpec
 from trainc.schemas.parallel import ParallelSpec
+from trainc.schemas.resume import ResumeSpec, SavedLayout
 from trainc.schemas.spec import TrainSpec
 from trainc.schemas.training import TrainingSpec
 
 __all__ = [
     "Activation",
+    "CkptFormat",
     "ClusterSpec",
     "CpCommType",
+    "DataSpec",
     "Device",
     "Engine",
     "Entrypoint",
@@ -56,6 +63,7 @@ __all__ = [
     "LrDecayStyle",
     "ModelSpec",
     "MoeDispatcher",
+    "MoeFlexBackend",
     "MoeLoadBalancing",
     "MoeScoreFunction",
     "Normalization",
@@ -67,7 +75,10 @@ __all__ = [
     "Precision",
     "Recompute",
     "RecomputeMethod",
+    "ResumeSpec",
+    "SavedLayout",
     "StateDtype",
+    "TimeModel",
     "TrainSpec",
     "TrainingSpec",
     "WsdDecayStyle",

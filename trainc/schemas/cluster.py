@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainc.schemas.enums import Gpu
+from trainc.schemas.enums import Gpu, TimeModel
 
 
 @dataclass(kw_only=True)
@@ -36,6 +36,12 @@ class ClusterSpec:
     """Fraction of peak_tflops that GEMM-heavy model compute achieves on large micro batches
     (estimates only). 0.7 reproduces Megatron-LM's published GPT-3 175B / 1T throughput
     (Narayanan et al. 2021, Table 1) within a few per cent; see gemm_half_efficiency_tokens."""
+    time_model: TimeModel = TimeModel.kernels
+    """Step-time model (estimates and planner): ``kernels`` times every GEMM of the layer from its
+    shape after the TP/SP/EP/ETP split on the GPU profile (trainc/conf/gpu), fused attention,
+    element-wise kernels by bytes moved, and hides communication per axis as the engines do
+    (docs/performance.md); ``seed`` is the seeds' model: Megatron's FLOPs at
+    compute_efficiency x peak_tflops x n / (n + gemm_half_efficiency_tokens)."""
     comm_efficiency: float = 0.8
     """Fraction of link bandwidth that collectives achieve (estimates only)."""
     comm_overlap: float = 0.0

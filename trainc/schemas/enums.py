@@ -83,6 +83,15 @@ class MoeDispatcher(Enum):
 
     alltoall = "alltoall"
     allgather = "allgather"
+    flex = "flex"
+
+
+class MoeFlexBackend(Enum):
+    """Backend of the flex token dispatcher (Megatron-Core ``moe_flex_dispatcher_backend``):
+    DeepEP's fused all-to-all kernels or HybridEP (NVLink-domain aware, for NVL72 racks)."""
+
+    deepep = "deepep"
+    hybridep = "hybridep"
 
 
 
@@ -105,6 +114,15 @@ class Entrypoint(Enum):
     torchtitan = "torchtitan"
 
 
+class TimeModel(Enum):
+    """Step-time model (``cluster.time_model``): kernels (per-GEMM roofline with wave
+    quantization, fused attention, element-wise bytes, per-axis overlap; docs/performance.md)
+    or seed (one compute_efficiency over Megatron's FLOPs, the seeds' formula)."""
+
+    kernels = "kernels"
+    seed = "seed"
+
+
 class Gpu(Enum):
     """GPU preset names (``cluster.gpu``); ``custom`` = give the hardware fields yourself."""
 
@@ -115,6 +133,7 @@ class Gpu(Enum):
     h800 = "h800"
     b200 = "b200"
     gb200 = "gb200"
+    gb300 = "gb300"
     custom = "custom"
 
 
@@ -198,6 +217,15 @@ class MoeScoreFunction(Enum):
 
     softmax = "softmax"
     sigmoid = "sigmoid"
+
+
+class CkptFormat(Enum):
+    """Megatron-LM ``--ckpt-format`` (megatron/training/arguments.py, core_v0.16.x): ``torch_dist``
+    (distributed checkpoint, resharded on load: TP/PP/EP/DP may change) or ``torch`` (the legacy
+    per-rank files ``mp_rank_XX``: the layout must match on load)."""
+
+    torch_dist = "torch_dist"
+    torch = "torch"
 
 
 class FsdpDtype(Enum):

@@ -58,6 +58,11 @@ class LaunchSpec:
     k8s_runtime: str = "torch-distributed"
     """Kubernetes: the Kubeflow Trainer ClusterTrainingRuntime that ``trainjob.yaml`` references
     (runtimeRef.name); torch-distributed is the one Trainer v2 installs. TRC521."""
+    versions: dict[str, str] = field(default_factory=dict)
+    """Versions of the software the job runs with (component -> version), checked against the
+    known-bad combinations of trainc/conf/known_bad_versions.yaml: torch, cuda, nccl,
+    transformer_engine, megatron_core, deepspeed, flash_attn. Empty = unchecked at compile
+    time; ``trainc run`` checks the installed packages. TRC530-TRC532."""
     save_interval: int = 1000
     """Steps between checkpoints."""
     log_interval: int = 1

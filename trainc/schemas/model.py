@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from trainc.schemas.enums import (
     Activation,
     MoeDispatcher,
+    MoeFlexBackend,
     MoeLoadBalancing,
     MoeScoreFunction,
     Normalization,
@@ -81,8 +82,21 @@ class ModelSpec:
     moe_shared_expert_intermediate_size: int | None = None
     """MoE: total inner width of the shared experts (elements); null = none."""
     moe_token_dispatcher_type: MoeDispatcher = MoeDispatcher.alltoall
-    """MoE: how tokens reach their experts: alltoall (all-to-all over the EP group) or allgather
-    (every EP rank gathers all tokens; simpler, more traffic)."""
+    """MoE: how tokens reach their experts: alltoall (all-to-all over the EP group), allgather
+    (every EP rank gathers all tokens; simpler, more traffic) or flex (fused DeepEP / HybridEP
+    kernels over the etp x ep group; needs etp*ep > 1). Rules: TRC375, TRC377."""
+    moe_flex_dispatcher_backend: MoeFlexBackend = MoeFlexBackend.deepep
+    """MoE: backend of the flex dispatcher: deepep or hybridep (Megatron-Core
+    ``moe_flex_dispatcher_backend``; read only with moe_token_dispatcher_type=flex). TRC375."""
+    moe_pad_expert_input_to_capacity: bool = False
+    """MoE: drop-and-pad, every expert's input padded to its capacity (Megatron-Core
+    ``moe_pad_expert_input_to_capacity``); needs moe_expert_capacity_factor (TRC376) and does
+    not run with the flex dispatcher's deepep backend (TRC375)."""
+    moe_router_padding_for_quantization: bool = False
+    """MoE: pad each expert's tokens in the router to the FP8/FP4 GEMM alignment (16, 32 for
+    mxfp8, 128 for nvfp4) instead of in the experts (Megatron-Core
+    ``moe_router_padding_for_quantization``); needs fp8_format or fp4_format and the alltoall
+    or flex dispatcher (TRC377)."""
     moe_layer_freq: int = 1
     """MoE: every k-th layer (0-based i with i % k == 0) is an MoE layer. Rules: TRC315."""
     moe_router_load_balancing_type: MoeLoadBalancing = MoeLoadBalancing.aux_loss

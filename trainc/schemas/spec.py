@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trainc.schemas.cluster import ClusterSpec
+from trainc.schemas.data import DataSpec
 from trainc.schemas.enums import Engine
 from trainc.schemas.fsdp import FsdpSpec
 from trainc.schemas.launch import LaunchSpec
 from trainc.schemas.model import ModelSpec
 from trainc.schemas.parallel import ParallelSpec
+from trainc.schemas.resume import ResumeSpec
 from trainc.schemas.training import TrainingSpec
 
 
@@ -32,6 +34,10 @@ class TrainSpec:
     """Batch, precision, recompute, optimizer (see TrainingSpec)."""
     launch: LaunchSpec = field(default_factory=LaunchSpec)
     """Launch settings (see LaunchSpec)."""
+    data: DataSpec = field(default_factory=DataSpec)
+    """Training data: blend, sizes, packing and masking (see DataSpec)."""
+    resume: ResumeSpec = field(default_factory=ResumeSpec)
+    """The checkpoint to load and the layout it was saved with (see ResumeSpec)."""
     fsdp: FsdpSpec = field(default_factory=FsdpSpec)
     """engine=fsdp settings: HSDP split of dp, resharding, mixed precision, offload, compile,
     pipeline schedule (see FsdpSpec)."""

@@ -18,15 +18,18 @@ how), not inside it: the job then depends on the spec only, and plan.json stays 
 of the plan (estimates and diagnostics change without touching this file).
 
 Every pod runs the same worker as ``torchrun.sh``: ``torchrun -m trainc.launch.worker --plan
-/trainc/plan.json --save DIR``, DIR = ``launch.save_dir`` (a path on a volume you mount, e.g. by
-editing the template) or else ``/checkpoints``, an emptyDir that is lost with the pod. The
+/trainc/plan.json --save DIR`` (and ``--load auto`` with ``launch.requeue``,
+:func:`checkpoint_args`), DIR = ``launch.save_dir`` or else ``/checkpoints``; an emptyDir is
+mounted at DIR (:data:`CHECKPOINT_VOLUME`; lost with the pod: swap it for a PVC to keep them). The
 training operator sets ``PET_NNODES``, ``PET_NPROC_PER_NODE``, ``PET_NODE_RANK``,
 ``PET_MASTER_ADDR`` and ``PET_MASTER_PORT`` in each pod, which torchrun reads as the defaults of
 its rendezvous flags.
 
 The image is ``launch.container_image``; without one the job names :data:`PLACEHOLDER_IMAGE`
 (which cannot be pulled: set the key to an image with trainc and its ``[worker]`` extra).
-The artifact is empty for ``launch.entrypoint: megatron-lm`` (run that through ``sbatch.sh``).
+Both artifacts are written only for ``launch.entrypoint: trainc``: the pods run the trainc
+worker, and ``megatron-lm`` / ``torchtitan`` need a checkout or runner the image does not promise
+(run those through ``sbatch.sh`` / ``torchrun.sh``).
 Built as a dict and dumped by a ``yaml.SafeDumper`` (sort_keys=True, no aliases): byte-for-byte
 deterministic.
 """
@@ -126,6 +129,42 @@ def container_env(plan: dict[str, Any], job: str) -> list[dict[str, Any]]:
     return secret_env_refs(plan, env, job)
 
 
+#: The checkpoint volume of every pod, mounted at the checkpoint directory
+#: (:func:`checkpoint_mount`): an emptyDir, which lives as long as the pod (it survives a
+#: container restart in place, not a new pod). For checkpoints that outlive the pod, replace it
+#: in the generated file by a ``persistentVolumeClaim`` (ReadWriteMany, shared by all nodes).
+CHECKPOINT_VOLUME: dict[str, Any] = {"name": "checkpoints", "emptyDir": {}}
+
+
+def checkpoint_dir(launch: dict[str, Any]) -> str:
+    """The worker's checkpoint directory in the pods: ``launch.save_dir``, else
+    :data:`CHECKPOINT_MOUNT`."""
+    return str(launch["save_dir"] or CHECKPOINT_MOUNT)
+
+
+def checkpoint_mount(launch: dict[str, Any]) -> dict[str, Any]:
+    """The ``volumeMounts`` entry that puts :data:`CHECKPOINT_VOLUME` at :func:`checkpoint_dir`,
+    so that ``--save`` never writes into the container's writable layer (lost with the
+    container, and counted against the node's ephemeral storage). A mountPath is taken
+    literally (no ``$(VAR)`` expansion: only command, args and env values are expanded)."""
+    return {"name": CHECKPOINT_VOLUME["name"], "mountPath": checkpoint_dir(launch)}
+
+
+def checkpoint_args(launch: dict[str, Any]) -> list[str]:
+    """The worker's checkpoint flags: ``--save DIR`` (:func:`checkpoint_dir`), and with
+    ``launch.requeue`` also ``--load auto``, as ``sbatch.sh`` passes it: every start of the
+    worker (the first and each restart of the container or pod) resumes from the latest
+    checkpoint in DIR when there is one (``trainc.launch.runtime.Setup``: ``auto`` = the
+    ``--save`` directory; the engines log "no checkpoint" and start at step 0 otherwise).
+    Without launch.requeue a restarted pod starts at step 0, as a rerun of sbatch.sh does.
+
+    >>> checkpoint_args({"save_dir": "/mnt/ckpt", "requeue": True})
+    ['--save', '/mnt/ckpt', '--load', 'auto']
+    """
+    args = ["--save", k8s_literal(checkpoint_dir(launch))]
+    return [*args, "--load", "auto"] if launch.get("requeue") else args
+
+
 def _pod_template(plan: dict[str, Any], job: str) -> dict[str, Any]:
     spec = plan["spec"]
     launch, cluster = spec["launch"], spec["cluster"]
@@ -134,7 +173,7 @@ def _pod_template(plan: dict[str, Any], job: str) -> dict[str, Any]:
         "name": "pytorch",  # the container name the training operator looks for
         "image": launch["container_image"] or PLACEHOLDER_IMAGE,
         "imagePullPolicy": "IfNotPresent",
-        "command": [*WORKER_COMMAND, "--save", k8s_literal(launch["save_dir"] or CHECKPOINT_MOUNT)],
+        "command": [*WORKER_COMMAND, *checkpoint_args(launch)],
         "ports": [{"name": "pytorchjob-port", "containerPort": int(launch["master_port"])}],
         "volumeMounts": [
             {"name": "plan", "mountPath": PLAN_MOUNT, "readOnly": True},
@@ -145,9 +184,8 @@ def _pod_template(plan: dict[str, Any], job: str) -> dict[str, Any]:
         {"name": "plan", "configMap": {"name": f"{job}-plan"}},
         {"name": "dshm", "emptyDir": {"medium": "Memory"}},
     ]
-    if not launch["save_dir"]:
-        container["volumeMounts"].append({"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT})
-        volumes.append({"name": "checkpoints", "emptyDir": {}})
+    container["volumeMounts"].append(checkpoint_mount(launch))
+    volumes.append(dict(CHECKPOINT_VOLUME))
     if env:
         container["env"] = env
     if launch["device"] == "cuda":
@@ -203,7 +241,8 @@ def pytorchjob_dict(plan: dict[str, Any], *, elastic: bool = False) -> dict[str,
 
 
 def pytorchjob(plan: dict[str, Any], *, elastic: bool = False) -> dict[str, str]:
-    """``{"pytorchjob.yaml": text}`` (empty for ``launch.entrypoint: megatron-lm``)."""
+    """``{"pytorchjob.yaml": text}`` (empty unless ``launch.entrypoint`` is ``trainc``:
+    megatron-lm and torchtitan write no Kubernetes artifact)."""
     if plan["spec"]["launch"].get("entrypoint", "trainc") != "trainc":
         return {}
     job = k8s_name(plan["spec"]["name"])
@@ -241,7 +280,8 @@ def trainjob_dict(plan: dict[str, Any]) -> dict[str, Any]:
     port keeps ``launch.master_port``), the environment (:func:`container_env`) and
     ``resourcesPerNode`` (``nvidia.com/gpu`` with launch.device cuda). ``activeDeadlineSeconds``
     from ``launch.time_limit`` (a TrainJob field since Trainer v2.2). The plan ConfigMap,
-    ``/dev/shm`` and the checkpoint emptyDir reach the pods through ``runtimePatches`` (pod
+    ``/dev/shm`` and the checkpoint emptyDir (mounted at the checkpoint directory,
+    :func:`checkpoint_mount`) reach the pods through ``runtimePatches`` (pod
     volumes and the ``node`` container's mounts), which TrainJob has since v2.2.
 
     Source: kubeflow/trainer v2.3.0, manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml
@@ -250,14 +290,13 @@ def trainjob_dict(plan: dict[str, Any]) -> dict[str, Any]:
     spec = plan["spec"]
     launch, cluster = spec["launch"], spec["cluster"]
     job = k8s_name(spec["name"])
-    save = k8s_literal(launch["save_dir"] or CHECKPOINT_MOUNT)
     torchrun, *module = WORKER_COMMAND
     trainer: dict[str, Any] = {
         "numNodes": int(cluster["num_nodes"]),
         "numProcPerNode": int(cluster["gpus_per_node"]),
         "image": launch["container_image"] or PLACEHOLDER_IMAGE,
         "command": [torchrun, f"--master-port={int(launch['master_port'])}", *module,
-                    "--save", save],
+                    *checkpoint_args(launch)],
     }
     env = container_env(plan, job)
     if env:
@@ -274,9 +313,8 @@ def trainjob_dict(plan: dict[str, Any]) -> dict[str, Any]:
         {"name": "plan", "configMap": {"name": f"{job}-plan"}},
         {"name": "dshm", "emptyDir": {"medium": "Memory"}},
     ]
-    if not launch["save_dir"]:
-        mounts.append({"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT})
-        volumes.append({"name": "checkpoints", "emptyDir": {}})
+    mounts.append(checkpoint_mount(launch))
+    volumes.append(dict(CHECKPOINT_VOLUME))
     pod = {
         "metadata": {"labels": {"app.kubernetes.io/name": "trainc",
                                 "app.kubernetes.io/instance": job}},
@@ -305,7 +343,7 @@ def trainjob_dict(plan: dict[str, Any]) -> dict[str, Any]:
 
 
 def trainjob(plan: dict[str, Any]) -> dict[str, str]:
-    """``{"trainjob.yaml": text}`` (empty for ``launch.entrypoint: megatron-lm``), with a
+    """``{"trainjob.yaml": text}`` (empty unless ``launch.entrypoint`` is ``trainc``), with a
     header that says how to create the plan ConfigMap (and the Secret) and apply the job."""
     launch = plan["spec"]["launch"]
     if launch.get("entrypoint", "trainc") != "trainc":

@@ -17,7 +17,8 @@ def megatron_flags(plan: dict[str, Any]) -> list[list[str]]:
 
 def megatron_args(plan: dict[str, Any]) -> dict[str, str]:
     """``megatron_args.txt``: Megatron-LM ``pretrain_gpt.py`` flags, one per line (``--flag`` or
-    ``--flag value``; the value is the rest of the line). Lines starting with ``#`` are comments.
+    ``--flag value``; the value is the rest of the line; the further values of a multi-valued
+    flag follow on lines of their own). Lines starting with ``#`` are comments.
 
     ``--save``/``--load`` appear only when ``launch.save_dir`` is set; otherwise ``torchrun.sh``
     adds ``<OUTDIR>/checkpoints`` at run time. Not written for engine=deepspeed (unless the
@@ -25,5 +26,8 @@ def megatron_args(plan: dict[str, Any]) -> dict[str, str]:
     """
     if plan["engines"]["megatron_lm"] is None:
         return {}
-    lines = [" ".join(item) for item in megatron_flags(plan)]
+    # a flag with several values (a --data-path blend): its first value on the flag's line, one
+    # line for each further value (torchrun.sh appends a line without a space as one argument)
+    lines = [" ".join(item[:2]) + "".join(f"\n{v}" for v in item[2:])
+             for item in megatron_flags(plan)]
     return {"megatron_args.txt": header(plan) + "\n".join(lines) + "\n"}

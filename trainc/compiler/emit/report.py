@@ -45,10 +45,16 @@ def _estimates(est: dict[str, Any]) -> list[str]:
         rows.append(("tokens per second", fixed(est["tokens_per_second"], 0, sep=True)))
     if _num(est.get("mfu")):
         rows.append(("MFU", f"{percent(est['mfu'])}%"))
+    if _num(est.get("memory_margin")) and est.get("memory_budget_bytes"):
+        rows.append(("memory margin", f"{100 * est['memory_margin']:.1f}% of the budget"))
     comm = est.get("comm_bytes_per_step") or {}
     for k in ("tp", "cp", "ep", "pp", "dp"):
         if _num(comm.get(k)) and comm[k]:
             rows.append((f"{k} traffic per GPU per step", f"{gib(comm[k], sep=False)} GiB"))
+    for c in est.get("comm_collectives") or []:
+        if _num(c.get("exposed_seconds")) and _num(c.get("seconds")) and c["seconds"]:
+            rows.append((f"{c['axis']} {c['name']}: exposed / total",
+                         f"{fixed(c['exposed_seconds'], 4)} / {fixed(c['seconds'], 4)} s"))
     return ["", "## Estimates", "", *_table(rows)] if rows else []
 
 
@@ -120,6 +126,9 @@ def report_text(plan: dict[str, Any], artifacts: list[str]) -> str:
          ("1 (distributed optimizer)" if d["distributed_optimizer"] else "0")),
         ("micro / global batch", f"{t['micro_batch_size']} / {t['global_batch_size']}"),
         ("micro-batches per step", d["num_microbatches"]),
+        ("samples / tokens per step", f"{d['samples_per_step']:,} / {d['tokens_per_step']:,}"),
+        ("steps per epoch", epochs_text(d)),
+        ("checkpoint format", d["checkpoint_format"]),
         ("layers per stage", ", ".join(str(n) for n in d["layers_per_stage"])),
         ("pipeline p2p", ("overlapped, unbatched" if d["overlap_p2p_comm"] else "batched")
          if d["pp"] > 1 else "n/a"),
@@ -143,3 +152,12 @@ def report_text(plan: dict[str, Any], artifacts: list[str]) -> str:
 def report(plan: dict[str, Any], artifacts: list[str] | None = None) -> dict[str, str]:
     """``report.md``; ``artifacts`` are the names written with it (default: none listed)."""
     return {"report.md": report_text(plan, artifacts or [])}
+
+
+def epochs_text(d: dict[str, Any]) -> str:
+    """``625 (1.6 epochs of 10,000 samples)``, or why there is no epoch count (derive.py
+    epoch_counts: the one place it is computed; cp never changes it)."""
+    if d.get("steps_per_epoch") is None:
+        return "unknown (set data.num_samples or data.num_tokens)"
+    return (f"{d['steps_per_epoch']:,} ({d['epochs']:g} epochs of {d['dataset_samples']:,} "
+            f"samples)")

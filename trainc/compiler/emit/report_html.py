@@ -148,7 +148,8 @@ def report_html(plan: dict[str, Any]) -> dict[str, str]:
                  for a, b in e["comm_bytes_per_step"].items()]
     col_rows = [[c["axis"], c["name"], c["group_size"], c["count"],
                  gib(c["sent_bytes"], sep=False), gib(c["received_bytes"], sep=False),
-                 f"{c['bandwidth_gbps']:g}", sig(c["seconds"])]
+                 f"{c['bandwidth_gbps']:g}", sig(c["seconds"]),
+                 sig(c.get("exposed_seconds", c["seconds"]))]
                 for c in e["comm_collectives"]]
     time_rows = [["model FLOPs / step", f"{e['flops_per_step']:.4e}"],
                  ["compute (s)", sig(e["compute_seconds"])],
@@ -184,7 +185,7 @@ def report_html(plan: dict[str, Any]) -> dict[str, str]:
         + "<h2>Communication per GPU per step</h2>"
         + _table(["axis", "sent+received GiB", "seconds"], comm_rows)
         + _table(["axis", "collective", "group", "ops", "sent GiB", "received GiB", "GB/s",
-                  "seconds"], col_rows)
+                  "seconds", "exposed s"], col_rows)
         + "<h2>Time</h2>" + _table(["quantity", "value"], time_rows)
         + "<h2>Rank map (first node, order tp-cp-ep-dp-pp)</h2>"
         + _table(["rank", "node", "tp", "cp", "dp", "pp", "ep", "TP group", "DPxCP group",

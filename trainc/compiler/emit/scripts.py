@@ -103,6 +103,7 @@ def torchrun(plan: dict[str, Any]) -> dict[str, str]:
         "entrypoint": lc["entrypoint"],
         "megatron_lm_path": lc["megatron_lm_path"] or "",
         "add_checkpoint_dir": lc["save_dir"] is None,
+        "load_dir": (s.get("resume") or {}).get("load_dir"),
         "cuda_device_max_connections_1": bool(d["cuda_device_max_connections_1"]) and not cpu,
         "set_omp_num_threads": cpu and "OMP_NUM_THREADS" not in lc["env"],
     }

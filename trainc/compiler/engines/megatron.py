@@ -30,6 +30,7 @@ from trainc.schemas import (
     Device,
     Fp4Format,
     Fp8Format,
+    MoeDispatcher,
     Normalization,
     Optimizer,
     PositionEmbedding,
@@ -129,6 +130,7 @@ def megatron_core_kwargs(spec: TrainSpec, d: Derived) -> dict[str, dict[str, Any
             "moe_router_topk_scaling_factor": _float(m.moe_router_topk_scaling_factor),
             "moe_expert_capacity_factor": _float(m.moe_expert_capacity_factor),
         })
+        tc.update(moe_dispatch_kwargs(spec))
     distopt = distributed_optimizer(spec)
     return {
         "initialize_model_parallel": {
@@ -223,6 +225,22 @@ def low_precision_kwargs(spec: TrainSpec) -> dict[str, Any]:
     return out
 
 
+def moe_dispatch_kwargs(spec: TrainSpec) -> dict[str, Any]:
+    """TransformerConfig's MoE dispatch keys of megatron-core 0.16.1 that trainc sets only when
+    the spec moves them off the library default: ``moe_flex_dispatcher_backend`` (with the
+    flex dispatcher), ``moe_pad_expert_input_to_capacity`` and
+    ``moe_router_padding_for_quantization``."""
+    m = spec.model
+    out: dict[str, Any] = {}
+    if m.moe_token_dispatcher_type is MoeDispatcher.flex:
+        out["moe_flex_dispatcher_backend"] = m.moe_flex_dispatcher_backend.value
+    if m.moe_pad_expert_input_to_capacity:
+        out["moe_pad_expert_input_to_capacity"] = True
+    if m.moe_router_padding_for_quantization:
+        out["moe_router_padding_for_quantization"] = True
+    return out
+
+
 def optimizer_state_kwargs(spec: TrainSpec) -> dict[str, Any]:
     """OptimizerConfig's precision-aware keys (megatron-core 0.16.1): when any optimizer buffer
     is not fp32, ``use_precision_aware_optimizer`` and the four dtypes (torch dtype names);
@@ -261,9 +279,13 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
     mode for PP=2 with interleaving). ``--vocab-size`` is the model's vocabulary: since
     core_v0.18.0 the NullTokenizer has exactly that many tokens (it no longer appends one), and
     Megatron pads it to ``derived.padded_vocab_size``. ``--split`` is always written with a data
-    path (Megatron-LM's own default ``969,30,1`` holds out 3 %).
+    path (Megatron-LM's own default ``969,30,1`` holds out 3 %). A ``data.paths`` blend is one
+    ``--data-path`` entry with several values (``w1 p1 w2 p2``, the flattened pairs Megatron-Core
+    ``get_blend_from_list`` reads). ``--ckpt-format`` is
+    ``derived.checkpoint_format`` when that is a Megatron-LM format (not for the trainc worker's
+    own files); ``--load`` is resume.load_dir, else launch.save_dir.
     """
-    m, p, t, lc = spec.model, spec.parallel, spec.training, spec.launch
+    m, p, t, lc, data = spec.model, spec.parallel, spec.training, spec.launch, spec.data
     tc, gpt, opt = core["TransformerConfig"], core["GPTModel"], core["OptimizerConfig"]
     sched, ddp = core["OptimizerParamScheduler"], core["DistributedDataParallelConfig"]
 
@@ -306,9 +328,14 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
         ("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by, None),
         ("--tokenizer-type", "NullTokenizer", None),
         ("--vocab-size", m.vocab_size, None),
-        ("--mock-data", lc.data_path is None, None),
-        ("--data-path", lc.data_path, None),
-        ("--split", lc.data_split if lc.data_path is not None else None, None),
+        ("--mock-data", lc.data_path is None and data.paths is None, None),
+        ("--data-path", lc.data_path if data.paths is None
+         else tuple(x for entry in data.paths for x in entry.split()), None),
+        ("--split", lc.data_split if lc.data_path is not None or data.paths is not None
+         else None, None),
+        ("--reset-position-ids", data.reset_position_ids, None),
+        ("--reset-attention-mask", data.reset_attention_mask, None),
+        ("--eod-mask-loss", data.eod_mask_loss, None),
         c("--tensor-model-parallel-size", "TransformerConfig", "tensor_model_parallel_size"),
         c("--pipeline-model-parallel-size", "TransformerConfig", "pipeline_model_parallel_size"),
         ("--num-layers-per-virtual-pipeline-stage", lpvs, None),
@@ -353,6 +380,12 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
             c("--moe-router-topk-scaling-factor", "TransformerConfig",
               "moe_router_topk_scaling_factor"),
             c("--moe-expert-capacity-factor", "TransformerConfig", "moe_expert_capacity_factor"),
+            c("--moe-flex-dispatcher-backend", "TransformerConfig",
+              "moe_flex_dispatcher_backend"),
+            c("--moe-pad-expert-input-to-capacity", "TransformerConfig",
+              "moe_pad_expert_input_to_capacity"),
+            c("--moe-router-padding-for-quantization", "TransformerConfig",
+              "moe_router_padding_for_quantization"),
         ]
     wsd = sched["lr_decay_style"] == "WSD"
     out += [
@@ -395,7 +428,10 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
         ("--train-iters", t.train_iters, None),
         ("--seed", t.seed, None),
         ("--save", lc.save_dir, None),
-        ("--load", lc.save_dir, None),
+        ("--load", spec.resume.load_dir or lc.save_dir, None),
+        ("--ckpt-format", d.checkpoint_format
+         if d.checkpoint_format in ("torch_dist", "torch") else None, None),
+        ("--finetune", spec.resume.finetune, None),
         ("--save-interval", lc.save_interval, None),
         ("--log-interval", lc.log_interval, None),
         ("--distributed-backend", "gloo" if lc.device is Device.cpu else "nccl", None),
@@ -413,12 +449,16 @@ def _state_flag(torch_name: str | None) -> str | None:
 
 
 def megatron_lm_flags(entries: list[FlagEntry]) -> list[list[str]]:
-    """The entries that are written, as ``[flag]`` (store_true) or ``[flag, value]``."""
+    """The entries that are written, as ``[flag]`` (store_true), ``[flag, value]`` or
+    ``[flag, value, ...]`` (a flag with several values: a data blend)."""
     out: list[list[str]] = []
     for flag, value, _ in entries:
         if value is None or value is False:
             continue
-        out.append([flag] if value is True else [flag, _fmt(value)])
+        if isinstance(value, tuple):
+            out.append([flag, *(_fmt(v) for v in value)])
+        else:
+            out.append([flag] if value is True else [flag, _fmt(value)])
     return out
 
 

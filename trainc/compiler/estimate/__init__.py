@@ -4,8 +4,9 @@
 
 Modules, one quantity each: :mod:`.params` (parameter counts per stage), :mod:`.memory` (model
 states by engine / ZeRO stage), :mod:`.activations` (Korthikanti et al. 2022), :mod:`.comm`
-(collectives by axis), :mod:`.bubble`, :mod:`.flops` (Megatron's count), :mod:`.time` (step time,
-tokens/s, MFU), :mod:`.rankmap` (Megatron-Core's rank layout), :mod:`.megatron_ref` (Megatron's own
+(collectives by axis), :mod:`.bubble`, :mod:`.flops` (Megatron's count), :mod:`.kernels` (kernel
+times on the GPU profile), :mod:`.time` (step time, tokens/s, MFU, exposed seconds per
+collective), :mod:`.rankmap` (Megatron-Core's rank layout), :mod:`.megatron_ref` (Megatron's own
 theoretical estimator, the reference the tests compare with).
 
 Which GPU the per-GPU numbers describe: ``memory_bytes`` is the most loaded pipeline stage
@@ -25,7 +26,7 @@ from trainc.compiler.estimate.flops import flops_per_step, hardware_flops_per_st
 from trainc.compiler.estimate.fsdp import add_fsdp_comm, fsdp_crossings, fsdp_states
 from trainc.compiler.estimate.memory import model_state_bytes
 from trainc.compiler.estimate.params import stage_params, total_params
-from trainc.compiler.estimate.rankmap import rank_map_summary
+from trainc.compiler.estimate.rankmap import members_per_domain, rank_map_summary
 from trainc.compiler.estimate.time import step_time
 from trainc.compiler.ir import (
     CollectiveEstimate,
@@ -35,7 +36,7 @@ from trainc.compiler.ir import (
     StageMemory,
     filled,
 )
-from trainc.schemas import Engine, TrainSpec
+from trainc.schemas import Engine, TimeModel, TrainSpec
 
 
 def r6(x: float) -> float:
@@ -82,7 +83,8 @@ def estimate(plan: Plan) -> Estimates:
         for sc, x in zip(comms, sp, strict=True):
             add_fsdp_comm(spec, plan, sc, x)
         crosses |= fsdp_crossings(spec)
-    time_collectives(spec, comms, crosses)
+    members = (members_per_domain(d, domain) if cl.time_model is TimeModel.kernels else None)
+    time_collectives(spec, comms, crosses, members)
     bubble = bubble_fraction(plan.derived.pp, plan.derived.num_microbatches, plan.derived.vpp)
     flops = flops_per_step(spec, plan)
     st = step_time(spec, plan, comms, bubble, flops)
@@ -105,7 +107,7 @@ def estimate(plan: Plan) -> Estimates:
                                count=c.count, sent_bytes=_int(c.sent_bytes),
                                received_bytes=_int(c.received_bytes),
                                crosses_nodes=c.crosses_nodes, bandwidth_gbps=r6(c.bandwidth_gbps),
-                               seconds=r6(c.seconds))
+                               seconds=r6(c.seconds), exposed_seconds=r6(c.exposed_seconds))
             for c in crit.collectives.values()),
         pipeline_bubble_fraction=r6(bubble),
         flops_per_step=r6(flops),
@@ -114,10 +116,13 @@ def estimate(plan: Plan) -> Estimates:
         compute_seconds=r6(st.compute_seconds),
         exposed_comm_seconds=r6(st.exposed_comm_seconds),
         bubble_seconds=r6(st.bubble_seconds),
+        compute_seconds_by_kind={k: r6(v) for k, v in st.compute_by_kind.items()},
+        memory_margin=r6((budget - w.total) / budget) if budget > 0 else -1.0,
         critical_stage=st.critical_stage,
         tokens_per_second=r6(st.tokens_per_second),
         mfu=r6(st.mfu),
-        assumptions={"compute_efficiency": cl.compute_efficiency,
+        assumptions={"time_model": cl.time_model.value,
+                     "compute_efficiency": cl.compute_efficiency,
                      "comm_efficiency": cl.comm_efficiency, "comm_overlap": cl.comm_overlap,
                      "memory_reserve_gib": cl.memory_reserve_gib},
         rank_map=rmap,

@@ -45,7 +45,15 @@ from trainc.compiler.estimate.params import (
     plan_stage_layers,
 )
 from trainc.compiler.ir import Plan, filled
-from trainc.schemas import Activation, Precision, Recompute, RecomputeMethod, TrainSpec
+from trainc.schemas import (
+    Activation,
+    Fp4Format,
+    Fp8Format,
+    Precision,
+    Recompute,
+    RecomputeMethod,
+    TrainSpec,
+)
 
 
 def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, sp: bool = False,
@@ -65,9 +73,17 @@ def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, sp: b
 
 
 def dense_layer_bytes(*, s: float, b: int, h: int, a: int, g: int, d: int, f: int, t: int,
-                      sp: bool, swiglu: bool, with_scores: bool) -> float:
+                      sp: bool, swiglu: bool, with_scores: bool, masks: bool = True,
+                      fp8: bool = False) -> float:
     """One dense layer, one micro-batch, our GQA/SwiGLU generalisation of Table 2 (2-byte
     activations). ``s`` is the per-rank sequence (``seq / cp``).
+
+    ``masks``: the two dropout masks (``sbh``) are kept only when ``hidden_dropout > 0``
+    (``torch.nn.functional.dropout`` returns its input unchanged at p = 0, so no mask is saved;
+    Llama-style presets train with 0). ``fp8``: Transformer Engine saves the inputs of FP8 GEMMs
+    for the backward in FP8 (1 byte: ``te.pytorch.module.linear`` saves the quantized input),
+    so the two norm outputs (QKV and FC1 inputs), the output projection's input and FC2's input
+    are 1-byte tensors.
 
     >>> dense_layer_bytes(s=2048, b=1, h=4096, a=32, g=32, d=128, f=16384, t=1, sp=False,
     ...                   swiglu=False, with_scores=False) == 34 * 2048 * 4096
@@ -75,8 +91,11 @@ def dense_layer_bytes(*, s: float, b: int, h: int, a: int, g: int, d: int, f: in
     """
     tsp = t if sp else 1
     kv_per_rank = max(g / t, 1.0) * d  # g < t: each rank keeps one replicated KV head
-    replicated = 10 * s * b * h
-    sharded = s * b * (4 * a * d / t + 4 * kv_per_rank) + (6 if swiglu else 4) * s * b * f / t
+    ln_out = 2 if fp8 else 4  # the two norm outputs (GEMM inputs), 2 bytes each or FP8
+    replicated = (4 + ln_out + (2 if masks else 0)) * s * b * h
+    o_in = 1 if fp8 else 2  # output projection input (= attention output)
+    mlp = (6 if swiglu else 4) - (1 if fp8 else 0)  # fc1 out (2f or f) + activation out (FC2 in)
+    sharded = s * b * ((2 + o_in) * a * d / t + 4 * kv_per_rank) + mlp * s * b * f / t
     # unfused attention keeps softmax, its dropout mask and output (5as^2b); a fused (flash) kernel
     # keeps only the fp32 log-sum-exp per head and token (4as b) for its backward
     scores = 5 * a * s * s * b / t if with_scores else 0.0
@@ -84,12 +103,14 @@ def dense_layer_bytes(*, s: float, b: int, h: int, a: int, g: int, d: int, f: in
 
 
 def moe_mlp_extra_bytes(*, s: float, b: int, h: int, t: int, sp: bool, etp: int, topk: int,
-                        f_e: int, f_s: int, num_experts: int, swiglu: bool) -> float:
-    """MoE layer: bytes that replace the dense MLP's ``(4|6)sbf/t`` term (uniform routing)."""
+                        f_e: int, f_s: int, num_experts: int, swiglu: bool,
+                        fp8: bool = False) -> float:
+    """MoE layer: bytes that replace the dense MLP's ``(4|6)sbf/t`` term (uniform routing;
+    ``fp8``: the expert GEMM inputs saved in FP8, as :func:`dense_layer_bytes`)."""
     tsp = t if sp else 1
     c = 6 if swiglu else 4
     tokens = topk * s * b / tsp  # token copies this rank dispatches = receives on average
-    routed = tokens * (2 * h * etp + c * f_e + 2 * h)
+    routed = tokens * ((1 if fp8 else 2) * h * etp + (c - (1 if fp8 else 0)) * f_e + 2 * h)
     shared = c * s * b * f_s / t
     router = 4 * s * b * num_experts / tsp
     return routed + shared + router
@@ -121,16 +142,19 @@ def stage_activation_bytes(spec: TrainSpec, plan: Plan) -> list[float]:
     g = filled(m.num_query_groups, "model.num_query_groups")
     kv = filled(m.kv_channels, "model.kv_channels")
     f = filled(m.ffn_hidden_size, "model.ffn_hidden_size")
+    masks = m.hidden_dropout > 0
+    fp8 = (tr.fp8_format is not Fp8Format.none) or (tr.fp4_format is not Fp4Format.none)
+    mlp_c = (6 if swiglu else 4) - (1 if fp8 else 0)
     moe_delta = 0.0
     if m.num_experts:
         moe_delta = moe_mlp_extra_bytes(
             s=s, b=b, h=h, t=t, sp=sp, etp=d.etp, topk=m.moe_router_topk,
             f_e=filled(m.moe_ffn_hidden_size, "model.moe_ffn_hidden_size"), f_s=m.moe_shared_expert_intermediate_size or 0,
-            num_experts=m.num_experts, swiglu=swiglu) - (6 if swiglu else 4) * s * b * f / t
+            num_experts=m.num_experts, swiglu=swiglu, fp8=fp8) - mlp_c * s * b * f / t
 
     def layer(moe: bool, scores: bool) -> float:
         base = dense_layer_bytes(s=s, b=b, h=h, a=a, g=g, d=kv, t=t, sp=sp, swiglu=swiglu, f=f,
-                                 with_scores=scores and not flash)
+                                 with_scores=scores and not flash, masks=masks, fp8=fp8)
         return base + (lse if scores and flash else 0.0) + (moe_delta if moe else 0.0)
 
     scale = 2.0 if tr.precision is Precision.fp32 else 1.0
@@ -160,6 +184,10 @@ def stage_activation_bytes(spec: TrainSpec, plan: Plan) -> list[float]:
         if r == 0:
             extra += (8 * s * b + s * b * h / tsp) * inflight  # token ids + embedding dropout mask
         if r == p - 1:
-            extra += 4 * s * b * h / tsp + 4 * s * b * d.padded_vocab_size / t  # logits
+            # final norm output, and the logits: the output GEMM's bf16 result and the fp32 copy
+            # Megatron's vocab-parallel cross entropy makes (its softmax, saved for backward):
+            # 2 + 4 bytes per logit at the loss (issue 13 item 7: fp32 logits of long sequences
+            # and large vocabularies)
+            extra += 4 * s * b * h / tsp + 6 * s * b * d.padded_vocab_size / t
         out.append((per_stage + extra) * scale)
     return out

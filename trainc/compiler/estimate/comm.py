@@ -38,7 +38,7 @@ from trainc.compiler.estimate.params import (
     plan_stage_layers,
 )
 from trainc.compiler.ir import Plan, filled
-from trainc.schemas import CpCommType, Engine, Precision, TrainSpec
+from trainc.schemas import CpCommType, Engine, Fp8Format, Precision, StateDtype, TrainSpec
 
 AXES = ("tp", "cp", "ep", "pp", "dp")
 
@@ -81,6 +81,7 @@ class Collective:
     seconds: float = 0.0
     group: str = ""
     """Rank-map group kind whose span decides the bandwidth ("": the axis' own group)."""
+    exposed_seconds: float = 0.0
 
     def add(self, sent: float, received: float | None = None, times: int = 1) -> None:
         """Add ``times`` operations of ``sent`` bytes (received defaults to sent)."""
@@ -223,6 +224,11 @@ def _dp(spec: TrainSpec, plan: Plan, sc: StageComm, sp_: StageParams) -> None:
             sc.get("dp", f"zero{stage} reduce/gather", n).add(sent)
         return
     pb, gb, _ = megatron_bytes_per_param(spec.training.precision)
+    tr = spec.training
+    if tr.fp8_param_gather and (tr.fp8_format is not Fp8Format.none):
+        pb = 1  # FP8 parameters are all-gathered in FP8 (DDP fp8_param_gather)
+    if tr.main_grads_dtype is StateDtype.bf16:
+        gb = 2  # precision-aware optimizer: bf16 main grads, reduced in bf16
     for group, params, kind in ((n, sp_.dense, "dense"), (n_e, sp_.expert, "expert")):
         if group <= 1 or params <= 0:
             continue
@@ -239,9 +245,14 @@ def _dp(spec: TrainSpec, plan: Plan, sc: StageComm, sp_: StageParams) -> None:
 _GROUP_OF_AXIS = {"tp": "tp", "cp": "cp", "ep": "ep", "pp": "pp", "dp": "dp_cp"}
 
 
-def time_collectives(spec: TrainSpec, comms: list[StageComm], crosses: dict[str, bool]) -> None:
+def time_collectives(spec: TrainSpec, comms: list[StageComm], crosses: dict[str, bool],
+                     members: dict[str, int] | None = None) -> None:
     """Fill ``seconds``: larger direction / (bandwidth x comm_efficiency); the bandwidth is the
-    inter-node one when the axis' group leaves an NVLink domain (from the rank map)."""
+    inter-node one when the axis' group leaves an NVLink domain (from the rank map).
+
+    ``members`` (group kind -> members per NVLink domain, :func:`.rankmap.members_per_domain`):
+    a crossing group with ``g`` members per domain gets ``min(NVLink, g x NIC)``, the
+    rail-optimised fabric's parallel NICs (time_model=kernels; the seed model uses one NIC)."""
     cl = spec.cluster
     eff = cl.comm_efficiency if cl.comm_efficiency and cl.comm_efficiency > 0 else 1.0
     intra = filled(cl.intra_node_bandwidth_gbps, "cluster.intra_node_bandwidth_gbps")
@@ -253,6 +264,18 @@ def time_collectives(spec: TrainSpec, comms: list[StageComm], crosses: dict[str,
                 kind = "expert_dp"
             col.crosses_nodes = bool(crosses.get(kind, True))
             bw = inter if col.crosses_nodes else intra
-            col.bandwidth_gbps = bw
             vol = max(col.sent_bytes, col.received_bytes)
+            if col.crosses_nodes and members is not None and col.group_size > 1:
+                g = max(members.get(kind, 1), 1)
+                if "all_to_all" in col.name:
+                    # every GPU sends its remote share through its own NIC, the rest on NVLink
+                    remote = (col.group_size - min(g, col.group_size)) / (col.group_size - 1)
+                    t_r = vol * remote / (inter * 1e9 * eff) if inter > 0 else 0.0
+                    t_l = vol * (1 - remote) / (intra * 1e9 * eff) if intra > 0 else 0.0
+                    col.seconds = max(t_r, t_l)
+                    col.bandwidth_gbps = vol / col.seconds / 1e9 / eff if col.seconds else bw
+                    continue
+                if col.axis in ("tp", "dp"):  # rings: one channel per NIC of the domain
+                    bw = min(intra, inter * g)
+            col.bandwidth_gbps = bw
             col.seconds = vol / (bw * 1e9 * eff) if bw > 0 else 0.0

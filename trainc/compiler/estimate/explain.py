@@ -40,6 +40,9 @@ def explain_tables(plan: dict[str, Any], max_ranks: int | None = None) -> list[A
         ("layers per stage", ", ".join(map(str, d["layers_per_stage"]))),
         ("micro-batches", f"{d['num_microbatches']} of {s['training']['micro_batch_size']} "
                           f"(global batch {s['training']['global_batch_size']})"),
+        ("per step", f"{d['samples_per_step']:,} samples, {d['tokens_per_step']:,} tokens; "
+                     + (f"{d['steps_per_epoch']:,} steps per epoch ({d['epochs']:g} epochs)"
+                        if d.get("steps_per_epoch") is not None else "epochs unknown")),
         ("sequence parallel", str(d["sequence_parallel"])),
         ("optimizer sharding", fsdp_sharding(s) if s["engine"] == "fsdp" else
          f"zero_stage {s['parallel']['zero_stage']}"
@@ -75,12 +78,14 @@ def explain_tables(plan: dict[str, Any], max_ranks: int | None = None) -> list[A
     out.append(comm)
 
     coll = Table(title="collectives (critical stage)")
-    for name in ("axis", "collective", "group", "ops", "sent GiB", "recv GiB", "GB/s", "seconds"):
+    for name in ("axis", "collective", "group", "ops", "sent GiB", "recv GiB", "GB/s", "seconds",
+                 "exposed"):
         coll.add_column(name, justify="right")
     for c in e["comm_collectives"]:
         coll.add_row(c["axis"], c["name"], str(c["group_size"]), str(c["count"]),
                     _gib(c["sent_bytes"]), _gib(c["received_bytes"]),
-                    f"{c['bandwidth_gbps']:g}", sig(c["seconds"]))
+                    f"{c['bandwidth_gbps']:g}", sig(c["seconds"]),
+                    sig(c.get("exposed_seconds", c["seconds"])))
     out.append(coll)
 
     tm = Table(title="time", show_header=False)
@@ -90,7 +95,10 @@ def explain_tables(plan: dict[str, Any], max_ranks: int | None = None) -> list[A
     for k, v in (
         ("model FLOPs / step", f"{e['flops_per_step']:.4e}"),
         ("executed FLOPs / step", f"{e['hardware_flops_per_step']:.4e} (with recompute)"),
-        ("compute", f"{sig(e['compute_seconds'])} s at {a['compute_efficiency']:g} x peak"),
+        ("compute", f"{sig(e['compute_seconds'])} s at {a['compute_efficiency']:g} x peak"
+         if a.get("time_model") == "seed" else
+         f"{sig(e['compute_seconds'])} s (kernel model: " + ", ".join(
+             f"{k} {sig(v)}" for k, v in (e.get("compute_seconds_by_kind") or {}).items()) + ")"),
         ("exposed communication", f"{sig(e['exposed_comm_seconds'])} s (overlap "
                                   f"{a['comm_overlap']:g}, efficiency {a['comm_efficiency']:g})"),
         ("pipeline bubble", f"{percent(e['pipeline_bubble_fraction'], 2)} % "

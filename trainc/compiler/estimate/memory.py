@@ -32,7 +32,15 @@ from dataclasses import dataclass
 
 from trainc.compiler.estimate.params import StageParams
 from trainc.compiler.ir import Plan
-from trainc.schemas import Engine, Offload, Precision, TrainSpec
+from trainc.schemas import (
+    Engine,
+    Fp8Format,
+    Offload,
+    Precision,
+    StateDtype,
+    TrainingSpec,
+    TrainSpec,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,9 +142,36 @@ def deepspeed_zero3_estimate(total_params: int, largest_layer_params: int,
     return cpu, gpu, llm
 
 
+_DTYPE_BYTES = {StateDtype.fp32: 4, StateDtype.fp16: 2, StateDtype.bf16: 2, StateDtype.fp8: 1}
+
+
+def megatron_state_bytes(tr: TrainingSpec) -> tuple[float, float, float]:
+    """(param, grad, optimizer) bytes per parameter of a Megatron-Core run with the spec's
+    precision keys: bf16 params (1 byte with ``fp8_param_gather``: TransformerConfig.fp8_param
+    keeps the weights in FP8), the DDP gradient buffer (fp32, ``grad_reduce_in_fp32`` as
+    Megatron-LM sets for bf16; bf16 with ``main_grads_dtype: bf16``) and the optimizer's master
+    weights + Adam moments in ``main_params_dtype`` / ``exp_avg_dtype`` / ``exp_avg_sq_dtype``
+    (Megatron-Core OptimizerConfig with use_precision_aware_optimizer). fp16 / fp32 precision
+    keep DO-10's table (:func:`megatron_bytes_per_param`).
+
+    >>> from trainc.schemas import TrainingSpec
+    >>> megatron_state_bytes(TrainingSpec(global_batch_size=8))
+    (2, 4, 12)
+    """
+    pb, gb, ob = megatron_bytes_per_param(tr.precision)
+    if tr.precision is not Precision.bf16:
+        return pb, gb, ob
+    if tr.fp8_param_gather and tr.fp8_format is not Fp8Format.none:
+        pb = 1
+    gb = _DTYPE_BYTES[tr.main_grads_dtype]
+    ob = (_DTYPE_BYTES[tr.main_params_dtype] + _DTYPE_BYTES[tr.exp_avg_dtype]
+          + _DTYPE_BYTES[tr.exp_avg_sq_dtype])
+    return pb, gb, ob
+
+
 def _megatron_states(spec: TrainSpec, plan: Plan, sp: StageParams) -> StateBytes:
     d = plan.derived
-    pb, gb, ob = megatron_bytes_per_param(spec.training.precision)
+    pb, gb, ob = megatron_state_bytes(spec.training)
     dist = d.distributed_optimizer
     dense_shard = d.dp * d.cp if dist else 1
     expert_shard = d.expert_dp if dist else 1

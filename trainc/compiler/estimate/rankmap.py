@@ -198,3 +198,27 @@ def _summary(d: dict[str, Any], g: dict[str, RankGrid], gpus_per_node: int,
                                        for k, (gen, axes) in GROUP_KINDS.items()},
         "first_node": [rank_row(d, r, gpus_per_node) for r in range(rows)],
     }
+
+
+def members_per_domain(d: dict[str, Any], nvlink_domain: int, limit: int = 8192) -> dict[str, int]:
+    """Per group kind: how many members of the first group share one NVLink domain (the fewest
+    over the domains it touches; the first ``limit`` members only).
+
+    A group that leaves its domain crosses the scale-out fabric; on a rail-optimised fabric
+    (one NIC per GPU, NCCL one channel per NIC) the ``g`` members inside a domain drive ``g``
+    NICs in parallel, so the group's bus bandwidth is ``min(NVLink, g x NIC)`` (NCCL's ring
+    crosses each domain boundary once per channel).
+
+    >>> members_per_domain({"tp": 1, "cp": 1, "dp": 16, "pp": 1, "etp": 1, "ep": 1,
+    ...                     "expert_dp": 16}, 8)["dp_cp"]
+    8
+    """
+    g = grids(d)
+    out = {}
+    for k, (gen, axes) in GROUP_KINDS.items():
+        members = g[gen].group_of(0, axes, limit)
+        counts: dict[int, int] = {}
+        for r in members:
+            counts[r // max(nvlink_domain, 1)] = counts.get(r // max(nvlink_domain, 1), 0) + 1
+        out[k] = min(counts.values()) if counts else 1
+    return out

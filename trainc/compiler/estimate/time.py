@@ -1,6 +1,11 @@
 """Step time, tokens per second and MFU.
 
-Per pipeline stage ``r`` (its GPUs share the stage's work, ``world / pp`` of them):
+Two models, chosen by ``cluster.time_model``: ``kernels`` (the default,
+:func:`kernel_step_time`: every kernel of the layer timed from its shape on the GPU profile,
+:mod:`.kernels`, and communication hidden per axis as the engines do; docs/performance.md) and
+``seed`` (:func:`seed_step_time`, the seeds' formula below, which the seed tests assert).
+
+Seed model. Per pipeline stage ``r`` (its GPUs share the stage's work, ``world / pp`` of them):
 
 * compute ``C_r`` = the stage's executed FLOPs (model FLOPs of its layers, logits on the last stage,
   plus recomputation) / (``compute_efficiency`` x ``n / (n + gemm_half_efficiency_tokens)`` x
@@ -20,12 +25,20 @@ megatron_rules.md §4.5: ``F / (t_iter x 1e12 x W)`` over the peak), clamped to 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
+from typing import Any
 
 from trainc.compiler.estimate.comm import StageComm
-from trainc.compiler.estimate.params import is_moe_layer, plan_rerun_masks, plan_stage_layers
+from trainc.compiler.estimate.kernels import hardware, layer_precision, layer_time, logits_time
+from trainc.compiler.estimate.params import (
+    is_moe_layer,
+    plan_rerun_masks,
+    plan_stage_layers,
+    stage_params,
+)
 from trainc.compiler.ir import Plan, filled
-from trainc.schemas import Activation, Recompute, TrainSpec
+from trainc.schemas import Activation, Engine, Recompute, TimeModel, TrainSpec
 
 
 def layer_flops(spec: TrainSpec, moe: bool, tokens: float, s2: float) -> float:
@@ -58,6 +71,7 @@ class StepTime:
     critical_stage: int
     tokens_per_second: float
     mfu: float
+    compute_by_kind: dict[str, float] = field(default_factory=dict)
 
 
 def stage_compute_flops(spec: TrainSpec, plan: Plan) -> list[float]:
@@ -82,9 +96,9 @@ def stage_compute_flops(spec: TrainSpec, plan: Plan) -> list[float]:
     return out
 
 
-def step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: float,
-              model_flops: float) -> StepTime:
-    """Predicted step time of the slowest stage (see the module docstring)."""
+def seed_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: float,
+                   model_flops: float) -> StepTime:
+    """The seeds' step time (``cluster.time_model: seed``; see the module docstring)."""
     d, cl = plan.derived, spec.cluster
     world, p = d.world_size, d.pp
     peak = filled(cl.peak_tflops, "cluster.peak_tflops") * 1e12
@@ -113,5 +127,154 @@ def step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: float
     tokens = spec.training.global_batch_size * spec.model.seq_length
     tps = tokens / t if t > 0 else 0.0
     mfu = model_flops / (t * world * peak) if t > 0 and peak > 0 else 0.0
+    for c in comms[best.critical_stage].collectives.values():
+        hide = 0.0 if c.axis == "pp" else overlap
+        c.exposed_seconds = (1 - hide) * c.seconds
     return StepTime(t, best.compute_seconds, best.exposed_comm_seconds, best.bubble_seconds,
                     best.critical_stage, tps, min(max(mfu, 0.0), 1.0))
+
+
+def step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: float,
+              model_flops: float) -> StepTime:
+    """Predicted step time of the slowest stage: the kernel model (default) or the seeds'."""
+    if spec.cluster.time_model is TimeModel.seed:
+        return seed_step_time(spec, plan, comms, bubble, model_flops)
+    return kernel_step_time(spec, plan, comms, bubble, model_flops)
+
+
+#: Megatron-Core DDP's default bucket: max(40M, 1M x data-parallel size) parameters
+#: (``distributed_data_parallel.py``, DistributedDataParallelConfig.bucket_size None).
+BUCKET_MIN_PARAMS = 40_000_000
+
+
+def _dp_exposed(spec: TrainSpec, plan: Plan, sc: StageComm, r: int, params: float,
+                fwd_mb: float, bwd_mb: float, compute_step: float, n_layers: int) -> None:
+    """Exposed seconds of the data-parallel collectives of stage ``r`` (sets each
+    collective's ``exposed_seconds``).
+
+    Megatron-Core DDP with ``overlap_grad_reduce``: gradients are reduced bucket by bucket while
+    the last micro-batch's backward runs; the last bucket is exposed, and whatever does not fit
+    in that backward. Stages after the first use one bucket (Megatron disables bucketing there:
+    their DP communication overlaps the pipeline's drain, ``r`` backward slots). With
+    ``overlap_param_gather`` the distributed optimizer's parameter all-gather overlaps the next
+    step's first forward the same way (on stage ``r`` > 0 the ``r`` forward slots of the
+    pipeline's warm-up). Without the switches the collectives are exposed.
+    ZeRO-3 (engine=deepspeed): parameter all-gathers are prefetched a layer ahead and the
+    gradient reduce-scatter runs behind backward, every micro-batch: exposed is what exceeds the
+    compute, plus one layer's gather.
+    """
+    d, tr = plan.derived, spec.training
+    group = max(d.dp * d.cp, 1)
+    bucket = max(BUCKET_MIN_PARAMS, 1_000_000 * group)
+    nb = max(math.ceil(params / bucket), 1) if r == 0 else 1
+    drain = r * bwd_mb
+    for c in sc.collectives.values():
+        if c.axis != "dp":
+            continue
+        if spec.engine is Engine.deepspeed:
+            if spec.parallel.zero_stage >= 3:
+                # the first layer's gather of every micro-batch has nothing to hide behind
+                layer = c.seconds / max(n_layers, 1)
+                c.exposed_seconds = min(max(c.seconds - compute_step, 0.0) + layer, c.seconds)
+            elif r > 0:
+                c.exposed_seconds = max(c.seconds - drain, 0.0)
+            else:
+                last = c.seconds / max(nb, 1)
+                c.exposed_seconds = last + max(c.seconds - last - bwd_mb, 0.0)
+            continue
+        gather = "all_gather" in c.name
+        on = bool(tr.overlap_param_gather) if gather else bool(tr.overlap_grad_reduce)
+        if not on:
+            c.exposed_seconds = c.seconds
+            continue
+        if r > 0:  # one bucket: the reduce behind the drain, the gather behind the warm-up
+            c.exposed_seconds = max(c.seconds - (r * fwd_mb if gather else drain), 0.0)
+            continue
+        window = fwd_mb if gather else bwd_mb
+        last = c.seconds / nb
+        c.exposed_seconds = last + max(c.seconds - last - window, 0.0)
+
+
+def kernel_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: float,
+                     model_flops: float) -> StepTime:
+    """Step time from kernel times (:mod:`.kernels`) and per-axis overlap.
+
+    Per stage and micro-batch: forward ``F`` and backward ``B`` of its layers (plus the output
+    layer on the last stage), the recompute (full: the re-run layers' forward; selective: the
+    attention core's forward), ``layer_overhead_us`` per layer and pass. Exposed communication
+    per micro-batch: TP and EP ``(1 - comm_overlap)`` of their time (Megatron overlaps TP only with
+    ``tp_comm_overlap`` and EP only with the 1F1B A2A overlap, neither a trainc key: comm_overlap
+    stands for them), CP what the ring's p2p does not hide behind the attention core (the next
+    K/V block is sent while the current one is computed), PP p2p exposed with 1F1B and hidden by
+    the interleaved schedule's overlapped p2p. The pipeline stretches ``M x (F + B + X)`` by the
+    bubble; the data-parallel collectives add what their overlap leaves exposed
+    (:func:`_dp_exposed`).
+    """
+    d, cl, tr = plan.derived, spec.cluster, spec.training
+    world, p, M = d.world_size, d.pp, d.num_microbatches
+    hw = hardware(spec)
+    overlap = min(max(cl.comm_overlap or 0.0, 0.0), 1.0)
+    reruns = plan_rerun_masks(plan)
+    sps = stage_params(spec, plan)
+    cache: dict[tuple[bool, str], Any] = {}
+    best: StepTime | None = None
+    best_kinds: dict[str, float] = {}
+    for r, (idx, sc) in enumerate(zip(plan_stage_layers(plan), comms, strict=True)):
+        kinds = dict.fromkeys(("gemm", "attention", "elementwise", "fixed", "recompute"), 0.0)
+        fwd = bwd = attn_core = 0.0
+        for i, re in zip(idx, reruns[r], strict=True):
+            key = (is_moe_layer(spec, i), layer_precision(spec, i))
+            if key not in cache:
+                cache[key] = layer_time(spec, plan, hw, *key)
+            lt = cache[key]
+            fwd += lt.forward
+            bwd += lt.backward
+            attn_core += lt.attn_f + lt.attn_b
+            kinds["gemm"] += lt.gemm_f + lt.gemm_b
+            kinds["attention"] += lt.attn_f + lt.attn_b
+            kinds["elementwise"] += lt.elem_f + lt.elem_b
+            kinds["fixed"] += lt.fixed_f + lt.fixed_b
+            extra = 0.0
+            if tr.recompute is Recompute.full and re:
+                extra = lt.forward
+            elif tr.recompute is Recompute.selective:
+                extra = lt.attn_f
+            bwd += extra
+            kinds["recompute"] += extra
+        if r == p - 1:
+            lf, lb = logits_time(spec, plan, hw)
+            fwd, bwd = fwd + lf, bwd + lb
+            kinds["gemm"] += lf + lb
+        passes = 2 * len(idx) + sum(reruns[r])
+        launch = passes * cl.layer_overhead_us * 1e-6
+        kinds["fixed"] += launch
+        compute_mb = fwd + bwd + launch
+        sec = sc.seconds_by_axis()
+        cp_exposed = max(sec["cp"] / max(M, 1) - attn_core, 0.0)
+        pp_exposed = sec["pp"] / max(M, 1) if d.vpp <= 1 else 0.0
+        exposed_mb = ((1 - overlap) * (sec["tp"] + sec["ep"]) / max(M, 1) + cp_exposed
+                      + pp_exposed)
+        for c in sc.collectives.values():
+            if c.axis in ("tp", "ep"):
+                c.exposed_seconds = (1 - overlap) * c.seconds
+            elif c.axis == "cp":
+                c.exposed_seconds = cp_exposed * M
+            elif c.axis == "pp":
+                c.exposed_seconds = pp_exposed * M
+        compute = compute_mb * M
+        piped = (compute + exposed_mb * M)
+        idle = max(piped * bubble / (1 - bubble), 0.0)
+        _dp_exposed(spec, plan, sc, r, sps[r].total, fwd, bwd, compute, len(idx))
+        dp_exp = sum(c.exposed_seconds for c in sc.collectives.values() if c.axis == "dp")
+        total = piped + idle + dp_exp
+        if best is None or total > best.step_time_seconds:
+            best = StepTime(total, compute, exposed_mb * M + dp_exp, idle, r, 0.0, 0.0)
+            best_kinds = {k: v * M for k, v in kinds.items()}
+    assert best is not None
+    t = best.step_time_seconds
+    tokens = tr.global_batch_size * spec.model.seq_length
+    peak = filled(cl.peak_tflops, "cluster.peak_tflops") * 1e12
+    mfu = model_flops / (t * world * peak) if t > 0 and peak > 0 else 0.0
+    return StepTime(t, best.compute_seconds, best.exposed_comm_seconds, best.bubble_seconds,
+                    best.critical_stage, tokens / t if t > 0 else 0.0, min(max(mfu, 0.0), 1.0),
+                    best_kinds)

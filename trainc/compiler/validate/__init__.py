@@ -19,7 +19,9 @@ from trainc.compiler import rules as R
 from trainc.compiler.derive import derive
 from trainc.compiler.diagnostics import Diagnostic, diag, for_engine
 from trainc.compiler.normalize import FILLED_FROM
+from trainc.compiler.validate.checkpoint import checkpoint
 from trainc.compiler.validate.compatibility import compatibility
+from trainc.compiler.validate.data import data_path
 from trainc.compiler.validate.divisibility import _heads, _moe, divisibility
 from trainc.compiler.validate.launcher import launcher
 from trainc.compiler.validate.layers import _batch, _layers
@@ -27,14 +29,15 @@ from trainc.compiler.validate.ranges import ranges
 from trainc.compiler.validate.reads import DerivedView, SpecView, hits
 from trainc.compiler.validate.sequence import sequence
 from trainc.compiler.validate.topology import _dense_grid, _expert_grid, _nvlink, topology
+from trainc.compiler.validate.versions import versions
 from trainc.schemas import TrainSpec
 
-VALIDATORS = (topology, divisibility, compatibility, launcher)
+VALIDATORS = (topology, divisibility, compatibility, launcher, data_path, versions, checkpoint)
 #: The same rules in finer parts (each family is the concatenation of its parts, a test checks
 #: it), used when some keys are invalid: a part that read one has its findings withheld, so the
 #: finer the parts, the more independent findings are still reported.
 PARTS = (_dense_grid, _expert_grid, _nvlink, _heads, _moe, _layers, _batch, sequence,
-         compatibility, launcher)
+         compatibility, launcher, data_path, versions, checkpoint)
 
 
 def validate(spec: TrainSpec, broken: frozenset[str] = frozenset(),

@@ -18,11 +18,15 @@ from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived, stage_chunk_sizes
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.validate.fsdp import fsdp_rules, inert_fsdp
+from trainc.compiler.validate.moe_dispatch import moe_dispatch
 from trainc.compiler.validate.precision import precision
+from trainc.compiler.validate.precision_shapes import precision_shapes
 from trainc.schemas import (
     Device,
     Engine,
     Entrypoint,
+    Fp4Format,
+    Fp8Format,
     LaunchSpec,
     LrDecayStyle,
     ModelSpec,
@@ -74,6 +78,8 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     yield from _engine(spec, d)
     yield from _runner(spec, d)
     yield from precision(spec, d)
+    yield from precision_shapes(spec, d)
+    yield from moe_dispatch(spec, d)
     yield from _schedule(spec)
     yield from _moe(spec)
     for key, why in _inert(spec):
@@ -283,8 +289,15 @@ def _inert(spec: TrainSpec) -> Iterator[tuple[str, str]]:
                     ("moe_router_load_balancing_type", "moe_aux_loss_coeff", "moe_z_loss_coeff",
                      "moe_router_score_function", "moe_router_topk_scaling_factor",
                      "moe_expert_capacity_factor") if moved(m, dm, k))
-    if lc.data_path is None and moved(lc, dl, "data_split"):
+    if lc.data_path is None and spec.data.paths is None and moved(lc, dl, "data_split"):
         yield "launch.data_split", "launch.data_path is not set (mock data)"
+    if not spec.data.packed and spec.data.pad_to_multiple_of is not None:
+        yield "data.pad_to_multiple_of", "data.packed is false (no packs to pad)"
+    fp8, fp4 = t.fp8_format is not Fp8Format.none, t.fp4_format is not Fp4Format.none
+    if not fp8 and moved(t, dt, "fp8_recipe"):
+        yield "training.fp8_recipe", "fp8_format is none"
+    if not (fp8 or fp4) and moved(t, dt, "first_last_layers_bf16"):
+        yield "training.first_last_layers_bf16", "fp8_format and fp4_format are none"
     yield from inert_fsdp(spec)
 
 

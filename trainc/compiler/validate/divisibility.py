@@ -168,6 +168,9 @@ def _moe(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         yield diag(R.MOE_FFN_ETP,
                    f"moe_ffn_hidden_size ({fe}) is not divisible by etp ({d.etp})", "parallel.etp",
                    related=("model.moe_ffn_hidden_size", "parallel.tp"),
-                   fix=f"set parallel.etp to one of {show(fit)} (etp=1 is the usual choice with "
-                       f"ep)", edits={"parallel.etp": nearest(fit, d.etp)} if fit else {},
+                   fix=f"set parallel.etp to one of {show(fit)} (the nearest is "
+                       f"{nearest(fit, d.etp)}; etp=1 is the usual choice with ep"
+                       + (f"; etp defaults to tp ({p.tp}), which the dense layers keep"
+                          if d.etp == p.tp else "") + ")",
+                   edits={"parallel.etp": nearest(fit, d.etp)} if fit else {},
                    moe_ffn_hidden_size=fe, etp=d.etp)

@@ -103,6 +103,16 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    fix="set launch.k8s_runtime to the runtime's metadata.name, e.g. "
                        "torch-distributed (kubectl get clustertrainingruntimes)",
                    edits={"launch.k8s_runtime": "torch-distributed"}, value=lc.k8s_runtime)
+    if (lc.save_dir and not lc.save_dir.startswith("/")
+            and lc.entrypoint is Entrypoint.trainc):
+        yield diag(R.K8S_SAVE_DIR, f"launch.save_dir ({lc.save_dir!r}) is a relative path: "
+                   "trainjob.yaml and pytorchjob.yaml mount the checkpoint volume at it, and a "
+                   "container mount path must be absolute, so their pods would not start "
+                   "(sbatch.sh and torchrun.sh resolve it against the directory they run in)",
+                   "launch.save_dir",
+                   fix=f"set launch.save_dir to an absolute path, e.g. /{lc.save_dir.lstrip('./')}",
+                   edits={"launch.save_dir": "/" + lc.save_dir.lstrip("./")},
+                   value=lc.save_dir)
     if lc.device is Device.cpu and not lc.shrink:
         m = spec.model
         approx = 12 * m.num_layers * m.hidden_size**2 + 2 * m.vocab_size * m.hidden_size
@@ -206,15 +216,23 @@ def _segment(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     if per_domain > 1 and seg > per_domain:
         why.append(f"it is wider than one NVLink domain ({per_domain} nodes = "
                    f"{dom} GPUs / {c.gpus_per_node}), so no block can hold a segment")
+    elif per_domain == 1 and seg > 1:
+        why.append(f"it is wider than one NVLink domain (1 node: cluster.nvlink_domain_size "
+                   f"{dom} = gpus_per_node), so a segment of {seg} nodes keeps no group on "
+                   "NVLink that one node does not and only narrows where Slurm may place the "
+                   "job")
     if seg % fits and c.num_nodes > seg:  # one segment: no boundary to cut a group
         why.append(f"TP x CP / ETP x EP groups span {span} nodes (tp*cp = {p.tp * p.cp}, "
                    f"etp*ep = {d.etp * p.ep} GPUs) and a segment of {seg} cuts some of them "
                    "across two segments, which Slurm may place in two NVLink domains")
     if not why:
         return
-    if good:
+    if per_domain == 1:  # derived: no --segment where the NVLink domain is one node
+        fix = "remove launch.slurm_segment (derived: no --segment line)"
+        edits: dict[str, Any] = {"launch.slurm_segment": None}
+    elif good:
         fix = f"set launch.slurm_segment to one of {{{show(good)}}}"
-        edits: dict[str, Any] = {"launch.slurm_segment": good[0]}
+        edits = {"launch.slurm_segment": good[0]}
     else:
         fix = f"set cluster.num_nodes={nodes}"
         edits = {"cluster.num_nodes": nodes}

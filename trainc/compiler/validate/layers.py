@@ -97,6 +97,7 @@ def _layers(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         per = Lp // pp
         ok = [v for v in divisors(per)]
         other = _account_fix(L, pp, vpp) if not acc else ""
+        split = _uneven_fix(L, pp, vpp) if not acc else ""
         yield diag(R.LAYERS_VPP,
                    f"{what} is not divisible by pp*vpp ({pp}*{vpp} = {pp * vpp}): each "
                    f"of the {pp} stages holds {per} layers, which cannot form {vpp} equal virtual "
@@ -104,6 +105,7 @@ def _layers(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    related=("parallel.pp", "model.num_layers"),
                    fix=f"set parallel.vpp to one of {show(ok)} (layers per virtual stage: "
                        f"{show(sorted(per // v for v in ok))})"
+                       + (f", or {split}" if split.startswith("set") else "")
                        + (f", or {other}" if other.startswith("set") else ""),
                    edits={"parallel.vpp": nearest(ok, vpp)}, num_layers=L, pp=pp, vpp=vpp)
 
@@ -134,19 +136,47 @@ def _uneven_message(L: int, pp: int, vpp: int, first: int | None, last: int | No
 
 
 def _uneven_fix(L: int, pp: int, vpp: int) -> str:
-    """A valid first/last split near the even share, or a pp that divides L."""
+    """The best first/last split, searched together: first and last stage layer counts within
+    :data:`_UNEVEN_WINDOW` of the even share, each pair checked in O(1) (the middle
+    ``L - first - last`` must split evenly over the ``pp - 2`` middle stages, every stage a
+    multiple of vpp). The pipeline runs at the pace of its largest stage, so the pair with the
+    smallest largest stage wins, then the most even first/last, then the lighter first stage
+    (it holds the embedding and the most in-flight activations in 1F1B). Falls back to a pp
+    that divides L."""
     if pp <= 1:
         return ("remove parallel.pipeline_first_stage_layers and "
                 "parallel.pipeline_last_stage_layers (or set pp > 1)")
+    best: tuple[tuple[int, int, int], int, int, int] | None = None
     top = max(1, L // pp)
-    for f in range(top, max(0, top - _UNEVEN_WINDOW), -1):
-        for la in (f, f - 1, f + 1):
-            st = layers_per_stage(L, pp, f, la) if la >= 1 else None
-            if st and all(n % vpp == 0 for n in st):
-                shown = ", ".join(map(str, st)) if len(st) <= 16 else f"{st[0]}, {st[1]}, ..."
-                return (f"set parallel.pipeline_first_stage_layers={f} and "
-                        f"parallel.pipeline_last_stage_layers={la} (stages: {shown})")
-    return f"choose a pp that divides {L}"
+    lo, hi = max(1, top - _UNEVEN_WINDOW), top + _UNEVEN_WINDOW
+    for f in range(lo, hi + 1):
+        if f % vpp or f >= L:
+            continue
+        for la in range(lo, hi + 1):
+            mid_total = L - f - la
+            if la % vpp or mid_total < 0:
+                continue
+            if pp == 2:
+                if mid_total:
+                    continue
+                mid = 0
+            else:
+                if mid_total % (pp - 2) or mid_total // (pp - 2) < 1:
+                    continue
+                mid = mid_total // (pp - 2)
+                if mid % vpp:
+                    continue
+            score = (max(f, la, mid), abs(f - la), f)
+            if best is None or score < best[0]:
+                best = (score, f, la, mid)
+    if best is None:
+        return f"choose a pp that divides {L}"
+    _, f, la, mid = best
+    shown = ", ".join(map(str, [f, *([mid] * (pp - 2)), la])) if pp <= 16 else \
+        f"{f}, {mid} x {pp - 2}, {la}"
+    return (f"set parallel.pipeline_first_stage_layers={f} and "
+            f"parallel.pipeline_last_stage_layers={la} (first and last searched together; "
+            f"stages: {shown}, largest {max(f, la, mid)})")
 
 
 def _batch(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:

@@ -25,6 +25,11 @@ _POSITIVE = (
     "model.rope_scaling_factor", "model.moe_router_topk_scaling_factor",
     "model.moe_expert_capacity_factor",
     "fsdp.dp_replicate", "fsdp.dp_shard",
+    "data.num_samples", "data.num_tokens", "data.tokenizer_vocab_size", "data.pad_to_multiple_of",
+    *(f"resume.saved.{k}" for k in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "num_layers",
+                                    "hidden_size", "num_attention_heads", "num_query_groups",
+                                    "ffn_hidden_size", "num_experts", "max_position_embeddings",
+                                    "padded_vocab_size", "global_batch_size", "train_iters")),
 )
 _FRACTION = ("cluster.compute_efficiency", "cluster.comm_efficiency", "model.rotary_percent")
 #: In [0, 1): momentum terms and dropout probabilities.

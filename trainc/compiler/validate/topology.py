@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import Any
 
 from trainc.compiler import rules as R
-from trainc.compiler.derive import Derived
+from trainc.compiler.derive import Derived, domain_group_nodes, slurm_segment
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.validate.util import capacity, divisors, fitting, nearest, show
 from trainc.schemas import TrainSpec
@@ -102,7 +103,14 @@ def _expert_grid(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         if room else []
     step = egrid // math.gcd(egrid, c.gpus_per_node)
     nodes = -(-c.num_nodes // step) * step
+    # keep ep (the expert count per rank) and split the experts less: etp is searched too
+    room_e = capacity(world, p.ep, p.pp)
+    fe = m.moe_ffn_hidden_size or 0
+    ok_etp = [x for x in divisors(room_e) if fe % x == 0] if room_e and fe else []
     alts = ([f"parallel.ep to one of {show(ok_ep)}"] if ok_ep else []) + \
+        ([f"parallel.etp to one of {show(ok_etp)} (ep={p.ep} kept; etp {d.etp} "
+          f"{'defaults to tp' if d.etp == p.tp else 'is given'}, the experts may split "
+          f"differently from the dense layers)"] if ok_etp else []) + \
         [f"cluster.num_nodes={nodes}"]
     over = f"; ep ({p.ep}) alone exceeds the {world} GPUs" if p.ep > world else ""
     yield diag(R.EXPERT_GRID,
@@ -120,40 +128,121 @@ def _nvlink(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     intra, inter = c.intra_node_bandwidth_gbps, c.inter_node_bandwidth_gbps
     cost = (f"the {_gbps(inter)} fabric instead of {_gbps(intra)} NVLink "
             f"(~{_slowdown(intra, inter)}x less bandwidth)")
-    if p.tp > dom or dom % p.tp:
+    place = _Placement(spec, d)
+    if place.cut(p.tp):
         ok = [t for t in fitting(divisors(m.num_attention_heads), dom) if t <= dom]
         yield diag(R.TP_NVLINK,
-                   (f"tp ({p.tp}) does not fit the NVLink domain ({dom} GPUs)" if p.tp > dom
-                    else f"tp ({p.tp}) does not divide the NVLink domain ({dom} GPUs), so some "
-                         f"TP groups straddle two domains")
+                   place.why("tp", str(p.tp), p.tp, "TP")
                    + f": their per-layer all-reduces cross {cost}", "parallel.tp",
-                   related=("cluster.nvlink_domain_size",),
-                   fix=f"use tp in {{{show(ok)}}} and more pp or dp", tp=p.tp,
-                   nvlink_domain_size=dom)
-    elif p.cp > 1 and (p.tp * p.cp > dom or dom % (p.tp * p.cp)):
+                   related=("cluster.nvlink_domain_size", *place.related(p.tp)),
+                   fix=f"use tp in {{{show(ok)}}} and more pp or dp" + place.fix(p.tp),
+                   tp=p.tp, nvlink_domain_size=dom, **place.facts())
+    elif p.cp > 1 and place.cut(p.tp * p.cp):
+        tc = p.tp * p.cp
         ok = [x for x in divisors(dom // p.tp) if x > 1] if dom % p.tp == 0 else []
         tps = [t for t in divisors(dom) if dom % (t * p.cp) == 0
                and m.num_attention_heads % t == 0]
         yield diag(R.TP_CP_NVLINK,
-                   f"tp*cp ({p.tp}*{p.cp} = {p.tp * p.cp}) does not fit the NVLink domain ({dom} "
-                   f"GPUs): context-parallel attention traffic crosses {cost}", "parallel.cp",
-                   related=("parallel.tp", "cluster.nvlink_domain_size"),
+                   place.why("tp*cp", f"{p.tp}*{p.cp} = {tc}", tc, "TP x CP")
+                   + f": context-parallel attention traffic crosses {cost}", "parallel.cp",
+                   related=("parallel.tp", "cluster.nvlink_domain_size", *place.related(tc)),
                    fix=(f"use cp in {{{show(ok)}}} with tp={p.tp}" if ok else
                         f"use tp in {{{show(tps)}}} with cp={p.cp}" if tps else
-                        "reduce tp*cp to fit the NVLink domain")
+                        "reduce tp*cp to fit the NVLink domain") + place.fix(tc)
                    + ", or accept inter-node CP traffic (ring p2p overlaps it with attention)",
-                   tp=p.tp, cp=p.cp, nvlink_domain_size=dom)
-    if m.num_experts and p.ep > 1 and (d.etp * p.ep > dom or dom % (d.etp * p.ep)):
+                   tp=p.tp, cp=p.cp, nvlink_domain_size=dom, **place.facts())
+    eg = d.etp * p.ep
+    if m.num_experts and p.ep > 1 and place.cut(eg):
         ok = [e for e in divisors(dom // d.etp) if m.num_experts % e == 0] \
             if dom % d.etp == 0 else []
         yield diag(R.EP_NVLINK,
-                   f"etp*ep ({d.etp}*{p.ep} = {d.etp * p.ep}) does not fit the NVLink domain "
-                   f"({dom} GPUs): MoE token all-to-all crosses {cost}", "parallel.ep",
-                   related=("parallel.etp", "cluster.nvlink_domain_size"),
+                   place.why("etp*ep", f"{d.etp}*{p.ep} = {eg}", eg, "EP")
+                   + f": MoE token all-to-all crosses {cost}", "parallel.ep",
+                   related=("parallel.etp", "cluster.nvlink_domain_size", *place.related(eg)),
                    fix=(f"use ep in {{{show(ok)}}} (with etp={d.etp})" if ok else
-                        "use etp=1 and an ep dividing the NVLink domain") +
-                   " if the all-to-all dominates the step", etp=d.etp, ep=p.ep,
-                   nvlink_domain_size=dom)
+                        "use etp=1 and an ep dividing the NVLink domain")
+                   + " if the all-to-all dominates the step" + place.fix(eg), etp=d.etp, ep=p.ep,
+                   nvlink_domain_size=dom, **place.facts())
+
+
+class _Placement:
+    """Where consecutive ranks share an NVLink domain, for TRC105-TRC107.
+
+    A TP, TP x CP or ETP x EP group is a run of ``size`` consecutive ranks aligned to its size
+    (Megatron-Core 0.16.1 ``parallel_state.RankGenerator``, order tp-cp-ep-dp-pp), and torchrun
+    numbers ranks node by node. A group stays on NVLink when it is no wider than the domain and
+    no domain boundary cuts it: when ``size`` divides the domain (domains hold whole groups), or,
+    where the domain spans several nodes (GB200 NVL72: 72 GPUs = 18 trays of 4), when the
+    ``#SBATCH --segment`` that sbatch.sh asks for (:func:`slurm_segment`, each segment inside one
+    domain, Slurm topology/block) holds whole groups (``segment * gpus_per_node`` a multiple of
+    ``size``, TRC520 checks the segment itself). EP 8 x ETP 2 = 16 GPUs does not divide 72, but
+    segments of 12 trays = 48 GPUs hold three groups each.
+    """
+
+    def __init__(self, spec: TrainSpec, d: Derived) -> None:
+        c, p, lc = spec.cluster, spec.parallel, spec.launch
+        self.gpus = c.gpus_per_node
+        self.dom = c.nvlink_domain_size or c.gpus_per_node
+        self.per_domain = max(self.dom // self.gpus, 1)
+        self.nodes = c.num_nodes
+        self.requested = lc.slurm_segment
+        span = domain_group_nodes(p.tp, p.cp, d.etp, p.ep if spec.model.num_experts else 1,
+                                  self.gpus)
+        self.segment = slurm_segment(c.num_nodes, self.gpus, self.dom, lc.slurm_segment, span)
+
+    @property
+    def multi_node(self) -> bool:
+        """The NVLink domain spans more than one node."""
+        return self.per_domain > 1
+
+    def _holds(self, seg: int, size: int) -> bool:
+        return 0 < seg <= self.per_domain and (seg * self.gpus) % size == 0
+
+    def cut(self, size: int) -> bool:
+        """Some group of ``size`` GPUs leaves NVLink: wider than the domain, or cut by a domain
+        boundary that neither the domain size nor the Slurm segment keeps clear of it."""
+        if size <= 1:
+            return False
+        if size > self.dom:
+            return True
+        return self.dom % size != 0 and not (self.multi_node and
+                                             self._holds(self.segment, size))
+
+    def why(self, what: str, values: str, size: int, kind: str) -> str:
+        """The message's first clause: "does not fit" (wider than the domain) or "does not
+        divide" (groups straddle two domains)."""
+        if size > self.dom:
+            return f"{what} ({values}) does not fit the NVLink domain ({self.dom} GPUs)"
+        text = f"{what} ({values}) does not divide the NVLink domain ({self.dom} GPUs)"
+        if self.multi_node:
+            text += (f" and sbatch.sh's --segment={self.segment} ({self.segment} nodes = "
+                     f"{self.segment * self.gpus} GPUs) does not hold whole groups"
+                     if self.segment else " and sbatch.sh asks for no --segment")
+        return text + f", so some {kind} groups straddle two domains"
+
+    def segments(self, size: int) -> list[int]:
+        """Segment sizes (nodes, largest first) that divide num_nodes, fit one domain and hold
+        whole groups of ``size`` GPUs; none where the domain is one node."""
+        if not self.multi_node or size > self.dom:
+            return []
+        return [s for s in range(min(self.per_domain, self.nodes), 1, -1)
+                if self.nodes % s == 0 and self._holds(s, size)]
+
+    def fix(self, size: int) -> str:
+        """``", or launch.slurm_segment=N"`` where a segment would keep the groups whole."""
+        segs = self.segments(size)
+        if not segs:
+            return ""
+        return (f", or launch.slurm_segment in {{{show(segs)}}} (segments of whole groups "
+                "inside one domain)")
+
+    def related(self, size: int) -> tuple[str, ...]:
+        """``launch.slurm_segment`` among the related keys where it is part of the finding."""
+        return ("launch.slurm_segment",) if self.multi_node and size <= self.dom else ()
+
+    def facts(self) -> dict[str, Any]:
+        """The placement facts every TRC105-TRC107 finding carries."""
+        return {"slurm_segment": self.segment, "nodes_per_domain": self.per_domain}
 
 
 def _gbps(v: float | None) -> str:

@@ -176,7 +176,7 @@ def _run(s: Settings) -> None:
     dp_rank = 0 if s.reference else ps.get_data_parallel_rank()
     gbs = s.global_batch_size
     dataset = build_dataset(s.train_iters * gbs + gbs, dims.seq_length, dims.vocab_size, s.seed,
-                            s.data_path)
+                            s.data_path, s.plan["spec"].get("data"))
     batches = Batches(dataset, s.global_batch_size, s.micro_batch_size, gas, dp_rank)
     group = ps.get_data_parallel_group()
     logger = dist.get_rank() == 0

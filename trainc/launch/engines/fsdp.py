@@ -279,7 +279,7 @@ def run(s: Settings) -> None:
             override(f"reference run: gradient_accumulation_steps -> {gas} on one process")
     gbs, mbs = s.global_batch_size, s.micro_batch_size
     dataset = build_dataset(s.train_iters * gbs + gbs, dims.seq_length, dims.vocab_size, s.seed,
-                            s.data_path)
+                            s.data_path, s.plan["spec"].get("data"))
     batches = Batches(dataset, gbs, mbs, gas, dp_rank)
     tokens = gbs * dims.seq_length
     device = torch.device("cpu") if s.device == "cpu" else torch.device(

@@ -174,7 +174,7 @@ def run(s: Settings) -> None:
     dp_rank = 0 if s.reference else ps.get_data_parallel_rank()
     gbs = s.global_batch_size
     dataset = build_dataset(s.train_iters * gbs + gbs, dims.seq_length, dims.vocab_size, s.seed,
-                            s.data_path)
+                            s.data_path, s.plan["spec"].get("data"))
     batches = Batches(dataset, s.global_batch_size, s.micro_batch_size, s.num_microbatches, dp_rank)
     fb = get_forward_backward_func()
     logger = (ps.is_pipeline_last_stage(ignore_virtual=True) and ps.get_tensor_model_parallel_rank()

@@ -1,0 +1,185 @@
+"""The kernel time model (time_model=kernels), per-axis overlap, the rail-optimised fabric, the
+memory model's precision keys and the fit rule's margin (TRC401 / TRC403)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from test_estimate_memory import make_spec, run, run_ir
+
+from trainc.compiler.estimate.activations import stage_activation_bytes
+from trainc.compiler.estimate.kernels import Hw, gemm_seconds, hardware, logits_time
+from trainc.compiler.estimate.memory import megatron_state_bytes
+from trainc.compiler.estimate.rankmap import members_per_domain
+from trainc.compiler.estimate.time import BUCKET_MIN_PARAMS
+from trainc.compiler.fit import OOM_MARGIN, TIGHT_MARGIN, check_fit
+from trainc.compiler.hardware import GPUS
+from trainc.schemas import Fp8Format, Gpu, Recompute, StateDtype, TimeModel
+
+HW = Hw({"bf16": 1e15, "fp8": 2e15}, {"bf16": 1.0, "fp8": 1.0}, 0.5, 1e12, 100)
+
+
+def test_gemm_wave_and_tile_quantization():
+    # 100 x 100 tiles of 128 x 256 on 100 SMs: 100 full waves, compute bound
+    full = gemm_seconds(HW, 12800, 25600, 8192)
+    assert full == pytest.approx(2 * 12800 * 25600 * 8192 / 1e15)
+    # one more tile column (101 x 100 tiles = 101 waves, the last 1/100 full): the 101st wave
+    # costs a whole wave although its tiles are 1 % of the work
+    more = gemm_seconds(HW, 12800, 25600 + 256, 8192)
+    assert more == pytest.approx(full * 101 / 100 * (25856 / 25856), rel=1e-9)
+    # a 1-row edge tile wastes its 127 rows: M = 12801 costs as M = 12928 (101 tile rows)
+    assert gemm_seconds(HW, 12801, 25600, 8192) == pytest.approx(
+        gemm_seconds(HW, 12928, 25600, 8192))
+
+
+def test_small_gemm_is_memory_bound():
+    # M = 1 token: 2 N K FLOPs against a whole weight read, 2 bytes per element at 1 TB/s
+    t = gemm_seconds(HW, 1, 4096, 4096)
+    assert t == pytest.approx((1 * 4096 + 4096 * 4096) * 2 / 1e12 + 2 * 4096 / 1e12)
+
+
+def test_fp8_gemms_run_at_the_fp8_peak_and_the_output_layer_stays_bf16():
+    h100 = hardware(run_ir(_h100()).spec)
+    big = (8192, 28672, 8192)
+    ratio = gemm_seconds(h100, *big, "bf16") / gemm_seconds(h100, *big, "fp8")
+    p = GPUS[Gpu.h100_80g]
+    assert ratio == pytest.approx(p.peaks["fp8"] * p.gemm_efficiency["fp8"]
+                                  / (p.peaks["bf16"] * p.gemm_efficiency["bf16"]))
+    # an A100 has no FP8 tensor cores: an FP8 GEMM is timed at the BF16 peak
+    a100 = hardware(run_ir(make_spec()).spec)
+    assert gemm_seconds(a100, *big, "fp8") == pytest.approx(gemm_seconds(a100, *big, "bf16"),
+                                                            rel=0.01)
+    bf = _h100()
+    f8 = _h100(training__fp8_format=Fp8Format.hybrid)
+    plan_bf, plan_f8 = run_ir(bf), run_ir(f8)
+    assert (logits_time(plan_bf.spec, plan_bf, hardware(plan_bf.spec))
+            == logits_time(plan_f8.spec, plan_f8, hardware(plan_f8.spec)))
+    e_bf, e_f8 = plan_bf.estimates, plan_f8.estimates
+    assert e_f8.compute_seconds_by_kind["gemm"] < 0.75 * e_bf.compute_seconds_by_kind["gemm"]
+    assert e_f8.tokens_per_second > e_bf.tokens_per_second
+
+
+def _h100(**kw):
+    s = make_spec(nodes=2, **kw)
+    s.cluster.gpu = Gpu.h100_80g
+    s.cluster.peak_tflops = None
+    s.cluster.gpu_memory_gib = None
+    s.cluster.intra_node_bandwidth_gbps = None
+    s.cluster.inter_node_bandwidth_gbps = None
+    return s
+
+
+def test_dp_grad_reduce_overlap_exposes_the_last_bucket():
+    # tp 1 pp 1 dp 16 (2 nodes): the gradient reduce-scatter runs behind the last backward
+    spec = _h100(parallel__tp=1, parallel__pp=1, training__global_batch_size=16)
+    e = run(spec)["estimates"]
+    [rs] = [c for c in e["comm_collectives"] if c["name"] == "dense grad reduce_scatter"]
+    params = run_ir(spec).estimates.params_per_gpu
+    nb = math.ceil(params / max(BUCKET_MIN_PARAMS, 1_000_000 * 16))
+    assert rs["exposed_seconds"] >= rs["seconds"] / nb * (1 - 1e-5)
+    assert rs["exposed_seconds"] < rs["seconds"]
+    off = _h100(parallel__tp=1, parallel__pp=1, training__global_batch_size=16)
+    off.training.overlap_grad_reduce = False
+    off.training.overlap_param_gather = False
+    e_off = run(off)["estimates"]
+    assert all(c["exposed_seconds"] == c["seconds"]
+               for c in e_off["comm_collectives"] if c["axis"] == "dp")
+    assert e_off["step_time_seconds"] > e["step_time_seconds"]
+
+
+def test_rail_optimised_fabric_and_all_to_all():
+    d = {"tp": 1, "cp": 1, "dp": 16, "pp": 1, "etp": 1, "ep": 16, "expert_dp": 1}
+    assert members_per_domain(d, 8)["dp_cp"] == 8  # 8 ranks of the DP group per node
+    d8 = {"tp": 8, "cp": 1, "dp": 2, "pp": 1, "etp": 1, "ep": 1, "expert_dp": 16}
+    assert members_per_domain(d8, 8)["dp_cp"] == 1  # tp 8: one DP member per node
+    # a ring over 2 nodes with 8 members each gets 8 NICs: min(NVLink 450, 8 x 50) = 400 GB/s
+    e = run(_h100(parallel__tp=1, parallel__pp=1, training__global_batch_size=16))["estimates"]
+    [rs] = [c for c in e["comm_collectives"] if c["name"] == "dense grad reduce_scatter"]
+    assert rs["crosses_nodes"] and rs["bandwidth_gbps"] == 400
+    seed = _h100(parallel__tp=1, parallel__pp=1, training__global_batch_size=16)
+    seed.cluster.time_model = TimeModel.seed
+    [rs0] = [c for c in run(seed)["estimates"]["comm_collectives"]
+             if c["name"] == "dense grad reduce_scatter"]
+    assert rs0["bandwidth_gbps"] == 50  # the seed model: one NIC
+
+
+def test_fp8_param_gather_halves_the_parameter_all_gather():
+    base = _h100(parallel__tp=1, parallel__pp=1, training__fp8_format=Fp8Format.hybrid)
+    gather = _h100(parallel__tp=1, parallel__pp=1, training__fp8_format=Fp8Format.hybrid,
+                   training__fp8_param_gather=True)
+
+    def ag(s):
+        [c] = [c for c in run(s)["estimates"]["comm_collectives"]
+               if c["name"] == "dense param all_gather"]
+        return c["sent_bytes"]
+
+    assert ag(gather) * 2 == pytest.approx(ag(base), rel=1e-6)
+
+
+def test_optimizer_state_dtypes_change_memory():
+    spec = make_spec(training__exp_avg_dtype=StateDtype.bf16,
+                     training__exp_avg_sq_dtype=StateDtype.bf16,
+                     training__main_grads_dtype=StateDtype.bf16)
+    assert megatron_state_bytes(spec.training) == (2, 2, 8)
+    base, low = run(make_spec())["estimates"], run(spec)["estimates"]
+    assert low["memory_bytes"]["optimizer"] == pytest.approx(
+        base["memory_bytes"]["optimizer"] * 8 / 12, rel=1e-6)
+    assert low["memory_bytes"]["grads"] == pytest.approx(base["memory_bytes"]["grads"] / 2,
+                                                         rel=1e-6)
+
+
+def test_fp32_logits_of_long_sequences_and_large_vocabularies():
+    # last stage: 6 bytes per logit (bf16 GEMM output + the cross entropy's fp32 softmax)
+    small = make_spec(parallel__pp=1, model__vocab_size=32000)
+    large = make_spec(parallel__pp=1, model__vocab_size=256000)
+    ps, pl = run_ir(small), run_ir(large)
+    diff = stage_activation_bytes(pl.spec, pl)[0] - stage_activation_bytes(ps.spec, ps)[0]
+    s, t = 8192, 2
+    v_s, v_l = ps.derived.padded_vocab_size, pl.derived.padded_vocab_size
+    assert diff == pytest.approx(6 * s * (v_l - v_s) / t)
+
+
+def _fit_ids(spec):
+    plan = run_ir(spec)
+    return {d.rule.id for d in check_fit(plan)}, plan.estimates
+
+
+def test_fit_rule_margin_tight_is_a_warning_sure_oom_an_error():
+    base = make_spec(parallel__tp=1, parallel__pp=1, training__recompute=Recompute.none)
+    est = run_ir(base).estimates.memory_bytes.total / 2**30
+    reserve = base.cluster.memory_reserve_gib
+
+    def with_budget(budget_gib):
+        s = make_spec(parallel__tp=1, parallel__pp=1, training__recompute=Recompute.none,
+                      mem=budget_gib + reserve)
+        return _fit_ids(s)
+
+    ids, e = with_budget(est / (1 + OOM_MARGIN) * 1.01)  # 9 % over: may fit -> warning
+    assert "TRC403" in ids and "TRC401" not in ids and e.memory_margin < 0
+    ids, _ = with_budget(est / (1 + OOM_MARGIN) * 0.99)  # 11 % over: sure OOM -> error
+    assert "TRC401" in ids and "TRC403" not in ids
+    ids, e = with_budget(est / (1 - TIGHT_MARGIN) * 1.01)  # 6 % under: sure fit
+    assert not ids & {"TRC401", "TRC403"} and e.memory_margin > TIGHT_MARGIN
+    ids, _ = with_budget(est * 1.02)  # 2 % under: tight
+    assert "TRC403" in ids
+
+
+def test_fit_rule_catches_a_long_sequence_large_vocabulary_oom():
+    # 8B-like, 32k tokens, 256k vocab, tp 1 on 80 GiB: 6 x 32768 x 256000 B = 47 GiB of logits
+    spec = make_spec(parallel__tp=1, parallel__pp=1, model__seq_length=32768,
+                     model__max_position_embeddings=32768, model__vocab_size=256000,
+                     training__recompute=Recompute.full)
+    ids, e = _fit_ids(spec)
+    assert "TRC401" in ids
+    assert e.memory_bytes.activations > 6 * 32768 * 256000
+
+
+def test_every_named_gpu_has_a_profile_with_its_data_sheet_peaks():
+    assert set(GPUS) == {g for g in Gpu if g is not Gpu.custom}
+    assert GPUS[Gpu.h100_80g].peaks == {"bf16": 989, "fp8": 1979}
+    assert GPUS[Gpu.b200].peaks == {"bf16": 2250, "fp8": 4500, "fp4": 9000}
+    assert GPUS[Gpu.gb200].peaks == {"bf16": 2500, "fp8": 5000, "fp4": 10000}
+    assert "fp8" not in GPUS[Gpu.a100_80g].peaks
+    assert GPUS[Gpu.gb200].nvlink_domain_size == 72
+    assert GPUS[Gpu.h100_80g].nvlink_domain_size is None

@@ -1,0 +1,203 @@
+"""The data path, versions and resume rules (TRC350-TRC357, TRC530-TRC538): per-engine verdicts,
+exact values and fixes, the derived epoch counts, what reaches the artifacts, and the installed
+versions check of ``trainc run``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from _emit_helpers import compile_dict, make_stubs, read_nul, run_script, write_files
+from specs.kit import BASE, apply, find, lint_cfg, make
+
+from trainc import known_versions as KV
+from trainc.compiler.derive import derive, epoch_counts
+from trainc.compiler.validate.checkpoint import layout_facts, resume_findings
+from trainc.launch.local import version_problems
+
+DS = {"engine": "deepspeed", "parallel.tp": 1, "parallel.pp": 1}
+LM = {"launch.entrypoint": "megatron-lm", "launch.megatron_lm_path": "/opt/Megatron-LM"}
+
+
+def _one(diags, rule, key=None):
+    found = [d for d in find(diags, rule) if key is None or d.key == key]
+    assert len(found) == 1, [(d.rule.id, d.key, d.message) for d in diags]
+    return found[0]
+
+
+# --- per engine -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("engine", [{}, DS], ids=["megatron", "deepspeed"])
+def test_tokenizer_vocab_is_an_error_for_both_engines(engine):
+    d = _one(lint_cfg(**engine, **{"data.tokenizer_vocab_size": 32100}), "TRC351")
+    assert d.is_error and d.edits == {"model.vocab_size": 32100}
+    assert d.facts["padded_vocab_size"] == 32000 and "device-side assert" in d.message
+
+
+def test_packed_padding_unit_follows_cp_and_sequence_parallelism():
+    d = _one(lint_cfg(**{"data.packed": True, "parallel.cp": 2, "parallel.pp": 1,
+                         "parallel.tp": 4, "data.pad_to_multiple_of": 4}), "TRC352")
+    assert d.facts["required_multiple"] == 8 and d.edits == {"data.pad_to_multiple_of": 8}
+    ok = lint_cfg(**{"data.packed": True, "parallel.cp": 2, "parallel.pp": 1, "parallel.tp": 4,
+                     "parallel.sequence_parallel": False, "data.pad_to_multiple_of": 4})
+    assert not find(ok, "TRC352")
+
+
+@pytest.mark.parametrize("engine", [{}, DS], ids=["megatron", "deepspeed"])
+def test_packed_data_has_no_runner_on_either_engine(engine):
+    assert _one(lint_cfg(**engine, **{"data.packed": True}), "TRC356").is_error
+
+
+def test_mask_ignored_by_transformer_engine_is_megatron_lm_only():
+    d = _one(lint_cfg(**LM, **{"data.reset_attention_mask": True}), "TRC353")
+    assert d.is_error and d.facts["transformer_impl"] == "transformer_engine"
+    # the trainc worker (either engine) drops the mask: TRC356, not TRC353
+    for engine in ({}, DS):
+        diags = lint_cfg(**engine, **{"data.reset_attention_mask": True})
+        assert not find(diags, "TRC353") and _one(diags, "TRC356").key == \
+            "data.reset_attention_mask"
+
+
+def test_blend_and_data_path_together():
+    d = _one(lint_cfg(**{"data.paths": ["/d/a"], "launch.data_path": "/d/b"}), "TRC350")
+    assert d.key == "data.paths" and d.edits == {"launch.data_path": None}
+
+
+def test_epochs_are_derived_once_and_cp_does_not_change_them():
+    base = {"data.num_tokens": 1024 * 10_000, "training.train_iters": 1000}
+    s1 = make(**base)
+    s2 = make(**base, **{"parallel.cp": 2, "parallel.pp": 1})
+    assert epoch_counts(s1) == epoch_counts(s2) == (10_000, 625, 1.6)
+    d = derive(s2)
+    assert (d.samples_per_step, d.tokens_per_step, d.steps_per_epoch) == (16, 16 * 1024, 625)
+    info = _one(lint_cfg(**base), "TRC357")
+    assert info.severity.value == "info" and "1.6 epochs" in info.message
+
+
+# --- versions -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("engine,verdict", [({}, None), (DS, "error")],
+                         ids=["megatron", "deepspeed"])
+def test_deepspeed_torch_entry_applies_to_the_deepspeed_engine_only(engine, verdict):
+    diags = lint_cfg(**engine, **{"launch.versions": {"deepspeed": "0.14.2", "torch": "2.4.0"}})
+    found = find(diags, "TRC530")
+    assert [d.severity.value for d in found] == ([verdict] if verdict else [])
+    if found:
+        assert found[0].edits == {"launch.versions.deepspeed": "0.14.4"}
+        assert found[0].facts["link"].endswith("/5603")
+
+
+def test_version_target_follows_the_engine():
+    v = {"launch.versions": {"megatron_core": "0.14.0", "deepspeed": "0.16.0"}}
+    assert [d.key for d in find(lint_cfg(**v), "TRC532")] == ["launch.versions.megatron_core"]
+    assert [d.key for d in find(lint_cfg(**DS, **v), "TRC532")] == ["launch.versions.deepspeed"]
+
+
+def test_table_is_well_formed_and_ranges_are_exact():
+    ids = [e.id for e in KV.table()]
+    assert len(ids) == len(set(ids)) >= 3
+    assert all(e.link.startswith("https://github.com/") for e in KV.table())
+    assert KV.in_range((2, 7, 0), ">=2.7.0,<2.7.1") and not KV.in_range((2, 7, 1), ">=2.7.0,<2.7.1")
+    assert KV.parse_version("2.19.3-1+cuda12.2") == (2, 19, 3)
+
+
+def test_trainc_run_checks_the_installed_versions(tmp_path):
+    res = compile_dict(tmp_path, apply(BASE, {"engine": "deepspeed", "parallel": {"zero_stage": 1},
+                                              "cluster": {"num_nodes": 1, "gpus_per_node": 8,
+                                                          "gpu": "a100-80g"}}))
+    assert res.ok, [d.to_json() for d in res.diagnostics if d.is_error]
+    out = write_files(tmp_path / "out", res.files)
+    bad, warn = version_problems(str(out), {}, {"deepspeed": "0.14.0", "torch": "2.5.1"})
+    assert len(bad) == 1 and "deepspeed-torch-2.4-elastic-import" in bad[0] and warn == []
+    assert version_problems(str(out), {}, {"deepspeed": "0.19.8", "torch": "2.13.0"}) == ([], [])
+
+
+# --- resume ---------------------------------------------------------------------------------
+
+def test_resume_rules_depend_on_the_saved_format():
+    now = layout_facts(make(), derive(make()))
+    assert now["checkpoint_format"] == "trainc"
+    dp_change = {"dp": 4, "checkpoint_format": "torch"}
+    assert resume_findings(dp_change, now) == []  # legacy files: dp may change
+    [f] = resume_findings({"dp": 4, "checkpoint_format": "trainc"}, now)
+    assert (f.rule.id, f.key, f.saved, f.now) == ("TRC534", "parallel.dp", 4, 2)
+    assert resume_findings({"tp": 8, "pp": 1, "checkpoint_format": "torch_dist"}, now) == []
+
+
+@pytest.mark.parametrize("engine", [{}, DS], ids=["megatron", "deepspeed"])
+def test_deepspeed_zero_shards_bind_dp(engine):
+    diags = lint_cfg(**engine, **{"resume.saved.dp": 4})
+    keys = {d.key for d in find(diags, "TRC534")}
+    assert keys == {"parallel.dp"}  # the trainc worker and ZeRO shards both keep dp
+
+
+def test_finetune_waives_schedule_and_optimizer_on_megatron_lm():
+    saved = {"resume.saved.global_batch_size": 64, "resume.saved.optimizer": "sgd"}
+    diags = lint_cfg(**LM, **saved)
+    assert _one(diags, "TRC537").severity.value == "warning" and _one(diags, "TRC538").is_error
+    ok = lint_cfg(**LM, **saved, **{"resume.finetune": True})
+    assert not find(ok, "TRC537") and not find(ok, "TRC538")
+
+
+# --- artifacts ------------------------------------------------------------------------------
+
+def test_blend_and_resume_reach_pretrain_gpt(tmp_path):
+    spec = apply(BASE, {"launch": {"entrypoint": "megatron-lm",
+                                   "megatron_lm_path": "/opt/Megatron-LM"},
+                        "data": {"paths": ["0.7 /d/web", "0.3 /d/code"], "eod_mask_loss": True},
+                        "resume": {"load_dir": "/ckpt/base", "finetune": True}})
+    res = compile_dict(tmp_path, spec)
+    assert res.ok, [d.to_json() for d in res.diagnostics if d.is_error]
+    out = write_files(tmp_path / "out", res.files)
+    bindir, log = make_stubs(tmp_path)
+    r = run_script(out / "torchrun.sh", bindir, log, out)
+    assert r.returncode == 0, r.stderr
+    args = read_nul(log / "torchrun.0.args")
+    i = args.index("--data-path")
+    assert args[i + 1:i + 5] == ["0.7", "/d/web", "0.3", "/d/code"]
+    assert args[args.index("--load") + 1] == "/ckpt/base" and args.count("--load") == 1
+    assert args[args.index("--ckpt-format") + 1] == "torch_dist"
+    assert "--finetune" in args and "--eod-mask-loss" in args
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["derived"]["checkpoint_format"] == "torch_dist"
+
+
+def test_shared_root_exists():
+    assert Path(KV.TABLE).is_file()
+
+
+def test_report_and_plan_show_the_epoch_count(tmp_path):
+    spec = apply(BASE, {"data": {"num_samples": 10_000}, "training": {"micro_batch_size": 1,
+                                                                      "global_batch_size": 16,
+                                                                      "train_iters": 1250}})
+    res = compile_dict(tmp_path, spec)
+    assert res.ok
+    d = res.plan["derived"]
+    assert (d["dataset_samples"], d["steps_per_epoch"], d["epochs"]) == (10_000, 625, 2.0)
+    assert "| steps per epoch | 625 (2 epochs of 10,000 samples) |" in res.files["report.md"]
+
+
+def test_inert_data_settings_warn():
+    [d] = find(lint_cfg(**{"data.pad_to_multiple_of": 8}), "TRC329")
+    assert d.key == "data.pad_to_multiple_of" and d.severity.value == "warning"
+    # a blend makes launch.data_split count
+    assert not find(lint_cfg(**{"data.paths": ["/d/a"], "launch.data_split": "98,1,1"}), "TRC329")
+
+
+FSDP = {"engine": "fsdp", "parallel.pp": 1}
+
+
+def test_fsdp_writes_dcp_which_reshards():
+    s = make(**FSDP)
+    assert derive(s).checkpoint_format == "dcp"
+    assert not find(lint_cfg(**FSDP, **{"resume.saved.tp": 1, "resume.saved.dp": 8}), "TRC534")
+    # global shapes still bind
+    assert find(lint_cfg(**FSDP, **{"resume.saved.num_layers": 4}), "TRC536")
+
+
+def test_torchtitan_gets_no_data_or_resume_keys():
+    titan = {**FSDP, "launch.entrypoint": "torchtitan"}
+    diags = lint_cfg(**titan, **{"data.eod_mask_loss": True, "resume.load_dir": "/ckpt"})
+    assert _one(diags, "TRC356").key == "data.eod_mask_loss"
+    assert _one(diags, "TRC533").key == "resume.load_dir"

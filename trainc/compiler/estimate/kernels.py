@@ -1,0 +1,232 @@
+"""Kernel-level compute time of one layer, one micro-batch, on one GPU (``cluster.time_model:
+kernels``, the default; docs/performance.md).
+
+The layer is the list of kernels Megatron-Core / Transformer Engine run, each timed on the GPU
+profile (:mod:`trainc.compiler.hardware`, ``trainc/conf/gpu``):
+
+* **GEMMs** from their shapes after the TP/SP/EP/ETP split: ``(M, N, K)`` with ``M`` the tokens the
+  GPU multiplies (``b x s / cp``; sequence parallelism all-gathers the sequence before the column-
+  parallel GEMMs, so M is the whole per-CP sequence), ``N`` / ``K`` the weight's shard. Time is a
+  roofline: ``max(2MNK / (peak_p x eff_p x q), bytes / (HBM x memory_efficiency))`` where
+  ``peak_p`` is the dense peak of the GEMM's precision (FP8 / FP4 with ``training.fp8_format`` /
+  ``fp4_format``: the transformer layers' linear layers; the output layer and attention stay BF16,
+  as Transformer Engine does), ``eff_p`` the profile's achievable fraction, and ``q`` the tile and
+  wave quantization: ``ceil(M/128) x ceil(N/256)`` output tiles run in waves of ``sm_count``, a
+  partial last wave and partial edge tiles waste their share (CUTLASS / cuBLAS Hopper tiles
+  128x256; NVIDIA "Matrix Multiplication Background User's Guide", wave quantization). Forward,
+  data-gradient and weight-gradient GEMMs are each timed with their own shape.
+* **Routed experts** (MoE layers): the grouped GEMM of each local expert with
+  ``M_e = ep x (b s / cp / tsp) x topk / E`` tokens (uniform routing, Megatron's force-balanced
+  benchmarks; ``tsp`` = tp with SP) and ``N``, ``K`` split by etp; the router (BF16) and the
+  permute / un-permute copies by bytes. A fixed per-MoE-layer cost (``MOE_LAYER_OVERHEAD_US``: the
+  host sync for the token counts of dropless routing, routing kernels) is added per pass.
+* **Attention core** (fused / flash): ``4 x M x s_kv x (a / t) x d`` FLOPs forward, halved by the
+  causal mask, 2.5x forward for the backward (FlashAttention-2, Dao 2023, arXiv 2307.08691: five
+  GEMMs backward against two forward), at ``attention_efficiency x s / (s + 512)`` of the BF16 peak.
+* **Element-wise and norm kernels** by bytes moved: the two norms, residual adds, rotary embedding,
+  the activation (SwiGLU reads ``2f`` and writes ``f``), counted forward and twice backward; with
+  FP8 / FP4 every GEMM input is cast (read 2 B, write 1 B, plus the transposed copy for the
+  weight gradient) and the amax / scale bookkeeping is in those bytes.
+
+Sources: Megatron-Core 0.16 ``transformer/transformer_layer.py`` (the layer's kernels),
+``transformer/moe/experts.py::TEGroupedMLP`` (grouped GEMM), Transformer Engine ``fp8_autocast``
+(which GEMMs run in FP8), the NVIDIA data sheets in ``trainc/conf/gpu``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from trainc.compiler.hardware import GENERIC, GPUS, GpuPreset
+from trainc.compiler.ir import Plan, filled
+from trainc.schemas import Activation, Fp4Format, Fp8Format, Recompute, TrainSpec
+
+#: Fixed cost per MoE layer per pass (forward, backward, recomputed forward), microseconds:
+#: the device-to-host sync of dropless routing's token counts and the routing / permutation
+#: kernel launches. Fitted on the published MoE runs (docs/performance.md).
+MOE_LAYER_OVERHEAD_US = 600.0
+#: Output tile of the tensor-core GEMM kernels (rows x columns).
+TILE_M, TILE_N = 128, 256
+
+
+@dataclass(frozen=True, slots=True)
+class Hw:
+    """The figures the kernel model reads, for one spec (cluster overrides applied)."""
+
+    peaks: dict[str, float]  # FLOP/s per precision
+    gemm_eff: dict[str, float]
+    attention_eff: float
+    hbm: float  # B/s achievable
+    sms: int
+
+    def peak(self, prec: str) -> tuple[float, float]:
+        """(peak FLOP/s, efficiency) of a GEMM precision, falling back to BF16."""
+        if prec not in self.peaks:
+            prec = "bf16"
+        return self.peaks[prec], self.gemm_eff.get(prec, self.gemm_eff["bf16"])
+
+
+def hardware(spec: TrainSpec) -> Hw:
+    """The GPU profile of ``cluster.gpu`` scaled to the spec's ``peak_tflops`` (a user override
+    scales every precision alike); a custom GPU gets :data:`GENERIC`'s ratios."""
+    cl = spec.cluster
+    prof: GpuPreset = GPUS.get(cl.gpu, GENERIC)
+    bf16 = filled(cl.peak_tflops, "cluster.peak_tflops")
+    scale = bf16 / prof.peaks["bf16"] if prof.peaks.get("bf16") else 1.0
+    return Hw(peaks={k: v * scale * 1e12 for k, v in prof.peaks.items()},
+              gemm_eff=dict(prof.gemm_efficiency), attention_eff=prof.attention_efficiency,
+              hbm=prof.memory_bandwidth_gbps * 1e9 * prof.memory_efficiency,
+              sms=prof.sm_count)
+
+
+def gemm_seconds(hw: Hw, m: float, n: float, k: float, prec: str = "bf16",
+                 groups: int = 1) -> float:
+    """One (grouped) GEMM ``[m x k] @ [k x n]``, ``groups`` of them, seconds (roofline with tile
+    and wave quantization; see the module docstring).
+
+    >>> hw = Hw({"bf16": 1e15}, {"bf16": 1.0}, 0.5, 1e12, 100)
+    >>> round(gemm_seconds(hw, 12800, 25600, 8192) * 1e3, 3)  # 100 x 100 tiles = 100 full waves
+    5.369
+    >>> round(gemm_seconds(hw, 12800, 25856, 8192) / gemm_seconds(hw, 12800, 25600, 8192), 3)
+    1.01
+    """
+    if m <= 0 or n <= 0 or k <= 0:
+        return 0.0
+    peak, eff = hw.peak(prec)
+    tiles = math.ceil(m / TILE_M) * math.ceil(n / TILE_N) * groups
+    waves = math.ceil(tiles / hw.sms)
+    q = tiles * TILE_M * TILE_N / (waves * hw.sms * TILE_M * TILE_N) * (
+        m * n / (math.ceil(m / TILE_M) * TILE_M * math.ceil(n / TILE_N) * TILE_N))
+    flops = 2 * m * n * k * groups
+    ib = {"fp8": 1.0, "fp4": 0.5}.get(prec, 2.0)
+    moved = groups * ((m * k + k * n) * ib + 2 * m * n)
+    return max(flops / (peak * eff * q), moved / hw.hbm)
+
+
+def gemm3_seconds(hw: Hw, m: float, n: float, k: float, prec: str = "bf16",
+                  groups: int = 1) -> tuple[float, float]:
+    """(forward, backward) seconds of a linear layer: forward ``(m, n, k)``, data gradient
+    ``(m, k, n)`` and weight gradient ``(k, n, m)``."""
+    fwd = gemm_seconds(hw, m, n, k, prec, groups)
+    bwd = gemm_seconds(hw, m, k, n, prec, groups) + gemm_seconds(hw, k, n, m, prec, groups)
+    return fwd, bwd
+
+
+@dataclass
+class LayerTime:
+    """Seconds of one layer, one micro-batch, by kind (forward; backward)."""
+
+    gemm_f: float = 0.0
+    gemm_b: float = 0.0
+    attn_f: float = 0.0
+    attn_b: float = 0.0
+    elem_f: float = 0.0
+    elem_b: float = 0.0
+    fixed_f: float = 0.0
+    fixed_b: float = 0.0
+
+    @property
+    def forward(self) -> float:
+        """Forward seconds."""
+        return self.gemm_f + self.attn_f + self.elem_f + self.fixed_f
+
+    @property
+    def backward(self) -> float:
+        """Backward seconds."""
+        return self.gemm_b + self.attn_b + self.elem_b + self.fixed_b
+
+
+def layer_precision(spec: TrainSpec, index: int) -> str:
+    """GEMM precision of transformer layer ``index``: fp4 / fp8 / bf16 (first and last layer
+    in BF16 with ``first_last_layers_bf16``)."""
+    tr = spec.training
+    low = ("fp4" if tr.fp4_format is not Fp4Format.none else
+           "fp8" if tr.fp8_format is not Fp8Format.none else "bf16")
+    if low != "bf16" and tr.first_last_layers_bf16 and index in (0, spec.model.num_layers - 1):
+        return "bf16"
+    return low
+
+
+def layer_time(spec: TrainSpec, plan: Plan, hw: Hw, moe: bool, prec: str) -> LayerTime:
+    """One transformer layer, one micro-batch, on one GPU (see the module docstring)."""
+    m, d, tr = spec.model, plan.derived, spec.training
+    t, c, ep, etp = d.tp, d.cp, d.ep, d.etp
+    tsp = t if d.sequence_parallel else 1
+    b, h = tr.micro_batch_size, m.hidden_size
+    s_full = m.seq_length
+    tok = b * s_full / c  # tokens of this CP rank (the GEMMs' M after the SP all-gather)
+    a = m.num_attention_heads
+    g = filled(m.num_query_groups, "model.num_query_groups")
+    dh = filled(m.kv_channels, "model.kv_channels")
+    q, kv = a * dh, g * dh
+    swiglu = m.activation is Activation.swiglu
+    cf = 2 if swiglu else 1
+    lt = LayerTime()
+
+    def lin(mm: float, n: float, k: float, p: str, groups: int = 1) -> None:
+        f, bw = gemm3_seconds(hw, mm, n, k, p, groups)
+        lt.gemm_f += f
+        lt.gemm_b += bw
+
+    lin(tok, (q + 2 * kv) / t, h, prec)  # QKV (column parallel)
+    lin(tok, h, q / t, prec)  # output projection (row parallel)
+    # element-wise bytes per token of this GPU (2-byte activations): norms, residual adds, rope
+    elems = 10 * h / tsp + 2 * (q + kv) / t
+    casts = (2 * h + (q + 2 * kv) / t + q / t + h) if prec != "bf16" else 0.0
+    if moe:
+        E = filled(m.num_experts, "model.num_experts")
+        k_top = m.moe_router_topk
+        f_e = filled(m.moe_ffn_hidden_size, "model.moe_ffn_hidden_size")
+        local = max(E // max(ep, 1), 1)
+        m_e = ep * (tok / tsp) * k_top / E * etp  # ETP ranks each see the whole expert batch
+        lin(m_e, cf * f_e / etp, h, prec, local)
+        lin(m_e, h, f_e / etp, prec, local)
+        lin(tok / tsp, E, h, "bf16")  # router
+        # per token copy (k_top / tsp of them per token of ``tok``): permute + un-permute (read +
+        # write h each), the expert activation
+        elems += k_top / tsp * (4 * h + (3 if swiglu else 2) * f_e / etp)
+        if prec != "bf16":
+            casts += k_top / tsp * (2 * h + cf * f_e / etp + f_e / etp)
+        f_s = m.moe_shared_expert_intermediate_size or 0
+        if f_s:
+            lin(tok, cf * f_s / t, h, prec)
+            lin(tok, h, f_s / t, prec)
+            elems += (3 if swiglu else 2) * f_s / t
+        lt.fixed_f += MOE_LAYER_OVERHEAD_US * 1e-6
+        lt.fixed_b += MOE_LAYER_OVERHEAD_US * 1e-6
+    else:
+        f = filled(m.ffn_hidden_size, "model.ffn_hidden_size")
+        lin(tok, cf * f / t, h, prec)
+        lin(tok, h, f / t, prec)
+        elems += (3 if swiglu else 2) * f / t
+        if prec != "bf16":
+            casts += 2 * h + cf * f / t + f / t
+    # attention core: causal, CP ranks each see all s keys for their s/c queries
+    s_kv = s_full
+    attn_flops = 4 * tok * s_kv * (a / t) * dh / 2
+    eff = hw.attention_eff * s_kv / (s_kv + 512)
+    lt.attn_f = attn_flops / (hw.peaks["bf16"] * eff)
+    lt.attn_b = 2.5 * lt.attn_f
+    elem_bytes = 2 * elems * tok  # 2-byte activations
+    cast_bytes = 4 * casts * tok  # read 2 B, write 1 B + the transposed 1 B copy
+    lt.elem_f = (elem_bytes + cast_bytes) / hw.hbm
+    lt.elem_b = (2 * elem_bytes + cast_bytes) / hw.hbm
+    return lt
+
+
+def logits_time(spec: TrainSpec, plan: Plan, hw: Hw) -> tuple[float, float]:
+    """(forward, backward) seconds of the output layer and the cross entropy (BF16 GEMM; the
+    fp32 logits are read and written by the loss kernels)."""
+    m, d, tr = spec.model, plan.derived, spec.training
+    tok = tr.micro_batch_size * m.seq_length / d.cp
+    v = d.padded_vocab_size / d.tp
+    f, b = gemm3_seconds(hw, tok, v, m.hidden_size, "bf16")
+    ce = 3 * 4 * tok * v / hw.hbm  # fp32 logits: write, read for softmax, write the gradient
+    return f + ce, b + ce
+
+
+def recompute_forward_share(spec: TrainSpec, lt: LayerTime) -> float:
+    """Seconds a selective recompute adds per layer and micro-batch (the attention core's
+    forward again; Megatron-Core's default selective module ``core_attn``)."""
+    return lt.attn_f if spec.training.recompute is Recompute.selective else 0.0

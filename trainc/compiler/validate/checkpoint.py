@@ -1,0 +1,207 @@
+"""TRC533-TRC538: can this job load the checkpoint it names (``resume:``)?
+
+One comparison, :func:`resume_findings`, over plain "layout facts" (the keys of
+:class:`trainc.schemas.SavedLayout`), used by the validator (``resume.saved`` against the spec)
+and by ``trainc diff A B`` (plan A's facts against plan B's: can B resume from A?).
+
+What may change depends on the format that *wrote* the checkpoint: Megatron-Core's distributed
+format (``--ckpt-format torch_dist``) stores global tensors with their sharding and reshards on
+load, so TP/PP/EP/DP may change (megatron/core/dist_checkpointing, 0.16.1); the legacy format
+(``torch``) stores one file per model-parallel rank (``mp_rank_XX_YYY``) and needs
+tools/checkpoint/convert.py for another TP/PP (NVIDIA/Megatron-LM #296); the trainc worker
+records its layout and requires it on load (trainc/launch/checkpoint.py); DeepSpeed ZeRO
+shards the optimizer per data-parallel rank and loads another DP only as a universal checkpoint
+(deepspeed/checkpoint/ds_to_universal.py, 0.19.8); engine=fsdp writes torch.distributed.checkpoint
+(DCP) files of DTensor state dicts, which load into another mesh (torch 2.13
+torch/distributed/checkpoint, ``dcp.load`` reshards by the saved metadata). The embedding's row
+count (the padded vocabulary) and the architecture are global shapes: no format changes them
+(BC-051, BC-055).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from trainc.compiler import rules as R
+from trainc.compiler.derive import Derived, padded_vocab
+from trainc.compiler.diagnostics import Diagnostic, diag
+from trainc.compiler.rules import Rule
+from trainc.schemas import Entrypoint, PositionEmbedding, TrainSpec
+
+#: Layout facts and the spec key each is reported on.
+LAYOUT = {"tp": "parallel.tp", "pp": "parallel.pp", "vpp": "parallel.vpp", "cp": "parallel.cp",
+          "ep": "parallel.ep", "etp": "parallel.etp", "dp": "parallel.dp"}
+ARCH = {"num_layers": "model.num_layers", "hidden_size": "model.hidden_size",
+        "num_attention_heads": "model.num_attention_heads",
+        "num_query_groups": "model.num_query_groups", "ffn_hidden_size": "model.ffn_hidden_size",
+        "num_experts": "model.num_experts",
+        "max_position_embeddings": "model.max_position_embeddings",
+        "untie_embeddings_and_output_weights": "model.untie_embeddings_and_output_weights"}
+SCHEDULE = {"global_batch_size": "training.global_batch_size",
+            "lr_decay_style": "training.lr_decay_style"}
+#: Which layout facts each writer's format lets change on load.
+RESHARDS = {"torch_dist": frozenset(LAYOUT), "dcp": frozenset(LAYOUT),
+            "torch": frozenset({"cp", "dp"}),
+            "trainc": frozenset(), "deepspeed": frozenset({"tp", "pp", "vpp", "cp", "ep", "etp"})}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One reason B cannot (or should not) resume from A: the rule, the spec key, the saved and
+    the current value, a message and a fix (with its edits)."""
+
+    rule: Rule
+    key: str
+    saved: Any
+    now: Any
+    message: str
+    fix: str
+    edits: Mapping[str, Any]
+
+
+def layout_facts(spec: TrainSpec, d: Derived) -> dict[str, Any]:
+    """The :class:`trainc.schemas.SavedLayout` facts of a normalized spec (what its checkpoint
+    will hold)."""
+    m, p, t = spec.model, spec.parallel, spec.training
+    learned = m.position_embedding is PositionEmbedding.learned
+    return {
+        "engine": spec.engine.value, "checkpoint_format": d.checkpoint_format,
+        "tp": p.tp, "pp": p.pp, "vpp": p.vpp, "cp": p.cp, "ep": p.ep, "etp": d.etp, "dp": d.dp,
+        "zero_stage": p.zero_stage if spec.engine.value == "deepspeed" else None,
+        "num_layers": m.num_layers, "hidden_size": m.hidden_size,
+        "num_attention_heads": m.num_attention_heads, "num_query_groups": m.num_query_groups,
+        "ffn_hidden_size": m.ffn_hidden_size, "num_experts": m.num_experts,
+        "max_position_embeddings": (m.max_position_embeddings or m.seq_length) if learned
+        else None,
+        "padded_vocab_size": d.padded_vocab_size, "vocab_size": m.vocab_size,
+        "make_vocab_size_divisible_by": m.make_vocab_size_divisible_by,
+        "untie_embeddings_and_output_weights": m.untie_embeddings_and_output_weights,
+        "global_batch_size": t.global_batch_size, "optimizer": t.optimizer.value,
+        "lr_decay_style": t.lr_decay_style.value, "train_iters": t.train_iters,
+    }
+
+
+def saved_facts(spec: TrainSpec) -> dict[str, Any]:
+    """The facts ``resume.saved`` gives (enum values as strings), without the unknown ones."""
+    out = {}
+    for f in dataclasses.fields(spec.resume.saved):
+        v = getattr(spec.resume.saved, f.name)
+        if v is not None:
+            out[f.name] = getattr(v, "value", v)
+    return out
+
+
+def _vocab_fix(saved_rows: int, now: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    tp, v = int(now["tp"]), int(now["vocab_size"])
+    if saved_rows % tp == 0 and padded_vocab(v, saved_rows // tp, tp) == saved_rows:
+        d = saved_rows // tp
+        return (f"set model.make_vocab_size_divisible_by to {d} ({d} x tp {tp} = {saved_rows} "
+                f"rows, as saved)", {"model.make_vocab_size_divisible_by": d})
+    return (f"keep the saved tp, or convert the checkpoint's embedding to "
+            f"{now['padded_vocab_size']} rows (tools/checkpoint/convert.py)", {})
+
+
+def resume_findings(saved: Mapping[str, Any], now: Mapping[str, Any],
+                    finetune: bool = False) -> list[Finding]:
+    """Why a job with facts ``now`` cannot (errors) or should not (warnings) load a checkpoint
+    written with facts ``saved``; facts missing from ``saved`` are not checked."""
+    out: list[Finding] = []
+
+    def differs(k: str) -> bool:
+        return k in saved and saved[k] is not None and k in now and saved[k] != now[k]
+
+    fmt = str(saved.get("checkpoint_format") or now["checkpoint_format"])
+    if differs("engine"):
+        out.append(Finding(R.RESUME_LAYOUT, "engine", saved["engine"], now["engine"],
+                           f"the checkpoint was written by engine={saved['engine']}; "
+                           f"engine={now['engine']} reads another format",
+                           f"set engine={saved['engine']}", {"engine": saved["engine"]}))
+    moved = [k for k in LAYOUT if differs(k) and k not in RESHARDS.get(fmt, frozenset())]
+    if moved:
+        change = ", ".join(f"{k} {saved[k]} -> {now[k]}" for k in moved)
+        how = {"torch": "legacy torch files hold one shard per model-parallel rank",
+               "trainc": "the trainc worker's files record their layout and load only into it",
+               "deepspeed": "DeepSpeed ZeRO files hold one optimizer shard per data-parallel "
+                            "rank"}.get(fmt, f"format {fmt} does not reshard")
+        conv = {"torch": "; or convert it with Megatron-LM tools/checkpoint/convert.py "
+                         "(--target-tensor-parallel-size / --target-pipeline-parallel-size) "
+                         "or save it as torch_dist (--ckpt-format torch_dist, "
+                         "--ckpt-convert-format)",
+                "deepspeed": "; or convert it to a universal checkpoint "
+                             "(deepspeed/checkpoint/ds_to_universal.py) and load that"}
+        for k in moved:
+            out.append(Finding(
+                R.RESUME_LAYOUT, LAYOUT[k], saved[k], now[k],
+                f"resuming with {change} from a {fmt} checkpoint: {how}",
+                f"set {LAYOUT[k]} to {saved[k]} (the saved layout){conv.get(fmt, '')}",
+                {LAYOUT[k]: saved[k]}))
+    if differs("padded_vocab_size"):
+        fix, edits = _vocab_fix(int(saved["padded_vocab_size"]), now)
+        out.append(Finding(
+            R.RESUME_VOCAB, "model.make_vocab_size_divisible_by", saved["padded_vocab_size"],
+            now["padded_vocab_size"],
+            f"the checkpoint's embedding has {saved['padded_vocab_size']} rows, this job pads "
+            f"vocab_size {now['vocab_size']} to {now['padded_vocab_size']} (a multiple of "
+            f"make_vocab_size_divisible_by {now['make_vocab_size_divisible_by']} x tp "
+            f"{now['tp']}): the word embeddings do not load (size mismatch)", fix, edits))
+    for k, key in ARCH.items():
+        if differs(k):
+            out.append(Finding(
+                R.RESUME_ARCH, key, saved[k], now[k],
+                f"{k} is {saved[k]} in the checkpoint and {now[k]} here: its tensors have "
+                f"another global shape", f"set {key} to {saved[k]}", {key: saved[k]}))
+    if not finetune:
+        for k, key in SCHEDULE.items():
+            if differs(k):
+                out.append(Finding(
+                    R.RESUME_SCHEDULE, key, saved[k], now[k],
+                    f"resuming with {k} {saved[k]} -> {now[k]}: the learning-rate schedule and "
+                    f"the samples consumed continue from the checkpoint's iteration",
+                    f"set {key} to {saved[k]}, or set resume.finetune=true to start a new "
+                    f"schedule from the weights", {key: saved[k]}))
+        for k, key in (("optimizer", "training.optimizer"), ("zero_stage", "parallel.zero_stage")):
+            if differs(k):
+                out.append(Finding(
+                    R.RESUME_OPTIMIZER, key, saved[k], now[k],
+                    f"{k} is {saved[k]} in the checkpoint and {now[k]} here: the saved "
+                    f"optimizer state does not load into it",
+                    f"set {key} to {saved[k]}, or set resume.finetune=true (weights only, a "
+                    f"fresh optimizer)", {key: saved[k]}))
+    return out
+
+
+def checkpoint(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """TRC533-TRC538."""
+    r, lc = spec.resume, spec.launch
+    titan = lc.entrypoint is Entrypoint.torchtitan
+    if lc.entrypoint is not Entrypoint.megatron_lm and (
+            r.checkpoint_format is not None or r.finetune or (titan and r.load_dir is not None)):
+        key = ("resume.load_dir" if titan and r.load_dir is not None else
+               "resume.checkpoint_format" if r.checkpoint_format is not None else
+               "resume.finetune")
+        runner = ("torchtitan.train (trainc writes no --checkpoint.* flags for it)" if titan else
+                  "the trainc worker, which writes its own files and always resumes weights, "
+                  "optimizer and step")
+        yield diag(R.CKPT_FORMAT_RUNNER,
+                   f"{key} is read by pretrain_gpt.py (--load / --ckpt-format / --finetune), not "
+                   f"by {runner}",
+                   key, related=("launch.entrypoint",),
+                   fix=f"unset {key}, or use launch.entrypoint=megatron-lm",
+                   edits={key: False if key == "resume.finetune" else None},
+                   entrypoint=lc.entrypoint.value,
+                   value=getattr(getattr(r, key.partition(".")[2]), "value",
+                                 getattr(r, key.partition(".")[2])))
+    saved = saved_facts(spec)
+    if not saved:
+        return
+    for f in resume_findings(saved, layout_facts(spec, d), r.finetune):
+        yield diag(f.rule, f.message, f.key, related=(f"resume.saved.{_fact(f.key)}",),
+                   fix=f.fix, edits=f.edits, saved=f.saved, now=f.now)
+
+
+def _fact(key: str) -> str:
+    name = key.rpartition(".")[2]
+    return "padded_vocab_size" if name == "make_vocab_size_divisible_by" else name
