@@ -14,6 +14,9 @@ fits, pairs of changes are tried. The re-estimates go through the driver's own p
 ``check_fit`` an ``evaluate`` function (:func:`trainc.compiler.pipeline.plan_and_estimate`), so
 this module imports no other pass.
 
+TRC420 / TRC421 check DeepSpeed's CPU offload against the node's host memory
+(``cluster.host_memory_gib``): see :func:`host_offload_bytes_per_node`.
+
 TRC402 warns when the pipeline bubble exceeds 25 % of the step and computes the micro-batch count
 that brings it under: ``(p - 1)/(v*m + p - 1) <= 1/4  <=>  v*m >= 3(p - 1)``.
 """
@@ -28,6 +31,7 @@ from typing import Any
 
 from trainc.compiler import rules as R
 from trainc.compiler.diagnostics import Diagnostic, diag
+from trainc.compiler.estimate.params import stage_params
 from trainc.compiler.ir import Estimates, Plan
 from trainc.schemas import Device, Engine, Offload, Recompute, TrainSpec
 
@@ -43,6 +47,10 @@ OOM_MARGIN = 0.10
 #: TRC403 warns (the allocator's fragmentation is typically a few per cent of the peak).
 TIGHT_MARGIN = 0.05
 MAX_SUGGESTIONS = 4
+#: DeepSpeed's ``additional_buffer_factor`` in its ZeRO-2/3 memory estimators (0.19.8): the host
+#: needs up to this multiple of the offloaded states for pinned transfer buffers and the CPU
+#: Adam's work space. Offloaded states within ``host_memory_gib / this`` are a sure fit.
+HOST_BUFFER_FACTOR = 1.5
 
 #: Normalize, validate, plan and estimate a spec; None when it breaks a rule.
 Evaluate = Callable[[TrainSpec], Plan | None]
@@ -179,6 +187,90 @@ def _memory(plan: Plan, e: Estimates, evaluate: Evaluate | None) -> Iterator[Dia
                margin=round(margin, 4), stage=e.memory_stage)
 
 
+def host_offload_bytes_per_node(plan: Plan) -> float:
+    """Bytes of model state DeepSpeed offloads to the host of one node (0 without CPU offload).
+
+    Per GPU, for its shard of ``P`` parameters over the ZeRO group ``n = dp x cp``: optimizer
+    offload (``offload_optimizer: cpu``, ZeRO >= 1) keeps the fp32 master weights and Adam's two
+    moments (12 B/param; 8 with fp32 training, whose params are the masters) plus the fp32
+    gradient partition the CPU step reads (4 B/param) on the host; parameter offload
+    (``offload_param: cpu``, ZeRO-3) adds the 16-bit parameters (2 B/param; 4 in fp32). Summed over
+    the ``gpus_per_node`` GPUs of a node (the most loaded pipeline stage's GPUs, a bound for
+    pp > 1): with dp = world this is DeepSpeed's ``estimate_zero3_model_states_mem_needs``
+    (0.19.8, zero_init=True) ``16 P / nodes`` (``18 P / nodes`` with parameter offload) before its
+    1.5x ``additional_buffer_factor`` (:data:`HOST_BUFFER_FACTOR`).
+
+    NVMe offload keeps the states on disk (only pinned buffers on the host): not counted.
+    """
+    spec = plan.spec
+    if spec.engine is not Engine.deepspeed:
+        return 0.0
+    t, z = spec.training, spec.parallel.zero_stage
+    fp32 = t.precision.value == "fp32"
+    per_param = 0.0
+    if t.offload_optimizer is Offload.cpu and z >= 1:
+        per_param += (8 if fp32 else 12) + 4
+    if t.offload_param is Offload.cpu and z >= 3:
+        per_param += 4 if fp32 else 2
+    if per_param == 0.0:
+        return 0.0
+    n = plan.derived.dp * plan.derived.cp
+    most = max(sp.total for sp in stage_params(spec, plan))
+    return per_param * most / n * spec.cluster.gpus_per_node
+
+
+def _host_memory(plan: Plan) -> Iterator[Diagnostic]:
+    spec = plan.spec
+    c, t = spec.cluster, spec.training
+    if c.host_memory_gib is None:
+        return
+    need = host_offload_bytes_per_node(plan)
+    budget = c.host_memory_gib * GiB
+    if need == 0.0 or need * HOST_BUFFER_FACTOR <= budget:
+        return
+    margin = (budget - need) / budget
+    what = " and ".join(k for k, v in (("optimizer", t.offload_optimizer),
+                                        ("parameters", t.offload_param)) if v is Offload.cpu)
+    # more nodes shard the offloaded states further (dp grows with num_nodes at fixed tp/pp/cp)
+    total = need * c.num_nodes
+    nodes_fit = math.ceil(total * HOST_BUFFER_FACTOR / budget - 1e-9)
+    head = (f"the {what} states DeepSpeed offloads to the CPU need {need / GiB:.1f} GiB of host "
+            f"memory per node ({c.gpus_per_node} GPUs x their ZeRO shard of fp32 master weights, "
+            f"Adam moments and fp32 gradients{', and 16-bit parameters' if 'param' in what else ''}"
+            f"), {100 * abs(margin):.1f} % {'under' if margin >= 0 else 'over'} "
+            f"cluster.host_memory_gib ({c.host_memory_gib:g} GiB)")
+    p, tr = spec.parallel, spec.training
+    dp_new = nodes_fit * c.gpus_per_node // (p.tp * p.pp * p.cp)
+    step = tr.micro_batch_size * dp_new
+    edits: dict[str, Any] = {"cluster.num_nodes": nodes_fit}
+    gbs_note = ""
+    if tr.global_batch_size % step:
+        edits["training.global_batch_size"] = math.ceil(tr.global_batch_size / step) * step
+        gbs_note = f" with training.global_batch_size={edits['training.global_batch_size']}"
+    options = (f"cluster.num_nodes={nodes_fit}{gbs_note} (the states shard over {nodes_fit * c.gpus_per_node}"
+               f" GPUs: {total / nodes_fit / GiB:.1f} GiB per node, within the 1.5x buffer "
+               f"factor), offload to NVMe (training.offload_optimizer=nvme with "
+               f"training.nvme_path), or a node with at least "
+               f"{math.ceil(need * HOST_BUFFER_FACTOR / GiB)} GiB of host memory")
+    facts = dict(host_bytes=round(need), host_budget_bytes=round(budget),
+                 margin=round(margin, 4), nodes_fit=nodes_fit)
+    if need > budget:
+        yield diag(R.HOST_MEMORY_FIT, head + ": a sure host out-of-memory (the OOM killer ends "
+                   "the ranks)", "cluster.host_memory_gib",
+                   related=("training.offload_optimizer", "training.offload_param",
+                            "cluster.num_nodes"),
+                   fix="add nodes or move the states: " + options,
+                   edits=edits, **facts)
+    else:
+        yield diag(R.HOST_MEMORY_TIGHT, head + f", but DeepSpeed's estimator asks "
+                   f"{HOST_BUFFER_FACTOR:g}x that ({need * HOST_BUFFER_FACTOR / GiB:.1f} GiB) for "
+                   "pinned buffers and the CPU optimizer: the host may run out of memory",
+                   "cluster.host_memory_gib",
+                   related=("training.offload_optimizer", "training.offload_param"),
+                   fix="measure the host peak on one step (free -g, or DeepSpeed's "
+                       "see_memory_usage), or leave room: " + options, **facts)
+
+
 def _bubble(plan: Plan, e: Estimates) -> Iterator[Diagnostic]:
     spec, d = plan.spec, plan.derived
     bubble = e.pipeline_bubble_fraction
@@ -218,4 +310,5 @@ def check_fit(plan: Plan, *, evaluate: Evaluate | None = None) -> Iterator[Diagn
     # A shrunk or CPU run does not hold the full model on GPUs: the GPU fit does not apply.
     if not (spec.launch.shrink or spec.launch.device is Device.cpu):
         yield from _memory(plan, e, evaluate)
+        yield from _host_memory(plan)
     yield from _bubble(plan, e)
