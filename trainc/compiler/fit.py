@@ -47,6 +47,8 @@ OOM_MARGIN = 0.10
 #: TRC403 warns (the allocator's fragmentation is typically a few per cent of the peak).
 TIGHT_MARGIN = 0.05
 MAX_SUGGESTIONS = 4
+#: Uneven pipeline splits tried by the what-if search (nearest the current split first).
+MAX_REBALANCE = 3
 #: DeepSpeed's ``additional_buffer_factor`` in its ZeRO-2/3 memory estimators (0.19.8): the host
 #: needs up to this multiple of the offloaded states for pinned transfer buffers and the CPU
 #: Adam's work space. Offloaded states within ``host_memory_gib / this`` are a sure fit.
@@ -96,6 +98,66 @@ def _candidate_edits(spec: TrainSpec) -> list[tuple[dict[str, Any], dict[str, An
     return out
 
 
+def _rebalance_edits(spec: TrainSpec, plan: Plan) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Uneven pipeline splits that take layers off the most loaded stage (Megatron-Core's
+    ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``,
+    TransformerConfig.num_layers_in_first/last_pipeline_stage, 0.16.1): the first and last stage
+    counts ``f, l >= 1`` with the middle ``L - f - l`` split evenly over the ``pp - 2`` middle
+    stages (``f + l = L`` for pp 2); the most loaded stage must get fewer layers. The
+    :data:`MAX_REBALANCE` splits nearest the current one (by ``|df| + |dl|``) are tried."""
+    e = plan.estimates
+    lps = plan.derived.layers_per_stage
+    p = len(lps)
+    if e is None or p < 2 or spec.engine is not Engine.megatron:
+        return []
+    total, s = sum(lps), e.memory_stage
+    f0, l0 = lps[0], lps[-1]
+    mid0 = lps[1] if p > 2 else 0
+    found: list[tuple[int, int, int]] = []
+    for f in range(1, total):
+        for last in range(1, total - f + 1):
+            rest = total - f - last
+            if p == 2:
+                if rest:
+                    continue
+                mid = 0
+            elif rest <= 0 or rest % (p - 2):
+                continue
+            else:
+                mid = rest // (p - 2)
+            lighter = (f < f0 if s == 0 else last < l0 if s == p - 1 else mid < mid0)
+            if lighter and (f, last) != (f0, l0):
+                found.append((abs(f - f0) + abs(last - l0), f, last))
+    return [({"parallel.pipeline_first_stage_layers": f,
+              "parallel.pipeline_last_stage_layers": last}, {})
+            for _, f, last in sorted(found)[:MAX_REBALANCE]]
+
+
+def _more_nodes_edits(spec: TrainSpec) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Changes that add nodes: 2x and 4x the nodes with tp, pp, cp kept (dp grows, so the
+    distributed optimizer / ZeRO shards the states over more GPUs; global_batch_size raised to
+    the next multiple of micro_batch_size x dp when needed), and 2x the nodes with 2x pp (dp
+    kept: every GPU holds half the layers)."""
+    p, c, t = spec.parallel, spec.cluster, spec.training
+    out: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    uneven = p.pipeline_first_stage_layers is not None or p.pipeline_last_stage_layers is not None
+    for k, pp in ((2, p.pp), (4, p.pp), (2, 2 * p.pp)):
+        if pp != p.pp and uneven:
+            continue
+        nodes = c.num_nodes * k
+        dp = nodes * c.gpus_per_node // (p.tp * pp * p.cp)
+        if dp < 1 or nodes * c.gpus_per_node % (p.tp * pp * p.cp):
+            continue
+        edits: dict[str, Any] = {"cluster.num_nodes": nodes}
+        if pp != p.pp:
+            edits["parallel.pp"] = pp
+        step = t.micro_batch_size * dp
+        if t.global_batch_size % step:
+            edits["training.global_batch_size"] = math.ceil(t.global_batch_size / step) * step
+        out.append((edits, {"parallel.dp": None}))
+    return out
+
+
 def _try(spec: TrainSpec, edits: dict[str, Any], side: dict[str, Any],
          evaluate: Evaluate) -> dict[str, Any] | None:
     cand = copy.deepcopy(spec)
@@ -105,34 +167,59 @@ def _try(spec: TrainSpec, edits: dict[str, Any], side: dict[str, Any],
     if plan is None or plan.estimates is None:
         return None
     e = plan.estimates
+    world = plan.spec.cluster.num_nodes * plan.spec.cluster.gpus_per_node
+    added = world - spec.cluster.num_nodes * spec.cluster.gpus_per_node
     return {"edits": edits, "total": e.memory_bytes.total,
-            "budget": e.memory_budget_bytes, "step": e.step_time_seconds}
+            "budget": e.memory_budget_bytes, "step": e.step_time_seconds,
+            "gpus_added": added, "gpu_seconds": world * e.step_time_seconds}
 
 
 def _show(edits: dict[str, Any]) -> str:
     return ", ".join(f"{k}={getattr(v, 'value', v)}" for k, v in edits.items())
 
 
+def _rank(r: dict[str, Any]) -> tuple[float, float, float]:
+    """Cheapest first: no added GPUs before added ones (fewest first), then the step time."""
+    return (r["gpus_added"], r["step"], r["total"])
+
+
 def fitting_changes(spec: TrainSpec, evaluate: Evaluate) -> tuple[list[dict[str, Any]], bool]:
-    """Candidates ranked by predicted step time; the flag says whether they fit the budget."""
-    singles = _candidate_edits(spec)
-    tried = [r for e, s in singles if (r := _try(spec, e, s, evaluate)) is not None]
+    """Candidates, cheapest first (:func:`_rank`: changes on the same GPUs by predicted step
+    time, then those that add nodes by the GPUs they add); the flag says whether they fit.
+
+    Searched: each single change of :func:`_candidate_edits` (tp, pp, cp, recompute, ZeRO /
+    distributed optimizer, offload, micro batch), an uneven pipeline split that unloads the most
+    loaded stage (:func:`_rebalance_edits`) and more nodes (:func:`_more_nodes_edits`); when no
+    change on the same GPUs fits, pairs of same-GPU changes too.
+    """
+    now = evaluate(copy.deepcopy(spec))
+    same = _candidate_edits(spec)
+    if now is not None:
+        same += _rebalance_edits(now.spec, now)
+    grow = _more_nodes_edits(spec)
+    tried = [r for e, s in same + grow if (r := _try(spec, e, s, evaluate)) is not None]
     fits = [r for r in tried if r["total"] <= r["budget"]]
-    if not fits:
-        for (e1, s1), (e2, s2) in combinations(singles, 2):
-            if set(e1) & set(e2):
+    if not any(r["gpus_added"] == 0 for r in fits):
+        for (e1, s1), (e2, s2) in combinations(same, 2):
+            keys = set(e1) | set(e2)
+            if set(e1) & set(e2) or ("parallel.pp" in keys
+                                     and "parallel.pipeline_first_stage_layers" in keys):
                 continue
             r = _try(spec, {**e1, **e2}, {**s1, **s2}, evaluate)
             if r is not None and r["total"] <= r["budget"]:
                 fits.append(r)
     if fits:
-        return sorted(fits, key=lambda r: (r["step"], r["total"]))[:MAX_SUGGESTIONS], True
+        return sorted(fits, key=_rank)[:MAX_SUGGESTIONS], True
     # only changes that reduce memory are "reductions" (selective recompute saves nothing with
     # fused attention, for example)
-    now = evaluate(copy.deepcopy(spec))
     current = now.estimates.memory_bytes.total if now and now.estimates else math.inf
     smaller = [r for r in tried if r["total"] < 0.99 * current]  # at least 1 %
     return sorted(smaller, key=lambda r: r["total"])[:MAX_SUGGESTIONS], False
+
+
+def _listed(r: dict[str, Any]) -> str:
+    added = f", +{r['gpus_added']} GPUs" if r["gpus_added"] else ""
+    return f"{_show(r['edits'])} -> {r['total'] / GiB:.1f} GiB, {r['step']:.3g} s/step{added}"
 
 
 def _memory(plan: Plan, e: Estimates, evaluate: Evaluate | None) -> Iterator[Diagnostic]:
@@ -166,10 +253,13 @@ def _memory(plan: Plan, e: Estimates, evaluate: Evaluate | None) -> Iterator[Dia
            f"{-100 * margin:.1f} %, more than the memory model's {100 * OOM_MARGIN:g} % margin")
     suggest = evaluate is not None
     cands, fit = fitting_changes(spec, evaluate) if evaluate is not None else ([], False)
-    listed = "; ".join(f"{_show(r['edits'])} -> {r['total'] / GiB:.1f} GiB, "
-                       f"{r['step']:.3g} s/step" for r in cands)
+    listed = "; ".join(_listed(r) for r in cands)
     if fit:
-        fix = f"cheapest changes that fit (fastest first): {listed}"
+        top = cands[0]
+        how = (f"adds {top['gpus_added']} GPUs" if top["gpus_added"]
+               else "on the same GPUs, the fastest")
+        fix = (f"cheapest changes that fit (same GPUs first by step time, then the fewest GPUs "
+               f"added): {listed}; cheapest: {_show(top['edits'])} ({how})")
         edits = {k: getattr(v, "value", v) for k, v in cands[0]["edits"].items()}
     elif cands:
         fix = f"no single or paired change fits; largest reductions: {listed}; add GPUs"
