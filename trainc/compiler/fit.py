@@ -337,13 +337,13 @@ def _host_memory(plan: Plan) -> Iterator[Diagnostic]:
     if tr.global_batch_size % step:
         edits["training.global_batch_size"] = math.ceil(tr.global_batch_size / step) * step
         gbs_note = f" with training.global_batch_size={edits['training.global_batch_size']}"
-    options = (f"cluster.num_nodes={nodes_fit}{gbs_note} (the states shard over {nodes_fit * c.gpus_per_node}"
-               f" GPUs: {total / nodes_fit / GiB:.1f} GiB per node, within the 1.5x buffer "
-               f"factor), offload to NVMe (training.offload_optimizer=nvme with "
-               f"training.nvme_path), or a node with at least "
-               f"{math.ceil(need * HOST_BUFFER_FACTOR / GiB)} GiB of host memory")
-    facts = dict(host_bytes=round(need), host_budget_bytes=round(budget),
-                 margin=round(margin, 4), nodes_fit=nodes_fit)
+    options = (f"cluster.num_nodes={nodes_fit}{gbs_note} (the states shard over "
+               f"{nodes_fit * c.gpus_per_node} GPUs: {total / nodes_fit / GiB:.1f} GiB per node, "
+               f"within the 1.5x buffer factor), offload to NVMe "
+               f"(training.offload_optimizer=nvme with training.nvme_path), or a node with at least"
+               f" {math.ceil(need * HOST_BUFFER_FACTOR / GiB)} GiB of host memory")
+    facts: dict[str, Any] = dict(host_bytes=round(need), host_budget_bytes=round(budget),
+                                 margin=round(margin, 4), nodes_fit=nodes_fit)
     if need > budget:
         yield diag(R.HOST_MEMORY_FIT, head + ": a sure host out-of-memory (the OOM killer ends "
                    "the ranks)", "cluster.host_memory_gib",
