@@ -219,7 +219,11 @@ def fitting_changes(spec: TrainSpec, evaluate: Evaluate) -> tuple[list[dict[str,
 
 def _listed(r: dict[str, Any]) -> str:
     added = f", +{r['gpus_added']} GPUs" if r["gpus_added"] else ""
-    return f"{_show(r['edits'])} -> {r['total'] / GiB:.1f} GiB, {r['step']:.3g} s/step{added}"
+    tight = ""
+    if r["budget"] > 0 and r["total"] > r["budget"] * (1 - TIGHT_MARGIN):  # fits, but TRC403
+        tight = f" (tight: {100 * (r['budget'] - r['total']) / r['budget']:.1f} % under)"
+    return (f"{_show(r['edits'])} -> {r['total'] / GiB:.1f} GiB{tight}, {r['step']:.3g} s/step"
+            f"{added}")
 
 
 def _memory(plan: Plan, e: Estimates, evaluate: Evaluate | None) -> Iterator[Diagnostic]:
