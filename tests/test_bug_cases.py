@@ -14,6 +14,7 @@ from specs.kit import verdict
 from trainc.compiler.diagnostics import locate
 from trainc.compiler.load import load_spec
 from trainc.compiler.normalize import normalize
+from trainc.compiler.pipeline import compile_spec
 from trainc.compiler.validate import validate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +28,9 @@ def _id(e: dict) -> str:
     return e["case"] + (f" ({e['variant']})" if "variant" in e else "")
 
 
-def lint_file(path: Path, overrides: list[str]):
+def lint_file(path: Path, overrides: list[str], fit: bool = False):
+    if fit:  # memory cases: the whole lint (validate, plan, estimate, the fit check)
+        return compile_spec(path, overrides, emit_files=False).diagnostics
     loaded = load_spec(path, overrides)
     if loaded.spec is None:
         return loaded.diagnostics
@@ -36,7 +39,7 @@ def lint_file(path: Path, overrides: list[str]):
 
 @pytest.mark.parametrize("exp", EXPECT, ids=_id)
 def test_bug_case_verdict(exp: dict) -> None:
-    diags = lint_file(CASES_DIR / exp["spec"], exp.get("overrides", []))
+    diags = lint_file(CASES_DIR / exp["spec"], exp.get("overrides", []), exp.get("fit", False))
     shown = [(d.rule.id, d.severity.value, d.key, d.message) for d in diags]
     assert verdict(diags) == exp["verdict"], shown
     if exp["verdict"] == "ok":

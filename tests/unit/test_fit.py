@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from trainc.compiler.fit import check_fit, fitting_changes
+from trainc.compiler.fit import (
+    GiB,
+    _rebalance_edits,
+    check_fit,
+    fitting_changes,
+    host_offload_bytes_per_node,
+)
 from trainc.compiler.pipeline import plan_and_estimate
 from trainc.compiler.validate import validate
-from trainc.schemas import Device, Recompute
+from trainc.schemas import Device, Engine, Offload, Recompute
 
 from test_estimate_memory import make_spec  # noqa: E402
 
@@ -90,3 +96,115 @@ def test_when_nothing_fits_only_real_reductions_are_listed():
     current = plan.estimates.memory_bytes.total
     assert all(r["total"] < 0.99 * current for r in cands)
     assert all(r["edits"].get("training.recompute") is not Recompute.selective for r in cands)
+
+
+def test_fit_fix_rebalances_an_uneven_pipeline_split():
+    # pp 4 x 8 layers, 256K vocabulary: the last stage (LM head + fp32 logits) is the heaviest,
+    # 30.2 GiB against 27 GiB (11.7 % over). Moving two layers off it (8, 9, 9, 6) fits on the
+    # same GPUs and is the cheapest change; adding nodes is listed after it with the GPUs added.
+    spec = make_spec(mem=31.0, model__vocab_size=256000, parallel__pp=4, parallel__tp=2,
+                     training__recompute=Recompute.full, training__global_batch_size=32)
+    nspec, plan, diags = fit_diags(spec)
+    assert plan.derived.layers_per_stage == (8, 8, 8, 8) and plan.estimates.memory_stage == 3
+    assert _rebalance_edits(nspec, plan) == [
+        ({"parallel.pipeline_first_stage_layers": f, "parallel.pipeline_last_stage_layers": last},
+         {}) for f, last in ((7, 7), (8, 6), (9, 7))]
+    [d] = [d for d in diags if d.rule.id == "TRC401"]
+    assert d.edits == {"parallel.pipeline_first_stage_layers": 8,
+                       "parallel.pipeline_last_stage_layers": 6}
+    assert d.fix.endswith("cheapest: parallel.pipeline_first_stage_layers=8, "
+                          "parallel.pipeline_last_stage_layers=6 (on the same GPUs, the fastest)")
+    # it fits 2.1 % under the budget: inside TRC403's band, which the listing says
+    assert ("parallel.pipeline_last_stage_layers=6 -> 26.4 GiB (tight: 2.1 % under), 13.1 s/step;"
+            in d.fix)
+    assert "cluster.num_nodes=2 -> 22.3 GiB, 8.66 s/step, +8 GPUs" in d.fix
+    cands, fit = fitting_changes(nspec, evaluate)
+    assert fit
+    assert [(c["edits"], c["gpus_added"]) for c in cands] == [
+        ({"parallel.pipeline_first_stage_layers": 8, "parallel.pipeline_last_stage_layers": 6}, 0),
+        ({"cluster.num_nodes": 2}, 8),
+        ({"cluster.num_nodes": 2, "parallel.pp": 8}, 8),
+        ({"cluster.num_nodes": 4}, 24)]
+    # the rebalanced split, applied, validates and its heaviest stage fits
+    applied = make_spec(mem=31.0, model__vocab_size=256000, parallel__pp=4, parallel__tp=2,
+                        training__recompute=Recompute.full, training__global_batch_size=32,
+                        parallel__pipeline_first_stage_layers=8,
+                        parallel__pipeline_last_stage_layers=6)
+    _, plan2, diags2 = fit_diags(applied)
+    assert plan2.derived.layers_per_stage == (8, 9, 9, 6)
+    # within the budget (2.1 % under): no TRC401, TRC403 says how tight
+    assert [(d.rule.id, d.facts["margin"]) for d in diags2
+            if d.rule.id in ("TRC401", "TRC403")] == [("TRC403", 0.0211)]
+
+
+def test_fit_fix_adds_nodes_when_nothing_fits_on_the_same_gpus():
+    # tp 8 fills the NVLink domain, dp 1, full recompute, micro batch 1: no change on the 8 GPUs
+    # fits (61.6 GiB against 50). More nodes do: 2 nodes with pp 2 (dp kept) is the cheapest
+    # (fewest GPUs added, then step time); 2 or 4 nodes with more dp raise the global batch to a
+    # multiple of micro_batch_size x dp (9 -> 10, 12).
+    spec = make_spec(mem=54.0, model__num_layers=48, model__hidden_size=7168,
+                     model__num_attention_heads=56, model__ffn_hidden_size=20480, parallel__tp=8,
+                     parallel__pp=1, training__recompute=Recompute.full,
+                     training__global_batch_size=9)
+    nspec, plan, diags = fit_diags(spec)
+    [d] = [d for d in diags if d.rule.id == "TRC401"]
+    assert d.edits == {"cluster.num_nodes": 2, "parallel.pp": 2}
+    assert d.fix.endswith("cheapest: cluster.num_nodes=2, parallel.pp=2 (adds 8 GPUs)")
+    cands, fit = fitting_changes(nspec, evaluate)
+    assert fit
+    assert [(c["edits"], c["gpus_added"]) for c in cands] == [
+        ({"cluster.num_nodes": 2, "parallel.pp": 2}, 8),
+        ({"cluster.num_nodes": 2, "training.global_batch_size": 10}, 8),
+        ({"cluster.num_nodes": 4, "training.global_batch_size": 12}, 24)]
+    assert all(c["total"] <= c["budget"] for c in cands)
+    assert cands[0]["step"] < cands[1]["step"]  # same GPUs added: the faster first
+
+
+def _ds_offload(**kw):
+    base = dict(engine=Engine.deepspeed, nodes=1, parallel__tp=1, parallel__pp=1,
+                parallel__zero_stage=3, training__recompute=Recompute.full,
+                training__global_batch_size=8, training__offload_optimizer=Offload.cpu)
+    base.update(kw)
+    return make_spec(**base)
+
+
+def test_host_offload_bytes_follow_deepspeeds_estimator():
+    # dp = world = 8 on one node: the node holds all 8 shards, 16 B/param with optimizer offload
+    # (fp32 master + Adam m, v + fp32 gradient), 18 B/param with the parameters too (DeepSpeed
+    # 0.19.8 estimate_zero3_model_states_mem_needs, zero_init: 16P / nodes, 18P / nodes)
+    plan = evaluate(_ds_offload())
+    n = plan.estimates.params_total
+    assert host_offload_bytes_per_node(plan) == 16 * n
+    assert host_offload_bytes_per_node(evaluate(_ds_offload(
+        training__offload_param=Offload.cpu))) == 18 * n
+    # two nodes: each holds half of the shards
+    two = _ds_offload(nodes=2, training__global_batch_size=16)
+    assert host_offload_bytes_per_node(evaluate(two)) == 8 * n
+    # nvme keeps the states on disk; no offload or Megatron-Core: nothing on the host
+    for other in (_ds_offload(training__offload_optimizer=Offload.nvme,
+                              training__nvme_path="/nvme"),
+                  _ds_offload(training__offload_optimizer=Offload.none)):
+        assert host_offload_bytes_per_node(evaluate(other)) == 0.0
+
+
+def test_host_memory_verdicts_sure_oom_tight_and_fit():
+    plan = evaluate(_ds_offload())
+    need = host_offload_bytes_per_node(plan)  # 16 B/param of an 8B-class model, ~119 GiB
+
+    def host(gib):
+        spec = _ds_offload()
+        spec.cluster.host_memory_gib = gib
+        _, _, diags = fit_diags(spec)
+        return [d for d in diags if d.rule.id in ("TRC420", "TRC421")]
+
+    [oom] = host(need / GiB * 0.99)
+    assert oom.rule.id == "TRC420" and oom.is_error and oom.key == "cluster.host_memory_gib"
+    assert oom.facts["host_bytes"] == round(need) and oom.facts["nodes_fit"] == 2
+    # 2 nodes: dp 16, so the global batch 8 becomes 16 (a multiple of micro batch x dp)
+    assert oom.edits == {"cluster.num_nodes": 2, "training.global_batch_size": 16}
+    assert "cluster.num_nodes=2 with training.global_batch_size=16" in oom.fix
+    [tight] = host(need / GiB * 1.2)
+    assert tight.rule.id == "TRC421" and tight.severity.value == "warning"
+    assert tight.facts["margin"] == round(1 - 1 / 1.2, 4)
+    assert host(need / GiB * 1.5 + 1) == []
+    assert host(None) == []

@@ -14,6 +14,9 @@ fits, pairs of changes are tried. The re-estimates go through the driver's own p
 ``check_fit`` an ``evaluate`` function (:func:`trainc.compiler.pipeline.plan_and_estimate`), so
 this module imports no other pass.
 
+TRC420 / TRC421 check DeepSpeed's CPU offload against the node's host memory
+(``cluster.host_memory_gib``): see :func:`host_offload_bytes_per_node`.
+
 TRC402 warns when the pipeline bubble exceeds 25 % of the step and computes the micro-batch count
 that brings it under: ``(p - 1)/(v*m + p - 1) <= 1/4  <=>  v*m >= 3(p - 1)``.
 """
@@ -28,6 +31,7 @@ from typing import Any
 
 from trainc.compiler import rules as R
 from trainc.compiler.diagnostics import Diagnostic, diag
+from trainc.compiler.estimate.params import stage_params
 from trainc.compiler.ir import Estimates, Plan
 from trainc.schemas import Device, Engine, Offload, Recompute, TrainSpec
 
@@ -43,6 +47,12 @@ OOM_MARGIN = 0.10
 #: TRC403 warns (the allocator's fragmentation is typically a few per cent of the peak).
 TIGHT_MARGIN = 0.05
 MAX_SUGGESTIONS = 4
+#: Uneven pipeline splits tried by the what-if search (nearest the current split first).
+MAX_REBALANCE = 3
+#: DeepSpeed's ``additional_buffer_factor`` in its ZeRO-2/3 memory estimators (0.19.8): the host
+#: needs up to this multiple of the offloaded states for pinned transfer buffers and the CPU
+#: Adam's work space. Offloaded states within ``host_memory_gib / this`` are a sure fit.
+HOST_BUFFER_FACTOR = 1.5
 
 #: Normalize, validate, plan and estimate a spec; None when it breaks a rule.
 Evaluate = Callable[[TrainSpec], Plan | None]
@@ -88,6 +98,66 @@ def _candidate_edits(spec: TrainSpec) -> list[tuple[dict[str, Any], dict[str, An
     return out
 
 
+def _rebalance_edits(spec: TrainSpec, plan: Plan) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Uneven pipeline splits that take layers off the most loaded stage (Megatron-Core's
+    ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``,
+    TransformerConfig.num_layers_in_first/last_pipeline_stage, 0.16.1): the first and last stage
+    counts ``f, l >= 1`` with the middle ``L - f - l`` split evenly over the ``pp - 2`` middle
+    stages (``f + l = L`` for pp 2); the most loaded stage must get fewer layers. The
+    :data:`MAX_REBALANCE` splits nearest the current one (by ``|df| + |dl|``) are tried."""
+    e = plan.estimates
+    lps = plan.derived.layers_per_stage
+    p = len(lps)
+    if e is None or p < 2 or spec.engine is not Engine.megatron:
+        return []
+    total, s = sum(lps), e.memory_stage
+    f0, l0 = lps[0], lps[-1]
+    mid0 = lps[1] if p > 2 else 0
+    found: list[tuple[int, int, int]] = []
+    for f in range(1, total):
+        for last in range(1, total - f + 1):
+            rest = total - f - last
+            if p == 2:
+                if rest:
+                    continue
+                mid = 0
+            elif rest <= 0 or rest % (p - 2):
+                continue
+            else:
+                mid = rest // (p - 2)
+            lighter = (f < f0 if s == 0 else last < l0 if s == p - 1 else mid < mid0)
+            if lighter and (f, last) != (f0, l0):
+                found.append((abs(f - f0) + abs(last - l0), f, last))
+    return [({"parallel.pipeline_first_stage_layers": f,
+              "parallel.pipeline_last_stage_layers": last}, {})
+            for _, f, last in sorted(found)[:MAX_REBALANCE]]
+
+
+def _more_nodes_edits(spec: TrainSpec) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Changes that add nodes: 2x and 4x the nodes with tp, pp, cp kept (dp grows, so the
+    distributed optimizer / ZeRO shards the states over more GPUs; global_batch_size raised to
+    the next multiple of micro_batch_size x dp when needed), and 2x the nodes with 2x pp (dp
+    kept: every GPU holds half the layers)."""
+    p, c, t = spec.parallel, spec.cluster, spec.training
+    out: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    uneven = p.pipeline_first_stage_layers is not None or p.pipeline_last_stage_layers is not None
+    for k, pp in ((2, p.pp), (4, p.pp), (2, 2 * p.pp)):
+        if pp != p.pp and uneven:
+            continue
+        nodes = c.num_nodes * k
+        dp = nodes * c.gpus_per_node // (p.tp * pp * p.cp)
+        if dp < 1 or nodes * c.gpus_per_node % (p.tp * pp * p.cp):
+            continue
+        edits: dict[str, Any] = {"cluster.num_nodes": nodes}
+        if pp != p.pp:
+            edits["parallel.pp"] = pp
+        step = t.micro_batch_size * dp
+        if t.global_batch_size % step:
+            edits["training.global_batch_size"] = math.ceil(t.global_batch_size / step) * step
+        out.append((edits, {"parallel.dp": None}))
+    return out
+
+
 def _try(spec: TrainSpec, edits: dict[str, Any], side: dict[str, Any],
          evaluate: Evaluate) -> dict[str, Any] | None:
     cand = copy.deepcopy(spec)
@@ -97,34 +167,63 @@ def _try(spec: TrainSpec, edits: dict[str, Any], side: dict[str, Any],
     if plan is None or plan.estimates is None:
         return None
     e = plan.estimates
+    world = plan.spec.cluster.num_nodes * plan.spec.cluster.gpus_per_node
+    added = world - spec.cluster.num_nodes * spec.cluster.gpus_per_node
     return {"edits": edits, "total": e.memory_bytes.total,
-            "budget": e.memory_budget_bytes, "step": e.step_time_seconds}
+            "budget": e.memory_budget_bytes, "step": e.step_time_seconds,
+            "gpus_added": added, "gpu_seconds": world * e.step_time_seconds}
 
 
 def _show(edits: dict[str, Any]) -> str:
     return ", ".join(f"{k}={getattr(v, 'value', v)}" for k, v in edits.items())
 
 
+def _rank(r: dict[str, Any]) -> tuple[float, float, float]:
+    """Cheapest first: no added GPUs before added ones (fewest first), then the step time."""
+    return (r["gpus_added"], r["step"], r["total"])
+
+
 def fitting_changes(spec: TrainSpec, evaluate: Evaluate) -> tuple[list[dict[str, Any]], bool]:
-    """Candidates ranked by predicted step time; the flag says whether they fit the budget."""
-    singles = _candidate_edits(spec)
-    tried = [r for e, s in singles if (r := _try(spec, e, s, evaluate)) is not None]
+    """Candidates, cheapest first (:func:`_rank`: changes on the same GPUs by predicted step
+    time, then those that add nodes by the GPUs they add); the flag says whether they fit.
+
+    Searched: each single change of :func:`_candidate_edits` (tp, pp, cp, recompute, ZeRO /
+    distributed optimizer, offload, micro batch), an uneven pipeline split that unloads the most
+    loaded stage (:func:`_rebalance_edits`) and more nodes (:func:`_more_nodes_edits`); when no
+    change on the same GPUs fits, pairs of same-GPU changes too.
+    """
+    now = evaluate(copy.deepcopy(spec))
+    same = _candidate_edits(spec)
+    if now is not None:
+        same += _rebalance_edits(now.spec, now)
+    grow = _more_nodes_edits(spec)
+    tried = [r for e, s in same + grow if (r := _try(spec, e, s, evaluate)) is not None]
     fits = [r for r in tried if r["total"] <= r["budget"]]
-    if not fits:
-        for (e1, s1), (e2, s2) in combinations(singles, 2):
-            if set(e1) & set(e2):
+    if not any(r["gpus_added"] == 0 for r in fits):
+        for (e1, s1), (e2, s2) in combinations(same, 2):
+            keys = set(e1) | set(e2)
+            if set(e1) & set(e2) or ("parallel.pp" in keys
+                                     and "parallel.pipeline_first_stage_layers" in keys):
                 continue
             r = _try(spec, {**e1, **e2}, {**s1, **s2}, evaluate)
             if r is not None and r["total"] <= r["budget"]:
                 fits.append(r)
     if fits:
-        return sorted(fits, key=lambda r: (r["step"], r["total"]))[:MAX_SUGGESTIONS], True
+        return sorted(fits, key=_rank)[:MAX_SUGGESTIONS], True
     # only changes that reduce memory are "reductions" (selective recompute saves nothing with
     # fused attention, for example)
-    now = evaluate(copy.deepcopy(spec))
     current = now.estimates.memory_bytes.total if now and now.estimates else math.inf
     smaller = [r for r in tried if r["total"] < 0.99 * current]  # at least 1 %
     return sorted(smaller, key=lambda r: r["total"])[:MAX_SUGGESTIONS], False
+
+
+def _listed(r: dict[str, Any]) -> str:
+    added = f", +{r['gpus_added']} GPUs" if r["gpus_added"] else ""
+    tight = ""
+    if r["budget"] > 0 and r["total"] > r["budget"] * (1 - TIGHT_MARGIN):  # fits, but TRC403
+        tight = f" (tight: {100 * (r['budget'] - r['total']) / r['budget']:.1f} % under)"
+    return (f"{_show(r['edits'])} -> {r['total'] / GiB:.1f} GiB{tight}, {r['step']:.3g} s/step"
+            f"{added}")
 
 
 def _memory(plan: Plan, e: Estimates, evaluate: Evaluate | None) -> Iterator[Diagnostic]:
@@ -158,10 +257,13 @@ def _memory(plan: Plan, e: Estimates, evaluate: Evaluate | None) -> Iterator[Dia
            f"{-100 * margin:.1f} %, more than the memory model's {100 * OOM_MARGIN:g} % margin")
     suggest = evaluate is not None
     cands, fit = fitting_changes(spec, evaluate) if evaluate is not None else ([], False)
-    listed = "; ".join(f"{_show(r['edits'])} -> {r['total'] / GiB:.1f} GiB, "
-                       f"{r['step']:.3g} s/step" for r in cands)
+    listed = "; ".join(_listed(r) for r in cands)
     if fit:
-        fix = f"cheapest changes that fit (fastest first): {listed}"
+        top = cands[0]
+        how = (f"adds {top['gpus_added']} GPUs" if top["gpus_added"]
+               else "on the same GPUs, the fastest")
+        fix = (f"cheapest changes that fit (same GPUs first by step time, then the fewest GPUs "
+               f"added): {listed}; cheapest: {_show(top['edits'])} ({how})")
         edits = {k: getattr(v, "value", v) for k, v in cands[0]["edits"].items()}
     elif cands:
         fix = f"no single or paired change fits; largest reductions: {listed}; add GPUs"
@@ -177,6 +279,90 @@ def _memory(plan: Plan, e: Estimates, evaluate: Evaluate | None) -> Iterator[Dia
     yield diag(R.MEMORY_FIT, msg, "cluster.gpu_memory_gib", related=related, fix=fix,
                edits=edits, memory_bytes=mem.total, budget_bytes=budget,
                margin=round(margin, 4), stage=e.memory_stage)
+
+
+def host_offload_bytes_per_node(plan: Plan) -> float:
+    """Bytes of model state DeepSpeed offloads to the host of one node (0 without CPU offload).
+
+    Per GPU, for its shard of ``P`` parameters over the ZeRO group ``n = dp x cp``: optimizer
+    offload (``offload_optimizer: cpu``, ZeRO >= 1) keeps the fp32 master weights and Adam's two
+    moments (12 B/param; 8 with fp32 training, whose params are the masters) plus the fp32
+    gradient partition the CPU step reads (4 B/param) on the host; parameter offload
+    (``offload_param: cpu``, ZeRO-3) adds the 16-bit parameters (2 B/param; 4 in fp32). Summed over
+    the ``gpus_per_node`` GPUs of a node (the most loaded pipeline stage's GPUs, a bound for
+    pp > 1): with dp = world this is DeepSpeed's ``estimate_zero3_model_states_mem_needs``
+    (0.19.8, zero_init=True) ``16 P / nodes`` (``18 P / nodes`` with parameter offload) before its
+    1.5x ``additional_buffer_factor`` (:data:`HOST_BUFFER_FACTOR`).
+
+    NVMe offload keeps the states on disk (only pinned buffers on the host): not counted.
+    """
+    spec = plan.spec
+    if spec.engine is not Engine.deepspeed:
+        return 0.0
+    t, z = spec.training, spec.parallel.zero_stage
+    fp32 = t.precision.value == "fp32"
+    per_param = 0.0
+    if t.offload_optimizer is Offload.cpu and z >= 1:
+        per_param += (8 if fp32 else 12) + 4
+    if t.offload_param is Offload.cpu and z >= 3:
+        per_param += 4 if fp32 else 2
+    if per_param == 0.0:
+        return 0.0
+    n = plan.derived.dp * plan.derived.cp
+    most = max(sp.total for sp in stage_params(spec, plan))
+    return per_param * most / n * spec.cluster.gpus_per_node
+
+
+def _host_memory(plan: Plan) -> Iterator[Diagnostic]:
+    spec = plan.spec
+    c, t = spec.cluster, spec.training
+    if c.host_memory_gib is None:
+        return
+    need = host_offload_bytes_per_node(plan)
+    budget = c.host_memory_gib * GiB
+    if need == 0.0 or need * HOST_BUFFER_FACTOR <= budget:
+        return
+    margin = (budget - need) / budget
+    what = " and ".join(k for k, v in (("optimizer", t.offload_optimizer),
+                                        ("parameters", t.offload_param)) if v is Offload.cpu)
+    # more nodes shard the offloaded states further (dp grows with num_nodes at fixed tp/pp/cp)
+    total = need * c.num_nodes
+    nodes_fit = math.ceil(total * HOST_BUFFER_FACTOR / budget - 1e-9)
+    head = (f"the {what} states DeepSpeed offloads to the CPU need {need / GiB:.1f} GiB of host "
+            f"memory per node ({c.gpus_per_node} GPUs x their ZeRO shard of fp32 master weights, "
+            f"Adam moments and fp32 gradients{', and 16-bit parameters' if 'param' in what else ''}"
+            f"), {100 * abs(margin):.1f} % {'under' if margin >= 0 else 'over'} "
+            f"cluster.host_memory_gib ({c.host_memory_gib:g} GiB)")
+    p, tr = spec.parallel, spec.training
+    dp_new = nodes_fit * c.gpus_per_node // (p.tp * p.pp * p.cp)
+    step = tr.micro_batch_size * dp_new
+    edits: dict[str, Any] = {"cluster.num_nodes": nodes_fit}
+    gbs_note = ""
+    if tr.global_batch_size % step:
+        edits["training.global_batch_size"] = math.ceil(tr.global_batch_size / step) * step
+        gbs_note = f" with training.global_batch_size={edits['training.global_batch_size']}"
+    options = (f"cluster.num_nodes={nodes_fit}{gbs_note} (the states shard over "
+               f"{nodes_fit * c.gpus_per_node} GPUs: {total / nodes_fit / GiB:.1f} GiB per node, "
+               f"within the 1.5x buffer factor), offload to NVMe "
+               f"(training.offload_optimizer=nvme with training.nvme_path), or a node with at least"
+               f" {math.ceil(need * HOST_BUFFER_FACTOR / GiB)} GiB of host memory")
+    facts: dict[str, Any] = dict(host_bytes=round(need), host_budget_bytes=round(budget),
+                                 margin=round(margin, 4), nodes_fit=nodes_fit)
+    if need > budget:
+        yield diag(R.HOST_MEMORY_FIT, head + ": a sure host out-of-memory (the OOM killer ends "
+                   "the ranks)", "cluster.host_memory_gib",
+                   related=("training.offload_optimizer", "training.offload_param",
+                            "cluster.num_nodes"),
+                   fix="add nodes or move the states: " + options,
+                   edits=edits, **facts)
+    else:
+        yield diag(R.HOST_MEMORY_TIGHT, head + f", but DeepSpeed's estimator asks "
+                   f"{HOST_BUFFER_FACTOR:g}x that ({need * HOST_BUFFER_FACTOR / GiB:.1f} GiB) for "
+                   "pinned buffers and the CPU optimizer: the host may run out of memory",
+                   "cluster.host_memory_gib",
+                   related=("training.offload_optimizer", "training.offload_param"),
+                   fix="measure the host peak on one step (free -g, or DeepSpeed's "
+                       "see_memory_usage), or leave room: " + options, **facts)
 
 
 def _bubble(plan: Plan, e: Estimates) -> Iterator[Diagnostic]:
@@ -218,4 +404,5 @@ def check_fit(plan: Plan, *, evaluate: Evaluate | None = None) -> Iterator[Diagn
     # A shrunk or CPU run does not hold the full model on GPUs: the GPU fit does not apply.
     if not (spec.launch.shrink or spec.launch.device is Device.cpu):
         yield from _memory(plan, e, evaluate)
+        yield from _host_memory(plan)
     yield from _bubble(plan, e)

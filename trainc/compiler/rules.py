@@ -221,6 +221,16 @@ MEMORY_TIGHT = _r(
     "TRC403", "memory-tight",
     "estimated memory per GPU is within the memory model's error margin of the budget: it may "
     "or may not fit", "warning")
+HOST_MEMORY_FIT = _r(
+    "TRC420", "host-memory-fits-offload",
+    "the optimizer / parameter states offloaded to the CPU by the GPUs of one node must fit "
+    "host_memory_gib (a sure host out-of-memory otherwise)", "error",
+    engines={"megatron": "n/a", "fsdp": "n/a"})
+HOST_MEMORY_TIGHT = _r(
+    "TRC421", "host-memory-tight",
+    "the offloaded states fit host_memory_gib, but not with DeepSpeed's 1.5x buffer factor for "
+    "pinned buffers and the CPU optimizer: the host may run out of memory", "warning",
+    engines={"megatron": "n/a", "fsdp": "n/a"})
 
 # --- TRC5xx: launcher / cluster -------------------------------------------------------------
 JOB_NAME = _r("TRC501", "job-name-safe",
@@ -507,6 +517,10 @@ SOURCES: dict[str, str] = {
     "TRC327": "megatron/core/transformer/moe/shared_experts.py SharedExpertMLP (0.16.1): "
               "'... is not divisible by' at model build",
     "TRC401": "trainc estimates", "TRC402": "trainc estimates", "TRC403": "trainc estimates",
+    "TRC420": "deepspeed/runtime/zero/stage3.py estimate_zero3_model_states_mem_needs and "
+              "stage_1_and_2.py estimate_zero2_model_states_mem_needs (0.19.8); DeepSpeed #4867",
+    "TRC421": "deepspeed/runtime/zero/stage3.py estimate_zero3_model_states_mem_needs "
+              "additional_buffer_factor=1.5 (0.19.8)",
     "TRC501": "Slurm job names", "TRC502": "Slurm --time", "TRC503": "pretrain_gpt.py (MR §6)",
     "TRC504": "POSIX environment names", "TRC505": "validate_args (MR ENV-1)",
     "TRC506": "CPU (gloo) execution", "TRC507": "torchrun --nproc_per_node (BC-063)",

@@ -49,6 +49,10 @@ class ClusterSpec:
     memory_reserve_gib: float = 4.0
     """GiB per GPU kept back for the CUDA context, NCCL buffers and allocator fragmentation; the
     fit check compares the estimate with gpu_memory_gib - memory_reserve_gib."""
+    host_memory_gib: float | None = None
+    """Host (CPU) memory per node available to the job (GiB = 2**30 bytes). null = not checked.
+    With DeepSpeed optimizer / parameter offload to the CPU the offloaded states live there:
+    TRC420 (a sure host out-of-memory), TRC421 (within DeepSpeed's 1.5x buffer factor)."""
     gemm_half_efficiency_tokens: int = 128
     """Tokens per GPU per micro batch (seq_length/cp x micro_batch_size) at which kernels reach
     half of compute_efficiency: small micro batches starve the GEMMs (estimates and planner use

@@ -16,7 +16,7 @@ _POSITIVE = (
     "model.moe_shared_expert_intermediate_size", "model.moe_layer_freq",
     "cluster.num_nodes", "cluster.gpus_per_node", "cluster.gpu_memory_gib", "cluster.peak_tflops",
     "cluster.nvlink_domain_size", "cluster.intra_node_bandwidth_gbps",
-    "cluster.inter_node_bandwidth_gbps",
+    "cluster.inter_node_bandwidth_gbps", "cluster.host_memory_gib",
     "parallel.tp", "parallel.pp", "parallel.vpp", "parallel.cp", "parallel.ep", "parallel.etp",
     "parallel.dp", "training.micro_batch_size", "training.global_batch_size",
     "training.train_iters", "training.recompute_num_layers", "launch.save_interval",
