@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainc.schemas import Gpu, TimeModel
 from trainc.compiler.estimate.kernels import MOE_LAYER_OVERHEAD_US, kernel_factor
 from trainc.compiler.hardware import GPUS
 from trainc.compiler.pipeline import compile_spec
@@ -29,6 +28,7 @@ from trainc.planner.calibrate import (
     prepare,
     step_estimate,
 )
+from trainc.schemas import Gpu, TimeModel
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "calibrate"
 #: The factors the synthetic runs are made with, per time model (every factor of the model
@@ -143,9 +143,9 @@ def test_fit_of_a_subset_keeps_the_others(synthetic, model):
     assert 1e-3 < res.rms_log_after < res.rms_log_before
 
 
-def test_a_seed_factor_is_unknown_to_the_kernel_model(model):
+def test_a_seed_factor_is_unknown_to_the_kernel_model():
     runs = _runs("kernels")[:2]
-    with pytest.raises(CalibrateError, match="unknown factor.*time_model kernels"):
+    with pytest.raises(CalibrateError, match=r"unknown factor.*time_model kernels"):
         fit(runs, ["compute_efficiency"])
 
 

@@ -395,7 +395,7 @@ def _layer(spec: TrainSpec, moe: bool, prec: str, tp: int, cp: int, ep: int, etp
     key = ("layer", moe, prec, tp, cp, ep, etp, sp, mbs)
     if key not in memo:
         memo[key] = layer_time_of(spec, hw, moe, prec, tp, cp, ep, etp, sp, mbs)
-    return memo[key]  # type: ignore[no-any-return]
+    return memo[key]  # type: ignore[no-any-return,unused-ignore]
 
 
 def _logits(spec: TrainSpec, tp: int, cp: int, mbs: int) -> tuple[float, float]:
@@ -405,7 +405,7 @@ def _logits(spec: TrainSpec, tp: int, cp: int, mbs: int) -> tuple[float, float]:
         m = spec.model
         memo[key] = logits_time_of(spec, hw, tp, cp, mbs, padded_vocab(
             m.vocab_size, m.make_vocab_size_divisible_by, tp))
-    return memo[key]  # type: ignore[no-any-return]
+    return memo[key]  # type: ignore[no-any-return,unused-ignore]
 
 
 def _ring_bw(size: int, stride: int, dom: int, intra: float, inter: float) -> float:
