@@ -14,6 +14,12 @@ full estimator in :mod:`trainc.compiler.estimate` (which reports the numbers of 
 * time: Megatron's model FLOPs at compute_efficiency*peak, TP/CP/EP traffic on the NVLink or
   fabric bandwidth, bubble (pp-1)/(vpp*M + pp-1) (seed 000 "interleaved 1F1B"), DP gradient
   reduce-scatter + all-gather (ring factor (d-1)/d) partly hidden by comm_overlap.
+
+That is the ``cluster.time_model: seed`` path. With ``kernels`` (the default) the time terms are
+the kernel model's (:func:`_kernel_grid`): :func:`trainc.compiler.estimate.kernels.layer_time_of`
+once per (MoE, precision, tp, cp, ep, etp, sp, micro batch) class, memoised, and the
+communication and DP overlap of :func:`trainc.compiler.estimate.time.kernel_step_time`
+(docs/planner.md).
 """
 
 from __future__ import annotations
