@@ -487,6 +487,28 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
                 n * mf * k.p_layer_experts / (ep * etp))
 
     params = {i: stage_params(i) for i in crit}
+    # Megatron DDP: the DP collectives' seconds per (zero, stage) do not depend on the micro
+    # batch; only their exposure does (computed per layout below, as _dp_exposed does)
+    dp_cols: dict[tuple[int, int], list[tuple[float, bool, bool]]] = {}
+    dp_nb = {i: max(math.ceil(sum(params[i]) / max(BUCKET_MIN_PARAMS, 1_000_000 * dp * cp)), 1)
+             if i == 0 else 1 for i in crit}
+    if megatron:
+        for zero in {st[0] for st in states}:
+            grad_on = dp * cp > 1 and t.overlap_grad_reduce is not False
+            gather_on = grad_on and zero == 1 and t.overlap_param_gather is not False
+            for i in crit:
+                cols = []
+                for group, n_par, bwg in ((dp * cp, params[i][0], bw_dp),
+                                          (edp, params[i][1], bw_edp)):
+                    if group <= 1 or n_par <= 0:
+                        continue
+                    ring = (group - 1) / group
+                    if zero:
+                        cols += [(ring * n_par * gb / bwg, False, grad_on),
+                                 (ring * n_par * pb / bwg, True, gather_on)]
+                    else:
+                        cols.append((2 * ring * n_par * gb / bwg, False, grad_on))
+                dp_cols[(zero, i)] = cols
     for mbs in mbss:
         if (gbs // dp) % mbs:
             continue
@@ -572,10 +594,24 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
                         out = None
                         for row in rows:
                             piped, i, n, comp, f_mb, b_mb, x_tp, x_ep, x_cp, x_pp, work = row
-                            pd, pe = params[i]
-                            t_dp = _dp_exposed(spec, megatron, zero, i, pd, pe, dp * cp, edp,
-                                               bw_dp, bw_edp, pb, gb, eb, M, f_mb, b_mb,
-                                               M * comp, n_layers)
+                            cols = dp_cols.get((zero, i))
+                            if cols is None:
+                                pd, pe = params[i]
+                                t_dp = _dp_exposed(spec, megatron, zero, i, pd, pe, dp * cp,
+                                                   edp, bw_dp, bw_edp, pb, gb, eb, M, f_mb,
+                                                   b_mb, M * comp, n_layers)
+                            else:
+                                t_dp = 0.0
+                                nb = dp_nb[i]
+                                for sec, gather, on in cols:
+                                    if not on:
+                                        t_dp += sec
+                                        continue
+                                    window = f_mb if gather else b_mb
+                                    if i > 0:
+                                        t_dp += max(sec - i * window, 0.0)
+                                    else:
+                                        t_dp += sec / nb + max(sec - sec / nb - window, 0.0)
                             if piped + t_dp > total:
                                 total, out = piped + t_dp, (row, t_dp)
                         assert out is not None
