@@ -594,8 +594,8 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
                         out = None
                         for row in rows:
                             piped, i, n, comp, f_mb, b_mb, x_tp, x_ep, x_cp, x_pp, work = row
-                            cols = dp_cols.get((zero, i))
-                            if cols is None:
+                            dcols = dp_cols.get((zero, i))
+                            if dcols is None:
                                 pd, pe = params[i]
                                 t_dp = _dp_exposed(spec, megatron, zero, i, pd, pe, dp * cp,
                                                    edp, bw_dp, bw_edp, pb, gb, eb, M, f_mb,
@@ -603,7 +603,7 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
                             else:
                                 t_dp = 0.0
                                 nb = dp_nb[i]
-                                for sec, gather, on in cols:
+                                for sec, gather, on in dcols:
                                     if not on:
                                         t_dp += sec
                                         continue
