@@ -11,8 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from trainc.compiler.estimate.kernels import MOE_LAYER_OVERHEAD_US, kernel_factor
+from trainc.compiler.hardware import GPUS
 from trainc.compiler.pipeline import compile_spec
 from trainc.planner.calibrate import (
+    FACTORS,
+    CalibrateError,
     Run,
     _spec_from_dict,
     fit,
@@ -24,61 +28,125 @@ from trainc.planner.calibrate import (
     prepare,
     step_estimate,
 )
+from trainc.schemas import Gpu, TimeModel
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "calibrate"
-TRUE = {"compute_efficiency": 0.55, "gemm_half_efficiency_tokens": 512.0,
-        "layer_overhead_us": 25.0, "comm_overlap": 0.3}
+#: The factors the synthetic runs are made with, per time model (every factor of the model
+#: the dense bf16 runs exercise: calibrate.default_factors).
+TRUE = {
+    "seed": {"compute_efficiency": 0.55, "gemm_half_efficiency_tokens": 512.0,
+             "layer_overhead_us": 25.0, "comm_overlap": 0.3},
+    "kernels": {"gemm_efficiency": 0.6, "attention_efficiency": 0.4, "layer_overhead_us": 25.0,
+                "comm_efficiency": 0.6, "comm_overlap": 0.3},
+}
+#: The model's start values: the cluster defaults and the h100-80g profile (trainc/conf/gpu).
+BEFORE = {
+    "seed": {"compute_efficiency": 0.7, "gemm_half_efficiency_tokens": 128.0,
+             "layer_overhead_us": 40.0, "comm_overlap": 0.0},
+    "kernels": {"gemm_efficiency": 0.0, "attention_efficiency": 0.0, "layer_overhead_us": 40.0,
+                "comm_efficiency": 0.8, "comm_overlap": 0.0},
+}
 
 
-def _spec_dict(seq: int, mbs: int, tp: int, nodes: int, gbs: int) -> dict:
+def _spec_dict(seq: int, mbs: int, tp: int, nodes: int, gbs: int,
+               time_model: str = "kernels") -> dict:
     return {"defaults": [{"cluster": "dgx-h100"}, "_self_"], "name": "syn",
             "model": {"num_layers": 4, "hidden_size": 2048, "num_attention_heads": 16,
                       "vocab_size": 32000, "seq_length": seq, "max_position_embeddings": seq,
                       "activation": "swiglu", "normalization": "rmsnorm",
                       "position_embedding": "rope"},
-            "cluster": {"num_nodes": nodes}, "parallel": {"tp": tp},
+            "cluster": {"num_nodes": nodes, "time_model": time_model}, "parallel": {"tp": tp},
             "training": {"global_batch_size": gbs, "micro_batch_size": mbs}}
 
 
 #: (seq, micro batch, tp, nodes, global batch): micro batches of 1K-32K tokens (GEMM
-#: efficiency), 1-32 micro batches (overhead per layer and micro batch), TP inside and across
-#: nodes and DP across nodes (the overlap of communication).
+#: efficiency, attention's share grows with the sequence), 1-32 micro batches (overhead per
+#: layer and micro batch), TP inside and across nodes and DP across nodes (the overlap and the
+#: efficiency of communication).
 GRID = [(1024, 1, 1, 1, 64), (4096, 4, 1, 1, 64), (2048, 2, 2, 1, 32), (1024, 1, 8, 2, 16),
-        (4096, 1, 2, 2, 256), (2048, 8, 4, 1, 64)]
+        (4096, 1, 2, 2, 256), (2048, 8, 4, 1, 64), (8192, 1, 8, 2, 16)]
 
 
-@pytest.fixture(scope="module")
-def synthetic() -> list[Run]:
+def _runs(model: str) -> list[Run]:
     runs = []
     for i, g in enumerate(GRID):
-        spec, why = _spec_from_dict(_spec_dict(*g))
+        spec, why = _spec_from_dict(_spec_dict(*g, time_model=model))
         assert spec is not None, why
         runs.append(Run(f"r{i}", spec, 1.0))
     runs, notes = prepare(runs)
     assert not notes and len(runs) == len(GRID)
     for r in runs:  # "measured" = the model's own estimate with the true factors
         assert r.plan is not None
-        r.measured_step_seconds = step_estimate(r.plan, TRUE)
+        r.measured_step_seconds = step_estimate(r.plan, TRUE[model])
     return runs
 
 
-def test_fit_recovers_the_factors_the_runs_were_made_with(synthetic):
+@pytest.fixture(scope="module", params=["seed", "kernels"])
+def model(request) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def synthetic(model) -> list[Run]:
+    return _runs(model)
+
+
+def test_default_factors_are_the_ones_the_time_model_reads():
+    assert list(FACTORS[TimeModel.seed]) == ["compute_efficiency", "gemm_half_efficiency_tokens",
+                                             "layer_overhead_us", "comm_overlap"]
+    assert list(FACTORS[TimeModel.kernels]) == [
+        "gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency",
+        "moe_layer_overhead_us", "layer_overhead_us", "comm_efficiency", "comm_overlap"]
+
+
+def test_a_kernel_factor_lands_where_the_model_reads_it():
+    spec, why = _spec_from_dict(_spec_dict(2048, 2, 2, 1, 32))
+    assert spec is not None, why
+    runs, _ = prepare([Run("a", spec, 1.0)])
+    plan = runs[0].plan
+    # null cluster keys resolve to the h100-80g profile (trainc/conf/gpu/h100-80g.yaml)
+    prof = GPUS[Gpu.h100_80g]
+    assert kernel_factor(plan.spec, "gemm_efficiency") == prof.gemm_efficiency["bf16"]
+    assert kernel_factor(plan.spec, "fp8_gemm_efficiency") == prof.gemm_efficiency["fp8"]
+    assert kernel_factor(plan.spec, "attention_efficiency") == prof.attention_efficiency
+    assert kernel_factor(plan.spec, "moe_layer_overhead_us") == MOE_LAYER_OVERHEAD_US
+    base = step_estimate(plan, {})
+    # the GEMM ceiling halved: the GEMMs take twice as long, so the step is slower
+    assert step_estimate(plan, {"gemm_efficiency": prof.gemm_efficiency["bf16"] / 2}) > \
+        1.3 * base
+    assert step_estimate(plan, {"gemm_efficiency": prof.gemm_efficiency["bf16"]}) == base
+    # the seed model's factor is not read by the kernel model
+    assert step_estimate(plan, {"compute_efficiency": 0.2}) == base
+
+
+def test_fit_recovers_the_factors_the_runs_were_made_with(synthetic, model):
     res = fit(synthetic)
-    assert res.before == {"compute_efficiency": 0.7, "gemm_half_efficiency_tokens": 128.0,
-                          "layer_overhead_us": 40.0, "comm_overlap": 0.0}
+    want_before = dict(BEFORE[model])
+    if model == "kernels":
+        prof = GPUS[Gpu.h100_80g]
+        want_before["gemm_efficiency"] = prof.gemm_efficiency["bf16"]
+        want_before["attention_efficiency"] = prof.attention_efficiency
+    assert res.before == want_before
     assert res.rms_log_before > 0.1  # the defaults are off by > 10 % on these runs
     assert res.rms_log_after < 1e-4
-    for name, want in TRUE.items():
+    for name, want in TRUE[model].items():
         assert res.after[name] == pytest.approx(want, rel=0.01), name
     assert res.p10_ratio == pytest.approx(1.0, abs=1e-3)
     assert res.p90_ratio == pytest.approx(1.0, abs=1e-3)
 
 
-def test_fit_of_a_subset_keeps_the_others(synthetic):
-    res = fit(synthetic, ["compute_efficiency"])
-    assert list(res.after) == ["compute_efficiency"]
-    # one factor cannot absorb four: the fit improves on the default but not to zero
+def test_fit_of_a_subset_keeps_the_others(synthetic, model):
+    first = next(iter(TRUE[model]))
+    res = fit(synthetic, [first])
+    assert list(res.after) == [first]
+    # one factor cannot absorb them all: the fit improves on the default but not to zero
     assert 1e-3 < res.rms_log_after < res.rms_log_before
+
+
+def test_a_seed_factor_is_unknown_to_the_kernel_model():
+    runs = _runs("kernels")[:2]
+    with pytest.raises(CalibrateError, match=r"unknown factor.*time_model kernels"):
+        fit(runs, ["compute_efficiency"])
 
 
 def test_nelder_mead_minimises_a_quadratic():
@@ -147,10 +215,10 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=600)
 
 
-def test_cli_writes_a_preset_that_compile_accepts(tmp_path, synthetic):
+def test_cli_writes_a_preset_that_compile_accepts(tmp_path, synthetic, model):
     rows = ["spec,step_time_s"]
     for i, (g, r) in enumerate(zip(GRID, synthetic, strict=True)):
-        (tmp_path / f"run{i}.yaml").write_text(yaml.safe_dump(_spec_dict(*g)))
+        (tmp_path / f"run{i}.yaml").write_text(yaml.safe_dump(_spec_dict(*g, time_model=model)))
         rows.append(f"run{i}.yaml,{r.measured_step_seconds!r}")
     (tmp_path / "runs.csv").write_text("\n".join(rows) + "\n")
     out = tmp_path / "cluster" / "calibrated.yaml"
@@ -158,13 +226,15 @@ def test_cli_writes_a_preset_that_compile_accepts(tmp_path, synthetic):
     assert proc.returncode == 0, proc.stderr
     assert "after/meas" in proc.stdout and "RMS log error" in proc.stdout
     preset = yaml.safe_load(out.read_text())
-    assert preset["compute_efficiency"] == pytest.approx(0.55, rel=0.01)
-    assert preset["gemm_half_efficiency_tokens"] == pytest.approx(512, rel=0.01)
+    for name, want in TRUE[model].items():
+        assert preset[name] == pytest.approx(want, rel=0.01), name
+    assert preset.get("time_model", "kernels") == model
     assert preset["gpu"] == "h100-80g" and "num_nodes" not in preset
     assert preset["step_time_p10_ratio"] == pytest.approx(1.0, abs=1e-3)
     spec = tmp_path / "use.yaml"
-    spec.write_text(yaml.safe_dump({**_spec_dict(2048, 2, 2, 1, 32),
-                                    "defaults": [{"cluster": "calibrated"}, "_self_"]}))
+    use = _spec_dict(2048, 2, 2, 1, 32)
+    del use["cluster"]["time_model"]  # the preset's
+    spec.write_text(yaml.safe_dump({**use, "defaults": [{"cluster": "calibrated"}, "_self_"]}))
     res = compile_spec(spec, emit_files=False)
     assert res.ok, [d.message for d in res.diagnostics if d.is_error]
     est = res.plan["estimates"]

@@ -116,7 +116,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="write the fitted cluster preset here (default: print the fit only)")
     c.add_argument("--force", action="store_true", help="replace an existing PRESET.yaml")
     c.add_argument("--factors", metavar="A,B", help="the cluster factors to fit (default: "
-                   "compute_efficiency,gemm_half_efficiency_tokens,layer_overhead_us,"
+                   "those of the runs' cluster.time_model that the runs exercise; kernels: "
+                   "gemm_efficiency,fp8_gemm_efficiency,attention_efficiency,"
+                   "moe_layer_overhead_us,layer_overhead_us,comm_efficiency,comm_overlap; "
+                   "seed: compute_efficiency,gemm_half_efficiency_tokens,layer_overhead_us,"
                    "comm_overlap)")
     c.add_argument("--cluster", metavar="PRESET",
                    help="the cluster preset of a Megatron-LM log's run (e.g. dgx-h100)")

@@ -19,7 +19,8 @@ The measured step time of a log is the median over its logged iterations after t
 first includes compilation and warm-up).
 
 The fit (:func:`fit`) changes the cluster's scalar factors the time model reads
-(:data:`FACTORS`: name -> bounds; the list is data, a new factor of the time model is one entry)
+(:data:`FACTORS`: per time model, name -> bounds; the list is data, a new factor of a time
+model is one entry)
 to minimise the sum over runs of ``(log estimate - log measured)^2``, with scipy's Nelder-Mead
 when scipy is installed, else :func:`nelder_mead` (Nelder and Mead 1965, the standard
 reflection/expansion/contraction/shrink coefficients 1, 2, 0.5, 0.5), each factor in units of
@@ -48,21 +49,67 @@ from typing import Any
 import yaml
 
 from trainc.compiler.estimate import estimate
+from trainc.compiler.estimate.kernels import kernel_factor
 from trainc.compiler.ir import Plan
 from trainc.compiler.load import load_spec
 from trainc.compiler.pipeline import State, run_passes
 from trainc.compiler.plan import spec_to_dict
 from trainc.planner.published import layout_overrides, row_to_spec_reason
-from trainc.schemas import ClusterSpec, TrainSpec
+from trainc.schemas import ClusterSpec, Fp8Format, TimeModel, TrainSpec
 
-#: Cluster factors the fit may change: name -> (lower, upper) bound. Every name is a float/int
-#: field of :class:`trainc.schemas.ClusterSpec` the time model reads.
-FACTORS: dict[str, tuple[float, float]] = {
-    "compute_efficiency": (0.05, 1.0),
-    "gemm_half_efficiency_tokens": (0.0, 65536.0),
-    "layer_overhead_us": (0.0, 5000.0),
-    "comm_overlap": (0.0, 1.0),
+#: Cluster factors the fit may change, per time model (``cluster.time_model``): name ->
+#: (lower, upper) bound. Every name is a float/int field of :class:`trainc.schemas.ClusterSpec`
+#: that model reads: ``seed`` (:func:`trainc.compiler.estimate.time.seed_step_time`) one
+#: compute_efficiency over Megatron's FLOPs with its small-micro-batch roll-off; ``kernels``
+#: (:mod:`trainc.compiler.estimate.kernels`, :func:`~trainc.compiler.estimate.time.
+#: kernel_step_time`, :func:`~trainc.compiler.estimate.comm.time_collectives`) the GEMM and
+#: attention ceilings and the MoE layer cost, whose null cluster keys resolve to the GPU
+#: profile (:func:`trainc.compiler.estimate.kernels.kernel_factor`), and the fixed and
+#: communication factors.
+FACTORS: dict[TimeModel, dict[str, tuple[float, float]]] = {
+    TimeModel.seed: {
+        "compute_efficiency": (0.05, 1.0),
+        "gemm_half_efficiency_tokens": (0.0, 65536.0),
+        "layer_overhead_us": (0.0, 5000.0),
+        "comm_overlap": (0.0, 1.0),
+    },
+    TimeModel.kernels: {
+        "gemm_efficiency": (0.05, 1.0),
+        "fp8_gemm_efficiency": (0.05, 1.0),
+        "attention_efficiency": (0.05, 1.0),
+        "moe_layer_overhead_us": (0.0, 5000.0),
+        "layer_overhead_us": (0.0, 5000.0),
+        "comm_efficiency": (0.05, 1.0),
+        "comm_overlap": (0.0, 1.0),
+    },
 }
+
+
+def factors_for(time_model: TimeModel) -> dict[str, tuple[float, float]]:
+    """The factors (name -> bounds) the time model ``time_model`` reads (:data:`FACTORS`)."""
+    return FACTORS[time_model]
+
+
+def default_factors(runs: Sequence[Run]) -> list[str]:
+    """The factors fitted when ``--factors`` is not given: those of the runs' time model that
+    at least one run exercises (``fp8_gemm_efficiency`` needs an FP8/FP4 run,
+    ``moe_layer_overhead_us`` an MoE run; a factor no run reads would wander freely)."""
+    spec = runs[0].plan.spec if runs and runs[0].plan is not None else runs[0].spec
+    names = list(factors_for(spec.cluster.time_model))
+    specs = [r.plan.spec if r.plan is not None else r.spec for r in runs]
+    if not any(x.training.fp8_format is not Fp8Format.none for x in specs):
+        names = [n for n in names if n != "fp8_gemm_efficiency"]
+    if not any(x.model.num_experts for x in specs):
+        names = [n for n in names if n != "moe_layer_overhead_us"]
+    return names
+
+
+def factor_value(spec: TrainSpec, name: str) -> float:
+    """The value the spec's time model uses for factor ``name`` (a null key: the GPU
+    profile's)."""
+    return kernel_factor(spec, name)
+
+
 #: Nelder-Mead runs at most (each from the previous one's best point).
 RESTARTS = 6
 #: Factors the schema types as integers (rounded when written).
@@ -555,18 +602,19 @@ def _reflect(x: float, lo: float, hi: float) -> float:
 
 def fit(runs: list[Run], names: Sequence[str] | None = None,
         start: dict[str, float] | None = None, max_evals: int = 600) -> FitResult:
-    """Fit the factors ``names`` (default: every :data:`FACTORS` entry) to planned ``runs``
+    """Fit the factors ``names`` (default: :func:`default_factors`) to planned ``runs``
     (:func:`prepare`); ``start``: the initial values (default: the first run's cluster)."""
-    names = list(names or FACTORS)
-    unknown = [n for n in names if n not in FACTORS]
-    if unknown:
-        raise CalibrateError(f"unknown factor(s) {', '.join(unknown)}; known: "
-                             f"{', '.join(FACTORS)}")
     if not runs:
         raise CalibrateError("no run to fit")
     assert all(r.plan is not None for r in runs)
-    cl = runs[0].plan.spec.cluster  # type: ignore[union-attr]
-    before = {n: float(getattr(cl, n)) for n in names}
+    spec0 = runs[0].plan.spec  # type: ignore[union-attr]
+    known = factors_for(spec0.cluster.time_model)
+    names = list(names or default_factors(runs))
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise CalibrateError(f"unknown factor(s) {', '.join(unknown)} for time_model "
+                             f"{spec0.cluster.time_model.value}; known: {', '.join(known)}")
+    before = {n: factor_value(spec0, n) for n in names}
     x0 = dict(start or before)
     meas = [math.log(r.measured_step_seconds) for r in runs]
 
@@ -574,10 +622,10 @@ def fit(runs: list[Run], names: Sequence[str] | None = None,
         return [step_estimate(r.plan, factors) for r in runs]  # type: ignore[arg-type]
 
     # search coordinates: each factor in units of its start value (or a tenth of its range)
-    scale = {n: abs(x0[n]) if x0[n] else 0.1 * (FACTORS[n][1] - FACTORS[n][0]) for n in names}
+    scale = {n: abs(x0[n]) if x0[n] else 0.1 * (known[n][1] - known[n][0]) for n in names}
 
     def factors_of(u: list[float]) -> dict[str, float]:
-        return {n: _reflect(v * scale[n], *FACTORS[n]) for n, v in zip(names, u, strict=True)}
+        return {n: _reflect(v * scale[n], *known[n]) for n, v in zip(names, u, strict=True)}
 
     def loss(u: list[float]) -> float:
         fac = factors_of(u)
@@ -586,7 +634,7 @@ def fit(runs: list[Run], names: Sequence[str] | None = None,
             return 1e30
         return sum((math.log(e) - m) ** 2 for e, m in zip(est, meas, strict=True))
 
-    u = [_reflect(x0[n], *FACTORS[n]) / scale[n] for n in names]
+    u = [_reflect(x0[n], *known[n]) / scale[n] for n in names]
     notes: list[str] = []
     try:
         from scipy.optimize import (  # type: ignore[import-untyped,unused-ignore]
@@ -612,7 +660,7 @@ def fit(runs: list[Run], names: Sequence[str] | None = None,
         after[n] = float(round(after[n]))
     # a factor at its bound: the runs push it there (say so)
     for n in names:
-        lo, hi = FACTORS[n]
+        lo, hi = known[n]
         if min(after[n] - lo, hi - after[n]) <= 1e-3 * (hi - lo):
             notes.append(f"{n} ended at its bound ({after[n]:.4g}; bounds {lo:g}..{hi:g})")
     if len(runs) < len(names):

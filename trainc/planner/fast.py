@@ -14,17 +14,44 @@ full estimator in :mod:`trainc.compiler.estimate` (which reports the numbers of 
 * time: Megatron's model FLOPs at compute_efficiency*peak, TP/CP/EP traffic on the NVLink or
   fabric bandwidth, bubble (pp-1)/(vpp*M + pp-1) (seed 000 "interleaved 1F1B"), DP gradient
   reduce-scatter + all-gather (ring factor (d-1)/d) partly hidden by comm_overlap.
+
+That is the ``cluster.time_model: seed`` path. With ``kernels`` (the default) the time terms are
+the kernel model's (:func:`_kernel_grid`): :func:`trainc.compiler.estimate.kernels.layer_time_of`
+once per (MoE, precision, tp, cp, ep, etp, sp, micro batch) class, memoised, and the
+communication and DP overlap of :func:`trainc.compiler.estimate.time.kernel_step_time`
+(docs/planner.md).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from trainc.compiler.derive import padded_vocab
 from trainc.compiler.estimate.activations import dense_layer_bytes, moe_mlp_extra_bytes
+from trainc.compiler.estimate.comm import zero_dp_bytes
+from trainc.compiler.estimate.kernels import (
+    Hw,
+    LayerTime,
+    hardware,
+    layer_precision,
+    layer_time_of,
+    logits_time_of,
+)
+from trainc.compiler.estimate.memory import megatron_bytes_per_param
+from trainc.compiler.estimate.time import BUCKET_MIN_PARAMS
 from trainc.compiler.validate.util import divisors
-from trainc.schemas import Activation, Normalization, TrainSpec
+from trainc.schemas import (
+    Activation,
+    Engine,
+    Fp8Format,
+    Normalization,
+    StateDtype,
+    TimeModel,
+    TrainSpec,
+)
 
 BYTES_BF16 = 2
 #: Largest virtual pipeline degree and micro batch the search tries.
@@ -253,6 +280,10 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
         sel = dense_layer_bytes(**shape, with_scores=False) + moe
         return 2 * s_loc * mbs * h / tsp, none, sel
 
+    if c.time_model is TimeModel.kernels:
+        yield from _kernel_grid(spec, k, W, dom, tp, cp, pp, dp, stages, ep, etp, sp, mbss,
+                                vpps, cps, slots, states, recomputes, fx, act_layer, cross)
+        return
     for mbs in mbss:
         if (gbs // dp) % mbs:
             continue
@@ -346,3 +377,292 @@ def _cp_time(kind: str, cp: int, s_loc: int, mbs: int, g: int, d: int, layers_st
     else:  # a2a: q, k, v, o re-partitioned twice per layer pass
         vol = 6 * (cp - 1) / cp * kv * 2
     return vol * layers_steps / bw
+
+
+# --- the kernel time model (cluster.time_model: kernels) -----------------------------------
+
+_HW: dict[int, tuple[TrainSpec, Hw, dict[tuple[Any, ...], Any]]] = {}
+
+
+def _hw(spec: TrainSpec) -> tuple[Hw, dict[tuple[Any, ...], Any]]:
+    """The spec's GPU figures and a memo of kernel times (per spec object)."""
+    got = _HW.get(id(spec))
+    if got is None or got[0] is not spec:
+        _HW.clear()
+        got = (spec, hardware(spec), {})
+        _HW[id(spec)] = got
+    return got[1], got[2]
+
+
+def _layer(spec: TrainSpec, moe: bool, prec: str, tp: int, cp: int, ep: int, etp: int,
+           sp: bool, mbs: int) -> LayerTime:
+    """:func:`trainc.compiler.estimate.kernels.layer_time_of`, memoised per shape class."""
+    hw, memo = _hw(spec)
+    key = ("layer", moe, prec, tp, cp, ep, etp, sp, mbs)
+    if key not in memo:
+        memo[key] = layer_time_of(spec, hw, moe, prec, tp, cp, ep, etp, sp, mbs)
+    return memo[key]  # type: ignore[no-any-return,unused-ignore]
+
+
+def _logits(spec: TrainSpec, tp: int, cp: int, mbs: int) -> tuple[float, float]:
+    hw, memo = _hw(spec)
+    key = ("logits", tp, cp, mbs)
+    if key not in memo:
+        m = spec.model
+        memo[key] = logits_time_of(spec, hw, tp, cp, mbs, padded_vocab(
+            m.vocab_size, m.make_vocab_size_divisible_by, tp))
+    return memo[key]  # type: ignore[no-any-return,unused-ignore]
+
+
+def _ring_bw(size: int, stride: int, dom: int, intra: float, inter: float) -> float:
+    """Bandwidth (B/s) of a ring over ``size`` ranks ``stride`` apart, as
+    :func:`trainc.compiler.estimate.comm.time_collectives` prices it with the rank map's
+    members per NVLink domain: NVLink inside a domain, else min(NVLink, members x NIC)."""
+    if size * stride <= dom and dom % (size * stride) == 0:
+        return intra
+    g = max(min(size, dom // stride if stride <= dom else 1), 1)
+    return min(intra, inter * g)
+
+
+def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: int, pp: int,
+                 dp: int, stages: tuple[int, ...], ep: int, etp: int, sp: bool,
+                 mbss: list[int], vpps: list[int], cps: list[str], slots: tuple[int, ...],
+                 states: list[tuple[int, str, float, float]], recomputes: list[str],
+                 fx: dict[str, Any], act_layer: Any, cross: float,
+                 ) -> Iterator[tuple[Any, Any, Any, Any]]:
+    """:func:`score_grid` under the kernel model (:func:`trainc.compiler.estimate.time.
+    kernel_step_time`): per stage and micro-batch the layers' kernel times (dense and MoE
+    layers weighted by their share; memoised per (moe, precision, tp, cp, ep, etp, sp, mbs)),
+    the output layer on the last stage, recompute, ``layer_overhead_us`` per layer and pass;
+    TP/EP exposed ``1 - comm_overlap``, CP what the attention core does not hide, PP p2p with
+    1F1B only; the pipeline bubble; DP exposed as Megatron-Core's bucketed overlap leaves it
+    (the last bucket, and what exceeds the last micro-batch's backward / forward). The step is
+    the worst of the first stage, the stage with the most layers and the last stage."""
+    m, c, t = spec.model, spec.cluster, spec.training
+    h, s, a = m.hidden_size, m.seq_length, m.num_attention_heads
+    g = m.num_query_groups or a
+    dh = m.kv_channels or h // a
+    gbs = t.global_batch_size
+    eff = (c.comm_efficiency if c.comm_efficiency and c.comm_efficiency > 0 else 1.0) * 1e9
+    intra, inter = (c.intra_node_bandwidth_gbps or 1) * eff, \
+        (c.inter_node_bandwidth_gbps or 1) * eff
+    overlap = min(max(c.comm_overlap or 0.0, 0.0), 1.0)
+    overhead = c.layer_overhead_us * 1e-6
+    eb = 4 if t.precision.name == "fp32" else 2
+    s_loc = s / cp
+    tsp = tp if sp else 1
+    mf = k.moe_fraction
+    edp = W // (etp * ep * pp)
+    bw_tp = _ring_bw(tp, 1, dom, intra, inter)
+    bw_cp = intra if tp * cp <= dom and dom % (tp * cp) == 0 else inter
+    bw_pp = intra if W <= dom else inter
+    bw_dp = _ring_bw(dp * cp, tp, dom, intra, inter)
+    bw_edp = _ring_bw(edp, etp * ep, dom, intra, inter)
+    # EP all-to-all: the remote share through the NICs, the rest on NVLink
+    if etp * ep <= dom and dom % (etp * ep) == 0:
+        ep_share = (0.0, 1.0 / intra)
+    else:
+        gm = max(min(ep, dom // etp if etp <= dom else 1), 1)
+        remote = (ep - min(gm, ep)) / (ep - 1) if ep > 1 else 0.0
+        ep_share = (remote / inter, (1 - remote) / intra)
+    low = layer_precision(spec, 1 if m.num_layers > 2 else 0)
+    edge_bf16 = low != "bf16" and t.first_last_layers_bf16
+    kinds = [x for x in ((False, 1 - mf), (True, mf)) if x[1] > 0]
+    n_layers = max(sum(stages), 1)
+    # per stage (dense params, expert params) for the DP collectives
+    untied = m.untie_embeddings_and_output_weights
+    megatron = spec.engine is Engine.megatron
+    pb, gb, _ = megatron_bytes_per_param(t.precision)
+    if t.fp8_param_gather and t.fp8_format is not Fp8Format.none:
+        pb = 1
+    if t.main_grads_dtype is StateDtype.bf16:
+        gb = 2
+    crit = sorted({0, stages.index(max(stages)), pp - 1})
+
+    def stage_params(i: int) -> tuple[float, float]:
+        n = stages[i]
+        e = (k.p_embedding if i == 0 else 0.0) + \
+            (k.p_embedding if i == pp - 1 and (untied or pp > 1) else 0.0)
+        return ((n * k.p_layer_tp + e) / tp + n * k.p_layer_rep,
+                n * mf * k.p_layer_experts / (ep * etp))
+
+    params = {i: stage_params(i) for i in crit}
+    # Megatron DDP: the DP collectives' seconds per (zero, stage) do not depend on the micro
+    # batch; only their exposure does (computed per layout below, as _dp_exposed does)
+    dp_cols: dict[tuple[int, int], list[tuple[float, bool, bool]]] = {}
+    dp_nb = {i: max(math.ceil(sum(params[i]) / max(BUCKET_MIN_PARAMS, 1_000_000 * dp * cp)), 1)
+             if i == 0 else 1 for i in crit}
+    if megatron:
+        for zero in {st[0] for st in states}:
+            grad_on = dp * cp > 1 and t.overlap_grad_reduce is not False
+            gather_on = grad_on and zero == 1 and t.overlap_param_gather is not False
+            for i in crit:
+                cols = []
+                for group, n_par, bwg in ((dp * cp, params[i][0], bw_dp),
+                                          (edp, params[i][1], bw_edp)):
+                    if group <= 1 or n_par <= 0:
+                        continue
+                    ring = (group - 1) / group
+                    if zero:
+                        cols += [(ring * n_par * gb / bwg, False, grad_on),
+                                 (ring * n_par * pb / bwg, True, gather_on)]
+                    else:
+                        cols.append((2 * ring * n_par * gb / bwg, False, grad_on))
+                dp_cols[(zero, i)] = cols
+    for mbs in mbss:
+        if (gbs // dp) % mbs:
+            continue
+        M = gbs // (dp * mbs)
+        lts = [(_layer(spec, moe, low, tp, cp, ep, etp, sp, mbs), w) for moe, w in kinds]
+        fw = sum(lt.forward * w for lt, w in lts)
+        bw = sum(lt.backward * w for lt, w in lts)
+        attn_f = sum(lt.attn_f * w for lt, w in lts)
+        attn_core = sum((lt.attn_f + lt.attn_b) * w for lt, w in lts)
+        lower_layer = min(lt.forward + lt.backward for lt, _ in lts)
+        lower_attn = min(lt.attn_f for lt, _ in lts)
+        d_f = d_b = 0.0  # the first and last layer in BF16: their difference from ``low``
+        if edge_bf16:
+            bl = [(_layer(spec, moe, "bf16", tp, cp, ep, etp, sp, mbs), w) for moe, w in kinds]
+            d_f = sum(lt.forward * w for lt, w in bl) - fw
+            d_b = sum(lt.backward * w for lt, w in bl) - bw
+            lower_layer = min(lower_layer, *(lt.forward + lt.backward for lt, _ in bl))
+            lower_attn = min(lower_attn, *(lt.attn_f for lt, _ in bl))
+        lf, lb = _logits(spec, tp, cp, mbs)
+        act_b = mbs * s_loc * h * eb  # the tensor TP collectives act on
+        tp_unit = 2 * (tp - 1) / tp * act_b / bw_tp if tp > 1 else 0.0
+        tp_blocks = (1 - mf) * 2 + mf * (2 if etp > 1 else 1)
+        tok_ep = mbs * s_loc / tsp
+        a2a = ((ep - 1) / ep * m.moe_router_topk * tok_ep * h * eb) if ep > 1 else 0.0
+        t_a2a = max(a2a * ep_share[0], a2a * ep_share[1])
+        q_b = mbs * s_loc * (a / tp) * dh * eb
+        kv_b = 2 * mbs * s_loc * max(g / tp, 1) * dh * eb
+        pp_b = mbs * s_loc * h * eb / tsp
+        full_l, none_l, sel_l = act_layer(mbs)
+        for v in vpps:
+            if v > 1 and (M < pp or M % pp):
+                continue
+            inflight = min(pp, M) * (1 + (pp - 1) / (pp * v) if v > 1 else 1)
+            bubble = (pp - 1) / (v * M + pp - 1)
+            chunk = min(slots) // v
+            for rc in _recompute_variants(recomputes, chunk, fx):
+                n_rc = rc[2] or 0
+                frac = 1.0 if rc[1] != "block" else n_rc / chunk
+                group = n_rc if rc[1] == "uniform" else 1
+                if rc[0] != "full":
+                    frac = 0.0
+                per_layer = (frac * full_l / group + (1 - frac) * none_l if rc[0] == "full" else
+                             sel_l if rc[0] == "selective" else none_l)
+                act = per_layer * max(stages) * inflight
+                if rc[0] == "full":
+                    act += sel_l * group
+                act += 4 * (s_loc * mbs * h * 2) / tp
+                sel = rc[0] == "selective"
+                passes = 2 + frac
+                lower = 0.0
+                per_stage = []
+                for i in crit:
+                    n = stages[i]
+                    last = i == pp - 1
+                    ends = (i == 0) + last
+                    edges = (i == 0) + last if edge_bf16 else 0
+                    f_mb = n * fw + edges * d_f + (lf if last else 0.0)
+                    b_mb = n * bw + edges * d_b + (lb if last else 0.0)
+                    extra = n * (frac * fw + (attn_f if sel else 0.0))
+                    comp = f_mb + b_mb + extra + n * passes * overhead
+                    lower = max(lower, M * (n * (lower_layer + (lower_attn if sel else 0.0)
+                                                 + 2 * overhead)
+                                            + (lf + lb if last else 0.0)) / (1 - bubble))
+                    x_tp = tp_unit * (tp_blocks * n * passes + ends)
+                    x_ep = t_a2a * 2 * n * mf * passes
+                    sent = sum((j * pp + i != v * pp - 1) + (j * pp + i != 0) for j in range(v))
+                    x_pp = pp_b * sent / bw_pp if pp > 1 and v <= 1 else 0.0
+                    per_stage.append((i, n, comp, f_mb, b_mb + extra, x_tp, x_ep, x_pp))
+                for cpt in cps:
+                    per_cp = 0.0
+                    if cp > 1:
+                        vol = (2 * (cp - 1) / cp * (2 * q_b + kv_b) * 2 if cpt == "a2a"
+                               else 2 * (cp - 1) * kv_b)
+                        per_cp = vol * passes / 2 / bw_cp
+                    rows = []
+                    for i, n, comp, f_mb, b_mb, x_tp, x_ep, x_pp in per_stage:
+                        x_cp = max(n * per_cp - n * attn_core, 0.0)
+                        work = comp + (1 - overlap) * (x_tp + x_ep) + x_cp + x_pp
+                        rows.append((M * work / (1 - bubble), i, n, comp, f_mb, b_mb, x_tp,
+                                     x_ep, x_cp, x_pp, work))
+                    for zero, off, state_mem, _t_dp in states:
+                        total = -1.0
+                        out = None
+                        for row in rows:
+                            piped, i, n, comp, f_mb, b_mb, x_tp, x_ep, x_cp, x_pp, work = row
+                            dcols = dp_cols.get((zero, i))
+                            if dcols is None:
+                                pd, pe = params[i]
+                                t_dp = _dp_exposed(spec, megatron, zero, i, pd, pe, dp * cp,
+                                                   edp, bw_dp, bw_edp, pb, gb, eb, M, f_mb,
+                                                   b_mb, M * comp, n_layers)
+                            else:
+                                t_dp = 0.0
+                                nb = dp_nb[i]
+                                for sec, gather, on in dcols:
+                                    if not on:
+                                        t_dp += sec
+                                        continue
+                                    window = f_mb if gather else b_mb
+                                    if i > 0:
+                                        t_dp += max(sec - i * window, 0.0)
+                                    else:
+                                        t_dp += sec / nb + max(sec - sec / nb - window, 0.0)
+                            if piped + t_dp > total:
+                                total, out = piped + t_dp, (row, t_dp)
+                        assert out is not None
+                        (piped, i, n, comp, f_mb, b_mb, x_tp, x_ep, x_cp, x_pp, work), t_dp = out
+                        # (the full estimate is reported to 6 significant digits: the bound
+                        # keeps 1e-5 below it)
+                        yield state_mem + act, total, (v, cpt, mbs, rc, zero, off), (
+                            M * comp, M * (1 - overlap) * x_tp, M * x_cp,
+                            M * (1 - overlap) * x_ep, M * x_pp, t_dp, bubble,
+                            piped - M * work, cross, intra / inter, lower * (1 - 1e-5))
+
+
+def _dp_exposed(spec: TrainSpec, megatron: bool, zero: int, r: int, p_dense: float,
+                p_exp: float, shard: int, edp: int, bw_dp: float, bw_edp: float, pb: int,
+                gb: int, eb: int, M: int, fwd_mb: float, bwd_mb: float, compute: float,
+                n_layers: int) -> float:
+    """Exposed DP seconds of stage ``r`` as :func:`trainc.compiler.estimate.time._dp_exposed`
+    takes them (Megatron-Core DDP buckets; DeepSpeed ZeRO), from the stage's parameters."""
+    t = spec.training
+    if spec.engine is Engine.fsdp:
+        return 0.0  # FSDP2's collectives: not modelled here (the full estimator prices them)
+    if not megatron:
+        if shard <= 1:
+            return 0.0
+        c = zero_dp_bytes(p_dense + p_exp, shard, zero, M, eb) / bw_dp
+        if zero >= 3:
+            return min(max(c - compute, 0.0) + c / max(n_layers, 1), c)
+        if r > 0:
+            return max(c - r * bwd_mb, 0.0)
+        nb = max(math.ceil((p_dense + p_exp) / max(BUCKET_MIN_PARAMS, 1_000_000 * shard)), 1)
+        last = c / nb
+        return last + max(c - last - bwd_mb, 0.0)
+    # normalize's defaults for the candidate (overlap_grad_reduce with dp x cp > 1, the param
+    # gather overlap with the distributed optimizer too); a user's explicit false is not seen
+    grad_on = shard > 1 and t.overlap_grad_reduce is not False
+    gather_on = grad_on and zero == 1 and t.overlap_param_gather is not False
+    total = 0.0
+    nb = max(math.ceil((p_dense + p_exp) / max(BUCKET_MIN_PARAMS, 1_000_000 * shard)), 1) \
+        if r == 0 else 1
+    for group, params, bw in ((shard, p_dense, bw_dp), (edp, p_exp, bw_edp)):
+        if group <= 1 or params <= 0:
+            continue
+        ring = (group - 1) / group
+        cols = ([(ring * params * gb / bw, False), (ring * params * pb / bw, True)] if zero
+                else [(2 * ring * params * gb / bw, False)])
+        for sec, gather in cols:
+            if not (gather_on if gather else grad_on):
+                total += sec
+            elif r > 0:
+                total += max(sec - r * (fwd_mb if gather else bwd_mb), 0.0)
+            else:
+                window = fwd_mb if gather else bwd_mb
+                total += sec / nb + max(sec - sec / nb - window, 0.0)
+    return total

@@ -63,6 +63,20 @@ class ClusterSpec:
     """Fixed time per layer per micro batch per pass (forward, backward) in microseconds: kernel
     launches and schedule bookkeeping that do not shrink with the work (estimates and planner)."""
 
+    gemm_efficiency: float | None = None
+    """time_model=kernels: fraction of the BF16 peak a large, well-shaped BF16 GEMM reaches (the
+    roofline's compute ceiling; shapes lower it further). Default: the GPU profile's
+    ``gemm_efficiency.bf16`` (trainc/conf/gpu). ``trainc calibrate`` fits it."""
+    fp8_gemm_efficiency: float | None = None
+    """time_model=kernels: the same for FP8 GEMMs (fraction of the FP8 peak). Default: the GPU
+    profile's ``gemm_efficiency.fp8`` (its BF16 figure on a GPU without FP8 tensor cores)."""
+    attention_efficiency: float | None = None
+    """time_model=kernels: fraction of the BF16 peak fused (flash) attention reaches at long
+    sequences. Default: the GPU profile's ``attention_efficiency``."""
+    moe_layer_overhead_us: float | None = None
+    """time_model=kernels: fixed cost per MoE layer per pass in microseconds (dropless routing's
+    host sync, routing and permutation launches). Default: 600 (kernels.MOE_LAYER_OVERHEAD_US)."""
+
     step_time_p10_ratio: float | None = None
     """Calibrated band of the step-time estimate: the 10th percentile of measured / estimated
     step time over the runs ``trainc calibrate`` fitted (a ratio; with step_time_p90_ratio the

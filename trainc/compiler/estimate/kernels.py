@@ -18,7 +18,8 @@ profile (:mod:`trainc.compiler.hardware`, ``trainc/conf/gpu``):
 * **Routed experts** (MoE layers): the grouped GEMM of each local expert with
   ``M_e = ep x (b s / cp / tsp) x topk / E`` tokens (uniform routing, Megatron's force-balanced
   benchmarks; ``tsp`` = tp with SP) and ``N``, ``K`` split by etp; the router (BF16) and the
-  permute / un-permute copies by bytes. A fixed per-MoE-layer cost (``MOE_LAYER_OVERHEAD_US``: the
+  permute / un-permute copies by bytes. A fixed per-MoE-layer cost
+  (``cluster.moe_layer_overhead_us``, default ``MOE_LAYER_OVERHEAD_US``: the
   host sync for the token counts of dropless routing, routing kernels) is added per pass.
 * **Attention core** (fused / flash): ``4 x M x s_kv x (a / t) x d`` FLOPs forward, halved by the
   causal mask, 2.5x forward for the backward (FlashAttention-2, Dao 2023, arXiv 2307.08691: five
@@ -59,6 +60,7 @@ class Hw:
     attention_eff: float
     hbm: float  # B/s achievable
     sms: int
+    moe_overhead_s: float = MOE_LAYER_OVERHEAD_US * 1e-6
 
     def peak(self, prec: str) -> tuple[float, float]:
         """(peak FLOP/s, efficiency) of a GEMM precision, falling back to BF16."""
@@ -74,10 +76,32 @@ def hardware(spec: TrainSpec) -> Hw:
     prof: GpuPreset = GPUS.get(cl.gpu, GENERIC)
     bf16 = filled(cl.peak_tflops, "cluster.peak_tflops")
     scale = bf16 / prof.peaks["bf16"] if prof.peaks.get("bf16") else 1.0
+    eff = dict(prof.gemm_efficiency)
+    if cl.gemm_efficiency is not None:
+        eff["bf16"] = cl.gemm_efficiency
+    if cl.fp8_gemm_efficiency is not None:
+        eff["fp8"] = cl.fp8_gemm_efficiency
+    moe_us = MOE_LAYER_OVERHEAD_US if cl.moe_layer_overhead_us is None else \
+        cl.moe_layer_overhead_us
     return Hw(peaks={k: v * scale * 1e12 for k, v in prof.peaks.items()},
-              gemm_eff=dict(prof.gemm_efficiency), attention_eff=prof.attention_efficiency,
+              gemm_eff=eff,
+              attention_eff=(prof.attention_efficiency if cl.attention_efficiency is None
+                             else cl.attention_efficiency),
               hbm=prof.memory_bandwidth_gbps * 1e9 * prof.memory_efficiency,
-              sms=prof.sm_count)
+              sms=prof.sm_count, moe_overhead_s=moe_us * 1e-6)
+
+
+def kernel_factor(spec: TrainSpec, name: str) -> float:
+    """The value the kernel model uses for the cluster factor ``name`` (a ``cluster`` key; a
+    null key resolves to the GPU profile's figure, as :func:`hardware` does)."""
+    hw = hardware(spec)
+    resolved = {"gemm_efficiency": hw.gemm_eff["bf16"],
+                "fp8_gemm_efficiency": hw.gemm_eff.get("fp8", hw.gemm_eff["bf16"]),
+                "attention_efficiency": hw.attention_eff,
+                "moe_layer_overhead_us": hw.moe_overhead_s * 1e6}
+    if name in resolved:
+        return float(resolved[name])
+    return float(getattr(spec.cluster, name))
 
 
 def gemm_seconds(hw: Hw, m: float, n: float, k: float, prec: str = "bf16",
@@ -150,10 +174,18 @@ def layer_precision(spec: TrainSpec, index: int) -> str:
 
 def layer_time(spec: TrainSpec, plan: Plan, hw: Hw, moe: bool, prec: str) -> LayerTime:
     """One transformer layer, one micro-batch, on one GPU (see the module docstring)."""
-    m, d, tr = spec.model, plan.derived, spec.training
-    t, c, ep, etp = d.tp, d.cp, d.ep, d.etp
-    tsp = t if d.sequence_parallel else 1
-    b, h = tr.micro_batch_size, m.hidden_size
+    d = plan.derived
+    return layer_time_of(spec, hw, moe, prec, d.tp, d.cp, d.ep, d.etp,
+                         bool(d.sequence_parallel), spec.training.micro_batch_size)
+
+
+def layer_time_of(spec: TrainSpec, hw: Hw, moe: bool, prec: str, t: int, c: int, ep: int,
+                  etp: int, sp: bool, b: int) -> LayerTime:
+    """:func:`layer_time` for the layout ``(tp=t, cp=c, ep, etp, sequence_parallel=sp,
+    micro_batch_size=b)`` without a plan (the planner's fast model calls it once per class)."""
+    m = spec.model
+    tsp = t if sp else 1
+    h = m.hidden_size
     s_full = m.seq_length
     tok = b * s_full / c  # tokens of this CP rank (the GEMMs' M after the SP all-gather)
     a = m.num_attention_heads
@@ -193,8 +225,8 @@ def layer_time(spec: TrainSpec, plan: Plan, hw: Hw, moe: bool, prec: str) -> Lay
             lin(tok, cf * f_s / t, h, prec)
             lin(tok, h, f_s / t, prec)
             elems += (3 if swiglu else 2) * f_s / t
-        lt.fixed_f += MOE_LAYER_OVERHEAD_US * 1e-6
-        lt.fixed_b += MOE_LAYER_OVERHEAD_US * 1e-6
+        lt.fixed_f += hw.moe_overhead_s
+        lt.fixed_b += hw.moe_overhead_s
     else:
         f = filled(m.ffn_hidden_size, "model.ffn_hidden_size")
         lin(tok, cf * f / t, h, prec)
@@ -218,9 +250,17 @@ def layer_time(spec: TrainSpec, plan: Plan, hw: Hw, moe: bool, prec: str) -> Lay
 def logits_time(spec: TrainSpec, plan: Plan, hw: Hw) -> tuple[float, float]:
     """(forward, backward) seconds of the output layer and the cross entropy (BF16 GEMM; the
     fp32 logits are read and written by the loss kernels)."""
-    m, d, tr = spec.model, plan.derived, spec.training
-    tok = tr.micro_batch_size * m.seq_length / d.cp
-    v = d.padded_vocab_size / d.tp
+    d = plan.derived
+    return logits_time_of(spec, hw, d.tp, d.cp, spec.training.micro_batch_size,
+                          d.padded_vocab_size)
+
+
+def logits_time_of(spec: TrainSpec, hw: Hw, tp: int, cp: int, mbs: int,
+                   padded_vocab: int) -> tuple[float, float]:
+    """:func:`logits_time` for a layout given by its numbers (no plan)."""
+    m = spec.model
+    tok = mbs * m.seq_length / cp
+    v = padded_vocab / tp
     f, b = gemm3_seconds(hw, tok, v, m.hidden_size, "bf16")
     ce = 3 * 4 * tok * v / hw.hbm  # fp32 logits: write, read for softmax, write the gradient
     return f + ce, b + ce

@@ -31,7 +31,9 @@ _POSITIVE = (
                                     "ffn_hidden_size", "num_experts", "max_position_embeddings",
                                     "padded_vocab_size", "global_batch_size", "train_iters")),
 )
-_FRACTION = ("cluster.compute_efficiency", "cluster.comm_efficiency", "model.rotary_percent")
+_FRACTION = ("cluster.compute_efficiency", "cluster.comm_efficiency", "model.rotary_percent",
+             "cluster.gemm_efficiency", "cluster.fp8_gemm_efficiency",
+             "cluster.attention_efficiency")
 #: In [0, 1): momentum terms and dropout probabilities.
 _HALF_OPEN = ("training.adam_beta1", "training.adam_beta2", "training.sgd_momentum",
               "model.hidden_dropout", "model.attention_dropout")
@@ -40,7 +42,7 @@ _NON_NEGATIVE = ("cluster.memory_reserve_gib", "cluster.gemm_half_efficiency_tok
                  "cluster.layer_overhead_us", "training.lr", "training.min_lr",
                  "training.weight_decay", "training.grad_clip", "training.lr_warmup_iters",
                  "training.seed", "model.moe_aux_loss_coeff", "model.moe_z_loss_coeff",
-                 "launch.slurm_segment")
+                 "launch.slurm_segment", "cluster.moe_layer_overhead_us")
 #: Largest value accepted for any count; beyond it arithmetic is meaningless (and slow).
 MAX_COUNT = 10**12
 #: Tighter caps for counts that later passes iterate over (per layer, per rank): beyond them a
