@@ -131,7 +131,7 @@ def test_trc107_reasons_about_the_segment_on_nvl72():
     diags = lint_cfg(**moe)
     assert not find(diags, "TRC107") and not find(diags, "TRC520")
     [d] = find(lint_cfg(**moe, **{"launch.slurm_segment": 18}), "TRC107")
-    assert "etp*ep (2*8 = 16) does not divide the NVLink domain (72 GPUs)" in d.message
+    assert "etp*ep (2*8 = 16) does not divide the NVLink domain (72 GPUs = 18 nodes)" in d.message
     assert "--segment=18 (18 nodes = 72 GPUs) does not hold whole groups" in d.message
     assert "does not fit" not in d.message
     assert "launch.slurm_segment in {12, 4}" in d.fix

@@ -288,4 +288,4 @@ def test_worker_refuses_fp8_plans_on_cpu() -> None:
 def make_spec_for_worker() -> Any:
     from specs.kit import make
 
-    return make(**{"launch.device": "cuda"})
+    return make(**{"launch.device": "cuda", "cluster.gpu": "h100-80g"})  # FP8: Hopper or later

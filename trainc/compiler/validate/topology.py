@@ -136,7 +136,7 @@ def _nvlink(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    + f": their per-layer all-reduces cross {cost}", "parallel.tp",
                    related=("cluster.nvlink_domain_size", *place.related(p.tp)),
                    fix=f"use tp in {{{show(ok)}}} and more pp or dp" + place.fix(p.tp),
-                   tp=p.tp, nvlink_domain_size=dom, **place.facts())
+                   tp=p.tp, nvlink_domain_size=dom, **place.facts(p.tp))
     elif p.cp > 1 and place.cut(p.tp * p.cp):
         tc = p.tp * p.cp
         ok = [x for x in divisors(dom // p.tp) if x > 1] if dom % p.tp == 0 else []
@@ -150,7 +150,7 @@ def _nvlink(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                         f"use tp in {{{show(tps)}}} with cp={p.cp}" if tps else
                         "reduce tp*cp to fit the NVLink domain") + place.fix(tc)
                    + ", or accept inter-node CP traffic (ring p2p overlaps it with attention)",
-                   tp=p.tp, cp=p.cp, nvlink_domain_size=dom, **place.facts())
+                   tp=p.tp, cp=p.cp, nvlink_domain_size=dom, **place.facts(tc))
     eg = d.etp * p.ep
     if m.num_experts and p.ep > 1 and place.cut(eg):
         ok = [e for e in divisors(dom // d.etp) if m.num_experts % e == 0] \
@@ -162,7 +162,7 @@ def _nvlink(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    fix=(f"use ep in {{{show(ok)}}} (with etp={d.etp})" if ok else
                         "use etp=1 and an ep dividing the NVLink domain")
                    + " if the all-to-all dominates the step" + place.fix(eg), etp=d.etp, ep=p.ep,
-                   nvlink_domain_size=dom, **place.facts())
+                   nvlink_domain_size=dom, **place.facts(eg))
 
 
 class _Placement:
@@ -213,11 +213,15 @@ class _Placement:
         divide" (groups straddle two domains)."""
         if size > self.dom:
             return f"{what} ({values}) does not fit the NVLink domain ({self.dom} GPUs)"
-        text = f"{what} ({values}) does not divide the NVLink domain ({self.dom} GPUs)"
-        if self.multi_node:
+        if not self.multi_node:
+            text = f"{what} ({values}) does not divide the NVLink domain ({self.dom} GPUs)"
+        else:
+            text = (f"{what} ({values}) does not divide the NVLink domain ({self.dom} GPUs = "
+                    f"{self.per_domain} nodes)")
             text += (f" and sbatch.sh's --segment={self.segment} ({self.segment} nodes = "
                      f"{self.segment * self.gpus} GPUs) does not hold whole groups"
-                     if self.segment else " and sbatch.sh asks for no --segment")
+                     if self.segment else
+                     " and sbatch.sh asks for no --segment (launch.slurm_segment 0)")
         return text + f", so some {kind} groups straddle two domains"
 
     def segments(self, size: int) -> list[int]:
@@ -240,8 +244,12 @@ class _Placement:
         """``launch.slurm_segment`` among the related keys where it is part of the finding."""
         return ("launch.slurm_segment",) if self.multi_node and size <= self.dom else ()
 
-    def facts(self) -> dict[str, Any]:
-        """The placement facts every TRC105-TRC107 finding carries."""
+    def facts(self, size: int) -> dict[str, Any]:
+        """The placement facts of a TRC105-TRC107 finding about a group of ``size`` GPUs: the
+        Slurm segment and the nodes per domain where the message names them (a domain of
+        several nodes that the group fits), none otherwise."""
+        if not (self.multi_node and size <= self.dom):
+            return {}
         return {"slurm_segment": self.segment, "nodes_per_domain": self.per_domain}
 
 
