@@ -23,7 +23,8 @@ HW = Hw({"bf16": 1e15, "fp8": 2e15}, {"bf16": 1.0, "fp8": 1.0}, 0.5, 1e12, 100)
 def test_gemm_wave_and_tile_quantization():
     # 100 x 100 tiles of 128 x 256 on 100 SMs: 100 full waves, compute bound
     full = gemm_seconds(HW, 12800, 25600, 8192)
-    assert full == pytest.approx(2 * 12800 * 25600 * 8192 / 1e15)
+    # each tile's fixed cost: K / (K + GEMM_K_OVERHEAD) of the rate
+    assert full == pytest.approx(2 * 12800 * 25600 * 8192 / 1e15 * (8192 + 512) / 8192)
     # one more tile column (101 x 100 tiles = 101 waves, the last 1/100 full): the 101st wave
     # costs a whole wave although its tiles are 1 % of the work
     more = gemm_seconds(HW, 12800, 25600 + 256, 8192)
@@ -31,6 +32,13 @@ def test_gemm_wave_and_tile_quantization():
     # a 1-row edge tile wastes its 127 rows: M = 12801 costs as M = 12928 (101 tile rows)
     assert gemm_seconds(HW, 12801, 25600, 8192) == pytest.approx(
         gemm_seconds(HW, 12928, 25600, 8192))
+
+
+def test_short_k_gemms_pay_the_tile_overhead():
+    # the same FLOPs with a 4x shorter reduction: (K + 512) / K of the compute time
+    long_k = gemm_seconds(HW, 12800, 25600, 8192)
+    short_k = gemm_seconds(HW, 12800, 25600 * 4, 2048)
+    assert short_k / long_k == pytest.approx(((2048 + 512) / 2048) / ((8192 + 512) / 8192))
 
 
 def test_small_gemm_is_memory_bound():

@@ -81,21 +81,23 @@ def test_overlap_and_efficiency_move_step_time():
 
 
 # Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using
-# Megatron-LM", Table 1: GPT models on A100-80GB (DGX A100, 8 x HDR per node), TP 8, full activation
-# recomputation, 163 TFLOP/s per GPU counted with their formula
+# Megatron-LM" (arXiv 2104.04473), Table 1: GPT models on A100-80GB (DGX A100, 8 x HDR per node),
+# TP 8, full activation recomputation, TFLOP/s per GPU counted with their formula
 # 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) (executed FLOPs, recompute included), s = 2048, V = 51200.
-PUBLISHED = [  # (layers, hidden, heads, pp, gpus = batch, TFLOP/s per GPU)
-    (96, 12288, 96, 16, 1536, 163),
-    (128, 25600, 160, 64, 3072, 163),
+# (Until session 5 the first row was a 96-layer "175B" at 1536 GPUs and 163 TFLOP/s, which is not
+# a row of Table 1; the 1536-GPU row is 145.6B, 80 layers, pp 8, batch 2304, 148 TFLOP/s.)
+PUBLISHED = [  # (layers, hidden, heads, pp, gpus, batch, TFLOP/s per GPU)
+    (80, 12288, 96, 8, 1536, 2304, 148),
+    (128, 25600, 160, 64, 3072, 3072, 163),
 ]
 
 
-@pytest.mark.parametrize(("L", "h", "a", "pp", "gpus", "tflops"), PUBLISHED)
-def test_published_megatron_throughput_is_predicted(L, h, a, pp, gpus, tflops):
+@pytest.mark.parametrize(("L", "h", "a", "pp", "gpus", "batch", "tflops"), PUBLISHED)
+def test_published_megatron_throughput_is_predicted(L, h, a, pp, gpus, batch, tflops):
     from trainc.schemas import Activation, Normalization, Recompute
 
     s, V = 2048, 51200
-    flops = 96 * gpus * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
+    flops = 96 * batch * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
     published_step_seconds = flops / (tflops * 1e12 * gpus)
     spec = make_spec(nodes=gpus // 8, model__num_layers=L, model__hidden_size=h,
                      model__num_attention_heads=a, model__num_query_groups=a,
@@ -103,15 +105,15 @@ def test_published_megatron_throughput_is_predicted(L, h, a, pp, gpus, tflops):
                      model__activation=Activation.gelu, model__normalization=Normalization.layernorm,
                      model__untie_embeddings_and_output_weights=False, parallel__tp=8,
                      parallel__pp=pp, parallel__sequence_parallel=False, parallel__zero_stage=0,
-                     training__global_batch_size=gpus, training__recompute=Recompute.full)
+                     training__global_batch_size=batch, training__recompute=Recompute.full)
     # Stated error, kernel model (default; GEMM shapes on the A100 profile, not fitted to this
-    # paper): within 8 % of the measured step (1.065 and 0.935 of it).
+    # paper): within 8 % of the measured step (0.98 and 1.00 of it, session 5).
     ratio = run(spec)["estimates"]["step_time_seconds"] / published_step_seconds
     assert abs(ratio - 1) <= 0.08
     # Seed model: with the default efficiency assumptions (compute_efficiency 0.7, scaled by
     # n/(n + gemm_half_efficiency_tokens) for n = 2048 tokens per micro batch, plus the per-layer
     # launch overhead) the prediction is within 10 % of the measured step; with a pessimistic
-    # compute_efficiency of 0.5 it is 25-60 % slower.
+    # compute_efficiency of 0.5 it is 20-60 % slower.
     from trainc.schemas import TimeModel
 
     spec.cluster.time_model = TimeModel.seed
@@ -119,7 +121,7 @@ def test_published_megatron_throughput_is_predicted(L, h, a, pp, gpus, tflops):
     assert abs(ratio - 1) <= 0.10
     spec.cluster.compute_efficiency = 0.5
     ratio = run(spec)["estimates"]["step_time_seconds"] / published_step_seconds
-    assert 1.25 <= ratio <= 1.60
+    assert 1.20 <= ratio <= 1.60
 
 
 def test_block_recompute_pays_only_for_the_layers_it_reruns():
