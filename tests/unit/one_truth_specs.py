@@ -94,6 +94,11 @@ def one_truth_specs(draw: st.DrawFn, *, engine: str | None = None,
             for k in ("fp8_format", "fp8_recipe", "fp4_format", "first_last_layers_bf16"):
                 t.pop(k, None)
             t["fp8_param_gather"] = False
+    # TP communication overlap (engine=megatron on CUDA, tp > 1 with sequence parallelism)
+    on_cuda = cfg.get("launch", {}).get("device", "cuda") == "cuda"
+    if not ds and on_cuda and p.get("tp", 1) > 1 and p.get("sequence_parallel", True) \
+            and draw(st.booleans()):
+        t["tp_comm_overlap"] = draw(st.booleans())
     if not ds and cuda and p["zero_stage"] == 1 and t.get("optimizer", "adam") == "adam" \
             and draw(st.integers(0, 2)) == 0:
         t["main_grads_dtype"] = draw(st.sampled_from(["fp32", "bf16"]))

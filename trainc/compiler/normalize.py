@@ -147,6 +147,8 @@ def normalize(spec: TrainSpec) -> TrainSpec:
     if t.overlap_param_gather is None:
         t.overlap_param_gather = (megatron and p.zero_stage == 1 and dp_cp > 1
                                   and t.overlap_grad_reduce)
+    if t.tp_comm_overlap is None:  # Megatron's default; trainc plan chooses it per layout
+        t.tp_comm_overlap = False
     if s.engine is Engine.fsdp:
         _fsdp(s, world // model_parallel if model_parallel > 0 and world % model_parallel == 0
               else None)

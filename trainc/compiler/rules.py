@@ -362,6 +362,20 @@ MOE_FLEX_SCALE = _r(
     "the flex dispatcher (DeepEP) pays off for expert-parallel groups across nodes; inside one "
     "node alltoall or allgather is as fast or faster", "warning",
     engines={"megatron": "warning", "deepspeed": "n/a", "fsdp": "n/a"})
+TP_COMM_OVERLAP = _r(
+    "TRC380", "tp-comm-overlap",
+    "tp_comm_overlap needs engine=megatron on CUDA (Transformer Engine userbuffers) and tp > 1 "
+    "with sequence_parallel (Megatron-LM validate_args)")
+TP_COMM_OVERLAP_DOMAIN = _r(
+    "TRC382", "tp-comm-overlap-domain",
+    "tp_comm_overlap hides TP traffic over NVLink peer memory (userbuffers); a TP group wider "
+    "than the NVLink domain gets no overlap", "warning",
+    engines={"megatron": "warning", "deepspeed": "n/a", "fsdp": "n/a"})
+MOE_A2A_OVERLAP = _r(
+    "TRC381", "moe-a2a-overlap",
+    "overlap_moe_expert_parallel_comm needs engine=megatron on CUDA, ep > 1, the alltoall or "
+    "flex dispatcher, no full recompute, bf16/fp16 and vpp > 1 when pp > 1 (Megatron-Core "
+    "TransformerConfig.__post_init__)")
 DATA_SPLIT = _r(
     "TRC512", "data-split-format",
     "launch.data_split is three non-negative numbers, comma-separated, not all zero "
@@ -569,6 +583,13 @@ SOURCES: dict[str, str] = {
               "MoEAlltoAllTokenDispatcher / _DeepepManager __init__ (assert capacity factor)",
     "TRC377": "megatron-core 0.16.1 transformer_config.py TransformerConfig.__post_init__ "
               "(moe_router_padding_for_quantization checks)",
+    "TRC380": "Megatron-LM megatron/training/arguments.py validate_args (--tp-comm-overlap needs "
+              "--sequence-parallel); megatron-core 0.16.1 extensions/transformer_engine.py "
+              "(userbuffers: Transformer Engine on CUDA)",
+    "TRC382": "Transformer Engine userbuffers (transformer_engine/pytorch/module/base.py "
+              "initialize_ub: intra-domain NVLink peer-memory communicators)",
+    "TRC381": "megatron-core 0.16.1 transformer/transformer_config.py TransformerConfig."
+              "__post_init__ (overlap_moe_expert_parallel_comm checks)",
     "TRC512": "megatron/training/arguments.py --split; megatron/core/datasets utils "
               "parse_and_normalize_split (core_v0.19.0)",
     "TRC520": "Slurm topology/block plugin and sbatch --segment (slurm.schedmd.com/"

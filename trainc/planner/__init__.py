@@ -136,6 +136,23 @@ def rank_within_band(planned: list[Planned], band: float) -> list[Planned]:
     return out
 
 
+def distinct_layouts(ranked: list[Planned]) -> list[Planned]:
+    """``ranked`` with the best of each parallel layout, i.e. of each (tp, pp, cp, ep, etp),
+    first (in rank order), then the other variants (rank order): vpp, layer split, micro
+    batch, recompute and ZeRO stage are choices inside a layout, so the first rows show
+    different layouts rather than one layout's variants; with the degrees fixed by the spec
+    the variants follow the one layout."""
+    seen: set[tuple[int, ...]] = set()
+    heads: list[Planned] = []
+    rest: list[Planned] = []
+    for p in ranked:
+        c = p.candidate
+        key = (c.tp, c.pp, c.cp, c.ep, c.etp)
+        (rest if key in seen else heads).append(p)
+        seen.add(key)
+    return heads + rest
+
+
 def drop_equal_time_larger(planned: list[Planned]) -> list[Planned]:
     """Among finalists with the same step time (to 6 significant digits), keep only those with
     the least memory: a layout that estimates exactly as fast as another but needs more memory
@@ -277,7 +294,8 @@ def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
         out.diagnostics = sort_diagnostics([
             d for d in validate(spec) if d.is_error
             and (d.key in explicit or any(k in explicit for k in d.related))])
-    out.planned = rank_within_band(drop_equal_time_larger(out.planned), band)[:top]
+    out.planned = distinct_layouts(rank_within_band(drop_equal_time_larger(out.planned),
+                                                    band))[:top]
     if out.planned:
         best = _step(out.planned[0])
         for i, p in enumerate(out.planned):

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from trainc.compiler.derive import padded_vocab
+from trainc.compiler.derive import padded_vocab, tp_in_nvlink_domain
 from trainc.compiler.estimate.activations import dense_layer_bytes, moe_mlp_extra_bytes
 from trainc.compiler.estimate.comm import zero_dp_bytes
 from trainc.compiler.estimate.kernels import (
@@ -41,10 +41,11 @@ from trainc.compiler.estimate.kernels import (
     logits_time_of,
 )
 from trainc.compiler.estimate.memory import megatron_bytes_per_param
-from trainc.compiler.estimate.time import BUCKET_MIN_PARAMS
+from trainc.compiler.estimate.time import BUCKET_MIN_PARAMS, ep_exposed_share, tp_exposed_share
 from trainc.compiler.validate.util import divisors
 from trainc.schemas import (
     Activation,
+    Device,
     Engine,
     Fp8Format,
     Normalization,
@@ -424,6 +425,18 @@ def _ring_bw(size: int, stride: int, dom: int, intra: float, inter: float) -> fl
     return min(intra, inter * g)
 
 
+def planned_tp_comm_overlap(spec: TrainSpec, fixed: bool | None, tp: int, sp: bool) -> bool:
+    """``training.tp_comm_overlap`` of a planned layout: the user's value when the spec sets it
+    (``fixed``), else on wherever Megatron-LM accepts it (engine=megatron on CUDA, tp > 1 with
+    sequence parallelism; TRC380) with the TP group inside the NVLink domain (TRC382): it never
+    slows a step in the model."""
+    if fixed is not None:
+        return bool(fixed)
+    c = spec.cluster
+    return (spec.engine is Engine.megatron and spec.launch.device is Device.cuda and tp > 1
+            and sp and tp_in_nvlink_domain(tp, c.nvlink_domain_size, c.gpus_per_node))
+
+
 def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: int, pp: int,
                  dp: int, stages: tuple[int, ...], ep: int, etp: int, sp: bool,
                  mbss: list[int], vpps: list[int], cps: list[str], slots: tuple[int, ...],
@@ -434,8 +447,9 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
     kernel_step_time`): per stage and micro-batch the layers' kernel times (dense and MoE
     layers weighted by their share; memoised per (moe, precision, tp, cp, ep, etp, sp, mbs)),
     the output layer on the last stage, recompute, ``layer_overhead_us`` per layer and pass;
-    TP/EP exposed ``1 - comm_overlap``, CP what the attention core does not hide, PP p2p with
-    1F1B only; the pipeline bubble; DP exposed as Megatron-Core's bucketed overlap leaves it
+    TP/EP exposed as ``time.tp_exposed_share`` / ``ep_exposed_share`` leave them (the TP overlap
+    as :func:`planned_tp_comm_overlap` decides), CP what the attention core does not hide, PP p2p
+    with 1F1B only; the pipeline bubble; DP exposed as Megatron-Core's bucketed overlap leaves it
     (the last bucket, and what exceeds the last micro-batch's backward / forward). The step is
     the worst of the first stage, the stage with the most layers and the last stage."""
     m, c, t = spec.model, spec.cluster, spec.training
@@ -447,6 +461,9 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
     intra, inter = (c.intra_node_bandwidth_gbps or 1) * eff, \
         (c.inter_node_bandwidth_gbps or 1) * eff
     overlap = min(max(c.comm_overlap or 0.0, 0.0), 1.0)
+    tp_on = planned_tp_comm_overlap(spec, fx.get("training.tp_comm_overlap"), tp, sp) and \
+        tp_in_nvlink_domain(tp, c.nvlink_domain_size, c.gpus_per_node)
+    ep_on = bool(t.overlap_moe_expert_parallel_comm)
     overhead = c.layer_overhead_us * 1e-6
     eb = 4 if t.precision.name == "fp32" else 2
     s_loc = s / cp
@@ -518,6 +535,7 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
         bw = sum(lt.backward * w for lt, w in lts)
         attn_f = sum(lt.attn_f * w for lt, w in lts)
         attn_core = sum((lt.attn_f + lt.attn_b) * w for lt, w in lts)
+        gemm_l = sum((lt.gemm_f + lt.gemm_b) * w for lt, w in lts)
         lower_layer = min(lt.forward + lt.backward for lt, _ in lts)
         lower_attn = min(lt.attn_f for lt, _ in lts)
         d_f = d_b = 0.0  # the first and last layer in BF16: their difference from ``low``
@@ -530,7 +548,8 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
         lf, lb = _logits(spec, tp, cp, mbs)
         act_b = mbs * s_loc * h * eb  # the tensor TP collectives act on
         tp_unit = 2 * (tp - 1) / tp * act_b / bw_tp if tp > 1 else 0.0
-        tp_blocks = (1 - mf) * 2 + mf * (2 if etp > 1 else 1)
+        tp_blocks = (1 - mf) * 2 + mf  # attention and dense MLP (TE linears)
+        tp_expert = mf if etp > 1 else 0.0  # the experts' ETP block (never overlapped)
         tok_ep = mbs * s_loc / tsp
         a2a = ((ep - 1) / ep * m.moe_router_topk * tok_ep * h * eb) if ep > 1 else 0.0
         t_a2a = max(a2a * ep_share[0], a2a * ep_share[1])
@@ -572,10 +591,14 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
                     lower = max(lower, M * (n * (lower_layer + (lower_attn if sel else 0.0)
                                                  + 2 * overhead)
                                             + (lf + lb if last else 0.0)) / (1 - bubble))
-                    x_tp = tp_unit * (tp_blocks * n * passes + ends)
+                    x_te = tp_unit * tp_blocks * n * passes
+                    x_tp = x_te * tp_exposed_share(x_te, n * gemm_l, tp, tp_on, overlap) + \
+                        tp_unit * (tp_expert * n * passes + ends) * (1 - overlap)
                     x_ep = t_a2a * 2 * n * mf * passes
                     sent = sum((j * pp + i != v * pp - 1) + (j * pp + i != 0) for j in range(v))
                     x_pp = pp_b * sent / bw_pp if pp > 1 and v <= 1 else 0.0
+                    # the exposed shares as time.kernel_step_time takes them
+                    x_ep *= ep_exposed_share(x_ep, f_mb + b_mb + extra, M, ep_on, overlap)
                     per_stage.append((i, n, comp, f_mb, b_mb + extra, x_tp, x_ep, x_pp))
                 for cpt in cps:
                     per_cp = 0.0
@@ -586,7 +609,7 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
                     rows = []
                     for i, n, comp, f_mb, b_mb, x_tp, x_ep, x_pp in per_stage:
                         x_cp = max(n * per_cp - n * attn_core, 0.0)
-                        work = comp + (1 - overlap) * (x_tp + x_ep) + x_cp + x_pp
+                        work = comp + x_tp + x_ep + x_cp + x_pp
                         rows.append((M * work / (1 - bubble), i, n, comp, f_mb, b_mb, x_tp,
                                      x_ep, x_cp, x_pp, work))
                     for zero, off, state_mem, _t_dp in states:
@@ -619,8 +642,8 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
                         # (the full estimate is reported to 6 significant digits: the bound
                         # keeps 1e-5 below it)
                         yield state_mem + act, total, (v, cpt, mbs, rc, zero, off), (
-                            M * comp, M * (1 - overlap) * x_tp, M * x_cp,
-                            M * (1 - overlap) * x_ep, M * x_pp, t_dp, bubble,
+                            M * comp, M * x_tp, M * x_cp,
+                            M * x_ep, M * x_pp, t_dp, bubble,
                             piped - M * work, cross, intra / inter, lower * (1 - 1e-5))
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from trainc.capabilities import capability
 from trainc.compiler.validate.util import divisors
-from trainc.planner.fast import TERMS, model_consts, score_grid
+from trainc.planner.fast import TERMS, model_consts, planned_tp_comm_overlap, score_grid
 from trainc.schemas import CpCommType, Engine, Offload, Recompute, RecomputeMethod, TrainSpec
 
 GIB = 2**30
@@ -36,7 +36,7 @@ SEARCHED = (
     "parallel.account_for_loss_in_pipeline_split", "training.micro_batch_size",
     "training.recompute",
     "training.recompute_method", "training.recompute_num_layers", "training.offload_optimizer",
-    "training.offload_param",
+    "training.offload_param", "training.tp_comm_overlap",
 )
 
 
@@ -66,6 +66,8 @@ class Candidate:
     rank: tuple[float, float, tuple[int, ...]] | None = None
     acc: tuple[bool, bool] = (False, False)
     """(account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split)."""
+    tp_overlap: bool = False
+    """training.tp_comm_overlap (:func:`trainc.planner.fast.planned_tp_comm_overlap`)."""
 
     def simplicity(self) -> tuple[int, ...]:
         """The simplicity order of the parallel layout (smaller is simpler; docs/planner.md):
@@ -181,6 +183,7 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
     fx = {key: _fixed(spec, explicit, key) for key in SEARCHED}
     if fx["parallel.dp"] is None and "parallel.dp" in explicit:
         fx["parallel.dp"] = None
+    tp_fixed = fx["training.tp_comm_overlap"]
     a, g, L, s = m.num_attention_heads, m.num_query_groups or m.num_attention_heads, \
         m.num_layers, m.seq_length
     f = m.ffn_hidden_size or 4 * m.hidden_size
@@ -281,7 +284,8 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
                 continue
             order += 1
             cand = Candidate(tp, pp, v, cp, cpt, ep, etp, dp, first, last, mbs, rc, zero, off,
-                             mem, step, dict(zip(TERMS, terms, strict=True)), sp, acc=acc)
+                             mem, step, dict(zip(TERMS, terms, strict=True)), sp, acc=acc,
+                             tp_overlap=planned_tp_comm_overlap(spec, tp_fixed, tp, sp))
             if len(pool) < KEEP_POOL:
                 heapq.heappush(pool, (-step, -order, cand))
             else:
@@ -345,6 +349,7 @@ def candidate_spec(spec: TrainSpec, cand: Candidate) -> TrainSpec:
     t.recompute_method = RecomputeMethod[method] if method else None
     t.recompute_num_layers = n
     t.offload_optimizer = Offload[cand.offload]
+    t.tp_comm_overlap = cand.tp_overlap
     return s
 
 
@@ -391,6 +396,8 @@ def summary(c: Candidate) -> dict[str, Any]:
         tr["recompute_method"], tr["recompute_num_layers"] = c.recompute[1], c.recompute[2]
     if c.offload != "none":
         tr["offload_optimizer"] = c.offload
+    if c.tp_overlap:
+        tr["tp_comm_overlap"] = True
     return {"parallel": par, "training": tr}
 
 

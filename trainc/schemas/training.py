@@ -112,6 +112,19 @@ class TrainingSpec:
     """engine=megatron, distributed optimizer: overlap the parameter all-gather with the next
     forward pass (DistributedDataParallelConfig.overlap_param_gather). Default: true with the
     distributed optimizer and dp x cp > 1. Needs overlap_grad_reduce (TRC324)."""
+    tp_comm_overlap: bool | None = None
+    """engine=megatron, launch.device=cuda: overlap the tensor-parallel all-gather /
+    reduce-scatter with the linear layers' GEMMs through Transformer Engine's userbuffers
+    (Megatron-Core ModelParallelConfig.tp_comm_overlap, Megatron-LM --tp-comm-overlap). Needs
+    tp > 1 with sequence_parallel (Megatron-LM validate_args) and Transformer Engine (TRC380).
+    Default (unset): false, Megatron's default; ``trainc plan`` turns it on for layouts with
+    tp > 1 and sequence parallelism unless the spec sets it."""
+    overlap_moe_expert_parallel_comm: bool = False
+    """engine=megatron, MoE with ep > 1: overlap the expert-parallel all-to-all of one
+    micro-batch with the computation of another in the 1F1B phase (Megatron-Core
+    ModelParallelConfig.overlap_moe_expert_parallel_comm, Megatron-LM
+    --overlap-moe-expert-parallel-comm). Needs the alltoall or flex dispatcher, no full
+    recompute, bf16/fp16, vpp > 1 when pp > 1 (TransformerConfig.__post_init__; TRC381)."""
     seed: int = 1234
     """Random seed for initialisation and data order."""
     offload_optimizer: Offload = Offload.none

@@ -114,6 +114,7 @@ def megatron_core_kwargs(spec: TrainSpec, d: Derived) -> dict[str, dict[str, Any
         "use_cpu_initialization": cpu,
     }
     tc.update(low_precision_kwargs(spec))
+    tc.update(comm_overlap_kwargs(spec))
     if moe:
         tc.update({
             "num_moe_experts": m.num_experts,
@@ -222,6 +223,20 @@ def low_precision_kwargs(spec: TrainSpec) -> dict[str, Any]:
         out.update({"fp4": t.fp4_format.value, "fp4_recipe": t.fp4_recipe.value})
     if out and t.first_last_layers_bf16:
         out["first_last_layers_bf16"] = True
+    return out
+
+
+def comm_overlap_kwargs(spec: TrainSpec) -> dict[str, Any]:
+    """ModelParallelConfig's overlap switches of megatron-core 0.16.1 that the spec turns on:
+    ``tp_comm_overlap`` (TP all-gather / reduce-scatter inside Transformer Engine's GEMMs) and
+    ``overlap_moe_expert_parallel_comm`` (the 1F1B expert-parallel A2A overlap); none when off
+    (the library defaults, both false, apply)."""
+    t = spec.training
+    out: dict[str, Any] = {}
+    if t.tp_comm_overlap:
+        out["tp_comm_overlap"] = True
+    if t.overlap_moe_expert_parallel_comm:
+        out["overlap_moe_expert_parallel_comm"] = True
     return out
 
 
@@ -355,6 +370,9 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
         c("--expert-model-parallel-size", "TransformerConfig", "expert_model_parallel_size"),
         c("--expert-tensor-parallel-size", "TransformerConfig", "expert_tensor_parallel_size"),
         c("--sequence-parallel", "TransformerConfig", "sequence_parallel"),
+        c("--tp-comm-overlap", "TransformerConfig", "tp_comm_overlap"),
+        c("--overlap-moe-expert-parallel-comm", "TransformerConfig",
+          "overlap_moe_expert_parallel_comm"),
         c("--use-distributed-optimizer", "DistributedDataParallelConfig",
           "use_distributed_optimizer"),
         ("--overlap-grad-reduce", ddp["overlap_grad_reduce"],

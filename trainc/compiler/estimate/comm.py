@@ -157,11 +157,16 @@ def stage_comm(spec: TrainSpec, plan: Plan, stages: list[StageParams]) -> list[S
         sc = StageComm()
         n_moe = sum(moe)
         if t > 1:  # TP: one all-reduce-equivalent (SP: all-gather + reduce-scatter) per block
-            blocks = sum((2 if not mo or etp > 1 else 1) * n
-                         for mo, n in zip(moe, passes, strict=False))
+            # attention and dense MLP blocks (Transformer Engine linears: tp_comm_overlap can
+            # hide them), then the routed experts' ETP block of MoE layers (grouped GEMMs)
+            blocks = sum((2 if not mo else 1) * n for mo, n in zip(moe, passes, strict=False))
+            expert_blocks = sum(n for mo, n in zip(moe, passes, strict=False) if mo) \
+                if etp > 1 else 0
             unit = all_reduce_bytes(t, act)
             name = "all_gather+reduce_scatter" if sp else "all_reduce"
             sc.get("tp", name, t).add(unit, times=blocks * M)
+            if expert_blocks:
+                sc.get("tp", "expert " + name, t).add(unit, times=expert_blocks * M)
             ends = (r == 0) + (r == p - 1)
             if ends:
                 sc.get("tp", "embedding/output " + name, t).add(unit, times=ends * M)

@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainc.compiler.derive import tp_in_nvlink_domain
 from trainc.compiler.estimate.comm import StageComm
 from trainc.compiler.estimate.kernels import hardware, layer_precision, layer_time, logits_time
 from trainc.compiler.estimate.params import (
@@ -195,6 +196,52 @@ def _dp_exposed(spec: TrainSpec, plan: Plan, sc: StageComm, r: int, params: floa
         c.exposed_seconds = last + max(c.seconds - last - window, 0.0)
 
 
+#: The TP collectives of Transformer Engine linears (what ``tp_comm_overlap`` overlaps).
+_TE_TP_COLLECTIVES = ("all_gather+reduce_scatter",)
+
+
+def tp_exposed_share(tp_mb: float, gemm_mb: float, tp: int, tp_comm_overlap: bool,
+                     comm_overlap: float) -> float:
+    """The exposed fraction (0..1) of one micro-batch's TP collectives (``tp_mb`` seconds) on a
+    stage whose layers' GEMMs take ``gemm_mb`` seconds per micro-batch.
+
+    Without ``tp_comm_overlap`` Megatron-Core runs the sequence-parallel all-gather /
+    reduce-scatter between the GEMMs: exposed but for ``cluster.comm_overlap``, the fraction it
+    stands for. With it, Transformer Engine splits each collective into ``tp`` ring steps
+    pipelined with the GEMM's chunks (userbuffers; megatron-core 0.16.1
+    ``extensions/transformer_engine.py``, TE ``initialize_ub``): the all-gather's chunks run
+    under the GEMMs of the chunks already received, the reduce-scatter's last chunk is left, so
+    about half a chunk of every collective stays exposed, ``tp_mb / (2 tp)``, plus what exceeds
+    the GEMMs it hides behind."""
+    if tp_mb <= 0:
+        return 0.0
+    if not tp_comm_overlap or tp <= 1:
+        return 1 - comm_overlap
+    exposed = tp_mb / (2 * tp) + max(tp_mb * (1 - 1 / (2 * tp)) - gemm_mb, 0.0)
+    return min(exposed / tp_mb, 1.0)
+
+
+def ep_exposed_share(ep_mb: float, compute_mb: float, num_microbatches: int,
+                     a2a_overlap: bool, comm_overlap: float) -> float:
+    """The exposed fraction (0..1) of the expert-parallel all-to-all (``ep_mb`` seconds per
+    micro-batch) on a stage computing ``compute_mb`` seconds per micro-batch.
+
+    Without ``overlap_moe_expert_parallel_comm`` the dispatch and combine wait on the network
+    (``cluster.comm_overlap`` stands for any overlap). With it Megatron-Core's combined 1F1B
+    schedule (``pipeline_parallel/combined_1f1b.py``) runs one micro-batch's forward with
+    another's backward, each's A2A under the other's compute: the first forward's and the last
+    backward's A2A have no partner (one micro-batch's worth of the step's ``M``), the rest is
+    hidden up to the compute it runs under."""
+    if ep_mb <= 0:
+        return 0.0
+    if not a2a_overlap:
+        return 1 - comm_overlap
+    M = max(num_microbatches, 1)
+    steady = ep_mb * (M - 1) / M
+    exposed = ep_mb / M + max(steady - compute_mb, 0.0)
+    return min(exposed / ep_mb, 1.0)
+
+
 def kernel_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: float,
                      model_flops: float) -> StepTime:
     """Step time from kernel times (:mod:`.kernels`) and per-axis overlap.
@@ -202,9 +249,9 @@ def kernel_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble
     Per stage and micro-batch: forward ``F`` and backward ``B`` of its layers (plus the output
     layer on the last stage), the recompute (full: the re-run layers' forward; selective: the
     attention core's forward), ``layer_overhead_us`` per layer and pass. Exposed communication
-    per micro-batch: TP and EP ``(1 - comm_overlap)`` of their time (Megatron overlaps TP only with
-    ``tp_comm_overlap`` and EP only with the 1F1B A2A overlap, neither a trainc key: comm_overlap
-    stands for them), CP what the ring's p2p does not hide behind the attention core (the next
+    per micro-batch: TP and EP as :func:`tp_exposed_share` / :func:`ep_exposed_share` leave them
+    (``training.tp_comm_overlap`` and ``overlap_moe_expert_parallel_comm``; without them
+    ``1 - comm_overlap``), CP what the ring's p2p does not hide behind the attention core (the next
     K/V block is sent while the current one is computed), PP p2p exposed with 1F1B and hidden by
     the interleaved schedule's overlapped p2p. The pipeline stretches ``M x (F + B + X)`` by the
     bubble; the data-parallel collectives add what their overlap leaves exposed
@@ -216,12 +263,15 @@ def kernel_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble
     overlap = min(max(cl.comm_overlap or 0.0, 0.0), 1.0)
     reruns = plan_rerun_masks(plan)
     sps = stage_params(spec, plan)
+    # userbuffers exchange inside the NVLink domain only (TRC382)
+    tp_overlap = bool(tr.tp_comm_overlap) and tp_in_nvlink_domain(
+        spec.parallel.tp, cl.nvlink_domain_size, cl.gpus_per_node)
     cache: dict[tuple[bool, str], Any] = {}
     best: StepTime | None = None
     best_kinds: dict[str, float] = {}
     for r, (idx, sc) in enumerate(zip(plan_stage_layers(plan), comms, strict=True)):
         kinds = dict.fromkeys(("gemm", "attention", "elementwise", "fixed", "recompute"), 0.0)
-        fwd = bwd = attn_core = 0.0
+        fwd = bwd = attn_core = gemm_mb = 0.0
         for i, re in zip(idx, reruns[r], strict=True):
             key = (is_moe_layer(spec, i), layer_precision(spec, i))
             if key not in cache:
@@ -231,6 +281,7 @@ def kernel_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble
             bwd += lt.backward
             attn_core += lt.attn_f + lt.attn_b
             kinds["gemm"] += lt.gemm_f + lt.gemm_b
+            gemm_mb += lt.gemm_f + lt.gemm_b
             kinds["attention"] += lt.attn_f + lt.attn_b
             kinds["elementwise"] += lt.elem_f + lt.elem_b
             kinds["fixed"] += lt.fixed_f + lt.fixed_b
@@ -252,11 +303,23 @@ def kernel_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble
         sec = sc.seconds_by_axis()
         cp_exposed = max(sec["cp"] / max(M, 1) - attn_core, 0.0)
         pp_exposed = sec["pp"] / max(M, 1) if d.vpp <= 1 else 0.0
-        exposed_mb = ((1 - overlap) * (sec["tp"] + sec["ep"]) / max(M, 1) + cp_exposed
-                      + pp_exposed)
+        # tp_comm_overlap hides the attention / dense MLP blocks' collectives (TE linears),
+        # not the experts' ETP block or the embedding / output layer's
+        tp_te = sum(c.seconds for c in sc.collectives.values()
+                    if c.axis == "tp" and c.name in _TE_TP_COLLECTIVES)
+        share = {"tp": tp_exposed_share(tp_te / max(M, 1), gemm_mb, spec.parallel.tp,
+                                        tp_overlap, overlap),
+                 "tp_rest": 1 - overlap,
+                 "ep": ep_exposed_share(sec["ep"] / max(M, 1), fwd + bwd, M,
+                                        bool(tr.overlap_moe_expert_parallel_comm), overlap)}
+        exposed_mb = ((share["tp"] * tp_te + share["tp_rest"] * (sec["tp"] - tp_te)
+                       + share["ep"] * sec["ep"]) / max(M, 1) + cp_exposed + pp_exposed)
         for c in sc.collectives.values():
-            if c.axis in ("tp", "ep"):
-                c.exposed_seconds = (1 - overlap) * c.seconds
+            if c.axis == "tp":
+                c.exposed_seconds = share["tp" if c.name in _TE_TP_COLLECTIVES
+                                          else "tp_rest"] * c.seconds
+            elif c.axis == "ep":
+                c.exposed_seconds = share["ep"] * c.seconds
             elif c.axis == "cp":
                 c.exposed_seconds = cp_exposed * M
             elif c.axis == "pp":

@@ -17,6 +17,7 @@ from trainc.capabilities import capability, unsupported_axes
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived, stage_chunk_sizes
 from trainc.compiler.diagnostics import Diagnostic, diag
+from trainc.compiler.validate.comm_overlap import comm_overlap
 from trainc.compiler.validate.fsdp import fsdp_rules, inert_fsdp
 from trainc.compiler.validate.moe_dispatch import moe_dispatch
 from trainc.compiler.validate.precision import precision
@@ -80,6 +81,7 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     yield from precision(spec, d)
     yield from precision_shapes(spec, d)
     yield from moe_dispatch(spec, d)
+    yield from comm_overlap(spec, d)
     yield from _schedule(spec)
     yield from _moe(spec)
     for key, why in _inert(spec):

@@ -53,13 +53,32 @@ def refuse_low_precision_on_cpu(core: dict[str, Any]) -> None:
     dropping them would train another model than the plan (trainc's TRC330 refuses such a
     plan at compile time; this catches ``--device cpu`` on a CUDA plan)."""
     tc, opt = core["TransformerConfig"], core["OptimizerConfig"]
-    asked = [f"TransformerConfig.{k}={tc[k]}" for k in ("fp8", "fp4") if tc.get(k)]
+    asked = [f"TransformerConfig.{k}={tc[k]}" for k in ("fp8", "fp4", "tp_comm_overlap",
+                                                         "overlap_moe_expert_parallel_comm")
+             if tc.get(k)]
     if opt.get("use_precision_aware_optimizer"):
         asked.append("OptimizerConfig.use_precision_aware_optimizer=True")
     if asked:
         raise SystemExit("trainc-worker: --device cpu cannot run " + ", ".join(asked)
-                         + " (Transformer Engine needs CUDA); run on a GPU, or compile the spec "
-                         "without training.fp8_format / fp4_format / the optimizer state dtypes")
+                         + " (Transformer Engine / CUDA streams); run on a GPU, or compile the "
+                         "spec without training.fp8_format / fp4_format / the optimizer state "
+                         "dtypes / tp_comm_overlap / overlap_moe_expert_parallel_comm")
+
+
+def init_tp_comm_overlap(core: dict[str, Any], micro_batch_size: int) -> None:
+    """Transformer Engine's userbuffers for ``tp_comm_overlap`` (CUDA only), before the model is
+    built, as Megatron-LM's ``megatron/training/initialize.py`` ``_initialize_tp_communicators``
+    does with TE >= 1.9: one buffer of ``[seq x micro_batch / cp, hidden]``, the TP size, FP8
+    when the plan trains in FP8, TE's default userbuffer configs, NCCL bootstrap. Not run on
+    the CPU test machines (no GPU was available when it was written)."""
+    from transformer_engine.pytorch import module as te_module
+
+    tc = core["TransformerConfig"]
+    shape = [core["forward_backward_func"]["seq_length"] * micro_batch_size
+             // tc["context_parallel_size"], tc["hidden_size"]]
+    te_module.base.initialize_ub(shape=shape, tp_size=tc["tensor_model_parallel_size"],
+                                 use_fp8=tc.get("fp8") is not None, ub_cfgs={},
+                                 bootstrap_backend="nccl")
 
 
 def run(s: Settings) -> None:
@@ -84,6 +103,10 @@ def run(s: Settings) -> None:
     L = s.layout
     if cpu:
         refuse_low_precision_on_cpu(s.plan["engines"]["megatron_core"])
+    elif s.plan["engines"]["megatron_core"]["TransformerConfig"].get("tp_comm_overlap"):
+        init_tp_comm_overlap(s.plan["engines"]["megatron_core"],
+                             s.plan["engines"]["megatron_core"]["forward_backward_func"][
+                                 "micro_batch_size"])
     if cpu and L["cp"] > 1:
         override("context-parallel core attention -> trainc.launch.cp_attention "
                  "(pure-torch all-gather stand-in; TE needs CUDA)")
