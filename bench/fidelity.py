@@ -1,8 +1,9 @@
 """Fidelity of trainc's performance and memory model against published training runs.
 
 Compiles every row of a published-runs CSV (default ``../shared/calibration/published_runs.csv``;
-conversion in :mod:`bench.published`) through trainc's own passes (normalize .. check_fit) and
-prints, per subset (all, BF16, FP8, dense, MoE, FSDP, per GPU, per source):
+conversion in :mod:`trainc.planner.published`, the one converter) through trainc's own passes
+(normalize .. check_fit) and prints, per subset (all, BF16, FP8, dense, MoE, FSDP, per GPU,
+per source):
 
 * median |error|, p90 |error| and bias (median signed error) of predicted tokens/s per GPU
   against the published figure (``(pred - meas) / meas``);
@@ -22,6 +23,7 @@ It asserts nothing (tests assert formulas); it is a measurement. Run:
 from __future__ import annotations
 
 import copy
+import re
 import statistics
 import sys
 import tempfile
@@ -34,18 +36,48 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.published import (
-    DEFAULT_CSV,
-    _fsdp_col,
-    load_rows,
-    measured_tflops,
-    measured_tokens_per_gpu,
-    precision_of,
-    row_to_spec,
-    source_short,
-)
 from trainc.compiler.load import load_spec
 from trainc.compiler.pipeline import State, run_passes
+from trainc.planner.published import load_rows, note, precision_of, row_to_spec_reason
+
+ROOT = Path(__file__).resolve().parents[1]
+#: The published-runs table: the shared reference folder next to the checkout.
+DEFAULT_CSV = ROOT.parent / "shared" / "calibration" / "published_runs.csv"
+if not DEFAULT_CSV.exists():
+    DEFAULT_CSV = Path("/work/shared/calibration/published_runs.csv")
+
+
+def fsdp_columns(row: dict[str, str]) -> int:
+    """Megatron-FSDP's ``FSDP_col`` from the notes (0 when absent)."""
+    v = (note(row, "FSDP_col") or "0").split()[0]
+    return int(v) if v.isdigit() else 0
+
+
+def measured_tokens_per_gpu(row: dict[str, str]) -> float | None:
+    """Published tokens/s per GPU, if printed (``tokens_per_s_per_gpu=`` in notes)."""
+    m = re.match(r"[0-9.]+", note(row, "tokens_per_s_per_gpu") or "")
+    return float(m.group(0)) if m else None
+
+
+def measured_tflops(row: dict[str, str]) -> float | None:
+    """Published model TFLOP/s per GPU (the source's own FLOP count)."""
+    v = row.get("measured_tflops_per_gpu", "").strip()
+    return float(v) if v else None
+
+
+def source_short(row: dict[str, str]) -> str:
+    """A short source label for per-source statistics."""
+    s = row["source"]
+    if "Megatron-Bridge" in s:
+        c = note(row, "container") or ""
+        return "bridge " + c.split()[0] if c else "bridge"
+    if "long_sequence" in s:
+        return "nemo long-seq"
+    if "NeMo" in s:
+        return "nemo 24.07"
+    if "Megatron-LM" in s:
+        return "megatron-lm"
+    return " ".join(s.replace(",", "").split()[:2]).lower()
 
 
 @dataclass
@@ -146,7 +178,7 @@ def memory_fallbacks(row: dict[str, str], spec: dict[str, Any], tmp: Path) -> tu
 
     Returns (verdict, the assumption that produced it)."""
     tries: list[tuple[str, dict[str, Any]]] = []
-    if _fsdp_col(row) > 0 or (row.get("zero_stage") or "").strip() == "3":
+    if fsdp_columns(row) > 0 or (row.get("zero_stage") or "").strip() == "3":
         z3 = copy.deepcopy(spec)
         z3["engine"] = "deepspeed"
         z3["parallel"]["zero_stage"] = 3
@@ -176,7 +208,7 @@ def run(path: str | Path, baselines: bool = True) -> list[Result]:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         for row in load_rows(path):
-            spec, why = row_to_spec(row)
+            spec, why = row_to_spec_reason(row)
             res = Result(row, spec, why)
             out.append(res)
             if spec is None:

@@ -1,8 +1,11 @@
 """Planner fidelity against published runs: is the published layout among ``trainc plan``'s top 5?
 
-For every row of ``shared/calibration/published_runs.csv`` that :mod:`published` can turn into a
-spec (model architecture known, a cluster preset for its GPU, global batch published), the planner
-runs on the published model, GPUs, global batch and sequence length with no layout key fixed. A
+For every row of ``shared/calibration/published_runs.csv`` that :mod:`trainc.planner.published`
+(the one converter, shared with ``bench/fidelity.py`` and ``trainc calibrate``) turns into a spec
+and whose global batch is published (the converter guesses a missing one; the planner would plan
+the guess), the planner runs on the published model, GPUs, global batch, sequence length and
+precision (FP8 / FP4 rows with their ``fp8_format`` / ``fp8_recipe`` / ``fp4_format`` keys) with
+no layout key fixed (:func:`planning_spec` drops the parallel section, micro batch and recompute). A
 row counts as *found* when one of the top 5 has the published tp, pp, cp and ep (the model-parallel
 degrees; dp follows from them, and vpp, the micro batch and the layer split are secondary choices
 that the table does not always publish). It also reports, per row, whether the planner's first
@@ -38,6 +41,19 @@ def _key(c: Any) -> tuple[int, ...]:
     return tuple(getattr(c, a) for a in AXES)
 
 
+def planning_spec(row: dict[str, str]) -> dict[str, Any] | None:
+    """The row's spec without the published layout (what the planner chooses: the parallel
+    section, the micro batch, recompute), or None (not buildable, or no published global
+    batch)."""
+    spec, _why = row_to_spec_reason(row)
+    if spec is None or not row.get("global_batch"):
+        return None
+    spec.pop("parallel")
+    for k in ("micro_batch_size", "recompute"):
+        spec["training"].pop(k, None)
+    return spec
+
+
 def evaluate(rows: list[dict[str, str]], top: int = 5) -> list[dict[str, Any]]:
     """One record per buildable row: found (published layout in the top ``top``), the planner's
     first pick and its step time, and the published layout's best step time (None when the
@@ -45,7 +61,7 @@ def evaluate(rows: list[dict[str, str]], top: int = 5) -> list[dict[str, Any]]:
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         for i, row in enumerate(rows):
-            spec, _why = row_to_spec_reason(row)
+            spec = planning_spec(row)
             if spec is None:
                 continue
             path = Path(tmp) / f"row{i}.yaml"

@@ -817,6 +817,37 @@ def _pp(plan: dict[str, Any]) -> bool:
     return _fsdp(plan) and plan["derived"]["pp"] > 1
 
 
+def _virtual_layers(plan: dict[str, Any]) -> list[int]:
+    """Transformer layers of each virtual pipeline stage (stage ``j*pp + r`` is chunk j of rank
+    r), from plan.json's layers per rank as Megatron-Core chunks them (vpp equal chunks of the
+    rank's layers plus the embedding's / loss's slot where account_for_* gives it one)."""
+    d, par = plan["derived"], plan["spec"]["parallel"]
+    pp, v, per = d["pp"], d["vpp"], d["layers_per_stage"]
+    e, lo = int(par["account_for_embedding_in_pipeline_split"]), \
+        int(par["account_for_loss_in_pipeline_split"])
+    out = [0] * (pp * v)
+    for r in range(pp):
+        chunk = (per[r] + e * (r == 0) + lo * (r == pp - 1)) // v
+        for j in range(v):
+            out[j * pp + r] = chunk - e * (r == 0 and j == 0) - lo * (r == pp - 1 and j == v - 1)
+    return out
+
+
+def _middle(plan: dict[str, Any]) -> Any:
+    """The layers of every middle virtual stage (one value, or the list when they differ)."""
+    mid = set(_virtual_layers(plan)[1:-1])
+    return mid.pop() if len(mid) == 1 else sorted(mid)
+
+
+_TT_PER = "--parallelism.pipeline_parallel_layers_per_stage"
+_TT_FIRST = "--parallelism.pipeline_parallel_first_stage_less_layers"
+_TT_LAST = "--parallelism.pipeline_parallel_last_stage_less_layers"
+
+
+def _stages(plan: dict[str, Any], least: int) -> bool:
+    return _pp(plan) and plan["derived"]["pp"] * plan["derived"]["vpp"] >= least
+
+
 TT_DTYPE = {"bf16": "bfloat16", "fp32": "float32"}
 TT_DECAY = {"cosine": "cosine", "linear": "linear", "constant": "linear"}
 
@@ -832,6 +863,23 @@ FSDP_TABLE: tuple[Setting, ...] = (
             tt=(T("--parallelism.pipeline_parallel_degree", int),), when=_fsdp),
     Setting("fsdp vpp", spec=(S("parallel.vpp"),), fsdp=(E("pipeline.stages_per_rank"),),
             when=_fsdp),
+    # the layer split (torchtitan: (layers + first + last) / layers_per_stage virtual stages,
+    # the first and the last stage `*_less_layers` slots shorter)
+    Setting("fsdp first virtual stage layers", spec=(SF(lambda p: _virtual_layers(p)[0]),),
+            fsdp=(Reader(("pipeline.layers_per_stage", "pipeline.first_stage_less_layers"),
+                         lambda f: f["pipeline"]["layers_per_stage"]
+                         - f["pipeline"]["first_stage_less_layers"]),),
+            tt=(Reader((_TT_PER, _TT_FIRST), lambda a: int(a[_TT_PER]) - int(a[_TT_FIRST])),),
+            when=_pp),
+    Setting("fsdp last virtual stage layers", spec=(SF(lambda p: _virtual_layers(p)[-1]),),
+            fsdp=(Reader(("pipeline.layers_per_stage", "pipeline.last_stage_less_layers"),
+                         lambda f: f["pipeline"]["layers_per_stage"]
+                         - f["pipeline"]["last_stage_less_layers"]),),
+            tt=(Reader((_TT_PER, _TT_LAST), lambda a: int(a[_TT_PER]) - int(a[_TT_LAST])),),
+            when=_pp),
+    Setting("fsdp middle virtual stage layers", spec=(SF(_middle),),
+            fsdp=(E("pipeline.layers_per_stage"),), tt=(T(_TT_PER, int),),
+            when=lambda p: _stages(p, 3)),
     Setting("fsdp pp_schedule", spec=(S("fsdp.pp_schedule"),),
             tt=(T("--parallelism.pipeline_parallel_schedule"),), when=_pp),
     Setting("fsdp cp", spec=(S("parallel.cp"),), fsdp=(E("context_parallel.degree"),

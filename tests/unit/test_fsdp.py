@@ -104,7 +104,12 @@ def test_pipeline_batch_is_one_torchtitan_step_of_microbatches() -> None:
     assert args["--training.local_batch_size"] == "8"
     assert args["--parallelism.pipeline_parallel_microbatch_size"] == "1"
     assert args["--parallelism.pipeline_parallel_schedule"] == "1F1B"
-    assert c["pipeline"] == {"degree": 2, "stages_per_rank": 1, "schedule": "Schedule1F1B"}
+    assert c["pipeline"] == {"degree": 2, "stages_per_rank": 1, "schedule": "Schedule1F1B",
+                             "layers_per_stage": 4, "first_stage_less_layers": 0,
+                             "last_stage_less_layers": 0}  # 8 layers, 4 per stage
+    assert args["--parallelism.pipeline_parallel_layers_per_stage"] == "4"
+    assert args["--parallelism.pipeline_parallel_first_stage_less_layers"] == "0"
+    assert args["--parallelism.pipeline_parallel_last_stage_less_layers"] == "0"
 
 
 def test_fsdp_keys_with_another_engine_are_inert() -> None:
@@ -381,6 +386,11 @@ def test_checkpoint_layout_differences() -> None:
         assert str(e.value).startswith(f"trainc-worker: checkpoint {d} was written for another "
                                        "model than this run's (checkpoint -> this run: "
                                        "hidden_size 64 -> 128; optimizer AdamW -> SGD)")
+        # the other ranks stop too, silently: the job prints the line once, not once per rank
+        with pytest.raises(SystemExit) as e:
+            check_checkpoint(d, now, rank=1)
+        assert e.value.code == 1
+        check_checkpoint(d, {**saved, "mesh": {"dp_shard": 4}}, rank=1)  # same model: loads
 
 
 def test_lint_of_dp_replicate_zero_exits_2_without_traceback() -> None:

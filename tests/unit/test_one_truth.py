@@ -317,8 +317,17 @@ def test_generated_specs_were_compared() -> None:
     ("training.adam_beta2=0.95", "training.weight_decay=0.05", "training.adam_eps=1e-5",
      "training.adam_beta1=0.8", "training.lr=1e-4"),
     ("training.optimizer=sgd", "training.sgd_momentum=0.5"),
+    # torchtitan's layer split: vpp 4 (its default would be 2 stages per rank), uneven ends,
+    # Megatron's account_for_embedding/loss (its default would shorten both ends)
+    ("launch.entrypoint=torchtitan", "parallel.pp=4", "parallel.vpp=4", "fsdp.dp_replicate=1"),
+    ("launch.entrypoint=torchtitan", "parallel.pp=4", "parallel.pipeline_first_stage_layers=6",
+     "parallel.pipeline_last_stage_layers=6", "fsdp.dp_replicate=1"),
+    ("launch.entrypoint=torchtitan", "parallel.pp=2",
+     "parallel.account_for_embedding_in_pipeline_split=true",
+     "parallel.account_for_loss_in_pipeline_split=true", "fsdp.dp_replicate=1"),
 ], ids=["default", "hsdp-offload", "constant-full-compile", "torchtitan-pp-cp", "fp32-sgd-tp1",
-        "adam-hyper-parameters", "sgd-momentum"])
+        "adam-hyper-parameters", "sgd-momentum", "torchtitan-vpp4", "torchtitan-uneven",
+        "torchtitan-account-for"])
 def test_fsdp_artifacts_agree(overrides: tuple[str, ...]) -> None:
     """engine=fsdp: the spec, engines.fsdp and torchtitan_args.txt agree on every row of
     FSDP_TABLE (the layouts need not be runnable by the CPU worker: torchtitan runs pp)."""
@@ -339,8 +348,9 @@ def fsdp_specs(draw: st.DrawFn) -> dict[str, Any]:
     cfg["engine"] = "fsdp"
     for k in [k for k in m if k.startswith("moe_") or k == "num_experts"]:
         del m[k]
-    p.pop("ep", None), p.pop("etp", None)
+    p.pop("ep", None), p.pop("etp", None), p.pop("cp_comm_type", None)
     p["zero_stage"] = 1
+    t.pop("recompute_method", None), t.pop("recompute_num_layers", None)  # Megatron's (TRC344)
     t.pop("offload_optimizer", None), t.pop("offload_param", None), t.pop("nvme_path", None)
     if t.get("precision") == "fp16":
         t["precision"] = "bf16"

@@ -299,7 +299,9 @@ FSDP_SCHEDULE = _r(
 FSDP_UNSUPPORTED = _r(
     "TRC344", "fsdp-unsupported-setting",
     "engine=fsdp does not read a setting of another engine or one its runner cannot honour (ZeRO "
-    "stage and DeepSpeed offload keys: FSDP2 shards by fsdp.* keys; experts; compile on CPU)",
+    "stage and DeepSpeed offload keys: FSDP2 shards by fsdp.* keys; experts; compile on CPU; "
+    "Megatron-Core's cp_comm_type and recompute_method / recompute_num_layers; a pipeline "
+    "layer split torchtitan cannot build)",
     engines=_FSDP_ONLY)
 LOW_PRECISION_RUNNER = _r(
     "TRC330", "low-precision-runner",

@@ -74,13 +74,15 @@ class Attention(nn.Module):
     """Grouped-query self-attention with separate q / k / v projections (so that a column-wise
     TP split shards whole heads and whole query groups)."""
 
-    def __init__(self, d: Dims, bias: bool, dropout: float) -> None:
+    def __init__(self, d: Dims, bias: bool, dropout: float, qkv_bias: bool | None = None
+                 ) -> None:
         super().__init__()
         self.heads, self.groups, self.head_dim = d.num_attention_heads, d.num_query_groups, \
             d.kv_channels
-        self.wq = nn.Linear(d.hidden_size, self.heads * self.head_dim, bias=bias)
-        self.wk = nn.Linear(d.hidden_size, self.groups * self.head_dim, bias=bias)
-        self.wv = nn.Linear(d.hidden_size, self.groups * self.head_dim, bias=bias)
+        qkv = bias if qkv_bias is None else qkv_bias  # Megatron-Core add_qkv_bias (Qwen2)
+        self.wq = nn.Linear(d.hidden_size, self.heads * self.head_dim, bias=qkv)
+        self.wk = nn.Linear(d.hidden_size, self.groups * self.head_dim, bias=qkv)
+        self.wv = nn.Linear(d.hidden_size, self.groups * self.head_dim, bias=qkv)
         self.wo = nn.Linear(self.heads * self.head_dim, d.hidden_size, bias=bias)
         self.dropout = dropout
         self.recompute = False
@@ -132,7 +134,7 @@ class Block(nn.Module):
     def __init__(self, d: Dims, o: dict[str, Any]) -> None:
         super().__init__()
         self.attention_norm = Norm(d.hidden_size, o["eps"], o["rms"])
-        self.attention = Attention(d, o["bias"], o["attention_dropout"])
+        self.attention = Attention(d, o["bias"], o["attention_dropout"], o["qkv_bias"])
         self.ffn_norm = Norm(d.hidden_size, o["eps"], o["rms"])
         self.feed_forward = Mlp(d, o["gated"], o["bias"])
         self.dropout = nn.Dropout(o["hidden_dropout"])
@@ -158,7 +160,8 @@ def options(plan: dict[str, Any]) -> dict[str, Any]:
     tc = plan["engines"]["megatron_core"]["TransformerConfig"]
     gpt = plan["engines"]["megatron_core"]["GPTModel"]
     return {"eps": float(tc["layernorm_epsilon"]), "rms": tc["normalization"] == "RMSNorm",
-            "bias": bool(tc["add_bias_linear"]), "gated": bool(tc["gated_linear_unit"]),
+            "bias": bool(tc["add_bias_linear"]), "qkv_bias": bool(tc["add_qkv_bias"]),
+            "gated": bool(tc["gated_linear_unit"]),
             "hidden_dropout": float(tc["hidden_dropout"]),
             "attention_dropout": float(tc["attention_dropout"]),
             "init_std": float(tc["init_method_std"]),

@@ -5,8 +5,10 @@ Inputs (:func:`read_runs`), each a list of :class:`Run` (a spec and a measured s
 * a CSV (:func:`runs_from_csv`): either a ``spec`` column (a spec file, relative to the CSV's
   folder) with one measured column, ``step_time_s`` (seconds per step), ``tokens_per_s_per_gpu``
   or ``tflops_per_gpu`` (model TFLOP/s per GPU, Megatron's count); or the columns of the
-  published-runs table (``shared/calibration/published_runs.csv``: the model, GPUs, batch and the
-  published layout, :mod:`trainc.planner.published`) with ``measured_tflops_per_gpu``;
+  published-runs table (``shared/calibration/published_runs.csv``: the model, GPUs, batch, the
+  published layout and precision, converted by :mod:`trainc.planner.published`, the converter
+  ``bench/fidelity.py`` uses) with ``measured_tflops_per_gpu``; rows without a published global
+  batch are skipped;
 * a Megatron-LM training log (:func:`parse_megatron_log`): the arguments block Megatron-LM prints
   at start (``megatron/training/arguments.py`` ``_print_args``: ``------------------------
   arguments ------------------------`` then ``  name ..... value`` lines) and the ``elapsed time
@@ -54,7 +56,7 @@ from trainc.compiler.ir import Plan
 from trainc.compiler.load import load_spec
 from trainc.compiler.pipeline import State, run_passes
 from trainc.compiler.plan import spec_to_dict
-from trainc.planner.published import layout_overrides, row_to_spec_reason
+from trainc.planner.published import row_to_spec_reason
 from trainc.schemas import ClusterSpec, Fp8Format, TimeModel, TrainSpec
 
 #: Cluster factors the fit may change, per time model (``cluster.time_model``): name ->
@@ -224,12 +226,14 @@ def runs_from_csv(path: Path, overrides: Sequence[str] = (),
         if row.get("spec"):
             spec, why = _load(path.parent / row["spec"], overrides)
             name += f" {row['spec']}"
+        elif not row.get("global_batch"):  # the converter would guess it
+            spec, why = None, "global_batch not published"
         else:
             data, why = row_to_spec_reason(row)
             spec = None
             if data is not None:
                 name += f" {row.get('model', '')} {row.get('gpus', '')}x{row.get('gpu_type', '')}"
-                spec, why = _published_spec(data, row, overrides)
+                spec, why = _spec_from_dict(data, overrides)
         if spec is None:
             notes.append(f"{name}: skipped ({why})")
             continue
@@ -242,31 +246,6 @@ def runs_from_csv(path: Path, overrides: Sequence[str] = (),
     return runs, notes
 
 
-def _published_spec(data: dict[str, Any], row: dict[str, str], overrides: Sequence[str]
-                    ) -> tuple[TrainSpec | None, str]:
-    """The published row as a spec with its published layout; when the layers do not split
-    evenly over pp, the splits Megatron-Core offers (account_for_embedding/loss, then uneven
-    first/last stages) are tried in turn and the first that passes the rules is taken."""
-    from trainc.planner.search import _splits
-
-    lay = layout_overrides(row)
-    base = {**data, "parallel": lay["parallel"],
-            "training": {**data["training"], **lay.get("training", {})}}
-    spec, why = _spec_from_dict(base, overrides)
-    if spec is None:
-        return None, why
-    pp, L = spec.parallel.pp, spec.model.num_layers
-    if pp <= 1 or L % pp == 0:
-        return spec, ""
-    for first, last, _st, acc in _splits(L, pp, None, None, False):
-        par = {**lay["parallel"], "pipeline_first_stage_layers": first,
-               "pipeline_last_stage_layers": last,
-               "account_for_embedding_in_pipeline_split": acc[0],
-               "account_for_loss_in_pipeline_split": acc[1]}
-        cand, _ = _spec_from_dict({**base, "parallel": par}, overrides)
-        if cand is not None and _plan(cand)[0] is not None:
-            return cand, ""
-    return None, f"{L} layers do not split over pp={pp} with the published vpp"
 
 
 # (a log line may carry a launcher prefix such as "[rank0]: " or a timestamp: search, not match)

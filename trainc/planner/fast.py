@@ -219,11 +219,14 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
     f = m.ffn_hidden_size or 4 * h
     f_e = m.moe_ffn_hidden_size or f
     swiglu = m.activation is Activation.swiglu
+    # engine=fsdp (torchtitan): no cp_comm_type choice, and an uneven split only with vpp 1
+    # (TRC344; trainc.compiler.engines.fsdp.torchtitan_stage_split)
+    fsdp = spec.engine is Engine.fsdp
     vpps = [fx["parallel.vpp"]] if fx["parallel.vpp"] is not None else \
         [v for v in range(1, MAX_VPP + 1) if all(n % v == 0 for n in slots)
-         and (v == 1 or pp > 1)]
+         and (v == 1 or pp > 1) and (v == 1 or not fsdp or len(set(slots)) == 1)]
     cps = [fx["parallel.cp_comm_type"]] if fx["parallel.cp_comm_type"] is not None else (
-        ["p2p"] if cp == 1 else ["p2p", "all_gather"] +
+        ["p2p"] if cp == 1 or fsdp else ["p2p", "all_gather"] +
         (["a2a"] if (a // tp) % cp == 0 and max(g // tp, 1) % cp == 0 else []))
     mbss = [fx["training.micro_batch_size"]] if fx["training.micro_batch_size"] is not None \
         else [b for b in divisors(gbs // dp) if b <= MAX_MBS]
@@ -299,7 +302,7 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
             inflight = min(pp, M) * (1 + (pp - 1) / (pp * v) if v > 1 else 1)
             bubble = (pp - 1) / (v * M + pp - 1)
             chunk = min(slots) // v
-            for rc in _recompute_variants(recomputes, chunk, fx):
+            for rc in _recompute_variants(recomputes, chunk, fx, spec.engine is Engine.fsdp):
                 # full/block n: n of each chunk's layers keep only their input, the rest keep
                 # everything; full/uniform: every layer keeps only its input.
                 n_rc = rc[2] or 0  # set for the block and uniform methods
@@ -345,10 +348,11 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
                             work * bubble / (1 - bubble), cross, intra / inter, lower)
 
 
-def _recompute_variants(recomputes: list[str], chunk: int, fx: dict[str, Any]
-                        ) -> list[tuple[str, str | None, int | None]]:
+def _recompute_variants(recomputes: list[str], chunk: int, fx: dict[str, Any],
+                        fsdp: bool = False) -> list[tuple[str, str | None, int | None]]:
     """(granularity, method, num_layers): full recompute as uniform/1 and as block over a
-    quarter, half and three quarters of each chunk's layers (Megatron recompute_method)."""
+    quarter, half and three quarters of each chunk's layers (Megatron recompute_method);
+    engine=fsdp (``fsdp``) checkpoints every block on its own: uniform/1 only (TRC344)."""
     out: list[tuple[str, str | None, int | None]] = []
     for rc in recomputes:
         if rc != "full":
@@ -359,8 +363,10 @@ def _recompute_variants(recomputes: list[str], chunk: int, fx: dict[str, Any]
                         fx["training.recompute_num_layers"] or 1))
             continue
         for n in (1, 2, 4):  # uniform: keep one input per group of n layers
-            if n == 1 or n < chunk:
+            if n == 1 or (n < chunk and not fsdp):
                 out.append(("full", "uniform", n))
+        if fsdp:
+            continue
         for n in sorted({chunk // 4, chunk // 2, 3 * chunk // 4} - {0, chunk}):
             out.append(("full", "block", n))
     return out
@@ -563,7 +569,7 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
             inflight = min(pp, M) * (1 + (pp - 1) / (pp * v) if v > 1 else 1)
             bubble = (pp - 1) / (v * M + pp - 1)
             chunk = min(slots) // v
-            for rc in _recompute_variants(recomputes, chunk, fx):
+            for rc in _recompute_variants(recomputes, chunk, fx, spec.engine is Engine.fsdp):
                 n_rc = rc[2] or 0
                 frac = 1.0 if rc[1] != "block" else n_rc / chunk
                 group = n_rc if rc[1] == "uniform" else 1

@@ -1,87 +1,147 @@
 """Published training runs (a CSV with the columns of ``shared/calibration/published_runs.csv``)
-as trainc specs.
+as trainc specs: the one converter, used by ``trainc calibrate``'s CSV input,
+``bench/fidelity.py`` (estimate vs measured), ``bench/planner_fidelity.py`` and the planner
+top-5 rate of ``bench/fidelity.py --planner`` (is the published layout among the planner's five
+best?).
 
-The one place that turns a row of the published-runs table into a spec, shared by ``trainc
-calibrate``'s CSV input, ``bench/planner_fidelity.py`` (is the published layout in the planner's
-top 5?) and ``bench/fidelity.py`` (estimate vs measured); ``bench/published.py`` re-exports it.
+* :func:`load_rows` reads the CSV (column -> stripped text; empty = not published).
+* :func:`row_to_spec_reason` builds the spec, as the composed dict a trainc YAML file would hold
+  (no ``defaults:`` list: write it as YAML and ``load_spec`` it), with the published layout,
+  batch, precision and recompute; or None and why the row cannot be built.
+* :func:`published_layout` is the row's tp, pp, vpp, cp, ep, dp and micro batch.
 
-* :func:`load_rows` reads the CSV (empty cell = not published = ``""``).
-* :func:`row_to_spec` builds the spec as a plain dict for trainc's loader (write it as YAML and
-  ``load_spec`` it; it has a ``defaults:`` list naming trainc's bundled presets), or None when the
-  row cannot be built; :func:`row_to_spec_reason` says why.
-* :func:`published_layout` is the row's layout (tp, pp, vpp, cp, ep, dp, micro batch).
+Conversion (each choice is a guess where the table is silent; the row's ``notes`` say so):
 
-Model: the row's architecture columns (layers, hidden, heads, kv_heads, ffn_hidden, vocab,
-experts, topk) override the bundled model preset whose name matches the row's model name
-(:data:`MODEL_PRESETS`); a row whose model has no preset and no complete architecture is skipped.
-For MoE rows the table's ``ffn_hidden`` is the routed expert width (DeepSeek-V3: 2048), so it sets
-``moe_ffn_hidden_size``. Cluster: :data:`CLUSTERS` maps the ``gpu_type`` column to a cluster preset
-(and a GPU preset when the machine's GPU differs from the preset's); GPU types trainc has no
-preset for (GB300) are skipped. Precision: the table's FP8 runs are planned in bf16 (trainc's
-time model has no FP8 throughput term); the layout comparison is relative, the measured TFLOP/s
-are not comparable with a bf16 estimate without a calibrated compute_efficiency.
+* model: the preset in ``trainc/conf/model`` with the row's model name (:data:`MODEL_PRESETS`;
+  for a dense preset the row's architecture columns override it; an MoE row's ``ffn_hidden`` is
+  its expert width, and the MoE presets are taken as they are), else the entry of
+  ``trainc/conf/published_models.yaml`` (architectures from the models' public configurations,
+  with sources; the models trainc cannot express are listed there with the reason), else the
+  row's columns when they give layers, hidden, heads and vocabulary of a dense model (GPT-2/3
+  style, Brown et al. 2020, for a ``GPT*`` name: GELU, LayerNorm, learned positions, tied
+  embeddings; trainc's Llama-style defaults otherwise); else skipped. ``seq_len`` is the
+  sequence, ``max_position_embeddings`` at least that; RoPE scaling is dropped (it changes no
+  estimate);
+* cluster: ``cluster.gpu`` from ``gpu_type`` (:func:`gpu_of`), 8 GPUs per node (4 per GB200 /
+  GB300 compute tray, whose NVLink domain is the 72-GPU rack, or the 64 GPUs of 16 trays a job
+  uses when the GPU count is a multiple of 64; elsewhere the domain is the node), the GPU
+  preset's bandwidths and memory;
+* precision (:func:`precision_of`, ``precision=`` in ``notes``): BF16; FP8 / FP8 hybrid
+  (Transformer Engine delayed scaling, NeMo <= 24.x) is ``fp8_format: hybrid`` with
+  ``fp8_recipe: delayed``; FP8-CS (current scaling) ``tensorwise``; FP8-MX / MXFP8 ``mxfp8``;
+  NVFP4 ``fp4_format: e2m1`` (Blackwell only); "precision not stated" is FP8-CS. ``precision``
+  stays bf16 (the dtype of parameters and of the other kernels);
+* layout: the published tp, pp, vpp, cp, ep (empty = 1), dp = GPUs / (tp pp cp), sequence
+  parallel with tp > 1 (unless the notes say ``sequence_parallel=false``), the expert
+  tensor-parallel size 1 (Megatron-Bridge's MoE recipes; EP folds into DP, so ep may exceed
+  dp), ZeRO stage 1 (Megatron's distributed optimizer; ``zero_stage`` 0 is plain DDP; the
+  Megatron-FSDP rows are compiled with the distributed optimizer too). Layers that do not
+  divide over pp x vpp: Megatron-Bridge's split with the embedding and the loss counted as
+  layers (``account_for_embedding/loss_in_pipeline_split``, both, else the loss only), else an
+  explicit first/last stage (its pipeline layout strings) with vpp 1;
+* batch: the published micro batch (1 when empty) and global batch; an empty global batch (the
+  NeMo long-sequence table) is ``8 x dp x micro batch`` sequences: callers that need published
+  inputs only check ``row["global_batch"]``;
+* recompute: the ``recompute`` column, else none (the Megatron-Bridge performance recipes train
+  without full recompute; the table does not transcribe their per-module lists).
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import re
 from pathlib import Path
 from typing import Any
 
-#: Normalized model name (lower case, ``_`` -> ``-``, suffix in parentheses dropped) -> bundled
-#: model preset (trainc/conf/model). Llama 3 405B is Llama 3.1 405B's architecture.
+import yaml
+
+from trainc.compiler.presets import conf_dir
+
+#: Model name (as :func:`model_key` spells it) -> bundled model preset (``trainc/conf/model``).
+#: Llama 3 405B is Llama 3.1 405B's architecture.
 MODEL_PRESETS = {
-    "gpt3-175b": "gpt3-175b",
-    "llama2-7b": "llama2-7b",
-    "llama2-13b": "llama2-13b",
-    "llama2-70b": "llama2-70b",
-    "llama3-8b": "llama3-8b",
-    "llama3-70b": "llama3-70b",
-    "llama3-405b": "llama3.1-405b",
-    "llama3.1-405b": "llama3.1-405b",
-    "deepseekv3": "deepseek-v3-like",
-    "mixtral-8x7b": "mixtral-8x7b",
+    "llama2-7b": "llama2-7b", "llama2-13b": "llama2-13b", "llama2-70b": "llama2-70b",
+    "llama3-8b": "llama3-8b", "llama3-70b": "llama3-70b", "llama3.1-405b": "llama3.1-405b",
+    "llama3-405b": "llama3.1-405b", "deepseekv3": "deepseek-v3-like",
+    "mixtral-8x7b": "mixtral-8x7b", "gpt3-175b": "gpt3-175b",
 }
-
-#: Substring of ``gpu_type`` (first match wins) -> (cluster preset, GPU preset or None, GPUs per
-#: node). DGX-GB200 runs are counted in 4-GPU compute trays inside the 72-GPU NVLink domain.
-CLUSTERS: tuple[tuple[str, str, str | None, int], ...] = (
-    ("GB300", "", None, 0),
-    ("GB200", "gb200-nvl72", None, 4),
-    ("B200", "dgx-h100", "b200", 8),
-    ("H200", "dgx-h200", None, 8),
-    ("H800", "hgx-h800", None, 8),
-    ("H100", "dgx-h100", None, 8),
-    ("A100", "dgx-a100-80g", None, 8),
-)
-
-_ARCH = {"layers": "num_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
-         "kv_heads": "num_query_groups", "ffn_hidden": "ffn_hidden_size", "vocab": "vocab_size",
-         "experts": "num_experts", "topk": "moe_router_topk"}
-_REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size")
+#: Substring of ``gpu_type`` (first match wins) -> ``cluster.gpu``.
+GPUS = (("GB300", "gb300"), ("GB200", "gb200"), ("B200", "b200"), ("H100", "h100-80g"),
+        ("H200", "h200"), ("H800", "h800"), ("A100", "a100-80g"))
+#: GPUs whose node is a 4-GPU compute tray in a 72-GPU NVLink rack.
+RACK_GPUS = ("gb200", "gb300")
+#: The table's architecture columns -> model keys.
+ARCH_COLUMNS = {"layers": "num_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
+                "kv_heads": "num_query_groups", "ffn_hidden": "ffn_hidden_size",
+                "vocab": "vocab_size"}
 
 
 def load_rows(path: str | Path) -> list[dict[str, str]]:
     """The table's rows as dicts of column -> text (stripped; empty = not published)."""
     with open(path, newline="", encoding="utf-8") as f:
-        return [{k: (v or "").strip() for k, v in row.items()} for row in csv.DictReader(f)]
+        return [{k: (v or "").strip() for k, v in row.items() if k is not None}
+                for row in csv.DictReader(f)]
 
 
-def _int(row: dict[str, str], col: str) -> int | None:
-    v = row.get(col, "")
-    if not v:
-        return None
-    try:
-        return int(float(v))
-    except ValueError:
-        return None
+@functools.cache
+def published_models() -> dict[str, Any]:
+    """``trainc/conf/published_models.yaml``: ``models`` (name -> source, model) and
+    ``unsupported`` (name -> why)."""
+    data = yaml.safe_load((conf_dir() / "published_models.yaml").read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
 
 
 def model_key(name: str) -> str:
-    """``'DeepSeekV3 (w/o MTP)'`` -> ``'deepseekv3'``; ``'LLAMA3.1_405B'`` ->
-    ``'llama3.1-405b'``."""
-    return re.sub(r"\(.*?\)", "", name).strip().lower().replace("_", "-").replace(" ", "-")
+    """The table's model name as a key: lower case, a trailing ``(...)`` dropped, runs of spaces
+    and underscores as ``-``.
+
+    >>> model_key("Qwen3_30B_a3B (tokendrop)"), model_key("LLAMA3.1_405B")
+    ('qwen3-30b-a3b', 'llama3.1-405b')
+    """
+    base = re.sub(r"\s*\(.*\)\s*$", "", name).strip().lower()
+    return re.sub(r"[\s_]+", "-", base)
+
+
+def note(row: dict[str, str], key: str) -> str | None:
+    """``key=value`` from the row's ``notes`` (``;``-separated)."""
+    m = re.search(rf"{re.escape(key)}=([^;]+)", row.get("notes", ""))
+    return m.group(1).strip() if m else None
+
+
+def precision_of(row: dict[str, str]) -> str:
+    """bf16 | fp8-delayed | fp8-cs | mxfp8 | nvfp4 (see the module docstring)."""
+    p = (note(row, "precision") or "").upper()
+    if "precision not stated" in row.get("notes", ""):
+        return "fp8-cs"
+    if p.startswith("BF16"):
+        return "bf16"
+    if "NVFP4" in p:
+        return "nvfp4"
+    if "MX" in p:
+        return "mxfp8"
+    if "CS" in p:
+        return "fp8-cs"
+    if p.startswith("FP8"):
+        return "fp8-delayed"
+    return "bf16"
+
+
+def gpu_of(row: dict[str, str]) -> str | None:
+    """trainc ``cluster.gpu`` of the row's system (:data:`GPUS`), or None."""
+    g = row.get("gpu_type", "").upper()
+    return next((name for key, name in GPUS if key in g), None)
+
+
+def _int(row: dict[str, str], col: str, default: int | None = None) -> int | None:
+    v = row.get(col, "").strip()
+    if not v:
+        return default
+    try:
+        return int(float(v))
+    except ValueError:
+        return default
 
 
 def published_layout(row: dict[str, str]) -> dict[str, int | None]:
@@ -90,62 +150,97 @@ def published_layout(row: dict[str, str]) -> dict[str, int | None]:
     return {**one, "dp": _int(row, "dp"), "micro_batch": _int(row, "micro_batch")}
 
 
+def _model(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]:
+    """(model section, "") or (None, why), by the order of the module docstring."""
+    key = model_key(row.get("model", ""))
+    known = published_models()
+    if key in known["unsupported"]:
+        return None, str(known["unsupported"][key])
+    given = {f: v for c, f in ARCH_COLUMNS.items() if (v := _int(row, c)) is not None}
+    if key in MODEL_PRESETS:
+        base = yaml.safe_load((conf_dir() / "model" / f"{MODEL_PRESETS[key]}.yaml")
+                              .read_text(encoding="utf-8"))
+    elif key in known["models"]:
+        base = dict(known["models"][key]["model"])
+    else:
+        needed = {"num_layers", "hidden_size", "num_attention_heads", "vocab_size"}
+        if not needed <= set(given) or row.get("experts", ""):
+            return None, (f"architecture of {row.get('model')!r} not transcribed, no model "
+                          "preset and not in trainc/conf/published_models.yaml")
+        base = dict(given)
+        if key.startswith("gpt"):  # GPT-2/3 style (Brown et al. 2020)
+            base.update(activation="gelu", normalization="layernorm",
+                        position_embedding="learned", untie_embeddings_and_output_weights=False)
+    if not base.get("num_experts"):  # an MoE row's ffn_hidden is the expert width
+        base.update(given)
+    return base, ""
+
+
 def row_to_spec_reason(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]:
-    """(spec dict, "") or (None, why the row cannot be built)."""
-    gpus, gbs, seq = _int(row, "gpus"), _int(row, "global_batch"), _int(row, "seq_len")
-    if not gpus or not gbs or not seq:
-        return None, "gpus, global_batch or seq_len not published"
-    cluster = next(((c, g, n) for key, c, g, n in CLUSTERS if key in row.get("gpu_type", "")),
-                   None)
-    if cluster is None or not cluster[0]:
-        return None, f"no cluster preset for gpu_type {row.get('gpu_type')!r}"
-    preset, gpu, per_node = cluster
-    if gpus % per_node:
-        return None, f"{gpus} GPUs is not whole {per_node}-GPU nodes"
-    mpreset = MODEL_PRESETS.get(model_key(row.get("model", "")))
-    arch = {key: _int(row, col) for col, key in _ARCH.items() if _int(row, col)}
-    moe = bool(arch.get("num_experts"))
-    if moe and "ffn_hidden_size" in arch:  # the table's ffn_hidden of an MoE row: expert width
-        arch["moe_ffn_hidden_size"] = arch.pop("ffn_hidden_size")
-    if mpreset is None and (moe or not all(k in arch for k in _REQUIRED)):
-        return None, f"model {row.get('model')!r}: no bundled preset and no complete architecture"
-    model: dict[str, Any] = {} if mpreset else {
-        "activation": "swiglu", "normalization": "rmsnorm", "position_embedding": "rope",
-        "vocab_size": 128256, "untie_embeddings_and_output_weights": True}
-    model.update(arch)
-    model["seq_length"] = seq
-    model["max_position_embeddings"] = seq
-    defaults: list[Any] = [{"cluster": preset}]
-    if mpreset:
-        defaults.insert(0, {"model": mpreset})
-    defaults.append("_self_")
-    cl: dict[str, Any] = {"num_nodes": gpus // per_node}
-    if gpu:
-        cl["gpu"] = gpu
-    spec: dict[str, Any] = {
-        "defaults": defaults,
-        "name": re.sub(r"[^a-z0-9.-]+", "-", model_key(row.get("model", "run"))).strip("-")
-        or "run",
-        "model": model,
-        "cluster": cl,
-        "training": {"global_batch_size": gbs},
-    }
+    """(spec dict, "") or (None, why the row cannot be built); see the module docstring."""
+    model, why = _model(row)
+    if model is None:
+        return None, why
+    gpu = gpu_of(row)
+    if gpu is None:
+        return None, f"unknown GPU type {row.get('gpu_type')!r}"
+    prec = precision_of(row)
+    if prec == "nvfp4" and gpu not in ("b200", *RACK_GPUS):
+        return None, "NVFP4 needs Blackwell"
+    seq, n = _int(row, "seq_len"), _int(row, "gpus")
+    if not seq or not n:
+        return None, "gpus or seq_len not published"
+    lay = published_layout(row)
+    tp, pp, vpp, cp, ep = (int(lay[k] or 1) for k in ("tp", "pp", "vpp", "cp", "ep"))
+    dp = n // (tp * pp * cp)
+    mbs = lay["micro_batch"] or 1
+    gbs = _int(row, "global_batch") or 8 * dp * mbs
+    model = {**model, "seq_length": seq,
+             "max_position_embeddings": max(seq, model.get("max_position_embeddings") or 0)}
+    model.pop("rope_scaling_factor", None)
+    gpn = 4 if gpu in RACK_GPUS else 8
+    if n % gpn:
+        gpn = n
+    par: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "dp": dp,
+                           "sequence_parallel": tp > 1 and note(row, "sequence_parallel")
+                           != "false",
+                           "zero_stage": 0 if row.get("zero_stage") == "0" else 1}
+    nl = model["num_layers"]
+    if nl % (pp * vpp):  # Megatron-Bridge: the embedding / loss counted as layers
+        if (nl + 2) % (pp * vpp) == 0:
+            par["account_for_embedding_in_pipeline_split"] = True
+            par["account_for_loss_in_pipeline_split"] = True
+        elif (nl + 1) % (pp * vpp) == 0:
+            par["account_for_loss_in_pipeline_split"] = True
+        else:  # an explicit first/last stage (Bridge's pipeline layout strings); one chunk
+            vpp = 1
+            mid = -(-nl // pp)
+            rest = nl - (pp - 2) * mid
+            if pp < 2 or rest < 2:
+                return None, f"cannot split {nl} layers over pp={pp}"
+            par["pipeline_first_stage_layers"] = rest // 2
+            par["pipeline_last_stage_layers"] = rest - rest // 2
+    if vpp > 1:
+        par["vpp"] = vpp
+    if ep > 1:
+        par["etp"] = 1
+    tr: dict[str, Any] = {"micro_batch_size": mbs, "global_batch_size": gbs,
+                          "precision": "bf16", "recompute": row.get("recompute") or "none"}
+    if prec in ("fp8-delayed", "fp8-cs", "mxfp8"):
+        tr["fp8_format"] = "hybrid"
+        tr["fp8_recipe"] = {"fp8-delayed": "delayed", "fp8-cs": "tensorwise",
+                            "mxfp8": "mxfp8"}[prec]
+    elif prec == "nvfp4":
+        tr["fp4_format"] = "e2m1"
+    name = re.sub(r"[^a-z0-9.-]+", "-", model_key(row.get("model", ""))).strip("-.") or "run"
+    cluster: dict[str, Any] = {"num_nodes": n // gpn, "gpus_per_node": gpn, "gpu": gpu}
+    if gpu in RACK_GPUS:  # elsewhere the NVLink domain is the node (the default)
+        cluster["nvlink_domain_size"] = 64 if n % 64 == 0 else 72
+    spec = {"name": name, "engine": "megatron", "model": model, "cluster": cluster,
+            "parallel": par, "training": tr}
     return spec, ""
 
 
 def row_to_spec(row: dict[str, str]) -> dict[str, Any] | None:
-    """The row as a spec dict for trainc's loader, or None (see :func:`row_to_spec_reason`)."""
+    """The row as a spec dict, or None (see :func:`row_to_spec_reason`)."""
     return row_to_spec_reason(row)[0]
-
-
-def layout_overrides(row: dict[str, str]) -> dict[str, Any]:
-    """The published layout as spec keys (``parallel``/``training`` sections) for estimating the
-    run as published: tp, pp, vpp, cp, ep and the micro batch when published."""
-    lay = published_layout(row)
-    par: dict[str, Any] = {k: lay[k] for k in ("tp", "pp", "vpp", "cp", "ep")}
-    if par["tp"] > 1:
-        par["sequence_parallel"] = True
-    out: dict[str, Any] = {"parallel": par}
-    if lay["micro_batch"]:
-        out["training"] = {"micro_batch_size": lay["micro_batch"]}
-    return out

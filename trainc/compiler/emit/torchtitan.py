@@ -8,7 +8,8 @@ tyro lets the command line override as ``--section.field value``. The model's sh
 data set and optimizer are set by that function only (``Trainer.Config.model_spec`` is
 suppressed on the command line; ``optimizer.param_groups`` is a list of ``ParamGroupConfig``
 with a free ``optimizer_kwargs`` dict, which tyro offers no flag for), so the file names the
-shape the registry entry must have and, on a ``#registry`` line, the optimizer values as JSON.
+shape and layer flavour (:func:`flavour`) the registry entry must have and, on a ``#registry``
+line, the optimizer values as JSON.
 """
 
 from __future__ import annotations
@@ -22,6 +23,26 @@ from trainc.compiler.emit.render import header
 REGISTRY_FIELD = "optimizer.param_groups"
 #: torchtitan 0.3.0 ``OptimizersContainer._resolve_optimizer_factory`` names.
 TORCHTITAN_OPTIMIZERS = frozenset({"Adam", "AdamW", "DistMuon"})
+
+
+def flavour(plan: dict[str, Any]) -> str:
+    """The layer flavour the registry function's model must have, as ``engines.megatron_core``
+    (the trainc FSDP2 worker reads the same values, ``trainc.launch.torch_gpt.options``): norm
+    and its epsilon, gated MLP, linear and q/k/v biases, positions (RoPE base, fraction and
+    scaling), tied embeddings, dropouts. No torchtitan flag reaches them either."""
+    tc = plan["engines"]["megatron_core"]["TransformerConfig"]
+    gpt = plan["engines"]["megatron_core"]["GPTModel"]
+    rope = gpt["position_embedding_type"] == "rope"
+    pos = (f"rope theta={gpt['rotary_base']} rotary_percent={gpt['rotary_percent']} "
+           f"scaling={gpt['rope_scaling_factor'] if gpt['rope_scaling'] else 'none'}"
+           if rope else "learned positions")
+    return (f"norm={tc['normalization']} eps={tc['layernorm_epsilon']} "
+            f"gated_mlp={str(bool(tc['gated_linear_unit'])).lower()} "
+            f"bias={str(bool(tc['add_bias_linear'])).lower()} "
+            f"qkv_bias={str(bool(tc['add_qkv_bias'])).lower()} {pos} "
+            f"tied={str(bool(gpt['share_embeddings_and_output_weights'])).lower()} "
+            f"dropout={tc['hidden_dropout']}/{tc['attention_dropout']} "
+            f"init_std={tc['init_method_std']}")
 
 
 def torchtitan_args(plan: dict[str, Any]) -> dict[str, str]:
@@ -41,7 +62,9 @@ def torchtitan_args(plan: dict[str, Any]) -> dict[str, str]:
         "# The registry function sets the model (torchtitan's command line cannot): it must have\n"
         f"#   layers={tc['num_layers']} dim={tc['hidden_size']} "
         f"heads={tc['num_attention_heads']} kv_heads={tc['num_query_groups']} "
+        f"head_dim={tc['kv_channels']} "
         f"ffn={tc['ffn_hidden_size']} vocab={plan['derived']['padded_vocab_size']}\n"
+        f"#   {flavour(plan)}\n"
         f"# activation checkpointing {cfg['activation_checkpoint']['mode']} (FullAC / SelectiveAC "
         "config class),\n# and the optimizer (no flag reaches it) as this JSON line says "
         "(OptimizersContainer.Config):\n"

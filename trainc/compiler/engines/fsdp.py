@@ -12,14 +12,16 @@ means HSDP: replicate over dim 0, shard over dim 1); ``_fsdp_api.py`` ``MixedPre
 ``ScheduleZBVZeroBubble``). torchtitan 0.3.0: ``torchtitan/config/configs.py``
 (``TrainingConfig``, ``ParallelismConfig``, ``CompileConfig``, ``DebugConfig``),
 ``components/optimizer/lr_scheduler.py`` (``LRSchedulersContainer.Config``); its mesh order is
-``pp, dp_replicate, dp_shard, cp, tp`` (``torchtitan/distributed/parallel_dims.py``).
+``pp, dp_replicate, dp_shard, cp, tp`` (``torchtitan/distributed/parallel_dims.py``); its layer
+split is ``pipeline_llm`` / ``generate_llm_fqn_per_model_part`` of
+``torchtitan/distributed/pipeline_parallel.py`` (see :func:`torchtitan_stage_split`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from trainc.compiler.derive import Derived
+from trainc.compiler.derive import Derived, stage_chunk_sizes
 from trainc.compiler.ir import filled
 from trainc.schemas import (
     Device,
@@ -101,13 +103,52 @@ def lr_schedule(spec: TrainSpec) -> dict[str, Any]:
             "decay_iters": filled(t.lr_decay_iters, "training.lr_decay_iters")}
 
 
+def torchtitan_stage_split(spec: TrainSpec, d: Derived) -> tuple[int, int, int] | None:
+    """``(layers_per_stage, first_stage_less_layers, last_stage_less_layers)``: the torchtitan
+    0.3.0 ``--parallelism.pipeline_parallel_*`` values with which torchtitan builds exactly the
+    plan's layer split over the ``pp x vpp`` virtual stages (Megatron-Core's, as
+    :func:`~trainc.compiler.derive.stage_chunk_sizes` gives it per virtual stage), or None when
+    no such values exist: an uneven split (``parallel.pipeline_first/last_stage_layers``) with
+    vpp > 1, or an end stage with more layers than the middle ones.
+
+    torchtitan (``pipeline_llm``) makes ``ceil((L + first + last) / layers_per_stage)`` virtual
+    stages and ``generate_llm_fqn_per_model_part`` gives each ``(L + first + last) / stages``
+    layer slots, the first stage ``first`` of them to the embedding, the last ``last`` to the norm
+    and output. Its defaults (``first = last = 1``, two stages per rank for a looped schedule
+    whatever vpp is) differ from Megatron's even split, so all three are always written with
+    pp > 1. ``account_for_embedding/loss_in_pipeline_split`` are ``first`` / ``last`` = 1; an
+    uneven split is ``first = middle - first_stage_layers`` (and the same for the last stage).
+    E.g. 32 layers on pp 4 x vpp 2: ``(4, 0, 0)``; 126 layers on pp 16 x vpp 8 with both
+    account_for_* flags: ``(1, 1, 1)``; 30 layers on pp 4 split 6 / 9 / 9 / 6: ``(9, 3, 3)``.
+    """
+    p, m = spec.parallel, spec.model
+    if p.pp == 1 or d.layers_per_stage is None:
+        return None
+    chunks = stage_chunk_sizes(list(d.layers_per_stage), p.vpp,
+                               p.account_for_embedding_in_pipeline_split,
+                               p.account_for_loss_in_pipeline_split)
+    if any(len(c) != p.vpp for c in chunks):
+        return None
+    virtual = [chunks[r][j] for j in range(p.vpp) for r in range(p.pp)]  # stage j*pp + r
+    middle = set(virtual[1:-1]) or {max(virtual[0], virtual[-1])}
+    if len(middle) != 1:
+        return None
+    per = middle.pop()
+    first, last = per - virtual[0], per - virtual[-1]
+    if first < 0 or last < 0:
+        return None
+    assert per * len(virtual) == m.num_layers + first + last
+    return per, first, last
+
+
 def torchtitan_args(spec: TrainSpec, d: Derived) -> list[list[str]]:
     """torchtitan 0.3.0 ``torchtitan.train`` overrides, ``[flag, value]`` or ``[flag]``
     (tyro: dotted ``--section.field``; a boolean is ``--section.field`` or, false, tyro's
     ``--section.no-field`` with hyphens, as torchtitan's ``--compile.no-enable``). Batch:
     ``local_batch_size`` is per data-parallel rank and accumulation step; with pp it is the
     pipeline's batch, split into ``pipeline_parallel_microbatch_size`` pieces, so the
-    accumulation count (global / (local x dp)) is 1 there."""
+    accumulation count (global / (local x dp)) is 1 there. The layer split (vpp, uneven or
+    account_for_* splits) is :func:`torchtitan_stage_split`'s."""
     f, p, t = spec.fsdp, spec.parallel, spec.training
     mb = filled(d.num_microbatches, "num_microbatches")
     local = t.micro_batch_size * (mb if p.pp > 1 else 1)
@@ -123,9 +164,15 @@ def torchtitan_args(spec: TrainSpec, d: Derived) -> list[list[str]]:
         ["--parallelism.pipeline_parallel_degree", str(p.pp)],
     ]
     if p.pp > 1:
+        split = torchtitan_stage_split(spec, d)
+        assert split is not None, "TRC344 refuses a layer split torchtitan cannot build"
+        per, first, last = split
         args += [["--parallelism.pipeline_parallel_schedule",
                   filled(f.pp_schedule, "fsdp.pp_schedule").value],
-                 ["--parallelism.pipeline_parallel_microbatch_size", str(t.micro_batch_size)]]
+                 ["--parallelism.pipeline_parallel_microbatch_size", str(t.micro_batch_size)],
+                 ["--parallelism.pipeline_parallel_layers_per_stage", str(per)],
+                 ["--parallelism.pipeline_parallel_first_stage_less_layers", str(first)],
+                 ["--parallelism.pipeline_parallel_last_stage_less_layers", str(last)]]
     args += [
         ["--training.local_batch_size", str(local)],
         ["--training.global_batch_size", str(t.global_batch_size)],
@@ -163,6 +210,20 @@ def torchtitan_registry(spec: TrainSpec) -> dict[str, Any]:
     return {"pattern": ".*", "optimizer_name": o["class"], "optimizer_kwargs": kwargs}
 
 
+def pipeline(spec: TrainSpec, d: Derived) -> dict[str, Any]:
+    """``engines.fsdp.pipeline``: degree, stages per rank (vpp), the schedule class and, with
+    pp > 1, the layer split as torchtitan takes it (:func:`torchtitan_stage_split`; None with
+    pp 1): layers per virtual stage and the layer slots the embedding and the output take."""
+    p, f = spec.parallel, spec.fsdp
+    split = torchtitan_stage_split(spec, d) if p.pp > 1 else None
+    return {"degree": p.pp, "stages_per_rank": p.vpp,
+            "schedule": SCHEDULE_CLASSES[filled(f.pp_schedule, "fsdp.pp_schedule")]
+            if p.pp > 1 else None,
+            "layers_per_stage": split[0] if split else None,
+            "first_stage_less_layers": split[1] if split else None,
+            "last_stage_less_layers": split[2] if split else None}
+
+
 def fsdp_config(spec: TrainSpec, d: Derived) -> dict[str, Any]:
     """``engines.fsdp``: everything the FSDP2 worker builds and ``torchtitan_args.txt`` shows.
 
@@ -174,9 +235,7 @@ def fsdp_config(spec: TrainSpec, d: Derived) -> dict[str, Any]:
         "mesh": mesh(spec, d),
         "fully_shard": fully_shard(spec),
         "tensor_parallel": {"degree": p.tp, "sequence_parallel": bool(p.sequence_parallel)},
-        "pipeline": {"degree": p.pp, "stages_per_rank": p.vpp,
-                     "schedule": SCHEDULE_CLASSES[filled(f.pp_schedule, "fsdp.pp_schedule")]
-                     if p.pp > 1 else None},
+        "pipeline": pipeline(spec, d),
         "context_parallel": {"degree": p.cp},
         "activation_checkpoint": {"mode": t.recompute.value,
                                   "per_block": t.recompute is not Recompute.none},

@@ -287,10 +287,19 @@ def _inert(spec: TrainSpec) -> Iterator[tuple[str, str]]:
         yield from ((f"model.{k}", "position_embedding is learned") for k in
                     ("rope_scaling_factor", "rotary_percent") if moved(m, dm, k))
     if m.num_experts is None:
-        yield from ((f"model.{k}", "the model has no experts (num_experts is null)") for k in
+        dense = "the model has no experts (num_experts is null)"
+        yield from ((f"model.{k}", dense) for k in
                     ("moe_router_load_balancing_type", "moe_aux_loss_coeff", "moe_z_loss_coeff",
                      "moe_router_score_function", "moe_router_topk_scaling_factor",
-                     "moe_expert_capacity_factor") if moved(m, dm, k))
+                     "moe_expert_capacity_factor", "moe_router_topk", "moe_ffn_hidden_size",
+                     "moe_shared_expert_intermediate_size", "moe_layer_freq",
+                     "moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
+                     "moe_pad_expert_input_to_capacity", "moe_router_padding_for_quantization")
+                    if moved(m, dm, k))
+        if m.moe_router_pre_softmax:  # normalize fills false on a dense model
+            yield "model.moe_router_pre_softmax", dense
+    if t.nvme_path is not None and Offload.nvme not in (t.offload_optimizer, t.offload_param):
+        yield "training.nvme_path", "neither offload_optimizer nor offload_param is nvme"
     if lc.data_path is None and spec.data.paths is None and moved(lc, dl, "data_split"):
         yield "launch.data_split", "launch.data_path is not set (mock data)"
     if not spec.data.packed and spec.data.pad_to_multiple_of is not None:

@@ -1,4 +1,6 @@
-"""TRC340-TRC344: engine=fsdp (PyTorch FSDP2 on a DeviceMesh). The divisibility rules of the
+"""TRC340-TRC344: engine=fsdp (PyTorch FSDP2 on a DeviceMesh). A key that engine=fsdp would not
+read although the spec sets it (a Megatron-Core or DeepSpeed setting, a layer split torchtitan
+cannot build) is TRC344: one truth, no silent fallback. The divisibility rules of the
 model (tp divides heads and query groups, TRC201 / TRC202 / TRC207) apply unchanged: DTensor's
 column-wise split of the q/k/v projections shards whole heads as Megatron's does.
 
@@ -14,7 +16,9 @@ from collections.abc import Iterator
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, diag
+from trainc.compiler.engines.fsdp import torchtitan_stage_split
 from trainc.schemas import (
+    CpCommType,
     Device,
     Entrypoint,
     FsdpDtype,
@@ -24,6 +28,8 @@ from trainc.schemas import (
     PipelineSchedule,
     PositionEmbedding,
     Precision,
+    Recompute,
+    RecomputeMethod,
     TrainSpec,
 )
 
@@ -89,6 +95,38 @@ def fsdp_rules(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    precision="fp16")
     yield from _schedule(spec)
     yield from _unsupported(spec)
+    yield from _layer_split(spec, d)
+
+
+def _layer_split(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """TRC344 for a pipeline layer split that torchtitan's ``pipeline_parallel_layers_per_stage``
+    / ``first|last_stage_less_layers`` cannot express (:func:`torchtitan_stage_split`)."""
+    p = spec.parallel
+    if p.pp == 1 or d.layers_per_stage is None or torchtitan_stage_split(spec, d) is not None:
+        return
+    first, last = p.pipeline_first_stage_layers, p.pipeline_last_stage_layers
+    key = "parallel.pipeline_first_stage_layers" if first is not None else \
+        "parallel.pipeline_last_stage_layers"
+    split = "/".join(map(str, d.layers_per_stage))
+    why = (f"with vpp {p.vpp} an uneven split resizes every model chunk of the first and the "
+           "last rank, but torchtitan shortens only the first and the last "
+           "virtual stage" if p.vpp > 1 else "an end stage holds more layers than the middle "
+           "stages, and torchtitan can only give the first and the last stage fewer")
+    yield diag(R.FSDP_UNSUPPORTED, f"uneven pipeline split {split} (pipeline_first_stage_layers "
+               f"{first}, pipeline_last_stage_layers {last}) with engine=fsdp: torchtitan 0.3.0 "
+               "builds a split from pipeline_parallel_layers_per_stage and "
+               "pipeline_parallel_first/last_stage_less_layers only: " + why, key,
+               related=("parallel.pipeline_first_stage_layers",
+                        "parallel.pipeline_last_stage_layers", "parallel.vpp", "engine"),
+               fix="remove parallel.pipeline_first_stage_layers and "
+                   "parallel.pipeline_last_stage_layers (an even split), or use "
+                   "parallel.account_for_embedding_in_pipeline_split / "
+                   "account_for_loss_in_pipeline_split"
+                   + (", or set parallel.vpp=1" if p.vpp > 1 else
+                      ", or end stages with at most the middle stages' layers"),
+               edits={"parallel.pipeline_first_stage_layers": None,
+                      "parallel.pipeline_last_stage_layers": None},
+               layers_per_stage=split, vpp=p.vpp, setting="pipeline split")
 
 
 def _schedule(spec: TrainSpec) -> Iterator[Diagnostic]:
@@ -141,6 +179,32 @@ def _unsupported(spec: TrainSpec) -> Iterator[Diagnostic]:
                    "engine=megatron's)", "model.num_experts", related=("engine",),
                    fix="set engine=megatron for an MoE model", edits={"engine": "megatron"},
                    num_experts=spec.model.num_experts)
+    if p.cp_comm_type is not CpCommType.p2p:
+        yield diag(R.FSDP_UNSUPPORTED, f"parallel.cp_comm_type ({p.cp_comm_type.value}) is a "
+                   "Megatron-Core setting (TransformerConfig.cp_comm_type): engine=fsdp's "
+                   "context parallelism (torchtitan 0.3.0's, which has no such option in "
+                   "ParallelismConfig; the trainc FSDP2 worker runs no cp) would not read it",
+                   "parallel.cp_comm_type", related=("engine", "parallel.cp"),
+                   fix="remove parallel.cp_comm_type, or set engine=megatron",
+                   edits={"parallel.cp_comm_type": "p2p"}, setting="cp_comm_type",
+                   cp_comm_type=p.cp_comm_type.value)
+    if t.recompute is Recompute.full and (t.recompute_method is RecomputeMethod.block
+                                          or (t.recompute_num_layers or 1) != 1):
+        method = t.recompute_method.value if t.recompute_method else "uniform"
+        yield diag(R.FSDP_UNSUPPORTED, f"training.recompute_method {method} / "
+                   f"recompute_num_layers {t.recompute_num_layers} with engine=fsdp: full "
+                   "recompute there checkpoints every transformer block on its own "
+                   "(torch.utils.checkpoint per block, torchtitan's FullAC); Megatron-Core's "
+                   "groups of layers and its block method have no FSDP2 equivalent",
+                   "training.recompute_method" if t.recompute_method is RecomputeMethod.block
+                   else "training.recompute_num_layers",
+                   related=("training.recompute", "engine"),
+                   fix="remove training.recompute_method and training.recompute_num_layers "
+                       "(every block recomputed), or set engine=megatron",
+                   edits={"training.recompute_method": None,
+                          "training.recompute_num_layers": None},
+                   setting="recompute_method", recompute_method=method,
+                   recompute_num_layers=t.recompute_num_layers)
     if f.compile and spec.launch.device is Device.cpu:
         yield diag(R.FSDP_UNSUPPORTED, "fsdp.compile with launch.device cpu: the trainc worker "
                    "runs FSDP2 eagerly on CPU (torch.compile of FSDP2 blocks needs the inductor "

@@ -12,7 +12,8 @@ and its learning-rate schedule; gradient clipping over DTensor gradients;
 ``torch.distributed.checkpoint`` (DCP) checkpoints of the model and optimizer state dicts
 (``get_state_dict`` / ``set_state_dict``), which resume bit for bit; each records the model
 shape and optimizer it was written for (``trainc_layout.json``), and a resume into another
-model stops with one ``trainc-worker:`` line instead of DCP's size-mismatch tracebacks.
+model stops with one ``trainc-worker:`` line (rank 0's) instead of DCP's size-mismatch
+tracebacks.
 
 The built layout is checked against the plan before training (:func:`cross_check`): mesh shape
 and names, and that every parameter is a DTensor on the planned mesh dimensions.
@@ -27,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from typing import Any
 
@@ -210,10 +212,12 @@ def layout_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
     return out
 
 
-def check_checkpoint(path: str, now: dict[str, Any]) -> None:
-    """Raise SystemExit (one ``trainc-worker:`` line) when the checkpoint at ``path`` was written
-    for another model or optimizer than this run's; a checkpoint without the layout file (an
-    older trainc) is loaded as is."""
+def check_checkpoint(path: str, now: dict[str, Any], rank: int = 0) -> None:
+    """Raise SystemExit when the checkpoint at ``path`` was written for another model or
+    optimizer than this run's: with the ``trainc-worker:`` line that names the differences on
+    global rank 0, with status 1 and no message on the others (every rank reads the same file,
+    so the job prints the line once, not once per rank). A checkpoint without the layout file
+    (an older trainc) is loaded as is."""
     import json
 
     try:
@@ -222,6 +226,8 @@ def check_checkpoint(path: str, now: dict[str, Any]) -> None:
     except FileNotFoundError:
         return
     diff = layout_differences(saved, now)
+    if diff and rank != 0:
+        raise SystemExit(1)
     if diff:
         raise SystemExit(f"trainc-worker: checkpoint {path} was written for another model than "
                          f"this run's (checkpoint -> this run: {'; '.join(diff)}); resume with "
@@ -309,7 +315,14 @@ def run(s: Settings) -> None:
             except FileNotFoundError:
                 return None
         path = os.path.join(directory, f"iter_{step:07d}")
-        check_checkpoint(path, layout)
+        try:
+            check_checkpoint(path, layout, rank=dist.get_rank())
+        except SystemExit as stop:
+            if isinstance(stop.code, str):  # rank 0: the one line, before anyone exits
+                sys.stderr.write(stop.code + "\n")
+                sys.stderr.flush()
+            dist.barrier()  # no rank exits (and makes torchrun stop the rest) before it
+            raise SystemExit(1) from None
         msd, osd = get_state_dict(model, opt)
         dcp.load({"model": msd, "optim": osd}, checkpoint_id=path)
         set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)

@@ -1,0 +1,162 @@
+"""The one converter of published-runs rows into specs (trainc/planner/published.py), used by
+``trainc calibrate``, bench/fidelity.py and bench/planner_fidelity.py: precision from the notes,
+Megatron-Bridge's layer splits, the architectures of trainc/conf/published_models.yaml."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from trainc.compiler.load import load_spec
+from trainc.planner.calibrate import runs_from_csv
+from trainc.planner.published import (
+    load_rows,
+    model_key,
+    precision_of,
+    published_models,
+    row_to_spec_reason,
+)
+
+#: A published row (the table's columns); tests change what they need.
+ROW = {"source": "NVIDIA Megatron-Bridge performance summary", "model": "LLAMA3_8B",
+       "params_B": "8", "layers": "", "hidden": "", "heads": "", "kv_heads": "", "ffn_hidden": "",
+       "vocab": "", "seq_len": "8192", "experts": "", "topk": "", "gpus": "8",
+       "gpu_type": "DGX-H100", "tp": "1", "pp": "1", "vpp": "", "cp": "1", "ep": "", "dp": "8",
+       "zero_stage": "", "micro_batch": "1", "global_batch": "128", "recompute": "",
+       "measured_tflops_per_gpu": "700", "mfu_pct": "", "notes": "precision=FP8-CS"}
+
+
+def build(**changes: str) -> dict[str, Any]:
+    spec, why = row_to_spec_reason({**ROW, **changes})
+    assert spec is not None, why
+    return spec
+
+
+def loads(spec: dict[str, Any], tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    loaded = load_spec(path)
+    assert loaded.spec is not None, [d.message for d in loaded.diagnostics if d.is_error]
+
+
+@pytest.mark.parametrize("notes,gpu,keys", [
+    ("precision=BF16", "DGX-H100", {}),
+    ("precision=FP8", "DGX-H100", {"fp8_format": "hybrid", "fp8_recipe": "delayed"}),
+    ("precision=FP8-CS", "DGX-H100", {"fp8_format": "hybrid", "fp8_recipe": "tensorwise"}),
+    ("precision not stated (FP8 variants)", "DGX-H100",
+     {"fp8_format": "hybrid", "fp8_recipe": "tensorwise"}),
+    ("precision=FP8-MX", "DGX-B200", {"fp8_format": "hybrid", "fp8_recipe": "mxfp8"}),
+    ("precision=NVFP4", "DGX-GB200", {"fp4_format": "e2m1"}),
+])
+def test_precision_keys_from_the_notes(notes: str, gpu: str, keys: dict[str, str],
+                                       tmp_path: Path) -> None:
+    """The FP8 / FP4 rows keep their precision (the planner and calibrate plan them so)."""
+    spec = build(notes=notes, gpu_type=gpu)
+    tr = spec["training"]
+    assert tr["precision"] == "bf16"
+    assert {k: tr[k] for k in ("fp8_format", "fp8_recipe", "fp4_format") if k in tr} == keys
+    loads(spec, tmp_path)
+
+
+def test_nvfp4_needs_blackwell() -> None:
+    spec, why = row_to_spec_reason({**ROW, "notes": "precision=NVFP4"})
+    assert spec is None and "Blackwell" in why
+
+
+def test_published_layout_and_batch(tmp_path: Path) -> None:
+    spec = build(tp="2", pp="2", vpp="2", micro_batch="2", zero_stage="0",
+                 notes="precision=BF16; sequence_parallel=false", gpus="16")
+    par, tr = spec["parallel"], spec["training"]
+    assert (par["tp"], par["pp"], par["vpp"], par["dp"]) == (2, 2, 2, 4)
+    assert par["zero_stage"] == 0 and par["sequence_parallel"] is False
+    assert (tr["micro_batch_size"], tr["global_batch_size"], tr["recompute"]) == (2, 128, "none")
+    assert spec["cluster"] == {"num_nodes": 2, "gpus_per_node": 8, "gpu": "h100-80g"}
+    loads(spec, tmp_path)
+
+
+@pytest.mark.parametrize("layers,pp,vpp,want", [
+    # 126 = 128 - 2 over pp 16 x vpp 8: the embedding and the loss count as layers
+    ("126", "16", "8", {"account_for_embedding_in_pipeline_split": True,
+                        "account_for_loss_in_pipeline_split": True, "vpp": 8}),
+    ("31", "4", "2", {"account_for_loss_in_pipeline_split": True, "vpp": 2}),
+    # 61 over pp 8: an explicit first / last stage, one chunk
+    ("61", "8", "4", {"pipeline_first_stage_layers": 6, "pipeline_last_stage_layers": 7}),
+])
+def test_megatron_bridge_layer_splits(layers: str, pp: str, vpp: str, want: dict[str, Any],
+                                      tmp_path: Path) -> None:
+    spec = build(model="Custom", layers=layers, hidden="1024", heads="8", vocab="32000",
+                 pp=pp, vpp=vpp, gpus=str(8 * int(pp)), global_batch="512")
+    par = spec["parallel"]
+    assert {k: par[k] for k in want} == want
+    assert "vpp" in want or "vpp" not in par
+    loads(spec, tmp_path)
+
+
+def test_architecture_sources(tmp_path: Path) -> None:
+    # a preset, its columns overriding it (dense)
+    assert build(layers="40")["model"]["num_layers"] == 40
+    # an MoE preset keeps its expert width (the row's ffn_hidden is the expert width)
+    ds = build(model="DeepSeekV3 (w/o MTP)", ffn_hidden="2048", experts="256", gpus="64",
+               ep="8")
+    assert ds["model"]["num_experts"] == 256 and ds["model"]["ffn_hidden_size"] == 18432
+    assert ds["parallel"]["etp"] == 1
+    # trainc/conf/published_models.yaml
+    qwen = build(model="Qwen3_30B_a3B (tokendrop)")
+    assert qwen["model"]["num_experts"] == 128 and qwen["model"]["moe_ffn_hidden_size"] == 768
+    # the columns alone, GPT style for a GPT name
+    gpt = build(model="GPT3-1B", layers="24", hidden="2048", heads="16", vocab="50257")["model"]
+    assert (gpt["activation"], gpt["position_embedding"]) == ("gelu", "learned")
+    assert gpt["untie_embeddings_and_output_weights"] is False
+    # a model trainc cannot express, and one nobody transcribed
+    assert "Mamba" in row_to_spec_reason({**ROW, "model": "Nemotron_3_Nano"})[1]
+    assert row_to_spec_reason({**ROW, "model": "Unknown-9B"})[0] is None
+
+
+def test_every_published_model_compiles(tmp_path: Path) -> None:
+    """Each architecture of published_models.yaml is a valid model section (it names its
+    source), on a node of B200s."""
+    models = published_models()["models"]
+    assert models and all(v["source"] for v in models.values())
+    for name in models:
+        assert model_key(name) == name
+        spec = build(model=name, gpu_type="DGX-B200", notes="precision=BF16",
+                     ep="8" if models[name]["model"].get("num_experts") else "")
+        loads(spec, tmp_path)
+
+
+def test_rack_gpus_are_trays_in_an_nvlink_rack() -> None:
+    gb = build(gpu_type="DGX-GB200", gpus="128")["cluster"]
+    assert gb == {"num_nodes": 32, "gpus_per_node": 4, "gpu": "gb200", "nvlink_domain_size": 64}
+    assert build(gpu_type="DGX-GB300", gpus="72")["cluster"]["nvlink_domain_size"] == 72
+
+
+def test_calibrate_reads_the_csv_with_the_converter(tmp_path: Path) -> None:
+    """trainc calibrate's CSV input: the converter's spec (FP8 keys, the published layout), and
+    no guessed global batch."""
+    import csv
+
+    path = tmp_path / "runs.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(ROW))
+        w.writeheader()
+        w.writerow({**ROW, "tp": "2"})
+        w.writerow({**ROW, "global_batch": ""})
+    runs, notes = runs_from_csv(path)
+    assert len(runs) == 1 and runs[0].spec.parallel.tp == 2
+    assert runs[0].spec.training.fp8_format.value == "hybrid"
+    assert runs[0].spec.training.fp8_recipe.value == "tensorwise"
+    assert len(notes) == 1 and "global_batch not published" in notes[0]
+
+
+def test_heldout_rows_build() -> None:
+    """bench/heldout_runs.csv (in the repository) converts row by row."""
+    rows = load_rows(Path(__file__).resolve().parents[2] / "bench" / "heldout_runs.csv")
+    assert rows
+    for row in rows:
+        spec, why = row_to_spec_reason(row)
+        assert spec is not None, why
+        assert precision_of(row) == "bf16" or "fp8_format" in spec["training"] \
+            or "fp4_format" in spec["training"]
