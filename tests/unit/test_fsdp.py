@@ -192,6 +192,33 @@ def test_fsdp_comm_model_exact() -> None:
                      "hsdp grad all_reduce (replicate)"}
 
 
+def test_fsdp_collectives_hide_behind_the_compute_and_use_the_rails() -> None:
+    """FSDP2 prefetches: together the shard group's collectives are exposed only beyond the
+    stage's compute, plus the first block's share; a shard group of 16 across 2 nodes rides 8
+    NICs per node (min(NVLink, 8 x NIC)), not one."""
+    from trainc.compiler.estimate.comm import StageComm
+    from trainc.compiler.estimate.time import _fsdp_exposed
+
+    sc = StageComm()
+    for name, sec in (("fsdp param all_gather (fwd+bwd)", 2.0), ("fsdp grad reduce_scatter", 1.0)):
+        c = sc.get("dp", name, 16)
+        c.seconds = sec
+    _fsdp_exposed(sc, compute_step=2.5, n_layers=10)
+    exposed = {c.name: c.exposed_seconds for c in sc.collectives.values()}
+    # (3.0 - 2.5) + 3.0 / 10 = 0.8, split 2 : 1
+    assert exposed == pytest.approx({"fsdp param all_gather (fwd+bwd)": 0.8 * 2 / 3,
+                                     "fsdp grad reduce_scatter": 0.8 / 3})
+    _fsdp_exposed(sc, compute_step=100.0, n_layers=10)
+    assert sum(c.exposed_seconds for c in sc.collectives.values()) == pytest.approx(0.3)
+    spec = make(**FSDP, **{"cluster.num_nodes": 2, "parallel.tp": 1})  # shard over 16
+    _, _, plan = plan_and_estimate(spec, normalized=True)
+    assert plan is not None and plan.estimates is not None
+    [ag] = [c for c in plan.estimates.comm_collectives if c.name.startswith("fsdp param")]
+    nic = spec.cluster.inter_node_bandwidth_gbps
+    nvl = spec.cluster.intra_node_bandwidth_gbps
+    assert ag.crosses_nodes and ag.bandwidth_gbps == pytest.approx(min(nvl, 8 * nic))
+
+
 GOLDEN = "tests/golden/cases/llama3-8b-fsdp-hsdp/spec.yaml"
 
 

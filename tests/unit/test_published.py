@@ -160,3 +160,31 @@ def test_heldout_rows_build() -> None:
         assert spec is not None, why
         assert precision_of(row) == "bf16" or "fp8_format" in spec["training"] \
             or "fp4_format" in spec["training"]
+
+
+@pytest.mark.parametrize(("framework", "engine"), [
+    ("fsdp", "fsdp"), ("llm-foundry", "fsdp"), ("torchtitan", "fsdp"), ("deepspeed", "deepspeed"),
+    ("megatron", "megatron")])
+def test_fully_sharded_rows_build_the_engine_that_ran_them(framework: str, engine: str,
+                                                            tmp_path: Path) -> None:
+    """zero_stage 3: DeepSpeed rows are ZeRO-3, PyTorch FSDP rows (llm-foundry, torchtitan)
+    engine=fsdp (torchtitan's with its entrypoint), Megatron-FSDP rows the distributed
+    optimizer (not a trainc engine)."""
+    spec = build(zero_stage="3", notes=f"precision=BF16; framework={framework}")
+    assert spec["engine"] == engine
+    if engine == "deepspeed":
+        assert spec["parallel"]["zero_stage"] == 3
+    if engine == "fsdp":
+        assert "zero_stage" not in spec["parallel"]
+        assert spec.get("launch", {}).get("entrypoint") == (
+            "torchtitan" if framework == "torchtitan" else None)
+    loads(spec, tmp_path)
+
+
+def test_mpt_rows_are_gpt_style() -> None:
+    """MPT (llm-foundry): GELU MLP, LayerNorm, learned positions, tied embeddings."""
+    spec = build(model="MPT-7B", layers="32", hidden="4096", heads="32", kv_heads="32",
+                 ffn_hidden="16384", vocab="50368", seq_len="2048", notes="precision=BF16")
+    m = spec["model"]
+    assert (m["activation"], m["normalization"], m["position_embedding"],
+            m["untie_embeddings_and_output_weights"]) == ("gelu", "layernorm", "learned", False)

@@ -35,7 +35,11 @@ Conversion (each choice is a guess where the table is silent; the row's ``notes`
   parallel with tp > 1 (unless the notes say ``sequence_parallel=false``), the expert
   tensor-parallel size 1 (Megatron-Bridge's MoE recipes; EP folds into DP, so ep may exceed
   dp), ZeRO stage 1 (Megatron's distributed optimizer; ``zero_stage`` 0 is plain DDP; the
-  Megatron-FSDP rows are compiled with the distributed optimizer too). Layers that do not
+  Megatron-FSDP rows are compiled with the distributed optimizer too). ``zero_stage`` 3 with
+  ``framework=deepspeed`` in the notes is DeepSpeed ZeRO-3; with ``framework=`` fsdp,
+  llm-foundry, torchtitan or automodel it is ``engine: fsdp`` (full shard over the data-parallel
+  ranks; torchtitan's rows with ``launch.entrypoint: torchtitan``). GPT-style models
+  (``gpt*``, ``mpt*`` names) get GELU, LayerNorm, learned positions, tied embeddings. Layers that do not
   divide over pp x vpp: Megatron-Bridge's split with the embedding and the loss counted as
   layers (``account_for_embedding/loss_in_pipeline_split``, both, else the loss only), else an
   explicit first/last stage (its pipeline layout strings) with vpp 1;
@@ -168,7 +172,9 @@ def _model(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]:
             return None, (f"architecture of {row.get('model')!r} not transcribed, no model "
                           "preset and not in trainc/conf/published_models.yaml")
         base = dict(given)
-        if key.startswith("gpt"):  # GPT-2/3 style (Brown et al. 2020)
+        if key.startswith(("gpt", "mpt")):  # GPT-2/3 style (Brown et al. 2020); MPT alike
+            # (GELU MLP of 4h, LayerNorm, tied embeddings; its ALiBi is off by default and it
+            # learns absolute positions: mosaicml/llm-foundry model configs)
             base.update(activation="gelu", normalization="layernorm",
                         position_embedding="learned", untie_embeddings_and_output_weights=False)
     if not base.get("num_experts"):  # an MoE row's ffn_hidden is the expert width
@@ -236,8 +242,27 @@ def row_to_spec_reason(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]
     cluster: dict[str, Any] = {"num_nodes": n // gpn, "gpus_per_node": gpn, "gpu": gpu}
     if gpu in RACK_GPUS:  # elsewhere the NVLink domain is the node (the default)
         cluster["nvlink_domain_size"] = 64 if n % 64 == 0 else 72
-    spec = {"name": name, "engine": "megatron", "model": model, "cluster": cluster,
+    engine = "megatron"
+    spec_launch: dict[str, Any] = {}
+    if row.get("zero_stage") == "3":  # parameters, gradients and optimizer state sharded
+        fw = ((note(row, "framework") or "").lower().split() or [""])[0]
+        if fw == "deepspeed":
+            engine = "deepspeed"
+            par["zero_stage"] = 3
+        elif fw in ("fsdp", "torchtitan", "llm-foundry", "automodel"):
+            engine = "fsdp"  # PyTorch FSDP / FSDP2 full shard over the data-parallel ranks
+            par.pop("zero_stage")
+            par.pop("dp", None)
+            if tr["recompute"] not in ("none", "full", "selective"):
+                tr["recompute"] = "full"
+            if fw == "torchtitan":
+                spec_launch = {"entrypoint": "torchtitan"}
+        # otherwise Megatron-FSDP (Megatron-Core's own sharding, not a trainc engine): built
+        # with the distributed optimizer, as the table's FSDP_col rows
+    spec = {"name": name, "engine": engine, "model": model, "cluster": cluster,
             "parallel": par, "training": tr}
+    if spec_launch:
+        spec["launch"] = spec_launch
     return spec, ""
 
 

@@ -23,7 +23,12 @@ from trainc.compiler.estimate.activations import stage_activation_bytes
 from trainc.compiler.estimate.bubble import bubble_fraction
 from trainc.compiler.estimate.comm import AXES, stage_comm, time_collectives
 from trainc.compiler.estimate.flops import flops_per_step, hardware_flops_per_step
-from trainc.compiler.estimate.fsdp import add_fsdp_comm, fsdp_crossings, fsdp_states
+from trainc.compiler.estimate.fsdp import (
+    add_fsdp_comm,
+    fsdp_crossings,
+    fsdp_members,
+    fsdp_states,
+)
 from trainc.compiler.estimate.memory import model_state_bytes
 from trainc.compiler.estimate.params import stage_params, total_params
 from trainc.compiler.estimate.rankmap import members_per_domain, rank_map_summary
@@ -84,6 +89,8 @@ def estimate(plan: Plan) -> Estimates:
             add_fsdp_comm(spec, plan, sc, x)
         crosses |= fsdp_crossings(spec)
     members = (members_per_domain(d, domain) if cl.time_model is TimeModel.kernels else None)
+    if members is not None and spec.engine is Engine.fsdp:
+        members |= fsdp_members(spec)
     time_collectives(spec, comms, crosses, members)
     bubble = bubble_fraction(plan.derived.pp, plan.derived.num_microbatches, plan.derived.vpp)
     flops = flops_per_step(spec, plan)

@@ -22,8 +22,10 @@ as torchtitan runs gradient accumulation): per micro-batch an all-gather of ``P`
 in forward, another in backward when reshard_after_forward, a reduce-scatter of ``P`` gradients
 in reduce_dtype, and with HSDP an all-reduce of the ``P/n`` shard over ``dp_replicate``
 (``fully_shard`` on a 2-D mesh; Zhao et al. 2023, PyTorch FSDP, arXiv:2304.11277 §3.2-3.3). The
-all-gathers are prefetched behind the previous block's compute; the time model's
-``comm_overlap`` is the fraction hidden.
+all-gathers are prefetched one block ahead and the reduce-scatters run behind the next block's
+backward, so the time model (``time._dp_exposed``) leaves exposed what exceeds the stage's
+compute plus the first block's share; the shard and replicate rings cross the scale-out fabric
+with as many NICs in parallel as they have members per NVLink domain (:func:`fsdp_members`).
 """
 
 from __future__ import annotations
@@ -95,3 +97,22 @@ def fsdp_crossings(spec: TrainSpec) -> dict[str, bool]:
     shard = filled(f.dp_shard, "fsdp.dp_shard")
     return {"fsdp_shard": shard * inner > domain and shard * p.cp > 1,
             "fsdp_replicate": f.dp_replicate > 1 and f.dp_replicate * shard * inner > domain}
+
+
+def fsdp_members(spec: TrainSpec) -> dict[str, int]:
+    """Members per NVLink domain of the shard and replicate groups (the rail-optimised fabric's
+    parallel NICs, as ``rankmap.members_per_domain`` for Megatron's groups): the shard group
+    strides by ``tp`` over ``dp_shard x cp x tp`` consecutive ranks, the replicate group by
+    ``dp_shard x cp x tp``.
+
+    >>> from types import SimpleNamespace as N
+    >>> fsdp_members(N(fsdp=N(dp_shard=128, dp_replicate=1), parallel=N(cp=1, tp=1),
+    ...                cluster=N(nvlink_domain_size=8)))
+    {'fsdp_shard': 8, 'fsdp_replicate': 1}
+    """
+    f, p = spec.fsdp, spec.parallel
+    domain = max(filled(spec.cluster.nvlink_domain_size, "cluster.nvlink_domain_size"), 1)
+    shard = filled(f.dp_shard, "fsdp.dp_shard")
+    inner = shard * p.cp * p.tp
+    return {"fsdp_shard": max(min(domain, inner) // max(p.tp, 1), 1),
+            "fsdp_replicate": max(domain // max(inner, 1), 1) if f.dp_replicate > 1 else 1}

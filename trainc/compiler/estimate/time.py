@@ -165,6 +165,9 @@ def _dp_exposed(spec: TrainSpec, plan: Plan, sc: StageComm, r: int, params: floa
     compute, plus one layer's gather.
     """
     d, tr = plan.derived, spec.training
+    if spec.engine is Engine.fsdp:
+        _fsdp_exposed(sc, compute_step, n_layers)
+        return
     group = max(d.dp * d.cp, 1)
     bucket = max(BUCKET_MIN_PARAMS, 1_000_000 * group)
     nb = max(math.ceil(params / bucket), 1) if r == 0 else 1
@@ -240,6 +243,22 @@ def ep_exposed_share(ep_mb: float, compute_mb: float, num_microbatches: int,
     steady = ep_mb * (M - 1) / M
     exposed = ep_mb / M + max(steady - compute_mb, 0.0)
     return min(exposed / ep_mb, 1.0)
+
+
+def _fsdp_exposed(sc: StageComm, compute_step: float, n_layers: int) -> None:
+    """engine=fsdp: FSDP2 prefetches each block's all-gather one block ahead (forward and
+    backward) and reduce-scatters a block's gradients while the next block's backward runs
+    (torch ``_fsdp_state.py`` implicit prefetching; Zhao et al. 2023, arXiv 2304.11277 §3.3),
+    every micro-batch. The collectives share the network, so together they hide behind the
+    stage's compute of the step: exposed is what exceeds it, plus the first block's share (its
+    gather has nothing to run behind), spread over the collectives by their seconds."""
+    cols = [c for c in sc.collectives.values() if c.axis == "dp"]
+    total = sum(c.seconds for c in cols)
+    if total <= 0:
+        return
+    exposed = min(max(total - compute_step, 0.0) + total / max(n_layers, 1), total)
+    for c in cols:
+        c.exposed_seconds = exposed * c.seconds / total
 
 
 def kernel_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: float,
