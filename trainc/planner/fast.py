@@ -296,56 +296,46 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
         tokens = s_loc * mbs
         gemm_eff = tokens / (tokens + c.gemm_half_efficiency_tokens)
         full_l, none_l, sel_l = act_layer(mbs)
-        for v in vpps:
-            if v > 1 and (M < pp or M % pp):
-                continue
-            inflight = min(pp, M) * (1 + (pp - 1) / (pp * v) if v > 1 else 1)
-            bubble = (pp - 1) / (v * M + pp - 1)
-            chunk = min(slots) // v
-            for rc in _recompute_variants(recomputes, chunk, fx, spec.engine is Engine.fsdp):
-                # full/block n: n of each chunk's layers keep only their input, the rest keep
-                # everything; full/uniform: every layer keeps only its input.
-                n_rc = rc[2] or 0  # set for the block and uniform methods
-                frac = 1.0 if rc[1] != "block" else n_rc / chunk
-                group = n_rc if rc[1] == "uniform" else 1
-                per_layer = (frac * full_l / group + (1 - frac) * none_l if rc[0] == "full" else
-                             sel_l if rc[0] == "selective" else none_l)
-                act = per_layer * n_max * inflight
-                if rc[0] == "full":
-                    act += sel_l * group  # the recomputed group's working set
-                act += 4 * sbh / tp  # embedding output / logits buffers (order of magnitude)
-                extra = {"none": 0.0, "selective": k.attn_core_fraction / 3,
-                         "full": frac / 3}[rc[0]]
-                lower = step_lower_bound(
-                    flops_gpu, extra if rc[0] == "selective" else 0.0, peak * gemm_eff,
-                    min(stages), M, overhead, bubble)
-                layers_steps = n_max * M  # layer-microbatches this stage runs per step
-                # the critical stage, as the full estimator (time.step_time) takes it: the most
-                # loaded of the stage with the most layers and the last (it runs the logits),
-                # its recompute, and layer_overhead_us per layer, micro batch and pass
-                x_l = extra * flops_total / layer_flops if rc[0] == "selective" else extra
-                passes = 2 + (frac if rc[0] == "full" else 0)
-                t_comp = max(
-                    (n * per_layer_flops * (1 + x_l) + (logits if i == pp - 1 else 0.0))
-                    / (peak * gemm_eff) + n * M * passes * overhead
-                    for i, n in crit)
-                n_tp = 8 + (4 * frac if rc[0] == "full" else 0)
-                t_tp = n_tp * (tp - 1) / tp * (sbh / 1) * layers_steps / bw_tp if tp > 1 else 0.0
-                for cpt in cps:
-                    t_cp = _cp_time(cpt, cp, s_loc, mbs, g, d, layers_steps, bw_cp, tp)
-                    t_ep = 0.0
-                    if ep > 1:
-                        tok = sbh / (tp if tp > 1 else 1) * (m.moe_router_topk)
-                        t_ep = 4 * (ep - 1) / ep * tok * layers_steps * k.moe_fraction / bw_ep
-                    # p2p: a middle stage sends and receives one activation (gradient) per
-                    # virtual chunk and micro batch each way, on the critical path
-                    t_pp = 2 * v * M * (sbh / (tp if sp else 1)) / bw_pp if pp > 1 else 0.0
-                    work = t_comp + hide * (t_tp + t_cp + t_ep) + t_pp
-                    base = work / (1 - bubble)
-                    for zero, off, state_mem, t_dp in states:
-                        yield state_mem + act, base + t_dp, (v, cpt, mbs, rc, zero, off), (
-                            t_comp, hide * t_tp, hide * t_cp, hide * t_ep, t_pp, t_dp, bubble,
-                            work * bubble / (1 - bubble), cross, intra / inter, lower)
+        for v, inflight, bubble, rc, frac, group in _schedules(
+                vpps, M, pp, slots, recomputes, fx, spec.engine is Engine.fsdp):
+            per_layer = (frac * full_l / group + (1 - frac) * none_l if rc[0] == "full" else
+                         sel_l if rc[0] == "selective" else none_l)
+            act = per_layer * n_max * inflight
+            if rc[0] == "full":
+                act += sel_l * group  # the recomputed group's working set
+            act += 4 * sbh / tp  # embedding output / logits buffers (order of magnitude)
+            extra = {"none": 0.0, "selective": k.attn_core_fraction / 3,
+                     "full": frac / 3}[rc[0]]
+            lower = step_lower_bound(
+                flops_gpu, extra if rc[0] == "selective" else 0.0, peak * gemm_eff,
+                min(stages), M, overhead, bubble)
+            layers_steps = n_max * M  # layer-microbatches this stage runs per step
+            # the critical stage, as the full estimator (time.step_time) takes it: the most
+            # loaded of the stage with the most layers and the last (it runs the logits),
+            # its recompute, and layer_overhead_us per layer, micro batch and pass
+            x_l = extra * flops_total / layer_flops if rc[0] == "selective" else extra
+            passes = 2 + (frac if rc[0] == "full" else 0)
+            t_comp = max(
+                (n * per_layer_flops * (1 + x_l) + (logits if i == pp - 1 else 0.0))
+                / (peak * gemm_eff) + n * M * passes * overhead
+                for i, n in crit)
+            n_tp = 8 + (4 * frac if rc[0] == "full" else 0)
+            t_tp = n_tp * (tp - 1) / tp * (sbh / 1) * layers_steps / bw_tp if tp > 1 else 0.0
+            for cpt in cps:
+                t_cp = _cp_time(cpt, cp, s_loc, mbs, g, d, layers_steps, bw_cp, tp)
+                t_ep = 0.0
+                if ep > 1:
+                    tok = sbh / (tp if tp > 1 else 1) * (m.moe_router_topk)
+                    t_ep = 4 * (ep - 1) / ep * tok * layers_steps * k.moe_fraction / bw_ep
+                # p2p: a middle stage sends and receives one activation (gradient) per
+                # virtual chunk and micro batch each way, on the critical path
+                t_pp = 2 * v * M * (sbh / (tp if sp else 1)) / bw_pp if pp > 1 else 0.0
+                work = t_comp + hide * (t_tp + t_cp + t_ep) + t_pp
+                base = work / (1 - bubble)
+                for zero, off, state_mem, t_dp in states:
+                    yield state_mem + act, base + t_dp, (v, cpt, mbs, rc, zero, off), (
+                        t_comp, hide * t_tp, hide * t_cp, hide * t_ep, t_pp, t_dp, bubble,
+                        work * bubble / (1 - bubble), cross, intra / inter, lower)
 
 
 def _recompute_variants(recomputes: list[str], chunk: int, fx: dict[str, Any],
@@ -429,6 +419,26 @@ def _ring_bw(size: int, stride: int, dom: int, intra: float, inter: float) -> fl
         return intra
     g = max(min(size, dom // stride if stride <= dom else 1), 1)
     return min(intra, inter * g)
+
+
+def _schedules(vpps: list[int], M: int, pp: int, slots: tuple[int, ...], recomputes: list[str],
+               fx: dict[str, Any], fsdp: bool,
+               ) -> Iterator[tuple[int, float, float, Any, float, int]]:
+    """The (vpp, recompute) variants of one grid and micro batch: ``(v, in-flight micro-batches
+    of the first stage, bubble fraction, recompute choice, fraction of a chunk's layers full
+    recompute re-runs, layers per uniform recompute group)``. Interleaving
+    needs ``M`` a multiple of pp (Megatron-Core's schedule); full/block n re-runs n of each
+    chunk's layers (they keep only their input), full/uniform every layer."""
+    for v in vpps:
+        if v > 1 and (M < pp or M % pp):
+            continue
+        inflight = min(pp, M) * (1 + (pp - 1) / (pp * v) if v > 1 else 1)
+        bubble = (pp - 1) / (v * M + pp - 1)
+        chunk = min(slots) // v
+        for rc in _recompute_variants(recomputes, chunk, fx, fsdp):
+            n_rc = rc[2] or 0  # set for the block and uniform methods
+            yield (v, inflight, bubble, rc, 1.0 if rc[1] != "block" else n_rc / chunk,
+                   n_rc if rc[1] == "uniform" else 1)
 
 
 def planned_tp_comm_overlap(spec: TrainSpec, fixed: bool | None, tp: int, sp: bool) -> bool:
@@ -563,94 +573,86 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
         kv_b = 2 * mbs * s_loc * max(g / tp, 1) * dh * eb
         pp_b = mbs * s_loc * h * eb / tsp
         full_l, none_l, sel_l = act_layer(mbs)
-        for v in vpps:
-            if v > 1 and (M < pp or M % pp):
-                continue
-            inflight = min(pp, M) * (1 + (pp - 1) / (pp * v) if v > 1 else 1)
-            bubble = (pp - 1) / (v * M + pp - 1)
-            chunk = min(slots) // v
-            for rc in _recompute_variants(recomputes, chunk, fx, spec.engine is Engine.fsdp):
-                n_rc = rc[2] or 0
-                frac = 1.0 if rc[1] != "block" else n_rc / chunk
-                group = n_rc if rc[1] == "uniform" else 1
-                if rc[0] != "full":
-                    frac = 0.0
-                per_layer = (frac * full_l / group + (1 - frac) * none_l if rc[0] == "full" else
-                             sel_l if rc[0] == "selective" else none_l)
-                act = per_layer * max(stages) * inflight
-                if rc[0] == "full":
-                    act += sel_l * group
-                act += 4 * (s_loc * mbs * h * 2) / tp
-                sel = rc[0] == "selective"
-                passes = 2 + frac
-                lower = 0.0
-                per_stage = []
-                for i in crit:
-                    n = stages[i]
-                    last = i == pp - 1
-                    ends = (i == 0) + last
-                    edges = (i == 0) + last if edge_bf16 else 0
-                    f_mb = n * fw + edges * d_f + (lf if last else 0.0)
-                    b_mb = n * bw + edges * d_b + (lb if last else 0.0)
-                    extra = n * (frac * fw + (attn_f if sel else 0.0))
-                    comp = f_mb + b_mb + extra + n * passes * overhead
-                    lower = max(lower, M * (n * (lower_layer + (lower_attn if sel else 0.0)
-                                                 + 2 * overhead)
-                                            + (lf + lb if last else 0.0)) / (1 - bubble))
-                    x_te = tp_unit * tp_blocks * n * passes
-                    x_tp = x_te * tp_exposed_share(x_te, n * gemm_l, tp, tp_on, overlap) + \
-                        tp_unit * (tp_expert * n * passes + ends) * (1 - overlap)
-                    x_ep = t_a2a * 2 * n * mf * passes
-                    sent = sum((j * pp + i != v * pp - 1) + (j * pp + i != 0) for j in range(v))
-                    x_pp = pp_b * sent / bw_pp if pp > 1 and v <= 1 else 0.0
-                    # the exposed shares as time.kernel_step_time takes them
-                    x_ep *= ep_exposed_share(x_ep, f_mb + b_mb + extra, M, ep_on, overlap)
-                    per_stage.append((i, n, comp, f_mb, b_mb + extra, x_tp, x_ep, x_pp))
-                for cpt in cps:
-                    per_cp = 0.0
-                    if cp > 1:
-                        vol = (2 * (cp - 1) / cp * (2 * q_b + kv_b) * 2 if cpt == "a2a"
-                               else 2 * (cp - 1) * kv_b)
-                        per_cp = vol * passes / 2 / bw_cp
-                    rows = []
-                    for i, n, comp, f_mb, b_mb, x_tp, x_ep, x_pp in per_stage:
-                        x_cp = max(n * per_cp - n * attn_core, 0.0)
-                        work = comp + x_tp + x_ep + x_cp + x_pp
-                        rows.append((M * work / (1 - bubble), i, n, comp, f_mb, b_mb, x_tp,
-                                     x_ep, x_cp, x_pp, work))
-                    for zero, off, state_mem, _t_dp in states:
-                        total = -1.0
-                        out = None
-                        for row in rows:
-                            piped, i, n, comp, f_mb, b_mb, x_tp, x_ep, x_cp, x_pp, work = row
-                            dcols = dp_cols.get((zero, i))
-                            if dcols is None:
-                                pd, pe = params[i]
-                                t_dp = _dp_exposed(spec, megatron, zero, i, pd, pe, dp * cp,
-                                                   edp, bw_dp, bw_edp, pb, gb, eb, M, f_mb,
-                                                   b_mb, M * comp, n_layers)
-                            else:
-                                t_dp = 0.0
-                                nb = dp_nb[i]
-                                for sec, gather, on in dcols:
-                                    if not on:
-                                        t_dp += sec
-                                        continue
-                                    window = f_mb if gather else b_mb
-                                    if i > 0:
-                                        t_dp += max(sec - i * window, 0.0)
-                                    else:
-                                        t_dp += sec / nb + max(sec - sec / nb - window, 0.0)
-                            if piped + t_dp > total:
-                                total, out = piped + t_dp, (row, t_dp)
-                        assert out is not None
-                        (piped, i, n, comp, f_mb, b_mb, x_tp, x_ep, x_cp, x_pp, work), t_dp = out
-                        # (the full estimate is reported to 6 significant digits: the bound
-                        # keeps 1e-5 below it)
-                        yield state_mem + act, total, (v, cpt, mbs, rc, zero, off), (
-                            M * comp, M * x_tp, M * x_cp,
-                            M * x_ep, M * x_pp, t_dp, bubble,
-                            piped - M * work, cross, intra / inter, lower * (1 - 1e-5))
+        for v, inflight, bubble, rc, frac, group in _schedules(
+                vpps, M, pp, slots, recomputes, fx, spec.engine is Engine.fsdp):
+            if rc[0] != "full":
+                frac = 0.0
+            per_layer = (frac * full_l / group + (1 - frac) * none_l if rc[0] == "full" else
+                         sel_l if rc[0] == "selective" else none_l)
+            act = per_layer * max(stages) * inflight
+            if rc[0] == "full":
+                act += sel_l * group
+            act += 4 * (s_loc * mbs * h * 2) / tp
+            sel = rc[0] == "selective"
+            passes = 2 + frac
+            lower = 0.0
+            per_stage = []
+            for i in crit:
+                n = stages[i]
+                last = i == pp - 1
+                ends = (i == 0) + last
+                edges = (i == 0) + last if edge_bf16 else 0
+                f_mb = n * fw + edges * d_f + (lf if last else 0.0)
+                b_mb = n * bw + edges * d_b + (lb if last else 0.0)
+                extra = n * (frac * fw + (attn_f if sel else 0.0))
+                comp = f_mb + b_mb + extra + n * passes * overhead
+                lower = max(lower, M * (n * (lower_layer + (lower_attn if sel else 0.0)
+                                             + 2 * overhead)
+                                        + (lf + lb if last else 0.0)) / (1 - bubble))
+                x_te = tp_unit * tp_blocks * n * passes
+                x_tp = x_te * tp_exposed_share(x_te, n * gemm_l, tp, tp_on, overlap) + \
+                    tp_unit * (tp_expert * n * passes + ends) * (1 - overlap)
+                x_ep = t_a2a * 2 * n * mf * passes
+                sent = sum((j * pp + i != v * pp - 1) + (j * pp + i != 0) for j in range(v))
+                x_pp = pp_b * sent / bw_pp if pp > 1 and v <= 1 else 0.0
+                # the exposed shares as time.kernel_step_time takes them
+                x_ep *= ep_exposed_share(x_ep, f_mb + b_mb + extra, M, ep_on, overlap)
+                per_stage.append((i, n, comp, f_mb, b_mb + extra, x_tp, x_ep, x_pp))
+            for cpt in cps:
+                per_cp = 0.0
+                if cp > 1:
+                    vol = (2 * (cp - 1) / cp * (2 * q_b + kv_b) * 2 if cpt == "a2a"
+                           else 2 * (cp - 1) * kv_b)
+                    per_cp = vol * passes / 2 / bw_cp
+                rows = []
+                for i, n, comp, f_mb, b_mb, x_tp, x_ep, x_pp in per_stage:
+                    x_cp = max(n * per_cp - n * attn_core, 0.0)
+                    work = comp + x_tp + x_ep + x_cp + x_pp
+                    rows.append((M * work / (1 - bubble), i, n, comp, f_mb, b_mb, x_tp,
+                                 x_ep, x_cp, x_pp, work))
+                for zero, off, state_mem, _t_dp in states:
+                    total = -1.0
+                    out = None
+                    for row in rows:
+                        piped, i, n, comp, f_mb, b_mb, x_tp, x_ep, x_cp, x_pp, work = row
+                        dcols = dp_cols.get((zero, i))
+                        if dcols is None:
+                            pd, pe = params[i]
+                            t_dp = _dp_exposed(spec, megatron, zero, i, pd, pe, dp * cp,
+                                               edp, bw_dp, bw_edp, pb, gb, eb, M, f_mb,
+                                               b_mb, M * comp, n_layers)
+                        else:
+                            t_dp = 0.0
+                            nb = dp_nb[i]
+                            for sec, gather, on in dcols:
+                                if not on:
+                                    t_dp += sec
+                                    continue
+                                window = f_mb if gather else b_mb
+                                if i > 0:
+                                    t_dp += max(sec - i * window, 0.0)
+                                else:
+                                    t_dp += sec / nb + max(sec - sec / nb - window, 0.0)
+                        if piped + t_dp > total:
+                            total, out = piped + t_dp, (row, t_dp)
+                    assert out is not None
+                    (piped, i, n, comp, f_mb, b_mb, x_tp, x_ep, x_cp, x_pp, work), t_dp = out
+                    # (the full estimate is reported to 6 significant digits: the bound
+                    # keeps 1e-5 below it)
+                    yield state_mem + act, total, (v, cpt, mbs, rc, zero, off), (
+                        M * comp, M * x_tp, M * x_cp,
+                        M * x_ep, M * x_pp, t_dp, bubble,
+                        piped - M * work, cross, intra / inter, lower * (1 - 1e-5))
 
 
 def _dp_exposed(spec: TrainSpec, megatron: bool, zero: int, r: int, p_dense: float,
