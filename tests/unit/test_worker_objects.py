@@ -36,9 +36,11 @@ from trainc.launch.shrink import full_dims  # noqa: E402
 from trainc.launch.worker import parse_args  # noqa: E402
 
 #: What the worker changes on CPU, each announced (an ``override:`` line): Transformer Engine ->
-#: local layers with CPU initialisation, and fp16 -> bf16 (no fp16 CPU kernels).
+#: local layers with CPU initialisation, fp16 -> bf16 (no fp16 CPU kernels), and the TP / EP
+#: communication overlaps off (CUDA-only schedules of the same math).
 CPU_TC_SUBSTITUTIONS = {"transformer_impl", "use_cpu_initialization", "bf16", "fp16",
-                        "params_dtype", "pipeline_dtype"}
+                        "params_dtype", "pipeline_dtype", "tp_comm_overlap",
+                        "overlap_moe_expert_parallel_comm"}
 
 
 def settings_of(files: dict[str, str], tmp: Path, *argv: str) -> Settings:

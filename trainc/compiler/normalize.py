@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import copy
 
+from trainc.compiler.derive import tp_in_nvlink_domain
 from trainc.compiler.hardware import GPUS
 from trainc.schemas import (
     Activation,
+    Device,
     Engine,
     FsdpDtype,
     Normalization,
@@ -81,6 +83,20 @@ def tainted(before: TrainSpec, broken: frozenset[str]) -> dict[str, frozenset[st
     return out
 
 
+def default_tp_comm_overlap(spec: TrainSpec, tp: int, sequence_parallel: bool) -> bool:
+    """trainc's default for ``training.tp_comm_overlap`` of a layout with ``tp`` and
+    ``sequence_parallel`` (Megatron-LM's default is false): on where NVIDIA's performance
+    recipes turn it on and Megatron-LM accepts it: engine=megatron on CUDA, tp > 1 with
+    sequence parallelism, the TP group inside the NVLink domain (TRC380, TRC382), a Hopper or
+    newer GPU (a profile with an FP8 peak: NeMo / Megatron-Bridge ship userbuffer overlap
+    configs for H100, B200 and GB200 only). Off everywhere else (A100, custom GPUs, CPU)."""
+    c = spec.cluster
+    prof = GPUS.get(c.gpu)
+    return (spec.engine is Engine.megatron and spec.launch.device is Device.cuda and tp > 1
+            and sequence_parallel and prof is not None and "fp8" in prof.peaks
+            and tp_in_nvlink_domain(tp, c.nvlink_domain_size, c.gpus_per_node))
+
+
 def normalize(spec: TrainSpec) -> TrainSpec:
     """Return a copy of ``spec`` with every derivable null filled.
 
@@ -147,8 +163,8 @@ def normalize(spec: TrainSpec) -> TrainSpec:
     if t.overlap_param_gather is None:
         t.overlap_param_gather = (megatron and p.zero_stage == 1 and dp_cp > 1
                                   and t.overlap_grad_reduce)
-    if t.tp_comm_overlap is None:  # Megatron's default; trainc plan chooses it per layout
-        t.tp_comm_overlap = False
+    if t.tp_comm_overlap is None:
+        t.tp_comm_overlap = default_tp_comm_overlap(s, p.tp, bool(p.sequence_parallel))
     if s.engine is Engine.fsdp:
         _fsdp(s, world // model_parallel if model_parallel > 0 and world % model_parallel == 0
               else None)

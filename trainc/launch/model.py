@@ -47,7 +47,8 @@ def transformer_config_kwargs(plan: dict[str, Any], dims: Dims, layout: dict[str
     ``engines.megatron_core.TransformerConfig`` (what megatron_core.yaml shows), with only
     (a) the dimensions of ``dims`` when the worker shrinks the model, (b) the parallel sizes of
     ``layout`` (different only for the one-process reference), (c) the CPU substitutions
-    (local layers, CPU initialisation, fp16 -> bf16) and (d) :data:`WORKER_FUSIONS`. Returns
+    (local layers, CPU initialisation, fp16 -> bf16, the TP / EP communication overlaps off:
+    schedules, not math) and (d) :data:`WORKER_FUSIONS`. Returns
     (kwargs with strings, a list of the changes as ``key: plan value -> worker value``)."""
     kw = dict(plan["engines"]["megatron_core"]["TransformerConfig"])
     want: dict[str, Any] = {
@@ -74,6 +75,10 @@ def transformer_config_kwargs(plan: dict[str, Any], dims: Dims, layout: dict[str
                     moe_shared_expert_intermediate_size=dims.moe_shared_expert_intermediate_size)
     if cpu:
         want.update(transformer_impl="local", use_cpu_initialization=True)
+        # communication schedules only (the same math): TE userbuffers and the combined 1F1B
+        # A2A overlap need CUDA
+        want.update({k: False for k in ("tp_comm_overlap", "overlap_moe_expert_parallel_comm")
+                     if kw.get(k)})
     if precision != ("bf16" if kw["bf16"] else "fp16" if kw["fp16"] else "fp32"):
         dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(precision, "float32")
         want.update(bf16=precision == "bf16", fp16=precision == "fp16", params_dtype=dtype,

@@ -42,10 +42,10 @@ from trainc.compiler.estimate.kernels import (
 )
 from trainc.compiler.estimate.memory import megatron_bytes_per_param
 from trainc.compiler.estimate.time import BUCKET_MIN_PARAMS, ep_exposed_share, tp_exposed_share
+from trainc.compiler.normalize import default_tp_comm_overlap
 from trainc.compiler.validate.util import divisors
 from trainc.schemas import (
     Activation,
-    Device,
     Engine,
     Fp8Format,
     Normalization,
@@ -443,14 +443,11 @@ def _schedules(vpps: list[int], M: int, pp: int, slots: tuple[int, ...], recompu
 
 def planned_tp_comm_overlap(spec: TrainSpec, fixed: bool | None, tp: int, sp: bool) -> bool:
     """``training.tp_comm_overlap`` of a planned layout: the user's value when the spec sets it
-    (``fixed``), else on wherever Megatron-LM accepts it (engine=megatron on CUDA, tp > 1 with
-    sequence parallelism; TRC380) with the TP group inside the NVLink domain (TRC382): it never
-    slows a step in the model."""
+    (``fixed``), else trainc's default for the layout
+    (:func:`trainc.compiler.normalize.default_tp_comm_overlap`)."""
     if fixed is not None:
         return bool(fixed)
-    c = spec.cluster
-    return (spec.engine is Engine.megatron and spec.launch.device is Device.cuda and tp > 1
-            and sp and tp_in_nvlink_domain(tp, c.nvlink_domain_size, c.gpus_per_node))
+    return default_tp_comm_overlap(spec, tp, sp)
 
 
 def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: int, pp: int,
@@ -478,7 +475,7 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
         (c.inter_node_bandwidth_gbps or 1) * eff
     overlap = min(max(c.comm_overlap or 0.0, 0.0), 1.0)
     tp_on = planned_tp_comm_overlap(spec, fx.get("training.tp_comm_overlap"), tp, sp) and \
-        tp_in_nvlink_domain(tp, c.nvlink_domain_size, c.gpus_per_node)
+        tp_in_nvlink_domain(tp, c.nvlink_domain_size, c.gpus_per_node)  # (TRC382)
     ep_on = bool(t.overlap_moe_expert_parallel_comm)
     overhead = c.layer_overhead_us * 1e-6
     eb = 4 if t.precision.name == "fp32" else 2

@@ -117,8 +117,10 @@ class TrainingSpec:
     reduce-scatter with the linear layers' GEMMs through Transformer Engine's userbuffers
     (Megatron-Core ModelParallelConfig.tp_comm_overlap, Megatron-LM --tp-comm-overlap). Needs
     tp > 1 with sequence_parallel (Megatron-LM validate_args) and Transformer Engine (TRC380).
-    Default (unset): false, Megatron's default; ``trainc plan`` turns it on for layouts with
-    tp > 1 and sequence parallelism unless the spec sets it."""
+    Default (unset): on where NVIDIA's performance recipes run it and Megatron-LM accepts it
+    (engine=megatron on CUDA, tp > 1 with sequence parallelism, the TP group inside the NVLink
+    domain, Hopper or newer), else off (Megatron-LM's default); ``trainc plan`` applies the
+    same default to every layout it tries unless the spec sets the key."""
     overlap_moe_expert_parallel_comm: bool = False
     """engine=megatron, MoE with ep > 1: overlap the expert-parallel all-to-all of one
     micro-batch with the computation of another in the 1F1B phase (Megatron-Core

@@ -53,16 +53,13 @@ def refuse_low_precision_on_cpu(core: dict[str, Any]) -> None:
     dropping them would train another model than the plan (trainc's TRC330 refuses such a
     plan at compile time; this catches ``--device cpu`` on a CUDA plan)."""
     tc, opt = core["TransformerConfig"], core["OptimizerConfig"]
-    asked = [f"TransformerConfig.{k}={tc[k]}" for k in ("fp8", "fp4", "tp_comm_overlap",
-                                                         "overlap_moe_expert_parallel_comm")
-             if tc.get(k)]
+    asked = [f"TransformerConfig.{k}={tc[k]}" for k in ("fp8", "fp4") if tc.get(k)]
     if opt.get("use_precision_aware_optimizer"):
         asked.append("OptimizerConfig.use_precision_aware_optimizer=True")
     if asked:
         raise SystemExit("trainc-worker: --device cpu cannot run " + ", ".join(asked)
-                         + " (Transformer Engine / CUDA streams); run on a GPU, or compile the "
-                         "spec without training.fp8_format / fp4_format / the optimizer state "
-                         "dtypes / tp_comm_overlap / overlap_moe_expert_parallel_comm")
+                         + " (Transformer Engine needs CUDA); run on a GPU, or compile the spec "
+                         "without training.fp8_format / fp4_format / the optimizer state dtypes")
 
 
 def init_tp_comm_overlap(core: dict[str, Any], micro_batch_size: int) -> None:
