@@ -65,3 +65,24 @@ def test_cuda_plan_on_cpu_turns_the_overlaps_off_and_says_so() -> None:
     kw, changes = transformer_config_kwargs(data, full_dims(data), layout, cpu=False,
                                             precision="bf16")
     assert kw["tp_comm_overlap"] is True and not any("tp_comm" in c for c in changes)
+
+
+def test_tp_group_in_one_nvl72_rack_is_inside_the_domain() -> None:
+    """64 GPUs of a 72-GPU rack (16 trays of 4): tp 16 does not tile 72 but the whole job is
+    one domain, so the overlap is on by default and TRC382 stays silent."""
+    from specs.kit import lint
+
+    spec = make(**{"cluster.gpu": "gb200", "cluster.gpus_per_node": 4, "cluster.num_nodes": 16,
+                   "cluster.nvlink_domain_size": 72, "parallel.tp": 16, "parallel.pp": 1,
+                   "model.num_attention_heads": 16, "model.num_query_groups": 16})
+    assert spec.training.tp_comm_overlap is True
+    assert "TRC382" not in {d.rule.id for d in lint(spec)}
+
+
+def test_a2a_overlap_on_a_dense_model_says_there_are_no_experts() -> None:
+    from specs.kit import lint
+
+    [d] = [d for d in lint(make(**{"parallel.ep": 1,
+                                   "training.overlap_moe_expert_parallel_comm": True}))
+           if d.rule.id == "TRC381"]
+    assert "the model has no experts" in d.message and "needs expert parallelism" not in d.message

@@ -285,16 +285,23 @@ def full_recompute_mask(chunks: list[int], recompute_method: str | None,
     return [k < n for c in chunks for k in range(c)]
 
 
-def tp_in_nvlink_domain(tp: int, nvlink_domain_size: int | None, gpus_per_node: int) -> bool:
+def tp_in_nvlink_domain(tp: int, nvlink_domain_size: int | None, gpus_per_node: int,
+                        world: int | None = None) -> bool:
     """Whether a TP group (``tp`` consecutive ranks, Megatron-Core's order ``tp-cp-ep-dp-pp``)
-    lies inside one NVLink domain (``nvlink_domain_size`` GPUs, default the node). Transformer
-    Engine's userbuffers, which ``tp_comm_overlap`` runs in, exchange over NVLink peer memory.
+    lies inside one NVLink domain (``nvlink_domain_size`` GPUs, default the node): the groups
+    tile the domain (``domain % tp == 0``), or the whole job (``world`` GPUs) fits in one
+    domain. Transformer Engine's userbuffers, which ``tp_comm_overlap`` runs in, exchange over
+    NVLink peer memory.
 
     >>> tp_in_nvlink_domain(8, 8, 8), tp_in_nvlink_domain(16, 8, 8), tp_in_nvlink_domain(8, 72, 4)
     (True, False, True)
+    >>> tp_in_nvlink_domain(16, 72, 4), tp_in_nvlink_domain(16, 72, 4, world=64)
+    (False, True)
     """
     dom = nvlink_domain_size or gpus_per_node
-    return tp <= dom and dom % tp == 0 if tp > 0 else False
+    if tp <= 0 or tp > dom:
+        return False
+    return dom % tp == 0 or (world is not None and world <= dom)
 
 
 def domain_group_nodes(tp: int, cp: int, etp: int, ep: int, gpus_per_node: int) -> int:

@@ -94,7 +94,8 @@ def default_tp_comm_overlap(spec: TrainSpec, tp: int, sequence_parallel: bool) -
     prof = GPUS.get(c.gpu)
     return (spec.engine is Engine.megatron and spec.launch.device is Device.cuda and tp > 1
             and sequence_parallel and prof is not None and "fp8" in prof.peaks
-            and tp_in_nvlink_domain(tp, c.nvlink_domain_size, c.gpus_per_node))
+            and tp_in_nvlink_domain(tp, c.nvlink_domain_size, c.gpus_per_node,
+                                    c.num_nodes * c.gpus_per_node))
 
 
 def normalize(spec: TrainSpec) -> TrainSpec:

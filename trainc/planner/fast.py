@@ -475,7 +475,7 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
         (c.inter_node_bandwidth_gbps or 1) * eff
     overlap = min(max(c.comm_overlap or 0.0, 0.0), 1.0)
     tp_on = planned_tp_comm_overlap(spec, fx.get("training.tp_comm_overlap"), tp, sp) and \
-        tp_in_nvlink_domain(tp, c.nvlink_domain_size, c.gpus_per_node)  # (TRC382)
+        tp_in_nvlink_domain(tp, c.nvlink_domain_size, c.gpus_per_node, W)  # (TRC382)
     ep_on = bool(t.overlap_moe_expert_parallel_comm)
     overhead = c.layer_overhead_us * 1e-6
     eb = 4 if t.precision.name == "fp32" else 2

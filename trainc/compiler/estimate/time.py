@@ -284,7 +284,7 @@ def kernel_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble
     sps = stage_params(spec, plan)
     # userbuffers exchange inside the NVLink domain only (TRC382)
     tp_overlap = bool(tr.tp_comm_overlap) and tp_in_nvlink_domain(
-        spec.parallel.tp, cl.nvlink_domain_size, cl.gpus_per_node)
+        spec.parallel.tp, cl.nvlink_domain_size, cl.gpus_per_node, world)
     cache: dict[tuple[bool, str], Any] = {}
     best: StepTime | None = None
     best_kinds: dict[str, float] = {}

@@ -54,7 +54,7 @@ def comm_overlap(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    device=spec.launch.device.value)
     c = spec.cluster
     if t.tp_comm_overlap and tp_comm_overlap_possible(spec) and not tp_in_nvlink_domain(
-            p.tp, c.nvlink_domain_size, c.gpus_per_node):
+            p.tp, c.nvlink_domain_size, c.gpus_per_node, c.num_nodes * c.gpus_per_node):
         dom = c.nvlink_domain_size or c.gpus_per_node
         yield diag(R.TP_COMM_OVERLAP_DOMAIN, f"tp_comm_overlap with tp = {p.tp} across NVLink "
                    f"domains of {dom} GPUs: Transformer Engine's userbuffers exchange over "
@@ -71,7 +71,9 @@ def comm_overlap(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         problems.append(f"engine={spec.engine.value} has no expert-parallel A2A overlap")
     if spec.launch.device is Device.cpu:
         problems.append("it overlaps on CUDA streams; launch.device is cpu")
-    if m.num_experts is None or p.ep <= 1:
+    if m.num_experts is None:
+        problems.append("the model has no experts (model.num_experts is not set)")
+    elif p.ep <= 1:
         problems.append(f"it needs expert parallelism (ep = {p.ep})")
     if m.num_experts is not None and m.moe_token_dispatcher_type not in (
             MoeDispatcher.alltoall, MoeDispatcher.flex):
