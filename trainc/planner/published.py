@@ -72,7 +72,10 @@ MODEL_PRESETS = {
 }
 #: Substring of ``gpu_type`` (first match wins) -> ``cluster.gpu``.
 GPUS = (("GB300", "gb300"), ("GB200", "gb200"), ("B200", "b200"), ("H100", "h100-80g"),
-        ("H200", "h200"), ("H800", "h800"), ("A100", "a100-80g"))
+        ("H200", "h200"), ("H800", "h800"), ("A100-SXM4-40GB", "a100-40g"), ("A100", "a100-80g"))
+#: ``cluster.gpu`` -> its profile's memory (GiB); a ``gpu_type`` naming another size (Meta's
+#: 96 GB HBM2e H100s) sets ``cluster.gpu_memory_gib`` to it.
+PROFILE_MEMORY_GIB = {"h100-80g": 80}
 #: GPUs whose node is a 4-GPU compute tray in a 72-GPU NVLink rack.
 RACK_GPUS = ("gb200", "gb300")
 #: The table's architecture columns -> model keys.
@@ -154,6 +157,21 @@ def published_layout(row: dict[str, str]) -> dict[str, int | None]:
     return {**one, "dp": _int(row, "dp"), "micro_batch": _int(row, "micro_batch")}
 
 
+def expert_tensor_parallel(row: dict[str, str], tp: int) -> int:
+    """The row's expert tensor-parallel size (ETP) for an MoE row (ep > 1).
+
+    An ``etp=`` note wins. Megatron-Core without MoE parallel folding (the folding paper's
+    ``method=MCore`` and ``method=TP+EP+DP`` rows) splits the experts by the attention's TP:
+    ``expert_tensor_parallel_size`` defaults to ``tensor_model_parallel_size``
+    (megatron/core/transformer/transformer_config.py at core_r0.16.0, ``__post_init__``).
+    Otherwise 1, as NVIDIA's MoE recipes (Megatron-Bridge) and folding runs set it."""
+    m = re.match(r"\d+", note(row, "etp") or "")
+    if m:
+        return int(m.group(0))
+    method = (note(row, "method") or "").strip()
+    return tp if method in ("MCore", "TP+EP+DP") else 1
+
+
 def _model(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]:
     """(model section, "") or (None, why), by the order of the module docstring."""
     key = model_key(row.get("model", ""))
@@ -229,7 +247,7 @@ def row_to_spec_reason(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]
     if vpp > 1:
         par["vpp"] = vpp
     if ep > 1:
-        par["etp"] = 1
+        par["etp"] = expert_tensor_parallel(row, tp)
     tr: dict[str, Any] = {"micro_batch_size": mbs, "global_batch_size": gbs,
                           "precision": "bf16", "recompute": row.get("recompute") or "none"}
     if prec in ("fp8-delayed", "fp8-cs", "mxfp8"):
@@ -240,6 +258,9 @@ def row_to_spec_reason(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]
         tr["fp4_format"] = "e2m1"
     name = re.sub(r"[^a-z0-9.-]+", "-", model_key(row.get("model", ""))).strip("-.") or "run"
     cluster: dict[str, Any] = {"num_nodes": n // gpn, "gpus_per_node": gpn, "gpu": gpu}
+    mem = re.search(r"(?:^|[\s(])(\d{2,3})(?:-\d+)?\s*GB", row.get("gpu_type", ""))
+    if gpu in PROFILE_MEMORY_GIB and mem and int(mem.group(1)) != PROFILE_MEMORY_GIB[gpu]:
+        cluster["gpu_memory_gib"] = int(mem.group(1))
     if gpu in RACK_GPUS:  # elsewhere the NVLink domain is the node (the default)
         cluster["nvlink_domain_size"] = 64 if n % 64 == 0 else 72
     engine = "megatron"
