@@ -188,3 +188,29 @@ def test_mpt_rows_are_gpt_style() -> None:
     m = spec["model"]
     assert (m["activation"], m["normalization"], m["position_embedding"],
             m["untie_embeddings_and_output_weights"]) == ("gelu", "layernorm", "learned", False)
+
+
+@pytest.mark.parametrize("notes,want", [
+    ("precision=BF16; method=MCore w/ Folding; etp=1 (as printed)", 1),
+    ("precision=BF16; method=MCore; MCore 5D parallelism without folding", 4),
+    ("precision=BF16; method=TP+EP+DP", 4),
+    ("precision=BF16; method=MCore; etp=2", 2),
+    ("precision=BF16", 1),  # NVIDIA's MoE recipes set expert_tensor_parallel_size 1
+])
+def test_expert_tensor_parallel_from_the_row(notes: str, want: int) -> None:
+    spec = build(model="Mixtral-8x7B", experts="8", topk="2", ep="8", tp="4", gpus="64",
+                 dp="16", notes=notes)
+    assert spec["parallel"]["etp"] == want
+
+
+@pytest.mark.parametrize("gpu_type,gpu,memory", [
+    ("A100-SXM4-40GB", "a100-40g", None),
+    ("A100-SXM4-80GB (DGX A100, Selene)", "a100-80g", None),
+    ("H100-SXM5-80GB", "h100-80g", None),
+    ("H100-SXM5 (Grand Teton HBM2e 96GB, 500W)", "h100-80g", 96),
+    ("H100-SXM5 (HBM2e 94-96GB, lower TDP)", "h100-80g", 94),
+])
+def test_gpu_profile_and_memory_from_the_gpu_type(gpu_type: str, gpu: str,
+                                                  memory: int | None) -> None:
+    cl = build(gpu_type=gpu_type, notes="precision=BF16")["cluster"]
+    assert (cl["gpu"], cl.get("gpu_memory_gib")) == (gpu, memory)
