@@ -47,12 +47,6 @@ if not DEFAULT_CSV.exists():
     DEFAULT_CSV = Path("/work/shared/calibration/published_runs.csv")
 
 
-def fsdp_columns(row: dict[str, str]) -> int:
-    """Megatron-FSDP's ``FSDP_col`` from the notes (0 when absent)."""
-    v = (note(row, "FSDP_col") or "0").split()[0]
-    return int(v) if v.isdigit() else 0
-
-
 def measured_tokens_per_gpu(row: dict[str, str]) -> float | None:
     """Published tokens/s per GPU, if printed (``tokens_per_s_per_gpu=`` in notes)."""
     m = re.match(r"[0-9.]+", note(row, "tokens_per_s_per_gpu") or "")
@@ -168,30 +162,16 @@ def _verdict(diags: list[Any]) -> str:
 
 
 def memory_fallbacks(row: dict[str, str], spec: dict[str, Any], tmp: Path) -> tuple[str, str]:
-    """The memory verdict under what the table leaves out, when the literal reading is TRC401.
-
-    * Megatron-FSDP rows (``FSDP_col`` > 0): parameters and gradients are sharded too; the
-      verdict is that of the same layout as ZeRO-3 (engine=deepspeed, BF16: FP8 would only
-      shrink the activations);
-    * the recipes' recompute (Megatron-Bridge sets per-module ``recompute_modules`` that the table
-      does not transcribe): the verdict with ``recompute: full`` stands for "some recompute".
+    """The memory verdict under what the table leaves out, when the literal reading is TRC401:
+    the recipes' recompute (Megatron-Bridge sets per-module ``recompute_modules`` that the table
+    does not transcribe): the verdict with ``recompute: full`` stands for "some recompute".
+    (Megatron-FSDP rows, ``zero_stage`` 3, are compiled as what they are: engine=megatron with
+    zero_stage 3.)
 
     Returns (verdict, the assumption that produced it)."""
-    tries: list[tuple[str, dict[str, Any]]] = []
-    if fsdp_columns(row) > 0 or (row.get("zero_stage") or "").strip() == "3":
-        z3 = copy.deepcopy(spec)
-        z3["engine"] = "deepspeed"
-        z3["parallel"]["zero_stage"] = 3
-        for k in ("fp8_format", "fp8_recipe", "fp4_format"):
-            z3["training"].pop(k, None)
-        for k in ("vpp", "etp", "account_for_embedding_in_pipeline_split",
-                  "account_for_loss_in_pipeline_split"):
-            z3["parallel"].pop(k, None)
-        tries.append(("Megatron-FSDP as ZeRO-3", z3))
-    for label, base in list(tries) or [("", spec)]:
-        full = copy.deepcopy(base)
-        full["training"]["recompute"] = "full"
-        tries.append(((label + " + " if label else "") + "recompute=full", full))
+    full = copy.deepcopy(spec)
+    full["training"]["recompute"] = "full"
+    tries = [("recompute=full", full)]
     for label, cand in tries:
         plan, diags = compile_row(cand, tmp)
         if plan is None or plan.estimates is None:

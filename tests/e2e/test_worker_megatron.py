@@ -41,6 +41,8 @@ CASES: dict[str, tuple[int, dict, dict]] = {
     "pp2": (2, {"parallel": {"pp": 2}}, {}),
     "pp2_vpp2": (2, {"parallel": {"pp": 2, "vpp": 2}}, {}),
     "dp2_distopt": (2, {"parallel": {"zero_stage": 1}}, {}),
+    # Megatron-FSDP needs CUDA: on CPU the same math with the distributed optimizer (TRC383)
+    "dp2_megatron_fsdp": (2, {"parallel": {"zero_stage": 3}}, {}),
     "cp2": (2, {"parallel": {"cp": 2}}, {}),
     "ep2_alltoall": (2, {"model": {**MOE, "moe_token_dispatcher_type": "alltoall"},
                          "parallel": {"ep": 2}}, {}),
@@ -92,6 +94,9 @@ def test_layout_trains_like_reference(name, compiled, reference_logs):
     out = compiled[name]
     log = launch(out, ["--resume-check", "16"], env=CASES[name][2])
     check_case(name, out, log, reference_logs[name])
+    if name == "dp2_megatron_fsdp":  # the substitution is announced, not silent
+        assert ("override: Megatron-FSDP needs CUDA: DistributedDataParallelConfig "
+                "use_megatron_fsdp True -> False") in log, log
     if name == "pp2_vpp2":  # the plan must choose the safe p2p mode for interleaved PP=2
         assert "overlap_p2p_comm=True batch_p2p_comm=False" in log
     if name == "pp4_vpp2":  # the layers each rank built are the ones trainc estimated with

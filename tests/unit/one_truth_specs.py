@@ -149,6 +149,13 @@ def one_truth_specs(draw: st.DrawFn, *, engine: str | None = None,
     # Megatron-LM's pretrain_gpt.py instead of the trainc worker
     if not ds and draw(st.integers(0, 3)) == 0:
         cfg["launch"] |= {"entrypoint": "megatron-lm", "megatron_lm_path": "/opt/Megatron-LM"}
+        # Megatron-FSDP (zero_stage 3): its overlaps are always on (TRC383), no fp8 param
+        # gather and precision-aware optimizer keys drawn for the distributed optimizer only
+        if p["zero_stage"] == 1 and draw(st.integers(0, 2)) == 0:
+            p["zero_stage"] = 3
+            for k in ("overlap_grad_reduce", "overlap_param_gather"):
+                if t.get(k) is False:
+                    t.pop(k)
     # data
     if not ds and draw(st.integers(0, 2)) == 0:
         cfg["launch"]["data_path"] = "/data/corpus_text_document"

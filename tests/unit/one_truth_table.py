@@ -519,6 +519,19 @@ TABLE: tuple[Setting, ...] = (
     Setting("distributed_optimizer", spec=(S("derived.distributed_optimizer"),),
             lm=(B("--use-distributed-optimizer"),),
             core=(C(_DDP, "use_distributed_optimizer"), C(_OPT, "use_distributed_optimizer"))),
+    # Megatron-FSDP (engine=megatron, zero_stage 3): --use-megatron-fsdp with optim_grads_params
+    # and the user guide's --no-gradient-accumulation-fusion
+    Setting("megatron_fsdp", spec=(S("derived.megatron_fsdp"),), lm=(B("--use-megatron-fsdp"),),
+            core=(CO(_DDP, "use_megatron_fsdp", False),)),
+    # (core_v0.19.0's flag default is optim_grads_params; it means something with the flag on)
+    Setting("data_parallel_sharding_strategy", spec=(SF(lambda plan: "optim_grads_params"),),
+            lm=(F("--data-parallel-sharding-strategy", str, "optim_grads_params"),),
+            core=(C(_DDP, "data_parallel_sharding_strategy"),),
+            when=lambda plan: plan["derived"]["megatron_fsdp"]),
+    Setting("gradient_accumulation_fusion", spec=(SF(lambda plan: False),),
+            lm=(B("--no-gradient-accumulation-fusion", negate=True),),
+            core=(C(_TC, "gradient_accumulation_fusion"),),
+            when=lambda plan: plan["derived"]["megatron_fsdp"]),
     Setting("overlap_grad_reduce", spec=(S("training.overlap_grad_reduce"),),
             lm=(B("--overlap-grad-reduce"),), core=(C(_DDP, "overlap_grad_reduce"),)),
     Setting("overlap_param_gather", spec=(S("training.overlap_param_gather"),),
@@ -703,7 +716,8 @@ TABLE: tuple[Setting, ...] = (
     # (the trainc worker writes its own per-rank files: no Megatron-LM format to name)
     Setting("checkpoint_format", spec=(S("derived.checkpoint_format"),),
             lm=(F("--ckpt-format", str, "torch_dist"),),
-            when=lambda plan: plan["derived"]["checkpoint_format"] in ("torch_dist", "torch")),
+            when=lambda plan: plan["derived"]["checkpoint_format"] in ("torch_dist", "torch",
+                                                                       "fsdp_dtensor")),
     Setting("finetune", spec=(S("resume.finetune"),), lm=(B("--finetune"),)),
     Setting("save_interval", spec=(S("launch.save_interval"),),
             lm=(F("--save-interval", int, None),)),

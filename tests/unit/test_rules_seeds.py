@@ -57,8 +57,14 @@ def test_seed002_moe_1024_seed_notation_gets_trc103_with_dp32():
     assert "two grids" in e.message and "etp*ep*pp*expert_dp" in e.message
 
 
-def test_seed002_zero3_is_not_a_megatron_option():
+def test_seed002_zero3_on_megatron_is_megatron_fsdp():
+    """Seed 002 offers ZeRO-3 through DeepSpeed only; Megatron-Core 0.16 has its own full
+    sharding (Megatron-FSDP), which runs in pretrain_gpt.py, not in the trainc worker on CUDA."""
     _spec, _d, diags = check("moe-1024-tp4-pp4-cp2-ep8.yaml", "parallel.zero_stage=3")
+    [e] = errors(diags)
+    assert (e.rule.id, e.key, e.edits) == ("TRC383", "parallel.zero_stage",
+                                            {"launch.entrypoint": "megatron-lm"})
+    _spec, _d, diags = check("moe-1024-tp4-pp4-cp2-ep8.yaml", "parallel.zero_stage=2")
     [e] = errors(diags)
     assert (e.rule.id, e.key, e.edits) == ("TRC307", "parallel.zero_stage",
                                             {"parallel.zero_stage": 1})

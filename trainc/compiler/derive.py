@@ -164,7 +164,8 @@ def derive(spec: TrainSpec) -> Derived:
 
 def checkpoint_format(spec: TrainSpec) -> str:
     """The format a job writes: resume.checkpoint_format, else ``torch_dist`` for
-    entrypoint=megatron-lm (Megatron-LM's --ckpt-format default, core_v0.16.x), ``trainc`` (the
+    entrypoint=megatron-lm (Megatron-LM's --ckpt-format default, core_v0.16.x; ``fsdp_dtensor``
+    with Megatron-FSDP), ``trainc`` (the
     trainc worker's per-rank, layout-bound files, trainc/launch/checkpoint.py) for the worker with
     engine=megatron, ``deepspeed`` (ZeRO shards, one per data-parallel rank) for
     engine=deepspeed, ``dcp`` (torch.distributed.checkpoint of DTensor state dicts, resharded on
@@ -172,7 +173,9 @@ def checkpoint_format(spec: TrainSpec) -> str:
     if spec.resume.checkpoint_format is not None:
         return spec.resume.checkpoint_format.value
     if spec.launch.entrypoint.value == "megatron-lm":
-        return "torch_dist"
+        # Megatron-FSDP (engine=megatron, zero_stage 3) saves fsdp_dtensor only
+        mfsdp = spec.engine.value == "megatron" and spec.parallel.zero_stage == 3
+        return "fsdp_dtensor" if mfsdp else "torch_dist"
     if spec.engine.value == "fsdp":
         return "dcp"
     return "deepspeed" if spec.engine.value == "deepspeed" else "trainc"

@@ -73,6 +73,8 @@ class Layout:
     num_moe_layers: int
     sequence_parallel: bool
     distributed_optimizer: bool
+    megatron_fsdp: bool
+    """engine=megatron with zero_stage 3: Megatron-FSDP (optim_grads_params)."""
     overlap_p2p_comm: bool
     batch_p2p_comm: bool
     tokens_per_step: int

@@ -159,11 +159,12 @@ def normalize(spec: TrainSpec) -> TrainSpec:
     dp_cp = world // model_parallel * p.cp if model_parallel > 0 and world % model_parallel == 0 \
         else 1
     megatron = s.engine is Engine.megatron
+    mfsdp = megatron and p.zero_stage == 3  # MegatronFSDP.__init__ forces both overlaps on
     if t.overlap_grad_reduce is None:
-        t.overlap_grad_reduce = megatron and dp_cp > 1
+        t.overlap_grad_reduce = megatron and (dp_cp > 1 or mfsdp)
     if t.overlap_param_gather is None:
-        t.overlap_param_gather = (megatron and p.zero_stage == 1 and dp_cp > 1
-                                  and t.overlap_grad_reduce)
+        t.overlap_param_gather = mfsdp or (megatron and p.zero_stage == 1 and dp_cp > 1
+                                           and t.overlap_grad_reduce)
     if t.tp_comm_overlap is None:
         t.tp_comm_overlap = default_tp_comm_overlap(s, p.tp, bool(p.sequence_parallel))
     if s.engine is Engine.fsdp:

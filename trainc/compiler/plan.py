@@ -13,7 +13,11 @@ from trainc import __version__
 from trainc.compiler.derive import derive
 from trainc.compiler.engines import engine_configs
 from trainc.compiler.engines.fsdp import TORCHTITAN_VERSION
-from trainc.compiler.engines.settings import distributed_optimizer, layers_per_virtual_stage
+from trainc.compiler.engines.settings import (
+    distributed_optimizer,
+    layers_per_virtual_stage,
+    megatron_fsdp,
+)
 from trainc.compiler.ir import Engines, Layout, Plan
 from trainc.compiler.secrets import mask_secrets
 from trainc.schemas import Device, Engine, Precision, TrainSpec
@@ -85,13 +89,14 @@ def plan(spec: TrainSpec) -> Plan:
         or p.pipeline_last_stage_layers is not None,
         padded_vocab_size=d.padded_vocab_size, num_moe_layers=d.num_moe_layers,
         sequence_parallel=bool(p.sequence_parallel),
-        distributed_optimizer=distributed_optimizer(spec),
+        distributed_optimizer=distributed_optimizer(spec), megatron_fsdp=megatron_fsdp(spec),
         overlap_p2p_comm=tc["overlap_p2p_comm"], batch_p2p_comm=tc["batch_p2p_comm"],
         tokens_per_step=d.tokens_per_step, samples_per_step=d.samples_per_step,
         dataset_samples=d.dataset_samples, steps_per_epoch=d.steps_per_epoch, epochs=d.epochs,
         checkpoint_format=d.checkpoint_format,
         params_dtype="fp32" if t.precision is Precision.fp32 else t.precision.value,
-        cuda_device_max_connections_1=p.tp > 1 or p.cp > 1,
+        # Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS != 1 (Megatron-LM validate_args)
+        cuda_device_max_connections_1=(p.tp > 1 or p.cp > 1) and not megatron_fsdp(spec),
         gradient_accumulation_steps=d.num_microbatches,
         distributed_backend="gloo" if cpu else "nccl",
         transformer_impl=tc["transformer_impl"], add_bias_linear=tc["add_bias_linear"],

@@ -160,7 +160,8 @@ OFFLOAD_ENGINE = _r(
     engines={"megatron": "error", "deepspeed": "n/a", "fsdp": "n/a"})
 MEGATRON_ZERO = _r(
     "TRC307", "megatron-zero-stage",
-    "engine=megatron supports zero_stage 0 (DDP) and 1 (distributed optimizer)",
+    "engine=megatron supports zero_stage 0 (DDP), 1 (distributed optimizer) and 3 "
+    "(Megatron-FSDP, optim_grads_params)",
     engines={"megatron": "error", "deepspeed": "n/a", "fsdp": "n/a"})
 RECOMPUTE_ARGS = _r(
     "TRC308", "recompute-method-args",
@@ -378,6 +379,11 @@ MOE_A2A_OVERLAP = _r(
     "overlap_moe_expert_parallel_comm needs engine=megatron on CUDA, ep > 1, the alltoall or "
     "flex dispatcher, no full recompute, bf16/fp16 and vpp > 1 when pp > 1 (Megatron-Core "
     "TransformerConfig.__post_init__)")
+MEGATRON_FSDP = _r(
+    "TRC383", "megatron-fsdp",
+    "Megatron-FSDP (zero_stage 3 on engine=megatron) saves fsdp_dtensor checkpoints only, always "
+    "overlaps its DP collectives, and runs in Megatron-LM on CUDA (the trainc worker runs its math "
+    "on CPU only)", engines={"megatron": "error", "deepspeed": "n/a", "fsdp": "n/a"})
 DATA_SPLIT = _r(
     "TRC512", "data-split-format",
     "launch.data_split is three non-negative numbers, comma-separated, not all zero "
@@ -590,6 +596,9 @@ SOURCES: dict[str, str] = {
               "(userbuffers: Transformer Engine on CUDA)",
     "TRC382": "Transformer Engine userbuffers (transformer_engine/pytorch/module/base.py "
               "initialize_ub: intra-domain NVLink peer-memory communicators)",
+    "TRC383": "Megatron-LM core_v0.16.1 megatron/training/arguments.py validate_args "
+              "(use_megatron_fsdp: ckpt_format fsdp_dtensor); megatron/core/distributed/fsdp/"
+              "src/megatron_fsdp/megatron_fsdp.py MegatronFSDP.__init__ (overlaps forced on)",
     "TRC381": "megatron-core 0.16.1 transformer/transformer_config.py TransformerConfig."
               "__post_init__ (overlap_moe_expert_parallel_comm checks)",
     "TRC512": "megatron/training/arguments.py --split; megatron/core/datasets utils "

@@ -127,15 +127,16 @@ def state_bytes_per_param(engine: str, zero: int, precision: str, shard: int,
     1.0
     >>> state_bytes_per_param("fsdp", 1, "bf16", 16, False, False)  # fp32 shards: 4 + 4 + 8
     1.0
+    >>> state_bytes_per_param("megatron", 3, "bf16", 18, False, False)  # Megatron-FSDP
+    1.0
     """
     if engine == "fsdp":  # trainc.compiler.estimate.fsdp: fp32 shards (gathered blocks ignored)
         return 16.0 / shard
     if engine == "megatron":
-        if precision == "fp32":
-            return 16.0 if zero == 0 else 8 + 8 / shard
-        if precision == "fp16":
-            return 20.0 if zero == 0 else 4 + 16 / shard
-        return 18.0 if zero == 0 else 6 + 12 / shard
+        whole = {"fp32": (8, 8), "fp16": (4, 16)}.get(precision, (6, 12))  # params+grads, opt
+        if zero == 3:  # Megatron-FSDP: everything sharded (gathered layers ignored)
+            return (whole[0] + whole[1]) / shard
+        return float(sum(whole)) if zero == 0 else whole[0] + whole[1] / shard
     opt = 0.0 if offload_opt else 12.0
     if zero == 0:
         return 4 + opt
@@ -249,8 +250,8 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
         # of the grads + an all-gather of the bf16 params instead of an all-reduce of the
         # grads: megatron_rules.md §4.2, DO-10) and keeps less state, so without it a layout is
         # dominated whenever there is data parallelism to shard over; with none, zero 0 is the
-        # same layout, simpler.
-        if not deepspeed and not zero_fixed and zero != (1 if shard > 1 else 0):
+        # same layout, simpler. Megatron-FSDP (zero 3) shards the weights and gradients too.
+        if not deepspeed and not zero_fixed and zero not in ((1, 3) if shard > 1 else (0,)):
             continue
         for off in offloads:
             if off != "none" and (not deepspeed or zero == 0):
@@ -522,8 +523,8 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
     dp_cols: dict[tuple[int, int], list[tuple[float, bool, bool]]] = {}
     dp_nb = {i: max(math.ceil(sum(params[i]) / max(BUCKET_MIN_PARAMS, 1_000_000 * dp * cp)), 1)
              if i == 0 else 1 for i in crit}
-    if megatron:
-        for zero in {st[0] for st in states}:
+    if megatron:  # Megatron-FSDP (zero 3) depends on the micro-batch count: _dp_exposed
+        for zero in {st[0] for st in states} - {3}:
             grad_on = dp * cp > 1 and t.overlap_grad_reduce is not False
             gather_on = grad_on and zero == 1 and t.overlap_param_gather is not False
             for i in crit:
@@ -672,6 +673,11 @@ def _dp_exposed(spec: TrainSpec, megatron: bool, zero: int, r: int, p_dense: flo
         nb = max(math.ceil((p_dense + p_exp) / max(BUCKET_MIN_PARAMS, 1_000_000 * shard)), 1)
         last = c / nb
         return last + max(c - last - bwd_mb, 0.0)
+    if zero == 3:  # Megatron-FSDP: every micro-batch, hidden behind the compute as FSDP2's
+        c = sum(M * (group - 1) / group * params * (2 * pb + gb) / bw
+                for group, params, bw in ((shard, p_dense, bw_dp), (edp, p_exp, bw_edp))
+                if group > 1 and params > 0)
+        return min(max(c - compute, 0.0) + c / max(n_layers, 1), c)
     # normalize's defaults for the candidate (overlap_grad_reduce with dp x cp > 1, the param
     # gather overlap with the distributed optimizer too); a user's explicit false is not seen
     grad_on = shard > 1 and t.overlap_grad_reduce is not False

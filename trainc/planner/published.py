@@ -33,12 +33,13 @@ Conversion (each choice is a guess where the table is silent; the row's ``notes`
   stays bf16 (the dtype of parameters and of the other kernels);
 * layout: the published tp, pp, vpp, cp, ep (empty = 1), dp = GPUs / (tp pp cp), sequence
   parallel with tp > 1 (unless the notes say ``sequence_parallel=false``), the expert
-  tensor-parallel size 1 (Megatron-Bridge's MoE recipes; EP folds into DP, so ep may exceed
-  dp), ZeRO stage 1 (Megatron's distributed optimizer; ``zero_stage`` 0 is plain DDP; the
-  Megatron-FSDP rows are compiled with the distributed optimizer too). ``zero_stage`` 3 with
-  ``framework=deepspeed`` in the notes is DeepSpeed ZeRO-3; with ``framework=`` fsdp,
-  llm-foundry, torchtitan or automodel it is ``engine: fsdp`` (full shard over the data-parallel
-  ranks; torchtitan's rows with ``launch.entrypoint: torchtitan``). GPT-style models
+  tensor-parallel size from :func:`expert_tensor_parallel` (EP folds into DP, so ep may exceed
+  dp), ZeRO stage 1 (Megatron's distributed optimizer; ``zero_stage`` 0 is plain DDP).
+  ``zero_stage`` 3 is Megatron-FSDP (``engine: megatron``, zero_stage 3: Megatron-Bridge's
+  FSDP rows, the MoE-folding paper's FSDP+EP); with ``framework=deepspeed`` in the notes
+  DeepSpeed ZeRO-3; with ``framework=`` fsdp, llm-foundry, torchtitan or automodel
+  ``engine: fsdp`` (full shard over the data-parallel ranks; torchtitan's rows with
+  ``launch.entrypoint: torchtitan``). GPT-style models
   (``gpt*``, ``mpt*`` names) get GELU, LayerNorm, learned positions, tied embeddings. Layers
   that do not divide over pp x vpp: Megatron-Bridge's split with the embedding and the loss
   counted as layers (``account_for_embedding/loss_in_pipeline_split``, both, else the loss
@@ -161,7 +162,7 @@ def expert_tensor_parallel(row: dict[str, str], tp: int) -> int:
     """The row's expert tensor-parallel size (ETP) for an MoE row (ep > 1).
 
     An ``etp=`` note wins. Megatron-Core without MoE parallel folding (the folding paper's
-    ``method=MCore`` and ``method=TP+EP+DP`` rows) splits the experts by the attention's TP:
+    ``method=MCore``, ``TP+EP+DP`` and ``FSDP+EP`` rows) splits the experts by the attention's TP:
     ``expert_tensor_parallel_size`` defaults to ``tensor_model_parallel_size``
     (megatron/core/transformer/transformer_config.py at core_r0.16.0, ``__post_init__``).
     Otherwise 1, as NVIDIA's MoE recipes (Megatron-Bridge) and folding runs set it."""
@@ -169,7 +170,7 @@ def expert_tensor_parallel(row: dict[str, str], tp: int) -> int:
     if m:
         return int(m.group(0))
     method = (note(row, "method") or "").strip()
-    return tp if method in ("MCore", "TP+EP+DP") else 1
+    return tp if method in ("MCore", "TP+EP+DP", "FSDP+EP") else 1
 
 
 def _model(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]:
@@ -267,6 +268,7 @@ def row_to_spec_reason(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]
     spec_launch: dict[str, Any] = {}
     if row.get("zero_stage") == "3":  # parameters, gradients and optimizer state sharded
         fw = ((note(row, "framework") or "").lower().split() or [""])[0]
+        par["zero_stage"] = 3  # Megatron-FSDP unless another framework ran it
         if fw == "deepspeed":
             engine = "deepspeed"
             par["zero_stage"] = 3
@@ -278,8 +280,8 @@ def row_to_spec_reason(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]
                 tr["recompute"] = "full"
             if fw == "torchtitan":
                 spec_launch = {"entrypoint": "torchtitan"}
-        # otherwise Megatron-FSDP (Megatron-Core's own sharding, not a trainc engine): built
-        # with the distributed optimizer, as the table's FSDP_col rows
+        else:  # Megatron-FSDP runs in pretrain_gpt.py on CUDA (TRC383)
+            spec_launch = {"entrypoint": "megatron-lm", "megatron_lm_path": "/opt/Megatron-LM"}
     spec = {"name": name, "engine": engine, "model": model, "cluster": cluster,
             "parallel": par, "training": tr}
     if spec_launch:

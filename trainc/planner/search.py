@@ -21,7 +21,16 @@ from typing import Any
 from trainc.capabilities import capability
 from trainc.compiler.validate.util import divisors
 from trainc.planner.fast import TERMS, model_consts, planned_tp_comm_overlap, score_grid
-from trainc.schemas import CpCommType, Engine, Offload, Recompute, RecomputeMethod, TrainSpec
+from trainc.schemas import (
+    CpCommType,
+    Device,
+    Engine,
+    Entrypoint,
+    Offload,
+    Recompute,
+    RecomputeMethod,
+    TrainSpec,
+)
 
 GIB = 2**30
 MAX_TP = 64
@@ -219,9 +228,12 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
     cap = capability(spec.engine, spec.launch.entrypoint)
     can = cap.axes if cap is not None else frozenset({"tp", "dp"})
     cps = [x for x in cps if x == 1 or "cp" in can]
-    # engine=fsdp shards by fsdp.* keys, not zero_stage (TRC344): its default only
+    # engine=fsdp shards by fsdp.* keys, not zero_stage (TRC344): its default only;
+    # engine=megatron: DDP, the distributed optimizer, and Megatron-FSDP where it runs
+    # (pretrain_gpt.py; the worker runs its math on CPU only: TRC383)
+    mfsdp = spec.launch.entrypoint is Entrypoint.megatron_lm or spec.launch.device is Device.cpu
     zeros = pick("parallel.zero_stage", [0, 1, 2, 3] if deepspeed else
-                 [1] if spec.engine is Engine.fsdp else [0, 1])
+                 [1] if spec.engine is Engine.fsdp else [0, 1, 3] if mfsdp else [0, 1])
     recomputes = pick("training.recompute", ["none", "selective", "full"])
     offloads = ["none"]
     if deepspeed and fx["training.offload_optimizer"] is None:

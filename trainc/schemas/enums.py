@@ -222,10 +222,13 @@ class MoeScoreFunction(Enum):
 class CkptFormat(Enum):
     """Megatron-LM ``--ckpt-format`` (megatron/training/arguments.py, core_v0.16.x): ``torch_dist``
     (distributed checkpoint, resharded on load: TP/PP/EP/DP may change) or ``torch`` (the legacy
-    per-rank files ``mp_rank_XX``: the layout must match on load)."""
+    per-rank files ``mp_rank_XX``: the layout must match on load) or ``fsdp_dtensor`` (the one
+    format Megatron-FSDP saves and loads: ``validate_args`` asserts it with
+    ``--use-megatron-fsdp`` and accepts it only then)."""
 
     torch_dist = "torch_dist"
     torch = "torch"
+    fsdp_dtensor = "fsdp_dtensor"
 
 
 class FsdpDtype(Enum):

@@ -24,6 +24,7 @@ from trainc.compiler.engines.settings import (
     grad_reduce_in_fp32,
     interleaved,
     layers_per_virtual_stage,
+    megatron_fsdp,
 )
 from trainc.schemas import (
     Activation,
@@ -132,7 +133,9 @@ def megatron_core_kwargs(spec: TrainSpec, d: Derived) -> dict[str, dict[str, Any
             "moe_expert_capacity_factor": _float(m.moe_expert_capacity_factor),
         })
         tc.update(moe_dispatch_kwargs(spec))
-    distopt = distributed_optimizer(spec)
+    distopt, mfsdp = distributed_optimizer(spec), megatron_fsdp(spec)
+    if mfsdp:  # the Megatron-FSDP user guide's required --no-gradient-accumulation-fusion
+        tc["gradient_accumulation_fusion"] = False
     return {
         "initialize_model_parallel": {
             "tensor_model_parallel_size": p.tp,
@@ -156,6 +159,8 @@ def megatron_core_kwargs(spec: TrainSpec, d: Derived) -> dict[str, dict[str, Any
         },
         "DistributedDataParallelConfig": {
             "use_distributed_optimizer": distopt,
+            **({"use_megatron_fsdp": True,
+                "data_parallel_sharding_strategy": "optim_grads_params"} if mfsdp else {}),
             "grad_reduce_in_fp32": grad_reduce_in_fp32(spec),
             "overlap_grad_reduce": bool(t.overlap_grad_reduce),
             "overlap_param_gather": bool(t.overlap_param_gather),
@@ -375,6 +380,11 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
           "overlap_moe_expert_parallel_comm"),
         c("--use-distributed-optimizer", "DistributedDataParallelConfig",
           "use_distributed_optimizer"),
+        c("--use-megatron-fsdp", "DistributedDataParallelConfig", "use_megatron_fsdp"),
+        c("--data-parallel-sharding-strategy", "DistributedDataParallelConfig",
+          "data_parallel_sharding_strategy"),
+        ("--no-gradient-accumulation-fusion", tc.get("gradient_accumulation_fusion") is False,
+         ("TransformerConfig", "gradient_accumulation_fusion")),
         ("--overlap-grad-reduce", ddp["overlap_grad_reduce"],
          ("DistributedDataParallelConfig", "overlap_grad_reduce")),
         ("--overlap-param-gather", ddp["overlap_param_gather"],
@@ -448,7 +458,7 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
         ("--save", lc.save_dir, None),
         ("--load", spec.resume.load_dir or lc.save_dir, None),
         ("--ckpt-format", d.checkpoint_format
-         if d.checkpoint_format in ("torch_dist", "torch") else None, None),
+         if d.checkpoint_format in ("torch_dist", "torch", "fsdp_dtensor") else None, None),
         ("--finetune", spec.resume.finetune, None),
         ("--save-interval", lc.save_interval, None),
         ("--log-interval", lc.log_interval, None),

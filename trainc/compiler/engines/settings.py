@@ -13,8 +13,19 @@ def interleaved(spec: TrainSpec) -> bool:
 
 
 def distributed_optimizer(spec: TrainSpec) -> bool:
-    """engine=megatron with zero_stage 1: Megatron-Core's distributed optimizer (ZeRO-1)."""
-    return spec.engine is Engine.megatron and spec.parallel.zero_stage == 1
+    """engine=megatron with zero_stage 1 (Megatron-Core's distributed optimizer, ZeRO-1) or 3
+    (Megatron-FSDP, which NVIDIA's Megatron-FSDP user guide runs with
+    ``--use-distributed-optimizer``)."""
+    return spec.engine is Engine.megatron and spec.parallel.zero_stage in (1, 3)
+
+
+def megatron_fsdp(spec: TrainSpec) -> bool:
+    """engine=megatron with zero_stage 3: Megatron-FSDP (``--use-megatron-fsdp
+    --data-parallel-sharding-strategy optim_grads_params``): bf16 weights, fp32 main weights,
+    gradients and optimizer state sharded over dp x cp (experts over the expert data-parallel
+    group), each TransformerLayer all-gathered for its forward and backward
+    (megatron/core/distributed/fsdp/mcore_fsdp_adapter.py, Megatron-LM core_v0.16.1)."""
+    return spec.engine is Engine.megatron and spec.parallel.zero_stage == 3
 
 
 def grad_reduce_in_fp32(spec: TrainSpec) -> bool:

@@ -22,6 +22,9 @@ direction over the link's one-direction bandwidth. Seed corrections (the right v
   ``(c-1)/c`` beats the ring's ``c-1`` from CP = 3 on;
 * seed 002 §5.5 has ZeRO-1 "All-Reduce the updated parameters (4Psi)"; updated shards are
   all-gathered (``(n-1)/n x 2Psi``), the same total as its §5.4 table (RS + AG = one all-reduce);
+* Megatron-FSDP (engine=megatron, zero_stage 3) moves what FSDP does: per micro-batch a
+  parameter all-gather for forward and one for backward, and a gradient reduce-scatter (in fp32
+  with ``grad_reduce_in_fp32``), dense parameters over dp x cp and experts over expert_dp;
 * seed 002 §6.8 says ZeRO-3 moves ``8Psi`` bytes; its own §5.4 table (and the ZeRO paper, 1.5x DP)
   gives ``6Psi`` (two parameter all-gathers + one gradient reduce-scatter of ``2Psi`` bytes each).
 """
@@ -236,6 +239,13 @@ def _dp(spec: TrainSpec, plan: Plan, sc: StageComm, sp_: StageParams) -> None:
         gb = 2  # precision-aware optimizer: bf16 main grads, reduced in bf16
     for group, params, kind in ((n, sp_.dense, "dense"), (n_e, sp_.expert, "expert")):
         if group <= 1 or params <= 0:
+            continue
+        if d.megatron_fsdp:  # every micro-batch: gather for forward and backward, reduce-scatter
+            M = d.num_microbatches
+            sc.get("dp", f"{kind} fsdp param all_gather (fwd+bwd)", group).add(
+                2 * M * all_gather_bytes(group, params * pb))
+            sc.get("dp", f"{kind} fsdp grad reduce_scatter", group).add(
+                M * all_gather_bytes(group, params * gb))
             continue
         if d.distributed_optimizer:
             sc.get("dp", f"{kind} grad reduce_scatter", group).add(

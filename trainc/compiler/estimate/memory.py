@@ -170,13 +170,24 @@ def megatron_state_bytes(tr: TrainingSpec) -> tuple[float, float, float]:
 
 
 def _megatron_states(spec: TrainSpec, plan: Plan, sp: StageParams) -> StateBytes:
+    """Megatron-Core: the distributed optimizer shards the fp32 master weights and Adam moments
+    over dp x cp (experts over expert_dp). Megatron-FSDP (zero_stage 3, optim_grads_params)
+    shards the bf16 weights and the gradient buffer the same way and holds two TransformerLayers
+    unsharded at a time, weights and gradients (the unit computed and the one prefetched or being
+    reduce-scattered: ``--fsdp-double-buffer``'s two-slot pools; Megatron-LM core_v0.16.1
+    megatron_fsdp/param_and_grad_buffer.py); ``largest_layer`` also covers the embedding, which
+    stays gathered outside the units."""
     d = plan.derived
     pb, gb, ob = megatron_state_bytes(spec.training)
     dist = d.distributed_optimizer
     dense_shard = d.dp * d.cp if dist else 1
     expert_shard = d.expert_dp if dist else 1
-    return StateBytes(params=sp.total * pb, grads=sp.total * gb,
-                      optimizer=ob * (sp.dense / dense_shard + sp.expert / expert_shard))
+    sharded = sp.dense / dense_shard + sp.expert / expert_shard
+    if d.megatron_fsdp:
+        gathered = 2 * sp.largest_layer
+        return StateBytes(params=pb * (sharded + gathered), grads=gb * (sharded + gathered),
+                          optimizer=ob * sharded)
+    return StateBytes(params=sp.total * pb, grads=sp.total * gb, optimizer=ob * sharded)
 
 
 def _deepspeed_states(spec: TrainSpec, plan: Plan, sp: StageParams) -> StateBytes:

@@ -162,10 +162,12 @@ def _dp_exposed(spec: TrainSpec, plan: Plan, sc: StageComm, r: int, params: floa
     pipeline's warm-up). Without the switches the collectives are exposed.
     ZeRO-3 (engine=deepspeed): parameter all-gathers are prefetched a layer ahead and the
     gradient reduce-scatter runs behind backward, every micro-batch: exposed is what exceeds the
-    compute, plus one layer's gather.
+    compute, plus one layer's gather. Megatron-FSDP (zero_stage 3 on engine=megatron) prefetches
+    the next TransformerLayer's gather and reduce-scatters behind the next layer's backward as
+    FSDP2 does: :func:`_fsdp_exposed`.
     """
     d, tr = plan.derived, spec.training
-    if spec.engine is Engine.fsdp:
+    if spec.engine is Engine.fsdp or d.megatron_fsdp:
         _fsdp_exposed(sc, compute_step, n_layers)
         return
     group = max(d.dp * d.cp, 1)

@@ -19,6 +19,7 @@ from trainc.compiler.derive import Derived, stage_chunk_sizes
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.validate.comm_overlap import comm_overlap
 from trainc.compiler.validate.fsdp import fsdp_rules, inert_fsdp
+from trainc.compiler.validate.megatron_fsdp import megatron_fsdp
 from trainc.compiler.validate.moe_dispatch import moe_dispatch
 from trainc.compiler.validate.precision import precision
 from trainc.compiler.validate.precision_shapes import precision_shapes
@@ -82,6 +83,7 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     yield from precision_shapes(spec, d)
     yield from moe_dispatch(spec, d)
     yield from comm_overlap(spec, d)
+    yield from megatron_fsdp(spec, d)
     yield from _schedule(spec)
     yield from _moe(spec)
     for key, why in _inert(spec):
@@ -107,14 +109,16 @@ def _engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         yield from fsdp_rules(spec, d)
         return
     if spec.engine is Engine.megatron:
-        if p.zero_stage > 1:
+        if p.zero_stage == 2:
             yield diag(R.MEGATRON_ZERO,
-                       f"engine=megatron does not implement ZeRO stage {p.zero_stage}; it offers "
-                       "zero_stage 0 (DDP) and 1 (distributed optimizer: optimizer state and fp32 "
-                       "master weights sharded over dp*cp, ZeRO-1 equivalent)",
+                       "engine=megatron has no ZeRO stage 2 in trainc; it offers zero_stage 0 "
+                       "(DDP), 1 (distributed optimizer: optimizer state and fp32 master weights "
+                       "sharded over dp*cp, ZeRO-1 equivalent) and 3 (Megatron-FSDP: weights, "
+                       "gradients and optimizer state sharded)",
                        "parallel.zero_stage",
-                       related=("engine",), fix="set parallel.zero_stage=1, or engine=deepspeed "
-                       "for ZeRO-2/3", edits={"parallel.zero_stage": 1}, zero_stage=p.zero_stage)
+                       related=("engine",), fix="set parallel.zero_stage=1 (or 3 to shard the "
+                       "weights too), or engine=deepspeed for ZeRO-2",
+                       edits={"parallel.zero_stage": 1}, zero_stage=p.zero_stage)
         if offload:
             key = ("training.offload_optimizer" if t.offload_optimizer is not Offload.none
                    else "training.offload_param")
@@ -256,9 +260,11 @@ def _schedule(spec: TrainSpec) -> Iterator[Diagnostic]:
                            related=("engine",), fix=f"remove training.{key}",
                            edits={f"training.{key}": None}, engine=spec.engine.value)
         return
-    if t.overlap_param_gather and not (spec.parallel.zero_stage == 1 and t.overlap_grad_reduce):
-        missing = ("the distributed optimizer (zero_stage 1)" if spec.parallel.zero_stage != 1
-                   else "overlap_grad_reduce")
+    # Megatron-FSDP (zero_stage 3) runs with the distributed optimizer too (TRC383 for its own)
+    if t.overlap_param_gather and not (spec.parallel.zero_stage in (1, 3)
+                                       and t.overlap_grad_reduce):
+        missing = ("the distributed optimizer (zero_stage 1)"
+                   if spec.parallel.zero_stage not in (1, 3) else "overlap_grad_reduce")
         yield diag(R.DDP_OVERLAP, f"overlap_param_gather needs {missing} (Megatron-LM "
                    "validate_args refuses it otherwise)", "training.overlap_param_gather",
                    related=("training.overlap_grad_reduce", "parallel.zero_stage"),

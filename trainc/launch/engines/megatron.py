@@ -143,6 +143,13 @@ def run(s: Settings) -> None:
                                    "DistributedDataParallelConfig", {
         "use_distributed_optimizer": False, "overlap_grad_reduce": False,
         "overlap_param_gather": False} if s.reference else {}, "reference run")
+    if ddp_kw.get("use_megatron_fsdp") and (cpu or s.reference):
+        # Megatron-FSDP builds a CUDA device mesh and CUDA streams (mcore_fsdp_adapter.py); on
+        # CPU the distributed optimizer runs the same math with the weights replicated (TRC383)
+        ddp_kw, extra = _changed(ddp_kw, "DistributedDataParallelConfig", {
+            "use_megatron_fsdp": False, "data_parallel_sharding_strategy": "no_shard"},
+            "reference run" if s.reference else "Megatron-FSDP needs CUDA")
+        ddp_changed |= extra
     opt_kw, opt_changed = _changed(core["OptimizerConfig"], "OptimizerConfig",
                                    {"use_distributed_optimizer": False}
                                    if s.reference else {}, "reference run")
