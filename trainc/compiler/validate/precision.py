@@ -72,13 +72,19 @@ def precision(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    edits={"training.fp8_param_gather": False}, fp8_param_gather=True,
                    fp8_format="none")
     if t.fp8_param_gather and fp8 and not distributed_optimizer(spec):
-        yield diag(R.FP8_FP4_COMBINATION, "fp8_param_gather all-gathers FP8 parameters in the "
-                   "distributed optimizer, which this spec does not use (zero_stage "
-                   f"{spec.parallel.zero_stage})", "training.fp8_param_gather",
-                   related=("parallel.zero_stage",),
-                   fix="set parallel.zero_stage=1 (the distributed optimizer), or "
-                   "fp8_param_gather=false", edits={"parallel.zero_stage": 1},
-                   zero_stage=spec.parallel.zero_stage)
+        if spec.engine is Engine.megatron:
+            why = f"which this spec does not use (zero_stage {spec.parallel.zero_stage})"
+            fix = ("set parallel.zero_stage=1 (the distributed optimizer), or "
+                   "fp8_param_gather=false")
+            edits: dict[str, object] = {"parallel.zero_stage": 1}
+        else:  # zero_stage does not choose Megatron's optimizer on another engine
+            why = f"which engine={spec.engine.value} does not have"
+            fix = "set training.fp8_param_gather=false, or engine=megatron"
+            edits = {"training.fp8_param_gather": False}
+        yield diag(R.FP8_FP4_COMBINATION, "fp8_param_gather all-gathers FP8 parameters in "
+                   f"Megatron-Core's distributed optimizer, {why}", "training.fp8_param_gather",
+                   related=("parallel.zero_stage", "engine"), fix=fix, edits=edits,
+                   engine=spec.engine.value)
     yield from _state(spec)
 
 
