@@ -408,8 +408,8 @@ def summary(c: Candidate) -> dict[str, Any]:
         tr["recompute_method"], tr["recompute_num_layers"] = c.recompute[1], c.recompute[2]
     if c.offload != "none":
         tr["offload_optimizer"] = c.offload
-    if c.tp_overlap:
-        tr["tp_comm_overlap"] = True
+    if c.tp_overlap or c.tp > 1:  # off is a choice too once there is TP to overlap
+        tr["tp_comm_overlap"] = c.tp_overlap
     return {"parallel": par, "training": tr}
 
 
