@@ -81,13 +81,14 @@ class Candidate:
     def simplicity(self) -> tuple[int, ...]:
         """The simplicity order of the parallel layout (smaller is simpler; docs/planner.md):
         the smaller model-parallel group (tp x pp x cp: more data parallelism), then fewer
-        model-parallel axes in use, then lower pp, no interleaving, lower vpp, lower cp, lower
-        tp. Micro batch, recompute and ZeRO stage are not part of it:
+        model-parallel axes in use, then lower cp (context parallelism is for sequences whose
+        activations do not fit; its ring overheads are not priced), lower pp, no interleaving,
+        lower vpp, lower tp. Micro batch, recompute and ZeRO stage are not part of it:
         between two layouts of equal simplicity the faster wins."""
         # EP is not counted as a model-parallel axis: experts are split over the data-parallel
         # ranks (Megatron-Core's expert folding), as DP splits the batch
         return (self.tp * self.pp * self.cp, sum(x > 1 for x in (self.tp, self.pp, self.cp)),
-                self.pp, int(self.vpp > 1), self.vpp, self.cp, self.tp)
+                self.cp, self.pp, int(self.vpp > 1), self.vpp, self.tp)
 
     def grid_key(self) -> tuple[Any, ...]:
         """The grid (degrees and layer split) this layout belongs to; its siblings differ only
