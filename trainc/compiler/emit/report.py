@@ -123,7 +123,8 @@ def report_text(plan: dict[str, Any], artifacts: list[str]) -> str:
         ("sequence parallel", "yes" if d["sequence_parallel"] else "no"),
         ("ZeRO stage", s["parallel"]["zero_stage"]
          if s["engine"] == "deepspeed" else fsdp_sharding(s) if s["engine"] == "fsdp" else
-         ("1 (distributed optimizer)" if d["distributed_optimizer"] else "0")),
+         ("3 (Megatron-FSDP, optim_grads_params)" if d.get("megatron_fsdp") else
+          "1 (distributed optimizer)" if d["distributed_optimizer"] else "0")),
         ("micro / global batch", f"{t['micro_batch_size']} / {t['global_batch_size']}"),
         ("micro-batches per step", d["num_microbatches"]),
         ("samples / tokens per step", f"{d['samples_per_step']:,} / {d['tokens_per_step']:,}"),

@@ -46,7 +46,9 @@ def explain_tables(plan: dict[str, Any], max_ranks: int | None = None) -> list[A
         ("sequence parallel", str(d["sequence_parallel"])),
         ("optimizer sharding", fsdp_sharding(s) if s["engine"] == "fsdp" else
          f"zero_stage {s['parallel']['zero_stage']}"
-         + (" (distributed optimizer over dp x cp)" if d["distributed_optimizer"] else "")),
+         + (" (Megatron-FSDP: weights, gradients and optimizer state over dp x cp)"
+            if d.get("megatron_fsdp") else
+            " (distributed optimizer over dp x cp)" if d["distributed_optimizer"] else "")),
         ("recompute", s["training"]["recompute"]),
         ("parameters", f"{e['params_total']:,} total, {e['params_per_gpu']:,} per GPU "
                        f"(stage {e['memory_stage']})"),
