@@ -33,7 +33,7 @@ from trainc.compiler import rules as R
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.estimate.params import stage_params
 from trainc.compiler.ir import Estimates, Plan
-from trainc.schemas import Device, Engine, Offload, Recompute, TrainSpec
+from trainc.schemas import Device, Engine, Entrypoint, Offload, Recompute, TrainSpec
 
 GiB = 2**30
 BUBBLE_LIMIT = 0.25
@@ -88,6 +88,10 @@ def _candidate_edits(spec: TrainSpec) -> list[tuple[dict[str, Any], dict[str, An
     if spec.engine is Engine.megatron:
         if p.zero_stage == 0:
             out.append(({"parallel.zero_stage": 1}, {}))
+        # Megatron-FSDP where it runs: pretrain_gpt.py on CUDA (TRC383)
+        if p.zero_stage < 3 and spec.launch.entrypoint is Entrypoint.megatron_lm \
+                and spec.launch.device is Device.cuda:
+            out.append(({"parallel.zero_stage": 3}, {}))
     else:
         if p.zero_stage < 3:
             out.append(({"parallel.zero_stage": p.zero_stage + 1}, {}))

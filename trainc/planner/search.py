@@ -231,8 +231,8 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
     cps = [x for x in cps if x == 1 or "cp" in can]
     # engine=fsdp shards by fsdp.* keys, not zero_stage (TRC344): its default only;
     # engine=megatron: DDP, the distributed optimizer, and Megatron-FSDP where it runs
-    # (pretrain_gpt.py; the worker runs its math on CPU only: TRC383)
-    mfsdp = spec.launch.entrypoint is Entrypoint.megatron_lm or spec.launch.device is Device.cpu
+    # (pretrain_gpt.py; on CPU the worker runs the distributed optimizer instead: TRC383)
+    mfsdp = spec.launch.entrypoint is Entrypoint.megatron_lm and spec.launch.device is Device.cuda
     zeros = pick("parallel.zero_stage", [0, 1, 2, 3] if deepspeed else
                  [1] if spec.engine is Engine.fsdp else [0, 1, 3] if mfsdp else [0, 1])
     recomputes = pick("training.recompute", ["none", "selective", "full"])

@@ -183,10 +183,9 @@ def _megatron_states(spec: TrainSpec, plan: Plan, sp: StageParams) -> StateBytes
     dense_shard = d.dp * d.cp if dist else 1
     expert_shard = d.expert_dp if dist else 1
     sharded = sp.dense / dense_shard + sp.expert / expert_shard
-    if d.megatron_fsdp:
-        gathered = 2 * sp.largest_layer
-        return StateBytes(params=pb * (sharded + gathered), grads=gb * (sharded + gathered),
-                          optimizer=ob * sharded)
+    if d.megatron_fsdp:  # never more than the whole stage unsharded (a tiny model)
+        held = min(sharded + 2 * sp.largest_layer, sp.total)
+        return StateBytes(params=pb * held, grads=gb * held, optimizer=ob * sharded)
     return StateBytes(params=sp.total * pb, grads=sp.total * gb, optimizer=ob * sharded)
 
 

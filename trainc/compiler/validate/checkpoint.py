@@ -119,6 +119,19 @@ def resume_findings(saved: Mapping[str, Any], now: Mapping[str, Any],
                            f"the checkpoint was written by engine={saved['engine']}; "
                            f"engine={now['engine']} reads another format",
                            f"set engine={saved['engine']}", {"engine": saved["engine"]}))
+    elif differs("checkpoint_format") and "fsdp_dtensor" in (saved["checkpoint_format"],
+                                                             now["checkpoint_format"]):
+        # Megatron-FSDP saves and loads fsdp_dtensor only (validate_args); a torch_dist / torch
+        # checkpoint needs the Megatron-FSDP guide's conversion step, and back
+        z = 3 if saved["checkpoint_format"] == "fsdp_dtensor" else 1
+        out.append(Finding(R.RESUME_LAYOUT, "parallel.zero_stage", saved["checkpoint_format"],
+                           now["checkpoint_format"],
+                           f"the checkpoint is {saved['checkpoint_format']} and this job reads "
+                           f"{now['checkpoint_format']} (Megatron-FSDP, zero_stage 3, reads and "
+                           "writes fsdp_dtensor only)",
+                           f"set parallel.zero_stage={z} (as the saving run), or convert the "
+                           "checkpoint (Megatron-FSDP user guide, checkpoint conversion)",
+                           {"parallel.zero_stage": z}))
     moved = [k for k in LAYOUT if differs(k) and k not in RESHARDS.get(fmt, frozenset())]
     if moved:
         change = ", ".join(f"{k} {saved[k]} -> {now[k]}" for k in moved)

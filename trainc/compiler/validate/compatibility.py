@@ -260,11 +260,12 @@ def _schedule(spec: TrainSpec) -> Iterator[Diagnostic]:
                            related=("engine",), fix=f"remove training.{key}",
                            edits={f"training.{key}": None}, engine=spec.engine.value)
         return
-    # Megatron-FSDP (zero_stage 3) runs with the distributed optimizer too (TRC383 for its own)
-    if t.overlap_param_gather and not (spec.parallel.zero_stage in (1, 3)
-                                       and t.overlap_grad_reduce):
-        missing = ("the distributed optimizer (zero_stage 1)"
-                   if spec.parallel.zero_stage not in (1, 3) else "overlap_grad_reduce")
+    # Megatron-FSDP (zero_stage 3) forces both overlaps on: TRC383 says so
+    if spec.parallel.zero_stage == 3:
+        return
+    if t.overlap_param_gather and not (spec.parallel.zero_stage == 1 and t.overlap_grad_reduce):
+        missing = ("the distributed optimizer (zero_stage 1)" if spec.parallel.zero_stage != 1
+                   else "overlap_grad_reduce")
         yield diag(R.DDP_OVERLAP, f"overlap_param_gather needs {missing} (Megatron-LM "
                    "validate_args refuses it otherwise)", "training.overlap_param_gather",
                    related=("training.overlap_grad_reduce", "parallel.zero_stage"),

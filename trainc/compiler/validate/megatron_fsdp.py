@@ -8,6 +8,8 @@ Sources (Megatron-LM core_v0.16.1; docs/engines.md has the summary):
 * ``megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py`` ``MegatronFSDP.__init__``
   forces ``overlap_grad_reduce`` and ``overlap_param_gather`` on for optim_grads_params: a
   ``false`` the user wrote would not reach the engine;
+* ``validate_args`` also asserts ``CUDA_DEVICE_MAX_CONNECTIONS`` is not 1 with Megatron-FSDP
+  (trainc does not export it then; a ``launch.env`` value of 1 is refused);
 * ``megatron/core/distributed/fsdp/mcore_fsdp_adapter.py``: the adapter builds a CUDA device mesh
   and CUDA streams. The trainc worker runs Megatron-FSDP's math on CPU with the distributed
   optimizer (an ``override:`` line: sharding the weights changes memory, not the numbers) and
@@ -56,6 +58,15 @@ def megatron_fsdp(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                        f"training.{key}", related=("parallel.zero_stage",),
                        fix=f"unset training.{key} (or set it true), or parallel.zero_stage=1",
                        edits={f"training.{key}": True}, zero_stage=p.zero_stage)
+    if str((lc.env or {}).get("CUDA_DEVICE_MAX_CONNECTIONS", "")).strip() == "1":
+        yield diag(R.MEGATRON_FSDP, "launch.env sets CUDA_DEVICE_MAX_CONNECTIONS=1, but "
+                   "Megatron-FSDP (zero_stage 3) asserts it is not 1 (Megatron-LM validate_args: "
+                   "'FSDP always requires CUDA_DEVICE_MAX_CONNECTIONS value large than one')",
+                   "launch.env.CUDA_DEVICE_MAX_CONNECTIONS", related=("parallel.zero_stage",),
+                   fix="remove launch.env.CUDA_DEVICE_MAX_CONNECTIONS (trainc does not export "
+                       "it for Megatron-FSDP), or parallel.zero_stage=1",
+                   edits={},
+                   zero_stage=p.zero_stage)
     if lc.entrypoint is Entrypoint.trainc and lc.device is Device.cuda \
             and spec.engine is Engine.megatron:
         yield diag(R.MEGATRON_FSDP, "the trainc worker does not run Megatron-FSDP (zero_stage 3) "
