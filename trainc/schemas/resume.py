@@ -15,7 +15,7 @@ class SavedLayout:
     engine: Engine | None = None
     """megatron or deepspeed."""
     checkpoint_format: CkptFormat | None = None
-    """The format the checkpoint was written in (torch_dist or torch)."""
+    """The format the checkpoint was written in (torch_dist, torch or fsdp_dtensor)."""
     tp: int | None = None
     """Tensor-parallel size of the saving run."""
     pp: int | None = None
@@ -70,7 +70,8 @@ class ResumeSpec:
     requeued job resumes its own checkpoints)."""
     checkpoint_format: CkptFormat | None = None
     """Format this job writes and reads (Megatron-LM --ckpt-format). null = derived:
-    torch_dist for entrypoint=megatron-lm; the trainc worker writes its own per-rank files
+    torch_dist for entrypoint=megatron-lm, fsdp_dtensor with Megatron-FSDP (zero_stage 3, the
+    only format it accepts: TRC383); the trainc worker writes its own per-rank files
     (layout-bound, as torch) and takes no other value (TRC533)."""
     finetune: bool = False
     """Load the weights only: iteration 0, a fresh optimizer and schedule (Megatron-LM
