@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from trainc.schemas import TrainSpec
+from trainc.schemas import Engine, TrainSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +162,23 @@ def derive(spec: TrainSpec) -> Derived:
     )
 
 
+def megatron_fsdp(spec: TrainSpec) -> bool:
+    """engine=megatron with zero_stage 3: Megatron-FSDP (``--use-megatron-fsdp
+    --data-parallel-sharding-strategy optim_grads_params``): bf16 weights, fp32 main weights,
+    gradients and optimizer state sharded over dp x cp (experts over the expert data-parallel
+    group), each TransformerLayer all-gathered for its forward and backward
+    (megatron/core/distributed/fsdp/mcore_fsdp_adapter.py, Megatron-LM core_v0.16.1)."""
+    return spec.engine is Engine.megatron and spec.parallel.zero_stage == 3
+
+
+def megatron_fsdp_runs(spec: TrainSpec) -> bool:
+    """Whether Megatron-FSDP can run this spec's job as written: Megatron-LM's pretrain_gpt.py on
+    CUDA (the trainc worker refuses it on CUDA and runs the distributed optimizer on CPU: TRC383).
+    The planner and TRC401's fix list offer zero_stage 3 only then."""
+    return (spec.engine is Engine.megatron and spec.launch.entrypoint.value == "megatron-lm"
+            and spec.launch.device.value == "cuda")
+
+
 def checkpoint_format(spec: TrainSpec) -> str:
     """The format a job writes: resume.checkpoint_format, else ``torch_dist`` for
     entrypoint=megatron-lm (Megatron-LM's --ckpt-format default, core_v0.16.x; ``fsdp_dtensor``
@@ -173,9 +190,8 @@ def checkpoint_format(spec: TrainSpec) -> str:
     if spec.resume.checkpoint_format is not None:
         return spec.resume.checkpoint_format.value
     if spec.launch.entrypoint.value == "megatron-lm":
-        # Megatron-FSDP (engine=megatron, zero_stage 3) saves fsdp_dtensor only
-        mfsdp = spec.engine.value == "megatron" and spec.parallel.zero_stage == 3
-        return "fsdp_dtensor" if mfsdp else "torch_dist"
+        # Megatron-FSDP saves fsdp_dtensor only (TRC383)
+        return "fsdp_dtensor" if megatron_fsdp(spec) else "torch_dist"
     if spec.engine.value == "fsdp":
         return "dcp"
     return "deepspeed" if spec.engine.value == "deepspeed" else "trainc"

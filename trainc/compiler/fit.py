@@ -30,10 +30,11 @@ from itertools import combinations
 from typing import Any
 
 from trainc.compiler import rules as R
+from trainc.compiler.derive import megatron_fsdp_runs
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.estimate.params import stage_params
 from trainc.compiler.ir import Estimates, Plan
-from trainc.schemas import Device, Engine, Entrypoint, Offload, Recompute, TrainSpec
+from trainc.schemas import Device, Engine, Offload, Recompute, TrainSpec
 
 GiB = 2**30
 BUBBLE_LIMIT = 0.25
@@ -88,9 +89,7 @@ def _candidate_edits(spec: TrainSpec) -> list[tuple[dict[str, Any], dict[str, An
     if spec.engine is Engine.megatron:
         if p.zero_stage == 0:
             out.append(({"parallel.zero_stage": 1}, {}))
-        # Megatron-FSDP where it runs: pretrain_gpt.py on CUDA (TRC383)
-        if p.zero_stage < 3 and spec.launch.entrypoint is Entrypoint.megatron_lm \
-                and spec.launch.device is Device.cuda:
+        if p.zero_stage < 3 and megatron_fsdp_runs(spec):
             out.append(({"parallel.zero_stage": 3}, {}))
     else:
         if p.zero_stage < 3:

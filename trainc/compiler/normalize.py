@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 
-from trainc.compiler.derive import tp_in_nvlink_domain
+from trainc.compiler.derive import megatron_fsdp, tp_in_nvlink_domain
 from trainc.compiler.hardware import GPUS
 from trainc.schemas import (
     Activation,
@@ -159,7 +159,7 @@ def normalize(spec: TrainSpec) -> TrainSpec:
     dp_cp = world // model_parallel * p.cp if model_parallel > 0 and world % model_parallel == 0 \
         else 1
     megatron = s.engine is Engine.megatron
-    mfsdp = megatron and p.zero_stage == 3  # MegatronFSDP.__init__ forces both overlaps on
+    mfsdp = megatron_fsdp(s)  # MegatronFSDP.__init__ forces both overlaps on
     if t.overlap_grad_reduce is None:
         t.overlap_grad_reduce = megatron and (dp_cp > 1 or mfsdp)
     if t.overlap_param_gather is None:

@@ -10,14 +10,10 @@ import json
 from typing import Any
 
 from trainc import __version__
-from trainc.compiler.derive import derive
+from trainc.compiler.derive import derive, megatron_fsdp
 from trainc.compiler.engines import engine_configs
 from trainc.compiler.engines.fsdp import TORCHTITAN_VERSION
-from trainc.compiler.engines.settings import (
-    distributed_optimizer,
-    layers_per_virtual_stage,
-    megatron_fsdp,
-)
+from trainc.compiler.engines.settings import distributed_optimizer, layers_per_virtual_stage
 from trainc.compiler.ir import Engines, Layout, Plan
 from trainc.compiler.secrets import mask_secrets
 from trainc.schemas import Device, Engine, Precision, TrainSpec

@@ -271,7 +271,6 @@ def row_to_spec_reason(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]
         par["zero_stage"] = 3  # Megatron-FSDP unless another framework ran it
         if fw == "deepspeed":
             engine = "deepspeed"
-            par["zero_stage"] = 3
         elif fw in ("fsdp", "torchtitan", "llm-foundry", "automodel"):
             engine = "fsdp"  # PyTorch FSDP / FSDP2 full shard over the data-parallel ranks
             par.pop("zero_stage")

@@ -19,18 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainc.capabilities import capability
+from trainc.compiler.derive import megatron_fsdp_runs
 from trainc.compiler.validate.util import divisors
 from trainc.planner.fast import TERMS, model_consts, planned_tp_comm_overlap, score_grid
-from trainc.schemas import (
-    CpCommType,
-    Device,
-    Engine,
-    Entrypoint,
-    Offload,
-    Recompute,
-    RecomputeMethod,
-    TrainSpec,
-)
+from trainc.schemas import CpCommType, Engine, Offload, Recompute, RecomputeMethod, TrainSpec
 
 GIB = 2**30
 MAX_TP = 64
@@ -231,10 +223,9 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
     cps = [x for x in cps if x == 1 or "cp" in can]
     # engine=fsdp shards by fsdp.* keys, not zero_stage (TRC344): its default only;
     # engine=megatron: DDP, the distributed optimizer, and Megatron-FSDP where it runs
-    # (pretrain_gpt.py; on CPU the worker runs the distributed optimizer instead: TRC383)
-    mfsdp = spec.launch.entrypoint is Entrypoint.megatron_lm and spec.launch.device is Device.cuda
     zeros = pick("parallel.zero_stage", [0, 1, 2, 3] if deepspeed else
-                 [1] if spec.engine is Engine.fsdp else [0, 1, 3] if mfsdp else [0, 1])
+                 [1] if spec.engine is Engine.fsdp else
+                 [0, 1, 3] if megatron_fsdp_runs(spec) else [0, 1])
     recomputes = pick("training.recompute", ["none", "selective", "full"])
     offloads = ["none"]
     if deepspeed and fx["training.offload_optimizer"] is None:

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainc.compiler.derive import Derived
+from trainc.compiler.derive import Derived, megatron_fsdp
 from trainc.compiler.engines.settings import (
     distributed_optimizer,
     grad_reduce_in_fp32,
     interleaved,
     layers_per_virtual_stage,
-    megatron_fsdp,
 )
 from trainc.schemas import (
     Activation,

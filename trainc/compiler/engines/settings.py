@@ -19,14 +19,6 @@ def distributed_optimizer(spec: TrainSpec) -> bool:
     return spec.engine is Engine.megatron and spec.parallel.zero_stage in (1, 3)
 
 
-def megatron_fsdp(spec: TrainSpec) -> bool:
-    """engine=megatron with zero_stage 3: Megatron-FSDP (``--use-megatron-fsdp
-    --data-parallel-sharding-strategy optim_grads_params``): bf16 weights, fp32 main weights,
-    gradients and optimizer state sharded over dp x cp (experts over the expert data-parallel
-    group), each TransformerLayer all-gathered for its forward and backward
-    (megatron/core/distributed/fsdp/mcore_fsdp_adapter.py, Megatron-LM core_v0.16.1)."""
-    return spec.engine is Engine.megatron and spec.parallel.zero_stage == 3
-
 
 def grad_reduce_in_fp32(spec: TrainSpec) -> bool:
     """Gradients accumulated and reduced in fp32: Megatron-LM forces it for bf16

@@ -22,9 +22,9 @@ from collections.abc import Iterator
 
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
+from trainc.compiler.derive import megatron_fsdp as is_megatron_fsdp
 from trainc.compiler.diagnostics import Diagnostic, diag
-from trainc.compiler.engines.settings import megatron_fsdp as is_megatron_fsdp
-from trainc.schemas import CkptFormat, Device, Engine, Entrypoint, TrainSpec
+from trainc.schemas import CkptFormat, Device, Entrypoint, TrainSpec
 
 
 def megatron_fsdp(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
@@ -58,17 +58,15 @@ def megatron_fsdp(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                        f"training.{key}", related=("parallel.zero_stage",),
                        fix=f"unset training.{key} (or set it true), or parallel.zero_stage=1",
                        edits={f"training.{key}": True}, zero_stage=p.zero_stage)
-    if str((lc.env or {}).get("CUDA_DEVICE_MAX_CONNECTIONS", "")).strip() == "1":
+    if str(lc.env.get("CUDA_DEVICE_MAX_CONNECTIONS", "")).strip() == "1":
         yield diag(R.MEGATRON_FSDP, "launch.env sets CUDA_DEVICE_MAX_CONNECTIONS=1, but "
                    "Megatron-FSDP (zero_stage 3) asserts it is not 1 (Megatron-LM validate_args: "
                    "'FSDP always requires CUDA_DEVICE_MAX_CONNECTIONS value large than one')",
                    "launch.env.CUDA_DEVICE_MAX_CONNECTIONS", related=("parallel.zero_stage",),
                    fix="remove launch.env.CUDA_DEVICE_MAX_CONNECTIONS (trainc does not export "
                        "it for Megatron-FSDP), or parallel.zero_stage=1",
-                   edits={},
-                   zero_stage=p.zero_stage)
-    if lc.entrypoint is Entrypoint.trainc and lc.device is Device.cuda \
-            and spec.engine is Engine.megatron:
+                   edits={}, zero_stage=p.zero_stage)
+    if lc.entrypoint is Entrypoint.trainc and lc.device is Device.cuda:
         yield diag(R.MEGATRON_FSDP, "the trainc worker does not run Megatron-FSDP (zero_stage 3) "
                    "on launch.device=cuda: trainc has not validated its sharded DTensor state "
                    "in the worker (on launch.device=cpu it runs the same math with the "
