@@ -1,5 +1,13 @@
 """Megatron-FSDP (engine=megatron, zero_stage 3): the flags every artifact carries, TRC383, the
-memory and communication it is priced with (docs/engines.md, docs/performance.md)."""
+memory and communication it is priced with (docs/engines.md, docs/performance.md).
+
+Sources of the expected values (Megatron-LM core_v0.16.1): the flags from
+docs/discussions/megatron-fsdp-user-guide ("Required Configurations") and
+megatron/training/arguments.py validate_args; the sharded weight / main-weight / gradient buffers
+and the two-slot gathered pools from megatron/core/distributed/fsdp/src/megatron_fsdp/
+param_and_grad_buffer.py; the per-micro-batch gathers and reduce-scatter from megatron_fsdp.py
+(as PyTorch FSDP, Zhao et al. 2023, arXiv 2304.11277 §3.2-3.3); ring volumes (n-1)/n x D as
+trainc.compiler.estimate.comm (seed 000)."""
 
 from __future__ import annotations
 
