@@ -22,6 +22,20 @@ STUB = Path(__file__).resolve().parent / "stub"
 TINY = SPECS / "tiny-2node-cpu.yaml"
 
 
+@pytest.fixture(autouse=True)
+def _queue_empty(slurm_cluster: list[str]) -> None:
+    """Jobs run one at a time: wait (up to 120 s) until the previous test's job has left the
+    queue (a finished or cancelled job stays COMPLETING a while on a loaded host), so that a
+    test's --wait timeout covers its own job, not the pending time behind another."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        q = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
+                           check=False, timeout=60)
+        if q.returncode == 0 and not q.stdout.strip():
+            return
+        time.sleep(2)
+
+
 def _compile(tmp_path: Path, *overrides: str, spec: Path = TINY) -> Path:
     out = tmp_path / "out"
     proc = trainc("compile", str(spec), *overrides, "-o", str(out))
@@ -184,10 +198,10 @@ def test_signal_before_the_time_limit_reaches_every_rank(slurm_cluster, tmp_path
     out = _compile(tmp_path)
     assert "#SBATCH --signal=USR1@" in (out / "sbatch.sh").read_text()
     env = _job_env(tmp_path, TORCHRUN=f"{sys.executable} {STUB / 'wait_usr1.py'}")
-    proc = trainc("submit", str(out), "--wait", "--timeout", "180",
+    proc = trainc("submit", str(out), "--wait", "--timeout", "300",
                   f"--sbatch-option=--nodelist={','.join(slurm_cluster[:2])}",
                   "--sbatch-option=--time=2", "--sbatch-option=--signal=USR1@100",
-                  env=env, timeout=240)
+                  env=env, timeout=360)
     job_id = proc.stdout.strip()
     log = next(out.glob(f"*-{job_id}.out")).read_text()
     assert proc.returncode == 0, proc.stderr + log
