@@ -193,15 +193,19 @@ def test_lint_slurm_reports_what_the_cluster_refuses(slurm_cluster):
 def test_signal_before_the_time_limit_reaches_every_rank(slurm_cluster, tmp_path):
     """sbatch.sh's --signal=USR1@N goes to the job step: through torchrun.sh (which ignores USR1
     in bash and torchrun) to the rank processes, which handle it (the worker saves a checkpoint).
-    The limit is shortened here to 2 min with the signal 100 s before it (Slurm checks about
-    every 30 s), instead of waiting for the spec's limit."""
+    The limit is shortened here to 3 min with the signal 60 s before it, instead of waiting for
+    the spec's limit. Slurm may send the signal up to 60 s early (sbatch(1), --signal), and a
+    signal sent before the step has started reaches no rank: so the warning time leaves at
+    least 60 s for srun and the stubs to start on a loaded host (2 min with USR1@100 could fire
+    at the job's start, the flake of CI stop 19)."""
     out = _compile(tmp_path)
     assert "#SBATCH --signal=USR1@" in (out / "sbatch.sh").read_text()
-    env = _job_env(tmp_path, TORCHRUN=f"{sys.executable} {STUB / 'wait_usr1.py'}")
-    proc = trainc("submit", str(out), "--wait", "--timeout", "300",
+    env = _job_env(tmp_path, TORCHRUN=f"{sys.executable} {STUB / 'wait_usr1.py'}",
+                   TRAINC_STUB_WAIT_S="175")
+    proc = trainc("submit", str(out), "--wait", "--timeout", "360",
                   f"--sbatch-option=--nodelist={','.join(slurm_cluster[:2])}",
-                  "--sbatch-option=--time=2", "--sbatch-option=--signal=USR1@100",
-                  env=env, timeout=360)
+                  "--sbatch-option=--time=3", "--sbatch-option=--signal=USR1@60",
+                  env=env, timeout=420)
     job_id = proc.stdout.strip()
     log = next(out.glob(f"*-{job_id}.out")).read_text()
     assert proc.returncode == 0, proc.stderr + log
