@@ -115,6 +115,7 @@ def test_megatron_fsdp_collectives_every_micro_batch() -> None:
     [sp] = [sp for sp in stage_params(spec, plan)  # the critical stage's
             if ag.sent_bytes == pytest.approx(2 * M * (n - 1) / n * 2 * sp.dense, abs=1)]
     assert rs.sent_bytes == pytest.approx(M * (n - 1) / n * 4 * sp.dense, abs=1)
+    assert (ag.count, rs.count) == (2 * M, M)
     assert 0 < ag.exposed_seconds < ag.seconds
 
 

@@ -243,9 +243,9 @@ def _dp(spec: TrainSpec, plan: Plan, sc: StageComm, sp_: StageParams) -> None:
         if d.megatron_fsdp:  # every micro-batch: gather for forward and backward, reduce-scatter
             M = d.num_microbatches
             sc.get("dp", f"{kind} fsdp param all_gather (fwd+bwd)", group).add(
-                2 * M * all_gather_bytes(group, params * pb))
+                all_gather_bytes(group, params * pb), times=2 * M)
             sc.get("dp", f"{kind} fsdp grad reduce_scatter", group).add(
-                M * all_gather_bytes(group, params * gb))
+                all_gather_bytes(group, params * gb), times=M)
             continue
         if d.distributed_optimizer:
             sc.get("dp", f"{kind} grad reduce_scatter", group).add(

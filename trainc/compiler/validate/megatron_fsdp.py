@@ -73,6 +73,7 @@ def megatron_fsdp(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    "distributed optimizer)",
                    "parallel.zero_stage", related=("launch.entrypoint", "launch.device"),
                    fix="set launch.entrypoint=megatron-lm (pretrain_gpt.py with "
-                       "--use-megatron-fsdp), or parallel.zero_stage=1",
+                       "--use-megatron-fsdp) and launch.megatron_lm_path to your Megatron-LM "
+                       "checkout, or parallel.zero_stage=1",
                    edits={"launch.entrypoint": "megatron-lm"}, zero_stage=p.zero_stage,
                    device=lc.device.value)
