@@ -132,6 +132,26 @@ def test_deepspeed_zero_shards_bind_dp(engine):
     assert keys == {"parallel.dp"}  # the trainc worker and ZeRO shards both keep dp
 
 
+@pytest.mark.parametrize(("engine", "dp"), [({}, 4), (DS, 16)], ids=["megatron", "deepspeed"])
+def test_the_dp_fix_brings_the_saved_world_back(engine, dp):
+    """dp is derived: TRC534's fix for a dp change sets the node count that gives the saved dp
+    (setting parallel.dp alone would be TRC102), and applying it leaves no error."""
+    diags = lint_cfg(**engine, **{"resume.saved.dp": dp})
+    [d] = find(diags, "TRC534")
+    spec = make(**engine)
+    world = dp * spec.parallel.tp * spec.parallel.pp * spec.parallel.cp
+    assert world % spec.cluster.gpus_per_node == 0
+    nodes = world // spec.cluster.gpus_per_node
+    assert d.edits == {"cluster.num_nodes": nodes, "parallel.dp": dp}
+    fixed = lint_cfg(**engine, **{"resume.saved.dp": dp}, **d.edits)
+    assert [x.rule.id for x in fixed if x.is_error] == []
+
+
+def test_the_dp_fix_without_a_whole_node_count_edits_nothing():
+    [d] = find(lint_cfg(**DS, **{"resume.saved.dp": 4}), "TRC534")  # 4 GPUs, 8 per node
+    assert d.edits == {} and "run on 4 GPUs as saved" in (d.fix or "")
+
+
 def test_finetune_waives_schedule_and_optimizer_on_megatron_lm():
     saved = {"resume.saved.global_batch_size": 64, "resume.saved.optimizer": "sgd"}
     diags = lint_cfg(**LM, **saved)

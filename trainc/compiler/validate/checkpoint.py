@@ -21,6 +21,7 @@ count (the padded vocabulary) and the architecture are global shapes: no format 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -76,6 +77,7 @@ def layout_facts(spec: TrainSpec, d: Derived) -> dict[str, Any]:
         "ffn_hidden_size": m.ffn_hidden_size, "num_experts": m.num_experts,
         "max_position_embeddings": (m.max_position_embeddings or m.seq_length) if learned
         else None,
+        "gpus_per_node": spec.cluster.gpus_per_node,
         "padded_vocab_size": d.padded_vocab_size, "vocab_size": m.vocab_size,
         "make_vocab_size_divisible_by": m.make_vocab_size_divisible_by,
         "untie_embeddings_and_output_weights": m.untie_embeddings_and_output_weights,
@@ -102,6 +104,22 @@ def _vocab_fix(saved_rows: int, now: Mapping[str, Any]) -> tuple[str, dict[str, 
                 f"rows, as saved)", {"model.make_vocab_size_divisible_by": d})
     return (f"keep the saved tp, or convert the checkpoint's embedding to "
             f"{now['padded_vocab_size']} rows (tools/checkpoint/convert.py)", {})
+
+
+def _dp_fix(saved: Mapping[str, Any], now: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """dp is derived (world / (tp x pp x cp)): the saved dp comes back with the saved world, so
+    the fix sets the node count that gives it (with the saved tp, pp and cp where known), not
+    parallel.dp alone, which would only trade this error for TRC102."""
+    dp = int(saved["dp"])
+    world = dp * math.prod(int(saved.get(k) or now[k]) for k in ("tp", "pp", "cp"))
+    gpn = int(now.get("gpus_per_node") or 0)
+    if gpn and world % gpn == 0:
+        nodes = world // gpn
+        return (f"run on {world} GPUs as saved: set cluster.num_nodes to {nodes} "
+                f"({gpn} GPUs per node; dp {dp})",
+                {"cluster.num_nodes": nodes, "parallel.dp": dp})
+    return (f"run on {world} GPUs as saved (dp {dp}); {world} is not a multiple of "
+            f"{gpn} GPUs per node", {})
 
 
 def resume_findings(saved: Mapping[str, Any], now: Mapping[str, Any],
@@ -146,11 +164,12 @@ def resume_findings(saved: Mapping[str, Any], now: Mapping[str, Any],
                 "deepspeed": "; or convert it to a universal checkpoint "
                              "(deepspeed/checkpoint/ds_to_universal.py) and load that"}
         for k in moved:
-            out.append(Finding(
-                R.RESUME_LAYOUT, LAYOUT[k], saved[k], now[k],
-                f"resuming with {change} from a {fmt} checkpoint: {how}",
-                f"set {LAYOUT[k]} to {saved[k]} (the saved layout){conv.get(fmt, '')}",
-                {LAYOUT[k]: saved[k]}))
+            fix, edits = (_dp_fix(saved, now) if k == "dp" else
+                          (f"set {LAYOUT[k]} to {saved[k]} (the saved layout)",
+                           {LAYOUT[k]: saved[k]}))
+            out.append(Finding(R.RESUME_LAYOUT, LAYOUT[k], saved[k], now[k],
+                               f"resuming with {change} from a {fmt} checkpoint: {how}",
+                               fix + conv.get(fmt, ""), edits))
     if differs("padded_vocab_size"):
         fix, edits = _vocab_fix(int(saved["padded_vocab_size"]), now)
         out.append(Finding(
