@@ -190,6 +190,9 @@ def test_fixed_keys_that_break_a_rule_are_reported_not_called_out_of_memory(tmp_
     path.write_text(SPECS["llama70b_64xa100"] + "parallel: {tp: 3}\n")
     res = plan_layouts(path, top=3)
     assert not res.planned and "TRC201" in {d.rule.id for d in res.diagnostics}
+    [tp3] = [d for d in res.diagnostics if d.rule.id == "TRC201"]
+    lines = path.read_text().splitlines()
+    assert tp3.locations[0].render() == f"{path}:{len(lines)}"  # the line, as lint says
     proc = subprocess.run([sys.executable, "-m", "trainc", "plan", str(path), "--format", "json"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2

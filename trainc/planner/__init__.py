@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainc.compiler.diagnostics import Diagnostic, sort_diagnostics
+from trainc.compiler.diagnostics import Diagnostic, locate, sort_diagnostics
 from trainc.compiler.load import load_spec
 from trainc.compiler.normalize import normalize
 from trainc.compiler.pipeline import State, run_passes
@@ -291,9 +291,9 @@ def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
     if not out.planned:
         # Nothing to offer: if the keys the user fixed break a rule, that is the reason (not
         # memory); report those errors as `trainc lint` would.
-        out.diagnostics = sort_diagnostics([
+        out.diagnostics = sort_diagnostics(locate([
             d for d in validate(spec) if d.is_error
-            and (d.key in explicit or any(k in explicit for k in d.related))])
+            and (d.key in explicit or any(k in explicit for k in d.related))], loaded.where))
     out.planned = distinct_layouts(rank_within_band(drop_equal_time_larger(out.planned),
                                                     band))[:top]
     if out.planned:
