@@ -65,7 +65,8 @@ class Finding:
 
 def layout_facts(spec: TrainSpec, d: Derived) -> dict[str, Any]:
     """The :class:`trainc.schemas.SavedLayout` facts of a normalized spec (what its checkpoint
-    will hold)."""
+    will hold), and ``gpus_per_node``, which is not a saved fact (never compared): TRC534's dp
+    fix turns the saved world into a node count with it."""
     m, p, t = spec.model, spec.parallel, spec.training
     learned = m.position_embedding is PositionEmbedding.learned
     return {
@@ -112,8 +113,8 @@ def _dp_fix(saved: Mapping[str, Any], now: Mapping[str, Any]) -> tuple[str, dict
     parallel.dp alone, which would only trade this error for TRC102."""
     dp = int(saved["dp"])
     world = dp * math.prod(int(saved.get(k) or now[k]) for k in ("tp", "pp", "cp"))
-    gpn = int(now.get("gpus_per_node") or 0)
-    if gpn and world % gpn == 0:
+    gpn = int(now["gpus_per_node"])
+    if world % gpn == 0:
         nodes = world // gpn
         return (f"run on {world} GPUs as saved: set cluster.num_nodes to {nodes} "
                 f"({gpn} GPUs per node; dp {dp})",
