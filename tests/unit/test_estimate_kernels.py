@@ -191,3 +191,39 @@ def test_every_named_gpu_has_a_profile_with_its_data_sheet_peaks():
     assert "fp8" not in GPUS[Gpu.a100_80g].peaks
     assert GPUS[Gpu.gb200].nvlink_domain_size == 72
     assert GPUS[Gpu.h100_80g].nvlink_domain_size is None
+
+
+def test_engine_fsdp_runs_sdpa_flash_attention_and_eager_elementwise_kernels():
+    # the same layer on H100 under Megatron-Core (Transformer Engine's cuDNN attention, fused
+    # element-wise kernels) and under engine=fsdp (PyTorch SDPA's FlashAttention-2, eager ops)
+    from trainc.compiler.estimate.kernels import eager_extra_elements, layer_time_of
+    from trainc.schemas import Engine
+
+    def layer(engine, compile_=False):
+        s = _h100(parallel__tp=1, parallel__pp=1)
+        s.engine = engine
+        spec = run_ir(s).spec
+        if compile_:
+            spec.fsdp.compile = True
+        return spec, layer_time_of(spec, hardware(spec), False, "bf16", 1, 1, 1, 1, False, 1)
+
+    mg_spec, mg = layer(Engine.megatron)
+    fs_spec, fs = layer(Engine.fsdp)
+    p = GPUS[Gpu.h100_80g]
+    assert hardware(mg_spec).attention_eff == p.attention_efficiency == 0.55
+    assert hardware(fs_spec).attention_eff == p.sdpa_attention_efficiency == 0.35
+    assert fs.attn_f / mg.attn_f == pytest.approx(0.55 / 0.35)
+    assert fs.gemm_f == mg.gemm_f and fs.gemm_b == mg.gemm_b
+    # eager: rope (8 per q/k element), GQA repeat (2 per q/k element), the output transpose
+    # (2 per q element), silu then * (2 per element of f); 2 bytes each, 8192 tokens, read once
+    # forward and twice backward at 80 % of 3.35 TB/s
+    extra = eager_extra_elements(4096, 1024, 14336, True, True, True)
+    assert extra == 8 * 5120 + 2 * 5120 + 2 * 4096 + 2 * 14336
+    hbm = 3350e9 * 0.8
+    assert fs.elem_f - mg.elem_f == pytest.approx(2 * extra * 8192 / hbm)
+    assert fs.elem_b - mg.elem_b == pytest.approx(2 * 2 * extra * 8192 / hbm)
+    # torch.compile fuses them: the element-wise bytes are Megatron's again
+    _, fc = layer(Engine.fsdp, compile_=True)
+    assert fc.elem_f == mg.elem_f and fc.elem_b == mg.elem_b
+    # an A100 runs FlashAttention-2 under both engines: no separate SDPA figure
+    assert GPUS[Gpu.a100_80g].sdpa_attention_efficiency is None

@@ -42,7 +42,12 @@ class GpuPreset:
     compute ceiling); shapes lower it further (wave and tile quantization, memory bound)."""
     attention_efficiency: float = 0.55
     """Fraction of the BF16 peak fused (flash) attention reaches, forward + backward, at long
-    sequences (``s / (s + 512)`` of it at ``s`` keys)."""
+    sequences (``s / (s + 512)`` of it at ``s`` keys): Transformer Engine's fused attention
+    (cuDNN on Hopper and Blackwell), what engine=megatron and engine=deepspeed run."""
+    sdpa_attention_efficiency: float | None = None
+    """The same for PyTorch's ``scaled_dot_product_attention`` (its flash backend is
+    FlashAttention-2), what engine=fsdp (the trainc worker's model, torchtitan) runs; None:
+    as ``attention_efficiency`` (A100, where FlashAttention-2 is the fast kernel)."""
     memory_efficiency: float = 0.8
     """Fraction of HBM bandwidth element-wise and normalisation kernels reach."""
 
@@ -63,6 +68,8 @@ def load_profile(path: Path) -> GpuPreset:
         memory_bandwidth_gbps=float(d["memory_bandwidth_gbps"]), sm_count=int(d["sm_count"]),
         gemm_efficiency={k: float(v) for k, v in d["gemm_efficiency"].items()},
         attention_efficiency=float(d["attention_efficiency"]),
+        sdpa_attention_efficiency=(None if d.get("sdpa_attention_efficiency") is None
+                                   else float(d["sdpa_attention_efficiency"])),
         memory_efficiency=float(d["memory_efficiency"]))
 
 

@@ -42,7 +42,15 @@ from dataclasses import dataclass
 
 from trainc.compiler.hardware import GENERIC, GPUS, GpuPreset
 from trainc.compiler.ir import Plan, filled
-from trainc.schemas import Activation, Fp4Format, Fp8Format, Recompute, TrainSpec
+from trainc.schemas import (
+    Activation,
+    Engine,
+    Fp4Format,
+    Fp8Format,
+    PositionEmbedding,
+    Recompute,
+    TrainSpec,
+)
 
 #: Fixed cost per MoE layer per pass (forward, backward, recomputed forward), microseconds:
 #: the device-to-host sync of dropless routing's token counts and the routing / permutation
@@ -80,7 +88,10 @@ class Hw:
 
 def hardware(spec: TrainSpec) -> Hw:
     """The GPU profile of ``cluster.gpu`` scaled to the spec's ``peak_tflops`` (a user override
-    scales every precision alike); a custom GPU gets :data:`GENERIC`'s ratios."""
+    scales every precision alike); a custom GPU gets :data:`GENERIC`'s ratios. The attention
+    efficiency is the profile's for the engine's kernel: Transformer Engine's fused attention
+    (engine=megatron, deepspeed) or PyTorch SDPA's FlashAttention-2 (engine=fsdp,
+    ``sdpa_attention_efficiency``); ``cluster.attention_efficiency`` overrides both."""
     cl = spec.cluster
     prof: GpuPreset = GPUS.get(cl.gpu, GENERIC)
     bf16 = filled(cl.peak_tflops, "cluster.peak_tflops")
@@ -92,10 +103,12 @@ def hardware(spec: TrainSpec) -> Hw:
         eff["fp8"] = cl.fp8_gemm_efficiency
     moe_us = MOE_LAYER_OVERHEAD_US if cl.moe_layer_overhead_us is None else \
         cl.moe_layer_overhead_us
+    attn = prof.attention_efficiency
+    if spec.engine is Engine.fsdp and prof.sdpa_attention_efficiency is not None:
+        attn = prof.sdpa_attention_efficiency  # torch SDPA's FlashAttention-2 kernel
     return Hw(peaks={k: v * scale * 1e12 for k, v in prof.peaks.items()},
               gemm_eff=eff,
-              attention_eff=(prof.attention_efficiency if cl.attention_efficiency is None
-                             else cl.attention_efficiency),
+              attention_eff=attn if cl.attention_efficiency is None else cl.attention_efficiency,
               hbm=prof.memory_bandwidth_gbps * 1e9 * prof.memory_efficiency,
               sms=prof.sm_count, moe_overhead_s=moe_us * 1e-6)
 
@@ -246,6 +259,9 @@ def layer_time_of(spec: TrainSpec, hw: Hw, moe: bool, prec: str, t: int, c: int,
         elems += (3 if swiglu else 2) * f / t
         if prec != "bf16":
             casts += 2 * h + cf * f / t + f / t
+    if spec.engine is Engine.fsdp and not spec.fsdp.compile:
+        elems += eager_extra_elements(q / t, kv / t, 0 if moe else f / t, swiglu, g < a,
+                                      m.position_embedding is PositionEmbedding.rope)
     # attention core: causal, CP ranks each see all s keys for their s/c queries
     s_kv = s_full
     attn_flops = 4 * tok * s_kv * (a / t) * dh / 2
@@ -257,6 +273,35 @@ def layer_time_of(spec: TrainSpec, hw: Hw, moe: bool, prec: str, t: int, c: int,
     lt.elem_f = (elem_bytes + cast_bytes) / hw.hbm
     lt.elem_b = (2 * elem_bytes + cast_bytes) / hw.hbm
     return lt
+
+
+def eager_extra_elements(q: float, kv: float, f: float, swiglu: bool, grouped: bool,
+                         rope: bool) -> float:
+    """Element reads + writes per token that eager PyTorch adds to the fused kernels
+    :func:`layer_time_of` counts, for one layer's forward (engine=fsdp without
+    ``fsdp.compile``; the trainc worker's model, ``trainc/launch/torch_gpt.py``, and
+    torchtitan's run the same ops). ``q``, ``kv``: this GPU's query and key/value widths, ``f``:
+    its MLP width (0 for an MoE layer).
+
+    * rotary embedding (``rope``) as separate kernels (``x * cos``, the rotated half's negate and
+      concatenation, ``* sin``, the sum, the concatenation with the unrotated channels): about 10
+      element reads and writes per rotated element where a fused kernel reads and writes once
+      (2): 8 more per element of q and k;
+    * grouped-query attention: ``repeat_interleave`` materialises K and V at the query width
+      (reads kv, writes q, for each of the two);
+    * the attention output's transpose to ``[b, s, heads x d]`` is a copy (reads and writes q);
+    * SwiGLU as ``silu`` then ``*`` (read 1 write 1, read 2 write 1: 5 per element of f) where
+      a fused kernel reads 2 and writes 1 (3). GELU is one kernel either way. The norms are one
+      kernel in eager PyTorch too (``F.rms_norm`` / ``F.layer_norm``).
+
+    torch.compile (``fsdp.compile``) fuses these as Transformer Engine does: nothing is added.
+
+    >>> eager_extra_elements(4096, 1024, 14336, True, True, True)  # Llama 3 8B, tp 1
+    88064.0
+    """
+    rot = 8 * (q + kv) if rope else 0.0
+    gqa = 2 * (q + kv) if grouped else 0.0
+    return float(rot + gqa + 2 * q + (2 * f if swiglu else 0.0))
 
 
 def logits_time(spec: TrainSpec, plan: Plan, hw: Hw) -> tuple[float, float]:
