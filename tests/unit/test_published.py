@@ -181,6 +181,18 @@ def test_fully_sharded_rows_build_the_engine_that_ran_them(framework: str, engin
     loads(spec, tmp_path)
 
 
+@pytest.mark.parametrize(("compile_note", "want"), [
+    ("torch_compile=on", True), ("torch_compile=off (train_configs toml compile=false)", False),
+    ("", False)])
+def test_torch_compile_note_sets_fsdp_compile(compile_note: str, want: bool,
+                                              tmp_path: Path) -> None:
+    """torchtitan / FSDP rows run with torch.compile say so (``torch_compile=on``): the spec
+    sets ``fsdp.compile``, which the kernel model reads (fused element-wise kernels)."""
+    spec = build(zero_stage="3", notes=f"precision=BF16; framework=torchtitan; {compile_note}")
+    assert spec.get("fsdp", {}).get("compile", False) is want
+    loads(spec, tmp_path)
+
+
 def test_mpt_rows_are_gpt_style() -> None:
     """MPT (llm-foundry): GELU MLP, LayerNorm, learned positions, tied embeddings."""
     spec = build(model="MPT-7B", layers="32", hidden="4096", heads="32", kv_heads="32",

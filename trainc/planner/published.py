@@ -39,7 +39,7 @@ Conversion (each choice is a guess where the table is silent; the row's ``notes`
   FSDP rows, the MoE-folding paper's FSDP+EP); with ``framework=deepspeed`` in the notes
   DeepSpeed ZeRO-3; with ``framework=`` fsdp, llm-foundry, torchtitan or automodel
   ``engine: fsdp`` (full shard over the data-parallel ranks; torchtitan's rows with
-  ``launch.entrypoint: torchtitan``). GPT-style models
+  ``launch.entrypoint: torchtitan``; ``torch_compile=on`` in the notes sets ``fsdp.compile``). GPT-style models
   (``gpt*``, ``mpt*`` names) get GELU, LayerNorm, learned positions, tied embeddings. Layers
   that do not divide over pp x vpp: Megatron-Bridge's split with the embedding and the loss
   counted as layers (``account_for_embedding/loss_in_pipeline_split``, both, else the loss
@@ -266,6 +266,7 @@ def row_to_spec_reason(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]
         cluster["nvlink_domain_size"] = 64 if n % 64 == 0 else 72
     engine = "megatron"
     spec_launch: dict[str, Any] = {}
+    spec_fsdp: dict[str, Any] = {}
     if row.get("zero_stage") == "3":  # parameters, gradients and optimizer state sharded
         fw = ((note(row, "framework") or "").lower().split() or [""])[0]
         par["zero_stage"] = 3  # Megatron-FSDP unless another framework ran it
@@ -279,12 +280,16 @@ def row_to_spec_reason(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]
                 tr["recompute"] = "full"
             if fw == "torchtitan":
                 spec_launch = {"entrypoint": "torchtitan"}
+            if (note(row, "torch_compile") or "").lower().startswith("on"):
+                spec_fsdp["compile"] = True  # torch.compile fuses the element-wise kernels
         else:  # Megatron-FSDP runs in pretrain_gpt.py on CUDA (TRC383)
             spec_launch = {"entrypoint": "megatron-lm", "megatron_lm_path": "/opt/Megatron-LM"}
     spec = {"name": name, "engine": engine, "model": model, "cluster": cluster,
             "parallel": par, "training": tr}
     if spec_launch:
         spec["launch"] = spec_launch
+    if spec_fsdp:
+        spec["fsdp"] = spec_fsdp
     return spec, ""
 
 
