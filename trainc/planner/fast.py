@@ -31,7 +31,7 @@ from typing import Any
 
 from trainc.compiler.derive import padded_vocab, tp_in_nvlink_domain
 from trainc.compiler.estimate.activations import dense_layer_bytes, moe_mlp_extra_bytes
-from trainc.compiler.estimate.comm import zero_dp_bytes
+from trainc.compiler.estimate.comm import EpDispatch, ep_dispatch_seconds, zero_dp_bytes
 from trainc.compiler.estimate.kernels import (
     Hw,
     LayerTime,
@@ -489,13 +489,9 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
     bw_pp = intra if W <= dom else inter
     bw_dp = _ring_bw(dp * cp, tp, dom, intra, inter)
     bw_edp = _ring_bw(edp, etp * ep, dom, intra, inter)
-    # EP all-to-all: the remote share through the NICs, the rest on NVLink
-    if etp * ep <= dom and dom % (etp * ep) == 0:
-        ep_share = (0.0, 1.0 / intra)
-    else:
-        gm = max(min(ep, dom // etp if etp <= dom else 1), 1)
-        remote = (ep - min(gm, ep)) / (ep - 1) if ep > 1 else 0.0
-        ep_share = (remote / inter, (1 - remote) / intra)
+    # EP dispatch: EP ranks per NVLink domain (all of them when the group fits in one)
+    ep_g = ep if etp * ep <= dom and dom % (etp * ep) == 0 else \
+        max(min(ep, dom // etp if etp <= dom else 1), 1)
     low = layer_precision(spec, 1 if m.num_layers > 2 else 0)
     edge_bf16 = low != "bf16" and t.first_last_layers_bf16
     kinds = [x for x in ((False, 1 - mf), (True, mf)) if x[1] > 0]
@@ -565,8 +561,9 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
         tp_blocks = (1 - mf) * 2 + mf  # attention and dense MLP (TE linears)
         tp_expert = mf if etp > 1 else 0.0  # the experts' ETP block (never overlapped)
         tok_ep = mbs * s_loc / tsp
-        a2a = ((ep - 1) / ep * m.moe_router_topk * tok_ep * h * eb) if ep > 1 else 0.0
-        t_a2a = max(a2a * ep_share[0], a2a * ep_share[1])
+        t_a2a = ep_dispatch_seconds(EpDispatch(
+            m.moe_token_dispatcher_type, m.moe_router_topk, m.num_experts or 1, ep,
+            tok_ep * h * eb), ep_g, intra, inter) if ep > 1 else 0.0
         q_b = mbs * s_loc * (a / tp) * dh * eb
         kv_b = 2 * mbs * s_loc * max(g / tp, 1) * dh * eb
         pp_b = mbs * s_loc * h * eb / tsp

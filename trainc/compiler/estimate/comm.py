@@ -31,6 +31,7 @@ direction over the link's one-direction bandwidth. Seed corrections (the right v
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from trainc.compiler.estimate.memory import megatron_bytes_per_param
@@ -41,7 +42,15 @@ from trainc.compiler.estimate.params import (
     plan_stage_layers,
 )
 from trainc.compiler.ir import Plan, filled
-from trainc.schemas import CpCommType, Engine, Fp8Format, Precision, StateDtype, TrainSpec
+from trainc.schemas import (
+    CpCommType,
+    Engine,
+    Fp8Format,
+    MoeDispatcher,
+    Precision,
+    StateDtype,
+    TrainSpec,
+)
 
 AXES = ("tp", "cp", "ep", "pp", "dp")
 
@@ -69,6 +78,78 @@ def all_to_all_bytes(n: int, local: float) -> float:
     return (n - 1) / n * local if n > 1 else 0.0
 
 
+@dataclass(frozen=True)
+class EpDispatch:
+    """One MoE token dispatch (or combine) of one rank: ``token_bytes`` = tokens x hidden x
+    element bytes of its micro-batch (after the sequence-parallel split), routed to ``topk`` of
+    ``experts`` experts spread evenly over ``ep`` ranks, by ``dispatcher`` (Megatron-Core
+    ``moe_token_dispatcher_type``)."""
+
+    dispatcher: MoeDispatcher
+    topk: int
+    experts: int
+    ep: int
+    token_bytes: float
+
+
+def _p_hit(experts: int, held: int, topk: int) -> float:
+    """Probability that a token's ``topk`` distinct experts (uniform routing) include one of
+    ``held`` given experts: ``1 - C(E - held, k) / C(E, k)``."""
+    if held <= 0:
+        return 0.0
+    return 1.0 - math.comb(experts - held, topk) / math.comb(experts, topk)
+
+
+def ep_link_bytes(d: EpDispatch, g: int) -> tuple[float, float]:
+    """(NIC bytes, NVLink bytes) one rank sends for one dispatch ``d`` when ``g`` of the ``ep``
+    ranks share its NVLink domain (``g >= ep``: all of them). Uniform routing, as Megatron's
+    force-balanced benchmarks.
+
+    * ``alltoall`` (Megatron-Core ``MoEAlltoAllTokenDispatcher``): each token goes once per
+      chosen expert: ``topk`` copies, ``(ep - g) / ep`` of them to ranks in other domains
+      (through the NIC), ``(g - 1) / ep`` to the other ranks of its own domain.
+    * ``flex`` (DeepEP / HybridEP fused kernels, ``moe_token_dispatcher_type: flex``): a token
+      crosses the scale-out fabric once per other domain that holds one of its experts and
+      reaches each other rank holding one of them once over NVLink (DeepEP's internode kernel
+      sends one RDMA copy per node and forwards it over NVLink; DeepSeek-V3, arXiv 2412.19437
+      §3.2.2; deepseek-ai/DeepEP README): NIC ``(N - 1) P_hit(domain)``, NVLink
+      ``(ep - 1) P_hit(rank)`` token copies, with ``N = ep / g`` domains.
+    * ``allgather`` (``MoEAllGatherTokenDispatcher``): every rank gathers all ``ep`` ranks'
+      tokens (a ring over the group), the combine reduce-scatters them: ``ep - 1`` copies; a
+      ring that leaves the domain runs ``g`` NIC channels in parallel (see
+      :func:`time_collectives`), here counted as NIC bytes ``(ep - 1)`` spread over ``g``.
+
+    >>> d = EpDispatch(MoeDispatcher.alltoall, 8, 128, 16, 1.0)  # Qwen3-30B, ep 16 on 2 nodes
+    >>> [round(x, 3) for x in ep_link_bytes(d, 8)]  # topk x 8/16 remote, x 7/16 local
+    [4.0, 3.5]
+    >>> [round(x, 3) for x in ep_link_bytes(EpDispatch(MoeDispatcher.flex, 8, 128, 16, 1.0), 8)]
+    [0.997, 6.184]
+    """
+    n, k, e = d.ep, d.topk, d.experts
+    if n <= 1:
+        return 0.0, 0.0
+    g = max(min(g, n), 1)
+    if d.dispatcher is MoeDispatcher.flex:
+        domains = max(n // g, 1)
+        nic = (domains - 1) * _p_hit(e, e * g // n, k)
+        nvl = (n - 1) * _p_hit(e, e // n, k)
+        return nic * d.token_bytes, nvl * d.token_bytes
+    if d.dispatcher is MoeDispatcher.allgather:
+        copies = float(n - 1)
+        return ((copies if g < n else 0.0) * d.token_bytes,
+                (0.0 if g < n else copies) * d.token_bytes)
+    return k * (n - g) / n * d.token_bytes, k * (g - 1) / n * d.token_bytes
+
+
+def ep_dispatch_seconds(d: EpDispatch, g: int, intra: float, inter: float) -> float:
+    """Seconds of one dispatch ``d`` with ``g`` EP ranks per NVLink domain, NVLink and NIC at
+    ``intra`` / ``inter`` bytes per second (efficiency applied): the slower of the two links
+    (:func:`ep_link_bytes`); the allgather dispatcher's ring runs ``g`` NIC channels."""
+    nic, nvl = ep_link_bytes(d, g)
+    nic_bw = min(intra, inter * g) if d.dispatcher is MoeDispatcher.allgather else inter
+    return max(nic / nic_bw if nic else 0.0, nvl / intra if nvl else 0.0)
+
+
 @dataclass
 class Collective:
     """One kind of collective on one GPU, summed over the step."""
@@ -85,6 +166,9 @@ class Collective:
     group: str = ""
     """Rank-map group kind whose span decides the bandwidth ("": the axis' own group)."""
     exposed_seconds: float = 0.0
+    ep: EpDispatch | None = None
+    """The MoE token dispatch this record counts (EP axis): its NVLink and NIC bytes depend on
+    how many EP ranks share an NVLink domain, known when it is timed (:func:`ep_link_bytes`)."""
 
     def add(self, sent: float, received: float | None = None, times: int = 1) -> None:
         """Add ``times`` operations of ``sent`` bytes (received defaults to sent)."""
@@ -181,8 +265,12 @@ def stage_comm(spec: TrainSpec, plan: Plan, stages: list[StageParams]) -> list[S
             sc.get("cp", spec.parallel.cp_comm_type.value, c).add(per, times=len(idx) * M)
         if e > 1 and n_moe:
             tokens = b * s / (t if sp else 1)
-            a2a = all_to_all_bytes(e, m.moe_router_topk * tokens * h * eb)
-            sc.get("ep", "dispatch+combine all_to_all", e).add(a2a, times=2 * M * sum(
+            disp = EpDispatch(m.moe_token_dispatcher_type, m.moe_router_topk,
+                              filled(m.num_experts, "model.num_experts"), e, tokens * h * eb)
+            nic, nvl = ep_link_bytes(disp, 1)  # every copy to another rank (for the bytes)
+            col = sc.get("ep", "dispatch+combine " + EP_COLLECTIVE[disp.dispatcher], e)
+            col.ep = disp
+            col.add(nic + nvl, times=2 * M * sum(
                 n for mo, n in zip(moe, passes, strict=False) if mo))
         if p > 1:
             pb = b * s * h * eb / (t if sp else 1)
@@ -256,6 +344,10 @@ def _dp(spec: TrainSpec, plan: Plan, sc: StageComm, sp_: StageParams) -> None:
             sc.get("dp", f"{kind} grad all_reduce", group).add(all_reduce_bytes(group, params * gb))
 
 
+#: the EP record's name per dispatcher (``dispatch+combine NAME``)
+EP_COLLECTIVE = {MoeDispatcher.alltoall: "all_to_all", MoeDispatcher.flex: "flex all_to_all",
+                 MoeDispatcher.allgather: "all_gather+reduce_scatter"}
+
 #: collective axis -> rank-map group kind whose span decides the bandwidth
 _GROUP_OF_AXIS = {"tp": "tp", "cp": "cp", "ep": "ep", "pp": "pp", "dp": "dp_cp"}
 
@@ -280,6 +372,12 @@ def time_collectives(spec: TrainSpec, comms: list[StageComm], crosses: dict[str,
             col.crosses_nodes = bool(crosses.get(kind, True))
             bw = inter if col.crosses_nodes else intra
             vol = max(col.sent_bytes, col.received_bytes)
+            if col.ep is not None and members is not None:
+                g = max(members.get(kind, 1), 1) if col.crosses_nodes else col.group_size
+                col.seconds = col.count * ep_dispatch_seconds(col.ep, g, intra * 1e9 * eff,
+                                                              inter * 1e9 * eff)
+                col.bandwidth_gbps = vol / col.seconds / 1e9 / eff if col.seconds else bw
+                continue
             if col.crosses_nodes and members is not None and col.group_size > 1:
                 g = max(members.get(kind, 1), 1)
                 if "all_to_all" in col.name:
