@@ -41,8 +41,8 @@ Conversion (each choice is a guess where the table is silent; the row's ``notes`
   ``engine: fsdp`` (full shard over the data-parallel ranks; torchtitan's rows with
   ``launch.entrypoint: torchtitan``; ``torch_compile=on`` in the notes sets
   ``fsdp.compile``). GPT-style models (``gpt*``, ``mpt*`` names) get GELU, LayerNorm,
-  learned positions, tied embeddings. Layers that do not divide over pp x vpp: Megatron-Bridge's split with the embedding and the loss
-  counted as layers (``account_for_embedding/loss_in_pipeline_split``, both, else the loss
+  learned positions, tied embeddings. Layers that do not divide over pp x vpp:
+  Megatron-Bridge's split with the embedding and the loss counted as layers (``account_for_embedding/loss_in_pipeline_split``, both, else the loss
   only), else an explicit first/last stage (its pipeline layout strings) with vpp 1;
 * batch: the published micro batch (1 when empty) and global batch; an empty global batch (the
   NeMo long-sequence table) is ``8 x dp x micro batch`` sequences: callers that need published
