@@ -42,8 +42,9 @@ Conversion (each choice is a guess where the table is silent; the row's ``notes`
   ``launch.entrypoint: torchtitan``; ``torch_compile=on`` in the notes sets
   ``fsdp.compile``). GPT-style models (``gpt*``, ``mpt*`` names) get GELU, LayerNorm,
   learned positions, tied embeddings. Layers that do not divide over pp x vpp:
-  Megatron-Bridge's split with the embedding and the loss counted as layers (``account_for_embedding/loss_in_pipeline_split``, both, else the loss
-  only), else an explicit first/last stage (its pipeline layout strings) with vpp 1;
+  Megatron-Bridge's split with the embedding and the loss counted as layers
+  (``account_for_embedding/loss_in_pipeline_split``, both, else the loss only), else an
+  explicit first/last stage (its pipeline layout strings) with vpp 1;
 * batch: the published micro batch (1 when empty) and global batch; an empty global batch (the
   NeMo long-sequence table) is ``8 x dp x micro batch`` sequences: callers that need published
   inputs only check ``row["global_batch"]``;
