@@ -193,6 +193,20 @@ def test_torch_compile_note_sets_fsdp_compile(compile_note: str, want: bool,
     loads(spec, tmp_path)
 
 
+def test_moe_rows_build_from_their_columns(tmp_path: Path) -> None:
+    """An MoE model without a preset builds from the row's columns (every layer MoE, expert
+    width ffn_hidden, top-k); without the expert width it is skipped with a reason."""
+    cols = dict(model="Grok-1-314B", layers="64", hidden="6144", heads="48", kv_heads="8",
+                ffn_hidden="32768", vocab="128256", seq_len="8192", experts="8", topk="2",
+                ep="8", notes="precision=BF16")
+    spec = build(**cols)
+    m = spec["model"]
+    assert (m["num_experts"], m["moe_router_topk"], m["moe_ffn_hidden_size"]) == (8, 2, 32768)
+    loads(spec, tmp_path)
+    spec, why = row_to_spec_reason({**ROW, **cols, "ffn_hidden": ""})
+    assert spec is None and "not transcribed" in why
+
+
 def test_mpt_rows_are_gpt_style() -> None:
     """MPT (llm-foundry): GELU MLP, LayerNorm, learned positions, tied embeddings."""
     spec = build(model="MPT-7B", layers="32", hidden="4096", heads="32", kv_heads="32",

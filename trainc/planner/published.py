@@ -19,7 +19,9 @@ Conversion (each choice is a guess where the table is silent; the row's ``notes`
   with sources; the models trainc cannot express are listed there with the reason), else the
   row's columns when they give layers, hidden, heads and vocabulary of a dense model (GPT-2/3
   style, Brown et al. 2020, for a ``GPT*`` name: GELU, LayerNorm, learned positions, tied
-  embeddings; trainc's Llama-style defaults otherwise); else skipped. ``seq_len`` is the
+  embeddings; trainc's Llama-style defaults otherwise) or, with ``experts``, ``topk`` and the
+  expert width in ``ffn_hidden``, of an MoE model (every layer MoE, no shared expert, Llama-
+  style); else skipped. ``seq_len`` is the
   sequence, ``max_position_embeddings`` at least that; RoPE scaling is dropped (it changes no
   estimate);
 * cluster: ``cluster.gpu`` from ``gpu_type`` (:func:`gpu_of`), 8 GPUs per node (4 per GB200 /
@@ -188,10 +190,17 @@ def _model(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]:
         base = dict(known["models"][key]["model"])
     else:
         needed = {"num_layers", "hidden_size", "num_attention_heads", "vocab_size"}
-        if not needed <= set(given) or row.get("experts", ""):
+        experts, topk = _int(row, "experts"), _int(row, "topk")
+        moe = bool(row.get("experts", ""))
+        if not needed <= set(given) or (moe and not (experts and topk
+                                                     and "ffn_hidden_size" in given)):
             return None, (f"architecture of {row.get('model')!r} not transcribed, no model "
                           "preset and not in trainc/conf/published_models.yaml")
         base = dict(given)
+        if moe:  # every layer an MoE layer of ``experts`` experts of width ffn_hidden, top-k
+            base.update(num_experts=experts, moe_router_topk=topk,
+                        moe_ffn_hidden_size=given["ffn_hidden_size"])
+            return base, ""
         if key.startswith(("gpt", "mpt")):  # GPT-2/3 style (Brown et al. 2020); MPT alike
             # (GELU MLP of 4h, LayerNorm, tied embeddings; its ALiBi is off by default and it
             # learns absolute positions: mosaicml/llm-foundry model configs)
