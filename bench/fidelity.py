@@ -333,6 +333,31 @@ def report(results: list[Result], show_rows: bool = False,
     return "\n".join(lines)
 
 
+def band_report(results: list[Result]) -> str:
+    """The spread of measured / estimated step time by model kind (p10, p50, p90: what
+    ``trainc/conf/step_time_band.yaml`` holds) and how many rows fall inside the band the
+    estimates carry now (about 80 % where the band describes the rows)."""
+    from trainc.compiler.estimate.band import published_bands
+
+    bands = published_bands()
+    lines = ["step time band (measured / estimated step time = predicted / measured tokens/s):"]
+    for kind, tag in (("dense", "dense"), ("moe", "MoE")):
+        rs = sorted(r.predicted / r.measured for r in results
+                    if r.predicted and r.measured and tag in r.tags)
+        if not rs:
+            continue
+
+        def q(p: float, xs: list[float] = rs) -> float:
+            return xs[min(len(xs) - 1, round(p * (len(xs) - 1)))]
+
+        lo, hi = bands[kind]
+        inside = sum(lo <= x <= hi for x in rs)
+        lines.append(f"  {kind:<6} n={len(rs):>4}  p10 {q(0.1):.3f}  p50 {q(0.5):.3f}  "
+                     f"p90 {q(0.9):.3f}  | inside the carried band [{lo:.3f}, {hi:.3f}]: "
+                     f"{inside}/{len(rs)} ({100 * inside / len(rs):.0f} %)")
+    return "\n".join(lines)
+
+
 def planner_top5(results: list[Result], limit: int | None = None) -> str:
     """The planner's top-5 rate: for each distinct (model, cluster, batch, precision) of the
     compiled rows, does ``trainc plan`` (the spec without its parallel section, micro batch and
@@ -370,14 +395,22 @@ def planner_top5(results: list[Result], limit: int | None = None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: ``fidelity.py [CSV] [--rows] [--planner]`` (the planner's top-5 rate runs
-    ``trainc plan`` once per distinct run: minutes)."""
+    ``trainc plan`` once per distinct run: minutes); ``fidelity.py --band [CSV ...]`` prints
+    the step-time band over the tables together (default: calibration and held-out), the
+    figures ``trainc/conf/step_time_band.yaml`` holds."""
     args = sys.argv[1:] if argv is None else argv
     show = "--rows" in args
     paths = [a for a in args if not a.startswith("--")]
+    if "--band" in args:  # the band over every table given (default: calibration + held-out)
+        tables = [Path(x) for x in paths] or [DEFAULT_CSV, ROOT / "bench" / "heldout_runs.csv"]
+        print(band_report([r for t in tables for r in run(t, baselines=False)]))
+        return 0
     path = Path(paths[0]) if paths else DEFAULT_CSV
     results = run(path)
     calib = None if path.resolve() == DEFAULT_CSV.resolve() else run(DEFAULT_CSV)
     print(report(results, show, calib))
+    print()
+    print(band_report(results))
     if "--planner" in args:
         print()
         print(planner_top5(results))

@@ -227,3 +227,29 @@ def test_engine_fsdp_runs_sdpa_flash_attention_and_eager_elementwise_kernels():
     assert fc.elem_f == mg.elem_f and fc.elem_b == mg.elem_b
     # an A100 runs FlashAttention-2 under both engines: no separate SDPA figure
     assert GPUS[Gpu.a100_80g].sdpa_attention_efficiency is None
+
+
+def test_step_time_carries_the_published_runs_band_unless_calibrated():
+    from trainc.compiler.estimate.band import published_bands
+
+    dense = run(_h100())["estimates"]
+    lo, hi = published_bands()["dense"]
+    assert dense["step_time_band"] == "published runs (dense)"
+    assert dense["step_time_p10_seconds"] == pytest.approx(dense["step_time_seconds"] * lo,
+                                                           rel=1e-5)
+    assert dense["step_time_p90_seconds"] == pytest.approx(dense["step_time_seconds"] * hi,
+                                                           rel=1e-5)
+    moe = run(_h100(model__num_experts=8, model__moe_ffn_hidden_size=14336,
+                    parallel__ep=2))["estimates"]
+    lo, hi = published_bands()["moe"]
+    assert moe["step_time_band"] == "published runs (moe)"
+    assert moe["step_time_p90_seconds"] == pytest.approx(moe["step_time_seconds"] * hi, rel=1e-5)
+    cal = _h100()
+    cal.cluster.step_time_p10_ratio, cal.cluster.step_time_p90_ratio = 0.95, 1.08
+    e = run(cal)["estimates"]
+    assert e["step_time_band"] == "calibrated"
+    assert e["step_time_p90_seconds"] == pytest.approx(e["step_time_seconds"] * 1.08, rel=1e-5)
+    seed = _h100()
+    seed.cluster.time_model = TimeModel.seed
+    e = run(seed)["estimates"]
+    assert e["step_time_p10_seconds"] is None and e["step_time_band"] is None

@@ -204,9 +204,14 @@ class Estimates:
     rank_map: Mapping[str, Any]
     """Rank generator sizes, strides, groups leaving a node / NVLink domain, first node's rows."""
     step_time_p10_seconds: float | None = None
-    """step_time_seconds x the cluster's calibrated step_time_p10_ratio (None: not calibrated)."""
+    """step_time_seconds x the 10th percentile of measured / estimated step time: the cluster's
+    calibrated step_time_p10_ratio, else the kernel model's on published runs
+    (:mod:`trainc.compiler.estimate.band`); None with the seed time model uncalibrated."""
     step_time_p90_seconds: float | None = None
-    """step_time_seconds x the cluster's calibrated step_time_p90_ratio (None: not calibrated)."""
+    """The same at the 90th percentile."""
+    step_time_band: str | None = None
+    """Where the p10-p90 band comes from: ``calibrated`` or ``published runs (dense)`` /
+    ``published runs (moe)``; None without a band."""
 
     def to_json(self) -> dict[str, Any]:
         """The ``estimates`` object of plan.json."""

@@ -39,7 +39,8 @@ def _estimates(est: dict[str, Any]) -> list[str]:
         band = ""
         if _num(est.get("step_time_p10_seconds")) and _num(est.get("step_time_p90_seconds")):
             band = (f" (p10-p90 {fixed(est['step_time_p10_seconds'], 3)}-"
-                    f"{fixed(est['step_time_p90_seconds'], 3)} s, calibrated)")
+                    f"{fixed(est['step_time_p90_seconds'], 3)} s, "
+                    f"{est.get('step_time_band') or 'calibrated'})")
         rows.append(("step time", f"{fixed(est['step_time_seconds'], 3)} s{band}"))
     if _num(est.get("tokens_per_second")):
         rows.append(("tokens per second", fixed(est["tokens_per_second"], 0, sep=True)))

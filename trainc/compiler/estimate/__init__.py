@@ -6,8 +6,9 @@ Modules, one quantity each: :mod:`.params` (parameter counts per stage), :mod:`.
 states by engine / ZeRO stage), :mod:`.activations` (Korthikanti et al. 2022), :mod:`.comm`
 (collectives by axis), :mod:`.bubble`, :mod:`.flops` (Megatron's count), :mod:`.kernels` (kernel
 times on the GPU profile), :mod:`.time` (step time, tokens/s, MFU, exposed seconds per
-collective), :mod:`.rankmap` (Megatron-Core's rank layout), :mod:`.megatron_ref` (Megatron's own
-theoretical estimator, the reference the tests compare with).
+collective), :mod:`.rankmap` (Megatron-Core's rank layout), :mod:`.band` (the step time's p10-p90 range),
+:mod:`.megatron_ref` (Megatron's own theoretical estimator, the reference the tests compare
+with).
 
 Which GPU the per-GPU numbers describe: ``memory_bytes`` is the most loaded pipeline stage
 (``memory_stage``; every stage is in ``memory_per_stage``); ``comm_bytes_per_step`` takes, per axis,
@@ -20,6 +21,7 @@ Output is deterministic: bytes are ints, other floats are rounded to 6 significa
 from __future__ import annotations
 
 from trainc.compiler.estimate.activations import stage_activation_bytes
+from trainc.compiler.estimate.band import step_time_band
 from trainc.compiler.estimate.bubble import bubble_fraction
 from trainc.compiler.estimate.comm import AXES, stage_comm, time_collectives
 from trainc.compiler.estimate.flops import flops_per_step, hardware_flops_per_step
@@ -133,12 +135,15 @@ def estimate(plan: Plan) -> Estimates:
                      "comm_efficiency": cl.comm_efficiency, "comm_overlap": cl.comm_overlap,
                      "memory_reserve_gib": cl.memory_reserve_gib},
         rank_map=rmap,
-        **_band(cl.step_time_p10_ratio, cl.step_time_p90_ratio, st.step_time_seconds),
+        **_band(spec, st.step_time_seconds),
     )
 
 
-def _band(lo: float | None, hi: float | None, step: float) -> dict[str, float]:
-    """The calibrated p10/p90 step times (``trainc calibrate`` writes the ratios), if any."""
-    if lo is None or hi is None:
+def _band(spec: TrainSpec, step: float) -> dict[str, float | str]:
+    """The p10/p90 step times and where their band comes from (:mod:`.band`), if any."""
+    band = step_time_band(spec)
+    if band is None:
         return {}
-    return {"step_time_p10_seconds": r6(step * lo), "step_time_p90_seconds": r6(step * hi)}
+    lo, hi, source = band
+    return {"step_time_p10_seconds": r6(step * lo), "step_time_p90_seconds": r6(step * hi),
+            "step_time_band": source}

@@ -107,7 +107,8 @@ def explain_tables(plan: dict[str, Any], max_ranks: int | None = None) -> list[A
                             f"({sig(e['bubble_seconds'])} s)"),
         ("step time", f"{sig(e['step_time_seconds'])} s" + (
             f" (p10-p90 {sig(e['step_time_p10_seconds'])}-{sig(e['step_time_p90_seconds'])} s, "
-            "calibrated)" if e.get("step_time_p10_seconds") is not None else "")),
+            f"{e.get('step_time_band') or 'calibrated'})"
+            if e.get("step_time_p10_seconds") is not None else "")),
         ("tokens / s", f"{e['tokens_per_second']:,.0f}"),
         ("MFU", f"{percent(e['mfu'])} %"),
     ):
