@@ -6,9 +6,9 @@ Modules, one quantity each: :mod:`.params` (parameter counts per stage), :mod:`.
 states by engine / ZeRO stage), :mod:`.activations` (Korthikanti et al. 2022), :mod:`.comm`
 (collectives by axis), :mod:`.bubble`, :mod:`.flops` (Megatron's count), :mod:`.kernels` (kernel
 times on the GPU profile), :mod:`.time` (step time, tokens/s, MFU, exposed seconds per
-collective), :mod:`.rankmap` (Megatron-Core's rank layout), :mod:`.band` (the step time's p10-p90 range),
-:mod:`.megatron_ref` (Megatron's own theoretical estimator, the reference the tests compare
-with).
+collective), :mod:`.rankmap` (Megatron-Core's rank layout), :mod:`.band` (the step time's
+p10-p90 range), :mod:`.megatron_ref` (Megatron's own theoretical estimator, the reference the
+tests compare with).
 
 Which GPU the per-GPU numbers describe: ``memory_bytes`` is the most loaded pipeline stage
 (``memory_stage``; every stage is in ``memory_per_stage``); ``comm_bytes_per_step`` takes, per axis,
@@ -101,6 +101,7 @@ def estimate(plan: Plan) -> Estimates:
     crit = comms[st.critical_stage]
     budget = (filled(cl.gpu_memory_gib, "cluster.gpu_memory_gib") - cl.memory_reserve_gib) * 2**30
     w = mem[worst]
+    band = step_time_band(spec)  # the step time's p10-p90 range (.band)
     return Estimates(
         memory_bytes=MemoryBytes(params=w.params, grads=w.grads, optimizer=w.optimizer,
                                  activations=w.activations, total=w.total),
@@ -135,15 +136,7 @@ def estimate(plan: Plan) -> Estimates:
                      "comm_efficiency": cl.comm_efficiency, "comm_overlap": cl.comm_overlap,
                      "memory_reserve_gib": cl.memory_reserve_gib},
         rank_map=rmap,
-        **_band(spec, st.step_time_seconds),
+        step_time_p10_seconds=r6(st.step_time_seconds * band[0]) if band else None,
+        step_time_p90_seconds=r6(st.step_time_seconds * band[1]) if band else None,
+        step_time_band=band[2] if band else None,
     )
-
-
-def _band(spec: TrainSpec, step: float) -> dict[str, float | str]:
-    """The p10/p90 step times and where their band comes from (:mod:`.band`), if any."""
-    band = step_time_band(spec)
-    if band is None:
-        return {}
-    lo, hi, source = band
-    return {"step_time_p10_seconds": r6(step * lo), "step_time_p90_seconds": r6(step * hi),
-            "step_time_band": source}
