@@ -253,3 +253,23 @@ def test_step_time_carries_the_published_runs_band_unless_calibrated():
     seed.cluster.time_model = TimeModel.seed
     e = run(seed)["estimates"]
     assert e["step_time_p10_seconds"] is None and e["step_time_band"] is None
+
+
+def test_unfused_attention_is_priced_when_flash_attention_is_off():
+    # cluster.flash_attention: false (attention that materialises the scores) changes the time
+    # model as it changes activation memory: the score GEMMs and the s x s softmax / dropout
+    from trainc.compiler.estimate.kernels import layer_time_of, unfused_attention_seconds
+
+    spec = run_ir(make_spec()).spec
+    hw = hardware(spec)
+    flash = layer_time_of(spec, hw, False, "bf16", 2, 1, 1, 1, True, 1)
+    spec.cluster.flash_attention = False
+    unfused = layer_time_of(spec, hw, False, "bf16", 2, 1, 1, 1, True, 1)
+    f, b = unfused_attention_seconds(hw, 1, 8192, 8192, 32 / 2, 128, True)  # attention dropout
+    assert (unfused.attn_f, unfused.attn_b) == (f, b)
+    assert unfused.attn_f > 2 * flash.attn_f
+    assert unfused.gemm_f == flash.gemm_f and unfused.elem_f == flash.elem_f
+    # without attention dropout its mask and its kernels are gone
+    f0, b0 = unfused_attention_seconds(hw, 1, 8192, 8192, 16, 128, False)
+    assert f - f0 == pytest.approx(16 * 8192 * 8192 * 5 / hw.hbm)
+    assert b - b0 == pytest.approx(16 * 8192 * 8192 * 5 / hw.hbm)

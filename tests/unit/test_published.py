@@ -207,6 +207,14 @@ def test_moe_rows_build_from_their_columns(tmp_path: Path) -> None:
     assert spec is None and "not transcribed" in why
 
 
+def test_unfused_attention_note(tmp_path: Path) -> None:
+    """``attention=unfused`` (runs before FlashAttention) sets cluster.flash_attention false."""
+    spec = build(notes="precision=BF16; attention=unfused (2021 Megatron-LM)")
+    assert spec["cluster"]["flash_attention"] is False
+    loads(spec, tmp_path)
+    assert "flash_attention" not in build(notes="precision=BF16")["cluster"]
+
+
 def test_mpt_rows_are_gpt_style() -> None:
     """MPT (llm-foundry): GELU MLP, LayerNorm, learned positions, tied embeddings."""
     spec = build(model="MPT-7B", layers="32", hidden="4096", heads="32", kv_heads="32",

@@ -50,6 +50,8 @@ Conversion (each choice is a guess where the table is silent; the row's ``notes`
 * batch: the published micro batch (1 when empty) and global batch; an empty global batch (the
   NeMo long-sequence table) is ``8 x dp x micro batch`` sequences: callers that need published
   inputs only check ``row["global_batch"]``;
+* attention: ``attention=unfused`` in the notes (runs before FlashAttention, 2022) sets
+  ``cluster.flash_attention: false``: the score matrix's memory and kernels are priced;
 * recompute: the ``recompute`` column, else none (the Megatron-Bridge performance recipes train
   without full recompute; the table does not transcribe their per-module lists).
 """
@@ -274,6 +276,8 @@ def row_to_spec_reason(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]
         cluster["gpu_memory_gib"] = int(mem.group(1))
     if gpu in RACK_GPUS:  # elsewhere the NVLink domain is the node (the default)
         cluster["nvlink_domain_size"] = 64 if n % 64 == 0 else 72
+    if (note(row, "attention") or "").lower().startswith("unfused"):
+        cluster["flash_attention"] = False  # the score matrix materialised (pre-2022 stacks)
     engine = "megatron"
     spec_launch: dict[str, Any] = {}
     spec_fsdp: dict[str, Any] = {}

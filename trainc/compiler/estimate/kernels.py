@@ -264,15 +264,52 @@ def layer_time_of(spec: TrainSpec, hw: Hw, moe: bool, prec: str, t: int, c: int,
                                       m.position_embedding is PositionEmbedding.rope)
     # attention core: causal, CP ranks each see all s keys for their s/c queries
     s_kv = s_full
-    attn_flops = 4 * tok * s_kv * (a / t) * dh / 2
-    eff = hw.attention_eff * s_kv / (s_kv + 512)
-    lt.attn_f = attn_flops / (hw.peaks["bf16"] * eff)
-    lt.attn_b = 2.5 * lt.attn_f
+    if spec.cluster.flash_attention:
+        attn_flops = 4 * tok * s_kv * (a / t) * dh / 2
+        eff = hw.attention_eff * s_kv / (s_kv + 512)
+        lt.attn_f = attn_flops / (hw.peaks["bf16"] * eff)
+        lt.attn_b = 2.5 * lt.attn_f
+    else:
+        lt.attn_f, lt.attn_b = unfused_attention_seconds(hw, b, s_full / c, s_kv, a / t, dh,
+                                                         m.attention_dropout > 0)
     elem_bytes = 2 * elems * tok  # 2-byte activations
     cast_bytes = 4 * casts * tok  # read 2 B, write 1 B + the transposed 1 B copy
     lt.elem_f = (elem_bytes + cast_bytes) / hw.hbm
     lt.elem_b = (2 * elem_bytes + cast_bytes) / hw.hbm
     return lt
+
+
+def unfused_attention_seconds(hw: Hw, b: float, s_q: float, s_kv: float, heads: float,
+                              dh: float, dropout: bool) -> tuple[float, float]:
+    """(forward, backward) seconds of attention that materialises the score matrix
+    (``cluster.flash_attention: false``: Megatron-Core's unfused ``DotProductAttention``, the
+    Megatron-LM of Narayanan et al. 2021 and Korthikanti et al. 2022), for ``b`` sequences of
+    ``s_q`` queries against ``s_kv`` keys and ``heads`` heads of width ``dh`` on this GPU.
+
+    * GEMMs, batched over ``b x heads``: forward ``Q K^T`` (s_q, s_kv, dh) and ``P V`` (s_q, dh,
+      s_kv); backward ``dV = P^T dO``, ``dP = dO V^T``, ``dQ = dS K``, ``dK = dS^T Q``. The
+      causal mask skips nothing: every score is computed.
+    * the score matrix's element-wise kernels (2-byte scores, ``b x heads x s_q x s_kv``
+      elements, by bytes at the HBM rate): the fused scale-mask-softmax reads and writes it (4 B
+      per element), attention dropout writes a 1-byte mask besides (5 B); backward the softmax
+      gradient reads P and dP and writes dS (6 B), dropout's reads the mask (5 B).
+
+    >>> hw = Hw({"bf16": 1e15}, {"bf16": 1.0}, 0.5, 1e12, 100, k_overhead=0)
+    >>> f, b = unfused_attention_seconds(hw, 1, 2048, 2048, 16, 128, False)
+    >>> round(f * 1e6, 1), round(b * 1e6, 1)  # memory-bound GEMMs, 151 us each, + the scores
+    (570.4, 1006.6)
+    """
+    groups = max(round(b * heads), 1)
+    fwd = gemm_seconds(hw, s_q, s_kv, dh, "bf16", groups) + \
+        gemm_seconds(hw, s_q, dh, s_kv, "bf16", groups)
+    bwd = (gemm_seconds(hw, s_kv, dh, s_q, "bf16", groups)
+           + gemm_seconds(hw, s_q, s_kv, dh, "bf16", groups)
+           + gemm_seconds(hw, s_q, dh, s_kv, "bf16", groups)
+           + gemm_seconds(hw, s_kv, dh, s_q, "bf16", groups))
+    scores = groups * s_q * s_kv
+    fwd += scores * (4 + (5 if dropout else 0)) / hw.hbm
+    bwd += scores * (6 + (5 if dropout else 0)) / hw.hbm
+    return fwd, bwd
 
 
 def eager_extra_elements(q: float, kv: float, f: float, swiglu: bool, grouped: bool,
