@@ -23,7 +23,6 @@ It asserts nothing (tests assert formulas); it is a measurement. Run:
 from __future__ import annotations
 
 import copy
-import re
 import statistics
 import sys
 import tempfile
@@ -36,9 +35,16 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from trainc.compiler.estimate.flops import spec_flop_terms
 from trainc.compiler.load import load_spec
 from trainc.compiler.pipeline import State, run_passes
-from trainc.planner.published import load_rows, note, precision_of, row_to_spec_reason
+from trainc.planner.published import (
+    load_rows,
+    measured_tokens_per_gpu,
+    note,
+    precision_of,
+    row_to_spec_reason,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The published-runs table: the shared reference folder next to the checkout.
@@ -47,16 +53,6 @@ if not DEFAULT_CSV.exists():
     DEFAULT_CSV = Path("/work/shared/calibration/published_runs.csv")
 
 
-def measured_tokens_per_gpu(row: dict[str, str]) -> float | None:
-    """Published tokens/s per GPU, if printed (``tokens_per_s_per_gpu=`` in notes)."""
-    m = re.match(r"[0-9.]+", note(row, "tokens_per_s_per_gpu") or "")
-    return float(m.group(0)) if m else None
-
-
-def measured_tflops(row: dict[str, str]) -> float | None:
-    """Published model TFLOP/s per GPU (the source's own FLOP count)."""
-    v = row.get("measured_tflops_per_gpu", "").strip()
-    return float(v) if v else None
 
 
 def source_short(row: dict[str, str]) -> str:
@@ -216,10 +212,9 @@ def run(path: str | Path, baselines: bool = True) -> list[Result]:
             tok = spec["training"]["global_batch_size"] * spec["model"]["seq_length"]
             res.flops_per_token = e.flops_per_step / tok
             res.peak_bf16 = plan.spec.cluster.peak_tflops
-            meas = measured_tokens_per_gpu(row)
-            if meas is None and (tf := measured_tflops(row)) is not None:
-                meas = tf * 1e12 / res.flops_per_token  # the source counts Megatron's FLOPs
-            res.measured = meas
+            core = spec_flop_terms(plan.spec, plan).core_per_s2 * spec["model"]["seq_length"]
+            # printed tokens/s, else TFLOP/s over the source's own FLOP count
+            res.measured = measured_tokens_per_gpu(row, res.flops_per_token, core)
             res.llm_analysis = _llm_analysis(spec) if baselines else None
     return out
 

@@ -118,9 +118,65 @@ def model_key(name: str) -> str:
 
 
 def note(row: dict[str, str], key: str) -> str | None:
-    """``key=value`` from the row's ``notes`` (``;``-separated)."""
-    m = re.search(rf"{re.escape(key)}=([^;]+)", row.get("notes", ""))
+    """``key=value`` from the row's ``notes`` (``;``-separated items; the key is a whole item's
+    name: ``flops=`` does not match ``aggregate_pflops=``).
+
+    >>> note({"notes": "aggregate_pflops=19.6; flops=Megatron"}, "flops")
+    'Megatron'
+    """
+    m = re.search(rf"(?:^|;)\s*{re.escape(key)}=([^;]+)", row.get("notes", ""))
     return m.group(1).strip() if m else None
+
+
+def flop_convention(row: dict[str, str]) -> str:
+    """How the row's source counts the attention core in its model TFLOP/s: ``noncausal`` (the
+    full ``s x s`` scores, as NeMo's ``nemo/utils/flops_formulas.py`` (its ``12 s / h`` term),
+    Megatron-LM's ``num_floating_point_operations`` before it halved the causal scores (its
+    ``seq_length / hidden_size`` term, 2024), Narayanan et al.'s ``s / 6h`` and llm-foundry /
+    torchtitan's ``12 L H d s``) or ``causal`` (trainc's count, today's Megatron-LM). A
+    ``flops=`` note that says which wins; else NVIDIA/NeMo's tables of NeMo 2.x containers
+    (24.09 and later, whose TFLOP/s come from ``flops_formulas.py``) are ``noncausal``; else
+    ``causal`` (NeMo 1.x tables do not say how they counted).
+
+    >>> flop_convention({"notes": "flops=12*L*heads*head_dim*seq (attention, non-causal)"})
+    'noncausal'
+    >>> flop_convention({"source": "NVIDIA/NeMo docs/source/performance/x.md",
+    ...                  "notes": "container=NeMo 25.04.rc2"})
+    'noncausal'
+    >>> flop_convention({"source": "NVIDIA-NeMo/Megatron-Bridge docs", "notes": ""})
+    'causal'
+    """
+    text = (note(row, "flops") or "").lower().replace(" ", "")
+    if any(k in text for k in ("non-causal", "noncausal", "s/6h", "seq_length/hidden_size")):
+        return "noncausal"
+    if "causal" in text:
+        return "causal"
+    if "NVIDIA/NeMo" in row.get("source", ""):  # NeMo 2.x (24.09+) FLOPsMeasurementCallback
+        m = re.search(r"NeMo\s+(\d+)\.(\d+)", f"{row.get('source', '')} {note(row, 'container')}")
+        if m and (int(m.group(1)), int(m.group(2))) >= (24, 9):
+            return "noncausal"
+    return "causal"
+
+
+def measured_tokens_per_gpu(row: dict[str, str], causal_flops_per_token: float,
+                            core_flops_per_token: float) -> float | None:
+    """The row's measured tokens/s per GPU: ``tokens_per_s_per_gpu=`` when the notes print
+    it, else ``measured_tflops_per_gpu`` over the model FLOPs per token of the source's
+    convention (:func:`flop_convention`): trainc's (causal) count ``causal_flops_per_token``,
+    plus the causal attention core once more (``core_flops_per_token``) for a non-causal
+    source. None without either."""
+    m = re.match(r"[0-9.]+", note(row, "tokens_per_s_per_gpu") or "")
+    if m:
+        return float(m.group(0))
+    try:
+        tf = float(row.get("measured_tflops_per_gpu", "") or "nan")
+    except ValueError:
+        return None
+    if not tf > 0:
+        return None
+    per_token = causal_flops_per_token + (
+        core_flops_per_token if flop_convention(row) == "noncausal" else 0.0)
+    return tf * 1e12 / per_token
 
 
 def precision_of(row: dict[str, str]) -> str:
