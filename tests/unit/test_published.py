@@ -151,6 +151,36 @@ def test_calibrate_reads_the_csv_with_the_converter(tmp_path: Path) -> None:
     assert len(notes) == 1 and "global_batch not published" in notes[0]
 
 
+def test_tflops_rows_use_their_sources_flop_count(tmp_path: Path) -> None:
+    """A TFLOP/s-only row becomes a step time with the source's FLOP convention: NeMo 2.x
+    (flops_formulas.py) counts the attention scores non-causal, trainc causal: the same TFLOP/s
+    is a longer step for the larger count. Printed tokens/s win over TFLOP/s."""
+    import csv
+
+    from trainc.compiler.estimate import estimate
+    from trainc.compiler.estimate.flops import spec_flop_terms
+    from trainc.planner.calibrate import prepare
+
+    nemo2 = {**ROW, "source": "NVIDIA/NeMo docs/source/performance/performance_long_sequence.md",
+             "notes": "precision=FP8-CS; container=NeMo 25.04"}
+    path = tmp_path / "runs.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(ROW))
+        w.writeheader()
+        w.writerows([ROW, nemo2, {**ROW, "notes": "precision=FP8-CS; tokens_per_s_per_gpu=100"}])
+    runs, _ = prepare(runs_from_csv(path)[0])
+    causal, noncausal, printed = runs
+    plan = causal.plan
+    assert plan is not None
+    flops = estimate(plan).flops_per_step
+    tr, s = plan.spec.training, plan.spec.model.seq_length
+    core = spec_flop_terms(plan.spec, plan).core_per_s2 * tr.global_batch_size * s * s
+    assert causal.measured_step_seconds * (flops + core) == pytest.approx(
+        noncausal.measured_step_seconds * flops)
+    world = plan.derived.world_size
+    assert printed.measured_step_seconds == pytest.approx(tr.global_batch_size * s / (100 * world))
+
+
 def test_heldout_rows_build() -> None:
     """bench/heldout_runs.csv (in the repository) converts row by row."""
     rows = load_rows(Path(__file__).resolve().parents[2] / "bench" / "heldout_runs.csv")

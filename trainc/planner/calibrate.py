@@ -7,8 +7,10 @@ Inputs (:func:`read_runs`), each a list of :class:`Run` (a spec and a measured s
   or ``tflops_per_gpu`` (model TFLOP/s per GPU, Megatron's count); or the columns of the
   published-runs table (``shared/calibration/published_runs.csv``: the model, GPUs, batch, the
   published layout and precision, converted by :mod:`trainc.planner.published`, the converter
-  ``bench/fidelity.py`` uses) with ``measured_tflops_per_gpu``; rows without a published global
-  batch are skipped;
+  ``bench/fidelity.py`` uses) with ``tokens_per_s_per_gpu=`` in the notes or
+  ``measured_tflops_per_gpu`` (over the source's own FLOP count,
+  :func:`trainc.planner.published.flop_convention`); printed tokens/s win over TFLOP/s; rows
+  without a published global batch are skipped;
 * a Megatron-LM training log (:func:`parse_megatron_log`): the arguments block Megatron-LM prints
   at start (``megatron/training/arguments.py`` ``_print_args``: ``------------------------
   arguments ------------------------`` then ``  name ..... value`` lines) and the ``elapsed time
@@ -51,12 +53,13 @@ from typing import Any
 import yaml
 
 from trainc.compiler.estimate import estimate
+from trainc.compiler.estimate.flops import spec_flop_terms
 from trainc.compiler.estimate.kernels import kernel_factor
 from trainc.compiler.ir import Plan
 from trainc.compiler.load import load_spec
 from trainc.compiler.pipeline import State, run_passes
 from trainc.compiler.plan import spec_to_dict
-from trainc.planner.published import row_to_spec_reason
+from trainc.planner.published import flop_convention, row_to_spec_reason
 from trainc.schemas import ClusterSpec, Fp8Format, TimeModel, TrainSpec
 
 #: Cluster factors the fit may change, per time model (``cluster.time_model``): name ->
@@ -192,13 +195,14 @@ def _measured(row: dict[str, str], spec: TrainSpec) -> tuple[float | None, str]:
     tokens = spec.training.global_batch_size * spec.model.seq_length
     tps = _float(row.get("tokens_per_s_per_gpu"))
     if tps is None:
-        m = re.search(r"tokens_per_s_per_gpu=([0-9.]+)", row.get("notes", ""))
+        m = re.search(r"(?:^|;)\s*tokens_per_s_per_gpu=([0-9.]+)", row.get("notes", ""))
         tps = _float(m.group(1)) if m else None
-    tflops = _float(row.get("tflops_per_gpu")) or _float(row.get("measured_tflops_per_gpu"))
-    if tflops:
-        return -tflops, "tflops_per_gpu"  # converted once the plan's FLOPs are known
-    if tps:
+    if tps:  # printed throughput first: a TFLOP/s figure depends on its source's FLOP count
         return tokens / (tps * world), "tokens_per_s_per_gpu"
+    tflops = _float(row.get("tflops_per_gpu")) or _float(row.get("measured_tflops_per_gpu"))
+    if tflops:  # converted once the plan's FLOPs are known, with the source's convention
+        return -tflops, "tflops_per_gpu:" + (flop_convention(row) if not row.get("spec")
+                                             else "causal")
     return None, ""
 
 
@@ -481,6 +485,10 @@ def prepare(runs: list[Run]) -> tuple[list[Run], list[str]]:
         if r.measured_step_seconds < 0:  # TFLOP/s per GPU
             d = plan.derived
             flops = estimate(plan).flops_per_step
+            if r.source.endswith(":noncausal"):  # the source counts the full s x s scores
+                tr = plan.spec.training
+                flops += spec_flop_terms(plan.spec, plan).core_per_s2 * tr.global_batch_size * \
+                    plan.spec.model.seq_length ** 2
             r.measured_step_seconds = flops / (-r.measured_step_seconds * 1e12 * d.world_size)
         kept.append(r)
     return kept, notes
