@@ -245,6 +245,22 @@ def test_unfused_attention_note(tmp_path: Path) -> None:
     assert "flash_attention" not in build(notes="precision=BF16")["cluster"]
 
 
+@pytest.mark.parametrize(("framework", "off"), [
+    ("", False), ("framework=megatron (Megatron-LM commit f)", False), ("framework=nemo", False),
+    ("framework=nanotron (v0.5)", True), ("framework=deepspeed", True)])
+def test_tp_comm_overlap_only_where_the_framework_has_it(framework: str, off: bool,
+                                                         tmp_path: Path) -> None:
+    """Transformer Engine's userbuffer TP overlap (trainc's default on Hopper with SP) is a
+    Megatron / NeMo feature: other frameworks' rows compile with tp_comm_overlap false."""
+    spec = build(tp="4", gpu_type="H100-SXM5-80GB", notes=f"precision=BF16; {framework}")
+    assert ("tp_comm_overlap" in spec["training"]) is off
+    if off:
+        assert spec["training"]["tp_comm_overlap"] is False
+    loads(spec, tmp_path)
+    assert "tp_comm_overlap" not in build(tp="1", notes="precision=BF16; "
+                                                        "framework=nanotron")["training"]
+
+
 def test_mpt_rows_are_gpt_style() -> None:
     """MPT (llm-foundry): GELU MLP, LayerNorm, learned positions, tied embeddings."""
     spec = build(model="MPT-7B", layers="32", hidden="4096", heads="32", kv_heads="32",

@@ -52,6 +52,9 @@ Conversion (each choice is a guess where the table is silent; the row's ``notes`
   inputs only check ``row["global_batch"]``;
 * attention: ``attention=unfused`` in the notes (runs before FlashAttention, 2022) sets
   ``cluster.flash_attention: false``: the score matrix's memory and kernels are priced;
+* TP communication overlap: trainc's default (on for Hopper and newer with sequence
+  parallelism) for Megatron-LM / NeMo runs; off (``training.tp_comm_overlap: false``) for
+  frameworks without Transformer Engine's userbuffers (:func:`tp_overlap_framework`);
 * recompute: the ``recompute`` column, else none (the Megatron-Bridge performance recipes train
   without full recompute; the table does not transcribe their per-module lists).
 """
@@ -197,6 +200,22 @@ def precision_of(row: dict[str, str]) -> str:
     return "bf16"
 
 
+def tp_overlap_framework(row: dict[str, str]) -> bool:
+    """Whether the row's framework has Transformer Engine's TP communication overlap
+    (userbuffers), which trainc's default turns on for Hopper and newer with sequence
+    parallelism: Megatron-LM / Megatron-Core / NeMo runs (no ``framework=`` note, as NVIDIA's
+    tables, or one naming megatron or nemo); not nanotron, DeepSpeed, llm-foundry, torchtitan,
+    PyTorch FSDP or others, whose rows compile with ``training.tp_comm_overlap: false``.
+
+    >>> tp_overlap_framework({"notes": "framework=megatron (Megatron-LM commit f)"})
+    True
+    >>> tp_overlap_framework({"notes": "framework=nanotron (v0.5)"})
+    False
+    """
+    fw = (note(row, "framework") or "megatron").strip().lower()
+    return fw.startswith(("megatron", "nemo"))
+
+
 def gpu_of(row: dict[str, str]) -> str | None:
     """trainc ``cluster.gpu`` of the row's system (:data:`GPUS`), or None."""
     g = row.get("gpu_type", "").upper()
@@ -319,6 +338,8 @@ def row_to_spec_reason(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]
         par["etp"] = expert_tensor_parallel(row, tp)
     tr: dict[str, Any] = {"micro_batch_size": mbs, "global_batch_size": gbs,
                           "precision": "bf16", "recompute": row.get("recompute") or "none"}
+    if tp > 1 and not tp_overlap_framework(row):  # no userbuffer TP overlap there
+        tr["tp_comm_overlap"] = False
     if prec in ("fp8-delayed", "fp8-cs", "mxfp8"):
         tr["fp8_format"] = "hybrid"
         tr["fp8_recipe"] = {"fp8-delayed": "delayed", "fp8-cs": "tensorwise",
