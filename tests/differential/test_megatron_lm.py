@@ -110,6 +110,20 @@ EXPLICIT: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
                             "model.moe_expert_capacity_factor": 1.25,
                             "parallel.tp": 2, "parallel.pp": 1, "parallel.ep": 2,
                             "parallel.sequence_parallel": True}), {}),
+    # multi-head latent attention (issue 14): --multi-latent-attention with the latent ranks, head
+    # widths, --rope-type rope and --no-rope-fusion must give megatron_core.yaml's
+    # MLATransformerConfig (with and without a query latent)
+    "mla-deepseek-like": (_spec(**{"model.hidden_size": 512, "model.num_attention_heads": 8,
+                                   "model.multi_latent_attention": True,
+                                   "model.q_lora_rank": 96, "model.kv_lora_rank": 64,
+                                   "model.qk_head_dim": 32, "model.qk_pos_emb_head_dim": 16,
+                                   "model.v_head_dim": 32, "parallel.sequence_parallel": True,
+                                   "model.num_experts": 4, "parallel.ep": 2,
+                                   "parallel.pp": 1}), {}),
+    "mla-no-query-latent": (_spec(**{"model.multi_latent_attention": True,
+                                     "model.kv_lora_rank": 32, "model.qk_head_dim": 64,
+                                     "model.qk_pos_emb_head_dim": 32,
+                                     "model.v_head_dim": 64}), {}),
     # FP8 keys (issue 13): --fp8-format/--fp8-recipe/--fp8-param-gather/--first-last-layers-bf16
     # must give the TransformerConfig and DDP config megatron_core.yaml states
     "fp8-tensorwise-param-gather": (_spec(**{"training.fp8_format": "hybrid",

@@ -68,6 +68,13 @@ CASES: dict[str, tuple[int, dict, dict]] = {
                            "training": {"global_batch_size": 4},
                            "launch": {"shrink": True}}, {}),
     "cp2_tp2": (4, {"parallel": {"cp": 2, "tp": 2, "sequence_parallel": True}}, {}),
+    # multi-head latent attention (DeepSeek-V3-like: a query latent, a KV latent, rotary and
+    # value heads of their own widths) split by tp with sequence parallelism; on CPU its core
+    # attention is trainc's torch stand-in (Megatron-Core's local one takes one head width)
+    "tp2_sp_mla": (2, {"model": {"multi_latent_attention": True, "q_lora_rank": 16,
+                                 "kv_lora_rank": 16, "qk_head_dim": 8,
+                                 "qk_pos_emb_head_dim": 4, "v_head_dim": 8},
+                       "parallel": {"tp": 2, "sequence_parallel": True}}, {}),
     # recompute reruns attention inside autograd's backward (the CPU causal-mask patch)
     "tp2_sp_selective": (2, {"parallel": {"tp": 2, "sequence_parallel": True},
                              "training": {"recompute": "selective"}}, {}),

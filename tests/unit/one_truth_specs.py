@@ -38,6 +38,16 @@ def one_truth_specs(draw: st.DrawFn, *, engine: str | None = None,
         c["gpus_per_node"] = max(d for d in _divisors(world) if d <= 8)
         c["num_nodes"] = world // c["gpus_per_node"]
     t["train_iters"] = draw(st.sampled_from([10, 100, 1000]))
+    # multi-head latent attention (Megatron-Core builds it: megatron and deepspeed engines)
+    if cfg["engine"] != "fsdp" and m.get("position_embedding", "rope") == "rope" \
+            and draw(st.integers(0, 4)) == 0:
+        m["multi_latent_attention"] = True
+        m.pop("num_query_groups", None)  # MLA has no grouped-query attention (TRC316)
+        m["q_lora_rank"] = draw(st.sampled_from([None, 32, 64]))
+        m["kv_lora_rank"] = draw(st.sampled_from([16, 32]))
+        m["qk_head_dim"] = draw(st.sampled_from([16, 32]))
+        m["qk_pos_emb_head_dim"] = draw(st.sampled_from([8, 16]))
+        m["v_head_dim"] = draw(st.sampled_from([16, 32]))
     # optimizer and its hyper-parameters
     if draw(st.integers(0, 3)) == 0:
         t["optimizer"] = "sgd"

@@ -336,6 +336,7 @@ _MOE = lambda plan: plan["spec"]["model"]["num_experts"] is not None  # noqa: E7
 _FLEX = lambda plan: (plan["spec"]["model"]["num_experts"] is not None  # noqa: E731
                       and plan["spec"]["model"]["moe_token_dispatcher_type"] == "flex")
 _ROPE = lambda plan: plan["spec"]["model"]["position_embedding"] == "rope"  # noqa: E731
+_MLA = lambda plan: plan["spec"]["model"]["multi_latent_attention"]  # noqa: E731
 _WSD = lambda plan: plan["spec"]["training"]["lr_decay_style"] == "WSD"  # noqa: E731
 _WARMUP = lambda plan: plan["spec"]["training"]["lr_warmup_iters"] > 0  # noqa: E731
 _FP8 = lambda plan: plan["spec"]["training"]["fp8_format"] != "none"  # noqa: E731
@@ -436,6 +437,27 @@ TABLE: tuple[Setting, ...] = (
     Setting("rope_scaling_factor", spec=(S("model.rope_scaling_factor", _opt_float),),
             lm=(F("--rope-scaling-factor", float, 8.0),), core=(C(_GPT, "rope_scaling_factor"),),
             when=lambda plan: plan["spec"]["model"]["rope_scaling_factor"] is not None),
+    # multi-head latent attention (MLATransformerConfig; plain RoPE, no fused RoPE kernel)
+    Setting("multi_latent_attention", spec=(S("model.multi_latent_attention"),),
+            lm=(B("--multi-latent-attention"),),
+            core=(CO(_TC, "multi_latent_attention", False),)),
+    *(Setting(key, spec=(S(f"model.{key}"),), lm=(F(flag, int, default),),
+              core=(C(_TC, key),), when=_MLA)
+      for key, flag, default in (("q_lora_rank", "--q-lora-rank", None),
+                                 ("kv_lora_rank", "--kv-lora-rank", 32),
+                                 ("qk_head_dim", "--qk-head-dim", 128),
+                                 ("qk_pos_emb_head_dim", "--qk-pos-emb-head-dim", 64),
+                                 ("v_head_dim", "--v-head-dim", 128))),
+    Setting("mla_rope_type", spec=(SF(lambda plan: "rope"),), lm=(F("--rope-type", str, None),),
+            core=(C(_TC, "rope_type"),), when=_MLA),
+    Setting("mla_rope_fusion", spec=(SF(lambda plan: False),),
+            lm=(B("--no-rope-fusion", negate=True),), core=(C(_TC, "apply_rope_fusion"),),
+            when=_MLA),
+    Setting("mla_rotary_base", spec=(S("model.rotary_base"),),
+            lm=(F("--rotary-base", int, 10000),), core=(C(_TC, "rotary_base"),), when=_MLA),
+    Setting("mla_rotary_percent", spec=(S("model.rotary_percent", float),),
+            lm=(F("--rotary-percent", float, 1.0),), core=(C(_TC, "rotary_percent"),),
+            when=_MLA),
     # MoE router and dispatcher
     Setting("num_experts", spec=(S("model.num_experts"),), lm=(F("--num-experts", int, None),),
             core=(CF(((_TC, "num_moe_experts"),), lambda c: c[_TC].get("num_moe_experts")),)),

@@ -273,3 +273,50 @@ def test_unfused_attention_is_priced_when_flash_attention_is_off():
     f0, b0 = unfused_attention_seconds(hw, 1, 8192, 8192, 16, 128, False)
     assert f - f0 == pytest.approx(16 * 8192 * 8192 * 5 / hw.hbm)
     assert b - b0 == pytest.approx(16 * 8192 * 8192 * 5 / hw.hbm)
+
+
+def test_multi_latent_attention_parameters_flops_and_kernels():
+    # DeepSeek-V3's attention (arXiv 2412.19437; config.json): 128 heads, query latent 1536,
+    # key/value latent 512, 128 + 64 query/key channels per head, 128 value channels
+    from trainc.compiler.estimate.flops import flop_terms
+    from trainc.compiler.estimate.kernels import layer_time_of
+    from trainc.compiler.estimate.params import layer_params
+
+    mla = (1536, 512, 128, 64, 128)
+    # Megatron-LM num_floating_point_operations (MLA branch), one layer, per token:
+    # 6 [q_lora (h + a (qk + pos) + 1) + kv_lora (h + a (qk + v) + 1) + h pos + a v h]
+    t = flop_terms(h=7168, a=128, g=128, d=128, f=18432, V=1, L=1, swiglu=True, mla=mla)
+    attn = t.per_token_layers - 6 * 7168 * 18432 * 3
+    assert attn == 1122643968
+    assert t.core_per_s2 == 3 * 128 * (192 + 128)  # causal: half of 6 a (qk + pos + v)
+
+    def spec(multi_latent: bool):
+        s = _h100(model__num_layers=4, model__hidden_size=7168, model__num_attention_heads=128,
+                  model__num_query_groups=128, model__kv_channels=128,
+                  model__ffn_hidden_size=18432,
+                  model__seq_length=4096, parallel__tp=8, parallel__pp=1)
+        if multi_latent:
+            s.model.multi_latent_attention = True
+            (s.model.q_lora_rank, s.model.kv_lora_rank, s.model.qk_head_dim,
+             s.model.qk_pos_emb_head_dim, s.model.v_head_dim) = mla
+        return run_ir(s).spec
+
+    m_spec, g_spec = spec(True), spec(False)
+    # the down projections and latent norms are on every tp rank, the rest split by tp
+    lp = layer_params(m_spec, False)
+    assert lp.replicated - 2 * 7168 == 7168 * 1536 + 1536 + 7168 * (512 + 64) + 512
+    assert lp.tp_sharded - 3 * 7168 * 18432 == 1536 * 128 * 192 + 512 * 128 * 256 + 128 * 128 * 7168
+    # the attention core: Q K^T over 192 channels, P V over 128 (MHA with d = 128: 128 + 128)
+    args = (False, "bf16", 8, 1, 1, 1, True, 1)
+    lm = layer_time_of(m_spec, hardware(m_spec), *args)
+    lg = layer_time_of(g_spec, hardware(g_spec), *args)
+    assert lm.attn_f / lg.attn_f == pytest.approx((192 + 128) / (128 + 128))
+    # fewer attention weights than the 128-head MHA (4 x 7168 x 16384): cheaper GEMMs
+    assert lm.gemm_f < lg.gemm_f
+    # the TP collectives of the attention block carry the latents, not h
+    e = run(m_spec)["estimates"]
+    tp = next(c for c in e["comm_collectives"] if c["name"] == "all_gather+reduce_scatter")
+    g = run(g_spec)["estimates"]
+    tp_g = next(c for c in g["comm_collectives"] if c["name"] == "all_gather+reduce_scatter")
+    ratio = (7168 + 1536 + 512 + 64) / (2 * 7168)  # attention block; the MLP block unchanged
+    assert tp["sent_bytes"] / tp_g["sent_bytes"] == pytest.approx((ratio + 1) / 2, rel=1e-6)

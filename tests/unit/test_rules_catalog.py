@@ -126,6 +126,8 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "TRC313": ({**DS, "parallel.pp": 2}, {**DS, "parallel.pp": 1}, "parallel.pp"),
     "TRC315": ({**MOE, "model.moe_layer_freq": 9}, {**MOE, "model.moe_layer_freq": 8},
                "model.moe_layer_freq"),
+    "TRC316": ({"model.multi_latent_attention": True, "model.num_query_groups": 2},
+               {"model.multi_latent_attention": True}, "model.num_query_groups"),
     "TRC318": ({"training.min_lr": 1.0}, {"training.min_lr": 3.0e-4}, "training.min_lr"),
     "TRC319": ({"launch.device": "cpu", "training.precision": "fp16"},
                {"launch.device": "cpu", "training.precision": "bf16"}, "training.precision"),
@@ -536,3 +538,19 @@ def test_fp8_keys_without_fp8_are_inert() -> None:
                                 "training.first_last_layers_bf16": True}), "TRC329")
     assert not find(lint_cfg(**{"training.fp4_format": "e2m1",
                                 "training.first_last_layers_bf16": True}), "TRC329")
+
+
+def test_mla_keys_without_mla_are_inert_and_fsdp_refuses_mla() -> None:
+    """The MLA ranks and head widths reach no artifact without multi_latent_attention (TRC329);
+    engine=fsdp builds no MLA (TRC344); MLA rotates its rotary channels in pairs (TRC316)."""
+    found = find(lint_cfg(**{"model.kv_lora_rank": 256, "model.v_head_dim": 64}), "TRC329")
+    assert sorted(d.key for d in found) == ["model.kv_lora_rank", "model.v_head_dim"]
+    mla = {"model.multi_latent_attention": True, "model.kv_lora_rank": 256}
+    assert not find(lint_cfg(**mla), "TRC329")
+    refused = find(lint_cfg(**FSDP, **mla), "TRC344")
+    assert [d.key for d in refused] == ["model.multi_latent_attention"]
+    assert refused[0].edits == {"engine": "megatron"}
+    odd = find(lint_cfg(**mla, **{"model.qk_pos_emb_head_dim": 63}), "TRC316")
+    assert [d.key for d in odd] == ["model.qk_pos_emb_head_dim"]
+    learned = find(lint_cfg(**mla, **{"model.position_embedding": "learned"}), "TRC316")
+    assert [d.key for d in learned] == ["model.position_embedding"]

@@ -176,6 +176,12 @@ DS_UNSUPPORTED_AXIS = _r(
     "trainc worker on DeepSpeed splits tp and dp only")
 MOE_LAYER_FREQ = _r(
     "TRC315", "moe-layer-freq-range", "moe_layer_freq must be in [1, num_layers]")
+MLA_SETTINGS = _r(
+    "TRC316", "mla-settings",
+    "multi-head latent attention has no grouped-query attention (every head keeps its own key "
+    "and value), rotates qk_pos_emb_head_dim channels with RoPE (an even count, rope positions) "
+    "and is built by Megatron-Core (engine=megatron or deepspeed)",
+    engines={"megatron": "error", "deepspeed": "error", "fsdp": "n/a"})
 LR_RANGE = _r("TRC318", "min-lr-le-lr", "min_lr must not exceed lr")
 FP16_CPU = _r(
     "TRC319", "precision-on-device", "fp16 does not run on the CPU device (use bf16 or fp32)")
@@ -524,7 +530,10 @@ SOURCES: dict[str, str] = {
     "TRC308": "TransformerConfig / validate_args recompute checks (MR §1.11 RC-3, RC-4)",
     "TRC309": "TransformerConfig recompute checks (MR §1.11 RC-3)",
     "TRC312": "validate_args (MR EXP-4)", "TRC313": "trainc DeepSpeed target",
-    "TRC315": "moe_layer_freq pattern (MR §8)", "TRC318": "learning-rate schedule",
+    "TRC315": "moe_layer_freq pattern (MR §8)",
+    "TRC316": "megatron/core/transformer/transformer_config.py MLATransformerConfig (0.16.1); "
+              "training.py num_floating_point_operations asserts not group_query_attention",
+    "TRC318": "learning-rate schedule",
     "TRC319": "CPU (gloo) execution", "TRC320": "DeepSpeed engine (DR §2.1)",
     "TRC321": "DeepSpeed nvme offload needs nvme_path (DR §8 rule 3)",
     "TRC322": "DeepSpeed PipelineEngine (BC-025, DeepSpeed #7773)",

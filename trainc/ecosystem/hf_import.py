@@ -8,8 +8,11 @@ Key mapping (HF -> trainc):
 
 * ``num_hidden_layers`` -> ``num_layers``; ``hidden_size``; ``num_attention_heads``;
   ``num_key_value_heads`` -> ``num_query_groups`` (absent = MHA); ``intermediate_size`` ->
-  ``ffn_hidden_size``; ``head_dim`` (DeepSeek: ``v_head_dim``) -> ``kv_channels`` only when it
-  differs from ``hidden_size / num_attention_heads``; ``vocab_size``; ``rope_theta`` ->
+  ``ffn_hidden_size``; ``head_dim`` -> ``kv_channels`` only when it differs from
+  ``hidden_size / num_attention_heads``; DeepSeek-V3's multi-head latent attention:
+  ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim`` -> ``qk_head_dim``,
+  ``qk_rope_head_dim`` -> ``qk_pos_emb_head_dim``, ``v_head_dim`` (``multi_latent_attention``);
+  ``vocab_size``; ``rope_theta`` ->
   ``rotary_base`` (default 10000); ``tie_word_embeddings`` -> ``not
   untie_embeddings_and_output_weights`` (absent = untied, the default of these architectures).
 * ``max_position_embeddings`` is copied; ``seq_length`` (the *training* sequence length, which a
@@ -29,8 +32,8 @@ Key mapping (HF -> trainc):
   -> ``moe_aux_loss_coeff`` with aux_loss balancing; DeepSeek-V3's ``scoring_func``,
   ``routed_scaling_factor`` and sequence-wise balancing (its weight is left to the user).
 
-What trainc does not model (QK-norm, MLA low-rank projections, dense first layers,
-multi-token prediction, sliding windows) is listed in the preset's header comment.
+What trainc does not model (QK-norm, dense first layers, multi-token prediction, sliding
+windows) is listed in the preset's header comment.
 """
 
 from __future__ import annotations
@@ -64,7 +67,8 @@ KEY_ORDER = (
     "ffn_hidden_size", "vocab_size", "seq_length", "max_position_embeddings", "activation",
     "normalization", "position_embedding", "rotary_base", "rope_scaling_factor",
     "untie_embeddings_and_output_weights", "add_qkv_bias", "norm_epsilon", "hidden_dropout",
-    "attention_dropout", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
+    "attention_dropout", "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
+    "qk_pos_emb_head_dim", "v_head_dim", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
     "moe_shared_expert_intermediate_size", "moe_layer_freq", "moe_router_score_function",
     "moe_router_topk_scaling_factor", "moe_router_load_balancing_type", "moe_aux_loss_coeff",
 )
@@ -119,8 +123,6 @@ def _moe_keys(cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
         if cfg.get("first_k_dense_replace"):
             notes.append(f"the first {cfg['first_k_dense_replace']} dense layers "
                          "(first_k_dense_replace; every layer is MoE here)")
-        notes.append("multi-head latent attention (q_lora_rank, kv_lora_rank; modelled as MHA "
-                     "with kv_channels = v_head_dim)")
         if cfg.get("num_nextn_predict_layers"):
             notes.append("multi-token prediction (num_nextn_predict_layers)")
     else:
@@ -201,8 +203,17 @@ def convert(cfg: dict[str, Any], *,
     }
     if mt.startswith("qwen2") or cfg.get("attention_bias"):
         out["add_qkv_bias"] = True
-    head_dim = cfg.get("v_head_dim") if mt == "deepseek_v3" else cfg.get("head_dim")
-    if head_dim is not None and _int(head_dim, "head_dim") * heads != hidden:
+    if mt == "deepseek_v3":  # multi-head latent attention: no key/value heads of its own
+        del out["num_query_groups"]
+        q_lora = cfg.get("q_lora_rank")
+        out.update(multi_latent_attention=True,
+                   q_lora_rank=_int(q_lora, "q_lora_rank") if q_lora else None,
+                   kv_lora_rank=_int(_req(cfg, "kv_lora_rank"), "kv_lora_rank"),
+                   qk_head_dim=_int(_req(cfg, "qk_nope_head_dim"), "qk_nope_head_dim"),
+                   qk_pos_emb_head_dim=_int(_req(cfg, "qk_rope_head_dim"), "qk_rope_head_dim"),
+                   v_head_dim=_int(_req(cfg, "v_head_dim"), "v_head_dim"))
+    elif (head_dim := cfg.get("head_dim")) is not None and _int(head_dim, "head_dim") * heads \
+            != hidden:
         out["kv_channels"] = _int(head_dim, "head_dim")
     notes = _notes(cfg)
     out.update(_moe_keys(cfg, notes))

@@ -1,7 +1,9 @@
 """Context-parallel core attention in pure torch: a CPU stand-in for Transformer Engine's.
 
-Megatron-Core's local ``DotProductAttention`` refuses context_parallel_size > 1 and TE needs CUDA,
-so on CPU this module takes the ``core_attention`` slot of the layer spec. It keeps Megatron's
+Megatron-Core's local ``DotProductAttention`` refuses context_parallel_size > 1 and keys / values
+of their own head widths (multi-head latent attention's ``k_channels`` / ``v_channels``), and TE
+needs CUDA, so on CPU this module takes the ``core_attention`` slot of the layer spec (with
+cp = 1 it is plain causal attention). It keeps Megatron's
 real CP plumbing (CP groups, the load-balanced sequence split of ``get_batch_on_this_cp_rank``,
 RoPE slicing per CP rank, dp-cp gradient reduction) and replaces only the kernel: K and V are
 all-gathered over the CP group (backward: reduce-scatter), the positions of Megatron's chunks are
@@ -32,14 +34,16 @@ class AllGatherCPDotProductAttention(MegatronModule):
 
     def __init__(self, config, layer_number, attn_mask_type, attention_type,  # type: ignore
                  attention_dropout=None, softmax_scale=None, cp_comm_type=None,
-                 pg_collection=None, **kwargs):
+                 pg_collection=None, k_channels=None, v_channels=None, **kwargs):
         super().__init__(config=config)
         assert config.attention_dropout == 0.0 or attention_dropout == 0.0, \
             "the CPU CP attention stand-in supports attention_dropout=0 only"
         tp = parallel_state.get_tensor_model_parallel_world_size()
         self.heads = config.num_attention_heads // tp
         self.groups = config.num_query_groups // tp
-        self.head_dim = config.kv_channels
+        # multi-head latent attention passes its query/key and value head widths
+        self.head_dim = k_channels or config.kv_channels
+        self.v_dim = v_channels or config.kv_channels
         self.softmax_scale = softmax_scale or 1.0 / math.sqrt(self.head_dim)
         self.cp_group = parallel_state.get_context_parallel_group()
 
@@ -64,4 +68,4 @@ class AllGatherCPDotProductAttention(MegatronModule):
         scores = scores.masked_fill(masked, float("-inf"))
         probs = torch.softmax(scores, dim=-1)
         ctx = torch.matmul(probs, v).to(query.dtype)  # [b, np, sq, hn]
-        return ctx.permute(2, 0, 1, 3).reshape(sq, query.shape[1], self.heads * self.head_dim)
+        return ctx.permute(2, 0, 1, 3).reshape(sq, query.shape[1], self.heads * self.v_dim)

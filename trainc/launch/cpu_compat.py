@@ -237,6 +237,17 @@ def _causal_mask() -> str:
     return "get_default_causal_mask builds its mask on the CPU (also in recompute)"
 
 
+def _mla_without_te() -> str:
+    """multi_latent_attention sets HAVE_TE from an import that succeeds without Transformer
+    Engine (megatron-core's TE names are MagicMock stand-ins then), and MLASelfAttention's
+    ``isinstance(self.linear_proj, TELinear)`` raises TypeError on them (an upstream bug in 0.16.1
+    that also hits GPU users without TE)."""
+    from megatron.core.transformer import multi_latent_attention
+
+    multi_latent_attention.HAVE_TE = False
+    return "multi_latent_attention.HAVE_TE = False (no Transformer Engine on CPU)"
+
+
 PATCHES: tuple[tuple[str, Callable[[], str]], ...] = (
     ("rng", _rng),
     ("current_device", _current_device),
@@ -249,6 +260,7 @@ PATCHES: tuple[tuple[str, Callable[[], str]], ...] = (
     ("moe_to_numpy", _moe_to_numpy),
     ("uneven_gather", _uneven_gather),
     ("causal_mask", _causal_mask),
+    ("mla_without_te", _mla_without_te),
 )
 
 

@@ -68,6 +68,9 @@ def transformer_config_kwargs(plan: dict[str, Any], dims: Dims, layout: dict[str
                     account_for_loss_in_pipeline_split=False)
     if layout["vpp"] == 1:
         want.update(overlap_p2p_comm=False, batch_p2p_comm=True)
+    if dims.mla:
+        want.update(zip(("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
+                         "v_head_dim"), dims.mla, strict=True))
     if dims.num_experts:
         want.update(num_moe_experts=dims.num_experts, moe_router_topk=dims.moe_router_topk,
                     moe_ffn_hidden_size=dims.moe_ffn_hidden_size,
@@ -95,7 +98,10 @@ def transformer_config(plan: dict[str, Any], dims: Dims, layout: dict[str, Any],
                        cpu: bool, precision: str) -> tuple[Any, dict[str, Any], list[str]]:
     """Megatron-Core TransformerConfig built from :func:`transformer_config_kwargs` (dtypes and
     the activation callable resolved); returns (config, the kwargs, the changes)."""
-    from megatron.core.transformer.transformer_config import TransformerConfig
+    from megatron.core.transformer.transformer_config import (
+        MLATransformerConfig,
+        TransformerConfig,
+    )
 
     kw, changes = transformer_config_kwargs(plan, dims, layout, cpu=cpu, precision=precision)
     args = dict(kw)
@@ -103,11 +109,13 @@ def transformer_config(plan: dict[str, Any], dims: Dims, layout: dict[str, Any],
         args[key] = getattr(torch, args[key])
     for key, path in plan["engines"]["megatron_core"]["callables"]["TransformerConfig"].items():
         args[key] = _dotted(path)
-    return TransformerConfig(**args), kw, changes
+    cls = MLATransformerConfig if kw.get("multi_latent_attention") else TransformerConfig
+    return cls(**args), kw, changes
 
 
 def layer_spec(config: Any, dims: Dims, *, use_te: bool, cp: int, vp_stage: int | None) -> Any:
-    """The decoder spec: TE spec when available (CUDA), local spec otherwise; CP stand-in on CPU."""
+    """The decoder spec: TE spec when available (CUDA), local spec otherwise; the core-attention
+    stand-in (:mod:`trainc.launch.cp_attention`) on CPU for CP and for MLA."""
     from megatron.core.models.gpt import gpt_layer_specs as specs
 
     if dims.num_experts and dims.moe_layer_freq != 1:
@@ -115,13 +123,17 @@ def layer_spec(config: Any, dims: Dims, *, use_te: bool, cp: int, vp_stage: int 
                                                 vp_stage=vp_stage)
         layers = spec.layer_specs
     elif use_te:
-        spec = specs.get_gpt_layer_with_transformer_engine_spec(num_experts=dims.num_experts,
-                                                                moe_grouped_gemm=False)
+        spec = specs.get_gpt_layer_with_transformer_engine_spec(
+            num_experts=dims.num_experts, moe_grouped_gemm=False,
+            multi_latent_attention=dims.mla is not None)
         layers = [spec]
     else:
-        spec = specs.get_gpt_layer_local_spec(num_experts=dims.num_experts, moe_grouped_gemm=False)
+        spec = specs.get_gpt_layer_local_spec(num_experts=dims.num_experts, moe_grouped_gemm=False,
+                                              multi_latent_attention=dims.mla is not None)
         layers = [spec]
-    if cp > 1 and not use_te:
+    # on CPU the core attention of MLA (keys and values of their own widths, which Megatron-Core's
+    # local DotProductAttention does not take) and of CP is trainc's torch stand-in
+    if (cp > 1 or dims.mla is not None) and not use_te:
         from trainc.launch.cp_attention import AllGatherCPDotProductAttention
 
         for ls in layers:

@@ -1,8 +1,9 @@
 """Model dimensions the worker builds: the plan's, or tiny ones with the same parallel layout.
 
 Shrinking keeps everything that decides *how* the job is split: tp/pp/vpp/cp/ep/etp/dp, the
-number of microbatches and micro-batch size, MHA vs GQA, tp | heads and tp | query groups, gated
-vs plain MLP, dense vs MoE (experts stay divisible by ep), tied vs untied embeddings. It shrinks
+number of microbatches and micro-batch size, MHA vs GQA vs MLA (with or without a query latent),
+tp | heads and tp | query groups, gated vs plain MLP, dense vs MoE (experts stay divisible by
+ep), tied vs untied embeddings. It shrinks
 what only decides the *size*: hidden/ffn width, head width, vocab, sequence length (kept divisible
 by 2*cp and by tp) and layers per virtual stage (one).
 """
@@ -38,6 +39,9 @@ class Dims:
     """Megatron account_for_embedding_in_pipeline_split (the first chunk builds a layer fewer)."""
     account_for_loss: bool = False
     """Megatron account_for_loss_in_pipeline_split (the last chunk builds a layer fewer)."""
+    mla: tuple[int | None, int, int, int, int] | None = None
+    """Multi-head latent attention's (q_lora_rank, kv_lora_rank, qk_head_dim,
+    qk_pos_emb_head_dim, v_head_dim); None for grouped-query attention."""
 
     def describe(self) -> str:
         """``key=value`` list for the log."""
@@ -70,7 +74,9 @@ def full_dims(plan: dict[str, Any]) -> Dims:
         first_stage_layers=tc["num_layers_in_first_pipeline_stage"],
         last_stage_layers=tc["num_layers_in_last_pipeline_stage"],
         account_for_embedding=tc["account_for_embedding_in_pipeline_split"],
-        account_for_loss=tc["account_for_loss_in_pipeline_split"])
+        account_for_loss=tc["account_for_loss_in_pipeline_split"],
+        mla=(tc["q_lora_rank"], tc["kv_lora_rank"], tc["qk_head_dim"], tc["qk_pos_emb_head_dim"],
+             tc["v_head_dim"]) if tc.get("multi_latent_attention") else None)
 
 
 def shrink(plan: dict[str, Any], head_dim: int = 16, seq: int = 32, vocab: int = 128) -> Dims:
@@ -107,4 +113,8 @@ def shrink(plan: dict[str, Any], head_dim: int = 16, seq: int = 32, vocab: int =
             _lcm(tp, 2) * math.ceil(hidden / _lcm(tp, 2))
             if full.moe_shared_expert_intermediate_size else None),
         first_stage_layers=None, last_stage_layers=None,
-        account_for_embedding=full.account_for_embedding, account_for_loss=full.account_for_loss)
+        account_for_embedding=full.account_for_embedding, account_for_loss=full.account_for_loss,
+        # MLA: latents and head widths as small as the head width, a query latent when the plan
+        # has one
+        mla=((head_dim if full.mla[0] else None, head_dim, head_dim // 2, head_dim // 2,
+              head_dim // 2) if full.mla else None))

@@ -31,7 +31,13 @@ from typing import Any
 
 from trainc.compiler.derive import padded_vocab, tp_in_nvlink_domain
 from trainc.compiler.estimate.activations import dense_layer_bytes, moe_mlp_extra_bytes
-from trainc.compiler.estimate.comm import EpDispatch, ep_dispatch_seconds, zero_dp_bytes
+from trainc.compiler.estimate.comm import (
+    EpDispatch,
+    attention_tp_ratio,
+    ep_dispatch_seconds,
+    zero_dp_bytes,
+)
+from trainc.compiler.estimate.flops import mla_dims, model_flop_terms
 from trainc.compiler.estimate.kernels import (
     Hw,
     LayerTime,
@@ -41,6 +47,7 @@ from trainc.compiler.estimate.kernels import (
     logits_time_of,
 )
 from trainc.compiler.estimate.memory import megatron_bytes_per_param
+from trainc.compiler.estimate.params import head_dims, layer_params
 from trainc.compiler.estimate.time import BUCKET_MIN_PARAMS, ep_exposed_share, tp_exposed_share
 from trainc.compiler.normalize import default_tp_comm_overlap
 from trainc.compiler.validate.util import divisors
@@ -48,7 +55,6 @@ from trainc.schemas import (
     Activation,
     Engine,
     Fp8Format,
-    Normalization,
     StateDtype,
     TimeModel,
     TrainSpec,
@@ -83,38 +89,25 @@ class ModelConsts:
 
 
 def model_consts(spec: TrainSpec) -> ModelConsts:
-    """Parameter and FLOP constants of a normalized spec (megatron_rules.md §4.2 and §4.5)."""
+    """Parameter and FLOP constants of a normalized spec: the full estimator's per-layer counts
+    (:func:`trainc.compiler.estimate.params.layer_params`) and Megatron's FLOPs
+    (:func:`trainc.compiler.estimate.flops.model_flop_terms`, megatron_rules.md §4.5)."""
     m, t = spec.model, spec.training
-    h, a, L = m.hidden_size, m.num_attention_heads, m.num_layers
-    g = m.num_query_groups or a
-    d = m.kv_channels or h // a
-    f = m.ffn_hidden_size or 4 * h
-    gated = m.activation is Activation.swiglu
-    c_f = 3 if gated else 2
-    norm = 1 if m.normalization is Normalization.rmsnorm else 2
-    p_attn = 2 * h * d * (a + g)
-    E = m.num_experts or 0
-    moe_frac = 0.0
-    if E:
-        n_moe = len(range(0, L, max(1, m.moe_layer_freq)))
-        moe_frac = n_moe / L
-    f_e = m.moe_ffn_hidden_size or f
-    f_s = m.moe_shared_expert_intermediate_size or 0
-    p_mlp_dense = c_f * h * f
-    p_tp = p_attn + (1 - moe_frac) * p_mlp_dense + moe_frac * c_f * h * f_s
-    p_rep = 2 * norm * h + moe_frac * h * E
-    p_exp = c_f * h * f_e * E
+    L = m.num_layers
+    n_moe = len(range(0, L, max(1, m.moe_layer_freq))) if m.num_experts else 0
+    moe_frac = n_moe / L
+    dense = layer_params(spec, False)
+    moe = layer_params(spec, True) if n_moe else dense
+    p_tp = (1 - moe_frac) * dense.tp_sharded + moe_frac * moe.tp_sharded
+    p_rep = (1 - moe_frac) * dense.replicated + moe_frac * moe.replicated
     V = m.vocab_size
-    # Megatron transformer_flops (§4.5): 6*h*[...] GEMM terms per token + 6*q*L per token^2.
+    terms = model_flop_terms(spec, L, n_moe, V)
     B, s = t.global_batch_size, m.seq_length
-    k = m.moe_router_topk if E else 0
-    L_moe = moe_frac * L
-    per_tok = (6 * h * (f * c_f * (L - L_moe) + f_e * k * c_f * L_moe + f_s * c_f * L_moe)
-               + 6 * (h * (a * d + 2 * g * d) + a * d * h) * L + 6 * h * V)
-    core = 6 * a * d * L * s  # per token: S2 / T = s for unpacked sequences
+    per_tok = terms.per_token_layers + terms.per_token_logits
+    core = terms.core_per_s2 * s  # per token: S2 / T = s for unpacked sequences
     flops = B * s * (per_tok + core)
-    return ModelConsts(p_tp, p_rep, p_exp, h * V, moe_frac, float(flops), core / (per_tok + core),
-                       float(B * s * 6 * h * V))
+    return ModelConsts(p_tp, p_rep, float(moe.expert), m.hidden_size * V, moe_frac, float(flops),
+                       core / (per_tok + core), float(B * s * terms.per_token_logits))
 
 
 def state_bytes_per_param(engine: str, zero: int, precision: str, shard: int,
@@ -272,7 +265,7 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
         own per-layer formulas (GQA, SwiGLU, MoE), averaged over dense and MoE layers."""
         tsp = tp if sp else 1
         shape: dict[str, Any] = dict(s=s_loc, b=mbs, h=h, a=a, g=g, d=d, f=f, t=tp, sp=sp,
-                                     swiglu=swiglu)
+                                     swiglu=swiglu, mla=mla_dims(spec))
         moe = 0.0
         if k.moe_fraction:
             moe = k.moe_fraction * (moe_mlp_extra_bytes(
@@ -468,13 +461,12 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
     the worst of the first stage, the stage with the most layers and the last stage."""
     m, c, t = spec.model, spec.cluster, spec.training
     h, s, a = m.hidden_size, m.seq_length, m.num_attention_heads
-    g = m.num_query_groups or a
-    dh = m.kv_channels or h // a
     gbs = t.global_batch_size
     eff = (c.comm_efficiency if c.comm_efficiency and c.comm_efficiency > 0 else 1.0) * 1e9
     intra, inter = (c.intra_node_bandwidth_gbps or 1) * eff, \
         (c.inter_node_bandwidth_gbps or 1) * eff
     overlap = min(max(c.comm_overlap or 0.0, 0.0), 1.0)
+    _, g_kv, d_qk, d_v = head_dims(spec)
     tp_on = planned_tp_comm_overlap(spec, fx.get("training.tp_comm_overlap"), tp, sp) and \
         tp_in_nvlink_domain(tp, c.nvlink_domain_size, c.gpus_per_node, W)  # (TRC382)
     ep_on = bool(t.overlap_moe_expert_parallel_comm)
@@ -558,14 +550,15 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
         lf, lb = _logits(spec, tp, cp, mbs)
         act_b = mbs * s_loc * h * eb  # the tensor TP collectives act on
         tp_unit = 2 * (tp - 1) / tp * act_b / bw_tp if tp > 1 else 0.0
-        tp_blocks = (1 - mf) * 2 + mf  # attention and dense MLP (TE linears)
+        # attention (an MLA block moves its latents) and dense MLP blocks (TE linears)
+        tp_blocks = attention_tp_ratio(spec) + (1 - mf)
         tp_expert = mf if etp > 1 else 0.0  # the experts' ETP block (never overlapped)
         tok_ep = mbs * s_loc / tsp
         t_a2a = ep_dispatch_seconds(EpDispatch(
             m.moe_token_dispatcher_type, m.moe_router_topk, m.num_experts or 1, ep,
             tok_ep * h * eb), ep_g, intra, inter) if ep > 1 else 0.0
-        q_b = mbs * s_loc * (a / tp) * dh * eb
-        kv_b = 2 * mbs * s_loc * max(g / tp, 1) * dh * eb
+        q_b = mbs * s_loc * (a / tp) * d_qk * eb
+        kv_b = mbs * s_loc * max(g_kv / tp, 1) * (d_qk + d_v) * eb
         pp_b = mbs * s_loc * h * eb / tsp
         full_l, none_l, sel_l = act_layer(mbs)
         for v, inflight, bubble, rc, frac, group in _schedules(

@@ -72,6 +72,24 @@ class ModelSpec:
     """Dropout on attention probabilities, in [0, 1) (Megatron default 0.1)."""
     untie_embeddings_and_output_weights: bool = True
     """True: separate input embedding and output layer (Llama); False: tied (GPT-3)."""
+    multi_latent_attention: bool = False
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi K2; Megatron-Core
+    ``MLATransformerConfig``, Megatron-LM --multi-latent-attention): queries and keys / values
+    are projected through low-rank latents (q_lora_rank, kv_lora_rank), heads of qk_head_dim +
+    qk_pos_emb_head_dim channels for Q and K and v_head_dim for V; kv_channels and
+    num_query_groups do not apply. engine=megatron or deepspeed (TRC344 for fsdp). TRC316."""
+    q_lora_rank: int | None = None
+    """MLA: rank of the query latent (elements; DeepSeek-V3: 1536); null = queries projected
+    from the hidden state directly (DeepSeek-V2-Lite)."""
+    kv_lora_rank: int = 512
+    """MLA: rank of the key/value latent (elements; DeepSeek-V3: 512)."""
+    qk_head_dim: int = 128
+    """MLA: per-head query/key channels without rotary embedding (elements)."""
+    qk_pos_emb_head_dim: int = 64
+    """MLA: per-head query/key channels with rotary embedding (elements; shared by all heads
+    for the key)."""
+    v_head_dim: int = 128
+    """MLA: per-head value channels (elements)."""
     num_experts: int | None = None
     """MoE: routed experts per MoE layer (count); null = dense model. Rules: TRC205, TRC206,
     TRC312."""

@@ -115,6 +115,7 @@ def megatron_core_kwargs(spec: TrainSpec, d: Derived) -> dict[str, dict[str, Any
     }
     tc.update(low_precision_kwargs(spec))
     tc.update(comm_overlap_kwargs(spec))
+    tc.update(mla_kwargs(spec))
     if moe:
         tc.update({
             "num_moe_experts": m.num_experts,
@@ -209,6 +210,21 @@ def megatron_core_kwargs(spec: TrainSpec, d: Derived) -> dict[str, dict[str, Any
 #: ``fp8`` to ``torch.uint8``, the storage of Transformer Engine's FP8 moments).
 STATE_DTYPE = {StateDtype.fp32: "float32", StateDtype.bf16: "bfloat16",
                StateDtype.fp16: "float16", StateDtype.fp8: "uint8"}
+
+
+def mla_kwargs(spec: TrainSpec) -> dict[str, Any]:
+    """Multi-head latent attention's ``MLATransformerConfig`` fields (megatron-core 0.16.1), or
+    nothing. The rotary embedding is plain RoPE (``rope_type: rope``, MLATransformerConfig's
+    default is YaRN) over ``qk_pos_emb_head_dim`` channels with the model's base and percent, and
+    without the fused RoPE kernel, which MLATransformerConfig allows with YaRN only."""
+    m = spec.model
+    if not m.multi_latent_attention:
+        return {}
+    return {"multi_latent_attention": True, "q_lora_rank": m.q_lora_rank,
+            "kv_lora_rank": m.kv_lora_rank, "qk_head_dim": m.qk_head_dim,
+            "qk_pos_emb_head_dim": m.qk_pos_emb_head_dim, "v_head_dim": m.v_head_dim,
+            "rope_type": "rope", "rotary_base": m.rotary_base,
+            "rotary_percent": float(m.rotary_percent), "apply_rope_fusion": False}
 
 
 def low_precision_kwargs(spec: TrainSpec) -> dict[str, Any]:
@@ -325,6 +341,15 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
          ("TransformerConfig", "num_query_groups")),
         c("--ffn-hidden-size", "TransformerConfig", "ffn_hidden_size"),
         c("--kv-channels", "TransformerConfig", "kv_channels"),
+        c("--multi-latent-attention", "TransformerConfig", "multi_latent_attention"),
+        c("--q-lora-rank", "TransformerConfig", "q_lora_rank"),
+        c("--kv-lora-rank", "TransformerConfig", "kv_lora_rank"),
+        c("--qk-head-dim", "TransformerConfig", "qk_head_dim"),
+        c("--qk-pos-emb-head-dim", "TransformerConfig", "qk_pos_emb_head_dim"),
+        c("--v-head-dim", "TransformerConfig", "v_head_dim"),
+        c("--rope-type", "TransformerConfig", "rope_type"),
+        ("--no-rope-fusion", tc.get("apply_rope_fusion") is False,
+         ("TransformerConfig", "apply_rope_fusion")),
         ("--seq-length", m.seq_length, ("forward_backward_func", "seq_length")),
         c("--max-position-embeddings", "GPTModel", "max_sequence_length"),
         c("--swiglu", "TransformerConfig", "gated_linear_unit"),

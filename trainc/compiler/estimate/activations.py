@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 
 from trainc.compiler.derive import full_recompute_mask
+from trainc.compiler.estimate.flops import mla_dims
 from trainc.compiler.estimate.params import (
     is_moe_layer,
     plan_stage_chunks,
@@ -74,7 +75,8 @@ def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, sp: b
 
 def dense_layer_bytes(*, s: float, b: int, h: int, a: int, g: int, d: int, f: int, t: int,
                       sp: bool, swiglu: bool, with_scores: bool, masks: bool = True,
-                      fp8: bool = False) -> float:
+                      fp8: bool = False,
+                      mla: tuple[int | None, int, int, int, int] | None = None) -> float:
     """One dense layer, one micro-batch, our GQA/SwiGLU generalisation of Table 2 (2-byte
     activations). ``s`` is the per-rank sequence (``seq / cp``).
 
@@ -84,6 +86,13 @@ def dense_layer_bytes(*, s: float, b: int, h: int, a: int, g: int, d: int, f: in
     for the backward in FP8 (1 byte: ``te.pytorch.module.linear`` saves the quantized input),
     so the two norm outputs (QKV and FC1 inputs), the output projection's input and FC2's input
     are 1-byte tensors.
+
+    ``mla = (q_lora, kv_lora, qk, pos, v)`` (multi-head latent attention, Megatron-Core
+    ``MLASelfAttention``): Q and K are ``a (qk + pos)`` wide, V and the output projection's
+    input ``a v`` (``/t``); the latents are kept per token of the sequence shard (``/t`` with
+    SP): each down projection's output (the latent norm's input) and the norm's output (the up
+    projection's input, 1 byte with FP8), ``q_lora`` and ``kv_lora`` wide, and the rotary part
+    of the key, ``pos``.
 
     >>> dense_layer_bytes(s=2048, b=1, h=4096, a=32, g=32, d=128, f=16384, t=1, sp=False,
     ...                   swiglu=False, with_scores=False) == 34 * 2048 * 4096
@@ -95,7 +104,14 @@ def dense_layer_bytes(*, s: float, b: int, h: int, a: int, g: int, d: int, f: in
     replicated = (4 + ln_out + (2 if masks else 0)) * s * b * h
     o_in = 1 if fp8 else 2  # output projection input (= attention output)
     mlp = (6 if swiglu else 4) - (1 if fp8 else 0)  # fc1 out (2f or f) + activation out (FC2 in)
-    sharded = s * b * ((2 + o_in) * a * d / t + 4 * kv_per_rank) + mlp * s * b * f / t
+    if mla is None:
+        attn = (2 + o_in) * a * d / t + 4 * kv_per_rank
+    else:
+        q_lora, kv_lora, qk, pos, v = mla
+        latent = (2 + (1 if fp8 else 2)) * ((q_lora or 0) + kv_lora) + 2 * pos
+        replicated += latent * s * b
+        attn = (4 * a * (qk + pos) + (2 + o_in) * a * v) / t
+    sharded = s * b * attn + mlp * s * b * f / t
     # unfused attention keeps softmax, its dropout mask and output (5as^2b); a fused (flash) kernel
     # keeps only the fp32 log-sum-exp per head and token (4as b) for its backward
     scores = 5 * a * s * s * b / t if with_scores else 0.0
@@ -154,7 +170,8 @@ def stage_activation_bytes(spec: TrainSpec, plan: Plan) -> list[float]:
 
     def layer(moe: bool, scores: bool) -> float:
         base = dense_layer_bytes(s=s, b=b, h=h, a=a, g=g, d=kv, t=t, sp=sp, swiglu=swiglu, f=f,
-                                 with_scores=scores and not flash, masks=masks, fp8=fp8)
+                                 with_scores=scores and not flash, masks=masks, fp8=fp8,
+                                 mla=mla_dims(spec))
         return base + (lse if scores and flash else 0.0) + (moe_delta if moe else 0.0)
 
     scale = 2.0 if tr.precision is Precision.fp32 else 1.0

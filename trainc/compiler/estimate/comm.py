@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from trainc.compiler.estimate.memory import megatron_bytes_per_param
 from trainc.compiler.estimate.params import (
     StageParams,
+    head_dims,
     is_moe_layer,
     plan_rerun_masks,
     plan_stage_layers,
@@ -205,6 +206,28 @@ class StageComm:
         return out
 
 
+def attention_tp_ratio(spec: TrainSpec) -> float:
+    """The attention block's TP traffic relative to a dense block's (an all-gather and a
+    reduce-scatter, or an all-reduce, of ``h`` per token): 1, or for multi-head latent
+    attention ``(h + q_lora + kv_lora + pos) / 2h``: its column-parallel up projections take the
+    latents (gathered with sequence parallelism, their gradients all-reduced without), the
+    down projections run on every rank (Megatron-Core ``MLASelfAttention``).
+
+    >>> from trainc.schemas import ClusterSpec, ModelSpec, TrainingSpec, TrainSpec
+    >>> m = ModelSpec(num_layers=1, hidden_size=7168, num_attention_heads=128, vocab_size=8,
+    ...               seq_length=8, multi_latent_attention=True, q_lora_rank=1536)
+    >>> s = TrainSpec(model=m, cluster=ClusterSpec(num_nodes=1), training=TrainingSpec(
+    ...     micro_batch_size=1, global_batch_size=8))
+    >>> round(attention_tp_ratio(s), 4)  # (7168 + 1536 + 512 + 64) / 14336
+    0.6473
+    """
+    m = spec.model
+    if not m.multi_latent_attention:
+        return 1.0
+    q_in = m.q_lora_rank or m.hidden_size  # without a query latent: the hidden state itself
+    return (m.hidden_size + q_in + m.kv_lora_rank + m.qk_pos_emb_head_dim) / (2 * m.hidden_size)
+
+
 def cp_layer_bytes(kind: CpCommType, c: int, q_bytes: float, kv_bytes: float) -> float:
     """CP bytes one rank sends per layer per micro-batch, forward + backward (seed 002 §3).
 
@@ -232,8 +255,7 @@ def stage_comm(spec: TrainSpec, plan: Plan, stages: list[StageParams]) -> list[S
     sp = bool(d.sequence_parallel)
     eb = 4 if tr.precision is Precision.fp32 else 2
     s, b, h = m.seq_length / c, tr.micro_batch_size, m.hidden_size
-    a, g = m.num_attention_heads, filled(m.num_query_groups, "model.num_query_groups")
-    dh = filled(m.kv_channels, "model.kv_channels")
+    a = m.num_attention_heads
     act = b * s * h * eb  # the tensor TP collectives act on (per CP rank)
     out = []
     for r, (idx, rerun) in enumerate(zip(plan_stage_layers(plan), plan_rerun_masks(plan),
@@ -246,20 +268,26 @@ def stage_comm(spec: TrainSpec, plan: Plan, stages: list[StageParams]) -> list[S
         if t > 1:  # TP: one all-reduce-equivalent (SP: all-gather + reduce-scatter) per block
             # attention and dense MLP blocks (Transformer Engine linears: tp_comm_overlap can
             # hide them), then the routed experts' ETP block of MoE layers (grouped GEMMs)
-            blocks = sum((2 if not mo else 1) * n for mo, n in zip(moe, passes, strict=False))
+            # an MLA attention block gathers its latents (and the rotary key), not h
+            mlp_blocks = sum(n for mo, n in zip(moe, passes, strict=False) if not mo)
+            unit = all_reduce_bytes(t, act)
+            unit_attn = unit * attention_tp_ratio(spec)
             expert_blocks = sum(n for mo, n in zip(moe, passes, strict=False) if mo) \
                 if etp > 1 else 0
-            unit = all_reduce_bytes(t, act)
             name = "all_gather+reduce_scatter" if sp else "all_reduce"
-            sc.get("tp", name, t).add(unit, times=blocks * M)
+            col = sc.get("tp", name, t)
+            col.add(unit_attn, times=sum(passes) * M)
+            if mlp_blocks:
+                col.add(unit, times=mlp_blocks * M)
             if expert_blocks:
                 sc.get("tp", "expert " + name, t).add(unit, times=expert_blocks * M)
             ends = (r == 0) + (r == p - 1)
             if ends:
                 sc.get("tp", "embedding/output " + name, t).add(unit, times=ends * M)
         if c > 1:
-            q_b = b * s * (a / t) * dh * eb
-            kv_b = 2 * b * s * max(g / t, 1) * dh * eb
+            _, g_kv, d_qk, d_v = head_dims(spec)
+            q_b = b * s * (a / t) * d_qk * eb
+            kv_b = b * s * max(g_kv / t, 1) * (d_qk + d_v) * eb
             per = cp_layer_bytes(spec.parallel.cp_comm_type, c, q_b, kv_b)
             per *= sum(passes) / (2 * max(len(idx), 1))
             sc.get("cp", spec.parallel.cp_comm_type.value, c).add(per, times=len(idx) * M)

@@ -29,18 +29,37 @@ class FlopTerms:
 
 
 def flop_terms(*, h: int, a: int, g: int, d: int, f: int, V: int, L: int, swiglu: bool,
-               num_moe_layers: int = 0, f_e: int = 0, topk: int = 0, f_s: int = 0) -> FlopTerms:
+               num_moe_layers: int = 0, f_e: int = 0, topk: int = 0, f_s: int = 0,
+               mla: tuple[int | None, int, int, int, int] | None = None) -> FlopTerms:
     """Megatron's per-token and per-S2 FLOP coefficients (megatron_rules.md §4.5).
 
     ``F_tok = 6h[f*c_f*L_d + f_e*k*c_f*L_moe + f_s*c_f*L_moe] + 6[h(q + 2*kappa) + q*h]*L + 6hV``
     with ``q = a*d``, ``kappa = g*d``, ``c_f = 3`` (SwiGLU) or 2; ``F_core = 6*q*L``.
+
+    Multi-head latent attention (``mla = (q_lora, kv_lora, qk, pos, v)``, Megatron-LM
+    ``training.py::num_floating_point_operations``, its ``multi_latent_attention`` branch): the
+    attention term per layer is ``6[q_term + kv_lora(h + a(qk + v) + 1) + h pos + a v h]`` with
+    ``q_term = q_lora(h + a(qk + pos) + 1)`` (``h a (qk + pos)`` without a query latent), and the
+    causal core ``6 a (qk + pos + v) / 2`` per S2.
+
+    >>> t = flop_terms(h=7168, a=128, g=128, d=128, f=18432, V=129280, L=1, swiglu=True,
+    ...                mla=(1536, 512, 128, 64, 128))
+    >>> t.core_per_s2  # 3 x 128 x (192 + 128)
+    122880.0
     """
     c_f = 3 if swiglu else 2
     L_d = L - num_moe_layers
     q, kappa = a * d, g * d
     mlp = 6 * h * (f * c_f * L_d + f_e * topk * c_f * num_moe_layers + f_s * c_f * num_moe_layers)
-    attn = 6 * (h * (q + 2 * kappa) + q * h) * L
-    return FlopTerms(float(mlp + attn), float(6 * h * V), float(6 * q * L))
+    if mla is None:
+        attn = 6 * (h * (q + 2 * kappa) + q * h) * L
+        core = 6 * q * L
+    else:
+        q_lora, kv_lora, qk, pos, v = mla
+        q_term = q_lora * (h + a * (qk + pos) + 1) if q_lora else h * a * (qk + pos)
+        attn = 6 * (q_term + kv_lora * (h + a * (qk + v) + 1) + h * pos + a * v * h) * L
+        core = 3 * a * (qk + pos + v) * L
+    return FlopTerms(float(mlp + attn), float(6 * h * V), float(core))
 
 
 def megatron_flops(*, batch: int, seq: int, **shape: int | bool) -> float:
@@ -60,18 +79,35 @@ def megatron_flops(*, batch: int, seq: int, **shape: int | bool) -> float:
 
 def spec_flop_terms(spec: TrainSpec, plan: Plan) -> FlopTerms:
     """:func:`flop_terms` of a normalized spec (padded vocab, as Megatron passes it)."""
-    m, d = spec.model, plan.derived
+    return model_flop_terms(spec, spec.model.num_layers, plan.derived.num_moe_layers,
+                            plan.derived.padded_vocab_size)
+
+
+def model_flop_terms(spec: TrainSpec, layers: int, moe_layers: int, vocab: int) -> FlopTerms:
+    """:func:`flop_terms` of a normalized spec's model for ``layers`` layers of which
+    ``moe_layers`` are MoE, with a ``vocab``-wide output layer (one layer: ``layers=1``)."""
+    m = spec.model
     moe = bool(m.num_experts)
     return flop_terms(
         h=m.hidden_size, a=m.num_attention_heads,
         g=filled(m.num_query_groups, "model.num_query_groups"),
         d=filled(m.kv_channels, "model.kv_channels"),
-        f=filled(m.ffn_hidden_size, "model.ffn_hidden_size"), V=d.padded_vocab_size,
-        L=m.num_layers, swiglu=m.activation is Activation.swiglu,
-        num_moe_layers=d.num_moe_layers,
+        f=filled(m.ffn_hidden_size, "model.ffn_hidden_size"), V=vocab,
+        L=layers, swiglu=m.activation is Activation.swiglu,
+        num_moe_layers=moe_layers,
         f_e=filled(m.moe_ffn_hidden_size, "model.moe_ffn_hidden_size") if moe else 0,
         topk=m.moe_router_topk if moe else 0,
-        f_s=(m.moe_shared_expert_intermediate_size or 0) if moe else 0)
+        f_s=(m.moe_shared_expert_intermediate_size or 0) if moe else 0,
+        mla=mla_dims(spec))
+
+
+def mla_dims(spec: TrainSpec) -> tuple[int | None, int, int, int, int] | None:
+    """(q_lora_rank, kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim) of a model with
+    multi-head latent attention, else None."""
+    m = spec.model
+    if not m.multi_latent_attention:
+        return None
+    return (m.q_lora_rank, m.kv_lora_rank, m.qk_head_dim, m.qk_pos_emb_head_dim, m.v_head_dim)
 
 
 def flops_per_step(spec: TrainSpec, plan: Plan) -> float:

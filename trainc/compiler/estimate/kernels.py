@@ -226,11 +226,32 @@ def layer_time_of(spec: TrainSpec, hw: Hw, moe: bool, prec: str, t: int, c: int,
         lt.gemm_f += f
         lt.gemm_b += bw
 
-    lin(tok, (q + 2 * kv) / t, h, prec)  # QKV (column parallel)
-    lin(tok, h, q / t, prec)  # output projection (row parallel)
-    # element-wise bytes per token of this GPU (2-byte activations): norms, residual adds, rope
-    elems = 10 * h / tsp + 2 * (q + kv) / t
-    casts = (2 * h + (q + 2 * kv) / t + q / t + h) if prec != "bf16" else 0.0
+    d_qk = d_v = dh  # per-head channels of the scores (Q, K) and of the values
+    if m.multi_latent_attention:
+        ql, kvl = m.q_lora_rank or 0, m.kv_lora_rank
+        pos, d_v = m.qk_pos_emb_head_dim, m.v_head_dim
+        d_qk = m.qk_head_dim + pos
+        # the down projections run on every tp rank over its sequence shard (Transformer
+        # Engine "duplicated"), the up projections and the output projection are split by tp
+        if ql:
+            lin(tok / tsp, ql, h, prec)  # query down projection
+        lin(tok, a * d_qk / t, ql or h, prec)  # query up (or direct) projection
+        lin(tok / tsp, kvl + pos, h, prec)  # key/value down projection (+ the rotary key)
+        lin(tok, a * (m.qk_head_dim + d_v) / t, kvl, prec)  # key/value up projection
+        lin(tok, h, a * d_v / t, prec)  # output projection (row parallel)
+        # norms, residual adds; the latent norms; rotary on the query / key rotary channels;
+        # the concatenations that build Q and K of d_qk channels
+        elems = 10 * h / tsp + 2 * (ql + kvl) / tsp + 2 * (a * pos / t + pos) \
+            + 4 * a * d_qk / t
+        casts = (2 * h + 2 * (ql + kvl) + pos + a * (d_qk + m.qk_head_dim + 2 * d_v) / t
+                 + h) if prec != "bf16" else 0.0
+    else:
+        lin(tok, (q + 2 * kv) / t, h, prec)  # QKV (column parallel)
+        lin(tok, h, q / t, prec)  # output projection (row parallel)
+        # element-wise bytes per token of this GPU (2-byte activations): norms, residual adds,
+        # rope
+        elems = 10 * h / tsp + 2 * (q + kv) / t
+        casts = (2 * h + (q + 2 * kv) / t + q / t + h) if prec != "bf16" else 0.0
     if moe:
         E = filled(m.num_experts, "model.num_experts")
         k_top = m.moe_router_topk
@@ -265,13 +286,13 @@ def layer_time_of(spec: TrainSpec, hw: Hw, moe: bool, prec: str, t: int, c: int,
     # attention core: causal, CP ranks each see all s keys for their s/c queries
     s_kv = s_full
     if spec.cluster.flash_attention:
-        attn_flops = 4 * tok * s_kv * (a / t) * dh / 2
+        attn_flops = 2 * tok * s_kv * (a / t) * (d_qk + d_v) / 2
         eff = hw.attention_eff * s_kv / (s_kv + 512)
         lt.attn_f = attn_flops / (hw.peaks["bf16"] * eff)
         lt.attn_b = 2.5 * lt.attn_f
     else:
-        lt.attn_f, lt.attn_b = unfused_attention_seconds(hw, b, s_full / c, s_kv, a / t, dh,
-                                                         m.attention_dropout > 0)
+        lt.attn_f, lt.attn_b = unfused_attention_seconds(hw, b, s_full / c, s_kv, a / t, d_qk,
+                                                         m.attention_dropout > 0, d_v)
     elem_bytes = 2 * elems * tok  # 2-byte activations
     cast_bytes = 4 * casts * tok  # read 2 B, write 1 B + the transposed 1 B copy
     lt.elem_f = (elem_bytes + cast_bytes) / hw.hbm
@@ -280,11 +301,13 @@ def layer_time_of(spec: TrainSpec, hw: Hw, moe: bool, prec: str, t: int, c: int,
 
 
 def unfused_attention_seconds(hw: Hw, b: float, s_q: float, s_kv: float, heads: float,
-                              dh: float, dropout: bool) -> tuple[float, float]:
+                              dh: float, dropout: bool,
+                              dv: float | None = None) -> tuple[float, float]:
     """(forward, backward) seconds of attention that materialises the score matrix
     (``cluster.flash_attention: false``: Megatron-Core's unfused ``DotProductAttention``, the
     Megatron-LM of Narayanan et al. 2021 and Korthikanti et al. 2022), for ``b`` sequences of
-    ``s_q`` queries against ``s_kv`` keys and ``heads`` heads of width ``dh`` on this GPU.
+    ``s_q`` queries against ``s_kv`` keys and ``heads`` heads of width ``dh`` (``dv`` for the
+    values, default ``dh``) on this GPU.
 
     * GEMMs, batched over ``b x heads``: forward ``Q K^T`` (s_q, s_kv, dh) and ``P V`` (s_q, dh,
       s_kv); backward ``dV = P^T dO``, ``dP = dO V^T``, ``dQ = dS K``, ``dK = dS^T Q``. The
@@ -300,10 +323,11 @@ def unfused_attention_seconds(hw: Hw, b: float, s_q: float, s_kv: float, heads: 
     (570.4, 1006.6)
     """
     groups = max(round(b * heads), 1)
+    dv = dh if dv is None else dv
     fwd = gemm_seconds(hw, s_q, s_kv, dh, "bf16", groups) + \
-        gemm_seconds(hw, s_q, dh, s_kv, "bf16", groups)
-    bwd = (gemm_seconds(hw, s_kv, dh, s_q, "bf16", groups)
-           + gemm_seconds(hw, s_q, s_kv, dh, "bf16", groups)
+        gemm_seconds(hw, s_q, dv, s_kv, "bf16", groups)
+    bwd = (gemm_seconds(hw, s_kv, dv, s_q, "bf16", groups)
+           + gemm_seconds(hw, s_q, s_kv, dv, "bf16", groups)
            + gemm_seconds(hw, s_q, dh, s_kv, "bf16", groups)
            + gemm_seconds(hw, s_kv, dh, s_q, "bf16", groups))
     scores = groups * s_q * s_kv

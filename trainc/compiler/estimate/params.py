@@ -36,6 +36,48 @@ def attention_params(h: int, a: int, g: int, d: int) -> int:
     return 2 * h * d * (a + g)
 
 
+def mla_params(h: int, n: int, q_lora: int | None, kv_lora: int, qk: int, pos: int,
+               v: int) -> tuple[int, int]:
+    """Multi-head latent attention weights (Megatron-Core ``MLASelfAttention``) as
+    ``(tp_sharded, replicated)``: the up projections ``q_lora x n*(qk + pos)`` (or, without a
+    query latent, ``h x n*(qk + pos)``), ``kv_lora x n*(qk + v)`` and the output projection
+    ``n*v x h`` are column / row parallel; the down projections ``h x q_lora`` and
+    ``h x (kv_lora + pos)`` and the two latent norms are the same on every tp rank
+    (Transformer Engine ``parallel_mode="duplicated"``).
+
+    >>> mla_params(7168, 128, 1536, 512, 128, 64, 128)  # DeepSeek-V3: 187 M per layer
+    (171966464, 15140864)
+    """
+    q_up = (q_lora if q_lora else h) * n * (qk + pos)
+    sharded = q_up + kv_lora * n * (qk + v) + n * v * h
+    replicated = (h * q_lora + q_lora if q_lora else 0) + h * (kv_lora + pos) + kv_lora
+    return sharded, replicated
+
+
+def attention_weights(spec: TrainSpec) -> tuple[int, int]:
+    """One layer's attention weights as ``(tp_sharded, replicated)``: :func:`attention_params`
+    (all column / row parallel), or :func:`mla_params` with ``multi_latent_attention``."""
+    m = spec.model
+    if m.multi_latent_attention:
+        return mla_params(m.hidden_size, m.num_attention_heads, m.q_lora_rank, m.kv_lora_rank,
+                          m.qk_head_dim, m.qk_pos_emb_head_dim, m.v_head_dim)
+    return attention_params(m.hidden_size, m.num_attention_heads,
+                            filled(m.num_query_groups, "model.num_query_groups"),
+                            filled(m.kv_channels, "model.kv_channels")), 0
+
+
+def head_dims(spec: TrainSpec) -> tuple[int, int, int, int]:
+    """(query heads, key/value heads, channels per query/key head, channels per value head):
+    ``(a, g, d, d)``, or for multi-head latent attention ``(a, a, qk + pos, v)`` (every head
+    has its own key and value after the up projection)."""
+    m = spec.model
+    a = m.num_attention_heads
+    if m.multi_latent_attention:
+        return a, a, m.qk_head_dim + m.qk_pos_emb_head_dim, m.v_head_dim
+    d = filled(m.kv_channels, "model.kv_channels")
+    return a, filled(m.num_query_groups, "model.num_query_groups"), d, d
+
+
 def mlp_params(h: int, f: int, swiglu: bool) -> int:
     """MLP weights: SwiGLU has gate, up (``h x f``) and down (``f x h``) = ``3*h*f``; GELU two = ``2*h*f``.
 
@@ -69,13 +111,11 @@ class LayerParams:
 def layer_params(spec: TrainSpec, moe: bool) -> LayerParams:
     """One dense or MoE layer of ``spec``'s model (normalized spec: every default filled)."""
     m = spec.model
-    h, a = m.hidden_size, m.num_attention_heads
-    g = filled(m.num_query_groups, "model.num_query_groups")
-    d = filled(m.kv_channels, "model.kv_channels")
+    h = m.hidden_size
     swiglu = m.activation is Activation.swiglu
     ln = m.normalization is Normalization.layernorm
-    attn = attention_params(h, a, g, d)
-    norms = 2 * norm_params(h, ln)
+    attn, attn_rep = attention_weights(spec)
+    norms = 2 * norm_params(h, ln) + attn_rep
     if not moe:
         return LayerParams(attn + mlp_params(h, filled(m.ffn_hidden_size, "model.ffn_hidden_size"),
                                              swiglu), norms, 0)

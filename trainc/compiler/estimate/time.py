@@ -31,6 +31,7 @@ from typing import Any
 
 from trainc.compiler.derive import tp_in_nvlink_domain
 from trainc.compiler.estimate.comm import StageComm
+from trainc.compiler.estimate.flops import model_flop_terms
 from trainc.compiler.estimate.kernels import hardware, layer_precision, layer_time, logits_time
 from trainc.compiler.estimate.params import (
     is_moe_layer,
@@ -39,26 +40,14 @@ from trainc.compiler.estimate.params import (
     stage_params,
 )
 from trainc.compiler.ir import Plan, filled
-from trainc.schemas import Activation, Engine, Recompute, TimeModel, TrainSpec
+from trainc.schemas import Engine, Recompute, TimeModel, TrainSpec
 
 
 def layer_flops(spec: TrainSpec, moe: bool, tokens: float, s2: float) -> float:
     """Model FLOPs of one layer over ``tokens`` tokens and ``s2 = sum(seq^2)`` (Megatron's
-    per-layer terms of ``transformer_flops``, megatron_rules.md §4.5)."""
-    m = spec.model
-    h, a = m.hidden_size, m.num_attention_heads
-    g = filled(m.num_query_groups, "model.num_query_groups")
-    d = filled(m.kv_channels, "model.kv_channels")
-    c_f = 3 if m.activation is Activation.swiglu else 2
-    q = a * d
-    attn = 6 * (h * (q + 2 * g * d) + q * h)
-    if moe:
-        mlp = 6 * h * c_f * (filled(m.moe_ffn_hidden_size, "model.moe_ffn_hidden_size")
-                             * m.moe_router_topk
-                             + (m.moe_shared_expert_intermediate_size or 0))
-    else:
-        mlp = 6 * h * c_f * filled(m.ffn_hidden_size, "model.ffn_hidden_size")
-    return tokens * (attn + mlp) + s2 * 6 * q
+    per-layer terms of ``transformer_flops``, :func:`.flops.model_flop_terms`)."""
+    t = model_flop_terms(spec, 1, int(moe), 0)
+    return tokens * t.per_token_layers + s2 * t.core_per_s2
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +74,7 @@ def stage_compute_flops(spec: TrainSpec, plan: Plan) -> list[float]:
     for r, idx in enumerate(stages):
         per_layer = [layer_flops(spec, is_moe_layer(spec, i), tokens, s2) for i in idx]
         f = sum(per_layer)
-        core = s2 * 6 * spec.model.num_attention_heads * (
-            filled(spec.model.kv_channels, "model.kv_channels"))
+        core = s2 * model_flop_terms(spec, 1, 0, 0).core_per_s2
         if tr.recompute is Recompute.full:
             f += sum(fl for fl, re in zip(per_layer, reruns[r], strict=True) if re) / 3
         elif tr.recompute is Recompute.selective:

@@ -77,6 +77,7 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    fix=f"set model.moe_layer_freq between 1 and {m.num_layers}",
                    edits={"model.moe_layer_freq": 1}, moe_layer_freq=m.moe_layer_freq,
                    num_layers=m.num_layers)
+    yield from _mla(spec)
     yield from _engine(spec, d)
     yield from _runner(spec, d)
     yield from precision(spec, d)
@@ -273,6 +274,38 @@ def _schedule(spec: TrainSpec) -> Iterator[Diagnostic]:
                    edits={"training.overlap_param_gather": False}, missing=missing)
 
 
+def _mla(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC316: multi-head latent attention's own constraints (Megatron-Core
+    ``MLATransformerConfig``); engine=fsdp refuses it (TRC344)."""
+    m = spec.model
+    if not m.multi_latent_attention:
+        return
+    a, g = m.num_attention_heads, m.num_query_groups
+    if g is not None and g != a:
+        yield diag(R.MLA_SETTINGS, f"model.num_query_groups ({g}) with multi_latent_attention: "
+                   "MLA has no grouped-query attention, its key/value up projection gives every "
+                   f"one of the {a} heads its own key and value (Megatron-LM asserts not "
+                   "--group-query-attention)", "model.num_query_groups",
+                   related=("model.multi_latent_attention",),
+                   fix="remove model.num_query_groups (the latent kv_lora_rank is MLA's KV "
+                       "compression)", edits={"model.num_query_groups": a},
+                   num_query_groups=g, num_attention_heads=a)
+    if m.position_embedding is not PositionEmbedding.rope:
+        yield diag(R.MLA_SETTINGS, "multi_latent_attention with learned positions: MLA rotates "
+                   "its qk_pos_emb_head_dim channels with RoPE and has no absolute position "
+                   "embedding", "model.position_embedding",
+                   related=("model.multi_latent_attention",),
+                   fix="set model.position_embedding=rope",
+                   edits={"model.position_embedding": "rope"}, setting="position_embedding")
+    if m.qk_pos_emb_head_dim % 2:
+        yield diag(R.MLA_SETTINGS, f"model.qk_pos_emb_head_dim ({m.qk_pos_emb_head_dim}) is odd: "
+                   "RoPE rotates channel pairs", "model.qk_pos_emb_head_dim",
+                   related=("model.multi_latent_attention",),
+                   fix=f"set model.qk_pos_emb_head_dim={m.qk_pos_emb_head_dim + 1}",
+                   edits={"model.qk_pos_emb_head_dim": m.qk_pos_emb_head_dim + 1},
+                   qk_pos_emb_head_dim=m.qk_pos_emb_head_dim)
+
+
 def _inert(spec: TrainSpec) -> Iterator[tuple[str, str]]:
     """(key, why it has no effect) for keys set away from their default that nothing reads."""
     m, t, lc = spec.model, spec.training, spec.launch
@@ -293,6 +326,10 @@ def _inert(spec: TrainSpec) -> Iterator[tuple[str, str]]:
     if m.position_embedding is not PositionEmbedding.rope:
         yield from ((f"model.{k}", "position_embedding is learned") for k in
                     ("rope_scaling_factor", "rotary_percent") if moved(m, dm, k))
+    if not m.multi_latent_attention:
+        yield from ((f"model.{k}", "multi_latent_attention is false") for k in
+                    ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
+                     "v_head_dim") if moved(m, dm, k))
     if m.num_experts is None:
         dense = "the model has no experts (num_experts is null)"
         yield from ((f"model.{k}", dense) for k in

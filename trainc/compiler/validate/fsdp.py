@@ -179,6 +179,13 @@ def _unsupported(spec: TrainSpec) -> Iterator[Diagnostic]:
                    "engine=megatron's)", "model.num_experts", related=("engine",),
                    fix="set engine=megatron for an MoE model", edits={"engine": "megatron"},
                    num_experts=spec.model.num_experts)
+    if spec.model.multi_latent_attention:
+        yield diag(R.FSDP_UNSUPPORTED, "model.multi_latent_attention: trainc's engine=fsdp builds "
+                   "grouped-query attention only (the trainc FSDP2 worker's model and "
+                   "torchtitan's Llama registry); Megatron-Core builds MLA",
+                   "model.multi_latent_attention", related=("engine",),
+                   fix="set engine=megatron for a model with multi-head latent attention",
+                   edits={"engine": "megatron"}, setting="multi_latent_attention")
     if p.cp_comm_type is not CpCommType.p2p:
         yield diag(R.FSDP_UNSUPPORTED, f"parallel.cp_comm_type ({p.cp_comm_type.value}) is a "
                    "Megatron-Core setting (TransformerConfig.cp_comm_type): engine=fsdp's "

@@ -14,6 +14,8 @@ _POSITIVE = (
     "model.make_vocab_size_divisible_by", "model.seq_length", "model.max_position_embeddings",
     "model.num_experts", "model.moe_router_topk", "model.moe_ffn_hidden_size",
     "model.moe_shared_expert_intermediate_size", "model.moe_layer_freq",
+    "model.q_lora_rank", "model.kv_lora_rank", "model.qk_head_dim", "model.qk_pos_emb_head_dim",
+    "model.v_head_dim",
     "cluster.num_nodes", "cluster.gpus_per_node", "cluster.gpu_memory_gib", "cluster.peak_tflops",
     "cluster.nvlink_domain_size", "cluster.intra_node_bandwidth_gbps",
     "cluster.inter_node_bandwidth_gbps", "cluster.host_memory_gib",
