@@ -22,9 +22,14 @@ profile (:mod:`trainc.compiler.hardware`, ``trainc/conf/gpu``):
   permute / un-permute copies by bytes. A fixed per-MoE-layer cost
   (``cluster.moe_layer_overhead_us``, default ``MOE_LAYER_OVERHEAD_US``: the
   host sync for the token counts of dropless routing, routing kernels) is added per pass.
-* **Attention core** (fused / flash): ``4 x M x s_kv x (a / t) x d`` FLOPs forward, halved by the
-  causal mask, 2.5x forward for the backward (FlashAttention-2, Dao 2023, arXiv 2307.08691: five
-  GEMMs backward against two forward), at ``attention_efficiency x s / (s + 512)`` of the BF16 peak.
+* **Multi-head latent attention** (``multi_latent_attention``; Megatron-Core
+  ``MLASelfAttention``): the down projections on every TP rank over its sequence shard, the up
+  and output projections split by TP, heads of ``qk + pos`` query/key and ``v`` value channels.
+* **Attention core** (fused / flash): ``2 x M x s_kv x (a / t) x (d_qk + d_v)`` FLOPs forward,
+  halved by the causal mask, 2.5x forward for the backward (FlashAttention-2, Dao 2023, arXiv
+  2307.08691: five GEMMs backward against two forward), at ``attention_efficiency x s / (s +
+  512)`` of the BF16 peak (PyTorch SDPA's figure for engine=fsdp); unfused attention
+  (``cluster.flash_attention: false``) as its GEMMs and score-matrix kernels.
 * **Element-wise and norm kernels** by bytes moved: the two norms, residual adds, rotary embedding,
   the activation (SwiGLU reads ``2f`` and writes ``f``), counted forward and twice backward; with
   FP8 / FP4 every GEMM input is cast (read 2 B, write 1 B, plus the transposed copy for the
