@@ -48,7 +48,12 @@ from trainc.compiler.estimate.kernels import (
 )
 from trainc.compiler.estimate.memory import megatron_bytes_per_param
 from trainc.compiler.estimate.params import head_dims, layer_params
-from trainc.compiler.estimate.time import BUCKET_MIN_PARAMS, ep_exposed_share, tp_exposed_share
+from trainc.compiler.estimate.time import (
+    BUCKET_MIN_PARAMS,
+    ep_exposed_share,
+    tp_exposed_share,
+    with_interference,
+)
 from trainc.compiler.normalize import default_tp_comm_overlap
 from trainc.compiler.validate.util import divisors
 from trainc.schemas import (
@@ -628,9 +633,10 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
                                     continue
                                 window = f_mb if gather else b_mb
                                 if i > 0:
-                                    t_dp += max(sec - i * window, 0.0)
+                                    t_dp += with_interference(sec, max(sec - i * window, 0.0))
                                 else:
-                                    t_dp += sec / nb + max(sec - sec / nb - window, 0.0)
+                                    t_dp += with_interference(
+                                        sec, sec / nb + max(sec - sec / nb - window, 0.0))
                         if piped + t_dp > total:
                             total, out = piped + t_dp, (row, t_dp)
                     assert out is not None
@@ -648,7 +654,8 @@ def _dp_exposed(spec: TrainSpec, megatron: bool, zero: int, r: int, p_dense: flo
                 gb: int, eb: int, M: int, fwd_mb: float, bwd_mb: float, compute: float,
                 n_layers: int) -> float:
     """Exposed DP seconds of stage ``r`` as :func:`trainc.compiler.estimate.time._dp_exposed`
-    takes them (Megatron-Core DDP buckets; DeepSpeed ZeRO), from the stage's parameters."""
+    takes them (Megatron-Core DDP buckets; DeepSpeed ZeRO; the hidden part's interference,
+    :func:`trainc.compiler.estimate.time.with_interference`), from the stage's parameters."""
     t = spec.training
     if spec.engine is Engine.fsdp:
         return 0.0  # FSDP2's collectives: not modelled here (the full estimator prices them)
@@ -657,17 +664,17 @@ def _dp_exposed(spec: TrainSpec, megatron: bool, zero: int, r: int, p_dense: flo
             return 0.0
         c = zero_dp_bytes(p_dense + p_exp, shard, zero, M, eb) / bw_dp
         if zero >= 3:
-            return min(max(c - compute, 0.0) + c / max(n_layers, 1), c)
+            return with_interference(c, min(max(c - compute, 0.0) + c / max(n_layers, 1), c))
         if r > 0:
-            return max(c - r * bwd_mb, 0.0)
+            return with_interference(c, max(c - r * bwd_mb, 0.0))
         nb = max(math.ceil((p_dense + p_exp) / max(BUCKET_MIN_PARAMS, 1_000_000 * shard)), 1)
         last = c / nb
-        return last + max(c - last - bwd_mb, 0.0)
+        return with_interference(c, last + max(c - last - bwd_mb, 0.0))
     if zero == 3:  # Megatron-FSDP: every micro-batch, hidden behind the compute as FSDP2's
         c = sum(M * (group - 1) / group * params * (2 * pb + gb) / bw
                 for group, params, bw in ((shard, p_dense, bw_dp), (edp, p_exp, bw_edp))
                 if group > 1 and params > 0)
-        return min(max(c - compute, 0.0) + c / max(n_layers, 1), c)
+        return with_interference(c, min(max(c - compute, 0.0) + c / max(n_layers, 1), c))
     # normalize's defaults for the candidate (overlap_grad_reduce with dp x cp > 1, the param
     # gather overlap with the distributed optimizer too); a user's explicit false is not seen
     grad_on = shard > 1 and t.overlap_grad_reduce is not False
@@ -685,8 +692,9 @@ def _dp_exposed(spec: TrainSpec, megatron: bool, zero: int, r: int, p_dense: flo
             if not (gather_on if gather else grad_on):
                 total += sec
             elif r > 0:
-                total += max(sec - r * (fwd_mb if gather else bwd_mb), 0.0)
+                total += with_interference(sec, max(sec - r * (fwd_mb if gather else bwd_mb),
+                                                    0.0))
             else:
                 window = fwd_mb if gather else bwd_mb
-                total += sec / nb + max(sec - sec / nb - window, 0.0)
+                total += with_interference(sec, sec / nb + max(sec - sec / nb - window, 0.0))
     return total
