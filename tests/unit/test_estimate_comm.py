@@ -153,3 +153,11 @@ def test_flex_dispatcher_cuts_cross_node_ep_time():
     assert a2a["name"] == "dispatch+combine all_to_all"
     assert flex["name"] == "dispatch+combine flex all_to_all"
     assert flex["seconds"] < a2a["seconds"]
+    # the bytes are the token copies other ranks receive: one per rank holding an expert of the
+    # token (flex), topk of them (alltoall); 16 experts top-2 over 16 ranks: 2 x 15/16 both
+    from trainc.compiler.estimate.comm import EpDispatch, ep_sent_bytes
+    from trainc.schemas import MoeDispatcher as D
+
+    assert ep_sent_bytes(EpDispatch(D.flex, 2, 16, 16, 1.0)) == pytest.approx(
+        ep_sent_bytes(EpDispatch(D.alltoall, 2, 16, 16, 1.0)))
+    assert flex["sent_bytes"] == pytest.approx(a2a["sent_bytes"], rel=1e-6)

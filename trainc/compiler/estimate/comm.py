@@ -142,6 +142,25 @@ def ep_link_bytes(d: EpDispatch, g: int) -> tuple[float, float]:
     return k * (n - g) / n * d.token_bytes, k * (g - 1) / n * d.token_bytes
 
 
+def ep_sent_bytes(d: EpDispatch) -> float:
+    """Bytes one rank sends to the other ranks for one dispatch ``d`` (the token copies other
+    ranks receive, whatever the links; :func:`ep_link_bytes` splits them by link): alltoall
+    ``topk (ep - 1) / ep`` copies of each token, flex one per other rank holding one of its
+    experts, allgather ``ep - 1``.
+
+    >>> round(ep_sent_bytes(EpDispatch(MoeDispatcher.flex, 8, 128, 16, 1.0)), 3)
+    6.184
+    """
+    n = d.ep
+    if n <= 1:
+        return 0.0
+    if d.dispatcher is MoeDispatcher.flex:
+        return (n - 1) * _p_hit(d.experts, d.experts // n, d.topk) * d.token_bytes
+    if d.dispatcher is MoeDispatcher.allgather:
+        return (n - 1) * d.token_bytes
+    return d.topk * (n - 1) / n * d.token_bytes
+
+
 def ep_dispatch_seconds(d: EpDispatch, g: int, intra: float, inter: float) -> float:
     """Seconds of one dispatch ``d`` with ``g`` EP ranks per NVLink domain, NVLink and NIC at
     ``intra`` / ``inter`` bytes per second (efficiency applied): the slower of the two links
@@ -295,10 +314,9 @@ def stage_comm(spec: TrainSpec, plan: Plan, stages: list[StageParams]) -> list[S
             tokens = b * s / (t if sp else 1)
             disp = EpDispatch(m.moe_token_dispatcher_type, m.moe_router_topk,
                               filled(m.num_experts, "model.num_experts"), e, tokens * h * eb)
-            nic, nvl = ep_link_bytes(disp, 1)  # every copy to another rank (for the bytes)
             col = sc.get("ep", "dispatch+combine " + EP_COLLECTIVE[disp.dispatcher], e)
             col.ep = disp
-            col.add(nic + nvl, times=2 * M * sum(
+            col.add(ep_sent_bytes(disp), times=2 * M * sum(
                 n for mo, n in zip(moe, passes, strict=False) if mo))
         if p > 1:
             pb = b * s * h * eb / (t if sp else 1)
