@@ -261,6 +261,14 @@ def test_tp_comm_overlap_only_where_the_framework_has_it(framework: str, off: bo
                                                         "framework=nanotron")["training"]
 
 
+def test_a800_is_an_a100_with_its_nvlink(tmp_path: Path) -> None:
+    """A800 rows (Chinese papers) build on the A100 profile with 200 GB/s NVLink per direction."""
+    spec = build(gpu_type="A800-SXM4-80GB", notes="precision=BF16")
+    assert spec["cluster"]["gpu"] == "a100-80g"
+    assert spec["cluster"]["intra_node_bandwidth_gbps"] == 200
+    loads(spec, tmp_path)
+
+
 def test_mpt_rows_are_gpt_style() -> None:
     """MPT (llm-foundry): GELU MLP, LayerNorm, learned positions, tied embeddings."""
     spec = build(model="MPT-7B", layers="32", hidden="4096", heads="32", kv_heads="32",

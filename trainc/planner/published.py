@@ -24,7 +24,8 @@ Conversion (each choice is a guess where the table is silent; the row's ``notes`
   style); else skipped. ``seq_len`` is the
   sequence, ``max_position_embeddings`` at least that; RoPE scaling is dropped (it changes no
   estimate);
-* cluster: ``cluster.gpu`` from ``gpu_type`` (:func:`gpu_of`), 8 GPUs per node (4 per GB200 /
+* cluster: ``cluster.gpu`` from ``gpu_type`` (:func:`gpu_of`; an A800 is the A100 profile with
+  its 200 GB/s NVLink), 8 GPUs per node (4 per GB200 /
   GB300 compute tray, whose NVLink domain is the 72-GPU rack, or the 64 GPUs of 16 trays a job
   uses when the GPU count is a multiple of 64; elsewhere the domain is the node), the GPU
   preset's bandwidths and memory;
@@ -81,7 +82,11 @@ MODEL_PRESETS = {
 }
 #: Substring of ``gpu_type`` (first match wins) -> ``cluster.gpu``.
 GPUS = (("GB300", "gb300"), ("GB200", "gb200"), ("B200", "b200"), ("H100", "h100-80g"),
-        ("H200", "h200"), ("H800", "h800"), ("A100-SXM4-40GB", "a100-40g"), ("A100", "a100-80g"))
+        ("H200", "h200"), ("H800", "h800"), ("A100-SXM4-40GB", "a100-40g"), ("A100", "a100-80g"),
+        ("A800", "a100-80g"))
+#: GPUs of a profile with another NVLink: ``gpu_type`` substring -> NVLink GB/s per GPU, one
+#: direction (the A800 is an A100 with NVLink at 400 GB/s bidirectional: NVIDIA A800 data sheet).
+NVLINK_GBPS = {"A800": 200}
 #: ``cluster.gpu`` -> its profile's memory (GiB); a ``gpu_type`` naming another size (Meta's
 #: 96 GB HBM2e H100s) sets ``cluster.gpu_memory_gib`` to it.
 PROFILE_MEMORY_GIB = {"h100-80g": 80}
@@ -351,6 +356,9 @@ def row_to_spec_reason(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]
     mem = re.search(r"(?:^|[\s(])(\d{2,3})(?:-\d+)?\s*GB", row.get("gpu_type", ""))
     if gpu in PROFILE_MEMORY_GIB and mem and int(mem.group(1)) != PROFILE_MEMORY_GIB[gpu]:
         cluster["gpu_memory_gib"] = int(mem.group(1))
+    for key, gbps in NVLINK_GBPS.items():
+        if key in row.get("gpu_type", "").upper():
+            cluster["intra_node_bandwidth_gbps"] = gbps
     if gpu in RACK_GPUS:  # elsewhere the NVLink domain is the node (the default)
         cluster["nvlink_domain_size"] = 64 if n % 64 == 0 else 72
     if (note(row, "attention") or "").lower().startswith("unfused"):
