@@ -329,16 +329,21 @@ def report(results: list[Result], show_rows: bool = False,
 
 
 def band_report(results: list[Result]) -> str:
-    """The spread of measured / estimated step time by model kind (p10, p50, p90: what
-    ``trainc/conf/step_time_band.yaml`` holds) and how many rows fall inside the band the
-    estimates carry now (about 80 % where the band describes the rows)."""
+    """The spread of measured / estimated step time by kind (MoE, dense under engine=fsdp, other
+    dense; p10, p50, p90: what ``trainc/conf/step_time_band.yaml`` holds) and how many rows fall
+    inside the band the estimates carry now (about 80 % where the band describes the rows)."""
     from trainc.compiler.estimate.band import published_bands
 
     bands = published_bands()
     lines = ["step time band (measured / estimated step time = predicted / measured tokens/s):"]
-    for kind, tag in (("dense", "dense"), ("moe", "MoE")):
+    def kind_of(r: Result) -> str:
+        if "MoE" in r.tags:
+            return "moe"
+        return "fsdp" if r.spec and r.spec["engine"] == "fsdp" else "dense"
+
+    for kind in ("dense", "fsdp", "moe"):
         rs = sorted(r.predicted / r.measured for r in results
-                    if r.predicted and r.measured and tag in r.tags)
+                    if r.predicted and r.measured and kind_of(r) == kind)
         if not rs:
             continue
 

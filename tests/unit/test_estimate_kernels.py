@@ -244,6 +244,14 @@ def test_step_time_carries_the_published_runs_band_unless_calibrated():
     lo, hi = published_bands()["moe"]
     assert moe["step_time_band"] == "published runs (moe)"
     assert moe["step_time_p90_seconds"] == pytest.approx(moe["step_time_seconds"] * hi, rel=1e-5)
+    from trainc.schemas import Engine
+
+    fs = _h100(parallel__tp=1, parallel__pp=1)
+    fs.engine = Engine.fsdp
+    e = run(fs)["estimates"]
+    lo, hi = published_bands()["fsdp"]
+    assert e["step_time_band"] == "published runs (fsdp)"
+    assert e["step_time_p90_seconds"] == pytest.approx(e["step_time_seconds"] * hi, rel=1e-5)
     cal = _h100()
     cal.cluster.step_time_p10_ratio, cal.cluster.step_time_p90_ratio = 0.95, 1.08
     e = run(cal)["estimates"]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from trainc.schemas import TimeModel, TrainSpec
+from trainc.schemas import Engine, TimeModel, TrainSpec
 
 
 @functools.cache
@@ -37,13 +37,15 @@ def published_bands() -> dict[str, tuple[float, float]]:
 
 def step_time_band(spec: TrainSpec) -> tuple[float, float, str] | None:
     """(p10 ratio, p90 ratio, where the band comes from: ``calibrated`` or ``published runs
-    (dense)`` / ``(moe)``) for the spec's estimate, or None (see the module docstring)."""
+    (dense)`` / ``(fsdp)`` / ``(moe)``) for the spec's estimate, or None (see the module
+    docstring)."""
     c = spec.cluster
     lo, hi = c.step_time_p10_ratio, c.step_time_p90_ratio
     if lo is not None and hi is not None:
         return float(lo), float(hi), "calibrated"
     if c.time_model is not TimeModel.kernels:
         return None
-    kind = "moe" if spec.model.num_experts else "dense"
+    kind = "moe" if spec.model.num_experts else \
+        "fsdp" if spec.engine is Engine.fsdp else "dense"
     p10, p90 = published_bands()[kind]
     return p10, p90, f"published runs ({kind})"
