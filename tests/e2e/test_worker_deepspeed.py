@@ -55,3 +55,19 @@ def test_zero_stages_agree():
     for name, log in LOGS.items():
         for n, rec in steps(log).items():
             assert close(rec["loss"], base[n]["loss"], 2e-3), f"{name} step {n}"
+
+
+def test_dropout_resumes_to_the_same_losses(tmp_path, compiled):
+    """The random-number state travels in DeepSpeed's client state: with hidden and attention
+    dropout the step-16 checkpoint replays steps 17-24 to the same losses (which differ from the
+    dropout-free run's)."""
+    spec = merge(base_spec("ds_dropout", 2),
+                 {"engine": "deepspeed", "parallel": {"zero_stage": 1},
+                  "model": {"hidden_dropout": 0.2, "attention_dropout": 0.2}})
+    log = launch(compile_case(tmp_path, "ds_dropout", spec), ["--resume-check", "16"])
+    got, again = steps(log), steps(log, resume=True)
+    plain = steps(LOGS["ds_zero1"]) if "ds_zero1" in LOGS else steps(launch(compiled["ds_zero1"]))
+    assert any(not close(got[n]["loss"], plain[n]["loss"], 1e-4) for n in range(2, 25))
+    assert sorted(again) == list(range(17, 25))
+    for n in again:
+        assert close(again[n]["loss"], got[n]["loss"], 1e-6), (n, again[n], got[n])

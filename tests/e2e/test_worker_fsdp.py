@@ -142,3 +142,20 @@ def test_resume_into_another_model_stops_with_one_line(tmp_path):
     line = lines.pop()
     assert line.startswith("trainc-worker: checkpoint ") and "hidden_size 32 -> 64" in line, line
     assert line.endswith("start without --load"), line
+
+
+def test_dropout_resumes_bit_for_bit(tmp_path, compiled):
+    """Each rank's random-number state is checkpointed with DCP's state: with hidden and
+    attention dropout the resume check replays the same losses, which differ from the
+    dropout-free run's."""
+    spec = merge(base_spec("fsdp_dropout", 2),
+                 {"engine": "fsdp", "parallel": {"zero_stage": 1},
+                  "training": {"train_iters": ITERS}, "launch": {"save_interval": 6},
+                  "model": {"hidden_dropout": 0.2, "attention_dropout": 0.2}})
+    log = launch(compile_case(tmp_path, "fsdp_dropout", spec), ["--resume-check", str(RESUME)])
+    got, again = steps(log), steps(log, resume=True)
+    plain = steps(launch(compiled["fsdp_dp2"], label="fsdp_dp2 (no dropout)"))
+    assert any(not close(got[n]["loss"], plain[n]["loss"], 1e-4) for n in range(2, ITERS + 1))
+    assert sorted(again) == list(range(RESUME + 1, ITERS + 1))
+    for n in again:
+        assert again[n]["loss"] == got[n]["loss"], f"step {n}: resumed loss differs"

@@ -143,3 +143,23 @@ def test_layout_trains_like_reference(name, compiled, reference_logs):
     # every setting of plan.json's engines.megatron_core (= megatron_core.yaml) reached the objects
     assert re.search(r"cross-checked \d+ Megatron-Core settings with plan.json: all agree", log)
     assert "trainc-worker: done" in log
+
+
+def test_attention_dropout_on_the_cpu_attention_stand_in(tmp_path, compiled):
+    """Attention dropout reaches the CPU core-attention stand-in (context parallelism and MLA
+    build on it): losses differ from the dropout-free run of the same layout, still fall, and the
+    resume check replays them exactly (the TP RNG tracker's state is checkpointed)."""
+    over = merge(CASES["cp2"][1], {"model": {"attention_dropout": 0.3}})
+    out = compile_case(tmp_path, "cp2_dropout", merge(base_spec("cp2_dropout", 2), over))
+    log = launch(out, ["--resume-check", "16"])
+    got, plain = steps(log), steps((compiled["cp2"] / "launch.log").read_text()
+                                   if (compiled["cp2"] / "launch.log").exists()
+                                   else launch(compiled["cp2"]))
+    assert sorted(got) == list(range(1, 25)), log[-4000:]
+    assert any(not close(got[n]["loss"], plain[n]["loss"], 1e-4) for n in range(2, 25)), \
+        "attention_dropout=0.3 left every loss equal to the dropout-free run"
+    assert sum(got[n]["loss"] for n in range(21, 25)) / 4 < 0.9 * got[1]["loss"]
+    again = steps(log, resume=True)
+    assert sorted(again) == list(range(17, 25))
+    for n in again:
+        assert close(again[n]["loss"], got[n]["loss"], 1e-6), (n, again[n], got[n])

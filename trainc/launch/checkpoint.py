@@ -1,18 +1,23 @@
 """Per-rank checkpoints for the Megatron-Core path: ``DIR/iter_NNNNNNN/rank_RRRRR.pt`` +
 ``DIR/latest``.
 
-Each rank writes what it holds: its model chunks, and for every (chained) Megatron optimizer the
+Each rank writes what it holds: its model chunks, for every (chained) Megatron optimizer the
 inner torch optimizer state (Adam moments, step) and its main parameters (the fp32 masters: the
-distributed optimizer's shard, Float16Optimizer's copies, or the model params for fp32). Loading
-restores all three, so a resumed run continues bit-for-bit. The layout is recorded and must match
+distributed optimizer's shard, Float16Optimizer's copies, or the model params for fp32), and its
+random-number state (Python, NumPy, torch's default generator, CUDA's where there is one, and the
+tensor-parallel RNG tracker's streams that dropout draws from: what Megatron-LM's
+``megatron/training/checkpointing.py`` ``get_rng_state`` records). Loading restores all of it, so
+a resumed run continues bit-for-bit, dropout included. The layout is recorded and must match
 on load (these are resume checkpoints, not resharding ones).
 """
 
 from __future__ import annotations
 
 import os
+import random
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -25,6 +30,38 @@ def _main_params(o: Any) -> list[torch.Tensor]:
     return [p for g in o.optimizer.param_groups for p in g["params"]]
 
 
+def rng_file(rank: int) -> str:
+    """The per-rank random-number state file of the DeepSpeed and FSDP checkpoints."""
+    return f"rng_rank_{rank:05d}.pt"
+
+
+def rng_state(tracker: bool = True) -> dict[str, Any]:
+    """This rank's random-number state (restored by :func:`set_rng_state`); ``tracker``: include
+    Megatron-Core's tensor-parallel RNG tracker (the Megatron engine; the FSDP one has none)."""
+    state: dict[str, Any] = {
+        "python": random.getstate(), "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None}
+    if tracker:
+        from megatron.core import tensor_parallel
+
+        state["tracker"] = tensor_parallel.get_cuda_rng_tracker().get_states()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`rng_state` returned."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+    if "tracker" in state:
+        from megatron.core import tensor_parallel
+
+        tensor_parallel.get_cuda_rng_tracker().set_states(state["tracker"])
+
+
 def save(directory: str, step: int, chunks: list[Any], opt: Any, layout: dict[str, Any]) -> str:
     """Write this rank's state for ``step``; rank 0 updates ``latest`` after a barrier."""
     it = os.path.join(directory, f"iter_{step:07d}")
@@ -35,6 +72,7 @@ def save(directory: str, step: int, chunks: list[Any], opt: Any, layout: dict[st
         "optim": [{"inner": o.optimizer.state_dict(),
                    "main": [p.detach().clone() for p in _main_params(o)]}
                   for o in _optimizers(opt)],
+        "rng": rng_state(),
     }
     path = os.path.join(it, f"rank_{dist.get_rank():05d}.pt")
     torch.save(state, path + ".tmp")
@@ -77,4 +115,5 @@ def load(directory: str, chunks: list[Any], opt: Any, layout: dict[str, Any],
         o.optimizer.load_state_dict(osd["inner"])
         for p, saved in zip(_main_params(o), osd["main"], strict=True):
             p.copy_(saved.to(p.device))
+    set_rng_state(state["rng"])
     return step

@@ -3,12 +3,13 @@
 Megatron-Core's local ``DotProductAttention`` refuses context_parallel_size > 1 and keys / values
 of their own head widths (multi-head latent attention's ``k_channels`` / ``v_channels``), and TE
 needs CUDA, so on CPU this module takes the ``core_attention`` slot of the layer spec (with
-cp = 1 it is plain causal attention). It keeps Megatron's
-real CP plumbing (CP groups, the load-balanced sequence split of ``get_batch_on_this_cp_rank``,
-RoPE slicing per CP rank, dp-cp gradient reduction) and replaces only the kernel: K and V are
-all-gathered over the CP group (backward: reduce-scatter), the positions of Megatron's chunks are
-rebuilt (CP rank r holds chunks r and 2*cp-1-r of 2*cp), and a causal mask is applied. Numerically
-it equals single-process attention; it does not exercise TE's ring-attention kernels.
+cp = 1 it is plain causal attention; attention dropout draws from the tensor-parallel RNG
+stream). It keeps Megatron's real CP plumbing (CP groups, the load-balanced sequence split of
+``get_batch_on_this_cp_rank``, RoPE slicing per CP rank, dp-cp gradient reduction) and replaces
+only the kernel: K and V are all-gathered over the CP group (backward: reduce-scatter), the
+positions of Megatron's chunks are rebuilt (CP rank r holds chunks r and 2*cp-1-r of 2*cp), and
+a causal mask is applied. Numerically it equals single-process attention; it does not exercise
+TE's ring-attention kernels.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import math
 
 import torch
-from megatron.core import parallel_state
+from megatron.core import parallel_state, tensor_parallel
 from megatron.core.tensor_parallel.mappings import gather_from_sequence_parallel_region
 from megatron.core.transformer.module import MegatronModule
 
@@ -36,8 +37,9 @@ class AllGatherCPDotProductAttention(MegatronModule):
                  attention_dropout=None, softmax_scale=None, cp_comm_type=None,
                  pg_collection=None, k_channels=None, v_channels=None, **kwargs):
         super().__init__(config=config)
-        assert config.attention_dropout == 0.0 or attention_dropout == 0.0, \
-            "the CPU CP attention stand-in supports attention_dropout=0 only"
+        # dropout on the attention probabilities, as Megatron-Core's DotProductAttention
+        self.dropout_p = config.attention_dropout if attention_dropout is None \
+            else attention_dropout
         tp = parallel_state.get_tensor_model_parallel_world_size()
         self.heads = config.num_attention_heads // tp
         self.groups = config.num_query_groups // tp
@@ -67,5 +69,10 @@ class AllGatherCPDotProductAttention(MegatronModule):
         masked = pos_k[None, :] > pos_q[:, None]  # [sq, sk]
         scores = scores.masked_fill(masked, float("-inf"))
         probs = torch.softmax(scores, dim=-1)
+        if self.training and self.dropout_p > 0:
+            # the tensor-parallel RNG stream, as Megatron-Core's attention: ranks of one TP group
+            # drop different heads' probabilities
+            with tensor_parallel.get_cuda_rng_tracker().fork():
+                probs = torch.nn.functional.dropout(probs, p=self.dropout_p)
         ctx = torch.matmul(probs, v).to(query.dtype)  # [b, np, sq, hn]
         return ctx.permute(2, 0, 1, 3).reshape(sq, query.shape[1], self.heads * self.v_dim)

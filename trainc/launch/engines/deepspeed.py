@@ -11,6 +11,7 @@ CPU kernels here and becomes bf16.
 from __future__ import annotations
 
 import copy
+import os
 import sys
 import time
 from typing import Any
@@ -135,6 +136,7 @@ def _run(s: Settings) -> None:
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 
     from trainc.launch import model as mb
+    from trainc.launch.checkpoint import rng_file, rng_state, set_rng_state
     from trainc.launch.data import Batches, build_dataset
 
     if s.device == "cpu":
@@ -166,7 +168,12 @@ def _run(s: Settings) -> None:
 
     def load(tag: str | None) -> int | None:
         path, client = engine.load_checkpoint(s.load if tag is None else s.save, tag=tag)
-        return None if path is None else int(client["step"])
+        if path is None:
+            return None
+        rng = os.path.join(os.path.dirname(path), rng_file(dist.get_rank()))
+        if os.path.exists(rng):  # absent in checkpoints of an older trainc
+            set_rng_state(torch.load(rng, weights_only=False))
+        return int(client["step"])
 
     start = 0
     if s.load:
@@ -184,6 +191,9 @@ def _run(s: Settings) -> None:
 
     def save_ds(done: int) -> str:
         engine.save_checkpoint(s.save, tag=f"iter_{done:07d}", client_state={"step": done})
+        # dropout's generators, a file per rank (DeepSpeed writes the client state once per
+        # model-parallel rank)
+        torch.save(rng_state(), os.path.join(s.save, f"iter_{done:07d}", rng_file(dist.get_rank())))
         return f"{s.save}/iter_{done:07d}"
 
     def train_steps(first: int, prefix: str, save: bool) -> None:

@@ -10,7 +10,8 @@ recompute); ``fully_shard`` per block and on the root over the dp dimensions (a 
 policy; AdamW / SGD with Megatron-Core's parameter groups (no weight decay on biases and norms)
 and its learning-rate schedule; gradient clipping over DTensor gradients;
 ``torch.distributed.checkpoint`` (DCP) checkpoints of the model and optimizer state dicts
-(``get_state_dict`` / ``set_state_dict``), which resume bit for bit; each records the model
+(``get_state_dict`` / ``set_state_dict``) plus each rank's random-number state (dropout), which
+resume bit for bit; each records the model
 shape and optimizer it was written for (``trainc_layout.json``), and a resume into another
 model stops with one ``trainc-worker:`` line (rank 0's) instead of DCP's size-mismatch
 tracebacks.
@@ -35,6 +36,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from trainc.launch.checkpoint import rng_file, rng_state, set_rng_state
 from trainc.launch.runtime import (
     Settings,
     checkpoint_or_stop,
@@ -297,6 +299,8 @@ def run(s: Settings) -> None:
         path = os.path.join(s.save, f"iter_{done:07d}")
         msd, osd = get_state_dict(model, opt)
         dcp.save({"model": msd, "optim": osd}, checkpoint_id=path)
+        # dropout's generators, per rank (not sharded state: a file each)
+        torch.save(rng_state(tracker=False), os.path.join(path, rng_file(dist.get_rank())))
         dist.barrier()
         if dist.get_rank() == 0:
             with open(os.path.join(path, LAYOUT_FILE), "w") as f:
@@ -326,6 +330,9 @@ def run(s: Settings) -> None:
         msd, osd = get_state_dict(model, opt)
         dcp.load({"model": msd, "optim": osd}, checkpoint_id=path)
         set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
+        rng = os.path.join(path, rng_file(dist.get_rank()))
+        if os.path.exists(rng):  # absent in checkpoints of an older trainc
+            set_rng_state(torch.load(rng, weights_only=False))
         return step
 
     start = 0
