@@ -33,6 +33,8 @@ from e2e_harness import (
 from trainc.launch.runtime import STOPPED_MARKER
 
 MOE = {"num_experts": 4, "moe_router_topk": 2, "moe_ffn_hidden_size": 32}
+MLA = {"multi_latent_attention": True, "q_lora_rank": 16, "kv_lora_rank": 16, "qk_head_dim": 8,
+       "qk_pos_emb_head_dim": 4, "v_head_dim": 8}
 
 # name -> (world size, spec overrides, extra env)
 CASES: dict[str, tuple[int, dict, dict]] = {
@@ -71,10 +73,10 @@ CASES: dict[str, tuple[int, dict, dict]] = {
     # multi-head latent attention (DeepSeek-V3-like: a query latent, a KV latent, rotary and
     # value heads of their own widths) split by tp with sequence parallelism; on CPU its core
     # attention is trainc's torch stand-in (Megatron-Core's local one takes one head width)
-    "tp2_sp_mla": (2, {"model": {"multi_latent_attention": True, "q_lora_rank": 16,
-                                 "kv_lora_rank": 16, "qk_head_dim": 8,
-                                 "qk_pos_emb_head_dim": 4, "v_head_dim": 8},
-                       "parallel": {"tp": 2, "sequence_parallel": True}}, {}),
+    "tp2_sp_mla": (2, {"model": MLA, "parallel": {"tp": 2, "sequence_parallel": True}}, {}),
+    # without sequence parallelism the query-latent norm's gradient takes another path
+    # (finalize_model_grads' qk_layernorm rule; cpu_compat mla_local_grads)
+    "tp2_mla": (2, {"model": MLA, "parallel": {"tp": 2}}, {}),
     # recompute reruns attention inside autograd's backward (the CPU causal-mask patch)
     "tp2_sp_selective": (2, {"parallel": {"tp": 2, "sequence_parallel": True},
                              "training": {"recompute": "selective"}}, {}),

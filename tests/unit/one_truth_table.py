@@ -453,6 +453,9 @@ TABLE: tuple[Setting, ...] = (
     Setting("mla_rope_fusion", spec=(SF(lambda plan: False),),
             lm=(B("--no-rope-fusion", negate=True),), core=(C(_TC, "apply_rope_fusion"),),
             when=_MLA),
+    # the query / KV latent RMSNorms (q_layernorm / kv_layernorm) exist only with qk_layernorm
+    Setting("mla_qk_layernorm", spec=(SF(lambda plan: True),), lm=(B("--qk-layernorm"),),
+            core=(C(_TC, "qk_layernorm"),), when=_MLA),
     Setting("mla_rotary_base", spec=(S("model.rotary_base"),),
             lm=(F("--rotary-base", int, 10000),), core=(C(_TC, "rotary_base"),), when=_MLA),
     Setting("mla_rotary_percent", spec=(S("model.rotary_percent", float),),

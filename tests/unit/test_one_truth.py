@@ -167,13 +167,13 @@ def test_a_new_emitted_key_fails_the_coverage_check() -> None:
     ds["zero_optimization"]["round_robin_gradients"] = True
     f2["ds_config.json"] = json.dumps(ds)
     core = yaml.safe_load(f2["megatron_core.yaml"])
-    core["TransformerConfig"]["qk_layernorm"] = True
+    core["TransformerConfig"]["qk_l2_norm"] = True
     f2["megatron_core.yaml"] = yaml.safe_dump(core)
-    assert uncovered(f2) == ["megatron_core.yaml TransformerConfig.qk_layernorm",
+    assert uncovered(f2) == ["megatron_core.yaml TransformerConfig.qk_l2_norm",
                              "ds_config.json zero_optimization.round_robin_gradients"]
     m2 = dict(mfiles)
-    m2["megatron_args.txt"] += "--qk-layernorm\n"
-    assert uncovered(m2) == ["megatron_args.txt --qk-layernorm"]
+    m2["megatron_args.txt"] += "--qk-l2-norm\n"
+    assert uncovered(m2) == ["megatron_args.txt --qk-l2-norm"]
 
 
 @pytest.mark.parametrize("edit", [

@@ -248,6 +248,74 @@ def _mla_without_te() -> str:
     return "multi_latent_attention.HAVE_TE = False (no Transformer Engine on CPU)"
 
 
+class _AllReduceTailGrad(torch.autograd.Function):
+    """Identity forward; backward all-reduces the last ``width`` channels of the gradient over
+    ``group`` (the other channels pass through)."""
+
+    @staticmethod
+    def forward(ctx, x, width, group):  # type: ignore[no-untyped-def]
+        ctx.width, ctx.group = width, group
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[no-untyped-def]
+        grad = grad.clone()
+        tail = grad[..., -ctx.width:].contiguous()
+        torch.distributed.all_reduce(tail, group=ctx.group)
+        grad[..., -ctx.width:] = tail
+        return grad, None, None
+
+
+def _mla_local_grads() -> str:
+    """Two gradient errors of MLASelfAttention built from the local spec (ColumnParallelLinear
+    down projections) with TP > 1 in megatron-core 0.16.1; the Transformer Engine spec (GPU) has
+    neither. (1) The KV down projection's output is gathered over TP with
+    ``gather_from_tensor_model_parallel_region``, whose backward keeps each rank's slice only;
+    that is right for the KV latent (its consumer already all-reduces) but not for the shared
+    rotary key ``k_pos_emb``, which each rank uses for its own heads: its gradient misses the
+    other ranks' heads. (2) Without sequence parallelism ``finalize_model_grads`` sums the grads
+    of params named ``q_layernorm`` over TP (meant for per-head QK norms), but MLA's query-latent
+    norm sees the same full latent on every rank, so its gradient comes out TP times too large."""
+    from megatron.core.transformer import multi_latent_attention as mla
+
+    orig_gather = mla.gather_from_tensor_model_parallel_region
+    orig_qkv = mla.MLASelfAttention.get_query_key_value_tensors
+    orig_init = mla.MLASelfAttention.__init__
+    state: dict[str, Any] = {}
+
+    def gather(x, *a, **k):  # type: ignore[no-untyped-def]
+        out = orig_gather(x, *a, **k)
+        att = state.get("att")
+        if att is None:
+            return out
+        kv_call = 1 if att.config.q_lora_rank is not None else 0
+        state["calls"] += 1
+        if state["calls"] - 1 == kv_call:
+            out = _AllReduceTailGrad.apply(out, att.config.qk_pos_emb_head_dim, att.tp_group)
+        return out
+
+    def qkv(self, *a, **k):  # type: ignore[no-untyped-def]
+        state.update(att=self, calls=0)
+        try:
+            return orig_qkv(self, *a, **k)
+        finally:
+            state.clear()
+
+    def init(self, config, *a, **k):  # type: ignore[no-untyped-def]
+        orig_init(self, config, *a, **k)
+        norm = getattr(self, "q_layernorm", None)
+        if not config.sequence_parallel and norm is not None:
+            for p in norm.parameters():
+                p.average_gradients_across_tp_domain = True
+
+    mla.gather_from_tensor_model_parallel_region = gather
+    mla.MLASelfAttention.get_query_key_value_tensors = qkv
+    mla.MLASelfAttention.__init__ = init
+    return ("MLA on the local spec: the rotary key's gradient is all-reduced over TP before the "
+            "gather's split, and the query-latent norm's gradient is averaged (not summed) over "
+            "TP without sequence parallelism")
+
+
 PATCHES: tuple[tuple[str, Callable[[], str]], ...] = (
     ("rng", _rng),
     ("current_device", _current_device),
@@ -261,6 +329,7 @@ PATCHES: tuple[tuple[str, Callable[[], str]], ...] = (
     ("uneven_gather", _uneven_gather),
     ("causal_mask", _causal_mask),
     ("mla_without_te", _mla_without_te),
+    ("mla_local_grads", _mla_local_grads),
 )
 
 

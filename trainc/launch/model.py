@@ -125,10 +125,11 @@ def layer_spec(config: Any, dims: Dims, *, use_te: bool, cp: int, vp_stage: int 
     elif use_te:
         spec = specs.get_gpt_layer_with_transformer_engine_spec(
             num_experts=dims.num_experts, moe_grouped_gemm=False,
-            multi_latent_attention=dims.mla is not None)
+            qk_layernorm=config.qk_layernorm, multi_latent_attention=dims.mla is not None)
         layers = [spec]
     else:
         spec = specs.get_gpt_layer_local_spec(num_experts=dims.num_experts, moe_grouped_gemm=False,
+                                              qk_layernorm=config.qk_layernorm,
                                               multi_latent_attention=dims.mla is not None)
         layers = [spec]
     # on CPU the core attention of MLA (keys and values of their own widths, which Megatron-Core's

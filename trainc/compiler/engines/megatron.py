@@ -216,7 +216,11 @@ def mla_kwargs(spec: TrainSpec) -> dict[str, Any]:
     """Multi-head latent attention's ``MLATransformerConfig`` fields (megatron-core 0.16.1), or
     nothing. The rotary embedding is plain RoPE (``rope_type: rope``, MLATransformerConfig's
     default is YaRN) over ``qk_pos_emb_head_dim`` channels with the model's base and percent, and
-    without the fused RoPE kernel, which MLATransformerConfig allows with YaRN only."""
+    without the fused RoPE kernel, which MLATransformerConfig allows with YaRN only.
+    ``qk_layernorm`` is on: in MLA it builds the RMSNorms of the query and KV latents
+    (DeepSeek-V2/V3's ``q_a_layernorm`` / ``kv_a_layernorm``), which megatron-core 0.16.1's
+    ``get_gpt_layer_local_spec`` / ``get_gpt_layer_with_transformer_engine_spec`` leave out (an
+    ``IdentityOp``) unless ``qk_layernorm`` is set, as Megatron-LM's DeepSeek-V3 recipes do."""
     m = spec.model
     if not m.multi_latent_attention:
         return {}
@@ -224,7 +228,8 @@ def mla_kwargs(spec: TrainSpec) -> dict[str, Any]:
             "kv_lora_rank": m.kv_lora_rank, "qk_head_dim": m.qk_head_dim,
             "qk_pos_emb_head_dim": m.qk_pos_emb_head_dim, "v_head_dim": m.v_head_dim,
             "rope_type": "rope", "rotary_base": m.rotary_base,
-            "rotary_percent": float(m.rotary_percent), "apply_rope_fusion": False}
+            "rotary_percent": float(m.rotary_percent), "apply_rope_fusion": False,
+            "qk_layernorm": True}
 
 
 def low_precision_kwargs(spec: TrainSpec) -> dict[str, Any]:
@@ -347,6 +352,7 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
         c("--qk-head-dim", "TransformerConfig", "qk_head_dim"),
         c("--qk-pos-emb-head-dim", "TransformerConfig", "qk_pos_emb_head_dim"),
         c("--v-head-dim", "TransformerConfig", "v_head_dim"),
+        c("--qk-layernorm", "TransformerConfig", "qk_layernorm"),
         c("--rope-type", "TransformerConfig", "rope_type"),
         ("--no-rope-fusion", tc.get("apply_rope_fusion") is False,
          ("TransformerConfig", "apply_rope_fusion")),
