@@ -146,3 +146,20 @@ def test_import_hf_never_replaces_a_non_file(tmp_path: Path, kind: str) -> None:
     assert rc == 2 and "not a plain file" in err, err
     if kind == "link":
         assert (tmp_path / "real.yaml").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("args", [["compile", str(SPEC), "-o", "{tmp}/o"], ["lint", str(SPEC)],
+                                  ["--help"]], ids=["compile", "lint", "help"])
+def test_stdout_closed_is_exit_4_and_nothing_written(tmp_path: Path, args: list[str]) -> None:
+    """``trainc ... >&-`` (file descriptor 1 closed: Python's sys.stdout is None) is the
+    environment refusing, before anything reaches the disk -- it was an AttributeError traceback
+    (exit 3) after compile had written its folder."""
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    r = subprocess.run([sys.executable, "-m", "trainc", *args], stderr=subprocess.PIPE,
+                       text=True, cwd=REPO, timeout=300, close_fds=True,
+                       preexec_fn=lambda: os.close(1))
+    assert r.returncode == 4, r.stderr
+    assert "Traceback" not in r.stderr
+    assert r.stderr.strip() == ("trainc: standard output is closed; run trainc with stdout open "
+                                "(redirect it to a file or /dev/null)")
+    assert not (tmp_path / "o").exists()

@@ -145,6 +145,12 @@ def _add_submit_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``trainc`` console script; returns the exit code."""
+    if sys.stderr is None:  # started with 2>&- : diagnostics go nowhere rather than crash
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115
+    if sys.stdout is None:  # started with >&- : refuse before anything is written to disk
+        print("trainc: standard output is closed; run trainc with stdout open (redirect it "
+              "to a file or /dev/null)", file=sys.stderr)
+        return EXIT_ENV
     parser = build_parser()
     # KEY=VALUE overrides may follow options (`compile spec.yaml --force parallel.tp=4`): argparse
     # leaves positionals after an option unparsed, so they are put back into the items.
