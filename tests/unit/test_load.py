@@ -147,6 +147,27 @@ def test_override_unknown_key_and_wrong_type(tmp_path):
     assert all(d.locations[0].file == "<command line>" for d in loaded.diagnostics)
 
 
+def test_delete_override_returns_a_key_to_its_default(tmp_path):
+    """Hydra's ~KEY: the key leaves the composed spec (its default applies, and it is no longer
+    one the user wrote); ~KEY=VALUE only when it holds VALUE; a preset cannot be deleted."""
+    spec = SPEC.replace("  tp: 2\n", "  tp: 2\n  pp: 2\n")
+    loaded = load_text(tmp_path, spec, ["~parallel.pp"])
+    assert not loaded.diagnostics and loaded.spec is not None
+    assert loaded.spec.parallel.pp == 1 and "parallel.pp" not in loaded.explicit
+    assert "parallel.pp" not in loaded.where
+    assert load_text(tmp_path, spec, ["~parallel.pp=2"]).spec.parallel.pp == 1
+    d = only(load_text(tmp_path, spec, ["~parallel.pp=4"]), "TRC005")
+    assert d.message == "cannot apply '~parallel.pp=4': parallel.pp is 2, not 4"
+    assert d.locations[0].file == "<command line>" and d.locations[0].line == 1
+    d = only(load_text(tmp_path, SPEC, ["parallel.tp=4", "~parallel.vpp"]), "TRC005")
+    assert d.message == "cannot apply '~parallel.vpp': parallel.vpp is not set in the composed spec"
+    assert d.locations[0].line == 2
+    d = only(load_text(tmp_path, SPEC, ["~model"]), "TRC005")
+    assert d.fix == "choose another preset instead (model=NAME)"
+    # later overrides win, in command-line order
+    assert load_text(tmp_path, spec, ["~parallel.pp", "parallel.pp=4"]).spec.parallel.pp == 4
+
+
 def test_non_utf8(tmp_path):
     d = only(load_text(tmp_path, SPEC.encode() + b"name: caf\xe9\n"), "TRC000")
     assert "UTF-8" in d.message

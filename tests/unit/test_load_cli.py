@@ -91,3 +91,15 @@ def test_lint_directory_and_missing_file(tmp_path):
     assert r.returncode == 2
     recs = json.loads(r.stdout)["specs"]
     assert [d["rule"] for rec in recs for d in rec["diagnostics"]] == ["TRC000", "TRC000"]
+
+
+def test_tilde_item_is_a_delete_override_not_a_spec_path(tmp_path):
+    """`trainc lint s.yaml ~parallel.pp` deletes the key (it was read as a spec path that does
+    not exist); a file whose name starts with ~ stays a spec path."""
+    (tmp_path / "s.yaml").write_text(BAD.replace("  tp: 8\n  pp: 1\n", "  tp: 4\n  pp: 2\n"))
+    r = run("lint", "s.yaml", "~parallel.pp", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "s.yaml: ok" in r.stdout and "~parallel.pp" not in r.stdout + r.stderr
+    (tmp_path / "~t.yaml").write_text((tmp_path / "s.yaml").read_text())
+    r = run("lint", "~t.yaml", cwd=tmp_path)
+    assert r.returncode == 0 and "~t.yaml: ok" in r.stdout, r.stdout + r.stderr

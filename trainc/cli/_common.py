@@ -29,8 +29,11 @@ class LintResult(Protocol):
 
 
 def _is_override(item: str) -> bool:
-    """A ``KEY=VALUE`` override, not a spec path: it has '=', its key holds no '/', and it is not
-    an existing file (``runs/date=2024-01-01/s.yaml`` and ``date=1.yaml`` are paths)."""
+    """A ``KEY=VALUE`` (or Hydra's ``~KEY`` delete) override, not a spec path: it has '=' (or
+    starts with '~'), its key holds no '/', and it is not an existing file
+    (``runs/date=2024-01-01/s.yaml`` and ``date=1.yaml`` are paths)."""
+    if item.startswith("~") and not os.path.exists(item):  # Hydra's ~KEY (delete)
+        return "/" not in item.split("=", 1)[0]
     if "=" not in item or item == "-":
         return False
     return "/" not in item.split("=", 1)[0] and not os.path.isfile(item)

@@ -124,9 +124,15 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
             diags.append(_at(diag(R.BAD_OVERRIDE, f"override '{text[:80]}' has no key",
                                   "<command line>", fix="write overrides as KEY=VALUE, e.g. "
                                   "parallel.tp=4"), COMMAND_LINE, i + 1))
-        elif ov.is_delete() or ov.package:
+        elif ov.package or (ov.is_delete() and key in GROUPS):
+            fix = (f"choose another preset instead ({key}=NAME)" if ov.is_delete()
+                   else "use plain KEY=VALUE overrides")
             diags.append(_at(diag(R.BAD_OVERRIDE, f"override '{text}' is not supported",
-                                  key, fix="use plain KEY=VALUE overrides"), COMMAND_LINE, i + 1))
+                                  key, fix=fix), COMMAND_LINE, i + 1))
+        elif ov.is_delete():
+            # Hydra's ~KEY (delete) and ~KEY=VALUE (delete if it holds VALUE): the key goes back
+            # to its schema default
+            key_overrides.append((key, (_DELETE, value if "=" in text else _DELETE), i + 1))
         elif key in GROUPS and isinstance(value, str):
             # A group the spec's defaults list does not name is appended (Hydra's '+group='),
             # after _self_: the chosen preset then replaces the spec's own section values.
@@ -169,6 +175,22 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
 
     # --- key overrides ----------------------------------------------------------------------
     for key, value, idx in key_overrides:
+        if isinstance(value, tuple) and value and value[0] is _DELETE:
+            problem = _delete_path(cfg, key, value[1])
+            if problem:
+                return Loaded(shown, None, [_at(diag(
+                    R.BAD_OVERRIDE, f"cannot apply '{overrides[idx - 1]}': {problem}", key,
+                    fix=f"delete a key the composed spec sets (trainc explain shows them), "
+                    f"or set it: {key}=VALUE"), COMMAND_LINE, idx)])
+            for k in list(where):
+                if k == key or k.startswith((key + ".", key + "[")):
+                    del where[k]
+            for k in list(raw):
+                if k == key or k.startswith((key + ".", key + "[")):
+                    del raw[k]
+            explicit = {k for k in explicit
+                        if not (k == key or k.startswith((key + ".", key + "[")))}
+            continue
         _set_path(cfg, key, value)
         loc = Location(key=key, file=COMMAND_LINE, line=idx)
         for k in list(where):
@@ -273,6 +295,24 @@ def _flatten(value: dict[str, Any], prefix: str) -> list[str]:
         if isinstance(v, dict) and key not in MAP_KEYS:
             out.extend(_flatten(v, key + "."))
     return out
+
+
+_DELETE = object()  # marks a ~KEY override (and, as its expected value, "any value")
+
+
+def _delete_path(cfg: dict[str, Any], key: str, expected: Any) -> str | None:
+    """Remove ``key`` (dotted) from the composed spec, as Hydra's ``~KEY`` does; with
+    ``~KEY=VALUE`` only if it holds VALUE. Returns why it cannot, or None."""
+    parts = key.split(".")
+    cur: Any = cfg
+    for p in parts[:-1]:
+        cur = cur.get(p) if isinstance(cur, dict) else None
+    if not isinstance(cur, dict) or parts[-1] not in cur:
+        return f"{key} is not set in the composed spec"
+    if expected is not _DELETE and cur[parts[-1]] != expected:
+        return f"{key} is {cur[parts[-1]]!r}, not {expected!r}"
+    del cur[parts[-1]]
+    return None
 
 
 def _set_path(cfg: dict[str, Any], key: str, value: Any) -> None:
