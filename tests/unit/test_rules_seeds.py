@@ -48,6 +48,20 @@ def test_seed002_moe_1024_megatron_notation(dp):
     assert [x.key for x in find(diags, "TRC107")] == ["parallel.ep"]
 
 
+def test_trc107_fix_with_the_flex_dispatcher_does_not_only_say_shrink_ep():
+    """DeepEP / HybridEP (the flex dispatcher) exist for EP across nodes: the fix says so before
+    offering a smaller ep (it only said 'use ep in {...}')."""
+    *_, diags = check("moe-1024-tp4-pp4-cp2-ep8.yaml")
+    [plain] = find(diags, "TRC107")
+    assert "flex dispatcher" not in (plain.fix or "")
+    *_, diags = check("moe-1024-tp4-pp4-cp2-ep8.yaml", "model.moe_token_dispatcher_type=flex")
+    [flex] = find(diags, "TRC107")
+    assert (flex.fix or "").startswith(
+        "the flex dispatcher (DeepEP / HybridEP) is built for all-to-all across nodes "
+        "(DeepSeek-V3 trains with EP 64 over 8 nodes): keep ep=8 if it overlaps, else use ep in")
+    assert (plain.fix or "") in (flex.fix or "")
+
+
 def test_seed002_moe_1024_seed_notation_gets_trc103_with_dp32():
     _spec, _d, diags = check("moe-1024-tp4-pp4-cp2-ep8.yaml", "parallel.dp=4")
     [e] = errors(diags)

@@ -159,8 +159,12 @@ def _nvlink(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    place.why("etp*ep", f"{d.etp}*{p.ep} = {eg}", eg, "EP")
                    + f": MoE token all-to-all crosses {cost}", "parallel.ep",
                    related=("parallel.etp", "cluster.nvlink_domain_size", *place.related(eg)),
-                   fix=(f"use ep in {{{show(ok)}}} (with etp={d.etp})" if ok else
-                        "use etp=1 and an ep dividing the NVLink domain")
+                   fix=("the flex dispatcher (DeepEP / HybridEP) is built for all-to-all "
+                        "across nodes (DeepSeek-V3 trains with EP 64 over 8 nodes): keep "
+                        f"ep={p.ep} if it overlaps, else "
+                        if m.moe_token_dispatcher_type.value == "flex" else "")
+                   + (f"use ep in {{{show(ok)}}} (with etp={d.etp})" if ok else
+                      "use etp=1 and an ep dividing the NVLink domain")
                    + " if the all-to-all dominates the step" + place.fix(eg), etp=d.etp, ep=p.ep,
                    nvlink_domain_size=dom, **place.facts(eg))
 
