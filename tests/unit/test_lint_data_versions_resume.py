@@ -205,6 +205,19 @@ def test_inert_data_settings_warn():
     assert not find(lint_cfg(**{"data.paths": ["/d/a"], "launch.data_split": "98,1,1"}), "TRC329")
 
 
+def test_kv_channels_with_mla_warns():
+    """MLA sizes its heads from qk_head_dim / qk_pos_emb_head_dim / v_head_dim; a written
+    kv_channels reaches no engine (TRC329), the filled default (hidden / heads) is silent."""
+    mla = {"model.multi_latent_attention": True, "model.q_lora_rank": 64,
+           "model.kv_lora_rank": 32, "model.qk_head_dim": 16, "model.qk_pos_emb_head_dim": 8,
+           "model.v_head_dim": 16}
+    assert not [d for d in find(lint_cfg(**mla), "TRC329") if d.key == "model.kv_channels"]
+    [d] = [d for d in find(lint_cfg(**mla, **{"model.kv_channels": 24}), "TRC329")
+           if d.key == "model.kv_channels"]
+    assert d.message == ("model.kv_channels is set but has no effect: multi_latent_attention is "
+                         "true (head widths are qk_head_dim + qk_pos_emb_head_dim and v_head_dim)")
+
+
 FSDP = {"engine": "fsdp", "parallel.pp": 1}
 
 

@@ -330,6 +330,13 @@ def _inert(spec: TrainSpec) -> Iterator[tuple[str, str]]:
         yield from ((f"model.{k}", "multi_latent_attention is false") for k in
                     ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
                      "v_head_dim") if moved(m, dm, k))
+    elif m.num_attention_heads and m.kv_channels not in (None,
+                                                        m.hidden_size // m.num_attention_heads):
+        # normalize fills hidden_size // heads; another value was written, and MLASelfAttention
+        # (megatron-core 0.16.1) sizes its heads from qk_head_dim / qk_pos_emb_head_dim /
+        # v_head_dim only
+        yield ("model.kv_channels", "multi_latent_attention is true (head widths are "
+               "qk_head_dim + qk_pos_emb_head_dim and v_head_dim)")
     if m.num_experts is None:
         dense = "the model has no experts (num_experts is null)"
         yield from ((f"model.{k}", dense) for k in
