@@ -15,10 +15,12 @@ from trainc.compiler.estimate.kernels import MOE_LAYER_OVERHEAD_US, kernel_facto
 from trainc.compiler.hardware import GPUS
 from trainc.compiler.pipeline import compile_spec
 from trainc.planner.calibrate import (
+    BAND_FLOOR,
     FACTORS,
     CalibrateError,
     Run,
     _spec_from_dict,
+    band_note,
     fit,
     nelder_mead,
     parse_megatron_args,
@@ -26,6 +28,7 @@ from trainc.planner.calibrate import (
     parse_worker_log,
     percentile,
     prepare,
+    residual_band,
     step_estimate,
 )
 from trainc.schemas import Gpu, TimeModel
@@ -131,8 +134,10 @@ def test_fit_recovers_the_factors_the_runs_were_made_with(synthetic, model):
     assert res.rms_log_after < 1e-4
     for name, want in TRUE[model].items():
         assert res.after[name] == pytest.approx(want, rel=0.01), name
-    assert res.p10_ratio == pytest.approx(1.0, abs=1e-3)
-    assert res.p90_ratio == pytest.approx(1.0, abs=1e-3)
+    assert res.fitted_p10_ratio == pytest.approx(1.0, abs=1e-3)
+    assert res.fitted_p90_ratio == pytest.approx(1.0, abs=1e-3)
+    # an exact fit: the band written is the floor
+    assert (res.p10_ratio, res.p90_ratio) == (0.95, 1.05)
 
 
 def test_fit_of_a_subset_keeps_the_others(synthetic, model):
@@ -159,6 +164,64 @@ def test_percentile_interpolates_as_numpy():
     assert percentile([1.0, 2.0, 3.0, 4.0], 0.1) == pytest.approx(1.3)
     assert percentile([1.0, 2.0, 3.0, 4.0], 0.9) == pytest.approx(3.7)
     assert percentile([2.0], 0.9) == 2.0
+
+
+FLOOR = ("the floor (p10 at most 0.95 x, p90 at least 1.05 x the median ratio: run-to-run "
+         "variability of large jobs is about 5-9 %)")
+
+
+def test_the_band_is_widened_to_the_floor():
+    """p10 = min(fitted p10, 0.95 m), p90 = max(fitted p90, 1.05 m) around the runs' median m;
+    an end beyond it is kept."""
+    assert BAND_FLOOR == (0.95, 1.05)
+    assert residual_band([0.99, 1.01]) == (0.95, 1.05)  # two runs fitted almost exactly
+    assert residual_band([0.9, 0.9, 1.2, 1.2]) == (0.9, 1.2)
+    assert residual_band([0.9, 1.0, 1.0, 1.01]) == (0.93, 1.05)
+    # the floor is around the runs' median: every run 20 % slower than the model (factors held
+    # fixed) keeps a band around 1.2, not one reaching down to 0.95
+    assert residual_band([1.19, 1.2, 1.21]) == (0.95 * 1.2, 1.05 * 1.2)
+    lo, hi = residual_band([0.98, 1.0, 1.0, 1.3])
+    assert lo == 0.95 and hi == pytest.approx(1.21)
+    assert residual_band([1.1, 1.1, 1.2, 1.2]) == pytest.approx((0.95 * 1.15, 1.05 * 1.15))
+    assert residual_band([0.7, 0.7, 0.8, 0.8]) == pytest.approx((0.7, 0.8))  # wider than +-5 %
+
+
+def test_the_band_note_says_how_many_runs_and_what_was_widened():
+    assert band_note(3, (0.99, 1.01), (0.95, 1.05)) == (
+        "the step-time band rests on 3 run(s) (measured / estimated p10 0.990, p90 1.010); "
+        f"widened to {FLOOR} where it did not reach it: p10 0.990 -> 0.950, p90 1.010 -> 1.050")
+    assert band_note(9, (0.9, 1.01), (0.9, 1.05)) == (
+        "the step-time band rests on 9 run(s) (measured / estimated p10 0.900, p90 1.010); "
+        f"widened to {FLOOR} where it did not reach it: p90 1.010 -> 1.050")
+    assert band_note(2, (0.9, 1.2), (0.9, 1.2)) == (
+        "the step-time band rests on 2 run(s) (measured / estimated p10 0.900, p90 1.200); "
+        f"kept: it reaches beyond {FLOOR}")
+    # 10 runs and more: a note only where the floor widened the band
+    assert band_note(10, (0.99, 1.01), (0.95, 1.05)) == (
+        f"the fitted step-time band (p10 0.990, p90 1.010) widened to {FLOOR} where it did not "
+        "reach it: p10 0.990 -> 0.950, p90 1.010 -> 1.050")
+    assert band_note(10, (0.9, 1.2), (0.9, 1.2)) is None
+
+
+def test_a_fit_to_three_runs_writes_the_floor_and_says_so():
+    runs = _runs("kernels")[:3]
+    res = fit(runs, start=TRUE["kernels"])
+    assert res.fitted_p10_ratio == pytest.approx(1.0, abs=1e-3)
+    assert res.fitted_p90_ratio == pytest.approx(1.0, abs=1e-3)
+    assert (res.p10_ratio, res.p90_ratio) == (0.95, 1.05)
+    f10, f90 = f"{res.fitted_p10_ratio:.3f}", f"{res.fitted_p90_ratio:.3f}"
+    assert res.notes[-1] == (
+        f"the step-time band rests on 3 run(s) (measured / estimated p10 {f10}, p90 {f90}); "
+        f"widened to {FLOOR} where it did not reach it: p10 {f10} -> 0.950, p90 {f90} -> 1.050")
+
+
+def test_calibrate_docstring_examples():
+    import doctest
+
+    import trainc.planner.calibrate as mod
+
+    result = doctest.testmod(mod)
+    assert result.attempted >= 3 and result.failed == 0
 
 
 def test_megatron_arguments_block_and_iteration_times():
@@ -230,7 +293,12 @@ def test_cli_writes_a_preset_that_compile_accepts(tmp_path, synthetic, model):
         assert preset[name] == pytest.approx(want, rel=0.01), name
     assert preset.get("time_model", "kernels") == model
     assert preset["gpu"] == "h100-80g" and "num_nodes" not in preset
-    assert preset["step_time_p10_ratio"] == pytest.approx(1.0, abs=1e-3)
+    # the runs are fitted exactly: the band written is the floor, and a note says it rests on
+    # 7 runs
+    assert (preset["step_time_p10_ratio"], preset["step_time_p90_ratio"]) == (0.95, 1.05)
+    assert "note: the step-time band rests on 7 run(s)" in proc.stderr
+    assert ("preset band (p10 at most 0.95 x, p90 at least 1.05 x the median): p10 0.950, p90 "
+            "1.050") in " ".join(proc.stdout.split())  # Rich wraps at the terminal's width
     spec = tmp_path / "use.yaml"
     use = _spec_dict(2048, 2, 2, 1, 32)
     del use["cluster"]["time_model"]  # the preset's
@@ -240,6 +308,8 @@ def test_cli_writes_a_preset_that_compile_accepts(tmp_path, synthetic, model):
     est = res.plan["estimates"]
     assert est["step_time_p10_seconds"] <= est["step_time_seconds"] <= \
         est["step_time_p90_seconds"] * (1 + 1e-6)
+    assert est["step_time_p10_seconds"] == pytest.approx(0.95 * est["step_time_seconds"])
+    assert est["step_time_p90_seconds"] == pytest.approx(1.05 * est["step_time_seconds"])
     # again without --force: refused, the preset untouched
     before = out.read_text()
     proc = _cli("runs.csv", "-o", str(out), cwd=tmp_path)

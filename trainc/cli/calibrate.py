@@ -72,7 +72,9 @@ def _json(runs: list[Any], result: Any, preset: dict[str, Any]) -> dict[str, Any
                  for r, b, a in zip(runs, result.estimates_before, result.estimates_after,
                                     strict=True)],
         "rms_log_error": {"before": result.rms_log_before, "after": result.rms_log_after},
-        "measured_over_estimated": {"p10": result.p10_ratio, "p90": result.p90_ratio},
+        "measured_over_estimated": {"p10": result.fitted_p10_ratio,
+                                    "p90": result.fitted_p90_ratio},
+        "band": {"p10": result.p10_ratio, "p90": result.p90_ratio},
         "preset": preset,
     }
 
@@ -82,6 +84,7 @@ def _print_table(runs: list[Any], result: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from trainc.planner.calibrate import BAND_FLOOR
     from trainc.planner.table import console_width
 
     console = Console(width=console_width())
@@ -101,8 +104,11 @@ def _print_table(runs: list[Any], result: Any) -> None:
         f.add_row(n, f"{result.before[n]:.4g}", f"{result.after[n]:.4g}")
     console.print(f)
     console.print(f"RMS log error {result.rms_log_before:.3f} -> {result.rms_log_after:.3f}; "
-                  f"measured / estimated after the fit: p10 {result.p10_ratio:.3f}, "
-                  f"p90 {result.p90_ratio:.3f}")
+                  f"measured / estimated after the fit: p10 {result.fitted_p10_ratio:.3f}, "
+                  f"p90 {result.fitted_p90_ratio:.3f}")
+    lo, hi = BAND_FLOOR
+    console.print(f"preset band (p10 at most {lo:g} x, p90 at least {hi:g} x the median): "
+                  f"p10 {result.p10_ratio:.3f}, p90 {result.p90_ratio:.3f}")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]

@@ -32,8 +32,10 @@ its start value and folded into its bounds by reflection, restarted from its bes
 it stops improving. The estimate is the compiler's own
 (:func:`trainc.compiler.estimate.estimate` on the run's plan with the factors replaced).
 The residual band is the 10th and 90th percentile (linear interpolation) of measured / fitted
-estimate over the runs; it is written into the preset as ``step_time_p10_ratio`` /
-``step_time_p90_ratio`` so estimates carry a p10-p90 range and the planner's tie band follows.
+estimate over the runs, widened to at least p10 0.95, p90 1.05 (:func:`residual_band`: run-to-run
+variability of large jobs is about 5-9 %, so a band fitted to a few runs must not claim more); it
+is written into the preset as ``step_time_p10_ratio`` / ``step_time_p90_ratio`` so estimates
+carry a p10-p90 range and the planner's tie band follows.
 """
 
 from __future__ import annotations
@@ -119,6 +121,11 @@ def factor_value(spec: TrainSpec, name: str) -> float:
 RESTARTS = 6
 #: Factors the schema types as integers (rounded when written).
 INT_FACTORS = frozenset({"gemm_half_efficiency_tokens"})
+#: The narrowest band calibrate writes: p10 at most 0.95, p90 at least 1.05 (:func:`residual_band`).
+BAND_FLOOR = (0.95, 1.05)
+#: Fewer runs than this: the band's percentiles rest on a handful of points, and calibrate says
+#: so (:func:`band_note`).
+FEW_RUNS = 10
 
 
 class CalibrateError(Exception):
@@ -147,7 +154,14 @@ class FitResult:
     estimates_before: list[float]
     estimates_after: list[float]
     p10_ratio: float
+    """The band written into the preset (:func:`residual_band`: at most BAND_FLOOR[0] x the
+    median ratio)."""
     p90_ratio: float
+    """The band's upper end (at least BAND_FLOOR[1] x the median ratio)."""
+    fitted_p10_ratio: float
+    """The 10th percentile of measured / fitted estimate over the runs, before the floor."""
+    fitted_p90_ratio: float
+    """The 90th percentile, before the floor."""
     rms_log_before: float
     rms_log_after: float
     evaluations: int = 0
@@ -534,6 +548,54 @@ def percentile(values: Sequence[float], q: float) -> float:
     return v[lo] + (v[hi] - v[lo]) * (pos - lo)
 
 
+def residual_band(ratios: Sequence[float]) -> tuple[float, float]:
+    """The (p10, p90) band ``trainc calibrate`` writes into the preset (``step_time_p10_ratio``,
+    ``step_time_p90_ratio``) from the runs' measured / fitted estimate ``ratios``: their 10th and
+    90th percentile (:func:`percentile`), widened where they do not reach the floor
+    :data:`BAND_FLOOR` around their median ``m``: ``p10 = min(fitted p10, 0.95 m)``,
+    ``p90 = max(fitted p90, 1.05 m)``. An end already beyond the floor is kept as fitted. After a
+    fit ``m`` is about 1; when the fitted factors cannot reach the runs (``--factors`` holds some
+    fixed, every run slower than the model) the band stays around where the runs are.
+
+    Why a floor: measured step times of one layout vary by about 5-9 % between jobs, containers
+    and clusters (run-to-run variability of large jobs; trainc/conf/step_time_band.yaml, issue
+    14), so no estimate is surer than about +-5 %, however well the factors fit. A fit to a few
+    runs (2-3) matches them almost exactly, and percentiles interpolated between so few points
+    give a band such as 0.99-1.01: it would overstate the confidence of every estimate the
+    preset carries, and shrink the planner's tie band (half the band's width) to 1 %.
+
+    >>> residual_band([0.99, 1.01])
+    (0.95, 1.05)
+    >>> residual_band([0.9, 0.9, 1.2, 1.2])
+    (0.9, 1.2)
+    >>> residual_band([0.9, 1.0, 1.0, 1.01])
+    (0.93, 1.05)
+    >>> tuple(round(x, 4) for x in residual_band([1.19, 1.2, 1.21]))  # all slower: around 1.2
+    (1.14, 1.26)
+    """
+    m = percentile(ratios, 0.5)
+    return (min(percentile(ratios, 0.1), round(BAND_FLOOR[0] * m, 12)),
+            max(percentile(ratios, 0.9), round(BAND_FLOOR[1] * m, 12)))
+
+
+def band_note(runs: int, fitted: tuple[float, float], band: tuple[float, float]) -> str | None:
+    """The calibrate note on the band: with fewer than :data:`FEW_RUNS` runs, that it rests on
+    ``runs`` runs and where it was widened to the floor; with more, only a widening; else None.
+    ``fitted``: the runs' p10 and p90, ``band``: :func:`residual_band`'s."""
+    floor = (f"the floor (p10 at most {BAND_FLOOR[0]:g} x, p90 at least {BAND_FLOOR[1]:g} x the "
+             "median ratio: run-to-run variability of large jobs is about 5-9 %)")
+    ends = [f"{name} {f:.3f} -> {b:.3f}" for name, f, b in
+            zip(("p10", "p90"), fitted, band, strict=True) if b != f]
+    widened = f"widened to {floor} where it did not reach it: {', '.join(ends)}"
+    if runs < FEW_RUNS:
+        head = (f"the step-time band rests on {runs} run(s) (measured / estimated p10 "
+                f"{fitted[0]:.3f}, p90 {fitted[1]:.3f})")
+        return f"{head}; {widened}" if ends else f"{head}; kept: it reaches beyond {floor}"
+    if ends:
+        return f"the fitted step-time band (p10 {fitted[0]:.3f}, p90 {fitted[1]:.3f}) {widened}"
+    return None
+
+
 def nelder_mead(f: Callable[[list[float]], float], x0: list[float], *, step: float = 0.5,
                 max_evals: int = 600, xtol: float = 1e-6, ftol: float = 1e-12
                 ) -> tuple[list[float], float, int]:
@@ -660,8 +722,15 @@ def fit(runs: list[Run], names: Sequence[str] | None = None,
         return math.sqrt(sum((math.log(e) - m) ** 2 for e, m in zip(est, meas, strict=True))
                          / len(meas))
 
-    return FitResult(names, before, after, eb, ea, percentile(ratios, 0.1),
-                     percentile(ratios, 0.9), rms(eb), rms(ea), evals, notes)
+    fitted = (percentile(ratios, 0.1), percentile(ratios, 0.9))
+    band = residual_band(ratios)
+    note = band_note(len(runs), fitted, band)
+    if note:
+        notes.append(note)
+    return FitResult(names, before, after, eb, ea, p10_ratio=band[0], p90_ratio=band[1],
+                     fitted_p10_ratio=fitted[0], fitted_p90_ratio=fitted[1],
+                     rms_log_before=rms(eb), rms_log_after=rms(ea), evaluations=evals,
+                     notes=notes)
 
 
 # --- output -------------------------------------------------------------------------------
@@ -688,8 +757,9 @@ def preset_text(runs: list[Run], result: FitResult) -> str:
     head = [f"# Calibrated by trainc calibrate from {len(runs)} measured run(s): "
             f"{', '.join(r.name for r in runs[:6])}{' ...' if len(runs) > 6 else ''}.",
             f"# RMS log error of the step time: {result.rms_log_before:.3f} before, "
-            f"{result.rms_log_after:.3f} after; measured / estimated p10 {result.p10_ratio:.3f}, "
-            f"p90 {result.p90_ratio:.3f}.",
+            f"{result.rms_log_after:.3f} after; measured / estimated p10 "
+            f"{result.fitted_p10_ratio:.3f}, p90 {result.fitted_p90_ratio:.3f}; the band below "
+            f"has p10 at most {BAND_FLOOR[0]:g} x, p90 at least {BAND_FLOOR[1]:g} x their median.",
             "# num_nodes is the job's choice: set cluster.num_nodes in the spec."]
     body = yaml.safe_dump(preset_dict(runs[0], result), sort_keys=False)
     return "\n".join(head) + "\n" + body

@@ -39,6 +39,7 @@ from trainc.schemas import (
     PositionEmbedding,
     Precision,
     Recompute,
+    TimeModel,
     TrainingSpec,
     TrainSpec,
 )
@@ -90,6 +91,7 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     for key, why in _inert(spec):
         yield diag(R.SETTING_WITHOUT_EFFECT, f"{key} is set but has no effect: {why}", key,
                    fix=f"remove {key}, or change what makes it inert", setting=key, why=why)
+    yield from _half_band(spec)
     yield from _recompute(spec, d)
     if t.min_lr > t.lr:
         yield diag(R.LR_RANGE, f"min_lr ({t.min_lr:g}) exceeds lr ({t.lr:g})", "training.min_lr",
@@ -361,6 +363,31 @@ def _inert(spec: TrainSpec) -> Iterator[tuple[str, str]]:
     if not (fp8 or fp4) and moved(t, dt, "first_last_layers_bf16"):
         yield "training.first_last_layers_bf16", "fp8_format and fp4_format are none"
     yield from inert_fsdp(spec)
+
+
+def _half_band(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC329: one end of the calibrated step-time band without the other. The band needs both
+    (:func:`trainc.compiler.estimate.band.step_time_band`, :func:`trainc.planner.error_band`),
+    so the one set is ignored: the kernel model's estimates carry the published-runs band, the
+    seed model's none, and the planner ties layouts within its default band."""
+    c = spec.cluster
+    ends = {"cluster.step_time_p10_ratio": c.step_time_p10_ratio,
+            "cluster.step_time_p90_ratio": c.step_time_p90_ratio}
+    given = [k for k, v in ends.items() if v is not None]
+    if len(given) != 1:
+        return
+    [key] = given
+    [other] = [k for k in ends if k != key]
+    instead = ("the estimates carry the published-runs band instead "
+               "(trainc/conf/step_time_band.yaml)" if c.time_model is TimeModel.kernels else
+               "the estimates carry no band instead (time_model seed has no published-runs "
+               "band)")
+    why = (f"the calibrated step-time band needs both ends and {other} is not set, so "
+           f"{instead} and the planner ties layouts within its default 10 % band")
+    yield diag(R.SETTING_WITHOUT_EFFECT, f"{key} is set but has no effect: {why}", key,
+               related=(other,),
+               fix=f"set {other} too (`trainc calibrate` writes both), or remove {key}",
+               setting=key, why=why)
 
 
 def _moe(spec: TrainSpec) -> Iterator[Diagnostic]:

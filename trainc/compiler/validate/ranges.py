@@ -54,6 +54,31 @@ MAX_LAYERS = 100_000
 MAX_WORLD = 1_000_000
 
 
+def _band(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """The calibrated step-time band (``trainc calibrate`` writes both ends): each end a
+    positive ratio of measured / estimated step time, and p10 <= p90. One end without the other
+    is TRC329 (:func:`trainc.compiler.validate.compatibility.compatibility`)."""
+    c = spec.cluster
+    lo, hi = c.step_time_p10_ratio, c.step_time_p90_ratio
+    ok = True
+    for key, v, eg in (("cluster.step_time_p10_ratio", lo, 0.95),
+                       ("cluster.step_time_p90_ratio", hi, 1.05)):
+        if isinstance(v, (int, float)) and not v > 0:
+            ok = False
+            yield diag(R.VALUE_RANGE, f"{key} must be positive (a ratio of measured / estimated "
+                       f"step time), got ({v})", key,
+                       fix=f"set {key} to the ratio `trainc calibrate` wrote (e.g. {eg}), or "
+                           "remove it", value=v)
+    if ok and isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and lo > hi:
+        yield diag(R.VALUE_RANGE, f"step_time_p10_ratio={lo:g} is above step_time_p90_ratio="
+                   f"{hi:g}; the band is p10 <= p90", "cluster.step_time_p10_ratio",
+                   related=("cluster.step_time_p90_ratio",),
+                   fix=f"swap them (cluster.step_time_p10_ratio={hi:g}, "
+                       f"cluster.step_time_p90_ratio={lo:g}) or re-run `trainc calibrate`",
+                   edits={"cluster.step_time_p10_ratio": hi, "cluster.step_time_p90_ratio": lo},
+                   p10=lo, p90=hi)
+
+
 def _get(spec: TrainSpec, key: str) -> object:
     obj: object = spec
     for part in key.split("."):
@@ -62,7 +87,8 @@ def _get(spec: TrainSpec, key: str) -> object:
 
 
 def ranges(spec: TrainSpec) -> Iterator[Diagnostic]:
-    """Positive counts, fractions in (0, 1], ZeRO stage in 0-3, port in 1-65535."""
+    """Positive counts, fractions in (0, 1], the calibrated step-time band, ZeRO stage in 0-3,
+    port in 1-65535."""
     for key in _POSITIVE:
         v = _get(spec, key)
         if isinstance(v, (int, float)) and not 0 < v <= MAX_COUNT:
@@ -103,6 +129,7 @@ def ranges(spec: TrainSpec) -> Iterator[Diagnostic]:
         if isinstance(v, (int, float)) and (v < 0 or v > MAX_COUNT):
             yield diag(R.VALUE_RANGE, f"{key} must not be negative, got ({v})", key,
                        fix=f"set {key} to 0 or more", value=v)
+    yield from _band(spec)
     z = spec.parallel.zero_stage
     if z not in (0, 1, 2, 3):
         yield diag(R.VALUE_RANGE, f"parallel.zero_stage must be 0, 1, 2 or 3, got ({z})",
