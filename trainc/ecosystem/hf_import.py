@@ -29,22 +29,32 @@ Key mapping (HF -> trainc):
 * ``rms_norm_eps`` -> ``norm_epsilon``; ``attention_dropout``; ``hidden_dropout`` 0 (these
   decoders have none); QKV bias (Qwen2, ``attention_bias``) -> ``add_qkv_bias``; Llama 3.1's
   ``rope_scaling`` (``rope_type: llama3``) -> ``rope_scaling_factor``; ``router_aux_loss_coef``
-  -> ``moe_aux_loss_coeff`` with aux_loss balancing; DeepSeek-V3's ``scoring_func``,
-  ``routed_scaling_factor`` and sequence-wise balancing (its weight is left to the user).
+  -> ``moe_aux_loss_coeff`` with aux_loss balancing; ``initializer_range`` -> ``init_method_std``
+  when it differs from 0.02 (the default).
+* DeepSeek-V3's router: ``scoring_func`` -> ``moe_router_score_function``,
+  ``routed_scaling_factor`` -> ``moe_router_topk_scaling_factor``, ``seq_aux`` (default true) ->
+  ``moe_router_load_balancing_type: seq_aux_loss``. Its weight is left to the user and noted
+  (``aux_loss_alpha`` set or not: the config's value is not the technical report's 1e-4). The
+  model schema has no key for ``topk_method: noaux_tc`` (Megatron-Core's
+  ``moe_router_enable_expert_bias``) nor for group-limited routing, ``n_group`` / ``topk_group``
+  (``moe_router_num_groups`` / ``moe_router_group_topk``): they are noted by name and value.
 
-What trainc does not model (QK-norm, dense first layers, multi-token prediction, sliding
-windows) is listed in the preset's header comment.
+Every config.json field that is not modelled (QK-norm, dense first layers, multi-token
+prediction, sliding windows, the router settings above) or is mapped with a caveat, and every
+training setting it leaves unset, is listed as a ``# Note:`` line in the preset's header comment.
 """
 
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from trainc import __version__
+from trainc.schemas.model import ModelSpec
 
 #: Default cap on the imported training sequence length (tokens).
 SEQ_LENGTH_CAP = 8192
@@ -66,11 +76,12 @@ KEY_ORDER = (
     "num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
     "ffn_hidden_size", "vocab_size", "seq_length", "max_position_embeddings", "activation",
     "normalization", "position_embedding", "rotary_base", "rope_scaling_factor",
-    "untie_embeddings_and_output_weights", "add_qkv_bias", "norm_epsilon", "hidden_dropout",
-    "attention_dropout", "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
-    "qk_pos_emb_head_dim", "v_head_dim", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
-    "moe_shared_expert_intermediate_size", "moe_layer_freq", "moe_router_score_function",
-    "moe_router_topk_scaling_factor", "moe_router_load_balancing_type", "moe_aux_loss_coeff",
+    "untie_embeddings_and_output_weights", "add_qkv_bias", "norm_epsilon", "init_method_std",
+    "hidden_dropout", "attention_dropout", "multi_latent_attention", "q_lora_rank", "kv_lora_rank",
+    "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "num_experts", "moe_router_topk",
+    "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_layer_freq",
+    "moe_router_score_function", "moe_router_topk_scaling_factor",
+    "moe_router_load_balancing_type", "moe_aux_loss_coeff",
 )
 
 
@@ -90,6 +101,81 @@ def _int(value: Any, key: str) -> int:
     return int(value)
 
 
+def _float(value: Any, key: str) -> float:
+    """A positive finite number (``initializer_range``, ``routed_scaling_factor``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e300:
+        raise HFImportError(f"config.json '{key}' must be a positive number, got {value!r}")
+    return float(value)
+
+
+#: DeepSeek-V3's pre-training hyper-parameters that its config.json does not state (DeepSeek-AI
+#: 2024, 'DeepSeek-V3 Technical Report', arXiv 2412.19437, section 4.2).
+DEEPSEEK_V3_PAPER = "DeepSeek-V3's technical report (arXiv 2412.19437, section 4.2)"
+DEEPSEEK_V3_INIT_STD = 0.006
+
+
+def _deepseek_router(cfg: dict[str, Any], out: dict[str, Any], notes: list[str]) -> None:
+    """DeepSeek-V3's router: map what ModelSpec expresses, note the rest by name and value.
+
+    ModelSpec has ``moe_router_score_function``, ``moe_router_topk_scaling_factor``,
+    ``moe_router_load_balancing_type`` and ``moe_aux_loss_coeff``; it has no key for
+    Megatron-Core's group-limited routing (``moe_router_num_groups``, ``moe_router_group_topk``)
+    nor for the auxiliary-loss-free expert bias (``moe_router_enable_expert_bias``).
+    """
+    score = cfg.get("scoring_func")
+    if score in ("softmax", "sigmoid"):
+        out["moe_router_score_function"] = score
+    elif score is None:
+        notes.append("scoring_func is unset in config.json: trainc uses moe_router_score_function "
+                     f"{ModelSpec.moe_router_score_function.value} (DeepSeek-V3 scores with "
+                     "sigmoid)")
+    else:
+        notes.append(f"scoring_func {score!r} is not modelled (trainc's moe_router_score_function "
+                     "is softmax or sigmoid); the preset keeps "
+                     f"{ModelSpec.moe_router_score_function.value}")
+    if cfg.get("routed_scaling_factor") is not None:
+        factor = _float(cfg["routed_scaling_factor"], "routed_scaling_factor")
+        if factor != 1.0:  # 1.0 scales nothing: trainc's null
+            out["moe_router_topk_scaling_factor"] = factor
+    if cfg.get("norm_topk_prob") is False:
+        notes.append("norm_topk_prob false (top-k routing weights left unnormalized) is not "
+                     "modelled: Megatron-Core normalizes the top-k weights")
+    method = cfg.get("topk_method")
+    if method == "noaux_tc":
+        notes.append("topk_method 'noaux_tc' (auxiliary-loss-free balancing: a per-expert bias, "
+                     "e_score_correction_bias, is added to the scores for the top-k choice only "
+                     "and moved by each expert's load after every step) is not modelled: trainc's "
+                     "model schema has no moe_router_enable_expert_bias, so the preset's only "
+                     "balancing is the sequence-wise loss (moe_aux_loss_coeff)")
+    elif method not in (None, "greedy", "group_limited_greedy"):
+        notes.append(f"topk_method {method!r} is not modelled: trainc routes each token to its "
+                     "top-k experts (greedy)")
+    groups = _int(cfg.get("n_group") or 1, "n_group")
+    group_topk = _int(cfg.get("topk_group") or groups, "topk_group")
+    if method != "greedy" and groups > 1 and group_topk < groups:
+        notes.append(f"n_group {groups} and topk_group {group_topk} (group-limited routing: each "
+                     f"token picks its experts from its best {group_topk} of {groups} expert "
+                     "groups) are not modelled: trainc's model schema has no "
+                     "moe_router_num_groups / moe_router_group_topk, so a token may route to any "
+                     "expert")
+    out["moe_router_load_balancing_type"] = ("seq_aux_loss" if cfg.get("seq_aux", True)
+                                             else "aux_loss")
+    default = ModelSpec.moe_aux_loss_coeff
+    paper = (f"{DEEPSEEK_V3_PAPER} balances experts auxiliary-loss-free and adds only a tiny "
+             "sequence-wise balance loss, alpha = 1e-4: set model.moe_aux_loss_coeff=1e-4 to "
+             "follow it")
+    uses = (f"trainc uses moe_aux_loss_coeff {default}, the default of trainc and Megatron-Core"
+            + (", which turns the balance loss off" if default == 0 else ""))
+    alpha = cfg.get("aux_loss_alpha")
+    if alpha is None:
+        notes.append("the balance-loss coefficient is unset in config.json (no aux_loss_alpha): "
+                     f"{uses}; {paper}")
+    else:
+        # the config's alpha (0.001 in deepseek-ai/DeepSeek-V3) is not the paper's 1e-4, the
+        # weight V3 was pre-trained with, so it is not copied
+        notes.append(f"aux_loss_alpha {alpha} in config.json is not copied: {uses}; {paper}")
+
+
 def _moe_keys(cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     mt = cfg["model_type"]
     out: dict[str, Any] = {}
@@ -104,14 +190,14 @@ def _moe_keys(cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
         if shared:
             out["moe_shared_expert_intermediate_size"] = _int(
                 shared, "shared_expert_intermediate_size")
-            notes.append("the shared expert's sigmoid gate")
+            notes.append("the shared expert's sigmoid gate is not modelled")
         step = _int(cfg.get("decoder_sparse_step", 1) or 1, "decoder_sparse_step")
         out["moe_layer_freq"] = step
         if step != 1:
             notes.append(f"decoder_sparse_step={step} makes layers i with (i+1) % {step} == 0 "
                          f"sparse; trainc's moe_layer_freq counts i % {step} == 0")
         if cfg.get("mlp_only_layers"):
-            notes.append(f"dense mlp_only_layers {cfg['mlp_only_layers']}")
+            notes.append(f"the dense mlp_only_layers {cfg['mlp_only_layers']} are not modelled")
     elif mt == "deepseek_v3":
         out["num_experts"] = _int(_req(cfg, "n_routed_experts"), "n_routed_experts")
         moe_ffn = _int(_req(cfg, "moe_intermediate_size"), "moe_intermediate_size")
@@ -121,25 +207,18 @@ def _moe_keys(cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
             out["moe_shared_expert_intermediate_size"] = shared * moe_ffn
         out["moe_layer_freq"] = _int(cfg.get("moe_layer_freq", 1) or 1, "moe_layer_freq")
         if cfg.get("first_k_dense_replace"):
-            notes.append(f"the first {cfg['first_k_dense_replace']} dense layers "
-                         "(first_k_dense_replace; every layer is MoE here)")
+            dense = cfg["first_k_dense_replace"]
+            notes.append(f"the first {dense} dense layers (first_k_dense_replace {dense}) are not "
+                         "modelled: every layer is MoE here")
         if cfg.get("num_nextn_predict_layers"):
-            notes.append("multi-token prediction (num_nextn_predict_layers)")
+            notes.append("multi-token prediction (num_nextn_predict_layers "
+                         f"{cfg['num_nextn_predict_layers']}) is not modelled")
     else:
         return out
     out["moe_router_topk"] = _int(_req(cfg, "num_experts_per_tok"), "num_experts_per_tok")
     out.setdefault("moe_layer_freq", 1)
     if mt == "deepseek_v3":
-        if cfg.get("scoring_func") == "sigmoid":
-            out["moe_router_score_function"] = "sigmoid"
-        if cfg.get("routed_scaling_factor") not in (None, 1, 1.0):
-            out["moe_router_topk_scaling_factor"] = float(cfg["routed_scaling_factor"])
-        out["moe_router_load_balancing_type"] = "seq_aux_loss"
-        if cfg.get("aux_loss_alpha") is not None:
-            # the paper's alpha is 1e-4 (arXiv 2412.19437 section 4.2); the config's value is
-            # not what V3 was trained with, so it is not copied
-            notes.append(f"the balance loss weight (aux_loss_alpha {cfg['aux_loss_alpha']} in "
-                         "config.json; set model.moe_aux_loss_coeff)")
+        _deepseek_router(cfg, out, notes)
     elif cfg.get("router_aux_loss_coef") is not None:
         out["moe_router_load_balancing_type"] = "aux_loss"
         out["moe_aux_loss_coeff"] = float(cfg["router_aux_loss_coef"])
@@ -149,18 +228,38 @@ def _moe_keys(cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
 def _notes(cfg: dict[str, Any]) -> list[str]:
     notes = []
     if cfg["model_type"].startswith("qwen3"):
-        notes.append("QK-norm")
+        notes.append("QK-norm is not modelled")
     if cfg.get("sliding_window") and cfg.get("use_sliding_window", True):
-        notes.append(f"sliding-window attention ({cfg['sliding_window']} tokens)")
+        notes.append(f"sliding-window attention ({cfg['sliding_window']} tokens) is not modelled")
     return notes
+
+
+def _init_std(cfg: dict[str, Any], out: dict[str, Any], notes: list[str]) -> None:
+    """``initializer_range`` -> ``init_method_std`` when it differs from the default (0.02,
+    Megatron's), so that presets of models initialized with 0.02 stay free of the key."""
+    if cfg.get("initializer_range") is None:
+        return
+    std = _float(cfg["initializer_range"], "initializer_range")
+    default = ModelSpec.init_method_std
+    if std != default:
+        out["init_method_std"] = std
+        notes.append(f"initializer_range {cfg['initializer_range']} is mapped to init_method_std "
+                     f"{std} (trainc's and Megatron's default is {default})")
+    if cfg["model_type"] == "deepseek_v3" and std != DEEPSEEK_V3_INIT_STD:
+        notes.append(f"initializer_range {cfg['initializer_range']} in config.json is not the "
+                     f"init std DeepSeek-V3 was pre-trained with: {DEEPSEEK_V3_PAPER} gives "
+                     f"{DEEPSEEK_V3_INIT_STD}; set model.init_method_std={DEEPSEEK_V3_INIT_STD} "
+                     "to follow it")
 
 
 def convert(cfg: dict[str, Any], *,
             seq_length: int | None = None) -> tuple[dict[str, Any], list[str]]:
     """Map a parsed HF config.json to trainc model keys; returns ``(keys, notes)``.
 
-    ``notes`` lists what the preset does not model. Raises :class:`HFImportError` for an
-    unsupported ``model_type`` (the message lists the supported ones) or a missing key.
+    ``notes`` lists, one statement each, what the preset does not model, what it maps with a
+    caveat and which training settings the config leaves unset (and the value trainc uses).
+    Raises :class:`HFImportError` for an unsupported ``model_type`` (the message lists the
+    supported ones) or a missing or malformed key.
     """
     if not isinstance(cfg, dict):
         raise HFImportError("config.json must hold a JSON object")
@@ -216,26 +315,30 @@ def convert(cfg: dict[str, Any], *,
             != hidden:
         out["kv_channels"] = _int(head_dim, "head_dim")
     notes = _notes(cfg)
+    _init_std(cfg, out, notes)
     out.update(_moe_keys(cfg, notes))
     if scaling:
         kind = scaling.get("rope_type") or scaling.get("type")
         if kind == "llama3" and scaling.get("factor"):
             out["rope_scaling_factor"] = float(scaling["factor"])  # Megatron's --use-rope-scaling
         else:
-            notes.append(f"rope_scaling ({kind}, factor {scaling.get('factor')})")
+            notes.append(f"rope_scaling ({kind}, factor {scaling.get('factor')}) is not modelled")
     return {k: out[k] for k in KEY_ORDER if k in out}, notes
 
 
 def render(keys: dict[str, Any], notes: list[str], source: str, cfg: dict[str, Any]) -> str:
-    """The preset YAML text: a source comment, then one ``key: value`` line per key."""
+    """The preset YAML text: a source comment, the notes (one ``# Note:`` comment each, wrapped),
+    then one ``key: value`` line per key."""
     arch = ", ".join(cfg.get("architectures") or []) or cfg["model_type"]
     name = cfg.get("_name_or_path")
     lines = [f"# Imported by trainc {__version__} import-hf from {source}"
              + (f" ({name})" if name else "") + f": model_type {cfg['model_type']}, {arch}.",
              f"# seq_length = min(pre-training positions, {SEQ_LENGTH_CAP}) unless given; "
              "override with model.seq_length=N."]
-    if notes:
-        lines.append("# Not modelled: " + "; ".join(notes) + ".")
+    for note in notes:
+        lines.extend(textwrap.wrap(f"Note: {note}.", width=97, initial_indent="# ",
+                                   subsequent_indent="#   ", break_long_words=False,
+                                   break_on_hyphens=False))
     for k, v in keys.items():
         lines.append(yaml.safe_dump({k: v}, default_flow_style=False).strip())
     return "\n".join(lines) + "\n"
