@@ -17,11 +17,13 @@ per source):
   HFU is refitted without each source and its error on that source printed next to trainc's.
 
 It asserts nothing (tests assert formulas); it is a measurement. Run:
-``.venv/bin/python bench/fidelity.py [CSV] [--rows]``.
+``.venv/bin/python bench/fidelity.py [CSV] [--rows] [--planner]`` (``--help`` for every
+option).
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
 import statistics
 import sys
@@ -393,25 +395,74 @@ def planner_top5(results: list[Result], limit: int | None = None) -> str:
     return "\n".join(lines)
 
 
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="bench/fidelity.py",
+        description="Fidelity of trainc's performance and memory model against published "
+                    "training runs: predicted vs published tokens/s per GPU by subset, the "
+                    "memory-fit verdicts and the step-time band. Asserts nothing; prints.")
+    ap.add_argument("csv", nargs="*", metavar="CSV", type=Path,
+                    help="the published-runs table to compile (one; with --band, any number). "
+                         f"Default: {DEFAULT_CSV}. Another table (e.g. bench/heldout_runs.csv) "
+                         "is compared with baselines fitted on the default table (on its own "
+                         "rows when the default table is missing)")
+    ap.add_argument("--rows", action="store_true",
+                    help="also print every row: predicted / published tokens/s per GPU, the "
+                         "error and the memory verdict")
+    ap.add_argument("--planner", action="store_true",
+                    help="also report the planner's top-5 rate: run trainc plan once per "
+                         "distinct published run (minutes)")
+    ap.add_argument("--band", action="store_true",
+                    help="print only the step-time band (measured / estimated, p10 / p50 / p90 "
+                         "by kind) over every CSV given together, the figures "
+                         "trainc/conf/step_time_band.yaml holds (default: the calibration and "
+                         "the held-out tables)")
+    return ap
+
+
+def _missing(tables: list[Path]) -> str | None:
+    """The one-line complaint about the first table that is not a readable file, else None."""
+    for t in tables:
+        if not t.is_file():
+            what = "not a file" if t.exists() else "no such file"
+            return (f"bench/fidelity.py: published-runs CSV {t}: {what}; pass another as the "
+                    f"CSV argument (.venv/bin/python bench/fidelity.py PATH.csv, see --help)")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: ``fidelity.py [CSV] [--rows] [--planner]`` (the planner's top-5 rate runs
     ``trainc plan`` once per distinct run: minutes); ``fidelity.py --band [CSV ...]`` prints
     the step-time band over the tables together (default: calibration and held-out), the
-    figures ``trainc/conf/step_time_band.yaml`` holds."""
-    args = sys.argv[1:] if argv is None else argv
-    show = "--rows" in args
-    paths = [a for a in args if not a.startswith("--")]
-    if "--band" in args:  # the band over every table given (default: calibration + held-out)
-        tables = [Path(x) for x in paths] or [DEFAULT_CSV, ROOT / "bench" / "heldout_runs.csv"]
+    figures ``trainc/conf/step_time_band.yaml`` holds. A table that is missing ends it with
+    exit status 2 and a one-line message."""
+    ap = _parser()
+    args = ap.parse_intermixed_args(argv)
+    paths: list[Path] = args.csv
+    if args.band:  # the band over every table given (default: calibration + held-out)
+        tables = paths or [DEFAULT_CSV, ROOT / "bench" / "heldout_runs.csv"]
+        if (why := _missing(tables)) is not None:
+            print(why, file=sys.stderr)
+            return 2
         print(band_report([r for t in tables for r in run(t, baselines=False)]))
         return 0
-    path = Path(paths[0]) if paths else DEFAULT_CSV
+    if len(paths) > 1:
+        ap.error("one CSV at a time (several only with --band)")
+    path = paths[0] if paths else DEFAULT_CSV
+    if (why := _missing([path])) is not None:
+        print(why, file=sys.stderr)
+        return 2
+    held_out = path.resolve() != DEFAULT_CSV.resolve()
+    if held_out and _missing([DEFAULT_CSV]) is not None:
+        print(f"bench/fidelity.py: note: the calibration table {DEFAULT_CSV} is missing: the "
+              f"baselines are fitted on {path}'s own rows", file=sys.stderr)
+        held_out = False
     results = run(path)
-    calib = None if path.resolve() == DEFAULT_CSV.resolve() else run(DEFAULT_CSV)
-    print(report(results, show, calib))
+    calib = run(DEFAULT_CSV) if held_out else None
+    print(report(results, args.rows, calib))
     print()
     print(band_report(results))
-    if "--planner" in args:
+    if args.planner:
         print()
         print(planner_top5(results))
     else:

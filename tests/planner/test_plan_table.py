@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from trainc.planner import Planned, PlanResult, plan_layouts
+from trainc.compiler.load import load_spec
+from trainc.compiler.normalize import normalize
+from trainc.planner import Planned, PlanResult, _spec_dp, plan_layouts
 from trainc.planner.table import DEFAULT_WIDTH, dominated_by, render
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,3 +114,86 @@ def test_cli_table_width(env, limit):
     assert max(len(ln) for ln in lines) <= limit
     assert max(len(ln) for ln in lines) > limit - 12  # it uses the width it has
     assert "dominated layout(s) hidden" in proc.stdout
+
+
+def _rows(text: str) -> list[list[str]]:
+    return [ln.split() for ln in text.splitlines() if ln[:1].isdigit() and "hidden" not in ln]
+
+
+@pytest.mark.parametrize(("step_mem", "beaten", "rows", "hidden"), [
+    # #2 is faster and smaller than #1 (the simpler layout ranked first within the band)
+    ([(1.05, 12), (1.0, 10), (1.2, 9)], [1, None, None], ["1", "2", "3"], None),
+    # #3 is beaten by #1 and #2: hidden (by #2, the undominated one); #1 stays
+    ([(1.05, 12), (1.0, 10), (1.1, 13)], [1, None, 1], ["1", "2"], "1 dominated layout(s) "
+     "hidden, each no faster and no smaller than one shown (#3 by #2)"),
+])
+def test_the_top_pick_is_the_first_row_even_when_dominated(res, step_mem, beaten, rows, hidden):
+    """The ranking puts the simplest layout within the error band first; when a faster, smaller
+    finalist beats it the table used to hide the pick the text calls the top pick."""
+    fake = _fake(res, step_mem)
+    fake.error_band = 0.1
+    assert dominated_by(fake.planned) == beaten
+    text = _text(fake, 200)
+    assert [r[0] for r in _rows(text)] == rows
+    assert ("#1, the top pick, is shown although #2 is no slower and no larger: within 10% of "
+            "the fastest the simpler layout ranks first") in text
+    if hidden is None:
+        assert "hidden" not in text
+    else:
+        assert hidden in text
+
+
+P70 = """\
+defaults: [{model: llama2-70b}, {cluster: dgx-a100-80g}, _self_]
+name: p70
+cluster: {num_nodes: 8}
+training: {global_batch_size: 1024}
+"""
+
+
+def test_real_plan_whose_top_pick_is_dominated_shows_it_first(tmp_path):
+    """Llama-2-70B on 64 A100 with no layout fixed: #1 (tp 8, pp 1: the smallest model-parallel
+    group within the band) needs more memory than #4 and is slower; the table's first row is
+    still #1, the layout the line under the table compares and --apply writes."""
+    path = tmp_path / "p70.yaml"
+    path.write_text(P70)
+    r = plan_layouts(path, top=5)
+    beaten = dominated_by(r.planned)
+    assert beaten[0] is not None, "the case no longer has a dominated top pick"
+    text = _text(r, 250)
+    head = next(ln for ln in text.splitlines() if ln.startswith("#"))
+    assert head.split()[:4] == ["#", "tp", "sp", "pp"]
+    first = _rows(text)[0]
+    pick = r.planned[0]
+    assert first[:4] == ["1", str(pick.candidate.tp), "yes", str(pick.candidate.pp)]
+    gib = f"{pick.estimates['memory_bytes']['total'] / 2**30:.1f}"
+    assert gib in first
+    assert f"the top pick needs {gib} GiB/GPU" in r.versus_spec
+    assert f"#1, the top pick, is shown although #{beaten[0] + 1} is no slower" in text
+
+
+def test_versus_spec_names_the_derived_dp_when_the_spec_leaves_it_implicit(tmp_path):
+    """Llama-2-7B on 24 A100, global batch 256: the spec's own layout (tp 1, dp implicit: 24)
+    breaks TRC214; the line under the table used to print dp=None."""
+    path = tmp_path / "dp24.yaml"
+    path.write_text("defaults: [{model: llama2-7b}, {cluster: dgx-a100-80g}, _self_]\n"
+                    "name: d\ncluster: {num_nodes: 3}\ntraining: {global_batch_size: 256}\n")
+    r = plan_layouts(path, top=1)
+    assert r.versus_spec == ("the spec's own layout (tp=1 pp=1 vpp=1 cp=1 ep=1 dp=24 mbs=1 "
+                             "recompute=selective) does not compile (TRC214)")
+    assert r.versus_spec in _text(r, 200).replace("\n", " ")
+
+
+@pytest.mark.parametrize(("parallel", "dp"), [
+    ("{tp: 2}", "8"),                # derived: 16 / 2
+    ("{tp: 2, pp: 3}", "16/6"),      # does not divide (TRC101): the fraction, not None
+    ("{tp: 2, dp: 4}", "4"),         # as the spec sets it (TRC102 reports the mismatch)
+])
+def test_spec_dp_text(tmp_path, parallel, dp):
+    path = tmp_path / "s.yaml"
+    path.write_text("defaults: [{model: llama2-7b}, {cluster: dgx-a100-80g}, _self_]\n"
+                    f"name: d\ncluster: {{num_nodes: 2}}\nparallel: {parallel}\n"
+                    "training: {global_batch_size: 256}\n")
+    loaded = load_spec(path)
+    assert loaded.spec is not None
+    assert _spec_dp(normalize(loaded.spec)) == dp

@@ -309,6 +309,19 @@ _TERM_LABELS = {"tp": "TP communication", "cp": "CP communication", "ep": "EP al
                 "pp": "PP p2p", "dp": "DP gradient sync"}
 
 
+def _spec_dp(spec: TrainSpec) -> str:
+    """The spec's data-parallel degree as text: ``parallel.dp`` when the spec sets it, else the
+    derived world / (tp x pp x cp), written as that fraction when it does not divide (TRC101's
+    case); never ``None``."""
+    p, c = spec.parallel, spec.cluster
+    if p.dp is not None:
+        return str(p.dp)
+    world, mp = c.num_nodes * c.gpus_per_node, p.tp * p.pp * p.cp
+    if mp > 0 and world % mp == 0:
+        return str(world // mp)
+    return f"{world}/{mp}"
+
+
 def versus_spec(raw: TrainSpec, pick: Planned) -> str:
     """One line on why the top pick beats the layout the spec itself asks for (its parallel
     and training keys as written, defaults for the rest): step time, memory per GPU and the
@@ -317,8 +330,7 @@ def versus_spec(raw: TrainSpec, pick: Planned) -> str:
     state = run_passes(State(spec=raw, suggest=False), stop_after="check_fit")
     p = state.spec.parallel if state.plan is not None else raw.parallel
     t = state.spec.training if state.plan is not None else raw.training
-    dp = state.plan.derived.dp if state.plan is not None else p.dp
-    lay = (f"tp={p.tp} pp={p.pp} vpp={p.vpp} cp={p.cp} ep={p.ep} dp={dp} "
+    lay = (f"tp={p.tp} pp={p.pp} vpp={p.vpp} cp={p.cp} ep={p.ep} dp={_spec_dp(state.spec)} "
            f"mbs={t.micro_batch_size} recompute={t.recompute.name}")
     c = pick.candidate
     if (c.tp, c.pp, c.vpp, c.cp, c.ep, c.mbs, c.recompute[0]) == \

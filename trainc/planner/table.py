@@ -5,6 +5,10 @@
   one of the two: nothing speaks for ``j``. The hidden ones are counted under the table, with the
   layout that beats each (``--format json`` still lists every finalist). Ranks (``#``) stay those of
   the full list.
+* **The top pick is always the first row**, dominated or not: the ranking places the simplest
+  layout within the error band of the fastest first (:func:`trainc.planner.rank_within_band`),
+  and a faster, smaller but less simple layout may beat it on both counts. The table shows the
+  pick that ``--apply`` writes and the line under the table compares, and says what beats it.
 * **Every layout axis is a column** (tp, sp, pp, vpp, cp, ep, etp, dp, mbs, recompute, zero, and
   offload when a finalist offloads), so two rows never read the same.
 * **Width.** The table fits the console (Rich's width: the terminal, else ``COLUMNS``, else 120 for
@@ -126,7 +130,10 @@ def render(res: Any, width: int) -> list[Any]:
     from rich.text import Text
 
     beaten = dominated_by(res.planned)
-    shown = [i for i, b in enumerate(beaten) if b is None]
+    # the top pick (#1: what --apply writes and versus_spec compares) is shown even when
+    # dominated: within the error band the simpler layout ranks first, so a faster, smaller,
+    # less simple finalist may beat it on both counts
+    shown = [i for i, b in enumerate(beaten) if b is None or i == 0]
     planned = [res.planned[i] for i in shown]
     layout, measures = _columns(planned)
     ranks = [str(i + 1) for i in shown]
@@ -153,7 +160,11 @@ def render(res: Any, width: int) -> list[Any]:
     out: list[Any] = [table]
     if moved:
         out.append(Text("every row: " + ", ".join(f"{h} {v}" for h, v in moved)))
-    hidden = [(i, b) for i, b in enumerate(beaten) if b is not None]
+    if beaten and beaten[0] is not None:
+        out.append(Text(f"#1, the top pick, is shown although #{beaten[0] + 1} is no slower "
+                        f"and no larger: within {res.error_band:.0%} of the fastest the simpler "
+                        "layout ranks first"))
+    hidden = [(i, b) for i, b in enumerate(beaten) if b is not None and i != 0]
     if hidden:
         pairs = ", ".join(f"#{i + 1} by #{b + 1}" for i, b in hidden)
         out.append(Text(f"{len(hidden)} dominated layout(s) hidden, each no faster and no smaller "
