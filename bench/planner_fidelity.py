@@ -5,7 +5,9 @@ For every row of ``shared/calibration/published_runs.csv`` that :mod:`trainc.pla
 and whose global batch is published (the converter guesses a missing one; the planner would plan
 the guess), the planner runs on the published model, GPUs, global batch, sequence length and
 precision (FP8 / FP4 rows with their ``fp8_format`` / ``fp8_recipe`` / ``fp4_format`` keys) with
-no layout key fixed (:func:`planning_spec` drops the parallel section, micro batch and recompute). A
+no layout key fixed (:func:`planning_spec` drops the parallel section, micro batch and recompute;
+only a published ``zero_stage`` 0 -- a Megatron-LM run from before its distributed optimizer --
+stays, as a framework fact). A
 row counts as *found* when one of the top 5 has the published tp, pp, cp and ep (the model-parallel
 degrees; dp follows from them, and vpp, the micro batch and the layer split are secondary choices
 that the table does not always publish). It also reports, per row, whether the planner's first
@@ -48,7 +50,12 @@ def planning_spec(row: dict[str, str]) -> dict[str, Any] | None:
     spec, _why = row_to_spec_reason(row)
     if spec is None or not row.get("global_batch"):
         return None
-    spec.pop("parallel")
+    par = spec.pop("parallel")
+    if par.get("zero_stage") == 0 and spec.get("engine", "megatron") == "megatron":
+        # a run without Megatron's distributed optimizer (plain DDP: Megatron-LM before 2022)
+        # is a fact of its framework, not a layout choice: the planner gets it as a fixed key,
+        # as a user without that optimizer would write it
+        spec["parallel"] = {"zero_stage": 0}
     for k in ("micro_batch_size", "recompute"):
         spec["training"].pop(k, None)
     return spec
