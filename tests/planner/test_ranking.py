@@ -116,6 +116,24 @@ def _fake(step: float, tp: int = 1, pp: int = 1, cp: int = 1, vpp: int = 1,
                              "memory_bytes": {"total": int(mem * 2**30)}})
 
 
+def test_within_the_band_a_memory_tight_layout_ranks_after_one_with_headroom():
+    """A layout estimated above 95 % of the budget (TRC403: it may run out of memory) is not the
+    top pick while a layout within the band has headroom, however simple it is (a new user got
+    tp 8 x pp 1 at 77.2 of 76 GiB as the top pick, 1 % ahead of one at 72.8 GiB)."""
+    def budgeted(p: Planned) -> Planned:
+        p.estimates["memory_budget_bytes"] = 76 * 2**30
+        return p
+
+    tight = budgeted(_fake(1.00, tp=8, mem=74.0))  # 97 % of 76 GiB
+    roomy = budgeted(_fake(1.05, tp=4, pp=2, mem=60.0))
+    assert rank_within_band([tight, roomy], 0.10) == [roomy, tight]
+    # outside the band speed still wins, and without a budget nothing is tight
+    far = budgeted(_fake(1.20, tp=4, pp=2, mem=60.0))
+    assert rank_within_band([tight, far], 0.10) == [tight, far]
+    assert rank_within_band([_fake(1.00, tp=8, mem=74.0), _fake(1.05, tp=4, pp=2, mem=60.0)],
+                            0.10)[0].candidate.tp == 8
+
+
 def test_within_the_band_the_simpler_layout_ranks_first():
     pp2 = _fake(1.00, pp=2)
     tp2 = _fake(1.02, tp=2)

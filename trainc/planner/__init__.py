@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainc.compiler.diagnostics import Diagnostic, locate, sort_diagnostics
+from trainc.compiler.fit import TIGHT_MARGIN
 from trainc.compiler.load import load_spec
 from trainc.compiler.normalize import normalize
 from trainc.compiler.pipeline import State, run_passes
@@ -123,14 +124,16 @@ def error_band(spec: TrainSpec) -> float:
 def rank_within_band(planned: list[Planned], band: float) -> list[Planned]:
     """Order finalists by the full estimator with the simplicity tie-break: repeatedly take,
     among the remaining layouts whose step time is within ``band`` (relative) of the fastest
-    remaining one, the simplest (:meth:`Candidate.simplicity`), then the faster, then the
+    remaining one, one with memory headroom before a memory-tight one (estimated above
+    ``1 - TIGHT_MARGIN`` of the budget, where the fit rule warns TRC403: it may run out of
+    memory), then the simplest (:meth:`Candidate.simplicity`), then the faster, then the
     smaller. Deterministic and independent of how many are shown."""
     rest = sorted(planned, key=lambda p: (_step(p), _mem(p), p.candidate.simplicity()))
     out: list[Planned] = []
     while rest:
         limit = _step(rest[0]) * (1 + band)
         near = [p for p in rest if _step(p) <= limit]
-        pick = min(near, key=lambda p: (p.candidate.simplicity(), _step(p), _mem(p)))
+        pick = min(near, key=lambda p: (_tight(p), p.candidate.simplicity(), _step(p), _mem(p)))
         out.append(pick)
         rest.remove(pick)
     return out
@@ -170,6 +173,12 @@ def _step(p: Planned) -> float:
 
 def _mem(p: Planned) -> int:
     return int(p.estimates.get("memory_bytes", {}).get("total", 0))
+
+
+def _tight(p: Planned) -> bool:
+    """Estimated above ``1 - TIGHT_MARGIN`` of the memory budget (TRC403's range)."""
+    budget = float(p.estimates.get("memory_budget_bytes", 0))
+    return budget > 0 and _mem(p) > budget * (1 - TIGHT_MARGIN)
 
 
 def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = (),
