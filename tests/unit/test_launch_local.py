@@ -202,3 +202,25 @@ def test_run_options_after_outdir_are_trainc_runs_own(worker_args, rest, rank, a
     args = argparse.Namespace(worker_args=worker_args, node_rank=None, master_addr=None)
     assert own_options(args) == rest
     assert (args.node_rank, args.master_addr) == (rank, addr)
+
+
+def test_a_second_run_does_not_save_over_the_first_runs_checkpoints(tmp_path, fake_torch):
+    """`trainc run OUTDIR` twice: the second started at step 1 and saved its checkpoints over
+    the first run's without a word. Now it is refused (exit 4, nothing started) with the two
+    ways on; --load auto (resume) and --save elsewhere start."""
+    out = _compile(tmp_path)
+    env = _bare_env(fake_torch)
+    assert _trainc_run(str(out), env=env).returncode == 0  # no checkpoint yet
+    (out / "checkpoints").mkdir()
+    (out / "checkpoints" / "latest").write_text("5\n")
+    r = _trainc_run(str(out), env=env)
+    assert r.returncode == 4 and "FAKE-RUN" not in r.stdout, r.stdout + r.stderr
+    assert r.stderr.strip() == (
+        f"trainc run: {out}/checkpoints holds the checkpoints of an earlier run (latest: step 5);"
+        f" this run would start at step 1 and save over them. Resume it: trainc run {out} -- "
+        f"--load auto; or keep it and start afresh elsewhere: trainc run {out} -- --save NEW_DIR"
+        " (or move the folder away)")
+    for extra in (["--", "--load", "auto"], ["--", f"--save={tmp_path / 'new'}"],
+                  ["--", "--load", str(out / "checkpoints")]):
+        r = _trainc_run(str(out), *extra, env=env)
+        assert r.returncode == 0 and "FAKE-RUN" in r.stdout, (extra, r.stderr)

@@ -153,6 +153,47 @@ def version_problems(outdir: str, env: Mapping[str, str],
     return errors, warnings
 
 
+def _flag(args: Sequence[str], name: str) -> str | None:
+    """The value of ``--name VALUE`` / ``--name=VALUE`` among the worker flags (the last one)."""
+    got = None
+    for i, a in enumerate(args):
+        if a == name and i + 1 < len(args):
+            got = args[i + 1]
+        elif a.startswith(name + "="):
+            got = a.split("=", 1)[1]
+    return got
+
+
+def refuse_overwrite(outdir: str, worker_args: Sequence[str] = ()) -> None:
+    """Raise :class:`RunRefused` when the run would start from step 1 over an earlier run's
+    checkpoints: the checkpoint folder (``--save``, else the plan's ``launch.save_dir``, else
+    ``OUTDIR/checkpoints``) holds a ``latest`` marker, and neither ``--load`` nor the plan's
+    ``resume.load_dir`` nor requeue (``--load auto``) resumes it. The worker would otherwise
+    save its step-N checkpoints over the earlier ones without a word."""
+    if _flag(worker_args, "--load"):
+        return
+    try:
+        with open(os.path.join(outdir, "plan.json"), encoding="utf-8") as f:
+            spec = json.load(f)["spec"]
+        save_dir = spec["launch"].get("save_dir")
+        load_dir = (spec.get("resume") or {}).get("load_dir")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return
+    if load_dir:
+        return
+    save = _flag(worker_args, "--save") or save_dir or os.path.join(outdir, "checkpoints")
+    try:
+        with open(os.path.join(save, "latest"), encoding="utf-8") as f:
+            step = f.read().strip()
+    except OSError:
+        return
+    raise RunRefused(
+        f"{save} holds the checkpoints of an earlier run (latest: step {step or '?'}); this run "
+        f"would start at step 1 and save over them. Resume it: trainc run {outdir} -- --load "
+        f"auto; or keep it and start afresh elsewhere: trainc run {outdir} -- --save NEW_DIR "
+        "(or move the folder away)")
+
+
 def run(outdir: str, worker_args: Sequence[str] = (), *, node_rank: int | None = None,
         master_addr: str | None = None) -> int:
     """Start ``OUTDIR/torchrun.sh`` here; its output streams through; return its exit code
@@ -165,6 +206,11 @@ def run(outdir: str, worker_args: Sequence[str] = (), *, node_rank: int | None =
     try:
         env = launch_env(outdir, read_shape(outdir), os.environ, worker_args,
                          node_rank=node_rank, master_addr=master_addr)
+    except RunRefused as e:
+        print(f"trainc run: {e}", file=sys.stderr)
+        return 4
+    try:
+        refuse_overwrite(outdir, worker_args)
     except RunRefused as e:
         print(f"trainc run: {e}", file=sys.stderr)
         return 4
