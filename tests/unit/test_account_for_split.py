@@ -61,3 +61,19 @@ def test_a_fix_never_suggests_a_pp_that_breaks_vpp():
     assert "parallel.pp to one of" not in d.fix
     assert "remove the account_for_* flags (32 layers split over pp=4 x vpp=2)" in d.fix
     assert not find(lint_cfg(**{**base, EMB: False, LOSS: False}), "TRC210")
+
+
+def test_trc210_machine_edit_keeps_pp_when_no_divisor_is_near():
+    """61 layers (DeepSeek-V3) over pp=16: the only dividing pp that fits is 1, which the JSON
+    ``edits`` proposed for a 671B model; the edit is now the uneven first/last split that keeps
+    pp (the text fix lists both). A near divisor stays the edit (30 layers over pp=4 -> pp=2)."""
+    cfg = {"model.num_layers": 61, "model.hidden_size": 1024, "cluster.num_nodes": 4,
+           "parallel.tp": 2, "parallel.pp": 16, "training.global_batch_size": 64}
+    [d] = find(lint_cfg(**cfg), "TRC210")
+    assert d.edits == {"parallel.pipeline_first_stage_layers": 2,
+                       "parallel.pipeline_last_stage_layers": 3}
+    assert "set parallel.pipeline_first_stage_layers=2 and " \
+           "parallel.pipeline_last_stage_layers=3" in d.fix
+    assert not [x for x in find(lint_cfg(**cfg, **{k: v for k, v in d.edits.items()}), "TRC210")]
+    [d] = find(lint_cfg(**{**cfg, "model.num_layers": 30, "parallel.pp": 4}), "TRC210")
+    assert d.edits == {"parallel.pp": 2}  # the nearest pp dividing 30 and the 16 slots

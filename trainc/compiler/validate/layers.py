@@ -92,7 +92,7 @@ def _layers(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                            f"vpp={vpp})"] if acc and L % (pp * vpp) == 0 else [])
                        + [f for f in ([] if acc else [_account_fix(L, pp, vpp)])
                           if f.startswith("set")]) or f"choose pp and vpp that split {Lp}",
-                   edits={"parallel.pp": nearest(pps, pp)} if pps else {}, num_layers=L, pp=pp)
+                   edits=_pp_edits(L, pp, vpp, pps, bool(acc)), num_layers=L, pp=pp)
     elif vpp > 1 and Lp % (pp * vpp):
         per = Lp // pp
         ok = [v for v in divisors(per)]
@@ -135,17 +135,44 @@ def _uneven_message(L: int, pp: int, vpp: int, first: int | None, last: int | No
             f"a middle that divides evenly over the middle stages{tail}")
 
 
+def _pp_edits(L: int, pp: int, vpp: int, pps: list[int], acc: bool) -> dict[str, int]:
+    """TRC210's machine edit (``lint --format json`` ``edits``, ``trainc lint --fix``): the
+    nearest pp that divides the layers when it is within a factor of 2 of the written one, else
+    the uneven first/last split that keeps pp (61 layers over pp=16: first 4 and last 1 rather
+    than pp=1 for a 671B model), else that nearest pp."""
+    near = nearest(pps, pp) if pps else None
+    split = None if acc or pp <= 2 else uneven_split(L, pp, vpp)
+    if split is not None and (near is None or not pp / 2 <= near <= 2 * pp):
+        return {"parallel.pipeline_first_stage_layers": split[0],
+                "parallel.pipeline_last_stage_layers": split[1]}
+    return {"parallel.pp": near} if near is not None else {}
+
+
 def _uneven_fix(L: int, pp: int, vpp: int) -> str:
-    """The best first/last split, searched together: first and last stage layer counts within
+    """:func:`uneven_split` as a fix text, or the fallback when there is none."""
+    if pp <= 1:
+        return ("remove parallel.pipeline_first_stage_layers and "
+                "parallel.pipeline_last_stage_layers (or set pp > 1)")
+    split = uneven_split(L, pp, vpp)
+    if split is None:
+        return f"choose a pp that divides {L}"
+    f, la, mid = split
+    shown = ", ".join(map(str, [f, *([mid] * (pp - 2)), la])) if pp <= 16 else \
+        f"{f}, {mid} x {pp - 2}, {la}"
+    return (f"set parallel.pipeline_first_stage_layers={f} and "
+            f"parallel.pipeline_last_stage_layers={la} (first and last searched together; "
+            f"stages: {shown}, largest {max(f, la, mid)})")
+
+
+def uneven_split(L: int, pp: int, vpp: int) -> tuple[int, int, int] | None:
+    """``(first, last, middle)`` stage layer counts of the best first/last split for ``L``
+    layers over ``pp > 1`` stages, or None. First and last are searched together within
     :data:`_UNEVEN_WINDOW` of the even share, each pair checked in O(1) (the middle
     ``L - first - last`` must split evenly over the ``pp - 2`` middle stages, every stage a
     multiple of vpp). The pipeline runs at the pace of its largest stage, so the pair with the
     smallest largest stage wins, then the most even first/last, then the lighter first stage
     (it holds the embedding and the most in-flight activations in 1F1B). Falls back to a pp
-    that divides L."""
-    if pp <= 1:
-        return ("remove parallel.pipeline_first_stage_layers and "
-                "parallel.pipeline_last_stage_layers (or set pp > 1)")
+    that divides L (None here)."""
     best: tuple[tuple[int, int, int], int, int, int] | None = None
     top = max(1, L // pp)
     lo, hi = max(1, top - _UNEVEN_WINDOW), top + _UNEVEN_WINDOW
@@ -169,14 +196,7 @@ def _uneven_fix(L: int, pp: int, vpp: int) -> str:
             score = (max(f, la, mid), abs(f - la), f)
             if best is None or score < best[0]:
                 best = (score, f, la, mid)
-    if best is None:
-        return f"choose a pp that divides {L}"
-    _, f, la, mid = best
-    shown = ", ".join(map(str, [f, *([mid] * (pp - 2)), la])) if pp <= 16 else \
-        f"{f}, {mid} x {pp - 2}, {la}"
-    return (f"set parallel.pipeline_first_stage_layers={f} and "
-            f"parallel.pipeline_last_stage_layers={la} (first and last searched together; "
-            f"stages: {shown}, largest {max(f, la, mid)})")
+    return None if best is None else best[1:]
 
 
 def _batch(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
