@@ -9,7 +9,14 @@ import yaml
 from trainc.cli import main
 from trainc.compiler.load import conf_dir
 from trainc.compiler.pipeline import compile_spec
-from trainc.ecosystem.hf_import import KEY_ORDER, SUPPORTED, HFImportError, convert, import_hf
+from trainc.ecosystem.hf_import import (
+    KEY_ORDER,
+    SUPPORTED,
+    HFImportError,
+    convert,
+    import_hf,
+    import_hf_with_notes,
+)
 
 HF = Path(__file__).resolve().parents[1] / "data" / "hf"
 
@@ -31,7 +38,8 @@ def test_import_reproduces_the_shipped_preset(config, preset, seq_length):
 
 
 def test_deepseek_v3_matches_the_like_preset_on_architecture_keys():
-    imported = yaml.safe_load(import_hf(HF / "DeepSeek-V3.json"))
+    # the like preset trains plain RoPE at the pre-training length (YaRN came after)
+    imported = yaml.safe_load(import_hf(HF / "DeepSeek-V3.json", drop_rope_scaling=True))
     preset = _preset("deepseek-v3-like")
     # the preset keeps the 4K pre-training length and the paper's balance-loss weight and init std
     keys = set(preset) - {"max_position_embeddings", "moe_aux_loss_coeff", "init_method_std"}
@@ -40,8 +48,11 @@ def test_deepseek_v3_matches_the_like_preset_on_architecture_keys():
 
 
 def _deepseek_v3(**changes) -> dict:
-    """deepseek-ai/DeepSeek-V3's config.json with ``changes`` applied (None removes a key)."""
+    """deepseek-ai/DeepSeek-V3's config.json with ``changes`` applied (None removes a key) and
+    without its YaRN ``rope_scaling`` unless ``changes`` gives one (trainc cannot express YaRN; see
+    test_yarn_linear_longrope_and_unknown_scalings_are_errors)."""
     cfg = json.loads((HF / "DeepSeek-V3.json").read_text())
+    cfg.pop("rope_scaling")
     for k, v in changes.items():
         if v is None:
             cfg.pop(k, None)
@@ -51,7 +62,8 @@ def _deepseek_v3(**changes) -> dict:
 
 
 def test_deepseek_v3_exact_keys_and_router_notes():
-    keys, notes = convert(_deepseek_v3())
+    yarn = json.loads((HF / "DeepSeek-V3.json").read_text())["rope_scaling"]
+    keys, notes = convert(_deepseek_v3(rope_scaling=yarn), drop_rope_scaling=True)
     assert keys == {
         "num_layers": 61, "hidden_size": 7168, "num_attention_heads": 128,
         "ffn_hidden_size": 18432, "vocab_size": 129280, "seq_length": 4096,
@@ -81,8 +93,14 @@ def test_deepseek_v3_exact_keys_and_router_notes():
     assert "the first 3 dense layers (first_k_dense_replace 3) are not modelled: every layer is " \
         "MoE here" in notes
     assert "multi-token prediction (num_nextn_predict_layers 1) is not modelled" in notes
-    assert "rope_scaling (yarn, factor 40) is not modelled" in notes
-    assert len(notes) == 7
+    assert "rope_scaling (rope_type yarn: beta_fast 32, beta_slow 1, factor 40, mscale 1, " \
+        "mscale_all_dim 1, original_max_position_embeddings 4096) is dropped " \
+        "(--drop-rope-scaling): the preset trains plain RoPE, a different model from this " \
+        "checkpoint" in notes
+    assert "seq_length (the training sequence length) is not in config.json: trainc uses 4096 = " \
+        "min(rope_scaling.original_max_position_embeddings 4096, 8192); set --seq-length N or " \
+        "model.seq_length=N for another" in notes
+    assert len(notes) == 8
 
 
 def test_deepseek_v3_without_aux_loss_alpha_notes_the_unset_coefficient():
@@ -111,7 +129,7 @@ def test_deepseek_v3_initializer_range_maps_to_init_method_std():
         convert(_deepseek_v3(initializer_range=0))
     # any family: an initializer_range other than 0.02 is mapped and noted
     llama = json.loads((HF / "Llama-2-7b-hf.json").read_text()) | {"initializer_range": 0.008}
-    keys, notes = convert(llama)
+    keys, notes = convert(llama, seq_length=4096)
     assert keys["init_method_std"] == 0.008
     assert notes == ["initializer_range 0.008 is mapped to init_method_std 0.008 (trainc's and "
                      "Megatron's default is 0.02)"]
@@ -143,11 +161,11 @@ def test_deepseek_v3_router_variants():
 
 
 def test_notes_are_written_as_header_comments():
-    text = import_hf(HF / "DeepSeek-V3.json")
+    text = import_hf(HF / "DeepSeek-V3.json", drop_rope_scaling=True)
     header = [line for line in text.splitlines() if line.startswith("#")]
-    assert all(len(line) <= 100 for line in header[2:])
-    notes = " ".join(line.lstrip("# ") for line in header[2:])
-    assert notes.count("Note: ") == 7
+    assert all(len(line) <= 100 for line in header[1:])
+    notes = " ".join(line.lstrip("# ") for line in header[1:])
+    assert notes.count("Note: ") == 8
     assert "n_group 8 and topk_group 4" in notes and "topk_method 'noaux_tc'" in notes
     assert "Not modelled:" not in text
 
@@ -189,8 +207,9 @@ def test_cli_unknown_architecture_exits_2_without_traceback(tmp_path, capsys):
 def test_every_imported_preset_compiles(tmp_path, capsys, config):
     """The written preset composes with a cluster preset into a spec that lints clean."""
     (tmp_path / "model").mkdir()
+    drop = ["--drop-rope-scaling"] if config == "DeepSeek-V3.json" else []  # YaRN
     assert main(["import-hf", str(HF / config), "-o", str(tmp_path / "model" / "imported.yaml"),
-                 "--seq-length", "4096"]) == 0
+                 "--seq-length", "4096", *drop]) == 0
     moe = "num_experts" in yaml.safe_load((tmp_path / "model" / "imported.yaml").read_text())
     (tmp_path / "spec.yaml").write_text(
         "defaults:\n  - model: imported\n  - cluster: dgx-h100\n  - _self_\n"
@@ -200,3 +219,171 @@ def test_every_imported_preset_compiles(tmp_path, capsys, config):
     result = compile_spec(tmp_path / "spec.yaml", emit_files=False)
     errors = [d.to_json() for d in result.diagnostics if d.is_error and d.rule.id < "TRC400"]
     assert errors == []
+
+
+# --- RoPE scaling, notes on stderr, -o - ------------------------------------------------------
+
+#: Llama 3.1's RoPE scaling (meta-llama/Llama-3.1-8B config.json), which Megatron-Core reproduces.
+LLAMA31_SCALING = {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"}
+
+
+def _llama31(**scaling) -> dict:
+    """meta-llama/Llama-3.1-8B's config.json (Llama 3 8B's, 131072 positions, llama3 RoPE
+    scaling), its rope_scaling updated with ``scaling`` (None removes a field)."""
+    cfg = json.loads((HF / "Meta-Llama-3-8B.json").read_text())
+    rope = {k: v for k, v in (LLAMA31_SCALING | scaling).items() if v is not None}
+    return cfg | {"max_position_embeddings": 131072, "rope_scaling": rope,
+                  "eos_token_id": [128001, 128008, 128009], "transformers_version": "4.43.0.dev0"}
+
+
+def _write(tmp_path: Path, cfg: dict) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def test_llama31_scaling_with_megatron_core_constants_maps_to_rope_scaling_factor():
+    keys, notes = convert(_llama31())
+    assert keys == _preset("llama3-8b") | {"max_position_embeddings": 131072,
+                                           "rope_scaling_factor": 8.0}
+    assert list(keys) == [k for k in KEY_ORDER if k in keys]
+    # seq_length: the length before scaling (8192 = Llama 3's pre-training length), not 131072
+    assert notes == ["seq_length (the training sequence length) is not in config.json: trainc uses "
+                     "8192 = min(rope_scaling.original_max_position_embeddings 8192, 8192); set "
+                     "--seq-length N or model.seq_length=N for another"]
+    assert convert(_llama31(), seq_length=32768) == (keys | {"seq_length": 32768}, [])
+    # rope_type "default" is plain RoPE; a legacy "type" key is read like rope_type
+    assert "rope_scaling_factor" not in convert(_llama31(rope_type="default"))[0]
+    assert convert(_llama31(rope_type=None, type="llama3"))[0] == keys
+
+
+@pytest.mark.parametrize(("changes", "fields"), [
+    ({"high_freq_factor": 2.0}, "it has high_freq_factor 2,"),
+    ({"original_max_position_embeddings": 4096},
+     "it has original_max_position_embeddings 4096,"),
+    ({"low_freq_factor": 2.0, "high_freq_factor": 8.0},
+     "it has low_freq_factor 2, high_freq_factor 8,"),
+    ({"low_freq_factor": None}, "it lacks low_freq_factor,"),
+])
+def test_llama3_scaling_megatron_core_cannot_reproduce_is_an_error(changes, fields):
+    with pytest.raises(HFImportError) as e:
+        convert(_llama31(**changes))
+    msg = str(e.value)
+    assert msg.startswith("rope_scaling (rope_type llama3: factor 8")
+    assert f"cannot be reproduced: {fields} but Megatron-Core applies Llama 3 RoPE scaling with " \
+        "low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192 fixed " \
+        "(RotaryEmbedding._apply_scaling; trainc's rope_scaling_factor sets only the factor)" in msg
+    assert msg.endswith("pass --drop-rope-scaling to import plain RoPE instead (no "
+                        "rope_scaling_factor), which is right only for training the architecture "
+                        "from scratch, not for continuing this checkpoint")
+    # the escape hatch: plain RoPE at the pre-scaling length, and a note saying so
+    keys, notes = convert(_llama31(**changes), drop_rope_scaling=True)
+    assert "rope_scaling_factor" not in keys
+    assert any(n.startswith("rope_scaling (rope_type llama3:") and n.endswith(
+        "is dropped (--drop-rope-scaling): the preset trains plain RoPE, a different model from "
+        "this checkpoint") for n in notes)
+
+
+def test_llama3_scaling_without_factor_is_an_error():
+    with pytest.raises(HFImportError, match=r"^rope_scaling \(rope_type llama3: high_freq_factor "
+                       r"4, .*\) has no factor; Llama 3 scaling needs one \(8\.0 for Llama 3\.1\)"):
+        convert(_llama31(factor=None))
+
+
+@pytest.mark.parametrize(("scaling", "what"), [
+    ({"type": "linear", "factor": 2.0},
+     "linear position interpolation (positions divided by the factor)"),
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
+     "YaRN (rescaled frequencies and attention temperature)"),
+    ({"rope_type": "longrope", "short_factor": [1.0], "long_factor": [2.0]},
+     "LongRoPE (per-channel rescaled frequencies)"),
+    ({"rope_type": "mystery", "factor": 3.0}, "a RoPE scaling trainc does not know"),
+])
+def test_yarn_linear_longrope_and_unknown_scalings_are_errors(scaling, what):
+    cfg = json.loads((HF / "Qwen2-7B.json").read_text()) | {"rope_scaling": scaling}
+    with pytest.raises(HFImportError) as e:
+        convert(cfg)
+    assert f"cannot be expressed: it is {what}, and trainc's model schema has only " \
+        "rope_scaling_factor, Llama 3.1's scaling (rope_type llama3; Megatron-Core " \
+        "--use-rope-scaling). Without it the preset would train plain RoPE, a different model " \
+        "from this checkpoint. Fix: pass --drop-rope-scaling" in str(e.value)
+    keys, _ = convert(cfg, drop_rope_scaling=True)
+    assert "rope_scaling_factor" not in keys
+
+
+def test_deepseek_v3_yarn_is_an_error_naming_every_field():
+    with pytest.raises(HFImportError) as e:
+        import_hf(HF / "DeepSeek-V3.json")
+    assert str(e.value).startswith(
+        "rope_scaling (rope_type yarn: beta_fast 32, beta_slow 1, factor 40, mscale 1, "
+        "mscale_all_dim 1, original_max_position_embeddings 4096) cannot be expressed: it is YaRN")
+
+
+def test_dynamic_scaling_is_a_note_up_to_its_original_length():
+    cfg = json.loads((HF / "Qwen2-7B.json").read_text()) | {
+        "max_position_embeddings": 32768, "rope_scaling": {"type": "dynamic", "factor": 4.0}}
+    keys, notes = convert(cfg)
+    assert keys["seq_length"] == 8192 and "rope_scaling_factor" not in keys
+    assert "rope_scaling (rope_type dynamic: factor 4) is not modelled: dynamic NTK scaling " \
+        "changes RoPE only beyond 32768 tokens, so training at seq_length 8192 is unaffected; " \
+        "inference past that length will differ" in notes
+    cfg["rope_scaling"]["original_max_position_embeddings"] = 4096
+    with pytest.raises(HFImportError, match=r"dynamic NTK scaling equals plain RoPE only up to "
+                       r"4096 tokens and seq_length 8192 exceeds that; .* Fix: --seq-length 4096 "
+                       r"or less, or pass --drop-rope-scaling"):
+        convert(cfg, seq_length=8192)
+    assert convert(cfg)[0]["seq_length"] == 4096
+
+
+def test_malformed_rope_scaling_is_an_error():
+    with pytest.raises(HFImportError, match=r"'rope_scaling' must be an object or null, got 8\.0"):
+        convert(_llama31() | {"rope_scaling": 8.0})
+    with pytest.raises(HFImportError, match=r"'rope_scaling\.factor' must be a positive number"):
+        convert(_llama31(factor=-8.0))
+
+
+def test_cli_llama3_mismatch_exits_2_and_writes_nothing(tmp_path, capsys):
+    cfg = _write(tmp_path, _llama31(high_freq_factor=2.0, original_max_position_embeddings=4096))
+    target = tmp_path / "model" / "llama31.yaml"
+    assert main(["import-hf", str(cfg), "-o", str(target)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and not target.exists() and not target.parent.exists()
+    assert captured.err.startswith("trainc import-hf: error: rope_scaling (rope_type llama3: ")
+    assert "it has high_freq_factor 2, original_max_position_embeddings 4096, but Megatron-Core " \
+        "applies Llama 3 RoPE scaling with low_freq_factor 1, high_freq_factor 4, " \
+        "original_max_position_embeddings 8192 fixed" in captured.err
+    assert "--drop-rope-scaling" in captured.err and "Traceback" not in captured.err
+    # with the escape hatch it is written, plain RoPE at the pre-scaling 4096 tokens
+    assert main(["import-hf", str(cfg), "-o", str(target), "--drop-rope-scaling"]) == 0
+    keys = yaml.safe_load(target.read_text())
+    assert "rope_scaling_factor" not in keys and keys["seq_length"] == 4096
+
+
+def test_cli_prints_every_note_on_stderr_and_keeps_the_comments(tmp_path, capsys):
+    target = tmp_path / "m.yaml"
+    assert main(["import-hf", str(HF / "DeepSeek-V3.json"), "-o", str(target),
+                 "--drop-rope-scaling"]) == 0
+    captured = capsys.readouterr()
+    _, notes = import_hf_with_notes(HF / "DeepSeek-V3.json", drop_rope_scaling=True)
+    assert len(notes) == 8
+    assert captured.out == ""
+    assert captured.err == "".join(f"note: {n}\n" for n in notes) + f"wrote {target}\n"
+    assert target.read_text().count("# Note: ") == 8
+
+
+def test_cli_output_dash_writes_stdout(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = _write(tmp_path, json.loads((HF / "Qwen3-8B.json").read_text()))
+    text, notes = import_hf_with_notes(cfg)
+    assert notes[0] == "QK-norm is not modelled"
+    assert main(["import-hf", str(cfg), "-o", "-"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == text and not (tmp_path / "-").exists()
+    assert captured.err == "".join(f"note: {n}\n" for n in notes)
+    # no -o: the same
+    assert main(["import-hf", str(cfg)]) == 0
+    assert capsys.readouterr() == (text, "".join(f"note: {n}\n" for n in notes))
+    # a file named '-' is still reachable as ./-
+    assert main(["import-hf", str(cfg), "-o", "./-"]) == 0
+    assert (tmp_path / "-").read_text() == text

@@ -103,9 +103,14 @@ def _add_ecosystem_parsers(sub: argparse._SubParsersAction) -> None:  # type: ig
     """``import-hf``, ``schema`` and ``diff`` (issue 8)."""
     imp = sub.add_parser("import-hf", help="turn a Hugging Face config.json into a model preset")
     imp.add_argument("config", metavar="CONFIG_JSON")
-    imp.add_argument("-o", "--output", metavar="MODEL_YAML", help="default: print to stdout")
+    imp.add_argument("-o", "--output", metavar="MODEL_YAML",
+                     help="default (or '-'): print to stdout; notes go to stderr either way")
     imp.add_argument("--seq-length", type=int, metavar="N",
-                     help="training sequence length (default: min(pre-training positions, 8192))")
+                     help="training sequence length (default: min(P, 8192), P = "
+                     "rope_scaling.original_max_position_embeddings or max_position_embeddings)")
+    imp.add_argument("--drop-rope-scaling", action="store_true",
+                     help="import plain RoPE when config.json's rope_scaling cannot be expressed "
+                     "(a different model from the checkpoint: for training from scratch)")
     imp.add_argument("--force", action="store_true",
                      help="replace an existing MODEL_YAML file (never a folder or a device)")
 

@@ -10,15 +10,22 @@ from trainc.cli._common import EXIT_OK, EXIT_SPEC, OutputError, _split, out, wri
 
 
 def _import_hf(args: argparse.Namespace) -> int:
-    """``trainc import-hf CONFIG_JSON [-o MODEL_YAML]``: a model preset from a HF config."""
-    from trainc.ecosystem.hf_import import HFImportError, import_hf
+    """``trainc import-hf CONFIG_JSON [-o MODEL_YAML]``: a model preset from a HF config.
+
+    The preset goes to MODEL_YAML, or to stdout with no ``-o`` or ``-o -``; its notes (the
+    ``# Note:`` comments of its header) are also printed on stderr, one ``note: ...`` line each.
+    A config the preset would not reproduce (see ``hf_import``) exits 2 and writes nothing."""
+    from trainc.ecosystem.hf_import import HFImportError, import_hf_with_notes
 
     try:
-        text = import_hf(args.config, seq_length=args.seq_length)
+        text, notes = import_hf_with_notes(args.config, seq_length=args.seq_length,
+                                           drop_rope_scaling=args.drop_rope_scaling)
     except HFImportError as e:
         print(f"trainc import-hf: error: {e}", file=sys.stderr)
         return EXIT_SPEC
-    if not args.output:
+    if not args.output or args.output == "-":
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
         out(text, end="")
         return EXIT_OK
     target = args.output
@@ -34,6 +41,8 @@ def _import_hf(args: argparse.Namespace) -> int:
     except OSError as e:
         raise OutputError(f"cannot write {args.output}: {e.strerror or e}") from e
     write_file(args.output, text)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     print(f"wrote {args.output}", file=sys.stderr)
     return EXIT_OK
 

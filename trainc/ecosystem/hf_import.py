@@ -17,20 +17,28 @@ Key mapping (HF -> trainc):
   untie_embeddings_and_output_weights`` (absent = untied, the default of these architectures).
 * ``max_position_embeddings`` is copied; ``seq_length`` (the *training* sequence length, which a
   config.json does not state) is chosen as ``min(P, 8192)`` where P is
-  ``rope_scaling.original_max_position_embeddings`` when the config extends its context with RoPE
-  scaling (DeepSeek-V3's YaRN, Llama 3.1) and ``max_position_embeddings`` otherwise: 8192 tokens is
-  the pre-training length of Llama 3 and a sensible default; long-context stages override it
-  (``--seq-length`` or ``model.seq_length=...``).
+  ``rope_scaling.original_max_position_embeddings`` when the config has one (the length before
+  RoPE scaling extended the context: Llama 3.1's 8192, DeepSeek-V3's 4096; plain RoPE, the only
+  RoPE a dropped or dynamic scaling leaves, is right only up to it) and
+  ``max_position_embeddings`` otherwise: 8192 tokens is the pre-training length of Llama 3 and a
+  sensible default; long-context stages override it (``--seq-length`` or
+  ``model.seq_length=...``). The choice is stated as a note.
+* ``rope_scaling``: Llama 3.1's (``rope_type: llama3``) -> ``rope_scaling_factor`` only when its
+  ``low_freq_factor``, ``high_freq_factor`` and ``original_max_position_embeddings`` are 1, 4 and
+  8192, the values Megatron-Core hard-codes (:data:`MCORE_LLAMA3_SCALING`); other values, and
+  ``linear``, ``yarn``, ``longrope`` or unknown scalings, which the schema cannot express, are an
+  :class:`HFImportError` (the preset would train a different RoPE from the checkpoint's) unless
+  ``drop_rope_scaling`` (``--drop-rope-scaling``) imports plain RoPE and notes it. ``dynamic`` NTK
+  scaling is a note (plain RoPE up to its original length; an error if seq_length exceeds it).
 * MoE: ``num_local_experts`` / ``num_experts`` / ``n_routed_experts`` -> ``num_experts``;
   ``num_experts_per_tok`` -> ``moe_router_topk``; ``moe_intermediate_size`` (Mixtral: the
   ``intermediate_size``) -> ``moe_ffn_hidden_size``; shared experts -> ``moe_shared_expert_
   intermediate_size``; ``decoder_sparse_step`` / ``moe_layer_freq`` -> ``moe_layer_freq``.
 
 * ``rms_norm_eps`` -> ``norm_epsilon``; ``attention_dropout``; ``hidden_dropout`` 0 (these
-  decoders have none); QKV bias (Qwen2, ``attention_bias``) -> ``add_qkv_bias``; Llama 3.1's
-  ``rope_scaling`` (``rope_type: llama3``) -> ``rope_scaling_factor``; ``router_aux_loss_coef``
-  -> ``moe_aux_loss_coeff`` with aux_loss balancing; ``initializer_range`` -> ``init_method_std``
-  when it differs from 0.02 (the default).
+  decoders have none); QKV bias (Qwen2, ``attention_bias``) -> ``add_qkv_bias``;
+  ``router_aux_loss_coef`` -> ``moe_aux_loss_coeff`` with aux_loss balancing;
+  ``initializer_range`` -> ``init_method_std`` when it differs from 0.02 (the default).
 * DeepSeek-V3's router: ``scoring_func`` -> ``moe_router_score_function``,
   ``routed_scaling_factor`` -> ``moe_router_topk_scaling_factor``, ``seq_aux`` (default true) ->
   ``moe_router_load_balancing_type: seq_aux_loss``. Its weight is left to the user and noted
@@ -41,7 +49,8 @@ Key mapping (HF -> trainc):
 
 Every config.json field that is not modelled (QK-norm, dense first layers, multi-token
 prediction, sliding windows, the router settings above) or is mapped with a caveat, and every
-training setting it leaves unset, is listed as a ``# Note:`` line in the preset's header comment.
+training setting it leaves unset, is listed as a ``# Note:`` line in the preset's header comment
+(and ``trainc import-hf`` prints each on stderr as a ``note:`` line).
 """
 
 from __future__ import annotations
@@ -252,14 +261,104 @@ def _init_std(cfg: dict[str, Any], out: dict[str, Any], notes: list[str]) -> Non
                      "to follow it")
 
 
-def convert(cfg: dict[str, Any], *,
-            seq_length: int | None = None) -> tuple[dict[str, Any], list[str]]:
+#: The Llama 3 RoPE-scaling constants that Megatron-Core 0.16.1 hard-codes: ``RotaryEmbedding``
+#: (megatron/core/models/common/embeddings/rotary_pos_embedding.py) calls ``_apply_scaling(inv_freq,
+#: factor=rope_scaling_factor)``, so only the factor is configurable (trainc's
+#: ``rope_scaling_factor``; Megatron-LM ``--rope-scaling-factor``) and these keep their defaults.
+MCORE_LLAMA3_SCALING: dict[str, float] = {
+    "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192,
+}
+
+#: The ``--drop-rope-scaling`` fix, as the errors below state it.
+DROP_FIX = ("pass --drop-rope-scaling to import plain RoPE instead (no rope_scaling_factor), "
+            "which is right only for training the architecture from scratch, not for continuing "
+            "this checkpoint")
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _describe(scaling: dict[str, Any], kind: Any) -> str:
+    """``rope_scaling (rope_type yarn: factor 40, ...)``: the type and every other field."""
+    fields = ", ".join(f"{k} {_fmt(v)}" for k, v in scaling.items()
+                       if k not in ("rope_type", "type"))
+    return f"rope_scaling (rope_type {kind}" + (f": {fields})" if fields else ")")
+
+
+def _rope_scaling(scaling: dict[str, Any], trained: int, seq_length: int, drop: bool,
+                  notes: list[str]) -> float | None:
+    """The preset's ``rope_scaling_factor`` for a config.json ``rope_scaling`` (None: plain RoPE).
+
+    trainc's model schema expresses one RoPE scaling, Llama 3.1's (``rope_type: llama3``) with
+    Megatron-Core's fixed :data:`MCORE_LLAMA3_SCALING`. Everything else would train a different
+    RoPE from the checkpoint's and raises :class:`HFImportError` naming the fields, their values,
+    what Megatron-Core uses and the fix: a ``llama3`` scaling with other constants, ``linear``
+    (positions divided by the factor), ``yarn``, ``longrope`` and unknown types. ``dynamic`` (NTK)
+    scaling changes nothing up to its original length, so it is a note unless ``seq_length``
+    exceeds that length. ``default`` is plain RoPE. With ``drop`` every scaling is dropped
+    (plain RoPE) and noted.
+    """
+    kind = scaling.get("rope_type") or scaling.get("type")
+    if not scaling or kind == "default":
+        return None
+    desc = _describe(scaling, kind)
+    if drop:
+        notes.append(f"{desc} is dropped (--drop-rope-scaling): the preset trains plain RoPE, "
+                     "a different model from this checkpoint")
+        return None
+    if kind == "llama3":
+        if scaling.get("factor") is None:
+            raise HFImportError(f"{desc} has no factor; Llama 3 scaling needs one (8.0 for "
+                                "Llama 3.1); add it to config.json or " + DROP_FIX)
+        factor = _float(scaling["factor"], "rope_scaling.factor")
+        missing = [k for k in MCORE_LLAMA3_SCALING if scaling.get(k) is None]
+        differ = [k for k, v in MCORE_LLAMA3_SCALING.items()
+                  if k not in missing and scaling[k] != v]
+        if missing or differ:
+            mcore = ", ".join(f"{k} {_fmt(v)}" for k, v in MCORE_LLAMA3_SCALING.items())
+            what = "; ".join(
+                ([f"it has {', '.join(f'{k} {_fmt(scaling[k])}' for k in differ)}"]
+                 if differ else [])
+                + ([f"it lacks {', '.join(missing)}"] if missing else []))
+            raise HFImportError(
+                f"{desc} cannot be reproduced: {what}, but Megatron-Core applies Llama 3 RoPE "
+                f"scaling with {mcore} fixed (RotaryEmbedding._apply_scaling; trainc's "
+                "rope_scaling_factor sets only the factor), so a preset would train a different "
+                "RoPE from this checkpoint's. Fix: if the checkpoint really uses Megatron-Core's "
+                "values, correct config.json; otherwise " + DROP_FIX)
+        return factor
+    if kind == "dynamic":
+        if seq_length > trained:
+            raise HFImportError(
+                f"{desc}: dynamic NTK scaling equals plain RoPE only up to {trained} tokens and "
+                f"seq_length {seq_length} exceeds that; trainc's model schema has no dynamic "
+                "scaling (its rope_scaling_factor is Llama 3.1's). Fix: --seq-length "
+                f"{trained} or less, or " + DROP_FIX)
+        notes.append(f"{desc} is not modelled: dynamic NTK scaling changes RoPE only beyond "
+                     f"{trained} tokens, so training at seq_length {seq_length} is unaffected; "
+                     "inference past that length will differ")
+        return None
+    what = {"linear": "linear position interpolation (positions divided by the factor)",
+            "yarn": "YaRN (rescaled frequencies and attention temperature)",
+            "longrope": "LongRoPE (per-channel rescaled frequencies)"}.get(
+                str(kind), "a RoPE scaling trainc does not know")
+    raise HFImportError(
+        f"{desc} cannot be expressed: it is {what}, and trainc's model schema has only "
+        "rope_scaling_factor, Llama 3.1's scaling (rope_type llama3; Megatron-Core "
+        "--use-rope-scaling). Without it the preset would train plain RoPE, a different model "
+        "from this checkpoint. Fix: " + DROP_FIX)
+
+
+def convert(cfg: dict[str, Any], *, seq_length: int | None = None,
+            drop_rope_scaling: bool = False) -> tuple[dict[str, Any], list[str]]:
     """Map a parsed HF config.json to trainc model keys; returns ``(keys, notes)``.
 
     ``notes`` lists, one statement each, what the preset does not model, what it maps with a
     caveat and which training settings the config leaves unset (and the value trainc uses).
     Raises :class:`HFImportError` for an unsupported ``model_type`` (the message lists the
-    supported ones) or a missing or malformed key.
+    supported ones), a missing or malformed key, or a ``rope_scaling`` that the preset would not
+    reproduce (see :func:`_rope_scaling`; ``drop_rope_scaling`` imports plain RoPE instead).
     """
     if not isinstance(cfg, dict):
         raise HFImportError("config.json must hold a JSON object")
@@ -279,6 +378,9 @@ def convert(cfg: dict[str, Any], *,
     hidden = _int(_req(cfg, "hidden_size"), "hidden_size")
     max_pos = _int(_req(cfg, "max_position_embeddings"), "max_position_embeddings")
     scaling = cfg.get("rope_scaling") or {}
+    if not isinstance(scaling, dict):
+        raise HFImportError("config.json 'rope_scaling' must be an object or null, got "
+                            f"{scaling!r}")
     trained = _int(scaling.get("original_max_position_embeddings") or max_pos,
                    "original_max_position_embeddings")
     out: dict[str, Any] = {
@@ -317,24 +419,27 @@ def convert(cfg: dict[str, Any], *,
     notes = _notes(cfg)
     _init_std(cfg, out, notes)
     out.update(_moe_keys(cfg, notes))
-    if scaling:
-        kind = scaling.get("rope_type") or scaling.get("type")
-        if kind == "llama3" and scaling.get("factor"):
-            out["rope_scaling_factor"] = float(scaling["factor"])  # Megatron's --use-rope-scaling
-        else:
-            notes.append(f"rope_scaling ({kind}, factor {scaling.get('factor')}) is not modelled")
+    if seq_length is None:
+        source = ("rope_scaling.original_max_position_embeddings"
+                  if scaling.get("original_max_position_embeddings")
+                  else "max_position_embeddings")
+        notes.append(f"seq_length (the training sequence length) is not in config.json: trainc "
+                     f"uses {out['seq_length']} = min({source} {trained}, {SEQ_LENGTH_CAP}); set "
+                     "--seq-length N or model.seq_length=N for another")
+    factor = _rope_scaling(scaling, trained, out["seq_length"], drop_rope_scaling, notes)
+    if factor is not None:
+        out["rope_scaling_factor"] = factor  # Megatron's --use-rope-scaling --rope-scaling-factor
     return {k: out[k] for k in KEY_ORDER if k in out}, notes
 
 
 def render(keys: dict[str, Any], notes: list[str], source: str, cfg: dict[str, Any]) -> str:
-    """The preset YAML text: a source comment, the notes (one ``# Note:`` comment each, wrapped),
-    then one ``key: value`` line per key."""
+    """The preset YAML text: a source comment, the notes (one ``# Note:`` comment each, wrapped;
+    the choice of ``seq_length`` is one when it was not given), then one ``key: value`` line per
+    key."""
     arch = ", ".join(cfg.get("architectures") or []) or cfg["model_type"]
     name = cfg.get("_name_or_path")
     lines = [f"# Imported by trainc {__version__} import-hf from {source}"
-             + (f" ({name})" if name else "") + f": model_type {cfg['model_type']}, {arch}.",
-             f"# seq_length = min(pre-training positions, {SEQ_LENGTH_CAP}) unless given; "
-             "override with model.seq_length=N."]
+             + (f" ({name})" if name else "") + f": model_type {cfg['model_type']}, {arch}."]
     for note in notes:
         lines.extend(textwrap.wrap(f"Note: {note}.", width=97, initial_indent="# ",
                                    subsequent_indent="#   ", break_long_words=False,
@@ -344,8 +449,17 @@ def render(keys: dict[str, Any], notes: list[str], source: str, cfg: dict[str, A
     return "\n".join(lines) + "\n"
 
 
-def import_hf(path: str | Path, *, seq_length: int | None = None) -> str:
+def import_hf(path: str | Path, *, seq_length: int | None = None,
+              drop_rope_scaling: bool = False) -> str:
     """Read a HF ``config.json`` (file path) and return the preset YAML text."""
+    return import_hf_with_notes(path, seq_length=seq_length,
+                                drop_rope_scaling=drop_rope_scaling)[0]
+
+
+def import_hf_with_notes(path: str | Path, *, seq_length: int | None = None,
+                         drop_rope_scaling: bool = False) -> tuple[str, list[str]]:
+    """Read a HF ``config.json`` (file path); return the preset YAML text and its notes (the
+    ``# Note:`` comments of its header, unwrapped; the CLI also prints them on stderr)."""
     p = Path(path)
     try:
         cfg = json.loads(p.read_text(encoding="utf-8"))
@@ -353,6 +467,6 @@ def import_hf(path: str | Path, *, seq_length: int | None = None) -> str:
         raise HFImportError(f"cannot read {p}: {e.strerror or e}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise HFImportError(f"{p} is not valid JSON: {e}") from None
-    keys, notes = convert(cfg, seq_length=seq_length)
-    return render(keys, notes, p.name, cfg)
+    keys, notes = convert(cfg, seq_length=seq_length, drop_rope_scaling=drop_rope_scaling)
+    return render(keys, notes, p.name, cfg), notes
 
