@@ -122,3 +122,17 @@ def test_the_parts_are_the_families(changes: dict) -> None:
     whole = [x for v in VALIDATORS for x in v(spec, d)]
     parts = [x for v in PARTS for x in v(spec, d)]
     assert whole == parts
+
+
+@pytest.mark.parametrize("key, value, echo", [("parallel.tp", -8, "parallel.etp"),
+                                               ("training.train_iters", 0,
+                                                "training.lr_decay_iters")])
+def test_a_filled_key_does_not_repeat_its_inputs_range_error(key, value, echo):
+    """parallel.tp=-8 was reported first as 'parallel.etp must be a positive number' at
+    <default> (etp is filled from tp), train_iters=0 as lr_decay_iters: one mistake, one error,
+    at the key the user wrote."""
+    errs = [d for d in lint_cfg(**{key: value}) if d.is_error]
+    assert [d.key for d in errs] == [key], [d.message for d in errs]
+    # a value the user wrote for the filled key is still checked on its own
+    errs = [d for d in lint_cfg(**{key: value, echo: -1}) if d.is_error]
+    assert sorted(d.key for d in errs) == sorted([key, echo])

@@ -51,6 +51,7 @@ FILLED_FROM: dict[str, tuple[str, ...]] = {
     "model.moe_ffn_hidden_size": ("model.ffn_hidden_size", "model.num_experts"),
     "parallel.etp": ("parallel.tp",),
     "parallel.sequence_parallel": ("parallel.tp",),
+    "training.lr_decay_iters": ("training.train_iters",),
     "training.recompute_method": ("training.recompute",),
     "training.recompute_num_layers": ("training.recompute",),
     "fsdp.dp_shard": ("cluster.num_nodes", "cluster.gpus_per_node", "parallel.tp", "parallel.pp",

@@ -50,8 +50,8 @@ def validate(spec: TrainSpec, broken: frozenset[str] = frozenset(),
     error (TRC006). ``stands_for`` maps a broken key that normalization filled from others
     (``parallel.etp`` from ``parallel.tp``) to those, which the TRC009 notes name instead.
     """
-    out = list(ranges(spec))
-    bad = frozenset(broken) | {d.key for d in out if d.is_error}
+    out = _drop_echoes(list(ranges(spec)), spec)
+    bad = frozenset(broken) | {d.key for d in out if d.is_error} | _echo_keys(spec, out)
     if not bad:  # the fast path (the planner validates thousands of candidates)
         derived = derive(spec)
         for validator in VALIDATORS:
@@ -59,6 +59,32 @@ def validate(spec: TrainSpec, broken: frozenset[str] = frozenset(),
         return for_engine(out, spec.engine.value)
     found = out + _validate_around(_with_defaults(spec, bad), bad, stands_for or {})
     return for_engine(found, spec.engine.value)
+
+
+def _echo(spec: TrainSpec, key: str, errs: set[str]) -> bool:
+    """``key`` holds the value normalization copied from an input that has a range error
+    (``parallel.etp`` = ``parallel.tp`` = -8, ``training.lr_decay_iters`` = ``train_iters`` =
+    0): the same mistake, reported once, at the key the user wrote."""
+    return any(i in errs and _value(spec, i) == _value(spec, key)
+               for i in FILLED_FROM.get(key, ()))
+
+
+def _echo_keys(spec: TrainSpec, found: list[Diagnostic]) -> set[str]:
+    errs = {d.key for d in found if d.is_error}
+    return {k for k in FILLED_FROM if k not in errs and _echo(spec, k, errs)}
+
+
+def _drop_echoes(found: list[Diagnostic], spec: TrainSpec) -> list[Diagnostic]:
+    """The range errors without those of keys that echo another's (:func:`_echo`)."""
+    errs = {d.key for d in found if d.is_error}
+    return [d for d in found if not (d.is_error and _echo(spec, d.key, errs - {d.key}))]
+
+
+def _value(spec: TrainSpec, key: str) -> object:
+    obj: object = spec
+    for part in key.split("."):
+        obj = getattr(obj, part, None)
+    return obj
 
 
 def _with_defaults(spec: TrainSpec, bad: frozenset[str]) -> TrainSpec:
