@@ -4,6 +4,7 @@ trainc worker logs are read, the preset it writes compiles and carries a band, b
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,13 +16,18 @@ from trainc.compiler.estimate.kernels import MOE_LAYER_OVERHEAD_US, kernel_facto
 from trainc.compiler.hardware import GPUS
 from trainc.compiler.pipeline import compile_spec
 from trainc.planner.calibrate import (
+    AGREEMENT,
+    AT_BOUND_TOL,
     BAND_FLOOR,
     FACTORS,
     CalibrateError,
     Run,
     _spec_from_dict,
     band_note,
+    check_agreement,
     fit,
+    measured_value,
+    near_bound,
     nelder_mead,
     parse_megatron_args,
     parse_megatron_log,
@@ -29,6 +35,7 @@ from trainc.planner.calibrate import (
     percentile,
     prepare,
     residual_band,
+    runs_from_csv,
     step_estimate,
 )
 from trainc.schemas import Gpu, TimeModel
@@ -204,8 +211,12 @@ def test_the_band_note_says_how_many_runs_and_what_was_widened():
 
 
 def test_a_fit_to_three_runs_writes_the_floor_and_says_so():
+    three = ["gemm_efficiency", "attention_efficiency", "layer_overhead_us"]
     runs = _runs("kernels")[:3]
-    res = fit(runs, start=TRUE["kernels"])
+    for r in runs:  # made with three factors changed, the others at the cluster's values
+        assert r.plan is not None
+        r.measured_step_seconds = step_estimate(r.plan, {n: TRUE["kernels"][n] for n in three})
+    res = fit(runs, three, start=TRUE["kernels"])
     assert res.fitted_p10_ratio == pytest.approx(1.0, abs=1e-3)
     assert res.fitted_p90_ratio == pytest.approx(1.0, abs=1e-3)
     assert (res.p10_ratio, res.p90_ratio) == (0.95, 1.05)
@@ -333,3 +344,214 @@ def test_cli_bad_input_exits_2(tmp_path, args, message):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# --- bad rows, under-determined fits, runs the model cannot describe, factors at a bound ---
+
+def test_measured_value_says_what_is_wrong():
+    assert measured_value("0.25") == (0.25, "")
+    assert measured_value("1e9") == (1e9, "")
+    assert measured_value("") == (None, "")
+    assert measured_value(None) == (None, "")
+    assert measured_value("-3") == (None, "is negative")
+    assert measured_value("0") == (None, "is zero")
+    assert measured_value("abc") == (None, "is not a number")
+    assert measured_value("nan") == (None, "is not a finite number")
+    assert measured_value("inf") == (None, "is not a finite number")
+
+
+def _spec_csv(tmp_path: Path, cells: list[tuple[str, str]], *, extra: str = "") -> Path:
+    """runs.csv with a spec column and step_time_s (``extra``: one more column, the third cell
+    of each row)."""
+    for i, g in enumerate(GRID[:4]):
+        (tmp_path / f"run{i}.yaml").write_text(yaml.safe_dump(_spec_dict(*g)))
+    head = "spec,step_time_s" + (f",{extra}" if extra else "")
+    rows = [",".join(c) for c in cells]
+    path = tmp_path / "runs.csv"
+    path.write_text("\n".join([head, *rows]) + "\n")
+    return path
+
+
+def test_bad_rows_are_errors_naming_line_and_value(tmp_path):
+    path = _spec_csv(tmp_path, [("run0.yaml", "-3"), ("run1.yaml", "abc"), ("run2.yaml", ""),
+                                ("missing.yaml", "1.0"), ("run3.yaml", "0"),
+                                ("run3.yaml", "0.5")])
+    with pytest.raises(CalibrateError) as e:
+        runs_from_csv(path)
+    assert str(e.value) == (
+        f"{path}: 5 bad row(s): line 2: step_time_s '-3' is negative; line 3: step_time_s "
+        "'abc' is not a number; line 4: no measurement (step_time_s is empty); line 5: spec "
+        f"file missing.yaml not found ({tmp_path / 'missing.yaml'}); line 6: step_time_s '0' "
+        "is zero (a measurement must be a positive number and a spec file must load; fix or "
+        "delete these rows)")
+
+
+def test_a_spec_that_does_not_load_is_an_error(tmp_path):
+    path = _spec_csv(tmp_path, [("run0.yaml", "0.5"), ("broken.yaml", "0.5")])
+    (tmp_path / "broken.yaml").write_text("model: [unclosed\n")
+    with pytest.raises(CalibrateError, match=r"^.*runs\.csv: 1 bad row\(s\): line 3: spec file "
+                       r"broken\.yaml does not load \(.+\) \(a measurement must"):
+        runs_from_csv(path)
+
+
+def test_rows_out_of_scope_stay_notes(tmp_path):
+    # --where leaves a bad row out: no error
+    path = _spec_csv(tmp_path, [("run0.yaml", "0.5", "a"), ("run1.yaml", "abc", "b"),
+                                ("missing.yaml", "", "b")], extra="tag")
+    runs, notes = runs_from_csv(path, where=["tag=a"])
+    assert [r.name for r in runs] == ["runs.csv:2 run0.yaml"] and notes == []
+    # a published-runs row the converter cannot build (no global batch) is a note
+    pub = tmp_path / "pub.csv"
+    pub.write_text("model,gpus,gpu_type,global_batch,measured_tflops_per_gpu,notes\n"
+                   "LLAMA3_8B,8,DGX-H100,,400,\n")
+    assert runs_from_csv(pub) == ([], ["pub.csv:2: skipped (global_batch not published)"])
+    # ... but a published row's bad measurement is an error
+    pub.write_text("model,gpus,gpu_type,global_batch,measured_tflops_per_gpu,notes\n"
+                   "LLAMA3_8B,8,DGX-H100,128,n/a,\n"
+                   "LLAMA3_8B,8,DGX-H100,128,400,tokens_per_s_per_gpu=-5\n")
+    with pytest.raises(CalibrateError) as e:
+        runs_from_csv(pub)
+    assert str(e.value) == (
+        f"{pub}: 2 bad row(s): line 2: measured_tflops_per_gpu 'n/a' is not a number; line 3: "
+        "tokens_per_s_per_gpu (notes) '-5' is negative (a measurement must be a positive "
+        "number and a spec file must load; fix or delete these rows)")
+
+
+def test_fewer_runs_than_factors_is_refused():
+    runs = _runs("kernels")[:3]
+    with pytest.raises(CalibrateError) as e:
+        fit(runs)
+    assert str(e.value) == (
+        "3 run(s) for 5 free factor(s): the fit is under-determined (many factor values match "
+        "the runs equally well); pass --factors with at most 3 of: gemm_efficiency,"
+        "attention_efficiency,layer_overhead_us,comm_efficiency,comm_overlap, or add runs")
+    with pytest.raises(CalibrateError, match=r"^1 run\(s\) for 2 free factor\(s\)"):
+        fit(runs[:1], ["gemm_efficiency", "comm_overlap"])
+    assert fit(runs, ["gemm_efficiency", "attention_efficiency", "layer_overhead_us"]).names
+
+
+def test_runs_the_model_cannot_describe_are_refused():
+    assert AGREEMENT == (0.5, 2.0)
+    runs = _runs("kernels")[:3]
+    res = fit(runs, ["gemm_efficiency"])
+    check_agreement(runs, res)  # within 0.5..2: no error
+    runs[1].measured_step_seconds *= 1e6  # a unit error: microseconds as seconds
+    res = fit(runs, ["gemm_efficiency"])
+    with pytest.raises(CalibrateError) as e:
+        check_agreement(runs, res)
+    r0, r1, r2 = (r.measured_step_seconds / e
+                  for r, e in zip(runs, res.estimates_after, strict=True))
+    # the outlier drags the factor to where the others disagree too; the worst first
+    assert r1 > 2 and r0 < r2 < 0.5
+    assert str(e.value) == (
+        "after the fit 3 of 3 run(s) disagree with the time model by more than 2x (measured / "
+        f"estimated outside 0.5..2): r1 {r1:.4g}, r0 {r0:.4g}, r2 {r2:.4g}; check their "
+        "measurements (seconds per step) and specs, or leave them out: no preset is written")
+
+
+def test_near_bound_is_relative_to_the_range():
+    assert AT_BOUND_TOL == 1e-3
+    assert near_bound(0.0, 0.0, 1.0) == 0.0
+    assert near_bound(1.0, 0.0, 1.0) == 1.0
+    assert near_bound(0.0009, 0.0, 1.0) == 0.0
+    assert near_bound(0.0011, 0.0, 1.0) is None
+    assert near_bound(4996.0, 0.0, 5000.0) == 5000.0  # 5000 x 1e-3 = 5 us
+    assert near_bound(4994.0, 0.0, 5000.0) is None
+    assert near_bound(0.05, 0.05, 1.0) == 0.05
+    assert near_bound(0.0505, 0.05, 1.0) == 0.05  # 0.95 x 1e-3
+    assert near_bound(0.052, 0.05, 1.0) is None
+
+
+@pytest.fixture(scope="module")
+def kernel_runs() -> list[Run]:
+    return _runs("kernels")
+
+
+def _fit_comm_overlap(runs: list[Run], truth: float):
+    for r in runs:  # made with comm_overlap = truth, every other factor the cluster's
+        assert r.plan is not None
+        r.measured_step_seconds = step_estimate(r.plan, {"comm_overlap": truth})
+    return fit(runs, ["comm_overlap"], start={"comm_overlap": 0.3})
+
+
+def test_a_factor_near_a_bound_is_not_at_it(kernel_runs):
+    """An optimum within 1e-3 of the range from a bound (0.0005 of 0..1) is kept, no note."""
+    res = _fit_comm_overlap(kernel_runs, 0.0005)
+    assert res.after["comm_overlap"] == pytest.approx(0.0005, abs=5e-5)
+    assert res.after["comm_overlap"] > 0
+    assert not [n for n in res.notes if "bound" in n]
+
+
+@pytest.mark.parametrize(("truth", "side"), [(0.0, "lower"), (1.0, "upper")])
+def test_a_factor_at_its_bound_is_set_there_and_noted(kernel_runs, truth, side):
+    res = _fit_comm_overlap(kernel_runs, truth)
+    assert res.after["comm_overlap"] == truth
+    assert [n for n in res.notes if "bound" in n] == [
+        f"comm_overlap ended at its {side} bound {truth:g} (range 0..1): the runs push it there "
+        "or do not constrain it"]
+
+
+def _bad_csv_cases(tmp_path: Path) -> None:
+    for i, g in enumerate(GRID[:3]):
+        (tmp_path / f"run{i}.yaml").write_text(yaml.safe_dump(_spec_dict(*g)))
+
+
+@pytest.mark.parametrize(("value", "what"), [
+    ("-3", "step_time_s '-3' is negative"),
+    ("abc", "step_time_s 'abc' is not a number"),
+    ("", "no measurement (step_time_s is empty)"),
+    ("inf", "step_time_s 'inf' is not a finite number"),
+])
+def test_cli_bad_row_exits_2_and_writes_nothing(tmp_path, value, what):
+    _bad_csv_cases(tmp_path)
+    (tmp_path / "runs.csv").write_text(f"spec,step_time_s\nrun0.yaml,0.5\nrun1.yaml,{value}\n")
+    out = tmp_path / "preset.yaml"
+    proc = _cli("runs.csv", "--factors", "gemm_efficiency", "-o", str(out), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr == (
+        f"trainc calibrate: error: runs.csv: 1 bad row(s): line 3: {what} (a measurement must "
+        "be a positive number and a spec file must load; fix or delete these rows)\n")
+    assert proc.stdout == "" and not out.exists()
+
+
+def test_cli_missing_spec_file_exits_2(tmp_path):
+    _bad_csv_cases(tmp_path)
+    (tmp_path / "runs.csv").write_text("spec,step_time_s\nrun0.yaml,0.5\nnope.yaml,0.5\n")
+    proc = _cli("runs.csv", "-o", "preset.yaml", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        "trainc calibrate: error: runs.csv: 1 bad row(s): line 3: spec file nope.yaml not found "
+        "(a measurement must be a positive number and a spec file must load; fix or delete "
+        "these rows)\n")
+    assert not (tmp_path / "preset.yaml").exists()
+
+
+def test_cli_under_determined_fit_exits_2(tmp_path):
+    _bad_csv_cases(tmp_path)
+    (tmp_path / "runs.csv").write_text(
+        "spec,step_time_s\nrun0.yaml,0.02\nrun1.yaml,0.05\nrun2.yaml,0.03\n")
+    proc = _cli("runs.csv", "-o", "preset.yaml", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr == (
+        "trainc calibrate: error: 3 run(s) for 5 free factor(s): the fit is under-determined "
+        "(many factor values match the runs equally well); pass --factors with at most 3 of: "
+        "gemm_efficiency,attention_efficiency,layer_overhead_us,comm_efficiency,comm_overlap, "
+        "or add runs\n")
+    assert not (tmp_path / "preset.yaml").exists()
+
+
+def test_cli_runs_the_model_cannot_describe_exit_2(tmp_path):
+    """The new user's CSV: one run measured at 1e9 s per step: no preset with a 1e7 band."""
+    _bad_csv_cases(tmp_path)
+    (tmp_path / "runs.csv").write_text("spec,step_time_s\nrun0.yaml,1e9\nrun1.yaml,0.05\n")
+    proc = _cli("runs.csv", "--factors", "gemm_efficiency", "-o", "preset.yaml", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr
+    assert re.fullmatch(
+        r"trainc calibrate: error: after the fit 2 of 2 run\(s\) disagree with the time "
+        r"model by more than 2x \(measured / estimated outside 0\.5\.\.2\): runs\.csv:2 "
+        r"run0\.yaml [0-9.]+e\+09, runs\.csv:3 run1\.yaml 0\.0[0-9]+; check their measurements "
+        r"\(seconds per step\) and specs, or leave them out: no preset is written",
+        lines[0]), lines[0]
+    assert proc.stdout == "" and not (tmp_path / "preset.yaml").exists()

@@ -15,6 +15,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     """``trainc calibrate RUNS... [KEY=VALUE ...] -o PRESET.yaml [--factors a,b] [--force]``."""
     from trainc.planner.calibrate import (
         CalibrateError,
+        check_agreement,
         check_one_cluster,
         fit,
         prepare,
@@ -43,6 +44,7 @@ def _calibrate(args: argparse.Namespace) -> int:
             raise CalibrateError("no usable run (every input was skipped: see the notes above)")
         check_one_cluster(runs, names or [])
         result = fit(runs, names)
+        check_agreement(runs, result)
     except CalibrateError as e:
         for n in notes if "notes" in locals() else []:
             print(f"trainc calibrate: note: {n}", file=sys.stderr)

@@ -126,6 +126,13 @@ BAND_FLOOR = (0.95, 1.05)
 #: Fewer runs than this: the band's percentiles rest on a handful of points, and calibrate says
 #: so (:func:`band_note`).
 FEW_RUNS = 10
+#: A fitted factor within this fraction of its range's width of a bound is tested for being at
+#: the bound (:func:`near_bound`; the fit then sets it to the bound when that fits no worse).
+AT_BOUND_TOL = 1e-3
+#: After the fit every run's measured / estimated step time must lie within this range
+#: (:func:`check_agreement`); otherwise the runs and the time model disagree and no preset is
+#: written.
+AGREEMENT = (0.5, 2.0)
 
 
 class CalibrateError(Exception):
@@ -185,35 +192,75 @@ def _spec_from_dict(data: dict[str, Any], overrides: Sequence[str] = (),
 
 
 def _load(path: Path, overrides: Sequence[str]) -> tuple[TrainSpec | None, str]:
+    """The spec file at ``path``: (spec, "") or (None, the loader's first error)."""
     loaded = load_spec(path, list(overrides))
     if loaded.spec is None:
         msg = next((d.message for d in loaded.diagnostics if d.is_error), "cannot load")
-        return None, f"{path}: {msg}"
+        return None, msg
     return loaded.spec, ""
 
 
-def _float(v: str | None) -> float | None:
+#: The measured columns of a CSV row, in the order they are read (the published-runs notes may
+#: carry ``tokens_per_s_per_gpu=X`` too).
+MEASURED_COLUMNS = ("step_time_s", "measured_step_time_s", "tokens_per_s_per_gpu",
+                    "tflops_per_gpu", "measured_tflops_per_gpu")
+_NOTES_TPS = re.compile(r"(?:^|;)\s*tokens_per_s_per_gpu=([^;]*)")
+
+
+def measured_value(text: str | None) -> tuple[float | None, str]:
+    """A measured cell: (value, "") for a positive finite number, (None, "") for an empty or
+    absent cell, (None, what is wrong with it) otherwise.
+
+    >>> measured_value("0.5"), measured_value("")
+    ((0.5, ''), (None, ''))
+    >>> [measured_value(v)[1] for v in ("-3", "0", "abc", "inf")]
+    ['is negative', 'is zero', 'is not a number', 'is not a finite number']
+    """
+    if text is None or text == "":
+        return None, ""
     try:
-        x = float(v) if v not in (None, "") else None
+        x = float(text)
     except ValueError:
-        return None
-    return x if x is not None and math.isfinite(x) and x > 0 else None
+        return None, "is not a number"
+    if not math.isfinite(x):
+        return None, "is not a finite number"
+    if x <= 0:
+        return None, "is negative" if x < 0 else "is zero"
+    return x, ""
+
+
+def _cells(row: dict[str, str]) -> list[tuple[str, str]]:
+    """The row's non-empty measured cells as (column, text), the notes' tokens/s included."""
+    cells = [(c, row[c]) for c in MEASURED_COLUMNS if row.get(c)]
+    m = _NOTES_TPS.search(row.get("notes", ""))
+    if m and not row.get("tokens_per_s_per_gpu"):
+        cells.append(("tokens_per_s_per_gpu (notes)", m.group(1).strip()))
+    return cells
+
+
+def bad_measurement(row: dict[str, str]) -> str | None:
+    """What is wrong with the row's measured cells (the first that is not a positive finite
+    number, e.g. ``step_time_s '-3' is negative``), or None."""
+    for col, text in _cells(row):
+        _, why = measured_value(text)
+        if why:
+            return f"{col} {text!r} {why}"
+    return None
 
 
 def _measured(row: dict[str, str], spec: TrainSpec) -> tuple[float | None, str]:
-    """Seconds per step from the row's measured column (needs the spec's FLOPs for TFLOP/s)."""
-    step = _float(row.get("step_time_s")) or _float(row.get("measured_step_time_s"))
+    """Seconds per step from the row's measured column (needs the spec's FLOPs for TFLOP/s);
+    the row's cells were checked by :func:`bad_measurement`."""
+    got = {col.split(" ")[0]: measured_value(text)[0] for col, text in _cells(row)}
+    step = got.get("step_time_s") or got.get("measured_step_time_s")
     if step:
         return step, "step_time_s"
     world = spec.cluster.num_nodes * spec.cluster.gpus_per_node
     tokens = spec.training.global_batch_size * spec.model.seq_length
-    tps = _float(row.get("tokens_per_s_per_gpu"))
-    if tps is None:
-        m = re.search(r"(?:^|;)\s*tokens_per_s_per_gpu=([0-9.]+)", row.get("notes", ""))
-        tps = _float(m.group(1)) if m else None
+    tps = got.get("tokens_per_s_per_gpu")
     if tps:  # printed throughput first: a TFLOP/s figure depends on its source's FLOP count
         return tokens / (tps * world), "tokens_per_s_per_gpu"
-    tflops = _float(row.get("tflops_per_gpu")) or _float(row.get("measured_tflops_per_gpu"))
+    tflops = got.get("tflops_per_gpu") or got.get("measured_tflops_per_gpu")
     if tflops:  # converted once the plan's FLOPs are known, with the source's convention
         return -tflops, "tflops_per_gpu:" + (flop_convention(row) if not row.get("spec")
                                              else "causal")
@@ -222,12 +269,22 @@ def _measured(row: dict[str, str], spec: TrainSpec) -> tuple[float | None, str]:
 
 def runs_from_csv(path: Path, overrides: Sequence[str] = (),
                   where: Sequence[str] = ()) -> tuple[list[Run], list[str]]:
-    """The CSV's runs and a note per skipped row. ``where``: ``COLUMN=TEXT`` filters (the
-    column's value must contain TEXT, case-insensitive)."""
+    """The CSV's runs and a note per row left out of scope (not kept by ``where``, a
+    published-runs row the converter cannot build or without a published measurement).
+    ``where``: ``COLUMN=TEXT`` filters (the column's value must contain TEXT,
+    case-insensitive).
+
+    A row that is meant as a run but cannot be one raises :class:`CalibrateError` naming the
+    file, each such row's line and what is wrong: a measured cell that is not a positive finite
+    number (negative, zero, not a number), a ``spec`` row without any measurement, a spec file
+    that is missing or does not load. Every bad row is named at once, on one line."""
     try:
         with open(path, newline="", encoding="utf-8") as f:
-            rows = [{k: (v or "").strip() for k, v in r.items() if k is not None}
-                    for r in csv.DictReader(f)]
+            reader = csv.DictReader(f)
+            rows = [(reader.line_num, {k: (v or "").strip() for k, v in r.items()
+                                       if k is not None})
+                    for r in reader]
+            header = list(reader.fieldnames or [])
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise CalibrateError(f"cannot read {path}: {e}") from e
     filters = []
@@ -236,34 +293,65 @@ def runs_from_csv(path: Path, overrides: Sequence[str] = (),
         if not sep:
             raise CalibrateError(f"--where {w!r}: expected COLUMN=TEXT")
         filters.append((col, text.lower()))
-    runs, notes = [], []
-    for i, row in enumerate(rows, start=2):  # line 1 is the header
+    spec_csv = "spec" in header and "global_batch" not in header
+    if spec_csv and not any(c in header for c in MEASURED_COLUMNS):
+        raise CalibrateError(f"{path}: no measured column (one of {', '.join(MEASURED_COLUMNS)})")
+    runs, notes, errors = [], [], []
+    for i, row in rows:
         if any(text not in row.get(col, "").lower() for col, text in filters):
             continue
         name = f"{path.name}:{i}"
-        if row.get("spec"):
-            spec, why = _load(path.parent / row["spec"], overrides)
-            name += f" {row['spec']}"
-        elif not row.get("global_batch"):  # the converter would guess it
-            spec, why = None, "global_batch not published"
-        else:
-            data, why = row_to_spec_reason(row)
-            spec = None
-            if data is not None:
-                name += f" {row.get('model', '')} {row.get('gpus', '')}x{row.get('gpu_type', '')}"
-                spec, why = _spec_from_dict(data, overrides)
-        if spec is None:
-            notes.append(f"{name}: skipped ({why})")
+        bad = bad_measurement(row)
+        if spec_csv and not row.get("spec"):
+            errors.append(f"line {i}: the spec cell is empty")
             continue
+        if row.get("spec"):
+            spec_file = path.parent / row["spec"]
+            name += f" {row['spec']}"
+            if not spec_file.is_file():
+                where_ = f" ({spec_file})" if str(spec_file) != row["spec"] else ""
+                errors.append(f"line {i}: spec file {row['spec']} not found{where_}"
+                              + (f"; {bad}" if bad else ""))
+                continue
+            if bad:
+                errors.append(f"line {i}: {bad}")
+                continue
+            if not _cells(row):
+                present = [c for c in MEASURED_COLUMNS if c in header]
+                errors.append(f"line {i}: no measurement ({' and '.join(present)} "
+                              f"{'is' if len(present) == 1 else 'are'} empty)")
+                continue
+            spec, why = _load(spec_file, overrides)
+            if spec is None:
+                errors.append(f"line {i}: spec file {row['spec']} does not load ({why})")
+                continue
+        else:
+            if bad:
+                errors.append(f"line {i}: {bad}")
+                continue
+            if not row.get("global_batch"):  # the converter would guess it
+                spec, why = None, "global_batch not published"
+            else:
+                data, why = row_to_spec_reason(row)
+                spec = None
+                if data is not None:
+                    name += (f" {row.get('model', '')} {row.get('gpus', '')}x"
+                             f"{row.get('gpu_type', '')}")
+                    spec, why = _spec_from_dict(data, overrides)
+            if spec is None:
+                notes.append(f"{name}: skipped ({why})")
+                continue
         measured, kind = _measured(row, spec)
-        if measured is None:
+        if measured is None:  # a published-runs row without a measurement (spec rows: above)
             notes.append(f"{name}: skipped (no measured step_time_s, tokens_per_s_per_gpu or "
                          "tflops_per_gpu)")
             continue
         runs.append(Run(name.strip(), spec, measured, kind))
+    if errors:
+        raise CalibrateError(f"{path}: {len(errors)} bad row(s): {'; '.join(errors)} (a "
+                             "measurement must be a positive number and a spec file must load; "
+                             "fix or delete these rows)")
     return runs, notes
-
-
 
 
 # (a log line may carry a launcher prefix such as "[rank0]: " or a timestamp: search, not match)
@@ -649,6 +737,21 @@ def _reflect(x: float, lo: float, hi: float) -> float:
     return lo + w * (2.0 - t if t > 1.0 else t)
 
 
+def near_bound(value: float, lo: float, hi: float, tol: float = AT_BOUND_TOL) -> float | None:
+    """The bound of [lo, hi] that ``value`` lies within ``tol`` x (hi - lo) of, else None.
+
+    >>> near_bound(0.0, 0.0, 1.0), near_bound(0.0004, 0.0, 1.0), near_bound(4999.5, 0.0, 5000.0)
+    (0.0, 0.0, 5000.0)
+    >>> near_bound(0.0011, 0.0, 1.0), near_bound(0.051, 0.05, 1.0), near_bound(0.5, 0.0, 1.0)
+    (None, None, None)
+    """
+    if value - lo <= tol * (hi - lo):
+        return lo
+    if hi - value <= tol * (hi - lo):
+        return hi
+    return None
+
+
 def fit(runs: list[Run], names: Sequence[str] | None = None,
         start: dict[str, float] | None = None, max_evals: int = 600) -> FitResult:
     """Fit the factors ``names`` (default: :func:`default_factors`) to planned ``runs``
@@ -663,6 +766,11 @@ def fit(runs: list[Run], names: Sequence[str] | None = None,
     if unknown:
         raise CalibrateError(f"unknown factor(s) {', '.join(unknown)} for time_model "
                              f"{spec0.cluster.time_model.value}; known: {', '.join(known)}")
+    if len(runs) < len(names):
+        raise CalibrateError(
+            f"{len(runs)} run(s) for {len(names)} free factor(s): the fit is under-determined "
+            "(many factor values match the runs equally well); pass --factors with at most "
+            f"{len(runs)} of: {','.join(names)}, or add runs")
     before = {n: factor_value(spec0, n) for n in names}
     x0 = dict(start or before)
     meas = [math.log(r.measured_step_seconds) for r in runs]
@@ -677,7 +785,9 @@ def fit(runs: list[Run], names: Sequence[str] | None = None,
         return {n: _reflect(v * scale[n], *known[n]) for n, v in zip(names, u, strict=True)}
 
     def loss(u: list[float]) -> float:
-        fac = factors_of(u)
+        return loss_of(factors_of(u))
+
+    def loss_of(fac: dict[str, float]) -> float:
         est = estimates(fac)
         if any(e <= 0 or not math.isfinite(e) for e in est):
             return 1e30
@@ -707,14 +817,21 @@ def fit(runs: list[Run], names: Sequence[str] | None = None,
     after = factors_of(u)
     for n in INT_FACTORS & set(after):
         after[n] = float(round(after[n]))
-    # a factor at its bound: the runs push it there (say so)
+    # a factor at its bound: the search approaches a bound the runs push it against only to
+    # within its tolerance, and a value near a bound may be a true interior optimum. Near a
+    # bound (near_bound), the factor is at the bound when the bound itself fits no worse: it is
+    # set there and a note says so; otherwise it stays where the fit put it, without a note.
     for n in names:
         lo, hi = known[n]
-        if min(after[n] - lo, hi - after[n]) <= 1e-3 * (hi - lo):
-            notes.append(f"{n} ended at its bound ({after[n]:.4g}; bounds {lo:g}..{hi:g})")
-    if len(runs) < len(names):
-        notes.append(f"{len(runs)} run(s) for {len(names)} factor(s): the fit is not unique; "
-                     "fix some with --factors")
+        b = near_bound(after[n], lo, hi)
+        if b is None:
+            continue
+        trial = {**after, n: b}
+        if b == after[n] or loss_of(trial) <= loss_of(after):
+            after = trial
+            notes.append(f"{n} ended at its {'lower' if b == lo else 'upper'} bound {b:g} "
+                         f"(range {lo:g}..{hi:g}): the runs push it there or do not constrain "
+                         "it")
     eb, ea = estimates(before), estimates(after)
     ratios = [r.measured_step_seconds / e for r, e in zip(runs, ea, strict=True)]
 
@@ -731,6 +848,26 @@ def fit(runs: list[Run], names: Sequence[str] | None = None,
                      fitted_p10_ratio=fitted[0], fitted_p90_ratio=fitted[1],
                      rms_log_before=rms(eb), rms_log_after=rms(ea), evaluations=evals,
                      notes=notes)
+
+
+def check_agreement(runs: Sequence[Run], result: FitResult) -> None:
+    """The sanity rule of a fit: after it, every run's measured / estimated step time lies
+    within :data:`AGREEMENT` (0.5..2). A run outside is one the time model cannot describe with
+    any factors in their ranges (a wrong measurement, unit or spec): the factors then end
+    wherever that run drags them and the preset would mislead every estimate. Raises
+    CalibrateError naming the worst runs (at most 3) and their ratios."""
+    lo, hi = AGREEMENT
+    ratios = [(r.measured_step_seconds / e, r.name)
+              for r, e in zip(runs, result.estimates_after, strict=True)]
+    bad = sorted(((x, n) for x, n in ratios if not lo <= x <= hi),
+                 key=lambda t: -abs(math.log(t[0])))
+    if not bad:
+        return
+    shown = ", ".join(f"{n} {x:.4g}" for x, n in bad[:3]) + (" ..." if len(bad) > 3 else "")
+    raise CalibrateError(
+        f"after the fit {len(bad)} of {len(ratios)} run(s) disagree with the time model by "
+        f"more than {hi:g}x (measured / estimated outside {lo:g}..{hi:g}): {shown}; check their "
+        "measurements (seconds per step) and specs, or leave them out: no preset is written")
 
 
 # --- output -------------------------------------------------------------------------------
