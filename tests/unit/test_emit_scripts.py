@@ -268,6 +268,7 @@ def test_partition_with_a_line_break_never_reaches_a_script(tmp_path: Path) -> N
 
 
 def test_time_limit_seconds() -> None:
+    assert [time_limit_seconds(t) for t in ("UNLIMITED", "infinite", "-1")] == [None] * 3
     assert time_limit_seconds("04:00:00") == 14400
     assert time_limit_seconds("1-00:00:00") == 86400
     assert time_limit_seconds("1-2:30") == 95400
@@ -311,3 +312,14 @@ def test_torchrun_accepts_the_emitted_arguments(tmp_path: Path) -> None:
             else:
                 assert ns.module and ns.training_script == "trainc.launch.worker"
                 assert ns.training_script_args == ["--plan", str(out / "plan.json")]
+
+
+def test_an_unlimited_time_limit_is_slurms() -> None:
+    """Slurm takes UNLIMITED / INFINITE / -1 for --time (TRC502 refused them); a word that is
+    no Slurm time still is refused. (time_limit_seconds: None for them, so the checkpoint signal
+    comes at the default lead and Kubernetes gets no deadline.)"""
+    from specs.kit import find, lint_cfg
+
+    for t in ("UNLIMITED", "infinite", "-1"):
+        assert not find(lint_cfg(**{"launch.time_limit": t}), "TRC502"), t
+    assert find(lint_cfg(**{"launch.time_limit": "forever"}), "TRC502")

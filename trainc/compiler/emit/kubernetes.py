@@ -42,6 +42,7 @@ from typing import Any
 import yaml
 
 from trainc.compiler.emit.render import header as render_header
+from trainc.compiler.emit.scripts import time_limit_seconds
 
 #: Image used when ``launch.container_image`` is null (a reserved, unpullable name).
 PLACEHOLDER_IMAGE = "registry.example.invalid/trainc-worker:set-launch.container_image"
@@ -70,29 +71,6 @@ def k8s_name(name: str, max_len: int = 48) -> str:
     if not text or not text[0].isalpha():
         text = "trainc-" + text
     return text[:max_len].rstrip("-")
-
-
-def time_limit_seconds(time_limit: str) -> int | None:
-    """Slurm-style ``[D-]HH:MM:SS`` (or ``M``, ``M:S``, ``D-H[:M]``) in seconds; None if it is not
-    one of those forms.
-
-    >>> time_limit_seconds("04:00:00"), time_limit_seconds("1-2"), time_limit_seconds("30")
-    (14400, 93600, 1800)
-    """
-    days, _, rest = time_limit.rpartition("-")
-    try:
-        parts = [int(x) for x in rest.split(":")]
-        d = int(days) if days else None
-    except ValueError:
-        return None
-    if d is not None:
-        h, m, s = [*parts, 0, 0][:3]
-        return ((d * 24 + h) * 60 + m) * 60 + s
-    if len(parts) == 1:
-        return parts[0] * 60
-    if len(parts) == 2:
-        return parts[0] * 60 + parts[1]
-    return (parts[0] * 60 + parts[1]) * 60 + parts[2]
 
 
 def secret_env_refs(plan: dict[str, Any], env: list[dict[str, Any]], job: str

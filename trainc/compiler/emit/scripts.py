@@ -36,17 +36,31 @@ def sbatch_value(value: Any) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def time_limit_seconds(time_limit: str) -> int:
-    """Slurm ``--time`` in seconds: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``.
+#: Slurm's spellings of "no time limit" (``--time``; ``time_str2mins`` takes them in any case).
+UNLIMITED_TIMES = ("unlimited", "infinite", "-1")
+
+
+def time_limit_seconds(time_limit: str) -> int | None:
+    """Slurm ``--time`` in seconds: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``;
+    None for no limit (``UNLIMITED``, ``INFINITE``, ``-1``) or a string that is none of these
+    (TRC502 refuses those before anything is emitted).
 
     >>> time_limit_seconds("04:00:00"), time_limit_seconds("1-2"), time_limit_seconds("30")
     (14400, 93600, 1800)
+    >>> time_limit_seconds("UNLIMITED") is None
+    True
     """
+    if time_limit.strip().lower() in UNLIMITED_TIMES:
+        return None
     days, _, rest = time_limit.rpartition("-")
-    parts = [int(x) for x in rest.split(":")]
-    if days:
+    try:
+        parts = [int(x) for x in rest.split(":")]
+        d = int(days) if days else None
+    except ValueError:
+        return None
+    if d is not None:
         h, m, s = [*parts, 0, 0][:3]
-        return ((int(days) * 24 + h) * 60 + m) * 60 + s
+        return ((d * 24 + h) * 60 + m) * 60 + s
     if len(parts) == 1:
         return parts[0] * 60
     if len(parts) == 2:
@@ -123,7 +137,8 @@ def sbatch(plan: dict[str, Any]) -> dict[str, str]:
     """
     s = plan["spec"]
     lc = s["launch"]
-    signal = min(SIGNAL_SECONDS, max(time_limit_seconds(lc["time_limit"]) // 10, 10))
+    limit = time_limit_seconds(lc["time_limit"])
+    signal = SIGNAL_SECONDS if limit is None else min(SIGNAL_SECONDS, max(limit // 10, 10))
     mounts = ",".join(lc["container_mounts"] or [])
     c, par = s["cluster"], s["parallel"]
     span = domain_group_nodes(par["tp"], par["cp"], par["etp"],

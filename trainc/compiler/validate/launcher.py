@@ -55,9 +55,10 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         yield diag(R.JOB_NAME, f"name ({spec.name!r}) must be 1-128 letters, digits, '.', '_' or "
                    "'-', not only dots (it names the Slurm job and the output folder)", "name",
                    fix=f"set name to {safe!r}", edits={"name": safe}, name=spec.name)
-    if not _TIME.fullmatch(lc.time_limit):
+    if not _TIME.fullmatch(lc.time_limit) and lc.time_limit.strip().lower() not in \
+            ("unlimited", "infinite", "-1"):  # Slurm's "no limit" (emit.scripts.UNLIMITED_TIMES)
         yield diag(R.TIME_LIMIT, f"time_limit ({lc.time_limit!r}) is not a Slurm time "
-                   "([D-]HH:MM:SS or minutes)", "launch.time_limit",
+                   "([D-]HH:MM:SS, minutes, or UNLIMITED)", "launch.time_limit",
                    fix="quote it in YAML, e.g. time_limit: \"04:00:00\"",
                    time_limit=lc.time_limit)
     if lc.entrypoint is Entrypoint.megatron_lm and not lc.megatron_lm_path:
