@@ -96,3 +96,18 @@ def test_progress_draws_on_a_tty(monkeypatch):
     monkeypatch.undo()
     monkeypatch.setenv("TRAINC_NO_PROGRESS", "1")
     assert not P.enabled()
+
+
+def test_command_lines_and_long_lists_differ_row_by_row(capsys):
+    """The Megatron-LM argument list was one row printed whole (about 140 wrapped lines for
+    tp 8 -> 4); now each flag is a row, and a long list that differs names the items."""
+    rc, out = _diff_json(capsys, "parallel.tp=4", "parallel.pp=8")
+    diffs = {d["key"]: (d["a"], d["b"]) for d in out["differences"]}
+    assert rc == 0 and "engines.megatron_lm" not in diffs
+    assert diffs["engines.megatron_lm.--tensor-model-parallel-size"] == ("8", "4")
+    assert diffs["engines.megatron_lm.--pipeline-model-parallel-size"] == ("4", "8")
+    flat = flatten({"spec": {}, "engines": {"megatron_lm": [["--swiglu"], ["--tp", "2"]]}})
+    assert flat["engines.megatron_lm.--swiglu"] is True and flat["engines.megatron_lm.--tp"] == "2"
+    assert main(["diff", EXAMPLE, EXAMPLE, "parallel.tp=4", "parallel.pp=8"]) == 0
+    text = capsys.readouterr().out
+    assert "'--num-layers'" not in text and len(text.splitlines()) < 120

@@ -44,6 +44,9 @@ def flatten(plan: dict[str, Any]) -> dict[str, Any]:
         if isinstance(value, dict) and prefix not in _FREE_MAPS:
             for k, v in value.items():  # an empty section adds no rows
                 walk(v, f"{prefix}{k}.")
+        elif _is_argv(value):  # a command line (engines.megatron_lm): one row per flag
+            for flag, *rest in value:
+                out[f"{prefix}{flag}"] = " ".join(rest) if rest else True
         else:
             out[prefix[:-1]] = value
 
@@ -53,6 +56,15 @@ def flatten(plan: dict[str, Any]) -> dict[str, Any]:
             walk(plan[section], f"{section}.")
     out["diagnostics"] = sorted({d["rule"] for d in plan.get("diagnostics", [])})
     return out
+
+
+def _is_argv(value: Any) -> bool:
+    """A list of ``[flag, value...]`` / ``[flag]`` items with distinct ``--`` flags."""
+    if not isinstance(value, list) or not value:
+        return False
+    ok = all(isinstance(i, list) and i and isinstance(i[0], str) and i[0].startswith("--")
+             for i in value)
+    return ok and len({i[0] for i in value}) == len(value)
 
 
 def _echo(key: str, flat: dict[str, Any]) -> bool:
@@ -223,6 +235,12 @@ def _shown_pair(key: str, a: Any, b: Any) -> tuple[str, str]:
     full (``0.0001`` vs ``0.00010001``), so a listed difference never reads as equal."""
     sa, sb = fmt_value(key, a), fmt_value(key, b)
     if sa == sb and a != b:
+        if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+            idx = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+            at = ", ".join(f"#{i}" for i in idx[:4]) + (" ..." if len(idx) > 4 else "")
+            return f"{sa} ({len(idx)} differ: {at})", sb
+        if max(len(repr(a)), len(repr(b))) > 4 * _MAX_INLINE:  # no wall of text
+            return f"{sa} (differs; --format json has both)", sb
         return repr(a), repr(b)
     return sa, sb
 
