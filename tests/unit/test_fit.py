@@ -208,3 +208,27 @@ def test_host_memory_verdicts_sure_oom_tight_and_fit():
     assert tight.facts["margin"] == round(1 - 1 / 1.2, 4)
     assert host(need / GiB * 1.5 + 1) == []
     assert host(None) == []
+
+
+def test_trc404_step_against_the_time_limit():
+    """A step longer than launch.time_limit never completes; a job without any checkpoint inside
+    it (save_interval x step beyond the limit, the step longer than the SIGUSR1 lead) restarts
+    from the same checkpoint at every requeue; a roomy limit or a short interval is silent."""
+    def trc404(**launch):
+        s = make_spec(nodes=1, training__global_batch_size=1024)  # p90 388 s per step
+        for k, v in launch.items():
+            setattr(s.launch, k, v)
+        _, plan, diags = fit_diags(s)
+        assert plan.estimates.step_time_p90_seconds == 388.062
+        return [d for d in diags if d.rule.id == "TRC404"]
+
+    assert trc404(time_limit="1-00:00:00", save_interval=100) == []  # 10.8 h per interval
+    [d] = trc404(time_limit="5")  # 300 s
+    assert d.message == ("one step (388 s (p90)) is longer than launch.time_limit (5 = 300 s): "
+                         "the job ends before its first step")
+    assert d.key == "launch.time_limit"
+    [d] = trc404(time_limit="04:00:00")  # 1000 x 388 s = 108 h; the 300 s lead < one step
+    assert d.key == "launch.save_interval" and d.edits == {"launch.save_interval": 36}
+    assert "every requeue starts again from the same checkpoint" in d.message
+    assert trc404(time_limit="04:00:00", save_interval=36) == []
+    assert trc404(time_limit="UNLIMITED") == []

@@ -34,6 +34,7 @@ from trainc.compiler.derive import megatron_fsdp_runs
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.estimate.params import stage_params
 from trainc.compiler.ir import Estimates, Plan
+from trainc.compiler.slurm_time import signal_lead_seconds, time_limit_seconds
 from trainc.schemas import Device, Engine, Offload, Recompute, TrainSpec
 
 GiB = 2**30
@@ -394,8 +395,43 @@ def _bubble(plan: Plan, e: Estimates) -> Iterator[Diagnostic]:
                bubble=bubble, pp=p, num_microbatches=m, vpp=v)
 
 
+def _time_limit(plan: Plan, e: Estimates) -> Iterator[Diagnostic]:
+    """TRC404: the step time (its p90 where the estimate carries a band) against
+    ``launch.time_limit``. A step longer than the limit never completes. A job makes no lasting
+    progress either when no checkpoint falls inside it: the ``save_interval`` checkpoints come
+    later than the limit, and the one ``--signal=USR1@LEAD`` asks for
+    (:func:`trainc.compiler.slurm_time.signal_lead_seconds`) needs the running step to end
+    within the lead; each requeue then starts again from the same checkpoint."""
+    lc = plan.spec.launch
+    limit = time_limit_seconds(lc.time_limit)
+    if limit is None:
+        return
+    step = e.step_time_p90_seconds or e.step_time_seconds
+    lead = signal_lead_seconds(lc.time_limit)
+    shown = f"{step:,.0f} s" + (" (p90)" if e.step_time_p90_seconds else "")
+    shorten = "shorten the step (a smaller training.global_batch_size or more GPUs)"
+    if step >= limit:
+        yield diag(R.STEP_TIME_LIMIT, f"one step ({shown}) is longer than launch.time_limit "
+                   f"({lc.time_limit} = {limit:,} s): the job ends before its first step",
+                   "launch.time_limit", related=("training.global_batch_size",),
+                   fix=f"raise launch.time_limit above {step:,.0f} s, or {shorten}",
+                   step_seconds=step, time_limit_seconds=limit)
+    elif step > lead and lc.save_interval * step > limit:
+        most = max(1, int(limit // step) - 1)
+        yield diag(R.STEP_TIME_LIMIT, f"no checkpoint is written inside one job: save_interval "
+                   f"({lc.save_interval}) x step ({shown}) = {lc.save_interval * step / 3600:,.1f}"
+                   f" h exceeds launch.time_limit ({lc.time_limit}), and the checkpoint Slurm's "
+                   f"SIGUSR1 asks for {lead} s before the limit needs the running step to end "
+                   "within that lead; every requeue starts again from the same checkpoint",
+                   "launch.save_interval", related=("launch.time_limit",),
+                   fix=f"set launch.save_interval to at most {most}, raise launch.time_limit, or "
+                       + shorten, edits={"launch.save_interval": most},
+                   step_seconds=step, signal_lead_seconds=lead, save_interval=lc.save_interval)
+
+
 def check_fit(plan: Plan, *, evaluate: Evaluate | None = None) -> Iterator[Diagnostic]:
-    """Fit diagnostics of ``plan.estimates``: TRC401 (error), TRC402 and TRC403 (warnings).
+    """Fit diagnostics of ``plan.estimates``: TRC401 (error), TRC402, TRC403 and TRC404
+    (warnings).
 
     ``evaluate`` re-plans a changed spec for the what-if search behind TRC401's fix (a few dozen
     re-estimates); without it (the layout planner needs only the verdict) the fix is generic.
@@ -408,4 +444,5 @@ def check_fit(plan: Plan, *, evaluate: Evaluate | None = None) -> Iterator[Diagn
     if not (spec.launch.shrink or spec.launch.device is Device.cpu):
         yield from _memory(plan, e, evaluate)
         yield from _host_memory(plan)
+        yield from _time_limit(plan, e)
     yield from _bubble(plan, e)

@@ -228,6 +228,10 @@ MEMORY_TIGHT = _r(
     "TRC403", "memory-tight",
     "estimated memory per GPU is within the memory model's error margin of the budget: it may "
     "or may not fit", "warning")
+STEP_TIME_LIMIT = _r(
+    "TRC404", "step-vs-time-limit",
+    "one step must finish well inside launch.time_limit: before the limit at all, and within "
+    "the lead at which Slurm signals the checkpoint (SIGUSR1)", "warning")
 HOST_MEMORY_FIT = _r(
     "TRC420", "host-memory-fits-offload",
     "the optimizer / parameter states offloaded to the CPU by the GPUs of one node must fit "
@@ -548,6 +552,7 @@ SOURCES: dict[str, str] = {
     "TRC327": "megatron/core/transformer/moe/shared_experts.py SharedExpertMLP (0.16.1): "
               "'... is not divisible by' at model build",
     "TRC401": "trainc estimates", "TRC402": "trainc estimates", "TRC403": "trainc estimates",
+    "TRC404": "trainc estimates; Slurm sbatch --time and --signal (the generated sbatch.sh)",
     "TRC420": "deepspeed/runtime/zero/stage3.py estimate_zero3_model_states_mem_needs and "
               "stage_1_and_2.py estimate_zero2_model_states_mem_needs (0.19.8); DeepSpeed #4867",
     "TRC421": "deepspeed/runtime/zero/stage3.py estimate_zero3_model_states_mem_needs "

@@ -42,7 +42,7 @@ from typing import Any
 import yaml
 
 from trainc.compiler.emit.render import header as render_header
-from trainc.compiler.emit.scripts import time_limit_seconds
+from trainc.compiler.slurm_time import time_limit_seconds
 
 #: Image used when ``launch.container_image`` is null (a reserved, unpullable name).
 PLACEHOLDER_IMAGE = "registry.example.invalid/trainc-worker:set-launch.container_image"

@@ -13,12 +13,11 @@ from typing import Any
 from trainc.compiler.derive import domain_group_nodes, slurm_segment
 from trainc.compiler.emit.render import header, render
 from trainc.compiler.secrets import shell_reference
+from trainc.compiler.slurm_time import signal_lead_seconds
 from trainc.errors import InternalError
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SBATCH_BARE = re.compile(r"[A-Za-z0-9._,:@%/+=-]+")
-#: Seconds before the time limit at which Slurm sends SIGUSR1 (the worker checkpoints).
-SIGNAL_SECONDS = 300
 
 
 def sbatch_value(value: Any) -> str:
@@ -34,38 +33,6 @@ def sbatch_value(value: Any) -> str:
     if _SBATCH_BARE.fullmatch(text):
         return text
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-#: Slurm's spellings of "no time limit" (``--time``; ``time_str2mins`` takes them in any case).
-UNLIMITED_TIMES = ("unlimited", "infinite", "-1")
-
-
-def time_limit_seconds(time_limit: str) -> int | None:
-    """Slurm ``--time`` in seconds: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``;
-    None for no limit (``UNLIMITED``, ``INFINITE``, ``-1``) or a string that is none of these
-    (TRC502 refuses those before anything is emitted).
-
-    >>> time_limit_seconds("04:00:00"), time_limit_seconds("1-2"), time_limit_seconds("30")
-    (14400, 93600, 1800)
-    >>> time_limit_seconds("UNLIMITED") is None
-    True
-    """
-    if time_limit.strip().lower() in UNLIMITED_TIMES:
-        return None
-    days, _, rest = time_limit.rpartition("-")
-    try:
-        parts = [int(x) for x in rest.split(":")]
-        d = int(days) if days else None
-    except ValueError:
-        return None
-    if d is not None:
-        h, m, s = [*parts, 0, 0][:3]
-        return ((d * 24 + h) * 60 + m) * 60 + s
-    if len(parts) == 1:
-        return parts[0] * 60
-    if len(parts) == 2:
-        return parts[0] * 60 + parts[1]
-    return (parts[0] * 60 + parts[1]) * 60 + parts[2]
 
 
 def _looks_expandable(text: str) -> bool:
@@ -137,8 +104,7 @@ def sbatch(plan: dict[str, Any]) -> dict[str, str]:
     """
     s = plan["spec"]
     lc = s["launch"]
-    limit = time_limit_seconds(lc["time_limit"])
-    signal = SIGNAL_SECONDS if limit is None else min(SIGNAL_SECONDS, max(limit // 10, 10))
+    signal = signal_lead_seconds(lc["time_limit"])
     mounts = ",".join(lc["container_mounts"] or [])
     c, par = s["cluster"], s["parallel"]
     span = domain_group_nodes(par["tp"], par["cp"], par["etp"],

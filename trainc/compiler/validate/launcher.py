@@ -18,6 +18,7 @@ from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived, domain_group_nodes, slurm_segment
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.secrets import is_secret
+from trainc.compiler.slurm_time import UNLIMITED_TIMES
 from trainc.compiler.validate.util import show
 from trainc.schemas import Device, Entrypoint, Gpu, TrainSpec
 
@@ -55,8 +56,8 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         yield diag(R.JOB_NAME, f"name ({spec.name!r}) must be 1-128 letters, digits, '.', '_' or "
                    "'-', not only dots (it names the Slurm job and the output folder)", "name",
                    fix=f"set name to {safe!r}", edits={"name": safe}, name=spec.name)
-    if not _TIME.fullmatch(lc.time_limit) and lc.time_limit.strip().lower() not in \
-            ("unlimited", "infinite", "-1"):  # Slurm's "no limit" (emit.scripts.UNLIMITED_TIMES)
+    if not _TIME.fullmatch(lc.time_limit) and \
+            lc.time_limit.strip().lower() not in UNLIMITED_TIMES:  # Slurm's "no limit"
         yield diag(R.TIME_LIMIT, f"time_limit ({lc.time_limit!r}) is not a Slurm time "
                    "([D-]HH:MM:SS, minutes, or UNLIMITED)", "launch.time_limit",
                    fix="quote it in YAML, e.g. time_limit: \"04:00:00\"",
