@@ -111,3 +111,14 @@ def test_command_lines_and_long_lists_differ_row_by_row(capsys):
     assert main(["diff", EXAMPLE, EXAMPLE, "parallel.tp=4", "parallel.pp=8"]) == 0
     text = capsys.readouterr().out
     assert "'--num-layers'" not in text and len(text.splitlines()) < 120
+
+
+def test_require_resume_exit_code(capsys):
+    """`diff` exits 0 for any difference (what it is asked for); with --require-resume a B that
+    cannot load A's checkpoints (tp 8 -> 4: the trainc worker's layout-bound files, TRC534) is
+    exit 1, for CI; a B that can (another lr) stays 0."""
+    assert main(["diff", EXAMPLE, EXAMPLE, "parallel.tp=4", "parallel.pp=8"]) == 0
+    assert main(["diff", EXAMPLE, EXAMPLE, "parallel.tp=4", "parallel.pp=8",
+                 "--require-resume"]) == 1
+    assert "B cannot resume from A's checkpoints (--require-resume)" in capsys.readouterr().err
+    assert main(["diff", EXAMPLE, EXAMPLE, "training.lr=0.0002", "--require-resume"]) == 0

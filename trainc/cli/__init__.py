@@ -122,6 +122,8 @@ def _add_ecosystem_parsers(sub: argparse._SubParsersAction) -> None:  # type: ig
     d.add_argument("items", nargs="+", metavar="A B [KEY=VALUE ...]")
     d.add_argument("--format", choices=("text", "json"), default="text")
     d.add_argument("--all", action="store_true", help="also list the keys that are equal")
+    d.add_argument("--require-resume", action="store_true",
+                   help="exit 1 when B cannot resume from A's checkpoints (for CI)")
 
 
 def _add_plan_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]

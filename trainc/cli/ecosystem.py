@@ -67,4 +67,5 @@ def _diff(args: argparse.Namespace) -> int:
     if len(specs) != 2:
         print(f"trainc diff: expected two spec files, got {len(specs)}", file=sys.stderr)
         return EXIT_SPEC
-    return run_diff(specs[0], specs[1], overrides, fmt=args.format, show_all=args.all)
+    return run_diff(specs[0], specs[1], overrides, fmt=args.format, show_all=args.all,
+                    require_resume=args.require_resume)

@@ -246,8 +246,11 @@ def _shown_pair(key: str, a: Any, b: Any) -> tuple[str, str]:
 
 
 def run_diff(a: str, b: str, overrides: Sequence[str] = (), *, fmt: str = "text",
-             show_all: bool = False) -> int:
-    """Compile both specs (overrides on B) and print their differences; the exit code."""
+             show_all: bool = False, require_resume: bool = False) -> int:
+    """Compile both specs (overrides on B) and print their differences; the exit code: 2 when
+    either has errors, else 1 with ``require_resume`` when B cannot resume from A's checkpoints
+    (:func:`resume_verdict`), else 0. A difference alone is not a failure (it is what a diff
+    is asked for)."""
     from trainc.compiler.diagnostics import render_text
     from trainc.compiler.pipeline import compile_spec
 
@@ -263,4 +266,11 @@ def run_diff(a: str, b: str, overrides: Sequence[str] = (), *, fmt: str = "text"
                          allow_nan=False))
     elif a_res.plan is not None and b_res.plan is not None:
         render_table(a_res, b_res, show_all)
-    return 0 if a_res.ok and b_res.ok else 2
+    if not (a_res.ok and b_res.ok):
+        return 2
+    verdict = resume_verdict(a_res, b_res) if require_resume else None
+    if verdict is not None and not verdict["ok"]:
+        print("trainc diff: B cannot resume from A's checkpoints (--require-resume)",
+              file=sys.stderr)
+        return 1
+    return 0
