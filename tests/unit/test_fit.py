@@ -232,3 +232,4 @@ def test_trc404_step_against_the_time_limit():
     assert "every requeue starts again from the same checkpoint" in d.message
     assert trc404(time_limit="04:00:00", save_interval=36) == []
     assert trc404(time_limit="UNLIMITED") == []
+    assert trc404(time_limit="0") == trc404(time_limit="0:0:0") == []  # Slurm: zero = no limit

@@ -13,13 +13,14 @@ UNLIMITED_TIMES = ("unlimited", "infinite", "-1")
 
 def time_limit_seconds(time_limit: str) -> int | None:
     """Slurm ``--time`` in seconds: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``;
-    None for no limit (``UNLIMITED``, ``INFINITE``, ``-1``) or a string that is none of these
+    None for no limit (``UNLIMITED``, ``INFINITE``, ``-1``, or zero, which Slurm's sbatch
+    documents as "no time limit") or a string that is none of these
     (TRC502 refuses those before anything is emitted).
 
     >>> time_limit_seconds("04:00:00"), time_limit_seconds("1-2"), time_limit_seconds("30")
     (14400, 93600, 1800)
-    >>> time_limit_seconds("UNLIMITED") is None
-    True
+    >>> time_limit_seconds("UNLIMITED") is None, time_limit_seconds("0:0:0") is None
+    (True, True)
     """
     if time_limit.strip().lower() in UNLIMITED_TIMES:
         return None
@@ -31,12 +32,14 @@ def time_limit_seconds(time_limit: str) -> int | None:
         return None
     if d is not None:
         h, m, s = [*parts, 0, 0][:3]
-        return ((d * 24 + h) * 60 + m) * 60 + s
-    if len(parts) == 1:
-        return parts[0] * 60
-    if len(parts) == 2:
-        return parts[0] * 60 + parts[1]
-    return (parts[0] * 60 + parts[1]) * 60 + parts[2]
+        total = ((d * 24 + h) * 60 + m) * 60 + s
+    elif len(parts) == 1:
+        total = parts[0] * 60
+    elif len(parts) == 2:
+        total = parts[0] * 60 + parts[1]
+    else:
+        total = (parts[0] * 60 + parts[1]) * 60 + parts[2]
+    return total or None  # Slurm: a time limit of zero requests that no limit be imposed
 
 
 def signal_lead_seconds(time_limit: str) -> int:
