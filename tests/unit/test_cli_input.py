@@ -160,3 +160,12 @@ def test_self_referencing_anchor(tmp_path: Path) -> None:
     f.write_text("name: x\na: &a [1, *a]\n")
     [d] = load_spec(f).diagnostics
     assert "refers to itself" in d.message and d.locations[0].line == 2
+
+
+@pytest.mark.parametrize("top", ["0", "-3"])
+def test_plan_top_must_be_positive(top: str, capsys) -> None:
+    """`plan --top 0` / `--top -3` were accepted and showed one row; now a usage error."""
+    with pytest.raises(SystemExit) as e:
+        main(["plan", "examples/llama2-70b-dgx-a100.yaml", "--top", top])
+    assert e.value.code == 2
+    assert f"argument --top: must be 1 or more, got {int(top)}" in capsys.readouterr().err

@@ -129,7 +129,7 @@ def _add_ecosystem_parsers(sub: argparse._SubParsersAction) -> None:  # type: ig
 def _add_plan_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]
     pl = sub.add_parser("plan", help="search the parallel layout for a spec")
     pl.add_argument("items", nargs="+", metavar="SPEC [KEY=VALUE ...]")
-    pl.add_argument("--top", type=int, default=5, metavar="K")
+    pl.add_argument("--top", type=_positive_int, default=5, metavar="K")
     pl.add_argument("--format", choices=("text", "json"), default="text")
     pl.add_argument("--apply", metavar="OUT.yaml", help="write the best layout as a spec: the "
                     "spec file itself is edited in place; another existing file is replaced only "
@@ -148,6 +148,17 @@ def _add_submit_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore
     s.add_argument("--sbatch-option", dest="sbatch_args", action="append", default=[],
                    metavar="OPTION", help="one more sbatch option, overriding the script's "
                    "#SBATCH lines (repeatable), e.g. --sbatch-option=--dependency=afterok:123")
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (``--top 0`` showed one row anyway)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
