@@ -387,3 +387,18 @@ def test_cli_output_dash_writes_stdout(tmp_path, capsys, monkeypatch):
     # a file named '-' is still reachable as ./-
     assert main(["import-hf", str(cfg), "-o", "./-"]) == 0
     assert (tmp_path / "-").read_text() == text
+
+
+@pytest.mark.parametrize("attn, mlp, keys, note", [
+    (True, True, {"add_qkv_bias": True, "add_bias_linear": True}, None),
+    (True, False, {"add_qkv_bias": True}, "o_proj's bias is not modelled"),
+    (False, True, {}, "set model.add_bias_linear=true to have them all"),
+])
+def test_llama_biases_map_or_are_noted(attn, mlp, keys, note):
+    """attention_bias + mlp_bias on a Llama config became add_qkv_bias only: the MLP and o_proj
+    biases were dropped without a word. Both on is add_bias_linear; one alone has no Megatron
+    switch and is a note."""
+    cfg = json.loads((HF / "Meta-Llama-3-8B.json").read_text())
+    got, notes = convert(cfg | {"attention_bias": attn, "mlp_bias": mlp})
+    assert {k: got[k] for k in ("add_qkv_bias", "add_bias_linear") if k in got} == keys
+    assert any(note in n for n in notes) if note else not any("bias" in n for n in notes)

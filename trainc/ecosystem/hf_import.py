@@ -85,7 +85,8 @@ KEY_ORDER = (
     "num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
     "ffn_hidden_size", "vocab_size", "seq_length", "max_position_embeddings", "activation",
     "normalization", "position_embedding", "rotary_base", "rope_scaling_factor",
-    "untie_embeddings_and_output_weights", "add_qkv_bias", "norm_epsilon", "init_method_std",
+    "untie_embeddings_and_output_weights", "add_qkv_bias", "add_bias_linear", "norm_epsilon",
+    "init_method_std",
     "hidden_dropout", "attention_dropout", "multi_latent_attention", "q_lora_rank", "kv_lora_rank",
     "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "num_experts", "moe_router_topk",
     "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_layer_freq",
@@ -241,6 +242,29 @@ def _notes(cfg: dict[str, Any]) -> list[str]:
     if cfg.get("sliding_window") and cfg.get("use_sliding_window", True):
         notes.append(f"sliding-window attention ({cfg['sliding_window']} tokens) is not modelled")
     return notes
+
+
+def _biases(cfg: dict[str, Any], mt: str, out: dict[str, Any], notes: list[str]) -> None:
+    """HF biases -> Megatron's two switches: ``add_qkv_bias`` (the QKV projection only: Qwen2,
+    whose decoder hard-codes q/k/v biases) and ``add_bias_linear`` (every linear layer: QKV,
+    output projection, both MLP matrices). HF Llama's ``attention_bias`` covers q, k, v *and*
+    o_proj, ``mlp_bias`` gate/up/down: both on is ``add_bias_linear``; one without the other has
+    no Megatron equivalent, so the nearest is used and the difference is a note."""
+    attn, mlp = bool(cfg.get("attention_bias")), bool(cfg.get("mlp_bias"))
+    if attn and mlp:
+        out.update(add_qkv_bias=True, add_bias_linear=True)
+    elif attn:
+        out["add_qkv_bias"] = True
+        notes.append("attention_bias true (biases on q, k, v and o_proj) is imported as "
+                     "add_qkv_bias (q, k, v only): Megatron has no bias switch for the output "
+                     "projection alone (add_bias_linear would add MLP biases too); o_proj's bias "
+                     "is not modelled")
+    elif mlp:
+        notes.append("mlp_bias true (biases on gate/up/down) is not imported: Megatron's only "
+                     "MLP bias switch, add_bias_linear, also biases every attention projection; "
+                     "set model.add_bias_linear=true to have them all")
+    elif mt.startswith("qwen2"):
+        out["add_qkv_bias"] = True
 
 
 def _init_std(cfg: dict[str, Any], out: dict[str, Any], notes: list[str]) -> None:
@@ -402,8 +426,6 @@ def convert(cfg: dict[str, Any], *, seq_length: int | None = None,
         "hidden_dropout": 0.0,
         "attention_dropout": float(cfg.get("attention_dropout", 0.0) or 0.0),
     }
-    if mt.startswith("qwen2") or cfg.get("attention_bias"):
-        out["add_qkv_bias"] = True
     if mt == "deepseek_v3":  # multi-head latent attention: no key/value heads of its own
         del out["num_query_groups"]
         q_lora = cfg.get("q_lora_rank")
@@ -417,6 +439,7 @@ def convert(cfg: dict[str, Any], *, seq_length: int | None = None,
             != hidden:
         out["kv_channels"] = _int(head_dim, "head_dim")
     notes = _notes(cfg)
+    _biases(cfg, str(mt), out, notes)
     _init_std(cfg, out, notes)
     out.update(_moe_keys(cfg, notes))
     if seq_length is None:
