@@ -555,3 +555,15 @@ def test_cli_runs_the_model_cannot_describe_exit_2(tmp_path):
         r"\(seconds per step\) and specs, or leave them out: no preset is written",
         lines[0]), lines[0]
     assert proc.stdout == "" and not (tmp_path / "preset.yaml").exists()
+
+
+@pytest.mark.parametrize("head", ["\ufeffspec,step_time_s", "Spec,Step_Time_S",
+                                  "spec, step_time_s"])
+def test_csv_header_variants_are_read(tmp_path, head):
+    """A spreadsheet's "CSV UTF-8" (byte-order mark), capitalised or spaced column names were
+    read as the published-runs table ('global_batch not published') or 'no measured column'."""
+    _bad_csv_cases(tmp_path)
+    (tmp_path / "runs.csv").write_text(f"{head}\nrun0.yaml,0.5\nrun1.yaml,0.7\n",
+                                       encoding="utf-8")
+    runs, notes = runs_from_csv(tmp_path / "runs.csv")
+    assert [r.measured_step_seconds for r in runs] == [0.5, 0.7] and notes == []

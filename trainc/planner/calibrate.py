@@ -272,19 +272,22 @@ def runs_from_csv(path: Path, overrides: Sequence[str] = (),
     """The CSV's runs and a note per row left out of scope (not kept by ``where``, a
     published-runs row the converter cannot build or without a published measurement).
     ``where``: ``COLUMN=TEXT`` filters (the column's value must contain TEXT,
-    case-insensitive).
+    case-insensitive). Column names are read stripped and case-insensitive, and a leading
+    byte-order mark (a spreadsheet's "CSV UTF-8") is dropped.
 
     A row that is meant as a run but cannot be one raises :class:`CalibrateError` naming the
     file, each such row's line and what is wrong: a measured cell that is not a positive finite
     number (negative, zero, not a number), a ``spec`` row without any measurement, a spec file
     that is missing or does not load. Every bad row is named at once, on one line."""
     try:
-        with open(path, newline="", encoding="utf-8") as f:
+        # utf-8-sig: a spreadsheet's "CSV UTF-8" starts with a byte-order mark, which would
+        # stick to the first column's name; column names are matched stripped and lower-case
+        with open(path, newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
-            rows = [(reader.line_num, {k: (v or "").strip() for k, v in r.items()
-                                       if k is not None})
+            rows = [(reader.line_num, {k.strip().lower(): (v or "").strip()
+                                       for k, v in r.items() if k is not None})
                     for r in reader]
-            header = list(reader.fieldnames or [])
+            header = [k.strip().lower() for k in reader.fieldnames or []]
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise CalibrateError(f"cannot read {path}: {e}") from e
     filters = []
@@ -292,7 +295,7 @@ def runs_from_csv(path: Path, overrides: Sequence[str] = (),
         col, sep, text = w.partition("=")
         if not sep:
             raise CalibrateError(f"--where {w!r}: expected COLUMN=TEXT")
-        filters.append((col, text.lower()))
+        filters.append((col.strip().lower(), text.lower()))
     spec_csv = "spec" in header and "global_batch" not in header
     if spec_csv and not any(c in header for c in MEASURED_COLUMNS):
         raise CalibrateError(f"{path}: no measured column (one of {', '.join(MEASURED_COLUMNS)})")
