@@ -567,3 +567,19 @@ def test_csv_header_variants_are_read(tmp_path, head):
                                        encoding="utf-8")
     runs, notes = runs_from_csv(tmp_path / "runs.csv")
     assert [r.measured_step_seconds for r in runs] == [0.5, 0.7] and notes == []
+
+
+@pytest.mark.parametrize(("factors", "err"), [
+    ("gemm_efficiency,gemm_efficiency", "--factors names gemm_efficiency more than once"),
+    ("fp8_gemm_efficiency", "no run exercises fp8_gemm_efficiency"),
+    ("", "--factors names no factor"),
+])
+def test_cli_factors_that_cannot_be_fitted_exit_2(tmp_path, factors, err):
+    """A factor named twice counted twice against the runs; a factor no run reads (FP8 on BF16
+    runs) was 'fitted' to its start value; --factors '' fell back to the defaults."""
+    _bad_csv_cases(tmp_path)
+    (tmp_path / "runs.csv").write_text("spec,step_time_s\nrun0.yaml,0.5\nrun1.yaml,0.7\n"
+                                       "run2.yaml,0.9\n")
+    proc = _cli("runs.csv", "--factors", factors, "-o", "p.yaml", cwd=tmp_path)
+    assert proc.returncode == 2 and err in proc.stderr, proc.stderr
+    assert not (tmp_path / "p.yaml").exists()

@@ -34,7 +34,12 @@ def _calibrate(args: argparse.Namespace) -> int:
     if target and os.path.exists(target) and not args.force:
         print(f"trainc calibrate: {target} exists; pass --force to replace it", file=sys.stderr)
         return EXIT_SPEC
-    names = [n.strip() for n in args.factors.split(",") if n.strip()] if args.factors else None
+    names = ([n.strip() for n in args.factors.split(",") if n.strip()]
+             if args.factors is not None else None)
+    if names == []:
+        print("trainc calibrate: --factors names no factor (give A,B or leave it out for the "
+              "defaults)", file=sys.stderr)
+        return EXIT_SPEC
     try:
         runs, notes = read_runs(paths, cluster=args.cluster, gpus_per_node=args.gpus_per_node,
                                 plan_path=args.plan, overrides=overrides, where=args.where)

@@ -765,6 +765,15 @@ def fit(runs: list[Run], names: Sequence[str] | None = None,
     spec0 = runs[0].plan.spec  # type: ignore[union-attr]
     known = factors_for(spec0.cluster.time_model)
     names = list(names or default_factors(runs))
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise CalibrateError(f"--factors names {', '.join(twice)} more than once")
+    idle = [n for n in names if n in known and n not in default_factors(runs)]
+    if idle:
+        raise CalibrateError(
+            f"no run exercises {', '.join(idle)} (fp8_gemm_efficiency needs an FP8/FP4 run, "
+            "moe_layer_overhead_us an MoE run): the fit would leave it where it is; drop it "
+            "from --factors")
     unknown = [n for n in names if n not in known]
     if unknown:
         raise CalibrateError(f"unknown factor(s) {', '.join(unknown)} for time_model "
