@@ -210,3 +210,19 @@ def test_editor_defaults(text, group, option, expected):
     ed = _Editor(text)
     ed.set_group(group, option)
     assert ed.result() == expected
+
+
+def test_apply_does_not_write_what_normalization_derives(tmp_path):
+    """--apply wrote `etp: 2` (and sequence_parallel) next to `tp: 2` for a dense model; a later
+    `parallel.tp=4` then broke TRC312 (etp set without experts). Keys normalization fills from
+    the written ones are left to it when they come out as planned."""
+    from trainc.cli import main
+
+    spec = tmp_path / "d8b.yaml"
+    spec.write_text("defaults:\n  - model: llama3-8b\n  - cluster: dgx-h100\n  - _self_\n"
+                    "cluster:\n  num_nodes: 2\ntraining:\n  global_batch_size: 128\n")
+    out = tmp_path / "out.yaml"
+    assert main(["plan", str(spec), "--top", "3", "--apply", str(out)]) == 0
+    text = out.read_text()
+    assert "  tp: 2\n" in text and "etp" not in text and "sequence_parallel" not in text
+    assert main(["lint", str(out), "parallel.tp=4"]) == 0

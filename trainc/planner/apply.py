@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from trainc.compiler.load import GROUPS, load_spec
-from trainc.compiler.normalize import normalize
+from trainc.compiler.normalize import FILLED_FROM, normalize
 from trainc.compiler.plan import spec_to_dict
 
 
@@ -181,6 +181,17 @@ def _indent(text: str) -> int:
     return min(cols) if cols else 2
 
 
+def _set_keys(text: str, keys: list[str], target: dict[str, Any]) -> str:
+    """``text`` with each of ``keys`` set to its ``target`` value (comments kept)."""
+    if not keys:
+        return text
+    edit = _Editor(text)
+    indent = _indent(text)
+    for k in keys:
+        edit.set(k, target[k], indent)
+    return edit.result()
+
+
 def applied_text(spec_path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...],
                  planned_spec: Any, out_path: str | os.PathLike[str],
                  raw_spec: Any = None) -> Applied:
@@ -200,12 +211,18 @@ def applied_text(spec_path: str | os.PathLike[str], overrides: list[str] | tuple
         if resolved is not None:
             have = _leaves(resolved)
             changed = [k for k, v in target.items() if have.get(k, object()) != v]
-            edit = _Editor(text1)
-            indent = _indent(text1)
-            for k in changed:
-                edit.set(k, target[k], indent)
-            text2 = edit.result() if changed else text1
+            # keys normalization fills from others (etp from tp, ...) are written only where
+            # the written keys do not already lead to the planned value: an explicit etp on a
+            # dense model breaks a later `parallel.tp=4` (TRC312)
+            first = [k for k in changed if k not in FILLED_FROM]
+            text2 = _set_keys(text1, first, target)
             again = _resolve(text2, folder)
+            if again is not None and _leaves(again) != target:
+                rest = [k for k in changed if k in FILLED_FROM
+                        and _leaves(again).get(k, object()) != target[k]]
+                first += rest
+                text2 = _set_keys(text1, first, target)
+                again = _resolve(text2, folder)
             if again is not None and _leaves(again) == target:
                 return Applied(text2, [f"{g}={o}" for g, o in groups] + changed)
     except (yaml.YAMLError, ValueError):
