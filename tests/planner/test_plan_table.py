@@ -197,3 +197,20 @@ def test_spec_dp_text(tmp_path, parallel, dp):
     loaded = load_spec(path)
     assert loaded.spec is not None
     assert _spec_dp(normalize(loaded.spec)) == dp
+
+
+def test_a_memory_tight_top_pick_is_said_under_the_table(res):
+    """Every finalist of Llama-3-70B on 2 nodes estimated 77-82 GiB against 76 GiB (TRC403's
+    margin) and the table only called them 'fit'; now a line says the pick is memory-tight."""
+    budget = float(res.planned[0].estimates["memory_budget_bytes"]) / 2**30
+    fake = _fake(res, [(1.0, budget * 1.01), (1.05, budget * 0.5)])
+    fake.error_band = 0.1
+    for p in fake.planned:
+        p.estimates["memory_budget_bytes"] = budget * 2**30
+    text = " ".join(_text(fake, 200).split())
+    assert (f"#1 is memory-tight: {budget * 1.01:.1f} of {budget:.1f} GiB/GPU, within the "
+            "memory model's margin (TRC403: it may run out of memory); 1 of the 2 listed "
+            "layouts are tight - measure one step, or add GPUs") in text
+    roomy = _fake(res, [(1.0, budget * 0.5)])
+    roomy.error_band = 0.1
+    assert "memory-tight" not in _text(roomy, 200)

@@ -124,6 +124,15 @@ def _table(title: str, cols: list[tuple[str, list[str]]], why: list[str]) -> Any
     return table
 
 
+def _over_tight(p: Any) -> bool:
+    """Estimated above ``1 - TIGHT_MARGIN`` of the memory budget (TRC403's range)."""
+    from trainc.compiler.fit import TIGHT_MARGIN
+
+    budget = float(p.estimates.get("memory_budget_bytes", 0))
+    total = float(p.estimates.get("memory_bytes", {}).get("total", 0))
+    return budget > 0 and total > budget * (1 - TIGHT_MARGIN)
+
+
 def render(res: Any, width: int) -> list[Any]:
     """The renderables (the table, then notes) for :class:`trainc.planner.PlanResult` ``res``
     in ``width`` columns."""
@@ -160,6 +169,16 @@ def render(res: Any, width: int) -> list[Any]:
     out: list[Any] = [table]
     if moved:
         out.append(Text("every row: " + ", ".join(f"{h} {v}" for h, v in moved)))
+    tight = [i for i, p in enumerate(res.planned) if _over_tight(p)]
+    if tight and tight[0] == 0:
+        est = res.planned[0].estimates
+        out.append(Text(
+            f"#1 is memory-tight: {float(est['memory_bytes']['total']) / 2**30:.1f} of "
+            f"{float(est['memory_budget_bytes']) / 2**30:.1f} GiB/GPU, within the memory "
+            "model's margin (TRC403: it may run out of memory); "
+            + (f"{len(tight)} of the {len(res.planned)} listed layouts are tight"
+               if len(tight) < len(res.planned) else "every listed layout is tight")
+            + " - measure one step, or add GPUs"))
     if beaten and beaten[0] is not None:
         out.append(Text(f"#1, the top pick, is shown although #{beaten[0] + 1} is no slower "
                         f"and no larger: within {res.error_band:.0%} of the fastest the simpler "
