@@ -583,3 +583,19 @@ def test_cli_factors_that_cannot_be_fitted_exit_2(tmp_path, factors, err):
     proc = _cli("runs.csv", "--factors", factors, "-o", "p.yaml", cwd=tmp_path)
     assert proc.returncode == 2 and err in proc.stderr, proc.stderr
     assert not (tmp_path / "p.yaml").exists()
+
+
+def test_cli_a_spec_row_that_breaks_a_rule_exits_2(tmp_path):
+    """A spec row with tp=3 (heads 16 not divisible) was skipped with a note and the fit went
+    on; docs/calibrate.md says a row meant as a run that cannot be one is an error."""
+    _bad_csv_cases(tmp_path)
+    bad = _spec_dict(*GRID[0])
+    bad["parallel"]["tp"] = 3
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
+    (tmp_path / "runs.csv").write_text("spec,step_time_s\nrun0.yaml,0.5\nrun1.yaml,0.7\n"
+                                       "bad.yaml,0.9\n")
+    proc = _cli("runs.csv", "--factors", "gemm_efficiency", "-o", "p.yaml", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "1 run(s) do not compile: runs.csv:4 bad.yaml (its layout breaks TRC101, TRC201" \
+        in proc.stderr
+    assert not (tmp_path / "p.yaml").exists()

@@ -149,6 +149,9 @@ class Run:
     source: str = ""
     plan: Plan | None = None
     """The planned spec (filled by :func:`prepare`)."""
+    published: bool = False
+    """A row of a published-runs table (built by the converter): one whose layout breaks a
+    rule is left out with a note; any other run is the user's and such a run is an error."""
 
 
 @dataclass
@@ -349,7 +352,7 @@ def runs_from_csv(path: Path, overrides: Sequence[str] = (),
             notes.append(f"{name}: skipped (no measured step_time_s, tokens_per_s_per_gpu or "
                          "tflops_per_gpu)")
             continue
-        runs.append(Run(name.strip(), spec, measured, kind))
+        runs.append(Run(name.strip(), spec, measured, kind, published=not spec_csv))
     if errors:
         raise CalibrateError(f"{path}: {len(errors)} bad row(s): {'; '.join(errors)} (a "
                              "measurement must be a positive number and a spec file must load; "
@@ -578,13 +581,18 @@ def _plan(spec: TrainSpec) -> tuple[Plan | None, str]:
 
 
 def prepare(runs: list[Run]) -> tuple[list[Run], list[str]]:
-    """Plan every run (those whose layout breaks a rule are dropped, with a note) and turn a
-    TFLOP/s measurement into seconds with the plan's model FLOPs (Megatron's count)."""
-    kept, notes = [], []
+    """Plan every run and turn a TFLOP/s measurement into seconds with the plan's model FLOPs
+    (Megatron's count). A published row whose layout breaks a rule is dropped with a note; a
+    run of the user's own (a spec CSV row, a log) that does is a :class:`CalibrateError` (it
+    was measured, so trainc's rules or the row are wrong: either way the fit would be)."""
+    kept, notes, bad = [], [], []
     for r in runs:
         plan, why = _plan(r.spec)
         if plan is None:
-            notes.append(f"{r.name}: skipped (its layout breaks {why})")
+            if not r.published:
+                bad.append(f"{r.name} (its layout breaks {why})")
+            else:
+                notes.append(f"{r.name}: skipped (its layout breaks {why})")
             continue
         r.plan = plan
         if r.measured_step_seconds < 0:  # TFLOP/s per GPU
@@ -596,6 +604,9 @@ def prepare(runs: list[Run]) -> tuple[list[Run], list[str]]:
                     plan.spec.model.seq_length ** 2
             r.measured_step_seconds = flops / (-r.measured_step_seconds * 1e12 * d.world_size)
         kept.append(r)
+    if bad:
+        raise CalibrateError(f"{len(bad)} run(s) do not compile: {'; '.join(bad)}; fix the spec "
+                             "or leave the row out")
     return kept, notes
 
 
