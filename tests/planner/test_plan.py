@@ -199,3 +199,16 @@ def test_fixed_keys_that_break_a_rule_are_reported_not_called_out_of_memory(tmp_
     out = json.loads(proc.stdout)
     assert out["ok"] is False and out["candidates"] == []
     assert "TRC201" in {d["rule"] for d in out["diagnostics"]}
+
+
+def test_sequence_parallel_fixed_off_is_searched_at_tp_above_1(tmp_path):
+    """A spec fixing tp 2 with sequence_parallel false: the planner searched SP off only at
+    tp 1 and answered 'no layout fits (0 candidates evaluated)' although lint finds layouts
+    that fit; now the user's choice is searched as written."""
+    spec = tmp_path / "s.yaml"
+    spec.write_text("defaults:\n  - model: llama3-8b\n  - cluster: dgx-h100\n  - _self_\n"
+                    "cluster:\n  num_nodes: 2\nparallel:\n  tp: 2\n  sequence_parallel: false\n"
+                    "training:\n  global_batch_size: 96\n  micro_batch_size: 3\n")
+    res = plan_layouts(spec, top=3)
+    assert res.planned, [d.message for d in res.diagnostics]
+    assert all(p.candidate.tp == 2 and p.candidate.sp is False for p in res.planned)

@@ -204,17 +204,21 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
 
     def sps(tp: int, cp: int) -> list[bool]:
         """Sequence parallel choices: off with tp=1; with tp>1 on (needs (s/cp) % tp == 0), off
-        only where on is impossible (not for MoE, which needs it), or what the user fixed."""
+        only where on is impossible (not for MoE, which needs it), or what the user fixed (off
+        fixed is searched at every tp: a spec with sequence_parallel false and tp 2 found no
+        layout at all)."""
         if tp == 1:
             return [False]
         # SP off is searched only where SP is impossible: the full estimator gives SP the same
         # step time (its reduce-scatter + all-gather move what the all-reduce moves) and less
         # activation memory (Korthikanti et al. 2022, arXiv 2205.05198, Table 2), so SP off is
         # always dominated when SP is possible.
+        fixed = fx["parallel.sequence_parallel"]
+        if fixed is False:  # the user's choice is searched as written (the rules judge it)
+            return [False]
         opts = [True] if (s // cp) % tp == 0 else []
         if not E and not opts:
             opts.append(False)
-        fixed = fx["parallel.sequence_parallel"]
         return [o for o in opts if fixed is None or o == fixed]
 
     tps = pick("parallel.tp", [x for x in divisors(a) if x <= MAX_TP and f % x == 0
