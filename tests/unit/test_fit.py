@@ -233,3 +233,21 @@ def test_trc404_step_against_the_time_limit():
     assert trc404(time_limit="04:00:00", save_interval=36) == []
     assert trc404(time_limit="UNLIMITED") == []
     assert trc404(time_limit="0") == trc404(time_limit="0:0:0") == []  # Slurm: zero = no limit
+
+
+def test_trc401_fix_puts_context_parallelism_after_a_near_change_without_it():
+    """At 8K tokens cp=2 fit 1 % faster than micro batch 1 and was TRC401's machine edit, against
+    the planner's own rule (no CP within the error band); a CP change more than 10 % faster
+    stays first, and one that adds GPUs keeps its place."""
+    from trainc.compiler.fit import _cp_last
+
+    def r(edits, step, added=0):
+        return {"edits": edits, "step": step, "gpus_added": added, "total": 1}
+
+    cp, mbs, tp = r({"parallel.cp": 2}, 5.34), r({"training.micro_batch_size": 1}, 5.39), \
+        r({"parallel.tp": 4}, 5.92)
+    assert _cp_last([cp, mbs, tp]) == [mbs, tp, cp]  # both within 10 % of 5.34 s
+    far = r({"training.recompute": "full"}, 6.74)
+    assert _cp_last([cp, far]) == [cp, far]
+    grow = r({"parallel.cp": 2, "cluster.num_nodes": 4}, 3.0, added=16)
+    assert _cp_last([mbs, grow]) == [mbs, grow]

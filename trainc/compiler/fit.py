@@ -187,6 +187,32 @@ def _rank(r: dict[str, Any]) -> tuple[float, float, float]:
     return (r["gpus_added"], r["step"], r["total"])
 
 
+#: Within this fraction of a change's step time, a change without context parallelism is
+#: listed first (the planner's error band and simplicity order, docs/planner.md).
+CP_BAND = 0.10
+
+
+def _uses_cp(r: dict[str, Any]) -> bool:
+    return int(r["edits"].get("parallel.cp", 1)) > 1
+
+
+def _cp_last(ranked: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``ranked`` with a change that turns on context parallelism moved after the same-GPU
+    changes without it that are within :data:`CP_BAND` of its step time: CP is for sequences
+    that do not fit otherwise, and its ring overheads are not priced (a micro batch of 1 that
+    fits 1 % slower than cp=2 at 8K tokens is the better fix)."""
+    out = list(ranked)
+    for r in ranked:
+        if not _uses_cp(r) or r["gpus_added"]:
+            continue
+        near = [x for x in out if not _uses_cp(x) and not x["gpus_added"]
+                and x["step"] <= r["step"] * (1 + CP_BAND)]
+        if near:
+            out.remove(r)
+            out.insert(out.index(near[-1]) + 1, r)
+    return out
+
+
 def fitting_changes(spec: TrainSpec, evaluate: Evaluate) -> tuple[list[dict[str, Any]], bool]:
     """Candidates, cheapest first (:func:`_rank`: changes on the same GPUs by predicted step
     time, then those that add nodes by the GPUs they add); the flag says whether they fit.
@@ -213,7 +239,7 @@ def fitting_changes(spec: TrainSpec, evaluate: Evaluate) -> tuple[list[dict[str,
             if r is not None and r["total"] <= r["budget"]:
                 fits.append(r)
     if fits:
-        return sorted(fits, key=_rank)[:MAX_SUGGESTIONS], True
+        return _cp_last(sorted(fits, key=_rank))[:MAX_SUGGESTIONS], True
     # only changes that reduce memory are "reductions" (selective recompute saves nothing with
     # fused attention, for example)
     current = now.estimates.memory_bytes.total if now and now.estimates else math.inf
@@ -264,10 +290,13 @@ def _memory(plan: Plan, e: Estimates, evaluate: Evaluate | None) -> Iterator[Dia
     listed = "; ".join(_listed(r) for r in cands)
     if fit:
         top = cands[0]
+        faster = min((r["step"] for r in cands if not r["gpus_added"]), default=top["step"])
         how = (f"adds {top['gpus_added']} GPUs" if top["gpus_added"]
-               else "on the same GPUs, the fastest")
-        fix = (f"cheapest changes that fit (same GPUs first by step time, then the fewest GPUs "
-               f"added): {listed}; cheapest: {_show(top['edits'])} ({how})")
+               else "on the same GPUs, the fastest" if top["step"] <= faster
+               else "on the same GPUs, within 10 % of the fastest without context parallelism")
+        fix = (f"cheapest changes that fit (same GPUs first by step time, context parallelism "
+               f"after a change within 10 % of it, then the fewest GPUs added): {listed}; "
+               f"cheapest: {_show(top['edits'])} ({how})")
         edits = {k: getattr(v, "value", v) for k, v in cands[0]["edits"].items()}
     elif cands:
         fix = f"no single or paired change fits; largest reductions: {listed}; add GPUs"
