@@ -599,3 +599,18 @@ def test_cli_a_spec_row_that_breaks_a_rule_exits_2(tmp_path):
     assert "1 run(s) do not compile: runs.csv:4 bad.yaml (its layout breaks TRC101, TRC201" \
         in proc.stderr
     assert not (tmp_path / "p.yaml").exists()
+
+
+def test_cli_contradicting_measurements_exit_2(tmp_path):
+    """step_time_s 0.5 next to tokens_per_s_per_gpu that means a 2000x longer step: only the
+    step time was used, silently. Now the row is an error naming both figures."""
+    _bad_csv_cases(tmp_path)
+    seq, _, _, nodes, gbs = GRID[1]
+    tps = gbs * seq / (0.5 * nodes * 8)  # the tokens/s that agree with 0.5 s per step
+    (tmp_path / "runs.csv").write_text(
+        "spec,step_time_s,tokens_per_s_per_gpu\n"
+        f"run0.yaml,0.5,\nrun1.yaml,0.5,{tps:g}\nrun2.yaml,0.5,{tps / 2000:g}\n")
+    proc = _cli("runs.csv", "--factors", "gemm_efficiency", "-o", "p.yaml", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "line 4: step_time_s 0.5 and tokens_per_s_per_gpu" in proc.stderr
+    assert "line 3" not in proc.stderr and not (tmp_path / "p.yaml").exists()

@@ -270,6 +270,24 @@ def _measured(row: dict[str, str], spec: TrainSpec) -> tuple[float | None, str]:
     return None, ""
 
 
+def _disagree(row: dict[str, str], spec: TrainSpec) -> str | None:
+    """Why a row's step time and tokens/s per GPU contradict each other (more than 10 % apart
+    once converted with the spec's global batch, sequence and GPUs), or None. Only the step
+    time would be used; a contradiction means one of the two (or the spec) is not the run."""
+    got = {col.split(" ")[0]: measured_value(text)[0] for col, text in _cells(row)}
+    step = got.get("step_time_s") or got.get("measured_step_time_s")
+    tps = got.get("tokens_per_s_per_gpu")
+    if not step or not tps:
+        return None
+    world = spec.cluster.num_nodes * spec.cluster.gpus_per_node
+    implied = spec.training.global_batch_size * spec.model.seq_length / (tps * world)
+    if max(step, implied) <= 1.10 * min(step, implied):
+        return None
+    return (f"step_time_s {step:g} and tokens_per_s_per_gpu {tps:g} disagree (the latter means "
+            f"{implied:.4g} s per step for {spec.training.global_batch_size} x "
+            f"{spec.model.seq_length} tokens on {world} GPUs)")
+
+
 def runs_from_csv(path: Path, overrides: Sequence[str] = (),
                   where: Sequence[str] = ()) -> tuple[list[Run], list[str]]:
     """The CSV's runs and a note per row left out of scope (not kept by ``where``, a
@@ -348,6 +366,10 @@ def runs_from_csv(path: Path, overrides: Sequence[str] = (),
                 notes.append(f"{name}: skipped ({why})")
                 continue
         measured, kind = _measured(row, spec)
+        clash = _disagree(row, spec) if spec_csv else None
+        if clash:
+            errors.append(f"line {i}: {clash}")
+            continue
         if measured is None:  # a published-runs row without a measurement (spec rows: above)
             notes.append(f"{name}: skipped (no measured step_time_s, tokens_per_s_per_gpu or "
                          "tflops_per_gpu)")
