@@ -140,6 +140,14 @@ def test_bad_override_syntax(tmp_path, override):
     assert d.locations[0].file == "<command line>" and d.fix
 
 
+def test_an_unquoted_non_ascii_value_gets_the_quoted_form_as_fix(tmp_path):
+    """`name=llama³-70b` failed with Hydra's bare LexerNoViableAltException; the fix now shows
+    the quoted form Hydra's grammar takes."""
+    d = only(load_text(tmp_path, SPEC, ["name=llama³-70b"]), "TRC005")
+    assert d.fix is not None and "name='llama³-70b' (in a shell: \"name='llama³-70b'\")" in d.fix
+    assert load_text(tmp_path, SPEC, ["name='llama-70b'"]).spec.name == "llama-70b"
+
+
 def test_override_unknown_key_and_wrong_type(tmp_path):
     loaded = load_text(tmp_path, SPEC, ["parallel.tpp=2", "parallel.pp=abc"])
     got = {(d.rule.id, d.key) for d in loaded.diagnostics}

@@ -115,9 +115,14 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
             # RecursionError: brackets nested thousands deep (both from Hydra's parser)
             msg = (str(e).splitlines() or [type(e).__name__])[0][:200]
             shown_ov = text if len(text) <= 80 else text[:77] + "..."
+            key, sep, value = text.partition("=")
+            quote = (f"; a value with characters outside Hydra's unquoted grammar (spaces, "
+                     f"non-ASCII, brackets) is quoted: {key}='{value}' (in a shell: "
+                     f"\"{key}='{value}'\")") if sep and key and "'" not in value else ""
             diags.append(_at(diag(R.BAD_OVERRIDE, f"cannot parse override '{shown_ov}': {msg}",
                                   "<command line>", fix="write overrides as KEY=VALUE, e.g. "
-                                  "parallel.tp=4 or model=llama3-8b"), COMMAND_LINE, i + 1))
+                                  "parallel.tp=4 or model=llama3-8b" + quote),
+                             COMMAND_LINE, i + 1))
             continue
         key = ov.key_or_group
         if not key:
