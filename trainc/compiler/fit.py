@@ -48,6 +48,12 @@ OOM_MARGIN = 0.10
 #: Below ``budget x (1 - this)`` the estimate is a sure fit; between that and the OOM margin
 #: TRC403 warns (the allocator's fragmentation is typically a few per cent of the peak).
 TIGHT_MARGIN = 0.05
+
+
+def is_tight(total_bytes: float, budget_bytes: float) -> bool:
+    """Per-GPU memory above ``1 - TIGHT_MARGIN`` of the budget (bytes both): TRC403's range
+    (and TRC401's beyond its margin); False without a budget."""
+    return budget_bytes > 0 and total_bytes > budget_bytes * (1 - TIGHT_MARGIN)
 MAX_SUGGESTIONS = 4
 #: Uneven pipeline splits tried by the what-if search (nearest the current split first).
 MAX_REBALANCE = 3
@@ -250,7 +256,7 @@ def fitting_changes(spec: TrainSpec, evaluate: Evaluate) -> tuple[list[dict[str,
 def _listed(r: dict[str, Any]) -> str:
     added = f", +{r['gpus_added']} GPUs" if r["gpus_added"] else ""
     tight = ""
-    if r["budget"] > 0 and r["total"] > r["budget"] * (1 - TIGHT_MARGIN):  # fits, but TRC403
+    if is_tight(r["total"], r["budget"]):  # fits, but TRC403
         tight = f" (tight: {100 * (r['budget'] - r['total']) / r['budget']:.1f} % under)"
     return (f"{_show(r['edits'])} -> {r['total'] / GiB:.1f} GiB{tight}, {r['step']:.3g} s/step"
             f"{added}")
@@ -258,7 +264,7 @@ def _listed(r: dict[str, Any]) -> str:
 
 def _memory(plan: Plan, e: Estimates, evaluate: Evaluate | None) -> Iterator[Diagnostic]:
     mem, budget = e.memory_bytes, e.memory_budget_bytes
-    if mem.total <= budget * (1 - TIGHT_MARGIN):
+    if not is_tight(mem.total, budget):
         return
     spec = plan.spec
     c = spec.cluster

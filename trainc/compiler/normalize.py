@@ -61,7 +61,8 @@ FILLED_FROM: dict[str, tuple[str, ...]] = {
 }
 
 
-def _get(spec: TrainSpec, key: str) -> object:
+def spec_value(spec: TrainSpec, key: str) -> object:
+    """The value at a dotted spec key (``parallel.tp``)."""
     obj: object = spec
     for part in key.split("."):
         obj = getattr(obj, part)
@@ -73,7 +74,7 @@ def tainted(before: TrainSpec, broken: frozenset[str]) -> dict[str, frozenset[st
     the broken keys of ``broken`` it comes from (transitively: moe_ffn from ffn from hidden)."""
     out: dict[str, frozenset[str]] = {}
     for key, inputs in FILLED_FROM.items():
-        if key in broken or _get(before, key) is not None:
+        if key in broken or spec_value(before, key) is not None:
             continue
         roots: set[str] = set()
         for i in inputs:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainc.compiler.diagnostics import Diagnostic, locate, sort_diagnostics
-from trainc.compiler.fit import TIGHT_MARGIN
+from trainc.compiler.fit import is_tight
 from trainc.compiler.load import load_spec
 from trainc.compiler.normalize import normalize
 from trainc.compiler.pipeline import State, run_passes
@@ -133,7 +133,8 @@ def rank_within_band(planned: list[Planned], band: float) -> list[Planned]:
     while rest:
         limit = _step(rest[0]) * (1 + band)
         near = [p for p in rest if _step(p) <= limit]
-        pick = min(near, key=lambda p: (_tight(p), p.candidate.simplicity(), _step(p), _mem(p)))
+        pick = min(near, key=lambda p: (memory_tight(p), p.candidate.simplicity(), _step(p),
+                                        _mem(p)))
         out.append(pick)
         rest.remove(pick)
     return out
@@ -175,10 +176,9 @@ def _mem(p: Planned) -> int:
     return int(p.estimates.get("memory_bytes", {}).get("total", 0))
 
 
-def _tight(p: Planned) -> bool:
-    """Estimated above ``1 - TIGHT_MARGIN`` of the memory budget (TRC403's range)."""
-    budget = float(p.estimates.get("memory_budget_bytes", 0))
-    return budget > 0 and _mem(p) > budget * (1 - TIGHT_MARGIN)
+def memory_tight(p: Planned) -> bool:
+    """Estimated in TRC403's range of the memory budget (:func:`trainc.compiler.fit.is_tight`)."""
+    return is_tight(_mem(p), float(p.estimates.get("memory_budget_bytes", 0)))
 
 
 def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = (),

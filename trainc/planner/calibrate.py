@@ -251,10 +251,15 @@ def bad_measurement(row: dict[str, str]) -> str | None:
     return None
 
 
+def _measured_cells(row: dict[str, str]) -> dict[str, float | None]:
+    """The row's measured cells by column (values as :func:`measured_value` reads them)."""
+    return {col.split(" ")[0]: measured_value(text)[0] for col, text in _cells(row)}
+
+
 def _measured(row: dict[str, str], spec: TrainSpec) -> tuple[float | None, str]:
     """Seconds per step from the row's measured column (needs the spec's FLOPs for TFLOP/s);
     the row's cells were checked by :func:`bad_measurement`."""
-    got = {col.split(" ")[0]: measured_value(text)[0] for col, text in _cells(row)}
+    got = _measured_cells(row)
     step = got.get("step_time_s") or got.get("measured_step_time_s")
     if step:
         return step, "step_time_s"
@@ -274,7 +279,7 @@ def _disagree(row: dict[str, str], spec: TrainSpec) -> str | None:
     """Why a row's step time and tokens/s per GPU contradict each other (more than 10 % apart
     once converted with the spec's global batch, sequence and GPUs), or None. Only the step
     time would be used; a contradiction means one of the two (or the spec) is not the run."""
-    got = {col.split(" ")[0]: measured_value(text)[0] for col, text in _cells(row)}
+    got = _measured_cells(row)
     step = got.get("step_time_s") or got.get("measured_step_time_s")
     tps = got.get("tokens_per_s_per_gpu")
     if not step or not tps:

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from trainc.compiler.numfmt import fixed, percent
+from trainc.planner import memory_tight
 from trainc.planner.search import summary
 
 #: Width of a pipe or file when COLUMNS is not set.
@@ -124,15 +125,6 @@ def _table(title: str, cols: list[tuple[str, list[str]]], why: list[str]) -> Any
     return table
 
 
-def _over_tight(p: Any) -> bool:
-    """Estimated above ``1 - TIGHT_MARGIN`` of the memory budget (TRC403's range)."""
-    from trainc.compiler.fit import TIGHT_MARGIN
-
-    budget = float(p.estimates.get("memory_budget_bytes", 0))
-    total = float(p.estimates.get("memory_bytes", {}).get("total", 0))
-    return budget > 0 and total > budget * (1 - TIGHT_MARGIN)
-
-
 def render(res: Any, width: int) -> list[Any]:
     """The renderables (the table, then notes) for :class:`trainc.planner.PlanResult` ``res``
     in ``width`` columns."""
@@ -169,7 +161,7 @@ def render(res: Any, width: int) -> list[Any]:
     out: list[Any] = [table]
     if moved:
         out.append(Text("every row: " + ", ".join(f"{h} {v}" for h, v in moved)))
-    tight = [i for i, p in enumerate(res.planned) if _over_tight(p)]
+    tight = [i for i, p in enumerate(res.planned) if memory_tight(p)]
     if tight and tight[0] == 0:
         est = res.planned[0].estimates
         out.append(Text(

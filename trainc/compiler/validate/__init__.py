@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from trainc.compiler import rules as R
 from trainc.compiler.derive import derive
 from trainc.compiler.diagnostics import Diagnostic, diag, for_engine
-from trainc.compiler.normalize import FILLED_FROM
+from trainc.compiler.normalize import FILLED_FROM, spec_value
 from trainc.compiler.validate.checkpoint import checkpoint
 from trainc.compiler.validate.compatibility import compatibility
 from trainc.compiler.validate.data import data_path
@@ -65,7 +65,7 @@ def _echo(spec: TrainSpec, key: str, errs: set[str]) -> bool:
     """``key`` holds the value normalization copied from an input that has a range error
     (``parallel.etp`` = ``parallel.tp`` = -8, ``training.lr_decay_iters`` = ``train_iters`` =
     0): the same mistake, reported once, at the key the user wrote."""
-    return any(i in errs and _value(spec, i) == _value(spec, key)
+    return any(i in errs and spec_value(spec, i) == spec_value(spec, key)
                for i in FILLED_FROM.get(key, ()))
 
 
@@ -78,13 +78,6 @@ def _drop_echoes(found: list[Diagnostic], spec: TrainSpec) -> list[Diagnostic]:
     """The range errors without those of keys that echo another's (:func:`_echo`)."""
     errs = {d.key for d in found if d.is_error}
     return [d for d in found if not (d.is_error and _echo(spec, d.key, errs - {d.key}))]
-
-
-def _value(spec: TrainSpec, key: str) -> object:
-    obj: object = spec
-    for part in key.split("."):
-        obj = getattr(obj, part, None)
-    return obj
 
 
 def _with_defaults(spec: TrainSpec, bad: frozenset[str]) -> TrainSpec:

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from trainc.compiler import rules as R
 from trainc.compiler.diagnostics import Diagnostic, diag
+from trainc.compiler.normalize import spec_value
 from trainc.schemas import TrainSpec
 
 _POSITIVE = (
@@ -79,18 +80,11 @@ def _band(spec: TrainSpec) -> Iterator[Diagnostic]:
                    p10=lo, p90=hi)
 
 
-def _get(spec: TrainSpec, key: str) -> object:
-    obj: object = spec
-    for part in key.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def ranges(spec: TrainSpec) -> Iterator[Diagnostic]:
     """Positive counts, fractions in (0, 1], the calibrated step-time band, ZeRO stage in 0-3,
     port in 1-65535."""
     for key in _POSITIVE:
-        v = _get(spec, key)
+        v = spec_value(spec, key)
         if isinstance(v, (int, float)) and not 0 < v <= MAX_COUNT:
             yield diag(R.VALUE_RANGE, f"{key} must be a positive number up to {MAX_COUNT:.0e}, "
                        f"got ({v})", key, fix=f"set {key} to a positive value" if v <= 0 else
@@ -109,23 +103,23 @@ def ranges(spec: TrainSpec) -> Iterator[Diagnostic]:
                    fix="set cluster.num_nodes and cluster.gpus_per_node to the real cluster",
                    value=world)
     for key in _FRACTION:
-        v = _get(spec, key)
+        v = spec_value(spec, key)
         if isinstance(v, (int, float)) and not 0 < v <= 1:
             yield diag(R.VALUE_RANGE, f"{key} must be in (0, 1], got ({v})", key,
                        fix=f"set {key} to a fraction such as 0.5", value=v)
     for key in _HALF_OPEN:
-        v = _get(spec, key)
+        v = spec_value(spec, key)
         if isinstance(v, (int, float)) and not 0 <= v < 1:
             yield diag(R.VALUE_RANGE, f"{key} must be in [0, 1), got ({v})", key,
                        fix=f"set {key} to at least 0 and below 1 (e.g. 0.95 for adam_beta2, "
                            "0.0 for dropout)", value=v)
     for key in _UNIT:
-        v = _get(spec, key)
+        v = spec_value(spec, key)
         if isinstance(v, (int, float)) and not 0 <= v <= 1:
             yield diag(R.VALUE_RANGE, f"{key} must be in [0, 1], got ({v})", key,
                        fix=f"set {key} between 0 and 1", value=v)
     for key in _NON_NEGATIVE:
-        v = _get(spec, key)
+        v = spec_value(spec, key)
         if isinstance(v, (int, float)) and (v < 0 or v > MAX_COUNT):
             yield diag(R.VALUE_RANGE, f"{key} must not be negative, got ({v})", key,
                        fix=f"set {key} to 0 or more", value=v)
