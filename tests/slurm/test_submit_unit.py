@@ -127,6 +127,15 @@ def test_cli_submit_wait_exits_with_the_job_exit_code(fake_slurm, outdir):
     assert "job 42 RUNNING on n[1-2]" in proc.stderr and "FAILED" in proc.stderr
 
 
+@pytest.mark.parametrize(("sacct", "hint"), [("42|FAILED|143:0|n[1-2]", True),
+                                              ("42|FAILED|7:0|n[1-2]", False),
+                                              ("42|COMPLETED|0:0|n[1-2]", False)])
+def test_cli_submit_wait_explains_a_terminated_task(fake_slurm, outdir, sacct, hint):
+    """143 = 128 + SIGTERM: srun's --kill-on-bad-exit ended a task after another one failed."""
+    proc = trainc("submit", str(outdir), "--wait", env=dict(os.environ, FAKE_SACCT=sacct))
+    assert ("srun ended the other tasks after one failed" in proc.stderr) == hint, proc.stderr
+
+
 def test_cli_submit_missing_outdir_is_exit_4(tmp_path):
     proc = trainc("submit", str(tmp_path / "nope"))
     assert proc.returncode == 4

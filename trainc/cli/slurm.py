@@ -78,4 +78,11 @@ def _submit(args: argparse.Namespace) -> int:
     output = f"; output: {final.stdout}" if final.stdout else ""
     print(f"trainc submit: job {job_id} {final.state}, exit code {final.exit_code}:{final.signal}"
           f" -> {final.return_code}{output}", file=sys.stderr)
+    if final.state != "COMPLETED" and final.exit_code > 128:
+        # srun returns the highest task exit code, and a task that --kill-on-bad-exit ended
+        # reports 128 + SIGTERM even when another task's failure started it (srun(1), RETURN VALUE)
+        print(f"trainc submit: {final.exit_code} = 128 + signal {final.exit_code - 128}: srun "
+              "ended the other tasks after one failed (--kill-on-bad-exit); the first "
+              "'error: ... Exited with exit code' line in the output names the task that did",
+              file=sys.stderr)
     return final.return_code
