@@ -104,6 +104,17 @@ def test_fp8_on_deepspeed_is_one_runner_error_not_recipe_findings() -> None:
     assert {"TRC370", "TRC371", "TRC379"} <= mg and "TRC330" not in mg
 
 
+def test_fp8_on_torchtitan_says_where_its_float8_lives() -> None:
+    """torchtitan 0.3.0 has float8 (rowwise only), but only inside its registry function: the
+    runner error says so instead of only naming Transformer Engine."""
+    diags = find(lint_cfg(**H100_FP8, **FLAT, engine="fsdp",
+                          **{"launch.entrypoint": "torchtitan"}), "TRC330")
+    assert len(diags) == 1 and "rowwise-only" in diags[0].message
+    assert "registry function" in diags[0].message
+    plain = find(lint_cfg(**H100_FP8, **FLAT, engine="fsdp"), "TRC330")
+    assert len(plain) == 1 and "torchtitan" not in plain[0].message
+
+
 #: rules that only Megatron-Core (Transformer Engine, its MoE layer) enforces, or only DeepSpeed
 MEGATRON_ONLY = ("TRC306", "TRC307", "TRC370", "TRC371", "TRC372", "TRC373", "TRC374", "TRC375",
                  "TRC376", "TRC377", "TRC378", "TRC379")

@@ -17,7 +17,16 @@ from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.engines.settings import distributed_optimizer
-from trainc.schemas import Device, Engine, Fp4Format, Fp8Format, Optimizer, StateDtype, TrainSpec
+from trainc.schemas import (
+    Device,
+    Engine,
+    Entrypoint,
+    Fp4Format,
+    Fp8Format,
+    Optimizer,
+    StateDtype,
+    TrainSpec,
+)
 
 #: The dtypes Megatron-LM's parser accepts for each optimizer buffer.
 STATE_CHOICES = {
@@ -47,6 +56,12 @@ def precision(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     if keys and (spec.engine is not Engine.megatron or spec.launch.device is Device.cpu):
         where = (f"engine={spec.engine.value}" if spec.engine is not Engine.megatron
                  else "launch.device=cpu")
+        if spec.launch.entrypoint is Entrypoint.torchtitan and "training.fp8_format" in keys:
+            # torchtitan 0.3.0rc1 (release/0.3 4f9e9a47) components/quantization/float8.py:
+            # Float8LinearConverter.Config takes recipe_name rowwise / rowwise_with_gw_hp only,
+            # and only inside the registry function (Trainer.Config.model_spec is suppressed)
+            where += (" with launch.entrypoint=torchtitan, whose 0.3.0 float8 is rowwise-only "
+                      "and set inside its registry function, not on its command line")
         yield diag(R.LOW_PRECISION_RUNNER,
                    f"{', '.join(keys)} {_need(keys)} Transformer Engine on CUDA with "
                    f"engine=megatron; this spec runs on {where}", keys[0],
