@@ -226,3 +226,22 @@ def test_apply_does_not_write_what_normalization_derives(tmp_path):
     text = out.read_text()
     assert "  tp: 2\n" in text and "etp" not in text and "sequence_parallel" not in text
     assert main(["lint", str(out), "parallel.tp=4"]) == 0
+
+
+def test_apply_writes_a_filled_key_that_the_edit_moves_off_the_plan(tmp_path):
+    """Mixtral at 32K on 16 H100: the pick has tp 8 with etp 1. etp resolved to 1 before the edit
+    (filled from tp 1), so it was not a changed key; tp 8 then filled etp 8 and --apply fell back
+    to the full resolved spec. The edit writes etp and keeps the user's file."""
+    spec = tmp_path / "mx.yaml"
+    spec.write_text("defaults: [{model: mixtral-8x7b}, {cluster: dgx-h100}, _self_]\n"
+                    "name: mx\nmodel: {seq_length: 32768}\ncluster: {num_nodes: 2}\n"
+                    "training: {global_batch_size: 64, train_iters: 100}\n")
+    res = plan_layouts(spec, top=1)
+    pick = res.planned[0].spec
+    assert pick.parallel.tp > 1 and pick.parallel.etp == 1
+    out = tmp_path / "out.yaml"
+    applied = applied_text(spec, [], pick, out)
+    assert applied.note == "" and applied.text.startswith("defaults: [{model: mixtral-8x7b}")
+    assert "etp: 1" in applied.text and "parallel.etp" in applied.changed
+    out.write_text(applied.text)
+    assert _resolved(out)["parallel"]["etp"] == 1

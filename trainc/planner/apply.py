@@ -200,6 +200,8 @@ def applied_text(spec_path: str | os.PathLike[str], overrides: list[str] | tuple
     cannot hold the check's scratch file."""
     target = _leaves(spec_to_dict(planned_spec))
     text = Path(spec_path).read_text(encoding="utf-8")
+    why = ("it is not a plain block mapping, or its defaults list names presets found only "
+           "next to it")
     folder = Path(out_path).resolve().parent
     try:
         groups = [o.split("=", 1) for o in overrides if o.split("=", 1)[0] in GROUPS]
@@ -218,13 +220,21 @@ def applied_text(spec_path: str | os.PathLike[str], overrides: list[str] | tuple
             text2 = _set_keys(text1, first, target)
             again = _resolve(text2, folder)
             if again is not None and _leaves(again) != target:
-                rest = [k for k in changed if k in FILLED_FROM
+                # a filled key can move although it was already right (etp 1 from tp 1,
+                # then tp 8 fills etp 8): every filled key the edit moved off the plan's value
+                rest = [k for k in target if k in FILLED_FROM and k not in first
                         and _leaves(again).get(k, object()) != target[k]]
+                changed += [k for k in rest if k not in changed]
                 first += rest
                 text2 = _set_keys(text1, first, target)
                 again = _resolve(text2, folder)
             if again is not None and _leaves(again) == target:
                 return Applied(text2, [f"{g}={o}" for g, o in groups] + changed)
+            if again is not None:
+                off = sorted(k for k in set(target) | set(_leaves(again))
+                             if _leaves(again).get(k, object()) != target.get(k, object()))
+                why = ("the edited file still resolves to another value of "
+                       + ", ".join(off[:4]) + (" ..." if len(off) > 4 else ""))
     except (yaml.YAMLError, ValueError):
         pass  # not a plain block mapping (or a key nested deeper): the full spec below
     # the spec before normalization: values trainc derives (lr_decay_iters, etp, the overlap
@@ -233,8 +243,7 @@ def applied_text(spec_path: str | os.PathLike[str], overrides: list[str] | tuple
                           sort_keys=False)
     return Applied(f"# written by trainc plan from {spec_path}\n{full}", sorted(target),
                    note=f"{spec_path} could not be edited in place so that it resolves to the "
-                   f"planned layout from {folder} (its defaults list names presets found only "
-                   "next to it, or a value is an alias?); wrote the complete resolved spec "
+                   f"planned layout from {folder} ({why}); wrote the complete resolved spec "
                    "instead")
 
 
