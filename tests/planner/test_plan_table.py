@@ -180,7 +180,7 @@ def test_versus_spec_names_the_derived_dp_when_the_spec_leaves_it_implicit(tmp_p
                     "name: d\ncluster: {num_nodes: 3}\ntraining: {global_batch_size: 256}\n")
     r = plan_layouts(path, top=1)
     assert r.versus_spec == ("the spec's own layout (tp=1 pp=1 vpp=1 cp=1 ep=1 dp=24 mbs=1 "
-                             "recompute=selective) does not compile (TRC214)")
+                             "recompute=selective zero=1) does not compile (TRC214)")
     assert r.versus_spec in _text(r, 200).replace("\n", " ")
 
 

@@ -172,7 +172,7 @@ def test_top_pick_is_explained_against_the_spec_layout(paths, tmp_path):
     # a 128-sequence batch on 32 H100: the line says so, with its memory and the budget
     res = plan_layouts(paths["dense_8b_32xh100"], top=3)
     assert res.versus_spec.startswith("the spec's own layout (tp=1 pp=1 vpp=1 cp=1 ep=1 dp=32 "
-                                      "mbs=1 recompute=selective) does not fit")
+                                      "mbs=1 recompute=selective zero=1) does not fit")
     assert "TRC401" in res.versus_spec and "GiB" in res.versus_spec
     assert to_json(res)["versus_spec"] == res.versus_spec
     # a spec whose own layout fits: step times of both and the main difference
@@ -191,11 +191,30 @@ training: {global_batch_size: 64}
     assert pick < mine
     text = res.versus_spec
     assert text.startswith("vs the spec's own layout (tp=1 pp=1 vpp=1 cp=1 ep=1 dp=8 mbs=1 "
-                           "recompute=selective): -")
+                           "recompute=selective zero=1): -")
     assert f"({pick:.3g} s vs {mine:.3g} s)" in text
     assert "main difference: " in text
-    # the spec fixes recompute=full: the planner keeps it, and its own layout is the pick
-    fixed = plan_layouts(small, ["training.recompute=full", "training.micro_batch_size=1"],
-                         top=3)
+    # the spec fixes full recompute of every layer: the planner keeps it, and its own layout is
+    # the pick
+    fixed = plan_layouts(small, ["training.recompute=full", "training.micro_batch_size=1",
+                                 "training.recompute_method=uniform",
+                                 "training.recompute_num_layers=1"], top=3)
     assert fixed.versus_spec == ("the spec's own layout (tp=1 pp=1 vpp=1 cp=1 ep=1 dp=8 mbs=1 "
-                                 "recompute=full) is the top pick")
+                                 "recompute=full zero=1) is the top pick")
+
+
+def test_versus_spec_compares_every_planned_choice(tmp_path):
+    """A DeepSpeed ZeRO-3 spec whose pick keeps its degrees and micro batch but recomputes 10
+    of 40 layers with the optimizer offloaded: the line said "the spec's own layout ... is the
+    top pick" (it compared degrees, micro batch and recompute granularity only)."""
+    spec = tmp_path / "ds.yaml"
+    spec.write_text("defaults: [{model: llama2-13b}, {cluster: dgx-a100-80g}, _self_]\n"
+                    "name: ds\nengine: deepspeed\ncluster: {num_nodes: 2}\n"
+                    "parallel: {zero_stage: 3}\n"
+                    "training: {micro_batch_size: 2, global_batch_size: 256, recompute: full}\n")
+    res = plan_layouts(spec, top=1)
+    t = res.planned[0].spec.training
+    assert (t.recompute_num_layers, t.offload_optimizer.name) == (10, "cpu")
+    assert res.versus_spec.startswith("vs the spec's own layout (tp=1 pp=1 vpp=1 cp=1 ep=1 dp=16 "
+                                      "mbs=2 recompute=full zero=3): -")
+    assert "(recompute full -> full block 10)" in res.versus_spec

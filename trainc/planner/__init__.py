@@ -331,6 +331,28 @@ def _spec_dp(spec: TrainSpec) -> str:
     return f"{world}/{mp}"
 
 
+def _recompute_text(t: Any) -> str:
+    """``full`` (every layer, Megatron's default uniform method with 1 layer per chunk),
+    ``full block 10`` / ``full uniform 2`` (another method or chunk), ``selective`` or
+    ``none``."""
+    text = t.recompute.name
+    method, n = t.recompute_method, t.recompute_num_layers
+    if text == "full" and method is not None and (method.name, n) != ("uniform", 1):
+        text += f" {method.name} {n}"
+    return text
+
+
+def layout_keys(spec: TrainSpec) -> tuple[Any, ...]:
+    """Every choice the planner makes, read from a validated spec: the degrees, the layer split,
+    the micro batch, recompute (granularity, method, layers), ZeRO stage, optimizer offload and
+    TP overlap. Two specs with equal keys are the same layout."""
+    p, t = spec.parallel, spec.training
+    return (p.tp, p.pp, p.vpp, p.cp, p.cp_comm_type, p.ep, p.etp, p.dp, p.sequence_parallel,
+            p.zero_stage, p.pipeline_first_stage_layers, p.pipeline_last_stage_layers,
+            p.account_for_embedding_in_pipeline_split, p.account_for_loss_in_pipeline_split,
+            t.micro_batch_size, _recompute_text(t), t.offload_optimizer, bool(t.tp_comm_overlap))
+
+
 def versus_spec(raw: TrainSpec, pick: Planned) -> str:
     """One line on why the top pick beats the layout the spec itself asks for (its parallel
     and training keys as written, defaults for the rest): step time, memory per GPU and the
@@ -340,11 +362,12 @@ def versus_spec(raw: TrainSpec, pick: Planned) -> str:
     p = state.spec.parallel if state.plan is not None else raw.parallel
     t = state.spec.training if state.plan is not None else raw.training
     lay = (f"tp={p.tp} pp={p.pp} vpp={p.vpp} cp={p.cp} ep={p.ep} dp={_spec_dp(state.spec)} "
-           f"mbs={t.micro_batch_size} recompute={t.recompute.name}")
-    c = pick.candidate
-    if (c.tp, c.pp, c.vpp, c.cp, c.ep, c.mbs, c.recompute[0]) == \
-            (p.tp, p.pp, p.vpp, p.cp, p.ep, t.micro_batch_size, t.recompute.name) \
-            and not state.failed:
+           f"mbs={t.micro_batch_size} recompute={_recompute_text(t)}")
+    lay += f" zero={p.zero_stage}"
+    if t.offload_optimizer.name != "none":
+        lay += f" offload={t.offload_optimizer.name}"
+    if state.plan is not None and not state.failed \
+            and layout_keys(state.spec) == layout_keys(pick.spec):
         return f"the spec's own layout ({lay}) is the top pick"
     if state.plan is None or state.plan.estimates is None:
         errs = sorted({d.rule.id for d in state.diagnostics if d.is_error})
@@ -371,8 +394,8 @@ def versus_spec(raw: TrainSpec, pick: Planned) -> str:
         axis = max(a, key=lambda x: float(a[x]) - float(b.get(x, 0.0)), default=None)
         if axis is not None:
             why += f" (mostly {_TERM_LABELS.get(axis, axis)})"
-    elif main == "compute" and t.recompute.name != c.recompute[0]:
-        why += f" (recompute {t.recompute.name} -> {c.recompute[0]})"
+    elif main == "compute" and _recompute_text(t) != _recompute_text(pick.spec.training):
+        why += f" (recompute {_recompute_text(t)} -> {_recompute_text(pick.spec.training)})"
     elif main == "compute":
         why += " (GEMM efficiency of the micro batch, kernel overheads)"
     rel = s_pick / s_spec - 1 if s_spec else 0.0
