@@ -20,6 +20,7 @@ from trainc.planner.calibrate import (
     AT_BOUND_TOL,
     BAND_FLOOR,
     FACTORS,
+    UNCONSTRAINED_RMS,
     CalibrateError,
     Run,
     _spec_from_dict,
@@ -130,7 +131,7 @@ def test_a_kernel_factor_lands_where_the_model_reads_it():
 
 
 def test_fit_recovers_the_factors_the_runs_were_made_with(synthetic, model):
-    res = fit(synthetic)
+    res = fit(synthetic, list(TRUE[model]))
     want_before = dict(BEFORE[model])
     if model == "kernels":
         prof = GPUS[Gpu.h100_80g]
@@ -145,6 +146,55 @@ def test_fit_recovers_the_factors_the_runs_were_made_with(synthetic, model):
     assert res.fitted_p90_ratio == pytest.approx(1.0, abs=1e-3)
     # an exact fit: the band written is the floor
     assert (res.p10_ratio, res.p90_ratio) == (0.95, 1.05)
+
+
+def test_default_fit_frees_only_the_factors_the_runs_constrain():
+    """The kernel model's synthetic runs: comm_efficiency 0.6 with comm_overlap 0.3 nearly
+    cancel, and 4-layer models barely feel layer_overhead_us: freeing any of those lowers the
+    RMS log error by less than 0.005, so the default fit keeps them at the start values and says
+    so; the GEMM and attention factors it recovers."""
+    runs = _runs("kernels")
+    res = fit(runs)
+    assert res.after["gemm_efficiency"] == pytest.approx(0.6, rel=0.01)
+    assert res.after["attention_efficiency"] == pytest.approx(0.4, rel=0.01)
+    kept = ("layer_overhead_us", "comm_efficiency", "comm_overlap")
+    assert all(res.after[n] == res.before[n] for n in kept)
+    assert res.rms_log_after < UNCONSTRAINED_RMS
+    assert any(n.startswith("the runs do not constrain layer_overhead_us, comm_efficiency, "
+                            "comm_overlap: kept at the start value(s)") for n in res.notes)
+
+
+def test_a_uniform_slowdown_moves_the_gemm_factor_alone():
+    """A user's runs all 1.2x slower than the defaults estimate. The fit used to spread it over
+    every factor along the directions the runs do not see and push comm_efficiency and
+    comm_overlap to 1.0 (communication free), and the preset then planned TP across nodes:
+    now every freed factor makes the runs slower, none ends at a bound, and the overlap the
+    runs say nothing about stays at its start."""
+    runs = _runs("kernels")
+    for r in runs:
+        assert r.plan is not None
+        r.measured_step_seconds = 1.2 * step_estimate(r.plan, {})
+    res = fit(runs)
+    moved = [n for n in res.names if res.after[n] != res.before[n]]
+    assert moved[0] == "gemm_efficiency", res.after
+    for n in moved:
+        lo, hi = FACTORS[TimeModel.kernels][n]
+        assert near_bound(res.after[n], lo, hi) is None, (n, res.after[n])
+        slower = res.after[n] > res.before[n] if n.endswith("_us") else \
+            res.after[n] < res.before[n]
+        assert slower, (n, res.after[n])
+    assert res.after["comm_overlap"] == 0.0
+
+
+def test_explicit_factors_that_the_runs_hardly_constrain_are_named(synthetic, model):
+    res = fit(synthetic, list(TRUE[model]))
+    hardly = [n for n in res.notes if n.startswith("the runs hardly constrain")]
+    if model == "kernels":
+        assert [h.split()[4].rstrip(":") for h in hardly] == ["layer_overhead_us",
+                                                                "comm_efficiency",
+                                                                "comm_overlap"]
+    else:
+        assert hardly == []
 
 
 def test_fit_of_a_subset_keeps_the_others(synthetic, model):
@@ -296,7 +346,7 @@ def test_cli_writes_a_preset_that_compile_accepts(tmp_path, synthetic, model):
         rows.append(f"run{i}.yaml,{r.measured_step_seconds!r}")
     (tmp_path / "runs.csv").write_text("\n".join(rows) + "\n")
     out = tmp_path / "cluster" / "calibrated.yaml"
-    proc = _cli("runs.csv", "-o", str(out), cwd=tmp_path)
+    proc = _cli("runs.csv", "-o", str(out), "--factors", ",".join(TRUE[model]), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "after/meas" in proc.stdout and "RMS log error" in proc.stdout
     preset = yaml.safe_load(out.read_text())
@@ -333,12 +383,14 @@ def test_cli_writes_a_preset_that_compile_accepts(tmp_path, synthetic, model):
     (["megatron_train.log"], "--cluster"),
     (["megatron_train.log", "--cluster", "dgx-h100", "--factors", "warp_speed"],
      "unknown factor"),
-    (["empty.csv"], "no usable run"),
+    (["empty.csv"], "no run in empty.csv: a CSV needs a header and at least one data row"),
+    (["void.csv"], "no run in void.csv"),
     (["notes.txt"], "not a CSV"),
 ])
 def test_cli_bad_input_exits_2(tmp_path, args, message):
     (tmp_path / "megatron_train.log").write_text((DATA / "megatron_train.log").read_text())
     (tmp_path / "empty.csv").write_text("spec,step_time_s\n")
+    (tmp_path / "void.csv").write_text("")
     (tmp_path / "notes.txt").write_text("hello\n")
     proc = _cli(*args, cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr

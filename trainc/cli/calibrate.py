@@ -46,7 +46,10 @@ def _calibrate(args: argparse.Namespace) -> int:
         runs, more = prepare(runs)
         notes += more
         if not runs:
-            raise CalibrateError("no usable run (every input was skipped: see the notes above)")
+            raise CalibrateError(
+                "no usable run (every input was skipped: see the notes above)" if notes else
+                f"no run in {', '.join(paths)}: a CSV needs a header and at least one data row, "
+                "a log at least one timed iteration after the first")
         check_one_cluster(runs, names or [])
         result = fit(runs, names)
         check_agreement(runs, result)

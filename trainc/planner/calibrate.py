@@ -129,6 +129,9 @@ FEW_RUNS = 10
 #: A fitted factor within this fraction of its range's width of a bound is tested for being at
 #: the bound (:func:`near_bound`; the fit then sets it to the bound when that fits no worse).
 AT_BOUND_TOL = 1e-3
+#: A factor is unconstrained by the runs when fitting it lowers the RMS log error of the step
+#: time by at most this (absolute; 0.005 = 0.5 % per run; :func:`supported`).
+UNCONSTRAINED_RMS = 0.005
 #: After the fit every run's measured / estimated step time must lie within this range
 #: (:func:`check_agreement`); otherwise the runs and the time model disagree and no preset is
 #: written.
@@ -793,6 +796,65 @@ def near_bound(value: float, lo: float, hi: float, tol: float = AT_BOUND_TOL) ->
     return None
 
 
+def supported(rms_without: float, rms_with: float, n_runs: int) -> bool:
+    """Whether freeing one more factor is supported by ``n_runs`` runs: it lowers the RMS log
+    error of the step time from ``rms_without`` to ``rms_with`` by more than UNCONSTRAINED_RMS
+    (run-to-run variability of large jobs is 5-9 %, so a smaller gain is noise) and by enough
+    that the Bayesian information criterion prefers it (Schwarz 1978, Ann. Statist. 6(2):
+    ``n ln(SSE_without / SSE_with) > ln n`` for one more parameter under Gaussian errors; the
+    SSE ratio is the squared RMS ratio).
+
+    >>> supported(0.174, 0.0145, 6), supported(0.064, 0.057, 9), supported(0.02, 0.016, 100)
+    (True, False, False)
+    """
+    if rms_without - rms_with <= UNCONSTRAINED_RMS:
+        return False
+    if rms_with <= 0:
+        return True
+    return n_runs * 2 * math.log(rms_without / rms_with) > math.log(max(n_runs, 2))
+
+
+def _minimise(loss_of: Callable[[dict[str, float]], float], names: Sequence[str],
+              x0: dict[str, float], known: dict[str, tuple[float, float]],
+              max_evals: int) -> tuple[dict[str, float], int]:
+    """Minimise ``loss_of`` over the factors ``names`` from ``x0`` within their bounds
+    ``known`` (Nelder-Mead, restarted from its best point while it improves; see the module
+    docstring). Returns (the factors, evaluations); integer factors are rounded."""
+    # search coordinates: each factor in units of its start value (or a tenth of its range)
+    scale = {n: abs(x0[n]) if x0[n] else 0.1 * (known[n][1] - known[n][0]) for n in names}
+
+    def factors_of(u: list[float]) -> dict[str, float]:
+        return {n: _reflect(v * scale[n], *known[n]) for n, v in zip(names, u, strict=True)}
+
+    def loss(u: list[float]) -> float:
+        return loss_of(factors_of(u))
+
+    u = [_reflect(x0[n], *known[n]) / scale[n] for n in names]
+    try:
+        from scipy.optimize import (  # type: ignore[import-untyped,unused-ignore]
+            minimize,  # optional: scipy's Nelder-Mead when installed
+        )
+    except ImportError:
+        minimize = None
+    evals, best = 0, math.inf
+    for _ in range(RESTARTS):  # restarting from the best point with a fresh simplex (standard
+        # practice: a collapsed simplex stalls on narrow valleys)
+        if minimize is not None:
+            res = minimize(lambda v: loss(list(v)), u, method="Nelder-Mead",
+                           options={"maxfev": max_evals, "xatol": 1e-7, "fatol": 1e-14})
+            u, val, nfev = [float(v) for v in res.x], float(res.fun), int(res.nfev)
+        else:
+            u, val, nfev = nelder_mead(loss, u, step=0.3, max_evals=max_evals)
+        evals += nfev
+        if val >= best - 1e-12 * max(1.0, best):
+            break
+        best = val
+    after = factors_of(u)
+    for n in INT_FACTORS & set(after):
+        after[n] = float(round(after[n]))
+    return after, evals
+
+
 def fit(runs: list[Run], names: Sequence[str] | None = None,
         start: dict[str, float] | None = None, max_evals: int = 600) -> FitResult:
     """Fit the factors ``names`` (default: :func:`default_factors`) to planned ``runs``
@@ -802,6 +864,7 @@ def fit(runs: list[Run], names: Sequence[str] | None = None,
     assert all(r.plan is not None for r in runs)
     spec0 = runs[0].plan.spec  # type: ignore[union-attr]
     known = factors_for(spec0.cluster.time_model)
+    names_given = bool(names)
     names = list(names or default_factors(runs))
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
@@ -828,50 +891,77 @@ def fit(runs: list[Run], names: Sequence[str] | None = None,
     def estimates(factors: dict[str, float]) -> list[float]:
         return [step_estimate(r.plan, factors) for r in runs]  # type: ignore[arg-type]
 
-    # search coordinates: each factor in units of its start value (or a tenth of its range)
-    scale = {n: abs(x0[n]) if x0[n] else 0.1 * (known[n][1] - known[n][0]) for n in names}
-
-    def factors_of(u: list[float]) -> dict[str, float]:
-        return {n: _reflect(v * scale[n], *known[n]) for n, v in zip(names, u, strict=True)}
-
-    def loss(u: list[float]) -> float:
-        return loss_of(factors_of(u))
-
     def loss_of(fac: dict[str, float]) -> float:
         est = estimates(fac)
         if any(e <= 0 or not math.isfinite(e) for e in est):
             return 1e30
         return sum((math.log(e) - m) ** 2 for e, m in zip(est, meas, strict=True))
 
-    u = [_reflect(x0[n], *known[n]) / scale[n] for n in names]
     notes: list[str] = []
-    try:
-        from scipy.optimize import (  # type: ignore[import-untyped,unused-ignore]
-            minimize,  # optional: scipy's Nelder-Mead when installed
-        )
-    except ImportError:
-        minimize = None
-    evals, best = 0, math.inf
-    for _ in range(RESTARTS):  # restarting from the best point with a fresh simplex (standard
-        # practice: a collapsed simplex stalls on narrow valleys)
-        if minimize is not None:
-            res = minimize(lambda v: loss(list(v)), u, method="Nelder-Mead",
-                           options={"maxfev": max_evals, "xatol": 1e-7, "fatol": 1e-14})
-            u, val, nfev = [float(v) for v in res.x], float(res.fun), int(res.nfev)
-        else:
-            u, val, nfev = nelder_mead(loss, u, step=0.3, max_evals=max_evals)
-        evals += nfev
-        if val >= best - 1e-12 * max(1.0, best):
-            break
-        best = val
-    after = factors_of(u)
-    for n in INT_FACTORS & set(after):
-        after[n] = float(round(after[n]))
+    n_runs = len(runs)
+
+    def rms_of(fac: dict[str, float]) -> float:
+        return math.sqrt(loss_of(fac) / n_runs)
+
+    def refit(free: Sequence[str], at: dict[str, float]) -> tuple[dict[str, float], int]:
+        """``at`` with the factors ``free`` fitted (the others held at their ``at`` values)."""
+        got, ev = _minimise(lambda f: loss_of({**at, **f}), free, {m: at[m] for m in free},
+                            known, max_evals)
+        return {**at, **got}, ev
+
+    # Factors the runs do not constrain (runs that barely communicate say nothing about
+    # comm_efficiency; several factors trade off along one direction, as a uniform slowdown
+    # that the GEMM, attention and communication factors can each absorb) wander to wherever
+    # the search stops, a bound typically, and the preset then prices other layouts with them.
+    # With the default factors the fit therefore selects forward: from the start values, it
+    # frees the factor whose fit lowers the RMS log error most, then the next, while each
+    # lowers it by more than UNCONSTRAINED_RMS (or UNCONSTRAINED_SHARE of the error so far);
+    # the rest keep their start values and are named. --factors fits exactly the named ones
+    # and names those whose fixing at the start value would cost no more than that.
+    if names_given:
+        after, evals = _minimise(loss_of, names, x0, known, max_evals)
+        base = rms_of(after)
+        free = list(names)
+        for n in names if len(names) > 1 else []:
+            trial, ev = refit([m for m in names if m != n], {**after, n: x0[n]})
+            evals += ev
+            cost = rms_of(trial) - base
+            if not supported(rms_of(trial), base, n_runs):
+                notes.append(f"the runs hardly constrain {n}: fixed at its start value "
+                             f"{x0[n]:g} with the others refitted, the RMS log error changes "
+                             f"by {cost:+.4f} (fitted: {after[n]:g}); fit it from runs where it "
+                             "matters, or leave it out of --factors")
+    else:
+        after, evals, free = dict(x0), 0, []
+        while len(free) < len(names):
+            base = rms_of(after)
+            trials = []
+            for n in (m for m in names if m not in free):
+                trial, ev = refit([*free, n], after)
+                evals += ev
+                trials.append((base - rms_of(trial), n, trial))
+            gain, n, trial = max(trials, key=lambda t: (t[0], -names.index(t[1])))
+            if not supported(base, base - gain, n_runs):
+                break
+            free.append(n)
+            after = trial
+        free = [n for n in names if n in free]
+        if free:  # all selected factors together, from the start values
+            after, ev = refit(free, dict(x0))
+            evals += ev
+        kept = [n for n in names if n not in free]
+        if kept:
+            notes.append(f"the runs do not constrain {', '.join(kept)}: kept at the start "
+                         "value(s) (" + ", ".join(f"{n} {x0[n]:g}" for n in kept)
+                         + "): freeing one more factor does not lower the RMS log error by "
+                         f"more than {UNCONSTRAINED_RMS} nor by enough for {n_runs} run(s) "
+                         "(the Bayesian information criterion); name one in --factors to fit "
+                         "it anyway")
     # a factor at its bound: the search approaches a bound the runs push it against only to
     # within its tolerance, and a value near a bound may be a true interior optimum. Near a
     # bound (near_bound), the factor is at the bound when the bound itself fits no worse: it is
     # set there and a note says so; otherwise it stays where the fit put it, without a note.
-    for n in names:
+    for n in free:
         lo, hi = known[n]
         b = near_bound(after[n], lo, hi)
         if b is None:
