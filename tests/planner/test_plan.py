@@ -212,3 +212,29 @@ def test_sequence_parallel_fixed_off_is_searched_at_tp_above_1(tmp_path):
     res = plan_layouts(spec, top=3)
     assert res.planned, [d.message for d in res.diagnostics]
     assert all(p.candidate.tp == 2 and p.candidate.sp is False for p in res.planned)
+
+
+@pytest.mark.parametrize(("extra", "says"), [
+    ([], "in each of the 8,970 layouts considered the weights, gradients and optimizer states "
+         "alone exceed the 76.0 GiB budget per GPU); add nodes or GPUs with more memory\n"),
+    (["model=llama3-70b", "training.micro_batch_size=4", "training.recompute=none"],
+     "none of the 1,084 layouts considered fits: the smallest needs 119.1 GiB per GPU against "
+     "a budget of 76.0 GiB); add nodes or GPUs with more memory, or use a smaller micro batch "
+     "or recompute\n"),
+])
+def test_no_fit_says_why(tmp_path, extra, says):
+    """Llama 3.1 405B on 16 H100 said 'no layout fits (0 candidates evaluated)' although 8,970
+    were considered (every grid pruned on its model states); now the reason, and with layouts
+    evaluated the smallest memory any of them needs."""
+    spec = tmp_path / "l405.yaml"
+    spec.write_text("defaults: [{model: llama3.1-405b}, {cluster: dgx-h100}, _self_]\n"
+                    "name: l405\ncluster: {num_nodes: 2}\ntraining: {global_batch_size: 512}\n")
+    proc = subprocess.run([sys.executable, "-m", "trainc", "plan", str(spec), *extra],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert f"trainc plan: no layout of {spec} fits (" in proc.stderr
+    assert says in proc.stderr
+    js = subprocess.run([sys.executable, "-m", "trainc", "plan", str(spec), *extra, "--format",
+                         "json"], capture_output=True, text=True, timeout=120)
+    out = json.loads(js.stdout)
+    assert out["candidates"] == [] and out["no_fit_reason"] and out["no_fit_reason"] in says

@@ -4,6 +4,7 @@ and optionally write the best as a spec (``--apply``)."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -38,8 +39,9 @@ def _plan(args: argparse.Namespace) -> int:
                       indent=2, sort_keys=True))
         _print_text(res)
         if res.ok:
-            print(f"trainc plan: no layout of {specs[0]} fits ({res.num_candidates_evaluated} "
-                  "candidates evaluated); add nodes, GPUs with more memory, or a smaller batch",
+            print(f"trainc plan: no layout of {specs[0]} fits ({res.no_fit_reason()}); add "
+                  "nodes or GPUs with more memory" + ("" if not math.isfinite(
+                      res.min_memory_bytes) else ", or use a smaller micro batch or recompute"),
                   file=sys.stderr)
         else:
             print(f"trainc plan: {specs[0]}: the keys it fixes break the rules above",

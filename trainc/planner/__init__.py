@@ -66,6 +66,24 @@ class PlanResult:
     """The relative step-time band of the simplicity tie-break (:func:`error_band`)."""
     versus_spec: str = ""
     """Why the top pick beats the spec's own layout (:func:`versus_spec`)."""
+    memory_budget_bytes: float = 0.0
+    """The memory budget per GPU layouts are searched against (bytes)."""
+    min_memory_bytes: float = math.inf
+    """The smallest memory per GPU the search's fast model gave any layout (bytes; inf when
+    every layout was pruned because its model states alone exceed the budget)."""
+
+    def no_fit_reason(self) -> str:
+        """Why no layout fits, in words (for a result without finalists)."""
+        budget = self.memory_budget_bytes / GIB
+        n = self.num_candidates_considered
+        if n == 0:
+            return "no layout satisfies the keys the spec fixes"
+        if not math.isfinite(self.min_memory_bytes):
+            return (f"in each of the {n:,} layouts considered the weights, gradients and "
+                    f"optimizer states alone exceed the {budget:.1f} GiB budget per GPU")
+        return (f"none of the {n:,} layouts considered fits: the smallest needs "
+                f"{self.min_memory_bytes / GIB:.1f} GiB per GPU against a budget of "
+                f"{budget:.1f} GiB")
 
     @property
     def ok(self) -> bool:
@@ -207,7 +225,8 @@ def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
     explicit = loaded.explicit
     result = search(spec, explicit)
     out = PlanResult(str(path), [], result.num_candidates_evaluated, result.num_fit,
-                     result.num_candidates_considered)
+                     result.num_candidates_considered, memory_budget_bytes=result.limit_bytes,
+                     min_memory_bytes=result.min_memory_bytes)
     band = error_band(spec)
     out.error_band = band
     need = max(top, RANKED)
@@ -415,6 +434,8 @@ def to_json(res: PlanResult) -> dict[str, Any]:
         "ranking_exact": res.exact,
         "error_band": res.error_band,
         "versus_spec": res.versus_spec,
+        # why nothing is listed (empty when a layout fits or the spec itself is in error)
+        "no_fit_reason": res.no_fit_reason() if res.ok and not res.planned else "",
     }
 
 

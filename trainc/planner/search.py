@@ -123,6 +123,9 @@ class SearchResult:
     """How many layouts within the memory slack were left out of ``pool``."""
     limit_bytes: float = math.inf
     """The memory budget per GPU the fast model's memory is compared with (bytes)."""
+    min_memory_bytes: float = math.inf
+    """The smallest fast-model memory per GPU of any evaluated layout (bytes; inf when every
+    grid was pruned on its model states)."""
 
 
 def _fixed(spec: TrainSpec, explicit: frozenset[str], key: str) -> Any:
@@ -275,6 +278,7 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
     order = 0
     fits = 0
     pruned = 0
+    min_mem = math.inf
     for tp, cp, pp, dp, first, last, stages, acc, ep, etp, sp in grids():
         slots = tuple(n + (acc[0] and r == 0) + (acc[1] and r == pp - 1)
                       for r, n in enumerate(stages))
@@ -285,6 +289,7 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
                 pruned += step
                 continue
             evaluated += 1
+            min_mem = min(min_mem, mem)
             if mem > limit * (1 + MEM_SLACK):
                 continue
             v, cpt, mbs, rc, zero, off = var
@@ -308,7 +313,7 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
     ranked = [c for _, _, c in sorted(pool, key=lambda x: (-x[0], -x[1]))]
     best = sorted((c for c in ranked if c.memory_bytes <= limit), key=_rank_key)[:KEEP]
     return SearchResult(evaluated, best, fits, evaluated + pruned, ranked, dropped, dropped_fast,
-                        n_dropped, limit)
+                        n_dropped, limit, min_mem)
 
 
 KEEP = 64
