@@ -256,8 +256,13 @@ def fitting_changes(spec: TrainSpec, evaluate: Evaluate) -> tuple[list[dict[str,
 def _listed(r: dict[str, Any]) -> str:
     added = f", +{r['gpus_added']} GPUs" if r["gpus_added"] else ""
     tight = ""
-    if is_tight(r["total"], r["budget"]):  # fits, but TRC403
-        tight = f" (tight: {100 * (r['budget'] - r['total']) / r['budget']:.1f} % under)"
+    share = (r["budget"] - r["total"]) / r["budget"] if r["budget"] > 0 else -math.inf
+    if r["total"] > r["budget"] * (1 + OOM_MARGIN):  # a reduction that still does not fit
+        tight = (f" (still {-100 * share:.1f} % over)" if math.isfinite(share)
+                 else " (still over)")
+    elif is_tight(r["total"], r["budget"]):  # fits, but TRC403
+        word = "under" if share >= 0 else "over, inside the margin"
+        tight = f" (tight: {abs(100 * share):.1f} % {word})"
     return (f"{_show(r['edits'])} -> {r['total'] / GiB:.1f} GiB{tight}, {r['step']:.3g} s/step"
             f"{added}")
 
