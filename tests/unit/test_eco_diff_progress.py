@@ -122,3 +122,18 @@ def test_require_resume_exit_code(capsys):
                  "--require-resume"]) == 1
     assert "B cannot resume from A's checkpoints (--require-resume)" in capsys.readouterr().err
     assert main(["diff", EXAMPLE, EXAMPLE, "training.lr=0.0002", "--require-resume"]) == 0
+
+
+def test_compiled_outputs_diff_by_their_plans_spec(capsys, tmp_path):
+    """An OUTDIR or its plan.json is diffed by the resolved spec it was compiled from (a new
+    user got TRC000 for OUTDIRs and 20 bogus errors for plan.json)."""
+    out = tmp_path / "out"
+    assert main(["compile", EXAMPLE, "-o", str(out), "parallel.pp=8"]) == 0
+    capsys.readouterr()
+    for a in (str(out), str(out / "plan.json")):
+        rc = main(["diff", a, EXAMPLE, "--format", "json"])
+        got = json.loads(capsys.readouterr().out)
+        assert rc == 0, got
+        diffs = {d["key"]: (d["a"], d["b"]) for d in got["differences"]}
+        assert diffs["parallel.pp"] == (8, 4)
+        assert diffs["derived.num_microbatches"] == (1024, 512)

@@ -1,6 +1,7 @@
 """``trainc diff A B [KEY=VALUE ...]``: what differs between two specs after resolution.
 
-Both specs are compiled (nothing is written); the resolved spec keys (``model.num_layers``), the
+A or B may also be a compiled output (an OUTDIR, or its plan.json): it stands for the resolved
+spec it was compiled from (plan.json ``spec``). Both specs are compiled (nothing is written); the resolved spec keys (``model.num_layers``), the
 presets chosen, every derived value (``derived.dp``, ``derived.num_microbatches``, ...) and every
 estimate (``estimates.memory_bytes.total``, ``estimates.step_time_seconds``, ...) are compared,
 plus the set of rule ids reported. A is the baseline; the overrides apply to B only, so
@@ -17,8 +18,12 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 #: Rows always shown first (when either plan has them), differing or not.
 HEADLINE = (
@@ -245,6 +250,24 @@ def _shown_pair(key: str, a: Any, b: Any) -> tuple[str, str]:
     return sa, sb
 
 
+def _spec_file(path: str, scratch: Path) -> str:
+    """The spec file to compile for ``path``: ``path`` itself, or for a compiled output (an
+    OUTDIR holding plan.json, or a plan.json) its resolved spec (plan.json ``spec``) written to
+    ``scratch``. Anything else is returned as given (the compiler reports what is wrong)."""
+    p = Path(path)
+    plan = p / "plan.json" if p.is_dir() else p
+    if plan.suffix != ".json" or not plan.is_file():
+        return path
+    try:
+        spec = json.loads(plan.read_text(encoding="utf-8"))["spec"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return path
+    if not isinstance(spec, dict):
+        return path
+    scratch.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    return str(scratch)
+
+
 def run_diff(a: str, b: str, overrides: Sequence[str] = (), *, fmt: str = "text",
              show_all: bool = False, require_resume: bool = False) -> int:
     """Compile both specs (overrides on B) and print their differences; the exit code: 2 when
@@ -254,8 +277,11 @@ def run_diff(a: str, b: str, overrides: Sequence[str] = (), *, fmt: str = "text"
     from trainc.compiler.diagnostics import render_text
     from trainc.compiler.pipeline import compile_spec
 
-    a_res = compile_spec(a, emit_files=False)
-    b_res = compile_spec(b, list(overrides), emit_files=False)
+    with tempfile.TemporaryDirectory(prefix="trainc-diff-") as tmp:
+        a_res = compile_spec(_spec_file(a, Path(tmp) / "a.yaml"), emit_files=False)
+        b_res = compile_spec(_spec_file(b, Path(tmp) / "b.yaml"), list(overrides),
+                             emit_files=False)
+    a_res.path, b_res.path = a, b
     for label, res in (("A", a_res), ("B", b_res)):
         errors = [d for d in res.diagnostics if d.is_error]
         if errors:
