@@ -31,7 +31,7 @@ def _with(**sections: object) -> str:
 # name -> (spec bytes or None for a directory, overrides, text the diagnostic must contain)
 CASES: dict[str, tuple[bytes | None, list[str], str]] = {
     "malformed-yaml": (b"model: [\n  tp: 2\n", [], "spec.yaml"),
-    "empty-file": (b"", [], "cluster.num_nodes"),
+    "empty-file": (b"", [], "is empty: a spec names at least the model"),
     "top-level-list": (b"- model\n- cluster\n", [], "spec.yaml"),
     "top-level-scalar": (b"42\n", [], "spec.yaml"),
     "binary-junk": (bytes(range(256)) * 4, [], "spec.yaml"),

@@ -104,8 +104,20 @@ def test_missing_required(tmp_path):
     assert d.key == "model.num_layers" and d.fix
 
 
-def test_empty_file_reports_every_missing_section_key(tmp_path):
-    loaded = load_text(tmp_path, "")
+def test_an_empty_file_is_one_finding(tmp_path):
+    """An empty (or comment-only) spec is one TRC000 naming what a spec needs, not a missing
+    value per required key (12 findings, among them custom-GPU bandwidths)."""
+    for text in ("", "# nothing yet\n"):
+        loaded = load_text(tmp_path, text)
+        assert loaded.spec is None
+        assert [d.rule.id for d in loaded.diagnostics] == ["TRC000"]
+        assert "is empty: a spec names at least the model" in loaded.diagnostics[0].message
+
+
+def test_an_empty_file_with_overrides_reports_every_missing_section_key(tmp_path):
+    spec = tmp_path / "e.yaml"
+    spec.write_text("")
+    loaded = load_spec(spec, ["engine=megatron"])
     keys = {d.key for d in loaded.diagnostics if d.rule.id == "TRC003"}
     assert {"model.num_layers", "cluster.num_nodes", "training.global_batch_size"} <= keys
 

@@ -146,6 +146,14 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
             key_overrides.append((key, value, i + 1))
     if diags:
         return Loaded(shown, None, diags)
+    if node is None and not overrides:
+        # an empty file (or only comments): one finding, not a "missing value" per required key
+        return Loaded(shown, None, [_at(diag(
+            R.SPEC_UNREADABLE, f"{shown} is empty: a spec names at least the model, the cluster "
+            "and the global batch", "<file>",
+            fix="start from a bundled example (examples/*.yaml), or write defaults: [{model: "
+                "llama3-8b}, {cluster: dgx-h100}, _self_] and training.global_batch_size"),
+            shown, None)])
 
     # --- compose with Hydra ---------------------------------------------------------------
     cfg, presets, comp_diags = _compose(spec_path, shown, node, group_overrides)
