@@ -73,6 +73,20 @@ def test_megatron_names_point_to_trainc_keys(tmp_path, written, value, ours):
     assert d.edits[ours] == value
 
 
+@pytest.mark.parametrize(("written", "hint"), [
+    ("  pipline_parallel: 2", "(did you mean `pipeline_parallel`, which trainc calls "
+                              "`parallel.pp`?)"),
+    ("  tensor_model_paralel_size: 2", "(did you mean `tensor_model_parallel_size`, which "
+                                       "trainc calls `parallel.tp`?)"),
+    ("  sequence_paralel: true", "(did you mean `parallel.sequence_parallel`?)"),
+])
+def test_a_misspelt_foreign_name_points_to_its_trainc_key(tmp_path, written, hint):
+    """`pipline_parallel` got "did you mean `sequence_parallel`"; a name closer to an alias
+    than to any spec key names the alias's trainc key."""
+    d = only(load_text(tmp_path, SPEC.replace("  tp: 2", written)), "TRC002")
+    assert d.message.endswith(hint), d.message
+
+
 def test_hf_kv_heads_is_query_groups_not_attention_heads(tmp_path):
     text = SPEC.replace("model:\n", "model:\n  num_key_value_heads: 8\n")
     d = only(load_text(tmp_path, text), "TRC002")

@@ -43,8 +43,11 @@ def _plan(args: argparse.Namespace) -> int:
                   "nodes or GPUs with more memory" + ("" if not math.isfinite(
                       res.min_memory_bytes) else ", or use a smaller micro batch or recompute"),
                   file=sys.stderr)
-        else:
+        elif res.planned == [] and res.num_candidates_considered:
             print(f"trainc plan: {specs[0]}: the keys it fixes break the rules above",
+                  file=sys.stderr)
+        else:
+            print(f"trainc plan: {specs[0]}: fix the errors above first (nothing was planned)",
                   file=sys.stderr)
         return EXIT_SPEC
     if args.format == "json":

@@ -14,6 +14,7 @@ problem at once, with did-you-mean, and costs microseconds instead of OmegaConf'
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import enum
 import math
 import re
@@ -171,6 +172,11 @@ ALIASES: dict[str, tuple[str, str]] = {
 }
 
 
+def _ratio(a: str, b: str) -> float:
+    """difflib's similarity of two names (0..1), as :func:`did_you_mean` ranks them."""
+    return difflib.SequenceMatcher(None, a, b).ratio()
+
+
 def _read_as(text: str, value: Any) -> str:
     """What YAML (or Hydra) made of an unquoted scalar, in words."""
     if value is None:
@@ -288,6 +294,15 @@ def check_spec(cfg: dict[str, Any], raw: dict[str, tuple[str, bool]] | None = No
                 cands = [*known, *section_keys()]
                 hint = did_you_mean(key, cands) or did_you_mean(
                     str(k), sorted({c.rsplit(".", 1)[-1] for c in cands}))
+                # a misspelt foreign name (pipline_parallel) is closer to its alias than to
+                # any spec key (sequence_parallel): name the alias's trainc key
+                alias = difflib.get_close_matches(str(k), list(ALIASES), n=1, cutoff=0.85)
+                leafs = sorted({c.rsplit(".", 1)[-1] for c in cands})
+                if alias and _ratio(str(k), alias[0]) > max(
+                        (_ratio(str(k), c) for c in leafs), default=0.0):
+                    ours, why = ALIASES[alias[0]]
+                    target = ours if "." in ours else prefix + ours
+                    hint = f" (did you mean `{alias[0]}`, which trainc calls `{target}`?)"
                 diags.append(diag(R.UNKNOWN_KEY, f"{key} is not a spec key{hint}", key,
                                   fix=f"remove {key} or correct its spelling"))
 
