@@ -349,6 +349,14 @@ def check_spec(cfg: dict[str, Any], raw: dict[str, tuple[str, bool]] | None = No
             diags.append(diag(R.UNKNOWN_CHOICE, f"{key} = '{value}' is not one of "
                               f"{', '.join(choices)}{did_you_mean(value, choices)}", key,
                               fix=f"set {key} to one of {', '.join(choices)}"))
+        elif base is int and isinstance(value, float) and value.is_integer() \
+                and abs(value) < 2**53:
+            # YAML reads 1e3 as the float 1000.0: an integer field says which integer
+            n = int(value)
+            diags.append(diag(R.TYPE_MISMATCH, f"{key} must be {type_name(tp)}, got "
+                              f"{_show(value)} (float: YAML reads 1e3-style numbers as "
+                              "floats)", key, fix=f"write it as the integer {n}: {key}={n}",
+                              edits={key: n}, expected=type_name(tp), got=_show(value)))
         else:
             diags.append(diag(R.TYPE_MISMATCH, f"{key} must be {type_name(tp)}, got "
                               f"{_show(value)} ({type(value).__name__})", key,
