@@ -218,3 +218,18 @@ def test_versus_spec_compares_every_planned_choice(tmp_path):
     assert res.versus_spec.startswith("vs the spec's own layout (tp=1 pp=1 vpp=1 cp=1 ep=1 dp=16 "
                                       "mbs=2 recompute=full zero=3): -")
     assert "(recompute full -> full block 10)" in res.versus_spec
+
+
+def test_reasons_do_not_claim_what_the_spec_fixed_or_a_zero_share():
+    """'full recompute needed to fit' printed although the spec fixed recompute=full, and
+    'TP communication is 0% of the step' is no reason."""
+    from trainc.planner.search import explain
+
+    terms = {"tp": 0.001, "cp": 0.0, "ep": 0.0, "pp": 0.0, "dp": 0.0, "bubble_seconds": 0.0,
+             "bubble": 0.0}
+    c = Candidate(1, 1, 1, 1, "p2p", 1, 1, 8, None, None, 1, ("full", "uniform", 1), 1,
+                  "none", 1e9, 10.0, terms)
+    assert explain(c, 0, 10.0, 10.0) == ("compute-bound (communication and pipeline bubble "
+                                         "under 1% of the step); full recompute needed to fit")
+    assert explain(c, 0, 10.0, 10.0, recompute_fixed=True) == (
+        "compute-bound (communication and pipeline bubble under 1% of the step)")

@@ -328,7 +328,8 @@ def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
         best = _step(out.planned[0])
         for i, p in enumerate(out.planned):
             step = p.estimates.get("step_time_seconds") or p.candidate.step_seconds
-            p.reason = explain(p.candidate, i, step, best)
+            p.reason = explain(p.candidate, i, step, best,
+                               recompute_fixed="training.recompute" in explicit)
         out.versus_spec = versus_spec(raw_spec, out.planned[0])
     return out
 

@@ -370,9 +370,12 @@ def candidate_spec(spec: TrainSpec, cand: Candidate) -> TrainSpec:
     return s
 
 
-def explain(cand: Candidate, rank: int, step: float, best_step: float) -> str:
+def explain(cand: Candidate, rank: int, step: float, best_step: float,
+            recompute_fixed: bool = False) -> str:
     """One line on what limits a candidate and why it ranks where it does (``step`` and
-    ``best_step`` in seconds, from the full estimator when available)."""
+    ``best_step`` in seconds, from the full estimator when available; ``recompute_fixed``:
+    the spec sets the recompute granularity, so full recompute is not the planner's
+    choice)."""
     tm = cand.terms
     parts = {k: tm[k] for k in ("tp", "cp", "ep", "pp", "dp", "bubble_seconds")}
     worst = max(parts, key=lambda x: parts[x])
@@ -381,7 +384,9 @@ def explain(cand: Candidate, rank: int, step: float, best_step: float) -> str:
              "cp": "CP communication", "ep": "EP all-to-all", "pp": "PP p2p",
              "dp": "DP gradient sync"}[worst]
     text = f"{label} is {share:.0%} of the step"
-    if worst == "bubble_seconds":
+    if share < 0.005:  # "TP communication is 0% of the step" is no reason
+        text = "compute-bound (communication and pipeline bubble under 1% of the step)"
+    elif worst == "bubble_seconds":
         text += f" (bubble {tm['bubble']:.1%})"
     if tm.get("tp_cross") and cand.tp > 1:
         text = (f"TP={cand.tp} crosses the NVLink domain: +{tm['intra_over_inter'] - 1:.0%} TP "
@@ -394,7 +399,7 @@ def explain(cand: Candidate, rank: int, step: float, best_step: float) -> str:
             text += f"; +{100 * slower:.2g}% vs best"
         else:
             text += "; as fast as the best"
-    if cand.recompute[0] == "full":
+    if cand.recompute[0] == "full" and not recompute_fixed:
         text += "; full recompute needed to fit"
     return text
 
