@@ -214,3 +214,19 @@ def test_a_memory_tight_top_pick_is_said_under_the_table(res):
     roomy = _fake(res, [(1.0, budget * 0.5)])
     roomy.error_band = 0.1
     assert "memory-tight" not in _text(roomy, 200)
+
+
+def test_an_fsdp_plan_shows_no_zero_stage_and_plain_full_recompute(tmp_path):
+    """engine=fsdp ignores zero_stage (TRC344): the table and the versus-spec line showed
+    'zero 1'; full recompute of every layer read 'full uniform 1'."""
+    spec = tmp_path / "f.yaml"
+    spec.write_text("defaults: [{model: llama3-8b}, {cluster: dgx-h100}, _self_]\nname: f\n"
+                    "engine: fsdp\ncluster: {num_nodes: 2}\nparallel: {tp: 2}\n"
+                    "training: {global_batch_size: 256, micro_batch_size: 2, recompute: full}\n"
+                    "launch: {entrypoint: torchtitan}\n")
+    proc = subprocess.run([sys.executable, "-m", "trainc", "plan", str(spec)],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    assert "zero" not in proc.stdout and "uniform" not in proc.stdout, proc.stdout
+    assert "recompute=full) is the top pick" in proc.stdout

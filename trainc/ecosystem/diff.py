@@ -1,10 +1,11 @@
 """``trainc diff A B [KEY=VALUE ...]``: what differs between two specs after resolution.
 
 A or B may also be a compiled output (an OUTDIR, or its plan.json): it stands for the resolved
-spec it was compiled from (plan.json ``spec``). Both specs are compiled (nothing is written); the resolved spec keys (``model.num_layers``), the
-presets chosen, every derived value (``derived.dp``, ``derived.num_microbatches``, ...) and every
-estimate (``estimates.memory_bytes.total``, ``estimates.step_time_seconds``, ...) are compared,
-plus the set of rule ids reported. A is the baseline; the overrides apply to B only, so
+spec it was compiled from (plan.json ``spec``). Both specs are compiled (nothing is written);
+the resolved spec keys (``model.num_layers``), the presets chosen, every derived value
+(``derived.dp``, ``derived.num_microbatches``, ...) and every estimate
+(``estimates.memory_bytes.total``, ``estimates.step_time_seconds``, ...) are compared, plus
+the set of rule ids reported. A is the baseline; the overrides apply to B only, so
 ``trainc diff s.yaml s.yaml parallel.tp=4`` shows what changing one key does.
 
 It also says whether B can resume from A's checkpoints (:func:`resume_verdict`: the same

@@ -383,7 +383,8 @@ def versus_spec(raw: TrainSpec, pick: Planned) -> str:
     t = state.spec.training if state.plan is not None else raw.training
     lay = (f"tp={p.tp} pp={p.pp} vpp={p.vpp} cp={p.cp} ep={p.ep} dp={_spec_dp(state.spec)} "
            f"mbs={t.micro_batch_size} recompute={_recompute_text(t)}")
-    lay += f" zero={p.zero_stage}"
+    if state.spec.engine.value != "fsdp":  # FSDP2 shards by its own keys (TRC344)
+        lay += f" zero={p.zero_stage}"
     if t.offload_optimizer.name != "none":
         lay += f" offload={t.offload_optimizer.name}"
     if state.plan is not None and not state.failed \

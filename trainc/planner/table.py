@@ -78,8 +78,9 @@ def _columns(planned: Sequence[Any]) -> tuple[list[tuple[str, list[str]]],
         s = summary(p.candidate)
         par, tr = s["parallel"], s["training"]
         rec = tr["recompute"]
-        if tr.get("recompute_method"):
-            rec += f" {tr['recompute_method']} {tr['recompute_num_layers']}"
+        method = (tr.get("recompute_method"), tr.get("recompute_num_layers"))
+        if method[0] and method != ("uniform", 1):  # every layer, one per chunk: plain "full"
+            rec += f" {method[0]} {method[1]}"
         rows.append({
             "tp": str(par["tp"]), "sp": "yes" if par["sequence_parallel"] else "no",
             "pp": _pp(par), "vpp": str(par["vpp"]),
@@ -89,6 +90,8 @@ def _columns(planned: Sequence[Any]) -> tuple[list[tuple[str, list[str]]],
             "offload": tr.get("offload_optimizer", "none"),
         })
     keys = ["tp", "sp", "pp", "vpp", "cp", "ep", "etp", "dp", "mbs", "recompute", "zero"]
+    if planned and planned[0].spec.engine.value == "fsdp":
+        keys.remove("zero")  # FSDP2 shards by its own keys; zero_stage does not apply (TRC344)
     if any(r["offload"] != "none" for r in rows):
         keys.append("offload")
     layout = [(k, [r[k] for r in rows]) for k in keys]

@@ -43,7 +43,7 @@ def explain_tables(plan: dict[str, Any], max_ranks: int | None = None) -> list[A
         ("per step", f"{d['samples_per_step']:,} samples, {d['tokens_per_step']:,} tokens; "
                      + (f"{d['steps_per_epoch']:,} steps per epoch ({d['epochs']:g} epochs)"
                         if d.get("steps_per_epoch") is not None else "epochs unknown")),
-        ("sequence parallel", str(d["sequence_parallel"])),
+        ("sequence parallel", "yes" if d["sequence_parallel"] else "no"),
         ("optimizer sharding", fsdp_sharding(s) if s["engine"] == "fsdp" else
          f"zero_stage {s['parallel']['zero_stage']}"
          + (" (Megatron-FSDP: weights, gradients and optimizer state over dp x cp)"
