@@ -175,9 +175,10 @@ def test_qwen3_moe_keys_and_head_dim():
     assert keys["kv_channels"] == 128  # head_dim 128 != 2048 / 32
     assert (keys["num_experts"], keys["moe_router_topk"], keys["moe_ffn_hidden_size"]) == (128, 8, 768)
     assert keys["num_query_groups"] == 4 and keys["moe_layer_freq"] == 1
-    assert "QK-norm is not modelled" in notes
+    assert keys["qk_layernorm"] is True and not [n for n in notes if "QK" in n]
     dense, _ = convert(yaml.safe_load((HF / "Qwen3-8B.json").read_text()))
     assert "kv_channels" not in dense and "num_experts" not in dense
+    assert dense["qk_layernorm"] is True
 
 
 def test_seq_length_is_capped_and_documented():
@@ -376,7 +377,7 @@ def test_cli_output_dash_writes_stdout(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = _write(tmp_path, json.loads((HF / "Qwen3-8B.json").read_text()))
     text, notes = import_hf_with_notes(cfg)
-    assert notes[0] == "QK-norm is not modelled"
+    assert notes and "qk_layernorm: true" in text
     assert main(["import-hf", str(cfg), "-o", "-"]) == 0
     captured = capsys.readouterr()
     assert captured.out == text and not (tmp_path / "-").exists()

@@ -47,7 +47,8 @@ Key mapping (HF -> trainc):
   ``moe_router_enable_expert_bias``) nor for group-limited routing, ``n_group`` / ``topk_group``
   (``moe_router_num_groups`` / ``moe_router_group_topk``): they are noted by name and value.
 
-Every config.json field that is not modelled (QK-norm, dense first layers, multi-token
+Qwen3's ``q_norm`` / ``k_norm`` -> ``qk_layernorm``. Every config.json field that is not
+modelled (dense first layers, multi-token
 prediction, sliding windows, the router settings above) or is mapped with a caveat, and every
 training setting it leaves unset, is listed as a ``# Note:`` line in the preset's header comment
 (and ``trainc import-hf`` prints each on stderr as a ``note:`` line).
@@ -87,7 +88,8 @@ KEY_ORDER = (
     "normalization", "position_embedding", "rotary_base", "rope_scaling_factor",
     "untie_embeddings_and_output_weights", "add_qkv_bias", "add_bias_linear", "norm_epsilon",
     "init_method_std",
-    "hidden_dropout", "attention_dropout", "multi_latent_attention", "q_lora_rank", "kv_lora_rank",
+    "hidden_dropout", "attention_dropout", "multi_latent_attention", "qk_layernorm", "q_lora_rank",
+    "kv_lora_rank",
     "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "num_experts", "moe_router_topk",
     "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_layer_freq",
     "moe_router_score_function", "moe_router_topk_scaling_factor",
@@ -237,8 +239,6 @@ def _moe_keys(cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
 
 def _notes(cfg: dict[str, Any]) -> list[str]:
     notes = []
-    if cfg["model_type"].startswith("qwen3"):
-        notes.append("QK-norm is not modelled")
     if cfg.get("sliding_window") and cfg.get("use_sliding_window", True):
         notes.append(f"sliding-window attention ({cfg['sliding_window']} tokens) is not modelled")
     return notes
@@ -438,6 +438,8 @@ def convert(cfg: dict[str, Any], *, seq_length: int | None = None,
     elif (head_dim := cfg.get("head_dim")) is not None and _int(head_dim, "head_dim") * heads \
             != hidden:
         out["kv_channels"] = _int(head_dim, "head_dim")
+    if str(mt).startswith("qwen3"):  # q_norm / k_norm: RMSNorm over head_dim, before RoPE
+        out["qk_layernorm"] = True
     notes = _notes(cfg)
     _biases(cfg, str(mt), out, notes)
     _init_std(cfg, out, notes)

@@ -78,6 +78,13 @@ class ModelSpec:
     are projected through low-rank latents (q_lora_rank, kv_lora_rank), heads of qk_head_dim +
     qk_pos_emb_head_dim channels for Q and K and v_head_dim for V; kv_channels and
     num_query_groups do not apply. engine=megatron or deepspeed (TRC344 for fsdp). TRC316."""
+    qk_layernorm: bool = False
+    """Normalise every query and key head over its head_dim (with ``normalization``) after the
+    QKV projection and before RoPE: Qwen3's ``q_norm`` / ``k_norm``. Megatron-Core
+    ``TransformerConfig.qk_layernorm`` (Megatron-LM --qk-layernorm); with multi_latent_attention
+    it is on whatever this says (there it builds the latents' norms). engine=megatron or
+    deepspeed (TRC344 for fsdp). Its element-wise cost is not estimated (two norms over
+    ``(q + kv) x head_dim`` per token, under 1 % of a layer)."""
     q_lora_rank: int | None = None
     """MLA: rank of the query latent (elements; DeepSeek-V3: 1536); null = queries projected
     from the hidden state directly (DeepSeek-V2-Lite)."""

@@ -116,6 +116,8 @@ def megatron_core_kwargs(spec: TrainSpec, d: Derived) -> dict[str, dict[str, Any
     tc.update(low_precision_kwargs(spec))
     tc.update(comm_overlap_kwargs(spec))
     tc.update(mla_kwargs(spec))
+    if m.qk_layernorm:  # query / key head norms (Qwen3); MLA sets it itself
+        tc["qk_layernorm"] = True
     if moe:
         tc.update({
             "num_moe_experts": m.num_experts,

@@ -186,6 +186,12 @@ def _unsupported(spec: TrainSpec) -> Iterator[Diagnostic]:
                    "model.multi_latent_attention", related=("engine",),
                    fix="set engine=megatron for a model with multi-head latent attention",
                    edits={"engine": "megatron"}, setting="multi_latent_attention")
+    if spec.model.qk_layernorm and not spec.model.multi_latent_attention:
+        yield diag(R.FSDP_UNSUPPORTED, "model.qk_layernorm: the trainc FSDP2 worker's attention "
+                   "has no query / key head norms (Megatron-Core builds them: "
+                   "TransformerConfig.qk_layernorm)", "model.qk_layernorm", related=("engine",),
+                   fix="set engine=megatron (or deepspeed) for a model with QK-norm",
+                   edits={"engine": "megatron"}, setting="qk_layernorm")
     if p.cp_comm_type is not CpCommType.p2p:
         yield diag(R.FSDP_UNSUPPORTED, f"parallel.cp_comm_type ({p.cp_comm_type.value}) is a "
                    "Megatron-Core setting (TransformerConfig.cp_comm_type): engine=fsdp's "
