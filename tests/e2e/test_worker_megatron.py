@@ -77,6 +77,9 @@ CASES: dict[str, tuple[int, dict, dict]] = {
     # without sequence parallelism the query-latent norm's gradient takes another path
     # (finalize_model_grads' qk_layernorm rule; cpu_compat mla_local_grads)
     "tp2_mla": (2, {"model": MLA, "parallel": {"tp": 2}}, {}),
+    # Qwen3's per-head query / key norms split by tp (their gradients summed over TP by
+    # finalize_model_grads' qk_layernorm rule)
+    "tp2_qknorm": (2, {"model": {"qk_layernorm": True}, "parallel": {"tp": 2}}, {}),
     # recompute reruns attention inside autograd's backward (the CPU causal-mask patch)
     "tp2_sp_selective": (2, {"parallel": {"tp": 2, "sequence_parallel": True},
                              "training": {"recompute": "selective"}}, {}),
