@@ -205,8 +205,9 @@ training: {global_batch_size: 64}
 
 def test_versus_spec_compares_every_planned_choice(tmp_path):
     """A DeepSpeed ZeRO-3 spec whose pick keeps its degrees and micro batch but recomputes 10
-    of 40 layers with the optimizer offloaded: the line said "the spec's own layout ... is the
-    top pick" (it compared degrees, micro batch and recompute granularity only)."""
+    of 40 layers: the line said "the spec's own layout ... is the top pick" (it compared
+    degrees, micro batch and recompute granularity only). The pick does not offload the
+    optimizer (it fits without; offload's cost is not estimated, so it never wins a tie)."""
     spec = tmp_path / "ds.yaml"
     spec.write_text("defaults: [{model: llama2-13b}, {cluster: dgx-a100-80g}, _self_]\n"
                     "name: ds\nengine: deepspeed\ncluster: {num_nodes: 2}\n"
@@ -214,7 +215,7 @@ def test_versus_spec_compares_every_planned_choice(tmp_path):
                     "training: {micro_batch_size: 2, global_batch_size: 256, recompute: full}\n")
     res = plan_layouts(spec, top=1)
     t = res.planned[0].spec.training
-    assert (t.recompute_num_layers, t.offload_optimizer.name) == (10, "cpu")
+    assert (t.recompute_num_layers, t.offload_optimizer.name) == (10, "none")
     assert res.versus_spec.startswith("vs the spec's own layout (tp=1 pp=1 vpp=1 cp=1 ep=1 dp=16 "
                                       "mbs=2 recompute=full zero=3): -")
     assert "(recompute full -> full block 10)" in res.versus_spec
@@ -233,3 +234,29 @@ def test_reasons_do_not_claim_what_the_spec_fixed_or_a_zero_share():
                                          "under 1% of the step); full recompute needed to fit")
     assert explain(c, 0, 10.0, 10.0, recompute_fixed=True) == (
         "compute-bound (communication and pipeline bubble under 1% of the step)")
+
+
+def test_offload_is_not_chosen_where_the_layout_fits_without_it(tmp_path):
+    """Llama 3 8B on one node under DeepSpeed ZeRO-3: the time model has no cost for CPU optimizer
+    offload, so an offloaded layout estimated as fast and smaller replaced every plain one (every
+    row read 'offload cpu'). Now offload ranks after the same layout without it."""
+    spec = tmp_path / "z3.yaml"
+    spec.write_text("defaults: [{model: llama3-8b}, {cluster: dgx-h100}, _self_]\nname: z3\n"
+                    "engine: deepspeed\ncluster: {num_nodes: 1}\nparallel: {zero_stage: 3}\n"
+                    "training: {global_batch_size: 64, micro_batch_size: 1, recompute: none}\n")
+    res = plan_layouts(spec, top=5)
+    assert res.planned[0].candidate.offload == "none"
+    assert res.versus_spec.endswith("is the top pick")
+
+
+def test_the_planner_counts_the_specs_parameter_offload(tmp_path):
+    """ZeRO-3 with offload_param: cpu (not a searched key) was priced as if the parameters stayed
+    on the GPU: Llama 3.1 405B on 16 H100 got 'no layout fits' although it compiles at 6.7 GiB."""
+    spec = tmp_path / "p.yaml"
+    spec.write_text("defaults: [{model: llama3.1-405b}, {cluster: dgx-h100}, _self_]\nname: p\n"
+                    "engine: deepspeed\ncluster: {num_nodes: 2}\n"
+                    "parallel: {tp: 8, zero_stage: 3}\n"
+                    "training: {global_batch_size: 16, micro_batch_size: 1, recompute: full, "
+                    "offload_optimizer: cpu, offload_param: cpu}\n")
+    res = plan_layouts(spec, top=3)
+    assert res.planned, res.no_fit_reason()

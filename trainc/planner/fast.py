@@ -251,13 +251,15 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
         # same layout, simpler. Megatron-FSDP (zero 3) shards the weights and gradients too.
         if not deepspeed and not zero_fixed and zero not in ((1, 3) if shard > 1 else (0,)):
             continue
+        # parameter offload (ZeRO-3 only) is not searched: the spec's value holds
+        off_param = deepspeed and zero == 3 and spec.training.offload_param.name != "none"
         for off in offloads:
             if off != "none" and (not deepspeed or zero == 0):
                 continue
             bpp = state_bytes_per_param(spec.engine.name, zero, precision, shard, off != "none",
-                                        False)
+                                        off_param)
             bpe = state_bytes_per_param(spec.engine.name, zero, precision, edp, off != "none",
-                                        False)
+                                        off_param)
             t_dp = hide * (red * grad_bytes * (1.5 if zero >= 1 else 2.0)) / bw_dp
             states.append((zero, off, p_dense * bpp + p_exp * bpe, t_dp))
     cross = float(bw_tp == inter and tp > 1)
