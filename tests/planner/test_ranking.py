@@ -260,3 +260,17 @@ def test_the_planner_counts_the_specs_parameter_offload(tmp_path):
                     "offload_optimizer: cpu, offload_param: cpu}\n")
     res = plan_layouts(spec, top=3)
     assert res.planned, res.no_fit_reason()
+
+
+def test_a_slower_pick_says_why_it_ranks_first(tmp_path):
+    """A pick slower than the spec's layout (headroom or simplicity within the band) was
+    'explained' by the largest of the negative differences ('pipeline bubble -0 s' at pp 1)."""
+    spec = tmp_path / "z2.yaml"
+    spec.write_text("defaults: [{model: llama3-8b}, {cluster: dgx-h100}, _self_]\nname: m\n"
+                    "cluster: {num_nodes: 1}\nparallel: {tp: 2}\n"
+                    "training: {global_batch_size: 256, micro_batch_size: 2, recompute: none}\n")
+    res = plan_layouts(spec, top=3)
+    line = res.versus_spec
+    assert line.startswith("vs the spec's own layout") and "main difference" not in line, line
+    assert line.endswith("TRC403: it may run out of memory); the pick leaves headroom"), line
+    assert float(line.split(": ")[1].split("%")[0]) > 0  # the pick is slower

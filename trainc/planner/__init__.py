@@ -425,6 +425,16 @@ def versus_spec(raw: TrainSpec, pick: Planned) -> str:
     elif main == "compute":
         why += " (GEMM efficiency of the micro batch, kernel overheads)"
     rel = s_pick / s_spec - 1 if s_spec else 0.0
+    if s_pick > s_spec:  # chosen for headroom or simplicity, not speed: say which
+        budget = float(est.get("memory_budget_bytes", 0))
+        if is_tight(float(est["memory_bytes"]["total"]), budget) and not memory_tight(pick):
+            why = (f"the spec's layout is memory-tight ({mine:.1f} of {budget / GIB:.1f} GiB, "
+                   "TRC403: it may run out of memory); the pick leaves headroom")
+        else:
+            why = ("within the error band the simpler layout ranks first (docs/planner.md); "
+                   "the spec's layout is no more than the band faster by the model")
+        return (f"vs the spec's own layout ({lay}): {rel:+.1%} step time ({s_pick:.3g} s vs "
+                f"{s_spec:.3g} s), {theirs:.1f} vs {mine:.1f} GiB/GPU; {why}")
     return (f"vs the spec's own layout ({lay}): {rel:+.1%} step time ({s_pick:.3g} s vs "
             f"{s_spec:.3g} s), {theirs:.1f} vs {mine:.1f} GiB/GPU; main difference: {why}")
 
