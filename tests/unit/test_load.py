@@ -366,3 +366,11 @@ def test_an_integral_float_for_an_integer_key_names_the_integer(tmp_path):
         d.message
     assert d.fix == "write it as the integer 1000: training.train_iters=1000"
     assert d.edits == {"training.train_iters": 1000}
+
+
+def test_a_megatron_name_outside_parallel_points_to_the_parallel_key(tmp_path):
+    """A top-level tensor_model_parallel_size got 'fix: write tp: 2' (no section)."""
+    d = only(load_text(tmp_path, SPEC + "tensor_model_parallel_size: 2\n"), "TRC002")
+    assert "trainc calls it `parallel.tp`" in d.message
+    assert d.fix == "write parallel.tp: 2 instead of tensor_model_parallel_size"
+    assert d.edits == {"tensor_model_parallel_size": None, "parallel.tp": 2}

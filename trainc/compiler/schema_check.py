@@ -280,7 +280,7 @@ def check_spec(cfg: dict[str, Any], raw: dict[str, tuple[str, bool]] | None = No
                                       f"{_show(v)}", key, fix=f"write {key}: as a section"))
             elif str(k) in ALIASES:
                 ours, why = ALIASES[str(k)]
-                target = ours if "." in ours else prefix + ours
+                target = ours if "." in ours else "parallel." + ours  # the degrees
                 if "derived" in why:  # no one-to-one key: say how trainc gets it
                     diags.append(diag(R.UNKNOWN_KEY, f"{key} is not a spec key: {why}", key,
                                       fix=f"remove {key} and set {target}", edits={key: None}))
@@ -301,7 +301,7 @@ def check_spec(cfg: dict[str, Any], raw: dict[str, tuple[str, bool]] | None = No
                 if alias and _ratio(str(k), alias[0]) > max(
                         (_ratio(str(k), c) for c in leafs), default=0.0):
                     ours, why = ALIASES[alias[0]]
-                    target = ours if "." in ours else prefix + ours
+                    target = ours if "." in ours else "parallel." + ours  # the degrees
                     hint = f" (did you mean `{alias[0]}`, which trainc calls `{target}`?)"
                 diags.append(diag(R.UNKNOWN_KEY, f"{key} is not a spec key{hint}", key,
                                   fix=f"remove {key} or correct its spelling"))
