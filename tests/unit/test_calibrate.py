@@ -386,12 +386,15 @@ def test_cli_writes_a_preset_that_compile_accepts(tmp_path, synthetic, model):
     (["empty.csv"], "no run in empty.csv: a CSV needs a header and at least one data row"),
     (["void.csv"], "no run in void.csv"),
     (["notes.txt"], "not a CSV"),
+    (["other.csv"], "other.csv: columns not recognised (foo, bar): a CSV of your runs needs a "
+                    "spec column"),
 ])
 def test_cli_bad_input_exits_2(tmp_path, args, message):
     (tmp_path / "megatron_train.log").write_text((DATA / "megatron_train.log").read_text())
     (tmp_path / "empty.csv").write_text("spec,step_time_s\n")
     (tmp_path / "void.csv").write_text("")
     (tmp_path / "notes.txt").write_text("hello\n")
+    (tmp_path / "other.csv").write_text("foo,bar\n1,2\n")
     proc = _cli(*args, cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr

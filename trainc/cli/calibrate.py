@@ -37,8 +37,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     names = ([n.strip() for n in args.factors.split(",") if n.strip()]
              if args.factors is not None else None)
     if names == []:
-        print("trainc calibrate: --factors names no factor (give A,B or leave it out for the "
-              "defaults)", file=sys.stderr)
+        print("trainc calibrate: error: --factors names no factor (give A,B or leave it out "
+              "for the defaults)", file=sys.stderr)
         return EXIT_SPEC
     try:
         runs, notes = read_runs(paths, cluster=args.cluster, gpus_per_node=args.gpus_per_node,

@@ -132,6 +132,10 @@ AT_BOUND_TOL = 1e-3
 #: A factor is unconstrained by the runs when fitting it lowers the RMS log error of the step
 #: time by at most this (absolute; 0.005 = 0.5 % per run; :func:`supported`).
 UNCONSTRAINED_RMS = 0.005
+#: The columns a published-runs table (shared/calibration/published_runs.csv) must have for the
+#: converter (:mod:`trainc.planner.published`) to build a run from a row.
+PUBLISHED_COLUMNS = ("model", "layers", "hidden", "heads", "gpus", "gpu_type", "tp", "pp",
+                     "global_batch", "seq_len")
 #: After the fit every run's measured / estimated step time must lie within this range
 #: (:func:`check_agreement`); otherwise the runs and the time model disagree and no preset is
 #: written.
@@ -326,6 +330,13 @@ def runs_from_csv(path: Path, overrides: Sequence[str] = (),
             raise CalibrateError(f"--where {w!r}: expected COLUMN=TEXT")
         filters.append((col.strip().lower(), text.lower()))
     spec_csv = "spec" in header and "global_batch" not in header
+    missing = [c for c in PUBLISHED_COLUMNS if c not in header]
+    if not spec_csv and header and missing:  # an empty file: "no run" below
+        raise CalibrateError(
+            f"{path}: columns not recognised ({', '.join(header) or 'no header'}): a CSV of your "
+            f"runs needs a spec column and one of {', '.join(MEASURED_COLUMNS)}; a "
+            f"published-runs table needs {', '.join(PUBLISHED_COLUMNS)} (missing: "
+            f"{', '.join(missing)})")
     if spec_csv and not any(c in header for c in MEASURED_COLUMNS):
         raise CalibrateError(f"{path}: no measured column (one of {', '.join(MEASURED_COLUMNS)})")
     runs, notes, errors = [], [], []
