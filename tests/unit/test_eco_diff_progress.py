@@ -137,3 +137,14 @@ def test_compiled_outputs_diff_by_their_plans_spec(capsys, tmp_path):
         diffs = {d["key"]: (d["a"], d["b"]) for d in got["differences"]}
         assert diffs["parallel.pp"] == (8, 4)
         assert diffs["derived.num_microbatches"] == (1024, 512)
+
+
+def test_a_compiled_output_and_its_own_spec_do_not_differ(capsys, tmp_path):
+    """The resolved spec has no defaults list: the output's recorded presets stand in, so an
+    output diffed with the spec it came from shows no presets.* difference."""
+    out = tmp_path / "out"
+    assert main(["compile", EXAMPLE, "-o", str(out)]) == 0
+    capsys.readouterr()
+    rc = main(["diff", str(out / "plan.json"), EXAMPLE, "--format", "json"])
+    got = json.loads(capsys.readouterr().out)
+    assert rc == 0 and got["differences"] == [], got["differences"]

@@ -269,6 +269,18 @@ def _spec_file(path: str, scratch: Path) -> str:
     return str(scratch)
 
 
+def _compiled_presets(path: str) -> dict[str, str]:
+    """The ``presets`` a compiled output (OUTDIR or plan.json) records (its spec file's
+    defaults list, which the resolved spec no longer has)."""
+    p = Path(path)
+    plan = p / "plan.json" if p.is_dir() else p
+    try:
+        got = json.loads(plan.read_text(encoding="utf-8")).get("presets") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return dict(got) if isinstance(got, dict) else {}
+
+
 def run_diff(a: str, b: str, overrides: Sequence[str] = (), *, fmt: str = "text",
              show_all: bool = False, require_resume: bool = False) -> int:
     """Compile both specs (overrides on B) and print their differences; the exit code: 2 when
@@ -279,9 +291,12 @@ def run_diff(a: str, b: str, overrides: Sequence[str] = (), *, fmt: str = "text"
     from trainc.compiler.pipeline import compile_spec
 
     with tempfile.TemporaryDirectory(prefix="trainc-diff-") as tmp:
-        a_res = compile_spec(_spec_file(a, Path(tmp) / "a.yaml"), emit_files=False)
-        b_res = compile_spec(_spec_file(b, Path(tmp) / "b.yaml"), list(overrides),
-                             emit_files=False)
+        a_file, b_file = _spec_file(a, Path(tmp) / "a.yaml"), _spec_file(b, Path(tmp) / "b.yaml")
+        a_res = compile_spec(a_file, emit_files=False)
+        b_res = compile_spec(b_file, list(overrides), emit_files=False)
+    for given, used, res in ((a, a_file, a_res), (b, b_file, b_res)):
+        if used != given and res.plan is not None:  # the presets the output was compiled with
+            res.plan["presets"] = _compiled_presets(given)
     a_res.path, b_res.path = a, b
     for label, res in (("A", a_res), ("B", b_res)):
         errors = [d for d in res.diagnostics if d.is_error]
