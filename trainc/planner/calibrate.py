@@ -132,10 +132,9 @@ AT_BOUND_TOL = 1e-3
 #: A factor is unconstrained by the runs when fitting it lowers the RMS log error of the step
 #: time by at most this (absolute; 0.005 = 0.5 % per run; :func:`supported`).
 UNCONSTRAINED_RMS = 0.005
-#: The columns a published-runs table (shared/calibration/published_runs.csv) must have for the
-#: converter (:mod:`trainc.planner.published`) to build a run from a row.
-PUBLISHED_COLUMNS = ("model", "layers", "hidden", "heads", "gpus", "gpu_type", "tp", "pp",
-                     "global_batch", "seq_len")
+#: The columns that make a CSV a published-runs table (shared/calibration/published_runs.csv;
+#: the converter, :mod:`trainc.planner.published`, fills a known model's shape from its name).
+PUBLISHED_COLUMNS = ("model", "gpus")
 #: After the fit every run's measured / estimated step time must lie within this range
 #: (:func:`check_agreement`); otherwise the runs and the time model disagree and no preset is
 #: written.
