@@ -924,10 +924,10 @@ def fit(runs: list[Run], names: Sequence[str] | None = None,
     # that the GEMM, attention and communication factors can each absorb) wander to wherever
     # the search stops, a bound typically, and the preset then prices other layouts with them.
     # With the default factors the fit therefore selects forward: from the start values, it
-    # frees the factor whose fit lowers the RMS log error most, then the next, while each
-    # lowers it by more than UNCONSTRAINED_RMS (or UNCONSTRAINED_SHARE of the error so far);
+    # frees the factor whose fit lowers the RMS log error most, then the next, while the runs
+    # support each (:func:`supported`: a gain above UNCONSTRAINED_RMS that the BIC accepts);
     # the rest keep their start values and are named. --factors fits exactly the named ones
-    # and names those whose fixing at the start value would cost no more than that.
+    # and names those the same test does not support against fixing them at the start value.
     if names_given:
         after, evals = _minimise(loss_of, names, x0, known, max_evals)
         base = rms_of(after)
