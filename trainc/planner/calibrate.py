@@ -29,7 +29,9 @@ to minimise the sum over runs of ``(log estimate - log measured)^2``, with scipy
 when scipy is installed, else :func:`nelder_mead` (Nelder and Mead 1965, the standard
 reflection/expansion/contraction/shrink coefficients 1, 2, 0.5, 0.5), each factor in units of
 its start value and folded into its bounds by reflection, restarted from its best point until
-it stops improving. The estimate is the compiler's own
+it stops improving; with the default factors only those the runs support are freed (forward
+selection, :func:`supported`), the others keep their start values. The estimate is the
+compiler's own
 (:func:`trainc.compiler.estimate.estimate` on the run's plan with the factors replaced).
 The residual band is the 10th and 90th percentile (linear interpolation) of measured / fitted
 estimate over the runs, widened to at least p10 0.95, p90 1.05 (:func:`residual_band`: run-to-run
