@@ -172,6 +172,11 @@ ALIASES: dict[str, tuple[str, str]] = {
 }
 
 
+def _alias_target(ours: str) -> str:
+    """The dotted trainc key of an :data:`ALIASES` target (a bare name is a parallel degree)."""
+    return ours if "." in ours else "parallel." + ours
+
+
 def _ratio(a: str, b: str) -> float:
     """difflib's similarity of two names (0..1), as :func:`did_you_mean` ranks them."""
     return difflib.SequenceMatcher(None, a, b).ratio()
@@ -280,7 +285,7 @@ def check_spec(cfg: dict[str, Any], raw: dict[str, tuple[str, bool]] | None = No
                                       f"{_show(v)}", key, fix=f"write {key}: as a section"))
             elif str(k) in ALIASES:
                 ours, why = ALIASES[str(k)]
-                target = ours if "." in ours else "parallel." + ours  # the degrees
+                target = _alias_target(ours)
                 if "derived" in why:  # no one-to-one key: say how trainc gets it
                     diags.append(diag(R.UNKNOWN_KEY, f"{key} is not a spec key: {why}", key,
                                       fix=f"remove {key} and set {target}", edits={key: None}))
@@ -301,7 +306,7 @@ def check_spec(cfg: dict[str, Any], raw: dict[str, tuple[str, bool]] | None = No
                 if alias and _ratio(str(k), alias[0]) > max(
                         (_ratio(str(k), c) for c in leafs), default=0.0):
                     ours, why = ALIASES[alias[0]]
-                    target = ours if "." in ours else "parallel." + ours  # the degrees
+                    target = _alias_target(ours)
                     hint = f" (did you mean `{alias[0]}`, which trainc calls `{target}`?)"
                 diags.append(diag(R.UNKNOWN_KEY, f"{key} is not a spec key{hint}", key,
                                   fix=f"remove {key} or correct its spelling"))

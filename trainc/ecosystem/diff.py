@@ -251,34 +251,18 @@ def _shown_pair(key: str, a: Any, b: Any) -> tuple[str, str]:
     return sa, sb
 
 
-def _spec_file(path: str, scratch: Path) -> str:
-    """The spec file to compile for ``path``: ``path`` itself, or for a compiled output (an
-    OUTDIR holding plan.json, or a plan.json) its resolved spec (plan.json ``spec``) written to
-    ``scratch``. Anything else is returned as given (the compiler reports what is wrong)."""
+def _compiled_plan(path: str) -> dict[str, Any] | None:
+    """The plan.json of a compiled output (an OUTDIR holding plan.json, or a plan.json) with a
+    ``spec`` mapping, else None (``path`` is a spec file, or not readable as an output)."""
     p = Path(path)
     plan = p / "plan.json" if p.is_dir() else p
     if plan.suffix != ".json" or not plan.is_file():
-        return path
+        return None
     try:
-        spec = json.loads(plan.read_text(encoding="utf-8"))["spec"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return path
-    if not isinstance(spec, dict):
-        return path
-    scratch.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
-    return str(scratch)
-
-
-def _compiled_presets(path: str) -> dict[str, str]:
-    """The ``presets`` a compiled output (OUTDIR or plan.json) records (its spec file's
-    defaults list, which the resolved spec no longer has)."""
-    p = Path(path)
-    plan = p / "plan.json" if p.is_dir() else p
-    try:
-        got = json.loads(plan.read_text(encoding="utf-8")).get("presets") or {}
-    except (OSError, ValueError, AttributeError):
-        return {}
-    return dict(got) if isinstance(got, dict) else {}
+        data = json.loads(plan.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("spec"), dict) else None
 
 
 def run_diff(a: str, b: str, overrides: Sequence[str] = (), *, fmt: str = "text",
@@ -290,13 +274,24 @@ def run_diff(a: str, b: str, overrides: Sequence[str] = (), *, fmt: str = "text"
     from trainc.compiler.diagnostics import render_text
     from trainc.compiler.pipeline import compile_spec
 
+    # a compiled output stands for its resolved spec (written to a scratch file to compile)
+    # and keeps the presets it recorded (the resolved spec has no defaults list)
+    plans = [_compiled_plan(a), _compiled_plan(b)]
     with tempfile.TemporaryDirectory(prefix="trainc-diff-") as tmp:
-        a_file, b_file = _spec_file(a, Path(tmp) / "a.yaml"), _spec_file(b, Path(tmp) / "b.yaml")
-        a_res = compile_spec(a_file, emit_files=False)
-        b_res = compile_spec(b_file, list(overrides), emit_files=False)
-    for given, used, res in ((a, a_file, a_res), (b, b_file, b_res)):
-        if used != given and res.plan is not None:  # the presets the output was compiled with
-            res.plan["presets"] = _compiled_presets(given)
+        files = []
+        for given, plan, name in ((a, plans[0], "a.yaml"), (b, plans[1], "b.yaml")):
+            if plan is None:
+                files.append(given)
+                continue
+            scratch = Path(tmp) / name
+            scratch.write_text(yaml.safe_dump(plan["spec"], sort_keys=False), encoding="utf-8")
+            files.append(str(scratch))
+        a_res = compile_spec(files[0], emit_files=False)
+        b_res = compile_spec(files[1], list(overrides), emit_files=False)
+    for plan, res in zip(plans, (a_res, b_res), strict=True):
+        if plan is not None and res.plan is not None:
+            presets = plan.get("presets")
+            res.plan["presets"] = dict(presets) if isinstance(presets, dict) else {}
     a_res.path, b_res.path = a, b
     for label, res in (("A", a_res), ("B", b_res)):
         errors = [d for d in res.diagnostics if d.is_error]

@@ -25,6 +25,7 @@ from trainc.planner.search import (
     Candidate,
     candidate_spec,
     explain,
+    recompute_text,
     round_sig,
     search,
     summary,
@@ -183,12 +184,13 @@ def drop_equal_time_larger(planned: list[Planned]) -> list[Planned]:
     the least memory: a layout that estimates exactly as fast as another but needs more memory
     is no choice (EP=1 with ETP=8 next to EP=8 with ETP=1, for instance). Other dominated
     layouts stay ranked (the table hides them; ``--format json`` lists them)."""
+    def key(p: Planned) -> tuple[float, bool]:  # offload's cost is not in the step time
+        return _step(p), p.candidate.offload != "none"
+
     low: dict[tuple[float, bool], int] = {}
     for p in planned:
-        k = (_step(p), p.candidate.offload != "none")  # offload's cost is not in the step
-        low[k] = min(low.get(k, _mem(p)), _mem(p))
-    return [p for p in planned
-            if _mem(p) == low[(_step(p), p.candidate.offload != "none")]]
+        low[key(p)] = min(low.get(key(p), _mem(p)), _mem(p))
+    return [p for p in planned if _mem(p) == low[key(p)]]
 
 
 def _step(p: Planned) -> float:
@@ -357,14 +359,9 @@ def _spec_dp(spec: TrainSpec) -> str:
 
 
 def _recompute_text(t: Any) -> str:
-    """``full`` (every layer, Megatron's default uniform method with 1 layer per chunk),
-    ``full block 10`` / ``full uniform 2`` (another method or chunk), ``selective`` or
-    ``none``."""
-    text = t.recompute.name
-    method, n = t.recompute_method, t.recompute_num_layers
-    if text == "full" and method is not None and (method.name, n) != ("uniform", 1):
-        text += f" {method.name} {n}"
-    return text
+    """The spec's recompute (``training`` section) as :func:`recompute_text` words it."""
+    method = t.recompute_method.name if t.recompute_method is not None else None
+    return recompute_text(t.recompute.name, method, t.recompute_num_layers)
 
 
 def layout_keys(spec: TrainSpec) -> tuple[Any, ...]:
@@ -425,6 +422,7 @@ def versus_spec(raw: TrainSpec, pick: Planned) -> str:
     elif main == "compute":
         why += " (GEMM efficiency of the micro batch, kernel overheads)"
     rel = s_pick / s_spec - 1 if s_spec else 0.0
+    why = f"main difference: {why}"
     if s_pick > s_spec:  # chosen for headroom or simplicity, not speed: say which
         budget = float(est.get("memory_budget_bytes", 0))
         if is_tight(float(est["memory_bytes"]["total"]), budget) and not memory_tight(pick):
@@ -433,10 +431,8 @@ def versus_spec(raw: TrainSpec, pick: Planned) -> str:
         else:
             why = ("within the error band the simpler layout ranks first (docs/planner.md); "
                    "the spec's layout is no more than the band faster by the model")
-        return (f"vs the spec's own layout ({lay}): {rel:+.1%} step time ({s_pick:.3g} s vs "
-                f"{s_spec:.3g} s), {theirs:.1f} vs {mine:.1f} GiB/GPU; {why}")
     return (f"vs the spec's own layout ({lay}): {rel:+.1%} step time ({s_pick:.3g} s vs "
-            f"{s_spec:.3g} s), {theirs:.1f} vs {mine:.1f} GiB/GPU; main difference: {why}")
+            f"{s_spec:.3g} s), {theirs:.1f} vs {mine:.1f} GiB/GPU; {why}")
 
 
 def to_json(res: PlanResult) -> dict[str, Any]:

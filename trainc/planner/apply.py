@@ -219,20 +219,22 @@ def applied_text(spec_path: str | os.PathLike[str], overrides: list[str] | tuple
             first = [k for k in changed if k not in FILLED_FROM]
             text2 = _set_keys(text1, first, target)
             again = _resolve(text2, folder)
-            if again is not None and _leaves(again) != target:
+            got = _leaves(again) if again is not None else None
+            if got is not None and got != target:
                 # a filled key can move although it was already right (etp 1 from tp 1,
                 # then tp 8 fills etp 8): every filled key the edit moved off the plan's value
                 rest = [k for k in target if k in FILLED_FROM and k not in first
-                        and _leaves(again).get(k, object()) != target[k]]
+                        and got.get(k, object()) != target[k]]
                 changed += [k for k in rest if k not in changed]
                 first += rest
                 text2 = _set_keys(text1, first, target)
                 again = _resolve(text2, folder)
-            if again is not None and _leaves(again) == target:
+                got = _leaves(again) if again is not None else None
+            if got == target:
                 return Applied(text2, [f"{g}={o}" for g, o in groups] + changed)
-            if again is not None:
-                off = sorted(k for k in set(target) | set(_leaves(again))
-                             if _leaves(again).get(k, object()) != target.get(k, object()))
+            if got is not None:
+                off = sorted(k for k in set(target) | set(got)
+                             if got.get(k, object()) != target.get(k, object()))
                 why = ("the edited file still resolves to another value of "
                        + ", ".join(off[:4]) + (" ..." if len(off) > 4 else ""))
     except (yaml.YAMLError, ValueError):

@@ -404,6 +404,19 @@ def explain(cand: Candidate, rank: int, step: float, best_step: float,
     return text
 
 
+def recompute_text(granularity: str, method: str | None, layers: int | None) -> str:
+    """``full`` (every layer: Megatron's default uniform method, one layer per chunk),
+    ``full block 10`` / ``full uniform 2`` (another method or chunk), ``selective`` or
+    ``none``.
+
+    >>> recompute_text("full", "uniform", 1), recompute_text("full", "block", 10)
+    ('full', 'full block 10')
+    """
+    if granularity == "full" and method and (method, layers) != ("uniform", 1):
+        return f"full {method} {layers}"
+    return granularity
+
+
 def summary(c: Candidate) -> dict[str, Any]:
     """The candidate's layout as contract keys."""
     par: dict[str, Any] = {"tp": c.tp, "pp": c.pp, "vpp": c.vpp, "cp": c.cp,

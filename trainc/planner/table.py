@@ -25,7 +25,7 @@ from typing import Any
 
 from trainc.compiler.numfmt import fixed, percent
 from trainc.planner import memory_tight
-from trainc.planner.search import summary
+from trainc.planner.search import recompute_text, summary
 
 #: Width of a pipe or file when COLUMNS is not set.
 DEFAULT_WIDTH = 120
@@ -77,10 +77,8 @@ def _columns(planned: Sequence[Any]) -> tuple[list[tuple[str, list[str]]],
     for p in planned:
         s = summary(p.candidate)
         par, tr = s["parallel"], s["training"]
-        rec = tr["recompute"]
-        method = (tr.get("recompute_method"), tr.get("recompute_num_layers"))
-        if method[0] and method != ("uniform", 1):  # every layer, one per chunk: plain "full"
-            rec += f" {method[0]} {method[1]}"
+        rec = recompute_text(tr["recompute"], tr.get("recompute_method"),
+                             tr.get("recompute_num_layers"))
         rows.append({
             "tp": str(par["tp"]), "sp": "yes" if par["sequence_parallel"] else "no",
             "pp": _pp(par), "vpp": str(par["vpp"]),
