@@ -302,3 +302,29 @@ def test_gpu_profile_and_memory_from_the_gpu_type(gpu_type: str, gpu: str,
                                                   memory: int | None) -> None:
     cl = build(gpu_type=gpu_type, notes="precision=BF16")["cluster"]
     assert (cl["gpu"], cl.get("gpu_memory_gib")) == (gpu, memory)
+
+
+@pytest.mark.parametrize(("notes", "gbps"), [
+    ("network_gbps_per_node=800 (README 'with 800 Gbps')", 12.5),
+    ("network_gbps_per_node=1600", 25.0), ("interconnect=not stated", None)])
+def test_network_note_sets_the_scale_out_bandwidth_per_gpu(notes: str, gbps: float | None,
+                                                           tmp_path: Path) -> None:
+    """A row that publishes its node's scale-out bandwidth (``network_gbps_per_node``, Gb/s per
+    node) gets it per GPU in GB/s (/ 8 bits / 8 GPUs); without it the GPU profile's figure
+    stands (no key)."""
+    spec = build(gpus="96", notes=f"precision=BF16; {notes}")
+    assert spec["cluster"].get("inter_node_bandwidth_gbps") == gbps
+    loads(spec, tmp_path)
+
+
+@pytest.mark.parametrize(("gpus", "sharding", "want"), [
+    ("96", "sharding=HSDP (HYBRID_SHARD: shard within the 8-GPU node)", 12),
+    ("96", "sharding=FSDP (FULL_SHARD)", None), ("8", "sharding=HSDP", None)])
+def test_hsdp_note_shards_within_the_node(gpus: str, sharding: str, want: int | None,
+                                          tmp_path: Path) -> None:
+    """An FSDP row sharded within the node and replicated across nodes (``sharding=HSDP``)
+    builds ``fsdp.dp_replicate`` = nodes (one node: plain FSDP); full shard leaves it unset."""
+    spec = build(gpus=gpus, tp="1", pp="1", zero_stage="3",
+                 notes=f"precision=BF16; framework=fsdp; {sharding}")
+    assert spec.get("fsdp", {}).get("dp_replicate") == want
+    loads(spec, tmp_path)

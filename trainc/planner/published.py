@@ -28,7 +28,9 @@ Conversion (each choice is a guess where the table is silent; the row's ``notes`
   its 200 GB/s NVLink), 8 GPUs per node (4 per GB200 /
   GB300 compute tray, whose NVLink domain is the 72-GPU rack, or the 64 GPUs of 16 trays a job
   uses when the GPU count is a multiple of 64; elsewhere the domain is the node), the GPU
-  preset's bandwidths and memory;
+  preset's bandwidths and memory; a row that publishes its node's scale-out bandwidth
+  (``network_gbps_per_node=`` in ``notes``, Gb/s per node: IBM's fms-fsdp tables, "A100 with
+  400 Gbps") gets ``inter_node_bandwidth_gbps`` = that / 8 bits / GPUs per node (GB/s per GPU);
 * precision (:func:`precision_of`, ``precision=`` in ``notes``): BF16; FP8 / FP8 hybrid
   (Transformer Engine delayed scaling, NeMo <= 24.x) is ``fp8_format: hybrid`` with
   ``fp8_recipe: delayed``; FP8-CS (current scaling) ``tensorwise``; FP8-MX / MXFP8 ``mxfp8``;
@@ -43,8 +45,9 @@ Conversion (each choice is a guess where the table is silent; the row's ``notes`
   DeepSpeed ZeRO-3; with ``framework=`` fsdp, llm-foundry, torchtitan or automodel
   ``engine: fsdp`` (full shard over the data-parallel ranks; torchtitan's rows with
   ``launch.entrypoint: torchtitan``; ``torch_compile=on`` in the notes sets
-  ``fsdp.compile``). GPT-style models (``gpt*``, ``mpt*`` names) get GELU, LayerNorm,
-  learned positions, tied embeddings. Layers that do not divide over pp x vpp:
+  ``fsdp.compile``; ``sharding=HSDP``, shard within the node and replicate across nodes, sets
+  ``fsdp.dp_replicate`` to the node count). GPT-style models (``gpt*``, ``mpt*`` names) get
+  GELU, LayerNorm, learned positions, tied embeddings. Layers that do not divide over pp x vpp:
   Megatron-Bridge's split with the embedding and the loss counted as layers
   (``account_for_embedding/loss_in_pipeline_split``, both, else the loss only), else an
   explicit first/last stage (its pipeline layout strings) with vpp 1;
@@ -363,6 +366,9 @@ def row_to_spec_reason(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]
         cluster["nvlink_domain_size"] = 64 if n % 64 == 0 else 72
     if (note(row, "attention") or "").lower().startswith("unfused"):
         cluster["flash_attention"] = False  # the score matrix materialised (pre-2022 stacks)
+    net = re.match(r"\d+(?:\.\d+)?", note(row, "network_gbps_per_node") or "")
+    if net:  # the node's scale-out Gb/s, shared by its GPUs: GB/s per GPU, one direction
+        cluster["inter_node_bandwidth_gbps"] = round(float(net.group()) / 8 / gpn, 4)
     engine = "megatron"
     spec_launch: dict[str, Any] = {}
     spec_fsdp: dict[str, Any] = {}
@@ -381,6 +387,8 @@ def row_to_spec_reason(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]
                 spec_launch = {"entrypoint": "torchtitan"}
             if (note(row, "torch_compile") or "").lower().startswith("on"):
                 spec_fsdp["compile"] = True  # torch.compile fuses the element-wise kernels
+            if (note(row, "sharding") or "").upper().startswith("HSDP") and n // gpn > 1:
+                spec_fsdp["dp_replicate"] = n // gpn  # shard within the node, replicate across
         else:  # Megatron-FSDP runs in pretrain_gpt.py on CUDA (TRC383)
             spec_launch = {"entrypoint": "megatron-lm", "megatron_lm_path": "/opt/Megatron-LM"}
     spec = {"name": name, "engine": engine, "model": model, "cluster": cluster,
