@@ -328,3 +328,27 @@ def test_multi_latent_attention_parameters_flops_and_kernels():
     tp_g = next(c for c in g["comm_collectives"] if c["name"] == "all_gather+reduce_scatter")
     ratio = (7168 + 1536 + 512 + 64) / (2 * 7168)  # attention block; the MLP block unchanged
     assert tp["sent_bytes"] / tp_g["sent_bytes"] == pytest.approx((ratio + 1) / 2, rel=1e-6)
+
+
+def test_cp_ring_calls_the_attention_kernel_on_key_blocks_of_s_over_cp():
+    """Under CP the ring (p2p) runs the fused attention kernel once per step against one rank's
+    ``s / cp`` keys, so its efficiency is ``k / (k + 512)`` with ``k = s / cp``; all_gather and
+    a2a call it on the whole sequence (Transformer Engine's CP attention functions)."""
+    from trainc.compiler.estimate.kernels import attention_kv_length, layer_time_of
+    from trainc.schemas import CpCommType, Engine
+
+    s = run_ir(_h100(parallel__tp=1, parallel__pp=1)).spec
+    seq = s.model.seq_length
+    assert attention_kv_length(s, 1, CpCommType.p2p) == seq
+    assert attention_kv_length(s, 4, CpCommType.p2p) == seq / 4
+    assert attention_kv_length(s, 4, CpCommType.a2a) == seq
+    assert attention_kv_length(s, 4, CpCommType.all_gather) == seq
+    s.engine = Engine.fsdp  # torch context_parallel: one SDPA call per rotated K/V shard
+    assert attention_kv_length(s, 4, CpCommType.a2a) == seq / 4
+    s.engine = Engine.megatron
+    hw = hardware(s)
+    whole = layer_time_of(s, hw, False, "bf16", 1, 4, 1, 1, False, 1, seq)
+    ring = layer_time_of(s, hw, False, "bf16", 1, 4, 1, 1, False, 1, seq / 4)
+    k = seq / 4
+    assert ring.attn_f / whole.attn_f == pytest.approx((seq / (seq + 512)) / (k / (k + 512)))
+    assert ring.gemm_f == whole.gemm_f and ring.elem_f == whole.elem_f

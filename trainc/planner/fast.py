@@ -41,6 +41,7 @@ from trainc.compiler.estimate.flops import mla_dims, model_flop_terms
 from trainc.compiler.estimate.kernels import (
     Hw,
     LayerTime,
+    attention_kv_length,
     hardware,
     layer_precision,
     layer_time_of,
@@ -58,6 +59,7 @@ from trainc.compiler.normalize import default_tp_comm_overlap
 from trainc.compiler.validate.util import divisors
 from trainc.schemas import (
     Activation,
+    CpCommType,
     Engine,
     Fp8Format,
     StateDtype,
@@ -393,12 +395,12 @@ def _hw(spec: TrainSpec) -> tuple[Hw, dict[tuple[Any, ...], Any]]:
 
 
 def _layer(spec: TrainSpec, moe: bool, prec: str, tp: int, cp: int, ep: int, etp: int,
-           sp: bool, mbs: int) -> LayerTime:
+           sp: bool, mbs: int, kv_len: float) -> LayerTime:
     """:func:`trainc.compiler.estimate.kernels.layer_time_of`, memoised per shape class."""
     hw, memo = _hw(spec)
-    key = ("layer", moe, prec, tp, cp, ep, etp, sp, mbs)
+    key = ("layer", moe, prec, tp, cp, ep, etp, sp, mbs, kv_len)
     if key not in memo:
-        memo[key] = layer_time_of(spec, hw, moe, prec, tp, cp, ep, etp, sp, mbs)
+        memo[key] = layer_time_of(spec, hw, moe, prec, tp, cp, ep, etp, sp, mbs, kv_len)
     return memo[key]  # type: ignore[no-any-return,unused-ignore]
 
 
@@ -535,120 +537,128 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
                     else:
                         cols.append((2 * ring * n_par * gb / bwg, False, grad_on))
                 dp_cols[(zero, i)] = cols
+    # the CP variants by the keys each attention call sees (kernels.attention_kv_length)
+    by_kv: dict[float, list[str]] = {}
+    for cpt in cps:
+        by_kv.setdefault(attention_kv_length(spec, cp, CpCommType(cpt)), []).append(cpt)
+    kv_groups = list(by_kv.items())
     for mbs in mbss:
         if (gbs // dp) % mbs:
             continue
         M = gbs // (dp * mbs)
-        lts = [(_layer(spec, moe, low, tp, cp, ep, etp, sp, mbs), w) for moe, w in kinds]
-        fw = sum(lt.forward * w for lt, w in lts)
-        bw = sum(lt.backward * w for lt, w in lts)
-        attn_f = sum(lt.attn_f * w for lt, w in lts)
-        attn_core = sum((lt.attn_f + lt.attn_b) * w for lt, w in lts)
-        gemm_l = sum((lt.gemm_f + lt.gemm_b) * w for lt, w in lts)
-        lower_layer = min(lt.forward + lt.backward for lt, _ in lts)
-        lower_attn = min(lt.attn_f for lt, _ in lts)
-        d_f = d_b = 0.0  # the first and last layer in BF16: their difference from ``low``
-        if edge_bf16:
-            bl = [(_layer(spec, moe, "bf16", tp, cp, ep, etp, sp, mbs), w) for moe, w in kinds]
-            d_f = sum(lt.forward * w for lt, w in bl) - fw
-            d_b = sum(lt.backward * w for lt, w in bl) - bw
-            lower_layer = min(lower_layer, *(lt.forward + lt.backward for lt, _ in bl))
-            lower_attn = min(lower_attn, *(lt.attn_f for lt, _ in bl))
-        lf, lb = _logits(spec, tp, cp, mbs)
-        act_b = mbs * s_loc * h * eb  # the tensor TP collectives act on
-        tp_unit = 2 * (tp - 1) / tp * act_b / bw_tp if tp > 1 else 0.0
-        # attention (an MLA block moves its latents) and dense MLP blocks (TE linears)
-        tp_blocks = attention_tp_ratio(spec) + (1 - mf)
-        tp_expert = mf if etp > 1 else 0.0  # the experts' ETP block (never overlapped)
-        tok_ep = mbs * s_loc / tsp
-        t_a2a = ep_dispatch_seconds(EpDispatch(
-            m.moe_token_dispatcher_type, m.moe_router_topk, m.num_experts or 1, ep,
-            tok_ep * h * eb), ep_g, intra, inter) if ep > 1 else 0.0
-        q_b = mbs * s_loc * (a / tp) * d_qk * eb
-        kv_b = mbs * s_loc * max(g_kv / tp, 1) * (d_qk + d_v) * eb
-        pp_b = mbs * s_loc * h * eb / tsp
-        full_l, none_l, sel_l = act_layer(mbs)
-        for v, inflight, bubble, rc, frac, group in _schedules(
-                vpps, M, pp, slots, recomputes, fx, spec.engine is Engine.fsdp):
-            if rc[0] != "full":
-                frac = 0.0
-            per_layer = (frac * full_l / group + (1 - frac) * none_l if rc[0] == "full" else
-                         sel_l if rc[0] == "selective" else none_l)
-            act = per_layer * max(stages) * inflight
-            if rc[0] == "full":
-                act += sel_l * group
-            act += 4 * (s_loc * mbs * h * 2) / tp
-            sel = rc[0] == "selective"
-            passes = 2 + frac
-            lower = 0.0
-            per_stage = []
-            for i in crit:
-                n = stages[i]
-                last = i == pp - 1
-                ends = (i == 0) + last
-                edges = (i == 0) + last if edge_bf16 else 0
-                f_mb = n * fw + edges * d_f + (lf if last else 0.0)
-                b_mb = n * bw + edges * d_b + (lb if last else 0.0)
-                extra = n * (frac * fw + (attn_f if sel else 0.0))
-                comp = f_mb + b_mb + extra + n * passes * overhead
-                lower = max(lower, M * (n * (lower_layer + (lower_attn if sel else 0.0)
-                                             + 2 * overhead)
-                                        + (lf + lb if last else 0.0)) / (1 - bubble))
-                x_te = tp_unit * tp_blocks * n * passes
-                x_tp = x_te * tp_exposed_share(x_te, n * gemm_l, tp, tp_on, overlap) + \
-                    tp_unit * (tp_expert * n * passes + ends) * (1 - overlap)
-                x_ep = t_a2a * 2 * n * mf * passes
-                sent = sum((j * pp + i != v * pp - 1) + (j * pp + i != 0) for j in range(v))
-                x_pp = pp_b * sent / bw_pp if pp > 1 and v <= 1 else 0.0
-                # the exposed shares as time.kernel_step_time takes them
-                x_ep *= ep_exposed_share(x_ep, f_mb + b_mb + extra, M, ep_on, overlap)
-                per_stage.append((i, n, comp, f_mb, b_mb + extra, x_tp, x_ep, x_pp))
-            for cpt in cps:
-                per_cp = 0.0
-                if cp > 1:
-                    vol = (2 * (cp - 1) / cp * (2 * q_b + kv_b) * 2 if cpt == "a2a"
-                           else 2 * (cp - 1) * kv_b)
-                    per_cp = vol * passes / 2 / bw_cp
-                rows = []
-                for i, n, comp, f_mb, b_mb, x_tp, x_ep, x_pp in per_stage:
-                    x_cp = max(n * per_cp - n * attn_core, 0.0)
-                    work = comp + x_tp + x_ep + x_cp + x_pp
-                    rows.append((M * work / (1 - bubble), i, n, comp, f_mb, b_mb, x_tp,
-                                 x_ep, x_cp, x_pp, work))
-                for zero, off, state_mem, _t_dp in states:
-                    total = -1.0
-                    out = None
-                    for row in rows:
-                        piped, i, n, comp, f_mb, b_mb, x_tp, x_ep, x_cp, x_pp, work = row
-                        dcols = dp_cols.get((zero, i))
-                        if dcols is None:
-                            pd, pe = params[i]
-                            t_dp = _dp_exposed(spec, megatron, zero, i, pd, pe, dp * cp,
-                                               edp, bw_dp, bw_edp, pb, gb, eb, M, f_mb,
-                                               b_mb, M * comp, n_layers)
-                        else:
-                            t_dp = 0.0
-                            nb = dp_nb[i]
-                            for sec, gather, on in dcols:
-                                if not on:
-                                    t_dp += sec
-                                    continue
-                                window = f_mb if gather else b_mb
-                                if i > 0:
-                                    t_dp += with_interference(sec, max(sec - i * window, 0.0))
-                                else:
-                                    t_dp += with_interference(
-                                        sec, sec / nb + max(sec - sec / nb - window, 0.0))
-                        if piped + t_dp > total:
-                            total, out = piped + t_dp, (row, t_dp)
-                    assert out is not None
-                    (piped, i, n, comp, f_mb, b_mb, x_tp, x_ep, x_cp, x_pp, work), t_dp = out
-                    # (the full estimate is reported to 6 significant digits: the bound
-                    # keeps 1e-5 below it)
-                    yield state_mem + act, total, (v, cpt, mbs, rc, zero, off), (
-                        M * comp, M * x_tp, M * x_cp,
-                        M * x_ep, M * x_pp, t_dp, bubble,
-                        piped - M * work, cross, intra / inter, lower * (1 - 1e-5))
+        for kvl, kv_cps in kv_groups:
+            lts = [(_layer(spec, moe, low, tp, cp, ep, etp, sp, mbs, kvl), w)
+                   for moe, w in kinds]
+            fw = sum(lt.forward * w for lt, w in lts)
+            bw = sum(lt.backward * w for lt, w in lts)
+            attn_f = sum(lt.attn_f * w for lt, w in lts)
+            attn_core = sum((lt.attn_f + lt.attn_b) * w for lt, w in lts)
+            gemm_l = sum((lt.gemm_f + lt.gemm_b) * w for lt, w in lts)
+            lower_layer = min(lt.forward + lt.backward for lt, _ in lts)
+            lower_attn = min(lt.attn_f for lt, _ in lts)
+            d_f = d_b = 0.0  # the first and last layer in BF16: their difference from ``low``
+            if edge_bf16:
+                bl = [(_layer(spec, moe, "bf16", tp, cp, ep, etp, sp, mbs, kvl), w)
+                      for moe, w in kinds]
+                d_f = sum(lt.forward * w for lt, w in bl) - fw
+                d_b = sum(lt.backward * w for lt, w in bl) - bw
+                lower_layer = min(lower_layer, *(lt.forward + lt.backward for lt, _ in bl))
+                lower_attn = min(lower_attn, *(lt.attn_f for lt, _ in bl))
+            lf, lb = _logits(spec, tp, cp, mbs)
+            act_b = mbs * s_loc * h * eb  # the tensor TP collectives act on
+            tp_unit = 2 * (tp - 1) / tp * act_b / bw_tp if tp > 1 else 0.0
+            # attention (an MLA block moves its latents) and dense MLP blocks (TE linears)
+            tp_blocks = attention_tp_ratio(spec) + (1 - mf)
+            tp_expert = mf if etp > 1 else 0.0  # the experts' ETP block (never overlapped)
+            tok_ep = mbs * s_loc / tsp
+            t_a2a = ep_dispatch_seconds(EpDispatch(
+                m.moe_token_dispatcher_type, m.moe_router_topk, m.num_experts or 1, ep,
+                tok_ep * h * eb), ep_g, intra, inter) if ep > 1 else 0.0
+            q_b = mbs * s_loc * (a / tp) * d_qk * eb
+            kv_b = mbs * s_loc * max(g_kv / tp, 1) * (d_qk + d_v) * eb
+            pp_b = mbs * s_loc * h * eb / tsp
+            full_l, none_l, sel_l = act_layer(mbs)
+            for v, inflight, bubble, rc, frac, group in _schedules(
+                    vpps, M, pp, slots, recomputes, fx, spec.engine is Engine.fsdp):
+                if rc[0] != "full":
+                    frac = 0.0
+                per_layer = (frac * full_l / group + (1 - frac) * none_l if rc[0] == "full" else
+                             sel_l if rc[0] == "selective" else none_l)
+                act = per_layer * max(stages) * inflight
+                if rc[0] == "full":
+                    act += sel_l * group
+                act += 4 * (s_loc * mbs * h * 2) / tp
+                sel = rc[0] == "selective"
+                passes = 2 + frac
+                lower = 0.0
+                per_stage = []
+                for i in crit:
+                    n = stages[i]
+                    last = i == pp - 1
+                    ends = (i == 0) + last
+                    edges = (i == 0) + last if edge_bf16 else 0
+                    f_mb = n * fw + edges * d_f + (lf if last else 0.0)
+                    b_mb = n * bw + edges * d_b + (lb if last else 0.0)
+                    extra = n * (frac * fw + (attn_f if sel else 0.0))
+                    comp = f_mb + b_mb + extra + n * passes * overhead
+                    lower = max(lower, M * (n * (lower_layer + (lower_attn if sel else 0.0)
+                                                 + 2 * overhead)
+                                            + (lf + lb if last else 0.0)) / (1 - bubble))
+                    x_te = tp_unit * tp_blocks * n * passes
+                    x_tp = x_te * tp_exposed_share(x_te, n * gemm_l, tp, tp_on, overlap) + \
+                        tp_unit * (tp_expert * n * passes + ends) * (1 - overlap)
+                    x_ep = t_a2a * 2 * n * mf * passes
+                    sent = sum((j * pp + i != v * pp - 1) + (j * pp + i != 0) for j in range(v))
+                    x_pp = pp_b * sent / bw_pp if pp > 1 and v <= 1 else 0.0
+                    # the exposed shares as time.kernel_step_time takes them
+                    x_ep *= ep_exposed_share(x_ep, f_mb + b_mb + extra, M, ep_on, overlap)
+                    per_stage.append((i, n, comp, f_mb, b_mb + extra, x_tp, x_ep, x_pp))
+                for cpt in kv_cps:
+                    per_cp = 0.0
+                    if cp > 1:
+                        vol = (2 * (cp - 1) / cp * (2 * q_b + kv_b) * 2 if cpt == "a2a"
+                               else 2 * (cp - 1) * kv_b)
+                        per_cp = vol * passes / 2 / bw_cp
+                    rows = []
+                    for i, n, comp, f_mb, b_mb, x_tp, x_ep, x_pp in per_stage:
+                        x_cp = max(n * per_cp - n * attn_core, 0.0)
+                        work = comp + x_tp + x_ep + x_cp + x_pp
+                        rows.append((M * work / (1 - bubble), i, n, comp, f_mb, b_mb, x_tp,
+                                     x_ep, x_cp, x_pp, work))
+                    for zero, off, state_mem, _t_dp in states:
+                        total = -1.0
+                        out = None
+                        for row in rows:
+                            piped, i, n, comp, f_mb, b_mb, x_tp, x_ep, x_cp, x_pp, work = row
+                            dcols = dp_cols.get((zero, i))
+                            if dcols is None:
+                                pd, pe = params[i]
+                                t_dp = _dp_exposed(spec, megatron, zero, i, pd, pe, dp * cp,
+                                                   edp, bw_dp, bw_edp, pb, gb, eb, M, f_mb,
+                                                   b_mb, M * comp, n_layers)
+                            else:
+                                t_dp = 0.0
+                                nb = dp_nb[i]
+                                for sec, gather, on in dcols:
+                                    if not on:
+                                        t_dp += sec
+                                        continue
+                                    window = f_mb if gather else b_mb
+                                    if i > 0:
+                                        t_dp += with_interference(sec, max(sec - i * window, 0.0))
+                                    else:
+                                        t_dp += with_interference(
+                                            sec, sec / nb + max(sec - sec / nb - window, 0.0))
+                            if piped + t_dp > total:
+                                total, out = piped + t_dp, (row, t_dp)
+                        assert out is not None
+                        (piped, i, n, comp, f_mb, b_mb, x_tp, x_ep, x_cp, x_pp, work), t_dp = out
+                        # (the full estimate is reported to 6 significant digits: the bound
+                        # keeps 1e-5 below it)
+                        yield state_mem + act, total, (v, cpt, mbs, rc, zero, off), (
+                            M * comp, M * x_tp, M * x_cp,
+                            M * x_ep, M * x_pp, t_dp, bubble,
+                            piped - M * work, cross, intra / inter, lower * (1 - 1e-5))
 
 
 def _dp_exposed(spec: TrainSpec, megatron: bool, zero: int, r: int, p_dense: float,

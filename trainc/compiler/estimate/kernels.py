@@ -27,8 +27,9 @@ profile (:mod:`trainc.compiler.hardware`, ``trainc/conf/gpu``):
   and output projections split by TP, heads of ``qk + pos`` query/key and ``v`` value channels.
 * **Attention core** (fused / flash): ``2 x M x s_kv x (a / t) x (d_qk + d_v)`` FLOPs forward,
   halved by the causal mask, 2.5x forward for the backward (FlashAttention-2, Dao 2023, arXiv
-  2307.08691: five GEMMs backward against two forward), at ``attention_efficiency x s / (s +
-  512)`` of the BF16 peak (PyTorch SDPA's figure for engine=fsdp); unfused attention
+  2307.08691: five GEMMs backward against two forward), at ``attention_efficiency x k / (k +
+  512)`` of the BF16 peak (PyTorch SDPA's figure for engine=fsdp), ``k`` the keys one kernel
+  call sees (:func:`attention_kv_length`: ``s / cp`` on the CP ring); unfused attention
   (``cluster.flash_attention: false``) as its GEMMs and score-matrix kernels.
 * **Element-wise and norm kernels** by bytes moved: the two norms, residual adds, rotary embedding,
   the activation (SwiGLU reads ``2f`` and writes ``f``), counted forward and twice backward; with
@@ -49,6 +50,7 @@ from trainc.compiler.hardware import GENERIC, GPUS, GpuPreset
 from trainc.compiler.ir import Plan, filled
 from trainc.schemas import (
     Activation,
+    CpCommType,
     Engine,
     Fp4Format,
     Fp8Format,
@@ -206,13 +208,39 @@ def layer_time(spec: TrainSpec, plan: Plan, hw: Hw, moe: bool, prec: str) -> Lay
     """One transformer layer, one micro-batch, on one GPU (see the module docstring)."""
     d = plan.derived
     return layer_time_of(spec, hw, moe, prec, d.tp, d.cp, d.ep, d.etp,
-                         bool(d.sequence_parallel), spec.training.micro_batch_size)
+                         bool(d.sequence_parallel), spec.training.micro_batch_size,
+                         attention_kv_length(spec, d.cp, spec.parallel.cp_comm_type))
+
+
+def attention_kv_length(spec: TrainSpec, cp: int, comm: CpCommType) -> float:
+    """Keys (tokens) each call of the fused attention kernel sees under context parallelism
+    ``cp`` with ``comm``: the ring (p2p; Transformer Engine ``AttnFuncWithCPAndKVP2P``) runs one
+    call per step against one rank's ``s / cp`` keys, as does engine=fsdp (torch's
+    ``context_parallel`` rotates K/V shards and calls SDPA per shard,
+    ``torch/distributed/tensor/experimental/_attention.py``); all_gather
+    (``AttnFuncWithCPAndKVAllGather``) and a2a (Ulysses, ``AttnFuncWithCPAndQKVOA2A``) call it
+    on the whole sequence. The kernel's efficiency falls with short key blocks
+    (``s_kv / (s_kv + 512)``, :func:`layer_time_of`), so CP at short sequences is not free.
+
+    >>> from trainc.schemas import ClusterSpec, ModelSpec, TrainingSpec, TrainSpec
+    >>> s = TrainSpec(model=ModelSpec(num_layers=1, hidden_size=64, num_attention_heads=1,
+    ...     vocab_size=8, seq_length=8192), cluster=ClusterSpec(num_nodes=1),
+    ...     training=TrainingSpec(micro_batch_size=1, global_batch_size=8))
+    >>> [attention_kv_length(s, 4, k) for k in CpCommType]  # p2p, all_gather, a2a
+    [2048.0, 8192.0, 8192.0]
+    """
+    s = float(spec.model.seq_length)
+    if cp > 1 and (comm is CpCommType.p2p or spec.engine is Engine.fsdp):
+        return s / cp
+    return s
 
 
 def layer_time_of(spec: TrainSpec, hw: Hw, moe: bool, prec: str, t: int, c: int, ep: int,
-                  etp: int, sp: bool, b: int) -> LayerTime:
+                  etp: int, sp: bool, b: int, kv_len: float | None = None) -> LayerTime:
     """:func:`layer_time` for the layout ``(tp=t, cp=c, ep, etp, sequence_parallel=sp,
-    micro_batch_size=b)`` without a plan (the planner's fast model calls it once per class)."""
+    micro_batch_size=b)`` without a plan (the planner's fast model calls it once per class);
+    ``kv_len``: the keys each fused attention call sees (:func:`attention_kv_length`; None =
+    the whole sequence)."""
     m = spec.model
     tsp = t if sp else 1
     h = m.hidden_size
@@ -290,9 +318,10 @@ def layer_time_of(spec: TrainSpec, hw: Hw, moe: bool, prec: str, t: int, c: int,
                                       m.position_embedding is PositionEmbedding.rope)
     # attention core: causal, CP ranks each see all s keys for their s/c queries
     s_kv = s_full
+    kv_call = s_full if kv_len is None else kv_len  # keys per call of the fused kernel
     if spec.cluster.flash_attention:
         attn_flops = 2 * tok * s_kv * (a / t) * (d_qk + d_v) / 2
-        eff = hw.attention_eff * s_kv / (s_kv + 512)
+        eff = hw.attention_eff * kv_call / (kv_call + 512)
         lt.attn_f = attn_flops / (hw.peaks["bf16"] * eff)
         lt.attn_b = 2.5 * lt.attn_f
     else:
