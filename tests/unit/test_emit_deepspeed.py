@@ -129,3 +129,15 @@ def test_deepspeed_accepts_it() -> None:
             c = DeepSpeedConfig(dict(cfg))
         assert c.train_batch_size == cfg["train_batch_size"]
         assert c.zero_optimization_stage == cfg["zero_optimization"]["stage"]
+
+
+@pytest.mark.parametrize(("lr", "min_lr", "ratio"), [("3e-4", "3e-5", 0.1), ("6e-4", "6e-5", 0.1),
+                                                     ("3e-4", "1e-5", 0.0333333333333333)])
+def test_cos_min_ratio_has_no_binary_noise(lr: str, min_lr: str, ratio: float) -> None:
+    """``cos_min_ratio`` is min_lr / lr to 15 significant digits (3e-5 / 3e-4 printed
+    0.09999999999999999)."""
+    _, files = compile_case(CASE, (f"training.lr={lr}", f"training.min_lr={min_lr}",
+                                   "training.lr_decay_style=cosine"))
+    sched = json.loads(files["ds_config.json"])["scheduler"]
+    assert sched["type"] == "WarmupCosineLR"
+    assert sched["params"]["cos_min_ratio"] == ratio

@@ -31,3 +31,21 @@ def test_explain_memory_error_still_shows_tables(capsys):
     assert main(["explain", EXAMPLE, "cluster.gpu_memory_gib=16"]) == 2
     captured = capsys.readouterr()
     assert "TRC401" in captured.err and "memory per GPU" in captured.out
+
+
+def test_explain_ranks_must_be_positive(capsys):
+    """``--ranks 0`` / ``-1`` are refused like ``plan --top 0`` (they printed "first -1 of 64
+    ranks" or fell back silently)."""
+    import pytest
+    for bad in ("0", "-1"):
+        with pytest.raises(SystemExit) as exc:
+            main(["explain", EXAMPLE, "--ranks", bad])
+        assert exc.value.code == 2
+        assert "must be 1 or more" in capsys.readouterr().err
+
+
+def test_executed_flops_say_recompute_only_with_recompute(capsys):
+    assert main(["explain", EXAMPLE, "training.recompute=none"]) == 0
+    assert "(with recompute)" not in capsys.readouterr().out
+    assert main(["explain", EXAMPLE, "training.recompute=full"]) == 0
+    assert "(with recompute)" in capsys.readouterr().out

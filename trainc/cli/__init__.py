@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ex = sub.add_parser("explain", help="estimates and the rank map as terminal tables")
     ex.add_argument("items", nargs="+", metavar="SPEC [KEY=VALUE ...]")
-    ex.add_argument("--ranks", type=int, default=None, metavar="N",
+    ex.add_argument("--ranks", type=_positive_int, default=None, metavar="N",
                     help="rows of the rank table (default: one node; at most 256)")
     _add_ecosystem_parsers(sub)
     _add_plan_parser(sub)

@@ -100,7 +100,8 @@ def scheduler(spec: TrainSpec) -> dict[str, Any]:
             "total_num_steps": t.lr_decay_iters,
             "warmup_num_steps": warmup,
             "warmup_min_ratio": 0.0 if t.lr_warmup_iters > 0 else 1.0,
-            "cos_min_ratio": float(t.min_lr) / lr if lr else 0.0,
+            # 15 significant digits: min_lr / lr without binary noise (3e-5 / 3e-4 is 0.1)
+            "cos_min_ratio": float(f"{float(t.min_lr) / lr:.15g}") if lr else 0.0,
             "warmup_type": "linear",
         }}
     start = 0.0 if t.lr_warmup_iters > 0 else lr

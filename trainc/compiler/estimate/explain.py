@@ -96,7 +96,9 @@ def explain_tables(plan: dict[str, Any], max_ranks: int | None = None) -> list[A
     a = e["assumptions"]
     for k, v in (
         ("model FLOPs / step", f"{e['flops_per_step']:.4e}"),
-        ("executed FLOPs / step", f"{e['hardware_flops_per_step']:.4e} (with recompute)"),
+        ("executed FLOPs / step", f"{e['hardware_flops_per_step']:.4e}" + (
+            " (with recompute)" if e["hardware_flops_per_step"] != e["flops_per_step"]
+            else "")),
         ("compute", f"{sig(e['compute_seconds'])} s at {a['compute_efficiency']:g} x peak"
          if a.get("time_model") == "seed" else
          f"{sig(e['compute_seconds'])} s (kernel model: " + ", ".join(
