@@ -352,3 +352,35 @@ def test_cp_ring_calls_the_attention_kernel_on_key_blocks_of_s_over_cp():
     k = seq / 4
     assert ring.attn_f / whole.attn_f == pytest.approx((seq / (seq + 512)) / (k / (k + 512)))
     assert ring.gemm_f == whole.gemm_f and ring.elem_f == whole.elem_f
+
+
+def test_fp32_compute_runs_tf32_gemms_and_unfused_attention():
+    """training.precision fp32: GEMMs at the TF32 peak (half of BF16 dense), 4-byte activations,
+    and attention without the fused kernel (FlashAttention / cuDNN take 16-bit inputs only), so
+    the score matrix is priced in time and kept in memory (a helper's fp32 spec estimated as
+    fast as bf16)."""
+    from trainc.compiler.estimate.kernels import (
+        computes_in_fp32,
+        fused_attention,
+        layer_precision,
+        layer_time_of,
+    )
+    from trainc.schemas import Precision
+
+    bf = run_ir(_h100(parallel__tp=1, parallel__pp=1)).spec
+    f32 = run_ir(_h100(parallel__tp=1, parallel__pp=1,
+                       training__precision=Precision.fp32)).spec
+    assert not computes_in_fp32(bf) and computes_in_fp32(f32)
+    assert fused_attention(bf) and not fused_attention(f32)
+    assert layer_precision(f32, 1) == "fp32" and layer_precision(bf, 1) == "bf16"
+    hw = hardware(f32)
+    assert hw.peaks["fp32"] == hw.peaks["bf16"] / 2
+    lb = layer_time_of(bf, hardware(bf), False, "bf16", 1, 1, 1, 1, False, 1)
+    lf = layer_time_of(f32, hw, False, "fp32", 1, 1, 1, 1, False, 1)
+    assert lf.gemm_f > 1.9 * lb.gemm_f
+    assert lf.elem_f == pytest.approx(2 * lb.elem_f)
+    assert lf.attn_f > 2 * lb.attn_f
+    e_bf = run_ir(_h100(parallel__tp=1, parallel__pp=1)).estimates
+    e_f32 = run_ir(_h100(parallel__tp=1, parallel__pp=1,
+                         training__precision=Precision.fp32)).estimates
+    assert e_f32.step_time_seconds > 1.9 * e_bf.step_time_seconds

@@ -39,9 +39,11 @@ from trainc.compiler.estimate.comm import (
 )
 from trainc.compiler.estimate.flops import mla_dims, model_flop_terms
 from trainc.compiler.estimate.kernels import (
+    LOW_PRECISIONS,
     Hw,
     LayerTime,
     attention_kv_length,
+    fused_attention,
     hardware,
     layer_precision,
     layer_time_of,
@@ -282,8 +284,9 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
                 f_s=m.moe_shared_expert_intermediate_size or 0, num_experts=m.num_experts or 0,
                 swiglu=swiglu) - (6 if swiglu else 4) * s_loc * mbs * f / tp)
         lse = 4 * a * s_loc * mbs / tp
-        none = (dense_layer_bytes(**shape, with_scores=not c.flash_attention)
-                + (lse if c.flash_attention else 0.0) + moe)
+        flash = fused_attention(spec)
+        none = (dense_layer_bytes(**shape, with_scores=not flash)
+                + (lse if flash else 0.0) + moe)
         sel = dense_layer_bytes(**shape, with_scores=False) + moe
         return 2 * s_loc * mbs * h / tsp, none, sel
 
@@ -494,7 +497,7 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
     ep_g = ep if etp * ep <= dom and dom % (etp * ep) == 0 else \
         max(min(ep, dom // etp if etp <= dom else 1), 1)
     low = layer_precision(spec, 1 if m.num_layers > 2 else 0)
-    edge_bf16 = low != "bf16" and t.first_last_layers_bf16
+    edge_bf16 = low in LOW_PRECISIONS and t.first_last_layers_bf16
     kinds = [x for x in ((False, 1 - mf), (True, mf)) if x[1] > 0]
     n_layers = max(sum(stages), 1)
     # per stage (dense params, expert params) for the DP collectives

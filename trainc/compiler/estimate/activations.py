@@ -40,6 +40,7 @@ import math
 
 from trainc.compiler.derive import full_recompute_mask
 from trainc.compiler.estimate.flops import mla_dims
+from trainc.compiler.estimate.kernels import fused_attention
 from trainc.compiler.estimate.params import (
     is_moe_layer,
     plan_stage_chunks,
@@ -175,7 +176,7 @@ def stage_activation_bytes(spec: TrainSpec, plan: Plan) -> list[float]:
         return base + (lse if scores and flash else 0.0) + (moe_delta if moe else 0.0)
 
     scale = 2.0 if tr.precision is Precision.fp32 else 1.0
-    flash = spec.cluster.flash_attention
+    flash = fused_attention(spec)  # fp32 runs the unfused attention (score matrix kept)
     lse = 4 * a * s * b / t  # fused attention's softmax statistics (fp32), kept per layer
 
     M = d.num_microbatches

@@ -54,7 +54,9 @@ from trainc.schemas import (
     Engine,
     Fp4Format,
     Fp8Format,
+    FsdpDtype,
     PositionEmbedding,
+    Precision,
     Recompute,
     TrainSpec,
 )
@@ -63,6 +65,8 @@ from trainc.schemas import (
 #: the device-to-host sync of dropless routing's token counts and the routing / permutation
 #: kernel launches. Fitted on the published MoE runs (docs/performance.md).
 MOE_LAYER_OVERHEAD_US = 600.0
+#: GEMM precisions whose inputs are cast (and scaled) before every GEMM (FP8 / FP4 recipes).
+LOW_PRECISIONS = ("fp8", "fp4")
 #: Output tile of the tensor-core GEMM kernels (rows x columns).
 TILE_M, TILE_N = 128, 256
 #: Each output tile's fixed cost (pipeline fill of the main loop, the epilogue that converts
@@ -113,7 +117,9 @@ def hardware(spec: TrainSpec) -> Hw:
     attn = prof.attention_efficiency
     if spec.engine is Engine.fsdp and prof.sdpa_attention_efficiency is not None:
         attn = prof.sdpa_attention_efficiency  # torch SDPA's FlashAttention-2 kernel
-    return Hw(peaks={k: v * scale * 1e12 for k, v in prof.peaks.items()},
+    peaks = {k: v * scale * 1e12 for k, v in prof.peaks.items()}
+    peaks["fp32"] = peaks["bf16"] / 2  # TF32 tensor cores (layer_precision)
+    return Hw(peaks=peaks,
               gemm_eff=eff,
               attention_eff=attn if cl.attention_efficiency is None else cl.attention_efficiency,
               hbm=prof.memory_bandwidth_gbps * 1e9 * prof.memory_efficiency,
@@ -155,8 +161,8 @@ def gemm_seconds(hw: Hw, m: float, n: float, k: float, prec: str = "bf16",
     q = tiles * TILE_M * TILE_N / (waves * hw.sms * TILE_M * TILE_N) * (
         m * n / (math.ceil(m / TILE_M) * TILE_M * math.ceil(n / TILE_N) * TILE_N))
     flops = 2 * m * n * k * groups
-    ib = {"fp8": 1.0, "fp4": 0.5}.get(prec, 2.0)
-    moved = groups * ((m * k + k * n) * ib + 2 * m * n)
+    ib = {"fp8": 1.0, "fp4": 0.5, "fp32": 4.0}.get(prec, 2.0)
+    moved = groups * ((m * k + k * n) * ib + (4 if prec == "fp32" else 2) * m * n)
     return max(flops * (k + hw.k_overhead) / k / (peak * eff * q), moved / hw.hbm)
 
 
@@ -193,10 +199,31 @@ class LayerTime:
         return self.gemm_b + self.attn_b + self.elem_b + self.fixed_b
 
 
+def computes_in_fp32(spec: TrainSpec) -> bool:
+    """Whether the layers compute in fp32: ``training.precision: fp32`` (engine=fsdp: the
+    parameters' ``fsdp.param_dtype``, which the normalizer fills from it)."""
+    if spec.engine is Engine.fsdp and spec.fsdp.param_dtype is not None:
+        return spec.fsdp.param_dtype is FsdpDtype.fp32
+    return spec.training.precision is Precision.fp32
+
+
+def fused_attention(spec: TrainSpec) -> bool:
+    """Whether attention runs a fused (flash) kernel that keeps no score matrix:
+    ``cluster.flash_attention`` and 16-bit compute. FlashAttention and cuDNN's fused attention
+    take fp16 / bf16 only; with fp32 Transformer Engine's ``DotProductAttention`` falls back to
+    its unfused backend (and PyTorch SDPA to its math kernel), which materialises the scores."""
+    return spec.cluster.flash_attention and not computes_in_fp32(spec)
+
+
 def layer_precision(spec: TrainSpec, index: int) -> str:
-    """GEMM precision of transformer layer ``index``: fp4 / fp8 / bf16 (first and last layer
-    in BF16 with ``first_last_layers_bf16``)."""
+    """GEMM precision of transformer layer ``index``: fp32 / fp4 / fp8 / bf16 (first and last
+    layer in BF16 with ``first_last_layers_bf16``). fp32 GEMMs are timed at the TF32
+    tensor-core peak (:func:`hardware`: half the dense BF16 peak, as the A100 / H100 / B200 data
+    sheets give it), a lower bound: without TF32 (PyTorch's default
+    ``allow_tf32=False``) IEEE fp32 runs on the CUDA cores, several times slower again."""
     tr = spec.training
+    if computes_in_fp32(spec):
+        return "fp32"
     low = ("fp4" if tr.fp4_format is not Fp4Format.none else
            "fp8" if tr.fp8_format is not Fp8Format.none else "bf16")
     if low != "bf16" and tr.first_last_layers_bf16 and index in (0, spec.model.num_layers - 1):
@@ -277,14 +304,14 @@ def layer_time_of(spec: TrainSpec, hw: Hw, moe: bool, prec: str, t: int, c: int,
         elems = 10 * h / tsp + 2 * (ql + kvl) / tsp + 2 * (a * pos / t + pos) \
             + 4 * a * d_qk / t
         casts = (2 * h + 2 * (ql + kvl) + pos + a * (d_qk + m.qk_head_dim + 2 * d_v) / t
-                 + h) if prec != "bf16" else 0.0
+                 + h) if prec in LOW_PRECISIONS else 0.0
     else:
         lin(tok, (q + 2 * kv) / t, h, prec)  # QKV (column parallel)
         lin(tok, h, q / t, prec)  # output projection (row parallel)
         # element-wise bytes per token of this GPU (2-byte activations): norms, residual adds,
         # rope
         elems = 10 * h / tsp + 2 * (q + kv) / t
-        casts = (2 * h + (q + 2 * kv) / t + q / t + h) if prec != "bf16" else 0.0
+        casts = (2 * h + (q + 2 * kv) / t + q / t + h) if prec in LOW_PRECISIONS else 0.0
     if moe:
         E = filled(m.num_experts, "model.num_experts")
         k_top = m.moe_router_topk
@@ -297,7 +324,7 @@ def layer_time_of(spec: TrainSpec, hw: Hw, moe: bool, prec: str, t: int, c: int,
         # per token copy (k_top / tsp of them per token of ``tok``): permute + un-permute (read +
         # write h each), the expert activation
         elems += k_top / tsp * (4 * h + (3 if swiglu else 2) * f_e / etp)
-        if prec != "bf16":
+        if prec in LOW_PRECISIONS:
             casts += k_top / tsp * (2 * h + cf * f_e / etp + f_e / etp)
         f_s = m.moe_shared_expert_intermediate_size or 0
         if f_s:
@@ -311,7 +338,7 @@ def layer_time_of(spec: TrainSpec, hw: Hw, moe: bool, prec: str, t: int, c: int,
         lin(tok, cf * f / t, h, prec)
         lin(tok, h, f / t, prec)
         elems += (3 if swiglu else 2) * f / t
-        if prec != "bf16":
+        if prec in LOW_PRECISIONS:
             casts += 2 * h + cf * f / t + f / t
     if spec.engine is Engine.fsdp and not spec.fsdp.compile:
         elems += eager_extra_elements(q / t, kv / t, 0 if moe else f / t, swiglu, g < a,
@@ -319,15 +346,17 @@ def layer_time_of(spec: TrainSpec, hw: Hw, moe: bool, prec: str, t: int, c: int,
     # attention core: causal, CP ranks each see all s keys for their s/c queries
     s_kv = s_full
     kv_call = s_full if kv_len is None else kv_len  # keys per call of the fused kernel
-    if spec.cluster.flash_attention:
+    fp32 = prec == "fp32"
+    if fused_attention(spec):
         attn_flops = 2 * tok * s_kv * (a / t) * (d_qk + d_v) / 2
         eff = hw.attention_eff * kv_call / (kv_call + 512)
         lt.attn_f = attn_flops / (hw.peaks["bf16"] * eff)
         lt.attn_b = 2.5 * lt.attn_f
     else:
         lt.attn_f, lt.attn_b = unfused_attention_seconds(hw, b, s_full / c, s_kv, a / t, d_qk,
-                                                         m.attention_dropout > 0, d_v)
-    elem_bytes = 2 * elems * tok  # 2-byte activations
+                                                         m.attention_dropout > 0, d_v,
+                                                         "fp32" if fp32 else "bf16")
+    elem_bytes = (4 if fp32 else 2) * elems * tok  # 2-byte activations (fp32: 4)
     cast_bytes = 4 * casts * tok  # read 2 B, write 1 B + the transposed 1 B copy
     lt.elem_f = (elem_bytes + cast_bytes) / hw.hbm
     lt.elem_b = (2 * elem_bytes + cast_bytes) / hw.hbm
@@ -336,12 +365,13 @@ def layer_time_of(spec: TrainSpec, hw: Hw, moe: bool, prec: str, t: int, c: int,
 
 def unfused_attention_seconds(hw: Hw, b: float, s_q: float, s_kv: float, heads: float,
                               dh: float, dropout: bool,
-                              dv: float | None = None) -> tuple[float, float]:
+                              dv: float | None = None,
+                              prec: str = "bf16") -> tuple[float, float]:
     """(forward, backward) seconds of attention that materialises the score matrix
     (``cluster.flash_attention: false``: Megatron-Core's unfused ``DotProductAttention``, the
     Megatron-LM of Narayanan et al. 2021 and Korthikanti et al. 2022), for ``b`` sequences of
     ``s_q`` queries against ``s_kv`` keys and ``heads`` heads of width ``dh`` (``dv`` for the
-    values, default ``dh``) on this GPU.
+    values, default ``dh``) on this GPU, GEMMs in ``prec`` (fp32: 4-byte scores).
 
     * GEMMs, batched over ``b x heads``: forward ``Q K^T`` (s_q, s_kv, dh) and ``P V`` (s_q, dh,
       s_kv); backward ``dV = P^T dO``, ``dP = dO V^T``, ``dQ = dS K``, ``dK = dS^T Q``. The
@@ -358,13 +388,13 @@ def unfused_attention_seconds(hw: Hw, b: float, s_q: float, s_kv: float, heads: 
     """
     groups = max(round(b * heads), 1)
     dv = dh if dv is None else dv
-    fwd = gemm_seconds(hw, s_q, s_kv, dh, "bf16", groups) + \
-        gemm_seconds(hw, s_q, dv, s_kv, "bf16", groups)
-    bwd = (gemm_seconds(hw, s_kv, dv, s_q, "bf16", groups)
-           + gemm_seconds(hw, s_q, s_kv, dv, "bf16", groups)
-           + gemm_seconds(hw, s_q, dh, s_kv, "bf16", groups)
-           + gemm_seconds(hw, s_kv, dh, s_q, "bf16", groups))
-    scores = groups * s_q * s_kv
+    fwd = gemm_seconds(hw, s_q, s_kv, dh, prec, groups) + \
+        gemm_seconds(hw, s_q, dv, s_kv, prec, groups)
+    bwd = (gemm_seconds(hw, s_kv, dv, s_q, prec, groups)
+           + gemm_seconds(hw, s_q, s_kv, dv, prec, groups)
+           + gemm_seconds(hw, s_q, dh, s_kv, prec, groups)
+           + gemm_seconds(hw, s_kv, dh, s_q, prec, groups))
+    scores = groups * s_q * s_kv * (2 if prec == "fp32" else 1)  # 4-byte scores in fp32
     fwd += scores * (4 + (5 if dropout else 0)) / hw.hbm
     bwd += scores * (6 + (5 if dropout else 0)) / hw.hbm
     return fwd, bwd
@@ -413,7 +443,8 @@ def logits_time_of(spec: TrainSpec, hw: Hw, tp: int, cp: int, mbs: int,
     m = spec.model
     tok = mbs * m.seq_length / cp
     v = padded_vocab / tp
-    f, b = gemm3_seconds(hw, tok, v, m.hidden_size, "bf16")
+    f, b = gemm3_seconds(hw, tok, v, m.hidden_size,
+                         "fp32" if computes_in_fp32(spec) else "bf16")
     ce = 3 * 4 * tok * v / hw.hbm  # fp32 logits: write, read for softmax, write the gradient
     return f + ce, b + ce
 
