@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from trainc.compiler.fit import (
     GiB,
     _rebalance_edits,
@@ -258,3 +260,48 @@ def test_trc401_fix_puts_context_parallelism_after_a_near_change_without_it():
     assert _cp_last([cp, far]) == [cp, far]
     grow = r({"parallel.cp": 2, "cluster.num_nodes": 4}, 3.0, added=16)
     assert _cp_last([mbs, grow]) == [mbs, grow]
+
+
+def test_trc401_fix_puts_cpu_offload_after_a_near_change_without_it():
+    """A fresh-user trial: ``offload_optimizer=cpu`` was "the fastest" fix at 55.4 s against
+    ZeRO-2 at 55.5 s. Offload's CPU step is priced as a floor, so a change without it within
+    10 % ranks first; offload far ahead keeps its place."""
+    from trainc.compiler.fit import _cp_last
+    from trainc.schemas import Offload
+
+    def r(edits, step):
+        return {"edits": edits, "step": step, "gpus_added": 0, "total": 1}
+
+    off, z2 = r({"training.offload_optimizer": Offload.cpu}, 55.4), \
+        r({"parallel.zero_stage": 2}, 55.5)
+    assert _cp_last([off, z2]) == [z2, off]
+    assert _cp_last([r({"training.offload_param": "cpu"}, 40.0), z2])[0]["step"] == 40.0
+    assert _cp_last([r({"training.offload_optimizer": "none"}, 55.4), z2])[0]["step"] == 55.4
+
+
+def test_deepspeed_cpu_offload_costs_its_cpu_step_and_pcie_copies():
+    """DeepSpeed optimizer offload adds the CPU Adam step over the rank's partition (30 B per
+    parameter through the node's host memory bandwidth shared by its GPUs) and the 16-bit
+    partition's copy back over PCIe; parameter offload adds two PCIe copies per micro-batch.
+    Other engines and no offload: nothing."""
+    from trainc.compiler.estimate.time import (
+        CPU_ADAM_BYTES_PER_PARAM,
+        HOST_MEMORY_BYTES_PER_S,
+        PCIE_BYTES_PER_S,
+        offload_seconds,
+    )
+    from trainc.schemas import Engine
+
+    spec = make_spec()
+    spec.engine = Engine.deepspeed
+    part = 1.6e9 / 8
+    gpn = spec.cluster.gpus_per_node
+    adam = part * CPU_ADAM_BYTES_PER_PARAM / (HOST_MEMORY_BYTES_PER_S / gpn)
+    copy_back = part * 2 / PCIE_BYTES_PER_S
+    assert offload_seconds(spec, 1, True, False, 1.6e9, 8, 4) == pytest.approx(adam + copy_back)
+    assert offload_seconds(spec, 3, True, True, 1.6e9, 8, 4) == pytest.approx(
+        adam + copy_back + 2 * 4 * part * 2 / PCIE_BYTES_PER_S)
+    assert offload_seconds(spec, 1, False, False, 1.6e9, 8, 4) == 0.0
+    assert offload_seconds(spec, 1, False, True, 1.6e9, 8, 4) == 0.0  # param offload: ZeRO-3
+    spec.engine = Engine.megatron
+    assert offload_seconds(spec, 1, True, False, 1.6e9, 8, 4) == 0.0

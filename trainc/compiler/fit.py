@@ -198,20 +198,26 @@ def _rank(r: dict[str, Any]) -> tuple[float, float, float]:
 CP_BAND = 0.10
 
 
-def _uses_cp(r: dict[str, Any]) -> bool:
-    return int(r["edits"].get("parallel.cp", 1)) > 1
+def _last_resort(r: dict[str, Any]) -> bool:
+    """Whether a change turns on context parallelism or DeepSpeed offload (a last resort)."""
+    e = r["edits"]
+    offload = any(getattr(e.get(k), "value", e.get(k)) not in (None, "none")
+                  for k in ("training.offload_optimizer", "training.offload_param"))
+    return int(e.get("parallel.cp", 1)) > 1 or offload
 
 
 def _cp_last(ranked: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``ranked`` with a change that turns on context parallelism moved after the same-GPU
-    changes without it that are within :data:`CP_BAND` of its step time: CP is for sequences
-    that do not fit otherwise, and its ring overheads are not priced (a micro batch of 1 that
-    fits 1 % slower than cp=2 at 8K tokens is the better fix)."""
+    """``ranked`` with a change that turns on context parallelism or CPU offload moved after
+    the same-GPU changes without them that are within :data:`CP_BAND` of its step time: CP is
+    for sequences that do not fit otherwise, and its ring overheads are only partly priced (a
+    micro batch of 1 that fits 1 % slower than cp=2 at 8K tokens is the better fix); offload's
+    CPU step is priced as a floor (``time.offload_seconds``: round host figures), so ZeRO-2
+    within 10 % of it is the better fix."""
     out = list(ranked)
     for r in ranked:
-        if not _uses_cp(r) or r["gpus_added"]:
+        if not _last_resort(r) or r["gpus_added"]:
             continue
-        near = [x for x in out if not _uses_cp(x) and not x["gpus_added"]
+        near = [x for x in out if not _last_resort(x) and not x["gpus_added"]
                 and x["step"] <= r["step"] * (1 + CP_BAND)]
         if near:
             out.remove(r)
@@ -304,9 +310,11 @@ def _memory(plan: Plan, e: Estimates, evaluate: Evaluate | None) -> Iterator[Dia
         faster = min((r["step"] for r in cands if not r["gpus_added"]), default=top["step"])
         how = (f"adds {top['gpus_added']} GPUs" if top["gpus_added"]
                else "on the same GPUs, the fastest" if top["step"] <= faster
-               else "on the same GPUs, within 10 % of the fastest without context parallelism")
+               else "on the same GPUs, within 10 % of the fastest without context parallelism "
+                    "or offload")
         fix = (f"cheapest changes that fit (same GPUs first by step time, context parallelism "
-               f"after a change within 10 % of it, then the fewest GPUs added): {listed}; "
+               f"or offload after a change within 10 % of it, then the fewest GPUs added): "
+               f"{listed}; "
                f"cheapest: {_show(top['edits'])} ({how})")
         edits = {k: getattr(v, "value", v) for k, v in cands[0]["edits"].items()}
     elif cands:

@@ -192,6 +192,9 @@ class Estimates:
     compute_seconds: float
     exposed_comm_seconds: float
     bubble_seconds: float
+    offload_seconds: float = 0.0
+    """DeepSpeed CPU / NVMe offload's exposed seconds per step on the critical stage (the CPU
+    Adam step and the PCIe copies; :func:`trainc.compiler.estimate.time.offload_seconds`)."""
     compute_seconds_by_kind: Mapping[str, float] = field(default_factory=dict)
     """Compute seconds of the critical stage per step by kernel kind (time_model=kernels: gemm,
     attention, elementwise, fixed, recompute; empty with time_model=seed)."""

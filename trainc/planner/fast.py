@@ -54,6 +54,7 @@ from trainc.compiler.estimate.params import head_dims, layer_params
 from trainc.compiler.estimate.time import (
     BUCKET_MIN_PARAMS,
     ep_exposed_share,
+    offload_seconds,
     tp_exposed_share,
     with_interference,
 )
@@ -339,6 +340,9 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
                 work = t_comp + hide * (t_tp + t_cp + t_ep) + t_pp
                 base = work / (1 - bubble)
                 for zero, off, state_mem, t_dp in states:
+                    t_dp += offload_seconds(  # DeepSpeed offload, as time.seed_step_time
+                        spec, zero, off != "none", deepspeed and zero == 3 and
+                        spec.training.offload_param.name != "none", p_dense + p_exp, shard, M)
                     yield state_mem + act, base + t_dp, (v, cpt, mbs, rc, zero, off), (
                         t_comp, hide * t_tp, hide * t_cp, hide * t_ep, t_pp, t_dp, bubble,
                         work * bubble / (1 - bubble), cross, intra / inter, lower)
@@ -629,6 +633,8 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
                         rows.append((M * work / (1 - bubble), i, n, comp, f_mb, b_mb, x_tp,
                                      x_ep, x_cp, x_pp, work))
                     for zero, off, state_mem, _t_dp in states:
+                        off_param = spec.engine is Engine.deepspeed and zero == 3 and \
+                            spec.training.offload_param.name != "none"
                         total = -1.0
                         out = None
                         for row in rows:
@@ -652,6 +658,10 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
                                     else:
                                         t_dp += with_interference(
                                             sec, sec / nb + max(sec - sec / nb - window, 0.0))
+                            # DeepSpeed offload's CPU step and PCIe copies (as the full
+                            # estimator: time.offload_seconds)
+                            t_dp += offload_seconds(spec, zero, off != "none", off_param,
+                                                    sum(params[i]), dp * cp, M)
                             if piped + t_dp > total:
                                 total, out = piped + t_dp, (row, t_dp)
                         assert out is not None

@@ -33,6 +33,9 @@ def _estimates(est: dict[str, Any]) -> list[str]:
         rows.append(("memory budget per GPU", f"{gib(est['memory_budget_bytes'], sep=False)} GiB"))
     if _num(est.get("pipeline_bubble_fraction")):
         rows.append(("pipeline bubble", f"{percent(est['pipeline_bubble_fraction'])}%"))
+    if _num(est.get("offload_seconds")) and est["offload_seconds"] > 0:
+        rows.append(("CPU offload per step (CPU Adam, PCIe; a floor)",
+                     f"{fixed(est['offload_seconds'], 3)} s"))
     if _num(est.get("flops_per_step")):
         rows.append(("model FLOPs per step", f"{est['flops_per_step']:.3e}"))
     if _num(est.get("step_time_seconds")):

@@ -156,6 +156,8 @@ def report_html(plan: dict[str, Any]) -> dict[str, str]:
                  ["exposed communication (s)", sig(e["exposed_comm_seconds"])],
                  ["pipeline bubble", f"{percent(e['pipeline_bubble_fraction'], 2)} % "
                                      f"({sig(e['bubble_seconds'])} s)"],
+                 *([["CPU offload (s)", sig(e["offload_seconds"])]]
+                   if e.get("offload_seconds") else []),
                  ["step time (s)", sig(e["step_time_seconds"])],
                  ["tokens / s", f"{e['tokens_per_second']:,.0f}"],
                  ["MFU", f"{percent(e['mfu'])} %"]]

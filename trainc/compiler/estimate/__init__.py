@@ -126,6 +126,7 @@ def estimate(plan: Plan) -> Estimates:
         compute_seconds=r6(st.compute_seconds),
         exposed_comm_seconds=r6(st.exposed_comm_seconds),
         bubble_seconds=r6(st.bubble_seconds),
+        offload_seconds=r6(st.offload_seconds),
         compute_seconds_by_kind={k: r6(v) for k, v in st.compute_by_kind.items()},
         memory_margin=r6((budget - w.total) / budget) if budget > 0 else -1.0,
         critical_stage=st.critical_stage,

@@ -107,6 +107,8 @@ def explain_tables(plan: dict[str, Any], max_ranks: int | None = None) -> list[A
                                   f"{a['comm_overlap']:g}, efficiency {a['comm_efficiency']:g})"),
         ("pipeline bubble", f"{percent(e['pipeline_bubble_fraction'], 2)} % "
                             f"({sig(e['bubble_seconds'])} s)"),
+        *([("CPU offload", f"{sig(e['offload_seconds'])} s (CPU Adam step and PCIe copies, "
+                           "a floor)")] if e.get("offload_seconds") else []),
         ("step time", f"{sig(e['step_time_seconds'])} s" + (
             f" (p10-p90 {sig(e['step_time_p10_seconds'])}-{sig(e['step_time_p90_seconds'])} s, "
             f"{e.get('step_time_band') or 'calibrated'})"

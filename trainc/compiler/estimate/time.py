@@ -40,7 +40,7 @@ from trainc.compiler.estimate.params import (
     stage_params,
 )
 from trainc.compiler.ir import Plan, filled
-from trainc.schemas import Engine, Recompute, TimeModel, TrainSpec
+from trainc.schemas import Engine, Offload, Recompute, TimeModel, TrainSpec
 
 
 def layer_flops(spec: TrainSpec, moe: bool, tokens: float, s2: float) -> float:
@@ -62,6 +62,8 @@ class StepTime:
     tokens_per_second: float
     mfu: float
     compute_by_kind: dict[str, float] = field(default_factory=dict)
+    offload_seconds: float = 0.0
+    """DeepSpeed CPU offload's exposed seconds per step (:func:`offload_seconds`)."""
 
 
 def stage_compute_flops(spec: TrainSpec, plan: Plan) -> list[float]:
@@ -85,6 +87,59 @@ def stage_compute_flops(spec: TrainSpec, plan: Plan) -> list[float]:
     return out
 
 
+#: Host bytes DeepSpeed's CPU Adam streams per parameter per step: it reads the fp32 master
+#: weight, its fp32 gradient and Adam's two moments and writes weight and moments back
+#: (``csrc/includes/cpu_adam.h`` ``Adam_Optimizer::Step_AVX``, DeepSpeed 0.19.8), and writes the
+#: 16-bit copy the GPU gets back: 16 + 12 + 2 bytes.
+CPU_ADAM_BYTES_PER_PARAM = 30
+#: Host memory bandwidth of one node that the ranks' CPU optimizer steps share, bytes/s: a round
+#: figure for a two-socket server (DDR4-3200 x 8 channels x 2 sockets is 410 GB/s peak; STREAM
+#: reaches about half). Not a cluster key: the step is a lower bound on what offload costs.
+HOST_MEMORY_BYTES_PER_S = 200e9
+#: Host <-> GPU bytes/s per GPU, one direction: PCIe Gen4 x16 (32 GB/s) at about 80 %.
+PCIE_BYTES_PER_S = 25e9
+
+
+def offload_seconds(spec: TrainSpec, zero: int, offload_optimizer: bool, offload_param: bool,
+                    params: float, shard: int, num_microbatches: int) -> float:
+    """Exposed seconds per step that DeepSpeed's CPU / NVMe offload adds on one GPU of a stage
+    with ``params`` parameters (per GPU, after TP / PP), its ZeRO partition being
+    ``1 / shard`` of them (``shard`` = dp x cp).
+
+    * optimizer offload (ZeRO >= 1): after the backward the CPU Adam step over the rank's
+      partition, at :data:`CPU_ADAM_BYTES_PER_PARAM` through the node's host memory bandwidth
+      shared by its GPUs (:data:`HOST_MEMORY_BYTES_PER_S`), then the updated 16-bit partition
+      copied to the GPU over PCIe (:data:`PCIE_BYTES_PER_S`). The gradients' copy to the host
+      overlaps the backward (ZeRO-Offload, Ren et al. 2021, arXiv 2101.06840, §4: the
+      gradient transfer overlaps backward, the CPU step does not without its one-step delayed
+      update, which DeepSpeed does not enable by default); NVMe adds disk reads, not counted.
+    * parameter offload (ZeRO-3): every micro-batch copies the partition to the GPU before its
+      forward and backward all-gathers: ``2 M`` PCIe copies of 2 bytes per parameter.
+
+    The host figures are round numbers, not cluster keys: read the result as a floor (0 without
+    offload or with another engine)."""
+    if spec.engine is not Engine.deepspeed or shard < 1:
+        return 0.0
+    part = params / shard
+    gpn = max(spec.cluster.gpus_per_node, 1)
+    out = 0.0
+    if offload_optimizer and zero >= 1:
+        out += part * CPU_ADAM_BYTES_PER_PARAM / (HOST_MEMORY_BYTES_PER_S / gpn)
+        out += part * 2 / PCIE_BYTES_PER_S
+    if offload_param and zero >= 3:
+        out += 2 * num_microbatches * part * 2 / PCIE_BYTES_PER_S
+    return out
+
+
+def _plan_offload_seconds(spec: TrainSpec, plan: Plan, params: float) -> float:
+    """:func:`offload_seconds` for the plan's ZeRO stage and offload keys."""
+    t, d = spec.training, plan.derived
+    return offload_seconds(spec, spec.parallel.zero_stage,
+                           t.offload_optimizer is not Offload.none,
+                           t.offload_param is not Offload.none, params,
+                           d.dp * d.cp, d.num_microbatches)
+
+
 def seed_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: float,
                    model_flops: float) -> StepTime:
     """The seeds' step time (``cluster.time_model: seed``; see the module docstring)."""
@@ -97,6 +152,7 @@ def seed_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: 
     tokens_mb = spec.model.seq_length / max(d.cp, 1) * spec.training.micro_batch_size
     eff *= tokens_mb / (tokens_mb + max(cl.gemm_half_efficiency_tokens, 0))
     reruns = plan_rerun_masks(plan)
+    sps = stage_params(spec, plan)
     best: StepTime | None = None
     for r, (fl, sc) in enumerate(zip(stage_compute_flops(spec, plan), comms, strict=True)):
         passes = 2 * d.layers_per_stage[r] + sum(reruns[r])
@@ -107,10 +163,11 @@ def seed_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: 
         # the bubble's share of the stretched work: (C + X) b / (1 - b), exactly 0 for b = 0
         # (``piped - compute - exposed`` left a rounding residue such as -1.1e-16 s)
         idle = max((compute + exposed) * bubble / (1 - bubble), 0.0)
-        total = compute + exposed + idle + (1 - overlap) * sec["dp"]
+        off = _plan_offload_seconds(spec, plan, sps[r].total)
+        total = compute + exposed + idle + (1 - overlap) * sec["dp"] + off
         if best is None or total > best.step_time_seconds:
             best = StepTime(total, compute, exposed + (1 - overlap) * sec["dp"], idle, r, 0.0,
-                            0.0)
+                            0.0, offload_seconds=off)
     assert best is not None
     t = best.step_time_seconds
     tokens = spec.training.global_batch_size * spec.model.seq_length
@@ -120,7 +177,8 @@ def seed_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: 
         hide = 0.0 if c.axis == "pp" else overlap
         c.exposed_seconds = (1 - hide) * c.seconds
     return StepTime(t, best.compute_seconds, best.exposed_comm_seconds, best.bubble_seconds,
-                    best.critical_stage, tps, min(max(mfu, 0.0), 1.0))
+                    best.critical_stage, tps, min(max(mfu, 0.0), 1.0),
+                    offload_seconds=best.offload_seconds)
 
 
 def step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: float,
@@ -367,9 +425,11 @@ def kernel_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble
         idle = max(piped * bubble / (1 - bubble), 0.0)
         _dp_exposed(spec, plan, sc, r, sps[r].total, fwd, bwd, compute, len(idx))
         dp_exp = sum(c.exposed_seconds for c in sc.collectives.values() if c.axis == "dp")
-        total = piped + idle + dp_exp
+        off = _plan_offload_seconds(spec, plan, sps[r].total)
+        total = piped + idle + dp_exp + off
         if best is None or total > best.step_time_seconds:
-            best = StepTime(total, compute, exposed_mb * M + dp_exp, idle, r, 0.0, 0.0)
+            best = StepTime(total, compute, exposed_mb * M + dp_exp, idle, r, 0.0, 0.0,
+                            offload_seconds=off)
             best_kinds = {k: v * M for k, v in kinds.items()}
     assert best is not None
     t = best.step_time_seconds
@@ -378,4 +438,4 @@ def kernel_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble
     mfu = model_flops / (t * world * peak) if t > 0 and peak > 0 else 0.0
     return StepTime(t, best.compute_seconds, best.exposed_comm_seconds, best.bubble_seconds,
                     best.critical_stage, tokens / t if t > 0 else 0.0, min(max(mfu, 0.0), 1.0),
-                    best_kinds)
+                    best_kinds, best.offload_seconds)
