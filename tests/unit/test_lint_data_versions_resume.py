@@ -234,3 +234,20 @@ def test_torchtitan_gets_no_data_or_resume_keys():
     diags = lint_cfg(**titan, **{"data.eod_mask_loss": True, "resume.load_dir": "/ckpt"})
     assert _one(diags, "TRC356").key == "data.eod_mask_loss"
     assert _one(diags, "TRC533").key == "resume.load_dir"
+
+
+def test_eod_options_with_real_data_warn_about_the_end_of_document_id():
+    """TRC358 (a fresh-user trial): with data.paths or launch.data_path, the options that look
+    for the end-of-document token compare with the NullTokenizer's id, vocab_size - 1; without
+    real data (mock data, whose documents end with that id) or without the options: nothing."""
+    base = {"data.paths": ["/d/web"]}
+    diag = _one(lint_cfg(**base, **{"data.eod_mask_loss": True,
+                                    "data.reset_position_ids": True}), "TRC358")
+    assert not diag.is_error and diag.key == "data.eod_mask_loss"
+    vocab = make().model.vocab_size
+    assert f"vocab_size - 1 = {vocab - 1}" in diag.message
+    assert diag.edits == {"data.eod_mask_loss": False, "data.reset_position_ids": False}
+    assert _one(lint_cfg(**{"launch.data_path": "/d/web", "data.reset_position_ids": True}),
+                "TRC358")
+    assert not find(lint_cfg(**{"data.eod_mask_loss": True}), "TRC358")
+    assert not find(lint_cfg(**base), "TRC358")

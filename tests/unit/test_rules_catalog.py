@@ -285,6 +285,8 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
                "data.reset_attention_mask"),
     "TRC356": ({"data.packed": True}, {"data.packed": False, "data.eod_mask_loss": True},
                "data.packed"),
+    "TRC358": ({"data.paths": ["/d/web"], "data.eod_mask_loss": True},
+               {"data.paths": ["/d/web"], "data.eod_mask_loss": False}, "data.eod_mask_loss"),
     "TRC357": ({"data.num_samples": 1000, "training.train_iters": 100},
                {"data.num_samples": 1600, "training.train_iters": 100}, "training.train_iters"),
     "TRC530": ({**MOE, "parallel.ep": 2, "launch.versions": {"nccl": "2.19.3"}},

@@ -439,6 +439,12 @@ DATA_RUNNER = _r(
     "a data option the chosen runner does not read (packed THD data; the cross-document mask "
     "in the trainc worker; any data: key for torchtitan) is an error, never silently dropped",
     engines=_BOTH_ERR)
+EOD_TOKEN = _r(
+    "TRC358", "eod-token-id",
+    "with real data, data.eod_mask_loss / reset_position_ids / reset_attention_mask find "
+    "document ends by the NullTokenizer's end-of-document id (vocab_size - 1), which trainc's "
+    "artifacts use: data tokenized with another end-of-document id never matches it", "warning",
+    engines={"megatron": "warning", "deepspeed": "warning"})
 EPOCHS = _r(
     "TRC357", "epochs-derived",
     "train_iters x global_batch_size against the samples in the data: the epoch count, derived "
@@ -628,6 +634,9 @@ SOURCES: dict[str, str] = {
     "TRC353": "NVIDIA/Megatron-LM #2357 (TE attn_mask_type causal ignores the GPTDataset mask)",
     "TRC356": "trainc worker (trainc/launch/data.py: GPTDatasetConfig; no attention mask, no "
               "PackedSeqParams); pretrain_gpt.py reads no THD data (core_v0.16.x)",
+    "TRC358": "megatron/core/datasets/gpt_dataset.py _get_ltor_masks_and_position_ids (compares "
+              "tokens with tokenizer.eod); megatron/core/tokenizers NullTokenizer (eod = the last "
+              "id); trainc/launch/data.py NullTokenizer(V - 1)",
     "TRC357": "megatron/core/datasets/gpt_dataset.py GPTDataset (epochs repeat the documents, "
               "0.16.1); trainc derive.py steps_per_epoch",
     "TRC530": "trainc/conf/known_bad_versions.yaml (each entry links its public report)",

@@ -130,8 +130,28 @@ def _runner(spec: TrainSpec) -> Iterator[Diagnostic]:
                    transformer_impl="transformer_engine")
 
 
+def _eod(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC358: the options that look for the end-of-document token, with real data."""
+    data, lc = spec.data, spec.launch
+    keys = [k for k in ("eod_mask_loss", "reset_position_ids", "reset_attention_mask")
+            if getattr(data, k)]
+    if not keys or not (data.paths or lc.data_path):
+        return
+    eod = spec.model.vocab_size - 1
+    yield diag(R.EOD_TOKEN,
+               f"{', '.join('data.' + k for k in keys)} find document ends by the "
+               f"end-of-document token; trainc's artifacts run Megatron's NullTokenizer (no "
+               f"tokenizer key exists), whose end-of-document id is vocab_size - 1 = {eod}. "
+               f"Data tokenized with another id (Llama 3: 128001, Mistral: 2) never matches it: "
+               f"the option{'s do' if len(keys) > 1 else ' does'} nothing",
+               "data." + keys[0], related=tuple("data." + k for k in keys[1:]),
+               fix=f"write the data's end-of-document tokens as id {eod}, or drop "
+                   f"{', '.join('data.' + k for k in keys)}",
+               edits={"data." + k: False for k in keys}, eod_id=eod, options=keys)
+
+
 def data_path(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
-    """TRC350-TRC357."""
+    """TRC350-TRC358."""
     m, p, data, lc = spec.model, spec.parallel, spec.data, spec.launch
     yield from _blend(spec)
     tv = data.tokenizer_vocab_size
@@ -168,6 +188,7 @@ def data_path(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         yield from _torchtitan(spec)
     else:
         yield from _runner(spec)
+        yield from _eod(spec)
     if d.epochs is not None and d.dataset_samples is not None and d.epochs > 1:
         need = spec.training.train_iters * spec.training.global_batch_size
         yield diag(R.EPOCHS,
