@@ -16,7 +16,7 @@ from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.validate.util import divisors, nearest_multiple, or_list, show
-from trainc.schemas import CpCommType, TrainSpec
+from trainc.schemas import CpCommType, ModelSpec, TrainSpec
 
 
 def sequence_unit(cp: int, tp: int, sequence_parallel: bool) -> int:
@@ -33,6 +33,33 @@ def sequence_unit(cp: int, tp: int, sequence_parallel: bool) -> int:
     return tp if sp else 1
 
 
+def _seq_choices(m: ModelSpec, unit: int) -> list[int]:
+    """The multiples of ``unit`` next to seq_length that stay within max_position_embeddings
+    (TRC219); both neighbours when none does (the fix then raises max_position_embeddings)."""
+    near = nearest_multiple(m.seq_length, unit)
+    mpe = m.max_position_embeddings
+    fit = [v for v in near if mpe is None or v <= mpe]
+    return fit or near
+
+
+def _seq_fix(m: ModelSpec, unit: int) -> str:
+    """TRC217 / TRC218's fix text (:func:`_seq_choices`)."""
+    choices = _seq_choices(m, unit)
+    mpe = m.max_position_embeddings
+    raise_mpe = (f" and model.max_position_embeddings to at least {choices[-1]}"
+                 if mpe is not None and choices[-1] > mpe else "")
+    return f"set model.seq_length to {or_list(choices)} (a multiple of {unit}){raise_mpe}"
+
+
+def _seq_edits(m: ModelSpec, unit: int) -> dict[str, int]:
+    """TRC217 / TRC218's machine edit: the larger choice, and max_position_embeddings raised to
+    it when it must be."""
+    v = _seq_choices(m, unit)[-1]
+    mpe = m.max_position_embeddings
+    return {"model.seq_length": v,
+            **({"model.max_position_embeddings": v} if mpe is not None and v > mpe else {})}
+
+
 def sequence(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     """TRC217-TRC220."""
     m, p = spec.model, spec.parallel
@@ -45,8 +72,7 @@ def sequence(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    + (f" (with sequence parallelism the multiple is {unit})" if unit != 2 * cp
                       else ""), "model.seq_length",
                    related=("parallel.cp",),
-                   fix=f"set model.seq_length to {or_list(nearest_multiple(s, unit))} (a multiple "
-                       f"of {unit})", edits={"model.seq_length": nearest_multiple(s, unit)[-1]},
+                   fix=_seq_fix(m, unit), edits=_seq_edits(m, unit),
                    seq_length=s, cp=cp, required_multiple=unit)
     # (a tp that does not even split the heads is TRC201's: a new seq_length would not fix it)
     if sp and (s % cp or (s // cp) % tp) and m.num_attention_heads % tp == 0:
@@ -56,8 +82,7 @@ def sequence(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    f"seq_length ({s}) / cp ({cp}) is not a multiple of tp ({tp}), over which "
                    f"sequence parallelism scatters the sequence{with_cp}", "model.seq_length",
                    related=("parallel.tp", "parallel.cp", "parallel.sequence_parallel"),
-                   fix=f"set model.seq_length to {or_list(nearest_multiple(s, unit))} (a multiple "
-                       f"of {unit})", edits={"model.seq_length": nearest_multiple(s, unit)[-1]},
+                   fix=_seq_fix(m, unit), edits=_seq_edits(m, unit),
                    seq_length=s, tp=tp, cp=cp, required_multiple=unit)
     mpe = m.max_position_embeddings or s
     if mpe < s:

@@ -107,11 +107,13 @@ def _expert_grid(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     room_e = capacity(world, p.ep, p.pp)
     fe = m.moe_ffn_hidden_size or 0
     ok_etp = [x for x in divisors(room_e) if fe % x == 0] if room_e and fe else []
+    # keeping ep (etp or more nodes) only helps when ep splits the experts at all (TRC205)
+    ep_ok = not m.num_experts or m.num_experts % p.ep == 0
     alts = ([f"parallel.ep to one of {show(ok_ep)}"] if ok_ep else []) + \
         ([f"parallel.etp to one of {show(ok_etp)} (ep={p.ep} kept; etp {d.etp} "
           f"{'defaults to tp' if d.etp == p.tp else 'is given'}, the experts may split "
-          f"differently from the dense layers)"] if ok_etp else []) + \
-        [f"cluster.num_nodes={nodes}"]
+          f"differently from the dense layers)"] if ok_etp and ep_ok else []) + \
+        ([f"cluster.num_nodes={nodes}"] if ep_ok else [])
     over = f"; ep ({p.ep}) alone exceeds the {world} GPUs" if p.ep > world else ""
     yield diag(R.EXPERT_GRID,
                f"world size ({world}) is not a multiple of etp*ep*pp ({d.etp}*{p.ep}*{p.pp} = "
