@@ -403,3 +403,25 @@ def test_llama_biases_map_or_are_noted(attn, mlp, keys, note):
     got, notes = convert(cfg | {"attention_bias": attn, "mlp_bias": mlp})
     assert {k: got[k] for k in ("add_qkv_bias", "add_bias_linear") if k in got} == keys
     assert any(note in n for n in notes) if note else not any("bias" in n for n in notes)
+
+
+def test_sliding_window_shorter_than_the_sequence_is_an_error(tmp_path, capsys):
+    """Mistral 7B v0.1 attends within 4096 tokens; trainc trains full causal attention, the
+    same only up to 4096 tokens: longer sequences are an error (a different model, as an
+    inexpressible RoPE scaling), ``--drop-sliding-window`` imports full attention with a note
+    (a fresh-user trial: it was only a note)."""
+    mistral = json.loads((HF / "Mistral-7B-v0.1.json").read_text())
+    with pytest.raises(HFImportError, match="sliding_window 4096") as exc:
+        convert(mistral)  # seq_length min(32768, 8192) = 8192
+    assert "--seq-length 4096 or less" in str(exc.value) and "--drop-sliding-window" in \
+        str(exc.value)
+    keys, notes = convert(mistral, seq_length=4096)
+    assert keys["seq_length"] == 4096 and any("covers the whole" in n for n in notes)
+    keys, notes = convert(mistral, seq_length=16384, drop_sliding_window=True)
+    assert keys["seq_length"] == 16384 and any("is dropped" in n for n in notes)
+    assert convert({**mistral, "use_sliding_window": False}, seq_length=16384)[0]
+    path = _write(tmp_path, mistral)
+    assert main(["import-hf", str(path), "--seq-length", "16384"]) == 2
+    err = capsys.readouterr().err
+    assert "sliding_window 4096" in err and "Traceback" not in err
+    assert main(["import-hf", str(path), "--seq-length", "16384", "--drop-sliding-window"]) == 0

@@ -111,6 +111,10 @@ def _add_ecosystem_parsers(sub: argparse._SubParsersAction) -> None:  # type: ig
     imp.add_argument("--drop-rope-scaling", action="store_true",
                      help="import plain RoPE when config.json's rope_scaling cannot be expressed "
                      "(a different model from the checkpoint: for training from scratch)")
+    imp.add_argument("--drop-sliding-window", action="store_true",
+                     help="import full causal attention when config.json's sliding_window is "
+                     "shorter than the sequence (a different model from the checkpoint: for "
+                     "training from scratch)")
     imp.add_argument("--force", action="store_true",
                      help="replace an existing MODEL_YAML file (never a folder or a device)")
 

@@ -19,7 +19,8 @@ def _import_hf(args: argparse.Namespace) -> int:
 
     try:
         text, notes = import_hf_with_notes(args.config, seq_length=args.seq_length,
-                                           drop_rope_scaling=args.drop_rope_scaling)
+                                           drop_rope_scaling=args.drop_rope_scaling,
+                                           drop_sliding_window=args.drop_sliding_window)
     except HFImportError as e:
         print(f"trainc import-hf: error: {e}", file=sys.stderr)
         return EXIT_SPEC

@@ -237,11 +237,31 @@ def _moe_keys(cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     return out
 
 
-def _notes(cfg: dict[str, Any]) -> list[str]:
-    notes = []
-    if cfg.get("sliding_window") and cfg.get("use_sliding_window", True):
-        notes.append(f"sliding-window attention ({cfg['sliding_window']} tokens) is not modelled")
-    return notes
+def _sliding_window(cfg: dict[str, Any], seq_length: int, drop: bool,
+                    notes: list[str]) -> None:
+    """config.json's ``sliding_window`` (Mistral 7B v0.1: 4096): each token attends to the
+    previous ``W`` only. The preset trains full causal attention (no window key), the same
+    attention only while ``seq_length <= W``. Longer sequences raise :class:`HFImportError`
+    (a different model from the checkpoint, as an inexpressible RoPE scaling does) unless
+    ``drop`` (``--drop-sliding-window``), which notes it; shorter ones are a note."""
+    window = cfg.get("sliding_window")
+    if not window or not cfg.get("use_sliding_window", True):
+        return
+    w = _int(window, "sliding_window")
+    if seq_length <= w:
+        notes.append(f"sliding-window attention ({w} tokens) covers the whole {seq_length}-token "
+                     "sequence: full causal attention is the same attention")
+    elif drop:
+        notes.append(f"sliding-window attention ({w} tokens) is dropped "
+                     "(--drop-sliding-window): the preset attends over all "
+                     f"{seq_length} tokens, a different model from this checkpoint")
+    else:
+        raise HFImportError(
+            f"sliding_window {w}: each token attends to the previous {w} only, but trainc "
+            f"trains full causal attention over seq_length {seq_length} (it has no window "
+            f"key): a different model from this checkpoint; pass --seq-length {w} or less "
+            "(the window then covers every sequence), or --drop-sliding-window to train full "
+            "attention (right only for training the architecture from scratch)")
 
 
 def _biases(cfg: dict[str, Any], mt: str, out: dict[str, Any], notes: list[str]) -> None:
@@ -375,14 +395,17 @@ def _rope_scaling(scaling: dict[str, Any], trained: int, seq_length: int, drop: 
 
 
 def convert(cfg: dict[str, Any], *, seq_length: int | None = None,
-            drop_rope_scaling: bool = False) -> tuple[dict[str, Any], list[str]]:
+            drop_rope_scaling: bool = False,
+            drop_sliding_window: bool = False) -> tuple[dict[str, Any], list[str]]:
     """Map a parsed HF config.json to trainc model keys; returns ``(keys, notes)``.
 
     ``notes`` lists, one statement each, what the preset does not model, what it maps with a
     caveat and which training settings the config leaves unset (and the value trainc uses).
     Raises :class:`HFImportError` for an unsupported ``model_type`` (the message lists the
     supported ones), a missing or malformed key, or a ``rope_scaling`` that the preset would not
-    reproduce (see :func:`_rope_scaling`; ``drop_rope_scaling`` imports plain RoPE instead).
+    reproduce (see :func:`_rope_scaling`; ``drop_rope_scaling`` imports plain RoPE instead),
+    or a ``sliding_window`` shorter than ``seq_length`` (:func:`_sliding_window`;
+    ``drop_sliding_window`` imports full attention instead).
     """
     if not isinstance(cfg, dict):
         raise HFImportError("config.json must hold a JSON object")
@@ -440,7 +463,7 @@ def convert(cfg: dict[str, Any], *, seq_length: int | None = None,
         out["kv_channels"] = _int(head_dim, "head_dim")
     if str(mt).startswith("qwen3"):  # q_norm / k_norm: RMSNorm over head_dim, before RoPE
         out["qk_layernorm"] = True
-    notes = _notes(cfg)
+    notes: list[str] = []
     _biases(cfg, str(mt), out, notes)
     _init_std(cfg, out, notes)
     out.update(_moe_keys(cfg, notes))
@@ -451,6 +474,7 @@ def convert(cfg: dict[str, Any], *, seq_length: int | None = None,
         notes.append(f"seq_length (the training sequence length) is not in config.json: trainc "
                      f"uses {out['seq_length']} = min({source} {trained}, {SEQ_LENGTH_CAP}); set "
                      "--seq-length N or model.seq_length=N for another")
+    _sliding_window(cfg, out["seq_length"], drop_sliding_window, notes)
     factor = _rope_scaling(scaling, trained, out["seq_length"], drop_rope_scaling, notes)
     if factor is not None:
         out["rope_scaling_factor"] = factor  # Megatron's --use-rope-scaling --rope-scaling-factor
@@ -475,14 +499,16 @@ def render(keys: dict[str, Any], notes: list[str], source: str, cfg: dict[str, A
 
 
 def import_hf(path: str | Path, *, seq_length: int | None = None,
-              drop_rope_scaling: bool = False) -> str:
+              drop_rope_scaling: bool = False, drop_sliding_window: bool = False) -> str:
     """Read a HF ``config.json`` (file path) and return the preset YAML text."""
     return import_hf_with_notes(path, seq_length=seq_length,
-                                drop_rope_scaling=drop_rope_scaling)[0]
+                                drop_rope_scaling=drop_rope_scaling,
+                                drop_sliding_window=drop_sliding_window)[0]
 
 
 def import_hf_with_notes(path: str | Path, *, seq_length: int | None = None,
-                         drop_rope_scaling: bool = False) -> tuple[str, list[str]]:
+                         drop_rope_scaling: bool = False,
+                         drop_sliding_window: bool = False) -> tuple[str, list[str]]:
     """Read a HF ``config.json`` (file path); return the preset YAML text and its notes (the
     ``# Note:`` comments of its header, unwrapped; the CLI also prints them on stderr)."""
     p = Path(path)
@@ -492,6 +518,7 @@ def import_hf_with_notes(path: str | Path, *, seq_length: int | None = None,
         raise HFImportError(f"cannot read {p}: {e.strerror or e}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise HFImportError(f"{p} is not valid JSON: {e}") from None
-    keys, notes = convert(cfg, seq_length=seq_length, drop_rope_scaling=drop_rope_scaling)
+    keys, notes = convert(cfg, seq_length=seq_length, drop_rope_scaling=drop_rope_scaling,
+                          drop_sliding_window=drop_sliding_window)
     return render(keys, notes, p.name, cfg), notes
 
