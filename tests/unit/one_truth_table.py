@@ -492,6 +492,10 @@ TABLE: tuple[Setting, ...] = (
             spec=(S("model.moe_pad_expert_input_to_capacity", bool),),
             lm=(B("--moe-pad-expert-input-to-capacity"),),
             core=(CO(_TC, "moe_pad_expert_input_to_capacity", False),), when=_MOE),
+    # Transformer Engine's grouped GEMM over the local experts on CUDA (what the kernel model
+    # times); the local layers on CPU have none
+    Setting("moe_grouped_gemm", spec=(S("launch.device", lambda v: v != "cpu"),),
+            lm=(B("--moe-grouped-gemm"),), core=(C(_TC, "moe_grouped_gemm"),), when=_MOE),
     Setting("moe_router_padding_for_quantization",
             spec=(S("model.moe_router_padding_for_quantization", bool),),
             lm=(B("--moe-router-padding-for-quantization"),),

@@ -37,10 +37,11 @@ from trainc.launch.worker import parse_args  # noqa: E402
 
 #: What the worker changes on CPU, each announced (an ``override:`` line): Transformer Engine ->
 #: local layers with CPU initialisation, fp16 -> bf16 (no fp16 CPU kernels), and the TP / EP
-#: communication overlaps off (CUDA-only schedules of the same math).
+#: communication overlaps off (CUDA-only schedules of the same math), and the experts' grouped
+#: GEMM off (Transformer Engine's GroupedLinear; the same math expert by expert).
 CPU_TC_SUBSTITUTIONS = {"transformer_impl", "use_cpu_initialization", "bf16", "fp16",
                         "params_dtype", "pipeline_dtype", "tp_comm_overlap",
-                        "overlap_moe_expert_parallel_comm"}
+                        "overlap_moe_expert_parallel_comm", "moe_grouped_gemm"}
 
 
 def settings_of(files: dict[str, str], tmp: Path, *argv: str) -> Settings:

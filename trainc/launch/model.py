@@ -28,11 +28,11 @@ def have_te() -> bool:
     return True
 
 
-#: TransformerConfig fields the worker sets itself: kernel fusions and the grouped GEMM, which
-#: change speed, not the model (several have no CPU kernel); announced once in the log.
+#: TransformerConfig fields the worker sets itself: kernel fusions, which change speed, not the
+#: model (several have no CPU kernel); announced once in the log.
 WORKER_FUSIONS: dict[str, Any] = {
     "gradient_accumulation_fusion": False, "apply_rope_fusion": False,
-    "persist_layer_norm": False, "bias_activation_fusion": False, "moe_grouped_gemm": False,
+    "persist_layer_norm": False, "bias_activation_fusion": False,
 }
 
 
@@ -82,6 +82,8 @@ def transformer_config_kwargs(plan: dict[str, Any], dims: Dims, layout: dict[str
         # A2A overlap need CUDA
         want.update({k: False for k in ("tp_comm_overlap", "overlap_moe_expert_parallel_comm")
                      if kw.get(k)})
+        if kw.get("moe_grouped_gemm"):  # Transformer Engine's GroupedLinear: CUDA only
+            want["moe_grouped_gemm"] = False
     if precision != ("bf16" if kw["bf16"] else "fp16" if kw["fp16"] else "fp32"):
         dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(precision, "float32")
         want.update(bf16=precision == "bf16", fp16=precision == "fp16", params_dtype=dtype,
@@ -124,7 +126,7 @@ def layer_spec(config: Any, dims: Dims, *, use_te: bool, cp: int, vp_stage: int 
         layers = spec.layer_specs
     elif use_te:
         spec = specs.get_gpt_layer_with_transformer_engine_spec(
-            num_experts=dims.num_experts, moe_grouped_gemm=False,
+            num_experts=dims.num_experts, moe_grouped_gemm=bool(config.moe_grouped_gemm),
             qk_layernorm=config.qk_layernorm, multi_latent_attention=dims.mla is not None)
         layers = [spec]
     else:

@@ -133,6 +133,9 @@ def megatron_core_kwargs(spec: TrainSpec, d: Derived) -> dict[str, dict[str, Any
             "moe_router_score_function": m.moe_router_score_function.value,
             "moe_router_topk_scaling_factor": _float(m.moe_router_topk_scaling_factor),
             "moe_expert_capacity_factor": _float(m.moe_expert_capacity_factor),
+            # Transformer Engine's grouped GEMM over the local experts (TEGroupedMLP), which the
+            # kernel model times; the local layers on CPU have none (SequentialMLP)
+            "moe_grouped_gemm": not cpu,
         })
         tc.update(moe_dispatch_kwargs(spec))
     distopt, mfsdp = distributed_optimizer(spec), megatron_fsdp(spec)
@@ -440,6 +443,7 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
             c("--moe-router-topk-scaling-factor", "TransformerConfig",
               "moe_router_topk_scaling_factor"),
             c("--moe-expert-capacity-factor", "TransformerConfig", "moe_expert_capacity_factor"),
+            c("--moe-grouped-gemm", "TransformerConfig", "moe_grouped_gemm"),
             c("--moe-flex-dispatcher-backend", "TransformerConfig",
               "moe_flex_dispatcher_backend"),
             c("--moe-pad-expert-input-to-capacity", "TransformerConfig",
