@@ -169,3 +169,19 @@ def test_plan_top_must_be_positive(top: str, capsys) -> None:
         main(["plan", "examples/llama2-70b-dgx-a100.yaml", "--top", top])
     assert e.value.code == 2
     assert f"argument --top: must be 1 or more, got {int(top)}" in capsys.readouterr().err
+
+
+def test_lint_a_folder_or_a_quoted_glob(tmp_path, capsys):
+    """``trainc lint specs/`` lints the folder's *.yaml / *.yml files (not its preset
+    subfolders), ``trainc lint 'specs/*.yaml'`` the matches of a quoted glob, both in sorted
+    order; a folder without a spec is an error (a fresh-user trial: TRC000 "is a directory")."""
+    spec = _tree(tmp_path / "specs")
+    (spec.parent / "b.yml").write_text(SPEC.replace("name: paths", "name: b"))
+    (spec.parent / "notes.txt").write_text("not a spec")
+    for arg in (str(spec.parent), str(spec.parent / "*.y*ml")):
+        assert main(["lint", arg, "--format", "json"]) == 0
+        paths = [r["path"] for r in json.loads(capsys.readouterr().out)["specs"]]
+        assert [Path(p).name for p in paths] == ["b.yml", "s.yaml"]  # not model/mine.yaml
+    (tmp_path / "empty").mkdir()
+    assert main(["lint", str(tmp_path / "empty")]) == 2
+    assert "holds no *.yaml or *.yml spec file" in capsys.readouterr().err

@@ -69,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--werror", action="store_true", help="treat warnings as errors")
 
     lint = sub.add_parser("lint", help="check specs, write nothing")
-    lint.add_argument("items", nargs="+", metavar="SPEC... [KEY=VALUE ...]")
+    lint.add_argument("items", nargs="+", metavar="SPEC... [KEY=VALUE ...]",
+                      help="spec files; a folder stands for its *.yaml / *.yml files (not its "
+                      "subfolders), a quoted glob for its matches")
     lint.add_argument("--format", choices=("text", "json", "sarif", "github"), default="text",
                       help="sarif: SARIF 2.1.0 for code scanning; github: workflow annotations")
     lint.add_argument("--werror", action="store_true", help="treat warnings as errors")

@@ -19,6 +19,30 @@ from trainc.cli._common import (
 )
 
 
+def _expand_specs(items: list[str]) -> tuple[list[str], str]:
+    """Spec arguments as files: a folder stands for its ``*.yaml`` / ``*.yml`` files (not its
+    subfolders: model and cluster presets often sit there), a pattern that names no file (a
+    quoted ``'specs/*.yaml'`` in CI) for its matches; each in sorted order. Returns (files, the
+    first folder without a spec, or "")."""
+    import glob
+    from pathlib import Path
+
+    out: list[str] = []
+    for item in items:
+        path = Path(item)
+        if item != "-" and path.is_dir():
+            found = sorted(str(f) for f in path.iterdir()
+                           if f.is_file() and f.suffix in (".yaml", ".yml"))
+            if not found:
+                return [], item
+            out += found
+        elif item != "-" and not path.exists() and glob.has_magic(item):
+            out += sorted(glob.glob(item)) or [item]
+        else:
+            out.append(item)
+    return out, ""
+
+
 def _lint(args: argparse.Namespace) -> int:
     """``trainc lint SPEC... [KEY=VALUE ...]``: every spec's diagnostics; writes nothing."""
     from trainc.cli.slurm import _print_slurm_check, _slurm_check
@@ -27,6 +51,10 @@ def _lint(args: argparse.Namespace) -> int:
     specs, overrides = _split(args.items)
     if not specs:
         print("trainc lint: no spec file given", file=sys.stderr)
+        return EXIT_SPEC
+    specs, empty = _expand_specs(specs)
+    if empty:
+        print(f"trainc lint: {empty} holds no *.yaml or *.yml spec file", file=sys.stderr)
         return EXIT_SPEC
     if specs.count("-") > 1:
         print("trainc lint: standard input (-) can be given once", file=sys.stderr)
