@@ -100,8 +100,8 @@ DEFAULT_ERROR_BAND = 0.10
 #: Places the branch and bound ranks whatever ``--top`` is (so ``--top`` up to it never
 #: changes the order); exact (the same as estimating every layout) when ``PlanResult.exact``.
 RANKED = 20
-#: At most this many layouts go through the full estimator per plan (a time cap; when it is
-#: reached before the bound proves the ranking, ``PlanResult.exact`` is False).
+#: At most this many layouts go through the full estimator per plan (a cap on the work; when it
+#: is reached before the bound proves the ranking, ``PlanResult.exact`` is False).
 MAX_FULL = 256
 #: Grids scouted (one full estimate each) before the branch and bound's rounds.
 SCOUTS = 48
@@ -222,7 +222,7 @@ def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
     than the error band, or when MAX_FULL layouts have been estimated. The procedure is the same
     for every ``top`` up to RANKED, so ``--top 1, 5, 20`` print prefixes of one list;
     ``PlanResult.exact`` says whether the bound proved the order (the same as estimating every
-    layout) or the time cap came first.
+    layout) or the cap on full estimates came first.
     """
     loaded = load_spec(path, overrides)
     if loaded.spec is None:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from trainc.compiler.numfmt import fixed, percent
-from trainc.planner import memory_tight
+from trainc.planner import MAX_FULL, memory_tight
 from trainc.planner.search import recompute_text, summary
 
 #: Width of a pipe or file when COLUMNS is not set.
@@ -183,8 +183,8 @@ def render(res: Any, width: int) -> list[Any]:
                         f"than one shown ({pairs}); --format json lists them"))
     if getattr(res, "num_full_estimates", 0):
         exact = "" if getattr(res, "exact", True) else (
-            " (time cap reached before the bound proved the order: a layout left unestimated "
-            "may rank higher)")
+            f" (the cap of {MAX_FULL} full estimates was reached before the bound proved the "
+            "order: a layout left unestimated may rank higher)")
         out.append(Text(f"ranked by the full estimator ({res.num_full_estimates} layouts "
                         f"estimated); within {res.error_band:.0%} of the fastest the simpler "
                         f"layout ranks first{exact}"))

@@ -35,8 +35,8 @@ def explain_tables(plan: dict[str, Any], max_ranks: int | None = None) -> list[A
                   f"{s['cluster']['gpus_per_node']} GPUs ({s['cluster']['gpu']})"),
         ("dense grid", f"tp {d['tp']} x cp {d['cp']} x dp {d['dp']} x pp {d['pp']}"
                        + (f" (vpp {d['vpp']})" if d['vpp'] > 1 else "")),
-        ("expert grid", f"etp {d['etp']} x ep {d['ep']} x expert_dp {d['expert_dp']} "
-                        f"x pp {d['pp']}"),
+        *([("expert grid", f"etp {d['etp']} x ep {d['ep']} x expert_dp {d['expert_dp']} "
+                           f"x pp {d['pp']}")] if s["model"].get("num_experts") else []),
         ("layers per stage", ", ".join(map(str, d["layers_per_stage"]))),
         ("micro-batches", f"{d['num_microbatches']} of {s['training']['micro_batch_size']} "
                           f"(global batch {s['training']['global_batch_size']})"),
