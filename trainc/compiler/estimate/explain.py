@@ -111,7 +111,10 @@ def explain_tables(plan: dict[str, Any], max_ranks: int | None = None) -> list[A
                            "a floor)")] if e.get("offload_seconds") else []),
         ("step time", f"{sig(e['step_time_seconds'])} s" + (
             f" (p10-p90 {sig(e['step_time_p10_seconds'])}-{sig(e['step_time_p90_seconds'])} s, "
-            f"{e.get('step_time_band') or 'calibrated'})"
+            f"{e.get('step_time_band') or 'calibrated'}"
+            + ("; the whole band is above the estimate: runs of this kind measured slower than "
+               "the model, tokens / s and MFU are optimistic"
+               if e["step_time_p10_seconds"] > e["step_time_seconds"] else "") + ")"
             if e.get("step_time_p10_seconds") is not None else "")),
         ("tokens / s", f"{e['tokens_per_second']:,.0f}"),
         ("MFU", f"{percent(e['mfu'])} %"),
