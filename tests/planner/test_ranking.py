@@ -230,10 +230,14 @@ def test_reasons_do_not_claim_what_the_spec_fixed_or_a_zero_share():
              "bubble": 0.0}
     c = Candidate(1, 1, 1, 1, "p2p", 1, 1, 8, None, None, 1, ("full", "uniform", 1), 1,
                   "none", 1e9, 10.0, terms)
-    assert explain(c, 0, 10.0, 10.0) == ("compute-bound (communication and pipeline bubble "
-                                         "under 1% of the step); full recompute needed to fit")
+    assert explain(c, 0, 10.0, 10.0) == ("compute-bound (communication, pipeline bubble and "
+                                         "offload under 1% of the step); full recompute needed "
+                                         "to fit")
     assert explain(c, 0, 10.0, 10.0, recompute_fixed=True) == (
-        "compute-bound (communication and pipeline bubble under 1% of the step)")
+        "compute-bound (communication, pipeline bubble and offload under 1% of the step)")
+    c.terms["offload"] = 4.0  # DeepSpeed CPU offload: named, not counted as DP (a user trial)
+    assert explain(c, 0, 10.0, 10.0, recompute_fixed=True) == (
+        "CPU offload (CPU Adam, PCIe) is 40% of the step")
 
 
 def test_offload_is_not_chosen_where_the_layout_fits_without_it(tmp_path):

@@ -185,3 +185,5 @@ def test_lint_a_folder_or_a_quoted_glob(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["lint", str(tmp_path / "empty")]) == 2
     assert "holds no *.yaml or *.yml spec file" in capsys.readouterr().err
+    assert main(["lint", str(tmp_path / "empty" / "*.yaml")]) == 2
+    assert "matches no file" in capsys.readouterr().err

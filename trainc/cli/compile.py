@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from trainc.cli._common import (
     EXIT_ENV,
@@ -23,9 +24,8 @@ def _expand_specs(items: list[str]) -> tuple[list[str], str]:
     """Spec arguments as files: a folder stands for its ``*.yaml`` / ``*.yml`` files (not its
     subfolders: model and cluster presets often sit there), a pattern that names no file (a
     quoted ``'specs/*.yaml'`` in CI) for its matches; each in sorted order. Returns (files, the
-    first folder without a spec, or "")."""
+    first folder or pattern without a spec, or "")."""
     import glob
-    from pathlib import Path
 
     out: list[str] = []
     for item in items:
@@ -37,7 +37,10 @@ def _expand_specs(items: list[str]) -> tuple[list[str], str]:
                 return [], item
             out += found
         elif item != "-" and not path.exists() and glob.has_magic(item):
-            out += sorted(glob.glob(item)) or [item]
+            matches = sorted(glob.glob(item))
+            if not matches:
+                return [], item
+            out += matches
         else:
             out.append(item)
     return out, ""
@@ -54,7 +57,9 @@ def _lint(args: argparse.Namespace) -> int:
         return EXIT_SPEC
     specs, empty = _expand_specs(specs)
     if empty:
-        print(f"trainc lint: {empty} holds no *.yaml or *.yml spec file", file=sys.stderr)
+        what = "matches no file" if not Path(empty).is_dir() else \
+            "holds no *.yaml or *.yml spec file"
+        print(f"trainc lint: {empty} {what}", file=sys.stderr)
         return EXIT_SPEC
     if specs.count("-") > 1:
         print("trainc lint: standard input (-) can be given once", file=sys.stderr)

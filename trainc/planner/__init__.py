@@ -146,15 +146,16 @@ def rank_within_band(planned: list[Planned], band: float) -> list[Planned]:
     remaining one, one with memory headroom before a memory-tight one (estimated above
     ``1 - TIGHT_MARGIN`` of the budget, where the fit rule warns TRC403: it may run out of
     memory), one without optimizer offload before one with it (its CPU Adam step and PCIe
-    traffic are not in the time model), then the simplest (:meth:`Candidate.simplicity`), then
-    the faster, then the smaller. Deterministic and independent of how many are shown."""
+    traffic are priced only as a floor: ``time.offload_seconds``), then the simplest
+    (:meth:`Candidate.simplicity`), then the faster, then the smaller. Deterministic and
+    independent of how many are shown."""
     rest = sorted(planned, key=lambda p: (_step(p), _mem(p), p.candidate.simplicity()))
     out: list[Planned] = []
     while rest:
         limit = _step(rest[0]) * (1 + band)
         near = [p for p in rest if _step(p) <= limit]
-        # optimizer offload only where it is needed: its CPU Adam step and PCIe traffic are not
-        # in the time model, so an offloaded layout never ties as "no slower"
+        # optimizer offload only where it is needed: its CPU Adam step and PCIe traffic are
+        # priced as a floor, so an offloaded layout never ties as "no slower"
         pick = min(near, key=lambda p: (memory_tight(p), p.candidate.offload != "none",
                                         p.candidate.simplicity(), _step(p), _mem(p)))
         out.append(pick)
@@ -184,7 +185,7 @@ def drop_equal_time_larger(planned: list[Planned]) -> list[Planned]:
     the least memory: a layout that estimates exactly as fast as another but needs more memory
     is no choice (EP=1 with ETP=8 next to EP=8 with ETP=1, for instance). Other dominated
     layouts stay ranked (the table hides them; ``--format json`` lists them)."""
-    def key(p: Planned) -> tuple[float, bool]:  # offload's cost is not in the step time
+    def key(p: Planned) -> tuple[float, bool]:  # offload's cost is a floor in the step time
         return _step(p), p.candidate.offload != "none"
 
     low: dict[tuple[float, bool], int] = {}

@@ -43,6 +43,7 @@ from trainc.compiler.estimate.kernels import (
     Hw,
     LayerTime,
     attention_kv_length,
+    computes_in_fp32,
     fused_attention,
     hardware,
     layer_precision,
@@ -151,10 +152,11 @@ def state_bytes_per_param(engine: str, zero: int, precision: str, shard: int,
 
 
 TERMS = ("compute", "tp", "cp", "ep", "pp", "dp", "bubble", "bubble_seconds", "tp_cross",
-         "intra_over_inter", "lower_bound")
+         "intra_over_inter", "lower_bound", "offload")
 """Names of the terms :func:`score_grid` yields per layout (seconds, except ``bubble`` (a
 fraction), ``tp_cross`` (0/1) and ``intra_over_inter`` (a ratio)). ``lower_bound`` is
-:func:`step_lower_bound`'s value: the planner's branch and bound prunes with it."""
+:func:`step_lower_bound`'s value: the planner's branch and bound prunes with it. ``offload``:
+DeepSpeed CPU offload's seconds (:func:`trainc.compiler.estimate.time.offload_seconds`)."""
 
 
 def step_lower_bound(flops_gpu: float, selective_extra: float, peak_eff: float,
@@ -277,7 +279,8 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
         own per-layer formulas (GQA, SwiGLU, MoE), averaged over dense and MoE layers."""
         tsp = tp if sp else 1
         shape: dict[str, Any] = dict(s=s_loc, b=mbs, h=h, a=a, g=g, d=d, f=f, t=tp, sp=sp,
-                                     swiglu=swiglu, mla=mla_dims(spec))
+                                     swiglu=swiglu, mla=mla_dims(spec),
+                                     attn_dropout=m.attention_dropout > 0)
         moe = 0.0
         if k.moe_fraction:
             moe = k.moe_fraction * (moe_mlp_extra_bytes(
@@ -340,12 +343,12 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
                 work = t_comp + hide * (t_tp + t_cp + t_ep) + t_pp
                 base = work / (1 - bubble)
                 for zero, off, state_mem, t_dp in states:
-                    t_dp += offload_seconds(  # DeepSpeed offload, as time.seed_step_time
+                    t_off = offload_seconds(  # DeepSpeed offload, as time.seed_step_time
                         spec, zero, off != "none", deepspeed and zero == 3 and
                         spec.training.offload_param.name != "none", p_dense + p_exp, shard, M)
-                    yield state_mem + act, base + t_dp, (v, cpt, mbs, rc, zero, off), (
+                    yield state_mem + act, base + t_dp + t_off, (v, cpt, mbs, rc, zero, off), (
                         t_comp, hide * t_tp, hide * t_cp, hide * t_ep, t_pp, t_dp, bubble,
-                        work * bubble / (1 - bubble), cross, intra / inter, lower)
+                        work * bubble / (1 - bubble), cross, intra / inter, lower, t_off)
 
 
 def _recompute_variants(recomputes: list[str], chunk: int, fx: dict[str, Any],
@@ -487,7 +490,7 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
         tp_in_nvlink_domain(tp, c.nvlink_domain_size, c.gpus_per_node, W)  # (TRC382)
     ep_on = bool(t.overlap_moe_expert_parallel_comm)
     overhead = c.layer_overhead_us * 1e-6
-    eb = 4 if t.precision.name == "fp32" else 2
+    eb = 4 if computes_in_fp32(spec) else 2
     s_loc = s / cp
     tsp = tp if sp else 1
     mf = k.moe_fraction
@@ -660,18 +663,19 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
                                             sec, sec / nb + max(sec - sec / nb - window, 0.0))
                             # DeepSpeed offload's CPU step and PCIe copies (as the full
                             # estimator: time.offload_seconds)
-                            t_dp += offload_seconds(spec, zero, off != "none", off_param,
+                            t_off = offload_seconds(spec, zero, off != "none", off_param,
                                                     sum(params[i]), dp * cp, M)
-                            if piped + t_dp > total:
-                                total, out = piped + t_dp, (row, t_dp)
+                            if piped + t_dp + t_off > total:
+                                total, out = piped + t_dp + t_off, (row, t_dp, t_off)
                         assert out is not None
-                        (piped, i, n, comp, f_mb, b_mb, x_tp, x_ep, x_cp, x_pp, work), t_dp = out
+                        (piped, i, n, comp, f_mb, b_mb, x_tp, x_ep, x_cp, x_pp, work), t_dp, \
+                            t_off = out
                         # (the full estimate is reported to 6 significant digits: the bound
                         # keeps 1e-5 below it)
                         yield state_mem + act, total, (v, cpt, mbs, rc, zero, off), (
                             M * comp, M * x_tp, M * x_cp,
                             M * x_ep, M * x_pp, t_dp, bubble,
-                            piped - M * work, cross, intra / inter, lower * (1 - 1e-5))
+                            piped - M * work, cross, intra / inter, lower * (1 - 1e-5), t_off)
 
 
 def _dp_exposed(spec: TrainSpec, megatron: bool, zero: int, r: int, p_dense: float,

@@ -295,7 +295,7 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
             v, cpt, mbs, rc, zero, off = var
             fits += mem <= limit
             if len(pool) == KEEP_POOL and step >= -pool[0][0]:
-                dropped = min(dropped, terms[-1])
+                dropped = min(dropped, terms[TERMS.index("lower_bound")])
                 dropped_fast = min(dropped_fast, step)
                 n_dropped += 1
                 continue
@@ -377,15 +377,16 @@ def explain(cand: Candidate, rank: int, step: float, best_step: float,
     the spec sets the recompute granularity, so full recompute is not the planner's
     choice)."""
     tm = cand.terms
-    parts = {k: tm[k] for k in ("tp", "cp", "ep", "pp", "dp", "bubble_seconds")}
+    parts = {k: tm.get(k, 0.0) for k in ("tp", "cp", "ep", "pp", "dp", "bubble_seconds",
+                                         "offload")}
     worst = max(parts, key=lambda x: parts[x])
     share = parts[worst] / cand.step_seconds if cand.step_seconds else 0.0
     label = {"bubble_seconds": "pipeline bubble", "tp": "TP communication",
              "cp": "CP communication", "ep": "EP all-to-all", "pp": "PP p2p",
-             "dp": "DP gradient sync"}[worst]
+             "dp": "DP gradient sync", "offload": "CPU offload (CPU Adam, PCIe)"}[worst]
     text = f"{label} is {share:.0%} of the step"
     if share < 0.005:  # "TP communication is 0% of the step" is no reason
-        text = "compute-bound (communication and pipeline bubble under 1% of the step)"
+        text = "compute-bound (communication, pipeline bubble and offload under 1% of the step)"
     elif worst == "bubble_seconds":
         text += f" (bubble {tm['bubble']:.1%})"
     if tm.get("tp_cross") and cand.tp > 1:

@@ -33,6 +33,10 @@ def _estimates(est: dict[str, Any]) -> list[str]:
         rows.append(("memory budget per GPU", f"{gib(est['memory_budget_bytes'], sep=False)} GiB"))
     if _num(est.get("pipeline_bubble_fraction")):
         rows.append(("pipeline bubble", f"{percent(est['pipeline_bubble_fraction'])}%"))
+    for key, label in (("compute_seconds", "compute per step"),
+                       ("exposed_comm_seconds", "exposed communication per step")):
+        if _num(est.get(key)):
+            rows.append((label, f"{fixed(est[key], 3)} s"))
     if _num(est.get("offload_seconds")) and est["offload_seconds"] > 0:
         rows.append(("CPU offload per step (CPU Adam, PCIe; a floor)",
                      f"{fixed(est['offload_seconds'], 3)} s"))

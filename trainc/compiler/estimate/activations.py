@@ -40,7 +40,7 @@ import math
 
 from trainc.compiler.derive import full_recompute_mask
 from trainc.compiler.estimate.flops import mla_dims
-from trainc.compiler.estimate.kernels import fused_attention
+from trainc.compiler.estimate.kernels import computes_in_fp32, fused_attention
 from trainc.compiler.estimate.params import (
     is_moe_layer,
     plan_stage_chunks,
@@ -51,7 +51,6 @@ from trainc.schemas import (
     Activation,
     Fp4Format,
     Fp8Format,
-    Precision,
     Recompute,
     RecomputeMethod,
     TrainSpec,
@@ -76,14 +75,15 @@ def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, sp: b
 
 def dense_layer_bytes(*, s: float, b: int, h: int, a: int, g: int, d: int, f: int, t: int,
                       sp: bool, swiglu: bool, with_scores: bool, masks: bool = True,
-                      fp8: bool = False,
+                      fp8: bool = False, attn_dropout: bool = True,
                       mla: tuple[int | None, int, int, int, int] | None = None) -> float:
     """One dense layer, one micro-batch, our GQA/SwiGLU generalisation of Table 2 (2-byte
     activations). ``s`` is the per-rank sequence (``seq / cp``).
 
     ``masks``: the two dropout masks (``sbh``) are kept only when ``hidden_dropout > 0``
     (``torch.nn.functional.dropout`` returns its input unchanged at p = 0, so no mask is saved;
-    Llama-style presets train with 0). ``fp8``: Transformer Engine saves the inputs of FP8 GEMMs
+    Llama-style presets train with 0); likewise the score matrix's dropout mask and output
+    (``attn_dropout``, ``attention_dropout > 0``) with unfused attention. ``fp8``: Transformer Engine saves the inputs of FP8 GEMMs
     for the backward in FP8 (1 byte: ``te.pytorch.module.linear`` saves the quantized input),
     so the two norm outputs (QKV and FC1 inputs), the output projection's input and FC2's input
     are 1-byte tensors.
@@ -113,9 +113,10 @@ def dense_layer_bytes(*, s: float, b: int, h: int, a: int, g: int, d: int, f: in
         replicated += latent * s * b
         attn = (4 * a * (qk + pos) + (2 + o_in) * a * v) / t
     sharded = s * b * attn + mlp * s * b * f / t
-    # unfused attention keeps softmax, its dropout mask and output (5as^2b); a fused (flash) kernel
-    # keeps only the fp32 log-sum-exp per head and token (4as b) for its backward
-    scores = 5 * a * s * s * b / t if with_scores else 0.0
+    # unfused attention keeps softmax, its dropout mask and output (5as^2b; the softmax output
+    # alone, 2as^2b, without attention dropout: F.dropout at p = 0 returns its input and saves no
+    # mask); a fused (flash) kernel keeps only the fp32 log-sum-exp per head and token (4as b)
+    scores = (5 if attn_dropout else 2) * a * s * s * b / t if with_scores else 0.0
     return replicated / tsp + sharded + scores
 
 
@@ -172,10 +173,10 @@ def stage_activation_bytes(spec: TrainSpec, plan: Plan) -> list[float]:
     def layer(moe: bool, scores: bool) -> float:
         base = dense_layer_bytes(s=s, b=b, h=h, a=a, g=g, d=kv, t=t, sp=sp, swiglu=swiglu, f=f,
                                  with_scores=scores and not flash, masks=masks, fp8=fp8,
-                                 mla=mla_dims(spec))
+                                 attn_dropout=m.attention_dropout > 0, mla=mla_dims(spec))
         return base + (lse if scores and flash else 0.0) + (moe_delta if moe else 0.0)
 
-    scale = 2.0 if tr.precision is Precision.fp32 else 1.0
+    scale = 2.0 if computes_in_fp32(spec) else 1.0  # 4-byte activations
     flash = fused_attention(spec)  # fp32 runs the unfused attention (score matrix kept)
     lse = 4 * a * s * b / t  # fused attention's softmax statistics (fp32), kept per layer
 

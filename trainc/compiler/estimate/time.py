@@ -40,7 +40,7 @@ from trainc.compiler.estimate.params import (
     stage_params,
 )
 from trainc.compiler.ir import Plan, filled
-from trainc.schemas import Engine, Offload, Recompute, TimeModel, TrainSpec
+from trainc.schemas import Engine, Offload, Precision, Recompute, TimeModel, TrainSpec
 
 
 def layer_flops(spec: TrainSpec, moe: bool, tokens: float, s2: float) -> float:
@@ -116,18 +116,23 @@ def offload_seconds(spec: TrainSpec, zero: int, offload_optimizer: bool, offload
     * parameter offload (ZeRO-3): every micro-batch copies the partition to the GPU before its
       forward and backward all-gathers: ``2 M`` PCIe copies of 2 bytes per parameter.
 
+    The copies to the GPU are of the training dtype: 2 bytes per parameter, 4 in fp32 (also
+    the copy the CPU step writes).
+
     The host figures are round numbers, not cluster keys: read the result as a floor (0 without
     offload or with another engine)."""
     if spec.engine is not Engine.deepspeed or shard < 1:
         return 0.0
     part = params / shard
     gpn = max(spec.cluster.gpus_per_node, 1)
+    pb = 4 if spec.training.precision is Precision.fp32 else 2  # the GPU's parameter copy
     out = 0.0
     if offload_optimizer and zero >= 1:
-        out += part * CPU_ADAM_BYTES_PER_PARAM / (HOST_MEMORY_BYTES_PER_S / gpn)
-        out += part * 2 / PCIE_BYTES_PER_S
+        adam = CPU_ADAM_BYTES_PER_PARAM - 2 + pb
+        out += part * adam / (HOST_MEMORY_BYTES_PER_S / gpn)
+        out += part * pb / PCIE_BYTES_PER_S
     if offload_param and zero >= 3:
-        out += 2 * num_microbatches * part * 2 / PCIE_BYTES_PER_S
+        out += 2 * num_microbatches * part * pb / PCIE_BYTES_PER_S
     return out
 
 

@@ -139,7 +139,8 @@ def _eod(spec: TrainSpec) -> Iterator[Diagnostic]:
         return
     eod = spec.model.vocab_size - 1
     yield diag(R.EOD_TOKEN,
-               f"{', '.join('data.' + k for k in keys)} find document ends by the "
+               f"{', '.join('data.' + k for k in keys)} find{'' if len(keys) > 1 else 's'} "
+               f"document ends by the "
                f"end-of-document token; trainc's artifacts run Megatron's NullTokenizer (no "
                f"tokenizer key exists), whose end-of-document id is vocab_size - 1 = {eod}. "
                f"Data tokenized with another id (Llama 3: 128001, Mistral: 2) never matches it: "
