@@ -89,4 +89,6 @@ class ClusterSpec:
     """Estimates only: attention kernels do not keep the s x s score matrix (FlashAttention /
     cuDNN fused attention, Megatron-Core's default through Transformer Engine), so activation
     memory without recompute has no ``5 a s^2 b`` term (only fp32 softmax statistics). false =
-    Korthikanti et al. 2022's unfused attention (``5 a s^2 b`` bytes per layer and micro-batch)."""
+    Korthikanti et al. 2022's unfused attention (``5 a s^2 b`` bytes per layer and micro-batch
+    with attention dropout, ``2 a s^2 b`` without: the softmax output alone). fp32 compute runs
+    the unfused attention whatever this says (the fused kernels take 16-bit inputs)."""
