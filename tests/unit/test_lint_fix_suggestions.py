@@ -35,3 +35,12 @@ def test_sequence_fix_stays_within_max_position_embeddings():
     # max_position_embeddings left out is filled with seq_length: the lower multiple again
     free = {k: v for k, v in cp3.items() if k != "model.max_position_embeddings"}
     assert find(lint_cfg(**free), "TRC217")[0].edits == {"model.seq_length": 32766}
+
+
+def test_ep_nvlink_fix_offers_only_an_ep_that_builds_the_expert_grid():
+    """TRC107 offered ep 8 on 24 GPUs with pp 2 (8 x 2 does not divide 24; a second user trial):
+    its choices now divide the expert grid as TRC205's do."""
+    moe = {"model.num_experts": 8, "model.moe_router_topk": 2, "parallel.tp": 1,
+           "parallel.pp": 2, "cluster.num_nodes": 3, "training.global_batch_size": 48}
+    d = find(lint_cfg(**moe, **{"parallel.ep": 3}), "TRC107")[0]
+    assert "use ep in {1, 2, 4}" in d.fix

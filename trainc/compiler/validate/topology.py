@@ -155,8 +155,9 @@ def _nvlink(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    tp=p.tp, cp=p.cp, nvlink_domain_size=dom, **place.facts(tc))
     eg = d.etp * p.ep
     if m.num_experts and p.ep > 1 and place.cut(eg):
-        ok = [e for e in divisors(dom // d.etp) if m.num_experts % e == 0] \
-            if dom % d.etp == 0 else []
+        # an ep that also builds the expert grid (TRC104: world a multiple of etp*ep*pp)
+        ok = [e for e in divisors(dom // d.etp) if m.num_experts % e == 0
+              and d.world_size % (d.etp * e * p.pp) == 0] if dom % d.etp == 0 else []
         yield diag(R.EP_NVLINK,
                    place.why("etp*ep", f"{d.etp}*{p.ep} = {eg}", eg, "EP")
                    + f": MoE token all-to-all crosses {cost}", "parallel.ep",
