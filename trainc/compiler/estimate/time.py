@@ -88,9 +88,9 @@ def stage_compute_flops(spec: TrainSpec, plan: Plan) -> list[float]:
 
 
 #: Host bytes DeepSpeed's CPU Adam streams per parameter per step: it reads the fp32 master
-#: weight, its fp32 gradient and Adam's two moments and writes weight and moments back
-#: (``csrc/includes/cpu_adam.h`` ``Adam_Optimizer::Step_AVX``, DeepSpeed 0.19.8), and writes the
-#: 16-bit copy the GPU gets back: 16 + 12 + 2 bytes.
+#: weight, its fp32 gradient and Adam's two moments and writes weight and moments back (the
+#: update DeepSpeed's ``DeepSpeedCPUAdam``, ``deepspeed/ops/adam/cpu_adam.py``, runs per
+#: element), and writes the 16-bit copy the GPU gets back: 16 + 12 + 2 bytes.
 CPU_ADAM_BYTES_PER_PARAM = 30
 #: Host memory bandwidth of one node that the ranks' CPU optimizer steps share, bytes/s: a round
 #: figure for a two-socket server (DDR4-3200 x 8 channels x 2 sockets is 410 GB/s peak; STREAM
@@ -110,9 +110,9 @@ def offload_seconds(spec: TrainSpec, zero: int, offload_optimizer: bool, offload
       partition, at :data:`CPU_ADAM_BYTES_PER_PARAM` through the node's host memory bandwidth
       shared by its GPUs (:data:`HOST_MEMORY_BYTES_PER_S`), then the updated 16-bit partition
       copied to the GPU over PCIe (:data:`PCIE_BYTES_PER_S`). The gradients' copy to the host
-      overlaps the backward (ZeRO-Offload, Ren et al. 2021, arXiv 2101.06840, §4: the
-      gradient transfer overlaps backward, the CPU step does not without its one-step delayed
-      update, which DeepSpeed does not enable by default); NVMe adds disk reads, not counted.
+      overlaps the backward; the CPU step and the copy back sit between one step's backward
+      and the next forward (ZeRO-Offload, Ren et al. 2021, arXiv 2101.06840, its single-GPU
+      schedule). NVMe adds disk reads, not counted.
     * parameter offload (ZeRO-3): every micro-batch copies the partition to the GPU before its
       forward and backward all-gathers: ``2 M`` PCIe copies of 2 bytes per parameter.
 
