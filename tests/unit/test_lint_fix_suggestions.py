@@ -22,19 +22,23 @@ def test_expert_grid_fix_keeps_ep_only_when_ep_splits_the_experts():
 
 def test_sequence_fix_stays_within_max_position_embeddings():
     cp3 = {"parallel.cp": 3, "parallel.tp": 2, "parallel.pp": 1, "cluster.num_nodes": 3,
-           "model.seq_length": 32768, "model.max_position_embeddings": 32768}
+           "model.seq_length": 32768, "model.max_position_embeddings": 32770}
     for rule in ("TRC217", "TRC218"):
         d = find(lint_cfg(**cp3), rule)[0]
         assert d.edits == {"model.seq_length": 32766}
         assert "32772" not in d.fix and "32766" in d.fix
-    # with no room below, the fix raises max_position_embeddings with the sequence
-    tight = {**cp3, "model.seq_length": 4, "model.max_position_embeddings": 4}
+    # max_position_embeddings equal to seq_length (set, or filled from it): both neighbours,
+    # the larger with max_position_embeddings raised (a suggestion TRC219 accepts)
+    same = {**cp3, "model.max_position_embeddings": 32768}
+    d = find(lint_cfg(**same), "TRC217")[0]
+    assert "32766 or 32772" in d.fix and "max_position_embeddings to at least 32772" in d.fix
+    assert d.edits == {"model.seq_length": 32772, "model.max_position_embeddings": 32772}
+    assert not find(lint_cfg(**{**same, **d.edits}), "TRC219")
+    free = {k: v for k, v in same.items() if k != "model.max_position_embeddings"}
+    assert find(lint_cfg(**free), "TRC217")[0].edits == d.edits
+    tight = {**cp3, "model.seq_length": 4, "model.max_position_embeddings": 5}
     d = find(lint_cfg(**tight), "TRC217")[0]
     assert d.edits == {"model.seq_length": 6, "model.max_position_embeddings": 6}
-    assert "max_position_embeddings to at least 6" in d.fix
-    # max_position_embeddings left out is filled with seq_length: the lower multiple again
-    free = {k: v for k, v in cp3.items() if k != "model.max_position_embeddings"}
-    assert find(lint_cfg(**free), "TRC217")[0].edits == {"model.seq_length": 32766}
 
 
 def test_ep_nvlink_fix_offers_only_an_ep_that_builds_the_expert_grid():

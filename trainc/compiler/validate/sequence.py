@@ -34,12 +34,15 @@ def sequence_unit(cp: int, tp: int, sequence_parallel: bool) -> int:
 
 
 def _seq_choices(m: ModelSpec, unit: int) -> list[int]:
-    """The multiples of ``unit`` next to seq_length that stay within max_position_embeddings
-    (TRC219); both neighbours when none does (the fix then raises max_position_embeddings)."""
+    """The multiples of ``unit`` next to seq_length that stay within a max_position_embeddings
+    above seq_length (TRC219). One equal to seq_length may be the normalizer's fill (a spec
+    without the key), so both neighbours stay and the fix raises it with the larger; so do
+    they when none fits."""
     near = nearest_multiple(m.seq_length, unit)
     mpe = m.max_position_embeddings
-    fit = [v for v in near if mpe is None or v <= mpe]
-    return fit or near
+    if mpe is None or mpe == m.seq_length:
+        return near
+    return [v for v in near if v <= mpe] or near
 
 
 def _seq_fix(m: ModelSpec, unit: int) -> str:
