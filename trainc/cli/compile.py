@@ -57,9 +57,9 @@ def _lint(args: argparse.Namespace) -> int:
         return EXIT_SPEC
     specs, empty = _expand_specs(specs)
     if empty:
-        what = "matches no file" if not Path(empty).is_dir() else \
-            "holds no *.yaml or *.yml spec file"
-        print(f"trainc lint: {empty} {what}", file=sys.stderr)
+        what = (f"the directory {empty} holds no *.yaml or *.yml spec file"
+                if Path(empty).is_dir() else f"{empty} matches no file")
+        print(f"trainc lint: {what}", file=sys.stderr)
         return EXIT_SPEC
     if specs.count("-") > 1:
         print("trainc lint: standard input (-) can be given once", file=sys.stderr)
