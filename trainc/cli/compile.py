@@ -20,30 +20,25 @@ from trainc.cli._common import (
 )
 
 
-def _expand_specs(items: list[str]) -> tuple[list[str], str]:
+def _expand_specs(items: list[str]) -> list[str]:
     """Spec arguments as files: a folder stands for its ``*.yaml`` / ``*.yml`` files (not its
     subfolders: model and cluster presets often sit there), a pattern that names no file (a
-    quoted ``'specs/*.yaml'`` in CI) for its matches; each in sorted order. Returns (files, the
-    first folder or pattern without a spec, or "")."""
+    quoted ``'specs/*.yaml'`` in CI) for its matches; each in sorted order. A folder without a
+    spec and a pattern without a match stay as given: each gets its TRC000 like any unreadable
+    spec path."""
     import glob
 
     out: list[str] = []
     for item in items:
         path = Path(item)
+        found: list[str] = []
         if item != "-" and path.is_dir():
             found = sorted(str(f) for f in path.iterdir()
                            if f.is_file() and f.suffix in (".yaml", ".yml"))
-            if not found:
-                return [], item
-            out += found
         elif item != "-" and not path.exists() and glob.has_magic(item):
-            matches = sorted(glob.glob(item))
-            if not matches:
-                return [], item
-            out += matches
-        else:
-            out.append(item)
-    return out, ""
+            found = sorted(glob.glob(item))
+        out += found or [item]
+    return out
 
 
 def _lint(args: argparse.Namespace) -> int:
@@ -55,12 +50,7 @@ def _lint(args: argparse.Namespace) -> int:
     if not specs:
         print("trainc lint: no spec file given", file=sys.stderr)
         return EXIT_SPEC
-    specs, empty = _expand_specs(specs)
-    if empty:
-        what = (f"the directory {empty} holds no *.yaml or *.yml spec file"
-                if Path(empty).is_dir() else f"{empty} matches no file")
-        print(f"trainc lint: {what}", file=sys.stderr)
-        return EXIT_SPEC
+    specs = _expand_specs(specs)
     if specs.count("-") > 1:
         print("trainc lint: standard input (-) can be given once", file=sys.stderr)
         return EXIT_SPEC
