@@ -248,25 +248,26 @@ def test_trc401_fix_puts_context_parallelism_after_a_near_change_without_it():
     """At 8K tokens cp=2 fit 1 % faster than micro batch 1 and was TRC401's machine edit, against
     the planner's own rule (no CP within the error band); a CP change more than 10 % faster
     stays first, and one that adds GPUs keeps its place."""
-    from trainc.compiler.fit import _cp_last
+    from trainc.compiler.fit import _last_resorts_last
 
     def r(edits, step, added=0):
         return {"edits": edits, "step": step, "gpus_added": added, "total": 1}
 
     cp, mbs, tp = r({"parallel.cp": 2}, 5.34), r({"training.micro_batch_size": 1}, 5.39), \
         r({"parallel.tp": 4}, 5.92)
-    assert _cp_last([cp, mbs, tp]) == [mbs, cp, tp]  # 5.39 s is within 10 % of 5.34, 5.92 not
+    # 5.39 s is within 10 % of 5.34, 5.92 not
+    assert _last_resorts_last([cp, mbs, tp]) == [mbs, cp, tp]
     far = r({"training.recompute": "full"}, 6.74)
-    assert _cp_last([cp, far]) == [cp, far]
+    assert _last_resorts_last([cp, far]) == [cp, far]
     grow = r({"parallel.cp": 2, "cluster.num_nodes": 4}, 3.0, added=16)
-    assert _cp_last([mbs, grow]) == [mbs, grow]
+    assert _last_resorts_last([mbs, grow]) == [mbs, grow]
 
 
 def test_trc401_fix_puts_cpu_offload_after_a_near_change_without_it():
     """A fresh-user trial: ``offload_optimizer=cpu`` was "the fastest" fix at 55.4 s against
     ZeRO-2 at 55.5 s. Offload's CPU step is priced as a floor, so a change without it within
     10 % ranks first; offload far ahead keeps its place."""
-    from trainc.compiler.fit import _cp_last
+    from trainc.compiler.fit import _last_resorts_last
     from trainc.schemas import Offload
 
     def r(edits, step):
@@ -274,9 +275,11 @@ def test_trc401_fix_puts_cpu_offload_after_a_near_change_without_it():
 
     off, z2 = r({"training.offload_optimizer": Offload.cpu}, 55.4), \
         r({"parallel.zero_stage": 2}, 55.5)
-    assert _cp_last([off, z2]) == [z2, off]
-    assert _cp_last([r({"training.offload_param": "cpu"}, 40.0), z2])[0]["step"] == 40.0
-    assert _cp_last([r({"training.offload_optimizer": "none"}, 55.4), z2])[0]["step"] == 55.4
+    assert _last_resorts_last([off, z2]) == [z2, off]
+    far = r({"training.offload_param": "cpu"}, 40.0)
+    assert _last_resorts_last([far, z2])[0]["step"] == 40.0
+    no = r({"training.offload_optimizer": "none"}, 55.4)
+    assert _last_resorts_last([no, z2])[0]["step"] == 55.4
 
 
 def test_deepspeed_cpu_offload_costs_its_cpu_step_and_pcie_copies():

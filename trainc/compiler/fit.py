@@ -206,7 +206,7 @@ def _last_resort(r: dict[str, Any]) -> bool:
     return int(e.get("parallel.cp", 1)) > 1 or offload
 
 
-def _cp_last(ranked: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _last_resorts_last(ranked: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``ranked`` with a change that turns on context parallelism or CPU offload moved after
     the same-GPU changes without them that are within :data:`CP_BAND` of its step time: CP is
     for sequences that do not fit otherwise, and its ring overheads are only partly priced (a
@@ -251,7 +251,7 @@ def fitting_changes(spec: TrainSpec, evaluate: Evaluate) -> tuple[list[dict[str,
             if r is not None and r["total"] <= r["budget"]:
                 fits.append(r)
     if fits:
-        return _cp_last(sorted(fits, key=_rank))[:MAX_SUGGESTIONS], True
+        return _last_resorts_last(sorted(fits, key=_rank))[:MAX_SUGGESTIONS], True
     # only changes that reduce memory are "reductions" (selective recompute saves nothing with
     # fused attention, for example)
     current = now.estimates.memory_bytes.total if now and now.estimates else math.inf

@@ -78,12 +78,10 @@ def transformer_config_kwargs(plan: dict[str, Any], dims: Dims, layout: dict[str
                     moe_shared_expert_intermediate_size=dims.moe_shared_expert_intermediate_size)
     if cpu:
         want.update(transformer_impl="local", use_cpu_initialization=True)
-        # communication schedules only (the same math): TE userbuffers and the combined 1F1B
-        # A2A overlap need CUDA
-        want.update({k: False for k in ("tp_comm_overlap", "overlap_moe_expert_parallel_comm")
-                     if kw.get(k)})
-        if kw.get("moe_grouped_gemm"):  # Transformer Engine's GroupedLinear: CUDA only
-            want["moe_grouped_gemm"] = False
+        # the same math scheduled otherwise: TE userbuffers and the combined 1F1B A2A overlap
+        # need CUDA, as does TE's GroupedLinear for the experts (then one GEMM per expert)
+        want.update({k: False for k in ("tp_comm_overlap", "overlap_moe_expert_parallel_comm",
+                                        "moe_grouped_gemm") if kw.get(k)})
     if precision != ("bf16" if kw["bf16"] else "fp16" if kw["fp16"] else "fp32"):
         dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(precision, "float32")
         want.update(bf16=precision == "bf16", fp16=precision == "fp16", params_dtype=dtype,

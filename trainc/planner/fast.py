@@ -42,8 +42,8 @@ from trainc.compiler.estimate.kernels import (
     LOW_PRECISIONS,
     Hw,
     LayerTime,
+    activation_bytes,
     attention_kv_length,
-    computes_in_fp32,
     fused_attention,
     hardware,
     layer_precision,
@@ -259,7 +259,7 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
         if not deepspeed and not zero_fixed and zero not in ((1, 3) if shard > 1 else (0,)):
             continue
         # parameter offload (ZeRO-3 only) is not searched: the spec's value holds
-        off_param = deepspeed and zero == 3 and spec.training.offload_param.name != "none"
+        off_param = _param_offload(spec, zero)
         for off in offloads:
             if off != "none" and (not deepspeed or zero == 0):
                 continue
@@ -344,8 +344,8 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
                 base = work / (1 - bubble)
                 for zero, off, state_mem, t_dp in states:
                     t_off = offload_seconds(  # DeepSpeed offload, as time.seed_step_time
-                        spec, zero, off != "none", deepspeed and zero == 3 and
-                        spec.training.offload_param.name != "none", p_dense + p_exp, shard, M)
+                        spec, zero, off != "none", _param_offload(spec, zero), p_dense + p_exp,
+                        shard, M)
                     yield state_mem + act, base + t_dp + t_off, (v, cpt, mbs, rc, zero, off), (
                         t_comp, hide * t_tp, hide * t_cp, hide * t_ep, t_pp, t_dp, bubble,
                         work * bubble / (1 - bubble), cross, intra / inter, lower, t_off)
@@ -402,6 +402,13 @@ def _hw(spec: TrainSpec) -> tuple[Hw, dict[tuple[Any, ...], Any]]:
         got = (spec, hardware(spec), {})
         _HW[id(spec)] = got
     return got[1], got[2]
+
+
+def _param_offload(spec: TrainSpec, zero: int) -> bool:
+    """Whether the spec's DeepSpeed parameter offload applies at ZeRO stage ``zero`` (stage 3
+    only; the search does not choose it: the spec's value holds)."""
+    return spec.engine is Engine.deepspeed and zero == 3 and \
+        spec.training.offload_param.name != "none"
 
 
 def _layer(spec: TrainSpec, moe: bool, prec: str, tp: int, cp: int, ep: int, etp: int,
@@ -490,7 +497,7 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
         tp_in_nvlink_domain(tp, c.nvlink_domain_size, c.gpus_per_node, W)  # (TRC382)
     ep_on = bool(t.overlap_moe_expert_parallel_comm)
     overhead = c.layer_overhead_us * 1e-6
-    eb = 4 if computes_in_fp32(spec) else 2
+    eb = activation_bytes(spec)
     s_loc = s / cp
     tsp = tp if sp else 1
     mf = k.moe_fraction
@@ -636,8 +643,7 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
                         rows.append((M * work / (1 - bubble), i, n, comp, f_mb, b_mb, x_tp,
                                      x_ep, x_cp, x_pp, work))
                     for zero, off, state_mem, _t_dp in states:
-                        off_param = spec.engine is Engine.deepspeed and zero == 3 and \
-                            spec.training.offload_param.name != "none"
+                        off_param = _param_offload(spec, zero)
                         total = -1.0
                         out = None
                         for row in rows:

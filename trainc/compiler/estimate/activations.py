@@ -40,7 +40,7 @@ import math
 
 from trainc.compiler.derive import full_recompute_mask
 from trainc.compiler.estimate.flops import mla_dims
-from trainc.compiler.estimate.kernels import computes_in_fp32, fused_attention
+from trainc.compiler.estimate.kernels import activation_bytes, fused_attention
 from trainc.compiler.estimate.params import (
     is_moe_layer,
     plan_stage_chunks,
@@ -83,10 +83,10 @@ def dense_layer_bytes(*, s: float, b: int, h: int, a: int, g: int, d: int, f: in
     ``masks``: the two dropout masks (``sbh``) are kept only when ``hidden_dropout > 0``
     (``torch.nn.functional.dropout`` returns its input unchanged at p = 0, so no mask is saved;
     Llama-style presets train with 0); likewise the score matrix's dropout mask and output
-    (``attn_dropout``, ``attention_dropout > 0``) with unfused attention. ``fp8``: Transformer Engine saves the inputs of FP8 GEMMs
-    for the backward in FP8 (1 byte: ``te.pytorch.module.linear`` saves the quantized input),
-    so the two norm outputs (QKV and FC1 inputs), the output projection's input and FC2's input
-    are 1-byte tensors.
+    (``attn_dropout``, ``attention_dropout > 0``) with unfused attention. ``fp8``: Transformer
+    Engine saves the inputs of FP8 GEMMs for the backward in FP8 (1 byte:
+    ``te.pytorch.module.linear`` saves the quantized input), so the two norm outputs (QKV and
+    FC1 inputs), the output projection's input and FC2's input are 1-byte tensors.
 
     ``mla = (q_lora, kv_lora, qk, pos, v)`` (multi-head latent attention, Megatron-Core
     ``MLASelfAttention``): Q and K are ``a (qk + pos)`` wide, V and the output projection's
@@ -176,7 +176,7 @@ def stage_activation_bytes(spec: TrainSpec, plan: Plan) -> list[float]:
                                  attn_dropout=m.attention_dropout > 0, mla=mla_dims(spec))
         return base + (lse if scores and flash else 0.0) + (moe_delta if moe else 0.0)
 
-    scale = 2.0 if computes_in_fp32(spec) else 1.0  # 4-byte activations
+    scale = activation_bytes(spec) / 2  # the formulas count 2-byte activations
     flash = fused_attention(spec)  # fp32 runs the unfused attention (score matrix kept)
     lse = 4 * a * s * b / t  # fused attention's softmax statistics (fp32), kept per layer
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from trainc.compiler.estimate.kernels import computes_in_fp32
+from trainc.compiler.estimate.kernels import activation_bytes
 from trainc.compiler.estimate.memory import megatron_bytes_per_param
 from trainc.compiler.estimate.params import (
     StageParams,
@@ -273,7 +273,7 @@ def stage_comm(spec: TrainSpec, plan: Plan, stages: list[StageParams]) -> list[S
     t, c, p, v, e, etp = d.tp, d.cp, d.pp, d.vpp, d.ep, d.etp
     M = d.num_microbatches
     sp = bool(d.sequence_parallel)
-    eb = 4 if computes_in_fp32(spec) else 2  # activations' bytes
+    eb = activation_bytes(spec)
     s, b, h = m.seq_length / c, tr.micro_batch_size, m.hidden_size
     a = m.num_attention_heads
     act = b * s * h * eb  # the tensor TP collectives act on (per CP rank)

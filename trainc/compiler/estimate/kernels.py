@@ -161,8 +161,8 @@ def gemm_seconds(hw: Hw, m: float, n: float, k: float, prec: str = "bf16",
     q = tiles * TILE_M * TILE_N / (waves * hw.sms * TILE_M * TILE_N) * (
         m * n / (math.ceil(m / TILE_M) * TILE_M * math.ceil(n / TILE_N) * TILE_N))
     flops = 2 * m * n * k * groups
-    ib = {"fp8": 1.0, "fp4": 0.5, "fp32": 4.0}.get(prec, 2.0)
-    moved = groups * ((m * k + k * n) * ib + (4 if prec == "fp32" else 2) * m * n)
+    out_b = 4 if prec == "fp32" else 2  # the output: 16-bit, fp32 in fp32
+    moved = groups * ((m * k + k * n) * element_bytes(prec) + out_b * m * n)
     return max(flops * (k + hw.k_overhead) / k / (peak * eff * q), moved / hw.hbm)
 
 
@@ -197,6 +197,21 @@ class LayerTime:
     def backward(self) -> float:
         """Backward seconds."""
         return self.gemm_b + self.attn_b + self.elem_b + self.fixed_b
+
+
+def element_bytes(prec: str) -> float:
+    """Bytes per element of a GEMM input in precision ``prec`` (fp8 1, fp4 0.5, fp32 4, else 2).
+
+    >>> [element_bytes(p) for p in ("bf16", "fp8", "fp4", "fp32")]
+    [2.0, 1.0, 0.5, 4.0]
+    """
+    return {"fp8": 1.0, "fp4": 0.5, "fp32": 4.0}.get(prec, 2.0)
+
+
+def activation_bytes(spec: TrainSpec) -> int:
+    """Bytes per activation element: 4 when the layers compute in fp32
+    (:func:`computes_in_fp32`), else 2 (FP8 / FP4 recipes keep 16-bit activations)."""
+    return 4 if computes_in_fp32(spec) else 2
 
 
 def computes_in_fp32(spec: TrainSpec) -> bool:
@@ -346,7 +361,6 @@ def layer_time_of(spec: TrainSpec, hw: Hw, moe: bool, prec: str, t: int, c: int,
     # attention core: causal, CP ranks each see all s keys for their s/c queries
     s_kv = s_full
     kv_call = s_full if kv_len is None else kv_len  # keys per call of the fused kernel
-    fp32 = prec == "fp32"
     if fused_attention(spec):
         attn_flops = 2 * tok * s_kv * (a / t) * (d_qk + d_v) / 2
         eff = hw.attention_eff * kv_call / (kv_call + 512)
@@ -355,8 +369,9 @@ def layer_time_of(spec: TrainSpec, hw: Hw, moe: bool, prec: str, t: int, c: int,
     else:
         lt.attn_f, lt.attn_b = unfused_attention_seconds(hw, b, s_full / c, s_kv, a / t, d_qk,
                                                          m.attention_dropout > 0, d_v,
-                                                         "fp32" if fp32 else "bf16")
-    elem_bytes = (4 if fp32 else 2) * elems * tok  # 2-byte activations (fp32: 4)
+                                                         # its GEMMs: BF16, or fp32
+                                                         "fp32" if prec == "fp32" else "bf16")
+    elem_bytes = activation_bytes(spec) * elems * tok
     cast_bytes = 4 * casts * tok  # read 2 B, write 1 B + the transposed 1 B copy
     lt.elem_f = (elem_bytes + cast_bytes) / hw.hbm
     lt.elem_b = (2 * elem_bytes + cast_bytes) / hw.hbm

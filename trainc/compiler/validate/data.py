@@ -138,16 +138,15 @@ def _eod(spec: TrainSpec) -> Iterator[Diagnostic]:
     if not keys or not (data.paths or lc.data_path):
         return
     eod = spec.model.vocab_size - 1
+    names = ", ".join("data." + k for k in keys)
     yield diag(R.EOD_TOKEN,
-               f"{', '.join('data.' + k for k in keys)} find{'' if len(keys) > 1 else 's'} "
-               f"document ends by the "
+               f"{names} find{'' if len(keys) > 1 else 's'} document ends by the "
                f"end-of-document token; trainc's artifacts run Megatron's NullTokenizer (no "
                f"tokenizer key exists), whose end-of-document id is vocab_size - 1 = {eod}. "
                f"Data tokenized with another id (Llama 3: 128001, Mistral: 2) never matches it: "
                f"the option{'s do' if len(keys) > 1 else ' does'} nothing",
                "data." + keys[0], related=tuple("data." + k for k in keys[1:]),
-               fix=f"write the data's end-of-document tokens as id {eod}, or drop "
-                   f"{', '.join('data.' + k for k in keys)}",
+               fix=f"write the data's end-of-document tokens as id {eod}, or drop {names}",
                edits={"data." + k: False for k in keys}, eod_id=eod, options=keys)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import Any
 
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
@@ -45,22 +46,16 @@ def _seq_choices(m: ModelSpec, unit: int) -> list[int]:
     return [v for v in near if v <= mpe] or near
 
 
-def _seq_fix(m: ModelSpec, unit: int) -> str:
-    """TRC217 / TRC218's fix text (:func:`_seq_choices`)."""
+def _seq_fix(m: ModelSpec, unit: int) -> dict[str, Any]:
+    """TRC217 / TRC218's ``fix`` text and machine ``edits`` (:func:`_seq_choices`): the larger
+    choice, with max_position_embeddings raised to it when it must be."""
     choices = _seq_choices(m, unit)
-    mpe = m.max_position_embeddings
-    raise_mpe = (f" and model.max_position_embeddings to at least {choices[-1]}"
-                 if mpe is not None and choices[-1] > mpe else "")
-    return f"set model.seq_length to {or_list(choices)} (a multiple of {unit}){raise_mpe}"
-
-
-def _seq_edits(m: ModelSpec, unit: int) -> dict[str, int]:
-    """TRC217 / TRC218's machine edit: the larger choice, and max_position_embeddings raised to
-    it when it must be."""
-    v = _seq_choices(m, unit)[-1]
-    mpe = m.max_position_embeddings
-    return {"model.seq_length": v,
-            **({"model.max_position_embeddings": v} if mpe is not None and v > mpe else {})}
+    v, mpe = choices[-1], m.max_position_embeddings
+    raise_mpe = mpe is not None and v > mpe
+    return {"fix": f"set model.seq_length to {or_list(choices)} (a multiple of {unit})"
+                   + (f" and model.max_position_embeddings to at least {v}" if raise_mpe else ""),
+            "edits": {"model.seq_length": v,
+                      **({"model.max_position_embeddings": v} if raise_mpe else {})}}
 
 
 def sequence(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
@@ -75,8 +70,7 @@ def sequence(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    + (f" (with sequence parallelism the multiple is {unit})" if unit != 2 * cp
                       else ""), "model.seq_length",
                    related=("parallel.cp",),
-                   fix=_seq_fix(m, unit), edits=_seq_edits(m, unit),
-                   seq_length=s, cp=cp, required_multiple=unit)
+                   **_seq_fix(m, unit), seq_length=s, cp=cp, required_multiple=unit)
     # (a tp that does not even split the heads is TRC201's: a new seq_length would not fix it)
     if sp and (s % cp or (s // cp) % tp) and m.num_attention_heads % tp == 0:
         with_cp = (f"; with cp the sequence must be a multiple of cp*lcm(2, tp) = {unit}"
@@ -85,8 +79,7 @@ def sequence(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    f"seq_length ({s}) / cp ({cp}) is not a multiple of tp ({tp}), over which "
                    f"sequence parallelism scatters the sequence{with_cp}", "model.seq_length",
                    related=("parallel.tp", "parallel.cp", "parallel.sequence_parallel"),
-                   fix=_seq_fix(m, unit), edits=_seq_edits(m, unit),
-                   seq_length=s, tp=tp, cp=cp, required_multiple=unit)
+                   **_seq_fix(m, unit), seq_length=s, tp=tp, cp=cp, required_multiple=unit)
     mpe = m.max_position_embeddings or s
     if mpe < s:
         yield diag(R.MAX_POSITIONS,
