@@ -148,3 +148,33 @@ def test_a_compiled_output_and_its_own_spec_do_not_differ(capsys, tmp_path):
     rc = main(["diff", str(out / "plan.json"), EXAMPLE, "--format", "json"])
     got = json.loads(capsys.readouterr().out)
     assert rc == 0 and got["differences"] == [], got["differences"]
+
+
+def test_overrides_on_a_compiled_output_derive_again(capsys, tmp_path):
+    """A compiled output stands for the spec as written (plan.json ``spec_as_written``): an
+    override of tp re-derives etp, sequence parallelism and TP overlap exactly as the same
+    override on the spec file does (trial 13: the resolved spec kept etp 8 and failed TRC312,
+    or kept sequence parallelism off and estimated 7 % slower)."""
+    out = tmp_path / "out"
+    assert main(["compile", EXAMPLE, "-o", str(out)]) == 0
+    capsys.readouterr()
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["spec"]["parallel"]["etp"] == 8 and plan["spec_as_written"]["parallel"]["etp"] is None
+    ov = ["parallel.tp=4", "parallel.pp=8"]
+    rc = main(["diff", str(out), str(out), *ov, "--format", "json"])
+    from_output = json.loads(capsys.readouterr().out)
+    rc_spec = main(["diff", EXAMPLE, EXAMPLE, *ov, "--format", "json"])
+    from_spec = json.loads(capsys.readouterr().out)
+    assert rc == rc_spec == 0
+    assert from_output["differences"] == from_spec["differences"]
+
+
+def test_errors_in_a_compiled_output_name_its_plan_json(capsys, tmp_path):
+    """Diagnostics of a compiled output point at its plan.json, never at the deleted scratch
+    file the diff compiled."""
+    out = tmp_path / "out"
+    assert main(["compile", EXAMPLE, "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["diff", str(out), str(out), "parallel.tp=3"]) == 2
+    err = capsys.readouterr().err
+    assert "TRC201" in err and f"--> {out / 'plan.json'}" in err and "trainc-diff-" not in err

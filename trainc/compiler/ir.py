@@ -203,6 +203,8 @@ class Estimates:
     critical_stage: int
     tokens_per_second: float
     mfu: float
+    """Model FLOPs per second / (world size x ``cluster.peak_tflops``, the BF16 dense peak),
+    with FP8 / FP4 GEMMs too: NVIDIA's and Megatron's convention, so FP8 and BF16 runs compare."""
     assumptions: Mapping[str, float | str]
     rank_map: Mapping[str, Any]
     """Rank generator sizes, strides, groups leaving a node / NVLink domain, first node's rows."""
@@ -239,6 +241,13 @@ class Plan:
     estimates: Estimates | None = None
     diagnostics: tuple[Mapping[str, Any], ...] = ()
     """Diagnostics as their JSON records (the same as ``lint --format json``)."""
+    spec_as_written: Mapping[str, Any] | None = None
+    """The composed spec before normalization, as JSON values (presets and overrides applied;
+    a key the user left unset keeps its schema default, null where trainc derives it: etp,
+    sequence_parallel, tp_comm_overlap, ...; secret env values masked). ``trainc diff`` and
+    ``trainc calibrate`` recompile a compiled output from it, so an override of tp re-derives
+    what depends on tp instead of keeping the old layout's derived values. None: not recorded
+    (a plan built from an already normalized spec)."""
 
     def to_json(self) -> dict[str, Any]:
         """``plan.json`` as a dict (keys sorted when written by ``canonical_json``)."""
@@ -254,4 +263,6 @@ class Plan:
         }
         if self.presets is not None:
             out["presets"] = dict(self.presets)
+        if self.spec_as_written is not None:
+            out["spec_as_written"] = _json(self.spec_as_written)
         return out

@@ -47,6 +47,8 @@ class State:
     """check_fit's what-if search for TRC401's fix (off for the layout planner)."""
     spec_path: str | None = None
     """The spec file: plan.json names diagnostic files relative to its folder."""
+    written: TrainSpec | None = None
+    """The spec before the normalize pass (plan.json ``spec_as_written``)."""
 
     @property
     def failed(self) -> bool:
@@ -55,7 +57,7 @@ class State:
 
 
 def _normalize(s: State) -> State:
-    return dataclasses.replace(s, spec=normalize(s.spec))
+    return dataclasses.replace(s, spec=normalize(s.spec), written=s.spec)
 
 
 def _validate(s: State) -> State:
@@ -64,7 +66,8 @@ def _validate(s: State) -> State:
 
 
 def _plan(s: State) -> State:
-    return dataclasses.replace(s, plan=dataclasses.replace(make_plan(s.spec), presets=s.presets))
+    return dataclasses.replace(s, plan=dataclasses.replace(make_plan(s.spec, s.written),
+                                                           presets=s.presets))
 
 
 def _estimate(s: State) -> State:

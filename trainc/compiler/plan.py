@@ -7,6 +7,7 @@ import dataclasses
 import enum
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from trainc import __version__
@@ -45,6 +46,15 @@ def spec_to_dict(spec: TrainSpec) -> dict[str, Any]:
     return out
 
 
+def recorded_spec(plan_json: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec a compiled output's ``plan.json`` stands for, to compile again (``trainc diff``,
+    ``trainc calibrate``): ``spec_as_written`` (:attr:`Plan.spec_as_written`: derived values
+    stay null, so overrides re-derive them), else -- a plan.json from before trainc recorded it
+    -- the resolved ``spec``. Raises KeyError / TypeError when neither is a mapping."""
+    written = plan_json.get("spec_as_written")
+    return dict(written if isinstance(written, Mapping) else plan_json["spec"])
+
+
 def canonical_json(obj: Any) -> str:
     """Deterministic JSON (sorted keys, 2-space indent, trailing newline)."""
     return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
@@ -55,8 +65,9 @@ def spec_hash(spec_dict: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(spec_dict).encode()).hexdigest()
 
 
-def plan(spec: TrainSpec) -> Plan:
-    """The :class:`~trainc.compiler.ir.Plan` of a normalized, validated spec (no estimates yet).
+def plan(spec: TrainSpec, written: TrainSpec | None = None) -> Plan:
+    """The :class:`~trainc.compiler.ir.Plan` of a normalized, validated spec (no estimates yet);
+    ``written``: the same spec before normalization (``Plan.spec_as_written``), if known.
 
     ``derived`` holds the grid sizes (world_size, dp, expert_dp, etp), num_microbatches,
     layers_per_stage (transformer layers per PP stage; with vpp each stage's layers form vpp
@@ -100,6 +111,7 @@ def plan(spec: TrainSpec) -> Plan:
     lm = eng["megatron_lm"]
     return Plan(
         spec=spec, spec_json=spec_dict, spec_hash=spec_hash(spec_dict), derived=layout,
+        spec_as_written=None if written is None else mask_secrets(spec_to_dict(written))[0],
         engines=Engines(megatron_core=eng["megatron_core"],
                         megatron_lm=None if lm is None else tuple(tuple(x) for x in lm),
                         deepspeed=eng["deepspeed"], fsdp=eng["fsdp"]),

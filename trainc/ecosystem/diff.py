@@ -1,11 +1,13 @@
 """``trainc diff A B [KEY=VALUE ...]``: what differs between two specs after resolution.
 
-A or B may also be a compiled output (an OUTDIR, or its plan.json): it stands for the resolved
-spec it was compiled from (plan.json ``spec``). Both specs are compiled (nothing is written);
-the resolved spec keys (``model.num_layers``), the presets chosen, every derived value
-(``derived.dp``, ``derived.num_microbatches``, ...) and every estimate
-(``estimates.memory_bytes.total``, ``estimates.step_time_seconds``, ...) are compared, plus
-the set of rule ids reported. A is the baseline; the overrides apply to B only, so
+A or B may also be a compiled output (an OUTDIR, or its plan.json): it stands for the spec it
+was compiled from (plan.json ``spec_as_written``: what the user set, so an override of B's tp
+re-derives etp, sequence parallelism and TP overlap as compiling the spec file would; a
+plan.json from before trainc recorded it stands for its resolved ``spec``). Both specs are
+compiled (nothing is written); the resolved spec keys (``model.num_layers``), the presets
+chosen, every derived value (``derived.dp``, ``derived.num_microbatches``, ...) and every
+estimate (``estimates.memory_bytes.total``, ``estimates.step_time_seconds``, ...) are compared,
+plus the set of rule ids reported. A is the baseline; the overrides apply to B only, so
 ``trainc diff s.yaml s.yaml parallel.tp=4`` shows what changing one key does.
 
 It also says whether B can resume from A's checkpoints (:func:`resume_verdict`: the same
@@ -32,7 +34,8 @@ HEADLINE = (
     "estimates.memory_bytes.total", "estimates.pipeline_bubble_fraction",
     "estimates.step_time_seconds", "estimates.tokens_per_second", "estimates.mfu",
 )
-_SKIP = frozenset({"trainc_version", "target_versions", "spec_hash", "diagnostics"})
+_SKIP = frozenset({"trainc_version", "target_versions", "spec_hash", "diagnostics",
+                   "spec_as_written"})
 _FREE_MAPS = frozenset({"launch.env."})
 #: Sections computed by trainc (compared at the shown precision), not written by the user.
 _COMPUTED = ("derived.", "estimates.")
@@ -251,6 +254,24 @@ def _shown_pair(key: str, a: Any, b: Any) -> tuple[str, str]:
     return sa, sb
 
 
+def _plan_file(path: str) -> str:
+    """The plan.json a compiled output names (the OUTDIR's, or the file itself)."""
+    p = Path(path)
+    return str(p / "plan.json" if p.is_dir() else p)
+
+
+def _relocated(diags: list[Any], scratch: str, shown: str) -> list[Any]:
+    """``diags`` with locations in the scratch file moved to ``shown`` (the plan.json; no line:
+    the scratch file's lines are not the plan's)."""
+    import dataclasses
+
+    def move(loc: Any) -> Any:
+        return dataclasses.replace(loc, file=shown, line=None) if loc.file == scratch else loc
+
+    return [dataclasses.replace(d, locations=tuple(move(x) for x in d.locations))
+            for d in diags]
+
+
 def _compiled_plan(path: str) -> dict[str, Any] | None:
     """The plan.json of a compiled output (an OUTDIR holding plan.json, or a plan.json) with a
     ``spec`` mapping, else None (``path`` is a spec file, or not readable as an output)."""
@@ -273,10 +294,16 @@ def run_diff(a: str, b: str, overrides: Sequence[str] = (), *, fmt: str = "text"
     is asked for)."""
     from trainc.compiler.diagnostics import render_text
     from trainc.compiler.pipeline import compile_spec
+    from trainc.compiler.plan import recorded_spec
 
-    # a compiled output stands for its resolved spec (written to a scratch file to compile)
-    # and keeps the presets it recorded (the resolved spec has no defaults list)
+    # a compiled output stands for the spec it was compiled from (written to a scratch file to
+    # compile) and keeps the presets it recorded (the recorded spec has no defaults list)
     plans = [_compiled_plan(a), _compiled_plan(b)]
+    if overrides and plans[1] is not None and "spec_as_written" not in plans[1]:
+        print(f"trainc diff: warning: B ({b}) is a plan.json from a trainc that did not record "
+              "the spec as written; the overrides apply to its resolved spec, whose derived "
+              "values (etp, sequence_parallel, tp_comm_overlap, ...) stay as they were "
+              "compiled: diff the spec file to derive them again", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="trainc-diff-") as tmp:
         files = []
         for given, plan, name in ((a, plans[0], "a.yaml"), (b, plans[1], "b.yaml")):
@@ -284,10 +311,14 @@ def run_diff(a: str, b: str, overrides: Sequence[str] = (), *, fmt: str = "text"
                 files.append(given)
                 continue
             scratch = Path(tmp) / name
-            scratch.write_text(yaml.safe_dump(plan["spec"], sort_keys=False), encoding="utf-8")
+            scratch.write_text(yaml.safe_dump(recorded_spec(plan), sort_keys=False),
+                               encoding="utf-8")
             files.append(str(scratch))
         a_res = compile_spec(files[0], emit_files=False)
         b_res = compile_spec(files[1], list(overrides), emit_files=False)
+    for given, scratch_file, res in zip((a, b), files, (a_res, b_res), strict=True):
+        if scratch_file != given:  # name the compiled output, not the deleted scratch file
+            res.diagnostics = _relocated(res.diagnostics, scratch_file, _plan_file(given))
     for plan, res in zip(plans, (a_res, b_res), strict=True):
         if plan is not None and res.plan is not None:
             presets = plan.get("presets")

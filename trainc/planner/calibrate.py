@@ -62,7 +62,7 @@ from trainc.compiler.estimate.kernels import kernel_factor
 from trainc.compiler.ir import Plan
 from trainc.compiler.load import load_spec
 from trainc.compiler.pipeline import State, run_passes
-from trainc.compiler.plan import spec_to_dict
+from trainc.compiler.plan import recorded_spec, spec_to_dict
 from trainc.planner.published import flop_convention, row_to_spec_reason
 from trainc.schemas import ClusterSpec, Fp8Format, TimeModel, TrainSpec
 
@@ -571,7 +571,7 @@ def parse_worker_log(path: Path, plan_path: Path | None = None,
         plan_path = Path(m.group(1))
     try:
         plan = json.loads(_read(plan_path))
-        data = dict(plan["spec"])
+        data = recorded_spec(plan)
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise CalibrateError(f"{plan_path}: not a trainc plan.json ({e})") from e
     spec, why = _spec_from_dict(data, overrides)
