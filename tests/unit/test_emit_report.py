@@ -44,8 +44,9 @@ def test_report_renders_estimates_when_present() -> None:
     }
     text = report_text(plan, ["plan.json"])
     assert "| memory per GPU: total | 10.00 GiB |" in text
-    assert "| pipeline bubble | 0.6% |" in text and "| MFU | 41.0% |" in text
-    assert "| tp traffic per GPU per step | 16.00 GiB |" in text
+    assert "| pipeline bubble | 0.6% |" in text
+    assert "| MFU (of the BF16 peak) | 41.0% |" in text
+    assert "| tp traffic per GPU per step (busiest stage) | 16.00 GiB |" in text
     assert "cp traffic" not in text  # zero volumes are left out
     no_estimates = dict(plan, estimates={})
     assert "## Estimates" not in report_text(no_estimates, [])

@@ -77,7 +77,8 @@ def test_explain_rounds_noise_to_zero():
 def test_report_md_and_html_round_noise_to_zero():
     plan, files = compile_case("env-container")
     md = report_text(_noisy(plan), sorted(files))
-    assert "| pipeline bubble | 0.0% |" in md and "| MFU | 0.0% |" in md and "-0.0" not in md
+    assert "| pipeline bubble | 0.0% |" in md and "-0.0" not in md
+    assert "| MFU (of the BF16 peak) | 0.0% |" in md
     html = report_html(_noisy(plan))["report.html"]
     assert "<td>pipeline bubble</td><td>0.00 % (0 s)</td>" in html
     assert "<td>exposed communication (s)</td><td>0</td>" in html

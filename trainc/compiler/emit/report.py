@@ -52,16 +52,18 @@ def _estimates(est: dict[str, Any]) -> list[str]:
     if _num(est.get("tokens_per_second")):
         rows.append(("tokens per second", fixed(est["tokens_per_second"], 0, sep=True)))
     if _num(est.get("mfu")):
-        rows.append(("MFU", f"{percent(est['mfu'])}%"))
+        rows.append(("MFU (of the BF16 peak)", f"{percent(est['mfu'])}%"))
     if _num(est.get("memory_margin")) and est.get("memory_budget_bytes"):
         rows.append(("memory margin", f"{100 * est['memory_margin']:.1f}% of the budget"))
     comm = est.get("comm_bytes_per_step") or {}
     for k in ("tp", "cp", "ep", "pp", "dp"):
         if _num(comm.get(k)) and comm[k]:
-            rows.append((f"{k} traffic per GPU per step", f"{gib(comm[k], sep=False)} GiB"))
+            rows.append((f"{k} traffic per GPU per step (busiest stage)",
+                         f"{gib(comm[k], sep=False)} GiB"))
     for c in est.get("comm_collectives") or []:
         if _num(c.get("exposed_seconds")) and _num(c.get("seconds")) and c["seconds"]:
-            rows.append((f"{c['axis']} {c['name']}: exposed / total",
+            rows.append((f"{c['axis']} {c['name']}: exposed / total (stage "
+                         f"{est.get('critical_stage', 0)})",
                          f"{fixed(c['exposed_seconds'], 4)} / {fixed(c['seconds'], 4)} s"))
     return ["", "## Estimates", "", *_table(rows)] if rows else []
 

@@ -160,7 +160,7 @@ def report_html(plan: dict[str, Any]) -> dict[str, str]:
                    if e.get("offload_seconds") else []),
                  ["step time (s)", sig(e["step_time_seconds"])],
                  ["tokens / s", f"{e['tokens_per_second']:,.0f}"],
-                 ["MFU", f"{percent(e['mfu'])} %"]]
+                 ["MFU (of the BF16 peak)", f"{percent(e['mfu'])} %"]]
     gpn = s["cluster"]["gpus_per_node"]
     rank_rows = []
     for r in range(min(gpn, d["world_size"], 72)):
@@ -185,7 +185,8 @@ def report_html(plan: dict[str, Any]) -> dict[str, str]:
         + _table(["stage", "layers", "params GiB", "grads GiB", "optimizer GiB",
                   "activations GiB", "total GiB"], mem_rows)
         + "<h2>Communication per GPU per step</h2>"
-        + _table(["axis", "sent+received GiB", "seconds"], comm_rows)
+        + _table(["axis", "sent+received GiB (busiest stage)",
+                  f"seconds (stage {e['critical_stage']})"], comm_rows)
         + _table(["axis", "collective", "group", "ops", "sent GiB", "received GiB", "GB/s",
                   "seconds", "exposed s"], col_rows)
         + "<h2>Time</h2>" + _table(["quantity", "value"], time_rows)

@@ -69,7 +69,8 @@ def explain_tables(plan: dict[str, Any], max_ranks: int | None = None) -> list[A
                                              "total")), style=style)
     out.append(mem)
 
-    comm = Table(title=f"communication per GPU per step (stage {e['critical_stage']} for time)")
+    comm = Table(title="communication per GPU per step (bytes: the busiest stage per axis; "
+                 f"seconds: stage {e['critical_stage']}, the one that sets the step time)")
     for col in ("axis", "sent+received GiB", "seconds", "leaves NVLink domain"):
         comm.add_column(col, justify="right")
     cross = e["rank_map"]["groups_cross_nvlink_domain"]
@@ -79,7 +80,8 @@ def explain_tables(plan: dict[str, Any], max_ranks: int | None = None) -> list[A
                      "yes" if cross[kind[axis]] else "no")
     out.append(comm)
 
-    coll = Table(title="collectives (critical stage)")
+    coll = Table(title=f"collectives (stage {e['critical_stage']}, the one that sets the step "
+                       "time)")
     for name in ("axis", "collective", "group", "ops", "sent GiB", "recv GiB", "GB/s", "seconds",
                  "exposed"):
         coll.add_column(name, justify="right")
@@ -117,7 +119,7 @@ def explain_tables(plan: dict[str, Any], max_ranks: int | None = None) -> list[A
                if e["step_time_p10_seconds"] > e["step_time_seconds"] else "") + ")"
             if e.get("step_time_p10_seconds") is not None else "")),
         ("tokens / s", f"{e['tokens_per_second']:,.0f}"),
-        ("MFU", f"{percent(e['mfu'])} %"),
+        ("MFU (of the BF16 peak)", f"{percent(e['mfu'])} %"),
     ):
         tm.add_row(k, v)
     out.append(tm)
