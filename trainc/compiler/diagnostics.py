@@ -161,6 +161,19 @@ def render_text(diags: Iterable[Diagnostic], path: str | None = None) -> str:
 
 
 def did_you_mean(word: str, candidates: list[str]) -> str:
-    """`` (did you mean `x`?)`` for the closest candidate, or an empty string."""
-    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    """`` (did you mean `x`?)`` for the closest candidate, or an empty string; a word that
+    begins two to four candidates names them all (``a100`` -> `a100-40g` or `a100-80g`).
+
+    >>> did_you_mean("h100", ["a100-80g", "h100-80g", "h800"])
+    ' (did you mean `h100-80g`?)'
+    >>> did_you_mean("a100", ["a100-40g", "a100-80g", "h800"])
+    ' (did you mean `a100-40g` or `a100-80g`?)'
+    """
+    # a candidate the word begins (``h100`` -> ``h100-80g``) is what a shortened name means;
+    # difflib's ratio would rank a same-length neighbour first (``h800``)
+    stem = [c for c in candidates if len(word) >= 3 and str(c).lower().startswith(word.lower())]
+    if 1 < len(stem) <= 4:
+        return " (did you mean " + " or ".join(f"`{c}`" for c in stem) + "?)"
+    close = stem if len(stem) == 1 else difflib.get_close_matches(word, candidates, n=1,
+                                                                   cutoff=0.6)
     return f" (did you mean `{close[0]}`?)" if close else ""

@@ -359,8 +359,9 @@ def check_spec(cfg: dict[str, Any], raw: dict[str, tuple[str, bool]] | None = No
             # YAML reads 1e3 as the float 1000.0: an integer field says which integer
             n = int(value)
             diags.append(diag(R.TYPE_MISMATCH, f"{key} must be {type_name(tp)}, got "
-                              f"{_show(value)} (float: YAML reads 1e3-style numbers as "
-                              "floats)", key, fix=f"write it as the integer {n}: {key}={n}",
+                              f"{_show(value)} (a float: YAML reads a number with a decimal "
+                              "point or an exponent, 2.0 or 1e3, as a float)", key,
+                              fix=f"write it as the integer {n}: {key}={n}",
                               edits={key: n}, expected=type_name(tp), got=_show(value)))
         else:
             diags.append(diag(R.TYPE_MISMATCH, f"{key} must be {type_name(tp)}, got "

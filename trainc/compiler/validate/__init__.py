@@ -50,7 +50,9 @@ def validate(spec: TrainSpec, broken: frozenset[str] = frozenset(),
     error (TRC006). ``stands_for`` maps a broken key that normalization filled from others
     (``parallel.etp`` from ``parallel.tp``) to those, which the TRC009 notes name instead.
     """
-    out = _drop_echoes(list(ranges(spec)), spec)
+    # a broken key holds a placeholder, or a value normalization computed from one
+    # (``model.ffn_hidden_size`` = 0 from a missing ``hidden_size``): no range error of its own
+    out = [d for d in _drop_echoes(list(ranges(spec)), spec) if d.key not in broken]
     bad = frozenset(broken) | {d.key for d in out if d.is_error} | _echo_keys(spec, out)
     if not bad:  # the fast path (the planner validates thousands of candidates)
         derived = derive(spec)

@@ -37,12 +37,16 @@ def _tp_fix(spec: TrainSpec, d: Derived, ok: Callable[[int], bool], what: str
     m = spec.model
     cands = [t for t in divisors(m.num_attention_heads) if ok(t)]
     room = capacity(d.world_size, p.pp, p.cp)
+    where = f"{room} GPUs per pp*cp group"
+    if room is None:  # pp (or cp) does not divide the world either: at least fit the cp group
+        room = capacity(d.world_size, p.cp) or d.world_size
+        where = f"{room} GPUs per cp group" if p.cp > 1 else f"the job's {room} GPUs"
     fit = fitting(cands, room)
     best = nearest(fit, p.tp)
     edits = {"parallel.tp": best} if best is not None else {}
     if room is not None and fit != cands:
         return (f"set parallel.tp to one of {show(fit)} (tp values {what}: {show(cands)}; "
-                f"those that fit {room} GPUs per pp*cp group: {show(fit)})"), edits
+                f"those that fit {where}: {show(fit)})"), edits
     return f"set parallel.tp to one of {show(cands)} ({what})", edits
 
 

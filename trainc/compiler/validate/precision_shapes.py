@@ -71,6 +71,17 @@ ALIGN: dict[str, tuple[int, int]] = {
 }
 
 
+def token_seq_unit(spec: TrainSpec) -> tuple[int, str | None]:
+    """(the multiple of seq_length that keeps every low-precision GEMM's tokens ``micro_batch
+    x seq_length / cp`` aligned whatever the micro batch: the recipe's token alignment x cp,
+    the recipe) -- (1, None) without an FP8 / FP4 recipe. TRC217 / TRC218 fold it into their
+    seq_length fix, so following one fix does not break TRC371."""
+    recipe = recipe_name(spec)
+    if recipe is None:
+        return 1, None
+    return ALIGN[recipe][0] * max(spec.parallel.cp, 1), recipe
+
+
 @dataclass(frozen=True, slots=True)
 class Gemm:
     """One low-precision GEMM of a rank: Megatron-Core layer name, the spec key its width comes

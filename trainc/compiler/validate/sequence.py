@@ -16,6 +16,7 @@ from typing import Any
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, diag
+from trainc.compiler.validate.precision_shapes import token_seq_unit
 from trainc.compiler.validate.util import divisors, nearest_multiple, or_list, show
 from trainc.schemas import CpCommType, ModelSpec, TrainSpec
 
@@ -46,13 +47,20 @@ def _seq_choices(m: ModelSpec, unit: int) -> list[int]:
     return [v for v in near if v <= mpe] or near
 
 
-def _seq_fix(m: ModelSpec, unit: int) -> dict[str, Any]:
+def _seq_fix(spec: TrainSpec, unit: int) -> dict[str, Any]:
     """TRC217 / TRC218's ``fix`` text and machine ``edits`` (:func:`_seq_choices`): the larger
-    choice, with max_position_embeddings raised to it when it must be."""
-    choices = _seq_choices(m, unit)
+    choice, with max_position_embeddings raised to it when it must be. With an FP8 / FP4
+    recipe the multiple also keeps the GEMMs' tokens aligned (TRC371,
+    :func:`~trainc.compiler.validate.precision_shapes.token_seq_unit`)."""
+    m = spec.model
+    lp, recipe = token_seq_unit(spec)
+    step = math.lcm(unit, lp)
+    why = (f": of {unit} for this split and of {lp} for the {recipe} recipe's GEMM tokens"
+           if step != unit else "")
+    choices = _seq_choices(m, step)
     v, mpe = choices[-1], m.max_position_embeddings
     raise_mpe = mpe is not None and v > mpe
-    return {"fix": f"set model.seq_length to {or_list(choices)} (a multiple of {unit})"
+    return {"fix": f"set model.seq_length to {or_list(choices)} (a multiple of {step}{why})"
                    + (f" and model.max_position_embeddings to at least {v}" if raise_mpe else ""),
             "edits": {"model.seq_length": v,
                       **({"model.max_position_embeddings": v} if raise_mpe else {})}}
@@ -70,7 +78,7 @@ def sequence(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    + (f" (with sequence parallelism the multiple is {unit})" if unit != 2 * cp
                       else ""), "model.seq_length",
                    related=("parallel.cp",),
-                   **_seq_fix(m, unit), seq_length=s, cp=cp, required_multiple=unit)
+                   **_seq_fix(spec, unit), seq_length=s, cp=cp, required_multiple=unit)
     # (a tp that does not even split the heads is TRC201's: a new seq_length would not fix it)
     if sp and (s % cp or (s // cp) % tp) and m.num_attention_heads % tp == 0:
         with_cp = (f"; with cp the sequence must be a multiple of cp*lcm(2, tp) = {unit}"
@@ -79,7 +87,7 @@ def sequence(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    f"seq_length ({s}) / cp ({cp}) is not a multiple of tp ({tp}), over which "
                    f"sequence parallelism scatters the sequence{with_cp}", "model.seq_length",
                    related=("parallel.tp", "parallel.cp", "parallel.sequence_parallel"),
-                   **_seq_fix(m, unit), seq_length=s, tp=tp, cp=cp, required_multiple=unit)
+                   **_seq_fix(spec, unit), seq_length=s, tp=tp, cp=cp, required_multiple=unit)
     mpe = m.max_position_embeddings or s
     if mpe < s:
         yield diag(R.MAX_POSITIONS,
