@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainc.compiler.diagnostics import Diagnostic, locate, sort_diagnostics
-from trainc.compiler.fit import is_tight
+from trainc.compiler.fit import TIGHT_MARGIN, is_tight
 from trainc.compiler.load import load_spec
 from trainc.compiler.normalize import normalize
 from trainc.compiler.pipeline import State, run_passes
@@ -338,6 +338,10 @@ def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
             step = p.estimates.get("step_time_seconds") or p.candidate.step_seconds
             p.reason = explain(p.candidate, i, step, best,
                                recompute_fixed="training.recompute" in explicit)
+            if i and _step(p) < best:  # faster than the top pick: say why it ranks below
+                p.reason += (f"; memory-tight (above {1 - TIGHT_MARGIN:.0%} of the budget, "
+                             "TRC403), ranked after layouts with headroom" if memory_tight(p) else
+                             "; within the error band the simpler layout ranks first")
         out.versus_spec = versus_spec(raw_spec, out.planned[0])
     return out
 
