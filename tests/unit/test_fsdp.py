@@ -450,3 +450,18 @@ def test_lint_of_dp_replicate_zero_exits_2_without_traceback() -> None:
     assert r.returncode == 2, out
     assert "Traceback" not in out and "AssertionError" not in out
     assert "error[TRC006 value-out-of-range]: fsdp.dp_replicate must be a positive number" in out
+
+
+@pytest.mark.parametrize(("stage", "reshard", "refused"), [
+    (1, True, False), (3, True, False), (3, False, True), (2, True, True), (0, True, True)])
+def test_zero_stage_with_fsdp_is_accepted_where_it_states_what_fsdp2_does(
+        stage: int, reshard: bool, refused: bool) -> None:
+    """zero_stage 3 is what FSDP2 with reshard_after_forward does (trial 13: it was an error);
+    with reshard_after_forward false (ZeRO-2-like) or another stage it would not reach the
+    engine as written: TRC344."""
+    from specs.kit import find, lint_cfg
+
+    found = [d for d in find(lint_cfg(**FSDP, **{"parallel.zero_stage": stage,
+                                                 "fsdp.reshard_after_forward": reshard}),
+                             "TRC344") if d.key == "parallel.zero_stage"]
+    assert bool(found) == refused

@@ -155,7 +155,9 @@ def _schedule(spec: TrainSpec) -> Iterator[Diagnostic]:
 
 def _unsupported(spec: TrainSpec) -> Iterator[Diagnostic]:
     p, t, f = spec.parallel, spec.training, spec.fsdp
-    if p.zero_stage != 1:  # the schema default; FSDP2 is configured by fsdp.* instead
+    # 1 is the schema default; 3 states what FSDP2 with reshard_after_forward does (ZeRO-3):
+    # both agree with the plan. Anything else would not reach the engine as written.
+    if p.zero_stage not in (1, 3) or (p.zero_stage == 3 and not f.reshard_after_forward):
         yield diag(R.FSDP_UNSUPPORTED, f"parallel.zero_stage ({p.zero_stage}) is not read by "
                    "engine=fsdp: FSDP2 always shards parameters, gradients and optimizer states "
                    "over dp_shard (ZeRO-3); fsdp.reshard_after_forward=false keeps the gathered "
