@@ -175,7 +175,7 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "TRC343": ({"engine": "fsdp", "parallel.vpp": 2, "fsdp.pp_schedule": "1F1B"},
                {"engine": "fsdp", "parallel.vpp": 2, "fsdp.pp_schedule": "ZBVZeroBubble"},
                "fsdp.pp_schedule"),
-    "TRC344": ({**FSDP, "parallel.zero_stage": 3}, {**FSDP, "parallel.zero_stage": 1},
+    "TRC344": ({**FSDP, "parallel.zero_stage": 2}, {**FSDP, "parallel.zero_stage": 1},
                "parallel.zero_stage"),
     "TRC330": ({"training.fp8_format": "hybrid", "launch.device": "cpu"},
                {"training.fp8_format": "hybrid", "launch.device": "cuda"}, "training.fp8_format"),
