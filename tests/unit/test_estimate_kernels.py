@@ -9,7 +9,13 @@ import pytest
 from test_estimate_memory import make_spec, run, run_ir
 
 from trainc.compiler.estimate.activations import stage_activation_bytes
-from trainc.compiler.estimate.kernels import Hw, gemm_seconds, hardware, logits_time
+from trainc.compiler.estimate.kernels import (
+    GEMM_K_OVERHEAD,
+    Hw,
+    gemm_seconds,
+    hardware,
+    logits_time,
+)
 from trainc.compiler.estimate.memory import megatron_state_bytes
 from trainc.compiler.estimate.rankmap import members_per_domain
 from trainc.compiler.estimate.time import BUCKET_MIN_PARAMS
@@ -24,7 +30,8 @@ def test_gemm_wave_and_tile_quantization():
     # 100 x 100 tiles of 128 x 256 on 100 SMs: 100 full waves, compute bound
     full = gemm_seconds(HW, 12800, 25600, 8192)
     # each tile's fixed cost: K / (K + GEMM_K_OVERHEAD) of the rate
-    assert full == pytest.approx(2 * 12800 * 25600 * 8192 / 1e15 * (8192 + 512) / 8192)
+    assert full == pytest.approx(
+        2 * 12800 * 25600 * 8192 / 1e15 * (8192 + GEMM_K_OVERHEAD) / 8192)
     # one more tile column (101 x 100 tiles = 101 waves, the last 1/100 full): the 101st wave
     # costs a whole wave although its tiles are 1 % of the work
     more = gemm_seconds(HW, 12800, 25600 + 256, 8192)
@@ -35,10 +42,11 @@ def test_gemm_wave_and_tile_quantization():
 
 
 def test_short_k_gemms_pay_the_tile_overhead():
-    # the same FLOPs with a 4x shorter reduction: (K + 512) / K of the compute time
+    # the same FLOPs with a 4x shorter reduction: (K + K0) / K of the compute time
     long_k = gemm_seconds(HW, 12800, 25600, 8192)
     short_k = gemm_seconds(HW, 12800, 25600 * 4, 2048)
-    assert short_k / long_k == pytest.approx(((2048 + 512) / 2048) / ((8192 + 512) / 8192))
+    k0 = GEMM_K_OVERHEAD
+    assert short_k / long_k == pytest.approx(((2048 + k0) / 2048) / ((8192 + k0) / 8192))
 
 
 def test_small_gemm_is_memory_bound():
