@@ -26,6 +26,9 @@ def test_layout_change_needs_a_resharding_format(capsys):
     assert not r["ok"]
     keys = {(x["rule"], x["key"], x["a"], x["b"]) for x in r["reasons"]}
     assert ("TRC534", "parallel.tp", 8, 4) in keys and ("TRC534", "parallel.pp", 4, 8) in keys
+    # a dense model's etp follows tp: no finding of its own, and the message does not name it
+    assert not any(x["key"] == "parallel.etp" for x in r["reasons"])
+    assert all("etp" not in x["message"] for x in r["reasons"])
 
 
 def test_vocab_padding_change_is_reported_with_the_rows(capsys):

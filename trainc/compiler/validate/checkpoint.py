@@ -151,7 +151,10 @@ def resume_findings(saved: Mapping[str, Any], now: Mapping[str, Any],
                            f"set parallel.zero_stage={z} (as the saving run), or convert the "
                            "checkpoint (Megatron-FSDP user guide, checkpoint conversion)",
                            {"parallel.zero_stage": z}))
-    moved = [k for k in LAYOUT if differs(k) and k not in RESHARDS.get(fmt, frozenset())]
+    # a dense model has no expert weights: its etp (= tp, derived) is no saved layout of its own
+    dense = now.get("num_experts") is None and saved.get("num_experts") is None
+    moved = [k for k in LAYOUT if differs(k) and k not in RESHARDS.get(fmt, frozenset())
+             and not (k == "etp" and dense)]
     if moved:
         change = ", ".join(f"{k} {saved[k]} -> {now[k]}" for k in moved)
         how = {"torch": "legacy torch files hold one shard per model-parallel rank",
