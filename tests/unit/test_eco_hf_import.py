@@ -181,6 +181,27 @@ def test_qwen3_moe_keys_and_head_dim():
     assert dense["qk_layernorm"] is True
 
 
+@pytest.mark.parametrize(("norm", "pre_softmax"), [(False, True), (None, True), (True, None)])
+def test_qwen_moe_router_follows_norm_topk_prob(norm, pre_softmax):
+    """Qwen2 / Qwen3-MoE take the softmax over every expert and renormalize the top-k weights
+    only with norm_topk_prob (false by default): unnormalized is Megatron's pre-softmax router
+    (trial 13: the import left Megatron's normalized default, a different model)."""
+    cfg = yaml.safe_load((HF / "Qwen3-30B-A3B.json").read_text())
+    cfg.pop("norm_topk_prob", None)
+    if norm is not None:
+        cfg["norm_topk_prob"] = norm
+    keys, _ = convert(cfg)
+    assert keys.get("moe_router_pre_softmax") is pre_softmax
+
+
+def test_sizes_must_be_positive_and_seq_length_within_the_positions():
+    cfg = yaml.safe_load((HF / "Qwen2-7B.json").read_text())
+    with pytest.raises(HFImportError, match="'num_hidden_layers' must be at least 1, got -2"):
+        convert({**cfg, "num_hidden_layers": -2})
+    with pytest.raises(HFImportError, match="pass --seq-length 131072 or less"):
+        convert(cfg, seq_length=200000)
+
+
 def test_seq_length_is_capped_and_documented():
     text = import_hf(HF / "Qwen2-7B.json")
     keys = yaml.safe_load(text)

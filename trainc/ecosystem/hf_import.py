@@ -92,7 +92,7 @@ KEY_ORDER = (
     "kv_lora_rank",
     "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "num_experts", "moe_router_topk",
     "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_layer_freq",
-    "moe_router_score_function", "moe_router_topk_scaling_factor",
+    "moe_router_score_function", "moe_router_pre_softmax", "moe_router_topk_scaling_factor",
     "moe_router_load_balancing_type", "moe_aux_loss_coeff",
 )
 
@@ -107,10 +107,19 @@ def _req(cfg: dict[str, Any], key: str) -> Any:
     return cfg[key]
 
 
-def _int(value: Any, key: str) -> int:
+def _int(value: Any, key: str, minimum: int = 1) -> int:
+    """An integer of at least ``minimum`` (sizes and counts are positive unless said)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
         raise HFImportError(f"config.json '{key}' must be an integer, got {value!r}")
+    if value < minimum:
+        raise HFImportError(f"config.json '{key}' must be at least {minimum}, got {value!r}")
     return int(value)
+
+
+def _bool(value: Any, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise HFImportError(f"config.json '{key}' must be true or false, got {value!r}")
+    return value
 
 
 def _float(value: Any, key: str) -> float:
@@ -210,11 +219,17 @@ def _moe_keys(cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
                          f"sparse; trainc's moe_layer_freq counts i % {step} == 0")
         if cfg.get("mlp_only_layers"):
             notes.append(f"the dense mlp_only_layers {cfg['mlp_only_layers']} are not modelled")
+        # Qwen2MoeSparseMoeBlock / Qwen3MoeSparseMoeBlock: softmax over every expert, top-k, and
+        # renormalize the k weights only with norm_topk_prob (false by default in both configs).
+        # Megatron-Core's pre-softmax router (topk_routing_with_score_function, use_pre_softmax)
+        # is the unnormalized form; its default softmax over the k logits is the normalized one.
+        if not _bool(cfg.get("norm_topk_prob", False), "norm_topk_prob"):
+            out["moe_router_pre_softmax"] = True
     elif mt == "deepseek_v3":
         out["num_experts"] = _int(_req(cfg, "n_routed_experts"), "n_routed_experts")
         moe_ffn = _int(_req(cfg, "moe_intermediate_size"), "moe_intermediate_size")
         out["moe_ffn_hidden_size"] = moe_ffn
-        shared = _int(cfg.get("n_shared_experts") or 0, "n_shared_experts")
+        shared = _int(cfg.get("n_shared_experts") or 0, "n_shared_experts", minimum=0)
         if shared:
             out["moe_shared_expert_intermediate_size"] = shared * moe_ffn
         out["moe_layer_freq"] = _int(cfg.get("moe_layer_freq", 1) or 1, "moe_layer_freq")
@@ -474,6 +489,11 @@ def convert(cfg: dict[str, Any], *, seq_length: int | None = None,
         notes.append(f"seq_length (the training sequence length) is not in config.json: trainc "
                      f"uses {out['seq_length']} = min({source} {trained}, {SEQ_LENGTH_CAP}); set "
                      "--seq-length N or model.seq_length=N for another")
+    if out["seq_length"] > max_pos:
+        raise HFImportError(
+            f"seq_length {out['seq_length']} exceeds the config's max_position_embeddings "
+            f"{max_pos}, the longest sequence the checkpoint's positions cover (Megatron-LM "
+            f"refuses it, TRC219): pass --seq-length {max_pos} or less")
     _sliding_window(cfg, out["seq_length"], drop_sliding_window, notes)
     factor = _rope_scaling(scaling, trained, out["seq_length"], drop_rope_scaling, notes)
     if factor is not None:

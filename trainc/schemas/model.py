@@ -135,8 +135,11 @@ class ModelSpec:
     moe_router_score_function: MoeScoreFunction = MoeScoreFunction.softmax
     """MoE: softmax or sigmoid router scores (DeepSeek-V3 uses sigmoid)."""
     moe_router_pre_softmax: bool | None = None
-    """MoE: softmax before top-k (Mixtral) instead of after. Default: true when moe_router_topk
-    is 1 (a softmax over one score is constant), false otherwise."""
+    """MoE: softmax over every expert before top-k, the k weights left as they are (Qwen1.5 /
+    Qwen2 / Qwen3-MoE with ``norm_topk_prob: false``), instead of a softmax over the k chosen
+    logits, which sums to one (Mixtral's renormalized weights; Megatron-Core 0.16
+    ``moe_utils.topk_routing_with_score_function``). Default: true when moe_router_topk is 1
+    (a softmax over one score is constant), false otherwise."""
     moe_router_topk_scaling_factor: float | None = None
     """MoE: scale of the routing weights after top-k (DeepSeek-V3: 2.5); null = none."""
     moe_expert_capacity_factor: float | None = None
