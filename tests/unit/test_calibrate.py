@@ -35,6 +35,7 @@ from trainc.planner.calibrate import (
     parse_worker_log,
     percentile,
     prepare,
+    read_runs,
     residual_band,
     runs_from_csv,
     step_estimate,
@@ -324,7 +325,8 @@ def test_worker_log_reads_its_plan(tmp_path):
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(res.plan))
     log = tmp_path / "worker.log"
-    log.write_text(f"trainc-worker: plan={plan} engine=megatron device=cpu\n"
+    log.write_text(f"trainc-worker: plan={plan} engine=megatron device=cuda shrink=False "
+                   "reference=False train_iters=3\n"
                    "step=1 loss=10.5 grad_norm=3.1 step_time_s=9.0000 tokens_per_s=10.0 lr=0 "
                    "skipped=0\n"
                    "step=2 loss=10.1 grad_norm=3.0 step_time_s=0.5000 tokens_per_s=20.0 lr=0 "
@@ -334,6 +336,28 @@ def test_worker_log_reads_its_plan(tmp_path):
     run = parse_worker_log(log)
     assert run.measured_step_seconds == pytest.approx(0.6)  # median of steps 2 and 3
     assert run.spec.parallel.tp == 2 and run.spec.cluster.num_nodes == 1
+
+
+@pytest.mark.parametrize("head", ["device=cpu shrink=False", "device=cuda shrink=True",
+                                  "device=cpu shrink=True"])
+def test_worker_log_of_a_cpu_or_shrunk_run_is_refused(tmp_path, head):
+    """A CPU or shrunk run of the worker times a toy model (trial 13: calibrate scored a 0.09 s
+    CPU step against the full-size H100 estimate and blamed the measurement)."""
+    log = tmp_path / "worker.log"
+    log.write_text(f"trainc-worker: plan={tmp_path / 'plan.json'} engine=megatron {head} "
+                   "reference=False train_iters=3\nstep=1 loss=1 step_time_s=0.1\n")
+    with pytest.raises(CalibrateError, match="cannot calibrate it"):
+        parse_worker_log(log)
+
+
+def test_cluster_flags_without_a_megatron_log_are_refused(tmp_path):
+    """--cluster / --gpus-per-node name a Megatron-LM log's cluster; with only CSV input they
+    were silently ignored (trial 13, even --cluster nosuch)."""
+    (tmp_path / "run0.yaml").write_text(yaml.safe_dump(_spec_dict(*GRID[0])))
+    (tmp_path / "runs.csv").write_text("spec,step_time_s\nrun0.yaml,1.0\n")
+    for flag in (dict(cluster="nosuch"), dict(gpus_per_node=4)):
+        with pytest.raises(CalibrateError, match="no input is one"):
+            read_runs([str(tmp_path / "runs.csv")], **flag)
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -671,3 +695,16 @@ def test_cli_contradicting_measurements_exit_2(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "line 4: step_time_s 0.5 and tokens_per_s_per_gpu" in proc.stderr
     assert "line 3" not in proc.stderr and not (tmp_path / "p.yaml").exists()
+
+
+def test_a_measured_run_the_memory_model_calls_a_sure_oom_is_refused(tmp_path):
+    """A user's run that the memory rule rejects (TRC401) was not the measured run, or the
+    memory model is wrong; either way the fit would be (trial 13: two such rows moved the
+    fit's RMS log error from 0.013 to 0.197, with no note)."""
+    big = _spec_dict(*GRID[0])
+    big["model"].update(num_layers=64, hidden_size=8192, num_attention_heads=64)  # ~50B, tp 1
+    (tmp_path / "oom.yaml").write_text(yaml.safe_dump(big))
+    (tmp_path / "runs.csv").write_text("spec,step_time_s\noom.yaml,1.0\n")
+    runs, _ = read_runs([str(tmp_path / "runs.csv")])
+    with pytest.raises(CalibrateError, match="sure OOM, TRC401"):
+        prepare(runs)

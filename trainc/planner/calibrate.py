@@ -552,6 +552,8 @@ def _preset_gpus_per_node(cluster: str) -> int:
 
 
 _WORKER_PLAN = re.compile(r"trainc-worker: plan=(\S+)")
+#: The worker's first line (trainc.launch.runtime): the device and whether the model was shrunk.
+_WORKER_HEAD = re.compile(r"trainc-worker: plan=\S+[^\n]*")
 _WORKER_STEP = re.compile(r"\bstep=(\d+) .*?\bstep_time_s=([0-9.]+)")
 
 
@@ -560,6 +562,19 @@ def parse_worker_log(path: Path, plan_path: Path | None = None,
     """One run from a trainc worker log: the plan.json it names (or ``plan_path``) gives the
     spec, its ``step_time_s`` values the measured step time. Raises CalibrateError."""
     text = _read(path)
+    head = _WORKER_HEAD.search(text)
+    line = head.group(0) if head else ""
+    device = (re.search(r" device=(\S+)", line) or [None, "cuda"])[1]
+    shrunk = " shrink=True" in line
+    if device != "cuda" or shrunk:
+        # the worker's CPU run (and any shrunk run) times a toy model on another device: its
+        # step says nothing about the cluster the plan describes
+        what = " and ".join(w for w, on in ((f"device={device}", device != "cuda"),
+                                            ("shrink=True (the model shrunk to fit)", shrunk))
+                            if on)
+        raise CalibrateError(f"{path}: a {what} run of the trainc worker: its step times are "
+                             "not the plan's cluster's, so they cannot calibrate it; calibrate "
+                             "with logs of the job on its GPUs")
     times = [float(t) for _, t in _WORKER_STEP.findall(text)]
     step = _median_after_first(times)
     if step is None:
@@ -608,14 +623,22 @@ def read_runs(paths: Sequence[str], *, cluster: str | None = None,
             runs.append(parse_worker_log(p, Path(plan_path) if plan_path else None, overrides))
         else:
             raise CalibrateError(f"{p}: not a CSV, a Megatron-LM log or a trainc worker log")
+    megatron = sum(r.source == "megatron-log" for r in runs)
+    for flag, value in (("--cluster", cluster), ("--gpus-per-node", gpus_per_node)):
+        if value is not None and not megatron:  # it would be ignored: say so, not fit on
+            raise CalibrateError(f"{flag} {value} names the cluster of a Megatron-LM log's run, "
+                                 "and no input is one: a CSV row's or a worker log's spec names "
+                                 "its own cluster (override it with cluster.KEY=VALUE)")
     return runs, notes
 
 
 # --- the fit ------------------------------------------------------------------------------
 
 def _plan(spec: TrainSpec) -> tuple[Plan | None, str]:
-    """The spec through normalize .. plan (the time model's input); (None, rules) on errors."""
-    state = run_passes(State(spec=spec, suggest=False), stop_after="plan")
+    """The spec through normalize .. check_fit (the time model's input, and the memory-fit
+    rule: a run the model calls a sure OOM, TRC401, was not the run that was measured); (None,
+    rules) on errors."""
+    state = run_passes(State(spec=spec, suggest=False), stop_after="check_fit")
     if state.failed or state.plan is None:
         errs = sorted({d.rule.id for d in state.diagnostics if d.is_error})
         return None, ", ".join(errs)
@@ -631,10 +654,12 @@ def prepare(runs: list[Run]) -> tuple[list[Run], list[str]]:
     for r in runs:
         plan, why = _plan(r.spec)
         if plan is None:
+            what = ("the memory model calls it a sure OOM, TRC401: is the spec the run that was "
+                    "measured?" if why == "TRC401" else f"its layout breaks {why}")
             if not r.published:
-                bad.append(f"{r.name} (its layout breaks {why})")
+                bad.append(f"{r.name} ({what})")
             else:
-                notes.append(f"{r.name}: skipped (its layout breaks {why})")
+                notes.append(f"{r.name}: skipped ({what})")
             continue
         r.plan = plan
         if r.measured_step_seconds < 0:  # TFLOP/s per GPU
