@@ -9,6 +9,7 @@ shell without an activated venv.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -224,3 +225,42 @@ def test_a_second_run_does_not_save_over_the_first_runs_checkpoints(tmp_path, fa
                   ["--", "--load", str(out / "checkpoints")]):
         r = _trainc_run(str(out), *extra, env=env)
         assert r.returncode == 0 and "FAKE-RUN" in r.stdout, (extra, r.stderr)
+
+
+def test_ctrl_c_waits_for_the_job_and_exits_130(tmp_path, fake_torch):
+    """Ctrl-C (SIGINT to the terminal's process group): torchrun.sh died at once, trainc
+    returned -2 (exit 254) while torchrun and its ranks were still stopping (trial 13). Now the
+    job runs in a process group of its own, trainc passes the signal on, waits until torchrun
+    has stopped, says so and exits 130."""
+    (fake_torch / "torch" / "distributed" / "run.py").write_text(
+        "import signal, sys, time\n"
+        "def stop(*_):\n"
+        "    time.sleep(1.5)  # torchrun stopping its workers\n"
+        f"    open({str(tmp_path / 'stopped')!r}, 'w').write('yes')\n"
+        "    sys.exit(1)\n"
+        "signal.signal(signal.SIGINT, stop)\n"
+        "print('FAKE-RUN', flush=True)\n"
+        "time.sleep(60)\n")
+    out = _compile(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "trainc", "run", str(out)],
+                            env=_bare_env(fake_torch), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout is not None
+    assert "FAKE-RUN" in proc.stdout.readline()
+    os.killpg(proc.pid, signal.SIGINT)  # the terminal's Ctrl-C: trainc's whole group
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert (tmp_path / "stopped").exists()  # trainc returned after the job had stopped
+    assert "trainc run: interrupted (SIGINT); the job's processes have ended" in err
+
+
+@pytest.mark.parametrize(("flags", "said"), [
+    (["--bogus-flag"], "unrecognized arguments: --bogus-flag"),
+    (["--train-iters", "abc"], "argument --train-iters: invalid int value: 'abc'")])
+def test_bad_worker_flags_are_one_line_before_any_rank_starts(tmp_path, fake_torch, flags, said):
+    """Every rank printed argparse's usage, then torchrun its traceback: 54 lines, exit 1
+    (trial 13). The worker's own parser checks them first: one line, exit 2, nothing started."""
+    out = _compile(tmp_path)
+    r = _trainc_run(str(out), "--", *flags, env=_bare_env(fake_torch))
+    assert r.returncode == 2 and "FAKE-RUN" not in r.stdout
+    assert r.stderr.strip() == f"trainc run: the worker flags (after --) are not valid: {said}"

@@ -27,13 +27,17 @@ import).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import importlib.util
+import io
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -209,6 +213,11 @@ def run(outdir: str, worker_args: Sequence[str] = (), *, node_rank: int | None =
     except RunRefused as e:
         print(f"trainc run: {e}", file=sys.stderr)
         return 4
+    bad_flags = worker_flag_error(script, env)
+    if bad_flags:
+        print(f"trainc run: the worker flags (after --) are not valid: {bad_flags}",
+              file=sys.stderr)
+        return 2
     try:
         refuse_overwrite(outdir, worker_args)
     except RunRefused as e:
@@ -225,16 +234,87 @@ def run(outdir: str, worker_args: Sequence[str] = (), *, node_rank: int | None =
         print(f"trainc run: node {env['NODE_RANK']}, master "
               f"{env.get('MASTER_ADDR', '127.0.0.1')}", file=sys.stderr, flush=True)
     try:
-        proc = subprocess.Popen(["bash", script], env=env)
+        # a process group of its own: a signal to trainc reaches torchrun.sh, torchrun and its
+        # children through _supervise, which waits for them all
+        proc = subprocess.Popen(["bash", script], env=env, start_new_session=True)
     except OSError as e:
         print(f"trainc run: cannot start {script}: {e}", file=sys.stderr)
         return 4
+    return _supervise(proc)
+
+
+def worker_flag_error(script: str, env: Mapping[str, str]) -> str | None:
+    """argparse's complaint about the worker flags in ``TRAINC_WORKER_ARGS`` (what follows
+    ``--``), checked here with the worker's own parser before any rank starts (each rank would
+    print it, then torchrun its traceback), or None when they parse or the script does not
+    start the trainc worker."""
+    with open(script, encoding="utf-8") as f:
+        if "trainc.launch.worker" not in f.read():
+            return None
+    from trainc.launch.worker_args import parse_args
+
+    err = io.StringIO()
     try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        proc.terminate()
-        try:
-            return proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            return 130
+        with contextlib.redirect_stderr(err):
+            parse_args([*shlex.split(env.get("TRAINC_WORKER_ARGS", "")), "--plan", "plan.json"])
+    except SystemExit:
+        lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
+        return lines[-1].split("error: ", 1)[-1] if lines else "argparse refused them"
+    return None
+
+
+#: Signals ``trainc run`` passes on to the job's process group. SIGUSR1 (Slurm's ``--signal``
+#: before the time limit) makes the workers save and stop, as under sbatch; the others stop it.
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
+#: Seconds the job's processes get to stop after SIGINT / SIGTERM / SIGHUP (torchrun gives its
+#: workers 30 s) before the group is killed.
+STOP_GRACE_S = 60.0
+
+
+def _supervise(proc: subprocess.Popen[bytes]) -> int:
+    """Wait for the job started as ``proc`` (the leader of its own process group) and return
+    its exit code. A forwarded signal (:data:`FORWARDED`) goes to the whole group; after
+    SIGINT (Ctrl-C), SIGTERM or SIGHUP trainc waits until every process of the group has
+    ended (torchrun.sh ends at once, torchrun after stopping its workers; a second Ctrl-C or
+    :data:`STOP_GRACE_S` kills them), says so, and returns 128 + the signal (130 for Ctrl-C),
+    the shell's convention."""
+    pgid = proc.pid
+    got: list[int] = []
+
+    def forward(sig: int, _frame: object) -> None:
+        again = sig == signal.SIGINT and signal.SIGINT in got
+        got.append(sig)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL if again else sig)
+
+    old = {s: signal.signal(s, forward) for s in FORWARDED}
+    try:
+        rc = proc.wait()
+        stops = [s for s in got if s != signal.SIGUSR1]
+        if not stops:
+            return rc
+        start, killed = time.monotonic(), False
+        # (a zombie no init reaps keeps the group "alive": give up 5 s after SIGKILL)
+        while _group_alive(pgid) and time.monotonic() - start < STOP_GRACE_S + 5:
+            if not killed and time.monotonic() - start > STOP_GRACE_S:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, signal.SIGKILL)
+                killed = True
+            time.sleep(0.1)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    name = signal.Signals(stops[0]).name
+    print(f"trainc run: interrupted ({name}); the job's processes have ended", file=sys.stderr)
+    return 128 + int(stops[0])
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of process group ``pgid`` is still running."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
