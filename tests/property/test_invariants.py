@@ -82,6 +82,12 @@ def test_diagnostics_are_well_formed(cfg):
         assert {"rule", "severity", "message", "key", "fix"} <= set(rec)
 
 
+def _dp(c: dict) -> int:
+    """The data-parallel size of a generated config (world / (tp x pp x cp))."""
+    world = c["cluster"]["num_nodes"] * c["cluster"]["gpus_per_node"]
+    return world // (c["parallel"]["tp"] * c["parallel"]["pp"] * c["parallel"]["cp"])
+
+
 MUTATIONS = {
     "heads+1": (lambda c: c["parallel"]["tp"] > 1,
                 lambda c: {"model.num_attention_heads": c["model"]["num_attention_heads"] + 1,
@@ -89,7 +95,8 @@ MUTATIONS = {
                 {"TRC201"}),
     "layers+1": (lambda c: c["parallel"]["pp"] > 1,
                  lambda c: {"model.num_layers": c["model"]["num_layers"] + 1}, {"TRC210"}),
-    "gbs+1": (lambda c: True,
+    # with micro_batch_size x dp = 1 every global batch divides: nothing to break
+    "gbs+1": (lambda c: c["training"]["micro_batch_size"] * _dp(c) > 1,
               lambda c: {"training.global_batch_size": c["training"]["global_batch_size"] + 1},
               {"TRC214"}),
     "seq+1": (lambda c: c["parallel"]["cp"] > 1 or c["parallel"]["tp"] > 1,
