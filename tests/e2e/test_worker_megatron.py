@@ -132,6 +132,11 @@ def test_layout_trains_like_reference(name, compiled, reference_logs):
         # workers in sessions of their own; the script forwards the signal)
         assert "shrunk dims:" in log
         first = steps(log)
+        # the layout record beside the shards (trainc run checks a resume against it)
+        import json
+
+        saved = json.loads((out / "checkpoints" / "iter_0000016" / "layout.json").read_text())
+        assert (saved["tp"], saved["pp"], saved["sp"]) == (2, 2, True), saved
         (out / "checkpoints" / "latest").write_text("16\n")
         rc, log2 = launch_and_signal(out, ["--load", str(out / "checkpoints")], at_step=18,
                                      label=f"{name} (resume launch, SIGUSR1 at step 18)")

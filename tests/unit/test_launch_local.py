@@ -8,6 +8,7 @@ shell without an activated venv.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -264,3 +265,27 @@ def test_bad_worker_flags_are_one_line_before_any_rank_starts(tmp_path, fake_tor
     r = _trainc_run(str(out), "--", *flags, env=_bare_env(fake_torch))
     assert r.returncode == 2 and "FAKE-RUN" not in r.stdout
     assert r.stderr.strip() == f"trainc run: the worker flags (after --) are not valid: {said}"
+
+
+def test_resuming_another_layouts_checkpoint_is_refused_before_any_rank_starts(tmp_path,
+                                                                                fake_torch):
+    """The worker refused it from every rank with a traceback, then torchrun its own, exit 1
+    (trial 13). The checkpoint's layout.json against the plan: one line, exit 4; the same
+    layout, or a checkpoint without the record, starts."""
+    out = _compile(tmp_path)  # tp 2, dp 1
+    ckpt = tmp_path / "ck"
+    (ckpt / "iter_0000004").mkdir(parents=True)
+    (ckpt / "latest").write_text("4\n")
+    env = _bare_env(fake_torch)
+    r = _trainc_run(str(out), "--", "--load", str(ckpt), env=env)
+    assert r.returncode == 0 and "FAKE-RUN" in r.stdout  # no layout.json: the worker checks
+    plan = json.loads((out / "plan.json").read_text())["derived"]
+    same = {k: plan[k] for k in ("tp", "pp", "vpp", "cp", "ep", "dp", "etp")}
+    same["sp"] = plan["sequence_parallel"]
+    (ckpt / "iter_0000004" / "layout.json").write_text(json.dumps({**same, "tp": 1, "dp": 2}))
+    r = _trainc_run(str(out), "--", "--load", str(ckpt), env=env)
+    assert r.returncode == 4 and "FAKE-RUN" not in r.stdout
+    assert r.stderr.startswith(f"trainc run: {ckpt} (step 4) was written by another layout "
+                               "(tp 1 -> 2, dp 2 -> 1)")
+    (ckpt / "iter_0000004" / "layout.json").write_text(json.dumps(same))
+    assert _trainc_run(str(out), "--", "--load", str(ckpt), env=env).returncode == 0

@@ -13,6 +13,7 @@ on load (these are resume checkpoints, not resharding ones).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from typing import Any
@@ -20,6 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+
+from trainc.launch import CHECKPOINT_LAYOUT_FILE
 
 
 def _optimizers(opt: Any) -> list[Any]:
@@ -79,6 +82,10 @@ def save(directory: str, step: int, chunks: list[Any], opt: Any, layout: dict[st
     os.replace(path + ".tmp", path)
     dist.barrier()
     if dist.get_rank() == 0:
+        # the layout beside the shards, readable without torch: `trainc run` refuses to resume
+        # it into another layout before any rank starts (trainc.launch.local)
+        with open(os.path.join(it, CHECKPOINT_LAYOUT_FILE), "w") as f:
+            json.dump(layout, f, sort_keys=True)
         with open(os.path.join(directory, "latest.tmp"), "w") as f:
             f.write(f"{step}\n")
         os.replace(os.path.join(directory, "latest.tmp"), os.path.join(directory, "latest"))

@@ -41,6 +41,8 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from trainc.launch import CHECKPOINT_LAYOUT_FILE
+
 #: Device nodes whose presence means torch may find a CUDA (or ROCm/HIP, or WSL) GPU.
 GPU_DEVICE_GLOBS = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg")
 
@@ -198,6 +200,49 @@ def refuse_overwrite(outdir: str, worker_args: Sequence[str] = ()) -> None:
         "(or move the folder away)")
 
 
+def refuse_layout_change(outdir: str, worker_args: Sequence[str] = ()) -> None:
+    """Raise :class:`RunRefused` when the run would resume (``--load DIR``, ``--load auto``:
+    the save folder, or the plan's ``resume.load_dir``) a trainc worker checkpoint written by
+    another layout: its ``layout.json`` (:data:`trainc.launch.CHECKPOINT_LAYOUT_FILE`) against
+    the plan's tp / pp / vpp / cp / ep / dp / etp / sp. The worker refuses it too, but only
+    once every rank has started (a traceback per rank, then torchrun's). Checkpoints without
+    the record, other engines and ``--reference`` runs are left to the worker."""
+    if "--reference" in worker_args:
+        return
+    try:
+        with open(os.path.join(outdir, "plan.json"), encoding="utf-8") as f:
+            plan = json.load(f)
+        spec, d = plan["spec"], plan["derived"]
+        if spec["engine"] != "megatron" or spec["launch"].get("entrypoint", "trainc") != "trainc":
+            return
+        want = {k: int(d[k]) for k in ("tp", "pp", "vpp", "cp", "ep", "dp", "etp")}
+        want["sp"] = bool(d["sequence_parallel"])
+        save = _flag(worker_args, "--save") or spec["launch"].get("save_dir") or \
+            os.path.join(outdir, "checkpoints")
+        load = _flag(worker_args, "--load") or (spec.get("resume") or {}).get("load_dir")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return
+    if not load:
+        return
+    where = save if load == "auto" else load
+    try:
+        with open(os.path.join(where, "latest"), encoding="utf-8") as f:
+            step = int(f.read().strip())
+        with open(os.path.join(where, f"iter_{step:07d}", CHECKPOINT_LAYOUT_FILE),
+                  encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        return
+    if saved == want:
+        return
+    moved = ", ".join(f"{k} {saved.get(k)} -> {want[k]}" for k in want if saved.get(k) != want[k])
+    raise RunRefused(
+        f"{where} (step {step}) was written by another layout ({moved}): the trainc worker's "
+        "checkpoints load only into the layout that wrote them (TRC534). Compile the saving "
+        f"layout to resume it, or start afresh: trainc run {outdir} -- --save NEW_DIR "
+        "(without --load)")
+
+
 def run(outdir: str, worker_args: Sequence[str] = (), *, node_rank: int | None = None,
         master_addr: str | None = None) -> int:
     """Start ``OUTDIR/torchrun.sh`` here; its output streams through; return its exit code
@@ -220,6 +265,7 @@ def run(outdir: str, worker_args: Sequence[str] = (), *, node_rank: int | None =
         return 2
     try:
         refuse_overwrite(outdir, worker_args)
+        refuse_layout_change(outdir, worker_args)
     except RunRefused as e:
         print(f"trainc run: {e}", file=sys.stderr)
         return 4
