@@ -206,3 +206,12 @@ def test_cli_submit_says_whether_the_controller_or_the_script_is_at_fault(
     if "no Slurm controller" in expect:
         assert lines[0].endswith("nothing was submitted: start one or set SLURM_CONF to the "
                                  "cluster's slurm.conf")
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--timeout", "10"], "--timeout needs --wait"),
+    (["--wait", "--timeout", "-5"], "--timeout -5 must be a positive number of seconds")])
+def test_cli_submit_timeout_is_checked_before_submitting(fake_slurm, outdir, args, said):
+    """--timeout without --wait, or not positive, was accepted without a word (trial 13)."""
+    proc = trainc("submit", str(outdir), *args, env=dict(os.environ))
+    assert proc.returncode == 2 and proc.stdout == "" and said in proc.stderr

@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from trainc.cli._common import EXIT_ENV, EXIT_OK, out
+from trainc.cli._common import EXIT_ENV, EXIT_OK, EXIT_SPEC, out
 
 
 def _slurm_check(result: Any) -> dict[str, Any]:
@@ -46,6 +46,11 @@ def _submit(args: argparse.Namespace) -> int:
     from trainc.errors import LaunchError
     from trainc.launch import submit as slurm
 
+    if args.timeout is not None and (not args.wait or not args.timeout > 0):
+        print("trainc submit: --timeout " + (f"{args.timeout:g} must be a positive number of "
+              "seconds" if args.wait else "needs --wait (it bounds the wait for the job's end)"),
+              file=sys.stderr)
+        return EXIT_SPEC
     extra = list(args.sbatch_args)
     for warning in slurm.manifest_warnings(args.outdir):
         print(f"trainc submit: warning: {warning}", file=sys.stderr)
