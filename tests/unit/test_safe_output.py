@@ -191,7 +191,9 @@ def test_unsafe_names_and_env_keys_are_rejected(tmp_path: Path) -> None:
 # --- secrets ---------------------------------------------------------------------------------
 
 SECRETS = {"WANDB_API_KEY": "wk-0123456789abcdef", "HF_TOKEN": "hf_SeCrEt987",
-           "DB_PASSWORD": "pa$$w0rd", "AWS_SECRET_ACCESS_KEY": "aws/Secret+Key"}
+           "DB_PASSWORD": "pa$$w0rd", "AWS_SECRET_ACCESS_KEY": "aws/Secret+Key",
+           # trial 13: a PASS / PWD name and a URL with a password were written in clear
+           "MY_DB_PASS": "pw-LEAKME-789", "GIT_PWD": "pwd-LEAK", "S3_URL": "s3://AKIA:sk-LEAK@b/x"}
 
 
 def test_secrets_are_never_written_in_clear(tmp_path: Path) -> None:
@@ -225,6 +227,26 @@ def test_secrets_are_never_written_in_clear(tmp_path: Path) -> None:
                    {k: v for k, v in SECRETS.items() if k != "HF_TOKEN"})
     assert r.returncode != 0 and "set HF_TOKEN in the environment" in r.stderr
     assert not (log / "torchrun.0.env").exists(), "torchrun started without the secret"
+
+
+@pytest.mark.parametrize("env", [
+    "    HF_TOKEN: hf_SeCrEt987\n    NCCL_DEBUG: [INFO, WARN]\n",  # TRC001 shows the mapping
+    '    HF_TOKEN: "hf_SeCrEt987\\0x"\n',  # TRC511: a control character
+    "    HF_TOKEN: 123456789\n    NCCL_DEBUG: 2.5x\n    X: [1]\n",  # a number, and TRC001
+])
+def test_diagnostics_never_show_a_secret_value(tmp_path: Path, capsys, env: str) -> None:
+    """Diagnostics are printed, written as JSON / SARIF and posted as CI annotations: a secret
+    launch.env value appears in none of them (trial 13: TRC001 printed the whole env mapping,
+    TRC511 the value)."""
+    base = _write_spec(tmp_path, {k: v for k, v in SPEC.items() if k != "launch"})
+    spec = tmp_path / "s.yaml"
+    spec.write_text(base.read_text() + "launch:\n  env:\n" + env)
+    for fmt in ("text", "json", "github", "sarif"):
+        assert cli.main(["lint", str(spec), "--format", fmt]) == 2
+        cap = capsys.readouterr()
+        text = cap.out + cap.err
+        assert "hf_SeCrEt987" not in text and "123456789" not in text, (fmt, text)
+        assert "***" in text or "not shown" in text, (fmt, text)
 
 
 def test_compile_output_is_identical_across_hash_seeds_and_caches(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 
 from trainc.compiler import rules as R
 from trainc.compiler.diagnostics import Diagnostic, diag, did_you_mean
+from trainc.compiler.secrets import MASK, redact
 from trainc.schemas import TrainSpec
 
 #: Keys whose value is a free-form mapping (not descended into by the schema check).
@@ -133,8 +134,10 @@ def coerce(tp: Any, value: Any) -> Any:
     raise AssertionError(f"unsupported schema type {tp!r}")
 
 
-def _show(v: Any) -> str:
-    text = repr(v)
+def _show(v: Any, key: str = "") -> str:
+    """``v`` for a message about spec key ``key`` (secret ``launch.env`` values masked:
+    :func:`trainc.compiler.secrets.redact`), cut to 60 characters."""
+    text = repr(redact(key, v))
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -198,7 +201,14 @@ def _read_as(text: str, value: Any) -> str:
 
 
 def _not_a_string(key: str, value: Any, text: str, from_cli: bool) -> Diagnostic:
-    """TRC007: a string key whose unquoted value was read as another type."""
+    """TRC007: a string key whose unquoted value was read as another type (a secret
+    ``launch.env`` value is not shown, nor offered as an edit)."""
+    if redact(key, text) != text:
+        leaf = key.rsplit(".", 1)[-1]
+        who = "the override" if from_cli else "YAML"
+        return diag(R.UNQUOTED_STRING, f"{key} is a string, but {who} read its unquoted value "
+                    f"as {type(value).__name__} (a secret: not shown)", key,
+                    fix=f'quote it: {leaf}: "..."', text=MASK, read_as=MASK)
     what = "the override's" if from_cli else "YAML read the"
     verb = "was read as" if from_cli else "as"
     leaf = key.rsplit(".", 1)[-1]
@@ -206,7 +216,7 @@ def _not_a_string(key: str, value: Any, text: str, from_cli: bool) -> Diagnostic
            else f'quote it: {leaf}: "{text}"')
     return diag(R.UNQUOTED_STRING, f"{key} is a string, but {what} unquoted {text} {verb} "
                 f"{_read_as(text, value)}", key, fix=fix, edits={key: text}, text=text,
-                read_as=_show(value))
+                read_as=_show(value, key))
 
 
 def to_spec(cfg: dict[str, Any], raw: dict[str, tuple[str, bool]] | None = None,
@@ -282,7 +292,7 @@ def check_spec(cfg: dict[str, Any], raw: dict[str, tuple[str, bool]] | None = No
                     walk(v, key + ".")
                 elif v is not None:
                     diags.append(diag(R.TYPE_MISMATCH, f"{key} must be a mapping of keys, got "
-                                      f"{_show(v)}", key, fix=f"write {key}: as a section"))
+                                      f"{_show(v, key)}", key, fix=f"write {key}: as a section"))
             elif str(k) in ALIASES:
                 ours, why = ALIASES[str(k)]
                 target = _alias_target(ours)
@@ -293,7 +303,7 @@ def check_spec(cfg: dict[str, Any], raw: dict[str, tuple[str, bool]] | None = No
                 note = f" ({why})" if why else ""
                 diags.append(diag(R.UNKNOWN_KEY, f"{key} is not a spec key: trainc calls it "
                                   f"`{target}`{note}", key,
-                                  fix=f"write {target}: {_show(v)} instead of {key}",
+                                  fix=f"write {target}: {_show(v, target)} instead of {key}",
                                   edits={key: None, target: v}))
             else:
                 cands = [*known, *section_keys()]
@@ -344,7 +354,7 @@ def check_spec(cfg: dict[str, Any], raw: dict[str, tuple[str, bool]] | None = No
                 diags.append(diag(R.UNQUOTED_STRING, f"{key} is a list of strings, but YAML read "
                                   f"the unquoted item {shown} as {_read_as(shown, v)}", key,
                                   fix=f"quote it: - \"{shown}\"", text=shown,
-                                  read_as=_show(v)))
+                                  read_as=_show(v, key)))
                 return
         got = coerce(tp, value)
         if got is not _MISSING:
@@ -359,15 +369,15 @@ def check_spec(cfg: dict[str, Any], raw: dict[str, tuple[str, bool]] | None = No
             # YAML reads 1e3 as the float 1000.0: an integer field says which integer
             n = int(value)
             diags.append(diag(R.TYPE_MISMATCH, f"{key} must be {type_name(tp)}, got "
-                              f"{_show(value)} (a float: YAML reads a number with a decimal "
+                              f"{_show(value, key)} (a float: YAML reads a number with a decimal "
                               "point or an exponent, 2.0 or 1e3, as a float)", key,
                               fix=f"write it as the integer {n}: {key}={n}",
-                              edits={key: n}, expected=type_name(tp), got=_show(value)))
+                              edits={key: n}, expected=type_name(tp), got=_show(value, key)))
         else:
             diags.append(diag(R.TYPE_MISMATCH, f"{key} must be {type_name(tp)}, got "
-                              f"{_show(value)} ({type(value).__name__})", key,
+                              f"{_show(value, key)} ({type(value).__name__})", key,
                               fix=f"set {key} to {type_name(tp)}", expected=type_name(tp),
-                              got=_show(value)))
+                              got=_show(value, key)))
 
     walk(cfg, "")
     spec = _build(TrainSpec, "", values, diags)

@@ -17,7 +17,7 @@ from typing import Any
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived, domain_group_nodes, slurm_segment
 from trainc.compiler.diagnostics import Diagnostic, diag
-from trainc.compiler.secrets import is_secret
+from trainc.compiler.secrets import is_secret, redact
 from trainc.compiler.slurm_time import UNLIMITED_TIMES
 from trainc.compiler.validate.util import show
 from trainc.schemas import Device, Entrypoint, Gpu, TrainSpec
@@ -155,8 +155,9 @@ def _env(spec: TrainSpec) -> Iterator[Diagnostic]:
                        related=("cluster.num_nodes",),
                        fix=f"set {var} to the fabric interface (e.g. ib0 or bond0), or an "
                            "exclusion such as ^lo,docker,veth", value=str(val))
-    for var in sorted(k for k in env if is_secret(k)):
-        yield diag(R.SECRET_IN_SPEC, f"launch.env {var} looks like a secret: trainc does not "
+    for var in sorted(k for k in env if is_secret(k, env[k])):
+        why = "looks like a secret" if is_secret(var) else "holds a URL with a password"
+        yield diag(R.SECRET_IN_SPEC, f"launch.env {var} {why}: trainc does not "
                    "write its value (plan.json shows ***); the generated scripts read "
                    f"{var} from the environment at submit time", f"launch.env.{var}",
                    fix=f"remove {var} from the spec and export it where sbatch/torchrun run "
@@ -269,6 +270,7 @@ def _printable(spec: TrainSpec) -> Iterator[Diagnostic]:
             values.append((f"launch.env.{k}", v))
     for key, v in values:
         if _CONTROL.search(v):
-            yield diag(R.LAUNCH_VALUE, f"{key} ({v!r}) contains a control character",
+            shown = redact(key, repr(v))  # a secret's value never reaches a diagnostic
+            yield diag(R.LAUNCH_VALUE, f"{key} ({shown}) contains a control character",
                        key.split("[")[0], fix=f"remove newlines and control characters from {key}",
-                       value=repr(v))
+                       value=shown)
