@@ -245,3 +245,56 @@ def test_apply_writes_a_filled_key_that_the_edit_moves_off_the_plan(tmp_path):
     assert "etp: 1" in applied.text and "parallel.etp" in applied.changed
     out.write_text(applied.text)
     assert _resolved(out)["parallel"]["etp"] == 1
+
+
+EMPTY_PARALLEL = """\
+# my job: the planner picks the layout
+defaults:
+  - model: llama3-70b
+  - cluster: dgx-h100
+  - _self_
+name: pl4   # the name
+cluster:
+  num_nodes: 8   # eight nodes
+parallel:
+training:
+  global_batch_size: 512
+  micro_batch_size: 1
+"""
+
+
+def test_apply_fills_an_empty_section_with_every_planned_key(tmp_path):
+    """``parallel:`` with no value and a plan that sets tp and pp: each key replaced the same
+    empty value (``{tp: 8} {pp: 2}``), the edit failed and --apply SPEC overwrote the commented
+    spec with the resolved dump (trial 13). Now one flow mapping fills it, comments kept."""
+    spec = tmp_path / "s.yaml"
+    spec.write_text(EMPTY_PARALLEL)
+    best = plan_layouts(spec, ["parallel.pp=2"], top=1).planned[0].spec
+    applied = applied_text(spec, ["parallel.pp=2"], best, spec)
+    assert applied.note == ""
+    assert "# my job: the planner picks the layout" in applied.text
+    assert "  num_nodes: 8   # eight nodes" in applied.text
+    line = next(ln for ln in applied.text.splitlines() if ln.startswith("parallel:"))
+    assert line.startswith("parallel: {") and "pp: 2" in line
+    out = tmp_path / "o.yaml"
+    out.write_text(applied.text)
+    assert _leaves_of(_resolved(out)) == _leaves_of(spec_to_dict(best))
+
+
+def test_apply_in_place_never_replaces_the_spec_with_the_resolved_dump(tmp_path):
+    """When only the complete resolved spec would do (here: the spec is one flow mapping, which
+    the editor does not edit), --apply SPEC leaves SPEC as it is and says how to get the dump
+    (exit 2); --apply NEW.yaml writes the dump there."""
+    spec = tmp_path / "s.yaml"
+    text = ("{defaults: [{model: llama2-7b}, {cluster: dgx-a100-80g}, _self_], name: flow, "
+            "cluster: {num_nodes: 1}, training: {global_batch_size: 64}}\n")
+    spec.write_text(text)
+    proc = subprocess.run([sys.executable, "-m", "trainc", "plan", str(spec), "--apply",
+                           str(spec)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, proc.stderr
+    assert "is left as it is: pass --apply NEW.yaml" in proc.stderr
+    assert spec.read_text() == text
+    new = tmp_path / "new.yaml"
+    proc = subprocess.run([sys.executable, "-m", "trainc", "plan", str(spec), "--apply",
+                           str(new)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and new.read_text().startswith("# written by trainc plan")

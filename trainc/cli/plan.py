@@ -57,11 +57,14 @@ def _plan(args: argparse.Namespace) -> int:
 
         print_plan_table(res)
     if args.apply:
-        from trainc.planner.apply import write_applied
+        from trainc.planner.apply import ApplyRefused, write_applied
 
         try:
             applied = write_applied(specs[0], overrides, res.planned[0].spec, args.apply,
                                     res.planned[0].raw_spec)
+        except ApplyRefused as e:
+            print(f"trainc plan: {e}", file=sys.stderr)
+            return EXIT_SPEC
         except OSError as e:
             raise OutputError(f"cannot write {args.apply}: {e.strerror or e}") from e
         if applied.note:

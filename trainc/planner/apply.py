@@ -84,6 +84,9 @@ class _Editor:
         self.root = root
         self.edits: list[tuple[int, int, str]] = []
         self.appended: dict[str, list[str]] = {}  # new top-level key -> its lines
+        # an empty section (``parallel:`` with no value) -> the keys it receives, written as
+        # one flow mapping (one edit per key would write ``{tp: 8} {pp: 2}``)
+        self.filled: dict[int, tuple[yaml.Node, dict[str, Any]]] = {}
 
     @staticmethod
     def _get(node: yaml.MappingNode, key: str) -> tuple[yaml.Node, yaml.Node] | None:
@@ -100,10 +103,14 @@ class _Editor:
         return len(self.text) if nl < 0 else nl
 
     def _replace(self, value_node: yaml.Node, new: str) -> None:
+        self.edits.append(self._replacement(value_node, new))
+
+    @staticmethod
+    def _replacement(value_node: yaml.Node, new: str) -> tuple[int, int, str]:
         start, end = value_node.start_mark.index, value_node.end_mark.index
         if start == end:  # an empty value (``key:``): the new one goes after the colon
             new = " " + new
-        self.edits.append((start, end, new))
+        return start, end, new
 
     def _insert(self, mapping: yaml.MappingNode, key: str, new: str) -> None:
         if mapping.flow_style:
@@ -134,7 +141,7 @@ class _Editor:
             return
         node = hit[1]
         if not isinstance(node, yaml.MappingNode) or (not node.value and not node.flow_style):
-            self._replace(node, _flow({key: value}))
+            self.filled.setdefault(id(node), (node, {}))[1][key] = value
             return
         inner = self._get(node, key)
         if inner:
@@ -169,7 +176,9 @@ class _Editor:
 
     def result(self) -> str:
         text = self.text
-        for start, end, new in sorted(self.edits, key=lambda e: (e[0], e[1]), reverse=True):
+        edits = self.edits + [self._replacement(node, _flow(keys))
+                              for node, keys in self.filled.values()]
+        for start, end, new in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
             text = text[:start] + new + text[end:]
         return text + "".join(ln + "\n" for lines in self.appended.values() for ln in lines)
 
@@ -249,6 +258,10 @@ def applied_text(spec_path: str | os.PathLike[str], overrides: list[str] | tuple
                    "instead")
 
 
+class ApplyRefused(ValueError):
+    """``--apply SPEC`` cannot edit SPEC in place (a user-facing refusal, exit 2)."""
+
+
 def write_applied(spec_path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...],
                   planned_spec: Any, out_path: str | os.PathLike[str],
                   raw_spec: Any = None) -> Applied:
@@ -256,6 +269,12 @@ def write_applied(spec_path: str | os.PathLike[str], overrides: list[str] | tupl
     renamed over it). Raises OSError when that fails."""
     applied = applied_text(spec_path, overrides, planned_spec, out_path, raw_spec)
     out = Path(out_path)
+    if applied.note and out.resolve() == Path(spec_path).resolve():
+        # the complete resolved spec in place of the user's own (comments, defaults list) is
+        # not the in-place edit --apply SPEC promises: nothing is written
+        why = applied.note.replace("; wrote the complete resolved spec instead", "")
+        raise ApplyRefused(f"{why}; {spec_path} is left as it is: pass --apply NEW.yaml to "
+                           "write the complete resolved spec there")
     fd, tmp = tempfile.mkstemp(prefix=".trainc-apply-", suffix=".yaml", dir=out.resolve().parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
