@@ -121,3 +121,21 @@ def test_k8s_name():
     assert k8s_name("Llama2_70B.pretrain") == "llama2-70b-pretrain"
     assert k8s_name("7b") == "trainc-7b"
     assert len(k8s_name("x" * 100)) <= 48
+
+
+def test_headers_name_the_secret_and_the_mounts_the_manifest_leaves_out(plan):
+    """pytorchjob.yaml reads secret env vars from <job>-secrets but only trainjob.yaml's header
+    said to create it; launch.container_mounts reached sbatch.sh only, silently (trial 13)."""
+    from trainc.compiler.emit.kubernetes import trainjob
+
+    p = copy.deepcopy(plan)
+    p["derived"]["secret_env"] = ["HF_TOKEN"]
+    p["spec"]["launch"]["env"] = {**p["spec"]["launch"].get("env", {}), "HF_TOKEN": "***"}
+    p["spec"]["launch"]["container_mounts"] = ["/lustre/data:/data"]
+    job = k8s_name(p["spec"]["name"])
+    for text in (pytorchjob(p)["pytorchjob.yaml"], trainjob(p)["trainjob.yaml"]):
+        head = text.split("apiVersion:")[0]
+        assert f'kubectl create secret generic {job}-secrets --from-literal=HF_TOKEN="$HF_TOKEN"' \
+            in head
+        assert "launch.container_mounts (/lustre/data:/data)" in head
+    assert "container_mounts" not in pytorchjob(plan)["pytorchjob.yaml"].split("apiVersion:")[0]

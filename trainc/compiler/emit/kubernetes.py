@@ -218,6 +218,25 @@ def pytorchjob_dict(plan: dict[str, Any], *, elastic: bool = False) -> dict[str,
     }
 
 
+def _run_steps(plan: dict[str, Any], job: str, manifest: str) -> str:
+    """The header's commands (the plan ConfigMap, the Secret of the secret ``launch.env``
+    entries the pods read, the apply) and what the manifest leaves out: the Slurm / Pyxis
+    ``launch.container_mounts``, which a pod gets only from volumes the cluster defines."""
+    secrets = sorted(plan["derived"].get("secret_env", []))
+    text = (f"#   kubectl create configmap {job}-plan --from-file=plan.json --dry-run=client "
+            "-o yaml | kubectl apply -f -\n")
+    if secrets:
+        text += (f"#   kubectl create secret generic {job}-secrets "
+                 + " ".join(f'--from-literal={k}="${k}"' for k in secrets) + "\n")
+    text += f"#   kubectl apply -f {manifest}\n"
+    mounts = plan["spec"]["launch"].get("container_mounts") or []
+    if mounts:
+        text += ("# Not in this manifest: launch.container_mounts (" + ", ".join(mounts)
+                 + ") are sbatch.sh's container mounts; give the pods volumes for them "
+                 "(e.g. PersistentVolumeClaims) before applying.\n")
+    return text
+
+
 def pytorchjob(plan: dict[str, Any], *, elastic: bool = False) -> dict[str, str]:
     """``{"pytorchjob.yaml": text}`` (empty unless ``launch.entrypoint`` is ``trainc``:
     megatron-lm and torchtitan write no Kubernetes artifact)."""
@@ -226,9 +245,7 @@ def pytorchjob(plan: dict[str, Any], *, elastic: bool = False) -> dict[str, str]
     job = k8s_name(plan["spec"]["name"])
     header = (render_header(plan) +
               "# Run from this folder on a cluster with the Kubeflow training operator:\n"
-              f"#   kubectl create configmap {job}-plan --from-file=plan.json --dry-run=client "
-              "-o yaml | kubectl apply -f -\n"
-              "#   kubectl apply -f pytorchjob.yaml\n")
+              + _run_steps(plan, job, "pytorchjob.yaml"))
     body = yaml.dump(pytorchjob_dict(plan, elastic=elastic), Dumper=_Dumper, sort_keys=True,
                      default_flow_style=False, width=100)
     return {"pytorchjob.yaml": header + body}
@@ -327,18 +344,12 @@ def trainjob(plan: dict[str, Any]) -> dict[str, str]:
     if launch.get("entrypoint", "trainc") != "trainc":
         return {}
     job = k8s_name(plan["spec"]["name"])
-    secrets = sorted(plan["derived"].get("secret_env", []))
     runtime = launch.get("k8s_runtime") or "torch-distributed"
     header = (render_header(plan) +
               f"# Run from this folder on a cluster with Kubeflow Trainer {TRAINER_RELEASE} (or "
               f"later v2) and its\n# ClusterTrainingRuntime {runtime} "
               f"(kubectl get clustertrainingruntimes {runtime}):\n"
-              f"#   kubectl create configmap {job}-plan --from-file=plan.json --dry-run=client "
-              "-o yaml | kubectl apply -f -\n")
-    if secrets:
-        header += (f"#   kubectl create secret generic {job}-secrets "
-                   + " ".join(f'--from-literal={k}="${k}"' for k in secrets) + "\n")
-    header += "#   kubectl apply -f trainjob.yaml\n"
+              + _run_steps(plan, job, "trainjob.yaml"))
     body = yaml.dump(trainjob_dict(plan), Dumper=_Dumper, sort_keys=True,
                      default_flow_style=False, width=100)
     return {"trainjob.yaml": header + body}
