@@ -634,11 +634,13 @@ def read_runs(paths: Sequence[str], *, cluster: str | None = None,
 
 # --- the fit ------------------------------------------------------------------------------
 
-def _plan(spec: TrainSpec) -> tuple[Plan | None, str]:
-    """The spec through normalize .. check_fit (the time model's input, and the memory-fit
-    rule: a run the model calls a sure OOM, TRC401, was not the run that was measured); (None,
-    rules) on errors."""
-    state = run_passes(State(spec=spec, suggest=False), stop_after="check_fit")
+def _plan(spec: TrainSpec, fit: bool = True) -> tuple[Plan | None, str]:
+    """The spec through normalize .. plan (the time model's input) and, with ``fit``, the
+    memory-fit rule (a run of the user's own that the model calls a sure OOM, TRC401, was not
+    the run that was measured; a published row's unstated recompute is not held against it);
+    (None, rules) on errors."""
+    state = run_passes(State(spec=spec, suggest=False),
+                       stop_after="check_fit" if fit else "plan")
     if state.failed or state.plan is None:
         errs = sorted({d.rule.id for d in state.diagnostics if d.is_error})
         return None, ", ".join(errs)
@@ -652,7 +654,7 @@ def prepare(runs: list[Run]) -> tuple[list[Run], list[str]]:
     was measured, so trainc's rules or the row are wrong: either way the fit would be)."""
     kept, notes, bad = [], [], []
     for r in runs:
-        plan, why = _plan(r.spec)
+        plan, why = _plan(r.spec, fit=not r.published)
         if plan is None:
             what = ("the memory model calls it a sure OOM, TRC401: is the spec the run that was "
                     "measured?" if why == "TRC401" else f"its layout breaks {why}")
