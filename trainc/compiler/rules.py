@@ -196,6 +196,11 @@ DS_PIPE_GRAD_ACCUM = _r(
     "DeepSpeed's pipeline engine sums micro-batch gradients: the micro/accumulation split at a "
     "fixed global batch changes the gradient scale", "warning",
     engines={"megatron": "n/a", "fsdp": "n/a"})
+DS_LR_SHIFTED = _r(
+    "TRC317", "deepspeed-lr-schedule-shifted",
+    "DeepSpeed's scheduler runs the spec's warm-up or cosine schedule shifted against "
+    "Megatron-Core's (the first step at lr 0; a cosine after a warm-up never reaches the peak)",
+    "warning", engines={"megatron": "n/a", "fsdp": "n/a"})
 LR_SCHEDULE_ENGINE = _r(
     "TRC323", "lr-schedule-supported",
     "the learning-rate schedule must be one the engine honours exactly (DeepSpeed: constant, "
@@ -547,6 +552,9 @@ SOURCES: dict[str, str] = {
     "TRC319": "CPU (gloo) execution", "TRC320": "DeepSpeed engine (DR §2.1)",
     "TRC321": "DeepSpeed nvme offload needs nvme_path (DR §8 rule 3)",
     "TRC322": "DeepSpeed PipelineEngine (BC-025, DeepSpeed #7773)",
+    "TRC317": "deepspeed/runtime/lr_schedules.py (0.19.8) WarmupCosineLR.get_lr_ratio "
+              "(real_last_step = it - warmup + 1), _initialize_lr (iteration -1); "
+              "megatron/core/optimizer_param_scheduler.py get_lr (0.16.1)",
     "TRC323": "deepspeed/runtime/lr_schedules.py (0.19.8) WarmupLR, WarmupDecayLR, "
               "WarmupCosineLR; megatron/core/optimizer_param_scheduler.py "
               "OptimizerParamScheduler.__init__ asserts (0.16.1)",

@@ -207,6 +207,30 @@ def _runner(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    edits={f"parallel.{axis}": 1}, axis=axis, degree=degrees[axis])
 
 
+def _deepspeed_shift(spec: TrainSpec) -> str | None:
+    """How DeepSpeed 0.19.8's scheduler (ds_config.json, the trainc worker's DeepSpeed engine)
+    departs from Megatron-Core's OptimizerParamScheduler for the spec's schedule, or None
+    (engine is not DeepSpeed, or constant without a warm-up: the same at every step). DeepSpeed
+    sets the rate of iteration -1 when it builds the scheduler, so the first step trains at lr
+    0 and a warm-up reaches each value one step late; WarmupCosineLR's decay counts
+    ``it - warmup + 1`` and is not delayed, so after a warm-up the peak is never used, and
+    without one (warmup_num_steps = max(2, n)) the cosine runs over lr_decay_iters - 2 steps.
+    The cases no DeepSpeed scheduler expresses at all are TRC323's. Measured step for step in
+    tests/unit/test_engine_agreement.py (strict xfails)."""
+    t = spec.training
+    if spec.engine is not Engine.deepspeed or t.lr_warmup_iters == 1:
+        return None  # a 1-step warm-up is TRC323's
+    style, w = t.lr_decay_style, t.lr_warmup_iters
+    if style is LrDecayStyle.cosine:
+        return (f"the warm-up runs one step late and the cosine does not, so the peak lr "
+                f"({t.lr:g}) is never used" if w else
+                "the first step trains at lr 0 and the cosine runs 2 steps short of "
+                "lr_decay_iters")
+    if w and style in (LrDecayStyle.linear, LrDecayStyle.constant):
+        return "every step trains at the rate Megatron-Core uses one step earlier"
+    return None
+
+
 def _schedule(spec: TrainSpec) -> Iterator[Diagnostic]:
     """TRC323 / TRC324: the learning-rate schedule and the DDP overlap switches, per engine."""
     t = spec.training
@@ -235,6 +259,16 @@ def _schedule(spec: TrainSpec) -> Iterator[Diagnostic]:
                    fix="set training.lr_warmup_iters to 0 or at least 2",
                    edits={"training.lr_warmup_iters": 2}, warmup=1)
     decay = t.lr_decay_iters or t.train_iters
+    shifted = _deepspeed_shift(spec) if not refused else None
+    if shifted:
+        yield diag(R.DS_LR_SHIFTED, f"engine=deepspeed runs the {style.value} schedule (warm-up "
+                   f"{t.lr_warmup_iters} steps) shifted against Megatron-Core's: {shifted} "
+                   "(DeepSpeed 0.19.8's scheduler; "
+                   "docs/divergences.md)", "training.lr_decay_style",
+                   related=("training.lr_warmup_iters", "engine"),
+                   fix="accept DeepSpeed's schedule, or set engine=megatron (or fsdp) for the "
+                       "spec's schedule step for step", style=style.value,
+                   warmup=t.lr_warmup_iters)
     if t.lr_warmup_iters >= decay:
         yield diag(R.LR_SCHEDULE_ENGINE, f"lr_warmup_iters ({t.lr_warmup_iters}) must be below "
                    f"lr_decay_iters ({decay}): Megatron-Core's OptimizerParamScheduler asserts "
