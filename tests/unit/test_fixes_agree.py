@@ -60,3 +60,17 @@ def test_range_errors_of_broken_keys_are_withheld():
     assert find(validate(spec), "TRC006")
     assert not [d for d in validate(spec, frozenset({"training.global_batch_size"}))
                 if d.rule.id == "TRC006" and d.key == "training.global_batch_size"]
+
+
+def test_a_section_added_on_the_command_line_is_located_there(tmp_path: Path, capsys):
+    """``+new.key=3``: the unknown section ``new`` was located at <default> (trial 13)."""
+    spec = tmp_path / "s.yaml"
+    spec.write_text("defaults:\n  - model: llama3-8b\n  - cluster: dgx-h100\n  - _self_\n"
+                    "name: x\ncluster: {num_nodes: 1}\n")
+    assert main(["lint", str(spec), "+new.key=3"]) == 2
+    cap = capsys.readouterr()
+    out = cap.out + cap.err
+    assert "new is not a spec key" in out
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("-->")
+                and ln.rstrip().endswith(" new"))
+    assert "<command line>" in line

@@ -131,9 +131,22 @@ def locate(diags: Iterable[Diagnostic], where: Mapping[str, Location]) -> list[D
     out = []
     for d in diags:
         keys = (d.key, *d.related)
-        locs = tuple(where.get(k, Location(key=k)) for k in keys)
+        locs = tuple(location_of(k, where) for k in keys)
         out.append(replace(d, locations=locs))
     return out
+
+
+def location_of(key: str, where: Mapping[str, Location]) -> Location:
+    """Where ``key`` was set: its own entry, else where a key inside it was (a section that
+    only its keys record: ``+new.key=3`` records ``new.key``, a finding about ``new`` points
+    there), else ``<default>``."""
+    if key in where:
+        return where[key]
+    inside = [loc for k, loc in where.items() if k.startswith(key + ".")]
+    if not inside:
+        return Location(key=key)
+    first = min(inside, key=lambda loc: (loc.file or "", loc.line or 0))  # the section's start
+    return replace(first, key=key)
 
 
 def sort_diagnostics(diags: Iterable[Diagnostic]) -> list[Diagnostic]:

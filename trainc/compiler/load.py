@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from trainc.compiler import rules as R
-from trainc.compiler.diagnostics import Diagnostic, Location, diag, did_you_mean
+from trainc.compiler.diagnostics import Diagnostic, Location, diag, did_you_mean, location_of
 from trainc.compiler.presets import (
     _PRESET_CACHE,  # noqa: F401 - re-exported: tests reset it
     _compose_presets,
@@ -297,7 +297,7 @@ def _at(d: Diagnostic, file: str, line: int | None) -> Diagnostic:
 def _locate_one(d: Diagnostic, where: dict[str, Location]) -> Diagnostic:
     if d.locations:
         return d
-    return dataclasses.replace(d, locations=(where.get(d.key, Location(key=d.key)),))
+    return dataclasses.replace(d, locations=(location_of(d.key, where),))
 
 
 def _flatten(value: dict[str, Any], prefix: str) -> list[str]:

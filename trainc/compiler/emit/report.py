@@ -121,6 +121,9 @@ def report_text(plan: dict[str, Any], artifacts: list[str]) -> str:
               f"{d['world_size']} GPUs",
               f"- precision {t['precision']}, recompute {t['recompute']}, "
               f"{t['train_iters']} steps, {d['tokens_per_step']:,} tokens per step"]
+    presets = plan.get("presets") or {}
+    if presets:  # which files the spec was composed with (a local one shadows a bundled one)
+        lines.append("- presets: " + ", ".join(f"{g} `{f}`" for g, f in sorted(presets.items())))
     lines += ["", "## Layout", "",
               f"dense grid: world {d['world_size']} = tp {d['tp']} x cp {d['cp']} x dp {d['dp']}"
               f" x pp {d['pp']}" + (f"; expert grid: world {d['world_size']} = etp {d['etp']} x "
