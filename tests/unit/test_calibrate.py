@@ -3,6 +3,7 @@ trainc worker logs are read, the preset it writes compiles and carries a band, b
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -505,10 +506,17 @@ def test_fewer_runs_than_factors_is_refused():
     assert str(e.value) == (
         "3 run(s) for 5 free factor(s): the fit is under-determined (many factor values match "
         "the runs equally well); pass --factors with at most 3 of: gemm_efficiency,"
-        "attention_efficiency,layer_overhead_us,comm_efficiency,comm_overlap, or add runs")
+        "attention_efficiency,layer_overhead_us,comm_efficiency,comm_overlap, or add runs of "
+        "other layouts")
     with pytest.raises(CalibrateError, match=r"^1 run\(s\) for 2 free factor\(s\)"):
         fit(runs[:1], ["gemm_efficiency", "comm_overlap"])
     assert fit(runs, ["gemm_efficiency", "attention_efficiency", "layer_overhead_us"]).names
+    # repeats of one spec count once (trial 13: three measurements of one layout were advised
+    # as enough for three factors, and the third wandered)
+    same = [runs[0], dataclasses.replace(runs[0], name="again"),
+            dataclasses.replace(runs[0], name="once more")]
+    with pytest.raises(CalibrateError, match=r"^3 run\(s\) of 1 distinct spec\(s\) for 2 "):
+        fit(same, ["gemm_efficiency", "attention_efficiency"])
 
 
 def test_runs_the_model_cannot_describe_are_refused():
@@ -617,7 +625,7 @@ def test_cli_under_determined_fit_exits_2(tmp_path):
         "trainc calibrate: error: 3 run(s) for 5 free factor(s): the fit is under-determined "
         "(many factor values match the runs equally well); pass --factors with at most 3 of: "
         "gemm_efficiency,attention_efficiency,layer_overhead_us,comm_efficiency,comm_overlap, "
-        "or add runs\n")
+        "or add runs of other layouts\n")
     assert not (tmp_path / "preset.yaml").exists()
 
 

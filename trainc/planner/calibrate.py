@@ -918,11 +918,14 @@ def fit(runs: list[Run], names: Sequence[str] | None = None,
     if unknown:
         raise CalibrateError(f"unknown factor(s) {', '.join(unknown)} for time_model "
                              f"{spec0.cluster.time_model.value}; known: {', '.join(known)}")
-    if len(runs) < len(names):
+    # repeats of one spec measure its noise, not another direction: count distinct specs
+    distinct = len({r.plan.spec_hash for r in runs})  # type: ignore[union-attr]
+    if distinct < len(names):
+        of = f" of {distinct} distinct spec(s)" if distinct < len(runs) else ""
         raise CalibrateError(
-            f"{len(runs)} run(s) for {len(names)} free factor(s): the fit is under-determined "
-            "(many factor values match the runs equally well); pass --factors with at most "
-            f"{len(runs)} of: {','.join(names)}, or add runs")
+            f"{len(runs)} run(s){of} for {len(names)} free factor(s): the fit is "
+            "under-determined (many factor values match the runs equally well); pass --factors "
+            f"with at most {distinct} of: {','.join(names)}, or add runs of other layouts")
     before = {n: factor_value(spec0, n) for n in names}
     x0 = dict(start or before)
     meas = [math.log(r.measured_step_seconds) for r in runs]
