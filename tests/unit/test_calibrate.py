@@ -716,3 +716,15 @@ def test_a_measured_run_the_memory_model_calls_a_sure_oom_is_refused(tmp_path):
     runs, _ = read_runs([str(tmp_path / "runs.csv")])
     with pytest.raises(CalibrateError, match="sure OOM, TRC401"):
         prepare(runs)
+
+
+def test_csv_with_extra_cells_or_a_near_miss_column_is_refused_with_the_reason(tmp_path):
+    """A spec row with more cells than the header was read without them; a `step_time` header
+    got no hint (trial 13)."""
+    (tmp_path / "run0.yaml").write_text(yaml.safe_dump(_spec_dict(*GRID[0])))
+    (tmp_path / "extra.csv").write_text("spec,step_time_s\nrun0.yaml,1.0,extra\n")
+    with pytest.raises(CalibrateError, match=r"line 2: 1 cell\(s\) more than the header's 2"):
+        runs_from_csv(tmp_path / "extra.csv")
+    (tmp_path / "near.csv").write_text("spec,step_time\nrun0.yaml,1.0\n")
+    with pytest.raises(CalibrateError, match=r"step_time \(did you mean `step_time_s`\?\)"):
+        runs_from_csv(tmp_path / "near.csv")

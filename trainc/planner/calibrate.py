@@ -56,6 +56,7 @@ from typing import Any
 
 import yaml
 
+from trainc.compiler.diagnostics import did_you_mean
 from trainc.compiler.estimate import estimate
 from trainc.compiler.estimate.flops import spec_flop_terms
 from trainc.compiler.estimate.kernels import kernel_factor
@@ -318,9 +319,12 @@ def runs_from_csv(path: Path, overrides: Sequence[str] = (),
         # stick to the first column's name; column names are matched stripped and lower-case
         with open(path, newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
-            rows = [(reader.line_num, {k.strip().lower(): (v or "").strip()
-                                       for k, v in r.items() if k is not None})
-                    for r in reader]
+            rows, extra = [], []
+            for r in reader:
+                rows.append((reader.line_num, {k.strip().lower(): (v or "").strip()
+                                               for k, v in r.items() if k is not None}))
+                if r.get(None):  # csv.DictReader's restkey: cells past the header's columns
+                    extra.append((reader.line_num, len(r[None])))
             header = [k.strip().lower() for k in reader.fieldnames or []]
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise CalibrateError(f"cannot read {path}: {e}") from e
@@ -339,8 +343,15 @@ def runs_from_csv(path: Path, overrides: Sequence[str] = (),
             f"published-runs table needs {', '.join(PUBLISHED_COLUMNS)} (missing: "
             f"{', '.join(missing)})")
     if spec_csv and not any(c in header for c in MEASURED_COLUMNS):
-        raise CalibrateError(f"{path}: no measured column (one of {', '.join(MEASURED_COLUMNS)})")
-    runs, notes, errors = [], [], []
+        hints = [f"{c}{did_you_mean(c, list(MEASURED_COLUMNS))}" for c in header
+                 if c != "spec" and did_you_mean(c, list(MEASURED_COLUMNS))]
+        raise CalibrateError(f"{path}: no measured column (one of {', '.join(MEASURED_COLUMNS)})"
+                             + (f": {'; '.join(hints)}" if hints else ""))
+    runs: list[Run] = []
+    notes: list[str] = []
+    # a spec row with more cells than the header has columns: an unquoted comma, or a shifted row
+    errors = [f"line {i}: {n} cell(s) more than the header's {len(header)} column(s)"
+              for i, n in extra] if spec_csv else []
     for i, row in rows:
         if any(text not in row.get(col, "").lower() for col, text in filters):
             continue
