@@ -19,6 +19,7 @@ Exit codes: 0 when both specs compile (whether or not they differ), 2 when eithe
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import tempfile
@@ -263,8 +264,6 @@ def _plan_file(path: str) -> str:
 def _relocated(diags: list[Any], scratch: str, shown: str) -> list[Any]:
     """``diags`` with locations in the scratch file moved to ``shown`` (the plan.json; no line:
     the scratch file's lines are not the plan's)."""
-    import dataclasses
-
     def move(loc: Any) -> Any:
         return dataclasses.replace(loc, file=shown, line=None) if loc.file == scratch else loc
 

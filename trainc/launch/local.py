@@ -40,6 +40,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from trainc.launch import CHECKPOINT_LAYOUT_FILE
 
@@ -170,24 +171,34 @@ def _flag(args: Sequence[str], name: str) -> str | None:
     return got
 
 
+def _checkpoint_dirs(outdir: str, worker_args: Sequence[str]
+                     ) -> tuple[dict[str, Any], str, str | None] | None:
+    """(plan.json, the folder the run saves to, the folder it resumes from or None) for the
+    worker flags: ``--save``, else the plan's ``launch.save_dir``, else ``OUTDIR/checkpoints``;
+    ``--load`` (``auto``: the save folder), else the plan's ``resume.load_dir``. None when
+    plan.json cannot be read (the worker reports that)."""
+    try:
+        with open(os.path.join(outdir, "plan.json"), encoding="utf-8") as f:
+            plan = json.load(f)
+        spec = plan["spec"]
+        save = _flag(worker_args, "--save") or spec["launch"].get("save_dir") or \
+            os.path.join(outdir, "checkpoints")
+        load = _flag(worker_args, "--load") or (spec.get("resume") or {}).get("load_dir")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return plan, save, (save if load == "auto" else load)
+
+
 def refuse_overwrite(outdir: str, worker_args: Sequence[str] = ()) -> None:
     """Raise :class:`RunRefused` when the run would start from step 1 over an earlier run's
     checkpoints: the checkpoint folder (``--save``, else the plan's ``launch.save_dir``, else
     ``OUTDIR/checkpoints``) holds a ``latest`` marker, and neither ``--load`` nor the plan's
     ``resume.load_dir`` nor requeue (``--load auto``) resumes it. The worker would otherwise
     save its step-N checkpoints over the earlier ones without a word."""
-    if _flag(worker_args, "--load"):
+    dirs = _checkpoint_dirs(outdir, worker_args)
+    if dirs is None or dirs[2]:
         return
-    try:
-        with open(os.path.join(outdir, "plan.json"), encoding="utf-8") as f:
-            spec = json.load(f)["spec"]
-        save_dir = spec["launch"].get("save_dir")
-        load_dir = (spec.get("resume") or {}).get("load_dir")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return
-    if load_dir:
-        return
-    save = _flag(worker_args, "--save") or save_dir or os.path.join(outdir, "checkpoints")
+    save = dirs[1]
     try:
         with open(os.path.join(save, "latest"), encoding="utf-8") as f:
             step = f.read().strip()
@@ -207,31 +218,24 @@ def refuse_layout_change(outdir: str, worker_args: Sequence[str] = ()) -> None:
     the plan's tp / pp / vpp / cp / ep / dp / etp / sp. The worker refuses it too, but only
     once every rank has started (a traceback per rank, then torchrun's). Checkpoints without
     the record, other engines and ``--reference`` runs are left to the worker."""
-    if "--reference" in worker_args:
+    dirs = _checkpoint_dirs(outdir, worker_args)
+    if "--reference" in worker_args or dirs is None:
+        return
+    plan, _, where = dirs
+    if not where:
         return
     try:
-        with open(os.path.join(outdir, "plan.json"), encoding="utf-8") as f:
-            plan = json.load(f)
         spec, d = plan["spec"], plan["derived"]
         if spec["engine"] != "megatron" or spec["launch"].get("entrypoint", "trainc") != "trainc":
             return
         want = {k: int(d[k]) for k in ("tp", "pp", "vpp", "cp", "ep", "dp", "etp")}
         want["sp"] = bool(d["sequence_parallel"])
-        save = _flag(worker_args, "--save") or spec["launch"].get("save_dir") or \
-            os.path.join(outdir, "checkpoints")
-        load = _flag(worker_args, "--load") or (spec.get("resume") or {}).get("load_dir")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return
-    if not load:
-        return
-    where = save if load == "auto" else load
-    try:
         with open(os.path.join(where, "latest"), encoding="utf-8") as f:
             step = int(f.read().strip())
         with open(os.path.join(where, f"iter_{step:07d}", CHECKPOINT_LAYOUT_FILE),
                   encoding="utf-8") as f:
             saved = json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return
     if saved == want:
         return

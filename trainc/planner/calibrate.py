@@ -562,9 +562,8 @@ def _preset_gpus_per_node(cluster: str) -> int:
     return spec.cluster.gpus_per_node if spec is not None else 8
 
 
-_WORKER_PLAN = re.compile(r"trainc-worker: plan=(\S+)")
-#: The worker's first line (trainc.launch.runtime): the device and whether the model was shrunk.
-_WORKER_HEAD = re.compile(r"trainc-worker: plan=\S+[^\n]*")
+#: The worker's first line (trainc.launch.runtime): ``plan=PATH engine=E device=D shrink=S ...``.
+_WORKER_HEAD = re.compile(r"trainc-worker: (plan=\S+[^\n]*)")
 _WORKER_STEP = re.compile(r"\bstep=(\d+) .*?\bstep_time_s=([0-9.]+)")
 
 
@@ -573,10 +572,9 @@ def parse_worker_log(path: Path, plan_path: Path | None = None,
     """One run from a trainc worker log: the plan.json it names (or ``plan_path``) gives the
     spec, its ``step_time_s`` values the measured step time. Raises CalibrateError."""
     text = _read(path)
-    head = _WORKER_HEAD.search(text)
-    line = head.group(0) if head else ""
-    device = (re.search(r" device=(\S+)", line) or [None, "cuda"])[1]
-    shrunk = " shrink=True" in line
+    m = _WORKER_HEAD.search(text)
+    head = dict(f.split("=", 1) for f in m.group(1).split() if "=" in f) if m else {}
+    device, shrunk = head.get("device", "cuda"), head.get("shrink") == "True"
     if device != "cuda" or shrunk:
         # the worker's CPU run (and any shrunk run) times a toy model on another device: its
         # step says nothing about the cluster the plan describes
@@ -591,10 +589,9 @@ def parse_worker_log(path: Path, plan_path: Path | None = None,
     if step is None:
         raise CalibrateError(f"{path}: no 'step=N ... step_time_s=X' line of the trainc worker")
     if plan_path is None:
-        m = _WORKER_PLAN.search(text)
-        if not m:
+        if "plan" not in head:
             raise CalibrateError(f"{path}: no 'trainc-worker: plan=PATH' line (pass --plan)")
-        plan_path = Path(m.group(1))
+        plan_path = Path(head["plan"])
     try:
         plan = json.loads(_read(plan_path))
         data = recorded_spec(plan)
@@ -634,7 +631,7 @@ def read_runs(paths: Sequence[str], *, cluster: str | None = None,
             runs.append(parse_worker_log(p, Path(plan_path) if plan_path else None, overrides))
         else:
             raise CalibrateError(f"{p}: not a CSV, a Megatron-LM log or a trainc worker log")
-    megatron = sum(r.source == "megatron-log" for r in runs)
+    megatron = any(r.source == "megatron-log" for r in runs)
     for flag, value in (("--cluster", cluster), ("--gpus-per-node", gpus_per_node)):
         if value is not None and not megatron:  # it would be ignored: say so, not fit on
             raise CalibrateError(f"{flag} {value} names the cluster of a Megatron-LM log's run, "
