@@ -161,6 +161,9 @@ class Run:
     published: bool = False
     """A row of a published-runs table (built by the converter): one whose layout breaks a
     rule is left out with a note; any other run is the user's and such a run is an error."""
+    memory_flagged: bool = False
+    """The memory model calls this measured run a sure OOM (TRC401): it ran, so the run is kept
+    (fitted like any other) and reported with a warning; set by :func:`prepare`."""
 
 
 @dataclass
@@ -659,10 +662,21 @@ def prepare(runs: list[Run]) -> tuple[list[Run], list[str]]:
     """Plan every run and turn a TFLOP/s measurement into seconds with the plan's model FLOPs
     (Megatron's count). A published row whose layout breaks a rule is dropped with a note; a
     run of the user's own (a spec CSV row, a log) that does is a :class:`CalibrateError` (it
-    was measured, so trainc's rules or the row are wrong: either way the fit would be)."""
+    was measured, so trainc's rules or the row are wrong: either way the fit would be). The one
+    exception is the memory verdict alone (TRC401): the memory estimate carries an error band
+    (trainc.compiler.fit.OOM_MARGIN) and a run that was measured did fit, so it is kept,
+    flagged (``Run.memory_flagged``) and named in a warning note, not refused."""
     kept, notes, bad = [], [], []
     for r in runs:
         plan, why = _plan(r.spec, fit=not r.published)
+        if plan is None and why == "TRC401" and not r.published:
+            plan, why = _plan(r.spec, fit=False)
+            if plan is not None:
+                r.memory_flagged = True
+                notes.append(f"warning: {r.name}: the memory model calls it a sure OOM (TRC401) "
+                             "but it was measured: kept and flagged; check the spec is the run "
+                             "that was measured, and record its peak "
+                             "(torch.cuda.max_memory_allocated) to correct the memory model")
         if plan is None:
             what = ("the memory model calls it a sure OOM, TRC401: is the spec the run that was "
                     "measured?" if why == "TRC401" else f"its layout breaks {why}")
