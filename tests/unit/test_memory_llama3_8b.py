@@ -90,3 +90,31 @@ def test_grad_buffer_dtype_one_truth(grads: StateDtype, fp32: bool, nbytes: int)
     spec = nvidia_spec(1, grads)
     assert grad_reduce_in_fp32(spec) is fp32
     assert megatron_state_bytes(spec.training)[1] == nbytes
+
+
+PUBLISHED_YAML = """\
+name: llama3-8b
+engine: megatron
+launch: {entrypoint: megatron-lm, megatron_lm_path: /opt/Megatron-LM}
+model: {num_layers: 32, hidden_size: 4096, num_attention_heads: 32, num_query_groups: 8,
+        ffn_hidden_size: 14336, vocab_size: 128256, seq_length: 8192,
+        max_position_embeddings: 8192, activation: swiglu, normalization: rmsnorm,
+        position_embedding: rope, rotary_base: 500000, norm_epsilon: 1.0e-05,
+        untie_embeddings_and_output_weights: true, hidden_dropout: 0.0, attention_dropout: 0.0}
+cluster: {gpu: h100-80g, gpus_per_node: 8, num_nodes: 1}
+parallel: {tp: 1, pp: 1, cp: 1, ep: 1, dp: 8, sequence_parallel: false, zero_stage: 3}
+training: {micro_batch_size: 1, global_batch_size: 128, precision: bf16, fp8_format: hybrid,
+           fp8_recipe: tensorwise, recompute: none}
+"""
+
+
+def test_published_layout_is_in_plans_top_3(tmp_path):
+    # the spec trainc.planner.published builds from the Megatron-Bridge row (FSDP 8 -> zero 3)
+    from trainc.planner import plan_layouts
+    path = tmp_path / "llama3-8b.yaml"
+    path.write_text(PUBLISHED_YAML)
+    res = plan_layouts(path, top=3)
+    assert not [d for d in res.diagnostics if d.is_error]
+    layouts = [(p.candidate.tp, p.candidate.pp, p.candidate.cp, p.candidate.mbs)
+               for p in res.planned[:3]]
+    assert (1, 1, 1, 1) in layouts
