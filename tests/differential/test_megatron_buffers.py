@@ -30,7 +30,7 @@ from trainc.compiler.estimate.params import attention_params, mlp_params, norm_p
 from trainc.schemas import StateDtype, TrainingSpec
 
 pytest.importorskip("megatron.core")
-pytestmark = [pytest.mark.differential, pytest.mark.slow]
+pytestmark = [pytest.mark.differential, pytest.mark.slow, pytest.mark.worker]
 
 ORACLE = Path(__file__).with_name("megatron_buffers_oracle.py")
 
