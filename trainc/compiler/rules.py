@@ -142,8 +142,13 @@ KV_REPLICATED = _r(
 #: Megatron-Core MoE build checks: engine=fsdp builds no experts (TRC344 refuses num_experts)
 _NO_MOE_FSDP = {"fsdp": "n/a"}
 SP_NEEDS_TP = _r("TRC301", "sp-needs-tp", "sequence_parallel needs tp > 1")
+# Megatron-Core 0.16.1 MoELayer.forward raises ValueError in training when the attention tp
+# group is larger than 1 and sequence_parallel is off (ModelParallelConfig.__post_init__ only
+# warns, for ep > 1 and tp > 1). trainc's DeepSpeed runner builds the same Megatron-Core MoELayer
+# (trainc/launch/engines/deepspeed.py), so it is an error on both engines.
 MOE_TP_SP = _r(
-    "TRC302", "moe-tp-needs-sp", "MoE with tp > 1 should use sequence_parallel", "warning",
+    "TRC302", "moe-tp-needs-sp",
+    "MoE with tp > 1 needs sequence_parallel (Megatron-Core raises in training)", "error",
     engines=_NO_MOE_FSDP)
 VPP_PP2_P2P = _r(
     "TRC303", "vpp-pp2-unbatched-p2p",
