@@ -304,3 +304,15 @@ def test_deepspeed_zero0_keeps_the_whole_optimizer_state_so_dp_may_change():
                     "TRC534")
     [d] = find(lint_cfg(**DS, **{"parallel.zero_stage": 1, "resume.saved.dp": 4}), "TRC534")
     assert "ds_to_universal.py" in (d.fix or "") and "load_universal" in (d.fix or "")
+
+
+def test_a_15t_token_budget_is_accepted_and_counted_in_samples():
+    """data.num_tokens up to 1e15: a 15T-token run (Llama 3, arXiv:2407.21783) lints clean and
+    is counted as floor(tokens / seq_length) samples; 2e15 is still refused."""
+    spec = make(**{"data.num_tokens": 15 * 10**12})
+    diags = lint_cfg(**{"data.num_tokens": 15 * 10**12})
+    assert not find(diags, "TRC006")
+    samples, _, _ = epoch_counts(spec)
+    assert samples == 15 * 10**12 // spec.model.seq_length
+    [d] = find(lint_cfg(**{"data.num_tokens": 2 * 10**15}), "TRC006")
+    assert d.key == "data.num_tokens" and "1e+15" in d.message
