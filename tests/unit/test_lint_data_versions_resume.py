@@ -122,7 +122,14 @@ def test_resume_rules_depend_on_the_saved_format():
     assert resume_findings(dp_change, now) == []  # legacy files: dp may change
     [f] = resume_findings({"dp": 4, "checkpoint_format": "trainc"}, now)
     assert (f.rule.id, f.key, f.saved, f.now) == ("TRC534", "parallel.dp", 4, 2)
-    assert resume_findings({"tp": 8, "pp": 1, "checkpoint_format": "torch_dist"}, now) == []
+    # torch_dist reshards the model; the distributed optimizer's default save (dp_reshardable)
+    # only in dp: the tp change needs its state saved fully reshardable
+    tp_change = {"tp": 8, "pp": 1, "checkpoint_format": "torch_dist"}
+    assert now["distributed_optimizer"] is True
+    assert [f.key for f in resume_findings(tp_change, now)] == ["parallel.tp", "parallel.pp"]
+    assert resume_findings({**tp_change, "optim_fully_reshardable": True}, now) == []
+    assert resume_findings({**tp_change, "distributed_optimizer": False},
+                           {**now, "distributed_optimizer": False}) == []
 
 
 @pytest.mark.parametrize("engine", [{}, DS], ids=["megatron", "deepspeed"])
@@ -251,3 +258,61 @@ def test_eod_options_with_real_data_warn_about_the_end_of_document_id():
                 "TRC358")
     assert not find(lint_cfg(**{"data.eod_mask_loss": True}), "TRC358")
     assert not find(lint_cfg(**base), "TRC358")
+
+
+# --- what each format reshards (trainc/conf/reshard.yaml) ------------------------------------
+PP4 = {"resume.saved.pp": 4, "resume.saved.ep": 1, "parallel.pp": 1, "parallel.ep": 4,
+       "model.num_experts": 8, "model.moe_router_topk": 2}
+
+
+def test_torch_dist_with_the_distributed_optimizer_reshards_only_dp():
+    """A PP4 checkpoint resumed as EP4 with the distributed optimizer: its state was saved
+    dp_reshardable (Megatron-LM's default), which reshards only in dp."""
+    diags = lint_cfg(**LM, **PP4, **{"parallel.zero_stage": 1})
+    found = {d.key: d for d in find(diags, "TRC534")}
+    assert set(found) == {"parallel.pp", "parallel.ep"}
+    fix = found["parallel.pp"].fix or ""
+    assert "resume.saved.optim_fully_reshardable=true" in fix
+    assert "--dist-ckpt-optim-fully-reshardable" in fix and "resume.finetune=true" in fix
+    assert found["parallel.pp"].edits == {"parallel.pp": 4}
+    # saved fully reshardable, or weights only, or no distributed optimizer: it loads
+    for ok in ({"resume.saved.optim_fully_reshardable": True}, {"resume.finetune": True},
+               {"parallel.zero_stage": 0}):
+        assert not find(lint_cfg(**LM, **PP4, **{"parallel.zero_stage": 1, **ok}), "TRC534"), ok
+    # a dp change is what dp_reshardable allows
+    assert not find(lint_cfg(**LM, **{"parallel.zero_stage": 1, "resume.saved.dp": 2}), "TRC534")
+
+
+def test_fully_reshardable_save_is_emitted_as_the_megatron_lm_flag(tmp_path):
+    lm = {"entrypoint": "megatron-lm", "megatron_lm_path": "/opt/Megatron-LM"}
+    for on in (True, False):
+        spec = apply(BASE, {"launch": lm, "parallel": {"zero_stage": 1},
+                            "resume": {"optim_fully_reshardable": on}})
+        res = compile_dict(tmp_path, spec)
+        assert res.ok, [d.to_json() for d in res.diagnostics if d.is_error]
+        args = res.files["megatron_args.txt"].split()
+        assert ("--dist-ckpt-optim-fully-reshardable" in args) is on
+    # the trainc worker writes its own files: the key is not read there
+    assert _one(lint_cfg(**{"resume.optim_fully_reshardable": True}),
+                "TRC533").key == "resume.optim_fully_reshardable"
+
+
+def test_deepspeed_zero0_keeps_the_whole_optimizer_state_so_dp_may_change():
+    """ZeRO-0 writes no zero_pp_rank optimizer shards (ds_to_universal has none to read): a dp
+    change loads the native checkpoint; ZeRO 1-3 need a universal checkpoint."""
+    assert not find(lint_cfg(**DS, **{"parallel.zero_stage": 0, "resume.saved.dp": 4}),
+                    "TRC534")
+    [d] = find(lint_cfg(**DS, **{"parallel.zero_stage": 1, "resume.saved.dp": 4}), "TRC534")
+    assert "ds_to_universal.py" in (d.fix or "") and "load_universal" in (d.fix or "")
+
+
+def test_a_15t_token_budget_is_accepted_and_counted_in_samples():
+    """data.num_tokens up to 1e15: a 15T-token run (Llama 3, arXiv:2407.21783) lints clean and
+    is counted as floor(tokens / seq_length) samples; 2e15 is still refused."""
+    spec = make(**{"data.num_tokens": 15 * 10**12})
+    diags = lint_cfg(**{"data.num_tokens": 15 * 10**12})
+    assert not find(diags, "TRC006")
+    samples, _, _ = epoch_counts(spec)
+    assert samples == 15 * 10**12 // spec.model.seq_length
+    [d] = find(lint_cfg(**{"data.num_tokens": 2 * 10**15}), "TRC006")
+    assert d.key == "data.num_tokens" and "1e+15" in d.message
