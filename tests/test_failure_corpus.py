@@ -52,7 +52,8 @@ def status(case: dict[str, Any]) -> str:
     """right | known miss | inexpressible."""
     if not case.get("expressible", True):
         return "inexpressible"
-    return "known miss" if case.get("known_miss") else "right"
+    miss = case.get("known_miss") or case.get("control_known_miss")
+    return "known miss" if miss else "right"
 
 
 def lint(tmp_path: Path, spec: dict[str, Any], overrides: list[str]) -> list[Any]:
@@ -127,7 +128,14 @@ def _control(case: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     return ctl.get("spec", case["spec"]), ctl.get("overrides", [])
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=c["id"]) for c in TESTED])
+def _control_param(case: dict[str, Any]) -> Any:
+    marks = []
+    if case.get("control_known_miss"):  # a false alarm on the corrected job
+        marks.append(pytest.mark.xfail(strict=True, reason=str(case["control_known_miss"])))
+    return pytest.param(case, id=case["id"], marks=marks)
+
+
+@pytest.mark.parametrize("case", [_control_param(c) for c in TESTED])
 def test_control_lints_clean(case: dict[str, Any], tmp_path: Path) -> None:
     spec, overrides = _control(case)
     diags = lint(tmp_path, spec, overrides)
@@ -160,7 +168,7 @@ def counts_table(cases: list[dict[str, Any]]) -> str:
         return rows
 
     expressible = [c for c in cases if c.get("expressible", True)]
-    right = sum(1 for c in expressible if not c.get("known_miss"))
+    right = sum(1 for c in expressible if status(c) == "right")
     share = f"{100 * right / len(expressible):.0f} %" if expressible else "n/a"
     lines = [*table("area", AREAS), "", *table("engine", ENGINES), "",
              f"Right on the expressible cases: {right} of {len(expressible)} ({share}); "
@@ -181,7 +189,8 @@ def cases_table(cases: list[dict[str, Any]]) -> str:
             expected = e["verdict"] + (f" {e['rule']} `{e['key']}`" if e["verdict"] != "ok" else "")
         else:
             expected = f"n/a (needs `{c['missing']}`)"
-        st = status(c) + (f": {c['known_miss']}" if c.get("known_miss") else "")
+        why = c.get("known_miss") or c.get("control_known_miss")
+        st = status(c) + (f": {why}" if why else "")
         rows.append(f"| {c['id']} | {link} | {c['area']} | {c['engine']} | {c['outcome']} | "
                     f"{expected} | {st} |")
     return "\n".join(rows)
