@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trainc.launch import CHECKPOINT_LAYOUT_FILE
+from trainc.launch import CHECKPOINT_LAYOUT_FILE, STOPPED_MARKER
 
 #: Device nodes whose presence means torch may find a CUDA (or ROCm/HIP, or WSL) GPU.
 GPU_DEVICE_GLOBS = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg")
@@ -414,10 +414,8 @@ def _supervise(proc: subprocess.Popen[bytes], outdir: str | None = None,
 def _saved_step(outdir: str, worker_args: Sequence[str]) -> tuple[int, str, str] | None:
     """(step, checkpoint folder, `` --save DIR`` when the run saved elsewhere than the plan
     says) of the checkpoint the workers wrote when they stopped on SIGUSR1, or None when
-    there is none. The stop marker (:data:`trainc.launch.runtime.STOPPED_MARKER`, which asks
+    there is none. The stop marker (:data:`trainc.launch.STOPPED_MARKER`, which asks
     sbatch.sh to requeue a time-limited job) is removed: this stop was asked for here."""
-    from trainc.launch.runtime import STOPPED_MARKER
-
     dirs = _checkpoint_dirs(outdir, worker_args)
     if dirs is None:
         return None
