@@ -46,3 +46,38 @@ def test_trc205_without_a_smaller_etp_is_unchanged(tmp_path: Path) -> None:
             if d.rule.id == "TRC205"]
     assert d.fix == ("set parallel.ep to one of 1, 2, 4, 8, 16 (divisors of 256 experts that "
                      "fit the expert grid of 144 GPUs)")
+
+
+def _trc210_fix(tmp_path: Path, parallel: str) -> str:
+    (d,) = [d for d in _diags(tmp_path, GB200.format(parallel=parallel))
+            if d.rule.id in ("TRC210", "TRC211")]
+    return d.fix
+
+
+def test_61_layers_with_vpp_get_a_split_that_megatron_builds(tmp_path: Path) -> None:
+    """61 layers (a prime) over pp 4 x vpp 2: no stage sizes that are all multiples of 2 sum
+    to 61 and 61 + 1 or + 2 is not a multiple of 8, so the fix drops vpp and splits unevenly
+    (Megatron-Core 0.16.1 num_layers_in_first/last_pipeline_stage), not "choose a pp that
+    divides 61"."""
+    assert _trc210_fix(tmp_path, "{tp: 1, pp: 4, vpp: 2, ep: 8}") == (
+        "set parallel.vpp=1, parallel.pipeline_first_stage_layers=14 and "
+        "parallel.pipeline_last_stage_layers=15 (first and last searched together; stages: "
+        "14, 16, 16, 15, largest 16)")
+
+
+def test_61_layers_pp3_vpp2_also_offer_counting_embedding_and_loss(tmp_path: Path) -> None:
+    """61 + 2 = 63 = 3 x 21: account_for_embedding/loss_in_pipeline_split with one chunk."""
+    assert _trc210_fix(tmp_path, "{tp: 1, pp: 3, vpp: 2, ep: 8}") == (
+        "set parallel.vpp=1, parallel.pipeline_first_stage_layers=20 and "
+        "parallel.pipeline_last_stage_layers=20 (first and last searched together; stages: "
+        "20, 21, 20, largest 21), or set parallel.vpp=1 and "
+        "parallel.account_for_embedding_in_pipeline_split=true and "
+        "parallel.account_for_loss_in_pipeline_split=true (each stage then counts 21 layers)")
+
+
+def test_61_layers_without_vpp_keep_their_fixes(tmp_path: Path) -> None:
+    assert _trc210_fix(tmp_path, "{tp: 1, pp: 2, ep: 8}") == (
+        "set parallel.pp to one of 1 (divisors of 61 that fit the GPUs), or set "
+        "parallel.pipeline_first_stage_layers=30 and parallel.pipeline_last_stage_layers=31 "
+        "(first and last searched together; stages: 30, 31, largest 31), or set "
+        "parallel.account_for_loss_in_pipeline_split=true (each stage then counts 31 layers)")
