@@ -176,9 +176,9 @@ RECOMPUTE_LAYERS = _r(
     "recompute_num_layers must be in [1, layers per pipeline stage chunk]")
 EP_NEEDS_MOE = _r("TRC312", "ep-needs-experts", "ep > 1 or etp != tp needs num_experts")
 DS_UNSUPPORTED_AXIS = _r(
-    "TRC313", "deepspeed-axes",
-    "the runner of the spec (engine x launch.entrypoint) must split every axis above 1: the "
-    "trainc worker on DeepSpeed splits tp and dp only")
+    "TRC313", "runner-axes",
+    "the runner of the spec (engine x launch.entrypoint) must split every axis above 1 "
+    "(trainc/capabilities.py: the trainc worker on DeepSpeed or FSDP2 splits tp and dp only)")
 MOE_LAYER_FREQ = _r(
     "TRC315", "moe-layer-freq-range", "moe_layer_freq must be in [1, num_layers]")
 MLA_SETTINGS = _r(
@@ -553,7 +553,7 @@ SOURCES: dict[str, str] = {
     "TRC306": "trainc emitters", "TRC307": "Megatron distributed optimizer (MR §1.9)",
     "TRC308": "TransformerConfig / validate_args recompute checks (MR §1.11 RC-3, RC-4)",
     "TRC309": "TransformerConfig recompute checks (MR §1.11 RC-3)",
-    "TRC312": "validate_args (MR EXP-4)", "TRC313": "trainc DeepSpeed target",
+    "TRC312": "validate_args (MR EXP-4)", "TRC313": "trainc/capabilities.py (the runners' axes)",
     "TRC315": "moe_layer_freq pattern (MR §8)",
     "TRC316": "megatron/core/transformer/transformer_config.py MLATransformerConfig (0.16.1); "
               "training.py num_floating_point_operations asserts not group_query_attention",

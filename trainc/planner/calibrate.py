@@ -5,7 +5,7 @@ Inputs (:func:`read_runs`), each a list of :class:`Run` (a spec and a measured s
 * a CSV (:func:`runs_from_csv`): either a ``spec`` column (a spec file, relative to the CSV's
   folder) with one measured column, ``step_time_s`` (seconds per step), ``tokens_per_s_per_gpu``
   or ``tflops_per_gpu`` (model TFLOP/s per GPU, Megatron's count); or the columns of the
-  published-runs table (``shared/calibration/published_runs.csv``: the model, GPUs, batch, the
+  published-runs table (``bench/published_runs.csv``: the model, GPUs, batch, the
   published layout and precision, converted by :mod:`trainc.planner.published`, the converter
   ``bench/fidelity.py`` uses) with ``tokens_per_s_per_gpu=`` in the notes or
   ``measured_tflops_per_gpu`` (over the source's own FLOP count,
@@ -135,7 +135,7 @@ AT_BOUND_TOL = 1e-3
 #: A factor is unconstrained by the runs when fitting it lowers the RMS log error of the step
 #: time by at most this (absolute; 0.005 = 0.5 % per run; :func:`supported`).
 UNCONSTRAINED_RMS = 0.005
-#: The columns that make a CSV a published-runs table (shared/calibration/published_runs.csv;
+#: The columns that make a CSV a published-runs table (bench/published_runs.csv;
 #: the converter, :mod:`trainc.planner.published`, fills a known model's shape from its name).
 PUBLISHED_COLUMNS = ("model", "gpus")
 #: After the fit every run's measured / estimated step time must lie within this range
