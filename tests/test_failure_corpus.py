@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
+from specs.kit import verdict as _verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ROOT / "tests" / "cases"
@@ -64,14 +65,6 @@ def lint(tmp_path: Path, spec: dict[str, Any], overrides: list[str]) -> list[Any
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     diags = compile_spec(path, overrides, emit_files=False).diagnostics
     return [d for d in diags if d.rule.id not in UNRELATED or d.is_error]
-
-
-def _verdict(diags: list[Any]) -> str:
-    if any(d.is_error for d in diags):
-        return "reject"
-    if any(d.severity.value == "warning" for d in diags):
-        return "warn"
-    return "ok"
 
 
 def _param(case: dict[str, Any]) -> Any:
