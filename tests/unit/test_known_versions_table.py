@@ -52,3 +52,33 @@ def test_entry_matches_its_own_job_and_not_a_fixed_or_worked_around_one(
         assert kv.matches(versions, feats, dict(e.unless_env), [e]) == []
     missing = next(iter(e.versions))
     assert kv.matches({c: v for c, v in versions.items() if c != missing}, feats, {}, [e]) == []
+
+
+def _feats(**kw: object) -> frozenset[str]:
+    args: dict[str, object] = dict(engine="megatron", entrypoint="trainc", device="cuda", ep=1,
+                                   num_experts=None, dispatcher="alltoall", cp=1, fp8=False,
+                                   zero_stage=0, tp_comm_overlap=False)
+    args.update(kw)
+    return kv.job_features(**args)  # type: ignore[arg-type]
+
+
+def test_zero2_is_deepspeed_at_stage_2_only() -> None:
+    assert "zero2" in _feats(engine="deepspeed", zero_stage=2)
+    assert "zero2" not in _feats(engine="deepspeed", zero_stage=3)
+    assert "zero2" not in _feats(engine="deepspeed", zero_stage=1)
+    assert "zero2" not in _feats(engine="megatron", zero_stage=2)
+    assert {"zero3", "deepspeed"} <= _feats(engine="deepspeed", zero_stage=3)
+
+
+def test_tp_comm_overlap_is_a_megatron_feature() -> None:
+    assert "tp_comm_overlap" in _feats(tp_comm_overlap=True)
+    assert "tp_comm_overlap" not in _feats(tp_comm_overlap=False)
+    assert "tp_comm_overlap" not in _feats(engine="deepspeed", tp_comm_overlap=True)
+
+
+def test_every_feature_a_job_can_have_is_one_the_table_may_name() -> None:
+    everything = _feats(engine="deepspeed", entrypoint="megatron-lm", ep=8, num_experts=16, cp=2,
+                        fp8=True, zero_stage=2)
+    assert everything <= kv.FEATURES
+    assert _feats(engine="fsdp") == {"fsdp", "cuda"} and "fsdp" in kv.FEATURES
+    assert _feats(tp_comm_overlap=True, cp=2, fp8=True) <= kv.FEATURES
