@@ -122,6 +122,27 @@ def test_known_bad_entries_name_the_key_and_the_fixed_release(versions, key, fix
     assert d.edits == {f"launch.versions.{key}": fixed} and fixed in d.fix
 
 
+FSDP = {"engine": "fsdp", "parallel.tp": 1, "parallel.pp": 1}
+
+
+def test_versions_of_an_fsdp_job_are_checked_without_an_engine_target():
+    # engine=fsdp has no engine package release trainc targets (TRC532): the table still applies
+    d = _one(lint_cfg(**FSDP, **{"launch.versions": {"torch": "2.6.0"}}), "TRC530")
+    assert d.severity.value == "warning" and d.key == "launch.versions.torch"
+    assert d.facts["entry"] == "torch-2.6-fsdp2-state-dict-load" and d.edits == {
+        "launch.versions.torch": "2.7"}
+    diags = lint_cfg(**FSDP, **{"launch.versions": {"torch": "2.7.0", "deepspeed": "0.14.0"}})
+    assert not find(diags, "TRC530") and not find(diags, "TRC532")
+    assert not find(lint_cfg(**{"launch.versions": {"torch": "2.6.0"}}), "TRC530")
+
+
+def test_nccl_zero_byte_entry_needs_moe_alltoall():
+    moe = {"model.num_experts": 8, "parallel.ep": 2, "launch.versions": {"nccl": "2.12.7"}}
+    d = _one(lint_cfg(**moe), "TRC530")
+    assert d.is_error and d.edits == {"launch.versions.nccl": "2.12.10"}
+    assert not find(lint_cfg(**{"launch.versions": {"nccl": "2.12.7"}}), "TRC530")
+
+
 def test_te_1_11_flash_attn_2_6_entry_needs_context_parallelism():
     v = {"launch.versions": {"transformer_engine": "1.11.0", "flash_attn": "2.6.3"}}
     assert not find(lint_cfg(**v), "TRC530")

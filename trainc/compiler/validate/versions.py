@@ -58,6 +58,8 @@ def versions(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    entry=e.id, link=e.link, fixed_in=dict(e.fixed_in))
     targets = {Engine.megatron: ("megatron_core", MEGATRON_CORE_VERSION),
                Engine.deepspeed: ("deepspeed", DEEPSPEED_VERSION)}
+    if spec.engine not in targets:  # engine=fsdp: no engine package trainc targets a release of
+        return
     comp, target = targets[spec.engine]
     have = KV.parse_version(ok[comp]) if comp in ok else None
     want = KV.parse_version(target)
