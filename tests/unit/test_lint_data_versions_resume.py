@@ -136,6 +136,19 @@ def test_versions_of_an_fsdp_job_are_checked_without_an_engine_target():
     assert not find(lint_cfg(**{"launch.versions": {"torch": "2.6.0"}}), "TRC530")
 
 
+def test_deepspeed_weights_only_entry_names_its_workaround_env():
+    v = {"launch.versions": {"deepspeed": "0.15.4", "torch": "2.6.0"}}
+    d = _one(lint_cfg(**DS, **v), "TRC530")
+    assert d.is_error and d.key == "launch.versions.deepspeed"
+    assert d.edits == {"launch.versions.deepspeed": "0.16.0"}
+    assert d.fix == ("upgrade deepspeed to 0.16.0 or later (or work around it: set "
+                     "launch.env.TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1)")
+    env = {"launch.env": {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}}
+    assert not find(lint_cfg(**DS, **v, **env), "TRC530")
+    assert not find(lint_cfg(**DS, **{"launch.versions": {"deepspeed": "0.15.4",
+                                                          "torch": "2.5.1"}}), "TRC530")
+
+
 def test_nccl_zero_byte_entry_needs_moe_alltoall():
     moe = {"model.num_experts": 8, "parallel.ep": 2, "launch.versions": {"nccl": "2.12.7"}}
     d = _one(lint_cfg(**moe), "TRC530")
