@@ -82,3 +82,11 @@ def test_every_feature_a_job_can_have_is_one_the_table_may_name() -> None:
     assert everything <= kv.FEATURES
     assert _feats(engine="fsdp") == {"fsdp", "cuda"} and "fsdp" in kv.FEATURES
     assert _feats(tp_comm_overlap=True, cp=2, fp8=True) <= kv.FEATURES
+
+
+def test_every_entry_is_listed_in_the_versions_doc() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs" / "data_versions_checkpoints.md").read_text()
+    assert [e.id for e in ENTRIES if f"| {e.id} " not in doc] == []
+    assert all(e.link in doc for e in ENTRIES)
