@@ -57,7 +57,7 @@ def test_entry_matches_its_own_job_and_not_a_fixed_or_worked_around_one(
 def _feats(**kw: object) -> frozenset[str]:
     args: dict[str, object] = dict(engine="megatron", entrypoint="trainc", device="cuda", ep=1,
                                    num_experts=None, dispatcher="alltoall", cp=1, fp8=False,
-                                   zero_stage=0, tp_comm_overlap=False)
+                                   zero_stage=0, tp_comm_overlap=False, gpu="h100-80g")
     args.update(kw)
     return kv.job_features(**args)  # type: ignore[arg-type]
 
@@ -90,3 +90,9 @@ def test_every_entry_is_listed_in_the_versions_doc() -> None:
     doc = (Path(__file__).parents[2] / "docs" / "data_versions_checkpoints.md").read_text()
     assert [e.id for e in ENTRIES if f"| {e.id} " not in doc] == []
     assert all(e.link in doc for e in ENTRIES)
+
+
+def test_grace_is_cuda_on_a_gb200_or_gb300_profile() -> None:
+    assert "grace" in _feats(gpu="gb200") and "grace" in _feats(gpu="gb300")
+    assert "grace" not in _feats(gpu="b200") and "grace" not in _feats(gpu="h100-80g")
+    assert "grace" not in _feats(gpu="gb200", device="cpu")

@@ -149,6 +149,14 @@ def test_deepspeed_weights_only_entry_names_its_workaround_env():
                                                           "torch": "2.5.1"}}), "TRC530")
 
 
+def test_nccl_aarch64_entry_needs_a_grace_gpu_profile():
+    v = {"launch.versions": {"nccl": "2.28.9"}}
+    d = _one(lint_cfg(**v, **{"cluster.gpu": "gb200", "cluster.gpus_per_node": 4}), "TRC530")
+    assert d.severity.value == "warning" and d.facts["entry"] == "nccl-aarch64-weak-cas-proxy-hang"
+    assert d.edits == {"launch.versions.nccl": "2.29.3"}
+    assert not find(lint_cfg(**v, **H100), "TRC530")
+
+
 def test_nccl_zero_byte_entry_needs_moe_alltoall():
     moe = {"model.num_experts": 8, "parallel.ep": 2, "launch.versions": {"nccl": "2.12.7"}}
     d = _one(lint_cfg(**moe), "TRC530")

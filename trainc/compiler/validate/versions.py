@@ -23,7 +23,7 @@ def spec_features(spec: TrainSpec) -> frozenset[str]:
         engine=spec.engine.value, entrypoint=lc.entrypoint.value, device=lc.device.value,
         ep=p.ep, num_experts=m.num_experts, dispatcher=m.moe_token_dispatcher_type.value,
         cp=p.cp, fp8=t.fp8_format is not Fp8Format.none, zero_stage=p.zero_stage,
-        tp_comm_overlap=bool(t.tp_comm_overlap))
+        tp_comm_overlap=bool(t.tp_comm_overlap), gpu=spec.cluster.gpu.value)
 
 
 def versions(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
