@@ -52,3 +52,47 @@ def test_entry_matches_its_own_job_and_not_a_fixed_or_worked_around_one(
         assert kv.matches(versions, feats, dict(e.unless_env), [e]) == []
     missing = next(iter(e.versions))
     assert kv.matches({c: v for c, v in versions.items() if c != missing}, feats, {}, [e]) == []
+
+
+def _feats(**kw: object) -> frozenset[str]:
+    args: dict[str, object] = dict(engine="megatron", entrypoint="trainc", device="cuda", ep=1,
+                                   num_experts=None, dispatcher="alltoall", cp=1, fp8=False,
+                                   zero_stage=0, tp_comm_overlap=False, gpu="h100-80g")
+    args.update(kw)
+    return kv.job_features(**args)  # type: ignore[arg-type]
+
+
+def test_zero2_is_deepspeed_at_stage_2_only() -> None:
+    assert "zero2" in _feats(engine="deepspeed", zero_stage=2)
+    assert "zero2" not in _feats(engine="deepspeed", zero_stage=3)
+    assert "zero2" not in _feats(engine="deepspeed", zero_stage=1)
+    assert "zero2" not in _feats(engine="megatron", zero_stage=2)
+    assert {"zero3", "deepspeed"} <= _feats(engine="deepspeed", zero_stage=3)
+
+
+def test_tp_comm_overlap_is_a_megatron_feature() -> None:
+    assert "tp_comm_overlap" in _feats(tp_comm_overlap=True)
+    assert "tp_comm_overlap" not in _feats(tp_comm_overlap=False)
+    assert "tp_comm_overlap" not in _feats(engine="deepspeed", tp_comm_overlap=True)
+
+
+def test_every_feature_a_job_can_have_is_one_the_table_may_name() -> None:
+    everything = _feats(engine="deepspeed", entrypoint="megatron-lm", ep=8, num_experts=16, cp=2,
+                        fp8=True, zero_stage=2)
+    assert everything <= kv.FEATURES
+    assert _feats(engine="fsdp") == {"fsdp", "cuda"} and "fsdp" in kv.FEATURES
+    assert _feats(tp_comm_overlap=True, cp=2, fp8=True) <= kv.FEATURES
+
+
+def test_every_entry_is_listed_in_the_versions_doc() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs" / "data_versions_checkpoints.md").read_text()
+    assert [e.id for e in ENTRIES if f"| {e.id} " not in doc] == []
+    assert all(e.link in doc for e in ENTRIES)
+
+
+def test_grace_is_cuda_on_a_gb200_or_gb300_profile() -> None:
+    assert "grace" in _feats(gpu="gb200") and "grace" in _feats(gpu="gb300")
+    assert "grace" not in _feats(gpu="b200") and "grace" not in _feats(gpu="h100-80g")
+    assert "grace" not in _feats(gpu="gb200", device="cpu")

@@ -88,6 +88,91 @@ def test_deepspeed_torch_entry_applies_to_the_deepspeed_engine_only(engine, verd
         assert found[0].facts["link"].endswith("/5603")
 
 
+H100 = {"cluster.gpu": "h100-80g"}
+
+
+@pytest.mark.parametrize("changes,found", [
+    ({**H100}, True),  # tp 2 + sequence parallelism on H100: tp_comm_overlap on by default
+    ({"training.tp_comm_overlap": True}, True),
+    ({**H100, "training.tp_comm_overlap": False}, False),
+    ({}, False),  # A100: off by default
+], ids=["h100-default", "explicit", "off", "a100-default"])
+def test_te_tp_comm_overlap_entry_follows_the_resolved_setting(changes, found):
+    diags = lint_cfg(**changes, **{"launch.versions": {"transformer_engine": "2.1.0"}})
+    got = find(diags, "TRC530")
+    assert bool(got) == found, [(d.key, d.message) for d in got]
+    if found:
+        d = _one(diags, "TRC530")
+        assert d.is_error and d.key == "launch.versions.transformer_engine"
+        assert d.facts["entry"] == "te-2.0-tp-comm-overlap-wrong-wgrad"
+        assert d.edits == {"launch.versions.transformer_engine": "2.2"}
+        assert d.fix == "upgrade transformer_engine to 2.2 or later"
+
+
+@pytest.mark.parametrize("versions,key,fixed,severity", [
+    ({"transformer_engine": "1.9.0", "flash_attn": "2.6.3"}, "transformer_engine", "1.11",
+     "error"),
+    ({"transformer_engine": "2.5.0", "flash_attn": "2.8.3"}, "transformer_engine", "2.10",
+     "warning"),
+    ({"nccl": "2.29.2"}, "nccl", "2.29.3", "error"),
+], ids=["te-1.9-fa-2.6.3", "te-2.5-fa-2.8.3", "nccl-2.29.2"])
+def test_known_bad_entries_name_the_key_and_the_fixed_release(versions, key, fixed, severity):
+    d = _one(lint_cfg(**{"launch.versions": versions}), "TRC530")
+    assert d.key == f"launch.versions.{key}" and d.severity.value == severity
+    assert d.edits == {f"launch.versions.{key}": fixed} and fixed in d.fix
+
+
+FSDP = {"engine": "fsdp", "parallel.tp": 1, "parallel.pp": 1}
+
+
+def test_versions_of_an_fsdp_job_are_checked_without_an_engine_target():
+    # engine=fsdp has no engine package release trainc targets (TRC532): the table still applies
+    d = _one(lint_cfg(**FSDP, **{"launch.versions": {"torch": "2.6.0"}}), "TRC530")
+    assert d.severity.value == "warning" and d.key == "launch.versions.torch"
+    assert d.facts["entry"] == "torch-2.6-fsdp2-state-dict-load" and d.edits == {
+        "launch.versions.torch": "2.7"}
+    diags = lint_cfg(**FSDP, **{"launch.versions": {"torch": "2.7.0", "deepspeed": "0.14.0"}})
+    assert not find(diags, "TRC530") and not find(diags, "TRC532")
+    assert not find(lint_cfg(**{"launch.versions": {"torch": "2.6.0"}}), "TRC530")
+
+
+def test_deepspeed_weights_only_entry_names_its_workaround_env():
+    v = {"launch.versions": {"deepspeed": "0.15.4", "torch": "2.6.0"}}
+    d = _one(lint_cfg(**DS, **v), "TRC530")
+    assert d.is_error and d.key == "launch.versions.deepspeed"
+    assert d.edits == {"launch.versions.deepspeed": "0.16.0"}
+    assert d.fix == ("upgrade deepspeed to 0.16.0 or later (or work around it: set "
+                     "launch.env.TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1)")
+    env = {"launch.env": {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}}
+    assert not find(lint_cfg(**DS, **v, **env), "TRC530")
+    assert not find(lint_cfg(**DS, **{"launch.versions": {"deepspeed": "0.15.4",
+                                                          "torch": "2.5.1"}}), "TRC530")
+
+
+def test_nccl_aarch64_entry_needs_a_grace_gpu_profile():
+    v = {"launch.versions": {"nccl": "2.28.9"}}
+    d = _one(lint_cfg(**v, **{"cluster.gpu": "gb200", "cluster.gpus_per_node": 4}), "TRC530")
+    assert d.severity.value == "warning" and d.facts["entry"] == "nccl-aarch64-weak-cas-proxy-hang"
+    assert d.edits == {"launch.versions.nccl": "2.29.3"}
+    assert not find(lint_cfg(**v, **H100), "TRC530")
+
+
+def test_nccl_zero_byte_entry_needs_moe_alltoall():
+    moe = {"model.num_experts": 8, "parallel.ep": 2, "launch.versions": {"nccl": "2.12.7"}}
+    d = _one(lint_cfg(**moe), "TRC530")
+    assert d.is_error and d.edits == {"launch.versions.nccl": "2.12.10"}
+    assert not find(lint_cfg(**{"launch.versions": {"nccl": "2.12.7"}}), "TRC530")
+
+
+def test_te_1_11_flash_attn_2_6_entry_needs_context_parallelism():
+    v = {"launch.versions": {"transformer_engine": "1.11.0", "flash_attn": "2.6.3"}}
+    assert not find(lint_cfg(**v), "TRC530")
+    d = _one(lint_cfg(**v, **{"parallel.cp": 2, "parallel.pp": 1}), "TRC530")
+    assert d.key == "launch.versions.flash_attn" and d.related == (
+        "launch.versions.transformer_engine",)
+    assert d.edits == {"launch.versions.transformer_engine": "1.12"}
+
+
 def test_version_target_follows_the_engine():
     v = {"launch.versions": {"megatron_core": "0.14.0", "deepspeed": "0.16.0"}}
     assert [d.key for d in find(lint_cfg(**v), "TRC532")] == ["launch.versions.megatron_core"]
@@ -111,6 +196,22 @@ def test_trainc_run_checks_the_installed_versions(tmp_path):
     bad, warn = version_problems(str(out), {}, {"deepspeed": "0.14.0", "torch": "2.5.1"})
     assert len(bad) == 1 and "deepspeed-torch-2.4-elastic-import" in bad[0] and warn == []
     assert version_problems(str(out), {}, {"deepspeed": "0.19.8", "torch": "2.13.0"}) == ([], [])
+
+
+def test_trainc_run_reads_zero2_and_tp_comm_overlap_from_the_plan(tmp_path):
+    ds = compile_dict(tmp_path, apply(BASE, {"engine": "deepspeed", "parallel": {
+        "tp": 1, "pp": 1, "zero_stage": 2}}))
+    assert ds.ok, [d.to_json() for d in ds.diagnostics if d.is_error]
+    out = write_files(tmp_path / "ds", ds.files)
+    bad, _ = version_problems(str(out), {}, {"deepspeed": "0.18.2"})
+    assert len(bad) == 1 and "deepspeed-0.17.6-zero2-wrong-gradients" in bad[0]
+    assert version_problems(str(out), {}, {"deepspeed": "0.18.3"}) == ([], [])
+    overlap = {"training": {**BASE["training"], "tp_comm_overlap": True}}
+    lm = compile_dict(tmp_path, apply(BASE, overlap))
+    assert lm.ok, [d.to_json() for d in lm.diagnostics if d.is_error]
+    out = write_files(tmp_path / "lm", lm.files)
+    bad, _ = version_problems(str(out), {}, {"transformer_engine": "2.1.0"})
+    assert len(bad) == 1 and "te-2.0-tp-comm-overlap-wrong-wgrad" in bad[0] and "2.2" in bad[0]
 
 
 # --- resume ---------------------------------------------------------------------------------

@@ -143,7 +143,9 @@ def version_problems(outdir: str, env: Mapping[str, str],
             engine=str(spec["engine"]), entrypoint=str(lc["entrypoint"]),
             device=str(lc["device"]), ep=int(p["ep"]), num_experts=m.get("num_experts"),
             dispatcher=str(m.get("moe_token_dispatcher_type", "alltoall")), cp=int(p["cp"]),
-            fp8=t.get("fp8_format", "none") != "none", zero_stage=int(p.get("zero_stage") or 0))
+            fp8=t.get("fp8_format", "none") != "none", zero_stage=int(p.get("zero_stage") or 0),
+            tp_comm_overlap=bool(t.get("tp_comm_overlap")),
+            gpu=str(spec.get("cluster", {}).get("gpu", "")))
         job_env = {**lc.get("env", {}), **env}
     except (OSError, ValueError, KeyError, TypeError):
         return [], []
