@@ -135,8 +135,9 @@ CP_A2A_HEADS = _r(
     "cp_comm_type a2a needs the heads and query groups per TP rank to be multiples of cp")
 KV_REPLICATED = _r(
     "TRC221", "kv-heads-replicated",
-    "tp above num_query_groups replicates KV heads (Megatron-Core >= 0.16 only; wasteful)",
-    "warning")
+    "tp above num_query_groups replicates KV heads (Megatron-Core >= 0.16 only; wasteful); an "
+    "error where launch.versions.megatron_core is older than 0.16.0, whose TransformerConfig "
+    "raises", "warning")
 
 # --- TRC3xx: feature compatibility ---------------------------------------------------------
 #: Megatron-Core MoE build checks: engine=fsdp builds no experts (TRC344 refuses num_experts)
@@ -543,7 +544,10 @@ SOURCES: dict[str, str] = {
     "TRC217": "validate_args (MR CP-1)", "TRC218": "tensor_parallel/mappings.py (MR SP-2; BC-015)",
     "TRC219": "validate_args --max-position-embeddings (MR §5)",
     "TRC220": "Transformer Engine a2a CP (MR §8)",
-    "TRC221": "attention.py KV replication, Megatron-Core >= 0.16 (MR TP-2; BC-011)",
+    "TRC221": "attention.py KV replication, Megatron-Core >= 0.16 (MR TP-2; BC-011); "
+              "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__ "
+              "(core_v0.15.3: num_query_groups % tp == 0 required; core_v0.16.0: or tp % "
+              "num_query_groups == 0)",
     "TRC301": "ModelParallelConfig.__post_init__ (MR SP-1)",
     "TRC302": "megatron-core 0.16.1 transformer/moe/moe_layer.py MoELayer.forward raises "
               "ValueError; ModelParallelConfig.__post_init__ only warns (MR EXP-6)",
