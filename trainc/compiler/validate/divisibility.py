@@ -17,8 +17,8 @@ from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, Severity, diag
 from trainc.compiler.validate.layers import layers_and_batch
 from trainc.compiler.validate.sequence import sequence
-from trainc.compiler.validate.versions import before, release
 from trainc.compiler.validate.util import capacity, divisors, fitting, nearest, show
+from trainc.compiler.validate.versions import before, release
 from trainc.schemas import Engine, TrainSpec
 
 #: The first Megatron-Core release whose TransformerConfig accepts tp above num_query_groups
