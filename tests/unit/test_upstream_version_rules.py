@@ -23,3 +23,57 @@ def test_kv_replication_is_a_warning_from_megatron_core_0_16() -> None:
     for versions in ({"megatron_core": "0.16.0"}, {}):  # {}: trainc's target, 0.16.1
         found = find(lint_cfg(**GQA_TP8, **{"launch.versions": versions}), "TRC221")
         assert [(d.severity.value, d.key) for d in found] == [("warning", "parallel.tp")]
+
+
+#: 8 layers over pp 2: chunks of 4 layers
+UNIFORM = {"training.recompute": "full", "training.recompute_method": "uniform"}
+
+
+def test_uniform_recompute_must_divide_the_chunk_before_megatron_core_0_17() -> None:
+    found = find(lint_cfg(**UNIFORM, **{"training.recompute_num_layers": 3}), "TRC260")
+    assert [(d.severity.value, d.key) for d in found] == [
+        ("error", "training.recompute_num_layers")]
+    assert found[0].facts["layers_per_chunk"] == [4]
+    assert found[0].edits == {"training.recompute_num_layers": 2}
+    assert "one of 1, 2, 4" in (found[0].fix or "")
+
+
+def test_uniform_recompute_chunks_with_vpp_and_dividing_values() -> None:
+    # vpp 2: chunks of 2 layers, so 4 (a divisor of the stage) is TRC309, 2 is fine
+    assert not find(lint_cfg(**UNIFORM, **{"training.recompute_num_layers": 2,
+                                          "parallel.vpp": 2, "training.global_batch_size": 32}),
+                    "TRC260")
+    assert not find(lint_cfg(**UNIFORM, **{"training.recompute_num_layers": 4}), "TRC260")
+
+
+def test_uniform_recompute_is_clamped_from_megatron_core_0_17_and_block_never_overruns() -> None:
+    odd = {**UNIFORM, "training.recompute_num_layers": 3}
+    assert not find(lint_cfg(**odd, **{"launch.versions": {"megatron_core": "0.17.0"}}),
+                    "TRC260")
+    assert not find(lint_cfg(**{**odd, "training.recompute_method": "block"}), "TRC260")
+    assert not find(lint_cfg(**odd, engine="deepspeed"), "TRC260")
+
+
+#: Mixtral-like: 8 experts, capacity factor 1.25, ep 4 x tp 2 on 8 GPUs
+CAPACITY = {"model.num_experts": 8, "model.moe_router_topk": 2, "parallel.ep": 4,
+            "parallel.pp": 1, "parallel.sequence_parallel": True,
+            "model.moe_expert_capacity_factor": 1.25}
+
+
+def test_capacity_factor_needs_alltoall_before_megatron_core_0_12() -> None:
+    old = {"launch.versions": {"megatron_core": "0.11.0"}}
+    for dispatcher in ("allgather", "flex"):
+        found = find(lint_cfg(**CAPACITY, **old,
+                              **{"model.moe_token_dispatcher_type": dispatcher}), "TRC390")
+        assert [(d.severity.value, d.key) for d in found] == [
+            ("error", "model.moe_expert_capacity_factor")], dispatcher
+        assert found[0].edits == {"model.moe_token_dispatcher_type": "alltoall"}
+    assert not find(lint_cfg(**CAPACITY, **old,
+                             **{"model.moe_token_dispatcher_type": "alltoall"}), "TRC390")
+
+
+def test_capacity_factor_with_any_dispatcher_from_megatron_core_0_12() -> None:
+    for versions in ({"megatron_core": "0.12.0"}, {}):  # {}: trainc's target, 0.16.1
+        assert not find(lint_cfg(**CAPACITY, **{"launch.versions": versions,
+                                               "model.moe_token_dispatcher_type": "allgather"}),
+                        "TRC390")

@@ -138,6 +138,11 @@ KV_REPLICATED = _r(
     "tp above num_query_groups replicates KV heads (Megatron-Core >= 0.16 only; wasteful); an "
     "error where launch.versions.megatron_core is older than 0.16.0, whose TransformerConfig "
     "raises", "warning")
+RECOMPUTE_UNIFORM_CHUNKS = _r(
+    "TRC260", "recompute-uniform-divides-chunk",
+    "with recompute_method uniform, recompute_num_layers must divide the layers of every "
+    "pipeline stage chunk on Megatron-Core before 0.17.0 (the last checkpointed chunk runs past "
+    "the stage's layers: IndexError)", engines={"deepspeed": "n/a", "fsdp": "n/a"})
 
 # --- TRC3xx: feature compatibility ---------------------------------------------------------
 #: Megatron-Core MoE build checks: engine=fsdp builds no experts (TRC344 refuses num_experts)
@@ -223,6 +228,10 @@ MOE_CAPACITY_BALANCING = _r(
     "TRC326", "moe-capacity-needs-aux-balancing",
     "moe_expert_capacity_factor works only with aux_loss, seq_aux_loss, global_aux_loss or none "
     "load balancing", engines=_NO_MOE_FSDP)
+MOE_CAPACITY_DISPATCHER = _r(
+    "TRC390", "moe-capacity-needs-alltoall",
+    "moe_expert_capacity_factor needs the alltoall token dispatcher on Megatron-Core before "
+    "0.12.0 (TransformerConfig raises for allgather)", engines=_NO_MOE_FSDP)
 SHARED_EXPERT_TP = _r(
     "TRC327", "shared-expert-divisible-by-tp",
     "moe_shared_expert_intermediate_size must be a multiple of tp (the shared expert MLP is "
@@ -548,6 +557,14 @@ SOURCES: dict[str, str] = {
               "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__ "
               "(core_v0.15.3: num_query_groups % tp == 0 required; core_v0.16.0: or tp % "
               "num_query_groups == 0)",
+    "TRC260": "megatron/core/transformer/transformer_block.py TransformerBlock."
+              "_checkpointed_forward, uniform method (core_v0.16.1: custom(layer_idx, layer_idx "
+              "+ recompute_num_layers) unclamped; clamped to the stage's layers by "
+              "NVIDIA/Megatron-LM PR #3562, first in core_v0.17.0); NVIDIA/Megatron-LM#1807",
+    "TRC390": "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__ "
+              "(core_v0.11.0: 'moe_expert_capacity_factor only works with alltoall token "
+              "dispatcher'; the check is gone from core_v0.12.0, NVIDIA/Megatron-LM commit "
+              "0d389f5 'Integration of Deepseek DeepEP kernel'); NVIDIA/Megatron-LM#1277",
     "TRC301": "ModelParallelConfig.__post_init__ (MR SP-1)",
     "TRC302": "megatron-core 0.16.1 transformer/moe/moe_layer.py MoELayer.forward raises "
               "ValueError; ModelParallelConfig.__post_init__ only warns (MR EXP-6)",
