@@ -77,3 +77,19 @@ def test_capacity_factor_with_any_dispatcher_from_megatron_core_0_12() -> None:
         assert not find(lint_cfg(**CAPACITY, **{"launch.versions": versions,
                                                "model.moe_token_dispatcher_type": "allgather"}),
                         "TRC390")
+
+
+BLOCKWISE = {"cluster.gpu": "h100-80g", "training.fp8_format": "e4m3",
+             "training.fp8_recipe": "blockwise", "parallel.pp": 1}
+
+
+def test_blockwise_fp8_needs_cuda_12_9() -> None:
+    found = [d for d in find(lint_cfg(**BLOCKWISE, **{"launch.versions": {"cuda": "12.8"}}),
+                             "TRC370") if d.key == "launch.versions.cuda"]
+    assert [d.severity.value for d in found] == ["error"]
+    assert found[0].edits == {"launch.versions.cuda": "12.9"}
+    for cuda in ("12.9", "13.0"):
+        assert not find(lint_cfg(**BLOCKWISE, **{"launch.versions": {"cuda": cuda}}), "TRC370")
+    assert not find(lint_cfg(**BLOCKWISE), "TRC370")  # the CUDA release is not given
+    tensorwise = {**BLOCKWISE, "training.fp8_recipe": "tensorwise"}
+    assert not find(lint_cfg(**tensorwise, **{"launch.versions": {"cuda": "12.8"}}), "TRC370")

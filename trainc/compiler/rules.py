@@ -352,7 +352,8 @@ LOW_PRECISION_GPU = _r(
     "TRC370", "low-precision-recipe-gpu",
     "the FP8 / FP4 recipe must run on cluster.gpu: FP8 needs compute capability 8.9+ (no A100), "
     "mxfp8 and nvfp4 need Blackwell (B200, GB200), blockwise needs Hopper or a recent "
-    "Transformer Engine on Blackwell", engines=_MEGATRON_ONLY)
+    "Transformer Engine on Blackwell, and CUDA 12.9 or later (launch.versions.cuda)",
+    engines=_MEGATRON_ONLY)
 LOW_PRECISION_SHAPES = _r(
     "TRC371", "low-precision-gemm-shapes",
     "every FP8 / FP4 GEMM's local shape after the TP / ETP split must be aligned: tokens per "
@@ -627,7 +628,8 @@ SOURCES: dict[str, str] = {
               "--main-grads-dtype, --main-params-dtype, --exp-avg(-sq)-dtype",
     "TRC370": "transformer_engine/pytorch/quantization.py check_recipe_support / "
               "_compute_fp8_support (8.9+), _compute_mxfp8_support and _compute_nvfp4_support "
-              "(10.0+), _compute_fp8_block_scaling_support (TE 2.x: Hopper, later 9.0+); "
+              "(10.0+), _compute_fp8_block_scaling_support (TE 2.x: Hopper, later 9.0+; "
+              "torch.version.cuda >= 12.9 in v2.3 .. v2.18; NVIDIA-NeMo/RL#971); "
               "megatron-core 0.16.1 transformer_config.py fp8_recipe ('mxfp8' for Blackwell only)",
     "TRC371": "transformer_engine/pytorch/utils.py assert_dim_for_fp8_exec (height % 8, width % "
               "16); tensor/mxfp8_tensor.py and nvfp4_tensor.py Quantizer.is_quantizable (block "

@@ -36,6 +36,7 @@ from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, Severity, diag
 from trainc.compiler.validate.util import divisors, nearest_multiple, or_list
+from trainc.compiler.validate.versions import before
 from trainc.schemas import (
     Activation,
     Fp4Format,
@@ -134,7 +135,8 @@ def misaligned(spec: TrainSpec, tp: int, etp: int, unit: int) -> list[Gemm]:
 
 
 def precision_shapes(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
-    """TRC370 (recipe vs GPU), TRC371 (local GEMM shapes), TRC372 (BF16 first/last layers)."""
+    """TRC370 (recipe vs GPU and, for blockwise, vs launch.versions.cuda), TRC371 (local GEMM
+    shapes), TRC372 (BF16 first/last layers)."""
     t = spec.training
     recipe = recipe_name(spec)
     if t.first_last_layers_bf16 and t.fp8_format is not Fp8Format.none \
@@ -164,7 +166,33 @@ def precision_shapes(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                        "parallel.zero_stage=1)", edits={"training.fp8_param_gather": True},
                    recipe="mxfp8", fp8_param_gather=False)
     yield from _gpu(spec, recipe)
+    yield from _cuda(spec, recipe)
     yield from _shapes(spec, d, recipe)
+
+
+#: The CUDA release Transformer Engine's FP8 block scaling needs (``check_fp8_block_scaling_
+#: support``: ``float(torch.version.cuda) >= 12.9``, every TE release with the recipe, v2.3 ..
+#: v2.18).
+BLOCKWISE_CUDA = "12.9"
+
+
+def _cuda(spec: TrainSpec, recipe: str) -> Iterator[Diagnostic]:
+    """TRC370 on ``launch.versions.cuda``: the blockwise recipe with a CUDA (the CUDA that
+    PyTorch was built with, ``torch.version.cuda``) older than :data:`BLOCKWISE_CUDA`;
+    Transformer Engine raises 'FP8 block scaled GEMM requires ... CUDA >= 12.9' at the first
+    ``fp8_autocast`` (NVIDIA-NeMo/RL#971). No finding when the CUDA release is not given."""
+    if recipe != "blockwise" or not before(spec, "cuda", BLOCKWISE_CUDA):
+        return
+    cuda = (spec.launch.versions or {})["cuda"]
+    yield diag(R.LOW_PRECISION_GPU, f"the blockwise recipe with CUDA {cuda}: Transformer "
+               f"Engine's FP8 block-scaled GEMM needs CUDA {BLOCKWISE_CUDA} or later and "
+               "raises 'FP8 block scaled GEMM requires ... CUDA >= 12.9' at the first FP8 "
+               "autocast", "launch.versions.cuda", related=("training.fp8_recipe",),
+               fix=f"use a PyTorch build (or an NGC PyTorch container) with CUDA "
+                   f"{BLOCKWISE_CUDA} or later (launch.versions.cuda), or set "
+                   "training.fp8_recipe=tensorwise (or delayed), which CUDA "
+                   f"{cuda} runs", edits={"launch.versions.cuda": BLOCKWISE_CUDA},
+               recipe=recipe, cuda=cuda, needs=BLOCKWISE_CUDA)
 
 
 def _gpu(spec: TrainSpec, recipe: str) -> Iterator[Diagnostic]:
