@@ -93,3 +93,14 @@ def test_blockwise_fp8_needs_cuda_12_9() -> None:
     assert not find(lint_cfg(**BLOCKWISE), "TRC370")  # the CUDA release is not given
     tensorwise = {**BLOCKWISE, "training.fp8_recipe": "tensorwise"}
     assert not find(lint_cfg(**tensorwise, **{"launch.versions": {"cuda": "12.8"}}), "TRC370")
+
+
+def test_tp_comm_overlap_across_nodes_is_an_error() -> None:
+    """TransformerEngine #1071: Userbuffers runs TP inside one NVLink domain only."""
+    two_nodes = {"training.tp_comm_overlap": True, "parallel.sequence_parallel": True,
+                 "cluster.gpus_per_node": 4, "cluster.num_nodes": 2, "parallel.pp": 1,
+                 "cluster.gpu": "h100-80g"}
+    found = find(lint_cfg(**two_nodes, **{"parallel.tp": 8}), "TRC382")
+    assert [(d.severity.value, d.key) for d in found] == [("error", "training.tp_comm_overlap")]
+    assert found[0].edits == {"training.tp_comm_overlap": False}
+    assert not find(lint_cfg(**two_nodes, **{"parallel.tp": 4}), "TRC382")

@@ -402,9 +402,10 @@ TP_COMM_OVERLAP = _r(
     "with sequence_parallel (Megatron-LM validate_args)")
 TP_COMM_OVERLAP_DOMAIN = _r(
     "TRC382", "tp-comm-overlap-domain",
-    "tp_comm_overlap hides TP traffic over NVLink peer memory (userbuffers); a TP group wider "
-    "than the NVLink domain gets no overlap", "warning",
-    engines={"megatron": "warning", "deepspeed": "n/a", "fsdp": "n/a"})
+    "tp_comm_overlap runs in Transformer Engine's userbuffers over NVLink peer memory (CUDA "
+    "multicast / IPC handles): a TP group wider than the NVLink domain, or cut by it, cannot "
+    "run it (tensor parallelism inside one domain only)", "error",
+    engines={"megatron": "error", "deepspeed": "n/a", "fsdp": "n/a"})
 MOE_A2A_OVERLAP = _r(
     "TRC381", "moe-a2a-overlap",
     "overlap_moe_expert_parallel_comm needs engine=megatron on CUDA, ep > 1, the alltoall or "
@@ -655,7 +656,10 @@ SOURCES: dict[str, str] = {
               "--sequence-parallel); megatron-core 0.16.1 extensions/transformer_engine.py "
               "(userbuffers: Transformer Engine on CUDA)",
     "TRC382": "Transformer Engine userbuffers (transformer_engine/pytorch/module/base.py "
-              "initialize_ub: intra-domain NVLink peer-memory communicators)",
+              "initialize_ub: intra-domain NVLink peer-memory communicators); "
+              "NVIDIA/TransformerEngine#1071 (comm+GEMM overlap supports single-node tensor "
+              "parallelism only: Userbuffers relies on CUDA multicast handles within an NVLink "
+              "domain)",
     "TRC383": "Megatron-LM core_v0.16.1 megatron/training/arguments.py validate_args "
               "(use_megatron_fsdp: ckpt_format fsdp_dtensor); megatron/core/distributed/fsdp/"
               "src/megatron_fsdp/megatron_fsdp.py MegatronFSDP.__init__ (overlaps forced on)",
