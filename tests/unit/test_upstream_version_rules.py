@@ -104,3 +104,29 @@ def test_tp_comm_overlap_across_nodes_is_an_error() -> None:
     assert [(d.severity.value, d.key) for d in found] == [("error", "training.tp_comm_overlap")]
     assert found[0].edits == {"training.tp_comm_overlap": False}
     assert not find(lint_cfg(**two_nodes, **{"parallel.tp": 4}), "TRC382")
+
+
+def _vocab_finding(vocab: int, saved: dict[str, object], **changes: object):
+    [d] = find(lint_cfg(**{"model.vocab_size": vocab, "resume.load_dir": "/ckpt",
+                           "resume.saved": {"engine": "megatron", "pp": 2, **saved}}, **changes),
+               "TRC535")
+    return d
+
+
+def test_resume_vocab_fix_for_added_tokens_resizes_the_embedding() -> None:
+    """epfLLM/Megatron-LLM#81: 32002 tokens at tp 2 pad to 32256; the checkpoint has 32000."""
+    d = _vocab_finding(32002, {"tp": 2, "padded_vocab_size": 32000})
+    assert "resize the checkpoint's word embeddings and output layer to 32256 rows" in d.fix
+    assert "model.vocab_size at most 32000" in d.fix
+    assert "saved tp" not in d.fix and d.edits == {}
+
+
+def test_resume_vocab_fix_names_the_saved_tp_or_the_divisor() -> None:
+    # make_vocab_size_divisible_by 1: 32001 rows saved at tp 1; tp 2 pads to 32002, and no
+    # divisor of tp 2 gives an odd row count: the saved tp does
+    d = _vocab_finding(32001, {"tp": 1, "padded_vocab_size": 32001},
+                       **{"model.make_vocab_size_divisible_by": 1})
+    assert d.edits == {"parallel.tp": 1} and "the saved tp" in d.fix
+    # 30000 tokens saved as 30080 rows at tp 2: 15040 x 2 = 30080
+    d = _vocab_finding(30000, {"tp": 2, "padded_vocab_size": 30080})
+    assert d.edits == {"model.make_vocab_size_divisible_by": 15040}
