@@ -130,3 +130,20 @@ def test_resume_vocab_fix_names_the_saved_tp_or_the_divisor() -> None:
     # 30000 tokens saved as 30080 rows at tp 2: 15040 x 2 = 30080
     d = _vocab_finding(30000, {"tp": 2, "padded_vocab_size": 30080})
     assert d.edits == {"model.make_vocab_size_divisible_by": 15040}
+
+
+def test_mxfp8_aligns_the_sequence_parallel_shard() -> None:
+    """ms-swift #9723: 31936 tokens at tp 4 with sequence parallelism: 7984 per rank."""
+    mx = {"cluster.gpu": "b200", "training.fp8_format": "e4m3", "training.fp8_recipe": "mxfp8",
+          "parallel.tp": 4, "parallel.pp": 1, "parallel.sequence_parallel": True,
+          "model.max_position_embeddings": 65536}
+    found = [d for d in find(lint_cfg(**mx, **{"model.seq_length": 31936}), "TRC371")
+             if d.key == "model.seq_length"]
+    assert [d.facts["tokens"] for d in found] == [7984]
+    assert found[0].edits == {"model.seq_length": 32000}
+    assert not [d for d in find(lint_cfg(**mx, **{"model.seq_length": 32000}), "TRC371")
+                if d.key == "model.seq_length"]
+    # without sequence parallelism every rank holds the whole 31936 tokens (a multiple of 32)
+    assert not [d for d in find(lint_cfg(**{**mx, "parallel.sequence_parallel": False},
+                                         **{"model.seq_length": 31936}), "TRC371")
+                if d.key == "model.seq_length"]

@@ -72,15 +72,32 @@ ALIGN: dict[str, tuple[int, int]] = {
 }
 
 
+#: Recipes whose sequence-parallel shard is quantized on each rank before the all-gather, so
+#: the tokens of one rank (``micro_batch x seq_length / (cp x tp)``) must fill whole blocks:
+#: Transformer Engine's MXFP8 path (``distributed.py::_all_gather_mxfp8`` gathers MXFP8 data
+#: and 1x32 scales; the fused norm of ``LayerNormLinear`` writes the shard already quantized;
+#: ``MXFP8Quantizer.is_quantizable`` needs both dims % 32), v2.x.
+SP_SHARD_QUANTIZED = frozenset({"mxfp8"})
+
+
+def sp_shard(spec: TrainSpec, recipe: str | None) -> int:
+    """The sequence-parallel split the recipe's token alignment applies to: tp when
+    sequence parallelism is on (tp > 1) and the recipe quantizes the shard
+    (:data:`SP_SHARD_QUANTIZED`), else 1."""
+    p = spec.parallel
+    return p.tp if recipe in SP_SHARD_QUANTIZED and p.sequence_parallel and p.tp > 1 else 1
+
+
 def token_seq_unit(spec: TrainSpec) -> tuple[int, str | None]:
     """(the multiple of seq_length that keeps every low-precision GEMM's tokens ``micro_batch
-    x seq_length / cp`` aligned whatever the micro batch: the recipe's token alignment x cp,
-    the recipe) -- (1, None) without an FP8 / FP4 recipe. TRC217 / TRC218 fold it into their
+    x seq_length / cp`` aligned whatever the micro batch: the recipe's token alignment x cp
+    (x tp for a recipe that quantizes the sequence-parallel shard, :func:`sp_shard`), the
+    recipe) -- (1, None) without an FP8 / FP4 recipe. TRC217 / TRC218 fold it into their
     seq_length fix, so following one fix does not break TRC371."""
     recipe = recipe_name(spec)
     if recipe is None:
         return 1, None
-    return ALIGN[recipe][0] * max(spec.parallel.cp, 1), recipe
+    return ALIGN[recipe][0] * max(spec.parallel.cp, 1) * sp_shard(spec, recipe), recipe
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,17 +310,21 @@ def _shapes(spec: TrainSpec, d: Derived, recipe: str) -> Iterator[Diagnostic]:
                        if k != key and (k != "parallel.etp" or m.num_experts is not None))),
                    fix="set " + "; or ".join(fixes), edits=edits, recipe=recipe, unit=unit,
                    layers=[g.layer for g in bad], tp=p.tp, etp=etp)
-    tokens = t.micro_batch_size * m.seq_length // max(p.cp, 1)
+    shard = sp_shard(spec, recipe)
+    tokens = t.micro_batch_size * m.seq_length // (max(p.cp, 1) * shard)
     if tokens % m_unit:
         # seq must keep tokens % m_unit == 0 and the CP (2 cp) and SP (tp) splits whole
-        seq_step = _lcm(m_unit * max(p.cp, 1), 2 * p.cp if p.cp > 1 else 1)
+        seq_step = _lcm(m_unit * max(p.cp, 1) * shard, 2 * p.cp if p.cp > 1 else 1)
         seq_step = _lcm(seq_step, max(p.cp, 1) * (p.tp if p.sequence_parallel else 1))
         seqs = nearest_multiple(m.seq_length, seq_step)
         seq_fix = seqs[-1]
+        what = ("micro_batch_size x seq_length / (cp x tp), the sequence-parallel shard each "
+                "rank quantizes before the all-gather" if shard > 1 else
+                "micro_batch_size x seq_length / cp")
         yield diag(R.LOW_PRECISION_SHAPES, f"with the {recipe} recipe the tokens of one GEMM "
-                   f"(micro_batch_size x seq_length / cp = {tokens}) must be a multiple of "
-                   f"{m_unit}", "model.seq_length",
-                   related=("training.micro_batch_size", "parallel.cp"),
+                   f"({what} = {tokens}) must be a multiple of {m_unit}", "model.seq_length",
+                   related=("training.micro_batch_size", "parallel.cp")
+                   + (("parallel.tp", "parallel.sequence_parallel") if shard > 1 else ()),
                    fix=f"set model.seq_length to {or_list(seqs)} (a multiple of {seq_step}: "
                        f"{m_unit} tokens per GEMM x cp {p.cp}"
                        + (f", split by tp {p.tp} for sequence parallelism" if p.sequence_parallel
