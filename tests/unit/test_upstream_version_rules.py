@@ -147,3 +147,15 @@ def test_mxfp8_aligns_the_sequence_parallel_shard() -> None:
     assert not [d for d in find(lint_cfg(**{**mx, "parallel.sequence_parallel": False},
                                          **{"model.seq_length": 31936}), "TRC371")
                 if d.key == "model.seq_length"]
+
+
+def test_fsdp_single_stage_1f1b_rejects_fewer_microbatches_than_stages() -> None:
+    """torch 2.13 Schedule1F1B.__init__ raises; torchtitan #775 hung before it."""
+    fsdp = {"engine": "fsdp", "parallel.tp": 2, "parallel.pp": 2}
+    found = find(lint_cfg(**fsdp, **{"training.global_batch_size": 2}), "TRC215")
+    assert [(d.severity.value, d.key) for d in found] == [("error", "training.global_batch_size")]
+    assert found[0].edits == {"training.global_batch_size": 4}
+    assert not find(lint_cfg(**fsdp, **{"training.global_batch_size": 4}), "TRC215")
+    # Megatron-Core's non-interleaved schedule runs it (idle stages): still a warning
+    [d] = find(lint_cfg(**{"training.global_batch_size": 2, "parallel.tp": 2}), "TRC215")
+    assert d.severity.value == "warning"

@@ -119,7 +119,9 @@ GLOBAL_BATCH = _r(
     "global_batch_size must be a multiple of micro_batch_size*dp")
 MICROBATCHES_PP = _r(
     "TRC215", "microbatches-at-least-pp",
-    "num_microbatches below pp leaves pipeline stages idle (an error with interleaving)",
+    "num_microbatches below pp leaves pipeline stages idle (an error with interleaving, and "
+    "with engine=fsdp's single-stage 1F1B schedule, which torch.distributed.pipelining "
+    "rejects)",
     "warning")
 MICROBATCHES_VPP = _r(
     "TRC216", "microbatches-multiple-of-pp",
@@ -550,7 +552,9 @@ SOURCES: dict[str, str] = {
     "TRC212": "TransformerConfig uneven PP (MR §1.6; BC-005)",
     "TRC213": "initialize_model_parallel (MR PG-4)",
     "TRC214": "ConstantNumMicroBatchesCalculator (MR §1.7); DeepSpeed batch assertion (DR §1)",
-    "TRC215": "pipeline schedules (MR §1.7)",
+    "TRC215": "pipeline schedules (MR §1.7); torch 2.13 torch/distributed/pipelining/"
+              "schedules.py Schedule1F1B.__init__ (n_microbatches >= num_stages, pytorch/"
+              "pytorch PR 144702; pytorch/torchtitan#775)",
     "TRC216": "forward_backward_pipelining_with_interleaving (MR §1.7)",
     "TRC217": "validate_args (MR CP-1)", "TRC218": "tensor_parallel/mappings.py (MR SP-2; BC-015)",
     "TRC219": "validate_args --max-position-embeddings (MR §5)",
