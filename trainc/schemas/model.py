@@ -124,6 +124,32 @@ class ModelSpec:
     or flex dispatcher (TRC377)."""
     moe_layer_freq: int = 1
     """MoE: every k-th layer (0-based i with i % k == 0) is an MoE layer. Rules: TRC315."""
+    moe_first_k_dense_layers: int = 0
+    """MoE: the first k layers are dense (a plain MLP of ffn_hidden_size) before the
+    moe_layer_freq pattern starts: DeepSeek-V3 / Kimi K2's ``first_k_dense_replace`` (3 / 1).
+    Written to Megatron-Core as the list form of ``moe_layer_freq`` (``[0]*k + [...]``,
+    TransformerConfig.moe_layer_freq: Union[int, List[int]]; Megatron-LM ``--moe-layer-freq
+    "([0]*3+[1]*58)"``). Rules: TRC315."""
+    mtp_num_layers: int | None = None
+    """Multi-token prediction modules after the decoder (count; DeepSeek-V3: 1,
+    ``num_nextn_predict_layers``); each is one transformer layer plus two norms and a 2h x h
+    projection, sharing the embedding and output layer (arXiv:2412.19437 §2.2). null = none.
+    Megatron-Core ``TransformerConfig.mtp_num_layers`` (Megatron-LM ``--mtp-num-layers``);
+    engine=megatron only (TRC344 for the others)."""
+    moe_router_num_groups: int | None = None
+    """MoE: group-limited routing, experts split into this many equal groups (DeepSeek-V3:
+    ``n_group`` 8); null = none. Megatron-Core ``TransformerConfig.moe_router_num_groups``
+    (``--moe-router-num-groups``); must divide num_experts. engine=megatron only."""
+    moe_router_group_topk: int | None = None
+    """MoE: groups each token may route to (DeepSeek-V3: ``topk_group`` 4); set together with
+    moe_router_num_groups and at most it. Megatron-Core ``moe_router_group_topk``
+    (``--moe-router-group-topk``)."""
+    moe_router_enable_expert_bias: bool = False
+    """MoE: the aux-loss-free load balancing of DeepSeek-V3 (``topk_method: noaux_tc``): a
+    per-expert bias added to the scores for top-k selection only, updated from the load
+    (arXiv:2412.19437 §2.1.2). Needs moe_router_score_function sigmoid (Megatron-Core 0.16.1
+    TransformerConfig.__post_init__). Megatron-Core ``moe_router_enable_expert_bias``
+    (``--moe-router-enable-expert-bias``); engine=megatron only."""
     moe_router_load_balancing_type: MoeLoadBalancing = MoeLoadBalancing.aux_loss
     """MoE: load balancing of the router: aux_loss (Switch/GShard), seq_aux_loss (DeepSeek-V2/V3),
     global_aux_loss, sinkhorn or none (Megatron-Core default aux_loss)."""

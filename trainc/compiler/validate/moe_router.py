@@ -1,0 +1,94 @@
+"""TRC384, TRC385: the MoE router's settings (group-limited routing, expert bias, dense first
+layers) and whether it balances the experts' load at all.
+
+Sources: megatron-core 0.16.1 ``transformer/transformer_config.py``
+``TransformerConfig.__post_init__`` (``moe_router_group_topk`` needs ``moe_router_num_groups``,
+``num_moe_experts % moe_router_num_groups == 0``, ``moe_router_group_topk <=
+moe_router_num_groups``; ``moe_router_enable_expert_bias`` needs ``moe_router_score_function
+== "sigmoid"``). Load balancing: Megatron-LM ``megatron/core/transformer/moe/README.md``
+(core_v0.16.1), which recommends ``--moe-router-load-balancing-type aux_loss`` with
+``--moe-aux-loss-coeff 1e-2`` (Switch Transformer, arXiv:2101.03961 §2.2) or, DeepSeek-V3 style,
+``--moe-router-enable-expert-bias`` with sigmoid scores (auxiliary-loss-free balancing,
+arXiv:2408.15664; arXiv:2412.19437 §2.1.2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from trainc.compiler import rules as R
+from trainc.compiler.diagnostics import Diagnostic, diag
+from trainc.schemas import MoeLoadBalancing, MoeScoreFunction, TrainSpec
+
+
+def moe_router(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC384 for router settings Megatron-Core asserts on; TRC385 (warning) for an MoE model
+    with no load balancing: balancing type none or an aux-loss type with coefficient 0, and no
+    expert bias. Dense models (num_experts null) yield nothing."""
+    m = spec.model
+    if not m.num_experts:
+        return
+    groups, gtop = m.moe_router_num_groups, m.moe_router_group_topk
+    if (groups is None) != (gtop is None):
+        have, lack = (("moe_router_num_groups", "moe_router_group_topk") if gtop is None
+                      else ("moe_router_group_topk", "moe_router_num_groups"))
+        yield diag(R.MOE_ROUTER_SETTINGS, f"{have} is set without {lack}: group-limited "
+                   "routing needs both (Megatron-Core asserts it)", f"model.{have}",
+                   related=(f"model.{lack}",),
+                   fix=f"set model.{lack} too (DeepSeek-V3: num_groups 8, group_topk 4), or "
+                       f"remove model.{have}", setting=have)
+    elif groups is not None and gtop is not None:
+        if m.num_experts % groups:
+            yield diag(R.MOE_ROUTER_SETTINGS, f"moe_router_num_groups ({groups}) does not divide "
+                       f"num_experts ({m.num_experts})", "model.moe_router_num_groups",
+                       related=("model.num_experts",),
+                       fix="set model.moe_router_num_groups to a divisor of "
+                           f"{m.num_experts}", num_groups=groups, num_experts=m.num_experts)
+        if gtop > groups:
+            yield diag(R.MOE_ROUTER_SETTINGS, f"moe_router_group_topk ({gtop}) exceeds "
+                       f"moe_router_num_groups ({groups})", "model.moe_router_group_topk",
+                       related=("model.moe_router_num_groups",),
+                       fix=f"set model.moe_router_group_topk to at most {groups}",
+                       edits={"model.moe_router_group_topk": groups}, group_topk=gtop,
+                       num_groups=groups)
+    sigmoid = m.moe_router_score_function is MoeScoreFunction.sigmoid
+    if m.moe_router_enable_expert_bias and not sigmoid:
+        yield diag(R.MOE_ROUTER_SETTINGS, "moe_router_enable_expert_bias with "
+                   f"moe_router_score_function {m.moe_router_score_function.value}: "
+                   "Megatron-Core supports the expert bias with sigmoid scores only",
+                   "model.moe_router_enable_expert_bias",
+                   related=("model.moe_router_score_function",),
+                   fix="set model.moe_router_score_function=sigmoid, or "
+                       "model.moe_router_enable_expert_bias=false",
+                   edits={"model.moe_router_score_function": "sigmoid"},
+                   score_function=m.moe_router_score_function.value)
+    if m.moe_first_k_dense_layers >= m.num_layers:
+        yield diag(R.MOE_ROUTER_SETTINGS, f"moe_first_k_dense_layers "
+                   f"({m.moe_first_k_dense_layers}) leaves none of the {m.num_layers} layers "
+                   "MoE", "model.moe_first_k_dense_layers", related=("model.num_layers",),
+                   fix=f"set model.moe_first_k_dense_layers below {m.num_layers}, or "
+                       "model.num_experts=null for a dense model",
+                   dense=m.moe_first_k_dense_layers, num_layers=m.num_layers)
+    lb = m.moe_router_load_balancing_type
+    aux = lb in (MoeLoadBalancing.aux_loss, MoeLoadBalancing.seq_aux_loss,
+                 MoeLoadBalancing.global_aux_loss)
+    balanced = (lb is MoeLoadBalancing.sinkhorn or (aux and m.moe_aux_loss_coeff > 0)
+                or m.moe_router_enable_expert_bias)
+    if not balanced:
+        what = ("moe_router_load_balancing_type none" if lb is MoeLoadBalancing.none
+                else f"moe_router_load_balancing_type {lb.value} with moe_aux_loss_coeff 0")
+        fix = ("set model.moe_router_enable_expert_bias=true (sigmoid scores, aux-loss-free, "
+               "DeepSeek-V3) with a small seq_aux_loss (model.moe_aux_loss_coeff=1e-4)"
+               if sigmoid else
+               "set model.moe_router_load_balancing_type=aux_loss and "
+               "model.moe_aux_loss_coeff=1e-2 (Megatron-Core's recommended start)")
+        edits = ({"model.moe_router_enable_expert_bias": True} if sigmoid else
+                 {"model.moe_router_load_balancing_type": "aux_loss",
+                  "model.moe_aux_loss_coeff": 0.01})
+        yield diag(R.MOE_NO_LOAD_BALANCING, f"{what} and no expert bias: the {m.num_experts} "
+                   "experts' load is not balanced, and routing tends to collapse onto a few "
+                   "experts", "model.moe_aux_loss_coeff",
+                   related=("model.moe_router_load_balancing_type",
+                            "model.moe_router_enable_expert_bias"),
+                   fix=fix, edits=edits, load_balancing=lb.value,
+                   aux_loss_coeff=m.moe_aux_loss_coeff)
