@@ -1,7 +1,8 @@
 """Fidelity of trainc's performance and memory model against published training runs.
 
-Compiles every row of a published-runs CSV (default ``../shared/calibration/published_runs.csv``;
-conversion in :mod:`trainc.planner.published`, the one converter) through trainc's own passes
+Compiles every row of a published-runs CSV (default ``bench/published_runs.csv``, sources in
+``bench/published_runs.md``; conversion in :mod:`trainc.planner.published`, the one converter)
+through trainc's own passes
 (normalize .. check_fit) and prints, per subset (all, BF16, FP8, dense, MoE, FSDP, per GPU,
 per source):
 
@@ -49,10 +50,9 @@ from trainc.planner.published import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The published-runs table: the shared reference folder next to the checkout.
-DEFAULT_CSV = ROOT.parent / "shared" / "calibration" / "published_runs.csv"
-if not DEFAULT_CSV.exists():
-    DEFAULT_CSV = Path("/work/shared/calibration/published_runs.csv")
+#: The published-runs table the time model is fitted on (in the repo; sources in
+#: bench/published_runs.md).
+DEFAULT_CSV = ROOT / "bench" / "published_runs.csv"
 
 
 

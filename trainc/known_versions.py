@@ -24,8 +24,10 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
     "flash_attn": ("flash-attn", "flash_attn"),
 }
 #: Features an entry's ``when`` may name (:func:`job_features`).
-FEATURES = frozenset({"cuda", "megatron_lm", "megatron", "deepspeed", "moe_alltoall", "cp",
-                      "fp8", "zero3"})
+FEATURES = frozenset({"cuda", "megatron_lm", "megatron", "deepspeed", "fsdp", "moe_alltoall",
+                      "cp", "fp8", "zero2", "zero3", "tp_comm_overlap", "grace"})
+#: GPU profiles (``cluster.gpu``) whose hosts are Grace (aarch64) CPUs: GB200 / GB300 superchips.
+GRACE_GPUS = frozenset({"gb200", "gb300"})
 _VERSION = re.compile(r"^\s*v?(\d+(?:\.\d+)*)")
 _CLAUSE = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*(\d+(?:\.\d+)*)\s*$")
 TABLE = Path(__file__).parent / "conf" / "known_bad_versions.yaml"
@@ -103,12 +105,20 @@ def table(path: Path = TABLE) -> tuple[BadCombination, ...]:
 
 
 def job_features(*, engine: str, entrypoint: str, device: str, ep: int, num_experts: int | None,
-                 dispatcher: str, cp: int, fp8: bool, zero_stage: int) -> frozenset[str]:
+                 dispatcher: str, cp: int, fp8: bool, zero_stage: int,
+                 tp_comm_overlap: bool, gpu: str) -> frozenset[str]:
     """The features of a job the table's ``when`` names (one definition for compile time and
-    ``trainc run``)."""
+    ``trainc run``): the engine (``megatron``, ``deepspeed``, ``fsdp``), ``cuda``,
+    ``megatron_lm`` (entrypoint), ``moe_alltoall`` (experts with ep > 1 and the alltoall
+    dispatcher), ``cp`` (cp > 1), ``fp8``, ``zero2`` / ``zero3`` (engine=deepspeed at exactly
+    that ZeRO stage / stage 3), ``tp_comm_overlap`` (engine=megatron with the resolved
+    ``training.tp_comm_overlap``: Transformer Engine's userbuffers GEMM overlap), ``grace``
+    (CUDA on a :data:`GRACE_GPUS` profile: the processes run on aarch64 hosts)."""
     f = {engine}
     if device == "cuda":
         f.add("cuda")
+        if gpu in GRACE_GPUS:
+            f.add("grace")
     if entrypoint == "megatron-lm":
         f.add("megatron_lm")
     if num_experts and ep > 1 and dispatcher == "alltoall":
@@ -117,8 +127,12 @@ def job_features(*, engine: str, entrypoint: str, device: str, ep: int, num_expe
         f.add("cp")
     if fp8:
         f.add("fp8")
+    if engine == "deepspeed" and zero_stage == 2:
+        f.add("zero2")
     if engine == "deepspeed" and zero_stage >= 3:
         f.add("zero3")
+    if engine == "megatron" and tp_comm_overlap:
+        f.add("tp_comm_overlap")
     return frozenset(f)
 
 

@@ -230,16 +230,17 @@ def test_a_second_run_does_not_save_over_the_first_runs_checkpoints(tmp_path, fa
 
 def test_ctrl_c_waits_for_the_job_and_exits_130(tmp_path, fake_torch):
     """Ctrl-C (SIGINT to the terminal's process group): torchrun.sh died at once, trainc
-    returned -2 (exit 254) while torchrun and its ranks were still stopping (trial 13). Now the
-    job runs in a process group of its own, trainc passes the signal on, waits until torchrun
-    has stopped, says so and exits 130."""
+    returned -2 (exit 254) while torchrun and its ranks were still stopping. Now the job runs in
+    a process group of its own, trainc passes the signal on (as SIGUSR1, the trainc worker's
+    save-and-stop), waits until torchrun has stopped, says so and exits 130; a job that saved
+    nothing gets the plain line."""
     (fake_torch / "torch" / "distributed" / "run.py").write_text(
         "import signal, sys, time\n"
         "def stop(*_):\n"
         "    time.sleep(1.5)  # torchrun stopping its workers\n"
         f"    open({str(tmp_path / 'stopped')!r}, 'w').write('yes')\n"
         "    sys.exit(1)\n"
-        "signal.signal(signal.SIGINT, stop)\n"
+        "signal.signal(signal.SIGUSR1, stop)\n"
         "print('FAKE-RUN', flush=True)\n"
         "time.sleep(60)\n")
     out = _compile(tmp_path)
@@ -253,6 +254,41 @@ def test_ctrl_c_waits_for_the_job_and_exits_130(tmp_path, fake_torch):
     assert proc.returncode == 130, err
     assert (tmp_path / "stopped").exists()  # trainc returned after the job had stopped
     assert "trainc run: interrupted (SIGINT); the job's processes have ended" in err
+
+
+@pytest.mark.parametrize(("sig", "rc"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupt_saves_the_step_and_says_how_to_resume_in_one_line(tmp_path, fake_torch,
+                                                                        sig, rc):
+    """SIGINT went to every rank and torchrun: about 240 lines of tracebacks, and the steps
+    since the last save were lost. Now SIGINT / SIGTERM reach the job as SIGUSR1 (the worker
+    saves the step it is on, leaves the stop marker and exits 0); trainc prints one line with
+    the step, the folder and the resume command, removes the marker (this is no time-limit
+    stop for sbatch.sh to requeue) and exits 128 + the signal."""
+    out = _compile(tmp_path)
+    ckpt = out / "checkpoints"
+    (fake_torch / "torch" / "distributed" / "run.py").write_text(
+        "import os, signal, sys, time\n"
+        "def stop(*_):\n"
+        f"    d = {str(ckpt)!r}\n"
+        "    os.makedirs(os.path.join(d, 'iter_0000007'))\n"
+        "    open(os.path.join(d, 'latest'), 'w').write('7\\n')\n"
+        "    open(os.path.join(d, '.stopped-by-signal'), 'w').write('x')\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGUSR1, stop)\n"
+        "print('FAKE-RUN', flush=True)\n"
+        "time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "trainc", "run", str(out)],
+                            env=_bare_env(fake_torch), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout is not None
+    assert "FAKE-RUN" in proc.stdout.readline()
+    os.killpg(proc.pid, sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == rc, err
+    assert err.strip() == (
+        f"trainc run: interrupted ({signal.Signals(sig).name}) at step 7: saved checkpoint to "
+        f"{ckpt}/iter_0000007; resume with trainc run {out} -- --load auto")
+    assert not (ckpt / ".stopped-by-signal").exists()
 
 
 @pytest.mark.parametrize(("flags", "said"), [
@@ -289,3 +325,35 @@ def test_resuming_another_layouts_checkpoint_is_refused_before_any_rank_starts(t
                                "(tp 1 -> 2, dp 2 -> 1)")
     (ckpt / "iter_0000004" / "layout.json").write_text(json.dumps(same))
     assert _trainc_run(str(out), "--", "--load", str(ckpt), env=env).returncode == 0
+
+
+def test_the_workers_own_layout_record_resumes_and_a_changed_field_is_named(tmp_path,
+                                                                           fake_torch):
+    """The worker's layout.json also holds the model dims and the distributed optimizer; the
+    check compared the whole record with the parallel sizes alone, so --load auto of the same
+    layout's checkpoint was refused ("written by another layout ()", exit 4). The record the
+    worker writes now resumes; a changed dims or distopt is refused with that field named."""
+    from trainc.launch.local import expected_layout
+
+    out = _compile(tmp_path)
+    plan = json.loads((out / "plan.json").read_text())
+    ckpt = out / "checkpoints"
+    (ckpt / "iter_0000004").mkdir(parents=True)
+    (ckpt / "latest").write_text("4\n")
+    record = expected_layout(plan)
+    d = plan["derived"]
+    assert set(record) == {"tp", "pp", "vpp", "cp", "ep", "dp", "etp", "sp", "dims", "distopt"}
+    assert (record["tp"], record["dp"], record["distopt"]) == (
+        d["tp"], d["dp"], d["distributed_optimizer"])
+    assert record["dims"].startswith("num_layers=")
+    env = _bare_env(fake_torch)
+    (ckpt / "iter_0000004" / "layout.json").write_text(json.dumps(record, sort_keys=True))
+    r = _trainc_run(str(out), "--", "--load", "auto", env=env)
+    assert r.returncode == 0 and "FAKE-RUN" in r.stdout, r.stderr
+    changed = {**record, "distopt": not record["distopt"], "dims": "num_layers=2"}
+    (ckpt / "iter_0000004" / "layout.json").write_text(json.dumps(changed))
+    r = _trainc_run(str(out), "--", "--load", "auto", env=env)
+    assert r.returncode == 4 and "FAKE-RUN" not in r.stdout
+    assert r.stderr.startswith(
+        f"trainc run: {ckpt} (step 4) was written by another layout (dims 'num_layers=2' -> "
+        f"{record['dims']!r}, distopt {not record['distopt']} -> {record['distopt']}): ")

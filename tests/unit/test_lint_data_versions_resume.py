@@ -88,6 +88,91 @@ def test_deepspeed_torch_entry_applies_to_the_deepspeed_engine_only(engine, verd
         assert found[0].facts["link"].endswith("/5603")
 
 
+H100 = {"cluster.gpu": "h100-80g"}
+
+
+@pytest.mark.parametrize("changes,found", [
+    ({**H100}, True),  # tp 2 + sequence parallelism on H100: tp_comm_overlap on by default
+    ({"training.tp_comm_overlap": True}, True),
+    ({**H100, "training.tp_comm_overlap": False}, False),
+    ({}, False),  # A100: off by default
+], ids=["h100-default", "explicit", "off", "a100-default"])
+def test_te_tp_comm_overlap_entry_follows_the_resolved_setting(changes, found):
+    diags = lint_cfg(**changes, **{"launch.versions": {"transformer_engine": "2.1.0"}})
+    got = find(diags, "TRC530")
+    assert bool(got) == found, [(d.key, d.message) for d in got]
+    if found:
+        d = _one(diags, "TRC530")
+        assert d.is_error and d.key == "launch.versions.transformer_engine"
+        assert d.facts["entry"] == "te-2.0-tp-comm-overlap-wrong-wgrad"
+        assert d.edits == {"launch.versions.transformer_engine": "2.2"}
+        assert d.fix == "upgrade transformer_engine to 2.2 or later"
+
+
+@pytest.mark.parametrize("versions,key,fixed,severity", [
+    ({"transformer_engine": "1.9.0", "flash_attn": "2.6.3"}, "transformer_engine", "1.11",
+     "error"),
+    ({"transformer_engine": "2.5.0", "flash_attn": "2.8.3"}, "transformer_engine", "2.10",
+     "warning"),
+    ({"nccl": "2.29.2"}, "nccl", "2.29.3", "error"),
+], ids=["te-1.9-fa-2.6.3", "te-2.5-fa-2.8.3", "nccl-2.29.2"])
+def test_known_bad_entries_name_the_key_and_the_fixed_release(versions, key, fixed, severity):
+    d = _one(lint_cfg(**{"launch.versions": versions}), "TRC530")
+    assert d.key == f"launch.versions.{key}" and d.severity.value == severity
+    assert d.edits == {f"launch.versions.{key}": fixed} and fixed in d.fix
+
+
+FSDP = {"engine": "fsdp", "parallel.tp": 1, "parallel.pp": 1}
+
+
+def test_versions_of_an_fsdp_job_are_checked_without_an_engine_target():
+    # engine=fsdp has no engine package release trainc targets (TRC532): the table still applies
+    d = _one(lint_cfg(**FSDP, **{"launch.versions": {"torch": "2.6.0"}}), "TRC530")
+    assert d.severity.value == "warning" and d.key == "launch.versions.torch"
+    assert d.facts["entry"] == "torch-2.6-fsdp2-state-dict-load" and d.edits == {
+        "launch.versions.torch": "2.7"}
+    diags = lint_cfg(**FSDP, **{"launch.versions": {"torch": "2.7.0", "deepspeed": "0.14.0"}})
+    assert not find(diags, "TRC530") and not find(diags, "TRC532")
+    assert not find(lint_cfg(**{"launch.versions": {"torch": "2.6.0"}}), "TRC530")
+
+
+def test_deepspeed_weights_only_entry_names_its_workaround_env():
+    v = {"launch.versions": {"deepspeed": "0.15.4", "torch": "2.6.0"}}
+    d = _one(lint_cfg(**DS, **v), "TRC530")
+    assert d.is_error and d.key == "launch.versions.deepspeed"
+    assert d.edits == {"launch.versions.deepspeed": "0.16.0"}
+    assert d.fix == ("upgrade deepspeed to 0.16.0 or later (or work around it: set "
+                     "launch.env.TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1)")
+    env = {"launch.env": {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}}
+    assert not find(lint_cfg(**DS, **v, **env), "TRC530")
+    assert not find(lint_cfg(**DS, **{"launch.versions": {"deepspeed": "0.15.4",
+                                                          "torch": "2.5.1"}}), "TRC530")
+
+
+def test_nccl_aarch64_entry_needs_a_grace_gpu_profile():
+    v = {"launch.versions": {"nccl": "2.28.9"}}
+    d = _one(lint_cfg(**v, **{"cluster.gpu": "gb200", "cluster.gpus_per_node": 4}), "TRC530")
+    assert d.severity.value == "warning" and d.facts["entry"] == "nccl-aarch64-weak-cas-proxy-hang"
+    assert d.edits == {"launch.versions.nccl": "2.29.3"}
+    assert not find(lint_cfg(**v, **H100), "TRC530")
+
+
+def test_nccl_zero_byte_entry_needs_moe_alltoall():
+    moe = {"model.num_experts": 8, "parallel.ep": 2, "launch.versions": {"nccl": "2.12.7"}}
+    d = _one(lint_cfg(**moe), "TRC530")
+    assert d.is_error and d.edits == {"launch.versions.nccl": "2.12.10"}
+    assert not find(lint_cfg(**{"launch.versions": {"nccl": "2.12.7"}}), "TRC530")
+
+
+def test_te_1_11_flash_attn_2_6_entry_needs_context_parallelism():
+    v = {"launch.versions": {"transformer_engine": "1.11.0", "flash_attn": "2.6.3"}}
+    assert not find(lint_cfg(**v), "TRC530")
+    d = _one(lint_cfg(**v, **{"parallel.cp": 2, "parallel.pp": 1}), "TRC530")
+    assert d.key == "launch.versions.flash_attn" and d.related == (
+        "launch.versions.transformer_engine",)
+    assert d.edits == {"launch.versions.transformer_engine": "1.12"}
+
+
 def test_version_target_follows_the_engine():
     v = {"launch.versions": {"megatron_core": "0.14.0", "deepspeed": "0.16.0"}}
     assert [d.key for d in find(lint_cfg(**v), "TRC532")] == ["launch.versions.megatron_core"]
@@ -113,6 +198,22 @@ def test_trainc_run_checks_the_installed_versions(tmp_path):
     assert version_problems(str(out), {}, {"deepspeed": "0.19.8", "torch": "2.13.0"}) == ([], [])
 
 
+def test_trainc_run_reads_zero2_and_tp_comm_overlap_from_the_plan(tmp_path):
+    ds = compile_dict(tmp_path, apply(BASE, {"engine": "deepspeed", "parallel": {
+        "tp": 1, "pp": 1, "zero_stage": 2}}))
+    assert ds.ok, [d.to_json() for d in ds.diagnostics if d.is_error]
+    out = write_files(tmp_path / "ds", ds.files)
+    bad, _ = version_problems(str(out), {}, {"deepspeed": "0.18.2"})
+    assert len(bad) == 1 and "deepspeed-0.17.6-zero2-wrong-gradients" in bad[0]
+    assert version_problems(str(out), {}, {"deepspeed": "0.18.3"}) == ([], [])
+    overlap = {"training": {**BASE["training"], "tp_comm_overlap": True}}
+    lm = compile_dict(tmp_path, apply(BASE, overlap))
+    assert lm.ok, [d.to_json() for d in lm.diagnostics if d.is_error]
+    out = write_files(tmp_path / "lm", lm.files)
+    bad, _ = version_problems(str(out), {}, {"transformer_engine": "2.1.0"})
+    assert len(bad) == 1 and "te-2.0-tp-comm-overlap-wrong-wgrad" in bad[0] and "2.2" in bad[0]
+
+
 # --- resume ---------------------------------------------------------------------------------
 
 def test_resume_rules_depend_on_the_saved_format():
@@ -122,7 +223,14 @@ def test_resume_rules_depend_on_the_saved_format():
     assert resume_findings(dp_change, now) == []  # legacy files: dp may change
     [f] = resume_findings({"dp": 4, "checkpoint_format": "trainc"}, now)
     assert (f.rule.id, f.key, f.saved, f.now) == ("TRC534", "parallel.dp", 4, 2)
-    assert resume_findings({"tp": 8, "pp": 1, "checkpoint_format": "torch_dist"}, now) == []
+    # torch_dist reshards the model; the distributed optimizer's default save (dp_reshardable)
+    # only in dp: the tp change needs its state saved fully reshardable
+    tp_change = {"tp": 8, "pp": 1, "checkpoint_format": "torch_dist"}
+    assert now["distributed_optimizer"] is True
+    assert [f.key for f in resume_findings(tp_change, now)] == ["parallel.tp", "parallel.pp"]
+    assert resume_findings({**tp_change, "optim_fully_reshardable": True}, now) == []
+    assert resume_findings({**tp_change, "distributed_optimizer": False},
+                           {**now, "distributed_optimizer": False}) == []
 
 
 @pytest.mark.parametrize("engine", [{}, DS], ids=["megatron", "deepspeed"])
@@ -251,3 +359,61 @@ def test_eod_options_with_real_data_warn_about_the_end_of_document_id():
                 "TRC358")
     assert not find(lint_cfg(**{"data.eod_mask_loss": True}), "TRC358")
     assert not find(lint_cfg(**base), "TRC358")
+
+
+# --- what each format reshards (trainc/conf/reshard.yaml) ------------------------------------
+PP4 = {"resume.saved.pp": 4, "resume.saved.ep": 1, "parallel.pp": 1, "parallel.ep": 4,
+       "model.num_experts": 8, "model.moe_router_topk": 2}
+
+
+def test_torch_dist_with_the_distributed_optimizer_reshards_only_dp():
+    """A PP4 checkpoint resumed as EP4 with the distributed optimizer: its state was saved
+    dp_reshardable (Megatron-LM's default), which reshards only in dp."""
+    diags = lint_cfg(**LM, **PP4, **{"parallel.zero_stage": 1})
+    found = {d.key: d for d in find(diags, "TRC534")}
+    assert set(found) == {"parallel.pp", "parallel.ep"}
+    fix = found["parallel.pp"].fix or ""
+    assert "resume.saved.optim_fully_reshardable=true" in fix
+    assert "--dist-ckpt-optim-fully-reshardable" in fix and "resume.finetune=true" in fix
+    assert found["parallel.pp"].edits == {"parallel.pp": 4}
+    # saved fully reshardable, or weights only, or no distributed optimizer: it loads
+    for ok in ({"resume.saved.optim_fully_reshardable": True}, {"resume.finetune": True},
+               {"parallel.zero_stage": 0}):
+        assert not find(lint_cfg(**LM, **PP4, **{"parallel.zero_stage": 1, **ok}), "TRC534"), ok
+    # a dp change is what dp_reshardable allows
+    assert not find(lint_cfg(**LM, **{"parallel.zero_stage": 1, "resume.saved.dp": 2}), "TRC534")
+
+
+def test_fully_reshardable_save_is_emitted_as_the_megatron_lm_flag(tmp_path):
+    lm = {"entrypoint": "megatron-lm", "megatron_lm_path": "/opt/Megatron-LM"}
+    for on in (True, False):
+        spec = apply(BASE, {"launch": lm, "parallel": {"zero_stage": 1},
+                            "resume": {"optim_fully_reshardable": on}})
+        res = compile_dict(tmp_path, spec)
+        assert res.ok, [d.to_json() for d in res.diagnostics if d.is_error]
+        args = res.files["megatron_args.txt"].split()
+        assert ("--dist-ckpt-optim-fully-reshardable" in args) is on
+    # the trainc worker writes its own files: the key is not read there
+    assert _one(lint_cfg(**{"resume.optim_fully_reshardable": True}),
+                "TRC533").key == "resume.optim_fully_reshardable"
+
+
+def test_deepspeed_zero0_keeps_the_whole_optimizer_state_so_dp_may_change():
+    """ZeRO-0 writes no zero_pp_rank optimizer shards (ds_to_universal has none to read): a dp
+    change loads the native checkpoint; ZeRO 1-3 need a universal checkpoint."""
+    assert not find(lint_cfg(**DS, **{"parallel.zero_stage": 0, "resume.saved.dp": 4}),
+                    "TRC534")
+    [d] = find(lint_cfg(**DS, **{"parallel.zero_stage": 1, "resume.saved.dp": 4}), "TRC534")
+    assert "ds_to_universal.py" in (d.fix or "") and "load_universal" in (d.fix or "")
+
+
+def test_a_15t_token_budget_is_accepted_and_counted_in_samples():
+    """data.num_tokens up to 1e15: a 15T-token run (Llama 3, arXiv:2407.21783) lints clean and
+    is counted as floor(tokens / seq_length) samples; 2e15 is still refused."""
+    spec = make(**{"data.num_tokens": 15 * 10**12})
+    diags = lint_cfg(**{"data.num_tokens": 15 * 10**12})
+    assert not find(diags, "TRC006")
+    samples, _, _ = epoch_counts(spec)
+    assert samples == 15 * 10**12 // spec.model.seq_length
+    [d] = find(lint_cfg(**{"data.num_tokens": 2 * 10**15}), "TRC006")
+    assert d.key == "data.num_tokens" and "1e+15" in d.message

@@ -199,3 +199,39 @@ def test_a_list_of_plain_strings_is_accepted(tmp_path: Path) -> None:
     loaded = _load(tmp_path, 'launch:\n  container_mounts: [/a:/b, "yes", /c]\n')
     assert loaded.spec is not None and loaded.spec.launch.container_mounts == ["/a:/b", "yes",
                                                                                 "/c"]
+
+
+@pytest.mark.parametrize(("override", "key", "text", "read_as"), [
+    ("launch.versions={nccl: 2.20}", "launch.versions.nccl", "2.20", "a number, 2.2"),
+    ("launch.versions={torch: 2.4.0, nccl: 2.20}", "launch.versions.nccl", "2.20",
+     "a number, 2.2"),
+    ("launch.versions.nccl=2.20", "launch.versions.nccl", "2.20", "a number, 2.2"),
+    ("launch.env={NCCL_IB_DISABLE: true}", "launch.env.NCCL_IB_DISABLE", "true",
+     "the boolean true"),
+])
+def test_a_mapping_override_keeps_its_entries_text(tmp_path: Path, override: str, key: str,
+                                                   text: str, read_as: str) -> None:
+    """``launch.versions={nccl: 2.20}`` is not silently nccl 2.2: the entry Hydra read as a
+    number is TRC007 with the quoted fix, as ``launch.versions.nccl=2.20`` is."""
+    d = _diag(_load(tmp_path, overrides=(override,)), "TRC007", key)
+    assert d.message == (f"{key} is a string, but the override's unquoted {text} was read as "
+                         f"{read_as}")
+    assert d.fix == f"quote the value for Hydra, inside shell quotes: '{key}=\"{text}\"'"
+    assert d.edits == {key: text}
+    assert d.locations[0].file == "<command line>" and d.locations[0].line == 1
+
+
+def test_a_yaml_version_number_is_an_error_with_the_quoted_fix(tmp_path: Path) -> None:
+    d = _diag(_load(tmp_path, "launch:\n  versions:\n    nccl: 2.20\n"), "TRC007",
+              "launch.versions.nccl")
+    assert d.message == ("launch.versions.nccl is a string, but YAML read the unquoted 2.20 as "
+                         "a number, 2.2")
+    assert d.fix == 'quote it: nccl: "2.20"'
+
+
+@pytest.mark.parametrize("override", ['launch.versions={nccl: "2.20"}',
+                                      "launch.versions={nccl: '2.20', torch: 2.4.0}"])
+def test_a_quoted_version_in_a_mapping_override_is_kept(tmp_path: Path, override: str) -> None:
+    loaded = _load(tmp_path, overrides=(override,))
+    assert loaded.spec is not None, [d.message for d in loaded.diagnostics]
+    assert loaded.spec.launch.versions["nccl"] == "2.20"

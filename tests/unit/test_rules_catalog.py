@@ -508,7 +508,7 @@ def test_deepspeed_pipeline_warning_only_where_a_runner_splits_pp(
     (R.MEGATRON_ZERO, "n/a", "error", "n/a"),
     (R.DS_PIPE_GRAD_ACCUM, "n/a", "n/a", "warning"),
     (R.VPP_PP2_P2P, "n/a", "info", "info"),
-    (R.MOE_TP_SP, "n/a", "warning", "warning"),
+    (R.MOE_TP_SP, "n/a", "error", "error"),
     (R.MOE_CAPACITY_BALANCING, "n/a", "error", "error"),
     (R.SHARED_EXPERT_TP, "n/a", "error", "error"),
     (R.MOE_TOP1_PRE_SOFTMAX, "n/a", "error", "error"),

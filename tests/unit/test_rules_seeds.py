@@ -48,18 +48,23 @@ def test_seed002_moe_1024_megatron_notation(dp):
     assert [x.key for x in find(diags, "TRC107")] == ["parallel.ep"]
 
 
-def test_trc107_fix_with_the_flex_dispatcher_does_not_only_say_shrink_ep():
-    """DeepEP / HybridEP (the flex dispatcher) exist for EP across nodes: the fix says so before
-    offering a smaller ep (it only said 'use ep in {...}')."""
+def test_trc107_fix_with_the_flex_dispatcher_follows_the_dispatchers_reports():
+    """The flex dispatcher does not make a group wider than the NVLink domain safe: HybridEP is
+    limited to EP 8 on NVL8 systems (Megatron-Bridge#2883) and DeepEP's internode kernels have
+    hung across nodes (DeepEP#411, Megatron-LM#5039). The fix offers the smaller ep first and
+    never says to keep the wide one."""
     *_, diags = check("moe-1024-tp4-pp4-cp2-ep8.yaml")
     [plain] = find(diags, "TRC107")
-    assert "flex dispatcher" not in (plain.fix or "")
+    assert "DeepEP" not in (plain.fix or "") and (plain.fix or "").startswith("use ep in")
     *_, diags = check("moe-1024-tp4-pp4-cp2-ep8.yaml", "model.moe_token_dispatcher_type=flex")
-    [flex] = find(diags, "TRC107")
-    assert (flex.fix or "").startswith(
-        "the flex dispatcher (DeepEP / HybridEP) is built for all-to-all across nodes "
-        "(DeepSeek-V3 trains with EP 64 over 8 nodes): keep ep=8 if it overlaps, else use ep in")
-    assert (plain.fix or "") in (flex.fix or "")
+    [deepep] = find(diags, "TRC107")
+    fix = deepep.fix or ""
+    assert fix.startswith(plain.fix or "") and "keep ep=" not in fix
+    assert "deepseek-ai/DeepEP#411" in fix and "Megatron-LM#5039" in fix
+    *_, diags = check("moe-1024-tp4-pp4-cp2-ep8.yaml", "model.moe_token_dispatcher_type=flex",
+                      "model.moe_flex_dispatcher_backend=hybridep")
+    [hybrid] = find(diags, "TRC107")
+    assert "Megatron-Bridge#2883" in (hybrid.fix or "") and "EP 8" in (hybrid.fix or "")
 
 
 def test_seed002_moe_1024_seed_notation_gets_trc103_with_dp32():

@@ -55,11 +55,11 @@ def _calibrate(args: argparse.Namespace) -> int:
         check_agreement(runs, result)
     except CalibrateError as e:
         for n in notes if "notes" in locals() else []:
-            print(f"trainc calibrate: note: {n}", file=sys.stderr)
+            print(_note_line(n), file=sys.stderr)
         print(f"trainc calibrate: error: {e}", file=sys.stderr)
         return EXIT_SPEC
     for n in notes + result.notes:
-        print(f"trainc calibrate: note: {n}", file=sys.stderr)
+        print(_note_line(n), file=sys.stderr)
     if args.format == "json":
         out(dumps(_json(runs, result, preset_dict(runs[0], result)), indent=2, sort_keys=True))
     else:
@@ -78,7 +78,8 @@ def _json(runs: list[Any], result: Any, preset: dict[str, Any]) -> dict[str, Any
     return {
         "factors": {"before": result.before, "after": result.after},
         "runs": [{"name": r.name, "measured_step_time_s": r.measured_step_seconds,
-                  "estimate_before_s": b, "estimate_after_s": a}
+                  "estimate_before_s": b, "estimate_after_s": a,
+                  "memory_flagged": bool(getattr(r, "memory_flagged", False))}
                  for r, b, a in zip(runs, result.estimates_before, result.estimates_after,
                                     strict=True)],
         "rms_log_error": {"before": result.rms_log_before, "after": result.rms_log_after},
@@ -146,3 +147,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     c.add_argument("--where", action="append", default=[], metavar="COLUMN=TEXT",
                    help="only CSV rows whose COLUMN contains TEXT (repeatable)")
     c.add_argument("--format", choices=("text", "json"), default="text")
+
+
+def _note_line(note: str) -> str:
+    """A note of :func:`trainc.planner.calibrate.prepare` / ``fit`` as printed on stderr; a note
+    that starts with ``warning: `` (a kept run the memory model calls an OOM) prints as one."""
+    if note.startswith("warning: "):
+        return f"trainc calibrate: {note}"
+    return f"trainc calibrate: note: {note}"

@@ -15,6 +15,7 @@ Units are in the field names (``_bytes``, ``_seconds``, ``_gbps``); per GPU unle
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -32,10 +33,23 @@ def filled(value: T | None, key: str) -> T:
     return value
 
 
+#: The JSON scalars :func:`_json` returns as they are (checked by exact type first: the common
+#: case, and no dataclass, mapping or sequence is one of them).
+_SCALARS = (str, int, float, bool, type(None))
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    """The field names of dataclass ``cls`` in declaration order (computed once per class)."""
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
 def _json(obj: Any) -> Any:
     """Plain JSON values of a frozen IR class (tuples become lists, mappings dicts)."""
+    if type(obj) in _SCALARS:
+        return obj
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: _json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {name: _json(getattr(obj, name)) for name in _field_names(type(obj))}
     if isinstance(obj, Mapping):
         return {str(k): _json(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

@@ -214,6 +214,8 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
                 del raw[k]
         if value is None or isinstance(value, (bool, int, float)):
             raw[key] = (overrides[idx - 1].split("=", 1)[1], True)
+        elif isinstance(value, dict):  # key={nccl: 2.20}: the source text of each entry
+            raw.update(_override_map_texts(key, overrides[idx - 1].split("=", 1)[1], value))
         where[key] = loc
         explicit.add(key)
         if isinstance(value, dict):
@@ -298,6 +300,34 @@ def _locate_one(d: Diagnostic, where: dict[str, Location]) -> Diagnostic:
     if d.locations:
         return d
     return dataclasses.replace(d, locations=(location_of(d.key, where),))
+
+
+def _override_map_texts(key: str, text: str, value: dict[str, Any]
+                        ) -> dict[str, tuple[str, bool]]:
+    """The source text of each entry of a mapping override (``key={nccl: 2.20}``) that Hydra's
+    grammar read as a number, boolean or null, as ``{dotted key: (text, True)}``, so that a
+    string key's ``2.20`` is TRC007 (Hydra read it as 2.2) as it is in a file or as
+    ``key.nccl=2.20``. The text comes from YAML's flow mapping of the same characters, which
+    spells Hydra's plain scalars alike; a text YAML cannot read gives no entries."""
+    try:
+        node = yaml.compose("v: " + text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return {}
+    texts: dict[str, str | None] = {}
+    scalar_texts(node, "", texts)
+    out: dict[str, tuple[str, bool]] = {}
+    for sub, t in texts.items():
+        if t is None or not sub.startswith("v."):
+            continue
+        cur: Any = value
+        for part in sub[2:].split("."):
+            cur = cur.get(part, _NO_VALUE) if isinstance(cur, dict) else _NO_VALUE
+        if cur is None or isinstance(cur, (bool, int, float)):
+            out[f"{key}.{sub[2:]}"] = (t, True)
+    return out
+
+
+_NO_VALUE = object()  # a path the parsed override does not have
 
 
 def _flatten(value: dict[str, Any], prefix: str) -> list[str]:

@@ -146,10 +146,19 @@ class CompileResult:
     path: str
     diagnostics: list[Diagnostic]
     spec: TrainSpec | None = None
-    plan: dict[str, Any] | None = None
     files: dict[str, str] = field(default_factory=dict)
     loaded: Loaded | None = None
     ir: Plan | None = None
+    _plan_json: dict[str, Any] | None = field(default=None, init=False, repr=False,
+                                              compare=False)
+
+    @property
+    def plan(self) -> dict[str, Any] | None:
+        """The plan.json view of :attr:`ir` (None without a plan with estimates), built on the
+        first read and kept (``lint`` never reads it, so it never pays for the conversion)."""
+        if self._plan_json is None and self.ir is not None:
+            self._plan_json = self.ir.to_json()
+        return self._plan_json
 
     @property
     def ok(self) -> bool:
@@ -178,5 +187,5 @@ def compile_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
                        stop_after="emit" if emit_files else "check_fit")
     ir = state.plan if state.plan is not None and state.plan.estimates is not None else None
     return CompileResult(loaded.path, sort_diagnostics(list(state.diagnostics)), spec=state.spec,
-                         plan=ir.to_json() if ir is not None else None, files=dict(state.files),
+                         files=dict(state.files),
                          loaded=loaded, ir=ir)

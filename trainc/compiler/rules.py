@@ -142,8 +142,13 @@ KV_REPLICATED = _r(
 #: Megatron-Core MoE build checks: engine=fsdp builds no experts (TRC344 refuses num_experts)
 _NO_MOE_FSDP = {"fsdp": "n/a"}
 SP_NEEDS_TP = _r("TRC301", "sp-needs-tp", "sequence_parallel needs tp > 1")
+# Megatron-Core 0.16.1 MoELayer.forward raises ValueError in training when the attention tp
+# group is larger than 1 and sequence_parallel is off (ModelParallelConfig.__post_init__ only
+# warns, for ep > 1 and tp > 1). trainc's DeepSpeed runner builds the same Megatron-Core MoELayer
+# (trainc/launch/engines/deepspeed.py), so it is an error on both engines.
 MOE_TP_SP = _r(
-    "TRC302", "moe-tp-needs-sp", "MoE with tp > 1 should use sequence_parallel", "warning",
+    "TRC302", "moe-tp-needs-sp",
+    "MoE with tp > 1 needs sequence_parallel (Megatron-Core raises in training)", "error",
     engines=_NO_MOE_FSDP)
 VPP_PP2_P2P = _r(
     "TRC303", "vpp-pp2-unbatched-p2p",
@@ -171,9 +176,9 @@ RECOMPUTE_LAYERS = _r(
     "recompute_num_layers must be in [1, layers per pipeline stage chunk]")
 EP_NEEDS_MOE = _r("TRC312", "ep-needs-experts", "ep > 1 or etp != tp needs num_experts")
 DS_UNSUPPORTED_AXIS = _r(
-    "TRC313", "deepspeed-axes",
-    "the runner of the spec (engine x launch.entrypoint) must split every axis above 1: the "
-    "trainc worker on DeepSpeed splits tp and dp only")
+    "TRC313", "runner-axes",
+    "the runner of the spec (engine x launch.entrypoint) must split every axis above 1 "
+    "(trainc/capabilities.py: the trainc worker on DeepSpeed or FSDP2 splits tp and dp only)")
 MOE_LAYER_FREQ = _r(
     "TRC315", "moe-layer-freq-range", "moe_layer_freq must be in [1, num_layers]")
 MLA_SETTINGS = _r(
@@ -526,7 +531,10 @@ SOURCES: dict[str, str] = {
     "TRC102": "Megatron data_parallel_size = W/(tp*pp*cp) (MR §1.2)",
     "TRC103": "Megatron-Core expert grid (MR §1.2, EXP-1); seed 002",
     "TRC104": "Megatron-Core initialize_model_parallel expert generator (MR EXP-1)",
-    "TRC105": "MR §8 topology", "TRC106": "MR §8 topology", "TRC107": "MR §8 topology",
+    "TRC105": "MR §8 topology", "TRC106": "MR §8 topology",
+    "TRC107": "MR §8 topology; with the flex dispatcher: NVIDIA-NeMo/Megatron-Bridge#2883 "
+              "(HybridEP limited to EP 8 on NVL8), deepseek-ai/DeepEP#411, "
+              "NVIDIA/Megatron-LM#5039 (DeepEP internode hangs)",
     "TRC108": "cluster size", "TRC201": "TransformerConfig.__post_init__ (MR TP-1)",
     "TRC202": "TransformerConfig.__post_init__, Megatron-Core >= 0.16 (MR TP-2)",
     "TRC203": "RowParallelLinear divide() (MR TP-4)",
@@ -547,14 +555,15 @@ SOURCES: dict[str, str] = {
     "TRC220": "Transformer Engine a2a CP (MR §8)",
     "TRC221": "attention.py KV replication, Megatron-Core >= 0.16 (MR TP-2; BC-011)",
     "TRC301": "ModelParallelConfig.__post_init__ (MR SP-1)",
-    "TRC302": "ModelParallelConfig.__post_init__ (MR EXP-6)",
+    "TRC302": "megatron-core 0.16.1 transformer/moe/moe_layer.py MoELayer.forward raises "
+              "ValueError; ModelParallelConfig.__post_init__ only warns (MR EXP-6)",
     "TRC303": "validate_args overlap_p2p_comm (MR §1.2); cpu_execution.md",
     "TRC304": "DeepSpeed PipelineEngine (DR §8 rule 2)",
     "TRC305": "DeepSpeedZeroConfig (DR §2.2)",
     "TRC306": "trainc emitters", "TRC307": "Megatron distributed optimizer (MR §1.9)",
     "TRC308": "TransformerConfig / validate_args recompute checks (MR §1.11 RC-3, RC-4)",
     "TRC309": "TransformerConfig recompute checks (MR §1.11 RC-3)",
-    "TRC312": "validate_args (MR EXP-4)", "TRC313": "trainc DeepSpeed target",
+    "TRC312": "validate_args (MR EXP-4)", "TRC313": "trainc/capabilities.py (the runners' axes)",
     "TRC315": "moe_layer_freq pattern (MR §8)",
     "TRC316": "megatron/core/transformer/transformer_config.py MLATransformerConfig (0.16.1); "
               "training.py num_floating_point_operations asserts not group_query_attention",

@@ -5,7 +5,7 @@ Megatron-Core assumes CUDA in a few places that have nothing to do with the para
 smallest override that makes the *same* Megatron-Core code path run on CPU; none changes the
 parallel algorithm (groups, schedules, collectives, sharding). Every applied patch prints one line
 ``trainc-worker: override: cpu-patch <name>: <why>``. Findings and ablation (every patch was seen to
-be needed): ``shared/reference/cpu_execution.md`` section 1.3.
+be needed): ``docs/worker.md`` (the CPU shim section) and each patch's own docstring.
 
 The patches touch private functions, so the versions are asserted: an upgrade fails loudly here
 instead of silently mis-patching. ``TRAINC_CPU_PATCH_SKIP=name,...`` leaves patches out (ablation).

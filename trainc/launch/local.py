@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trainc.launch import CHECKPOINT_LAYOUT_FILE
+from trainc.launch import CHECKPOINT_LAYOUT_FILE, STOPPED_MARKER
 
 #: Device nodes whose presence means torch may find a CUDA (or ROCm/HIP, or WSL) GPU.
 GPU_DEVICE_GLOBS = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg")
@@ -143,7 +143,9 @@ def version_problems(outdir: str, env: Mapping[str, str],
             engine=str(spec["engine"]), entrypoint=str(lc["entrypoint"]),
             device=str(lc["device"]), ep=int(p["ep"]), num_experts=m.get("num_experts"),
             dispatcher=str(m.get("moe_token_dispatcher_type", "alltoall")), cp=int(p["cp"]),
-            fp8=t.get("fp8_format", "none") != "none", zero_stage=int(p.get("zero_stage") or 0))
+            fp8=t.get("fp8_format", "none") != "none", zero_stage=int(p.get("zero_stage") or 0),
+            tp_comm_overlap=bool(t.get("tp_comm_overlap")),
+            gpu=str(spec.get("cluster", {}).get("gpu", "")))
         job_env = {**lc.get("env", {}), **env}
     except (OSError, ValueError, KeyError, TypeError):
         return [], []
@@ -211,13 +213,33 @@ def refuse_overwrite(outdir: str, worker_args: Sequence[str] = ()) -> None:
         "(or move the folder away)")
 
 
+def expected_layout(plan: dict[str, Any], worker_args: Sequence[str] = ()) -> dict[str, Any]:
+    """The record the Megatron-Core worker writes beside its checkpoint shards for this plan and
+    these worker flags (``trainc.launch.engines.megatron._ckpt_layout``): the parallel sizes
+    tp / pp / vpp / cp / ep / dp / etp / sp, ``dims`` (the model dimensions the worker builds,
+    shrunk under ``--shrink`` or ``launch.shrink``, :meth:`trainc.launch.shrink.Dims.describe`)
+    and ``distopt`` (the distributed optimizer's sharded state). Raises KeyError / TypeError /
+    ValueError for a plan.json that is not a trainc plan."""
+    from trainc.launch.shrink import full_dims, shrink
+
+    d = plan["derived"]
+    want: dict[str, Any] = {k: int(d[k]) for k in ("tp", "pp", "vpp", "cp", "ep", "dp", "etp")}
+    want["sp"] = bool(d["sequence_parallel"])
+    small = "--shrink" in worker_args or bool(plan["spec"]["launch"].get("shrink"))
+    want["dims"] = (shrink(plan) if small else full_dims(plan)).describe()
+    want["distopt"] = bool(d["distributed_optimizer"])
+    return want
+
+
 def refuse_layout_change(outdir: str, worker_args: Sequence[str] = ()) -> None:
     """Raise :class:`RunRefused` when the run would resume (``--load DIR``, ``--load auto``:
     the save folder, or the plan's ``resume.load_dir``) a trainc worker checkpoint written by
     another layout: its ``layout.json`` (:data:`trainc.launch.CHECKPOINT_LAYOUT_FILE`) against
-    the plan's tp / pp / vpp / cp / ep / dp / etp / sp. The worker refuses it too, but only
-    once every rank has started (a traceback per rank, then torchrun's). Checkpoints without
-    the record, other engines and ``--reference`` runs are left to the worker."""
+    :func:`expected_layout` (the parallel sizes, the model dims, the distributed optimizer),
+    each differing field named. Only the fields the record holds are compared (an older record
+    has the parallel sizes alone). The worker refuses it too, but only once every rank has
+    started (a traceback per rank, then torchrun's). Checkpoints without the record, other
+    engines and ``--reference`` runs are left to the worker."""
     dirs = _checkpoint_dirs(outdir, worker_args)
     if "--reference" in worker_args or dirs is None:
         return
@@ -225,21 +247,24 @@ def refuse_layout_change(outdir: str, worker_args: Sequence[str] = ()) -> None:
     if not where:
         return
     try:
-        spec, d = plan["spec"], plan["derived"]
+        spec = plan["spec"]
         if spec["engine"] != "megatron" or spec["launch"].get("entrypoint", "trainc") != "trainc":
             return
-        want = {k: int(d[k]) for k in ("tp", "pp", "vpp", "cp", "ep", "dp", "etp")}
-        want["sp"] = bool(d["sequence_parallel"])
+        want = expected_layout(plan, worker_args)
         with open(os.path.join(where, "latest"), encoding="utf-8") as f:
             step = int(f.read().strip())
         with open(os.path.join(where, f"iter_{step:07d}", CHECKPOINT_LAYOUT_FILE),
                   encoding="utf-8") as f:
             saved = json.load(f)
+        if not isinstance(saved, dict):
+            return
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return
-    if saved == want:
+    differ = [k for k in want if k in saved and saved[k] != want[k]]
+    if not differ:
         return
-    moved = ", ".join(f"{k} {saved.get(k)} -> {want[k]}" for k in want if saved.get(k) != want[k])
+    moved = ", ".join(f"{k} {saved[k]} -> {want[k]}" if k != "dims" else
+                      f"dims {saved[k]!r} -> {want[k]!r}" for k in differ)
     raise RunRefused(
         f"{where} (step {step}) was written by another layout ({moved}): the trainc worker's "
         "checkpoints load only into the layout that wrote them (TRC534). Compile the saving "
@@ -290,7 +315,9 @@ def run(outdir: str, worker_args: Sequence[str] = (), *, node_rank: int | None =
     except OSError as e:
         print(f"trainc run: cannot start {script}: {e}", file=sys.stderr)
         return 4
-    return _supervise(proc)
+    with open(script, encoding="utf-8") as f:
+        saves = "trainc.launch.worker" in f.read()
+    return _supervise(proc, outdir, worker_args, saves)
 
 
 def worker_flag_error(script: str, env: Mapping[str, str]) -> str | None:
@@ -316,26 +343,43 @@ def worker_flag_error(script: str, env: Mapping[str, str]) -> str | None:
 #: Signals ``trainc run`` passes on to the job's process group. SIGUSR1 (Slurm's ``--signal``
 #: before the time limit) makes the workers save and stop, as under sbatch; the others stop it.
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
+#: Signals that stop a trainc worker job by saving first: the job gets SIGUSR1 instead (the
+#: worker saves the step it is on and stops, :func:`trainc.launch.runtime.checkpoint_or_stop`),
+#: as Megatron-LM's ``--exit-signal-handler`` saves on SIGTERM (megatron/training/training.py,
+#: ``train`` checks ``get_signal_handler().signals_received()`` after each iteration, core_v0.16.x).
+SAVE_AND_STOP = (signal.SIGINT, signal.SIGTERM)
 #: Seconds the job's processes get to stop after SIGINT / SIGTERM / SIGHUP (torchrun gives its
 #: workers 30 s) before the group is killed.
 STOP_GRACE_S = 60.0
 
 
-def _supervise(proc: subprocess.Popen[bytes]) -> int:
+def _supervise(proc: subprocess.Popen[bytes], outdir: str | None = None,
+               worker_args: Sequence[str] = (), saves: bool = False) -> int:
     """Wait for the job started as ``proc`` (the leader of its own process group) and return
-    its exit code. A forwarded signal (:data:`FORWARDED`) goes to the whole group; after
-    SIGINT (Ctrl-C), SIGTERM or SIGHUP trainc waits until every process of the group has
-    ended (torchrun.sh ends at once, torchrun after stopping its workers; a second Ctrl-C or
-    :data:`STOP_GRACE_S` kills them), says so, and returns 128 + the signal (130 for Ctrl-C),
-    the shell's convention."""
+    its exit code. A forwarded signal (:data:`FORWARDED`) goes to the whole group; with
+    ``saves`` (the script runs the trainc worker) the first SIGINT (Ctrl-C) or SIGTERM (Slurm's
+    before the time limit, ``scancel``) goes as SIGUSR1: every rank finishes its step, saves it
+    and stops, and trainc says in one line which step was saved where and how to resume it. A
+    second Ctrl-C kills the group. After SIGINT, SIGTERM or SIGHUP trainc waits until every
+    process of the group has ended (torchrun.sh ends at once, torchrun after stopping its
+    workers; a second Ctrl-C or :data:`STOP_GRACE_S` kills them) and returns 128 + the signal
+    (130 for Ctrl-C, 143 for SIGTERM), the shell's convention."""
     pgid = proc.pid
     got: list[int] = []
 
     def forward(sig: int, _frame: object) -> None:
+        stopping = any(s != signal.SIGUSR1 for s in got)
         again = sig == signal.SIGINT and signal.SIGINT in got
         got.append(sig)
+        send = sig
+        if again:
+            send = signal.SIGKILL
+        elif saves and sig in SAVE_AND_STOP:
+            if stopping:
+                return  # the save is under way; a second Ctrl-C kills
+            send = signal.SIGUSR1
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL if again else sig)
+            os.killpg(pgid, send)
 
     old = {s: signal.signal(s, forward) for s in FORWARDED}
     try:
@@ -354,9 +398,44 @@ def _supervise(proc: subprocess.Popen[bytes]) -> int:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-    name = signal.Signals(stops[0]).name
-    print(f"trainc run: interrupted ({name}); the job's processes have ended", file=sys.stderr)
-    return 128 + int(stops[0])
+    first = stops[0]
+    name = signal.Signals(first).name
+    # (the marker says the workers saved; torchrun.sh's own exit code may be USR1's 138)
+    saved = _saved_step(outdir, worker_args) if saves and outdir and \
+        first in SAVE_AND_STOP and signal.SIGINT not in stops[1:] else None
+    if saved is None:
+        print(f"trainc run: interrupted ({name}); the job's processes have ended",
+              file=sys.stderr)
+    else:
+        step, where, save_flag = saved
+        print(f"trainc run: interrupted ({name}) at step {step}: saved checkpoint to {where}; "
+              f"resume with trainc run {outdir} --{save_flag} --load auto", file=sys.stderr)
+    return 128 + int(first)
+
+
+def _saved_step(outdir: str, worker_args: Sequence[str]) -> tuple[int, str, str] | None:
+    """(step, checkpoint folder, `` --save DIR`` when the run saved elsewhere than the plan
+    says) of the checkpoint the workers wrote when they stopped on SIGUSR1, or None when
+    there is none. The stop marker (:data:`trainc.launch.STOPPED_MARKER`, which asks
+    sbatch.sh to requeue a time-limited job) is removed: this stop was asked for here."""
+    dirs = _checkpoint_dirs(outdir, worker_args)
+    if dirs is None:
+        return None
+    save = dirs[1]
+    marker = os.path.join(save, STOPPED_MARKER)
+    if not os.path.exists(marker):
+        return None
+    with contextlib.suppress(OSError):
+        os.remove(marker)
+    try:
+        with open(os.path.join(save, "latest"), encoding="utf-8") as f:
+            text = f.read().strip()
+        step = int(text.removeprefix("iter_"))  # DeepSpeed's "latest" holds its tag
+    except (OSError, ValueError):
+        return None
+    flag = _flag(worker_args, "--save")
+    return step, os.path.join(save, f"iter_{step:07d}"), \
+        f" --save {shlex.quote(flag)}" if flag else ""
 
 
 def _group_alive(pgid: int) -> bool:

@@ -26,11 +26,8 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
+from trainc.launch import STOPPED_MARKER
 from trainc.launch.shrink import Dims, full_dims, shrink
-
-#: Written into the checkpoint folder when the worker stopped on SIGUSR1; sbatch.sh (with
-#: launch.requeue) requeues the job when it finds it.
-STOPPED_MARKER = ".stopped-by-signal"
 
 _stop_requested = False
 

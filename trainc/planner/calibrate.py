@@ -5,7 +5,7 @@ Inputs (:func:`read_runs`), each a list of :class:`Run` (a spec and a measured s
 * a CSV (:func:`runs_from_csv`): either a ``spec`` column (a spec file, relative to the CSV's
   folder) with one measured column, ``step_time_s`` (seconds per step), ``tokens_per_s_per_gpu``
   or ``tflops_per_gpu`` (model TFLOP/s per GPU, Megatron's count); or the columns of the
-  published-runs table (``shared/calibration/published_runs.csv``: the model, GPUs, batch, the
+  published-runs table (``bench/published_runs.csv``: the model, GPUs, batch, the
   published layout and precision, converted by :mod:`trainc.planner.published`, the converter
   ``bench/fidelity.py`` uses) with ``tokens_per_s_per_gpu=`` in the notes or
   ``measured_tflops_per_gpu`` (over the source's own FLOP count,
@@ -135,7 +135,7 @@ AT_BOUND_TOL = 1e-3
 #: A factor is unconstrained by the runs when fitting it lowers the RMS log error of the step
 #: time by at most this (absolute; 0.005 = 0.5 % per run; :func:`supported`).
 UNCONSTRAINED_RMS = 0.005
-#: The columns that make a CSV a published-runs table (shared/calibration/published_runs.csv;
+#: The columns that make a CSV a published-runs table (bench/published_runs.csv;
 #: the converter, :mod:`trainc.planner.published`, fills a known model's shape from its name).
 PUBLISHED_COLUMNS = ("model", "gpus")
 #: After the fit every run's measured / estimated step time must lie within this range
@@ -161,6 +161,9 @@ class Run:
     published: bool = False
     """A row of a published-runs table (built by the converter): one whose layout breaks a
     rule is left out with a note; any other run is the user's and such a run is an error."""
+    memory_flagged: bool = False
+    """The memory model calls this measured run a sure OOM (TRC401): it ran, so the run is kept
+    (fitted like any other) and reported with a warning; set by :func:`prepare`."""
 
 
 @dataclass
@@ -659,10 +662,21 @@ def prepare(runs: list[Run]) -> tuple[list[Run], list[str]]:
     """Plan every run and turn a TFLOP/s measurement into seconds with the plan's model FLOPs
     (Megatron's count). A published row whose layout breaks a rule is dropped with a note; a
     run of the user's own (a spec CSV row, a log) that does is a :class:`CalibrateError` (it
-    was measured, so trainc's rules or the row are wrong: either way the fit would be)."""
+    was measured, so trainc's rules or the row are wrong: either way the fit would be). The one
+    exception is the memory verdict alone (TRC401): the memory estimate carries an error band
+    (trainc.compiler.fit.OOM_MARGIN) and a run that was measured did fit, so it is kept,
+    flagged (``Run.memory_flagged``) and named in a warning note, not refused."""
     kept, notes, bad = [], [], []
     for r in runs:
         plan, why = _plan(r.spec, fit=not r.published)
+        if plan is None and why == "TRC401" and not r.published:
+            plan, why = _plan(r.spec, fit=False)
+            if plan is not None:
+                r.memory_flagged = True
+                notes.append(f"warning: {r.name}: the memory model calls it a sure OOM (TRC401) "
+                             "but it was measured: kept and flagged; check the spec is the run "
+                             "that was measured, and record its peak "
+                             "(torch.cuda.max_memory_allocated) to correct the memory model")
         if plan is None:
             what = ("the memory model calls it a sure OOM, TRC401: is the spec the run that was "
                     "measured?" if why == "TRC401" else f"its layout breaks {why}")

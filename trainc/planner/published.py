@@ -1,4 +1,4 @@
-"""Published training runs (a CSV with the columns of ``shared/calibration/published_runs.csv``)
+"""Published training runs (a CSV with the columns of ``bench/published_runs.csv``)
 as trainc specs: the one converter, used by ``trainc calibrate``'s CSV input,
 ``bench/fidelity.py`` (estimate vs measured), ``bench/planner_fidelity.py`` and the planner
 top-5 rate of ``bench/fidelity.py --planner`` (is the published layout among the planner's five

@@ -32,6 +32,13 @@ class SavedLayout:
     """Data-parallel size (derived.dp of the saving run)."""
     zero_stage: int | None = None
     """engine=deepspeed: the ZeRO stage."""
+    distributed_optimizer: bool | None = None
+    """engine=megatron: the saving run used the distributed optimizer (zero_stage 1,
+    --use-distributed-optimizer). null = as this job."""
+    optim_fully_reshardable: bool | None = None
+    """The distributed optimizer's state was saved fully reshardable (Megatron-LM
+    --dist-ckpt-optim-fully-reshardable); without it a torch_dist checkpoint's optimizer state
+    reshards only in dp (megatron-core 0.16.1 DistributedOptimizer.sharded_state_dict)."""
     num_layers: int | None = None
     """Transformer layers."""
     hidden_size: int | None = None
@@ -76,5 +83,9 @@ class ResumeSpec:
     finetune: bool = False
     """Load the weights only: iteration 0, a fresh optimizer and schedule (Megatron-LM
     --finetune). Batch, schedule and optimizer may then differ from the saved run."""
+    optim_fully_reshardable: bool = False
+    """Save the distributed optimizer's state fully reshardable, so that a later job may load it
+    with another tp/pp/ep (Megatron-LM --dist-ckpt-optim-fully-reshardable; the default,
+    dp_reshardable, reshards only in dp). entrypoint=megatron-lm only."""
     saved: SavedLayout = field(default_factory=SavedLayout)
     """The layout load_dir was written with (see SavedLayout)."""

@@ -496,6 +496,7 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
         ("--ckpt-format", d.checkpoint_format
          if d.checkpoint_format in ("torch_dist", "torch", "fsdp_dtensor") else None, None),
         ("--finetune", spec.resume.finetune, None),
+        ("--dist-ckpt-optim-fully-reshardable", spec.resume.optim_fully_reshardable, None),
         ("--save-interval", lc.save_interval, None),
         ("--log-interval", lc.log_interval, None),
         ("--distributed-backend", "gloo" if lc.device is Device.cpu else "nccl", None),

@@ -4,7 +4,7 @@ need: each is decided here once, and ``plan.json``'s ``derived`` shows it."""
 from __future__ import annotations
 
 from trainc.compiler.derive import Derived
-from trainc.schemas import Engine, Precision, TrainSpec
+from trainc.schemas import Engine, Precision, StateDtype, TrainSpec
 
 
 def interleaved(spec: TrainSpec) -> bool:
@@ -21,9 +21,15 @@ def distributed_optimizer(spec: TrainSpec) -> bool:
 
 
 def grad_reduce_in_fp32(spec: TrainSpec) -> bool:
-    """Gradients accumulated and reduced in fp32: Megatron-LM forces it for bf16
-    (``validate_args``: ``accumulate_allreduce_grads_in_fp32 = True`` with ``--bf16``)."""
-    return spec.training.precision is Precision.bf16
+    """Gradients accumulated and reduced in fp32: Megatron-LM sets it for bf16 unless the main
+    gradients are bf16 (core_v0.16.1 ``megatron/training/arguments.py`` ``validate_args``:
+    ``accumulate_allreduce_grads_in_fp32 = True`` with ``--bf16`` only while
+    ``main_grads_dtype`` is fp32). It sets the DDP gradient buffer's dtype (megatron-core 0.16.1
+    ``distributed/distributed_data_parallel.py`` ``DistributedDataParallel.__init__``: fp32 with
+    it, the parameter's dtype without), which the memory estimate counts
+    (:func:`trainc.compiler.estimate.memory.megatron_state_bytes`: 4 or 2 B per parameter)."""
+    t = spec.training
+    return t.precision is Precision.bf16 and t.main_grads_dtype is StateDtype.fp32
 
 
 def layers_per_virtual_stage(spec: TrainSpec, d: Derived) -> int | None:

@@ -24,7 +24,10 @@ import dataclasses
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived, padded_vocab
@@ -43,10 +46,56 @@ ARCH = {"num_layers": "model.num_layers", "hidden_size": "model.hidden_size",
         "untie_embeddings_and_output_weights": "model.untie_embeddings_and_output_weights"}
 SCHEDULE = {"global_batch_size": "training.global_batch_size",
             "lr_decay_style": "training.lr_decay_style"}
-#: Which layout facts each writer's format lets change on load.
-RESHARDS = {"torch_dist": frozenset(LAYOUT), "dcp": frozenset(LAYOUT),
-            "torch": frozenset({"cp", "dp"}),
-            "trainc": frozenset(), "deepspeed": frozenset({"tp", "pp", "vpp", "cp", "ep", "etp"})}
+#: What each format reshards on load, with its sources (trainc/conf/reshard.yaml).
+RESHARD_TABLE = Path(__file__).resolve().parents[2] / "conf" / "reshard.yaml"
+
+
+def _axes(v: Any) -> frozenset[str]:
+    return frozenset(LAYOUT) if v == "all" else frozenset(v)
+
+
+def _load_reshards() -> dict[str, Any]:
+    with RESHARD_TABLE.open(encoding="utf-8") as fh:
+        return dict(yaml.safe_load(fh)["formats"])
+
+
+_FORMATS = _load_reshards()
+#: Which layout facts each writer's format lets change on load (the model's tensors; the
+#: distributed optimizer and the ZeRO stages narrow it: :func:`reshard_axes`).
+RESHARDS = {k: _axes(v.get("axes", "all")) for k, v in _FORMATS.items()}
+#: Megatron-LM's flag that saves the distributed optimizer's state fully reshardable.
+FULLY_RESHARDABLE_FLAG = str(_FORMATS["torch_dist"]["distributed_optimizer"]["flag"])
+
+
+def reshard_axes(fmt: str, saved: Mapping[str, Any], now: Mapping[str, Any],
+                 finetune: bool = False) -> frozenset[str]:
+    """The layout axes (keys of :data:`LAYOUT`) a job with facts ``now`` may change against a
+    checkpoint in format ``fmt`` written with facts ``saved`` (trainc/conf/reshard.yaml).
+
+    ``torch_dist`` with the distributed optimizer (saved or current ``distributed_optimizer``)
+    reshards only dp unless the optimizer state was saved fully reshardable
+    (``optim_fully_reshardable``; megatron-core 0.16.1 DistributedOptimizer.sharded_state_dict,
+    'dp_reshardable' vs 'fully_reshardable') or ``finetune`` loads the weights only.
+    ``deepspeed`` depends on the ZeRO stage (saved, else current): stage 0 keeps the whole
+    optimizer state in each model-parallel file."""
+    entry = _FORMATS.get(fmt)
+    if entry is None:
+        return frozenset()
+    if fmt == "torch_dist" and not finetune:
+        distopt = saved.get("distributed_optimizer")
+        if distopt is None:
+            distopt = now.get("distributed_optimizer")
+        if distopt:
+            kind = ("fully_reshardable" if saved.get("optim_fully_reshardable")
+                    else "dp_reshardable")
+            return _axes(entry["distributed_optimizer"][kind])
+    if fmt == "deepspeed":
+        stage = saved.get("zero_stage")
+        if stage is None:
+            stage = now.get("zero_stage")
+        if stage is not None and int(stage) in entry["zero_stage"]:
+            return _axes(entry["zero_stage"][int(stage)])
+    return RESHARDS[fmt]
 
 
 @dataclass(frozen=True)
@@ -73,6 +122,8 @@ def layout_facts(spec: TrainSpec, d: Derived) -> dict[str, Any]:
         "engine": spec.engine.value, "checkpoint_format": d.checkpoint_format,
         "tp": p.tp, "pp": p.pp, "vpp": p.vpp, "cp": p.cp, "ep": p.ep, "etp": d.etp, "dp": d.dp,
         "zero_stage": p.zero_stage if spec.engine.value == "deepspeed" else None,
+        "distributed_optimizer": (spec.engine.value == "megatron" and p.zero_stage == 1),
+        "optim_fully_reshardable": spec.resume.optim_fully_reshardable,
         "num_layers": m.num_layers, "hidden_size": m.hidden_size,
         "num_attention_heads": m.num_attention_heads, "num_query_groups": m.num_query_groups,
         "ffn_hidden_size": m.ffn_hidden_size, "num_experts": m.num_experts,
@@ -153,20 +204,30 @@ def resume_findings(saved: Mapping[str, Any], now: Mapping[str, Any],
                            {"parallel.zero_stage": z}))
     # a dense model has no expert weights: its etp (= tp, derived) is no saved layout of its own
     dense = now.get("num_experts") is None and saved.get("num_experts") is None
-    moved = [k for k in LAYOUT if differs(k) and k not in RESHARDS.get(fmt, frozenset())
+    allowed = reshard_axes(fmt, saved, now, finetune)
+    moved = [k for k in LAYOUT if differs(k) and k not in allowed
              and not (k == "etp" and dense)]
     if moved:
         change = ", ".join(f"{k} {saved[k]} -> {now[k]}" for k in moved)
         how = {"torch": "legacy torch files hold one shard per model-parallel rank",
                "trainc": "the trainc worker's files record their layout and load only into it",
-               "deepspeed": "DeepSpeed ZeRO files hold one optimizer shard per data-parallel "
-                            "rank"}.get(fmt, f"format {fmt} does not reshard")
+               "torch_dist": "the distributed optimizer's state was saved dp_reshardable "
+                             f"(Megatron-LM's default without {FULLY_RESHARDABLE_FLAG}), "
+                             "which reshards only in dp",
+               "deepspeed": "DeepSpeed ZeRO stages 1-3 write one optimizer shard per "
+                            "data-parallel rank"}.get(fmt, f"format {fmt} does not reshard")
         conv = {"torch": "; or convert it with Megatron-LM tools/checkpoint/convert.py "
                          "(--target-tensor-parallel-size / --target-pipeline-parallel-size) "
                          "or save it as torch_dist (--ckpt-format torch_dist, "
                          "--ckpt-convert-format)",
+                "torch_dist": "; or, if the saving run used "
+                              f"{FULLY_RESHARDABLE_FLAG}, set "
+                              "resume.saved.optim_fully_reshardable=true; or set "
+                              "resume.finetune=true (weights only, a fresh optimizer); save "
+                              "with resume.optim_fully_reshardable=true to reshard later",
                 "deepspeed": "; or convert it to a universal checkpoint "
-                             "(deepspeed/checkpoint/ds_to_universal.py) and load that"}
+                             "(deepspeed/checkpoint/ds_to_universal.py) and load that with "
+                             "\"checkpoint\": {\"load_universal\": true}"}
         for k in moved:
             fix, edits = (_dp_fix(saved, now) if k == "dp" else
                           (f"set {LAYOUT[k]} to {saved[k]} (the saved layout)",
@@ -214,9 +275,11 @@ def checkpoint(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     r, lc = spec.resume, spec.launch
     titan = lc.entrypoint is Entrypoint.torchtitan
     if lc.entrypoint is not Entrypoint.megatron_lm and (
-            r.checkpoint_format is not None or r.finetune or (titan and r.load_dir is not None)):
+            r.checkpoint_format is not None or r.finetune or r.optim_fully_reshardable
+            or (titan and r.load_dir is not None)):
         key = ("resume.load_dir" if titan and r.load_dir is not None else
                "resume.checkpoint_format" if r.checkpoint_format is not None else
+               "resume.optim_fully_reshardable" if r.optim_fully_reshardable else
                "resume.finetune")
         runner = ("torchtitan.train (trainc writes no --checkpoint.* flags for it)" if titan else
                   "the trainc worker, which writes its own files and always resumes weights, "
@@ -226,7 +289,8 @@ def checkpoint(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    f"by {runner}",
                    key, related=("launch.entrypoint",),
                    fix=f"unset {key}, or use launch.entrypoint=megatron-lm",
-                   edits={key: False if key == "resume.finetune" else None},
+                   edits={key: False if key in ("resume.finetune",
+                                                "resume.optim_fully_reshardable") else None},
                    entrypoint=lc.entrypoint.value,
                    value=getattr(getattr(r, key.partition(".")[2]), "value",
                                  getattr(r, key.partition(".")[2])))

@@ -58,7 +58,9 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    edits={"parallel.sequence_parallel": False}, tp=p.tp)
     if m.num_experts and p.tp > 1 and not p.sequence_parallel:
         yield diag(R.MOE_TP_SP, f"sequence_parallel is off for an MoE model with tp ({p.tp}) > 1; "
-                   "Megatron-Core expects it with expert and tensor parallelism",
+                   "Megatron-Core 0.16.1 MoELayer.forward raises ValueError in training "
+                   "('performance may degrade if MoE and tensor parallelism are enabled without "
+                   "also enabling sequence parallelism')",
                    "parallel.sequence_parallel", related=("parallel.tp", "model.num_experts"),
                    fix="set parallel.sequence_parallel=true",
                    edits={"parallel.sequence_parallel": True}, tp=p.tp)

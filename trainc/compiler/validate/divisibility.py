@@ -143,6 +143,28 @@ def _hidden_heads_fix(h: int, a: int, g: int) -> str:
     return ", or ".join(out)
 
 
+def _ep_with_smaller_etp(spec: TrainSpec, d: Derived, cands: list[int], fit: list[int]
+                         ) -> list[tuple[int, list[int], int]]:
+    """EP sizes a smaller expert-tensor-parallel size opens: ``[(etp, [ep, ...], domain)]``
+    for each etp below the current one (a divisor of it), with the ep values not already in
+    ``fit`` that divide the experts (``cands``), make Megatron-Core's expert grid
+    (``world % (etp * ep * pp) == 0``, ``parallel_state.initialize_model_parallel`` at 0.16.1)
+    and keep the ETP x EP group of consecutive ranks inside one NVLink domain (the group size
+    divides ``cluster.nvlink_domain_size``, default the node; the rank order ``tp-ep-dp-pp`` of
+    the expert grid). On an NVL72-style domain of 4-GPU trays, etp = tp = 4 leaves ep in
+    {1, 2, 4} for 144 GPUs, while etp = 1 allows ep = 8 inside the 72-GPU domain."""
+    dom = spec.cluster.nvlink_domain_size or spec.cluster.gpus_per_node
+    out: list[tuple[int, list[int], int]] = []
+    seen = set(fit)
+    for etp in sorted((x for x in divisors(d.etp) if x < d.etp), reverse=True):
+        room = capacity(d.world_size, etp, spec.parallel.pp)
+        eps = [ep for ep in fitting(cands, room) if ep not in seen and dom % (etp * ep) == 0]
+        if room and eps:
+            out.append((etp, eps, dom))
+            seen |= set(eps)
+    return out
+
+
 def _moe(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     m, p = spec.model, spec.parallel
     if not m.num_experts:
@@ -152,10 +174,15 @@ def _moe(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         room = capacity(d.world_size, d.etp, p.pp)
         cands = divisors(e)
         fit = fitting(cands, room)
+        wider = _ep_with_smaller_etp(spec, d, cands, fit)
         yield diag(R.EXPERTS_EP, f"num_experts ({e}) is not divisible by ep ({p.ep})",
                    "parallel.ep", related=("model.num_experts",),
                    fix=f"set parallel.ep to one of {show(fit)} (divisors of {e} experts"
-                       + (f" that fit the expert grid of {d.world_size} GPUs)" if room else ")"),
+                       + (f" that fit the expert grid of {d.world_size} GPUs)" if room else ")")
+                       + "".join(f", or set parallel.etp={etp} and parallel.ep"
+                                 + (f"={eps[0]}" if len(eps) == 1 else f" to one of {show(eps)}")
+                                 + f" (ETP x EP within one NVLink domain of {dom} GPUs)"
+                                 for etp, eps, dom in wider),
                    edits={"parallel.ep": nearest(fit, p.ep)} if fit else {},
                    num_experts=e, ep=p.ep)
     if not 1 <= m.moe_router_topk <= e:

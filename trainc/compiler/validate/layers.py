@@ -113,10 +113,13 @@ def _layers(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
 def _account_fix(L: int, pp: int, vpp: int) -> str:
     """Counting the embedding and/or the loss as a layer when that makes L' split into pp*vpp
     (Megatron account_for_*_in_pipeline_split; Llama 3 405B's 126 layers on pp=16 x vpp=8)."""
-    for acc in (("embedding", "loss"), ("loss",), ("embedding",)):
-        if (L + len(acc)) % (pp * vpp) == 0 and L + len(acc) >= pp * vpp:
-            keys = " and ".join(f"parallel.account_for_{a}_in_pipeline_split=true" for a in acc)
-            return f"set {keys} (each stage then counts {(L + len(acc)) // pp} layers)"
+    for v in (vpp, 1) if vpp > 1 else (1,):  # with vpp: keep it, else one chunk per stage
+        for acc in (("embedding", "loss"), ("loss",), ("embedding",)):
+            if (L + len(acc)) % (pp * v) == 0 and L + len(acc) >= pp * v:
+                keys = " and ".join(f"parallel.account_for_{a}_in_pipeline_split=true"
+                                    for a in acc)
+                drop = "parallel.vpp=1 and " if v != vpp else ""
+                return f"set {drop}{keys} (each stage then counts {(L + len(acc)) // pp} layers)"
     return "choose a pp that divides num_layers" if pp > 1 else ""
 
 
@@ -154,12 +157,15 @@ def _uneven_fix(L: int, pp: int, vpp: int) -> str:
         return ("remove parallel.pipeline_first_stage_layers and "
                 "parallel.pipeline_last_stage_layers (or set pp > 1)")
     split = uneven_split(L, pp, vpp)
+    drop = ""
+    if split is None and vpp > 1:  # every stage a multiple of vpp cannot sum to L: one chunk
+        split, drop = uneven_split(L, pp, 1), "parallel.vpp=1, "
     if split is None:
         return f"choose a pp that divides {L}"
     f, la, mid = split
     shown = ", ".join(map(str, [f, *([mid] * (pp - 2)), la])) if pp <= 16 else \
         f"{f}, {mid} x {pp - 2}, {la}"
-    return (f"set parallel.pipeline_first_stage_layers={f} and "
+    return (f"set {drop}parallel.pipeline_first_stage_layers={f} and "
             f"parallel.pipeline_last_stage_layers={la} (first and last searched together; "
             f"stages: {shown}, largest {max(f, la, mid)})")
 

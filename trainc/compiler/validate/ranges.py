@@ -54,6 +54,10 @@ MAX_COUNT = 10**12
 #: spec is a typo, and iterating would exhaust memory or time (the fuzz test found
 #: num_layers=1e12 raising MemoryError in the estimates).
 MAX_LAYERS = 100_000
+#: Per-key caps above :data:`MAX_COUNT`: training-token budgets are counted in trillions
+#: (Llama 3 was pretrained on over 15T tokens, arXiv:2407.21783), so data.num_tokens accepts up
+#: to 1e15; nothing iterates over it (it only divides into samples).
+MAX_BY_KEY = {"data.num_tokens": 10**15}
 MAX_WORLD = 1_000_000
 
 
@@ -87,10 +91,11 @@ def ranges(spec: TrainSpec) -> Iterator[Diagnostic]:
     port in 1-65535."""
     for key in _POSITIVE:
         v = spec_value(spec, key)
-        if isinstance(v, (int, float)) and not 0 < v <= MAX_COUNT:
-            yield diag(R.VALUE_RANGE, f"{key} must be a positive number up to {MAX_COUNT:.0e}, "
+        cap = MAX_BY_KEY.get(key, MAX_COUNT)
+        if isinstance(v, (int, float)) and not 0 < v <= cap:
+            yield diag(R.VALUE_RANGE, f"{key} must be a positive number up to {cap:.0e}, "
                        f"got ({v})", key, fix=f"set {key} to a positive value" if v <= 0 else
-                       f"set {key} to the intended value (at most {MAX_COUNT:.0e})", value=v)
+                       f"set {key} to the intended value (at most {cap:.0e})", value=v)
     m, c = spec.model, spec.cluster
     if isinstance(m.num_layers, int) and MAX_LAYERS < m.num_layers <= MAX_COUNT:
         yield diag(R.VALUE_RANGE, f"model.num_layers must be at most {MAX_LAYERS:,}, got "

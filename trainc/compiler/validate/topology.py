@@ -162,14 +162,37 @@ def _nvlink(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    place.why("etp*ep", f"{d.etp}*{p.ep} = {eg}", eg, "EP")
                    + f": MoE token all-to-all crosses {cost}", "parallel.ep",
                    related=("parallel.etp", "cluster.nvlink_domain_size", *place.related(eg)),
-                   fix=("the flex dispatcher (DeepEP / HybridEP) is built for all-to-all "
-                        "across nodes (DeepSeek-V3 trains with EP 64 over 8 nodes): keep "
-                        f"ep={p.ep} if it overlaps, else "
-                        if m.moe_token_dispatcher_type.value == "flex" else "")
-                   + (f"use ep in {{{show(ok)}}} (with etp={d.etp})" if ok else
-                      "use etp=1 and an ep dividing the NVLink domain")
-                   + " if the all-to-all dominates the step" + place.fix(eg), etp=d.etp, ep=p.ep,
-                   nvlink_domain_size=dom, **place.facts(eg))
+                   fix=(f"use ep in {{{show(ok)}}} (with etp={d.etp})" if ok else
+                        "use etp=1 and an ep dividing the NVLink domain")
+                   + " if the all-to-all dominates the step" + place.fix(eg)
+                   + (_flex_across_domains(m.moe_flex_dispatcher_backend.value, dom)
+                      if m.moe_token_dispatcher_type.value == "flex" else ""),
+                   etp=d.etp, ep=p.ep, nvlink_domain_size=dom, **place.facts(eg))
+
+
+def _flex_across_domains(backend: str, dom: int) -> str:
+    """The flex dispatcher's own reports for an EP group wider than its NVLink domain (the fix's
+    tail for TRC107): the group is not kept wide on their word.
+
+    * hybridep on 8-GPU NVLink domains: Megatron-Bridge limits its recipes to EP 8 there, HybridEP
+      with EP > 8 on NVL8 not yet being performant (NVIDIA-NeMo/Megatron-Bridge#2883, 2026-03;
+      its H100 EP64 recipe fell to ~247 TFLOP/s against 330 at the baseline, #1731).
+    * deepep across nodes: its internode kernels (NVSHMEM / IBGDA) time out or hang on some
+      clusters and releases (deepseek-ai/DeepEP#411, #294, #158; Megatron-LM#5039 moved its
+      8-node DeepSeek-V3 H100 test from DeepEP to HybridEP after internode_dispatch timeouts
+      with the PyTorch 26.04 image).
+    """
+    if backend == "hybridep":
+        return ("; HybridEP across 8-GPU NVLink domains is not tuned beyond EP 8 (Megatron-Bridge "
+                "limits its NVL8 recipes to EP 8: NVIDIA-NeMo/Megatron-Bridge#2883)"
+                if dom <= 8 else
+                "; HybridEP is tuned for EP inside one NVLink domain (GB200 NVL72): keep the "
+                "etp x ep group inside it")
+    return ("; DeepEP's internode kernels need NVSHMEM with IBGDA and have timed out or hung "
+            "across nodes (deepseek-ai/DeepEP#411, #294; Megatron-LM#5039 moved its 8-node "
+            "DeepSeek-V3 test to model.moe_flex_dispatcher_backend=hybridep): run "
+            "DeepEP's tests/test_internode.py on the cluster before a wide EP, or keep the "
+            "group inside the NVLink domain")
 
 
 class _Placement:

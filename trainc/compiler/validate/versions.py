@@ -22,7 +22,8 @@ def spec_features(spec: TrainSpec) -> frozenset[str]:
     return KV.job_features(
         engine=spec.engine.value, entrypoint=lc.entrypoint.value, device=lc.device.value,
         ep=p.ep, num_experts=m.num_experts, dispatcher=m.moe_token_dispatcher_type.value,
-        cp=p.cp, fp8=t.fp8_format is not Fp8Format.none, zero_stage=p.zero_stage)
+        cp=p.cp, fp8=t.fp8_format is not Fp8Format.none, zero_stage=p.zero_stage,
+        tp_comm_overlap=bool(t.tp_comm_overlap), gpu=spec.cluster.gpu.value)
 
 
 def versions(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
@@ -57,6 +58,8 @@ def versions(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    entry=e.id, link=e.link, fixed_in=dict(e.fixed_in))
     targets = {Engine.megatron: ("megatron_core", MEGATRON_CORE_VERSION),
                Engine.deepspeed: ("deepspeed", DEEPSPEED_VERSION)}
+    if spec.engine not in targets:  # engine=fsdp: no engine package trainc targets a release of
+        return
     comp, target = targets[spec.engine]
     have = KV.parse_version(ok[comp]) if comp in ok else None
     want = KV.parse_version(target)
