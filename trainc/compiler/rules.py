@@ -395,6 +395,13 @@ MOE_NO_LOAD_BALANCING = _r(
     "TRC385", "moe-no-load-balancing",
     "an MoE model trained with no load balancing (no auxiliary loss and no expert bias) routes "
     "most tokens to a few experts (routing collapse)", "warning")
+MEGATRON_ONLY_MODEL_KEY = _r(
+    "TRC386", "megatron-only-model-key",
+    "dense first layers, multi-token prediction, group-limited routing and the expert bias are "
+    "built by Megatron-LM / Megatron-Core only: engine=deepspeed and engine=fsdp cannot express "
+    "them, and multi-token prediction needs entrypoint megatron-lm (the trainc worker builds "
+    "no MTP block)",
+    engines={"megatron": "error", "deepspeed": "error", "fsdp": "error"})
 TP_COMM_OVERLAP = _r(
     "TRC380", "tp-comm-overlap",
     "tp_comm_overlap needs engine=megatron on CUDA (Transformer Engine userbuffers) and tp > 1 "
@@ -653,6 +660,10 @@ SOURCES: dict[str, str] = {
               "--moe-router-load-balancing-type aux_loss with --moe-aux-loss-coeff 1e-2 "
               "recommended; --moe-router-enable-expert-bias for aux-loss-free balancing); "
               "arXiv:2101.03961 §2.2 (Switch), arXiv:2408.15664 (aux-loss-free)",
+    "TRC386": "Megatron-LM core_r0.16.0 megatron/training/arguments.py (--moe-layer-freq, "
+              "--mtp-num-layers, --moe-router-num-groups, --moe-router-group-topk, "
+              "--moe-router-enable-expert-bias); megatron-core 0.16.1 models/gpt/gpt_model.py "
+              "GPTModel (mtp_block_spec); trainc: what each engine builds (docs/engines.md)",
     "TRC381": "megatron-core 0.16.1 transformer/transformer_config.py TransformerConfig."
               "__post_init__ (overlap_moe_expert_parallel_comm checks)",
     "TRC512": "megatron/training/arguments.py --split; megatron/core/datasets utils "

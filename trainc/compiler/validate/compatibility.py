@@ -21,7 +21,7 @@ from trainc.compiler.validate.comm_overlap import comm_overlap
 from trainc.compiler.validate.fsdp import fsdp_rules, inert_fsdp
 from trainc.compiler.validate.megatron_fsdp import megatron_fsdp
 from trainc.compiler.validate.moe_dispatch import moe_dispatch
-from trainc.compiler.validate.moe_router import moe_router
+from trainc.compiler.validate.moe_router import megatron_only_keys, moe_router
 from trainc.compiler.validate.precision import precision
 from trainc.compiler.validate.precision_shapes import precision_shapes
 from trainc.schemas import (
@@ -88,6 +88,7 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     yield from precision_shapes(spec, d)
     yield from moe_dispatch(spec, d)
     yield from moe_router(spec)
+    yield from megatron_only_keys(spec)
     yield from comm_overlap(spec, d)
     yield from megatron_fsdp(spec, d)
     yield from _schedule(spec)

@@ -1,5 +1,6 @@
-"""TRC384, TRC385: the MoE router's settings (group-limited routing, expert bias, dense first
-layers) and whether it balances the experts' load at all.
+"""TRC384, TRC385, TRC386: the MoE router's settings (group-limited routing, expert bias, dense
+first layers) and whether it balances the experts' load at all; which engines build them and
+multi-token prediction.
 
 Sources: megatron-core 0.16.1 ``transformer/transformer_config.py``
 ``TransformerConfig.__post_init__`` (``moe_router_group_topk`` needs ``moe_router_num_groups``,
@@ -18,7 +19,7 @@ from collections.abc import Iterator
 
 from trainc.compiler import rules as R
 from trainc.compiler.diagnostics import Diagnostic, diag
-from trainc.schemas import MoeLoadBalancing, MoeScoreFunction, TrainSpec
+from trainc.schemas import Engine, Entrypoint, MoeLoadBalancing, MoeScoreFunction, TrainSpec
 
 
 def moe_router(spec: TrainSpec) -> Iterator[Diagnostic]:
@@ -92,3 +93,44 @@ def moe_router(spec: TrainSpec) -> Iterator[Diagnostic]:
                             "model.moe_router_enable_expert_bias"),
                    fix=fix, edits=edits, load_balancing=lb.value,
                    aux_loss_coeff=m.moe_aux_loss_coeff)
+
+
+def megatron_only_keys(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC386 for each of ``moe_first_k_dense_layers`` (> 0), ``mtp_num_layers``,
+    ``moe_router_num_groups``, ``moe_router_group_topk`` and ``moe_router_enable_expert_bias``
+    that a spec sets with engine deepspeed or fsdp (their builders have no such setting: the
+    value would not reach the model), and for ``mtp_num_layers`` with entrypoint trainc (the
+    trainc worker builds GPTModel without ``mtp_block_spec``, so Megatron-Core 0.16.1 builds no
+    MTP block). Keys of a dense model that only MoE reads are left to the inert-key check."""
+    m = spec.model
+    moe = bool(m.num_experts)
+    keys: list[tuple[str, object]] = []
+    if moe and m.moe_first_k_dense_layers:
+        keys.append(("moe_first_k_dense_layers", m.moe_first_k_dense_layers))
+    if m.mtp_num_layers:
+        keys.append(("mtp_num_layers", m.mtp_num_layers))
+    if moe and m.moe_router_num_groups is not None:
+        keys.append(("moe_router_num_groups", m.moe_router_num_groups))
+    if moe and m.moe_router_group_topk is not None:
+        keys.append(("moe_router_group_topk", m.moe_router_group_topk))
+    if moe and m.moe_router_enable_expert_bias:
+        keys.append(("moe_router_enable_expert_bias", True))
+    if spec.engine is not Engine.megatron:
+        engine = spec.engine.value
+        for key, value in keys:
+            yield diag(R.MEGATRON_ONLY_MODEL_KEY, f"model.{key} ({value}) with engine={engine}: "
+                       f"trainc's {engine} builder cannot express it (only Megatron-LM / "
+                       "Megatron-Core have the setting), so the model would not be the one "
+                       "the spec describes", f"model.{key}", related=("engine",),
+                       fix=f"set engine=megatron, or remove model.{key}",
+                       edits={"engine": "megatron"}, setting=key, engine=engine)
+        return
+    if m.mtp_num_layers and spec.launch.entrypoint is Entrypoint.trainc:
+        yield diag(R.MEGATRON_ONLY_MODEL_KEY, f"model.mtp_num_layers ({m.mtp_num_layers}) with "
+                   "launch.entrypoint trainc: the trainc worker builds GPTModel without a "
+                   "multi-token-prediction block, so the MTP modules and their loss would be "
+                   "missing", "model.mtp_num_layers", related=("launch.entrypoint",),
+                   fix="set launch.entrypoint=megatron-lm (pretrain_gpt.py builds the MTP "
+                       "block), or remove model.mtp_num_layers",
+                   edits={"launch.entrypoint": "megatron-lm"}, setting="mtp_num_layers",
+                   entrypoint="trainc")
