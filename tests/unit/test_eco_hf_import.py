@@ -517,3 +517,98 @@ def test_a_missing_key_names_the_model_kinds_that_need_it(config, key, kinds):
     with pytest.raises(HFImportError, match="'vocab_size', which model_type .* needs "
                                             r"\(every supported model_type needs it\)"):
         convert(cfg, drop_rope_scaling=True)
+
+
+# --- architectures the schema cannot reproduce: every difference named -------------------------
+
+
+REFUSALS = {
+    "Llama-4-Scout-17B-16E.json": ("llama4", (
+        "attention_chunk_size 8192: the RoPE layers attend within fixed chunks of that many "
+        "tokens (chunked local attention); trainc's attention is full causal on every layer",
+        "no_rope_layers [] (no_rope_layer_interval 4): layers 3, 7, 11, ..., 47 (12 of 48) use "
+        "no rotary embedding and full attention; trainc rotates every layer",
+        "attn_temperature_tuning (floor_scale 8192, attn_scale 0.1): the no-RoPE layers scale "
+        "their queries by a function of the position; trainc has no such scaling",
+        "use_qk_norm true: a parameter-free L2 norm of queries and keys after RoPE on the RoPE "
+        "layers; trainc's qk_layernorm is a learned RMSNorm before RoPE",
+        "num_local_experts 16, num_experts_per_tok 1: the router scales each token's input to "
+        "its expert by the sigmoid of its score (Llama4TextMoe), where Megatron-Core weights the "
+        "expert's output; a shared expert of intermediate_size 8192 runs beside it",
+        "rope_scaling (rope_type llama3: factor 16, high_freq_factor 1, low_freq_factor 1, "
+        "original_max_position_embeddings 8192): Megatron-Core applies Llama 3 scaling with "
+        "low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192 fixed",
+    )),
+    "gpt-oss-20b.json": ("gpt_oss", (
+        "attention sinks: every head has a learned sink logit (GptOssAttention.sinks) that joins "
+        "the softmax; trainc's attention has none",
+        "layer_types: 12 of 24 layers are sliding_attention with sliding_window 128 (alternating "
+        "with full_attention); trainc's attention is full causal on every layer",
+        "rope_scaling (rope_type yarn: beta_fast 32, beta_slow 1, factor 32, "
+        "original_max_position_embeddings 4096, truncate False): trainc's model schema has no "
+        "YaRN",
+        "swiglu_limit 7: the experts clamp the gate (at most the limit) and the up projection "
+        "(within plus or minus the limit) and compute (up + 1) * gate * sigmoid(1.702 * gate); "
+        "trainc's swiglu is silu(gate) * up",
+        "attention_bias true: q, k, v and o_proj have biases; Megatron has no switch for the "
+        "o_proj bias without MLP biases",
+        "the experts' projections and the router carry biases (gate_up_proj_bias, "
+        "down_proj_bias, router.bias); Megatron-Core's router has none",
+    )),
+    "gemma-3-27b-it.json": ("gemma3", (
+        "hidden_activation gelu_pytorch_tanh: a gated MLP with the tanh GELU (GeGLU); trainc's "
+        "gated MLP is SwiGLU and its gelu is ungated",
+        "sliding_window 1024 on 5 of every 6 layers (sliding_window_pattern 6): those layers "
+        "attend to that many previous tokens only; trainc's attention is full causal on every "
+        "layer",
+        "rope_theta 1e+06 on the global layers and rope_local_base_freq 10000 on the "
+        "sliding-window layers: trainc has one rotary_base",
+        "rope_scaling (rope_type linear: factor 8) on the global layers only: trainc's model "
+        "schema has no linear RoPE scaling",
+        "query_pre_attn_scalar 168: attention scores are scaled by 168^-0.5, not head_dim "
+        "128^-0.5",
+        "the embedding output is multiplied by sqrt(hidden_size) = sqrt(5376) "
+        "(Gemma3TextScaledWordEmbedding); trainc's is not",
+        "four RMSNorms per layer (input, post-attention, pre-feedforward, post-feedforward); "
+        "trainc's pre-norm layer has two",
+    )),
+}
+
+
+def test_refused_configs_are_the_stored_ones():
+    assert set(REFUSALS) == REFUSED
+
+
+@pytest.mark.parametrize("config", sorted(REFUSALS))
+def test_unsupported_architectures_name_every_difference(config):
+    model_type, differences = REFUSALS[config]
+    cfg = json.loads((HF / config).read_text())
+    assert cfg["model_type"] == model_type
+    # even the escape hatches do not turn these into a preset: they are not one difference
+    with pytest.raises(HFImportError) as e:
+        convert(cfg, drop_rope_scaling=True, drop_sliding_window=True, seq_length=4096)
+    assert e.value.differences == differences
+    message = str(e.value)
+    assert message.startswith(f"model_type {model_type!r} (")
+    assert all(f"({i}) {d}" in message for i, d in enumerate(differences, 1))
+
+
+@pytest.mark.parametrize("config", sorted(REFUSALS))
+def test_cli_refuses_them_with_exit_2_and_writes_nothing(tmp_path, capsys, config):
+    target = tmp_path / "model" / "x.yaml"
+    assert main(["import-hf", str(HF / config), "-o", str(target)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and not target.exists() and "Traceback" not in captured.err
+    assert "cannot be imported: a preset would train a different model" in captured.err
+
+
+def test_maverick_interleaved_moe_layers_are_a_named_difference():
+    """Llama 4 Maverick's MoE layers are the odd ones (interleave_moe_layer_step 2), which
+    moe_layer_freq (i % k == 0) cannot state."""
+    cfg = json.loads((HF / "Llama-4-Scout-17B-16E.json").read_text())
+    cfg["text_config"] |= {"interleave_moe_layer_step": 2, "num_local_experts": 128}
+    with pytest.raises(HFImportError) as e:
+        convert(cfg)
+    assert "interleave_moe_layer_step 2: layers 1, 3, ... are MoE (i % 2 == 1) and the rest " \
+        "dense MLPs of intermediate_size_mlp 16384; trainc's moe_layer_freq makes layers " \
+        "i % 2 == 0 MoE and its dense layers have ffn_hidden_size" in e.value.differences

@@ -123,7 +123,14 @@ KEY_ORDER = (
 
 
 class HFImportError(ValueError):
-    """The config.json cannot be turned into a trainc model preset (a user error, exit 2)."""
+    """The config.json cannot be turned into a trainc model preset (a user error, exit 2).
+
+    ``differences``: for an architecture the model schema cannot reproduce (:data:`UNSUPPORTED`),
+    each way the preset would differ from the checkpoint, one sentence each (empty otherwise)."""
+
+    def __init__(self, message: str, differences: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.differences = differences
 
 
 def _req(cfg: dict[str, Any], key: str) -> Any:
@@ -446,6 +453,116 @@ def _rope_scaling(scaling: dict[str, Any], trained: int, seq_length: int, drop: 
         "from this checkpoint. Fix: " + DROP_FIX)
 
 
+def _text(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The language model's part of a config.json (``text_config`` of a multimodal wrapper)."""
+    text = cfg.get("text_config")
+    return text if isinstance(text, dict) else cfg
+
+
+def _llama4(cfg: dict[str, Any]) -> list[str]:
+    """Llama 4 (HF ``Llama4TextConfig`` / ``Llama4TextDecoderLayer``, transformers 4.51): what
+    trainc's model schema cannot state, with the config's values (HF defaults when absent)."""
+    t = _text(cfg)
+    layers = t.get("num_hidden_layers", 48)
+    out = [f"attention_chunk_size {t.get('attention_chunk_size', 8192)}: the RoPE layers attend "
+           "within fixed chunks of that many tokens (chunked local attention); trainc's "
+           "attention is full causal on every layer"]
+    nope = t.get("no_rope_layers") or []
+    interval = t.get("no_rope_layer_interval", 4)
+    no_rope = ([i for i, rope in enumerate(nope) if not rope] if nope else
+               [i for i in range(layers) if (i + 1) % interval == 0])
+    if no_rope:
+        out.append(f"no_rope_layers {nope} (no_rope_layer_interval {interval}): layers "
+                   f"{', '.join(map(str, no_rope[:3]))}, ..., {no_rope[-1]} ({len(no_rope)} of "
+                   f"{layers}) use no rotary embedding and full attention; trainc rotates every "
+                   "layer")
+        if t.get("attn_temperature_tuning", True):
+            out.append(f"attn_temperature_tuning (floor_scale {t.get('floor_scale', 8192)}, "
+                       f"attn_scale {t.get('attn_scale', 0.1)}): the no-RoPE layers scale their "
+                       "queries by a function of the position; trainc has no such scaling")
+    if t.get("use_qk_norm", True):
+        out.append("use_qk_norm true: a parameter-free L2 norm of queries and keys after RoPE on "
+                   "the RoPE layers; trainc's qk_layernorm is a learned RMSNorm before RoPE")
+    out.append(f"num_local_experts {t.get('num_local_experts', 16)}, num_experts_per_tok "
+               f"{t.get('num_experts_per_tok', 1)}: the router scales each token's input to its "
+               "expert by the sigmoid of its score (Llama4TextMoe), where Megatron-Core weights "
+               "the expert's output; a shared expert of intermediate_size "
+               f"{t.get('intermediate_size', 8192)} runs beside it")
+    step = t.get("interleave_moe_layer_step", 1)
+    if step != 1:
+        out.append(f"interleave_moe_layer_step {step}: layers {step - 1}, {2 * step - 1}, ... are "
+                   f"MoE (i % {step} == {step - 1}) and the rest dense MLPs of "
+                   f"intermediate_size_mlp {t.get('intermediate_size_mlp', 16384)}; trainc's "
+                   f"moe_layer_freq makes layers i % {step} == 0 MoE and its dense layers have "
+                   "ffn_hidden_size")
+    scaling = t.get("rope_scaling") or {}
+    if scaling:
+        kind = scaling.get("rope_type") or scaling.get("type")
+        fixed = ", ".join(f"{k} {_fmt(v)}" for k, v in MCORE_LLAMA3_SCALING.items())
+        out.append(f"{_describe(scaling, kind)}: Megatron-Core applies Llama 3 scaling with "
+                   f"{fixed} fixed")
+    return out
+
+
+def _gpt_oss(cfg: dict[str, Any]) -> list[str]:
+    """gpt-oss (HF ``GptOssConfig`` / ``modeling_gpt_oss``, transformers 4.55)."""
+    types = cfg.get("layer_types") or []
+    sliding = sum(1 for x in types if x == "sliding_attention")
+    out = ["attention sinks: every head has a learned sink logit (GptOssAttention.sinks) that "
+           "joins the softmax; trainc's attention has none",
+           f"layer_types: {sliding} of {len(types)} layers are sliding_attention with "
+           f"sliding_window {cfg.get('sliding_window')} (alternating with full_attention); "
+           "trainc's attention is full causal on every layer"]
+    scaling = cfg.get("rope_scaling") or {}
+    if scaling:
+        out.append(f"{_describe(scaling, scaling.get('rope_type') or scaling.get('type'))}: "
+                   "trainc's model schema has no YaRN")
+    out += [f"swiglu_limit {_fmt(cfg.get('swiglu_limit', 7.0))}: the experts clamp the gate "
+            "(at most the limit) and the up projection (within plus or minus the limit) and "
+            "compute (up + 1) * gate * sigmoid(1.702 * gate); trainc's swiglu is "
+            "silu(gate) * up",
+            f"attention_bias {str(cfg.get('attention_bias')).lower()}: q, k, v and o_proj have "
+            "biases; Megatron has no switch for the o_proj bias without MLP biases",
+            "the experts' projections and the router carry biases (gate_up_proj_bias, "
+            "down_proj_bias, router.bias); Megatron-Core's router has none"]
+    return out
+
+
+def _gemma3(cfg: dict[str, Any]) -> list[str]:
+    """Gemma 3 (HF ``Gemma3TextConfig`` defaults for what its sparse ``text_config`` leaves out,
+    ``modeling_gemma3``, transformers 4.50)."""
+    t = _text(cfg)
+    pattern = t.get("sliding_window_pattern", 6)
+    h, d = t.get("hidden_size", 2304), t.get("head_dim", 256)
+    scaling = t.get("rope_scaling") or {}
+    out = [f"hidden_activation {t.get('hidden_activation', 'gelu_pytorch_tanh')}: a gated MLP "
+           "with the tanh GELU (GeGLU); trainc's gated MLP is SwiGLU and its gelu is ungated",
+           f"sliding_window {t.get('sliding_window', 4096)} on {pattern - 1} of every {pattern} "
+           f"layers (sliding_window_pattern {pattern}): those layers attend to that many previous "
+           "tokens only; trainc's attention is full causal on every layer",
+           f"rope_theta {_fmt(t.get('rope_theta', 1_000_000.0))} on the global layers and "
+           f"rope_local_base_freq {_fmt(t.get('rope_local_base_freq', 10_000.0))} on the "
+           "sliding-window layers: trainc has one rotary_base"]
+    if scaling:
+        out.append(f"{_describe(scaling, scaling.get('rope_type') or scaling.get('type'))} on "
+                   "the global layers only: trainc's model schema has no linear RoPE scaling")
+    out += [f"query_pre_attn_scalar {t.get('query_pre_attn_scalar', 256)}: attention scores are "
+            f"scaled by {t.get('query_pre_attn_scalar', 256)}^-0.5, not head_dim {d}^-0.5",
+            f"the embedding output is multiplied by sqrt(hidden_size) = sqrt({h}) "
+            "(Gemma3TextScaledWordEmbedding); trainc's is not",
+            "four RMSNorms per layer (input, post-attention, pre-feedforward, post-feedforward); "
+            "trainc's pre-norm layer has two"]
+    return out
+
+
+#: HF ``model_type`` values import-hf recognises but refuses: what a preset cannot reproduce of
+#: each, listed by :class:`HFImportError` (``differences``).
+UNSUPPORTED: dict[str, Any] = {
+    "llama4": _llama4, "llama4_text": _llama4, "gpt_oss": _gpt_oss, "gemma3": _gemma3,
+    "gemma3_text": _gemma3,
+}
+
+
 def convert(cfg: dict[str, Any], *, seq_length: int | None = None,
             drop_rope_scaling: bool = False,
             drop_sliding_window: bool = False) -> tuple[dict[str, Any], list[str]]:
@@ -464,6 +581,15 @@ def convert(cfg: dict[str, Any], *, seq_length: int | None = None,
     if seq_length is not None and seq_length < 1:
         raise HFImportError(f"seq_length must be a positive number of tokens, got {seq_length}")
     mt = cfg.get("model_type")
+    if mt in UNSUPPORTED:
+        arch = ", ".join(cfg.get("architectures") or []) or str(mt)
+        diffs = tuple(UNSUPPORTED[mt](cfg))
+        raise HFImportError(
+            f"model_type {mt!r} ({arch}) cannot be imported: a preset would train a different "
+            "model from this checkpoint. What trainc's model schema cannot state: "
+            + "; ".join(f"({i}) {x}" for i, x in enumerate(diffs, 1))
+            + ". Fix: none in import-hf; a hand-written preset trains trainc's architecture, "
+            "not this one", diffs)
     if mt not in SUPPORTED:
         arch = ", ".join(cfg.get("architectures") or []) or "none given"
         raise HFImportError(
