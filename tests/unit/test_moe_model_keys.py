@@ -138,3 +138,16 @@ def test_estimates_count_dense_first_layers_and_mtp() -> None:
     assert t1.core_per_s2 == pytest.approx(t0.core_per_s2 * 33 / 32)
     t3 = spec_flop_terms(dense3.spec, dense3)
     assert t3.per_token_layers < t0.per_token_layers
+
+
+def test_mtp_activations_are_on_the_last_stage_only() -> None:
+    from trainc.compiler.estimate.activations import stage_activation_bytes
+
+    base = compile_ir(CASE)
+    mtp = compile_ir(CASE, ("model.mtp_num_layers=1", *KEYS[-2:]))
+    a0, a1 = stage_activation_bytes(base.spec, base), stage_activation_bytes(mtp.spec, mtp)
+    assert a0[:-1] == a1[:-1]
+    m, d = base.spec.model, base.derived
+    s, b = m.seq_length, base.spec.training.micro_batch_size
+    # at least the MTP module's own logits (bf16 + fp32 copy) and its two normed inputs
+    assert a1[-1] - a0[-1] > 6 * s * b * d.padded_vocab_size / d.tp + 4 * s * b * m.hidden_size
