@@ -151,3 +151,19 @@ def test_mtp_activations_are_on_the_last_stage_only() -> None:
     s, b = m.seq_length, base.spec.training.micro_batch_size
     # at least the MTP module's own logits (bf16 + fp32 copy) and its two normed inputs
     assert a1[-1] - a0[-1] > 6 * s * b * d.padded_vocab_size / d.tp + 4 * s * b * m.hidden_size
+
+
+@pytest.mark.parametrize("groups,gtop,message", [
+    ("4", "4", "moe_router_topk (2) is below moe_router_group_topk (4): Megatron-Core scores "
+               "each group by its best moe_router_topk // moe_router_group_topk = 0 experts"),
+    ("8", "1", "moe_router_topk (2) exceeds the 1 experts of the 1 picked groups (1 each, 8 "
+               "experts in 8 groups)"),
+])
+def test_group_limited_routing_that_cannot_pick_its_experts(groups: str, gtop: str,
+                                                            message: str) -> None:
+    mine = [d for d in _diags(f"model.moe_router_num_groups={groups}",
+                              f"model.moe_router_group_topk={gtop}") if d["rule"] == "TRC384"]
+    assert len(mine) == 1 and mine[0]["message"].startswith(message), mine
+    assert mine[0]["key"] == "model.moe_router_group_topk"
+    assert not [d for d in _diags("model.moe_router_num_groups=4",
+                                  "model.moe_router_group_topk=2") if d["rule"] == "TRC384"]

@@ -52,6 +52,8 @@ def moe_router(spec: TrainSpec) -> Iterator[Diagnostic]:
                        fix=f"set model.moe_router_group_topk to at most {groups}",
                        edits={"model.moe_router_group_topk": groups}, group_topk=gtop,
                        num_groups=groups)
+        elif not m.num_experts % groups:
+            yield from _group_sizes(m.num_experts, m.moe_router_topk, groups, gtop)
     sigmoid = m.moe_router_score_function is MoeScoreFunction.sigmoid
     if m.moe_router_enable_expert_bias and not sigmoid:
         yield diag(R.MOE_ROUTER_SETTINGS, "moe_router_enable_expert_bias with "
@@ -93,6 +95,31 @@ def moe_router(spec: TrainSpec) -> Iterator[Diagnostic]:
                             "model.moe_router_enable_expert_bias"),
                    fix=fix, edits=edits, load_balancing=lb.value,
                    aux_loss_coeff=m.moe_aux_loss_coeff)
+
+
+def _group_sizes(experts: int, topk: int, groups: int, gtop: int) -> Iterator[Diagnostic]:
+    """Megatron-Core 0.16.1 ``moe_utils.group_limited_topk`` scores each group by the sum of its
+    best ``topk // group_topk`` experts, picks ``group_topk`` groups, then ``topk`` experts among
+    theirs: topk < group_topk sums no expert (every group scores 0, an arbitrary choice, no
+    error), and the picked groups must hold topk experts."""
+    per_group = experts // groups
+    if topk < gtop:
+        yield diag(R.MOE_ROUTER_SETTINGS, f"moe_router_topk ({topk}) is below "
+                   f"moe_router_group_topk ({gtop}): Megatron-Core scores each group by its best "
+                   f"moe_router_topk // moe_router_group_topk = 0 experts, so every group scores "
+                   "0 and the groups are picked arbitrarily (no error is raised)",
+                   "model.moe_router_group_topk", related=("model.moe_router_topk",),
+                   fix=f"set model.moe_router_group_topk to at most {topk} (DeepSeek-V3: top-8 "
+                       "experts from 4 of 8 groups)",
+                   edits={"model.moe_router_group_topk": topk}, topk=topk, group_topk=gtop)
+    elif topk > gtop * per_group:
+        yield diag(R.MOE_ROUTER_SETTINGS, f"moe_router_topk ({topk}) exceeds the "
+                   f"{gtop * per_group} experts of the {gtop} picked groups ({per_group} each, "
+                   f"{experts} experts in {groups} groups)", "model.moe_router_group_topk",
+                   related=("model.moe_router_topk", "model.moe_router_num_groups"),
+                   fix="raise model.moe_router_group_topk to at least "
+                       f"{-(-topk // per_group)}", topk=topk, group_topk=gtop,
+                   experts_per_group=per_group)
 
 
 def megatron_only_keys(spec: TrainSpec) -> Iterator[Diagnostic]:
