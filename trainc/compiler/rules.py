@@ -388,7 +388,8 @@ MOE_FLEX_SCALE = _r(
 MOE_ROUTER_SETTINGS = _r(
     "TRC384", "moe-router-settings",
     "group-limited routing needs moe_router_num_groups and moe_router_group_topk together, "
-    "groups that divide num_experts and group_topk <= num_groups; the expert bias needs sigmoid "
+    "groups that divide num_experts, group_topk <= num_groups and <= topk, and picked groups "
+    "that hold topk experts; the expert bias needs sigmoid "
     "scores; dense first layers leave at least one MoE layer (Megatron-Core "
     "TransformerConfig.__post_init__)")
 MOE_NO_LOAD_BALANCING = _r(
@@ -655,7 +656,8 @@ SOURCES: dict[str, str] = {
               "src/megatron_fsdp/megatron_fsdp.py MegatronFSDP.__init__ (overlaps forced on)",
     "TRC384": "megatron-core 0.16.1 transformer/transformer_config.py TransformerConfig."
               "__post_init__ (moe_router_group_topk / moe_router_num_groups asserts; "
-              "moe_router_enable_expert_bias needs moe_router_score_function sigmoid)",
+              "moe_router_enable_expert_bias needs moe_router_score_function sigmoid); "
+              "transformer/moe/moe_utils.py group_limited_topk (topk // group_topk per group)",
     "TRC385": "Megatron-Core MoE docs (megatron/core/transformer/moe/README.md, core_v0.16.1: "
               "--moe-router-load-balancing-type aux_loss with --moe-aux-loss-coeff 1e-2 "
               "recommended; --moe-router-enable-expert-bias for aux-loss-free balancing); "
