@@ -398,6 +398,24 @@ MOE_FLEX_SCALE = _r(
     "the flex dispatcher (DeepEP) pays off for expert-parallel groups across nodes; inside one "
     "node alltoall or allgather is as fast or faster", "warning",
     engines={"megatron": "warning", "deepspeed": "n/a", "fsdp": "n/a"})
+MOE_ROUTER_SETTINGS = _r(
+    "TRC384", "moe-router-settings",
+    "group-limited routing needs moe_router_num_groups and moe_router_group_topk together, "
+    "groups that divide num_experts, group_topk <= num_groups and <= topk, and picked groups "
+    "that hold topk experts; the expert bias needs sigmoid "
+    "scores; dense first layers leave at least one MoE layer (Megatron-Core "
+    "TransformerConfig.__post_init__)")
+MOE_NO_LOAD_BALANCING = _r(
+    "TRC385", "moe-no-load-balancing",
+    "an MoE model trained with no load balancing (no auxiliary loss and no expert bias) routes "
+    "most tokens to a few experts (routing collapse)", "warning")
+MEGATRON_ONLY_MODEL_KEY = _r(
+    "TRC386", "megatron-only-model-key",
+    "dense first layers, multi-token prediction, group-limited routing and the expert bias are "
+    "built by Megatron-LM / Megatron-Core only: engine=deepspeed and engine=fsdp cannot express "
+    "them, and multi-token prediction needs entrypoint megatron-lm (the trainc worker builds "
+    "no MTP block)",
+    engines={"megatron": "error", "deepspeed": "error", "fsdp": "error"})
 TP_COMM_OVERLAP = _r(
     "TRC380", "tp-comm-overlap",
     "tp_comm_overlap needs engine=megatron on CUDA (Transformer Engine userbuffers) and tp > 1 "
@@ -667,6 +685,18 @@ SOURCES: dict[str, str] = {
     "TRC383": "Megatron-LM core_v0.16.1 megatron/training/arguments.py validate_args "
               "(use_megatron_fsdp: ckpt_format fsdp_dtensor); megatron/core/distributed/fsdp/"
               "src/megatron_fsdp/megatron_fsdp.py MegatronFSDP.__init__ (overlaps forced on)",
+    "TRC384": "megatron-core 0.16.1 transformer/transformer_config.py TransformerConfig."
+              "__post_init__ (moe_router_group_topk / moe_router_num_groups asserts; "
+              "moe_router_enable_expert_bias needs moe_router_score_function sigmoid); "
+              "transformer/moe/moe_utils.py group_limited_topk (topk // group_topk per group)",
+    "TRC385": "Megatron-Core MoE docs (megatron/core/transformer/moe/README.md, core_v0.16.1: "
+              "--moe-router-load-balancing-type aux_loss with --moe-aux-loss-coeff 1e-2 "
+              "recommended; --moe-router-enable-expert-bias for aux-loss-free balancing); "
+              "arXiv:2101.03961 §2.2 (Switch), arXiv:2408.15664 (aux-loss-free)",
+    "TRC386": "Megatron-LM core_r0.16.0 megatron/training/arguments.py (--moe-layer-freq, "
+              "--mtp-num-layers, --moe-router-num-groups, --moe-router-group-topk, "
+              "--moe-router-enable-expert-bias); megatron-core 0.16.1 models/gpt/gpt_model.py "
+              "GPTModel (mtp_block_spec); trainc: what each engine builds (docs/engines.md)",
     "TRC381": "megatron-core 0.16.1 transformer/transformer_config.py TransformerConfig."
               "__post_init__ (overlap_moe_expert_parallel_comm checks)",
     "TRC512": "megatron/training/arguments.py --split; megatron/core/datasets utils "

@@ -22,6 +22,7 @@ from trainc.compiler.validate.comm_overlap import comm_overlap
 from trainc.compiler.validate.fsdp import fsdp_rules, inert_fsdp
 from trainc.compiler.validate.megatron_fsdp import megatron_fsdp
 from trainc.compiler.validate.moe_dispatch import moe_dispatch
+from trainc.compiler.validate.moe_router import megatron_only_keys, moe_router
 from trainc.compiler.validate.precision import precision
 from trainc.compiler.validate.precision_shapes import precision_shapes
 from trainc.compiler.validate.util import divisors, show
@@ -90,6 +91,8 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     yield from precision(spec, d)
     yield from precision_shapes(spec, d)
     yield from moe_dispatch(spec, d)
+    yield from moe_router(spec)
+    yield from megatron_only_keys(spec)
     yield from comm_overlap(spec, d)
     yield from megatron_fsdp(spec, d)
     yield from _schedule(spec)
@@ -387,7 +390,9 @@ def _inert(spec: TrainSpec) -> Iterator[tuple[str, str]]:
                      "moe_expert_capacity_factor", "moe_router_topk", "moe_ffn_hidden_size",
                      "moe_shared_expert_intermediate_size", "moe_layer_freq",
                      "moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
-                     "moe_pad_expert_input_to_capacity", "moe_router_padding_for_quantization")
+                     "moe_pad_expert_input_to_capacity", "moe_router_padding_for_quantization",
+                     "moe_first_k_dense_layers", "moe_router_num_groups",
+                     "moe_router_group_topk", "moe_router_enable_expert_bias")
                     if moved(m, dm, k))
         if m.moe_router_pre_softmax:  # normalize fills false on a dense model
             yield "model.moe_router_pre_softmax", dense
