@@ -68,6 +68,7 @@ def recipe_name(spec: TrainSpec) -> str | None:
 #: recipe -> (tokens alignment, width alignment) of one GEMM input (see the module docstring)
 ALIGN: dict[str, tuple[int, int]] = {
     "delayed": (8, 16), "tensorwise": (8, 16), "blockwise": (8, 16), "mxfp8": (32, 32),
+    "rowwise": (8, 16), "rowwise_with_gw_hp": (8, 16),
     "nvfp4": (16, 16),
 }
 
