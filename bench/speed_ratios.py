@@ -12,10 +12,13 @@ Jobs and goals:
 * ``lint`` of 1,000 small generated specs in one call: goal <= 2 s.
 * ``plan`` of Llama 3.1 405B on 2,048 x 8 H100 (dgx-h100): goal <= 1 s, >= 10^5 candidates.
 * ``plan`` of the DeepSeek-V3-like preset on 256 x 8 H800 (hgx-h800): goal <= 1.5 s.
+* ``plan`` of the first 15 rows of ``bench/published_runs.csv`` that have a published global
+  batch and convert to a spec (:func:`planner_fidelity.planning_spec`: the layout keys left to
+  the planner), one process each, run once: goal median <= 0.5 s (``published``).
 
 Prints figures; asserts nothing (machines are noisy).
 
-Run: .venv/bin/python bench/speed_ratios.py [--repeat N] [--only compile,lint,plan]
+Run: .venv/bin/python bench/speed_ratios.py [--repeat N] [--only compile,lint,plan,published]
 """
 
 from __future__ import annotations
@@ -79,7 +82,7 @@ def measure(cmd: list[str], repeat: int) -> tuple[float, float, str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--only", default="compile,lint,plan")
+    ap.add_argument("--only", default="compile,lint,plan,published")
     args = ap.parse_args()
     only = set(args.only.split(","))
     env_py = sys.executable
@@ -121,6 +124,36 @@ def main() -> None:
                     n = -1
                 line(title, cpu, wall, "<= 1 s" if "405B" in title else "<= 1.5 s",
                      f"; {n:,} candidates")
+        if "published" in only:
+            cpus, walls = published_plans(trainc, Path(tmp))
+            line(f"plan {len(cpus)} published jobs (median)", statistics.median(cpus),
+                 statistics.median(walls), "median <= 0.5 s",
+                 f"; max {max(cpus):.3f} s CPU")
+
+
+def published_plans(trainc: list[str], tmp: Path, n: int = 15) -> tuple[list[float], list[float]]:
+    """CPU and wall seconds of one ``trainc plan`` process per published job (the first ``n``
+    rows of ``bench/published_runs.csv`` :func:`planner_fidelity.planning_spec` converts)."""
+    import yaml
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from planner_fidelity import DEFAULT_CSV, planning_spec
+
+    from trainc.planner.published import load_rows
+
+    cpus, walls = [], []
+    for i, row in enumerate(load_rows(str(DEFAULT_CSV))):
+        spec = planning_spec(row)
+        if spec is None:
+            continue
+        path = tmp / f"published{i}.yaml"
+        path.write_text(yaml.safe_dump(spec, sort_keys=False))
+        cpu, wall, _ = run_once([*trainc, "plan", str(path), "--format", "json"])
+        cpus.append(cpu)
+        walls.append(wall)
+        if len(cpus) == n:
+            break
+    return cpus, walls
 
 
 if __name__ == "__main__":

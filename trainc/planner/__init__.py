@@ -319,19 +319,30 @@ def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
         if len(todo) > room:
             break
     # exact: nothing in the pool is left within the threshold, and the layouts the search left
-    # out of the pool have a proven bound above it
-    threshold = steps[need - 1] * (1 + band) if len(steps) >= need else math.inf
-    out.exact = all(_bound(c, ratios) > threshold for c in pool if c.layout_key() not in done) \
+    # out of the pool have a proven bound above it. The threshold is taken over the layouts
+    # that stay ranked (drop_equal_time_larger removes equal-time ones, which moves the
+    # need-th step up). And distinct_layouts promotes the best layout of every (tp, pp, cp, ep,
+    # etp) from any place: with fewer such groups than places in the first need, a group the
+    # bound left unestimated could be promoted, so nothing may be left unestimated then.
+    kept = drop_equal_time_larger(out.planned)
+    banded = rank_within_band(kept, band)
+    kept_steps = sorted(_step(p) for p in kept)
+    threshold = max(steps[need - 1] * (1 + band) if len(steps) >= need else math.inf,
+                    kept_steps[need - 1] * (1 + band) if len(kept_steps) >= need else math.inf)
+    left = [c for c in pool if c.layout_key() not in done]
+    groups = {(p.candidate.tp, p.candidate.pp, p.candidate.cp, p.candidate.ep, p.candidate.etp)
+              for p in banded[:need]}
+    out.exact = all(_bound(c, ratios) > threshold for c in left) \
         and (not result.dropped or max(result.dropped_bound, result.dropped_fast
-                                       * ratios.get((), 0.0) * BOUND_SAFETY ** 3) > threshold)
+                                       * ratios.get((), 0.0) * BOUND_SAFETY ** 3) > threshold) \
+        and (len(groups) >= need or (not left and not result.dropped))
     if not out.planned:
         # Nothing to offer: if the keys the user fixed break a rule, that is the reason (not
         # memory); report those errors as `trainc lint` would.
         out.diagnostics = sort_diagnostics(locate([
             d for d in validate(spec) if d.is_error
             and (d.key in explicit or any(k in explicit for k in d.related))], loaded.where))
-    out.planned = distinct_layouts(rank_within_band(drop_equal_time_larger(out.planned),
-                                                    band))[:top]
+    out.planned = distinct_layouts(banded)[:top]
     if out.planned:
         best = _step(out.planned[0])
         for i, p in enumerate(out.planned):

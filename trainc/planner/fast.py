@@ -559,10 +559,32 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
     for cpt in cps:
         by_kv.setdefault(attention_kv_length(spec, cp, CpCommType(cpt)), []).append(cpt)
     kv_groups = list(by_kv.items())
+    def _dp_term(zero: int, i: int, f_mb: float, b_mb: float, comp: float, M: int) -> float:
+        """Exposed DP seconds of stage ``i`` from its micro batch's forward / backward."""
+        dcols = dp_cols.get((zero, i))
+        if dcols is None:
+            pd, pe = params[i]
+            return _dp_exposed(spec, megatron, zero, i, pd, pe, dp * cp, edp, bw_dp, bw_edp,
+                               pb, gb, eb, M, f_mb, b_mb, M * comp, n_layers)
+        t_dp = 0.0
+        nb = dp_nb[i]
+        for sec, gather, on in dcols:
+            if not on:
+                t_dp += sec
+                continue
+            window = f_mb if gather else b_mb
+            if i > 0:
+                t_dp += with_interference(sec, max(sec - i * window, 0.0))
+            else:
+                t_dp += with_interference(sec, sec / nb + max(sec - sec / nb - window, 0.0))
+        return t_dp
+
     for mbs in mbss:
         if (gbs // dp) % mbs:
             continue
         M = gbs // (dp * mbs)
+        dp_memo: dict[tuple[Any, ...], float] = {}
+        off_memo: dict[tuple[Any, ...], float] = {}
         for kvl, kv_cps in kv_groups:
             lts = [(_layer(spec, moe, low, tp, cp, ep, etp, sp, mbs, kvl), w)
                    for moe, w in kinds]
@@ -643,34 +665,24 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
                         rows.append((M * work / (1 - bubble), i, n, comp, f_mb, b_mb, x_tp,
                                      x_ep, x_cp, x_pp, work))
                     for zero, off, state_mem, _t_dp in states:
-                        off_param = _param_offload(spec, zero)
                         total = -1.0
                         out = None
                         for row in rows:
                             piped, i, n, comp, f_mb, b_mb, x_tp, x_ep, x_cp, x_pp, work = row
-                            dcols = dp_cols.get((zero, i))
-                            if dcols is None:
-                                pd, pe = params[i]
-                                t_dp = _dp_exposed(spec, megatron, zero, i, pd, pe, dp * cp,
-                                                   edp, bw_dp, bw_edp, pb, gb, eb, M, f_mb,
-                                                   b_mb, M * comp, n_layers)
-                            else:
-                                t_dp = 0.0
-                                nb = dp_nb[i]
-                                for sec, gather, on in dcols:
-                                    if not on:
-                                        t_dp += sec
-                                        continue
-                                    window = f_mb if gather else b_mb
-                                    if i > 0:
-                                        t_dp += with_interference(sec, max(sec - i * window, 0.0))
-                                    else:
-                                        t_dp += with_interference(
-                                            sec, sec / nb + max(sec - sec / nb - window, 0.0))
-                            # DeepSpeed offload's CPU step and PCIe copies (as the full
-                            # estimator: time.offload_seconds)
-                            t_off = offload_seconds(spec, zero, off != "none", off_param,
-                                                    sum(params[i]), dp * cp, M)
+                            # the DP and offload terms depend on the schedule only through
+                            # these values: memoised per micro batch (the same arithmetic)
+                            dkey = (zero, i, f_mb, b_mb, comp)
+                            t_dp = dp_memo.get(dkey)
+                            if t_dp is None:
+                                t_dp = dp_memo[dkey] = _dp_term(zero, i, f_mb, b_mb, comp, M)
+                            okey = (zero, off, i)
+                            t_off = off_memo.get(okey)
+                            if t_off is None:
+                                # DeepSpeed offload's CPU step and PCIe copies (as the full
+                                # estimator: time.offload_seconds)
+                                t_off = off_memo[okey] = offload_seconds(
+                                    spec, zero, off != "none", _param_offload(spec, zero),
+                                    sum(params[i]), dp * cp, M)
                             if piped + t_dp + t_off > total:
                                 total, out = piped + t_dp + t_off, (row, t_dp, t_off)
                         assert out is not None

@@ -184,7 +184,9 @@ def render(res: Any, width: int) -> list[Any]:
     if getattr(res, "num_full_estimates", 0):
         exact = "" if getattr(res, "exact", True) else (
             f" (the cap of {MAX_FULL} full estimates was reached before the bound proved the "
-            "order: a layout left unestimated may rank higher)")
+            "order: a layout left unestimated may rank higher)"
+            if res.num_full_estimates >= MAX_FULL else
+            " (the bound did not prove the order: a layout left unestimated may rank higher)")
         out.append(Text(f"ranked by the full estimator ({res.num_full_estimates} layouts "
                         f"estimated); within {res.error_band:.0%} of the fastest the simpler "
                         f"layout ranks first{exact}"))
