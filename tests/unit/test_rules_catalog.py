@@ -518,7 +518,7 @@ def test_deepspeed_pipeline_warning_only_where_a_runner_splits_pp(
 
 
 @pytest.mark.parametrize(("rule", "fsdp", "megatron", "deepspeed"), [
-    (R.ENV_MAX_CONNECTIONS, "n/a", "error", "error"),
+    (R.ENV_MAX_CONNECTIONS, "warning", "error", "error"),
     (R.DS_ZERO_PP, "n/a", "n/a", "error"),
     (R.OFFLOAD_PARAM_STAGE, "n/a", "n/a", "error"),
     (R.OFFLOAD_OPTIMIZER_STAGE, "n/a", "n/a", "error"),
@@ -548,6 +548,30 @@ def test_max_connections_is_not_checked_for_fsdp() -> None:
     env = {"launch.env": {"CUDA_DEVICE_MAX_CONNECTIONS": "8"}}
     assert [d.severity.value for d in find(lint_cfg(**env), "TRC505")] == ["error"]
     assert not find(lint_cfg(**FSDP, **env), "TRC505")
+
+
+def test_max_connections_one_is_a_warning_for_fsdp() -> None:
+    """TRC505 for engine=fsdp with CUDA_DEVICE_MAX_CONNECTIONS=1: one hardware queue serializes
+    FSDP2's prefetch with compute (verl PR 6976), a warning on the env key; Megatron (tp 2)
+    wants exactly that value and gets nothing."""
+    env = {"launch.env": {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}}
+    got = find(lint_cfg(**FSDP, **env), "TRC505")
+    assert [(d.severity.value, d.key) for d in got] == [
+        ("warning", "launch.env.CUDA_DEVICE_MAX_CONNECTIONS")]
+    assert "remove launch.env.CUDA_DEVICE_MAX_CONNECTIONS" in (got[0].fix or "")
+    assert not find(lint_cfg(**env), "TRC505")
+
+
+def test_fsdp_tp_above_query_groups_is_an_error() -> None:
+    """engine=fsdp splits K/V by whole heads (no KV replication, torchtitan issue 932): tp 4
+    over 2 query groups is TRC202, an error; Megatron-Core 0.16 replicates (TRC221 warning)."""
+    groups = {"model.num_query_groups": 2, "parallel.tp": 4}
+    got = find(lint_cfg(**FSDP, **groups), "TRC202")
+    assert [(d.severity.value, d.key) for d in got] == [("error", "parallel.tp")]
+    assert "1, 2" in (got[0].fix or "")
+    assert not find(lint_cfg(**FSDP, **groups), "TRC221")
+    assert not find(lint_cfg(**groups), "TRC202")
+    assert [d.severity.value for d in find(lint_cfg(**groups), "TRC221")] == ["warning"]
 
 
 def test_fp8_keys_without_fp8_are_inert() -> None:

@@ -16,11 +16,11 @@ from typing import Any
 
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived, domain_group_nodes, slurm_segment
-from trainc.compiler.diagnostics import Diagnostic, diag
+from trainc.compiler.diagnostics import Diagnostic, Severity, diag
 from trainc.compiler.secrets import is_secret, redact
 from trainc.compiler.slurm_time import UNLIMITED_TIMES
 from trainc.compiler.validate.util import show
-from trainc.schemas import Device, Entrypoint, Gpu, TrainSpec
+from trainc.schemas import Device, Engine, Entrypoint, Gpu, TrainSpec
 
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 # Slurm --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
@@ -89,7 +89,21 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                        "name", f"launch.env.{k}", fix="use letters, digits and '_' only", name=k)
     p = spec.parallel
     mdc = lc.env.get("CUDA_DEVICE_MAX_CONNECTIONS")
-    if (p.tp > 1 or p.cp > 1) and mdc is not None and str(mdc) != "1":
+    if spec.engine is Engine.fsdp and mdc is not None and str(mdc).strip() == "1":
+        # One hardware work queue runs kernels in launch order: FSDP2's all-gather prefetch
+        # and reduce-scatter on their own streams then wait for compute instead of overlapping
+        # it (https://github.com/verl-project/verl/pull/6976 profiled the lost overlap on an
+        # FSDP2 backend; Megatron-LM's Megatron-FSDP guide also tells users to unset it).
+        yield diag(R.ENV_MAX_CONNECTIONS, "launch.env sets CUDA_DEVICE_MAX_CONNECTIONS=1 with "
+                   "engine=fsdp: one CUDA work queue serializes FSDP2's all-gather prefetch and "
+                   "gradient reduce-scatter with the compute they should overlap (a Megatron "
+                   "tensor-parallel setting; FSDP2 needs none)",
+                   "launch.env.CUDA_DEVICE_MAX_CONNECTIONS",
+                   fix="remove launch.env.CUDA_DEVICE_MAX_CONNECTIONS (the CUDA default, 8 "
+                       "queues, lets FSDP2 overlap communication)",
+                   severity=Severity.warning, value=str(mdc))
+    if (spec.engine is not Engine.fsdp and (p.tp > 1 or p.cp > 1) and mdc is not None
+            and str(mdc) != "1"):
         yield diag(R.ENV_MAX_CONNECTIONS, f"launch.env sets CUDA_DEVICE_MAX_CONNECTIONS={mdc} but "
                    f"tp ({p.tp}) or cp ({p.cp}) > 1 needs 1 (Megatron orders its comm kernels "
                    "through one hardware queue)", "launch.env.CUDA_DEVICE_MAX_CONNECTIONS",
