@@ -441,6 +441,10 @@ DATA_SPLIT = _r(
     "TRC512", "data-split-format",
     "launch.data_split is three non-negative numbers, comma-separated, not all zero "
     "(Megatron --split)")
+NCCL_IB_DISABLED = _r(
+    "TRC513", "nccl-ib-disabled-multinode",
+    "NCCL_IB_DISABLE=1 on a multi-node job turns off InfiniBand and RoCE: NCCL falls back to TCP "
+    "sockets across nodes (several times slower collectives)", "warning")
 SLURM_SEGMENT = _r(
     "TRC520", "slurm-segment-whole-groups",
     "the #SBATCH --segment size must divide num_nodes, fit one NVLink domain and hold whole "
@@ -703,6 +707,8 @@ SOURCES: dict[str, str] = {
               "__post_init__ (overlap_moe_expert_parallel_comm checks)",
     "TRC512": "megatron/training/arguments.py --split; megatron/core/datasets utils "
               "parse_and_normalize_split (core_v0.19.0)",
+    "TRC513": "NCCL environment variables (docs.nvidia.com/deeplearning/nccl, NCCL_IB_DISABLE); "
+              "github.com/scottclowe/pytorch-experiment-template/issues/11 (RoCE off, +56 % step)",
     "TRC520": "Slurm topology/block plugin and sbatch --segment (slurm.schedmd.com/"
               "topology.html, Slurm 24.05+); Megatron-Core RankGenerator order tp-cp-ep-dp-pp",
     "TRC350": "megatron/training/arguments.py --data-path; megatron/core/datasets/utils.py "

@@ -141,7 +141,8 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
 
 
 def _env(spec: TrainSpec) -> Iterator[Diagnostic]:
-    """TRC507-TRC509: environment variables that contradict the layout or the rendezvous."""
+    """TRC507-TRC510, TRC513: environment variables that contradict the layout or the rendezvous,
+    secrets, and NCCL_IB_DISABLE on a multi-node job."""
     env, c = spec.launch.env, spec.cluster
     cvd = env.get("CUDA_VISIBLE_DEVICES")
     if cvd is not None and spec.launch.device is Device.cuda:
@@ -169,6 +170,19 @@ def _env(spec: TrainSpec) -> Iterator[Diagnostic]:
                        related=("cluster.num_nodes",),
                        fix=f"set {var} to the fabric interface (e.g. ib0 or bond0), or an "
                            "exclusion such as ^lo,docker,veth", value=str(val))
+    ib_off = env.get("NCCL_IB_DISABLE")
+    if c.num_nodes > 1 and ib_off is not None and str(ib_off).strip().lower() in ("1", "true"):
+        # NCCL_IB_DISABLE=1 disables the IB verbs transport, RoCE included: inter-node traffic
+        # goes over TCP sockets (NCCL environment-variable docs). A RoCE cluster measured
+        # +56 % step time with it (pytorch-experiment-template issue 11).
+        yield diag(R.NCCL_IB_DISABLED, f"launch.env NCCL_IB_DISABLE={ib_off} on {c.num_nodes} "
+                   "nodes: NCCL then uses TCP sockets instead of InfiniBand / RoCE between nodes, "
+                   "so every cross-node collective runs several times slower",
+                   "launch.env.NCCL_IB_DISABLE", related=("cluster.num_nodes",),
+                   fix="remove NCCL_IB_DISABLE (set NCCL_IB_HCA / NCCL_SOCKET_IFNAME instead if "
+                       "NCCL picks the wrong devices); keep it only on a cluster without IB or "
+                       "RoCE",
+                   value=str(ib_off), num_nodes=c.num_nodes)
     for var in sorted(k for k in env if is_secret(k, env[k])):
         why = "looks like a secret" if is_secret(var) else "holds a URL with a password"
         yield diag(R.SECRET_IN_SPEC, f"launch.env {var} {why}: trainc does not "
