@@ -417,6 +417,11 @@ MEGATRON_ONLY_MODEL_KEY = _r(
     "them, and multi-token prediction needs entrypoint megatron-lm (the trainc worker builds "
     "no MTP block)",
     engines={"megatron": "error", "deepspeed": "error", "fsdp": "error"})
+FP4_ALL_LAYERS = _r(
+    "TRC387", "fp4-all-layers",
+    "fp4_format on every layer: NVIDIA's NVFP4 pre-training recipes keep the first and last "
+    "layers in BF16 (first_last_layers_bf16), and all-NVFP4 runs lose accuracy", "warning",
+    engines={"megatron": "warning", "deepspeed": "n/a", "fsdp": "n/a"})
 TP_COMM_OVERLAP = _r(
     "TRC380", "tp-comm-overlap",
     "tp_comm_overlap needs engine=megatron on CUDA (Transformer Engine userbuffers) and tp > 1 "
@@ -703,6 +708,9 @@ SOURCES: dict[str, str] = {
               "--mtp-num-layers, --moe-router-num-groups, --moe-router-group-topk, "
               "--moe-router-enable-expert-bias); megatron-core 0.16.1 models/gpt/gpt_model.py "
               "GPTModel (mtp_block_spec); trainc: what each engine builds (docs/engines.md)",
+    "TRC387": "arXiv:2509.25149 (Pretraining LLMs with NVFP4: the last ~15 % of layers in "
+              "BF16); Megatron-Bridge PR 1347 (Llama-3-8B NVFP4 recipe keeps the last 4 "
+              "layers in BF16); Megatron-LM --first-last-layers-bf16",
     "TRC381": "megatron-core 0.16.1 transformer/transformer_config.py TransformerConfig."
               "__post_init__ (overlap_moe_expert_parallel_comm checks)",
     "TRC512": "megatron/training/arguments.py --split; megatron/core/datasets utils "
