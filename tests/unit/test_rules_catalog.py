@@ -570,6 +570,18 @@ def test_max_connections_one_is_a_warning_for_fsdp() -> None:
     assert not find(lint_cfg(**env), "TRC505")
 
 
+def test_max_connections_one_without_tp_cp_is_a_warning_for_megatron() -> None:
+    """TRC505 for engine=megatron with tp = cp = 1 and CUDA_DEVICE_MAX_CONNECTIONS=1: the single
+    queue serializes the DP overlap (Megatron-LM issue 1468), a warning; with tp 2 the value is
+    what Megatron needs and nothing is reported."""
+    env = {"launch.env": {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}}
+    got = find(lint_cfg(**env, **{"parallel.tp": 1}), "TRC505")
+    assert [(d.severity.value, d.key) for d in got] == [
+        ("warning", "launch.env.CUDA_DEVICE_MAX_CONNECTIONS")]
+    assert "dp 4" in got[0].message  # the base spec: 8 GPUs, pp 2
+    assert not find(lint_cfg(**env, **{"parallel.tp": 2}), "TRC505")
+
+
 def test_fsdp_tp_above_query_groups_is_an_error() -> None:
     """engine=fsdp splits K/V by whole heads (no KV replication, torchtitan issue 932): tp 4
     over 2 query groups is TRC202, an error; Megatron-Core 0.16 replicates (TRC221 warning)."""

@@ -274,8 +274,9 @@ MEGATRON_LM_PATH = _r(
 ENV_NAME = _r("TRC504", "env-name-valid", "launch.env keys must be valid shell variable names")
 ENV_MAX_CONNECTIONS = _r(
     "TRC505", "cuda-device-max-connections",
-    "tp > 1 or cp > 1 needs CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron validate_args); with "
-    "engine=fsdp a value of 1 serializes FSDP2's communication with compute (a warning)",
+    "tp > 1 or cp > 1 needs CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron validate_args); a value of "
+    "1 with engine=fsdp, or with tp = cp = 1 on Megatron, serializes the data-parallel "
+    "communication with compute (a warning)",
     engines={"fsdp": "warning"})
 CPU_FULL_SIZE = _r(
     "TRC506", "cpu-needs-shrink",
@@ -637,7 +638,8 @@ SOURCES: dict[str, str] = {
               "additional_buffer_factor=1.5 (0.19.8)",
     "TRC501": "Slurm job names", "TRC502": "Slurm --time", "TRC503": "pretrain_gpt.py (MR §6)",
     "TRC504": "POSIX environment names",
-    "TRC505": "validate_args (MR ENV-1); engine=fsdp: github.com/verl-project/verl/pull/6976",
+    "TRC505": "validate_args (MR ENV-1); the warnings: github.com/verl-project/verl/pull/6976 "
+              "(FSDP2), github.com/NVIDIA/Megatron-LM/issues/1468 (tp = cp = 1)",
     "TRC506": "CPU (gloo) execution", "TRC507": "torchrun --nproc_per_node (BC-063)",
     "TRC508": "NCCL_SOCKET_IFNAME (BC-067, BC-069)",
     "TRC509": "torchrun / Slurm rendezvous (DR §5.3; BC-057, BC-059)",

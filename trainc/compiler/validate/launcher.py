@@ -102,6 +102,20 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    fix="remove launch.env.CUDA_DEVICE_MAX_CONNECTIONS (the CUDA default, 8 "
                        "queues, lets FSDP2 overlap communication)",
                    severity=Severity.warning, value=str(mdc))
+    if (spec.engine is Engine.megatron and p.tp == 1 and p.cp == 1 and (d.dp or 1) > 1
+            and p.zero_stage != 3 and mdc is not None and str(mdc).strip() == "1"):
+        # Megatron needs the single queue for TP/CP only; with tp = cp = 1 it serializes the
+        # bucketed DP reduce-scatter / all-gather behind the backward and forward compute:
+        # https://github.com/NVIDIA/Megatron-LM/issues/1468 (TP 1, DP 64: no overlap in the
+        # trace until CUDA_DEVICE_MAX_CONNECTIONS was unset). Megatron-FSDP is TRC383's.
+        yield diag(R.ENV_MAX_CONNECTIONS, "launch.env sets CUDA_DEVICE_MAX_CONNECTIONS=1 with tp "
+                   f"= cp = 1 (dp {d.dp}): Megatron needs one CUDA work queue only to order its "
+                   "TP/CP communication, and here it serializes the data-parallel gradient "
+                   "reduce-scatter and parameter all-gather behind compute (no overlap)",
+                   "launch.env.CUDA_DEVICE_MAX_CONNECTIONS",
+                   fix="remove launch.env.CUDA_DEVICE_MAX_CONNECTIONS (trainc exports it only "
+                       "with tp or cp > 1)",
+                   severity=Severity.warning, value=str(mdc), tp=p.tp, cp=p.cp, dp=d.dp)
     if (spec.engine is not Engine.fsdp and (p.tp > 1 or p.cp > 1) and mdc is not None
             and str(mdc) != "1"):
         yield diag(R.ENV_MAX_CONNECTIONS, f"launch.env sets CUDA_DEVICE_MAX_CONNECTIONS={mdc} but "
