@@ -184,6 +184,7 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
                 "fsdp.dp_replicate": 2},
                {**FSDP, "cluster.num_nodes": 4, "cluster.gpus_per_node": 2,
                 "fsdp.dp_replicate": 4}, "fsdp.dp_shard"),
+    "TRC346": (FSDP, {**FSDP, "parallel.tp": 1}, "fsdp.reduce_dtype"),
     "TRC342": ({**FSDP, "training.precision": "fp16"}, {**FSDP, "training.precision": "bf16"},
                "training.precision"),
     "TRC343": ({"engine": "fsdp", "parallel.vpp": 2, "fsdp.pp_schedule": "1F1B"},
@@ -580,6 +581,17 @@ def test_max_connections_one_without_tp_cp_is_a_warning_for_megatron() -> None:
         ("warning", "launch.env.CUDA_DEVICE_MAX_CONNECTIONS")]
     assert "dp 4" in got[0].message  # the base spec: 8 GPUs, pp 2
     assert not find(lint_cfg(**env, **{"parallel.tp": 2}), "TRC505")
+
+
+def test_fsdp_tp_reductions_in_bf16_warn_unless_params_are_fp32() -> None:
+    """TRC346 (pytorch issue 190626): FSDP2's fp32 reduce_dtype does not reach the TP gradient
+    reductions, which sum in the bf16 parameter dtype: a warning with tp 2 and bf16 params, none
+    with fp32 params (the TP reductions are then fp32) or without TP."""
+    got = find(lint_cfg(**FSDP), "TRC346")
+    assert [(d.severity.value, d.key, d.facts["tp"]) for d in got] == [
+        ("warning", "fsdp.reduce_dtype", 2)]
+    assert not find(lint_cfg(**FSDP, **{"fsdp.param_dtype": "fp32"}), "TRC346")
+    assert not find(lint_cfg(**FSDP, **{"parallel.tp": 1}), "TRC346")
 
 
 def test_fsdp_tp_above_query_groups_is_an_error() -> None:

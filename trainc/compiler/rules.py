@@ -331,6 +331,11 @@ FSDP_SCHEDULE = _r(
     "TRC343", "fsdp-pipeline-schedule",
     "engine=fsdp with pp > 1: the pipelining schedule must match the stages per rank (1F1B: vpp 1, "
     "Interleaved1F1B: vpp > 1, ZBVZeroBubble: vpp 2)", engines=_FSDP_ONLY)
+FSDP_TP_REDUCE_BF16 = _r(
+    "TRC346", "fsdp-tp-reduce-bf16",
+    "engine=fsdp with tp > 1 and bf16 parameters: fsdp.reduce_dtype fp32 covers FSDP2's own "
+    "reduce-scatter / all-reduce only; the tensor-parallel gradient reductions sum in bf16",
+    "warning", engines=_FSDP_ONLY)
 FSDP_UNSUPPORTED = _r(
     "TRC344", "fsdp-unsupported-setting",
     "engine=fsdp does not read a setting of another engine or one its runner cannot honour (ZeRO "
@@ -652,6 +657,9 @@ SOURCES: dict[str, str] = {
               "the world); torchtitan 0.3.0 distributed/parallel_dims.py ParallelDims._validate",
     "TRC341": "torch 2.13 fully_shard on a 2-D mesh (HSDP: all-gather / reduce-scatter over the "
               "shard dim per layer, all-reduce over the replicate dim); arXiv:2304.11277 §3.2",
+    "TRC346": "github.com/pytorch/pytorch/issues/190626 (FSDP2 MixedPrecisionPolicy.reduce_dtype "
+              "does not reach DTensor TP Partial -> Replicate reductions); torch 2.13 "
+              "torch/distributed/fsdp/_fully_shard/_fsdp_api.py MixedPrecisionPolicy",
     "TRC342": "torch 2.13 torch/distributed/fsdp/_fully_shard/_fsdp_api.py MixedPrecisionPolicy; "
               "torchtitan 0.3.0 config/configs.py TrainingConfig.mixed_precision_param",
     "TRC343": "torch 2.13 torch/distributed/pipelining/schedules.py (PipelineScheduleSingle vs "
