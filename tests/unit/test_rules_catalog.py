@@ -184,6 +184,7 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
                 "fsdp.dp_replicate": 2},
                {**FSDP, "cluster.num_nodes": 4, "cluster.gpus_per_node": 2,
                 "fsdp.dp_replicate": 4}, "fsdp.dp_shard"),
+    "TRC346": (FSDP, {**FSDP, "parallel.tp": 1}, "fsdp.reduce_dtype"),
     "TRC342": ({**FSDP, "training.precision": "fp16"}, {**FSDP, "training.precision": "bf16"},
                "training.precision"),
     "TRC343": ({"engine": "fsdp", "parallel.vpp": 2, "fsdp.pp_schedule": "1F1B"},
@@ -294,6 +295,14 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
                "launch.env.WANDB_API_KEY"),
     "TRC511": ({"launch.partition": "batch\n#SBATCH --qos=high"}, {"launch.partition": "batch"},
                "launch.partition"),
+    "TRC387": ({"cluster.gpu": "b200", "training.fp4_format": "e2m1",
+                "training.fp8_recipe": "tensorwise"},
+               {"cluster.gpu": "b200", "training.fp4_format": "e2m1",
+                "training.fp8_recipe": "tensorwise", "training.first_last_layers_bf16": True},
+               "training.fp4_format"),
+    "TRC513": ({"cluster.num_nodes": 2, "launch.env": {"NCCL_IB_DISABLE": "1"}},
+               {"cluster.num_nodes": 2, "launch.env": {"NCCL_IB_DISABLE": "0"}},
+               "launch.env.NCCL_IB_DISABLE"),
     "TRC520": ({**NVL72, "launch.slurm_segment": 8}, {**NVL72, "launch.slurm_segment": 10},
                "launch.slurm_segment"),
     "TRC350": ({"data.paths": ["0.7 /d/web", "/d/code"]},
@@ -518,7 +527,7 @@ def test_deepspeed_pipeline_warning_only_where_a_runner_splits_pp(
 
 
 @pytest.mark.parametrize(("rule", "fsdp", "megatron", "deepspeed"), [
-    (R.ENV_MAX_CONNECTIONS, "n/a", "error", "error"),
+    (R.ENV_MAX_CONNECTIONS, "warning", "error", "error"),
     (R.DS_ZERO_PP, "n/a", "n/a", "error"),
     (R.OFFLOAD_PARAM_STAGE, "n/a", "n/a", "error"),
     (R.OFFLOAD_OPTIMIZER_STAGE, "n/a", "n/a", "error"),
@@ -548,6 +557,53 @@ def test_max_connections_is_not_checked_for_fsdp() -> None:
     env = {"launch.env": {"CUDA_DEVICE_MAX_CONNECTIONS": "8"}}
     assert [d.severity.value for d in find(lint_cfg(**env), "TRC505")] == ["error"]
     assert not find(lint_cfg(**FSDP, **env), "TRC505")
+
+
+def test_max_connections_one_is_a_warning_for_fsdp() -> None:
+    """TRC505 for engine=fsdp with CUDA_DEVICE_MAX_CONNECTIONS=1: one hardware queue serializes
+    FSDP2's prefetch with compute (verl PR 6976), a warning on the env key; Megatron (tp 2)
+    wants exactly that value and gets nothing."""
+    env = {"launch.env": {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}}
+    got = find(lint_cfg(**FSDP, **env), "TRC505")
+    assert [(d.severity.value, d.key) for d in got] == [
+        ("warning", "launch.env.CUDA_DEVICE_MAX_CONNECTIONS")]
+    assert "remove launch.env.CUDA_DEVICE_MAX_CONNECTIONS" in (got[0].fix or "")
+    assert not find(lint_cfg(**env), "TRC505")
+
+
+def test_max_connections_one_without_tp_cp_is_a_warning_for_megatron() -> None:
+    """TRC505 for engine=megatron with tp = cp = 1 and CUDA_DEVICE_MAX_CONNECTIONS=1: the single
+    queue serializes the DP overlap (Megatron-LM issue 1468), a warning; with tp 2 the value is
+    what Megatron needs and nothing is reported."""
+    env = {"launch.env": {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}}
+    got = find(lint_cfg(**env, **{"parallel.tp": 1}), "TRC505")
+    assert [(d.severity.value, d.key) for d in got] == [
+        ("warning", "launch.env.CUDA_DEVICE_MAX_CONNECTIONS")]
+    assert "dp 4" in got[0].message  # the base spec: 8 GPUs, pp 2
+    assert not find(lint_cfg(**env, **{"parallel.tp": 2}), "TRC505")
+
+
+def test_fsdp_tp_reductions_in_bf16_warn_unless_params_are_fp32() -> None:
+    """TRC346 (pytorch issue 190626): FSDP2's fp32 reduce_dtype does not reach the TP gradient
+    reductions, which sum in the bf16 parameter dtype: a warning with tp 2 and bf16 params, none
+    with fp32 params (the TP reductions are then fp32) or without TP."""
+    got = find(lint_cfg(**FSDP), "TRC346")
+    assert [(d.severity.value, d.key, d.facts["tp"]) for d in got] == [
+        ("warning", "fsdp.reduce_dtype", 2)]
+    assert not find(lint_cfg(**FSDP, **{"fsdp.param_dtype": "fp32"}), "TRC346")
+    assert not find(lint_cfg(**FSDP, **{"parallel.tp": 1}), "TRC346")
+
+
+def test_fsdp_tp_above_query_groups_is_an_error() -> None:
+    """engine=fsdp splits K/V by whole heads (no KV replication, torchtitan issue 932): tp 4
+    over 2 query groups is TRC202, an error; Megatron-Core 0.16 replicates (TRC221 warning)."""
+    groups = {"model.num_query_groups": 2, "parallel.tp": 4}
+    got = find(lint_cfg(**FSDP, **groups), "TRC202")
+    assert [(d.severity.value, d.key) for d in got] == [("error", "parallel.tp")]
+    assert "1, 2" in (got[0].fix or "")
+    assert not find(lint_cfg(**FSDP, **groups), "TRC221")
+    assert not find(lint_cfg(**groups), "TRC202")
+    assert [d.severity.value for d in find(lint_cfg(**groups), "TRC221")] == ["warning"]
 
 
 def test_fp8_keys_without_fp8_are_inert() -> None:

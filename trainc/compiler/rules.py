@@ -274,8 +274,10 @@ MEGATRON_LM_PATH = _r(
 ENV_NAME = _r("TRC504", "env-name-valid", "launch.env keys must be valid shell variable names")
 ENV_MAX_CONNECTIONS = _r(
     "TRC505", "cuda-device-max-connections",
-    "tp > 1 or cp > 1 needs CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron validate_args); FSDP2 and "
-    "torchtitan do not read it", engines={"fsdp": "n/a"})
+    "tp > 1 or cp > 1 needs CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron validate_args); a value of "
+    "1 with engine=fsdp, or with tp = cp = 1 on Megatron, serializes the data-parallel "
+    "communication with compute (a warning)",
+    engines={"fsdp": "warning"})
 CPU_FULL_SIZE = _r(
     "TRC506", "cpu-needs-shrink",
     "device=cpu with a full-size model will not fit in host memory; use launch.shrink", "warning")
@@ -329,6 +331,11 @@ FSDP_SCHEDULE = _r(
     "TRC343", "fsdp-pipeline-schedule",
     "engine=fsdp with pp > 1: the pipelining schedule must match the stages per rank (1F1B: vpp 1, "
     "Interleaved1F1B: vpp > 1, ZBVZeroBubble: vpp 2)", engines=_FSDP_ONLY)
+FSDP_TP_REDUCE_BF16 = _r(
+    "TRC346", "fsdp-tp-reduce-bf16",
+    "engine=fsdp with tp > 1 and bf16 parameters: fsdp.reduce_dtype fp32 covers FSDP2's own "
+    "reduce-scatter / all-reduce only; the tensor-parallel gradient reductions sum in bf16",
+    "warning", engines=_FSDP_ONLY)
 FSDP_UNSUPPORTED = _r(
     "TRC344", "fsdp-unsupported-setting",
     "engine=fsdp does not read a setting of another engine or one its runner cannot honour (ZeRO "
@@ -416,6 +423,11 @@ MEGATRON_ONLY_MODEL_KEY = _r(
     "them, and multi-token prediction needs entrypoint megatron-lm (the trainc worker builds "
     "no MTP block)",
     engines={"megatron": "error", "deepspeed": "error", "fsdp": "error"})
+FP4_ALL_LAYERS = _r(
+    "TRC387", "fp4-all-layers",
+    "fp4_format on every layer: NVIDIA's NVFP4 pre-training recipes keep the first and last "
+    "layers in BF16 (first_last_layers_bf16), and all-NVFP4 runs lose accuracy", "warning",
+    engines={"megatron": "warning", "deepspeed": "n/a", "fsdp": "n/a"})
 TP_COMM_OVERLAP = _r(
     "TRC380", "tp-comm-overlap",
     "tp_comm_overlap needs engine=megatron on CUDA (Transformer Engine userbuffers) and tp > 1 "
@@ -440,6 +452,10 @@ DATA_SPLIT = _r(
     "TRC512", "data-split-format",
     "launch.data_split is three non-negative numbers, comma-separated, not all zero "
     "(Megatron --split)")
+NCCL_IB_DISABLED = _r(
+    "TRC513", "nccl-ib-disabled-multinode",
+    "NCCL_IB_DISABLE=1 on a multi-node job turns off InfiniBand and RoCE: NCCL falls back to TCP "
+    "sockets across nodes (several times slower collectives)", "warning")
 SLURM_SEGMENT = _r(
     "TRC520", "slurm-segment-whole-groups",
     "the #SBATCH --segment size must divide num_nodes, fit one NVLink domain and hold whole "
@@ -626,7 +642,9 @@ SOURCES: dict[str, str] = {
     "TRC421": "deepspeed/runtime/zero/stage3.py estimate_zero3_model_states_mem_needs "
               "additional_buffer_factor=1.5 (0.19.8)",
     "TRC501": "Slurm job names", "TRC502": "Slurm --time", "TRC503": "pretrain_gpt.py (MR §6)",
-    "TRC504": "POSIX environment names", "TRC505": "validate_args (MR ENV-1)",
+    "TRC504": "POSIX environment names",
+    "TRC505": "validate_args (MR ENV-1); the warnings: github.com/verl-project/verl/pull/6976 "
+              "(FSDP2), github.com/NVIDIA/Megatron-LM/issues/1468 (tp = cp = 1)",
     "TRC506": "CPU (gloo) execution", "TRC507": "torchrun --nproc_per_node (BC-063)",
     "TRC508": "NCCL_SOCKET_IFNAME (BC-067, BC-069)",
     "TRC509": "torchrun / Slurm rendezvous (DR §5.3; BC-057, BC-059)",
@@ -639,6 +657,9 @@ SOURCES: dict[str, str] = {
               "the world); torchtitan 0.3.0 distributed/parallel_dims.py ParallelDims._validate",
     "TRC341": "torch 2.13 fully_shard on a 2-D mesh (HSDP: all-gather / reduce-scatter over the "
               "shard dim per layer, all-reduce over the replicate dim); arXiv:2304.11277 §3.2",
+    "TRC346": "github.com/pytorch/pytorch/issues/190626 (FSDP2 MixedPrecisionPolicy.reduce_dtype "
+              "does not reach DTensor TP Partial -> Replicate reductions); torch 2.13 "
+              "torch/distributed/fsdp/_fully_shard/_fsdp_api.py MixedPrecisionPolicy",
     "TRC342": "torch 2.13 torch/distributed/fsdp/_fully_shard/_fsdp_api.py MixedPrecisionPolicy; "
               "torchtitan 0.3.0 config/configs.py TrainingConfig.mixed_precision_param",
     "TRC343": "torch 2.13 torch/distributed/pipelining/schedules.py (PipelineScheduleSingle vs "
@@ -697,10 +718,15 @@ SOURCES: dict[str, str] = {
               "--mtp-num-layers, --moe-router-num-groups, --moe-router-group-topk, "
               "--moe-router-enable-expert-bias); megatron-core 0.16.1 models/gpt/gpt_model.py "
               "GPTModel (mtp_block_spec); trainc: what each engine builds (docs/engines.md)",
+    "TRC387": "arXiv:2509.25149 (Pretraining LLMs with NVFP4: the last ~15 % of layers in "
+              "BF16); Megatron-Bridge PR 1347 (Llama-3-8B NVFP4 recipe keeps the last 4 "
+              "layers in BF16); Megatron-LM --first-last-layers-bf16",
     "TRC381": "megatron-core 0.16.1 transformer/transformer_config.py TransformerConfig."
               "__post_init__ (overlap_moe_expert_parallel_comm checks)",
     "TRC512": "megatron/training/arguments.py --split; megatron/core/datasets utils "
               "parse_and_normalize_split (core_v0.19.0)",
+    "TRC513": "NCCL environment variables (docs.nvidia.com/deeplearning/nccl, NCCL_IB_DISABLE); "
+              "github.com/scottclowe/pytorch-experiment-template/issues/11 (RoCE off, +56 % step)",
     "TRC520": "Slurm topology/block plugin and sbatch --segment (slurm.schedmd.com/"
               "topology.html, Slurm 24.05+); Megatron-Core RankGenerator order tp-cp-ep-dp-pp",
     "TRC350": "megatron/training/arguments.py --data-path; megatron/core/datasets/utils.py "

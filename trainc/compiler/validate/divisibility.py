@@ -78,6 +78,19 @@ def _heads(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    f"== 0 or tp % groups == 0; <= 0.15 needed groups % tp == 0)",
                    "parallel.tp", related=("model.num_query_groups",),
                    fix=fix, edits=edits, num_query_groups=g, tp=tp)
+    elif g % tp and spec.engine is Engine.fsdp:
+        # engine=fsdp (torchtitan, the trainc FSDP2 worker) shards the separate K and V
+        # projections column-wise by whole heads and replicates none: with tp > groups each rank
+        # gets a fraction of a head and the head reshape fails in the first forward
+        # (https://github.com/pytorch/torchtitan/issues/932: Llama-3-8B, 8 KV heads, tp 16).
+        fix, edits = _tp_fix(spec, d, lambda t: g % t == 0, f"dividing {g} query groups")
+        yield diag(R.GROUPS_TP,
+                   f"tp ({tp}) exceeds num_query_groups ({g}): engine=fsdp (torchtitan's and "
+                   f"trainc's FSDP2 tensor parallelism) splits the K/V projections by whole KV "
+                   f"heads and replicates none, so each rank would hold {g}/{tp} of a head and "
+                   f"the first forward fails reshaping it", "parallel.tp",
+                   related=("model.num_query_groups",), fix=fix, edits=edits,
+                   num_query_groups=g, tp=tp)
     elif a % tp == 0 and (kv := m.kv_channels or 0) * (a + 2 * g) % tp:
         # KV replication (tp > groups): Megatron-Core 0.16 still splits the fused QKV projection,
         # kv_channels*(heads + 2*groups) wide, over tp (ColumnParallelLinear's divide() in

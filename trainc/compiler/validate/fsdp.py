@@ -93,6 +93,21 @@ def fsdp_rules(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    "training.precision", related=("engine",),
                    fix="set training.precision=bf16", edits={"training.precision": "bf16"},
                    precision="fp16")
+    param = f.param_dtype.value if f.param_dtype is not None else t.precision.value
+    if p.tp > 1 and param == "bf16" and f.reduce_dtype is FsdpDtype.fp32:
+        # MixedPrecisionPolicy.reduce_dtype casts FSDP's own reduce-scatter / HSDP all-reduce;
+        # the TP gradient reductions (DTensor Partial -> Replicate, e.g. the norm weights
+        # replicated over the TP group) run in the bf16 compute dtype:
+        # https://github.com/pytorch/pytorch/issues/190626 (torch 2.13, Llama 3.1 TP 8).
+        yield diag(R.FSDP_TP_REDUCE_BF16, f"fsdp.reduce_dtype fp32 with tp = {p.tp}: FSDP2's "
+                   "reduce_dtype covers its own reduce-scatter / all-reduce only; the tensor-"
+                   "parallel gradient reductions (the norm weights and other parameters "
+                   f"replicated over the {p.tp} TP ranks) still sum in bf16", "fsdp.reduce_dtype",
+                   related=("parallel.tp", "fsdp.param_dtype"),
+                   fix="if bf16 TP gradient sums matter, set parallel.tp=1 (FSDP-only sharding) "
+                       "or fsdp.param_dtype=fp32; otherwise accept bf16 TP reductions (PyTorch "
+                       "issue 190626)", tp=p.tp, param_dtype=param,
+                   reduce_dtype="fp32")
     yield from _schedule(spec)
     yield from _unsupported(spec)
     yield from _layer_split(spec, d)

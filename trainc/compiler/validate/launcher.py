@@ -16,11 +16,11 @@ from typing import Any
 
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived, domain_group_nodes, slurm_segment
-from trainc.compiler.diagnostics import Diagnostic, diag
+from trainc.compiler.diagnostics import Diagnostic, Severity, diag
 from trainc.compiler.secrets import is_secret, redact
 from trainc.compiler.slurm_time import UNLIMITED_TIMES
 from trainc.compiler.validate.util import show
-from trainc.schemas import Device, Entrypoint, Gpu, TrainSpec
+from trainc.schemas import Device, Engine, Entrypoint, Gpu, TrainSpec
 
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 # Slurm --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
@@ -89,7 +89,35 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                        "name", f"launch.env.{k}", fix="use letters, digits and '_' only", name=k)
     p = spec.parallel
     mdc = lc.env.get("CUDA_DEVICE_MAX_CONNECTIONS")
-    if (p.tp > 1 or p.cp > 1) and mdc is not None and str(mdc) != "1":
+    if spec.engine is Engine.fsdp and mdc is not None and str(mdc).strip() == "1":
+        # One hardware work queue runs kernels in launch order: FSDP2's all-gather prefetch
+        # and reduce-scatter on their own streams then wait for compute instead of overlapping
+        # it (https://github.com/verl-project/verl/pull/6976 profiled the lost overlap on an
+        # FSDP2 backend; Megatron-LM's Megatron-FSDP guide also tells users to unset it).
+        yield diag(R.ENV_MAX_CONNECTIONS, "launch.env sets CUDA_DEVICE_MAX_CONNECTIONS=1 with "
+                   "engine=fsdp: one CUDA work queue serializes FSDP2's all-gather prefetch and "
+                   "gradient reduce-scatter with the compute they should overlap (a Megatron "
+                   "tensor-parallel setting; FSDP2 needs none)",
+                   "launch.env.CUDA_DEVICE_MAX_CONNECTIONS",
+                   fix="remove launch.env.CUDA_DEVICE_MAX_CONNECTIONS (the CUDA default, 8 "
+                       "queues, lets FSDP2 overlap communication)",
+                   severity=Severity.warning, value=str(mdc))
+    if (spec.engine is Engine.megatron and p.tp == 1 and p.cp == 1 and (d.dp or 1) > 1
+            and p.zero_stage != 3 and mdc is not None and str(mdc).strip() == "1"):
+        # Megatron needs the single queue for TP/CP only; with tp = cp = 1 it serializes the
+        # bucketed DP reduce-scatter / all-gather behind the backward and forward compute:
+        # https://github.com/NVIDIA/Megatron-LM/issues/1468 (TP 1, DP 64: no overlap in the
+        # trace until CUDA_DEVICE_MAX_CONNECTIONS was unset). Megatron-FSDP is TRC383's.
+        yield diag(R.ENV_MAX_CONNECTIONS, "launch.env sets CUDA_DEVICE_MAX_CONNECTIONS=1 with tp "
+                   f"= cp = 1 (dp {d.dp}): Megatron needs one CUDA work queue only to order its "
+                   "TP/CP communication, and here it serializes the data-parallel gradient "
+                   "reduce-scatter and parameter all-gather behind compute (no overlap)",
+                   "launch.env.CUDA_DEVICE_MAX_CONNECTIONS",
+                   fix="remove launch.env.CUDA_DEVICE_MAX_CONNECTIONS (trainc exports it only "
+                       "with tp or cp > 1)",
+                   severity=Severity.warning, value=str(mdc), tp=p.tp, cp=p.cp, dp=d.dp)
+    if (spec.engine is not Engine.fsdp and (p.tp > 1 or p.cp > 1) and mdc is not None
+            and str(mdc) != "1"):
         yield diag(R.ENV_MAX_CONNECTIONS, f"launch.env sets CUDA_DEVICE_MAX_CONNECTIONS={mdc} but "
                    f"tp ({p.tp}) or cp ({p.cp}) > 1 needs 1 (Megatron orders its comm kernels "
                    "through one hardware queue)", "launch.env.CUDA_DEVICE_MAX_CONNECTIONS",
@@ -127,7 +155,8 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
 
 
 def _env(spec: TrainSpec) -> Iterator[Diagnostic]:
-    """TRC507-TRC509: environment variables that contradict the layout or the rendezvous."""
+    """TRC507-TRC510, TRC513: environment variables that contradict the layout or the rendezvous,
+    secrets, and NCCL_IB_DISABLE on a multi-node job."""
     env, c = spec.launch.env, spec.cluster
     cvd = env.get("CUDA_VISIBLE_DEVICES")
     if cvd is not None and spec.launch.device is Device.cuda:
@@ -155,6 +184,19 @@ def _env(spec: TrainSpec) -> Iterator[Diagnostic]:
                        related=("cluster.num_nodes",),
                        fix=f"set {var} to the fabric interface (e.g. ib0 or bond0), or an "
                            "exclusion such as ^lo,docker,veth", value=str(val))
+    ib_off = env.get("NCCL_IB_DISABLE")
+    if c.num_nodes > 1 and ib_off is not None and str(ib_off).strip().lower() in ("1", "true"):
+        # NCCL_IB_DISABLE=1 disables the IB verbs transport, RoCE included: inter-node traffic
+        # goes over TCP sockets (NCCL environment-variable docs). A RoCE cluster measured
+        # +56 % step time with it (pytorch-experiment-template issue 11).
+        yield diag(R.NCCL_IB_DISABLED, f"launch.env NCCL_IB_DISABLE={ib_off} on {c.num_nodes} "
+                   "nodes: NCCL then uses TCP sockets instead of InfiniBand / RoCE between nodes, "
+                   "so every cross-node collective runs several times slower",
+                   "launch.env.NCCL_IB_DISABLE", related=("cluster.num_nodes",),
+                   fix="remove NCCL_IB_DISABLE (set NCCL_IB_HCA / NCCL_SOCKET_IFNAME instead if "
+                       "NCCL picks the wrong devices); keep it only on a cluster without IB or "
+                       "RoCE",
+                   value=str(ib_off), num_nodes=c.num_nodes)
     for var in sorted(k for k in env if is_secret(k, env[k])):
         why = "looks like a secret" if is_secret(var) else "holds a URL with a password"
         yield diag(R.SECRET_IN_SPEC, f"launch.env {var} {why}: trainc does not "

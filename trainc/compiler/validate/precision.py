@@ -51,7 +51,8 @@ def low_precision_keys(spec: TrainSpec) -> list[str]:
 
 
 def precision(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
-    """TRC330 (runner), TRC331 (FP8/FP4 combinations), TRC332 (optimizer state precision)."""
+    """TRC330 (runner), TRC331 (FP8/FP4 combinations), TRC332 (optimizer state precision),
+    TRC387 (NVFP4 on every layer, a warning)."""
     t = spec.training
     keys = low_precision_keys(spec)
     fsdp_fp8 = spec.engine is Engine.fsdp and t.fp8_format is not Fp8Format.none
@@ -86,6 +87,20 @@ def precision(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    fix="set training.fp4_format=none (or training.fp8_format=none)",
                    edits={"training.fp4_format": "none"}, fp8_format=t.fp8_format.value,
                    fp4_format=t.fp4_format.value)
+    if fp4 and not fp8 and not t.first_last_layers_bf16 and spec.engine is Engine.megatron:
+        # NVIDIA's NVFP4 recipes keep layers at the ends in BF16: the NVFP4 pre-training paper
+        # (arXiv:2509.25149) the last ~15 %, Megatron-Bridge's Llama-3-8B recipe (PR 1347) the
+        # last 4. trainc's key keeps one layer at each end (Megatron-LM's default count).
+        yield diag(R.FP4_ALL_LAYERS, f"fp4_format {t.fp4_format.value} runs every one of the "
+                   f"{spec.model.num_layers} layers in NVFP4; NVIDIA's NVFP4 pre-training "
+                   "recipes keep the first and last layers in BF16 (Megatron-Bridge's "
+                   "Llama-3-8B recipe the last 4) because all-NVFP4 runs lose accuracy",
+                   "training.fp4_format", related=("training.first_last_layers_bf16",),
+                   fix="set training.first_last_layers_bf16=true (one BF16 layer at each end; "
+                       "the recipes' larger BF16 tail, e.g. the last 4 layers, needs Megatron-LM "
+                       "--num-layers-at-end-in-bf16, which the spec cannot set yet)",
+                   edits={"training.first_last_layers_bf16": True},
+                   fp4_format=t.fp4_format.value, num_layers=spec.model.num_layers)
     if t.fp8_param_gather and not fp8:
         yield diag(R.FP8_FP4_COMBINATION, "fp8_param_gather keeps parameters in FP8 but "
                    "fp8_format is none (Megatron-Core: 'fp8_param must be used together with fp8 "
