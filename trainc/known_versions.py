@@ -26,7 +26,7 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
 #: Features an entry's ``when`` may name (:func:`job_features`).
 FEATURES = frozenset({"cuda", "megatron_lm", "megatron", "deepspeed", "fsdp", "moe_alltoall",
                       "cp", "fp8", "zero2", "zero3", "tp_comm_overlap", "grace", "nvls",
-                      "multinode", "blackwell", "fp16", "zero1_2", "pp", "moe_dense_pp",
+                      "multinode", "blackwell", "fp16", "bf16", "zero1_2", "pp", "moe_dense_pp",
                       "moe_aux_bias", "mtp_tp"})
 #: GPU profiles (``cluster.gpu``) whose hosts are Grace (aarch64) CPUs: GB200 / GB300 superchips.
 GRACE_GPUS = frozenset({"gb200", "gb300"})
@@ -152,7 +152,7 @@ def moe_stage_without_experts(num_layers: int, pp: int, vpp: int, moe_layer_freq
 def job_features(*, engine: str, entrypoint: str, device: str, ep: int, num_experts: int | None,
                  dispatcher: str, cp: int, fp8: bool, zero_stage: int,
                  tp_comm_overlap: bool, gpu: str, num_nodes: int = 1, gpus_per_node: int = 1,
-                 precision: str = "bf16", tp: int = 1, pp: int = 1,
+                 precision: str = "", tp: int = 1, pp: int = 1,
                  moe_dense_stage: bool = False, moe_aux_bias: bool = False,
                  mtp: bool = False) -> frozenset[str]:
     """The features of a job the table's ``when`` names (one definition for compile time and
@@ -163,8 +163,8 @@ def job_features(*, engine: str, entrypoint: str, device: str, ep: int, num_expe
     ``training.tp_comm_overlap``: Transformer Engine's userbuffers GEMM overlap), ``grace``
     (CUDA on a :data:`GRACE_GPUS` profile: the processes run on aarch64 hosts), ``nvls`` (CUDA
     on an :data:`NVLS_GPUS` profile with more than one GPU per node), ``multinode`` (CUDA on
-    more than one node), ``blackwell`` (CUDA on a :data:`BLACKWELL_GPUS` profile), ``fp16``
-    (``training.precision`` fp16), ``zero1_2`` (engine=deepspeed at ZeRO stage 1 or 2: its
+    more than one node), ``blackwell`` (CUDA on a :data:`BLACKWELL_GPUS` profile), ``fp16`` /
+    ``bf16`` (``training.precision``), ``zero1_2`` (engine=deepspeed at ZeRO stage 1 or 2: its
     ``stage_1_and_2.py`` optimizer), ``pp`` (pp > 1), and for engine=megatron with experts:
     ``moe_dense_pp`` (``moe_dense_stage``: a pipeline rank holds no MoE layer,
     :func:`moe_stage_without_experts`), ``moe_aux_bias`` (``moe_aux_bias``: an auxiliary
@@ -196,8 +196,8 @@ def job_features(*, engine: str, entrypoint: str, device: str, ep: int, num_expe
             f.add("multinode")
         if gpu in BLACKWELL_GPUS:
             f.add("blackwell")
-    if precision == "fp16":
-        f.add("fp16")
+    if precision in ("fp16", "bf16"):
+        f.add(precision)
     if engine == "deepspeed" and zero_stage in (1, 2):
         f.add("zero1_2")
     if pp > 1:
