@@ -27,7 +27,9 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
 FEATURES = frozenset({"cuda", "megatron_lm", "megatron", "deepspeed", "fsdp", "moe_alltoall",
                       "cp", "fp8", "zero2", "zero3", "tp_comm_overlap", "grace", "nvls",
                       "multinode", "blackwell", "fp16", "bf16", "zero1_2", "pp", "moe_dense_pp",
-                      "moe_aux_bias", "mtp_tp"})
+                      "moe_aux_bias", "mtp_tp", "moe", "fp4", "fp8_tensorwise",
+                      "fp8_blockwise", "fp8_mxfp8", "cp_not_p2p", "offload_optimizer",
+                      "grad_accum"})
 #: GPU profiles (``cluster.gpu``) whose hosts are Grace (aarch64) CPUs: GB200 / GB300 superchips.
 GRACE_GPUS = frozenset({"gb200", "gb300"})
 #: GPU profiles of Blackwell GPUs (compute capability 10.x: sm_100 kernels, CUDA 12.8 or later).
@@ -154,7 +156,9 @@ def job_features(*, engine: str, entrypoint: str, device: str, ep: int, num_expe
                  tp_comm_overlap: bool, gpu: str, num_nodes: int = 1, gpus_per_node: int = 1,
                  precision: str = "", tp: int = 1, pp: int = 1,
                  moe_dense_stage: bool = False, moe_aux_bias: bool = False,
-                 mtp: bool = False) -> frozenset[str]:
+                 mtp: bool = False, fp8_recipe: str = "", fp4: bool = False,
+                 cp_comm_type: str = "p2p", offload_optimizer: bool = False,
+                 num_microbatches: int = 1) -> frozenset[str]:
     """The features of a job the table's ``when`` names (one definition for compile time and
     ``trainc run``): the engine (``megatron``, ``deepspeed``, ``fsdp``), ``cuda``,
     ``megatron_lm`` (entrypoint), ``moe_alltoall`` (experts with ep > 1 and the alltoall
@@ -169,7 +173,12 @@ def job_features(*, engine: str, entrypoint: str, device: str, ep: int, num_expe
     ``moe_dense_pp`` (``moe_dense_stage``: a pipeline rank holds no MoE layer,
     :func:`moe_stage_without_experts`), ``moe_aux_bias`` (``moe_aux_bias``: an auxiliary
     load-balancing loss together with expert bias or group-limited routing), and ``mtp_tp``
-    (``mtp``: multi-token prediction, with tp > 1)."""
+    (``mtp``: multi-token prediction, with tp > 1); ``moe`` (experts), ``fp4``
+    (``training.fp4_format`` set) and ``fp8_<recipe>`` (engine=megatron with FP8 and
+    ``training.fp8_recipe`` tensorwise, blockwise or mxfp8: Megatron-Core's get_fp8_recipe picks
+    a Transformer Engine recipe class per value), ``cp_not_p2p`` (engine=megatron, cp > 1 with
+    ``parallel.cp_comm_type`` other than p2p), ``offload_optimizer`` (engine=deepspeed with
+    ``training.offload_optimizer``) and ``grad_accum`` (more than one microbatch per step)."""
     f = {engine}
     if device == "cuda":
         f.add("cuda")
@@ -209,6 +218,18 @@ def job_features(*, engine: str, entrypoint: str, device: str, ep: int, num_expe
             f.add("moe_aux_bias")
     if engine == "megatron" and mtp and tp > 1:
         f.add("mtp_tp")
+    if num_experts:
+        f.add("moe")
+    if fp4:
+        f.add("fp4")
+    if engine == "megatron" and fp8 and fp8_recipe in ("tensorwise", "blockwise", "mxfp8"):
+        f.add(f"fp8_{fp8_recipe}")
+    if engine == "megatron" and cp > 1 and cp_comm_type != "p2p":
+        f.add("cp_not_p2p")
+    if engine == "deepspeed" and offload_optimizer:
+        f.add("offload_optimizer")
+    if num_microbatches > 1:
+        f.add("grad_accum")
     return frozenset(f)
 
 

@@ -15,6 +15,7 @@ from trainc import known_versions as KV
 
 DS = {"engine": "deepspeed", "parallel.tp": 1, "parallel.pp": 1}
 MOE = {"model.num_experts": 8, "model.moe_router_topk": 2, "parallel.tp": 1}
+FP8 = {"training.fp8_format": "hybrid", "cluster.gpu": "h100-80g"}
 PT2405 = "nvcr.io/nvidia/pytorch:24.05-py3"
 
 
@@ -49,6 +50,34 @@ CASES: dict[str, tuple[str, str, str, dict[str, Any], dict[str, Any]]] = {
     "mcore-0.13-mtp-tp-convergence": (
         "megatron_core", "0.13.1", "0.14.0", {"model.mtp_num_layers": 1, "parallel.tp": 2},
         {"model.mtp_num_layers": 1, "parallel.tp": 1}),
+    "te-below-2.2-fp8-tensorwise": (
+        "transformer_engine", "2.1", "2.2", {**FP8, "training.fp8_recipe": "tensorwise"},
+        {**FP8, "training.fp8_recipe": "delayed"}),
+    "te-below-2.3-fp8-blockwise": (
+        "transformer_engine", "2.2", "2.3", {**FP8, "training.fp8_recipe": "blockwise"},
+        {**FP8, "training.fp8_recipe": "delayed"}),
+    "te-below-2.1-fp8-mxfp8": (
+        "transformer_engine", "2.0", "2.1",
+        {**FP8, "cluster.gpu": "b200", "training.fp8_recipe": "mxfp8"},
+        {**FP8, "cluster.gpu": "b200", "training.fp8_recipe": "delayed"}),
+    "te-below-2.7-fp4-nvfp4": (
+        "transformer_engine", "2.6", "2.7", {"cluster.gpu": "b200", "training.fp4_format": "e2m1"},
+        {"cluster.gpu": "b200", "training.fp4_format": "none"}),
+    "te-below-1.7-moe-fp8": ("transformer_engine", "1.6", "1.7", {**MOE, **FP8}, MOE),
+    "te-below-1.11-moe-fp8-grouped-gemm": (
+        "transformer_engine", "1.9", "1.11", {**MOE, **FP8}, FP8),
+    "te-below-1.10-cp-comm-type-ignored": (
+        "transformer_engine", "1.9", "1.10", {"parallel.cp": 2, "parallel.cp_comm_type": "a2a"},
+        {"parallel.cp": 2, "parallel.cp_comm_type": "p2p"}),
+    "deepspeed-0.15.2-offload-grad-accum-norm": (
+        "deepspeed", "0.16.0", "0.19.0",
+        {**DS, "parallel.zero_stage": 2, "training.offload_optimizer": "cpu",
+         "training.global_batch_size": 32},
+        {**DS, "parallel.zero_stage": 2, "training.offload_optimizer": "cpu",
+         "training.global_batch_size": 8}),
+    "nccl-2.18-nvls-topology-search-crash": (
+        "nccl", "2.18.3", "2.18.5", {"cluster.gpu": "h100-80g", "cluster.num_nodes": 2},
+        {"cluster.gpu": "h100-80g", "cluster.num_nodes": 1}),
 }
 
 
@@ -103,9 +132,21 @@ def test_new_features_follow_their_settings() -> None:
     assert "moe_aux_bias" in _feats(num_experts=8, moe_aux_bias=True)
     assert "moe_aux_bias" not in _feats(moe_aux_bias=True)
     assert "mtp_tp" in _feats(mtp=True, tp=2) and "mtp_tp" not in _feats(mtp=True, tp=1)
+    assert "moe" in _feats(num_experts=8) and "moe" not in _feats()
+    assert "fp4" in _feats(fp4=True) and "fp4" not in _feats()
+    assert "fp8_blockwise" in _feats(fp8=True, fp8_recipe="blockwise")
+    assert "fp8_blockwise" not in _feats(fp8=False, fp8_recipe="blockwise")
+    assert "fp8_mxfp8" not in _feats(engine="fsdp", fp8=True, fp8_recipe="mxfp8")
+    assert "fp8_delayed" not in _feats(fp8=True, fp8_recipe="delayed")
+    assert "cp_not_p2p" in _feats(cp=2, cp_comm_type="all_gather")
+    assert "cp_not_p2p" not in _feats(cp=2) and "cp_not_p2p" not in _feats(cp_comm_type="a2a")
+    assert "offload_optimizer" in _feats(engine="deepspeed", offload_optimizer=True)
+    assert "offload_optimizer" not in _feats(offload_optimizer=True)
+    assert "grad_accum" in _feats(num_microbatches=2) and "grad_accum" not in _feats()
     everything = _feats(gpu="gb200", num_nodes=2, gpus_per_node=4, precision="fp16", pp=2,
                         tp=2, num_experts=8, ep=2, moe_dense_stage=True, moe_aux_bias=True,
-                        mtp=True)
+                        mtp=True, fp8=True, fp8_recipe="mxfp8", fp4=True, cp=2,
+                        cp_comm_type="a2a", num_microbatches=4)
     assert everything <= KV.FEATURES
 
 
@@ -200,3 +241,32 @@ def test_explicit_version_wins_over_the_image_and_the_conflict_is_a_warning() ->
     # the same release as the image (local version and pre-release tags aside) is no conflict
     same = {**v, "launch.versions": {"deepspeed": "0.15.4", "torch": "2.4.0"}}
     assert not find(lint_cfg(**same), "TRC539")
+
+
+def test_trainc_run_reads_the_new_features_from_the_plan(tmp_path: Any) -> None:
+    """``trainc run`` builds the same features from plan.json: the offload + accumulation entry
+    for DeepSpeed, the NVLS entry for an H100 node, the MoE dense-stage entry for Megatron."""
+    from _emit_helpers import compile_dict, write_files
+    from specs.kit import BASE, apply
+
+    from trainc.launch.local import version_problems
+
+    ds = compile_dict(tmp_path, apply(BASE, {
+        "engine": "deepspeed", "parallel": {"tp": 1, "pp": 1, "zero_stage": 2},
+        "training": {**BASE["training"], "offload_optimizer": "cpu", "global_batch_size": 32}}))
+    assert ds.ok, [d.to_json() for d in ds.diagnostics if d.is_error]
+    out = write_files(tmp_path / "ds", ds.files)
+    _, warn = version_problems(str(out), {}, {"deepspeed": "0.18.4"})
+    assert [w for w in warn if "deepspeed-0.15.2-offload-grad-accum-norm" in w]
+    assert version_problems(str(out), {}, {"deepspeed": "0.19.0"}) == ([], [])
+    moe = {"model": {**BASE["model"], "num_experts": 8, "moe_router_topk": 2,
+                     "moe_first_k_dense_layers": 4},
+           "parallel": {"tp": 1, "pp": 2}, "cluster": {**BASE["cluster"], "gpu": "h100-80g"}}
+    lm = compile_dict(tmp_path, apply(BASE, moe))
+    assert lm.ok, [d.to_json() for d in lm.diagnostics if d.is_error]
+    out = write_files(tmp_path / "lm", lm.files)
+    bad, _ = version_problems(str(out), {}, {"megatron_core": "0.11.0"})
+    assert len(bad) == 1 and "mcore-0.11-moe-dense-hybrid-pp-hang" in bad[0]
+    _, warn = version_problems(str(out), {}, {"nccl": "2.17.1"})
+    assert len(warn) == 1 and "nccl-2.17-nvls-hang" in warn[0]
+    assert version_problems(str(out), {"NCCL_NVLS_ENABLE": "0"}, {"nccl": "2.17.1"}) == ([], [])

@@ -159,7 +159,11 @@ def version_problems(outdir: str, env: Mapping[str, str],
                 load_balancing=str(m.get("moe_router_load_balancing_type", "aux_loss")),
                 expert_bias=bool(m.get("moe_router_enable_expert_bias")),
                 num_groups=m.get("moe_router_num_groups")),
-            mtp=bool(m.get("mtp_num_layers")))
+            mtp=bool(m.get("mtp_num_layers")), fp8_recipe=str(t.get("fp8_recipe", "")),
+            fp4=t.get("fp4_format", "none") != "none",
+            cp_comm_type=str(p.get("cp_comm_type", "p2p")),
+            offload_optimizer=t.get("offload_optimizer", "none") != "none",
+            num_microbatches=int((plan.get("derived") or {}).get("num_microbatches") or 1))
         job_env = {**lc.get("env", {}), **env}
     except (OSError, ValueError, KeyError, TypeError):
         return [], []

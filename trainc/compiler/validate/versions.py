@@ -17,7 +17,7 @@ from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, Severity, diag
 from trainc.compiler.plan import DEEPSPEED_VERSION, MEGATRON_CORE_VERSION
-from trainc.schemas import Engine, Fp8Format, TrainSpec
+from trainc.schemas import Engine, Fp4Format, Fp8Format, Offload, TrainSpec
 
 
 def spec_features(spec: TrainSpec, d: Derived | None = None) -> frozenset[str]:
@@ -37,7 +37,10 @@ def spec_features(spec: TrainSpec, d: Derived | None = None) -> frozenset[str]:
             num_experts=m.num_experts, aux_loss_coeff=m.moe_aux_loss_coeff,
             load_balancing=m.moe_router_load_balancing_type.value,
             expert_bias=m.moe_router_enable_expert_bias, num_groups=m.moe_router_num_groups),
-        mtp=bool(m.mtp_num_layers))
+        mtp=bool(m.mtp_num_layers), fp8_recipe=t.fp8_recipe.value,
+        fp4=t.fp4_format is not Fp4Format.none, cp_comm_type=p.cp_comm_type.value,
+        offload_optimizer=t.offload_optimizer is not Offload.none,
+        num_microbatches=(d.num_microbatches or 1) if d is not None else 1)
 
 
 def job_versions(spec: TrainSpec) -> dict[str, str]:
