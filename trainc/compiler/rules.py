@@ -523,6 +523,11 @@ VERSION_TARGET = _r(
     "the engine library in launch.versions is older than the release trainc emits for "
     "(megatron-core 0.16.1, deepspeed 0.19.8): flags or config keys may not exist there",
     "warning", engines={"megatron": "warning", "deepspeed": "warning"})
+VERSION_CONTAINER = _r(
+    "TRC539", "version-container-conflict",
+    "launch.versions names another release of a component than the one launch.container_image "
+    "ships (trainc/conf/container_versions.yaml): the launch.versions value is the one checked",
+    "warning", engines={"megatron": "warning", "deepspeed": "warning"})
 CKPT_FORMAT_RUNNER = _r(
     "TRC533", "checkpoint-format-runner",
     "resume.checkpoint_format and resume.finetune are Megatron-LM's --ckpt-format / --finetune "
@@ -745,6 +750,8 @@ SOURCES: dict[str, str] = {
               "0.16.1); trainc derive.py steps_per_epoch",
     "TRC530": "trainc/conf/known_bad_versions.yaml (each entry links its public report)",
     "TRC531": "trainc schema", "TRC532": "trainc target_versions (plan.json)",
+    "TRC539": "trainc/conf/container_versions.yaml (NGC PyTorch / NeMo release notes and "
+              "support tables; each image names its source)",
     "TRC533": "megatron/training/arguments.py --ckpt-format (core_v0.16.x); "
               "trainc/launch/checkpoint.py",
     "TRC534": "megatron/training/checkpointing.py load_checkpoint (core_v0.16.x: legacy files "

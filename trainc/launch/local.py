@@ -137,15 +137,33 @@ def version_problems(outdir: str, env: Mapping[str, str],
 
     try:
         with open(os.path.join(outdir, "plan.json"), encoding="utf-8") as f:
-            spec = json.load(f)["spec"]
+            plan = json.load(f)
+        spec = plan["spec"]
         m, p, t, lc = spec["model"], spec["parallel"], spec["training"], spec["launch"]
+        c = spec.get("cluster", {})
+        stages = (plan.get("derived") or {}).get("layers_per_stage")
+        pp, experts = int(p.get("pp") or 1), m.get("num_experts")
         feats = KV.job_features(
             engine=str(spec["engine"]), entrypoint=str(lc["entrypoint"]),
-            device=str(lc["device"]), ep=int(p["ep"]), num_experts=m.get("num_experts"),
+            device=str(lc["device"]), ep=int(p["ep"]), num_experts=experts,
             dispatcher=str(m.get("moe_token_dispatcher_type", "alltoall")), cp=int(p["cp"]),
             fp8=t.get("fp8_format", "none") != "none", zero_stage=int(p.get("zero_stage") or 0),
-            tp_comm_overlap=bool(t.get("tp_comm_overlap")),
-            gpu=str(spec.get("cluster", {}).get("gpu", "")))
+            tp_comm_overlap=bool(t.get("tp_comm_overlap")), gpu=str(c.get("gpu", "")),
+            num_nodes=int(c.get("num_nodes") or 1), gpus_per_node=int(c.get("gpus_per_node") or 1),
+            precision=str(t.get("precision", "bf16")), tp=int(p.get("tp") or 1), pp=pp,
+            moe_dense_stage=bool(experts) and KV.moe_stage_without_experts(
+                int(m["num_layers"]), pp, int(p.get("vpp") or 1), int(m.get("moe_layer_freq") or 1),
+                int(m.get("moe_first_k_dense_layers") or 0), stages),
+            moe_aux_bias=KV.moe_aux_bias_used(
+                num_experts=experts, aux_loss_coeff=float(m.get("moe_aux_loss_coeff") or 0.0),
+                load_balancing=str(m.get("moe_router_load_balancing_type", "aux_loss")),
+                expert_bias=bool(m.get("moe_router_enable_expert_bias")),
+                num_groups=m.get("moe_router_num_groups")),
+            mtp=bool(m.get("mtp_num_layers")), fp8_recipe=str(t.get("fp8_recipe", "")),
+            fp4=t.get("fp4_format", "none") != "none",
+            cp_comm_type=str(p.get("cp_comm_type", "p2p")),
+            offload_optimizer=t.get("offload_optimizer", "none") != "none",
+            num_microbatches=int((plan.get("derived") or {}).get("num_microbatches") or 1))
         job_env = {**lc.get("env", {}), **env}
     except (OSError, ValueError, KeyError, TypeError):
         return [], []

@@ -19,7 +19,9 @@ class LaunchSpec:
     """Slurm wall-clock limit, [D-]HH:MM:SS or minutes, quoted in YAML ("04:00:00", "240"). TRC502,
     TRC007."""
     container_image: str | None = None
-    """Container image for pyxis/enroot (srun --container-image); null = no container."""
+    """Container image for pyxis/enroot (srun --container-image); null = no container. A tag of
+    trainc/conf/container_versions.yaml (NGC PyTorch, NeMo) also gives trainc lint the releases
+    it ships for the components launch.versions leaves out (TRC530, TRC539)."""
     container_mounts: list[str] | None = None
     """pyxis mounts SRC:DST (srun --container-mounts)."""
     env: dict[str, str] = field(default_factory=dict)
@@ -61,8 +63,9 @@ class LaunchSpec:
     versions: dict[str, str] = field(default_factory=dict)
     """Versions of the software the job runs with (component -> version), checked against the
     known-bad combinations of trainc/conf/known_bad_versions.yaml: torch, cuda, nccl,
-    transformer_engine, megatron_core, deepspeed, flash_attn. Empty = unchecked at compile
-    time; ``trainc run`` checks the installed packages. TRC530-TRC532."""
+    transformer_engine, megatron_core, deepspeed, flash_attn. An entry wins over the release a
+    known container_image ships (a different one is TRC539). Empty (and no known image) =
+    unchecked at compile time; ``trainc run`` checks the installed packages. TRC530-TRC532."""
     save_interval: int = 1000
     """Steps between checkpoints."""
     log_interval: int = 1
