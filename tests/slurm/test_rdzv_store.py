@@ -176,11 +176,12 @@ def _store_scenario(store_code: str | None) -> tuple[str, str] | None:
                                   "127.0.0.1", str(port)], stdout=subprocess.PIPE, text=True)
         assert store.stdout is not None and store.stdout.readline().strip() == "ready"
     host = "0" if external else "1"
-    # agent 0 leaves 0.5 s after the rendezvous (at once, it could close the rendezvous while
-    # agent 1 is still reading the completed state: RendezvousClosedError, a race of the test)
-    first = subprocess.Popen([sys.executable, "-c", AGENT, str(port), host, "0.5"],
+    # agent 0 leaves 1.5 s after the rendezvous (sooner, on a loaded machine it could close the
+    # rendezvous while agent 1 is still reading the completed state: RendezvousClosedError, a
+    # race of the test); agent 1 shuts down 4 s after it, well after agent 0 left
+    first = subprocess.Popen([sys.executable, "-c", AGENT, str(port), host, "1.5"],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    second = subprocess.run([sys.executable, "-c", AGENT, str(port), "0", "3"],
+    second = subprocess.run([sys.executable, "-c", AGENT, str(port), "0", "4"],
                             capture_output=True, text=True, timeout=120, check=False)
     out_first = first.communicate(timeout=120)[0]
     if store is not None:
