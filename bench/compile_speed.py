@@ -1,6 +1,6 @@
 """Whole-process wall time of `trainc compile` on the 405B preset and `trainc lint` over 100 specs.
 
-Goals (issue #2): compile <= 0.3 s, lint of 100 specs <= 2 s on a 2-core machine. Prints figures;
+Goals: compile <= 0.3 s, lint of 100 specs <= 2 s on a 2-core machine. Prints figures;
 asserts nothing (machines are noisy). Run: .venv/bin/python bench/compile_speed.py
 """
 

@@ -1,4 +1,4 @@
-"""Planner speed and scale (issue #6): a full search for the 405B preset on 2,048 nodes x 8 H100
+"""Planner speed and scale: a full search for the 405B preset on 2,048 nodes x 8 H100
 and for the DeepSeek-V3-like MoE on 256 nodes x 8 H800. Goals: <= 2 s wall each (whole
 process), >= 10^5 candidates evaluated, peak memory <= 200 MB. Prints figures; asserts nothing.
 

@@ -1,4 +1,4 @@
-"""Soak run of the trust checks (issue 7): many more inputs than CI, random seeds.
+"""Soak run of the trust checks: many more inputs than CI, random seeds.
 
     .venv/bin/python scripts/soak.py --diff 10000 --fuzz 10000 [--seed N]
 

@@ -23,8 +23,8 @@ FAMILIES = (
 
 
 def render() -> str:
-    """The Markdown text of ``docs/rules.md`` (MR / DR: the shared megatron_rules.md and
-    deepspeed_rules.md references; BC: bug cases, see docs/bug_cases.md)."""
+    """The Markdown text of ``docs/rules.md`` (sources: upstream files and functions at the
+    pinned versions, papers by arXiv id; BC: bug cases, see docs/bug_cases.md)."""
     out = [
         "# trainc rules",
         "",
@@ -33,9 +33,10 @@ def render() -> str:
         "Every diagnostic carries one of these stable ids (never reused or renumbered), the dotted",
         "spec key it is about, the values involved and a computed fix. Severity `error` stops",
         "compilation (exit 2); `warning` and `info` do not (`--werror` turns warnings into",
-        "errors). Sources: MR = Megatron rules reference, DR = DeepSpeed rules reference (the",
-        "shared research notes), BC = bug cases (docs/bug_cases.md). The severity columns",
-        "grade a finding per `engine:`; `n/a`: the rule does not apply to that engine.",
+        "errors). Sources: unqualified Megatron names are Megatron-LM core_v0.16.1 files and",
+        "functions (`megatron/training/arguments.py::validate_args`, `megatron/core/...`),",
+        "DeepSpeed names DeepSpeed v0.19.8; BC = bug cases (docs/bug_cases.md). The severity",
+        "columns grade a finding per `engine:`; `n/a`: the rule does not apply to that engine.",
         "",
     ]
     engines = [e.value for e in Engine]

@@ -23,11 +23,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "differential: checks trainc's verdicts against megatron-core / deepspeed")
-
-
 def _wheel_script() -> ModuleType:
     spec = importlib.util.spec_from_file_location("megatron_lm_wheel",
                                                   REPO / "scripts" / "megatron_lm_wheel.py")

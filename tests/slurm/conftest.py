@@ -21,12 +21,6 @@ from slurm_helpers import need, responding_nodes
 from trainc.launch import submit as slurm
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "slurm: needs a reachable Slurm controller (scripts/slurm_testcluster.sh); "
-        "skipped without one unless TRAINC_REQUIRE_SLURM=1")
-
-
 @pytest.fixture(scope="session")
 def slurm_cluster() -> list[str]:
     """The reachable controller's responding nodes (at least two); skips/fails without one."""

@@ -12,7 +12,6 @@ from specs.kit import make
 from trainc.compiler.derive import derive
 from trainc.compiler.engines.fsdp import fsdp_config
 from trainc.compiler.pipeline import plan_and_estimate
-from trainc.launch.engines.fsdp import lr_at
 
 FSDP = {"engine": "fsdp", "parallel.pp": 1}  # kit BASE: 8 GPUs, tp2 -> dp 4
 
@@ -133,6 +132,8 @@ def test_worker_lr_is_megatron_cores(style: str, warmup: int) -> None:
     Megatron worker drives it (num_steps = step, step(0))."""
     pytest.importorskip("megatron.core")
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+    from trainc.launch.engines.fsdp import lr_at  # the rank side imports torch
 
     spec, c = cfg(**{"training.lr_decay_style": style, "training.lr_warmup_iters": warmup,
                      "training.train_iters": 200})
@@ -407,6 +408,7 @@ def test_sgd_with_the_torchtitan_entrypoint_is_refused() -> None:
 def test_checkpoint_layout_differences() -> None:
     """The FSDP2 worker's resume check: model dimensions and the optimizer, not the mesh (DCP
     reshards)."""
+    pytest.importorskip("torch", reason="the FSDP2 worker needs the [worker] extra")
     from trainc.launch.engines.fsdp import check_checkpoint, layout_differences
 
     saved = {"model": {"hidden_size": 64, "num_layers": 2}, "optimizer": "AdamW",

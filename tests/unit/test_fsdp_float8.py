@@ -11,7 +11,6 @@ from specs.kit import errors, find, lint_cfg
 
 from trainc.compiler.engines.torchao import converters, recipes_in
 from trainc.compiler.pipeline import compile_spec
-from trainc.launch.engines.fsdp import refuse_float8
 from trainc.schemas import Fp8Recipe
 
 TT = {"engine": "fsdp", "parallel.pp": 1, "launch.entrypoint": "torchtitan",
@@ -104,6 +103,9 @@ def test_torchtitan_args_carry_the_float8_converter_and_the_worker_refuses_it() 
     cfg = plan["engines"]["fsdp"]
     assert cfg["float8"] == {"converters": [{"converter": "float8",
                                              "recipe_name": "rowwise_with_gw_hp"}]}
+    pytest.importorskip("torch", reason="the FSDP2 worker needs the [worker] extra")
+    from trainc.launch.engines.fsdp import refuse_float8
+
     with pytest.raises(SystemExit, match=r"engines\.fsdp\.float8\.converters"):
         refuse_float8(cfg)
     refuse_float8({"float8": {"converters": []}})  # BF16: nothing to refuse

@@ -182,6 +182,7 @@ def test_planner_offers_fsdp_no_setting_it_would_refuse() -> None:
 def test_worker_builds_qkv_bias() -> None:
     """model.add_qkv_bias reaches the FSDP2 worker's model (q/k/v biases, none on the output
     projection), as Megatron-Core's linear_qkv."""
+    pytest.importorskip("torch", reason="the FSDP2 worker's model needs the [worker] extra")
     from trainc.compiler.pipeline import plan_and_estimate
     from trainc.launch import torch_gpt
     from trainc.launch.shrink import shrink

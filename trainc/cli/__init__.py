@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_ecosystem_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]
-    """``import-hf``, ``schema`` and ``diff`` (issue 8)."""
+    """``import-hf``, ``schema`` and ``diff``."""
     imp = sub.add_parser("import-hf", help="turn a Hugging Face config.json into a model preset")
     imp.add_argument("config", metavar="CONFIG_JSON")
     imp.add_argument("-o", "--output", metavar="MODEL_YAML",

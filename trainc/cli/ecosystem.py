@@ -1,4 +1,4 @@
-"""``trainc import-hf``, ``trainc schema`` and ``trainc diff`` (issue 8)."""
+"""``trainc import-hf``, ``trainc schema`` and ``trainc diff``."""
 
 from __future__ import annotations
 

@@ -79,7 +79,8 @@ def layers_per_stage(num_layers: int, pp: int, first: int | None, last: int | No
     the given ends, and the rest spread evenly over the middle stages. ``account_for_*``
     (Megatron ``account_for_embedding/loss_in_pipeline_split``, ``get_num_layers_to_build``):
     ``L' = L + [embedding] + [loss]`` is split evenly and the first (last) stage builds one layer
-    fewer; it cannot be combined with first/last counts (megatron_rules.md PP-10, PP-11).
+    fewer; it cannot be combined with first/last counts (Megatron-LM core_v0.16.1
+    ``megatron/core/transformer/transformer_config.py::TransformerConfig.__post_init__``).
 
     >>> layers_per_stage(30, 4, 8, 8)
     (8, 7, 7, 8)
@@ -249,7 +250,8 @@ def stage_chunk_sizes(num_layers_per_stage: list[int], vpp: int, account_for_emb
 
     Mirrors Megatron-Core ``get_num_layers_to_build``: every rank's (padded) layers form ``vpp``
     equal chunks; with ``account_for_embedding`` the first chunk of the first rank builds one layer
-    fewer, with ``account_for_loss`` the last chunk of the last rank (megatron_rules.md §1.6).
+    fewer, with ``account_for_loss`` the last chunk of the last rank (megatron-core 0.16.1
+    ``transformer_block.py::get_num_layers_to_build``).
     Splits that do not divide into ``vpp`` chunks are shown as one chunk per rank.
 
     >>> stage_chunk_sizes([7, 8, 8, 7], 2, True, True)
@@ -275,7 +277,7 @@ def stage_layer_indices(num_layers_per_stage: list[int], vpp: int,
 
     Without interleaving stage r holds a contiguous block. With ``vpp = v`` chunk j of rank r
     (sizes from :func:`stage_chunk_sizes`) sits at virtual position ``j*p + r``
-    (megatron_rules.md §1.6).
+    (megatron-core 0.16.1 ``transformer_block.py::get_num_layers_to_build``).
 
     >>> stage_layer_indices([2, 2], 2)
     [[0, 2], [1, 3]]

@@ -279,7 +279,7 @@ def artifact_file(file: str, spec_path: str | os.PathLike[str]) -> str:
     """A diagnostic's file as ``plan.json`` records it: ``<command line>``, ``<default>`` and
     ``trainc/conf/...`` as they are, a file in the spec's folder (the spec, a preset next to it)
     relative to that folder, so the same spec tree compiled from another checkout or by an
-    absolute path gives the same bytes (issue 12)."""
+    absolute path gives the same bytes."""
     if file.startswith(("<", "trainc/conf/")):
         return file
     return _spec_relative(file, Path(spec_path)) or file
@@ -288,7 +288,7 @@ def artifact_file(file: str, spec_path: str | os.PathLike[str]) -> str:
 def _artifact_preset(pfile: str, spec_path: Path) -> str:
     """A preset's path in ``plan.json``: ``trainc/conf/...`` for a packaged one, else relative to
     the spec's folder (``model/mine.yaml``), so the artifacts do not depend on where the checkout
-    lives (issue 12)."""
+    lives."""
     return _packaged(pfile) or _spec_relative(pfile, spec_path) or pfile
 
 

@@ -561,7 +561,9 @@ RULES_BY_ID = {r.id: r for r in ALL_RULES}
 assert len(RULES_BY_ID) == len(ALL_RULES), "duplicate rule id"
 
 #: Where each rule comes from: the library function that enforces (or silently breaks on) it, or
-#: the shared reference section (megatron_rules.md = MR, deepspeed_rules.md = DR) / bug case.
+#: a paper, or a bug case (docs/bug_cases.md). Unqualified Megatron names are Megatron-LM
+#: core_v0.16.1 (``megatron/training/arguments.py::validate_args``, ``megatron/core/...``, the
+#: megatron-core 0.16.1 wheel); DeepSpeed names are DeepSpeed v0.19.8.
 SOURCES: dict[str, str] = {
     "TRC000": "trainc loader", "TRC001": "trainc schema", "TRC002": "trainc schema",
     "TRC003": "trainc schema", "TRC004": "trainc schema / Hydra defaults list",
@@ -569,36 +571,45 @@ SOURCES: dict[str, str] = {
     "TRC007": "YAML 1.1 implicit types (yaml.org/type: int, float, bool, null); Hydra override "
               "grammar",
     "TRC008": "RFC 8259 JSON has no NaN or Infinity (plan.json, ds_config.json)",
-    "TRC009": "trainc validate (issue 12: every error whose inputs are known, in one run)",
-    "TRC101": "Megatron validate_args / initialize_model_parallel (MR WS-1)",
-    "TRC102": "Megatron data_parallel_size = W/(tp*pp*cp) (MR §1.2)",
-    "TRC103": "Megatron-Core expert grid (MR §1.2, EXP-1); seed 002",
-    "TRC104": "Megatron-Core initialize_model_parallel expert generator (MR EXP-1)",
-    "TRC105": "MR §8 topology", "TRC106": "MR §8 topology",
-    "TRC107": "MR §8 topology; with the flex dispatcher: NVIDIA-NeMo/Megatron-Bridge#2883 "
+    "TRC009": "trainc validate (every error whose inputs are known, in one run)",
+    "TRC101": "validate_args / parallel_state.initialize_model_parallel: world % (tp*pp*cp)",
+    "TRC102": "validate_args: data_parallel_size = W/(tp*pp*cp)",
+    "TRC103": "parallel_state.initialize_model_parallel expert RankGenerator; worked example B "
+              "(docs/references.md)",
+    "TRC104": "parallel_state.initialize_model_parallel expert generator: world % (etp*ep*pp)",
+    "TRC105": "parallel_state.RankGenerator order tp-cp-ep-dp-pp (tp fastest); TP inside "
+              "a node: Narayanan et al. 2021, arXiv:2104.04473 §3.3",
+    "TRC106": "parallel_state.RankGenerator order tp-cp-ep-dp-pp (tp, then cp, fastest)",
+    "TRC107": "parallel_state.RankGenerator expert order; with the flex dispatcher: "
+              "NVIDIA-NeMo/Megatron-Bridge#2883 "
               "(HybridEP limited to EP 8 on NVL8), deepseek-ai/DeepEP#411, "
               "NVIDIA/Megatron-LM#5039 (DeepEP internode hangs)",
-    "TRC108": "cluster size", "TRC201": "TransformerConfig.__post_init__ (MR TP-1)",
-    "TRC202": "TransformerConfig.__post_init__, Megatron-Core >= 0.16 (MR TP-2)",
-    "TRC203": "RowParallelLinear divide() (MR TP-4)",
-    "TRC204": "expert linear layers divide() (MR EXP-8)",
-    "TRC205": "validate_args / MoELayer (MR EXP-5)",
-    "TRC206": "not validated by Megatron; torch.topk fails at run time (MR §1.8 MOE-2)",
-    "TRC207": "attention divide(a, g) (MR TP-2)", "TRC208": "validate_args (MR TP-3)",
-    "TRC209": "vocab_size_with_padding (MR §1.2)",
-    "TRC210": "get_num_layers_to_build (MR §1.6; BC-001)",
-    "TRC211": "interleaved schedule layer split (MR §1.6; BC-003)",
-    "TRC212": "TransformerConfig uneven PP (MR §1.6; BC-005)",
-    "TRC213": "initialize_model_parallel (MR PG-4)",
-    "TRC214": "ConstantNumMicroBatchesCalculator (MR §1.7); DeepSpeed batch assertion (DR §1)",
-    "TRC215": "pipeline schedules (MR §1.7); torch 2.13 torch/distributed/pipelining/"
+    "TRC108": "cluster size", "TRC201": "TransformerConfig.__post_init__ (heads % tp)",
+    "TRC202": "TransformerConfig.__post_init__, Megatron-Core >= 0.16 (query groups vs tp)",
+    "TRC203": "tensor_parallel/layers.py RowParallelLinear divide()",
+    "TRC204": "expert linear layers divide() (moe_ffn % etp)",
+    "TRC205": "validate_args / transformer/moe/moe_layer.py MoELayer",
+    "TRC206": "not validated by Megatron; torch.topk in transformer/moe/router.py fails at "
+              "run time",
+    "TRC207": "transformer/attention.py divide(a, g)",
+    "TRC208": "validate_args (hidden % heads without kv_channels)",
+    "TRC209": "megatron/training/tokenizer/tokenizer.py _vocab_size_with_padding",
+    "TRC210": "transformer_block.get_num_layers_to_build (BC-001)",
+    "TRC211": "interleaved schedule layer split, TransformerConfig.__post_init__ (BC-003)",
+    "TRC212": "TransformerConfig.__post_init__ uneven PP (BC-005)",
+    "TRC213": "parallel_state.initialize_model_parallel (vpp needs pp > 1)",
+    "TRC214": "num_microbatches_calculator.ConstantNumMicroBatchesCalculator; DeepSpeed "
+              "runtime/config.py DeepSpeedConfig._batch_assertion",
+    "TRC215": "pipeline_parallel/schedules.py; torch 2.13 torch/distributed/pipelining/"
               "schedules.py Schedule1F1B.__init__ (n_microbatches >= num_stages, pytorch/"
               "pytorch PR 144702; pytorch/torchtitan#775)",
-    "TRC216": "forward_backward_pipelining_with_interleaving (MR §1.7)",
-    "TRC217": "validate_args (MR CP-1)", "TRC218": "tensor_parallel/mappings.py (MR SP-2; BC-015)",
-    "TRC219": "validate_args --max-position-embeddings (MR §5)",
-    "TRC220": "Transformer Engine a2a CP (MR §8)",
-    "TRC221": "attention.py KV replication, Megatron-Core >= 0.16 (MR TP-2; BC-011); "
+    "TRC216": "schedules.forward_backward_pipelining_with_interleaving",
+    "TRC217": "validate_args (seq % (2*cp))",
+    "TRC218": "tensor_parallel/mappings.py _split_along_first_dim (BC-015)",
+    "TRC219": "validate_args --max-position-embeddings",
+    "TRC220": "Transformer Engine pytorch/attention/dot_product_attention/context_parallel.py "
+              "AttnFuncWithCPAndQKVOA2A (heads % cp)",
+    "TRC221": "attention.py KV replication, Megatron-Core >= 0.16 (BC-011); "
               "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__ "
               "(core_v0.15.3: num_query_groups % tp == 0 required; core_v0.16.0: or tp % "
               "num_query_groups == 0)",
@@ -610,22 +621,25 @@ SOURCES: dict[str, str] = {
               "(core_v0.11.0: 'moe_expert_capacity_factor only works with alltoall token "
               "dispatcher'; the check is gone from core_v0.12.0, NVIDIA/Megatron-LM commit "
               "0d389f5 'Integration of Deepseek DeepEP kernel'); NVIDIA/Megatron-LM#1277",
-    "TRC301": "ModelParallelConfig.__post_init__ (MR SP-1)",
+    "TRC301": "ModelParallelConfig.__post_init__ (SP needs TP)",
     "TRC302": "megatron-core 0.16.1 transformer/moe/moe_layer.py MoELayer.forward raises "
-              "ValueError; ModelParallelConfig.__post_init__ only warns (MR EXP-6)",
-    "TRC303": "validate_args overlap_p2p_comm (MR §1.2); cpu_execution.md",
-    "TRC304": "DeepSpeed PipelineEngine (DR §8 rule 2)",
-    "TRC305": "DeepSpeedZeroConfig (DR §2.2)",
-    "TRC306": "trainc emitters", "TRC307": "Megatron distributed optimizer (MR §1.9)",
-    "TRC308": "TransformerConfig / validate_args recompute checks (MR §1.11 RC-3, RC-4)",
-    "TRC309": "TransformerConfig recompute checks (MR §1.11 RC-3)",
-    "TRC312": "validate_args (MR EXP-4)", "TRC313": "trainc/capabilities.py (the runners' axes)",
-    "TRC315": "moe_layer_freq pattern (MR §8)",
+              "ValueError; ModelParallelConfig.__post_init__ only warns",
+    "TRC303": "validate_args overlap_p2p_comm; batched p2p measured on CPU (docs/divergences.md)",
+    "TRC304": "DeepSpeed runtime/pipe/engine.py PipelineEngine.__init__ (ZeRO-2/3 assertion)",
+    "TRC305": "DeepSpeed runtime/zero/config.py DeepSpeedZeroConfig",
+    "TRC306": "trainc emitters",
+    "TRC307": "validate_args / megatron/core/optimizer/distrib_optimizer.py",
+    "TRC308": "TransformerConfig.__post_init__ / validate_args recompute checks",
+    "TRC309": "TransformerConfig.__post_init__ recompute_num_layers checks",
+    "TRC312": "validate_args (ep > 1 needs num_experts)",
+    "TRC313": "trainc/capabilities.py (the runners' axes)",
+    "TRC315": "models/gpt/gpt_layer_specs.py get_gpt_decoder_layer_specs moe_layer_freq pattern",
     "TRC316": "megatron/core/transformer/transformer_config.py MLATransformerConfig (0.16.1); "
               "training.py num_floating_point_operations asserts not group_query_attention",
     "TRC318": "learning-rate schedule",
-    "TRC319": "CPU (gloo) execution", "TRC320": "DeepSpeed engine (DR §2.1)",
-    "TRC321": "DeepSpeed nvme offload needs nvme_path (DR §8 rule 3)",
+    "TRC319": "CPU (gloo) execution",
+    "TRC320": "DeepSpeed runtime/engine.py zero_use_cpu_optimizer (ignores the stage)",
+    "TRC321": "DeepSpeed runtime/zero/offload_config.py nvme_path (default None)",
     "TRC322": "DeepSpeed PipelineEngine (BC-025, DeepSpeed #7773)",
     "TRC317": "deepspeed/runtime/lr_schedules.py (0.19.8) WarmupCosineLR.get_lr_ratio "
               "(real_last_step = it - warmup + 1), _initialize_lr (iteration -1); "
@@ -646,13 +660,15 @@ SOURCES: dict[str, str] = {
               "stage_1_and_2.py estimate_zero2_model_states_mem_needs (0.19.8); DeepSpeed #4867",
     "TRC421": "deepspeed/runtime/zero/stage3.py estimate_zero3_model_states_mem_needs "
               "additional_buffer_factor=1.5 (0.19.8)",
-    "TRC501": "Slurm job names", "TRC502": "Slurm --time", "TRC503": "pretrain_gpt.py (MR §6)",
+    "TRC501": "Slurm job names", "TRC502": "Slurm --time", "TRC503": "Megatron-LM pretrain_gpt.py",
     "TRC504": "POSIX environment names",
-    "TRC505": "validate_args (MR ENV-1); the warnings: github.com/verl-project/verl/pull/6976 "
-              "(FSDP2), github.com/NVIDIA/Megatron-LM/issues/1468 (tp = cp = 1)",
+    "TRC505": "validate_args (CUDA_DEVICE_MAX_CONNECTIONS); the warnings: "
+              "github.com/verl-project/verl/pull/6976 (FSDP2), "
+              "github.com/NVIDIA/Megatron-LM/issues/1468 (tp = cp = 1)",
     "TRC506": "CPU (gloo) execution", "TRC507": "torchrun --nproc_per_node (BC-063)",
     "TRC508": "NCCL_SOCKET_IFNAME (BC-067, BC-069)",
-    "TRC509": "torchrun / Slurm rendezvous (DR §5.3; BC-057, BC-059)",
+    "TRC509": "torchrun / Slurm rendezvous; DeepSpeed comm/comm.py init_distributed "
+              "(BC-057, BC-059)",
     "TRC510": "trainc: credentials in launch.env are not written to the artifacts",
     "TRC511": "generated shell scripts and #SBATCH lines (one value per line)",
     "TRC328": "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__ "

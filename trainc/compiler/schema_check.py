@@ -231,7 +231,7 @@ class SchemaResult:
     """What :func:`check_spec` found. ``spec`` is None when any diagnostic was found; then
     ``partial`` is the spec with every key that failed (``broken``: wrong type, bad choice,
     missing) at its default, or at a placeholder (1 for a count) when it has none, so that the
-    rules which do not read a broken key can still run (issue 12: all errors in one run)."""
+    rules which do not read a broken key can still run (all errors in one run)."""
 
     spec: TrainSpec | None
     diagnostics: list[Diagnostic]

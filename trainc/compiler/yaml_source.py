@@ -87,7 +87,7 @@ def scalar_texts(node: yaml.Node | None, prefix: str, out: dict[str, str | None]
     type than a string (an unquoted ``4:00:00`` -> int 14400, ``0123`` -> 83, ``yes`` -> True,
     ``1e3`` -> 1000.0, ``~`` -> None), else None. A free-form map (``launch.env``) records its
     entries (``launch.env.NAME``). The schema check uses the text to tell the user what YAML
-    did to a string key's value and how to quote it (issue 11)."""
+    did to a string key's value and how to quote it."""
     if not isinstance(node, yaml.MappingNode):
         return
     for k, v in node.value:

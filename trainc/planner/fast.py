@@ -4,15 +4,17 @@ It evaluates ~10^5 layouts per second in plain Python, so it keeps only the domi
 full estimator in :mod:`trainc.compiler.estimate` (which reports the numbers of the finalists):
 
 * model states: Megatron DDP 18 B/param (bf16) or distributed optimizer 6 + 12/(dp*cp)
-  (megatron_rules.md §4.2, DO-10); DeepSpeed ZeRO stages by the seeds' 2+2+12 accounting
-  (seed 000 "ZeRO" tables: stage 1 = 4 + 12/d, stage 2 = 2 + 14/d, stage 3 = 16/d);
+  (Megatron-LM core_v0.16.1 docs/user-guide/features/dist_optimizer.md); DeepSpeed ZeRO stages
+  by the 2+2+12 B/param accounting (Rajbhandari et al. 2020, arXiv:1910.02054 §5 and Figure 1;
+  worked example A, docs/references.md: stage 1 = 4 + 12/d, stage 2 = 2 + 14/d, stage 3 = 16/d);
 * activations: the full estimator's per-layer bytes (:mod:`trainc.compiler.estimate.activations`:
   Korthikanti et al. 2022 Table 2 generalised to GQA, SwiGLU and MoE token copies; 2*s*b*h/tp
   per layer with full recompute), s divided by cp, MoE layers weighted by their share, times the
   in-flight micro batches of 1F1B on the first stage (min(pp, M)) and the interleaving factor
   1 + (pp-1)/(pp*vpp);
 * time: Megatron's model FLOPs at compute_efficiency*peak, TP/CP/EP traffic on the NVLink or
-  fabric bandwidth, bubble (pp-1)/(vpp*M + pp-1) (seed 000 "interleaved 1F1B"), DP gradient
+  fabric bandwidth, bubble (pp-1)/(vpp*M + pp-1) (interleaved 1F1B, Narayanan et al. 2021,
+  arXiv:2104.04473 §2.2), DP gradient
   reduce-scatter + all-gather (ring factor (d-1)/d) partly hidden by comm_overlap.
 
 That is the ``cluster.time_model: seed`` path. With ``kernels`` (the default) the time terms are
@@ -102,7 +104,8 @@ class ModelConsts:
 def model_consts(spec: TrainSpec) -> ModelConsts:
     """Parameter and FLOP constants of a normalized spec: the full estimator's per-layer counts
     (:func:`trainc.compiler.estimate.params.layer_params`) and Megatron's FLOPs
-    (:func:`trainc.compiler.estimate.flops.model_flop_terms`, megatron_rules.md §4.5)."""
+    (:func:`trainc.compiler.estimate.flops.model_flop_terms`, Megatron-LM core_v0.16.1
+    ``num_floating_point_operations``)."""
     m, t = spec.model, spec.training
     L = m.num_layers
     n_moe = num_moe_layers(spec)
@@ -253,7 +256,7 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
             continue
         # Megatron: the distributed optimizer (zero 1) moves fewer DP bytes (a reduce-scatter
         # of the grads + an all-gather of the bf16 params instead of an all-reduce of the
-        # grads: megatron_rules.md §4.2, DO-10) and keeps less state, so without it a layout is
+        # grads: Megatron-LM's dist_optimizer.md) and keeps less state, so without it a layout is
         # dominated whenever there is data parallelism to shard over; with none, zero 0 is the
         # same layout, simpler. Megatron-FSDP (zero 3) shards the weights and gradients too.
         if not deepspeed and not zero_fixed and zero not in ((1, 3) if shard > 1 else (0,)):

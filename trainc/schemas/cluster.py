@@ -40,8 +40,8 @@ class ClusterSpec:
     """Step-time model (estimates and planner): ``kernels`` times every GEMM of the layer from its
     shape after the TP/SP/EP/ETP split on the GPU profile (trainc/conf/gpu), fused attention,
     element-wise kernels by bytes moved, and hides communication per axis as the engines do
-    (docs/performance.md); ``seed`` is the seeds' model: Megatron's FLOPs at
-    compute_efficiency x peak_tflops x n / (n + gemm_half_efficiency_tokens)."""
+    (docs/performance.md); ``seed`` is the worked examples' model (docs/references.md):
+    Megatron's FLOPs at compute_efficiency x peak_tflops x n / (n + gemm_half_efficiency_tokens)."""
     comm_efficiency: float = 0.8
     """Fraction of link bandwidth that collectives achieve (estimates only)."""
     comm_overlap: float = 0.0

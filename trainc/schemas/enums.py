@@ -117,7 +117,7 @@ class Entrypoint(Enum):
 class TimeModel(Enum):
     """Step-time model (``cluster.time_model``): kernels (per-GEMM roofline with wave
     quantization, fused attention, element-wise bytes, per-axis overlap; docs/performance.md)
-    or seed (one compute_efficiency over Megatron's FLOPs, the seeds' formula)."""
+    or seed (one compute_efficiency over Megatron's FLOPs, the worked examples' formula)."""
 
     kernels = "kernels"
     seed = "seed"

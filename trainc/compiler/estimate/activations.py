@@ -19,16 +19,18 @@ layer's input (``2sbh``, ``/t`` with SP) plus one recompute unit's working set. 
 attention, ``cluster.flash_attention`` (default, as Megatron-Core with Transformer Engine), no
 configuration stores the ``5as^2b`` term: only fp32 softmax statistics ``4asb/t`` when the attention
 core is not recomputed (Megatron's own estimator also assumes flash). Context parallelism
-divides ``s`` by ``cp`` (each rank holds ``s/cp`` tokens of every sequence; seed 002 §3.1).
+divides ``s`` by ``cp`` (each rank holds ``s/cp`` tokens of every sequence;
+megatron-core 0.16.1 ``megatron/core/utils.py::get_batch_on_this_cp_rank``).
 
 MoE layers (not in the paper; uniform routing assumed): each rank's ``k`` token copies are held
 permuted (``2h``), through the expert MLP (``6 f_e`` SwiGLU, ``4 f_e`` GELU, divided by etp but
 with tokens gathered over etp) and un-permuted (``2h``); router logits in fp32 (``4E``).
 
-Pipeline: 1F1B stage ``r`` holds ``min(p - r, m)`` micro-batches in flight (seed 002 §2.3.1);
+Pipeline: 1F1B stage ``r`` holds ``min(p - r, m)`` micro-batches in flight (Narayanan et al. 2021,
+arXiv:2104.04473 §2.2.1);
 the interleaved schedule holds ``(2(p - r - 1) + (v - 1)p + 1)`` chunk-micro-batches of ``1/v``
 stage each (Megatron ``get_pp_rank_microbatches`` warm-up + 1), i.e. ``p(1 + (p-1)/(pv))`` stages'
-worth on the first stage, Megatron's interleaving factor (seed 002 §2.2.2 calls interleaved
+worth on the first stage, Megatron's interleaving factor (worked example B, docs/references.md, calls interleaved
 peak memory "comparable to 1F1B"; Megatron-Core's schedule holds this much more: we follow it). Embedding (first stage): int64 token
 ids ``8sb`` and the embedding-dropout mask ``sbh`` per in-flight micro-batch; output (last stage):
 ``4sbh/t (1 + V/h)`` for one micro-batch (Korthikanti §4.3: final LN output and fp32 logits).
@@ -206,7 +208,7 @@ def stage_activation_bytes(spec: TrainSpec, plan: Plan) -> list[float]:
         if r == p - 1:
             # final norm output, and the logits: the output GEMM's bf16 result and the fp32 copy
             # Megatron's vocab-parallel cross entropy makes (its softmax, saved for backward):
-            # 2 + 4 bytes per logit at the loss (issue 13 item 7: fp32 logits of long sequences
+            # 2 + 4 bytes per logit at the loss (fp32 logits of long sequences
             # and large vocabularies)
             extra += 4 * s * b * h / tsp + 6 * s * b * d.padded_vocab_size / t
             if m.mtp_num_layers:

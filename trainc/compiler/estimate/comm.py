@@ -1,31 +1,35 @@
 """Communication per GPU per optimizer step, by parallel axis and collective.
 
 Volumes (bytes one GPU *sends*; for the symmetric collectives it receives the same amount), for a
-tensor of ``D`` bytes over ``n`` ranks with the ring / pairwise algorithms NCCL uses (seed 000
-"分布式训练中的通信原语", seed 003 §5.1.3):
+tensor of ``D`` bytes over ``n`` ranks with the ring / pairwise algorithms NCCL uses (NCCL 2.x
+docs, "Collective Operations" and nccl-tests doc/PERFORMANCE.md "bus bandwidth"; worked examples A
+and C, docs/references.md):
 
 * all-reduce ``2(n-1)/n * D``; all-gather and reduce-scatter ``(n-1)/n * D`` (D = the full tensor);
 * all-to-all ``(n-1)/n * D`` (D = this rank's local tensor); p2p: the tensor itself.
 
 The plan reports ``sent + received`` (the contract's ``comm_bytes_per_step``); time uses the larger
-direction over the link's one-direction bandwidth. Seed corrections (the right value is tested):
+direction over the link's one-direction bandwidth. Corrections to worked example B
+(docs/references.md; the right value is tested):
 
-* seed 002 §1.6 counts an SP all-gather as "send ``D/N`` (64 MiB) + receive ``(N-1)D/N`` (192 MiB)
+* the example counts an SP all-gather as "send ``D/N`` (64 MiB) + receive ``(N-1)D/N`` (192 MiB)
   = 256 MiB"; every rank's shard must reach ``N - 1`` peers, so a rank also *sends* ``(N-1)D/N``:
-  sent + received is 384 MiB, 1536 MiB per layer forward (seed: 1 GiB);
-* seed 002 §3.3 gives CP all-gather 512 MiB forward: it counts the full gathered K, V including the
+  sent + received is 384 MiB, 1536 MiB per layer forward (the example: 1 GiB);
+* it gives CP all-gather 512 MiB forward: it counts the full gathered K, V including the
   rank's own shard; the received volume is ``(c-1)/c`` of it: 256 MiB forward, 512 MiB in total at
   CP = 2, the same as the ring (an all-gather *is* ``c - 1`` ring steps);
-* seed 002 §3.4.3 computes one Ulysses all-to-all as ``(1/2)*2*4096*64*128*2 = 33,554,432`` B
+* it computes one Ulysses all-to-all as ``(1/2)*2*4096*64*128*2 = 33,554,432`` B
   (32 MiB); the product is 67,108,864 B (64 MiB), so a2a moves 256 MiB forward and 512 MiB in
   total at CP = 2 (not 128 / 256): at CP = 2 all three variants move the same bytes, and a2a's
   ``(c-1)/c`` beats the ring's ``c-1`` from CP = 3 on;
-* seed 002 §5.5 has ZeRO-1 "All-Reduce the updated parameters (4Psi)"; updated shards are
-  all-gathered (``(n-1)/n x 2Psi``), the same total as its §5.4 table (RS + AG = one all-reduce);
+* it has ZeRO-1 "All-Reduce the updated parameters (4Psi)"; updated shards are
+  all-gathered (``(n-1)/n x 2Psi``), the same total as its own ZeRO traffic table (RS + AG = one
+  all-reduce);
 * Megatron-FSDP (engine=megatron, zero_stage 3) moves what FSDP does: per micro-batch a
   parameter all-gather for forward and one for backward, and a gradient reduce-scatter (in fp32
   with ``grad_reduce_in_fp32``), dense parameters over dp x cp and experts over expert_dp;
-* seed 002 §6.8 says ZeRO-3 moves ``8Psi`` bytes; its own §5.4 table (and the ZeRO paper, 1.5x DP)
+* it says ZeRO-3 moves ``8Psi`` bytes; its own ZeRO table (and the ZeRO paper, arXiv:1910.02054
+  §7.2.2: 1.5x DP)
   gives ``6Psi`` (two parameter all-gathers + one gradient reduce-scatter of ``2Psi`` bytes each).
 """
 
@@ -65,7 +69,7 @@ def all_reduce_bytes(n: int, full: float) -> float:
 def all_gather_bytes(n: int, full: float) -> float:
     """All-gather (or reduce-scatter) of a ``full``-byte result, bytes each rank sends.
 
-    >>> all_gather_bytes(4, 2 * 8192 * 8192 * 2) / 2**20  # seed 002 §1.6: received 192 MiB
+    >>> all_gather_bytes(4, 2 * 8192 * 8192 * 2) / 2**20  # worked example B: received 192 MiB
     192.0
     """
     return (n - 1) / n * full if n > 1 else 0.0
@@ -74,7 +78,7 @@ def all_gather_bytes(n: int, full: float) -> float:
 def all_to_all_bytes(n: int, local: float) -> float:
     """All-to-all of a ``local``-byte tensor, bytes each rank sends.
 
-    >>> all_to_all_bytes(8, 2 * 8192 * 2 * 8192 * 2) / 2**20  # seed 002 §4.6 EP dispatch
+    >>> all_to_all_bytes(8, 2 * 8192 * 2 * 8192 * 2) / 2**20  # worked example B: EP dispatch
     448.0
     """
     return (n - 1) / n * local if n > 1 else 0.0
@@ -249,7 +253,7 @@ def attention_tp_ratio(spec: TrainSpec) -> float:
 
 
 def cp_layer_bytes(kind: CpCommType, c: int, q_bytes: float, kv_bytes: float) -> float:
-    """CP bytes one rank sends per layer per micro-batch, forward + backward (seed 002 §3).
+    """CP bytes one rank sends per layer per micro-batch, forward + backward (worked example B).
 
     ``q_bytes``: this rank's Q (= O) slice; ``kv_bytes``: its K and V slices together.
     Ring (p2p): ``c-1`` K/V blocks forward and as many dK/dV backward. all_gather: the same volume
@@ -337,7 +341,8 @@ def stage_comm(spec: TrainSpec, plan: Plan, stages: list[StageParams]) -> list[S
 
 def zero_dp_bytes(num_params: float, n: int, stage: int, num_microbatches: int = 1,
                   elem_bytes: int = 2) -> float:
-    """DeepSpeed data-parallel bytes one rank sends per step (seed 002 §5.4 table).
+    """DeepSpeed data-parallel bytes one rank sends per step (ZeRO paper, arXiv:1910.02054
+    §7; worked example B's table).
 
     ZeRO-0: gradient all-reduce; 1: reduce-scatter + parameter all-gather (same volume);
     2: gradient reduce-scatter every micro-batch + one all-gather; 3: forward and backward

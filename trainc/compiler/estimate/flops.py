@@ -1,7 +1,7 @@
 """Model FLOPs per optimizer step, exactly as Megatron-LM counts them.
 
 Source: ``megatron/training/training.py::num_floating_point_operations`` -> ``transformer_flops``
-(megatron_rules.md §4.5). Every GEMM is counted x2 (multiply-add) x3 (forward, weight-grad,
+(Megatron-LM core_v0.16.1). Every GEMM is counted x2 (multiply-add) x3 (forward, weight-grad,
 input-grad) = 6 FLOPs per weight per token. Attention scores (QK^T and softmax·V) are halved for the
 causal mask. Router GEMMs and recomputation are not counted: these are *model* FLOPs (MFU), not
 hardware FLOPs. ``hardware_flops`` adds what recompute re-executes (used for the step time only).
@@ -32,7 +32,7 @@ class FlopTerms:
 def flop_terms(*, h: int, a: int, g: int, d: int, f: int, V: int, L: int, swiglu: bool,
                num_moe_layers: int = 0, f_e: int = 0, topk: int = 0, f_s: int = 0,
                mla: tuple[int | None, int, int, int, int] | None = None) -> FlopTerms:
-    """Megatron's per-token and per-S2 FLOP coefficients (megatron_rules.md §4.5).
+    """Megatron's per-token and per-S2 FLOP coefficients (``num_floating_point_operations``).
 
     ``F_tok = 6h[f*c_f*L_d + f_e*k*c_f*L_moe + f_s*c_f*L_moe] + 6[h(q + 2*kappa) + q*h]*L + 6hV``
     with ``q = a*d``, ``kappa = g*d``, ``c_f = 3`` (SwiGLU) or 2; ``F_core = 6*q*L``.
@@ -70,7 +70,7 @@ def megatron_flops(*, batch: int, seq: int, **shape: int | bool) -> float:
 
     >>> f = megatron_flops(batch=128, seq=8192, h=4096, a=32, g=8, d=128, f=14336, V=128256,
     ...                    L=32, swiglu=True)
-    >>> f"{f:.4e}"  # megatron_rules.md §4.4, Llama-3-8B-like
+    >>> f"{f:.4e}"  # Megatron-LM's own function gives the same, Llama-3-8B-like
     '5.3971e+16'
     """
     t = flop_terms(**shape)  # type: ignore[arg-type]

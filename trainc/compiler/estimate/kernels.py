@@ -75,7 +75,7 @@ TILE_M, TILE_N = 128, 256
 #: 128; docs/performance.md) on the four tables of published runs together (the calibration
 #: CSV, bench/heldout_runs.csv, validation_nvidia.csv, validation_papers.csv; 444 compiled
 #: rows): 768 lowers the pooled median |error| from 8.3 to 7.8 % and the BF16 dense rows' from
-#: 8.4 to 7.2 % (session 13; 512 before, fitted on the calibration CSV and the papers' BF16
+#: 8.4 to 7.2 % (512 before, fitted on the calibration CSV and the papers' BF16
 #: dense rows only). It is more than the tile's epilogue alone (a few microseconds, about 300
 #: K-steps on an H100): it also carries what short-K GEMMs lose to launch gaps.
 GEMM_K_OVERHEAD = 768

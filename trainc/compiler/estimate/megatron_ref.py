@@ -1,9 +1,10 @@
 """Megatron-LM's own theoretical memory estimator, reproduced term for term
-(``megatron/training/theoretical_memory_usage.py``; megatron_rules.md §4.2-§4.4).
+(``megatron/training/theoretical_memory_usage.py``, Megatron-LM core_v0.16.1).
 
 This is the *reference mode* ("megatron_theoretical"): the tests check it against the golden values
-of megatron_rules.md §4.4 exactly. The plan's estimator (:mod:`.memory`, :mod:`.activations`)
-deliberately differs where Megatron's estimator is known to be off:
+that Megatron-LM's own functions return (run on CPU) exactly. The plan's estimator
+(:mod:`.memory`, :mod:`.activations`) deliberately differs where Megatron's estimator is known
+to be off:
 
 * dist-opt sharding over ``dp x cp`` (Megatron divides by ``dp`` only, so CP > 1 overestimates);
 * the last stage's output layer and final norm are counted on the stage that holds them (Megatron
@@ -26,7 +27,7 @@ def theoretical_weight_and_optimizer_bytes(
 
     >>> b = theoretical_weight_and_optimizer_bytes(h=4096, a=32, g=8, d=128, f=14336, V=128256,
     ...     L=32, swiglu=True, rmsnorm=True, untied=True, t=2, p=2, dp=2, dist_opt=True)
-    >>> round(b / 2**20, 1)  # megatron_rules.md §4.4 Llama-3-8B-like
+    >>> round(b / 2**20, 1)  # Megatron-LM's own function gives the same, Llama-3-8B-like
     22975.5
     """
     nu = 1 if rmsnorm else 2

@@ -4,25 +4,26 @@ Two accountings, by engine:
 
 * **Megatron-Core** (``engine=megatron``): ``megatron/core/optimizer`` keeps low-precision params,
   fp32 ``main_grad`` buffers and fp32 master weights + Adam m, v. Per parameter (Megatron's
-  ``docs/user-guide/features/dist_optimizer.md``, megatron_rules.md DO-10): bf16 = 2 + 4 + 12 = 18 B,
+  ``docs/user-guide/features/dist_optimizer.md``, Megatron-LM core_v0.16.1): bf16 = 2 + 4 + 12 = 18 B,
   fp16 = 2 + 2 + 16 = 20 B, fp32 = 4 + 4 + 8 = 16 B. The distributed optimizer (zero_stage 1)
   shards the optimizer part over the data-parallel group: **dp x cp** for dense weights (the real
   ``intra_dp_cp`` group; Megatron's own ``theoretical_memory_usage`` divides by dp only, see
   :mod:`trainc.compiler.estimate.megatron_ref`) and **expert_dp** for routed experts.
-  The seeds' "2 + 2 + 12 = 16 B/param" (seed 000 "四大金刚", seed 003 §5.1.1) assume 2-byte
+  The worked examples' "2 + 2 + 12 = 16 B/param" (A and C, docs/references.md) assume 2-byte
   gradients; Megatron-Core accumulates and reduces gradients in an fp32 ``main_grad`` buffer
   (``accumulate_allreduce_grads_in_fp32`` is on for bf16), so for engine=megatron we follow
-  Megatron-Core's 18 B/param, not the seed.
-* **DeepSpeed ZeRO** (``engine=deepspeed``): the seeds' 2 + 2 + 12 B/param (bf16 params, bf16
-  grads, fp32 master + Adam m + v; seed 000 "显存占用的四大金刚", seed 002 §5.2) with ZeRO-1/2/3
-  sharding optimizer / + grads / + params over the DP group (seed 002 §5.2 table). Offload moves
+  Megatron-Core's 18 B/param, not the examples'.
+* **DeepSpeed ZeRO** (``engine=deepspeed``): the 2 + 2 + 12 B/param of the ZeRO paper (bf16 params,
+  bf16 grads, fp32 master + Adam m + v; Rajbhandari et al. 2020, arXiv:1910.02054 §3.1) with
+  ZeRO-1/2/3 sharding optimizer / + grads / + params over the DP group (its Figure 1; worked
+  examples A and B, docs/references.md). Offload moves
   the optimizer (and its fp32 gradient partition) or the parameters to the host; ZeRO-3 keeps the
   largest gathered layer (params + grads, DeepSpeed's ``largest_layer_memory = 4 L``).
 
-  The seeds' 16 B/param differ from DeepSpeed's own estimators, which count 2 B more per
+  These 16 B/param differ from DeepSpeed's own estimators, which count 2 B more per
   parameter for the fp32 gradient partition (``2P + 18P/G`` for ZeRO-2): both are reproduced here
   (:func:`deepspeed_zero2_estimate`, :func:`deepspeed_zero3_estimate`, tested against
-  deepspeed_rules.md §4.1), and the plan uses the seeds' accounting that the issue asks for.
+  DeepSpeed 0.19.8's own output), and the plan uses the ZeRO paper's accounting.
 """
 
 from __future__ import annotations
@@ -79,9 +80,9 @@ def megatron_beta(precision: Precision, shard: int | None) -> float:
 
 def zero_model_state_bytes(num_params: float, n: int, stage: int, *, param_bytes: int = 2,
                            grad_bytes: int = 2, optimizer_bytes: int = 12) -> StateBytes:
-    """The seeds' ZeRO table: 2 + 2 + 12 B/param, stage 1 shards the optimizer over ``n``
-    GPUs, stage 2 also the grads, stage 3 also the params (seed 000 "DeepSpeed ZeRO"; seed 002 §5.2;
-    Rajbhandari et al. 2020 Table 1).
+    """The ZeRO table: 2 + 2 + 12 B/param, stage 1 shards the optimizer over ``n`` GPUs,
+    stage 2 also the grads, stage 3 also the params (Rajbhandari et al. 2020, arXiv:1910.02054
+    Table 1; worked examples A and B, docs/references.md).
 
     >>> [round(zero_model_state_bytes(70e9, 8, s).total / 1e9, 1) for s in range(4)]
     [1120.0, 385.0, 262.5, 140.0]
@@ -96,7 +97,8 @@ def deepspeed_zero2_estimate(total_params: int, num_gpus_per_node: int = 1, num_
                              cpu_offload: bool = True,
                              additional_buffer_factor: float = 1.5) -> tuple[float, int]:
     """DeepSpeed 0.19.8 ``estimate_zero2_model_states_mem_needs`` -> (cpu_bytes, gpu_bytes)
-    (deepspeed_rules.md §4; the GPU term is ``2P + int(18P/G)``, ``2P`` with optimizer offload).
+    (``deepspeed/runtime/zero/stage_1_and_2.py``; the GPU term is ``2P + int(18P/G)``, ``2P`` with
+    optimizer offload).
 
     >>> deepspeed_zero2_estimate(7_000_000_000, 8, 1, cpu_offload=False)
     (336000000000.0, 29750000000)
@@ -117,7 +119,8 @@ def deepspeed_zero3_estimate(total_params: int, largest_layer_params: int,
                              zero_init: bool = True,
                              additional_buffer_factor: float = 1.5) -> tuple[float, int, int]:
     """DeepSpeed 0.19.8 ``estimate_zero3_model_states_mem_needs`` -> (cpu, gpu, largest_layer_memory)
-    in bytes (deepspeed_rules.md §4, left-to-right float order as DeepSpeed evaluates it).
+    in bytes (``deepspeed/runtime/zero/stage3.py``, left-to-right float order as DeepSpeed evaluates
+    it).
 
     >>> deepspeed_zero3_estimate(7_000_000_000, 131_072_000, 8, 1, False, False)[1]
     16274288000

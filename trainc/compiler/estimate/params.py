@@ -1,6 +1,6 @@
 """Parameter counts from the architecture: per layer, per pipeline stage, per GPU.
 
-Symbols (megatron_rules.md §4.1): ``h`` hidden, ``a`` heads, ``g`` query groups (KV heads), ``d``
+Symbols (as in Megatron-LM's theoretical_memory_usage.py): ``h`` hidden, ``a`` heads, ``g`` query groups (KV heads), ``d``
 kv_channels, ``f`` ffn_hidden_size, ``f_e`` moe_ffn_hidden_size, ``f_s`` shared-expert width, ``E``
 routed experts, ``V`` padded vocab, ``gamma = 3/2`` for SwiGLU (three h x f matrices instead of two),
 ``nu = 1`` for RMSNorm (weight) and 2 for LayerNorm (weight + bias). Biases of linear layers are
@@ -28,7 +28,8 @@ from trainc.schemas import Activation, Normalization, PositionEmbedding, Recompu
 
 def attention_params(h: int, a: int, g: int, d: int) -> int:
     """GQA attention weights: Q ``h x a*d``, K and V ``h x g*d`` each, O ``a*d x h``,
-    i.e. ``2*h*d*(a + g)`` (megatron_rules.md §4.2 ``P_attn``).
+    i.e. ``2*h*d*(a + g)`` (Megatron-LM core_v0.16.1
+    ``megatron/training/theoretical_memory_usage.py::compute_weight_and_optimizer_memory``).
 
     >>> attention_params(4096, 32, 8, 128)  # Llama-3-8B: 4 * 4096^2 * (1 + 8/32) / 2
     41943040
@@ -234,7 +235,7 @@ def total_params(spec: TrainSpec, plan: Plan) -> int:
     """Unique parameters of the whole model (a tied embedding counted once).
 
     Llama-2-7B's shape (h 4096, 32 layers, f 11008, V 32000, untied) gives 6,738,415,616, the count
-    DeepSpeed's ``model_to_params`` reports (deepspeed_rules.md §4.1 B; tested).
+    DeepSpeed 0.19.8's ``deepspeed/runtime/zero/stage3.py::model_to_params`` reports (tested).
     """
     m, d = spec.model, plan.derived
     h, V = m.hidden_size, d.padded_vocab_size

@@ -1,7 +1,7 @@
 """Rank map: Megatron-Core's rank layout and process groups, computed without listing every rank.
 
 Source: ``megatron/core/parallel_state.py`` (``RankGenerator``, ``generate_masked_orthogonal_rank_
-groups``), described in megatron_rules.md §3.1. The order string ``tp-cp-ep-dp-pp`` is read fastest
+groups``, megatron-core 0.16.1). The order string ``tp-cp-ep-dp-pp`` is read fastest
 axis first, so a global rank is ``r = tp + TP*(cp + CP*(ep + EP*(dp + DP*pp)))``. Two generators
 share the world: the dense one (``ep = 1``) and the expert one (``tp = etp``, ``cp = 1``,
 ``dp = expert_dp``). A group over axes S is the set of ranks that agree on every axis outside S;

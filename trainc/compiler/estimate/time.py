@@ -3,7 +3,8 @@
 Two models, chosen by ``cluster.time_model``: ``kernels`` (the default,
 :func:`kernel_step_time`: every kernel of the layer timed from its shape on the GPU profile,
 :mod:`.kernels`, and communication hidden per axis as the engines do; docs/performance.md) and
-``seed`` (:func:`seed_step_time`, the seeds' formula below, which the seed tests assert).
+``seed`` (:func:`seed_step_time`, the worked examples' formula below (docs/references.md),
+which the seed tests assert).
 
 Seed model. Per pipeline stage ``r`` (its GPUs share the stage's work, ``world / pp`` of them):
 
@@ -20,7 +21,8 @@ Seed model. Per pipeline stage ``r`` (its GPUs share the stage's work, ``world /
 
 ``step_time = max_r`` of that; ``tokens/s = global_batch x seq / step_time``;
 ``MFU = model FLOPs per step / (step_time x world x peak)`` (Megatron's throughput definition,
-megatron_rules.md §4.5: ``F / (t_iter x 1e12 x W)`` over the peak), clamped to [0, 1].
+Megatron-LM core_v0.16.1 ``megatron/training/training.py::num_floating_point_operations`` over
+``t_iter x 1e12 x W``, over the peak), clamped to [0, 1].
 """
 
 from __future__ import annotations
@@ -147,7 +149,7 @@ def _plan_offload_seconds(spec: TrainSpec, plan: Plan, params: float) -> float:
 
 def seed_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: float,
                    model_flops: float) -> StepTime:
-    """The seeds' step time (``cluster.time_model: seed``; see the module docstring)."""
+    """The step time of ``cluster.time_model: seed`` (see the module docstring)."""
     d, cl = plan.derived, spec.cluster
     world, p = d.world_size, d.pp
     peak = filled(cl.peak_tflops, "cluster.peak_tflops") * 1e12
@@ -188,7 +190,7 @@ def seed_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: 
 
 def step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: float,
               model_flops: float) -> StepTime:
-    """Predicted step time of the slowest stage: the kernel model (default) or the seeds'."""
+    """Predicted step time of the slowest stage: the kernel model (default) or the seed model."""
     if spec.cluster.time_model is TimeModel.seed:
         return seed_step_time(spec, plan, comms, bubble, model_flops)
     return kernel_step_time(spec, plan, comms, bubble, model_flops)

@@ -4,8 +4,10 @@ Sources: Megatron-Core ModelParallelConfig / TransformerConfig ``__post_init__``
 recompute arguments, MoE+TP wants SP), Megatron-LM validate_args (overlap p2p with interleaving),
 DeepSpeed PipelineEngine (ZeRO-2/3 + PP assertion; gradients summed over micro-batches, bug case
 BC-025) and DeepSpeedZeroConfig / engine (offload_param at stage 3, offload_optimizer needs a
-ZeRO stage, nvme needs a path). Shared reference: megatron_rules.md §1.4, §1.9-1.11, §2;
-deepspeed_rules.md §2, §8.
+ZeRO stage, nvme needs a path). Versions: Megatron-LM core_v0.16.1
+(``megatron/training/arguments.py::validate_args``, ``megatron/core/model_parallel_config.py``,
+``megatron/core/transformer/transformer_config.py``); DeepSpeed v0.19.8
+(``deepspeed/runtime/zero/config.py::DeepSpeedZeroConfig``, ``deepspeed/runtime/pipe/engine.py``).
 """
 
 from __future__ import annotations

@@ -3,9 +3,11 @@
 This module holds the tensor shapes (heads, query groups, FFN, experts, vocab); pipeline layers and
 batches live in :mod:`.layers`, sequence rules in :mod:`.sequence`.
 
-Sources (shared reference megatron_rules.md §1.3-1.7, §8): TransformerConfig.__post_init__
-(TP-1 heads % tp, TP-2 query groups vs tp), validate_args (TP-3 h % a, EXP-5 experts % ep),
-tensor_parallel layers (TP-4 ffn % tp, EXP-8 moe_ffn % etp), vocab_size_with_padding (§1.2).
+Sources (Megatron-LM core_v0.16.1): ``megatron/core/transformer/transformer_config.py``
+TransformerConfig.__post_init__ (heads % tp, query groups a multiple or divisor of tp),
+``megatron/training/arguments.py::validate_args`` (h % a without kv_channels, experts % ep),
+``megatron/core/tensor_parallel/layers.py`` RowParallelLinear ``divide()`` (ffn % tp, moe_ffn %
+etp), ``megatron/training/tokenizer/tokenizer.py::_vocab_size_with_padding``.
 """
 
 from __future__ import annotations

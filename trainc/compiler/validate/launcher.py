@@ -1,8 +1,8 @@
 """TRC5xx: launch settings (job name, Slurm time, entry point, environment).
 
-Sources: Slurm job-name and --time syntax; Megatron validate_args ENV-1
-(CUDA_DEVICE_MAX_CONNECTIONS=1 with tp or cp > 1, megatron_rules.md §1.3); torchrun /
-DeepSpeed rendezvous variables (deepspeed_rules.md §5.3); bug cases BC-057, BC-059 (rendezvous
+Sources: Slurm job-name and --time syntax; Megatron-LM core_v0.16.1 validate_args
+(CUDA_DEVICE_MAX_CONNECTIONS=1 with tp or cp > 1); torchrun / DeepSpeed v0.19.8 rendezvous
+variables (``deepspeed/comm/comm.py::init_distributed``); bug cases BC-057, BC-059 (rendezvous
 pinned to localhost or the login node), BC-063 (CUDA_VISIBLE_DEVICES vs processes per node),
 BC-067/BC-069 (NCCL socket interface).
 """
@@ -28,8 +28,9 @@ _TIME = re.compile(r"(\d+-)?\d+(:\d{1,2}){0,2}")
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: Megatron --split: three non-negative decimal numbers (Megatron also takes '/' separators).
 _SPLIT = re.compile(r"\d+(\.\d+)?,\d+(\.\d+)?,\d+(\.\d+)?")
-#: Set by torchrun / the generated sbatch from the allocation (shared reference
-#: deepspeed_rules.md §5.3; bug cases BC-057, BC-059): a spec must not pin them.
+#: Set by torchrun / the generated sbatch from the allocation (DeepSpeed v0.19.8
+#: ``deepspeed/comm/comm.py::init_distributed`` reads them; bug cases BC-057, BC-059): a spec
+#: must not pin them.
 LAUNCHER_OWNED = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK",
                   "LOCAL_WORLD_SIZE", "GROUP_RANK",
                   # torchrun's flag defaults; Kubeflow Trainer v2 sets them in every pod and

@@ -1,9 +1,9 @@
 """TRC210-TRC216: pipeline layer splits and batch / micro-batch counts.
 
-Sources (shared reference megatron_rules.md §1.6-1.7, §8):
+Sources (Megatron-LM core_v0.16.1, ``megatron/core/...``):
 transformer_block.get_num_layers_to_build
 and TransformerConfig.__post_init__ (even split, uneven first/last split, layers % (pp*vpp) with
-interleaving), parallel_state (PG-4 vpp needs pp > 1), ConstantNumMicroBatchesCalculator
+interleaving), parallel_state (vpp needs pp > 1), ConstantNumMicroBatchesCalculator
 (gbs % (mbs*dp)), schedules.forward_backward_pipelining_with_interleaving (microbatches % pp).
 Megatron-Core silently floors layers per stage (bug cases BC-001, BC-003, BC-005): never round down.
 """
@@ -73,7 +73,7 @@ def _layers(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                        fix=_uneven_fix(L, pp, vpp), num_layers=L, pp=pp,
                        pipeline_first_stage_layers=first, pipeline_last_stage_layers=last)
         return
-    Lp = L + len(acc)  # Megatron's L' (megatron_rules.md PP-11)
+    Lp = L + len(acc)  # Megatron's L' (TransformerConfig.__post_init__, account_for_*)
     what = f"num_layers ({L})" + "".join(f" + {a}" for a in acc) + (f" = {Lp}" if acc else "")
     if Lp % pp:
         room = capacity(d.world_size, p.tp, p.cp)

@@ -1,5 +1,5 @@
 """Which spec keys a rule read: run the validators over a recording view of the spec, so that a
-finding computed from an invalid key is withheld (issue 12: one lint run reports every error whose
+finding computed from an invalid key is withheld (one lint run reports every error whose
 inputs are known, and says which checks it skipped).
 
 The view returns the spec's own leaf values (ints, enums, strings) and records each dotted key

@@ -1,7 +1,7 @@
 """TRC217-TRC220: sequence length against context and sequence parallelism.
 
-Sources (shared reference megatron_rules.md §1.4-1.5): CP-1 ``seq % (2*cp) == 0`` (validate_args:
-each CP rank takes two mirrored chunks), SP-2 ``(seq/cp) % tp == 0`` (tensor_parallel/mappings.py
+Sources (Megatron-LM core_v0.16.1): ``seq % (2*cp) == 0`` (``validate_args``: each CP rank
+takes two mirrored chunks), ``(seq/cp) % tp == 0`` (``tensor_parallel/mappings.py``
 scatter along the sequence; validate_args does not check it), together ``seq % (cp*lcm(2, tp))``
 (bug case BC-015); ``--max-position-embeddings >= --seq-length``; a2a CP needs heads and query
 groups per TP rank divisible by cp (Transformer Engine).

@@ -1,8 +1,9 @@
 """TRC1xx: the parallel grid against the cluster (Megatron-Core ``initialize_model_parallel``).
 
 Dense grid: world = tp*pp*cp*dp. Expert grid: world = etp*ep*pp*expert_dp. EP is *not* a factor
-of the world: seed 002 ("总 GPU 数 = 4 x 4 x 2 x 8 x 4 = 1024") counts it as one; Megatron-Core
-folds experts onto the same GPUs (shared reference megatron_rules.md §1.2, §1.3 WS-1, EXP-1).
+of the world: worked example B (docs/references.md: "total GPUs = 4 x 4 x 2 x 8 x 4 = 1024")
+counts it as one; Megatron-Core folds experts onto the same GPUs (megatron-core 0.16.1
+``parallel_state.py::initialize_model_parallel``, its dense and expert ``RankGenerator``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ def topology(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
 
     Sources: WS-1 ``world % (tp*pp*cp) == 0`` (validate_args, initialize_model_parallel); EXP-1
     ``world % (etp*ep*pp) == 0`` (initialize_model_parallel's expert generator); the NVLink
-    warnings follow megatron_rules.md §8 "topology: t | G; prefer t*c | G and t_e*e | G".
+    warnings follow from the rank order (``RankGenerator``, tp fastest): t | G keeps a TP group in
+    one node, as Narayanan et al. 2021 (arXiv:2104.04473 §3.3) advise; likewise t*c and t_e*e.
     """
     yield from _dense_grid(spec, d)
     yield from _expert_grid(spec, d)
