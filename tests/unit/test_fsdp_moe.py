@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from specs.kit import errors, find, lint_cfg, make
+
 from trainc.compiler.derive import derive
 
 #: 8 GPUs, an 8-expert top-2 MoE on torchtitan, tp 1 x pp 1 (dp 8), ep 4
