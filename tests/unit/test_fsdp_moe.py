@@ -8,6 +8,7 @@ dispatcher, and the trainc FSDP2 worker builds no experts.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from specs.kit import errors, find, lint_cfg, make
@@ -84,3 +85,110 @@ def test_expert_bias_reaches_torchtitan_with_softmax_scores() -> None:
     assert not find(diags, "TRC386") and not find(diags, "TRC384")
     assert find(lint_cfg(**{**TT_MOE, "engine": "deepspeed", "launch.entrypoint": "trainc",
                             "parallel.ep": 1}), "TRC386")
+
+
+# --- emission: plan.json engines.fsdp and torchtitan_args.txt ---------------------------------
+
+#: 16 GPUs: dp_replicate 2 x dp_shard 4 x tp 2, ep 4 -> efsdp = 4 * 1 * 2 / 4 = 2
+HSDP_EP: dict[str, Any] = {**TT_MOE, "cluster.num_nodes": 2, "parallel.tp": 2,
+                           "fsdp.dp_replicate": 2, "model.num_experts": 16,
+                           "model.moe_shared_expert_intermediate_size": 1024,
+                           "model.moe_router_score_function": "sigmoid",
+                           "model.moe_router_topk_scaling_factor": 2.5}
+
+
+def _fsdp(**changes: Any) -> dict[str, Any]:
+    from trainc.compiler.engines.fsdp import fsdp_config
+
+    spec = make(**changes)
+    return fsdp_config(spec, derive(spec))
+
+
+def test_expert_mesh_and_placement_are_torchtitans() -> None:
+    c = _fsdp(**HSDP_EP)
+    assert c["expert_parallel"] == {
+        "degree": 4, "efsdp": 2, "etp": 1,
+        "sparse_mesh": {"dim_names": ["pp", "dp_replicate", "efsdp", "ep"],
+                        "shape": [1, 2, 2, 4]},
+        "expert_mesh_dims": ["dp_replicate", "efsdp"],
+        "expert_shard_placement": "Shard(0)",  # efsdp x ep = 8 <= 16 experts
+        "local_experts": 4}
+    # efsdp x ep is always dp_shard x cp x tp (8 here): 4 experts over efsdp 4 x ep 2 = 8 > 4
+    assert _fsdp(**{**HSDP_EP, "model.num_experts": 4, "parallel.ep": 2})[
+        "expert_parallel"]["expert_shard_placement"] == "Shard(1)"
+    assert ["--parallelism.expert_parallel_degree", "4"] in c["torchtitan"]["args"]
+
+
+def test_dense_models_get_no_expert_keys() -> None:
+    c = _fsdp(engine="fsdp", **{"parallel.pp": 1})
+    assert "expert_parallel" not in c and "moe" not in c["torchtitan"]["registry"]
+    assert not [a for a in c["torchtitan"]["args"] if "expert" in a[0]]
+
+
+def test_router_reaches_torchtitan_as_megatron_core_computes_it() -> None:
+    """sigmoid top-2: Megatron-Core renormalises the 2 weights (route_norm), then scales by 2.5;
+    the expert bias is torchtitan's load_balance_coeff 1e-3; softmax without pre-softmax is the
+    full softmax renormalised over the top k, a pre-softmax is not."""
+    moe = _fsdp(**HSDP_EP)["torchtitan"]["registry"]["moe"]
+    assert moe == {"num_experts": 16, "top_k": 2, "score_func": "sigmoid", "route_norm": True,
+                   "route_scale": 2.5, "load_balance_coeff": 0.001, "hidden_dim": 2048,
+                   "shared_experts_hidden_dim": 1024, "comm_backend": "standard",
+                   "moe_layers": [0, 1, 2, 3, 4, 5, 6, 7]}
+    soft = {**TT_MOE, "model.moe_router_enable_expert_bias": False}
+    assert _fsdp(**soft)["torchtitan"]["registry"]["moe"]["route_norm"] is True
+    assert _fsdp(**soft)["torchtitan"]["registry"]["moe"]["load_balance_coeff"] is None
+    pre = {**soft, "model.moe_router_pre_softmax": True}
+    assert _fsdp(**pre)["torchtitan"]["registry"]["moe"]["route_norm"] is False
+    flex = {**TT_MOE, "model.moe_token_dispatcher_type": "flex",
+            "model.moe_flex_dispatcher_backend": "hybridep"}
+    assert _fsdp(**flex)["torchtitan"]["registry"]["moe"]["comm_backend"] == "hybridep"
+
+
+def test_emitted_names_are_torchtitan_030s() -> None:
+    """The flag is a ParallelismConfig field and the registry keys are arguments of the 0.3.0
+    config builders (read from the installed wheel)."""
+    import dataclasses
+
+    import pytest
+
+    configs = pytest.importorskip("torchtitan.config.configs")
+    # config_utils imports triton (absent on CPU): its builders' signatures are read, not run
+    import ast
+    import importlib.util
+
+    where = importlib.util.find_spec("torchtitan")
+    assert where is not None and where.submodule_search_locations
+    src = Path(next(iter(where.submodule_search_locations))) / "models/common/config_utils.py"
+    builders = {n.name: n for n in ast.walk(ast.parse(src.read_text()))
+                if isinstance(n, ast.FunctionDef)}
+    fields = {f.name for f in dataclasses.fields(configs.ParallelismConfig)}
+    args = _fsdp(**HSDP_EP)["torchtitan"]["args"]
+    flags = [a[0].removeprefix("--parallelism.") for a in args if "expert" in a[0]]
+    assert flags == ["expert_parallel_degree"] and set(flags) <= fields
+    assert "expert_tensor_parallel_degree" not in fields  # 0.3.0 has none: nothing to write
+    names = set()
+    for fn in ("make_moe_config", "make_router_config", "make_routed_experts_config"):
+        a = builders[fn].args
+        names |= {x.arg for x in a.args + a.kwonlyargs}
+    moe = _fsdp(**HSDP_EP)["torchtitan"]["registry"]["moe"]
+    assert set(moe) - names == {"shared_experts_hidden_dim", "moe_layers"}
+
+
+def test_torchtitan_args_txt_carries_the_moe_registry_line(tmp_path) -> None:
+    import json
+
+    import yaml
+    from specs.kit import BASE, apply
+
+    from trainc.compiler.pipeline import compile_spec
+
+    path = tmp_path / "moe.yaml"
+    path.write_text(yaml.safe_dump(apply(BASE, HSDP_EP)))
+    r = compile_spec(str(path), [], emit_files=True)
+    text = r.files["torchtitan_args.txt"]
+    lines = [x for x in text.splitlines() if x.startswith("#registry model.moe ")]
+    assert len(lines) == 1
+    assert json.loads(lines[0].split(" ", 2)[2]) == \
+        r.plan["engines"]["fsdp"]["torchtitan"]["registry"]["moe"]
+    assert "--parallelism.expert_parallel_degree 4" in text.splitlines()
+    assert "(1, 2, 2, 4), 4 experts per EP rank" in text
