@@ -192,3 +192,79 @@ def test_torchtitan_args_txt_carries_the_moe_registry_line(tmp_path) -> None:
         r.plan["engines"]["fsdp"]["torchtitan"]["registry"]["moe"]
     assert "--parallelism.expert_parallel_degree 4" in text.splitlines()
     assert "(1, 2, 2, 4), 4 experts per EP rank" in text
+
+
+# --- estimates: bytes per GPU, FSDP2 collectives, the EP all-to-all ---------------------------
+
+def test_states_shard_dense_over_dp_shard_cp_and_experts_over_efsdp() -> None:
+    """HSDP_EP: dp_shard 4 x cp 1 = 4 ranks shard the dense parameters, efsdp = 4 x 1 x 2 / 4 =
+    2 the experts. A GPU with D = 1000 dense and E = 800 expert parameters (after TP / EP),
+    largest block 100: shard = 1000/4 + 800/2 = 650; bf16 params gathered for 2 blocks, fp32
+    gradients of 2 blocks, AdamW:
+    params 4 x 650 + 2 x 2 x 100 = 3000, grads 4 x 650 + 4 x 2 x 100 = 3400, optimizer
+    8 x 650 = 5200 bytes."""
+    from trainc.compiler.estimate.fsdp import expert_shard_group, fsdp_states, shard_group
+    from trainc.compiler.estimate.params import StageParams
+
+    spec = make(**HSDP_EP)
+    assert (shard_group(spec), expert_shard_group(spec)) == (4, 2)
+    st = fsdp_states(spec, StageParams(dense=1000.0, expert=800.0, largest_layer=100.0))
+    assert (st.params, st.grads, st.optimizer) == (3000.0, 3400.0, 5200.0)
+    # without EP the experts (tensor-parallel over tp) are sharded with the dense group
+    dense_ep = make(**{**HSDP_EP, "parallel.ep": 1})
+    assert expert_shard_group(dense_ep) == 4
+    st1 = fsdp_states(dense_ep, StageParams(dense=1000.0, expert=800.0, largest_layer=100.0))
+    assert st1.optimizer == 8 * (1800 / 4)
+
+
+def test_fsdp2_collectives_with_ep_exact() -> None:
+    """M = 16 / (1 x dp 8) = 2 micro-batches, reshard after forward (2 gathers each):
+    dense all-gather over 4: 1000 x 2 B x 3/4 = 1500 per call, 4 calls = 6000; dense
+    reduce-scatter 1000 x 4 B x 3/4 x 2 = 6000; expert all-gather over efsdp 2:
+    800 x 2 x 1/2 x 4 = 3200; expert reduce-scatter 800 x 4 x 1/2 x 2 = 3200; HSDP all-reduce of
+    the 650-parameter fp32 shard over 2 replicas: 2 x 1/2 x 2600 x 2 = 5200. On 2 nodes of 8:
+    the dense and expert groups span dp_shard x cp x tp = 8 ranks (one node), the replicas
+    cross; members per domain: shard 8 / tp 2 = 4, experts 8 / ep 4 = 2, replicas 1."""
+    from trainc.compiler.estimate.comm import StageComm
+    from trainc.compiler.estimate.fsdp import add_fsdp_comm, fsdp_crossings, fsdp_members
+    from trainc.compiler.estimate.params import StageParams
+    from trainc.compiler.pipeline import plan_and_estimate
+
+    spec = make(**HSDP_EP)
+    _, _, plan = plan_and_estimate(spec, normalized=True)
+    assert plan is not None and plan.derived.num_microbatches == 2
+    sc = StageComm()
+    add_fsdp_comm(spec, plan, sc, StageParams(dense=1000.0, expert=800.0, largest_layer=100.0))
+    got = {k: (c.group_size, c.count, c.sent_bytes, c.group) for k, c in sc.collectives.items()}
+    assert got == {
+        "dp:fsdp param all_gather (fwd+bwd)": (4, 4, 6000.0, "fsdp_shard"),
+        "dp:fsdp grad reduce_scatter": (4, 2, 6000.0, "fsdp_shard"),
+        "dp:fsdp expert param all_gather (fwd+bwd)": (2, 4, 3200.0, "fsdp_expert"),
+        "dp:fsdp expert grad reduce_scatter": (2, 2, 3200.0, "fsdp_expert"),
+        "dp:hsdp grad all_reduce (replicate)": (2, 2, 5200.0, "fsdp_replicate")}
+    assert fsdp_crossings(spec) == {"fsdp_shard": False, "fsdp_replicate": True,
+                                    "fsdp_expert": False}
+    assert fsdp_members(spec) == {"fsdp_shard": 4, "fsdp_replicate": 1, "fsdp_expert": 2}
+
+
+def test_ep_all_to_all_and_expert_params_in_the_plan() -> None:
+    """The dispatch + combine all-to-all over ep 4 (alltoall: each token goes to its top 2
+    experts, 3/4 of the copies to other ranks): tokens per GPU and micro-batch b x s / tp (SP)
+    = 1024 / 2 = 512 of h 512 bf16 = 524288 B; one dispatch sends 2 x 3/4 x 524288 = 786432 B;
+    dispatch and combine in forward and backward of 8 MoE layers over M = 2 micro-batches =
+    2 x 2 x 2 x 8 = 64 transfers: 50331648 B. Each EP rank holds 16 / ep experts per layer, not
+    tensor-parallel (etp 1): ep 2 holds twice the expert parameters of ep 4."""
+    from trainc.compiler.estimate.params import stage_params
+    from trainc.compiler.pipeline import plan_and_estimate
+
+    spec = make(**HSDP_EP)
+    _, _, plan = plan_and_estimate(spec, normalized=True)
+    assert plan is not None and plan.estimates is not None
+    a2a = [c for c in plan.estimates.comm_collectives if c.axis == "ep"]
+    assert [(c.name, c.group_size, c.sent_bytes) for c in a2a] == [
+        ("dispatch+combine all_to_all", 4, 50331648)]
+    spec2 = make(**{**HSDP_EP, "parallel.ep": 2})
+    _, _, plan2 = plan_and_estimate(spec2, normalized=True)
+    assert plan2 is not None
+    e4, e2 = stage_params(spec, plan)[0].expert, stage_params(spec2, plan2)[0].expert
+    assert e4 > 0 and e2 == 2 * e4
