@@ -268,3 +268,14 @@ def test_ep_all_to_all_and_expert_params_in_the_plan() -> None:
     assert plan2 is not None
     e4, e2 = stage_params(spec, plan)[0].expert, stage_params(spec2, plan2)[0].expert
     assert e4 > 0 and e2 == 2 * e4
+
+
+def test_explain_names_the_experts_fsdp_group() -> None:
+    from trainc.compiler.estimate.explain import fsdp_sharding
+    from trainc.compiler.pipeline import plan_and_estimate
+
+    _, _, plan = plan_and_estimate(make(**HSDP_EP), normalized=True)
+    assert plan is not None
+    text = fsdp_sharding(plan.to_json()["spec"])
+    assert text == ("FSDP2 over dp_shard 4, HSDP x 2 replicas, experts over efsdp 2 x ep 4, "
+                    "reshard after forward")
