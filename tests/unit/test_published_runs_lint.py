@@ -41,6 +41,11 @@ KNOWN: dict[tuple[str, int], tuple[str, str]] = {
                                  "(the published EP folding needs checking against the recipe)"),
     **{("heldout_runs.csv", n): _MEM for n in (2, 98)},
     **{("heldout_runs.csv", n): _MLA_FSDP for n in (175, 176)},
+    ("heldout_runs.csv", 178): ("TRC401", "GPT-OSS-120B, FSDP2 + EP 64 on 64 GPUs: efsdp = 64 / 64 "
+                                "= 1, so each rank keeps its 2 experts per layer unsharded "
+                                "(34 GiB of states), and 54 GiB of activations are estimated "
+                                "without recompute (mbs 2, seq 4096; its sliding-window "
+                                "attention layers are not modelled)"),
     **{("validation_nvidia.csv", n): _MEM for n in (34, 36, 95)},
     **{("validation_nvidia.csv", n): ("TRC214", "NeMo long-sequence table: the printed batch "
                                        "(read as global batch) does not divide dp derived from "
