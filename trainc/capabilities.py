@@ -41,13 +41,12 @@ CAPABILITIES: dict[tuple[Engine, Entrypoint], Capability] = {
         "the trainc worker on FSDP2", frozenset({"tp", "dp"}), frozenset(Device),
         frozenset({LrDecayStyle.constant, LrDecayStyle.cosine, LrDecayStyle.linear}),
         "it applies fully_shard and DTensor tensor parallelism to one model; pipeline schedules "
-        "(torch.distributed.pipelining), context parallelism and experts run in torchtitan only "
-        "(torchtitan_args.txt)"),
+        "(torch.distributed.pipelining), context parallelism and expert parallelism run in "
+        "torchtitan only (torchtitan_args.txt)"),
     (Engine.fsdp, Entrypoint.torchtitan): Capability(
-        "torchtitan 0.3.0 torchtitan.train", frozenset({"tp", "pp", "vpp", "cp", "dp"}),
+        "torchtitan 0.3.0 torchtitan.train", frozenset({"tp", "pp", "vpp", "cp", "ep", "dp"}),
         frozenset({Device.cuda}),
-        frozenset({LrDecayStyle.constant, LrDecayStyle.cosine, LrDecayStyle.linear}),
-        "trainc's engine=fsdp builds dense models only"),
+        frozenset({LrDecayStyle.constant, LrDecayStyle.cosine, LrDecayStyle.linear}), ""),
     (Engine.megatron, Entrypoint.megatron_lm): Capability(
         "Megatron-LM pretrain_gpt.py", ALL_AXES, frozenset({Device.cuda}), ALL_STYLES, ""),
 }

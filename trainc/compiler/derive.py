@@ -142,13 +142,24 @@ def num_moe_layers(spec: TrainSpec) -> int:
     return sum(moe_layer_pattern(spec))
 
 
+def default_etp(spec: TrainSpec) -> int:
+    """The expert tensor-parallel degree when ``parallel.etp`` is unset: tp (Megatron-Core's
+    ``expert_tensor_parallel_size`` default), except engine=fsdp with ep > 1, where it is 1:
+    torchtitan 0.3.0 has no expert tensor-parallel degree, its expert parallelism borrows the
+    tp ranks (sparse mesh ``pp, dp_replicate, efsdp, ep``, ``ParallelDims.build_mesh`` in
+    ``torchtitan/distributed/parallel_dims.py``) and shards the experts over tp only without
+    EP (``expert_param_placement_dense``, ``torchtitan/models/common/moe_sharding.py``)."""
+    p = spec.parallel
+    return 1 if spec.engine is Engine.fsdp and p.ep > 1 else p.tp
+
+
 def derive(spec: TrainSpec) -> Derived:
     """Derived quantities of a *normalized* spec (see :func:`trainc.compiler.normalize.normalize`)."""
     c, p, t, m = spec.cluster, spec.parallel, spec.training, spec.model
     world = c.num_nodes * c.gpus_per_node
     mp = p.tp * p.pp * p.cp
     dp = _div(world, mp)
-    etp = p.etp if p.etp is not None else p.tp
+    etp = p.etp if p.etp is not None else default_etp(spec)
     edp = _div(world, etp * p.ep * p.pp)
     nmb = _div(t.global_batch_size, t.micro_batch_size * dp) if dp else None
     samples, steps, epochs = epoch_counts(spec)

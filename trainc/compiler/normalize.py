@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 
-from trainc.compiler.derive import megatron_fsdp, tp_in_nvlink_domain
+from trainc.compiler.derive import default_etp, megatron_fsdp, tp_in_nvlink_domain
 from trainc.compiler.hardware import GPUS
 from trainc.schemas import (
     Activation,
@@ -49,7 +49,7 @@ FILLED_FROM: dict[str, tuple[str, ...]] = {
     "model.kv_channels": ("model.hidden_size", "model.num_attention_heads"),
     "model.max_position_embeddings": ("model.seq_length",),
     "model.moe_ffn_hidden_size": ("model.ffn_hidden_size", "model.num_experts"),
-    "parallel.etp": ("parallel.tp",),
+    "parallel.etp": ("parallel.tp", "parallel.ep", "engine"),
     "parallel.sequence_parallel": ("parallel.tp",),
     "training.lr_decay_iters": ("training.train_iters",),
     "training.recompute_method": ("training.recompute",),
@@ -106,7 +106,8 @@ def normalize(spec: TrainSpec) -> TrainSpec:
     Fills: cluster hardware from the ``gpu`` preset (unknown names leave nulls, reported by the
     validators), ``nvlink_domain_size`` (GPU preset or gpus_per_node), ``num_query_groups``
     (= heads), ``ffn_hidden_size`` (CLI rule), ``kv_channels`` (= h // heads), ``max_position_
-    embeddings`` (= seq), ``moe_ffn_hidden_size`` (= ffn), ``etp`` (= tp), ``sequence_parallel``
+    embeddings`` (= seq), ``moe_ffn_hidden_size`` (= ffn), ``etp`` (= tp; 1 for engine=fsdp
+    with ep > 1, :func:`~trainc.compiler.derive.default_etp`), ``sequence_parallel``
     (= tp > 1), ``add_bias_linear`` (Llama-style: false), ``moe_router_pre_softmax`` (top-1),
     ``lr_decay_iters`` (= train_iters), the DDP overlap switches (on when dp x cp > 1 for
     engine=megatron; param gather only with the distributed optimizer), and for full recompute
@@ -141,7 +142,7 @@ def normalize(spec: TrainSpec) -> TrainSpec:
     if m.num_experts is not None and m.moe_ffn_hidden_size is None:
         m.moe_ffn_hidden_size = m.ffn_hidden_size
     if p.etp is None:
-        p.etp = p.tp
+        p.etp = default_etp(s)
     if p.sequence_parallel is None:
         p.sequence_parallel = p.tp > 1
     if m.add_bias_linear is None:

@@ -67,7 +67,8 @@ EP_COUNTED_IN_WORLD = _r(
     "dense grid")
 EXPERT_GRID = _r(
     "TRC104", "expert-grid-divisible",
-    "world size must be a multiple of etp*ep*pp (Megatron expert rank generator)")
+    "world size must be a multiple of etp*ep*pp (Megatron expert rank generator)",
+    engines={"fsdp": "n/a"})
 TP_NVLINK = _r(
     "TRC105", "tp-within-nvlink-domain",
     "tensor parallelism wider than the NVLink domain, or cut by a domain boundary (tp does not "
@@ -147,7 +148,7 @@ RECOMPUTE_UNIFORM_CHUNKS = _r(
     "the stage's layers: IndexError)", engines={"deepspeed": "n/a", "fsdp": "n/a"})
 
 # --- TRC3xx: feature compatibility ---------------------------------------------------------
-#: Megatron-Core MoE build checks: engine=fsdp builds no experts (TRC344 refuses num_experts)
+#: Megatron-Core MoE build checks: engine=fsdp's experts are torchtitan's (TRC344 / TRC348)
 _NO_MOE_FSDP = {"fsdp": "n/a"}
 SP_NEEDS_TP = _r("TRC301", "sp-needs-tp", "sequence_parallel needs tp > 1")
 # Megatron-Core 0.16.1 MoELayer.forward raises ValueError in training when the attention tp
@@ -339,10 +340,16 @@ FSDP_TP_REDUCE_BF16 = _r(
 FSDP_UNSUPPORTED = _r(
     "TRC344", "fsdp-unsupported-setting",
     "engine=fsdp does not read a setting of another engine or one its runner cannot honour (ZeRO "
-    "stage and DeepSpeed offload keys: FSDP2 shards by fsdp.* keys; experts; compile on CPU; "
+    "stage and DeepSpeed offload keys: FSDP2 shards by fsdp.* keys; experts on the trainc "
+    "worker, an etp or MoE losses torchtitan has not; compile on CPU; "
     "Megatron-Core's cp_comm_type and recompute_method / recompute_num_layers; a pipeline "
     "layer split torchtitan cannot build)",
     engines=_FSDP_ONLY)
+FSDP_EXPERT_MESH = _r(
+    "TRC348", "fsdp-expert-mesh",
+    "engine=fsdp with experts: ep must divide dp_shard x cp x tp, the ranks torchtitan's "
+    "expert parallelism borrows (its sparse mesh is pp, dp_replicate, efsdp, ep with efsdp = "
+    "dp_shard x cp x tp / ep)", engines=_FSDP_ONLY)
 LOW_PRECISION_RUNNER = _r(
     "TRC330", "low-precision-runner",
     "FP8 / FP4 GEMMs and a precision-aware optimizer need Transformer Engine on CUDA: "
@@ -686,6 +693,9 @@ SOURCES: dict[str, str] = {
     "TRC343": "torch 2.13 torch/distributed/pipelining/schedules.py (PipelineScheduleSingle vs "
               "PipelineScheduleMulti; ScheduleZBVZeroBubble needs 2 stages per rank)",
     "TRC344": "trainc: what engine=fsdp reads (docs/engines.md)",
+    "TRC348": "torchtitan 0.3.0 torchtitan/distributed/parallel_dims.py ParallelDims.build_mesh "
+              "(efsdp = dp_shard * cp * tp // ep; _validate_meshes) and config/configs.py "
+              "ParallelismConfig.expert_parallel_degree",
     "TRC330": "megatron-core 0.16.1 transformer_config.py / optimizer_config.py (Transformer "
               "Engine FusedAdam); trainc capabilities",
     "TRC331": "megatron-core 0.16.1 TransformerConfig.__post_init__ (fp8_param, fp4 vs fp8)",

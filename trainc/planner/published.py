@@ -43,7 +43,8 @@ Conversion (each choice is a guess where the table is silent; the row's ``notes`
   ``zero_stage`` 3 is Megatron-FSDP (``engine: megatron``, zero_stage 3: Megatron-Bridge's
   FSDP rows, the MoE-folding paper's FSDP+EP); with ``framework=deepspeed`` in the notes
   DeepSpeed ZeRO-3; with ``framework=`` fsdp, llm-foundry, torchtitan or automodel
-  ``engine: fsdp`` (full shard over the data-parallel ranks; torchtitan's rows with
+  ``engine: fsdp`` (full shard over the data-parallel ranks; torchtitan's rows, and rows with
+  pp, cp or ep > 1, which the trainc FSDP2 worker cannot split, with
   ``launch.entrypoint: torchtitan``; ``torch_compile=on`` in the notes sets
   ``fsdp.compile``; ``sharding=HSDP``, shard within the node and replicate across nodes, sets
   ``fsdp.dp_replicate`` to the node count). GPT-style models (``gpt*``, ``mpt*`` names) get
@@ -383,7 +384,9 @@ def row_to_spec_reason(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]
             par.pop("dp", None)
             if tr["recompute"] not in ("none", "full", "selective"):
                 tr["recompute"] = "full"
-            if fw == "torchtitan":
+            if fw == "torchtitan" or any(int(par.get(a) or 1) > 1 for a in ("pp", "cp", "ep")):
+                # the trainc FSDP2 worker splits tp and dp only: torchtitan is trainc's runner
+                # of FSDP2 with pipeline, context or expert parallelism (on CUDA)
                 spec_launch = {"entrypoint": "torchtitan"}
             if (note(row, "torch_compile") or "").lower().startswith("on"):
                 spec_fsdp["compile"] = True  # torch.compile fuses the element-wise kernels

@@ -24,9 +24,12 @@ class ParallelSpec:
     cp_comm_type: CpCommType = CpCommType.p2p
     """CP attention communication: p2p (ring), all_gather or a2a (Ulysses-style). TRC220."""
     ep: int = 1
-    """Expert-parallel degree (expert_model_parallel_size); MoE only. TRC104, TRC205."""
+    """Expert-parallel degree (expert_model_parallel_size); MoE only. TRC104, TRC205; with
+    engine=fsdp torchtitan's ``expert_parallel_degree``, which must divide dp_shard x cp x tp
+    (TRC348)."""
     etp: int | None = None
-    """Expert tensor-parallel degree. Default: tp (Megatron's default); always emitted. TRC204."""
+    """Expert tensor-parallel degree. Default: tp (Megatron's default); always emitted. TRC204.
+    engine=fsdp (torchtitan, no such degree): tp without EP, 1 with ep > 1; another is TRC344."""
     dp: int | None = None
     """Data-parallel degree. Default: world / (tp*pp*cp); if given it must equal that. TRC102,
     TRC103."""

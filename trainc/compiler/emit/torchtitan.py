@@ -25,6 +25,9 @@ REGISTRY_FIELD = "optimizer.param_groups"
 #: ``components/quantization`` ``QuantizationConverter`` configs; ``model_spec`` is suppressed on
 #: the command line).
 CONVERTERS_FIELD = "model.converters"
+#: The registry function's MoE layer settings (torchtitan 0.3.0 ``make_moe_config`` /
+#: ``make_router_config`` / ``make_routed_experts_config``; no flag reaches them).
+MOE_FIELD = "model.moe"
 #: torchtitan 0.3.0 ``OptimizersContainer._resolve_optimizer_factory`` names.
 TORCHTITAN_OPTIMIZERS = frozenset({"Adam", "AdamW", "DistMuon"})
 
@@ -80,9 +83,28 @@ def torchtitan_args(plan: dict[str, Any]) -> dict[str, str]:
             "# components/quantization Float8LinearConverter / MXFP8LinearConverter configs;\n"
             "# before 0.3.0: --model.converters float8|mx with --float8.recipe_name):\n"
             f"#registry {CONVERTERS_FIELD} {json.dumps(conv, sort_keys=True)}\n")
+    comment += moe_comment(cfg)
     if param_groups[0]["optimizer_name"] not in TORCHTITAN_OPTIMIZERS:
         comment += (f"# torchtitan {tt['version']} builds "
                     f"{', '.join(sorted(TORCHTITAN_OPTIMIZERS))} only: "
                     f"{param_groups[0]['optimizer_name']} needs a custom optimizer factory.\n")
     lines = [" ".join(item) for item in tt["args"]]
     return {"torchtitan_args.txt": header(plan) + comment + "\n".join(lines) + "\n"}
+
+
+def moe_comment(cfg: dict[str, Any]) -> str:
+    """The comment lines of an MoE model (nothing for a dense one): the module whose decoder has
+    grouped experts (torchtitan 0.3.0 ``--module qwen3``: GQA attention, ``MoE`` layers with
+    the all-to-all, DeepEP or HybridEP dispatcher), the expert mesh, and the MoE settings the
+    registry function must set, as a ``#registry`` JSON line."""
+    moe = cfg["torchtitan"]["registry"].get("moe")
+    if moe is None:
+        return ""
+    ep = cfg["expert_parallel"]
+    return (
+        "# MoE: --module qwen3 (torchtitan's GQA decoder with grouped experts) instead of llama3;\n"
+        f"# expert mesh (pp, dp_replicate, efsdp, ep) = {tuple(ep['sparse_mesh']['shape'])}, "
+        f"{ep['local_experts']} experts per EP rank, experts FSDP-sharded over "
+        f"{'/'.join(ep['expert_mesh_dims'])} ({ep['expert_shard_placement']});\n"
+        "# the MoE layers (make_moe_config / make_router_config / make_routed_experts_config):\n"
+        f"#registry {MOE_FIELD} {json.dumps(moe, sort_keys=True)}\n")

@@ -21,13 +21,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainc.compiler.derive import Derived, stage_chunk_sizes
+from trainc.compiler.derive import Derived, moe_layer_pattern, stage_chunk_sizes
 from trainc.compiler.engines.torchao import converters
 from trainc.compiler.ir import filled
 from trainc.schemas import (
     Device,
     FsdpDtype,
     LrDecayStyle,
+    MoeDispatcher,
+    MoeScoreFunction,
     Optimizer,
     PipelineSchedule,
     Recompute,
@@ -164,6 +166,7 @@ def torchtitan_args(spec: TrainSpec, d: Derived) -> list[list[str]]:
         ["--parallelism.context_parallel_degree", str(p.cp)],
         ["--parallelism.pipeline_parallel_degree", str(p.pp)],
     ]
+    args += expert_args(spec, d)
     if p.pp > 1:
         split = torchtitan_stage_split(spec, d)
         assert split is not None, "TRC344 refuses a layer split torchtitan cannot build"
@@ -250,5 +253,92 @@ def fsdp_config(spec: TrainSpec, d: Derived) -> dict[str, Any]:
         "torchtitan": {"version": TORCHTITAN_VERSION, "args": torchtitan_args(spec, d),
                        "registry": {"optimizer": {"param_groups": [torchtitan_registry(spec)]},
                                     **({"model": {"converters": converters(spec)}}
-                                       if converters(spec) else {})}},
+                                       if converters(spec) else {}),
+                                    **({"moe": torchtitan_moe(spec)}
+                                       if spec.model.num_experts else {})}},
+        **({"expert_parallel": expert_parallel(spec, d)} if spec.model.num_experts else {}),
     }
+
+
+#: model.moe_token_dispatcher_type (and moe_flex_dispatcher_backend) -> torchtitan 0.3.0
+#: ``comm_backend`` of ``make_token_dispatcher_config`` (``models/common/config_utils.py``:
+#: standard = PyTorch all-to-all, deepep / hybridep = those kernels); allgather has none (TRC344).
+TORCHTITAN_COMM_BACKEND = {MoeDispatcher.alltoall: "standard"}
+#: torchtitan 0.3.0's expert-bias update rate when the spec turns the expert bias on
+#: (``MoE.Config.load_balance_coeff`` default; Megatron-Core's ``moe_router_bias_update_rate``
+#: default is the same 1e-3).
+LOAD_BALANCE_COEFF = 1e-3
+
+
+def expert_parallel(spec: TrainSpec, d: Derived) -> dict[str, Any]:
+    """``engines.fsdp.expert_parallel`` of an MoE model: torchtitan 0.3.0's sparse mesh
+    ``(pp, dp_replicate, efsdp, ep)`` over the same ranks as the dense one, with ``efsdp =
+    dp_shard * cp * tp / ep`` (``ParallelDims.build_mesh``, ``torchtitan/distributed/
+    parallel_dims.py``; TRC348 guarantees the division), the routed experts' FSDP mesh
+    (``["dp_replicate", "efsdp"]`` with HSDP, else ``["efsdp"]``: ``parallelize_qwen3``'s
+    ``edp_mesh``) and their shard placement (``apply_fsdp_to_decoder``, ``torchtitan/
+    distributed/fsdp.py``: ``Shard(1)`` when ``efsdp x ep`` exceeds the experts, else
+    ``Shard(0)``), the expert tensor-parallel degree (:func:`~trainc.compiler.derive.default_etp`)
+    and the experts each EP rank holds.
+
+    >>> from types import SimpleNamespace as N
+    >>> s = N(model=N(num_experts=128), parallel=N(ep=8, pp=1, cp=1, tp=1),
+    ...       fsdp=N(dp_shard=8, dp_replicate=1))
+    >>> expert_parallel(s, N(etp=1))["efsdp"], expert_parallel(s, N(etp=1))["local_experts"]
+    (1, 16)
+    """
+    m, p, f = spec.model, spec.parallel, spec.fsdp
+    e = filled(m.num_experts, "model.num_experts")
+    dense = filled(f.dp_shard, "fsdp.dp_shard") * p.cp * p.tp
+    assert dense % p.ep == 0, "TRC348 refuses an ep that does not divide dp_shard x cp x tp"
+    efsdp = dense // p.ep
+    return {"degree": p.ep, "efsdp": efsdp, "etp": d.etp,
+            "sparse_mesh": {"dim_names": ["pp", "dp_replicate", "efsdp", "ep"],
+                            "shape": [p.pp, f.dp_replicate, efsdp, p.ep]},
+            "expert_mesh_dims": (["dp_replicate"] if f.dp_replicate > 1 else [])
+            + (["efsdp"] if p.ep > 1 else ["dp_shard"] + (["cp"] if p.cp > 1 else [])),
+            "expert_shard_placement": "Shard(1)" if efsdp * p.ep > e else "Shard(0)",
+            "local_experts": e // p.ep}
+
+
+def torchtitan_moe(spec: TrainSpec) -> dict[str, Any]:
+    """What the torchtitan 0.3.0 registry function's MoE layers must be (no flag reaches them):
+    ``make_moe_config`` / ``make_router_config`` / ``make_routed_experts_config`` arguments of
+    ``torchtitan/models/common/config_utils.py``, from the spec's Megatron-Core router:
+
+    * ``score_func`` the same; ``route_norm`` (renormalise the top-k weights): a softmax over the
+      chosen logits (``moe_router_pre_softmax`` false) is the full softmax renormalised over the
+      top k, a pre-softmax is not, and Megatron-Core renormalises sigmoid scores when top-k > 1
+      (megatron-core 0.16.1 ``moe_utils.topk_routing_with_score_function``); ``route_scale``
+      ``moe_router_topk_scaling_factor`` (1.0 when unset);
+    * ``load_balance_coeff`` :data:`LOAD_BALANCE_COEFF` with the expert bias, else None (no
+      balancing: torchtitan has no auxiliary loss, TRC344 refuses one);
+    * ``hidden_dim`` of the grouped experts ``moe_ffn_hidden_size``, the shared experts'
+      ``moe_shared_expert_intermediate_size`` (None: no shared expert), ``comm_backend``
+      (:data:`TORCHTITAN_COMM_BACKEND`; flex: its backend) and the MoE layers (0-based)."""
+    m = spec.model
+    sigmoid = m.moe_router_score_function is MoeScoreFunction.sigmoid
+    norm = m.moe_router_topk > 1 if sigmoid else not m.moe_router_pre_softmax
+    backend = (m.moe_flex_dispatcher_backend.value if m.moe_token_dispatcher_type
+               is MoeDispatcher.flex else TORCHTITAN_COMM_BACKEND[m.moe_token_dispatcher_type])
+    pattern = moe_layer_pattern(spec)
+    return {"num_experts": filled(m.num_experts, "model.num_experts"),
+            "top_k": m.moe_router_topk, "score_func": m.moe_router_score_function.value,
+            "route_norm": bool(norm),
+            "route_scale": float(m.moe_router_topk_scaling_factor or 1.0),
+            "load_balance_coeff": LOAD_BALANCE_COEFF if m.moe_router_enable_expert_bias
+            else None,
+            "hidden_dim": filled(m.moe_ffn_hidden_size, "model.moe_ffn_hidden_size"),
+            "shared_experts_hidden_dim": m.moe_shared_expert_intermediate_size,
+            "comm_backend": backend,
+            "moe_layers": [i for i, x in enumerate(pattern) if x]}
+
+
+def expert_args(spec: TrainSpec, d: Derived) -> list[list[str]]:
+    """The torchtitan 0.3.0 expert-parallel flag of an MoE model
+    (``ParallelismConfig.expert_parallel_degree``; nothing for a dense model, where it has no
+    effect). 0.3.0 has no ``expert_tensor_parallel_degree``: the experts' tensor parallelism
+    is implied (:func:`expert_parallel` ``etp``)."""
+    if not spec.model.num_experts:
+        return []
+    return [["--parallelism.expert_parallel_degree", str(spec.parallel.ep)]]

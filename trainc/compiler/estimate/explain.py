@@ -141,13 +141,18 @@ def explain_tables(plan: dict[str, Any], max_ranks: int | None = None) -> list[A
 
 
 def fsdp_sharding(s: dict[str, Any]) -> str:
-    """engine=fsdp: how FSDP2 shards (plan.json ``spec``): the shard group, HSDP replicas and
-    whether blocks are resharded after forward."""
+    """engine=fsdp: how FSDP2 shards (plan.json ``spec``): the shard group, HSDP replicas, the
+    experts' group with expert parallelism and whether blocks are resharded after forward."""
     f = s["fsdp"]
     out = f"FSDP2 over dp_shard {f['dp_shard']}"
     if s["parallel"]["cp"] > 1:
         out += f" x cp {s['parallel']['cp']}"
     if f["dp_replicate"] > 1:
         out += f", HSDP x {f['dp_replicate']} replicas"
+    p = s["parallel"]
+    if s["model"].get("num_experts") and p["ep"] > 1:
+        # torchtitan's experts' mesh: efsdp = dp_shard x cp x tp / ep (ParallelDims.build_mesh)
+        efsdp = f["dp_shard"] * p["cp"] * p["tp"] // p["ep"]
+        out += f", experts over efsdp {efsdp} x ep {p['ep']}"
     return out + (", reshard after forward" if f["reshard_after_forward"] else
                   ", no reshard after forward")

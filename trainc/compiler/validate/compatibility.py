@@ -213,8 +213,8 @@ def _runner(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         yield diag(R.DS_UNSUPPORTED_AXIS, f"{axis} = {degrees[axis]}, but {cap.runner} cannot "
                    f"split {axis}: {cap.why}", f"parallel.{axis}", related=("engine",),
                    fix=f"set parallel.{axis}=1 (and raise tp or dp instead), or "
-                       + ("launch.entrypoint=torchtitan (runs pp, vpp and cp on CUDA)"
-                          if spec.engine is Engine.fsdp and axis != "ep" else "engine=megatron"),
+                       + ("launch.entrypoint=torchtitan (runs pp, vpp, cp and ep on CUDA)"
+                          if spec.engine is Engine.fsdp else "engine=megatron"),
                    edits={f"parallel.{axis}": 1}, axis=axis, degree=degrees[axis])
 
 

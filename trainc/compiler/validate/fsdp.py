@@ -23,6 +23,8 @@ from trainc.schemas import (
     Entrypoint,
     FsdpDtype,
     FsdpSpec,
+    MoeDispatcher,
+    MoeLoadBalancing,
     Offload,
     Optimizer,
     PipelineSchedule,
@@ -111,6 +113,7 @@ def fsdp_rules(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     yield from _schedule(spec)
     yield from _unsupported(spec)
     yield from _layer_split(spec, d)
+    yield from _experts(spec, d)
 
 
 def _layer_split(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
@@ -190,12 +193,6 @@ def _unsupported(spec: TrainSpec) -> Iterator[Diagnostic]:
                        fix=f"remove training.{key} and set fsdp.cpu_offload=true",
                        edits={f"training.{key}": "none", "fsdp.cpu_offload": True},
                        setting=key)
-    if spec.model.num_experts:
-        yield diag(R.FSDP_UNSUPPORTED, f"model.num_experts ({spec.model.num_experts}): trainc's "
-                   "engine=fsdp builds dense transformers only (expert parallelism is "
-                   "engine=megatron's)", "model.num_experts", related=("engine",),
-                   fix="set engine=megatron for an MoE model", edits={"engine": "megatron"},
-                   num_experts=spec.model.num_experts)
     if spec.model.multi_latent_attention:
         yield diag(R.FSDP_UNSUPPORTED, "model.multi_latent_attention: trainc's engine=fsdp builds "
                    "grouped-query attention only (the trainc FSDP2 worker's model and "
@@ -273,6 +270,96 @@ def _unsupported(spec: TrainSpec) -> Iterator[Diagnostic]:
                    "torchtitan_args.txt could not carry it", "fsdp.reduce_dtype",
                    related=("engine",), fix="set fsdp.reduce_dtype=fp32",
                    edits={"fsdp.reduce_dtype": "fp32"}, reduce_dtype="bf16")
+
+
+def _experts(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """TRC344 / TRC348 for an MoE model (``model.num_experts``) with engine=fsdp, as torchtitan
+    0.3.0 builds it (FSDP2 + expert parallelism):
+
+    * the trainc FSDP2 worker (launch.entrypoint trainc) builds dense transformers only: TRC344;
+    * ep must divide ``dp_shard x cp x tp``: EP borrows those ranks, the sparse mesh is
+      ``(pp, dp_replicate, efsdp, ep)`` with ``efsdp = dp_shard * cp * tp // ep``
+      (``ParallelDims.build_mesh`` in ``torchtitan/distributed/parallel_dims.py``; another ep
+      fails in ``DeviceMesh._unflatten`` / ``_validate_meshes``): TRC348, with the ep values
+      that divide both that product and num_experts (TRC205 checks the experts alone);
+    * there is no expert tensor-parallel degree (``ParallelismConfig`` has
+      ``expert_parallel_degree`` only): the experts are split over tp without EP and not at all
+      with EP, so a ``parallel.etp`` other than that is TRC344;
+    * the MoE block has no auxiliary or z-loss and no token capacity (``MoE.Config``,
+      ``TokenChoiceTopKRouter.Config`` in ``torchtitan/models/common/moe.py``: load balancing is
+      the auxiliary-loss-free expert bias, ``load_balance_coeff``; routing is dropless), and
+      its dispatchers are all-to-all, DeepEP or HybridEP (``comm_backend`` standard / deepep /
+      hybridep, ``torchtitan/models/common/token_dispatcher.py``), never all-gather: TRC344.
+    """
+    m, p, f = spec.model, spec.parallel, spec.fsdp
+    if not m.num_experts:
+        return
+    if spec.launch.entrypoint is Entrypoint.trainc:
+        yield diag(R.FSDP_UNSUPPORTED, f"model.num_experts ({m.num_experts}) with "
+                   "launch.entrypoint trainc: the trainc FSDP2 worker builds dense transformers "
+                   "only; torchtitan 0.3.0 runs FSDP2 with experts and expert parallelism",
+                   "model.num_experts", related=("engine", "launch.entrypoint"),
+                   fix="set launch.entrypoint=torchtitan (CUDA; torchtitan_args.txt), or "
+                       "engine=megatron", edits={"launch.entrypoint": "torchtitan"},
+                   num_experts=m.num_experts, entrypoint="trainc")
+    dp = d.dp
+    shard = f.dp_shard if f.dp_shard is not None else \
+        (dp // f.dp_replicate if dp and f.dp_replicate >= 1 and dp % f.dp_replicate == 0
+         else None)
+    if shard is not None and p.ep > 1:
+        dense = shard * p.cp * p.tp
+        if dense % p.ep:
+            ok = [e for e in _divisors(dense) if m.num_experts % e == 0]
+            yield diag(R.FSDP_EXPERT_MESH, f"ep ({p.ep}) does not divide dp_shard x cp x tp = "
+                       f"{shard} x {p.cp} x {p.tp} = {dense}: torchtitan's expert parallelism "
+                       "borrows those ranks (efsdp = dp_shard * cp * tp / ep), so "
+                       "ParallelDims.build_mesh cannot unflatten the sparse mesh (pp, "
+                       "dp_replicate, efsdp, ep)", "parallel.ep",
+                       related=("fsdp.dp_shard", "parallel.cp", "parallel.tp",
+                                "model.num_experts"),
+                       fix=f"set parallel.ep to one of {', '.join(map(str, ok))} (divisors of "
+                           f"{dense} that divide the {m.num_experts} experts)",
+                       edits={"parallel.ep": max(e for e in ok if e <= p.ep)},
+                       ep=p.ep, dp_shard=shard, cp=p.cp, tp=p.tp, dense_ranks=dense)
+    want = p.tp if p.ep == 1 else 1
+    if p.etp is not None and p.etp != want:
+        why = (f"without expert parallelism the experts are split over tp ({p.tp})"
+               if p.ep == 1 else f"with ep {p.ep} the experts are not tensor-parallel (EP "
+               "borrows the tp ranks)")
+        yield diag(R.FSDP_UNSUPPORTED, f"parallel.etp ({p.etp}) with engine=fsdp: torchtitan "
+                   "0.3.0 has no expert tensor-parallel degree; " + why, "parallel.etp",
+                   related=("parallel.ep", "parallel.tp", "engine"),
+                   fix=f"remove parallel.etp (it is {want} here), or set engine=megatron",
+                   edits={"parallel.etp": None}, etp=p.etp, expected_etp=want, ep=p.ep, tp=p.tp)
+    if spec.launch.entrypoint is not Entrypoint.torchtitan:
+        return
+    lb = m.moe_router_load_balancing_type
+    missing: list[tuple[str, str, dict[str, object]]] = []
+    if lb is MoeLoadBalancing.sinkhorn or (lb is not MoeLoadBalancing.none
+                                            and m.moe_aux_loss_coeff > 0):
+        what = "Sinkhorn routing" if lb is MoeLoadBalancing.sinkhorn else \
+            f"{lb.value} load-balancing loss (coefficient {m.moe_aux_loss_coeff:g})"
+        missing.append(("model.moe_aux_loss_coeff" if lb is not MoeLoadBalancing.sinkhorn
+                        else "model.moe_router_load_balancing_type", what,
+                        {"model.moe_aux_loss_coeff": 0.0,
+                         "model.moe_router_load_balancing_type": "none"}))
+    if m.moe_z_loss_coeff:
+        missing.append(("model.moe_z_loss_coeff", f"router z-loss ({m.moe_z_loss_coeff:g})",
+                        {"model.moe_z_loss_coeff": None}))
+    if m.moe_expert_capacity_factor is not None:
+        missing.append(("model.moe_expert_capacity_factor",
+                        f"token capacity ({m.moe_expert_capacity_factor:g}; its routing is "
+                        "dropless)", {"model.moe_expert_capacity_factor": None}))
+    if m.moe_token_dispatcher_type is MoeDispatcher.allgather:
+        missing.append(("model.moe_token_dispatcher_type", "all-gather dispatcher (it "
+                        "dispatches by all-to-all, DeepEP or HybridEP)",
+                        {"model.moe_token_dispatcher_type": "alltoall"}))
+    for key, what, edits in missing:
+        yield diag(R.FSDP_UNSUPPORTED, f"{key} with launch.entrypoint torchtitan: torchtitan "
+                   f"0.3.0's MoE has no {what}; it balances the experts with the "
+                   "auxiliary-loss-free expert bias only (MoE.Config.load_balance_coeff)", key,
+                   related=("engine", "launch.entrypoint"),
+                   fix=f"remove {key} (or set engine=megatron)", edits=edits, setting=key)
 
 
 def inert_fsdp(spec: TrainSpec) -> Iterator[tuple[str, str]]:

@@ -55,7 +55,9 @@ def moe_router(spec: TrainSpec) -> Iterator[Diagnostic]:
         elif not m.num_experts % groups:
             yield from _group_sizes(m.num_experts, m.moe_router_topk, groups, gtop)
     sigmoid = m.moe_router_score_function is MoeScoreFunction.sigmoid
-    if m.moe_router_enable_expert_bias and not sigmoid:
+    # torchtitan 0.3.0's expert bias works with softmax scores too (its Qwen3 MoE configs)
+    torchtitan = spec.engine is Engine.fsdp and spec.launch.entrypoint is Entrypoint.torchtitan
+    if m.moe_router_enable_expert_bias and not sigmoid and not torchtitan:
         yield diag(R.MOE_ROUTER_SETTINGS, "moe_router_enable_expert_bias with "
                    f"moe_router_score_function {m.moe_router_score_function.value}: "
                    "Megatron-Core supports the expert bias with sigmoid scores only",
@@ -83,9 +85,11 @@ def moe_router(spec: TrainSpec) -> Iterator[Diagnostic]:
         fix = ("set model.moe_router_enable_expert_bias=true (sigmoid scores, aux-loss-free, "
                "DeepSeek-V3) with a small seq_aux_loss (model.moe_aux_loss_coeff=1e-4)"
                if sigmoid else
+               "set model.moe_router_enable_expert_bias=true (torchtitan's auxiliary-loss-free "
+               "load_balance_coeff 1e-3; its MoE has no load-balancing loss)" if torchtitan else
                "set model.moe_router_load_balancing_type=aux_loss and "
                "model.moe_aux_loss_coeff=1e-2 (Megatron-Core's recommended start)")
-        edits = ({"model.moe_router_enable_expert_bias": True} if sigmoid else
+        edits = ({"model.moe_router_enable_expert_bias": True} if sigmoid or torchtitan else
                  {"model.moe_router_load_balancing_type": "aux_loss",
                   "model.moe_aux_loss_coeff": 0.01})
         yield diag(R.MOE_NO_LOAD_BALANCING, f"{what} and no expert bias: the {m.num_experts} "
@@ -125,7 +129,8 @@ def _group_sizes(experts: int, topk: int, groups: int, gtop: int) -> Iterator[Di
 def megatron_only_keys(spec: TrainSpec) -> Iterator[Diagnostic]:
     """TRC386 for each of ``moe_first_k_dense_layers`` (> 0), ``mtp_num_layers``,
     ``moe_router_num_groups``, ``moe_router_group_topk`` and ``moe_router_enable_expert_bias``
-    that a spec sets with engine deepspeed or fsdp (their builders have no such setting: the
+    (not with engine fsdp and entrypoint torchtitan, whose MoE has the expert bias) that a spec
+    sets with engine deepspeed or fsdp (their builders have no such setting: the
     value would not reach the model), and for ``mtp_num_layers`` with entrypoint trainc (the
     trainc worker builds GPTModel without ``mtp_block_spec``, so Megatron-Core 0.16.1 builds no
     MTP block). Keys of a dense model that only MoE reads are left to the inert-key check."""
@@ -140,7 +145,9 @@ def megatron_only_keys(spec: TrainSpec) -> Iterator[Diagnostic]:
         keys.append(("moe_router_num_groups", m.moe_router_num_groups))
     if moe and m.moe_router_group_topk is not None:
         keys.append(("moe_router_group_topk", m.moe_router_group_topk))
-    if moe and m.moe_router_enable_expert_bias:
+    torchtitan = spec.engine is Engine.fsdp and spec.launch.entrypoint is Entrypoint.torchtitan
+    if moe and m.moe_router_enable_expert_bias and not torchtitan:
+        # torchtitan 0.3.0's MoE has it: MoE.Config.load_balance_coeff (the update rate)
         keys.append(("moe_router_enable_expert_bias", True))
     if spec.engine is not Engine.megatron:
         engine = spec.engine.value
