@@ -44,7 +44,10 @@ Conversion (each choice is a guess where the table is silent; the row's ``notes`
   FSDP rows, the MoE-folding paper's FSDP+EP); with ``framework=deepspeed`` in the notes
   DeepSpeed ZeRO-3; with ``framework=`` fsdp, llm-foundry, torchtitan or automodel
   ``engine: fsdp`` (full shard over the data-parallel ranks; torchtitan's rows with
-  ``launch.entrypoint: torchtitan``; ``torch_compile=on`` in the notes sets
+  ``launch.entrypoint: torchtitan`` and ``launch.versions.torchtitan: 0.2.2``, the last release
+  before 0.3.0's config and model rework: the tables' runs (2024-2025 commits) predate it, so
+  their per-op SAC projects q, k and v separately and their float8 default is tensorwise;
+  ``selective`` is torchtitan's per-op SAC, as the rows say; ``torch_compile=on`` in the notes sets
   ``fsdp.compile``; ``sharding=HSDP``, shard within the node and replicate across nodes, sets
   ``fsdp.dp_replicate`` to the node count). GPT-style models (``gpt*``, ``mpt*`` names) get
   GELU, LayerNorm, learned positions, tied embeddings. Layers that do not divide over pp x vpp:
@@ -384,7 +387,7 @@ def row_to_spec_reason(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]
             if tr["recompute"] not in ("none", "full", "selective"):
                 tr["recompute"] = "full"
             if fw == "torchtitan":
-                spec_launch = {"entrypoint": "torchtitan"}
+                spec_launch = {"entrypoint": "torchtitan", "versions": {"torchtitan": "0.2.2"}}
             if (note(row, "torch_compile") or "").lower().startswith("on"):
                 spec_fsdp["compile"] = True  # torch.compile fuses the element-wise kernels
             if (note(row, "sharding") or "").upper().startswith("HSDP") and n // gpn > 1:
