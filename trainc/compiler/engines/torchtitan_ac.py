@@ -17,11 +17,12 @@ selective) and *how* torchtitan selects with ``fsdp.selective_ac_option`` (``op`
   kernels; plus cuDNN / math SDPA, ``aten.max``, flex attention, ``aten.linear``, ``topk``, and
   the ``reduce_scatter_tensor`` / ``all_to_all_single`` collectives), except every second
   ``aten.mm`` / ``aten.linear`` of a block (the counter restarts per block forward); the rest
-  (norms, RoPE, activations, all-gathers, all-reduces) is recomputed. ``aten._scaled_mm``
-  (torchao float8 GEMMs) is in the save set but not counted as an mm, so every FP8 GEMM output
-  is saved. Before 0.3.0 the same policy with per-model save lists
-  (``models/llama3/infra/parallelize.py`` ``_op_sac_save_list`` @ v0.2.2, ``aten.mm`` and the
-  SDPA kernels), ``--activation_checkpoint.selective_ac_option op``.
+  (norms, RoPE, activations, all-gathers, all-reduces) is recomputed. With torchao float8 the
+  policy sees ``aten.mm`` on the float8 tensor subclass (a dispatch mode runs before a
+  subclass's ``__torch_dispatch__``), so the same GEMMs are saved. Before 0.3.0 the same
+  policy with per-model save lists (``models/llama3/infra/parallelize.py``
+  ``_op_sac_save_list`` @ v0.2.2, ``aten.mm`` and the SDPA kernels),
+  ``--activation_checkpoint.selective_ac_option op``.
 * ``selective_layer``: every N-th block (the N-th, 2N-th, ... a rank builds) fully
   checkpointed, the others kept whole: ``_apply_layer_sac`` @ v0.2.2 (``_layer_sac_count %
   ac_freq == 0``), ``--activation_checkpoint.selective_ac_option N``. torchtitan 0.3.0 has no

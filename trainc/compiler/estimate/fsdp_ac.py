@@ -14,8 +14,9 @@ TP ``t``; ``tsp = t`` with sequence parallelism, else 1; ``kv = max(g / t, 1) d`
   before the reduce-scatter / all-reduce), the SDPA output ``2 T a d / t`` with the fp32
   log-sum-exp ``4 a T / t`` (flash / cuDNN / efficient kernels; the SDPA ops are in the save
   set), with TP and SP the two reduce-scatter outputs ``2 x 2 T h / t`` (comm ops in the save
-  set); with torchao float8 every GEMM output (``aten._scaled_mm`` is saved but not counted as
-  an mm); plus the working set as full.
+  set); the same with torchao float8 (the SAC dispatch mode runs before the float8 tensor
+  subclass's ``__torch_dispatch__``, so it sees ``aten.mm``, not the ``_scaled_mm`` inside);
+  plus the working set as full.
 * selective_layer (every N): the block input on the N-th, 2N-th ... block of the rank, the whole
   layer on the others, plus the working set.
 * memory_budget ``B``: ``full + B (none - full)`` per layer, the endpoints as
@@ -37,7 +38,7 @@ from __future__ import annotations
 
 from trainc.compiler.engines.torchtitan_ac import FUSED_QKV_FIRST, ac_setting, checkpointed_blocks
 from trainc.compiler.ir import filled
-from trainc.schemas import Activation, Engine, Fp8Format, TrainSpec
+from trainc.schemas import Activation, Engine, TrainSpec
 
 
 def gemm_sequence(*, h: int, a: int, g: int, d: int, f: int, gated: bool,
@@ -57,9 +58,9 @@ def gemm_sequence(*, h: int, a: int, g: int, d: int, f: int, gated: bool,
     return [*qkv, ("wo", a * d * h, False), *mlp]
 
 
-def _saved(seq: list[tuple[str, int, bool]], fp8: bool) -> list[bool]:
-    """Per GEMM of ``seq``: saved by per-op SAC (odd 1-based position; every one with FP8)."""
-    return [fp8 or k % 2 == 1 for k in range(1, len(seq) + 1)]
+def _saved(seq: list[tuple[str, int, bool]]) -> list[bool]:
+    """Per GEMM of ``seq``: saved by per-op SAC (odd 1-based position)."""
+    return [k % 2 == 1 for k in range(1, len(seq) + 1)]
 
 
 def _dims(spec: TrainSpec) -> dict[str, int]:
@@ -76,14 +77,9 @@ def _sequence(spec: TrainSpec) -> list[tuple[str, int, bool]]:
                          fused_qkv=ac.minor >= FUSED_QKV_FIRST)
 
 
-def _fp8(spec: TrainSpec) -> bool:
-    return spec.training.fp8_format is not Fp8Format.none
-
-
 def sac_gemm_recompute_share(spec: TrainSpec) -> float:
     """Share of a dense layer's forward GEMM FLOPs per-op SAC recomputes in backward: the GEMMs
-    at even positions of :func:`gemm_sequence` (0 with torchao float8: every ``_scaled_mm``
-    output is saved).
+    at even positions of :func:`gemm_sequence`.
 
     Llama 3 8B (h 4096, 32 heads x 128, 8 groups, f 14336), torchtitan 0.3.0 (fused wqkv):
     ``wo + w3 = 4096 x 4096 + 4096 x 14336 = 4096 x 18432`` of ``4096 x (6144 + 4096 + 3 x
@@ -91,7 +87,7 @@ def sac_gemm_recompute_share(spec: TrainSpec) -> float:
     4096 x 19456``: 19456 / 53248 = 0.36538...
     """
     seq = _sequence(spec)
-    keep = _saved(seq, _fp8(spec))
+    keep = _saved(seq)
     total = sum(w for _, w, _ in seq)
     return sum(w for (_, w, _), k in zip(seq, keep, strict=True) if not k) / total
 
@@ -112,7 +108,7 @@ def sac_layer_bytes(spec: TrainSpec, *, s: float, b: int, t: int, sp: bool,
     kv = max(g / t, 1.0) * d
     seq = _sequence(spec)
     out = 2 * T * h / tsp  # the checkpoint's input (the block input)
-    for (name, w, col), keep in zip(seq, _saved(seq, _fp8(spec)), strict=True):
+    for (name, w, col), keep in zip(seq, _saved(seq), strict=True):
         if not keep:
             continue
         if name == "wqkv":
