@@ -20,7 +20,7 @@ ITERS, RESUME = 12, 6
 CASES: dict[str, dict] = {
     # full shard over 2 ranks (ZeRO-3 semantics), fp32
     "fsdp_dp2": {},
-    # 2-D: tp2 (DTensor, sequence parallel) x dp_shard 2, attention-core recompute
+    # 2-D: tp2 (DTensor, sequence parallel) x dp_shard 2, torchtitan's per-op SAC (selective)
     "fsdp_tp2_sp": {"parallel": {"tp": 2, "sequence_parallel": True},
                     "training": {"recompute": "selective"}},
     # HSDP 2 x 2, no reshard after forward (ZeRO-2-like), bf16 params / fp32 reduce, CPU offload,
