@@ -22,6 +22,7 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
     "megatron_core": ("megatron-core", "megatron_core"),
     "deepspeed": ("deepspeed",),
     "flash_attn": ("flash-attn", "flash_attn"),
+    "torchtitan": ("torchtitan",),
 }
 #: Features an entry's ``when`` may name (:func:`job_features`).
 FEATURES = frozenset({"cuda", "megatron_lm", "megatron", "deepspeed", "fsdp", "moe_alltoall",

@@ -20,7 +20,7 @@ ITERS, RESUME = 12, 6
 CASES: dict[str, dict] = {
     # full shard over 2 ranks (ZeRO-3 semantics), fp32
     "fsdp_dp2": {},
-    # 2-D: tp2 (DTensor, sequence parallel) x dp_shard 2, attention-core recompute
+    # 2-D: tp2 (DTensor, sequence parallel) x dp_shard 2, torchtitan's per-op SAC (selective)
     "fsdp_tp2_sp": {"parallel": {"tp": 2, "sequence_parallel": True},
                     "training": {"recompute": "selective"}},
     # HSDP 2 x 2, no reshard after forward (ZeRO-2-like), bf16 params / fp32 reduce, CPU offload,
@@ -32,8 +32,12 @@ CASES: dict[str, dict] = {
     "fsdp_gpt2_style": {"model": {"activation": "gelu", "normalization": "layernorm",
                                   "position_embedding": "learned", "add_bias_linear": True,
                                   "untie_embeddings_and_output_weights": False}},
+    # torchtitan's every-N-layer selective checkpointing (N 2, a torchtitan before 0.3.0)
+    "fsdp_every2": {"fsdp": {"selective_ac_option": "2"}, "training": {"recompute": "selective"},
+                    "launch": {"versions": {"torchtitan": "0.2.2"}}},
 }
-WORLD = {"fsdp_dp2": 2, "fsdp_tp2_sp": 4, "fsdp_hsdp_bf16": 4, "fsdp_gpt2_style": 2}
+WORLD = {"fsdp_dp2": 2, "fsdp_tp2_sp": 4, "fsdp_hsdp_bf16": 4, "fsdp_gpt2_style": 2,
+         "fsdp_every2": 2}
 LAYOUT = re.compile(r"^trainc-worker: fsdp layout mesh_dim_names=(\S+) mesh_shape=(\S+) "
                     r"fsdp_dims=(\S+) tp=(\d+) sharded_params=(\d+)$", re.M)
 

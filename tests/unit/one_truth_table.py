@@ -858,6 +858,11 @@ def parse_torchtitan_args(text: str) -> dict[str, Any]:
             continue
         if not line.strip() or line.startswith("#"):
             continue
+        if not line.startswith("--") and ":" in line:  # a tyro subcommand: field:choice
+            field, _, choice = line.partition(":")
+            assert field not in out, f"{field} twice in torchtitan_args.txt"
+            out[field] = choice
+            continue
         flag, _, value = line.partition(" ")
         section, _, name = flag[2:].partition(".")
         if name.startswith("no-"):
@@ -884,6 +889,22 @@ def T(flag: str, conv: Callable[[Any], Any] = lambda v: v) -> Reader:
 
 def _fsdp(plan: dict[str, Any]) -> bool:
     return bool(plan["spec"]["engine"] == "fsdp")
+
+
+#: torchtitan 0.3.0 ``activation-checkpoint:<choice>`` subcommand -> engine=fsdp AC mode
+TT_AC_MODE = {"none": "none", "full": "full", "selective": "selective_op",
+              "memory-budget": "memory_budget"}
+
+
+def _ac_mode(plan: dict[str, Any]) -> str:
+    """The AC mode the spec asks for, read from plan.json's spec alone: training.recompute,
+    then fsdp.memory_budget, then fsdp.selective_ac_option (an integer: every N layers)."""
+    rec, f = plan["spec"]["training"]["recompute"], plan["spec"]["fsdp"]
+    if rec != "selective":
+        return str(rec)
+    if f.get("memory_budget") is not None:
+        return "memory_budget"
+    return "selective_layer" if str(f.get("selective_ac_option")).isdigit() else "selective_op"
 
 
 def _adam(plan: dict[str, Any]) -> bool:
@@ -993,6 +1014,23 @@ FSDP_TABLE: tuple[Setting, ...] = (
             tt=(T("--compile.enable"),), when=_fsdp),
     Setting("fsdp recompute", spec=(S("training.recompute"),),
             fsdp=(E("activation_checkpoint.mode"),), when=_fsdp),
+    Setting("fsdp activation checkpoint mode", spec=(SF(_ac_mode),),
+            fsdp=(E("activation_checkpoint.torchtitan_mode"),),
+            tt=(Reader(("activation-checkpoint",),
+                       lambda a: TT_AC_MODE[a["activation-checkpoint"]]),),
+            when=_fsdp),
+    Setting("fsdp every_n_layers",
+            spec=(SF(lambda plan: int(plan["spec"]["fsdp"]["selective_ac_option"])
+                     if _ac_mode(plan) == "selective_layer" else None),),
+            fsdp=(E("activation_checkpoint.every_n_layers"),), when=_fsdp),
+    Setting("fsdp memory_budget",
+            spec=(SF(lambda plan: plan["spec"]["fsdp"]["memory_budget"]
+                     if _ac_mode(plan) == "memory_budget" else None),),
+            fsdp=(E("activation_checkpoint.memory_budget"),),
+            tt=(Reader(("--activation_checkpoint.memory_budget",),
+                       lambda a: float(a["--activation_checkpoint.memory_budget"])
+                       if "--activation_checkpoint.memory_budget" in a else None),),
+            when=_fsdp),
     Setting("fsdp micro_batch_size", spec=(S("training.micro_batch_size"),),
             fsdp=(E("batch.micro_batch_size"),),
             tt=(Reader(("--training.local_batch_size", "--parallelism.pipeline_parallel_degree"),
@@ -1068,7 +1106,8 @@ FSDP_ENGINE_ONLY: dict[str, str] = {
     "fully_shard.root_reshard_after_forward": "the root stays gathered for backward (torchtitan)",
     "fully_shard.offload_policy.pin_memory": "host pinning on CUDA",
     "pipeline.schedule": "the torch class of fsdp.pp_schedule (test_fsdp.py)",
-    "activation_checkpoint.per_block": "recompute != none",
+    "activation_checkpoint.per_block": "a per-block wrapper: full, selective_op, selective_layer",
+    "activation_checkpoint.save_policy": "per-op SAC's save policy as text (torchtitan_ac.py)",
     "torchtitan.version": "the torchtitan release the flags target",
 }
 TT_ENGINE_ONLY: dict[str, str] = {

@@ -208,6 +208,9 @@ def test_fully_sharded_rows_build_the_engine_that_ran_them(framework: str, engin
         assert "zero_stage" not in spec["parallel"]
         assert spec.get("launch", {}).get("entrypoint") == (
             "torchtitan" if framework == "torchtitan" else None)
+        # the tables' torchtitan runs predate 0.3.0 (separate q/k/v under per-op SAC)
+        assert spec.get("launch", {}).get("versions") == (
+            {"torchtitan": "0.2.2"} if framework == "torchtitan" else None)
     loads(spec, tmp_path)
 
 

@@ -39,7 +39,7 @@ KNOWN: dict[tuple[str, int], tuple[str, str]] = {
     ("published_runs.csv", 86): ("TRC104", "DeepSeek-V3 tokendrop on 256 GB200 with pp 8 x ep 64: "
                                  "world 256 is not a multiple of etp*ep*pp = 512 as converted "
                                  "(the published EP folding needs checking against the recipe)"),
-    **{("heldout_runs.csv", n): _MEM for n in (2, 98)},
+    **{("heldout_runs.csv", n): _MEM for n in (2,)},
     **{("heldout_runs.csv", n): _MLA_FSDP for n in (175, 176)},
     ("heldout_runs.csv", 178): ("TRC401", "GPT-OSS-120B, FSDP2 + EP 64 on 64 GPUs: efsdp = 64 / 64 "
                                 "= 1, so each rank keeps its 2 experts per layer unsharded "

@@ -139,7 +139,8 @@ class Block(nn.Module):
         self.feed_forward = Mlp(d, o["gated"], o["bias"])
         self.dropout = nn.Dropout(o["hidden_dropout"])
         self.recompute = "none"
-        """Activation checkpointing of this block: none, selective (attention core) or full."""
+        """Activation checkpointing of this block: none, selective (attention core), full or
+        selective_op (torchtitan's per-op policy, :func:`selective_op_contexts`)."""
 
     def _forward(self, x: torch.Tensor, angles: torch.Tensor | None) -> torch.Tensor:
         x = x + self.dropout(self.attention(self.attention_norm(x), angles))
@@ -147,11 +148,46 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, angles: torch.Tensor | None) -> torch.Tensor:
         self.attention.recompute = self.recompute == "selective"
-        if self.recompute == "full" and self.training:
-            out = checkpoint(self._forward, x, angles, use_reentrant=False)
+        if self.recompute in ("full", "selective_op") and self.training:
+            ctx = selective_op_contexts if self.recompute == "selective_op" else None
+            out = (checkpoint(self._forward, x, angles, use_reentrant=False, context_fn=ctx)
+                   if ctx else checkpoint(self._forward, x, angles, use_reentrant=False))
             assert isinstance(out, torch.Tensor)
             return out
         return self._forward(x, angles)
+
+
+def selective_op_contexts() -> Any:
+    """Per-op selective activation checkpointing contexts for one block forward, torchtitan
+    0.3.0's policy (``torchtitan/distributed/activation_checkpoint.py``
+    ``SelectiveAC._wrap_block``, its default save set ``_get_default_save_ops``): save the
+    outputs of mm / linear (all but every second one, counted per block and per pass), of the
+    other compute-intensive ops (``torch._functorch.partitioners.get_default_op_list``), SDPA,
+    ``max`` and the reduce-scatter / all-to-all collectives; recompute the rest."""
+    from torch._functorch.partitioners import get_default_op_list
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    aten = torch.ops.aten
+    mm_ops = {aten.mm.default, aten.linear.default}
+    save = {op.default for op in get_default_op_list().compute_intensive_ops}  # type: ignore[attr-defined]
+    save |= mm_ops | {
+        aten._scaled_dot_product_cudnn_attention.default,
+        aten._scaled_dot_product_attention_math.default,
+        aten._scaled_dot_product_fused_attention_overrideable.default,
+        aten.max.default, aten.topk.default,
+        torch.ops._c10d_functional.reduce_scatter_tensor.default,
+        torch.ops._c10d_functional.all_to_all_single.default}
+    count = {False: 0, True: 0}
+
+    def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+        if func in mm_ops:
+            count[ctx.is_recompute] += 1
+            if count[ctx.is_recompute] % 2 == 0:
+                return CheckpointPolicy.PREFER_RECOMPUTE
+        return (CheckpointPolicy.MUST_SAVE if func in save
+                else CheckpointPolicy.PREFER_RECOMPUTE)
+
+    return create_selective_checkpoint_contexts(policy)
 
 
 def options(plan: dict[str, Any]) -> dict[str, Any]:

@@ -45,7 +45,10 @@ Conversion (each choice is a guess where the table is silent; the row's ``notes`
   DeepSpeed ZeRO-3; with ``framework=`` fsdp, llm-foundry, torchtitan or automodel
   ``engine: fsdp`` (full shard over the data-parallel ranks; torchtitan's rows, and rows with
   pp, cp or ep > 1, which the trainc FSDP2 worker cannot split, with
-  ``launch.entrypoint: torchtitan``; ``torch_compile=on`` in the notes sets
+  ``launch.entrypoint: torchtitan``; torchtitan's rows with ``launch.versions.torchtitan: 0.2.2``,
+  the last release before 0.3.0's config and model rework: the tables' runs (2024-2025 commits)
+  predate it, so their per-op SAC projects q, k and v separately and their float8 default is
+  tensorwise; ``selective`` is torchtitan's per-op SAC, as the rows say; ``torch_compile=on`` in the notes sets
   ``fsdp.compile``; ``sharding=HSDP``, shard within the node and replicate across nodes, sets
   ``fsdp.dp_replicate`` to the node count). GPT-style models (``gpt*``, ``mpt*`` names) get
   GELU, LayerNorm, learned positions, tied embeddings. Layers that do not divide over pp x vpp:
@@ -384,7 +387,9 @@ def row_to_spec_reason(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]
             par.pop("dp", None)
             if tr["recompute"] not in ("none", "full", "selective"):
                 tr["recompute"] = "full"
-            if fw == "torchtitan" or any(int(par.get(a) or 1) > 1 for a in ("pp", "cp", "ep")):
+            if fw == "torchtitan":
+                spec_launch = {"entrypoint": "torchtitan", "versions": {"torchtitan": "0.2.2"}}
+            elif any(int(par.get(a) or 1) > 1 for a in ("pp", "cp", "ep")):
                 # the trainc FSDP2 worker splits tp and dp only: torchtitan is trainc's runner
                 # of FSDP2 with pipeline, context or expert parallelism (on CUDA)
                 spec_launch = {"entrypoint": "torchtitan"}

@@ -48,3 +48,17 @@ class FsdpSpec:
     """Pipeline schedule for pp > 1 (``torch.distributed.pipelining``): 1F1B, Interleaved1F1B
     (vpp > 1) or ZBVZeroBubble (exactly 2 stages per rank, vpp = 2). Default: 1F1B, or
     Interleaved1F1B when vpp > 1. TRC343."""
+    selective_ac_option: str | None = None
+    """With ``training.recompute: selective``: how torchtitan selects. ``op`` = per-op
+    selective activation checkpointing (torchtitan's ``SelectiveAC``: the outputs of matmuls,
+    all but every second one per block, of SDPA and of reduce-scatters are saved, the rest
+    recomputed); a positive integer N = every N-th block fully checkpointed, the others kept
+    whole (torchtitan before 0.3.0 only: set ``launch.versions.torchtitan``), written as a
+    string as torchtitan's own option is (``selective_ac_option: "2"``; an unquoted 2 is
+    TRC007). Default: op. TRC344. See :mod:`trainc.compiler.engines.torchtitan_ac`."""
+    memory_budget: float | None = None
+    """With ``training.recompute: selective`` and ``fsdp.compile``: let the compiler's
+    partitioner choose what to recompute within this budget, in [0, 1] (0 = the memory of full
+    checkpointing, 1 = the compiler's default; torchtitan ``MemoryBudgetAC``,
+    ``torch._functorch.config.activation_memory_budget``; torchtitan 0.2.0 or later). Not
+    with ``selective_ac_option``. TRC344."""

@@ -72,9 +72,9 @@ def torchtitan_args(plan: dict[str, Any]) -> dict[str, str]:
         f"head_dim={tc['kv_channels']} "
         f"ffn={tc['ffn_hidden_size']} vocab={plan['derived']['padded_vocab_size']}\n"
         f"#   {flavour(plan)}\n"
-        f"# activation checkpointing {cfg['activation_checkpoint']['mode']} (FullAC / SelectiveAC "
-        "config class),\n# and the optimizer (no flag reaches it) as this JSON line says "
-        "(OptimizersContainer.Config):\n"
+        f"# activation checkpointing {cfg['activation_checkpoint']['torchtitan_mode']}: the last "
+        "flags (a tyro subcommand ends the line),\n# and the optimizer (no flag reaches it) as "
+        "this JSON line says (OptimizersContainer.Config):\n"
         f"#registry {REGISTRY_FIELD} {json.dumps(param_groups, sort_keys=True)}\n")
     conv = tt["registry"].get("model", {}).get("converters")
     if conv:

@@ -23,6 +23,7 @@ from typing import Any
 
 from trainc.compiler.derive import Derived, moe_layer_pattern, stage_chunk_sizes
 from trainc.compiler.engines.torchao import converters
+from trainc.compiler.engines.torchtitan_ac import activation_checkpoint, torchtitan_ac_args
 from trainc.compiler.ir import filled
 from trainc.schemas import (
     Device,
@@ -32,7 +33,6 @@ from trainc.schemas import (
     MoeScoreFunction,
     Optimizer,
     PipelineSchedule,
-    Recompute,
     TrainSpec,
 )
 
@@ -198,7 +198,7 @@ def torchtitan_args(spec: TrainSpec, d: Derived) -> list[list[str]]:
     args += [["--checkpoint.enable"],
              ["--checkpoint.interval", str(spec.launch.save_interval)],
              ["--debug.seed", str(t.seed)]]
-    return args
+    return args + torchtitan_ac_args(spec)  # a tyro subcommand: last (torchtitan_ac_args)
 
 
 def torchtitan_registry(spec: TrainSpec) -> dict[str, Any]:
@@ -241,8 +241,7 @@ def fsdp_config(spec: TrainSpec, d: Derived) -> dict[str, Any]:
         "tensor_parallel": {"degree": p.tp, "sequence_parallel": bool(p.sequence_parallel)},
         "pipeline": pipeline(spec, d),
         "context_parallel": {"degree": p.cp},
-        "activation_checkpoint": {"mode": t.recompute.value,
-                                  "per_block": t.recompute is not Recompute.none},
+        "activation_checkpoint": activation_checkpoint(spec),
         "compile": f.compile,
         "float8": {"converters": converters(spec)},
         "batch": {"micro_batch_size": t.micro_batch_size, "gradient_accumulation_steps": mb,

@@ -41,7 +41,9 @@ from __future__ import annotations
 import math
 
 from trainc.compiler.derive import full_recompute_mask
+from trainc.compiler.engines.torchtitan_ac import ac_setting, checkpointed_blocks
 from trainc.compiler.estimate.flops import mla_dims
+from trainc.compiler.estimate.fsdp_ac import sac_layer_bytes
 from trainc.compiler.estimate.kernels import activation_bytes, fused_attention
 from trainc.compiler.estimate.params import (
     is_moe_layer,
@@ -51,6 +53,7 @@ from trainc.compiler.estimate.params import (
 from trainc.compiler.ir import Plan, filled
 from trainc.schemas import (
     Activation,
+    Engine,
     Fp4Format,
     Fp8Format,
     Recompute,
@@ -136,6 +139,30 @@ def moe_mlp_extra_bytes(*, s: float, b: int, h: int, t: int, sp: bool, etp: int,
     return routed + shared + router
 
 
+def fsdp_checkpointed_bytes(spec: TrainSpec, mode: str, whole: list[float], moe: list[float],
+                            *, s: float, b: int, t: int, sp: bool, flash: bool,
+                            inflight: float) -> float:
+    """Activation bytes of one engine=fsdp stage (2-byte units) under torchtitan's
+    selective_op, selective_layer or memory_budget mode (:mod:`.fsdp_ac`): ``whole`` is each
+    layer's whole activations, ``moe`` the MoE part of each (kept whole under per-op SAC, a
+    dense approximation), ``inflight`` the micro-batches held; one block's whole activations
+    are added as the working set of its recompute."""
+    h = spec.model.hidden_size
+    ckpt = 2 * s * b * h / (t if sp else 1)
+    working = max(whole, default=0.0)
+    if mode == "selective_op":
+        sac = sac_layer_bytes(spec, s=s, b=b, t=t, sp=sp, flash=flash)
+        stored = sum(sac + x for x in moe)
+    elif mode == "selective_layer":
+        n = filled(ac_setting(spec).every_n, "fsdp.selective_ac_option")
+        stored = sum(ckpt if c else w
+                     for c, w in zip(checkpointed_blocks(len(whole), n), whole, strict=True))
+    else:
+        budget = filled(ac_setting(spec).memory_budget, "fsdp.memory_budget")
+        stored = sum(ckpt + budget * (w - ckpt) for w in whole)
+    return stored * inflight + working
+
+
 def inflight_microbatches(p: int, r: int, m: int, v: int) -> float:
     """Micro-batches' worth of stage activations stage ``r`` holds at its peak.
 
@@ -189,7 +216,13 @@ def stage_activation_bytes(spec: TrainSpec, plan: Plan) -> list[float]:
     for r, idx in enumerate(plan_stage_layers(plan)):
         moe_flags = [is_moe_layer(spec, i) for i in idx]
         inflight = inflight_microbatches(p, r, M, v)
-        if tr.recompute is Recompute.full:
+        mode = ac_setting(spec).mode if spec.engine is Engine.fsdp else None
+        if mode in ("selective_op", "selective_layer", "memory_budget"):
+            per_stage = fsdp_checkpointed_bytes(spec, mode, [layer(fl, True) for fl in moe_flags],
+                                                [moe_delta if fl else 0.0 for fl in moe_flags],
+                                                s=s, b=b, t=t, sp=sp, flash=flash,
+                                                inflight=inflight)
+        elif tr.recompute is Recompute.full:
             n = max(filled(tr.recompute_num_layers, "training.recompute_num_layers"), 1)
             ckpt = 2 * s * b * h / tsp
             if tr.recompute_method is RecomputeMethod.block:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainc.compiler.derive import moe_layer_pattern
+from trainc.compiler.estimate.fsdp_ac import recompute_parts
 from trainc.compiler.estimate.params import plan_rerun_masks
 from trainc.compiler.ir import Plan, filled
 from trainc.schemas import Activation, Recompute, TrainSpec
@@ -152,7 +153,13 @@ def hardware_flops_per_step(spec: TrainSpec, plan: Plan) -> float:
     b, s = spec.training.global_batch_size, spec.model.seq_length
     core = b * s * s * t.core_per_s2
     extra = 0.0
-    if spec.training.recompute is Recompute.full:
+    stages = [recompute_parts(spec, n) for n in plan.derived.layers_per_stage or []]
+    if stages and all(x is not None for x in stages):  # engine=fsdp: torchtitan's modes
+        every = [p for x in stages for p in (x or [])]
+        g = sum(p[0] for p in every) / max(len(every), 1)
+        at = sum(p[1] for p in every) / max(len(every), 1)
+        extra = (b * s * t.per_token_layers * g + core * at) / 3
+    elif spec.training.recompute is Recompute.full:
         rerun = sum(sum(m) for m in plan_rerun_masks(plan))
         layers = max(sum(plan.derived.layers_per_stage), 1)
         extra = (b * s * t.per_token_layers + core) / 3 * rerun / layers

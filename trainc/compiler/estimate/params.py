@@ -22,8 +22,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainc.compiler.derive import full_recompute_mask, stage_chunk_sizes, stage_layer_indices
+from trainc.compiler.engines.torchtitan_ac import ac_setting, checkpointed_blocks
 from trainc.compiler.ir import Plan, filled
-from trainc.schemas import Activation, Normalization, PositionEmbedding, Recompute, TrainSpec
+from trainc.schemas import (
+    Activation,
+    Engine,
+    Normalization,
+    PositionEmbedding,
+    Recompute,
+    TrainSpec,
+)
 
 
 def attention_params(h: int, a: int, g: int, d: int) -> int:
@@ -145,9 +153,13 @@ def plan_stage_layers(plan: Plan) -> list[list[int]]:
 def plan_rerun_masks(plan: Plan) -> list[list[bool]]:
     """Per PP stage, in :func:`stage_layer_indices` order, whether each layer's forward runs a
     second time in the backward pass (:func:`full_recompute_mask` under ``recompute: full``;
-    all False otherwise)."""
+    engine=fsdp's every-N-layer mode: ``torchtitan_ac.checkpointed_blocks``; all False
+    otherwise)."""
     tr = plan.spec.training
     chunks = plan_stage_chunks(plan)
+    ac = ac_setting(plan.spec) if plan.spec.engine is Engine.fsdp else None
+    if ac is not None and ac.mode == "selective_layer":  # every N-th block of the rank
+        return [checkpointed_blocks(sum(c), filled(ac.every_n, "every_n")) for c in chunks]
     if tr.recompute is not Recompute.full:
         return [[False] * sum(c) for c in chunks]
     method = tr.recompute_method.value if tr.recompute_method else None

@@ -34,6 +34,7 @@ from typing import Any
 from trainc.compiler.derive import tp_in_nvlink_domain
 from trainc.compiler.estimate.comm import StageComm
 from trainc.compiler.estimate.flops import model_flop_terms
+from trainc.compiler.estimate.fsdp_ac import recompute_parts
 from trainc.compiler.estimate.kernels import hardware, layer_precision, layer_time, logits_time
 from trainc.compiler.estimate.params import (
     is_moe_layer,
@@ -79,7 +80,11 @@ def stage_compute_flops(spec: TrainSpec, plan: Plan) -> list[float]:
         per_layer = [layer_flops(spec, is_moe_layer(spec, i), tokens, s2) for i in idx]
         f = sum(per_layer)
         core = s2 * model_flop_terms(spec, 1, 0, 0).core_per_s2
-        if tr.recompute is Recompute.full:
+        parts = recompute_parts(spec, len(idx))
+        if parts is not None:  # engine=fsdp: torchtitan's modes (fsdp_ac.recompute_parts)
+            f += sum((fl - core) * g + core * at
+                     for fl, (g, at, _) in zip(per_layer, parts, strict=True)) / 3
+        elif tr.recompute is Recompute.full:
             f += sum(fl for fl, re in zip(per_layer, reruns[r], strict=True) if re) / 3
         elif tr.recompute is Recompute.selective:
             f += core * len(idx) / 3
@@ -375,7 +380,8 @@ def kernel_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble
     for r, (idx, sc) in enumerate(zip(plan_stage_layers(plan), comms, strict=True)):
         kinds = dict.fromkeys(("gemm", "attention", "elementwise", "fixed", "recompute"), 0.0)
         fwd = bwd = attn_core = gemm_mb = 0.0
-        for i, re in zip(idx, reruns[r], strict=True):
+        parts = recompute_parts(spec, len(idx))
+        for k, (i, re) in enumerate(zip(idx, reruns[r], strict=True)):
             key = (is_moe_layer(spec, i), layer_precision(spec, i))
             if key not in cache:
                 cache[key] = layer_time(spec, plan, hw, *key)
@@ -389,7 +395,10 @@ def kernel_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble
             kinds["elementwise"] += lt.elem_f + lt.elem_b
             kinds["fixed"] += lt.fixed_f + lt.fixed_b
             extra = 0.0
-            if tr.recompute is Recompute.full and re:
+            if parts is not None:  # engine=fsdp: torchtitan's modes (fsdp_ac.recompute_parts)
+                g, at, e = parts[k]
+                extra = g * lt.gemm_f + at * lt.attn_f + e * (lt.elem_f + lt.fixed_f)
+            elif tr.recompute is Recompute.full and re:
                 extra = lt.forward
             elif tr.recompute is Recompute.selective:
                 extra = lt.attn_f

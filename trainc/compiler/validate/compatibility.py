@@ -22,6 +22,7 @@ from trainc.compiler.derive import Derived, stage_chunk_sizes
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.validate.comm_overlap import comm_overlap
 from trainc.compiler.validate.fsdp import fsdp_rules, inert_fsdp
+from trainc.compiler.validate.fsdp_ac import fsdp_ac_rules
 from trainc.compiler.validate.megatron_fsdp import megatron_fsdp
 from trainc.compiler.validate.moe_dispatch import moe_dispatch
 from trainc.compiler.validate.moe_router import megatron_only_keys, moe_router
@@ -121,6 +122,7 @@ def _engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     offload = t.offload_optimizer is not Offload.none or t.offload_param is not Offload.none
     if spec.engine is Engine.fsdp:
         yield from fsdp_rules(spec, d)
+        yield from fsdp_ac_rules(spec)
         return
     if spec.engine is Engine.megatron:
         if p.zero_stage == 2:

@@ -4,8 +4,8 @@ built from ``plan.json``'s ``engines.fsdp`` (the values ``torchtitan_args.txt`` 
 Steps: ``init_device_mesh`` with the plan's five dimensions (pp, dp_replicate, dp_shard, cp, tp);
 the plain-torch GPT of :mod:`trainc.launch.torch_gpt` with layout-independent initial weights;
 ``parallelize_module`` over the tp dimension (tp > 1); activation checkpointing per block
-(recompute full: the whole block, selective: the attention core, as Megatron's selective
-recompute); ``fully_shard`` per block and on the root over the dp dimensions (a 2-D
+(torchtitan's modes: full, per-op selective, every N-th block, memory budget);
+``fully_shard`` per block and on the root over the dp dimensions (a 2-D
 ``(dp_replicate, dp_shard)`` mesh is HSDP) with the plan's ``MixedPrecisionPolicy`` and offload
 policy; AdamW / SGD with Megatron-Core's parameter groups (no weight decay on biases and norms)
 and its learning-rate schedule; gradient clipping over DTensor gradients;
@@ -85,11 +85,26 @@ def build_mesh(s: Settings, cfg: dict[str, Any]) -> Any:
     return init_device_mesh(device, tuple(shape), mesh_dim_names=tuple(m["dim_names"]))
 
 
-def apply_recompute(model: Any, mode: str) -> None:
-    """Activation checkpointing per block: ``full`` recomputes each block in backward,
-    ``selective`` only its attention core (softmax(QK^T)V, Megatron's selective recompute)."""
-    for block in model.layers.values():
-        block.recompute = mode
+def apply_recompute(model: Any, ac: dict[str, Any]) -> str:
+    """Activation checkpointing per block as ``engines.fsdp.activation_checkpoint`` says
+    (``torchtitan_mode``, torchtitan's modes): ``full`` recomputes each block in backward,
+    ``selective_op`` saves what torchtitan's per-op policy saves
+    (``torch_gpt.selective_op_contexts``), ``selective_layer`` fully checkpoints every N-th
+    block and keeps the others whole, ``memory_budget`` sets the compiler partitioner's budget
+    (``torch._functorch.config.activation_memory_budget``; the blocks are compiled). Returns
+    what it applied, for the log."""
+    mode = ac["torchtitan_mode"]
+    blocks = list(model.layers.values())
+    if mode == "memory_budget":
+        import torch._functorch.config
+
+        torch._functorch.config.activation_memory_budget = float(ac["memory_budget"])
+    for k, block in enumerate(blocks):
+        if mode == "selective_layer":
+            block.recompute = "full" if (k + 1) % int(ac["every_n_layers"]) == 0 else "none"
+        else:
+            block.recompute = mode if mode in ("full", "selective_op") else "none"
+    return mode + (f"(every {ac['every_n_layers']})" if mode == "selective_layer" else "")
 
 
 def param_groups(model: Any, weight_decay: float) -> list[dict[str, Any]]:
@@ -269,8 +284,7 @@ def run(s: Settings) -> None:
     model = torch_gpt.GPT(dims, torch_gpt.options(s.plan))
     n = torch_gpt.deterministic_init(model, s.seed)
     log(f"deterministic layout-independent init of {n} matrices (seed {s.seed})")
-    ac = cfg["activation_checkpoint"]["mode"]
-    apply_recompute(model, ac)
+    ac = apply_recompute(model, cfg["activation_checkpoint"])
     if cfg["compile"]:  # TRC344 refuses it with launch.device cpu
         for b in model.layers.values():
             b.compile()
