@@ -23,7 +23,6 @@ that brings it under: ``(p - 1)/(v*m + p - 1) <= 1/4  <=>  v*m >= 3(p - 1)``.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable, Iterator
 from itertools import combinations
@@ -35,6 +34,7 @@ from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.estimate.params import stage_params
 from trainc.compiler.ir import Estimates, Plan
 from trainc.compiler.slurm_time import signal_lead_seconds, time_limit_seconds
+from trainc.compiler.treecopy import copy_tree
 from trainc.schemas import Device, Engine, Offload, Recompute, TrainSpec
 
 GiB = 2**30
@@ -170,7 +170,7 @@ def _more_nodes_edits(spec: TrainSpec) -> list[tuple[dict[str, Any], dict[str, A
 
 def _try(spec: TrainSpec, edits: dict[str, Any], side: dict[str, Any],
          evaluate: Evaluate) -> dict[str, Any] | None:
-    cand = copy.deepcopy(spec)
+    cand = copy_tree(spec)
     for k, v in {**side, **edits}.items():
         _set(cand, k, v)
     plan = evaluate(cand)
@@ -234,7 +234,7 @@ def fitting_changes(spec: TrainSpec, evaluate: Evaluate) -> tuple[list[dict[str,
     loaded stage (:func:`_rebalance_edits`) and more nodes (:func:`_more_nodes_edits`); when no
     change on the same GPUs fits, pairs of same-GPU changes too.
     """
-    now = evaluate(copy.deepcopy(spec))
+    now = evaluate(copy_tree(spec))
     same = _candidate_edits(spec)
     if now is not None:
         same += _rebalance_edits(now.spec, now)

@@ -5,7 +5,6 @@ containers."""
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import os
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trainc import __version__
+from trainc.compiler.treecopy import copy_tree
 
 
 def conf_dir() -> Path:
@@ -51,7 +51,7 @@ def _compose_presets(spec_dir: str, entries: tuple[tuple[str, str | None], ...]
         if disk and not hit:
             _write_disk_cache(disk, _PRESET_CACHE[key])
     cfg, choices = _PRESET_CACHE[key]
-    return copy.deepcopy(cfg), dict(choices)
+    return copy_tree(cfg), dict(choices)
 
 
 def _hydra_compose(spec_dir: str, entries: tuple[tuple[str, str | None], ...]
