@@ -10,6 +10,7 @@ import json
 import os
 import re
 import warnings
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,10 @@ from trainc import __version__
 from trainc.compiler.treecopy import copy_tree
 
 
+@cache
 def conf_dir() -> Path:
-    """The package's Hydra config tree (``trainc/conf``)."""
+    """The package's Hydra config tree (``trainc/conf``); looked up once per process (the
+    loader asks for it several times per spec)."""
     return Path(str(resources.files("trainc") / "conf"))
 
 
