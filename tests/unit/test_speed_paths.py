@@ -180,3 +180,21 @@ def test_lint_and_compile_without_emit_import_nothing_heavy(tmp_path):
     rec = json.loads(proc.stdout.strip().splitlines()[-1])
     assert rec["code"] == 2  # spec-a does not fit: the fit check and its what-ifs ran
     assert rec["heavy"] == []
+
+
+def test_what_if_edits_copy_only_the_edited_path():
+    from trainc.compiler.fit import _edited
+
+    spec = L.load_spec(EXAMPLE).spec
+    assert spec is not None
+    before = repr(spec)
+    cand = _edited(spec, {"parallel.tp": 2, "parallel.dp": None,
+                          "training.recompute": Recompute.full})
+    assert repr(spec) == before  # the original is unchanged
+    assert (cand.parallel.tp, cand.parallel.dp, cand.training.recompute) == \
+        (2, None, Recompute.full)
+    assert cand.parallel is not spec.parallel and cand.training is not spec.training
+    assert cand.model is spec.model  # untouched sections are shared (never mutated)
+    assert cand == dataclasses.replace(
+        spec, parallel=dataclasses.replace(spec.parallel, tp=2, dp=None),
+        training=dataclasses.replace(spec.training, recompute=Recompute.full))
