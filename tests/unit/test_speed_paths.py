@@ -198,3 +198,16 @@ def test_what_if_edits_copy_only_the_edited_path():
     assert cand == dataclasses.replace(
         spec, parallel=dataclasses.replace(spec.parallel, tp=2, dp=None),
         training=dataclasses.replace(spec.training, recompute=Recompute.full))
+
+
+def test_members_per_domain_memo_returns_a_dict_the_caller_may_change():
+    from trainc.compiler.estimate.rankmap import members_per_domain
+
+    d = {"tp": 1, "cp": 1, "dp": 16, "pp": 1, "etp": 1, "ep": 1, "expert_dp": 16}
+    first = members_per_domain(d, 8)
+    assert first["dp_cp"] == 8
+    first["dp_cp"] = 99  # the fit check adds FSDP's groups to its dict
+    first["extra"] = 1
+    again = members_per_domain(d, 8)
+    assert again["dp_cp"] == 8 and "extra" not in again
+    assert members_per_domain(d, 16)["dp_cp"] == 16  # another domain: another entry
