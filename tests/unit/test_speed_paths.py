@@ -211,3 +211,29 @@ def test_members_per_domain_memo_returns_a_dict_the_caller_may_change():
     again = members_per_domain(d, 8)
     assert again["dp_cp"] == 8 and "extra" not in again
     assert members_per_domain(d, 16)["dp_cp"] == 16  # another domain: another entry
+
+
+def _compiled(tmp: Path, name: str, env: dict[str, str]) -> dict[str, bytes]:
+    import os
+
+    out = tmp / name
+    proc = subprocess.run([sys.executable, "-m", "trainc", "compile", str(EXAMPLE), "-o",
+                           str(out)], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, **env})
+    assert proc.returncode == 0, proc.stderr
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
+
+
+def test_template_bytecode_cache_renders_the_same_bytes(tmp_path):
+    cache = tmp_path / "cache"
+    env = {"XDG_CACHE_HOME": str(cache)}
+    plain = _compiled(tmp_path, "nocache", {"TRAINC_NO_CACHE": "1"})
+    cold = _compiled(tmp_path, "cold", env)
+    entries = sorted((cache / "trainc" / "jinja").glob("*.cache"))
+    assert entries  # the templates' compiled code was stored
+    warm = _compiled(tmp_path, "warm", env)
+    for e in entries:  # a truncated entry is compiled afresh, not an error
+        e.write_bytes(e.read_bytes()[:20])
+    broken = _compiled(tmp_path, "broken", env)
+    assert plain == cold == warm == broken
+    assert "torchrun.sh" in plain
