@@ -100,7 +100,7 @@ def table(path: Path = TABLE) -> tuple[BadCombination, ...]:
     import yaml
 
     out = []
-    for e in yaml.safe_load(path.read_text()):
+    for e in yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
         entry = BadCombination(
             id=e["id"], versions=dict(e["versions"]), when=tuple(e.get("when", ())),
             unless_env={k: str(v) for k, v in (e.get("unless_env") or {}).items()},

@@ -58,7 +58,8 @@ def _conf() -> Path:
 
 def load_profile(path: Path) -> GpuPreset:
     """One ``conf/gpu/*.yaml`` profile."""
-    d = yaml.safe_load(path.read_text())
+    # libyaml's parser when PyYAML has it (the same values, ~10x faster than the pure-Python one)
+    d = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     peaks = {k: float(v) for k, v in d["peak_tflops"].items()}
     return GpuPreset(
         memory_gib=float(d["memory_gib"]), peak_tflops=peaks["bf16"],

@@ -249,10 +249,23 @@ def _preset_texts(pfile: str, group: str) -> dict[str, str | None]:
     return out
 
 
+def _resolved(path: str) -> Path:
+    """``Path(path).resolve()``; an absolute path (every preset file is one) is resolved once
+    per process (a lint of many specs asks for the same presets again), a relative one each
+    time (it depends on the working folder)."""
+    return _resolved_abs(path) if os.path.isabs(path) else Path(path).resolve()
+
+
+@cache
+def _resolved_abs(path: str) -> Path:
+    return Path(path).resolve()
+
+
 def _packaged(pfile: str) -> str | None:
     """``trainc/conf/<group>/<name>.yaml`` for a preset shipped with trainc, else None."""
     try:
-        return "trainc/conf/" + Path(pfile).resolve().relative_to(conf_dir().resolve()).as_posix()
+        return "trainc/conf/" + _resolved(pfile).relative_to(_resolved(str(conf_dir())))\
+            .as_posix()
     except ValueError:
         return None
 
@@ -260,7 +273,7 @@ def _packaged(pfile: str) -> str | None:
 def _spec_relative(pfile: str, spec_path: Path) -> str | None:
     """The path of a preset relative to the spec's folder (``model/mine.yaml``), or None."""
     try:
-        return Path(pfile).resolve().relative_to(spec_path.resolve().parent).as_posix()
+        return _resolved(pfile).relative_to(spec_path.resolve().parent).as_posix()
     except ValueError:
         return None
 
@@ -269,9 +282,12 @@ def _shown_preset(pfile: str, spec_path: Path, shown: str) -> str:
     """A preset's path in diagnostics: ``trainc/conf/...`` for a packaged one; a spec-local one
     as a path next to the spec as the user named it (``runs/model/mine.yaml`` for
     ``runs/spec.yaml``), so it is relative when the spec path was."""
+    packaged = _packaged(pfile)
+    if packaged is not None:
+        return packaged
     rel = _spec_relative(pfile, spec_path)
-    if _packaged(pfile) is not None or rel is None:
-        return _packaged(pfile) or pfile
+    if rel is None:
+        return pfile
     return Path(os.path.normpath(os.path.join(os.path.dirname(shown), rel))).as_posix()
 
 

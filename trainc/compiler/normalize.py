@@ -6,10 +6,9 @@ generated ``megatron_args.txt`` relies on them, and Megatron-Core where the CLI 
 
 from __future__ import annotations
 
-import copy
-
 from trainc.compiler.derive import default_etp, megatron_fsdp, tp_in_nvlink_domain
 from trainc.compiler.hardware import GPUS
+from trainc.compiler.treecopy import copy_tree
 from trainc.schemas import (
     Activation,
     Device,
@@ -113,7 +112,7 @@ def normalize(spec: TrainSpec) -> TrainSpec:
     engine=megatron; param gather only with the distributed optimizer), and for full recompute
     ``recompute_method`` (uniform) and ``recompute_num_layers`` (1).
     """
-    s = copy.deepcopy(spec)
+    s = copy_tree(spec)
     c, m, p, t = s.cluster, s.model, s.parallel, s.training
     gpu = GPUS.get(c.gpu)
     if gpu is not None:

@@ -5,21 +5,24 @@ containers."""
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import os
 import re
 import warnings
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from trainc import __version__
+from trainc.compiler.treecopy import copy_tree
 
 
+@cache
 def conf_dir() -> Path:
-    """The package's Hydra config tree (``trainc/conf``)."""
+    """The package's Hydra config tree (``trainc/conf``); looked up once per process (the
+    loader asks for it several times per spec)."""
     return Path(str(resources.files("trainc") / "conf"))
 
 
@@ -51,7 +54,7 @@ def _compose_presets(spec_dir: str, entries: tuple[tuple[str, str | None], ...]
         if disk and not hit:
             _write_disk_cache(disk, _PRESET_CACHE[key])
     cfg, choices = _PRESET_CACHE[key]
-    return copy.deepcopy(cfg), dict(choices)
+    return copy_tree(cfg), dict(choices)
 
 
 def _hydra_compose(spec_dir: str, entries: tuple[tuple[str, str | None], ...]

@@ -58,7 +58,9 @@ def section_keys() -> tuple[str, ...]:
     return tuple(sorted({k.rsplit(".", 1)[0] for k in schema_keys() if "." in k}))
 
 
+@cache
 def _optional(tp: Any) -> tuple[Any, bool]:
+    """(the type without ``None``, whether ``None`` is allowed); once per schema type."""
     if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         return args[0], len(args) < len(typing.get_args(tp))
@@ -396,17 +398,29 @@ def check_spec(cfg: dict[str, Any], raw: dict[str, tuple[str, bool]] | None = No
                         broken)
 
 
+@cache
+def _fields_plan(cls: type) -> tuple[tuple[str, type | None, bool], ...]:
+    """(field name, its section dataclass or None, whether it is required) of a schema class,
+    in field order; once per class."""
+    out = []
+    for f in dataclasses.fields(cls):
+        tp = field_types(cls)[f.name]
+        nested = tp if isinstance(tp, type) and dataclasses.is_dataclass(tp) else None
+        required = (f.default is dataclasses.MISSING
+                    and f.default_factory is dataclasses.MISSING)
+        out.append((f.name, nested, required))
+    return tuple(out)
+
+
 def _build(cls: type, prefix: str, values: dict[str, Any], diags: list[Diagnostic]) -> Any:
     kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        key = prefix + f.name
-        tp = field_types(cls)[f.name]
-        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-            kwargs[f.name] = _build(tp, key + ".", values, diags)
+    for name, nested, required in _fields_plan(cls):
+        key = prefix + name
+        if nested is not None:
+            kwargs[name] = _build(nested, key + ".", values, diags)
         elif key in values:
-            kwargs[f.name] = values[key]
-        elif (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-              and not any(d.key == key for d in diags)):
+            kwargs[name] = values[key]
+        elif required and not any(d.key == key for d in diags):
             diags.append(diag(R.MISSING_VALUE, f"{key} is required and has no value", key,
                               fix=f"set {key} in the spec, a preset, or as {key}=VALUE"))
     if any(d.rule is R.MISSING_VALUE or d.rule is R.TYPE_MISMATCH for d in diags):

@@ -32,7 +32,7 @@ from trainc.compiler.estimate.fsdp import (
     fsdp_states,
 )
 from trainc.compiler.estimate.memory import model_state_bytes
-from trainc.compiler.estimate.params import stage_params, total_params
+from trainc.compiler.estimate.params import StageParams, stage_params, total_params
 from trainc.compiler.estimate.rankmap import members_per_domain, rank_map_summary
 from trainc.compiler.estimate.time import step_time
 from trainc.compiler.ir import (
@@ -59,9 +59,11 @@ def _int(x: float) -> int:
     return round(x)
 
 
-def memory_per_stage(spec: TrainSpec, plan: Plan) -> list[StageMemory]:
-    """Bytes per GPU on every stage: params, grads, optimizer, activations, total."""
-    sp = stage_params(spec, plan)
+def memory_per_stage(spec: TrainSpec, plan: Plan, sp: list[StageParams] | None = None
+                     ) -> list[StageMemory]:
+    """Bytes per GPU on every stage: params, grads, optimizer, activations, total.
+    ``sp``: :func:`~.params.stage_params` of the plan when the caller has it already."""
+    sp = stage_params(spec, plan) if sp is None else sp
     states = [fsdp_states(spec, x) for x in sp] if spec.engine is Engine.fsdp \
         else model_state_bytes(spec, plan, sp)
     acts = stage_activation_bytes(spec, plan)
@@ -79,7 +81,7 @@ def estimate(plan: Plan) -> Estimates:
     spec, cl = plan.spec, plan.spec.cluster
     d = plan.derived.to_json()
     sp = stage_params(spec, plan)
-    mem = memory_per_stage(spec, plan)
+    mem = memory_per_stage(spec, plan, sp)
     worst = max(range(len(mem)), key=lambda r: (mem[r].total, -r))
     gpn = cl.gpus_per_node
     domain = filled(cl.nvlink_domain_size, "cluster.nvlink_domain_size")
@@ -96,7 +98,7 @@ def estimate(plan: Plan) -> Estimates:
     time_collectives(spec, comms, crosses, members)
     bubble = bubble_fraction(plan.derived.pp, plan.derived.num_microbatches, plan.derived.vpp)
     flops = flops_per_step(spec, plan)
-    st = step_time(spec, plan, comms, bubble, flops)
+    st = step_time(spec, plan, comms, bubble, flops, sps=sp)
     by_axis = [c.bytes_by_axis() for c in comms]
     crit = comms[st.critical_stage]
     budget = (filled(cl.gpu_memory_gib, "cluster.gpu_memory_gib") - cl.memory_reserve_gib) * 2**30

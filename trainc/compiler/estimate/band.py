@@ -31,7 +31,8 @@ def published_bands() -> dict[str, tuple[float, float]]:
     True
     """
     path = Path(str(resources.files("trainc") / "conf" / "step_time_band.yaml"))
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data = yaml.load(path.read_text(encoding="utf-8"),
+                     Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml when present
     return {k: (float(v["p10"]), float(v["p90"])) for k, v in data.items()}
 
 

@@ -212,8 +212,24 @@ def members_per_domain(d: dict[str, Any], nvlink_domain: int, limit: int = 8192)
     >>> members_per_domain({"tp": 1, "cp": 1, "dp": 16, "pp": 1, "etp": 1, "ep": 1,
     ...                     "expert_dp": 16}, 8)["dp_cp"]
     8
+
+    Memoized on the generator sizes, the domain and ``limit`` (as :func:`rank_map_summary`);
+    each call returns its own dict (callers add to it).
     """
     g = grids(d)
+    key = (g["dense"].sizes, g["expert"].sizes, nvlink_domain, limit)
+    hit = _MEMBERS.get(key)
+    if hit is None:
+        if len(_MEMBERS) > 4096:
+            _MEMBERS.clear()
+        hit = _MEMBERS[key] = _members(g, nvlink_domain, limit)
+    return dict(hit)
+
+
+_MEMBERS: dict[tuple[Any, ...], dict[str, int]] = {}
+
+
+def _members(g: dict[str, RankGrid], nvlink_domain: int, limit: int) -> dict[str, int]:
     out = {}
     for k, (gen, axes) in GROUP_KINDS.items():
         members = g[gen].group_of(0, axes, limit)

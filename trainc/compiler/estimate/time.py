@@ -37,6 +37,7 @@ from trainc.compiler.estimate.flops import model_flop_terms
 from trainc.compiler.estimate.fsdp_ac import recompute_parts
 from trainc.compiler.estimate.kernels import hardware, layer_precision, layer_time, logits_time
 from trainc.compiler.estimate.params import (
+    StageParams,
     is_moe_layer,
     plan_rerun_masks,
     plan_stage_layers,
@@ -153,7 +154,7 @@ def _plan_offload_seconds(spec: TrainSpec, plan: Plan, params: float) -> float:
 
 
 def seed_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: float,
-                   model_flops: float) -> StepTime:
+                   model_flops: float, *, sps: list[StageParams] | None = None) -> StepTime:
     """The step time of ``cluster.time_model: seed`` (see the module docstring)."""
     d, cl = plan.derived, spec.cluster
     world, p = d.world_size, d.pp
@@ -164,7 +165,7 @@ def seed_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: 
     tokens_mb = spec.model.seq_length / max(d.cp, 1) * spec.training.micro_batch_size
     eff *= tokens_mb / (tokens_mb + max(cl.gemm_half_efficiency_tokens, 0))
     reruns = plan_rerun_masks(plan)
-    sps = stage_params(spec, plan)
+    sps = stage_params(spec, plan) if sps is None else sps
     best: StepTime | None = None
     for r, (fl, sc) in enumerate(zip(stage_compute_flops(spec, plan), comms, strict=True)):
         passes = 2 * d.layers_per_stage[r] + sum(reruns[r])
@@ -194,11 +195,12 @@ def seed_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: 
 
 
 def step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: float,
-              model_flops: float) -> StepTime:
-    """Predicted step time of the slowest stage: the kernel model (default) or the seed model."""
+              model_flops: float, *, sps: list[StageParams] | None = None) -> StepTime:
+    """Predicted step time of the slowest stage: the kernel model (default) or the seed model.
+    ``sps``: :func:`~.params.stage_params` of the plan when the caller has it already."""
     if spec.cluster.time_model is TimeModel.seed:
-        return seed_step_time(spec, plan, comms, bubble, model_flops)
-    return kernel_step_time(spec, plan, comms, bubble, model_flops)
+        return seed_step_time(spec, plan, comms, bubble, model_flops, sps=sps)
+    return kernel_step_time(spec, plan, comms, bubble, model_flops, sps=sps)
 
 
 #: Megatron-Core DDP's default bucket: max(40M, 1M x data-parallel size) parameters
@@ -351,7 +353,7 @@ def _fsdp_exposed(sc: StageComm, compute_step: float, n_layers: int) -> None:
 
 
 def kernel_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: float,
-                     model_flops: float) -> StepTime:
+                     model_flops: float, *, sps: list[StageParams] | None = None) -> StepTime:
     """Step time from kernel times (:mod:`.kernels`) and per-axis overlap.
 
     Per stage and micro-batch: forward ``F`` and backward ``B`` of its layers (plus the output
@@ -370,7 +372,7 @@ def kernel_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble
     hw = hardware(spec)
     overlap = min(max(cl.comm_overlap or 0.0, 0.0), 1.0)
     reruns = plan_rerun_masks(plan)
-    sps = stage_params(spec, plan)
+    sps = stage_params(spec, plan) if sps is None else sps
     # userbuffers exchange inside the NVLink domain only (TRC382)
     tp_overlap = bool(tr.tp_comm_overlap) and tp_in_nvlink_domain(
         spec.parallel.tp, cl.nvlink_domain_size, cl.gpus_per_node, world)

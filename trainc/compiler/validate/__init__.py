@@ -10,7 +10,6 @@ that the checks reading it were skipped. So one run reports every error whose in
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections import Counter
 from collections.abc import Mapping
@@ -19,6 +18,7 @@ from trainc.compiler import rules as R
 from trainc.compiler.derive import derive
 from trainc.compiler.diagnostics import Diagnostic, diag, for_engine
 from trainc.compiler.normalize import FILLED_FROM, spec_value
+from trainc.compiler.treecopy import copy_tree
 from trainc.compiler.validate.checkpoint import checkpoint
 from trainc.compiler.validate.compatibility import compatibility
 from trainc.compiler.validate.data import data_path
@@ -84,7 +84,7 @@ def _drop_echoes(found: list[Diagnostic], spec: TrainSpec) -> list[Diagnostic]:
 
 def _with_defaults(spec: TrainSpec, bad: frozenset[str]) -> TrainSpec:
     """``spec`` with each out-of-range key set to its default (or 1), so arithmetic stays total."""
-    s = copy.deepcopy(spec)
+    s = copy_tree(spec)
     for key in bad:
         section, _, name = key.rpartition(".")
         obj = getattr(s, section, None) if section else s

@@ -56,7 +56,7 @@ def _axes(v: Any) -> frozenset[str]:
 
 def _load_reshards() -> dict[str, Any]:
     with RESHARD_TABLE.open(encoding="utf-8") as fh:
-        return dict(yaml.safe_load(fh)["formats"])
+        return dict(yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))["formats"])
 
 
 _FORMATS = _load_reshards()
