@@ -38,9 +38,11 @@ def lint_file(path: Path, overrides: list[str], fit: bool = False):
 
 
 #: Warnings every spec of an engine gets, whatever the case is about: TRC317 (DeepSpeed's lr
-#: scheduler runs a warm-up or cosine shifted against Megatron-Core's). A case whose expected
+#: scheduler runs a warm-up or cosine shifted against Megatron-Core's) and TRC385 (an MoE
+#: model left at Megatron-Core's default moe_aux_loss_coeff 0: no load balancing; the cases'
+#: minimal specs do not set it, the reports are about something else). A case whose expected
 #: rule is one of them still sees it.
-UNRELATED = frozenset({"TRC317"})
+UNRELATED = frozenset({"TRC317", "TRC385"})
 
 
 @pytest.mark.parametrize("exp", EXPECT, ids=_id)
