@@ -189,6 +189,11 @@ def memory_fallbacks(row: dict[str, str], spec: dict[str, Any], tmp: Path) -> tu
     return "TRC401", "none fits"
 
 
+#: ``--cluster KEY=VALUE`` settings applied to every row's ``cluster`` (e.g. the step-cost
+#: switches ``optimizer_step=true``, ``collective_latency=true``).
+CLUSTER_SET: dict[str, Any] = {}
+
+
 def run(path: str | Path, baselines: bool = True) -> list[Result]:
     """Compile every row; one :class:`Result` each (``baselines``: also run llm-analysis)."""
     out = []
@@ -200,6 +205,7 @@ def run(path: str | Path, baselines: bool = True) -> list[Result]:
             out.append(res)
             if spec is None:
                 continue
+            spec["cluster"].update(CLUSTER_SET)
             prec = precision_of(row)
             res.tags |= {"all", "BF16" if prec == "bf16" else "FP8/FP4",
                          "MoE" if spec["model"].get("num_experts") else "dense",
@@ -426,6 +432,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--planner", action="store_true",
                     help="also report the planner's top-5 rate: run trainc plan once per "
                          "distinct published run (minutes)")
+    ap.add_argument("--cluster", action="append", default=[], metavar="KEY=VALUE",
+                    help="set a cluster key on every row (YAML value), e.g. "
+                         "--cluster optimizer_step=true --cluster collective_latency=true")
     ap.add_argument("--all", action="store_true",
                     help="compile every published table in the repo (the calibration, held-out "
                          "and validation CSVs): one report per table (baselines fitted on the "
@@ -464,6 +473,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(band_report([r for t in tables for r in run(t, baselines=False)]))
         return 0
+    for kv in args.cluster:
+        key, _, val = kv.partition("=")
+        CLUSTER_SET[key] = yaml.safe_load(val)
     if args.all:
         if (why := _missing(ALL_CSVS)) is not None:
             print(why, file=sys.stderr)

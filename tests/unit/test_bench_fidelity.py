@@ -42,13 +42,14 @@ def test_a_folder_is_not_a_csv(tmp_path):
 def test_help_describes_every_option():
     proc = _run("--help")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("usage: bench/fidelity.py [-h] [--rows] [--planner] [--all] "
-                                  "[--band] [CSV ...]\n")
     text = " ".join(proc.stdout.split())
+    assert text.startswith("usage: bench/fidelity.py [-h] [--rows] [--planner] "
+                           "[--cluster KEY=VALUE] [--all] [--band] [CSV ...] ")
     for expected in ("CSV the published-runs table to compile", "Default: ",
                      "--rows also print every row", "--planner also report the planner's top-5 "
                      "rate", "--band print only the step-time band",
-                     "--all compile every published table in the repo"):
+                     "--all compile every published table in the repo",
+                     "--cluster KEY=VALUE set a cluster key on every row (YAML value)"):
         assert expected in text
 
 

@@ -36,7 +36,7 @@ def test_optimizer_bytes_per_param_by_dtype():
 
 
 def test_optimizer_step_seconds_and_shards():
-    s = make_spec(nodes=2)  # tp 2 x pp 2 x dp 4, distributed optimizer (zero_stage 1)
+    s = _with(make_spec(nodes=2), "cluster", optimizer_step=True)  # tp 2 x pp 2 x dp 4
     plan = run_ir(s)
     assert optimizer_shards(s, plan) == (4, 4)
     # 8e9 parameters over 64 ranks, 34 B each, 6.4e12 B/s: 0.664 ms
@@ -56,6 +56,41 @@ def test_step_overhead_adds_to_the_step_exactly():
     base = run_ir(s).estimates.step_time_seconds
     slow = run_ir(_with(s, "cluster", step_overhead_us=5000.0)).estimates.step_time_seconds
     assert slow - base == pytest.approx(0.005, abs=2e-6)  # reported to 6 significant digits
+
+
+def test_step_cost_switches_are_off_by_default():
+    """optimizer_step and collective_latency default to off: the step is bytes over bandwidth
+    and micro-batches, as without the terms; each switch on only adds time."""
+    s = make_spec(nodes=2)
+    assert (s.cluster.optimizer_step, s.cluster.collective_latency) == (False, False)
+    off = run_ir(s).estimates
+    assert off.compute_seconds_by_kind["optimizer"] == 0.0
+    opt = run_ir(_with(s, "cluster", optimizer_step=True)).estimates
+    assert opt.compute_seconds_by_kind["optimizer"] > 0
+    assert opt.step_time_seconds - off.step_time_seconds == pytest.approx(
+        opt.compute_seconds_by_kind["optimizer"], abs=2e-6)  # 6 significant digits
+    lat = run_ir(_with(s, "cluster", collective_latency=True)).estimates
+    b = {c.name: c for c in off.comm_collectives}
+    for c in lat.comm_collectives:
+        if c.count:
+            assert c.seconds > b[c.name].seconds, c.name
+    assert lat.step_time_seconds > off.step_time_seconds
+
+
+def test_userbuffers_tp_collectives_pay_no_nccl_latency():
+    """Under tp_comm_overlap Transformer Engine's userbuffers, not NCCL, carry the attention /
+    MLP TP collectives: collective_latency leaves them at bytes over bandwidth."""
+    s = _with(make_spec(nodes=2), "cluster", collective_latency=True)
+    name = "all_gather+reduce_scatter"
+    seconds = {}
+    for ub in (False, True):
+        est = run_ir(_with(s, "training", tp_comm_overlap=ub)).estimates
+        seconds[ub] = {c.name: c.seconds for c in est.comm_collectives if c.axis == "tp"}
+    plain = run_ir(_with(s, "cluster", collective_latency=False)).estimates
+    p = {c.name: c.seconds for c in plain.comm_collectives if c.axis == "tp"}
+    assert name in p
+    assert seconds[True][name] == pytest.approx(p[name])
+    assert seconds[False][name] > p[name]
 
 
 def test_ring_steps_per_collective():
@@ -87,6 +122,9 @@ def test_sharp_halves_the_dp_reduction_across_nodes():
 
     base = run_ir(s).estimates
     sharp = run_ir(_with(s, "cluster", sharp=True)).estimates
+    lat = _with(s, "cluster", collective_latency=True)
+    assert run_ir(_with(lat, "cluster", sharp=True)).estimates.step_time_seconds < \
+        run_ir(lat).estimates.step_time_seconds
     b = {c.name: c for c in base.comm_collectives}
     h = {c.name: c for c in sharp.comm_collectives}
     rs = "dense grad reduce_scatter"

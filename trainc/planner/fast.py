@@ -687,7 +687,8 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
                                                     sum(params[i]), dp * cp, M)
                             # the optimizer step and the host's per-step cost
                             # (time.step_fixed_seconds)
-                            t_off += host_s + (0.0 if off != "none" else optimizer_step_seconds(
+                            t_off += host_s + (0.0 if off != "none" or not c.optimizer_step
+                                               else optimizer_step_seconds(
                                 spec, *params[i], *_opt_shards(spec, zero, dp * cp, edp),
                                 hw.hbm))
                             if piped + t_dp + t_off > total:

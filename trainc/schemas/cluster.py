@@ -68,6 +68,15 @@ class ClusterSpec:
     training loop's Python between steps (zero_grad, loss logging, the optimizer's launch
     sequence) that nothing overlaps (estimates; the planner's fast model too). 0 = not counted;
     set it from a profile of your own job (one step's timeline minus its kernels)."""
+    optimizer_step: bool = False
+    """time_model=kernels: add the optimizer step's HBM time to every step (bytes per parameter
+    this GPU updates over the HBM bandwidth; docs/performance.md). Off by default: the fitted GPU
+    factors were fitted without it and absorb it (the pooled fidelity median worsens with it on).
+    Estimates and the planner's fast model."""
+    collective_latency: bool = False
+    """time_model=kernels: every NCCL operation also pays NCCL's ring alpha-beta latency
+    (``comm.collective_seconds``). Off by default (collectives timed by bytes over bandwidth), for
+    the same reason as ``optimizer_step``. Estimates only."""
     clock_cap: float = 1.0
     """Sustained tensor-core clock as a fraction of the GPU profile's (0 < x <= 1): a power cap
     (``nvidia-smi -pl``) or a clock lock (``nvidia-smi -lgc``) below the boost clock the profile's

@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from trainc.compiler.derive import tp_in_nvlink_domain
 from trainc.compiler.estimate.kernels import activation_bytes
 from trainc.compiler.estimate.memory import megatron_bytes_per_param
 from trainc.compiler.estimate.params import (
@@ -396,6 +397,8 @@ EP_COLLECTIVE = {MoeDispatcher.alltoall: "all_to_all", MoeDispatcher.flex: "flex
                  MoeDispatcher.allgather: "all_gather+reduce_scatter"}
 
 #: collective axis -> rank-map group kind whose span decides the bandwidth
+#: TP records Transformer Engine's userbuffers carry under tp_comm_overlap (time._TE_TP_COLLECTIVES)
+_UB_TP = ("all_gather+reduce_scatter",)
 _GROUP_OF_AXIS = {"tp": "tp", "cp": "cp", "ep": "ep", "pp": "pp", "dp": "dp_cp"}
 
 
@@ -461,8 +464,10 @@ def time_collectives(spec: TrainSpec, comms: list[StageComm], crosses: dict[str,
     ``members`` (group kind -> members per NVLink domain, :func:`.rankmap.members_per_domain`):
     a crossing group with ``g`` members per domain gets ``min(NVLink, g x NIC)``, the
     rail-optimised fabric's parallel NICs (time_model=kernels; the seed model uses one NIC).
-    time_model=kernels also pays each operation's latency (:func:`collective_seconds`, NCCL's
-    ring alpha-beta model) and, with ``cluster.sharp``, halves the bytes a data-parallel
+    With ``cluster.collective_latency`` (off by default) time_model=kernels also pays each NCCL
+    operation's latency (:func:`collective_seconds`, NCCL's ring alpha-beta model; not the TP
+    collectives Transformer Engine's userbuffers run under ``training.tp_comm_overlap``) and,
+    with ``cluster.sharp``, halves the bytes a data-parallel
     all-reduce or reduce-scatter sends across the fabric (NCCL CollNet / SHARP: the switch
     reduces, so each byte goes up once and comes down once instead of the ring's two passes;
     NCCL user guide, environment variable NCCL_COLLNET_ENABLE,
@@ -471,6 +476,9 @@ def time_collectives(spec: TrainSpec, comms: list[StageComm], crosses: dict[str,
     eff = cl.comm_efficiency if cl.comm_efficiency and cl.comm_efficiency > 0 else 1.0
     intra = filled(cl.intra_node_bandwidth_gbps, "cluster.intra_node_bandwidth_gbps")
     inter = filled(cl.inter_node_bandwidth_gbps, "cluster.inter_node_bandwidth_gbps")
+    ub = bool(spec.training.tp_comm_overlap) and tp_in_nvlink_domain(
+        spec.parallel.tp, cl.nvlink_domain_size, cl.gpus_per_node,
+        cl.num_nodes * cl.gpus_per_node)
     for sc in comms:
         for col in sc.collectives.values():
             kind = col.group or _GROUP_OF_AXIS[col.axis]
@@ -502,7 +510,11 @@ def time_collectives(spec: TrainSpec, comms: list[StageComm], crosses: dict[str,
             if sharp:  # in-network reduction: each byte crosses the fabric once, not twice
                 vol /= 2
             col.bandwidth_gbps = bw
-            if members is None:  # the seed model: bytes over bandwidth
+            # the seed model, or latency off: bytes over bandwidth. Transformer Engine's
+            # userbuffers run the overlapped TP collectives with their own p2p kernels, not NCCL
+            # (TE initialize_ub), so NCCL's latency model does not apply to them
+            if members is None or not cl.collective_latency or (ub and col.axis == "tp"
+                                                                and col.name in _UB_TP):
                 col.seconds = vol / (bw * 1e9 * eff) if bw > 0 else 0.0
                 continue
             steps, launches = ring_steps(col.name, col.group_size)

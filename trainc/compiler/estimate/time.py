@@ -145,7 +145,7 @@ def step_fixed_seconds(spec: TrainSpec, plan: Plan, dense: float, expert: float,
     optimizer offload, whose host step :func:`offload_seconds` counts) and
     ``cluster.step_overhead_us`` of host time per step."""
     host = max(spec.cluster.step_overhead_us, 0.0) * 1e-6
-    if spec.training.offload_optimizer is not Offload.none:
+    if not spec.cluster.optimizer_step or spec.training.offload_optimizer is not Offload.none:
         return host
     shard, eshard = optimizer_shards(spec, plan)
     return optimizer_step_seconds(spec, dense, expert, shard, eshard, hbm_bytes_per_s) + host
