@@ -53,6 +53,15 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The published-runs table the time model is fitted on (in the repo; sources in
 #: bench/published_runs.md).
 DEFAULT_CSV = ROOT / "bench" / "published_runs.csv"
+#: Every published table in the repo (``--all``): the calibration CSV first, then the held-out
+#: and validation tables (sources in bench/published_runs.md and each row's ``source``).
+ALL_CSVS = [DEFAULT_CSV, ROOT / "bench" / "heldout_runs.csv",
+            ROOT / "bench" / "validation_nvidia.csv", ROOT / "bench" / "validation_papers.csv"]
+#: A step shorter than this (seconds, from the published tokens/s: global batch x sequence /
+#: (tokens/s per GPU x GPUs)) is a "short step": fixed per-step costs (optimizer, host,
+#: collective latency) weigh in it.
+SHORT_STEP_S = 1.0
+SHORT_TAG = "short step (<1 s)"
 
 
 
@@ -180,6 +189,11 @@ def memory_fallbacks(row: dict[str, str], spec: dict[str, Any], tmp: Path) -> tu
     return "TRC401", "none fits"
 
 
+#: ``--cluster KEY=VALUE`` settings applied to every row's ``cluster`` (e.g. the step-cost
+#: switches ``optimizer_step=true``, ``collective_latency=true``).
+CLUSTER_SET: dict[str, Any] = {}
+
+
 def run(path: str | Path, baselines: bool = True) -> list[Result]:
     """Compile every row; one :class:`Result` each (``baselines``: also run llm-analysis)."""
     out = []
@@ -191,10 +205,12 @@ def run(path: str | Path, baselines: bool = True) -> list[Result]:
             out.append(res)
             if spec is None:
                 continue
+            spec["cluster"].update(CLUSTER_SET)
             prec = precision_of(row)
             res.tags |= {"all", "BF16" if prec == "bf16" else "FP8/FP4",
                          "MoE" if spec["model"].get("num_experts") else "dense",
                          spec["cluster"]["gpu"], source_short(row)}
+            res.tags.add("engine=" + spec["engine"])
             if spec["engine"] == "deepspeed":
                 res.tags.add("FSDP/ZeRO-3")
             if prec == "bf16" and not spec["model"].get("num_experts"):
@@ -218,6 +234,9 @@ def run(path: str | Path, baselines: bool = True) -> list[Result]:
             # printed tokens/s, else TFLOP/s over the source's own FLOP count
             res.measured = measured_tokens_per_gpu(row, res.flops_per_token, core)
             res.llm_analysis = _llm_analysis(spec) if baselines else None
+            if res.measured and res.measured * world > 0 \
+                    and tok / (res.measured * world) < SHORT_STEP_S:
+                res.tags.add(SHORT_TAG)
     return out
 
 
@@ -265,8 +284,9 @@ def report(results: list[Result], show_rows: bool = False,
     hdr = (f"{'subset':<22}{'n':>4} | {'trainc med':>10}{'p90':>7}{'bias':>7} | "
            f"{'HFU med':>8}{'bias':>7} | {'llm-a med':>9}{'bias':>7} | {'401':>4}{'403':>4}")
     lines += [hdr, "-" * len(hdr)]
-    tags = ["all", "BF16", "FP8/FP4", "dense", "MoE", "BF16 dense", "FSDP/ZeRO-3", "h100-80g",
-            "b200", "gb200", "gb300"]
+    tags = ["all", "BF16", "FP8/FP4", "dense", "MoE", "BF16 dense", "FSDP/ZeRO-3",
+            "engine=megatron", "engine=deepspeed", "engine=fsdp", SHORT_TAG, "a100-80g",
+            "h100-80g", "h200", "b200", "b300", "gb200", "gb300"]
     tags += sorted({t for r in ok for t in r.tags if t.startswith(("bridge", "nemo", "megatron"))})
     for tag in tags:
         sub = [r for r in ok if tag in r.tags]
@@ -412,6 +432,13 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--planner", action="store_true",
                     help="also report the planner's top-5 rate: run trainc plan once per "
                          "distinct published run (minutes)")
+    ap.add_argument("--cluster", action="append", default=[], metavar="KEY=VALUE",
+                    help="set a cluster key on every row (YAML value), e.g. "
+                         "--cluster optimizer_step=true --cluster collective_latency=true")
+    ap.add_argument("--all", action="store_true",
+                    help="compile every published table in the repo (the calibration, held-out "
+                         "and validation CSVs): one report per table (baselines fitted on the "
+                         "calibration table), then all tables pooled")
     ap.add_argument("--band", action="store_true",
                     help="print only the step-time band (measured / estimated, p10 / p50 / p90 "
                          "by kind) over every CSV given together, the figures "
@@ -445,6 +472,22 @@ def main(argv: list[str] | None = None) -> int:
             print(why, file=sys.stderr)
             return 2
         print(band_report([r for t in tables for r in run(t, baselines=False)]))
+        return 0
+    for kv in args.cluster:
+        key, _, val = kv.partition("=")
+        CLUSTER_SET[key] = yaml.safe_load(val)
+    if args.all:
+        if (why := _missing(ALL_CSVS)) is not None:
+            print(why, file=sys.stderr)
+            return 2
+        per = {t: run(t) for t in ALL_CSVS}
+        calib = per[DEFAULT_CSV]
+        for t, res in per.items():
+            print(f"== {t.relative_to(ROOT)}")
+            print(report(res, args.rows, None if t == DEFAULT_CSV else calib))
+            print()
+        print("== every table pooled")
+        print(report([r for res in per.values() for r in res], False, calib))
         return 0
     if len(paths) > 1:
         ap.error("one CSV at a time (several only with --band)")

@@ -42,13 +42,28 @@ def test_a_folder_is_not_a_csv(tmp_path):
 def test_help_describes_every_option():
     proc = _run("--help")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("usage: bench/fidelity.py [-h] [--rows] [--planner] [--band] "
-                                  "[CSV ...]\n")
     text = " ".join(proc.stdout.split())
+    assert text.startswith("usage: bench/fidelity.py [-h] [--rows] [--planner] "
+                           "[--cluster KEY=VALUE] [--all] [--band] [CSV ...] ")
     for expected in ("CSV the published-runs table to compile", "Default: ",
                      "--rows also print every row", "--planner also report the planner's top-5 "
-                     "rate", "--band print only the step-time band"):
+                     "rate", "--band print only the step-time band",
+                     "--all compile every published table in the repo",
+                     "--cluster KEY=VALUE set a cluster key on every row (YAML value)"):
         assert expected in text
+
+
+def test_all_reports_every_table_then_pooled():
+    proc = _run("--all")
+    assert proc.returncode == 0, proc.stderr
+    heads = [ln for ln in proc.stdout.splitlines() if ln.startswith("== ")]
+    assert heads == ["== bench/published_runs.csv", "== bench/heldout_runs.csv",
+                     "== bench/validation_nvidia.csv", "== bench/validation_papers.csv",
+                     "== every table pooled"]
+    pooled = proc.stdout.split("== every table pooled")[1]
+    subsets = {ln.split("  ")[0] for ln in pooled.splitlines() if " | " in ln}
+    assert {"all", "engine=megatron", "engine=fsdp", "short step (<1 s)", "MoE",
+            "FP8/FP4", "gb300"} <= subsets
 
 
 def test_two_tables_without_band_is_a_usage_error(tmp_path):

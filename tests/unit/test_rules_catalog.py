@@ -48,6 +48,7 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
                {**MOE, "cluster.nvlink_domain_size": 4, "parallel.tp": 1, "parallel.pp": 1,
                 "parallel.ep": 4}, "parallel.ep"),
     "TRC108": ({"parallel.dp": 8}, {"parallel.dp": 2}, "parallel.dp"),
+    "TRC109": ({"cluster.clock_cap": 1.2}, {"cluster.clock_cap": 0.85}, "cluster.clock_cap"),
     "TRC201": ({"model.num_attention_heads": 12, "model.num_query_groups": 12,
                 "model.hidden_size": 768, "parallel.tp": 8, "parallel.pp": 1},
                {"model.num_attention_heads": 12, "model.num_query_groups": 12,

@@ -86,6 +86,9 @@ EP_NVLINK = _r(
     "warning")
 WORLD_EXCEEDS_CLUSTER = _r(
     "TRC108", "world-fits-cluster", "tp*pp*cp*dp must not exceed the cluster's GPUs")
+CLOCK_CAP = _r(
+    "TRC109", "clock-cap-fraction",
+    "cluster.clock_cap is the sustained clock as a fraction of the profile's: 0 < x <= 1")
 
 # --- TRC2xx: divisibility -------------------------------------------------------------------
 HEADS_TP = _r("TRC201", "heads-divisible-by-tp", "num_attention_heads must be a multiple of tp")
@@ -591,7 +594,8 @@ SOURCES: dict[str, str] = {
               "NVIDIA-NeMo/Megatron-Bridge#2883 "
               "(HybridEP limited to EP 8 on NVL8), deepseek-ai/DeepEP#411, "
               "NVIDIA/Megatron-LM#5039 (DeepEP internode hangs)",
-    "TRC108": "cluster size", "TRC201": "TransformerConfig.__post_init__ (heads % tp)",
+    "TRC108": "cluster size", "TRC109": "cluster.clock_cap (nvidia-smi -pl / -lgc)",
+    "TRC201": "TransformerConfig.__post_init__ (heads % tp)",
     "TRC202": "TransformerConfig.__post_init__, Megatron-Core >= 0.16 (query groups vs tp)",
     "TRC203": "tensor_parallel/layers.py RowParallelLinear divide()",
     "TRC204": "expert linear layers divide() (moe_ffn % etp)",

@@ -58,6 +58,7 @@ from trainc.compiler.estimate.time import (
     BUCKET_MIN_PARAMS,
     ep_exposed_share,
     offload_seconds,
+    optimizer_step_seconds,
     tp_exposed_share,
     with_interference,
 )
@@ -407,6 +408,17 @@ def _hw(spec: TrainSpec) -> tuple[Hw, dict[tuple[Any, ...], Any]]:
     return got[1], got[2]
 
 
+def _opt_shards(spec: TrainSpec, zero: int, n: int, n_e: int) -> tuple[int, int]:
+    """(dense, expert) optimizer shards of a layout with ZeRO stage ``zero`` (as
+    :func:`trainc.compiler.estimate.time.optimizer_shards`: Megatron's distributed optimizer is
+    ``zero >= 1`` here)."""
+    if spec.engine is Engine.fsdp:
+        return n, n_e
+    if zero < 1:
+        return 1, 1
+    return (n, n_e) if spec.engine is Engine.megatron else (n, n)
+
+
 def _param_offload(spec: TrainSpec, zero: int) -> bool:
     """Whether the spec's DeepSpeed parameter offload applies at ZeRO stage ``zero`` (stage 3
     only; the search does not choose it: the spec's value holds)."""
@@ -500,6 +512,8 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
         tp_in_nvlink_domain(tp, c.nvlink_domain_size, c.gpus_per_node, W)  # (TRC382)
     ep_on = bool(t.overlap_moe_expert_parallel_comm)
     overhead = c.layer_overhead_us * 1e-6
+    host_s = max(c.step_overhead_us, 0.0) * 1e-6
+    hw, _ = _hw(spec)
     eb = activation_bytes(spec)
     s_loc = s / cp
     tsp = tp if sp else 1
@@ -683,9 +697,17 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
                             if t_off is None:
                                 # DeepSpeed offload's CPU step and PCIe copies (as the full
                                 # estimator: time.offload_seconds)
-                                t_off = off_memo[okey] = offload_seconds(
+                                t_off = offload_seconds(
                                     spec, zero, off != "none", _param_offload(spec, zero),
                                     sum(params[i]), dp * cp, M)
+                                # the optimizer step and the host's per-step cost
+                                # (time.step_fixed_seconds)
+                                t_off += host_s + (
+                                    0.0 if off != "none" or not c.optimizer_step
+                                    else optimizer_step_seconds(
+                                        spec, *params[i], *_opt_shards(spec, zero, dp * cp, edp),
+                                        hw.hbm))
+                                off_memo[okey] = t_off
                             if piped + t_dp + t_off > total:
                                 total, out = piped + t_dp + t_off, (row, t_dp, t_off)
                         assert out is not None

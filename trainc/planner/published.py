@@ -88,9 +88,9 @@ MODEL_PRESETS = {
     "mixtral-8x7b": "mixtral-8x7b", "gpt3-175b": "gpt3-175b",
 }
 #: Substring of ``gpu_type`` (first match wins) -> ``cluster.gpu``.
-GPUS = (("GB300", "gb300"), ("GB200", "gb200"), ("B200", "b200"), ("H100", "h100-80g"),
-        ("H200", "h200"), ("H800", "h800"), ("A100-SXM4-40GB", "a100-40g"), ("A100", "a100-80g"),
-        ("A800", "a100-80g"))
+GPUS = (("GB300", "gb300"), ("GB200", "gb200"), ("B300", "b300"), ("B200", "b200"),
+        ("H100", "h100-80g"), ("H200", "h200"), ("H800", "h800"), ("A100-SXM4-40GB", "a100-40g"),
+        ("A100", "a100-80g"), ("A800", "a100-80g"))
 #: GPUs of a profile with another NVLink: ``gpu_type`` substring -> NVLink GB/s per GPU, one
 #: direction (the A800 is an A100 with NVLink at 400 GB/s bidirectional: NVIDIA A800 data sheet).
 NVLINK_GBPS = {"A800": 200}

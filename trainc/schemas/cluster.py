@@ -16,7 +16,8 @@ class ClusterSpec:
     gpus_per_node: int = 8
     """GPUs per node (count); torchrun's --nproc_per_node."""
     gpu: Gpu = Gpu.custom
-    """GPU preset name (a100-40g, a100-80g, h100-80g, h200, h800, b200, gb200, custom). A named GPU
+    """GPU preset name (a100-40g, a100-80g, h100-80g, h200, h800, b200, b300, gb200, gb300,
+    custom). A named GPU
     fills gpu_memory_gib, peak_tflops and the NVLink bandwidth; fields the spec sets override (the
     cluster presets leave them to the GPU, so ``cluster.gpu=a100-40g`` over ``dgx-h100`` gets the
     A100's 40 GiB and 312 TFLOP/s). Rules: TRC004."""
@@ -62,6 +63,30 @@ class ClusterSpec:
     layer_overhead_us: float = 40.0
     """Fixed time per layer per micro batch per pass (forward, backward) in microseconds: kernel
     launches and schedule bookkeeping that do not shrink with the work (estimates and planner)."""
+    step_overhead_us: float = 0.0
+    """Fixed host time per optimizer step in microseconds, on top of the per-layer cost: the
+    training loop's Python between steps (zero_grad, loss logging, the optimizer's launch
+    sequence) that nothing overlaps (estimates; the planner's fast model too). 0 = not counted;
+    set it from a profile of your own job (one step's timeline minus its kernels)."""
+    optimizer_step: bool = False
+    """time_model=kernels: add the optimizer step's HBM time to every step (bytes per parameter
+    this GPU updates over the HBM bandwidth; docs/performance.md). Off by default: the fitted GPU
+    factors were fitted without it and absorb it (the pooled fidelity median worsens with it on).
+    Estimates and the planner's fast model."""
+    collective_latency: bool = False
+    """time_model=kernels: every NCCL operation also pays NCCL's ring alpha-beta latency
+    (``comm.collective_seconds``). Off by default (collectives timed by bytes over bandwidth), for
+    the same reason as ``optimizer_step``. Estimates only."""
+    clock_cap: float = 1.0
+    """Sustained tensor-core clock as a fraction of the GPU profile's (0 < x <= 1): a power cap
+    (``nvidia-smi -pl``) or a clock lock (``nvidia-smi -lgc``) below the boost clock the profile's
+    peaks assume. Scales every precision's peak FLOP/s (estimates and planner); HBM and
+    interconnect bandwidths are unchanged. Rules: TRC109."""
+    sharp: bool = False
+    """The scale-out fabric reduces in the network (InfiniBand SHARP through NCCL's CollNet /
+    NVLS-SHARP plugins, ``NCCL_COLLNET_ENABLE=1``): a data-parallel all-reduce or reduce-scatter
+    that leaves the NVLink domain sends each byte once to the switch instead of the ring's
+    twice, so its inter-node bytes are halved (estimates and planner)."""
 
     gemm_efficiency: float | None = None
     """time_model=kernels: fraction of the BF16 peak a large, well-shaped BF16 GEMM reaches (the

@@ -132,6 +132,7 @@ class Gpu(Enum):
     h200 = "h200"
     h800 = "h800"
     b200 = "b200"
+    b300 = "b300"
     gb200 = "gb200"
     gb300 = "gb300"
     custom = "custom"

@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from trainc.compiler.derive import tp_in_nvlink_domain
 from trainc.compiler.estimate.kernels import activation_bytes
 from trainc.compiler.estimate.memory import megatron_bytes_per_param
 from trainc.compiler.estimate.params import (
@@ -401,7 +402,63 @@ EP_COLLECTIVE = {MoeDispatcher.alltoall: "all_to_all", MoeDispatcher.flex: "flex
                  MoeDispatcher.allgather: "all_gather+reduce_scatter"}
 
 #: collective axis -> rank-map group kind whose span decides the bandwidth
+#: TP records Transformer Engine's userbuffers carry under tp_comm_overlap (time._TE_TP_COLLECTIVES)
+_UB_TP = ("all_gather+reduce_scatter",)
 _GROUP_OF_AXIS = {"tp": "tp", "cp": "cp", "ep": "ep", "pp": "pp", "dp": "dp_cp"}
+
+
+#: NCCL's latency model for the ring algorithm (NVIDIA/nccl ``src/graph/tuning.cc`` at v2.23,
+#: ``baseLat`` and ``hwLat``, microseconds), per protocol (LL, LL128, Simple): the fixed cost of
+#: one collective, the cost of each ring step inside an NVLink domain and across the network,
+#: and the fraction of the link bandwidth the protocol carries (LL sends 8-byte flags with every
+#: 8 bytes of data, LL128 120 of every 128 bytes; the ``busBw`` refinements of the same file).
+#: NCCL picks, per call, the protocol of least latency + bytes / bandwidth.
+NCCL_RING_PROTOCOLS = (  # (base us, NVLink step us, network step us, bandwidth fraction)
+    (6.6, 0.6, 2.7, 0.5), (14.0, 1.9, 4.0, 0.92), (8.4, 3.4, 14.0, 1.0))
+
+
+def ring_steps(name: str, n: int) -> tuple[int, int]:
+    """(ring steps, kernel launches) of one operation of the collective record ``name`` over
+    ``n`` ranks (``tuning.cc`` ``nsteps``): an all-reduce ``2 (n - 1)`` steps; an all-gather or a
+    reduce-scatter ``n - 1``; sequence parallelism's all-gather + reduce-scatter pair both, in two
+    launches; context parallelism's p2p ring ``n - 1`` exchanges, each its own send/recv launch;
+    pipeline p2p and all-to-all one step."""
+    if n <= 1:
+        return 0, 0
+    if "all_gather+reduce_scatter" in name:
+        return 2 * (n - 1), 2
+    if "all_reduce" in name:
+        return 2 * (n - 1), 1
+    if name in ("p2p", "a2a+p2p"):  # CP ring (pipeline p2p is named "p2p" on axis pp)
+        return n - 1, n - 1
+    if "reduce_scatter" in name or "all_gather" in name or "reduce/gather" in name:
+        return n - 1, 1
+    return 1, 1
+
+
+def collective_seconds(vol: float, count: int, steps: int, launches: int, inter_steps: int,
+                       bw_bytes_per_s: float, sharp: bool = False) -> float:
+    """Seconds of ``count`` operations moving ``vol`` bytes in all (the larger direction) at
+    ``bw_bytes_per_s``, each ``steps`` ring steps of which ``inter_steps`` cross the network, in
+    ``launches`` kernel launches: the alpha-beta model of :data:`NCCL_RING_PROTOCOLS`, the best
+    protocol for the operation's size. ``sharp``: the reduction runs in the switch (CollNet /
+    SHARP), one network hop instead of the ring's network steps. ``count`` 0 (a record timed by
+    bytes alone) has no latency.
+
+    >>> round(collective_seconds(0, 1, 14, 1, 0, 1e11) * 1e6, 1)  # 8-rank all-reduce, no bytes
+    15.0
+    """
+    if bw_bytes_per_s <= 0:
+        return 0.0
+    if count <= 0 or steps <= 0:
+        return vol / bw_bytes_per_s
+    if sharp:
+        inter_steps = min(inter_steps, 1)
+    best = math.inf
+    for base, hop, net, frac in NCCL_RING_PROTOCOLS:
+        lat = launches * base + (steps - inter_steps) * hop + inter_steps * net
+        best = min(best, count * lat * 1e-6 + vol / (bw_bytes_per_s * frac))
+    return best
 
 
 def time_collectives(spec: TrainSpec, comms: list[StageComm], crosses: dict[str, bool],
@@ -411,11 +468,22 @@ def time_collectives(spec: TrainSpec, comms: list[StageComm], crosses: dict[str,
 
     ``members`` (group kind -> members per NVLink domain, :func:`.rankmap.members_per_domain`):
     a crossing group with ``g`` members per domain gets ``min(NVLink, g x NIC)``, the
-    rail-optimised fabric's parallel NICs (time_model=kernels; the seed model uses one NIC)."""
+    rail-optimised fabric's parallel NICs (time_model=kernels; the seed model uses one NIC).
+    With ``cluster.collective_latency`` (off by default) time_model=kernels also pays each NCCL
+    operation's latency (:func:`collective_seconds`, NCCL's ring alpha-beta model; not the TP
+    collectives Transformer Engine's userbuffers run under ``training.tp_comm_overlap``) and,
+    with ``cluster.sharp``, halves the bytes a data-parallel
+    all-reduce or reduce-scatter sends across the fabric (NCCL CollNet / SHARP: the switch
+    reduces, so each byte goes up once and comes down once instead of the ring's two passes;
+    NCCL user guide, environment variable NCCL_COLLNET_ENABLE,
+    https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)."""
     cl = spec.cluster
     eff = cl.comm_efficiency if cl.comm_efficiency and cl.comm_efficiency > 0 else 1.0
     intra = filled(cl.intra_node_bandwidth_gbps, "cluster.intra_node_bandwidth_gbps")
     inter = filled(cl.inter_node_bandwidth_gbps, "cluster.inter_node_bandwidth_gbps")
+    ub = bool(spec.training.tp_comm_overlap) and tp_in_nvlink_domain(
+        spec.parallel.tp, cl.nvlink_domain_size, cl.gpus_per_node,
+        cl.num_nodes * cl.gpus_per_node)
     for sc in comms:
         for col in sc.collectives.values():
             kind = col.group or _GROUP_OF_AXIS[col.axis]
@@ -442,5 +510,22 @@ def time_collectives(spec: TrainSpec, comms: list[StageComm], crosses: dict[str,
                     continue
                 if col.axis in ("tp", "dp"):  # rings: one channel per NIC of the domain
                     bw = min(intra, inter * g)
+            reduce = "reduce" in col.name and col.axis == "dp"
+            sharp = bool(cl.sharp) and reduce and col.crosses_nodes
+            if sharp:  # in-network reduction: each byte crosses the fabric once, not twice
+                vol /= 2
             col.bandwidth_gbps = bw
-            col.seconds = vol / (bw * 1e9 * eff) if bw > 0 else 0.0
+            # the seed model, or latency off: bytes over bandwidth. Transformer Engine's
+            # userbuffers run the overlapped TP collectives with their own p2p kernels, not NCCL
+            # (TE initialize_ub), so NCCL's latency model does not apply to them
+            if members is None or not cl.collective_latency or (ub and col.axis == "tp"
+                                                                and col.name in _UB_TP):
+                col.seconds = vol / (bw * 1e9 * eff) if bw > 0 else 0.0
+                continue
+            steps, launches = ring_steps(col.name, col.group_size)
+            per_dom = max(members.get(kind, 1), 1) if col.crosses_nodes else col.group_size
+            domains = -(-col.group_size // min(per_dom, col.group_size))
+            inter_steps = 0 if domains <= 1 else min(
+                steps, (2 if steps >= 2 * (col.group_size - 1) else 1) * (domains - 1))
+            col.seconds = collective_seconds(vol, col.count, steps, launches, inter_steps,
+                                             bw * 1e9 * eff, sharp)

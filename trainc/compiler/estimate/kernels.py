@@ -103,7 +103,8 @@ class Hw:
 def hardware(spec: TrainSpec) -> Hw:
     """The GPU profile of ``cluster.gpu`` scaled to the spec's ``peak_tflops`` (a user override
     scales every precision alike); a custom GPU gets :data:`GENERIC`'s ratios. The attention
-    efficiency is the profile's for the engine's kernel: Transformer Engine's fused attention
+    efficiency is the profile's for the engine's kernel (``cluster.clock_cap`` scales every
+    peak by the sustained clock's fraction): Transformer Engine's fused attention
     (engine=megatron, deepspeed) or PyTorch SDPA's FlashAttention-2 (engine=fsdp,
     ``sdpa_attention_efficiency``); ``cluster.attention_efficiency`` overrides both."""
     cl = spec.cluster
@@ -120,6 +121,8 @@ def hardware(spec: TrainSpec) -> Hw:
     attn = prof.attention_efficiency
     if spec.engine is Engine.fsdp and prof.sdpa_attention_efficiency is not None:
         attn = prof.sdpa_attention_efficiency  # torch SDPA's FlashAttention-2 kernel
+    # a power or clock cap scales the tensor-core clock, so every precision's peak alike
+    scale *= cl.clock_cap if 0 < cl.clock_cap <= 1 else 1.0
     peaks = {k: v * scale * 1e12 for k, v in prof.peaks.items()}
     peaks["fp32"] = peaks["bf16"] / 2  # TF32 tensor cores (layer_precision)
     return Hw(peaks=peaks,

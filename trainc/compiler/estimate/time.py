@@ -44,7 +44,17 @@ from trainc.compiler.estimate.params import (
     stage_params,
 )
 from trainc.compiler.ir import Plan, filled
-from trainc.schemas import Engine, Offload, Precision, Recompute, TimeModel, TrainSpec
+from trainc.schemas import (
+    Engine,
+    Fp8Format,
+    Offload,
+    Optimizer,
+    Precision,
+    Recompute,
+    StateDtype,
+    TimeModel,
+    TrainSpec,
+)
 
 
 def layer_flops(spec: TrainSpec, moe: bool, tokens: float, s2: float) -> float:
@@ -68,6 +78,81 @@ class StepTime:
     compute_by_kind: dict[str, float] = field(default_factory=dict)
     offload_seconds: float = 0.0
     """DeepSpeed CPU offload's exposed seconds per step (:func:`offload_seconds`)."""
+
+
+#: Bytes of one element of an optimizer buffer by its dtype (fp8 is stored as uint8).
+_STATE_BYTES = {StateDtype.fp32: 4, StateDtype.bf16: 2, StateDtype.fp16: 2, StateDtype.fp8: 1}
+
+
+def optimizer_bytes_per_param(spec: TrainSpec) -> float:
+    """HBM bytes the optimizer step reads and writes per parameter it updates (bytes).
+
+    The step is memory-bound element-wise work: Megatron-Core's distributed optimizer, DeepSpeed
+    and torch's fused AdamW run one multi-tensor kernel that reads the gradient, the main
+    (master) parameter and the moments and writes the main parameter and the moments back, then
+    casts the main parameter into the model's copy (apex / TE ``multi_tensor_adam``,
+    megatron-core 0.16.1 ``optimizer/distrib_optimizer.py`` ``step_with_ready_grads`` and
+    ``_copy_main_params_to_model_params``). Gradient clipping reads the gradient once more for
+    its norm (``clip_grads.py`` ``get_grad_norm_fp32``). Per parameter: ``2 g`` (the norm and
+    Adam's read) ``+ 2 m`` (main parameter read and write; none in fp32 training, where the
+    model's copy is the main one) ``+ 2 (e1 + e2)`` (each moment read and written; SGD has one)
+    ``+ p`` (the model copy written: 2 bytes in BF16/FP16, 1 with ``fp8_param_gather``, whose
+    FP8 copy is written instead). ``g``, ``m``, ``e1``, ``e2`` are the dtypes of
+    ``training.main_grads_dtype``, ``main_params_dtype``, ``exp_avg_dtype``,
+    ``exp_avg_sq_dtype``. The defaults (fp32 states, BF16 model): 8 + 8 + 16 + 2 = 34 bytes.
+    """
+    t = spec.training
+    g = _STATE_BYTES[t.main_grads_dtype]
+    e1 = _STATE_BYTES[t.exp_avg_dtype]
+    e2 = _STATE_BYTES[t.exp_avg_sq_dtype] if t.optimizer is Optimizer.adam else 0
+    if t.precision is Precision.fp32:
+        return 2 * g + 2 * 4 + 2 * (e1 + e2)
+    m = _STATE_BYTES[t.main_params_dtype]
+    p = 1 if t.fp8_param_gather and t.fp8_format is not Fp8Format.none else 2
+    return 2 * g + 2 * m + 2 * (e1 + e2) + p
+
+
+def optimizer_step_seconds(spec: TrainSpec, dense: float, expert: float, shard: int,
+                           expert_shard: int, hbm_bytes_per_s: float) -> float:
+    """Seconds of one optimizer step on one GPU of a stage holding ``dense`` and ``expert``
+    parameters (counts, after the TP/PP/EP split): the parameters this GPU updates (its
+    ``1 / shard`` of the dense ones and ``1 / expert_shard`` of the experts' where the optimizer
+    is sharded: Megatron's distributed optimizer over DP x CP and expert DP, ZeRO >= 1, FSDP2's
+    sharded parameters; 1 otherwise) x :func:`optimizer_bytes_per_param` over the achievable
+    HBM bandwidth (``hbm_bytes_per_s``, B/s: the profile's bandwidth x ``memory_efficiency``).
+    The step follows the last gradient reduction and nothing overlaps it. Example: 8e9
+    parameters over 64 ranks at 34 B each and 6.4e12 B/s (a B200's 8 TB/s x 0.8): 0.66 ms.
+    """
+    if hbm_bytes_per_s <= 0:
+        return 0.0
+    updated = dense / max(shard, 1) + expert / max(expert_shard, 1)
+    return updated * optimizer_bytes_per_param(spec) / hbm_bytes_per_s
+
+
+def optimizer_shards(spec: TrainSpec, plan: Plan) -> tuple[int, int]:
+    """(dense, expert) ranks the optimizer states are sharded over: Megatron's distributed
+    optimizer (and Megatron-FSDP) over DP x CP / expert DP; DeepSpeed ZeRO >= 1 over DP x CP;
+    FSDP2 over its data-parallel mesh; (1, 1) when every rank steps every parameter."""
+    d = plan.derived
+    n, n_e = max(d.dp * d.cp, 1), max(d.expert_dp or 1, 1)
+    if spec.engine is Engine.megatron:
+        return (n, n_e) if d.distributed_optimizer or d.megatron_fsdp else (1, 1)
+    if spec.engine is Engine.deepspeed:
+        return (n, n) if spec.parallel.zero_stage >= 1 else (1, 1)
+    return n, n_e
+
+
+def step_fixed_seconds(spec: TrainSpec, plan: Plan, dense: float, expert: float,
+                       hbm_bytes_per_s: float) -> float:
+    """What a step costs besides its micro-batches and their collectives (seconds, one GPU):
+    the optimizer step (:func:`optimizer_step_seconds`; none on the GPU with DeepSpeed's CPU
+    optimizer offload, whose host step :func:`offload_seconds` counts) and
+    ``cluster.step_overhead_us`` of host time per step."""
+    host = max(spec.cluster.step_overhead_us, 0.0) * 1e-6
+    if not spec.cluster.optimizer_step or spec.training.offload_optimizer is not Offload.none:
+        return host
+    shard, eshard = optimizer_shards(spec, plan)
+    return optimizer_step_seconds(spec, dense, expert, shard, eshard, hbm_bytes_per_s) + host
 
 
 def stage_compute_flops(spec: TrainSpec, plan: Plan) -> list[float]:
@@ -444,11 +529,13 @@ def kernel_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble
         _dp_exposed(spec, plan, sc, r, sps[r].total, fwd, bwd, compute, len(idx))
         dp_exp = sum(c.exposed_seconds for c in sc.collectives.values() if c.axis == "dp")
         off = _plan_offload_seconds(spec, plan, sps[r].total)
-        total = piped + idle + dp_exp + off
+        opt = step_fixed_seconds(spec, plan, sps[r].dense, sps[r].expert, hw.hbm)
+        total = piped + idle + dp_exp + off + opt
         if best is None or total > best.step_time_seconds:
-            best = StepTime(total, compute, exposed_mb * M + dp_exp, idle, r, 0.0, 0.0,
+            best = StepTime(total, compute + opt, exposed_mb * M + dp_exp, idle, r, 0.0, 0.0,
                             offload_seconds=off)
             best_kinds = {k: v * M for k, v in kinds.items()}
+            best_kinds["optimizer"] = opt
     assert best is not None
     t = best.step_time_seconds
     tokens = tr.global_batch_size * spec.model.seq_length

@@ -27,9 +27,23 @@ def topology(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     warnings follow from the rank order (``RankGenerator``, tp fastest): t | G keeps a TP group in
     one node, as Narayanan et al. 2021 (arXiv:2104.04473 §3.3) advise; likewise t*c and t_e*e.
     """
+    yield from _clock_cap(spec)
     yield from _dense_grid(spec, d)
     yield from _expert_grid(spec, d)
     yield from _nvlink(spec, d)
+
+
+def _clock_cap(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC109: ``cluster.clock_cap`` outside (0, 1] (a cap above the profile's clock would raise
+    the vendor's peak; 0 or less leaves no compute)."""
+    cap = spec.cluster.clock_cap
+    if not 0 < cap <= 1:
+        yield diag(R.CLOCK_CAP,
+                   f"cluster.clock_cap ({cap}) must be in (0, 1]: the sustained clock as a "
+                   f"fraction of the GPU profile's (e.g. 0.85 for a power cap that holds the "
+                   f"SM clock at 85 % of boost)", "cluster.clock_cap",
+                   fix="set cluster.clock_cap to a fraction in (0, 1], or remove it (1.0)",
+                   clock_cap=cap)
 
 
 def _dense_grid(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
