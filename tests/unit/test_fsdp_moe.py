@@ -194,6 +194,26 @@ def test_torchtitan_args_txt_carries_the_moe_registry_line(tmp_path) -> None:
     assert "(1, 2, 2, 4), 4 experts per EP rank" in text
 
 
+def test_torchrun_sh_defaults_to_the_moe_module(tmp_path) -> None:
+    """An MoE plan runs torchtitan's qwen3 module (llama3 has no experts, and an MoE
+    config_registry function is not found there); a dense plan keeps llama3."""
+    import yaml
+    from specs.kit import BASE, apply
+
+    from trainc.compiler.pipeline import compile_spec
+
+    def script(overrides: dict[str, Any]) -> str:
+        path = tmp_path / "s.yaml"
+        path.write_text(yaml.safe_dump(apply(BASE, overrides)))
+        return compile_spec(str(path), [], emit_files=True).files["torchrun.sh"]
+
+    moe = script(HSDP_EP)
+    assert '--module "${TORCHTITAN_MODULE:-qwen3}"' in moe
+    assert "#   TORCHTITAN_MODULE (qwen3)," in moe
+    dense = {k: v for k, v in HSDP_EP.items() if not k.startswith(("model.", "parallel.ep"))}
+    assert '--module "${TORCHTITAN_MODULE:-llama3}"' in script(dense)
+
+
 # --- estimates: bytes per GPU, FSDP2 collectives, the EP all-to-all ---------------------------
 
 def test_states_shard_dense_over_dp_shard_cp_and_experts_over_efsdp() -> None:

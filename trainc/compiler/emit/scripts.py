@@ -68,13 +68,23 @@ def secret_exports(plan: dict[str, Any]) -> dict[str, str]:
     return {k: shell_reference(k) for k in plan["derived"].get("secret_env", [])}
 
 
+def _torchtitan_module(plan: dict[str, Any]) -> str:
+    """torchtitan 0.3.0's module for ``--module``: ``qwen3`` (GQA decoder with grouped experts)
+    when the plan's registry has MoE layers, else ``llama3`` (dense)."""
+    fsdp = (plan.get("engines") or {}).get("fsdp") or {}
+    registry = (fsdp.get("torchtitan") or {}).get("registry") or {}
+    return "qwen3" if registry.get("moe") is not None else "llama3"
+
+
 def torchrun(plan: dict[str, Any]) -> dict[str, str]:
     """``torchrun.sh``: one node's share of the job, like PyTorch's ``torchrun`` recipe for
     multi-node runs (static ``--node_rank``/``--master_addr`` by default, a c10d rendezvous when
     started by ``sbatch.sh``), running ``python -m trainc.launch.worker --plan <dir>/plan.json``
     or, for entrypoint megatron-lm, ``pretrain_gpt.py`` with ``megatron_args.txt``, or for
     entrypoint torchtitan, ``torchtitan.train`` 0.3.0 with ``torchtitan_args.txt`` (the
-    ``config_registry`` function from ``TORCHTITAN_CONFIG``).
+    ``config_registry`` function from ``TORCHTITAN_CONFIG``, in ``TORCHTITAN_MODULE``: by
+    default ``qwen3`` for an MoE plan, whose decoder has grouped experts, else ``llama3``; see
+    ``trainc/compiler/emit/torchtitan.py`` ``moe_comment``).
     """
     s, d = plan["spec"], plan["derived"]
     lc = s["launch"]
@@ -82,6 +92,7 @@ def torchrun(plan: dict[str, Any]) -> dict[str, str]:
     ctx = _common(plan) | {
         "last_node_rank": s["cluster"]["num_nodes"] - 1,
         "entrypoint": lc["entrypoint"],
+        "torchtitan_module": _torchtitan_module(plan),
         "megatron_lm_path": lc["megatron_lm_path"] or "",
         "add_checkpoint_dir": lc["save_dir"] is None,
         "load_dir": (s.get("resume") or {}).get("load_dir"),
