@@ -38,8 +38,8 @@ def approx_params(spec: TrainSpec) -> int:
     """Weights of the model, roughly (count, all experts included): per layer the attention
     projections (2 h^2 for query and output, 2 h x groups x head_dim for key and value) plus the
     MLP (3 h x ffn for swiglu, 2 h x ffn for gelu, times num_experts on MoE models, every layer
-    counted as MoE), plus the embedding (twice when untied). Norms, biases, routers and MLA are ignored:
-    only used to tell a large model from a small one (Llama-2-70B: 69.0e9)."""
+    counted as MoE), plus the embedding (twice when untied). Norms, biases, routers and MLA are
+    ignored: only used to tell a large model from a small one (Llama-2-70B: 69.0e9)."""
     m = spec.model
     h = m.hidden_size
     heads = max(m.num_attention_heads, 1)
