@@ -350,6 +350,34 @@ _DDP, _IMP, _FB = "DistributedDataParallelConfig", "initialize_model_parallel", 
     "forward_backward_func"
 
 
+def _pattern(freq: int | list[int], layers: int) -> list[int]:
+    """Megatron-Core's moe_layer_freq (an int: i % freq == 0; a list: the pattern) as a list."""
+    return list(freq) if isinstance(freq, list) else [int(i % freq == 0) for i in range(layers)]
+
+
+def _spec_moe_pattern(plan: dict[str, Any]) -> list[int]:
+    m = plan["spec"]["model"]
+    k, freq = m["moe_first_k_dense_layers"], m["moe_layer_freq"]
+    return [int(i >= k and i % freq == 0) for i in range(m["num_layers"])]
+
+
+def _lm_moe_pattern(a: dict[str, Any]) -> list[int]:
+    """--moe-layer-freq as Megatron-LM's moe_freq_type reads it: an int, or a list expression
+    of ``[v]*n`` terms joined by ``+`` (parsed here, not evaluated)."""
+    text, layers = a.get("--moe-layer-freq", "1"), int(a["--num-layers"])
+    if not text.startswith("("):
+        return _pattern(int(text), layers)
+    out: list[int] = []
+    for term in text.strip("()").split("+"):
+        value, count = term.split("*")
+        out += [int(value.strip("[]"))] * int(count)
+    return out
+
+
+def _core_moe_pattern(c: dict[str, Any]) -> list[int]:
+    return _pattern(c[_TC]["moe_layer_freq"], c[_TC]["num_layers"])
+
+
 def _moe_row(name: str, flag: str, typ: Callable[[str], Any], default: Any,
              conv: Callable[[Any], Any] = lambda v: v) -> Setting:
     return Setting(name, spec=(S(f"model.{name}", conv),), lm=(F(flag, typ, default),),
@@ -469,7 +497,23 @@ TABLE: tuple[Setting, ...] = (
             # Megatron-LM: None -> ffn_hidden_size (validate_args)
             lm=(F("--moe-ffn-hidden-size", int, lambda a: int(a["--ffn-hidden-size"])),),
             core=(C(_TC, "moe_ffn_hidden_size"),), when=_MOE),
-    _moe_row("moe_layer_freq", "--moe-layer-freq", int, 1),
+    # the per-layer MoE pattern (1 = MoE): moe_layer_freq with moe_first_k_dense_layers, an
+    # int or Megatron-LM's "([0]*k+[1]*n)" list expression
+    Setting("moe_layer_pattern", spec=(SF(_spec_moe_pattern),),
+            lm=(LF(("--moe-layer-freq",), _lm_moe_pattern),),
+            core=(CF(((_TC, "moe_layer_freq"),), _core_moe_pattern),), when=_MOE),
+    Setting("mtp_num_layers", spec=(S("model.mtp_num_layers"),),
+            lm=(F("--mtp-num-layers", int, None),), core=(CO(_TC, "mtp_num_layers", None),)),
+    Setting("moe_router_num_groups", spec=(S("model.moe_router_num_groups"),),
+            lm=(F("--moe-router-num-groups", int, None),),
+            core=(CO(_TC, "moe_router_num_groups", None),), when=_MOE),
+    Setting("moe_router_group_topk", spec=(S("model.moe_router_group_topk"),),
+            lm=(F("--moe-router-group-topk", int, None),),
+            core=(CO(_TC, "moe_router_group_topk", None),), when=_MOE),
+    Setting("moe_router_enable_expert_bias",
+            spec=(S("model.moe_router_enable_expert_bias", bool),),
+            lm=(B("--moe-router-enable-expert-bias"),),
+            core=(CO(_TC, "moe_router_enable_expert_bias", False),), when=_MOE),
     _moe_row("moe_token_dispatcher_type", "--moe-token-dispatcher-type", str, "allgather"),
     Setting("moe_router_pre_softmax", spec=(S("model.moe_router_pre_softmax"),),
             lm=(B("--moe-router-pre-softmax"),), core=(C(_TC, "moe_router_pre_softmax"),),

@@ -76,13 +76,12 @@ def test_deepseek_v3_exact_keys_and_router_notes():
         "moe_shared_expert_intermediate_size": 2048, "moe_layer_freq": 1,
         "moe_router_score_function": "sigmoid", "moe_router_topk_scaling_factor": 2.5,
         "moe_router_load_balancing_type": "seq_aux_loss",
+        # dense first layers, MTP, group-limited routing and aux-loss-free balancing
+        "moe_first_k_dense_layers": 3, "mtp_num_layers": 1, "moe_router_num_groups": 8,
+        "moe_router_group_topk": 4, "moe_router_enable_expert_bias": True,
     }
     assert list(keys) == [k for k in KEY_ORDER if k in keys]
-    # what the schema cannot express is named with its value, never dropped
-    noaux, = (n for n in notes if n.startswith("topk_method 'noaux_tc'"))
-    assert "moe_router_enable_expert_bias" in noaux and "not modelled" in noaux
-    groups, = (n for n in notes if n.startswith("n_group 8 and topk_group 4"))
-    assert "moe_router_num_groups / moe_router_group_topk" in groups
+    assert not any(n.startswith(("topk_method", "n_group", "the first 3 dense")) for n in notes)
     # the config's alpha (0.001) is not copied: the note says what trainc uses and the paper's
     alpha, = (n for n in notes if n.startswith("aux_loss_alpha 0.001 in config.json"))
     assert "moe_aux_loss_coeff 0.0" in alpha and "arXiv 2412.19437" in alpha
@@ -90,9 +89,9 @@ def test_deepseek_v3_exact_keys_and_router_notes():
     # initializer_range 0.02 is trainc's default: no key, but the paper's 0.006 is pointed out
     init, = (n for n in notes if n.startswith("initializer_range 0.02"))
     assert "model.init_method_std=0.006" in init and "arXiv 2412.19437" in init
-    assert "the first 3 dense layers (first_k_dense_replace 3) are not modelled: every layer is " \
-        "MoE here" in notes
-    assert "multi-token prediction (num_nextn_predict_layers 1) is not modelled" in notes
+    assert "num_nextn_predict_layers 1 is imported as mtp_num_layers 1: multi-token prediction " \
+        "is built by Megatron-LM's pretrain_gpt.py only, so a spec with this preset needs " \
+        "engine=megatron and launch.entrypoint=megatron-lm (TRC386)" in notes
     assert "rope_scaling (rope_type yarn: beta_fast 32, beta_slow 1, factor 40, mscale 1, " \
         "mscale_all_dim 1, original_max_position_embeddings 4096) is dropped " \
         "(--drop-rope-scaling): the preset trains plain RoPE, a different model from this " \
@@ -100,7 +99,7 @@ def test_deepseek_v3_exact_keys_and_router_notes():
     assert "seq_length (the training sequence length) is not in config.json: trainc uses 4096 = " \
         "min(rope_scaling.original_max_position_embeddings 4096, 8192); set --seq-length N or " \
         "model.seq_length=N for another" in notes
-    assert len(notes) == 8
+    assert len(notes) == 5
 
 
 def test_deepseek_v3_without_aux_loss_alpha_notes_the_unset_coefficient():
@@ -165,8 +164,9 @@ def test_notes_are_written_as_header_comments():
     header = [line for line in text.splitlines() if line.startswith("#")]
     assert all(len(line) <= 100 for line in header[1:])
     notes = " ".join(line.lstrip("# ") for line in header[1:])
-    assert notes.count("Note: ") == 8
-    assert "n_group 8 and topk_group 4" in notes and "topk_method 'noaux_tc'" in notes
+    assert notes.count("Note: ") == 5
+    assert "num_nextn_predict_layers 1 is imported as mtp_num_layers 1" in notes
+    assert "moe_router_enable_expert_bias: true" in text and "moe_router_num_groups: 8" in text
     assert "Not modelled:" not in text
 
 
@@ -225,19 +225,29 @@ def test_cli_unknown_architecture_exits_2_without_traceback(tmp_path, capsys):
     assert main(["import-hf", str(tmp_path / "missing.json")]) == 2
 
 
-@pytest.mark.parametrize("config", sorted(p.name for p in HF.glob("*.json")))
+#: the stored configs of architectures import-hf refuses (test_unsupported_architectures_*)
+REFUSED = {"Llama-4-Scout-17B-16E.json", "gpt-oss-20b.json", "gemma-3-27b-it.json"}
+
+
+@pytest.mark.parametrize("config", sorted(p.name for p in HF.glob("*.json")
+                                          if p.name not in REFUSED))
 def test_every_imported_preset_compiles(tmp_path, capsys, config):
     """The written preset composes with a cluster preset into a spec that lints clean."""
     (tmp_path / "model").mkdir()
-    drop = ["--drop-rope-scaling"] if config == "DeepSeek-V3.json" else []  # YaRN
+    drop = (["--drop-rope-scaling"] if config in ("DeepSeek-V3.json", "Kimi-K2-Instruct.json")
+            else [])  # YaRN
     assert main(["import-hf", str(HF / config), "-o", str(tmp_path / "model" / "imported.yaml"),
                  "--seq-length", "4096", *drop]) == 0
-    moe = "num_experts" in yaml.safe_load((tmp_path / "model" / "imported.yaml").read_text())
+    preset = yaml.safe_load((tmp_path / "model" / "imported.yaml").read_text())
+    moe = "num_experts" in preset
+    # multi-token prediction is built by Megatron-LM's pretrain_gpt.py only (TRC386)
+    mtp = ("launch:\n  entrypoint: megatron-lm\n  megatron_lm_path: /opt/Megatron-LM\n"
+           if preset.get("mtp_num_layers") else "")
     (tmp_path / "spec.yaml").write_text(
         "defaults:\n  - model: imported\n  - cluster: dgx-h100\n  - _self_\n"
         "cluster:\n  num_nodes: 16\nparallel:\n  tp: 4\n"
         + ("  ep: 8\n" if moe else "")
-        + "training:\n  global_batch_size: 1024\n  recompute: full\n")
+        + "training:\n  global_batch_size: 1024\n  recompute: full\n" + mtp)
     result = compile_spec(tmp_path / "spec.yaml", emit_files=False)
     errors = [d.to_json() for d in result.diagnostics if d.is_error and d.rule.id < "TRC400"]
     assert errors == []
@@ -388,10 +398,10 @@ def test_cli_prints_every_note_on_stderr_and_keeps_the_comments(tmp_path, capsys
                  "--drop-rope-scaling"]) == 0
     captured = capsys.readouterr()
     _, notes = import_hf_with_notes(HF / "DeepSeek-V3.json", drop_rope_scaling=True)
-    assert len(notes) == 8
+    assert len(notes) == 5
     assert captured.out == ""
     assert captured.err == "".join(f"note: {n}\n" for n in notes) + f"wrote {target}\n"
-    assert target.read_text().count("# Note: ") == 8
+    assert target.read_text().count("# Note: ") == 5
 
 
 def test_cli_output_dash_writes_stdout(tmp_path, capsys, monkeypatch):
@@ -446,3 +456,159 @@ def test_sliding_window_shorter_than_the_sequence_is_an_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "sliding_window 4096" in err and "Traceback" not in err
     assert main(["import-hf", str(path), "--seq-length", "16384", "--drop-sliding-window"]) == 0
+
+
+# --- Kimi K2, and what a missing key names ----------------------------------------------------
+
+
+def test_kimi_k2_exact_keys_and_notes():
+    """moonshotai/Kimi-K2-Instruct: DeepSeek-V3's architecture (model_type kimi_k2) with one
+    dense first layer, 384 experts, no expert groups (n_group 1) and no MTP layer."""
+    keys, notes = convert(json.loads((HF / "Kimi-K2-Instruct.json").read_text()),
+                          drop_rope_scaling=True)
+    assert keys == {
+        "num_layers": 61, "hidden_size": 7168, "num_attention_heads": 64,
+        "ffn_hidden_size": 18432, "vocab_size": 163840, "seq_length": 4096,
+        "max_position_embeddings": 131072, "activation": "swiglu", "normalization": "rmsnorm",
+        "position_embedding": "rope", "rotary_base": 50000,
+        "untie_embeddings_and_output_weights": True, "norm_epsilon": 1e-6,
+        "hidden_dropout": 0.0, "attention_dropout": 0.0, "multi_latent_attention": True,
+        "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64,
+        "v_head_dim": 128, "num_experts": 384, "moe_router_topk": 8, "moe_ffn_hidden_size": 2048,
+        "moe_shared_expert_intermediate_size": 2048, "moe_layer_freq": 1,
+        "moe_router_score_function": "sigmoid", "moe_router_topk_scaling_factor": 2.827,
+        "moe_router_load_balancing_type": "seq_aux_loss", "moe_first_k_dense_layers": 1,
+        "moe_router_enable_expert_bias": True,
+    }
+    assert notes == [
+        "aux_loss_alpha 0.001 in config.json is not copied: trainc uses moe_aux_loss_coeff 0.0, "
+        "the default of trainc and Megatron-Core, which turns the balance loss off; the expert "
+        "bias balances the experts; set model.moe_aux_loss_coeff for a sequence-wise balance "
+        "loss as well (DeepSeek-V3 used 1e-4, DeepSeek-V3's technical report (arXiv "
+        "2412.19437, section 4.2))",
+        "seq_length (the training sequence length) is not in config.json: trainc uses 4096 = "
+        "min(rope_scaling.original_max_position_embeddings 4096, 8192); set --seq-length N or "
+        "model.seq_length=N for another",
+        "rope_scaling (rope_type yarn: beta_fast 1, beta_slow 1, factor 32, mscale 1, "
+        "mscale_all_dim 1, original_max_position_embeddings 4096) is dropped "
+        "(--drop-rope-scaling): the preset trains plain RoPE, a different model from this "
+        "checkpoint",
+    ]
+    # without --drop-rope-scaling its YaRN is refused, as DeepSeek-V3's is
+    with pytest.raises(HFImportError, match="rope_type yarn"):
+        convert(json.loads((HF / "Kimi-K2-Instruct.json").read_text()))
+
+
+@pytest.mark.parametrize(("config", "key", "kinds"), [
+    ("Kimi-K2-Instruct.json", "n_routed_experts", "deepseek_v3, kimi_k2"),
+    ("Mixtral-8x7B-v0.1.json", "num_experts_per_tok",
+     "mixtral, qwen2_moe, qwen3_moe, deepseek_v3, kimi_k2"),
+    ("DeepSeek-V3.json", "kv_lora_rank", "deepseek_v3, kimi_k2"),
+])
+def test_a_missing_key_names_the_model_kinds_that_need_it(config, key, kinds):
+    cfg = json.loads((HF / config).read_text())
+    del cfg[key]
+    with pytest.raises(HFImportError) as e:
+        convert(cfg, drop_rope_scaling=True)
+    assert str(e.value) == (f"config.json has no '{key}', which model_type "
+                            f"{cfg['model_type']!r} needs (the model_type values that need it: "
+                            f"{kinds}); add it from the checkpoint's own config.json")
+    del cfg["vocab_size"]
+    with pytest.raises(HFImportError, match="'vocab_size', which model_type .* needs "
+                                            r"\(every supported model_type needs it\)"):
+        convert(cfg, drop_rope_scaling=True)
+
+
+# --- architectures the schema cannot reproduce: every difference named -------------------------
+
+
+REFUSALS = {
+    "Llama-4-Scout-17B-16E.json": ("llama4", (
+        "attention_chunk_size 8192: the RoPE layers attend within fixed chunks of that many "
+        "tokens (chunked local attention); trainc's attention is full causal on every layer",
+        "no_rope_layers [] (no_rope_layer_interval 4): layers 3, 7, 11, ..., 47 (12 of 48) use "
+        "no rotary embedding and full attention; trainc rotates every layer",
+        "attn_temperature_tuning (floor_scale 8192, attn_scale 0.1): the no-RoPE layers scale "
+        "their queries by a function of the position; trainc has no such scaling",
+        "use_qk_norm true: a parameter-free L2 norm of queries and keys after RoPE on the RoPE "
+        "layers; trainc's qk_layernorm is a learned RMSNorm before RoPE",
+        "num_local_experts 16, num_experts_per_tok 1: the router scales each token's input to "
+        "its expert by the sigmoid of its score (Llama4TextMoe), where Megatron-Core weights the "
+        "expert's output; a shared expert of intermediate_size 8192 runs beside it",
+        "rope_scaling (rope_type llama3: factor 16, high_freq_factor 1, low_freq_factor 1, "
+        "original_max_position_embeddings 8192): Megatron-Core applies Llama 3 scaling with "
+        "low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192 fixed",
+    )),
+    "gpt-oss-20b.json": ("gpt_oss", (
+        "attention sinks: every head has a learned sink logit (GptOssAttention.sinks) that joins "
+        "the softmax; trainc's attention has none",
+        "layer_types: 12 of 24 layers are sliding_attention with sliding_window 128 (alternating "
+        "with full_attention); trainc's attention is full causal on every layer",
+        "rope_scaling (rope_type yarn: beta_fast 32, beta_slow 1, factor 32, "
+        "original_max_position_embeddings 4096, truncate False): trainc's model schema has no "
+        "YaRN",
+        "swiglu_limit 7: the experts clamp the gate (at most the limit) and the up projection "
+        "(within plus or minus the limit) and compute (up + 1) * gate * sigmoid(1.702 * gate); "
+        "trainc's swiglu is silu(gate) * up",
+        "attention_bias true: q, k, v and o_proj have biases; Megatron has no switch for the "
+        "o_proj bias without MLP biases",
+        "the experts' projections and the router carry biases (gate_up_proj_bias, "
+        "down_proj_bias, router.bias); Megatron-Core's router has none",
+    )),
+    "gemma-3-27b-it.json": ("gemma3", (
+        "hidden_activation gelu_pytorch_tanh: a gated MLP with the tanh GELU (GeGLU); trainc's "
+        "gated MLP is SwiGLU and its gelu is ungated",
+        "sliding_window 1024 on 5 of every 6 layers (sliding_window_pattern 6): those layers "
+        "attend to that many previous tokens only; trainc's attention is full causal on every "
+        "layer",
+        "rope_theta 1e+06 on the global layers and rope_local_base_freq 10000 on the "
+        "sliding-window layers: trainc has one rotary_base",
+        "rope_scaling (rope_type linear: factor 8) on the global layers only: trainc's model "
+        "schema has no linear RoPE scaling",
+        "query_pre_attn_scalar 168: attention scores are scaled by 168^-0.5, not head_dim "
+        "128^-0.5",
+        "the embedding output is multiplied by sqrt(hidden_size) = sqrt(5376) "
+        "(Gemma3TextScaledWordEmbedding); trainc's is not",
+        "four RMSNorms per layer (input, post-attention, pre-feedforward, post-feedforward); "
+        "trainc's pre-norm layer has two",
+    )),
+}
+
+
+def test_refused_configs_are_the_stored_ones():
+    assert set(REFUSALS) == REFUSED
+
+
+@pytest.mark.parametrize("config", sorted(REFUSALS))
+def test_unsupported_architectures_name_every_difference(config):
+    model_type, differences = REFUSALS[config]
+    cfg = json.loads((HF / config).read_text())
+    assert cfg["model_type"] == model_type
+    # even the escape hatches do not turn these into a preset: they are not one difference
+    with pytest.raises(HFImportError) as e:
+        convert(cfg, drop_rope_scaling=True, drop_sliding_window=True, seq_length=4096)
+    assert e.value.differences == differences
+    message = str(e.value)
+    assert message.startswith(f"model_type {model_type!r} (")
+    assert all(f"({i}) {d}" in message for i, d in enumerate(differences, 1))
+
+
+@pytest.mark.parametrize("config", sorted(REFUSALS))
+def test_cli_refuses_them_with_exit_2_and_writes_nothing(tmp_path, capsys, config):
+    target = tmp_path / "model" / "x.yaml"
+    assert main(["import-hf", str(HF / config), "-o", str(target)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and not target.exists() and "Traceback" not in captured.err
+    assert "cannot be imported: a preset would train a different model" in captured.err
+
+
+def test_maverick_interleaved_moe_layers_are_a_named_difference():
+    """Llama 4 Maverick's MoE layers are the odd ones (interleave_moe_layer_step 2), which
+    moe_layer_freq (i % k == 0) cannot state."""
+    cfg = json.loads((HF / "Llama-4-Scout-17B-16E.json").read_text())
+    cfg["text_config"] |= {"interleave_moe_layer_step": 2, "num_local_experts": 128}
+    with pytest.raises(HFImportError) as e:
+        convert(cfg)
+    assert "interleave_moe_layer_step 2: layers 1, 3, ... are MoE (i % 2 == 1) and the rest " \
+        "dense MLPs of intermediate_size_mlp 16384; trainc's moe_layer_freq makes layers " \
+        "i % 2 == 0 MoE and its dense layers have ffn_hidden_size" in e.value.differences

@@ -30,8 +30,6 @@ TABLES = ("published_runs.csv", "heldout_runs.csv", "validation_nvidia.csv",
 
 _MEM = ("TRC401", "memory estimate exceeds the GPU for a run that ran (the recipes' recompute / "
         "offload settings are not in the table, or the activation estimate is high)")
-_FP8_FSDP = ("TRC330", "FP8 on engine=fsdp (torchtitan / torchao float8, OLMo-core, llm-foundry) "
-             "is refused: TRC330 assumes FP8 needs Transformer Engine under engine=megatron")
 _MOE_FSDP = ("TRC313 TRC344", "FSDP2 + expert parallelism (torchtitan MoE) is refused: "
              "engine=fsdp builds dense transformers only")
 #: (table, CSV line) -> (the error rule ids it gets today, why). Lines count the header as 1.
@@ -41,8 +39,6 @@ KNOWN: dict[tuple[str, int], tuple[str, str]] = {
                                  "world 256 is not a multiple of etp*ep*pp = 512 as converted "
                                  "(the published EP folding needs checking against the recipe)"),
     **{("heldout_runs.csv", n): _MEM for n in (2, 98)},
-    **{("heldout_runs.csv", n): _FP8_FSDP for n in (84, 85, 105, 106, 107, 108, 109, 110, 111,
-                                                     112, 114, 115)},
     ("heldout_runs.csv", 174): ("TRC313", "NeMo AutoModel FSDP2 with cp 2 is refused: the trainc "
                                 "FSDP2 worker cannot split cp"),
     **{("heldout_runs.csv", n): _MOE_FSDP for n in (175, 176, 177, 178)},
@@ -51,7 +47,6 @@ KNOWN: dict[tuple[str, int], tuple[str, str]] = {
                                        "(read as global batch) does not divide dp derived from "
                                        "the printed GPU count (the table's DP is doubtful)")
        for n in (118, 119)},
-    **{("validation_papers.csv", n): _FP8_FSDP for n in (29, 31, 33, 35)},
     ("validation_papers.csv", 62): ("TRC344", "OPT-175B (metaseq FSDP + Megatron TP 8) is refused: "
                                     "the FSDP2 worker's TP plan has no tied embedding"),
     ("validation_papers.csv", 65): _MEM,

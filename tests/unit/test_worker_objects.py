@@ -292,3 +292,19 @@ def make_spec_for_worker() -> Any:
     from specs.kit import make
 
     return make(**{"launch.device": "cuda", "cluster.gpu": "h100-80g"})  # FP8: Hopper or later
+
+
+@pytest.mark.parametrize("device", [None, "cpu"])
+def test_dense_first_layers_and_router_keys_reach_the_worker_config(device: str | None,
+                                                                     tmp_path: Path) -> None:
+    """moe_first_k_dense_layers (the list form of moe_layer_freq), group-limited routing and
+    the expert bias are TransformerConfig fields the worker builds with the plan's values."""
+    _, files = compile_case("mixtral-8x7b-ep8", (
+        "model.moe_first_k_dense_layers=3", "model.moe_router_num_groups=4",
+        "model.moe_router_group_topk=2", "model.moe_router_score_function=sigmoid",
+        "model.moe_router_enable_expert_bias=true"))
+    check_megatron(files, tmp_path, device)
+    config = build_megatron(settings_of(files, tmp_path))["TransformerConfig"][0]
+    assert config.moe_layer_freq == [0, 0, 0] + [1] * 29
+    assert (config.moe_router_num_groups, config.moe_router_group_topk) == (4, 2)
+    assert config.moe_router_enable_expert_bias is True

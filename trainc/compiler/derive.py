@@ -122,12 +122,23 @@ def layers_per_stage(num_layers: int, pp: int, first: int | None, last: int | No
     return ((f,) if f is not None else ()) + mid + ((la,) if la is not None else ())
 
 
-def num_moe_layers(spec: TrainSpec) -> int:
-    """MoE layers: layer i (0-based) is MoE iff ``i % moe_layer_freq == 0`` (Megatron's int form)."""
+def moe_layer_pattern(spec: TrainSpec) -> tuple[int, ...]:
+    """Per decoder layer (0-based), 1 for an MoE layer and 0 for a dense one: layer i is MoE iff
+    ``i >= moe_first_k_dense_layers`` and ``i % moe_layer_freq == 0`` (HF
+    ``DeepseekV3DecoderLayer``'s rule; Megatron-Core's int ``moe_layer_freq`` is the k = 0 case).
+    This is the list Megatron-Core receives as ``moe_layer_freq`` when k > 0 (megatron-core
+    0.16.1 ``gpt_layer_specs.get_gpt_decoder_block_spec`` reads a list as the pattern itself).
+    A dense model (num_experts null) is all zeros."""
     m = spec.model
-    if not m.num_experts or m.moe_layer_freq < 1:
-        return 0
-    return len(range(0, m.num_layers, m.moe_layer_freq))
+    k, freq = m.moe_first_k_dense_layers, m.moe_layer_freq
+    if not m.num_experts or freq < 1:
+        return (0,) * m.num_layers
+    return tuple(int(i >= k and i % freq == 0) for i in range(m.num_layers))
+
+
+def num_moe_layers(spec: TrainSpec) -> int:
+    """MoE layers of :func:`moe_layer_pattern` (its count of 1s)."""
+    return sum(moe_layer_pattern(spec))
 
 
 def derive(spec: TrainSpec) -> Derived:

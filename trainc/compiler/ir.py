@@ -243,9 +243,6 @@ class Plan:
 
     spec: TrainSpec
     """The normalized spec (passes read it; they never change it)."""
-    spec_json: Mapping[str, Any]
-    """The resolved spec as JSON values (enum spellings; secret env values masked)."""
-    spec_hash: str
     derived: Layout
     engines: Engines
     trainc_version: str
@@ -255,13 +252,47 @@ class Plan:
     estimates: Estimates | None = None
     diagnostics: tuple[Mapping[str, Any], ...] = ()
     """Diagnostics as their JSON records (the same as ``lint --format json``)."""
-    spec_as_written: Mapping[str, Any] | None = None
-    """The composed spec before normalization, as JSON values (presets and overrides applied;
-    a key the user left unset keeps its schema default, null where trainc derives it: etp,
-    sequence_parallel, tp_comm_overlap, ...; secret env values masked). ``trainc diff`` and
-    ``trainc calibrate`` recompile a compiled output from it, so an override of tp re-derives
-    what depends on tp instead of keeping the old layout's derived values. None: not recorded
-    (a plan built from an already normalized spec)."""
+    written: TrainSpec | None = None
+    """The composed spec before normalization (None: not known, a plan built from an already
+    normalized spec); :attr:`spec_as_written` is its JSON view."""
+    _views: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """The JSON views of :attr:`spec` and :attr:`written`, built on first read (``lint`` and the
+    fit check's what-ifs never read them); not copied by ``dataclasses.replace``."""
+
+    def _view(self, name: str) -> Any:
+        if name not in self._views:
+            from trainc.compiler.secrets import mask_secrets
+            from trainc.compiler.spec_json import spec_hash, spec_to_dict
+
+            if name == "spec_json":
+                value: Any = mask_secrets(spec_to_dict(self.spec))[0]
+            elif name == "spec_hash":
+                value = spec_hash(self.spec_json)  # type: ignore[arg-type]
+            else:
+                value = (None if self.written is None
+                         else mask_secrets(spec_to_dict(self.written))[0])
+            self._views[name] = value
+        return self._views[name]
+
+    @property
+    def spec_json(self) -> Mapping[str, Any]:
+        """The resolved spec as JSON values (enum spellings; secret env values masked)."""
+        return self._view("spec_json")  # type: ignore[no-any-return]
+
+    @property
+    def spec_hash(self) -> str:
+        """sha256 (hex) of :attr:`spec_json`'s canonical JSON."""
+        return self._view("spec_hash")  # type: ignore[no-any-return]
+
+    @property
+    def spec_as_written(self) -> Mapping[str, Any] | None:
+        """The composed spec before normalization, as JSON values (presets and overrides applied;
+        a key the user left unset keeps its schema default, null where trainc derives it: etp,
+        sequence_parallel, tp_comm_overlap, ...; secret env values masked). ``trainc diff`` and
+        ``trainc calibrate`` recompile a compiled output from it, so an override of tp re-derives
+        what depends on tp instead of keeping the old layout's derived values. None: not recorded
+        (a plan built from an already normalized spec)."""
+        return self._view("spec_as_written")  # type: ignore[no-any-return]
 
     def to_json(self) -> dict[str, Any]:
         """``plan.json`` as a dict (keys sorted when written by ``canonical_json``)."""

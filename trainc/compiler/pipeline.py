@@ -20,7 +20,6 @@ from trainc.compiler.diagnostics import (
     locate,
     sort_diagnostics,
 )
-from trainc.compiler.emit import emit
 from trainc.compiler.estimate import estimate
 from trainc.compiler.fit import check_fit
 from trainc.compiler.ir import Plan
@@ -95,6 +94,10 @@ def _artifact_record(d: Diagnostic, spec_path: str | None) -> dict[str, Any]:
 
 
 def _emit(s: State) -> State:
+    # imported here: the emitters (report, Kubernetes manifests, Jinja2 templates) are ~40 % of
+    # the pipeline's import time, and lint / explain / diff / plan never emit
+    from trainc.compiler.emit import emit
+
     assert s.plan is not None
     return dataclasses.replace(s, files=emit(s.plan))
 
@@ -132,9 +135,36 @@ def plan_and_estimate(spec: TrainSpec, *, normalized: bool = False
     return state.spec, list(state.diagnostics), None if state.failed else state.plan
 
 
+#: The fit check's what-if results of this process, keyed by :func:`_what_if_key`; bounded by
+#: :data:`_WHAT_IF_MAX` (cleared when full).
+_WHAT_IF: dict[str, Plan | None] = {}
+_WHAT_IF_MAX = 512
+#: The job name every what-if is evaluated under (the name reaches no estimate; only TRC501,
+#: which a valid name passes, reads it).
+_WHAT_IF_NAME = "trainc-what-if"
+
+
+def _what_if_key(spec: TrainSpec) -> str:
+    """The memo key of a what-if spec: its ``repr`` (every field of every section, dataclass
+    reprs list them all), the job name set to :data:`_WHAT_IF_NAME` first."""
+    return repr(dataclasses.replace(spec, name=_WHAT_IF_NAME))
+
+
 def _evaluate(spec: TrainSpec) -> Plan | None:
-    """The fit check's what-if: a changed spec through normalize .. estimate (None if invalid)."""
-    return plan_and_estimate(spec)[2]
+    """The fit check's what-if: a changed spec through normalize .. estimate (None if invalid).
+
+    Memoized per process: ``trainc lint`` over many specs that differ in their name and a few
+    keys asks for the same what-ifs again (the same TRC401 change on the same model and
+    cluster). The job name is replaced by :data:`_WHAT_IF_NAME` before the spec is evaluated,
+    so two specs that differ only in their name share the result; the fit check reads the
+    estimates and the layout of the result, never its name. The returned plan is shared:
+    callers must not modify it (the fit check does not)."""
+    key = _what_if_key(spec)
+    if key not in _WHAT_IF:
+        if len(_WHAT_IF) >= _WHAT_IF_MAX:
+            _WHAT_IF.clear()
+        _WHAT_IF[key] = plan_and_estimate(dataclasses.replace(spec, name=_WHAT_IF_NAME))[2]
+    return _WHAT_IF[key]
 
 
 @dataclass

@@ -3,10 +3,6 @@ source of truth every artifact is rendered from (``plan.json`` is ``Plan.to_json
 
 from __future__ import annotations
 
-import dataclasses
-import enum
-import hashlib
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,7 +12,12 @@ from trainc.compiler.engines import engine_configs
 from trainc.compiler.engines.fsdp import TORCHTITAN_VERSION
 from trainc.compiler.engines.settings import distributed_optimizer, layers_per_virtual_stage
 from trainc.compiler.ir import Engines, Layout, Plan
-from trainc.compiler.secrets import mask_secrets
+from trainc.compiler.secrets import is_secret
+
+# re-exported: trainc.compiler.plan has been their home
+from trainc.compiler.spec_json import canonical_json as canonical_json
+from trainc.compiler.spec_json import spec_hash as spec_hash
+from trainc.compiler.spec_json import spec_to_dict as spec_to_dict
 from trainc.schemas import Device, Engine, Precision, TrainSpec
 
 #: Megatron-LM release whose ``pretrain_gpt.py`` flags ``megatron_args.txt`` targets.
@@ -26,26 +27,6 @@ MEGATRON_CORE_VERSION = "0.16.1"
 DEEPSPEED_VERSION = "0.19.8"
 
 
-def spec_to_dict(spec: TrainSpec) -> dict[str, Any]:
-    """The spec as plain JSON values (enums by their YAML spelling, the value), keys in schema
-    order."""
-
-    def conv(v: Any) -> Any:
-        if dataclasses.is_dataclass(v) and not isinstance(v, type):
-            return {f.name: conv(getattr(v, f.name)) for f in dataclasses.fields(v)}
-        if isinstance(v, enum.Enum):
-            return v.value
-        if isinstance(v, dict):
-            return {str(k): conv(x) for k, x in sorted(v.items())}
-        if isinstance(v, (list, tuple)):
-            return [conv(x) for x in v]
-        return v
-
-    out = conv(spec)
-    assert isinstance(out, dict)
-    return out
-
-
 def recorded_spec(plan_json: Mapping[str, Any]) -> dict[str, Any]:
     """The spec a compiled output's ``plan.json`` stands for, to compile again (``trainc diff``,
     ``trainc calibrate``): ``spec_as_written`` (:attr:`Plan.spec_as_written`: derived values
@@ -53,16 +34,6 @@ def recorded_spec(plan_json: Mapping[str, Any]) -> dict[str, Any]:
     -- the resolved ``spec``. Raises KeyError / TypeError when neither is a mapping."""
     written = plan_json.get("spec_as_written")
     return dict(written if isinstance(written, Mapping) else plan_json["spec"])
-
-
-def canonical_json(obj: Any) -> str:
-    """Deterministic JSON (sorted keys, 2-space indent, trailing newline)."""
-    return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-
-
-def spec_hash(spec_dict: dict[str, Any]) -> str:
-    """sha256 of the resolved spec's canonical JSON (hex)."""
-    return hashlib.sha256(canonical_json(spec_dict).encode()).hexdigest()
 
 
 def plan(spec: TrainSpec, written: TrainSpec | None = None) -> Plan:
@@ -84,8 +55,9 @@ def plan(spec: TrainSpec, written: TrainSpec | None = None) -> Plan:
     assert d.layers_per_stage is not None and sum(d.layers_per_stage) == spec.model.num_layers
     eng = engine_configs(spec, d)
     tc = eng["megatron_core"]["TransformerConfig"]
-    # Secret launch.env values never reach plan.json, hence no artifact (trainc.compiler.secrets).
-    spec_dict, secret_env = mask_secrets(spec_to_dict(spec))
+    # Secret launch.env values never reach plan.json, hence no artifact (trainc.compiler.secrets):
+    # Plan.spec_json masks them; their names (as spec_to_dict spells the keys) go in derived.
+    secret_env = sorted(str(k) for k, v in spec.launch.env.items() if is_secret(str(k), v))
     cpu = spec.launch.device is Device.cpu
     layout = Layout(
         world_size=d.world_size, tp=p.tp, pp=p.pp, vpp=p.vpp, cp=p.cp, ep=p.ep, etp=d.etp,
@@ -110,8 +82,7 @@ def plan(spec: TrainSpec, written: TrainSpec | None = None) -> Plan:
         secret_env=tuple(secret_env))
     lm = eng["megatron_lm"]
     return Plan(
-        spec=spec, spec_json=spec_dict, spec_hash=spec_hash(spec_dict), derived=layout,
-        spec_as_written=None if written is None else mask_secrets(spec_to_dict(written))[0],
+        spec=spec, derived=layout, written=written,
         engines=Engines(megatron_core=eng["megatron_core"],
                         megatron_lm=None if lm is None else tuple(tuple(x) for x in lm),
                         deepspeed=eng["deepspeed"], fsdp=eng["fsdp"]),

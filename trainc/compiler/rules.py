@@ -119,7 +119,9 @@ GLOBAL_BATCH = _r(
     "global_batch_size must be a multiple of micro_batch_size*dp")
 MICROBATCHES_PP = _r(
     "TRC215", "microbatches-at-least-pp",
-    "num_microbatches below pp leaves pipeline stages idle (an error with interleaving)",
+    "num_microbatches below pp leaves pipeline stages idle (an error with interleaving, and "
+    "with engine=fsdp's single-stage 1F1B schedule, which torch.distributed.pipelining "
+    "rejects)",
     "warning")
 MICROBATCHES_VPP = _r(
     "TRC216", "microbatches-multiple-of-pp",
@@ -135,8 +137,14 @@ CP_A2A_HEADS = _r(
     "cp_comm_type a2a needs the heads and query groups per TP rank to be multiples of cp")
 KV_REPLICATED = _r(
     "TRC221", "kv-heads-replicated",
-    "tp above num_query_groups replicates KV heads (Megatron-Core >= 0.16 only; wasteful)",
-    "warning")
+    "tp above num_query_groups replicates KV heads (Megatron-Core >= 0.16 only; wasteful); an "
+    "error where launch.versions.megatron_core is older than 0.16.0, whose TransformerConfig "
+    "raises", "warning")
+RECOMPUTE_UNIFORM_CHUNKS = _r(
+    "TRC260", "recompute-uniform-divides-chunk",
+    "with recompute_method uniform, recompute_num_layers must divide the layers of every "
+    "pipeline stage chunk on Megatron-Core before 0.17.0 (the last checkpointed chunk runs past "
+    "the stage's layers: IndexError)", engines={"deepspeed": "n/a", "fsdp": "n/a"})
 
 # --- TRC3xx: feature compatibility ---------------------------------------------------------
 #: Megatron-Core MoE build checks: engine=fsdp builds no experts (TRC344 refuses num_experts)
@@ -222,6 +230,10 @@ MOE_CAPACITY_BALANCING = _r(
     "TRC326", "moe-capacity-needs-aux-balancing",
     "moe_expert_capacity_factor works only with aux_loss, seq_aux_loss, global_aux_loss or none "
     "load balancing", engines=_NO_MOE_FSDP)
+MOE_CAPACITY_DISPATCHER = _r(
+    "TRC390", "moe-capacity-needs-alltoall",
+    "moe_expert_capacity_factor needs the alltoall token dispatcher on Megatron-Core before "
+    "0.12.0 (TransformerConfig raises for allgather)", engines=_NO_MOE_FSDP)
 SHARED_EXPERT_TP = _r(
     "TRC327", "shared-expert-divisible-by-tp",
     "moe_shared_expert_intermediate_size must be a multiple of tp (the shared expert MLP is "
@@ -346,7 +358,8 @@ LOW_PRECISION_GPU = _r(
     "TRC370", "low-precision-recipe-gpu",
     "the FP8 / FP4 recipe must run on cluster.gpu: FP8 needs compute capability 8.9+ (no A100), "
     "mxfp8 and nvfp4 need Blackwell (B200, GB200), blockwise needs Hopper or a recent "
-    "Transformer Engine on Blackwell", engines=_MEGATRON_ONLY)
+    "Transformer Engine on Blackwell, and CUDA 12.9 or later (launch.versions.cuda)",
+    engines=_MEGATRON_ONLY)
 LOW_PRECISION_SHAPES = _r(
     "TRC371", "low-precision-gemm-shapes",
     "every FP8 / FP4 GEMM's local shape after the TP / ETP split must be aligned: tokens per "
@@ -389,15 +402,34 @@ MOE_FLEX_SCALE = _r(
     "the flex dispatcher (DeepEP) pays off for expert-parallel groups across nodes; inside one "
     "node alltoall or allgather is as fast or faster", "warning",
     engines={"megatron": "warning", "deepspeed": "n/a", "fsdp": "n/a"})
+MOE_ROUTER_SETTINGS = _r(
+    "TRC384", "moe-router-settings",
+    "group-limited routing needs moe_router_num_groups and moe_router_group_topk together, "
+    "groups that divide num_experts, group_topk <= num_groups and <= topk, and picked groups "
+    "that hold topk experts; the expert bias needs sigmoid "
+    "scores; dense first layers leave at least one MoE layer (Megatron-Core "
+    "TransformerConfig.__post_init__)")
+MOE_NO_LOAD_BALANCING = _r(
+    "TRC385", "moe-no-load-balancing",
+    "an MoE model trained with no load balancing (no auxiliary loss and no expert bias) routes "
+    "most tokens to a few experts (routing collapse)", "warning")
+MEGATRON_ONLY_MODEL_KEY = _r(
+    "TRC386", "megatron-only-model-key",
+    "dense first layers, multi-token prediction, group-limited routing and the expert bias are "
+    "built by Megatron-LM / Megatron-Core only: engine=deepspeed and engine=fsdp cannot express "
+    "them, and multi-token prediction needs entrypoint megatron-lm (the trainc worker builds "
+    "no MTP block)",
+    engines={"megatron": "error", "deepspeed": "error", "fsdp": "error"})
 TP_COMM_OVERLAP = _r(
     "TRC380", "tp-comm-overlap",
     "tp_comm_overlap needs engine=megatron on CUDA (Transformer Engine userbuffers) and tp > 1 "
     "with sequence_parallel (Megatron-LM validate_args)")
 TP_COMM_OVERLAP_DOMAIN = _r(
     "TRC382", "tp-comm-overlap-domain",
-    "tp_comm_overlap hides TP traffic over NVLink peer memory (userbuffers); a TP group wider "
-    "than the NVLink domain gets no overlap", "warning",
-    engines={"megatron": "warning", "deepspeed": "n/a", "fsdp": "n/a"})
+    "tp_comm_overlap runs in Transformer Engine's userbuffers over NVLink peer memory (CUDA "
+    "multicast / IPC handles): a TP group wider than the NVLink domain, or cut by it, cannot "
+    "run it (tensor parallelism inside one domain only)", "error",
+    engines={"megatron": "error", "deepspeed": "n/a", "fsdp": "n/a"})
 MOE_A2A_OVERLAP = _r(
     "TRC381", "moe-a2a-overlap",
     "overlap_moe_expert_parallel_comm needs engine=megatron on CUDA, ep > 1, the alltoall or "
@@ -542,12 +574,25 @@ SOURCES: dict[str, str] = {
     "TRC212": "TransformerConfig uneven PP (MR §1.6; BC-005)",
     "TRC213": "initialize_model_parallel (MR PG-4)",
     "TRC214": "ConstantNumMicroBatchesCalculator (MR §1.7); DeepSpeed batch assertion (DR §1)",
-    "TRC215": "pipeline schedules (MR §1.7)",
+    "TRC215": "pipeline schedules (MR §1.7); torch 2.13 torch/distributed/pipelining/"
+              "schedules.py Schedule1F1B.__init__ (n_microbatches >= num_stages, pytorch/"
+              "pytorch PR 144702; pytorch/torchtitan#775)",
     "TRC216": "forward_backward_pipelining_with_interleaving (MR §1.7)",
     "TRC217": "validate_args (MR CP-1)", "TRC218": "tensor_parallel/mappings.py (MR SP-2; BC-015)",
     "TRC219": "validate_args --max-position-embeddings (MR §5)",
     "TRC220": "Transformer Engine a2a CP (MR §8)",
-    "TRC221": "attention.py KV replication, Megatron-Core >= 0.16 (MR TP-2; BC-011)",
+    "TRC221": "attention.py KV replication, Megatron-Core >= 0.16 (MR TP-2; BC-011); "
+              "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__ "
+              "(core_v0.15.3: num_query_groups % tp == 0 required; core_v0.16.0: or tp % "
+              "num_query_groups == 0)",
+    "TRC260": "megatron/core/transformer/transformer_block.py TransformerBlock."
+              "_checkpointed_forward, uniform method (core_v0.16.1: custom(layer_idx, layer_idx "
+              "+ recompute_num_layers) unclamped; clamped to the stage's layers by "
+              "NVIDIA/Megatron-LM PR #3562, first in core_v0.17.0); NVIDIA/Megatron-LM#1807",
+    "TRC390": "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__ "
+              "(core_v0.11.0: 'moe_expert_capacity_factor only works with alltoall token "
+              "dispatcher'; the check is gone from core_v0.12.0, NVIDIA/Megatron-LM commit "
+              "0d389f5 'Integration of Deepseek DeepEP kernel'); NVIDIA/Megatron-LM#1277",
     "TRC301": "ModelParallelConfig.__post_init__ (MR SP-1)",
     "TRC302": "megatron-core 0.16.1 transformer/moe/moe_layer.py MoELayer.forward raises "
               "ValueError; ModelParallelConfig.__post_init__ only warns (MR EXP-6)",
@@ -612,7 +657,8 @@ SOURCES: dict[str, str] = {
               "GPT-3, arXiv 2005.14165 appendix B; OPT, arXiv 2205.01068 section 2.2",
     "TRC370": "transformer_engine/pytorch/quantization.py check_recipe_support / "
               "_compute_fp8_support (8.9+), _compute_mxfp8_support and _compute_nvfp4_support "
-              "(10.0+), _compute_fp8_block_scaling_support (TE 2.x: Hopper, later 9.0+); "
+              "(10.0+), _compute_fp8_block_scaling_support (TE 2.x: Hopper, later 9.0+; "
+              "torch.version.cuda >= 12.9 in v2.3 .. v2.18; NVIDIA-NeMo/RL#971); "
               "megatron-core 0.16.1 transformer_config.py fp8_recipe ('mxfp8' for Blackwell only)",
     "TRC371": "transformer_engine/pytorch/utils.py assert_dim_for_fp8_exec (height % 8, width % "
               "16); tensor/mxfp8_tensor.py and nvfp4_tensor.py Quantizer.is_quantizable (block "
@@ -638,10 +684,25 @@ SOURCES: dict[str, str] = {
               "--sequence-parallel); megatron-core 0.16.1 extensions/transformer_engine.py "
               "(userbuffers: Transformer Engine on CUDA)",
     "TRC382": "Transformer Engine userbuffers (transformer_engine/pytorch/module/base.py "
-              "initialize_ub: intra-domain NVLink peer-memory communicators)",
+              "initialize_ub: intra-domain NVLink peer-memory communicators); "
+              "NVIDIA/TransformerEngine#1071 (comm+GEMM overlap supports single-node tensor "
+              "parallelism only: Userbuffers relies on CUDA multicast handles within an NVLink "
+              "domain)",
     "TRC383": "Megatron-LM core_v0.16.1 megatron/training/arguments.py validate_args "
               "(use_megatron_fsdp: ckpt_format fsdp_dtensor); megatron/core/distributed/fsdp/"
               "src/megatron_fsdp/megatron_fsdp.py MegatronFSDP.__init__ (overlaps forced on)",
+    "TRC384": "megatron-core 0.16.1 transformer/transformer_config.py TransformerConfig."
+              "__post_init__ (moe_router_group_topk / moe_router_num_groups asserts; "
+              "moe_router_enable_expert_bias needs moe_router_score_function sigmoid); "
+              "transformer/moe/moe_utils.py group_limited_topk (topk // group_topk per group)",
+    "TRC385": "Megatron-Core MoE docs (megatron/core/transformer/moe/README.md, core_v0.16.1: "
+              "--moe-router-load-balancing-type aux_loss with --moe-aux-loss-coeff 1e-2 "
+              "recommended; --moe-router-enable-expert-bias for aux-loss-free balancing); "
+              "arXiv:2101.03961 §2.2 (Switch), arXiv:2408.15664 (aux-loss-free)",
+    "TRC386": "Megatron-LM core_r0.16.0 megatron/training/arguments.py (--moe-layer-freq, "
+              "--mtp-num-layers, --moe-router-num-groups, --moe-router-group-topk, "
+              "--moe-router-enable-expert-bias); megatron-core 0.16.1 models/gpt/gpt_model.py "
+              "GPTModel (mtp_block_spec); trainc: what each engine builds (docs/engines.md)",
     "TRC381": "megatron-core 0.16.1 transformer/transformer_config.py TransformerConfig."
               "__post_init__ (overlap_moe_expert_parallel_comm checks)",
     "TRC512": "megatron/training/arguments.py --split; megatron/core/datasets utils "

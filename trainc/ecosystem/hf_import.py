@@ -1,8 +1,8 @@
 """``trainc import-hf``: a Hugging Face ``config.json`` -> a trainc model preset (``model/*.yaml``).
 
 Supported ``model_type`` values (see :data:`SUPPORTED`): Llama 2/3 (``llama``), Mistral, Mixtral,
-Qwen2 (incl. Qwen2-MoE), Qwen3 (incl. Qwen3-MoE) and DeepSeek-V3. All of them are pre-norm decoders
-with RMSNorm, SwiGLU MLPs (``hidden_act: silu`` with a gate) and rotary positions.
+Qwen2 (incl. Qwen2-MoE), Qwen3 (incl. Qwen3-MoE), DeepSeek-V3 and Kimi K2. All of them are pre-norm
+decoders with RMSNorm, SwiGLU MLPs (``hidden_act: silu`` with a gate) and rotary positions.
 
 Key mapping (HF -> trainc):
 
@@ -41,15 +41,19 @@ Key mapping (HF -> trainc):
   ``initializer_range`` -> ``init_method_std`` when it differs from 0.02 (the default).
 * DeepSeek-V3's router: ``scoring_func`` -> ``moe_router_score_function``,
   ``routed_scaling_factor`` -> ``moe_router_topk_scaling_factor``, ``seq_aux`` (default true) ->
-  ``moe_router_load_balancing_type: seq_aux_loss``. Its weight is left to the user and noted
-  (``aux_loss_alpha`` set or not: the config's value is not the technical report's 1e-4). The
-  model schema has no key for ``topk_method: noaux_tc`` (Megatron-Core's
-  ``moe_router_enable_expert_bias``) nor for group-limited routing, ``n_group`` / ``topk_group``
-  (``moe_router_num_groups`` / ``moe_router_group_topk``): they are noted by name and value.
+  ``moe_router_load_balancing_type: seq_aux_loss``, ``topk_method: noaux_tc`` ->
+  ``moe_router_enable_expert_bias``, group-limited routing ``n_group`` / ``topk_group`` ->
+  ``moe_router_num_groups`` / ``moe_router_group_topk``, ``first_k_dense_replace`` ->
+  ``moe_first_k_dense_layers``, ``num_nextn_predict_layers`` -> ``mtp_num_layers``. The
+  balance-loss weight is left to the user and noted (``aux_loss_alpha`` set or not: the config's
+  value is not the technical report's 1e-4). Kimi K2 (``model_type: kimi_k2``) is DeepSeek-V3's
+  architecture and maps the same way.
+* Architectures whose config.json the model schema cannot reproduce (Llama 4, gpt-oss,
+  Gemma 3: see :data:`UNSUPPORTED`) are an :class:`HFImportError` that names every difference
+  with its config.json key and value (:attr:`HFImportError.differences`).
 
 Qwen3's ``q_norm`` / ``k_norm`` -> ``qk_layernorm``. Every config.json field that is not
-modelled (dense first layers, multi-token
-prediction, sliding windows, the router settings above) or is mapped with a caveat, and every
+modelled (sliding windows, the router settings above) or is mapped with a caveat, and every
 training setting it leaves unset, is listed as a ``# Note:`` line in the preset's header comment
 (and ``trainc import-hf`` prints each on stderr as a ``note:`` line).
 """
@@ -79,6 +83,25 @@ SUPPORTED: dict[str, str] = {
     "qwen3": "Qwen3ForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM",
+    "kimi_k2": "DeepseekV3ForCausalLM (Kimi K2: DeepSeek-V3's architecture)",
+}
+
+#: model_type values whose architecture is DeepSeek-V3's (MLA, DeepSeekMoE router).
+DEEPSEEK_LIKE = ("deepseek_v3", "kimi_k2")
+
+#: The config.json keys :func:`convert` requires, and the model_type values that need each
+#: (what ``import-hf`` names when one is missing).
+REQUIRED_BY: dict[str, tuple[str, ...]] = {
+    **{k: tuple(SUPPORTED) for k in ("num_attention_heads", "hidden_size",
+                                      "max_position_embeddings", "num_hidden_layers",
+                                      "intermediate_size", "vocab_size")},
+    "num_local_experts": ("mixtral",),
+    "num_experts": ("qwen2_moe", "qwen3_moe"),
+    "moe_intermediate_size": ("qwen2_moe", "qwen3_moe", *DEEPSEEK_LIKE),
+    "n_routed_experts": DEEPSEEK_LIKE,
+    "num_experts_per_tok": ("mixtral", "qwen2_moe", "qwen3_moe", *DEEPSEEK_LIKE),
+    **{k: DEEPSEEK_LIKE for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                                   "v_head_dim")},
 }
 
 #: Key order of the written preset (the order of ModelSpec's fields).
@@ -93,17 +116,34 @@ KEY_ORDER = (
     "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "num_experts", "moe_router_topk",
     "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_layer_freq",
     "moe_router_score_function", "moe_router_pre_softmax", "moe_router_topk_scaling_factor",
-    "moe_router_load_balancing_type", "moe_aux_loss_coeff",
+    "moe_router_load_balancing_type", "moe_aux_loss_coeff", "moe_first_k_dense_layers",
+    "mtp_num_layers", "moe_router_num_groups", "moe_router_group_topk",
+    "moe_router_enable_expert_bias",
 )
 
 
 class HFImportError(ValueError):
-    """The config.json cannot be turned into a trainc model preset (a user error, exit 2)."""
+    """The config.json cannot be turned into a trainc model preset (a user error, exit 2).
+
+    ``differences``: for an architecture the model schema cannot reproduce (:data:`UNSUPPORTED`),
+    each way the preset would differ from the checkpoint, one sentence each (empty otherwise)."""
+
+    def __init__(self, message: str, differences: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.differences = differences
 
 
 def _req(cfg: dict[str, Any], key: str) -> Any:
+    """``cfg[key]``; a missing or null key raises :class:`HFImportError` naming the key, the
+    config's model_type and every model_type that needs the key (:data:`REQUIRED_BY`)."""
     if key not in cfg or cfg[key] is None:
-        raise HFImportError(f"config.json has no '{key}' (model_type {cfg.get('model_type')!r})")
+        mt = cfg.get("model_type")
+        kinds = REQUIRED_BY.get(key, (str(mt),))
+        every = len(kinds) == len(SUPPORTED)
+        who = ("every supported model_type needs it" if every else
+               "the model_type values that need it: " + ", ".join(kinds))
+        raise HFImportError(f"config.json has no '{key}', which model_type {mt!r} needs ({who}); "
+                            "add it from the checkpoint's own config.json")
     return cfg[key]
 
 
@@ -136,13 +176,13 @@ DEEPSEEK_V3_INIT_STD = 0.006
 
 
 def _deepseek_router(cfg: dict[str, Any], out: dict[str, Any], notes: list[str]) -> None:
-    """DeepSeek-V3's router: map what ModelSpec expresses, note the rest by name and value.
-
-    ModelSpec has ``moe_router_score_function``, ``moe_router_topk_scaling_factor``,
-    ``moe_router_load_balancing_type`` and ``moe_aux_loss_coeff``; it has no key for
-    Megatron-Core's group-limited routing (``moe_router_num_groups``, ``moe_router_group_topk``)
-    nor for the auxiliary-loss-free expert bias (``moe_router_enable_expert_bias``).
-    """
+    """DeepSeek-V3's (and Kimi K2's) router: ``scoring_func`` -> ``moe_router_score_function``,
+    ``routed_scaling_factor`` -> ``moe_router_topk_scaling_factor``, ``topk_method: noaux_tc``
+    -> ``moe_router_enable_expert_bias`` (auxiliary-loss-free balancing, arXiv:2408.15664),
+    ``n_group`` / ``topk_group`` -> ``moe_router_num_groups`` / ``moe_router_group_topk``
+    (group-limited routing; left out when every token may pick any group, e.g. Kimi K2's
+    n_group 1), ``seq_aux`` -> ``moe_router_load_balancing_type``; what else differs is noted
+    by name and value."""
     score = cfg.get("scoring_func")
     if score in ("softmax", "sigmoid"):
         out["moe_router_score_function"] = score
@@ -163,28 +203,28 @@ def _deepseek_router(cfg: dict[str, Any], out: dict[str, Any], notes: list[str])
                      "modelled: Megatron-Core normalizes the top-k weights")
     method = cfg.get("topk_method")
     if method == "noaux_tc":
-        notes.append("topk_method 'noaux_tc' (auxiliary-loss-free balancing: a per-expert bias, "
-                     "e_score_correction_bias, is added to the scores for the top-k choice only "
-                     "and moved by each expert's load after every step) is not modelled: trainc's "
-                     "model schema has no moe_router_enable_expert_bias, so the preset's only "
-                     "balancing is the sequence-wise loss (moe_aux_loss_coeff)")
+        # auxiliary-loss-free balancing: a per-expert bias (e_score_correction_bias) added to the
+        # scores for the top-k choice only, moved by each expert's load after every step
+        out["moe_router_enable_expert_bias"] = True
     elif method not in (None, "greedy", "group_limited_greedy"):
         notes.append(f"topk_method {method!r} is not modelled: trainc routes each token to its "
                      "top-k experts (greedy)")
     groups = _int(cfg.get("n_group") or 1, "n_group")
     group_topk = _int(cfg.get("topk_group") or groups, "topk_group")
     if method != "greedy" and groups > 1 and group_topk < groups:
-        notes.append(f"n_group {groups} and topk_group {group_topk} (group-limited routing: each "
-                     f"token picks its experts from its best {group_topk} of {groups} expert "
-                     "groups) are not modelled: trainc's model schema has no "
-                     "moe_router_num_groups / moe_router_group_topk, so a token may route to any "
-                     "expert")
+        # group-limited routing: each token picks its experts from its best topk_group groups
+        out["moe_router_num_groups"] = groups
+        out["moe_router_group_topk"] = group_topk
     out["moe_router_load_balancing_type"] = ("seq_aux_loss" if cfg.get("seq_aux", True)
                                              else "aux_loss")
     default = ModelSpec.moe_aux_loss_coeff
     paper = (f"{DEEPSEEK_V3_PAPER} balances experts auxiliary-loss-free and adds only a tiny "
              "sequence-wise balance loss, alpha = 1e-4: set model.moe_aux_loss_coeff=1e-4 to "
              "follow it")
+    if cfg["model_type"] != "deepseek_v3":  # Kimi K2 states no pre-training alpha of its own
+        paper = ("the expert bias balances the experts; set model.moe_aux_loss_coeff for a "
+                 "sequence-wise balance loss as well (DeepSeek-V3 used 1e-4, "
+                 f"{DEEPSEEK_V3_PAPER})")
     uses = (f"trainc uses moe_aux_loss_coeff {default}, the default of trainc and Megatron-Core"
             + (", which turns the balance loss off" if default == 0 else ""))
     alpha = cfg.get("aux_loss_alpha")
@@ -225,7 +265,7 @@ def _moe_keys(cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
         # is the unnormalized form; its default softmax over the k logits is the normalized one.
         if not _bool(cfg.get("norm_topk_prob", False), "norm_topk_prob"):
             out["moe_router_pre_softmax"] = True
-    elif mt == "deepseek_v3":
+    elif mt in DEEPSEEK_LIKE:
         out["num_experts"] = _int(_req(cfg, "n_routed_experts"), "n_routed_experts")
         moe_ffn = _int(_req(cfg, "moe_intermediate_size"), "moe_intermediate_size")
         out["moe_ffn_hidden_size"] = moe_ffn
@@ -233,18 +273,22 @@ def _moe_keys(cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
         if shared:
             out["moe_shared_expert_intermediate_size"] = shared * moe_ffn
         out["moe_layer_freq"] = _int(cfg.get("moe_layer_freq", 1) or 1, "moe_layer_freq")
-        if cfg.get("first_k_dense_replace"):
-            dense = cfg["first_k_dense_replace"]
-            notes.append(f"the first {dense} dense layers (first_k_dense_replace {dense}) are not "
-                         "modelled: every layer is MoE here")
-        if cfg.get("num_nextn_predict_layers"):
-            notes.append("multi-token prediction (num_nextn_predict_layers "
-                         f"{cfg['num_nextn_predict_layers']}) is not modelled")
+        dense = _int(cfg.get("first_k_dense_replace") or 0, "first_k_dense_replace", minimum=0)
+        if dense:
+            out["moe_first_k_dense_layers"] = dense
+        mtp = _int(cfg.get("num_nextn_predict_layers") or 0, "num_nextn_predict_layers",
+                   minimum=0)
+        if mtp:
+            out["mtp_num_layers"] = mtp
+            notes.append(f"num_nextn_predict_layers {mtp} is imported as mtp_num_layers {mtp}: "
+                         "multi-token prediction is built by Megatron-LM's pretrain_gpt.py only, "
+                         "so a spec with this preset needs engine=megatron and "
+                         "launch.entrypoint=megatron-lm (TRC386)")
     else:
         return out
     out["moe_router_topk"] = _int(_req(cfg, "num_experts_per_tok"), "num_experts_per_tok")
     out.setdefault("moe_layer_freq", 1)
-    if mt == "deepseek_v3":
+    if mt in DEEPSEEK_LIKE:
         _deepseek_router(cfg, out, notes)
     elif cfg.get("router_aux_loss_coef") is not None:
         out["moe_router_load_balancing_type"] = "aux_loss"
@@ -409,6 +453,116 @@ def _rope_scaling(scaling: dict[str, Any], trained: int, seq_length: int, drop: 
         "from this checkpoint. Fix: " + DROP_FIX)
 
 
+def _text(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The language model's part of a config.json (``text_config`` of a multimodal wrapper)."""
+    text = cfg.get("text_config")
+    return text if isinstance(text, dict) else cfg
+
+
+def _llama4(cfg: dict[str, Any]) -> list[str]:
+    """Llama 4 (HF ``Llama4TextConfig`` / ``Llama4TextDecoderLayer``, transformers 4.51): what
+    trainc's model schema cannot state, with the config's values (HF defaults when absent)."""
+    t = _text(cfg)
+    layers = t.get("num_hidden_layers", 48)
+    out = [f"attention_chunk_size {t.get('attention_chunk_size', 8192)}: the RoPE layers attend "
+           "within fixed chunks of that many tokens (chunked local attention); trainc's "
+           "attention is full causal on every layer"]
+    nope = t.get("no_rope_layers") or []
+    interval = t.get("no_rope_layer_interval", 4)
+    no_rope = ([i for i, rope in enumerate(nope) if not rope] if nope else
+               [i for i in range(layers) if (i + 1) % interval == 0])
+    if no_rope:
+        out.append(f"no_rope_layers {nope} (no_rope_layer_interval {interval}): layers "
+                   f"{', '.join(map(str, no_rope[:3]))}, ..., {no_rope[-1]} ({len(no_rope)} of "
+                   f"{layers}) use no rotary embedding and full attention; trainc rotates every "
+                   "layer")
+        if t.get("attn_temperature_tuning", True):
+            out.append(f"attn_temperature_tuning (floor_scale {t.get('floor_scale', 8192)}, "
+                       f"attn_scale {t.get('attn_scale', 0.1)}): the no-RoPE layers scale their "
+                       "queries by a function of the position; trainc has no such scaling")
+    if t.get("use_qk_norm", True):
+        out.append("use_qk_norm true: a parameter-free L2 norm of queries and keys after RoPE on "
+                   "the RoPE layers; trainc's qk_layernorm is a learned RMSNorm before RoPE")
+    out.append(f"num_local_experts {t.get('num_local_experts', 16)}, num_experts_per_tok "
+               f"{t.get('num_experts_per_tok', 1)}: the router scales each token's input to its "
+               "expert by the sigmoid of its score (Llama4TextMoe), where Megatron-Core weights "
+               "the expert's output; a shared expert of intermediate_size "
+               f"{t.get('intermediate_size', 8192)} runs beside it")
+    step = t.get("interleave_moe_layer_step", 1)
+    if step != 1:
+        out.append(f"interleave_moe_layer_step {step}: layers {step - 1}, {2 * step - 1}, ... are "
+                   f"MoE (i % {step} == {step - 1}) and the rest dense MLPs of "
+                   f"intermediate_size_mlp {t.get('intermediate_size_mlp', 16384)}; trainc's "
+                   f"moe_layer_freq makes layers i % {step} == 0 MoE and its dense layers have "
+                   "ffn_hidden_size")
+    scaling = t.get("rope_scaling") or {}
+    if scaling:
+        kind = scaling.get("rope_type") or scaling.get("type")
+        fixed = ", ".join(f"{k} {_fmt(v)}" for k, v in MCORE_LLAMA3_SCALING.items())
+        out.append(f"{_describe(scaling, kind)}: Megatron-Core applies Llama 3 scaling with "
+                   f"{fixed} fixed")
+    return out
+
+
+def _gpt_oss(cfg: dict[str, Any]) -> list[str]:
+    """gpt-oss (HF ``GptOssConfig`` / ``modeling_gpt_oss``, transformers 4.55)."""
+    types = cfg.get("layer_types") or []
+    sliding = sum(1 for x in types if x == "sliding_attention")
+    out = ["attention sinks: every head has a learned sink logit (GptOssAttention.sinks) that "
+           "joins the softmax; trainc's attention has none",
+           f"layer_types: {sliding} of {len(types)} layers are sliding_attention with "
+           f"sliding_window {cfg.get('sliding_window')} (alternating with full_attention); "
+           "trainc's attention is full causal on every layer"]
+    scaling = cfg.get("rope_scaling") or {}
+    if scaling:
+        out.append(f"{_describe(scaling, scaling.get('rope_type') or scaling.get('type'))}: "
+                   "trainc's model schema has no YaRN")
+    out += [f"swiglu_limit {_fmt(cfg.get('swiglu_limit', 7.0))}: the experts clamp the gate "
+            "(at most the limit) and the up projection (within plus or minus the limit) and "
+            "compute (up + 1) * gate * sigmoid(1.702 * gate); trainc's swiglu is "
+            "silu(gate) * up",
+            f"attention_bias {str(cfg.get('attention_bias')).lower()}: q, k, v and o_proj have "
+            "biases; Megatron has no switch for the o_proj bias without MLP biases",
+            "the experts' projections and the router carry biases (gate_up_proj_bias, "
+            "down_proj_bias, router.bias); Megatron-Core's router has none"]
+    return out
+
+
+def _gemma3(cfg: dict[str, Any]) -> list[str]:
+    """Gemma 3 (HF ``Gemma3TextConfig`` defaults for what its sparse ``text_config`` leaves out,
+    ``modeling_gemma3``, transformers 4.50)."""
+    t = _text(cfg)
+    pattern = t.get("sliding_window_pattern", 6)
+    h, d = t.get("hidden_size", 2304), t.get("head_dim", 256)
+    scaling = t.get("rope_scaling") or {}
+    out = [f"hidden_activation {t.get('hidden_activation', 'gelu_pytorch_tanh')}: a gated MLP "
+           "with the tanh GELU (GeGLU); trainc's gated MLP is SwiGLU and its gelu is ungated",
+           f"sliding_window {t.get('sliding_window', 4096)} on {pattern - 1} of every {pattern} "
+           f"layers (sliding_window_pattern {pattern}): those layers attend to that many previous "
+           "tokens only; trainc's attention is full causal on every layer",
+           f"rope_theta {_fmt(t.get('rope_theta', 1_000_000.0))} on the global layers and "
+           f"rope_local_base_freq {_fmt(t.get('rope_local_base_freq', 10_000.0))} on the "
+           "sliding-window layers: trainc has one rotary_base"]
+    if scaling:
+        out.append(f"{_describe(scaling, scaling.get('rope_type') or scaling.get('type'))} on "
+                   "the global layers only: trainc's model schema has no linear RoPE scaling")
+    out += [f"query_pre_attn_scalar {t.get('query_pre_attn_scalar', 256)}: attention scores are "
+            f"scaled by {t.get('query_pre_attn_scalar', 256)}^-0.5, not head_dim {d}^-0.5",
+            f"the embedding output is multiplied by sqrt(hidden_size) = sqrt({h}) "
+            "(Gemma3TextScaledWordEmbedding); trainc's is not",
+            "four RMSNorms per layer (input, post-attention, pre-feedforward, post-feedforward); "
+            "trainc's pre-norm layer has two"]
+    return out
+
+
+#: HF ``model_type`` values import-hf recognises but refuses: what a preset cannot reproduce of
+#: each, listed by :class:`HFImportError` (``differences``).
+UNSUPPORTED: dict[str, Any] = {
+    "llama4": _llama4, "llama4_text": _llama4, "gpt_oss": _gpt_oss, "gemma3": _gemma3,
+    "gemma3_text": _gemma3,
+}
+
+
 def convert(cfg: dict[str, Any], *, seq_length: int | None = None,
             drop_rope_scaling: bool = False,
             drop_sliding_window: bool = False) -> tuple[dict[str, Any], list[str]]:
@@ -427,6 +581,15 @@ def convert(cfg: dict[str, Any], *, seq_length: int | None = None,
     if seq_length is not None and seq_length < 1:
         raise HFImportError(f"seq_length must be a positive number of tokens, got {seq_length}")
     mt = cfg.get("model_type")
+    if mt in UNSUPPORTED:
+        arch = ", ".join(cfg.get("architectures") or []) or str(mt)
+        diffs = tuple(UNSUPPORTED[mt](cfg))
+        raise HFImportError(
+            f"model_type {mt!r} ({arch}) cannot be imported: a preset would train a different "
+            "model from this checkpoint. What trainc's model schema cannot state: "
+            + "; ".join(f"({i}) {x}" for i, x in enumerate(diffs, 1))
+            + ". Fix: none in import-hf; a hand-written preset trains trainc's architecture, "
+            "not this one", diffs)
     if mt not in SUPPORTED:
         arch = ", ".join(cfg.get("architectures") or []) or "none given"
         raise HFImportError(
@@ -464,7 +627,7 @@ def convert(cfg: dict[str, Any], *, seq_length: int | None = None,
         "hidden_dropout": 0.0,
         "attention_dropout": float(cfg.get("attention_dropout", 0.0) or 0.0),
     }
-    if mt == "deepseek_v3":  # multi-head latent attention: no key/value heads of its own
+    if mt in DEEPSEEK_LIKE:  # multi-head latent attention: no key/value heads of its own
         del out["num_query_groups"]
         q_lora = cfg.get("q_lora_rank")
         out.update(multi_latent_attention=True,

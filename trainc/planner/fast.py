@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from trainc.compiler.derive import padded_vocab, tp_in_nvlink_domain
+from trainc.compiler.derive import num_moe_layers, padded_vocab, tp_in_nvlink_domain
 from trainc.compiler.estimate.activations import dense_layer_bytes, moe_mlp_extra_bytes
 from trainc.compiler.estimate.comm import (
     EpDispatch,
@@ -105,7 +105,7 @@ def model_consts(spec: TrainSpec) -> ModelConsts:
     (:func:`trainc.compiler.estimate.flops.model_flop_terms`, megatron_rules.md §4.5)."""
     m, t = spec.model, spec.training
     L = m.num_layers
-    n_moe = len(range(0, L, max(1, m.moe_layer_freq))) if m.num_experts else 0
+    n_moe = num_moe_layers(spec)
     moe_frac = n_moe / L
     dense = layer_params(spec, False)
     moe = layer_params(spec, True) if n_moe else dense

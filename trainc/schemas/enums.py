@@ -160,12 +160,16 @@ class Fp8Format(Enum):
 class Fp8Recipe(Enum):
     """FP8 scaling recipe (TransformerConfig.fp8_recipe, Megatron-Core ``Fp8Recipe``; default
     delayed as Megatron-Core): delayed (amax history), tensorwise (current per-tensor scaling),
-    blockwise (1x128 / 128x128 blocks, Hopper), mxfp8 (32-element blocks, Blackwell)."""
+    blockwise (1x128 / 128x128 blocks, Hopper), mxfp8 (32-element blocks, Blackwell); engine=fsdp
+    only (torchao ``Float8LinearConfig.from_recipe_name``): rowwise (per-row scales) and
+    rowwise_with_gw_hp (rowwise, weight gradient GEMM in high precision)."""
 
     delayed = "delayed"
     tensorwise = "tensorwise"
     blockwise = "blockwise"
     mxfp8 = "mxfp8"
+    rowwise = "rowwise"
+    rowwise_with_gw_hp = "rowwise_with_gw_hp"
 
 
 class Fp4Format(Enum):

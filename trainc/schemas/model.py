@@ -124,6 +124,34 @@ class ModelSpec:
     or flex dispatcher (TRC377)."""
     moe_layer_freq: int = 1
     """MoE: every k-th layer (0-based i with i % k == 0) is an MoE layer. Rules: TRC315."""
+    moe_first_k_dense_layers: int = 0
+    """MoE: the first k layers are dense (a plain MLP of ffn_hidden_size): layer i (0-based) is
+    MoE iff ``i >= k`` and ``i % moe_layer_freq == 0``, the rule of HF ``DeepseekV3DecoderLayer``
+    (``first_k_dense_replace``; DeepSeek-V3: 3, Kimi K2: 1). Written to Megatron-Core as the
+    list form of ``moe_layer_freq`` (TransformerConfig.moe_layer_freq: Union[int, List[int]];
+    Megatron-LM ``--moe-layer-freq "([0]*3+[1]*58)"``); engine=megatron only (TRC386).
+    Rules: TRC384."""
+    mtp_num_layers: int | None = None
+    """Multi-token prediction modules after the decoder (count; DeepSeek-V3: 1,
+    ``num_nextn_predict_layers``); each is one transformer layer plus two norms and a 2h x h
+    projection, sharing the embedding and output layer (arXiv:2412.19437 §2.2). null = none.
+    Megatron-Core ``TransformerConfig.mtp_num_layers`` (Megatron-LM ``--mtp-num-layers``);
+    engine=megatron with entrypoint megatron-lm only (TRC386: the trainc worker builds no MTP
+    block, DeepSpeed and FSDP2 have none)."""
+    moe_router_num_groups: int | None = None
+    """MoE: group-limited routing, experts split into this many equal groups (DeepSeek-V3:
+    ``n_group`` 8); null = none. Megatron-Core ``TransformerConfig.moe_router_num_groups``
+    (``--moe-router-num-groups``); must divide num_experts. engine=megatron only (TRC386)."""
+    moe_router_group_topk: int | None = None
+    """MoE: groups each token may route to (DeepSeek-V3: ``topk_group`` 4); set together with
+    moe_router_num_groups and at most it. Megatron-Core ``moe_router_group_topk``
+    (``--moe-router-group-topk``)."""
+    moe_router_enable_expert_bias: bool = False
+    """MoE: the aux-loss-free load balancing of DeepSeek-V3 (``topk_method: noaux_tc``): a
+    per-expert bias added to the scores for top-k selection only, updated from the load
+    (arXiv:2412.19437 §2.1.2). Needs moe_router_score_function sigmoid (Megatron-Core 0.16.1
+    TransformerConfig.__post_init__). Megatron-Core ``moe_router_enable_expert_bias``
+    (``--moe-router-enable-expert-bias``); engine=megatron only (TRC386)."""
     moe_router_load_balancing_type: MoeLoadBalancing = MoeLoadBalancing.aux_loss
     """MoE: load balancing of the router: aux_loss (Switch/GShard), seq_aux_loss (DeepSeek-V2/V3),
     global_aux_loss, sinkhorn or none (Megatron-Core default aux_loss)."""

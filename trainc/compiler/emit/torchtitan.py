@@ -21,6 +21,10 @@ from trainc.compiler.emit.render import header
 
 #: The ``Trainer.Config`` field the registry function must set (``OptimizersContainer.Config``).
 REGISTRY_FIELD = "optimizer.param_groups"
+#: The registry function's model field that takes the FP8 converters (torchtitan 0.3.0
+#: ``components/quantization`` ``QuantizationConverter`` configs; ``model_spec`` is suppressed on
+#: the command line).
+CONVERTERS_FIELD = "model.converters"
 #: torchtitan 0.3.0 ``OptimizersContainer._resolve_optimizer_factory`` names.
 TORCHTITAN_OPTIMIZERS = frozenset({"Adam", "AdamW", "DistMuon"})
 
@@ -69,6 +73,13 @@ def torchtitan_args(plan: dict[str, Any]) -> dict[str, str]:
         "config class),\n# and the optimizer (no flag reaches it) as this JSON line says "
         "(OptimizersContainer.Config):\n"
         f"#registry {REGISTRY_FIELD} {json.dumps(param_groups, sort_keys=True)}\n")
+    conv = tt["registry"].get("model", {}).get("converters")
+    if conv:
+        comment += (
+            "# FP8 linears: torchao converters on the registry function's model (0.3.0\n"
+            "# components/quantization Float8LinearConverter / MXFP8LinearConverter configs;\n"
+            "# before 0.3.0: --model.converters float8|mx with --float8.recipe_name):\n"
+            f"#registry {CONVERTERS_FIELD} {json.dumps(conv, sort_keys=True)}\n")
     if param_groups[0]["optimizer_name"] not in TORCHTITAN_OPTIMIZERS:
         comment += (f"# torchtitan {tt['version']} builds "
                     f"{', '.join(sorted(TORCHTITAN_OPTIMIZERS))} only: "

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainc.compiler.derive import Derived, stage_chunk_sizes
+from trainc.compiler.engines.torchao import converters
 from trainc.compiler.ir import filled
 from trainc.schemas import (
     Device,
@@ -240,11 +241,14 @@ def fsdp_config(spec: TrainSpec, d: Derived) -> dict[str, Any]:
         "activation_checkpoint": {"mode": t.recompute.value,
                                   "per_block": t.recompute is not Recompute.none},
         "compile": f.compile,
+        "float8": {"converters": converters(spec)},
         "batch": {"micro_batch_size": t.micro_batch_size, "gradient_accumulation_steps": mb,
                   "global_batch_size": t.global_batch_size},
         "optimizer": optimizer(spec),
         "lr_schedule": lr_schedule(spec),
         "grad_clip": float(t.grad_clip),
         "torchtitan": {"version": TORCHTITAN_VERSION, "args": torchtitan_args(spec, d),
-                       "registry": {"optimizer": {"param_groups": [torchtitan_registry(spec)]}}},
+                       "registry": {"optimizer": {"param_groups": [torchtitan_registry(spec)]},
+                                    **({"model": {"converters": converters(spec)}}
+                                       if converters(spec) else {})}},
     }

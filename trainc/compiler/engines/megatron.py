@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainc.compiler.derive import Derived, megatron_fsdp
+from trainc.compiler.derive import Derived, megatron_fsdp, moe_layer_pattern
 from trainc.compiler.engines.settings import (
     distributed_optimizer,
     grad_reduce_in_fp32,
@@ -123,7 +123,7 @@ def megatron_core_kwargs(spec: TrainSpec, d: Derived) -> dict[str, dict[str, Any
             "num_moe_experts": m.num_experts,
             "moe_router_topk": m.moe_router_topk,
             "moe_ffn_hidden_size": m.moe_ffn_hidden_size,
-            "moe_layer_freq": m.moe_layer_freq,
+            "moe_layer_freq": moe_layer_freq(spec),
             "moe_token_dispatcher_type": m.moe_token_dispatcher_type.value,
             "moe_router_pre_softmax": bool(m.moe_router_pre_softmax),
             "moe_shared_expert_intermediate_size": m.moe_shared_expert_intermediate_size,
@@ -138,6 +138,9 @@ def megatron_core_kwargs(spec: TrainSpec, d: Derived) -> dict[str, dict[str, Any
             "moe_grouped_gemm": not cpu,
         })
         tc.update(moe_dispatch_kwargs(spec))
+        tc.update(moe_router_kwargs(spec))
+    if m.mtp_num_layers:
+        tc["mtp_num_layers"] = m.mtp_num_layers
     distopt, mfsdp = distributed_optimizer(spec), megatron_fsdp(spec)
     if mfsdp:  # the Megatron-FSDP user guide's required --no-gradient-accumulation-fusion
         tc["gradient_accumulation_fusion"] = False
@@ -286,6 +289,48 @@ def moe_dispatch_kwargs(spec: TrainSpec) -> dict[str, Any]:
     return out
 
 
+def moe_layer_freq(spec: TrainSpec) -> int | list[int]:
+    """TransformerConfig's ``moe_layer_freq`` (megatron-core 0.16.1: ``Union[int, List[int]]``):
+    the spec's int when no layer is dense by ``moe_first_k_dense_layers``, else the per-layer
+    list of :func:`trainc.compiler.derive.moe_layer_pattern` (1 = MoE), which Megatron-Core's
+    ``get_gpt_decoder_block_spec`` reads as the pattern itself."""
+    if not spec.model.moe_first_k_dense_layers:
+        return spec.model.moe_layer_freq
+    return list(moe_layer_pattern(spec))
+
+
+def moe_router_kwargs(spec: TrainSpec) -> dict[str, Any]:
+    """TransformerConfig's router keys of megatron-core 0.16.1 that the spec sets:
+    group-limited routing (``moe_router_num_groups``, ``moe_router_group_topk``) and the
+    auxiliary-loss-free expert bias (``moe_router_enable_expert_bias``, with the library's
+    ``moe_router_bias_update_rate`` 1e-3, DeepSeek-V3's gamma 0.001, arXiv:2412.19437 §4.2);
+    none when unset (the library defaults: no groups, no bias)."""
+    m = spec.model
+    out: dict[str, Any] = {}
+    if m.moe_router_num_groups is not None:
+        out["moe_router_num_groups"] = m.moe_router_num_groups
+    if m.moe_router_group_topk is not None:
+        out["moe_router_group_topk"] = m.moe_router_group_topk
+    if m.moe_router_enable_expert_bias:
+        out["moe_router_enable_expert_bias"] = True
+    return out
+
+
+def layer_freq_flag(value: int | list[int] | None) -> int | str | None:
+    """Megatron-LM's spelling of ``--moe-layer-freq``: the int, or a list as the run-length
+    expression its ``moe_freq_type`` evaluates (``([0]*3+[1]*58)``, the form of Megatron-LM's
+    DeepSeek-V3 examples; megatron/training/arguments.py core_r0.16.0)."""
+    if not isinstance(value, list):
+        return value
+    runs: list[list[int]] = []
+    for v in value:
+        if runs and runs[-1][0] == v:
+            runs[-1][1] += 1
+        else:
+            runs.append([v, 1])
+    return "(" + "+".join(f"[{v}]*{n}" for v, n in runs) + ")"
+
+
 def optimizer_state_kwargs(spec: TrainSpec) -> dict[str, Any]:
     """OptimizerConfig's precision-aware keys (megatron-core 0.16.1): when any optimizer buffer
     is not fp32, ``use_precision_aware_optimizer`` and the four dtypes (torch dtype names);
@@ -430,7 +475,8 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
             c("--num-experts", "TransformerConfig", "num_moe_experts"),
             c("--moe-router-topk", "TransformerConfig", "moe_router_topk"),
             c("--moe-ffn-hidden-size", "TransformerConfig", "moe_ffn_hidden_size"),
-            c("--moe-layer-freq", "TransformerConfig", "moe_layer_freq"),
+            ("--moe-layer-freq", layer_freq_flag(tc.get("moe_layer_freq")),
+             ("TransformerConfig", "moe_layer_freq")),
             c("--moe-token-dispatcher-type", "TransformerConfig", "moe_token_dispatcher_type"),
             c("--moe-router-pre-softmax", "TransformerConfig", "moe_router_pre_softmax"),
             c("--moe-shared-expert-intermediate-size", "TransformerConfig",
@@ -450,7 +496,12 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
               "moe_pad_expert_input_to_capacity"),
             c("--moe-router-padding-for-quantization", "TransformerConfig",
               "moe_router_padding_for_quantization"),
+            c("--moe-router-num-groups", "TransformerConfig", "moe_router_num_groups"),
+            c("--moe-router-group-topk", "TransformerConfig", "moe_router_group_topk"),
+            c("--moe-router-enable-expert-bias", "TransformerConfig",
+              "moe_router_enable_expert_bias"),
         ]
+    out.append(c("--mtp-num-layers", "TransformerConfig", "mtp_num_layers"))
     wsd = sched["lr_decay_style"] == "WSD"
     out += [
         c("--micro-batch-size", "forward_backward_func", "micro_batch_size"),

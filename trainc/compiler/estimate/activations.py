@@ -149,7 +149,8 @@ def inflight_microbatches(p: int, r: int, m: int, v: int) -> float:
 
 
 def stage_activation_bytes(spec: TrainSpec, plan: Plan) -> list[float]:
-    """Activation bytes per GPU on every PP stage at its peak."""
+    """Activation bytes per GPU on every PP stage at its peak (the last stage with the
+    multi-token-prediction modules of ``model.mtp_num_layers``)."""
     m, d, tr = spec.model, plan.derived, spec.training
     t, c, p, v = d.tp, d.cp, d.pp, d.vpp
     sp = bool(d.sequence_parallel)
@@ -208,5 +209,13 @@ def stage_activation_bytes(spec: TrainSpec, plan: Plan) -> list[float]:
             # 2 + 4 bytes per logit at the loss (issue 13 item 7: fp32 logits of long sequences
             # and large vocabularies)
             extra += 4 * s * b * h / tsp + 6 * s * b * d.padded_vocab_size / t
+            if m.mtp_num_layers:
+                # each multi-token-prediction module on the last stage (Megatron-Core's MTP
+                # block): its transformer layer (MoE iff the last layer is; kept whole, not
+                # recomputed), the two normed h inputs it concatenates, and its own logits
+                mtp_layer = layer(is_moe_layer(spec, m.num_layers - 1),
+                                  tr.recompute is not Recompute.selective)
+                extra += m.mtp_num_layers * (mtp_layer * inflight + 4 * s * b * h / tsp
+                                             + 6 * s * b * d.padded_vocab_size / t)
         out.append((per_stage + extra) * scale)
     return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainc.compiler.derive import moe_layer_pattern
 from trainc.compiler.estimate.params import plan_rerun_masks
 from trainc.compiler.ir import Plan, filled
 from trainc.schemas import Activation, Recompute, TrainSpec
@@ -78,9 +79,31 @@ def megatron_flops(*, batch: int, seq: int, **shape: int | bool) -> float:
 
 
 def spec_flop_terms(spec: TrainSpec, plan: Plan) -> FlopTerms:
-    """:func:`flop_terms` of a normalized spec (padded vocab, as Megatron passes it)."""
-    return model_flop_terms(spec, spec.model.num_layers, plan.derived.num_moe_layers,
-                            plan.derived.padded_vocab_size)
+    """:func:`flop_terms` of a normalized spec (padded vocab, as Megatron passes it), with its
+    multi-token-prediction modules (:func:`mtp_flop_terms`)."""
+    m = spec.model
+    mtp = m.mtp_num_layers or 0
+    pattern = moe_layer_pattern(spec)
+    moe_mtp = mtp * pattern[-1] if pattern else 0  # an MTP layer is MoE iff the last layer is
+    t = model_flop_terms(spec, m.num_layers + mtp, plan.derived.num_moe_layers + moe_mtp,
+                         plan.derived.padded_vocab_size)
+    return mtp_flop_terms(spec, t)
+
+
+def mtp_flop_terms(spec: TrainSpec, t: FlopTerms) -> FlopTerms:
+    """``t`` (which counts the MTP modules' transformer layers among its layers) plus what else
+    the D = mtp_num_layers modules compute per token: each projects the concatenated 2h inputs
+    to h (``eh_proj``, 6 * 2h * h forward and backward) and runs the shared output layer once
+    more (6 * h * V). Megatron-LM's ``num_floating_point_operations``
+    (megatron/training/training.py, core_r0.16.0) counts the MTP layers the same way: MoE when
+    the last decoder layer is (``num_moe_layers += last_layer_is_moe * mtp_num_layers``).
+    Unchanged without MTP."""
+    mtp = spec.model.mtp_num_layers or 0
+    if not mtp:
+        return t
+    h = spec.model.hidden_size
+    return FlopTerms(t.per_token_layers + mtp * 6 * 2 * h * h,
+                     t.per_token_logits * (1 + mtp), t.core_per_s2)
 
 
 def model_flop_terms(spec: TrainSpec, layers: int, moe_layers: int, vocab: int) -> FlopTerms:

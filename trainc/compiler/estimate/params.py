@@ -154,9 +154,25 @@ def plan_rerun_masks(plan: Plan) -> list[list[bool]]:
 
 
 def is_moe_layer(spec: TrainSpec, index: int) -> bool:
-    """Megatron's int ``moe_layer_freq``: layer i is MoE iff ``i % freq == 0``."""
+    """Layer ``index`` (0-based) is MoE: ``index >= moe_first_k_dense_layers`` and
+    ``index % moe_layer_freq == 0`` (:func:`trainc.compiler.derive.moe_layer_pattern`)."""
     m = spec.model
-    return bool(m.num_experts) and m.moe_layer_freq >= 1 and index % m.moe_layer_freq == 0
+    return (bool(m.num_experts) and m.moe_layer_freq >= 1
+            and index >= m.moe_first_k_dense_layers and index % m.moe_layer_freq == 0)
+
+
+def mtp_params(spec: TrainSpec) -> tuple[LayerParams, int]:
+    """One multi-token-prediction module: its transformer layer (an MoE layer when the last
+    decoder layer is: Megatron-LM builds it from the last layer's spec) and its own weights outside
+    the layer, ``enorm`` + ``hnorm`` + ``final_layernorm`` (3 norms of h) and ``eh_proj`` (2h x
+    h, tp-sharded); the embedding and output layer are the model's, shared (megatron-core
+    0.16.1 ``transformer/multi_token_prediction.py`` MultiTokenPredictionLayer;
+    arXiv:2412.19437 §2.2). Returns (the layer, the extra weights: counts)."""
+    m = spec.model
+    h = m.hidden_size
+    ln = m.normalization is Normalization.layernorm
+    return (layer_params(spec, is_moe_layer(spec, m.num_layers - 1)),
+            2 * h * h + 3 * norm_params(h, ln))
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +217,12 @@ def stage_params(spec: TrainSpec, plan: Plan) -> list[StageParams]:
                 dense += filled(m.max_position_embeddings, "model.max_position_embeddings") * h
         if r == p - 1:
             dense += norm_params(h, ln)  # final norm
+            if m.mtp_num_layers:  # Megatron-Core puts the MTP block on the last stage
+                mtp_l, extra = mtp_params(spec)
+                dense += m.mtp_num_layers * (mtp_l.tp_sharded / tp + mtp_l.replicated
+                                             + extra / tp)
+                expert += m.mtp_num_layers * mtp_l.expert / etp_ep
+                largest = max(largest, mtp_l.per_gpu(tp, etp_ep))
             if p > 1 or m.untie_embeddings_and_output_weights:
                 dense += V * h / tp  # output layer (or the tied copy Megatron keeps when pp > 1)
                 largest = max(largest, V * h / tp)
@@ -223,6 +245,9 @@ def total_params(spec: TrainSpec, plan: Plan) -> int:
         lp = moe_l if is_moe_layer(spec, i) else dense_l
         n += lp.tp_sharded + lp.replicated + lp.expert
     n += V * h * (2 if m.untie_embeddings_and_output_weights else 1) + norm_params(h, ln)
+    if m.mtp_num_layers:
+        mtp_l, extra = mtp_params(spec)
+        n += m.mtp_num_layers * (mtp_l.tp_sharded + mtp_l.replicated + mtp_l.expert + extra)
     if m.position_embedding is PositionEmbedding.learned:
         n += filled(m.max_position_embeddings, "model.max_position_embeddings") * h
     return n

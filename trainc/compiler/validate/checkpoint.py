@@ -148,14 +148,36 @@ def saved_facts(spec: TrainSpec) -> dict[str, Any]:
     return out
 
 
-def _vocab_fix(saved_rows: int, now: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-    tp, v = int(now["tp"]), int(now["vocab_size"])
+def _vocab_fix(saved_rows: int, now: Mapping[str, Any], saved_tp: Any = None
+               ) -> tuple[str, dict[str, Any]]:
+    """The fix for TRC535 (the checkpoint's ``saved_rows`` embedding rows differ from this job's
+    padded vocabulary), from Megatron-LM's padding (``vocab_size_with_padding``: ``ceil(V /
+    (d x tp)) x d x tp``, megatron/training/tokenizer/tokenizer.py, core_v0.16.x):
+
+    * ``vocab_size`` above the saved rows (tokens were added, as ``vocab_extra_ids_list`` in
+      epfLLM/Megatron-LLM#81): no padding gets back to the saved rows; the embedding and output
+      layer must be resized, or the tokens dropped;
+    * a ``make_vocab_size_divisible_by`` that pads to the saved rows at this tp;
+    * the saved tp, where it pads to the saved rows with this ``make_vocab_size_divisible_by``;
+    * else converting the checkpoint's embedding."""
+    tp, v, unit = int(now["tp"]), int(now["vocab_size"]), int(now["make_vocab_size_divisible_by"])
+    rows = now["padded_vocab_size"]
+    if v > saved_rows:
+        return (f"vocab_size {v} is above the checkpoint's {saved_rows} embedding rows (tokens "
+                f"were added): resize the checkpoint's word embeddings and output layer to "
+                f"{rows} rows (new rows initialised) before loading, or train with the saved "
+                f"vocabulary (model.vocab_size at most {saved_rows})", {})
     if saved_rows % tp == 0 and padded_vocab(v, saved_rows // tp, tp) == saved_rows:
         d = saved_rows // tp
         return (f"set model.make_vocab_size_divisible_by to {d} ({d} x tp {tp} = {saved_rows} "
                 f"rows, as saved)", {"model.make_vocab_size_divisible_by": d})
-    return (f"keep the saved tp, or convert the checkpoint's embedding to "
-            f"{now['padded_vocab_size']} rows (tools/checkpoint/convert.py)", {})
+    if isinstance(saved_tp, int) and saved_tp != tp and padded_vocab(v, unit, saved_tp) == \
+            saved_rows:
+        return (f"set parallel.tp to {saved_tp} (the saved tp: vocab_size {v} pads to "
+                f"{saved_rows} rows there), or convert the checkpoint's embedding to {rows} rows "
+                f"(tools/checkpoint/convert.py)", {"parallel.tp": saved_tp})
+    return (f"convert the checkpoint's embedding to {rows} rows (tools/checkpoint/convert.py)",
+            {})
 
 
 def _dp_fix(saved: Mapping[str, Any], now: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -236,7 +258,7 @@ def resume_findings(saved: Mapping[str, Any], now: Mapping[str, Any],
                                f"resuming with {change} from a {fmt} checkpoint: {how}",
                                fix + conv.get(fmt, ""), edits))
     if differs("padded_vocab_size"):
-        fix, edits = _vocab_fix(int(saved["padded_vocab_size"]), now)
+        fix, edits = _vocab_fix(int(saved["padded_vocab_size"]), now, saved.get("tp"))
         out.append(Finding(
             R.RESUME_VOCAB, "model.make_vocab_size_divisible_by", saved["padded_vocab_size"],
             now["padded_vocab_size"],

@@ -1,5 +1,8 @@
 """TRC380-TRC382: the compute/communication overlap switches of Megatron-Core.
 
+TRC382 (the TP group leaves the NVLink domain with tp_comm_overlap): NVIDIA/TransformerEngine
+#1071, the maintainers: Userbuffers runs single-domain tensor parallelism only.
+
 Sources: Megatron-LM ``megatron/training/arguments.py`` ``validate_args`` (``--tp-comm-overlap``
 asserts ``sequence_parallel``; sequence parallelism is dropped at tp = 1), megatron-core 0.16.1
 ``extensions/transformer_engine.py`` (the overlap runs in Transformer Engine's userbuffers, so
@@ -56,10 +59,14 @@ def comm_overlap(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     if t.tp_comm_overlap and tp_comm_overlap_possible(spec) and not tp_in_nvlink_domain(
             p.tp, c.nvlink_domain_size, c.gpus_per_node, c.num_nodes * c.gpus_per_node):
         dom = c.nvlink_domain_size or c.gpus_per_node
+        # NVIDIA/TransformerEngine#1071: the comm+GEMM overlap (Userbuffers, CUDA multicast /
+        # IPC handles inside one NVLink domain) supports tensor parallelism inside the domain
+        # only, data parallelism across it; a TP group that leaves it cannot set up the buffers.
         yield diag(R.TP_COMM_OVERLAP_DOMAIN, f"tp_comm_overlap with tp = {p.tp} across NVLink "
                    f"domains of {dom} GPUs: Transformer Engine's userbuffers exchange over "
-                   "NVLink peer memory, so the overlap is not expected to hide this TP group's "
-                   "traffic (trainc's estimate counts it exposed)", "training.tp_comm_overlap",
+                   "NVLink peer memory (CUDA multicast / IPC handles inside one domain), so "
+                   "the overlap supports tensor parallelism inside one NVLink domain only "
+                   "(TransformerEngine #1071)", "training.tp_comm_overlap",
                    related=("parallel.tp", "cluster.nvlink_domain_size"),
                    fix=f"keep tp within the NVLink domain (tp <= {dom}), or set "
                        "training.tp_comm_overlap=false",

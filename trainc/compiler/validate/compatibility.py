@@ -10,6 +10,7 @@ deepspeed_rules.md §2, §8.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,9 +22,12 @@ from trainc.compiler.validate.comm_overlap import comm_overlap
 from trainc.compiler.validate.fsdp import fsdp_rules, inert_fsdp
 from trainc.compiler.validate.megatron_fsdp import megatron_fsdp
 from trainc.compiler.validate.moe_dispatch import moe_dispatch
+from trainc.compiler.validate.moe_router import megatron_only_keys, moe_router
 from trainc.compiler.validate.precision import precision
 from trainc.compiler.validate.precision_shapes import precision_shapes
 from trainc.compiler.validate.recipe import recipe
+from trainc.compiler.validate.util import divisors, show
+from trainc.compiler.validate.versions import before, release
 from trainc.schemas import (
     Device,
     Engine,
@@ -40,6 +44,7 @@ from trainc.schemas import (
     PositionEmbedding,
     Precision,
     Recompute,
+    RecomputeMethod,
     TimeModel,
     TrainingSpec,
     TrainSpec,
@@ -87,6 +92,8 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     yield from precision(spec, d)
     yield from precision_shapes(spec, d)
     yield from moe_dispatch(spec, d)
+    yield from moe_router(spec)
+    yield from megatron_only_keys(spec)
     yield from comm_overlap(spec, d)
     yield from megatron_fsdp(spec, d)
     yield from _schedule(spec)
@@ -385,7 +392,9 @@ def _inert(spec: TrainSpec) -> Iterator[tuple[str, str]]:
                      "moe_expert_capacity_factor", "moe_router_topk", "moe_ffn_hidden_size",
                      "moe_shared_expert_intermediate_size", "moe_layer_freq",
                      "moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
-                     "moe_pad_expert_input_to_capacity", "moe_router_padding_for_quantization")
+                     "moe_pad_expert_input_to_capacity", "moe_router_padding_for_quantization",
+                     "moe_first_k_dense_layers", "moe_router_num_groups",
+                     "moe_router_group_topk", "moe_router_enable_expert_bias")
                     if moved(m, dm, k))
         if m.moe_router_pre_softmax:  # normalize fills false on a dense model
             yield "model.moe_router_pre_softmax", dense
@@ -493,3 +502,37 @@ def _recompute(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    fix=f"set training.recompute_num_layers between 1 and {chunk}",
                    edits={"training.recompute_num_layers": chunk}, recompute_num_layers=n,
                    layers_per_chunk=chunk)
+    elif t.recompute_method is RecomputeMethod.uniform and chunk >= 1:
+        yield from _uniform_chunks(spec, sorted({c for r in sizes for c in r if c > 0}), n)
+
+
+#: The first Megatron-Core release whose uniform recompute clamps its last chunk to the stage's
+#: layers (NVIDIA/Megatron-LM PR #3562).
+UNIFORM_RECOMPUTE_CLAMPED = "0.17.0"
+
+
+def _uniform_chunks(spec: TrainSpec, chunks: list[int], n: int) -> Iterator[Diagnostic]:
+    """TRC260: Megatron-Core's ``TransformerBlock._checkpointed_forward`` (uniform method,
+    core_v0.16.1) checkpoints ``custom(i, i + recompute_num_layers)`` for ``i`` in steps of
+    ``recompute_num_layers`` below the chunk's layer count, unclamped, so a chunk of ``c`` layers
+    with ``c % n != 0`` indexes past its last layer (IndexError, NVIDIA/Megatron-LM#1807).
+    ``chunks``: the distinct layer counts of the model chunks (per PP rank and virtual stage)."""
+    bad = [c for c in chunks if c % n]
+    if not bad or not before(spec, "megatron_core", UNIFORM_RECOMPUTE_CLAMPED):
+        return
+    common = divisors(math.gcd(*chunks))
+    mc = ".".join(map(str, release(spec, "megatron_core") or ()))
+    best = max((x for x in common if x <= n), default=1)
+    yield diag(R.RECOMPUTE_UNIFORM_CHUNKS,
+               f"recompute_method uniform with recompute_num_layers ({n}) that does not divide "
+               f"the {show(bad)} layers of a pipeline stage chunk: Megatron-Core {mc} "
+               f"checkpoints layers in runs of {n} without clamping the last run to the chunk "
+               f"and fails with 'list index out of range'", "training.recompute_num_layers",
+               related=("training.recompute_method", "parallel.pp", "parallel.vpp",
+                        "launch.versions.megatron_core"),
+               fix=f"set training.recompute_num_layers to one of {show(common)} (dividing every "
+                   f"chunk's layers), or training.recompute_method=block, or use Megatron-Core "
+                   f"{UNIFORM_RECOMPUTE_CLAMPED} or later (launch.versions.megatron_core), which "
+                   f"clamps the last run (Megatron-LM PR #3562)",
+               edits={"training.recompute_num_layers": best}, recompute_num_layers=n,
+               layers_per_chunk=bad, megatron_core=mc)

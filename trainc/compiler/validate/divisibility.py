@@ -14,11 +14,17 @@ from collections.abc import Callable, Iterator
 
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
-from trainc.compiler.diagnostics import Diagnostic, diag
+from trainc.compiler.diagnostics import Diagnostic, Severity, diag
 from trainc.compiler.validate.layers import layers_and_batch
 from trainc.compiler.validate.sequence import sequence
 from trainc.compiler.validate.util import capacity, divisors, fitting, nearest, show
-from trainc.schemas import TrainSpec
+from trainc.compiler.validate.versions import before, release
+from trainc.schemas import Engine, TrainSpec
+
+#: The first Megatron-Core release whose TransformerConfig accepts tp above num_query_groups
+#: (``tp % num_query_groups == 0``: each KV head replicated on tp / groups ranks); core_v0.15.3
+#: still requires ``num_query_groups % tp == 0``.
+KV_REPLICATION_SINCE = "0.16.0"
 
 
 def divisibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
@@ -86,6 +92,24 @@ def _heads(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    f"2*groups) = {kv}*({a} + 2*{g}) = {width}) over tp, and {tp} does not divide "
                    f"it", "parallel.tp", related=("model.num_query_groups", "model.kv_channels"),
                    fix=qfix, edits=qedits, num_query_groups=g, tp=tp, qkv_width=width)
+    elif (tp > g and a % tp == 0 and spec.engine is not Engine.fsdp
+          and before(spec, "megatron_core", KV_REPLICATION_SINCE)):
+        # Megatron-Core <= 0.15 TransformerConfig.__post_init__ raises ValueError
+        # "num_query_groups (g) must be a multiple of tensor_model_parallel_size (tp)"
+        # (core_v0.15.3 megatron/core/transformer/transformer_config.py); core_v0.16.0 accepts
+        # tp % groups == 0 as well (KV replication).
+        mc = ".".join(map(str, release(spec, "megatron_core") or ()))
+        yield diag(R.KV_REPLICATED,
+                   f"tp ({tp}) exceeds num_query_groups ({g}) on Megatron-Core {mc}: releases "
+                   f"before {KV_REPLICATION_SINCE} replicate no KV heads and TransformerConfig "
+                   f"raises 'num_query_groups ({g}) must be a multiple of "
+                   f"tensor_model_parallel_size ({tp})'", "parallel.tp",
+                   related=("model.num_query_groups", "launch.versions.megatron_core"),
+                   fix=f"set parallel.tp to a divisor of {g} (tp={g} at most), or use "
+                       f"Megatron-Core {KV_REPLICATION_SINCE} or later "
+                       f"(launch.versions.megatron_core), which replicates the KV heads",
+                   edits={"parallel.tp": g}, severity=Severity.error,
+                   num_query_groups=g, tp=tp, megatron_core=mc)
     elif tp > g and a % tp == 0:
         yield diag(R.KV_REPLICATED,
                    f"tp ({tp}) exceeds num_query_groups ({g}): Megatron-Core >= 0.16 replicates "

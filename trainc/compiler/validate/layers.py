@@ -24,7 +24,7 @@ from trainc.compiler.validate.util import (
     or_list,
     show,
 )
-from trainc.schemas import TrainSpec
+from trainc.schemas import Engine, PipelineSchedule, TrainSpec
 
 #: How many first/last sizes below the even share the uneven-split fix tries.
 _UNEVEN_WINDOW = 64
@@ -230,11 +230,18 @@ def _batch(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         return
     nmb = d.num_microbatches or 0
     if p.pp > 1 and nmb < p.pp:
-        sev = None if p.vpp == 1 else Severity.error
+        # torch 2.13 torch/distributed/pipelining/schedules.py Schedule1F1B.__init__ raises
+        # "Number of microbatches (n) must be greater than or equal to the number of stages"
+        # (pytorch/pytorch PR 144702; before it the single-stage 1F1B hung: pytorch/torchtitan
+        # #775); engine=fsdp runs that schedule at vpp 1 (torchtitan, the trainc worker).
+        one_f1b = (spec.engine is Engine.fsdp and spec.fsdp.pp_schedule is PipelineSchedule.one_f1b)
+        sev = None if p.vpp == 1 and not one_f1b else Severity.error
+        why = ("; the interleaved schedule rejects it" if p.vpp > 1 else
+               "; torch.distributed.pipelining's Schedule1F1B rejects it (older releases hung)"
+               if one_f1b else f": at most {nmb} of {p.pp} stages work at once")
         yield diag(R.MICROBATCHES_PP,
                    f"num_microbatches ({nmb} = {gbs}/({t.micro_batch_size}*{d.dp})) is below pp "
-                   f"({p.pp})" + ("; the interleaved schedule rejects it" if p.vpp > 1 else
-                                  f": at most {nmb} of {p.pp} stages work at once"),
+                   f"({p.pp})" + why,
                    "training.global_batch_size",
                    related=("training.micro_batch_size", "parallel.pp"),
                    fix=f"set training.global_batch_size to a multiple of {unit} of at least "

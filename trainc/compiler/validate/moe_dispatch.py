@@ -1,4 +1,5 @@
-"""TRC373, TRC375-TRC377: MoE settings Megatron-Core 0.16.1 refuses when it builds the config or
+"""TRC373, TRC375-TRC377, TRC390: MoE settings Megatron-Core 0.16.1 (or, TRC390, an older
+release named in launch.versions.megatron_core) refuses when it builds the config or
 the token dispatcher.
 
 Sources (megatron-core 0.16.1): ``transformer/transformer_config.py``
@@ -18,11 +19,19 @@ from collections.abc import Iterator
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, diag
+from trainc.compiler.validate.versions import before, release
 from trainc.schemas import Device, Fp4Format, Fp8Format, MoeDispatcher, MoeFlexBackend, TrainSpec
+
+#: The first Megatron-Core release whose TransformerConfig accepts a capacity factor with every
+#: token dispatcher (core_v0.11.0 raises 'moe_expert_capacity_factor only works with alltoall
+#: token dispatcher' for the others; removed in NVIDIA/Megatron-LM commit 0d389f5, first tagged
+#: core_v0.12.0, where token dropping moved into the router).
+CAPACITY_ANY_DISPATCHER_SINCE = "0.12.0"
 
 
 def moe_dispatch(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
-    """TRC373 (expert bias with etp > 1), TRC375 (flex dispatcher), TRC376 (drop-and-pad without
+    """TRC373 (expert bias with etp > 1), TRC390 (a capacity factor without alltoall before
+    Megatron-Core 0.12), TRC375 (flex dispatcher), TRC376 (drop-and-pad without
     a capacity), TRC377 (router padding for FP8/FP4)."""
     m, p, t = spec.model, spec.parallel, spec.training
     if m.num_experts is None:
@@ -85,6 +94,25 @@ def moe_dispatch(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                        "model.moe_flex_dispatcher_backend",
                    edits={"model.moe_token_dispatcher_type": "flex"},
                    backend=m.moe_flex_dispatcher_backend.value)
+    if (m.moe_expert_capacity_factor is not None and m.moe_expert_capacity_factor >= 0
+            and m.moe_token_dispatcher_type is not MoeDispatcher.alltoall
+            and before(spec, "megatron_core", CAPACITY_ANY_DISPATCHER_SINCE)):
+        mc = ".".join(map(str, release(spec, "megatron_core") or ()))
+        kind = m.moe_token_dispatcher_type.value
+        yield diag(R.MOE_CAPACITY_DISPATCHER,
+                   f"moe_expert_capacity_factor ({m.moe_expert_capacity_factor:g}) with the "
+                   f"{kind} token dispatcher on Megatron-Core {mc}: TransformerConfig raises "
+                   "'moe_expert_capacity_factor only works with alltoall token dispatcher' "
+                   f"(releases before {CAPACITY_ANY_DISPATCHER_SINCE} drop tokens in the "
+                   "alltoall dispatcher only)", "model.moe_expert_capacity_factor",
+                   related=("model.moe_token_dispatcher_type", "launch.versions.megatron_core"),
+                   fix="set model.moe_token_dispatcher_type=alltoall to keep the capacity "
+                       f"factor, or model.moe_expert_capacity_factor=null (dropless) with {kind}, "
+                       f"or use Megatron-Core {CAPACITY_ANY_DISPATCHER_SINCE} or later "
+                       "(launch.versions.megatron_core)",
+                   edits={"model.moe_token_dispatcher_type": "alltoall"},
+                   capacity_factor=m.moe_expert_capacity_factor, dispatcher=kind,
+                   megatron_core=mc)
     if m.moe_pad_expert_input_to_capacity and m.moe_expert_capacity_factor is None:
         yield diag(R.MOE_PAD_CAPACITY, "moe_pad_expert_input_to_capacity pads every expert to "
                    "its capacity, but moe_expert_capacity_factor is null (dropless: no "

@@ -6,7 +6,7 @@ Sources (megatron-core 0.16.1): ``TransformerConfig.__post_init__`` (``fp8_param
 Transformer Engine's FusedAdam implements it); Megatron-LM ``megatron/training/arguments.py``
 (``--main-grads-dtype`` fp32/bf16, ``--main-params-dtype`` fp32/fp16, ``--exp-avg(-sq)-dtype``
 fp32/fp16/bf16/fp8). Transformer Engine's FP8/FP4 GEMMs need CUDA; trainc's DeepSpeed and CPU
-paths have none.
+paths have none. engine=fsdp's FP8 is torchao's (:mod:`trainc.compiler.validate.fsdp_float8`).
 """
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.engines.settings import distributed_optimizer
+from trainc.compiler.validate.fsdp_float8 import fsdp_float8
 from trainc.schemas import (
     Device,
     Engine,
-    Entrypoint,
     Fp4Format,
     Fp8Format,
+    Fp8Recipe,
     Optimizer,
     StateDtype,
     TrainSpec,
@@ -53,15 +54,21 @@ def precision(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     """TRC330 (runner), TRC331 (FP8/FP4 combinations), TRC332 (optimizer state precision)."""
     t = spec.training
     keys = low_precision_keys(spec)
+    fsdp_fp8 = spec.engine is Engine.fsdp and t.fp8_format is not Fp8Format.none
+    if fsdp_fp8:  # torchao's converters through torchtitan, not Transformer Engine
+        yield from fsdp_float8(spec)
+        keys = [k for k in keys if k != "training.fp8_format"]
+    elif (t.fp8_format is not Fp8Format.none
+          and t.fp8_recipe in (Fp8Recipe.rowwise, Fp8Recipe.rowwise_with_gw_hp)):
+        yield diag(R.LOW_PRECISION_RUNNER, f"training.fp8_recipe {t.fp8_recipe.value} is a "
+                   "torchao recipe (engine=fsdp); Megatron-LM --fp8-recipe takes delayed, "
+                   "tensorwise, blockwise, mxfp8", "training.fp8_recipe", related=("engine",),
+                   fix="set training.fp8_recipe=tensorwise (current scaling), or engine=fsdp",
+                   edits={"training.fp8_recipe": "tensorwise"}, recipe=t.fp8_recipe.value,
+                   engine=spec.engine.value)
     if keys and (spec.engine is not Engine.megatron or spec.launch.device is Device.cpu):
         where = (f"engine={spec.engine.value}" if spec.engine is not Engine.megatron
                  else "launch.device=cpu")
-        if spec.launch.entrypoint is Entrypoint.torchtitan and "training.fp8_format" in keys:
-            # torchtitan 0.3.0rc1 (release/0.3 4f9e9a47) components/quantization/float8.py:
-            # Float8LinearConverter.Config takes recipe_name rowwise / rowwise_with_gw_hp only,
-            # and only inside the registry function (Trainer.Config.model_spec is suppressed)
-            where += (" with launch.entrypoint=torchtitan, whose 0.3.0 float8 is rowwise-only "
-                      "and set inside its registry function, not on its command line")
         yield diag(R.LOW_PRECISION_RUNNER,
                    f"{', '.join(keys)} {_need(keys)} Transformer Engine on CUDA with "
                    f"engine=megatron; this spec runs on {where}", keys[0],

@@ -36,6 +36,7 @@ from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, Severity, diag
 from trainc.compiler.validate.util import divisors, nearest_multiple, or_list
+from trainc.compiler.validate.versions import before
 from trainc.schemas import (
     Activation,
     Fp4Format,
@@ -67,19 +68,37 @@ def recipe_name(spec: TrainSpec) -> str | None:
 #: recipe -> (tokens alignment, width alignment) of one GEMM input (see the module docstring)
 ALIGN: dict[str, tuple[int, int]] = {
     "delayed": (8, 16), "tensorwise": (8, 16), "blockwise": (8, 16), "mxfp8": (32, 32),
+    "rowwise": (8, 16), "rowwise_with_gw_hp": (8, 16),
     "nvfp4": (16, 16),
 }
 
 
+#: Recipes whose sequence-parallel shard is quantized on each rank before the all-gather, so
+#: the tokens of one rank (``micro_batch x seq_length / (cp x tp)``) must fill whole blocks:
+#: Transformer Engine's MXFP8 path (``distributed.py::_all_gather_mxfp8`` gathers MXFP8 data
+#: and 1x32 scales; the fused norm of ``LayerNormLinear`` writes the shard already quantized;
+#: ``MXFP8Quantizer.is_quantizable`` needs both dims % 32), v2.x.
+SP_SHARD_QUANTIZED = frozenset({"mxfp8"})
+
+
+def sp_shard(spec: TrainSpec, recipe: str | None) -> int:
+    """The sequence-parallel split the recipe's token alignment applies to: tp when
+    sequence parallelism is on (tp > 1) and the recipe quantizes the shard
+    (:data:`SP_SHARD_QUANTIZED`), else 1."""
+    p = spec.parallel
+    return p.tp if recipe in SP_SHARD_QUANTIZED and p.sequence_parallel and p.tp > 1 else 1
+
+
 def token_seq_unit(spec: TrainSpec) -> tuple[int, str | None]:
     """(the multiple of seq_length that keeps every low-precision GEMM's tokens ``micro_batch
-    x seq_length / cp`` aligned whatever the micro batch: the recipe's token alignment x cp,
-    the recipe) -- (1, None) without an FP8 / FP4 recipe. TRC217 / TRC218 fold it into their
+    x seq_length / cp`` aligned whatever the micro batch: the recipe's token alignment x cp
+    (x tp for a recipe that quantizes the sequence-parallel shard, :func:`sp_shard`), the
+    recipe) -- (1, None) without an FP8 / FP4 recipe. TRC217 / TRC218 fold it into their
     seq_length fix, so following one fix does not break TRC371."""
     recipe = recipe_name(spec)
     if recipe is None:
         return 1, None
-    return ALIGN[recipe][0] * max(spec.parallel.cp, 1), recipe
+    return ALIGN[recipe][0] * max(spec.parallel.cp, 1) * sp_shard(spec, recipe), recipe
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +153,8 @@ def misaligned(spec: TrainSpec, tp: int, etp: int, unit: int) -> list[Gemm]:
 
 
 def precision_shapes(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
-    """TRC370 (recipe vs GPU), TRC371 (local GEMM shapes), TRC372 (BF16 first/last layers)."""
+    """TRC370 (recipe vs GPU and, for blockwise, vs launch.versions.cuda), TRC371 (local GEMM
+    shapes), TRC372 (BF16 first/last layers)."""
     t = spec.training
     recipe = recipe_name(spec)
     if t.first_last_layers_bf16 and t.fp8_format is not Fp8Format.none \
@@ -164,7 +184,33 @@ def precision_shapes(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                        "parallel.zero_stage=1)", edits={"training.fp8_param_gather": True},
                    recipe="mxfp8", fp8_param_gather=False)
     yield from _gpu(spec, recipe)
+    yield from _cuda(spec, recipe)
     yield from _shapes(spec, d, recipe)
+
+
+#: The CUDA release Transformer Engine's FP8 block scaling needs (``check_fp8_block_scaling_
+#: support``: ``float(torch.version.cuda) >= 12.9``, every TE release with the recipe, v2.3 ..
+#: v2.18).
+BLOCKWISE_CUDA = "12.9"
+
+
+def _cuda(spec: TrainSpec, recipe: str) -> Iterator[Diagnostic]:
+    """TRC370 on ``launch.versions.cuda``: the blockwise recipe with a CUDA (the CUDA that
+    PyTorch was built with, ``torch.version.cuda``) older than :data:`BLOCKWISE_CUDA`;
+    Transformer Engine raises 'FP8 block scaled GEMM requires ... CUDA >= 12.9' at the first
+    ``fp8_autocast`` (NVIDIA-NeMo/RL#971). No finding when the CUDA release is not given."""
+    if recipe != "blockwise" or not before(spec, "cuda", BLOCKWISE_CUDA):
+        return
+    cuda = (spec.launch.versions or {})["cuda"]
+    yield diag(R.LOW_PRECISION_GPU, f"the blockwise recipe with CUDA {cuda}: Transformer "
+               f"Engine's FP8 block-scaled GEMM needs CUDA {BLOCKWISE_CUDA} or later and "
+               "raises 'FP8 block scaled GEMM requires ... CUDA >= 12.9' at the first FP8 "
+               "autocast", "launch.versions.cuda", related=("training.fp8_recipe",),
+               fix=f"use a PyTorch build (or an NGC PyTorch container) with CUDA "
+                   f"{BLOCKWISE_CUDA} or later (launch.versions.cuda), or set "
+                   "training.fp8_recipe=tensorwise (or delayed), which CUDA "
+                   f"{cuda} runs", edits={"launch.versions.cuda": BLOCKWISE_CUDA},
+               recipe=recipe, cuda=cuda, needs=BLOCKWISE_CUDA)
 
 
 def _gpu(spec: TrainSpec, recipe: str) -> Iterator[Diagnostic]:
@@ -265,17 +311,21 @@ def _shapes(spec: TrainSpec, d: Derived, recipe: str) -> Iterator[Diagnostic]:
                        if k != key and (k != "parallel.etp" or m.num_experts is not None))),
                    fix="set " + "; or ".join(fixes), edits=edits, recipe=recipe, unit=unit,
                    layers=[g.layer for g in bad], tp=p.tp, etp=etp)
-    tokens = t.micro_batch_size * m.seq_length // max(p.cp, 1)
+    shard = sp_shard(spec, recipe)
+    tokens = t.micro_batch_size * m.seq_length // (max(p.cp, 1) * shard)
     if tokens % m_unit:
         # seq must keep tokens % m_unit == 0 and the CP (2 cp) and SP (tp) splits whole
-        seq_step = _lcm(m_unit * max(p.cp, 1), 2 * p.cp if p.cp > 1 else 1)
+        seq_step = _lcm(m_unit * max(p.cp, 1) * shard, 2 * p.cp if p.cp > 1 else 1)
         seq_step = _lcm(seq_step, max(p.cp, 1) * (p.tp if p.sequence_parallel else 1))
         seqs = nearest_multiple(m.seq_length, seq_step)
         seq_fix = seqs[-1]
+        what = ("micro_batch_size x seq_length / (cp x tp), the sequence-parallel shard each "
+                "rank quantizes before the all-gather" if shard > 1 else
+                "micro_batch_size x seq_length / cp")
         yield diag(R.LOW_PRECISION_SHAPES, f"with the {recipe} recipe the tokens of one GEMM "
-                   f"(micro_batch_size x seq_length / cp = {tokens}) must be a multiple of "
-                   f"{m_unit}", "model.seq_length",
-                   related=("training.micro_batch_size", "parallel.cp"),
+                   f"({what} = {tokens}) must be a multiple of {m_unit}", "model.seq_length",
+                   related=("training.micro_batch_size", "parallel.cp")
+                   + (("parallel.tp", "parallel.sequence_parallel") if shard > 1 else ()),
                    fix=f"set model.seq_length to {or_list(seqs)} (a multiple of {seq_step}: "
                        f"{m_unit} tokens per GEMM x cp {p.cp}"
                        + (f", split by tp {p.tp} for sequence parallelism" if p.sequence_parallel

@@ -15,6 +15,7 @@ _POSITIVE = (
     "model.make_vocab_size_divisible_by", "model.seq_length", "model.max_position_embeddings",
     "model.num_experts", "model.moe_router_topk", "model.moe_ffn_hidden_size",
     "model.moe_shared_expert_intermediate_size", "model.moe_layer_freq",
+    "model.mtp_num_layers", "model.moe_router_num_groups", "model.moe_router_group_topk",
     "model.q_lora_rank", "model.kv_lora_rank", "model.qk_head_dim", "model.qk_pos_emb_head_dim",
     "model.v_head_dim",
     "cluster.num_nodes", "cluster.gpus_per_node", "cluster.gpu_memory_gib", "cluster.peak_tflops",
@@ -45,6 +46,7 @@ _NON_NEGATIVE = ("cluster.memory_reserve_gib", "cluster.gemm_half_efficiency_tok
                  "cluster.layer_overhead_us", "training.lr", "training.min_lr",
                  "training.weight_decay", "training.grad_clip", "training.lr_warmup_iters",
                  "training.seed", "model.moe_aux_loss_coeff", "model.moe_z_loss_coeff",
+                 "model.moe_first_k_dense_layers",
                  "launch.slurm_segment", "cluster.moe_layer_overhead_us")
 #: Largest value accepted for any count; beyond it arithmetic is meaningless (and slow).
 MAX_COUNT = 10**12

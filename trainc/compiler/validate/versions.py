@@ -26,6 +26,27 @@ def spec_features(spec: TrainSpec) -> frozenset[str]:
         tp_comm_overlap=bool(t.tp_comm_overlap), gpu=spec.cluster.gpu.value)
 
 
+def release(spec: TrainSpec, component: str) -> tuple[int, ...] | None:
+    """The release of ``component`` (a :data:`trainc.known_versions.COMPONENTS` name) the job
+    runs: ``launch.versions[component]`` when given and readable, else the release trainc writes
+    the artifacts for (``megatron_core`` 0.16.1, ``deepspeed`` 0.19.8:
+    :data:`trainc.compiler.plan.MEGATRON_CORE_VERSION`, ``DEEPSPEED_VERSION``), else None (the
+    version-dependent rules then keep their default verdict). An unreadable version is TRC531's
+    finding, not a reason to guess."""
+    given = (spec.launch.versions or {}).get(component)
+    if given is not None:
+        return KV.parse_version(given)
+    target = {"megatron_core": MEGATRON_CORE_VERSION, "deepspeed": DEEPSPEED_VERSION}
+    return KV.parse_version(target[component]) if component in target else None
+
+
+def before(spec: TrainSpec, component: str, version: str) -> bool:
+    """Whether the job's ``component`` (:func:`release`) is known and older than ``version``."""
+    have = release(spec, component)
+    want = KV.parse_version(version)
+    return have is not None and want is not None and not KV.in_range(have, f">={version}")
+
+
 def versions(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     """TRC530-TRC532."""
     given = spec.launch.versions

@@ -236,6 +236,20 @@ def check_checkpoint(path: str, now: dict[str, Any], rank: int = 0) -> None:
                          "the spec that wrote it, or start without --load")
 
 
+def refuse_float8(cfg: dict[str, Any]) -> None:
+    """Stop (SystemExit naming the plan key) when ``engines.fsdp.float8.converters`` asks for
+    torchao float8 / MX linears: the trainc FSDP2 worker builds BF16/FP32 linears only, and
+    dropping the converters would train another model than the plan (TRC330 says so at
+    compile time; torchtitan runs them: launch.entrypoint=torchtitan)."""
+    conv = (cfg.get("float8") or {}).get("converters") or []
+    if conv:
+        raise SystemExit("trainc-worker: engines.fsdp.float8.converters="
+                         f"{conv} needs torchao's float8 / MX linears, which the trainc FSDP2 "
+                         "worker does not build; run the plan's torchtitan_args.txt with "
+                         "torchtitan (launch.entrypoint=torchtitan), or compile the spec with "
+                         "training.fp8_format=none")
+
+
 def run(s: Settings) -> None:
     """Build, shard, train, checkpoint (see the module docstring)."""
     import torch.distributed.checkpoint as dcp
@@ -248,6 +262,7 @@ def run(s: Settings) -> None:
     if cfg is None:
         raise SystemExit("trainc-worker: plan.json has no FSDP settings (engine is not fsdp); "
                          "compile the spec with engine: fsdp")
+    refuse_float8(cfg)
     dims = resolve_dims(s)
     mesh = build_mesh(s, cfg)
     torch.manual_seed(s.seed)
