@@ -188,3 +188,17 @@ def test_lint_a_folder_or_a_quoted_glob(tmp_path, capsys):
     assert "TRC000" in capsys.readouterr().err
     assert main(["lint", str(tmp_path / "empty" / "*.yaml")]) == 2
     assert "TRC000" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["compile", "explain", "plan", "lint"])
+def test_usage_names_the_spec_arguments_once(command: str, capsys: pytest.CaptureFixture[str]
+                                             ) -> None:
+    """argparse writes a nargs="+" metavar twice (``SPEC [KEY=VALUE ...] [SPEC [KEY=VALUE ...]
+    ...]``); the usage line names it once."""
+    from trainc.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([command, "--help"])
+    usage = capsys.readouterr().out.split("\n\n")[0]
+    assert usage.count("KEY=VALUE") == 1, usage
+    assert " ".join(usage.split()).endswith("[KEY=VALUE ...]"), usage
