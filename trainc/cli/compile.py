@@ -123,10 +123,9 @@ def _compile(args: argparse.Namespace) -> int:
 
 def _explain(args: argparse.Namespace) -> int:
     """``trainc explain SPEC``: the estimates and the rank map as terminal tables."""
-    from rich.console import Console
-
     from trainc.compiler.estimate.explain import explain_tables
     from trainc.compiler.pipeline import compile_spec
+    from trainc.console import Console
 
     specs, overrides = _split(args.items)
     if len(specs) != 1:
