@@ -34,3 +34,21 @@ def test_overrides_may_follow_options(tmp_path):
     assert json.loads((out / "plan.json").read_text())["derived"]["vpp"] == 4
     bad = subprocess.run([*cmd[:-1], "--bogus"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--bogus" in bad.stderr
+
+
+def test_readme_lists_every_preset_and_gpu():
+    """README's preset lists name every bundled model and cluster preset and every
+    ``cluster.gpu`` value (the schema's enum), in the schema's order for the GPUs."""
+    from trainc.schemas.enums import Gpu
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+
+    def listed(label: str) -> list[str]:
+        m = re.search(rf"^- {re.escape(label)}:(.*?)(?=\n- |\n\n)", text, flags=re.S | re.M)
+        assert m, label
+        return [w.strip() for w in m.group(1).replace("\n", " ").split(",")]
+
+    assert listed("GPUs (`cluster.gpu`)") == [g.value for g in Gpu]
+    for label, folder in (("models", "model"), ("clusters", "cluster")):
+        assert sorted(listed(label)) == sorted(
+            p.stem for p in (ROOT / "trainc" / "conf" / folder).glob("*.yaml")), label

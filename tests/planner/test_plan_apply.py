@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from trainc.compiler.load import load_spec
-from trainc.compiler.normalize import normalize
+from trainc.compiler.normalize import FILLED_FROM, normalize
 from trainc.compiler.pipeline import compile_spec
 from trainc.compiler.plan import spec_to_dict
 from trainc.planner import plan_layouts
@@ -86,8 +86,12 @@ def test_apply_keeps_the_file_and_changes_only_planned_keys(tmp_path, text):
     out.write_text(applied.text)
     after = _leaves_of(_resolved(out))
     assert after == _leaves_of(spec_to_dict(best))
-    # the keys that changed are exactly those whose value the plan changes
-    assert sorted(applied.changed) == sorted(k for k in after if before.get(k) != after[k])
+    # the keys reported are those written: every key whose value the plan changes, except the
+    # derived ones that follow the written keys (sequence_parallel from tp, ...)
+    moved = {k for k in after if before.get(k) != after[k]}
+    assert set(applied.changed) <= moved
+    assert {k for k in moved - set(applied.changed)} <= set(FILLED_FROM)
+    assert all(k.rsplit(".", 1)[1] + ":" in applied.text for k in applied.changed)
     assert all(k.startswith(("parallel.", "training.")) for k in applied.changed)
     added = [ln[1:] for ln in _changed_lines(text, applied.text) if ln.startswith("+")]
     for ln in removed:  # a removed line is an old value of a changed key, or a flow mapping
@@ -298,3 +302,23 @@ def test_apply_in_place_never_replaces_the_spec_with_the_resolved_dump(tmp_path)
     proc = subprocess.run([sys.executable, "-m", "trainc", "plan", str(spec), "--apply",
                            str(new)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and new.read_text().startswith("# written by trainc plan")
+
+
+def test_apply_counts_only_the_keys_it_writes(tmp_path, capsys):
+    """"N key(s) changed" is the number of keys written: the derived keys that follow a written
+    one (etp and sequence_parallel from tp) move without being written and are not counted."""
+    from trainc.cli import main
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(NO_PARALLEL)
+    out = tmp_path / "applied.yaml"
+    assert main(["plan", str(spec), "--top", "1", "--apply", str(out)]) == 0
+    text = out.read_text()
+    before, after = _leaves_of(_resolved(spec)), _leaves_of(_resolved(out))
+    moved = {k for k in after if before.get(k) != after[k]}
+    derived = {k for k in moved if k in FILLED_FROM}
+    assert {"parallel.etp", "parallel.sequence_parallel"} <= derived
+    assert not any(k.rsplit(".", 1)[1] + ":" in text for k in derived)
+    written = sorted(moved - derived)
+    assert all(k.rsplit(".", 1)[1] + ":" in text for k in written)
+    assert f"({len(written)} key(s) changed)" in capsys.readouterr().out

@@ -188,3 +188,35 @@ def test_lint_a_folder_or_a_quoted_glob(tmp_path, capsys):
     assert "TRC000" in capsys.readouterr().err
     assert main(["lint", str(tmp_path / "empty" / "*.yaml")]) == 2
     assert "TRC000" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["compile", "explain", "plan", "lint"])
+def test_usage_names_the_spec_arguments_once(command: str, capsys: pytest.CaptureFixture[str]
+                                             ) -> None:
+    """argparse writes a nargs="+" metavar twice (``SPEC [KEY=VALUE ...] [SPEC [KEY=VALUE ...]
+    ...]``); the usage line names it once."""
+    from trainc.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([command, "--help"])
+    usage = capsys.readouterr().out.split("\n\n")[0]
+    assert usage.count("KEY=VALUE") == 1, usage
+    assert " ".join(usage.split()).endswith("[KEY=VALUE ...]"), usage
+
+
+def test_lint_of_a_pattern_without_a_match_says_no_match(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A quoted glob that matches nothing is "no file matches", not "does not exist"."""
+    from trainc.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["lint", "nomatch*.yaml"]) == 2
+    cap = capsys.readouterr()
+    out = cap.out + cap.err
+    assert f"no file matches the pattern nomatch*.yaml (matched from {tmp_path})" in out
+    assert "does not exist" not in out
+    assert "fix: check the pattern and the directory it is matched from" in out
+    assert main(["lint", "missing.yaml"]) == 2
+    cap = capsys.readouterr()
+    assert "spec file missing.yaml does not exist" in cap.out + cap.err

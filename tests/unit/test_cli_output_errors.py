@@ -163,3 +163,22 @@ def test_stdout_closed_is_exit_4_and_nothing_written(tmp_path: Path, args: list[
     assert r.stderr.strip() == ("trainc: standard output is closed; run trainc with stdout open "
                                 "(redirect it to a file or /dev/null)")
     assert not (tmp_path / "o").exists()
+
+
+def test_a_rich_table_piped_to_head_exits_141_quietly(tmp_path) -> None:
+    """``trainc explain SPEC | head -1``: the reader goes away, the exit is 141 (as a Unix tool
+    ended by SIGPIPE), not Rich's 1, with no traceback."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    cmd = (f"{sys.executable} -m trainc explain examples/llama2-70b-dgx-a100.yaml --ranks 256 "
+           f"2>{tmp_path / 'err.txt'} | head -c 10 >/dev/null; echo ${{PIPESTATUS[0]}}")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    r = subprocess.run(["bash", "-c", cmd], cwd=root, env=env, capture_output=True, text=True,
+                       timeout=120)
+    err = (tmp_path / "err.txt").read_text()
+    assert r.stdout.strip() == "141"
+    assert "Traceback" not in err and "Exception ignored" not in err

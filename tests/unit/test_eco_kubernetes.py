@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainc.compiler.emit.kubernetes import PLACEHOLDER_IMAGE, k8s_name, pytorchjob
+from trainc.compiler.emit.kubernetes import k8s_name, not_written, pytorchjob
 from trainc.compiler.pipeline import compile_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,9 +36,13 @@ def validator():
     return jsonschema.Draft7Validator(schema)
 
 
+#: The image the example is compiled with here (a pod needs one: without it no job is written).
+IMAGE = "ghcr.io/acme/trainc-worker:0.1"
+
+
 @pytest.fixture(scope="module")
 def plan():
-    result = compile_spec(EXAMPLE, emit_files=False)
+    result = compile_spec(EXAMPLE, [f"launch.container_image={IMAGE}"], emit_files=False)
     assert result.ok and result.plan is not None
     return result.plan
 
@@ -77,7 +81,7 @@ def test_one_pod_per_node_and_gpus(plan):
     assert container["resources"]["limits"] == {"nvidia.com/gpu": "8"}
     assert container["command"][:5] == ["torchrun", "-m", "trainc.launch.worker", "--plan",
                                         "/trainc/plan.json"]
-    assert container["image"] == PLACEHOLDER_IMAGE
+    assert container["image"] == IMAGE
     # tp 8 on CUDA: the variable torchrun.sh exports reaches the pods too
     assert container["env"] == [{"name": "CUDA_DEVICE_MAX_CONNECTIONS", "value": "1"}]
     volumes = {v["name"]: v for v in replicas["Master"]["template"]["spec"]["volumes"]}
@@ -139,3 +143,17 @@ def test_headers_name_the_secret_and_the_mounts_the_manifest_leaves_out(plan):
             in head
         assert "launch.container_mounts (/lustre/data:/data)" in head
     assert "container_mounts" not in pytorchjob(plan)["pytorchjob.yaml"].split("apiVersion:")[0]
+
+
+def test_not_written_without_an_image(plan):
+    """A pod needs an image: without launch.container_image no pytorchjob.yaml names one that
+    cannot be pulled; report.md says how to get it."""
+    p = _variant(plan, launch__container_image=None)
+    assert pytorchjob(p) == {}
+    why = not_written(p)
+    assert why is not None and why.startswith("trainjob.yaml and pytorchjob.yaml not written")
+    assert "fix: set launch.container_image=REGISTRY/IMAGE:TAG" in why
+    assert not_written(plan) is None
+    result = compile_spec(EXAMPLE)
+    assert result.ok and "pytorchjob.yaml" not in result.files
+    assert f"- Kubernetes: {why}" in result.files["report.md"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainc.compiler.emit.kubernetes import PLACEHOLDER_IMAGE, trainjob
+from trainc.compiler.emit.kubernetes import not_written, trainjob
 from trainc.compiler.pipeline import compile_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,9 +47,13 @@ def validator():
     return jsonschema.Draft7Validator(_strict(json.loads(CRD.read_text())))
 
 
+#: The image the example is compiled with here (a pod needs one: without it no job is written).
+IMAGE = "ghcr.io/acme/trainc-worker:0.1"
+
+
 @pytest.fixture(scope="module")
 def plan():
-    result = compile_spec(EXAMPLE, emit_files=False)
+    result = compile_spec(EXAMPLE, [f"launch.container_image={IMAGE}"], emit_files=False)
     assert result.ok and result.plan is not None
     return result.plan
 
@@ -112,7 +116,7 @@ def test_nodes_processes_gpus_command_and_deadline(plan):
     assert trainer["numNodes"] == 8 and trainer["numProcPerNode"] == 8
     assert trainer["resourcesPerNode"] == {"limits": {"nvidia.com/gpu": "8"},
                                            "requests": {"nvidia.com/gpu": "8"}}
-    assert trainer["image"] == PLACEHOLDER_IMAGE
+    assert trainer["image"] == IMAGE
     # torchrun reads PET_NNODES/PET_NPROC_PER_NODE/PET_NODE_RANK/PET_MASTER_ADDR from the runtime;
     # the port is launch.master_port, explicitly
     assert trainer["command"] == ["torchrun", "--master-port=29500", "-m", "trainc.launch.worker",
@@ -274,3 +278,17 @@ def test_trc522_relative_save_dir():
     assert not find(lint_cfg(**{"launch.save_dir": "/mnt/ckpt"}), "TRC522")
     assert not find(lint_cfg(**{"launch.save_dir": "ckpt", "launch.entrypoint": "megatron-lm",
                                 "launch.megatron_lm_path": "/opt/Megatron-LM"}), "TRC522")
+
+
+def test_not_written_without_an_image(plan):
+    """A pod needs an image: without launch.container_image no trainjob.yaml names one that
+    cannot be pulled; report.md says how to get it."""
+    p = _variant(plan, launch__container_image=None)
+    assert trainjob(p) == {}
+    why = not_written(p)
+    assert why is not None and why.startswith("trainjob.yaml and pytorchjob.yaml not written")
+    assert "fix: set launch.container_image=REGISTRY/IMAGE:TAG" in why
+    assert not_written(plan) is None
+    result = compile_spec(EXAMPLE)
+    assert result.ok and "trainjob.yaml" not in result.files
+    assert f"- Kubernetes: {why}" in result.files["report.md"]

@@ -197,7 +197,8 @@ SECRETS = {"WANDB_API_KEY": "wk-0123456789abcdef", "HF_TOKEN": "hf_SeCrEt987",
 
 
 def test_secrets_are_never_written_in_clear(tmp_path: Path) -> None:
-    spec = _write_spec(tmp_path, dict(SPEC, launch={"env": {**SECRETS, "NCCL_DEBUG": "WARN"}}))
+    spec = _write_spec(tmp_path, dict(SPEC, launch={"env": {**SECRETS, "NCCL_DEBUG": "WARN"},
+                                                    "container_image": "ghcr.io/acme/t:1"}))
     out = tmp_path / "out"
     assert cli.main(["compile", str(spec), "-o", str(out)]) == 0
     for p in out.iterdir():

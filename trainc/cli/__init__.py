@@ -47,7 +47,22 @@ def handler(command: str) -> Callable[[argparse.Namespace], int]:
     return fn
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help formatter, except that a ``nargs="+"`` positional whose metavar already
+    says how it repeats (``SPEC [KEY=VALUE ...]``) is shown once: argparse would write
+    ``SPEC [KEY=VALUE ...] [SPEC [KEY=VALUE ...] ...]``."""
+
+    def _format_args(self, action: argparse.Action, default_metavar: str) -> str:
+        if action.nargs == "+" and isinstance(action.metavar, str) and "[" in action.metavar:
+            return action.metavar
+        return super()._format_args(action, default_metavar)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:  # argparse exits 2 on usage errors, as we do
         self.print_usage(sys.stderr)
         self.exit(EXIT_SPEC, f"trainc: error: {message}\n")

@@ -92,9 +92,9 @@ def _json(runs: list[Any], result: Any, preset: dict[str, Any]) -> dict[str, Any
 
 def _print_table(runs: list[Any], result: Any) -> None:
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
+    from trainc.console import Console
     from trainc.planner.calibrate import BAND_FLOOR
     from trainc.planner.table import console_width
 

@@ -89,6 +89,7 @@ def _lint(args: argparse.Namespace) -> int:
 
 def _compile(args: argparse.Namespace) -> int:
     """``trainc compile SPEC [KEY=VALUE ...] [-o OUTDIR]``: check, then write the artifacts."""
+    from trainc.compiler.emit.kubernetes import not_written
     from trainc.compiler.pipeline import compile_spec
     from trainc.compiler.write import write_artifacts
 
@@ -114,15 +115,17 @@ def _compile(args: argparse.Namespace) -> int:
                             keep=() if specs[0] == "-" else (specs[0],))
     if args.format == "text":
         out(f"wrote {len(names)} files to {outdir}: {', '.join(names)}")
+        missing = not_written(result.plan)
+        if missing:
+            out(missing)
     return EXIT_OK
 
 
 def _explain(args: argparse.Namespace) -> int:
     """``trainc explain SPEC``: the estimates and the rank map as terminal tables."""
-    from rich.console import Console
-
     from trainc.compiler.estimate.explain import explain_tables
     from trainc.compiler.pipeline import compile_spec
+    from trainc.console import Console
 
     specs, overrides = _split(args.items)
     if len(specs) != 1:

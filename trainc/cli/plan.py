@@ -70,7 +70,8 @@ def _plan(args: argparse.Namespace) -> int:
         if applied.note:
             print(f"trainc plan: note: {applied.note}", file=sys.stderr)
         if args.format == "text":
-            out(f"wrote {args.apply} ({len(applied.changed)} key(s) changed)")
+            out(f"wrote {args.apply} (the complete resolved spec)" if applied.note
+                else f"wrote {args.apply} ({len(applied.changed)} key(s) changed)")
     return EXIT_OK
 
 

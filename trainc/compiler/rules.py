@@ -364,6 +364,10 @@ OPTIMIZER_STATE_PRECISION = _r(
     "TRC332", "optimizer-state-precision",
     "optimizer buffers below fp32 need adam and the distributed optimizer (Megatron-Core "
     "precision-aware optimizer), in the dtypes Megatron-LM accepts for each buffer")
+PRETRAIN_RECIPE = _r(
+    "TRC333", "pretraining-recipe",
+    "pre-training a model of 1B parameters or more on CUDA should warm the learning rate up and "
+    "run Adam with beta2 below 0.999 (0.95), as the published recipes do", "warning")
 #: not applicable to DeepSpeed or FSDP: trainc's runners there have no Transformer Engine GEMMs and
 #: no Megatron-Core MoE dispatcher (TRC330 / TRC313 / the FSDP rules report the spec instead)
 _MEGATRON_ONLY = {"megatron": "error", "deepspeed": "n/a", "fsdp": "n/a"}
@@ -705,6 +709,8 @@ SOURCES: dict[str, str] = {
     "TRC331": "megatron-core 0.16.1 TransformerConfig.__post_init__ (fp8_param, fp4 vs fp8)",
     "TRC332": "megatron-core 0.16.1 OptimizerConfig.__post_init__; Megatron-LM arguments.py "
               "--main-grads-dtype, --main-params-dtype, --exp-avg(-sq)-dtype",
+    "TRC333": "Llama 2, arXiv 2307.09288 section 2.2 (AdamW beta2 0.95, 2,000 warm-up steps); "
+              "GPT-3, arXiv 2005.14165 appendix B; OPT, arXiv 2205.01068 section 2.2",
     "TRC370": "transformer_engine/pytorch/quantization.py check_recipe_support / "
               "_compute_fp8_support (8.9+), _compute_mxfp8_support and _compute_nvfp4_support "
               "(10.0+), _compute_fp8_block_scaling_support (TE 2.x: Hopper, later 9.0+; "

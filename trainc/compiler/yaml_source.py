@@ -4,6 +4,8 @@ duplicate keys, and the ``defaults:`` list. Problems become TRC000 diagnostics."
 from __future__ import annotations
 
 import dataclasses
+import glob
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -161,13 +163,19 @@ def _read_yaml(path: Path, shown: str, data: bytes | None = None,
     """Read and parse a YAML file (or ``data``, e.g. standard input) into a node tree; problems
     become TRC000 diagnostics."""
 
-    def bad(msg: str, line: int | None = None) -> tuple[None, list[Diagnostic]]:
-        d = diag(R.SPEC_UNREADABLE, msg, "<file>", fix="pass a readable UTF-8 YAML spec file")
+    def bad(msg: str, line: int | None = None, fix: str = "pass a readable UTF-8 YAML spec file"
+            ) -> tuple[None, list[Diagnostic]]:
+        d = diag(R.SPEC_UNREADABLE, msg, "<file>", fix=fix)
         return None, [dataclasses.replace(d, locations=(Location(key="<file>", file=shown,
                                                                  line=line),))]
 
     if data is not None:
         raw = data
+    elif not path.exists() and glob.has_magic(str(path)):
+        # a quoted pattern (trainc lint 'specs/*.yaml') that the CLI expanded to nothing
+        return bad(f"no file matches the pattern {shown} (matched from {os.getcwd()})",
+                   fix="check the pattern and the directory it is matched from, or name the "
+                       "spec files")
     elif not path.exists():
         return bad(f"spec file {shown} does not exist")
     elif path.is_dir():

@@ -201,8 +201,9 @@ def to_json(a_res: Any, b_res: Any, show_all: bool = False) -> dict[str, Any]:
 
 def render_table(a_res: Any, b_res: Any, show_all: bool = False) -> None:
     """Print the Rich tables (summary, then differences) to stdout."""
-    from rich.console import Console
     from rich.table import Table
+
+    from trainc.console import Console
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     diffs, same = compare(a_res.plan, b_res.plan)

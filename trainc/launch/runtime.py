@@ -64,6 +64,11 @@ class Settings:
         self.device: str = args.device or launch["device"]
         self.shrink = bool(args.shrink if args.shrink is not None else launch["shrink"])
         self.train_iters: int = args.train_iters or train["train_iters"]
+        #: The lr decay length this run uses (steps); ``decay_follows``: it differs from the
+        #: compiled schedule's because ``--train-iters`` changed the run's length (see
+        #: :func:`decay_length`).
+        self.lr_decay_iters, self.decay_follows = decay_length(
+            train, (plan.get("spec_as_written") or {}).get("training") or {}, args.train_iters)
         self.lr_override: float | None = args.lr
         self.save: str = args.save or launch["save_dir"] or os.path.join(
             os.path.dirname(os.path.abspath(plan_path)), "checkpoints")
@@ -89,6 +94,48 @@ class Settings:
             self.layout = {"tp": 1, "pp": 1, "vpp": 1, "cp": 1, "ep": 1, "dp": 1, "etp": 1,
                            "sp": False}
             self.distributed_optimizer = False
+
+
+def decay_length(train: dict[str, Any], written: dict[str, Any],
+                 train_iters: int | None) -> tuple[int, bool]:
+    """The lr decay length (steps) for a run of ``train_iters`` steps (``--train-iters``; None:
+    the plan's ``training.train_iters``), and whether it differs from the compiled one.
+
+    As in Megatron-LM (``megatron/training/training.py::get_optimizer_param_scheduler``, core_r0.16:
+    ``if args.lr_decay_iters is None: args.lr_decay_iters = args.train_iters``): a spec that
+    left ``training.lr_decay_iters`` unset (``written``, plan.json ``spec_as_written.training``)
+    decays over the run, so the decay length follows ``--train-iters`` (announced); one the spec
+    wrote is kept, as Megatron-LM keeps an explicit ``--lr-decay-iters`` whatever
+    ``--train-iters`` says (announced too). ``train``: plan.json ``spec.training``.
+    Raises SystemExit when the followed length leaves no decay: ``lr_warmup_iters`` must be
+    below it (Megatron-Core's ``OptimizerParamScheduler`` asserts ``lr_warmup_steps <
+    lr_decay_steps``) and ``lr_wsd_decay_iters`` at most it (the WSD anneal starts at
+    ``lr_decay_steps - wsd_decay_steps``).
+    """
+    compiled = int(train["lr_decay_iters"])
+    if train_iters is None or train_iters == train["train_iters"]:
+        return compiled, False
+    if written.get("lr_decay_iters") is not None:
+        log(f"--train-iters {train_iters}: lr_decay_iters stays {compiled} as the spec writes it "
+            "(as Megatron-LM keeps an explicit --lr-decay-iters)")
+        return compiled, False
+    warmup, wsd = int(train["lr_warmup_iters"]), train.get("lr_wsd_decay_iters")
+    if warmup >= train_iters:
+        raise SystemExit(f"trainc-worker: --train-iters {train_iters} is not above "
+                         f"training.lr_warmup_iters ({warmup}): the lr decay length follows "
+                         "--train-iters and Megatron-Core's OptimizerParamScheduler needs the "
+                         f"warm-up below it; pass --train-iters {warmup + 1} or more, or set "
+                         "training.lr_warmup_iters / training.lr_decay_iters in the spec and "
+                         "compile again")
+    if wsd is not None and int(wsd) > train_iters:
+        raise SystemExit(f"trainc-worker: --train-iters {train_iters} is below "
+                         f"training.lr_wsd_decay_iters ({wsd}): the lr decay length follows "
+                         "--train-iters and the WSD anneal must fit in it; pass --train-iters "
+                         f"{wsd} or more, or set training.lr_decay_iters in the spec and compile "
+                         "again")
+    override(f"lr_decay_iters {compiled} -> {train_iters} (--train-iters; the spec leaves "
+             "lr_decay_iters to follow train_iters, as Megatron-LM does)")
+    return train_iters, True
 
 
 def check_runner(plan: dict[str, Any]) -> None:

@@ -35,8 +35,9 @@ from trainc.compiler.plan import spec_to_dict
 
 @dataclass(frozen=True)
 class Applied:
-    """What :func:`applied_text` produced: the file's text, the dotted keys it changed or
-    inserted, and a note when it had to fall back to the complete resolved spec."""
+    """What :func:`applied_text` produced: the file's text, the group options and dotted keys
+    it wrote (changed or inserted; a derived key that follows them without being written is not
+    one), and a note when it had to fall back to the complete resolved spec."""
 
     text: str
     changed: list[str]
@@ -221,11 +222,11 @@ def applied_text(spec_path: str | os.PathLike[str], overrides: list[str] | tuple
         resolved = _resolve(text1, folder)
         if resolved is not None:
             have = _leaves(resolved)
-            changed = [k for k, v in target.items() if have.get(k, object()) != v]
+            moved = [k for k, v in target.items() if have.get(k, object()) != v]
             # keys normalization fills from others (etp from tp, ...) are written only where
             # the written keys do not already lead to the planned value: an explicit etp on a
             # dense model breaks a later `parallel.tp=4` (TRC312)
-            first = [k for k in changed if k not in FILLED_FROM]
+            first = [k for k in moved if k not in FILLED_FROM]
             text2 = _set_keys(text1, first, target)
             again = _resolve(text2, folder)
             got = _leaves(again) if again is not None else None
@@ -234,13 +235,13 @@ def applied_text(spec_path: str | os.PathLike[str], overrides: list[str] | tuple
                 # then tp 8 fills etp 8): every filled key the edit moved off the plan's value
                 rest = [k for k in target if k in FILLED_FROM and k not in first
                         and got.get(k, object()) != target[k]]
-                changed += [k for k in rest if k not in changed]
                 first += rest
                 text2 = _set_keys(text1, first, target)
                 again = _resolve(text2, folder)
                 got = _leaves(again) if again is not None else None
             if got == target:
-                return Applied(text2, [f"{g}={o}" for g, o in groups] + changed)
+                # the keys written, not the derived ones that follow them (etp from tp)
+                return Applied(text2, [f"{g}={o}" for g, o in groups] + first)
             if got is not None:
                 off = sorted(k for k in set(target) | set(got)
                              if got.get(k, object()) != target.get(k, object()))

@@ -197,7 +197,7 @@ def render(res: Any, width: int) -> list[Any]:
 
 def console_width() -> int:
     """The terminal's width, else ``COLUMNS``, else :data:`DEFAULT_WIDTH`."""
-    from rich.console import Console
+    from trainc.console import Console
 
     console = Console()
     if console.is_terminal or os.environ.get("COLUMNS", "").isdigit():
@@ -207,7 +207,7 @@ def console_width() -> int:
 
 def print_plan_table(res: Any, width: int | None = None) -> None:
     """Print the table of ``res`` to stdout in ``width`` columns (default :func:`console_width`)."""
-    from rich.console import Console
+    from trainc.console import Console
 
     w = width or console_width()
     console = Console(width=w)

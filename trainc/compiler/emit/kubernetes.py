@@ -25,11 +25,12 @@ training operator sets ``PET_NNODES``, ``PET_NPROC_PER_NODE``, ``PET_NODE_RANK``
 ``PET_MASTER_ADDR`` and ``PET_MASTER_PORT`` in each pod, which torchrun reads as the defaults of
 its rendezvous flags.
 
-The image is ``launch.container_image``; without one the job names :data:`PLACEHOLDER_IMAGE`
-(which cannot be pulled: set the key to an image with trainc and its ``[worker]`` extra).
-Both artifacts are written only for ``launch.entrypoint: trainc``: the pods run the trainc
-worker, and ``megatron-lm`` / ``torchtitan`` need a checkout or runner the image does not promise
-(run those through ``sbatch.sh`` / ``torchrun.sh``).
+The image is ``launch.container_image``, an image with trainc and its ``[worker]`` extra; a pod
+needs one, so without it neither file is written (a job naming no pullable image would sit in
+ImagePullBackOff) and ``report.md`` and ``trainc compile`` say how to get them
+(:func:`not_written`). Both artifacts are written only for ``launch.entrypoint: trainc``: the
+pods run the trainc worker, and ``megatron-lm`` / ``torchtitan`` need a checkout or runner the
+image does not promise (run those through ``sbatch.sh`` / ``torchrun.sh``).
 Built as a dict and dumped by a ``yaml.SafeDumper`` (sort_keys=True, no aliases): byte-for-byte
 deterministic.
 """
@@ -44,8 +45,8 @@ import yaml
 from trainc.compiler.emit.render import header as render_header
 from trainc.compiler.slurm_time import time_limit_seconds
 
-#: Image used when ``launch.container_image`` is null (a reserved, unpullable name).
-PLACEHOLDER_IMAGE = "registry.example.invalid/trainc-worker:set-launch.container_image"
+#: The Kubernetes artifacts, written for ``launch.entrypoint: trainc`` with a container image.
+K8S_FILES = ("pytorchjob.yaml", "trainjob.yaml")
 PLAN_MOUNT = "/trainc"
 #: Checkpoint directory when ``launch.save_dir`` is null: an emptyDir, lost with the pod.
 CHECKPOINT_MOUNT = "/checkpoints"
@@ -149,7 +150,7 @@ def _pod_template(plan: dict[str, Any], job: str) -> dict[str, Any]:
     env = container_env(plan, job)
     container: dict[str, Any] = {
         "name": "pytorch",  # the container name the training operator looks for
-        "image": launch["container_image"] or PLACEHOLDER_IMAGE,
+        "image": launch["container_image"],
         "imagePullPolicy": "IfNotPresent",
         "command": [*WORKER_COMMAND, *checkpoint_args(launch)],
         "ports": [{"name": "pytorchjob-port", "containerPort": int(launch["master_port"])}],
@@ -237,10 +238,31 @@ def _run_steps(plan: dict[str, Any], job: str, manifest: str) -> str:
     return text
 
 
+def _writes(launch: dict[str, Any]) -> bool:
+    return launch.get("entrypoint", "trainc") == "trainc" and bool(launch.get("container_image"))
+
+
+def not_written(plan: dict[str, Any]) -> str | None:
+    """Why ``trainjob.yaml`` and ``pytorchjob.yaml`` are missing and how to get them, for a
+    ``launch.entrypoint: trainc`` plan without ``launch.container_image``; None otherwise (they
+    are written, or the entrypoint writes no Kubernetes artifact).
+
+    >>> not_written({"spec": {"launch": {"entrypoint": "trainc", "container_image": None}}})[:46]
+    'trainjob.yaml and pytorchjob.yaml not written:'
+    """
+    launch = plan["spec"]["launch"]
+    if launch.get("entrypoint", "trainc") != "trainc" or launch.get("container_image"):
+        return None
+    return ("trainjob.yaml and pytorchjob.yaml not written: launch.container_image is not set "
+            "and a pod needs an image (fix: set launch.container_image=REGISTRY/IMAGE:TAG, an "
+            "image with trainc and its [worker] extra installed, and compile again)")
+
+
 def pytorchjob(plan: dict[str, Any], *, elastic: bool = False) -> dict[str, str]:
-    """``{"pytorchjob.yaml": text}`` (empty unless ``launch.entrypoint`` is ``trainc``:
-    megatron-lm and torchtitan write no Kubernetes artifact)."""
-    if plan["spec"]["launch"].get("entrypoint", "trainc") != "trainc":
+    """``{"pytorchjob.yaml": text}``; empty unless ``launch.entrypoint`` is ``trainc`` (megatron-lm
+    and torchtitan write no Kubernetes artifact) and ``launch.container_image`` is set
+    (:func:`not_written`)."""
+    if not _writes(plan["spec"]["launch"]):
         return {}
     job = k8s_name(plan["spec"]["name"])
     header = (render_header(plan) +
@@ -289,7 +311,7 @@ def trainjob_dict(plan: dict[str, Any]) -> dict[str, Any]:
     trainer: dict[str, Any] = {
         "numNodes": int(cluster["num_nodes"]),
         "numProcPerNode": int(cluster["gpus_per_node"]),
-        "image": launch["container_image"] or PLACEHOLDER_IMAGE,
+        "image": launch["container_image"],
         "command": [torchrun, f"--master-port={int(launch['master_port'])}", *module,
                     *checkpoint_args(launch)],
     }
@@ -338,10 +360,11 @@ def trainjob_dict(plan: dict[str, Any]) -> dict[str, Any]:
 
 
 def trainjob(plan: dict[str, Any]) -> dict[str, str]:
-    """``{"trainjob.yaml": text}`` (empty unless ``launch.entrypoint`` is ``trainc``), with a
-    header that says how to create the plan ConfigMap (and the Secret) and apply the job."""
+    """``{"trainjob.yaml": text}`` (empty unless ``launch.entrypoint`` is ``trainc`` and
+    ``launch.container_image`` is set, :func:`not_written`), with a header that says how to
+    create the plan ConfigMap (and the Secret) and apply the job."""
     launch = plan["spec"]["launch"]
-    if launch.get("entrypoint", "trainc") != "trainc":
+    if not _writes(launch):
         return {}
     job = k8s_name(plan["spec"]["name"])
     runtime = launch.get("k8s_runtime") or "torch-distributed"

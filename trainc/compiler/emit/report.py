@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainc.compiler.emit.kubernetes import not_written
 from trainc.compiler.emit.render import header
 from trainc.compiler.estimate.explain import fsdp_sharding
 from trainc.compiler.numfmt import fixed, gib, percent
@@ -159,7 +160,14 @@ def report_text(plan: dict[str, Any], artifacts: list[str]) -> str:
               "- this machine, one node: `trainc run OUTDIR` (or `bash OUTDIR/torchrun.sh`)",
               f"- by hand on {c['num_nodes']} node(s): on node i run `NODE_RANK=i "
               "MASTER_ADDR=<node 0> bash OUTDIR/torchrun.sh`",
-              "- Slurm: `trainc submit OUTDIR` (or `cd OUTDIR && sbatch sbatch.sh`)", ""]
+              "- Slurm: `trainc submit OUTDIR` (or `cd OUTDIR && sbatch sbatch.sh`)"]
+    missing = not_written(plan)
+    if missing:
+        lines.append(f"- Kubernetes: {missing}")
+    elif "trainjob.yaml" in artifacts:
+        lines.append("- Kubernetes: `kubectl apply -f OUTDIR/trainjob.yaml` (or pytorchjob.yaml; "
+                     "their headers say what to create first)")
+    lines.append("")
     return "\n".join(lines)
 
 

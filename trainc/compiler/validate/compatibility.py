@@ -28,6 +28,7 @@ from trainc.compiler.validate.moe_dispatch import moe_dispatch
 from trainc.compiler.validate.moe_router import megatron_only_keys, moe_router
 from trainc.compiler.validate.precision import precision
 from trainc.compiler.validate.precision_shapes import precision_shapes
+from trainc.compiler.validate.recipe import recipe
 from trainc.compiler.validate.util import divisors, show
 from trainc.compiler.validate.versions import before, release
 from trainc.schemas import (
@@ -105,6 +106,7 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    fix=f"remove {key}, or change what makes it inert", setting=key, why=why)
     yield from _half_band(spec)
     yield from _recompute(spec, d)
+    yield from recipe(spec)
     if t.min_lr > t.lr:
         yield diag(R.LR_RANGE, f"min_lr ({t.min_lr:g}) exceeds lr ({t.lr:g})", "training.min_lr",
                    related=("training.lr",), fix=f"set training.min_lr to at most {t.lr:g}",

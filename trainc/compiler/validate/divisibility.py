@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from trainc.compiler import rules as R
-from trainc.compiler.derive import Derived
+from trainc.compiler.derive import Derived, domain_group_nodes, slurm_segment
 from trainc.compiler.diagnostics import Diagnostic, Severity, diag
 from trainc.compiler.validate.layers import layers_and_batch
 from trainc.compiler.validate.sequence import sequence
@@ -182,6 +182,25 @@ def _hidden_heads_fix(h: int, a: int, g: int) -> str:
     return ", or ".join(out)
 
 
+def _in_one_domain(spec: TrainSpec, etp: int, ep: int) -> bool:
+    """Every ETP x EP group of ``etp * ep`` consecutive ranks (aligned to its size) stays inside
+    one NVLink domain: the size divides ``cluster.nvlink_domain_size``, or the domain spans
+    several nodes and the ``#SBATCH --segment`` of that layout (``launch.slurm_segment``, else
+    :func:`trainc.compiler.derive.slurm_segment` for its widest group) fits one domain and holds
+    whole groups: the same placement TRC107 checks
+    (``trainc.compiler.validate.topology._Placement``)."""
+    c, p = spec.cluster, spec.parallel
+    dom, gpus, size = c.nvlink_domain_size or c.gpus_per_node, c.gpus_per_node, etp * ep
+    if size <= 1 or dom % size == 0:
+        return True
+    per_domain = dom // max(gpus, 1)
+    if size > dom or per_domain <= 1:
+        return False
+    seg = slurm_segment(c.num_nodes, gpus, dom, spec.launch.slurm_segment,
+                        domain_group_nodes(p.tp, p.cp, etp, ep, gpus))
+    return 0 < seg <= per_domain and (seg * gpus) % size == 0
+
+
 def _ep_with_smaller_etp(spec: TrainSpec, d: Derived, cands: list[int], fit: list[int]
                          ) -> list[tuple[int, list[int], int]]:
     """EP sizes a smaller expert-tensor-parallel size opens: ``[(etp, [ep, ...], domain)]``
@@ -190,14 +209,18 @@ def _ep_with_smaller_etp(spec: TrainSpec, d: Derived, cands: list[int], fit: lis
     (``world % (etp * ep * pp) == 0``, ``parallel_state.initialize_model_parallel`` at 0.16.1)
     and keep the ETP x EP group of consecutive ranks inside one NVLink domain (the group size
     divides ``cluster.nvlink_domain_size``, default the node; the rank order ``tp-ep-dp-pp`` of
-    the expert grid). On an NVL72-style domain of 4-GPU trays, etp = tp = 4 leaves ep in
-    {1, 2, 4} for 144 GPUs, while etp = 1 allows ep = 8 inside the 72-GPU domain."""
+    the expert grid) or, where the domain spans several nodes, inside one of the ``#SBATCH
+    --segment`` blocks sbatch.sh would ask for with that layout (:func:`_in_one_domain`). On an
+    NVL72-style domain of 4-GPU trays, etp = tp = 4 leaves ep in {1, 2, 4} for 144 GPUs, while
+    etp = 1 allows ep = 8 inside the 72-GPU domain; on an NVL36 domain (9 trays) ep = 8 x etp = 1
+    does not divide 36 GPUs, but segments of 6 trays (24 GPUs) hold whole groups of 8."""
     dom = spec.cluster.nvlink_domain_size or spec.cluster.gpus_per_node
     out: list[tuple[int, list[int], int]] = []
     seen = set(fit)
     for etp in sorted((x for x in divisors(d.etp) if x < d.etp), reverse=True):
         room = capacity(d.world_size, etp, spec.parallel.pp)
-        eps = [ep for ep in fitting(cands, room) if ep not in seen and dom % (etp * ep) == 0]
+        eps = [ep for ep in fitting(cands, room) if ep not in seen
+               and _in_one_domain(spec, etp, ep)]
         if room and eps:
             out.append((etp, eps, dom))
             seen |= set(eps)

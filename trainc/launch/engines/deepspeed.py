@@ -35,7 +35,9 @@ def load_config(s: Settings) -> dict[str, Any]:
     """``plan.json``'s ``engines.deepspeed`` (what ds_config.json shows), with the CPU
     substitutions, each announced: bf16 for fp16, torch's AdamW instead of the FusedAdam JIT
     build, no DeepSpeedCPUAdam for offloaded states, no pinned host memory; and, for the
-    one-process reference, the accumulation that gives the same global batch."""
+    one-process reference, the accumulation that gives the same global batch; the scheduler's
+    ``total_num_steps`` when the decay length follows ``--train-iters``
+    (:func:`trainc.launch.runtime.decay_length`)."""
     cfg = copy.deepcopy(s.plan["engines"]["deepspeed"])
     if cfg is None:
         raise SystemExit("trainc-worker: plan.json has no DeepSpeed config (engine is not "
@@ -68,6 +70,11 @@ def load_config(s: Settings) -> dict[str, Any]:
         for key in ("warmup_max_lr",):
             if key in sched:
                 sched[key] = s.lr_override
+    sched = cfg["scheduler"]["params"]
+    if s.decay_follows and "total_num_steps" in sched:
+        override(f"deepspeed scheduler.params.total_num_steps {sched['total_num_steps']} -> "
+                 f"{s.lr_decay_iters} (--train-iters)")
+        sched["total_num_steps"] = s.lr_decay_iters
     if s.reference:
         gas = s.global_batch_size // s.micro_batch_size
         if cfg["gradient_accumulation_steps"] != gas:

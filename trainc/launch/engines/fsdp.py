@@ -47,6 +47,22 @@ from trainc.launch.runtime import (
 )
 
 
+def lr_schedule(cfg: dict[str, Any], s: Settings) -> dict[str, Any]:
+    """The run's lr schedule (the keys :func:`lr_at` reads): plan.json ``engines.fsdp``
+    ``lr_schedule`` with the command line's changes, each announced: ``--lr`` sets the peak lr,
+    a ``--train-iters`` the decay length follows (:func:`trainc.launch.runtime.decay_length`)
+    sets ``decay_iters``."""
+    sched = dict(cfg["lr_schedule"])
+    if s.lr_override is not None:
+        override(f"fsdp optimizer lr {cfg['optimizer']['lr']} -> {s.lr_override} (--lr)")
+        sched["lr"] = s.lr_override
+    if s.decay_follows and sched["decay_iters"] != s.lr_decay_iters:
+        override(f"fsdp lr_schedule decay_iters {sched['decay_iters']} -> {s.lr_decay_iters} "
+                 "(--train-iters)")
+        sched["decay_iters"] = s.lr_decay_iters
+    return sched
+
+
 def lr_at(sched: dict[str, Any], step: int) -> float:
     """Learning rate of optimizer step ``step`` (0-based), as Megatron-Core 0.16.1's
     ``OptimizerParamScheduler.get_lr``: linear warm-up from 0 over ``warmup_iters``, then
@@ -295,10 +311,7 @@ def run(s: Settings) -> None:
         f"mp_policy={cfg['fully_shard']['mp_policy']} "
         f"cpu_offload={cfg['fully_shard']['offload_policy']['cpu']} activation_checkpoint={ac}")
     oc = cfg["optimizer"]
-    sched = dict(cfg["lr_schedule"])
-    if s.lr_override is not None:
-        override(f"fsdp optimizer lr {oc['lr']} -> {s.lr_override} (--lr)")
-        sched["lr"] = s.lr_override
+    sched = lr_schedule(cfg, s)
     if oc["class"] == "AdamW":
         opt: Any = torch.optim.AdamW(param_groups(model, oc["weight_decay"]), lr=sched["lr"],
                                      betas=tuple(oc["betas"]), eps=oc["eps"])

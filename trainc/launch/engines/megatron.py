@@ -171,11 +171,7 @@ def run(s: Settings) -> None:
     config.finalize_model_grads_func = finalize_model_grads
     opt_config = OptimizerConfig(**opt_kw)
     opt = get_megatron_optimizer(opt_config, chunks)
-    sched_kw, sched_changed = _changed(core["OptimizerParamScheduler"], "OptimizerParamScheduler",
-                                       {} if s.lr_override is None
-                                       else {"max_lr": s.lr_override,
-                                             "min_lr": min(core["OptimizerParamScheduler"]
-                                                           ["min_lr"], s.lr_override)}, "--lr")
+    sched_kw, sched_changed = scheduler_kwargs(s, core["OptimizerParamScheduler"])
     scheduler = OptimizerParamScheduler(opt, **sched_kw)
     cross_check(s, {"TransformerConfig": (config, tc_kwargs, {c.split(":")[0] for c in changes}),
                     "DistributedDataParallelConfig": (ddp_config, ddp_kw, ddp_changed),
@@ -258,6 +254,27 @@ def run(s: Settings) -> None:
                              f"{s.resume_check} in {s.save}")
         log(f"resume-check: reloaded step {got} from {s.save}; replaying to {s.train_iters}")
         train_steps(got, "resume-check ", save=False)
+
+
+def scheduler_kwargs(s: Settings, compiled: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
+    """``OptimizerParamScheduler``'s keyword arguments: ``compiled`` (plan.json
+    ``engines.megatron_core.OptimizerParamScheduler``) with the command line's changes, each
+    announced: ``--lr`` sets max_lr (and min_lr when above it); a ``--train-iters`` the decay
+    length follows (:func:`trainc.launch.runtime.decay_length`) sets lr_decay_steps, and
+    wd_incr_steps follows the run's length as Megatron-LM's ``get_optimizer_param_scheduler``
+    sets it from ``--train-iters``. Returns the arguments and the set of changed keys."""
+    kw: dict[str, Any] = dict(compiled)
+    changed: set[str] = set()
+    if s.lr_override is not None:
+        kw, changed = _changed(kw, "OptimizerParamScheduler",
+                               {"max_lr": s.lr_override,
+                                "min_lr": min(compiled["min_lr"], s.lr_override)}, "--lr")
+    if s.decay_follows:
+        kw, more = _changed(kw, "OptimizerParamScheduler",
+                            {"lr_decay_steps": s.lr_decay_iters, "wd_incr_steps": s.train_iters},
+                            "--train-iters")
+        changed |= more
+    return kw, changed
 
 
 def _changed(kwargs: dict[str, Any], group: str, values: dict[str, Any],

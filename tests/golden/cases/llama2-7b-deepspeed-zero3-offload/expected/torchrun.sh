@@ -47,6 +47,7 @@ TORCHRUN_PID=$!
 # shellcheck disable=SC2317  # run by the USR1 trap
 forward_usr1() {
   local stat line ppid
+  interrupted=1
   for stat in /proc/[0-9]*/stat; do
     { read -r line < "$stat"; } 2>/dev/null || continue
     read -r _ ppid _ <<< "${line##*) }"  # after "pid (comm) ": state, ppid, ...
@@ -56,9 +57,12 @@ forward_usr1() {
   done
 }
 trap forward_usr1 USR1
+# A wait cut short by the trap returns 138 (128 + SIGUSR1), also when torchrun ended during the
+# trap; wait again: bash keeps the status of an ended child, so the last wait gives torchrun's.
 while :; do
+  interrupted=0
   rc=0
   wait "$TORCHRUN_PID" || rc=$?
-  kill -0 "$TORCHRUN_PID" 2>/dev/null || break  # still running: wait was cut short by the trap
+  (( interrupted )) || break
 done
 exit "$rc"
