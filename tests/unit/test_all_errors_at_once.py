@@ -32,6 +32,8 @@ parallel:
 training:
   global_batch_size: 15
   micro_batch_size: 1
+  lr_warmup_iters: 100
+  adam_beta2: 0.95
 launch:
   time_limit: 4:00:00
   shrink: maybe

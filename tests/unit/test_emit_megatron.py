@@ -201,7 +201,7 @@ def test_flag_values_round_trip_through_argparse_types() -> None:
     items = dict((i[0], i[1] if len(i) > 1 else None) for i in megatron_flags(plan))
     assert float(items["--lr"]) == plan["spec"]["training"]["lr"]
     assert float(items["--min-lr"]) == plan["spec"]["training"]["min_lr"]
-    assert float(items["--adam-eps"]) == 1e-8
+    assert float(items["--adam-eps"]) == plan["spec"]["training"]["adam_eps"]
     assert float(items["--adam-beta2"]) == plan["spec"]["training"]["adam_beta2"]
 
 

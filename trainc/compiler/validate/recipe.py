@@ -74,7 +74,7 @@ def recipe(spec: TrainSpec) -> Iterator[Diagnostic]:
                    related=("training.lr", "training.lr_decay_iters"),
                    fix=f"set training.lr_warmup_iters={warm} (Llama 2 warms up 2,000 steps; at "
                        "most a tenth of the decay)",
-                   edits={"training.lr_warmup_iters": warm}, params=n, warmup=0)
+                   edits={"training.lr_warmup_iters": warm}, size=size, warmup=0)
     if t.optimizer is Optimizer.adam and t.adam_beta2 >= HIGH_BETA2:
         yield diag(R.PRETRAIN_RECIPE, f"pre-training a ~{size}-parameter model with Adam beta2 "
                    f"{t.adam_beta2:g}: Llama 2 (arXiv 2307.09288), GPT-3 (arXiv 2005.14165) and "
@@ -82,5 +82,5 @@ def recipe(spec: TrainSpec) -> Iterator[Diagnostic]:
                    "instead of ~1,000, so it follows gradient-norm spikes)", "training.adam_beta2",
                    related=("training.optimizer",),
                    fix=f"set training.adam_beta2={RECIPE_BETA2}",
-                   edits={"training.adam_beta2": RECIPE_BETA2}, params=n,
+                   edits={"training.adam_beta2": RECIPE_BETA2}, size=size,
                    adam_beta2=t.adam_beta2)
