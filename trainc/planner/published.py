@@ -48,7 +48,8 @@ Conversion (each choice is a guess where the table is silent; the row's ``notes`
   ``launch.entrypoint: torchtitan``; torchtitan's rows with ``launch.versions.torchtitan: 0.2.2``,
   the last release before 0.3.0's config and model rework: the tables' runs (2024-2025 commits)
   predate it, so their per-op SAC projects q, k and v separately and their float8 default is
-  tensorwise; ``selective`` is torchtitan's per-op SAC, as the rows say; ``torch_compile=on`` in the notes sets
+  tensorwise; ``selective`` is torchtitan's per-op SAC, as the rows say; ``torch_compile=on``
+  in the notes sets
   ``fsdp.compile``; ``sharding=HSDP``, shard within the node and replicate across nodes, sets
   ``fsdp.dp_replicate`` to the node count). GPT-style models (``gpt*``, ``mpt*`` names) get
   GELU, LayerNorm, learned positions, tied embeddings. Layers that do not divide over pp x vpp:
