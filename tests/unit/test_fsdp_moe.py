@@ -78,6 +78,20 @@ def test_moe_settings_torchtitan_lacks_are_errors() -> None:
         assert "torchtitan 0.3.0's MoE has no" in hits[0].message
 
 
+def test_the_aux_loss_fix_balances_with_the_expert_bias() -> None:
+    """TRC344's fix for an aux loss on torchtitan, applied as it says, leaves a clean lint: it
+    also turns on the expert bias (removing the coefficient alone left TRC385: no balancing)."""
+    spec = {**TT_MOE, "model.moe_router_enable_expert_bias": False,
+            "model.moe_aux_loss_coeff": 0.01}
+    (hit,) = [d for d in find(lint_cfg(**spec), "TRC344") if d.key == "model.moe_aux_loss_coeff"]
+    assert "model.moe_router_enable_expert_bias=true" in (hit.fix or "")
+    fixed = lint_cfg(**{**spec, **hit.edits})
+    assert errors(fixed) == [] and find(fixed, "TRC385") == []
+    # without the bias edit the job would lint with TRC385
+    no_bias = {k: v for k, v in hit.edits.items() if k != "model.moe_router_enable_expert_bias"}
+    assert find(lint_cfg(**{**spec, **no_bias}), "TRC385")
+
+
 def test_expert_bias_reaches_torchtitan_with_softmax_scores() -> None:
     """torchtitan's MoE balances with the expert bias (load_balance_coeff), softmax or sigmoid:
     neither TRC386 (Megatron-only key) nor TRC384 (sigmoid only) fires for it there."""

@@ -339,10 +339,12 @@ def _experts(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                                             and m.moe_aux_loss_coeff > 0):
         what = "Sinkhorn routing" if lb is MoeLoadBalancing.sinkhorn else \
             f"{lb.value} load-balancing loss (coefficient {m.moe_aux_loss_coeff:g})"
+        balance: dict[str, object] = {"model.moe_aux_loss_coeff": 0.0,
+                                      "model.moe_router_load_balancing_type": "none"}
+        if not m.moe_router_enable_expert_bias:  # what torchtitan balances with instead
+            balance["model.moe_router_enable_expert_bias"] = True
         missing.append(("model.moe_aux_loss_coeff" if lb is not MoeLoadBalancing.sinkhorn
-                        else "model.moe_router_load_balancing_type", what,
-                        {"model.moe_aux_loss_coeff": 0.0,
-                         "model.moe_router_load_balancing_type": "none"}))
+                        else "model.moe_router_load_balancing_type", what, balance))
     if m.moe_z_loss_coeff:
         missing.append(("model.moe_z_loss_coeff", f"router z-loss ({m.moe_z_loss_coeff:g})",
                         {"model.moe_z_loss_coeff": None}))
@@ -359,7 +361,16 @@ def _experts(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                    f"0.3.0's MoE has no {what}; it balances the experts with the "
                    "auxiliary-loss-free expert bias only (MoE.Config.load_balance_coeff)", key,
                    related=("engine", "launch.entrypoint"),
-                   fix=f"remove {key} (or set engine=megatron)", edits=edits, setting=key)
+                   fix=_fix_without(key, edits), edits=edits, setting=key)
+
+
+def _fix_without(key: str, edits: dict[str, object]) -> str:
+    """TRC344's fix for a MoE setting torchtitan lacks: remove it, and where it was the load
+    balancing, balance with the expert bias instead (else TRC385: no balancing at all)."""
+    if edits.get("model.moe_router_enable_expert_bias"):
+        return (f"remove {key} and set model.moe_router_enable_expert_bias=true (torchtitan's "
+                "load_balance_coeff), or set engine=megatron")
+    return f"remove {key} (or set engine=megatron)"
 
 
 def inert_fsdp(spec: TrainSpec) -> Iterator[tuple[str, str]]:
