@@ -25,14 +25,20 @@ from trainc.compiler import hardware
 from trainc.compiler.estimate import kernels
 from trainc.schemas import Gpu
 
-FAMILIES = {"hopper": (Gpu.h100_80g, Gpu.h200, Gpu.h800), "blackwell": (Gpu.b200, Gpu.gb200),
-            "gb300": (Gpu.gb300,)}
+FAMILIES = {
+    "hopper": (Gpu.h100_80g, Gpu.h200, Gpu.h800),
+    "blackwell": (Gpu.b200, Gpu.gb200),
+    "gb300": (Gpu.gb300,),
+}
 
 
 def score(results: list[fidelity.Result], tag: str = "all") -> float:
     """Median |error| in per cent over the rows with ``tag``."""
-    errs = [abs(r.predicted - r.measured) / r.measured for r in results
-            if r.predicted and r.measured and tag in r.tags]
+    errs = [
+        abs(r.predicted - r.measured) / r.measured
+        for r in results
+        if r.predicted and r.measured and tag in r.tags
+    ]
     return 100 * statistics.median(errs) if errs else float("nan")
 
 
@@ -40,13 +46,15 @@ def main() -> int:
     """Print the best grid points."""
     orig = dict(hardware.GPUS)
     rows = []
-    for hop, bw, gb3, moe in itertools.product((0.6, 0.7), (0.5, 0.6),
-                                               (0.6, 0.7), (300.0, 600.0, 900.0)):
+    for hop, bw, gb3, moe in itertools.product(
+        (0.6, 0.7), (0.5, 0.6), (0.6, 0.7), (300.0, 600.0, 900.0)
+    ):
         for fam, val in (("hopper", hop), ("blackwell", bw), ("gb300", gb3)):
             for g in FAMILIES[fam]:
                 p = orig[g]
                 hardware.GPUS[g] = dataclasses.replace(
-                    p, gemm_efficiency={**p.gemm_efficiency, "fp8": val})
+                    p, gemm_efficiency={**p.gemm_efficiency, "fp8": val}
+                )
         kernels.MOE_LAYER_OVERHEAD_US = moe
         res = fidelity.run(fidelity.DEFAULT_CSV, baselines=False)
         rows.append((score(res), score(res, "dense"), score(res, "MoE"), hop, bw, gb3, moe))

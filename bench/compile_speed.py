@@ -41,16 +41,20 @@ def main() -> None:
         spec = Path(tmp) / "llama405b.yaml"
         spec.write_text(SPEC_405B)
         times = wall([*trainc, "compile", str(spec), "-o", f"{tmp}/out", "--force"])
-        print(f"compile 405B preset: median {statistics.median(times):.3f} s, "
-              f"min {min(times):.3f} s over {len(times)} runs (goal <= 0.3 s)")
+        print(
+            f"compile 405B preset: median {statistics.median(times):.3f} s, "
+            f"min {min(times):.3f} s over {len(times)} runs (goal <= 0.3 s)"
+        )
         specs = []
         for i in range(100):
             p = Path(tmp) / f"s{i:03d}.yaml"
             p.write_text(SPEC_405B.replace("tp: 8", f"tp: {(1, 2, 4, 8)[i % 4]}"))
             specs.append(str(p))
         times = wall([*trainc, "lint", *specs], repeat=3)
-        print(f"lint 100 specs: median {statistics.median(times):.3f} s, "
-              f"min {min(times):.3f} s over {len(times)} runs (goal <= 2 s)")
+        print(
+            f"lint 100 specs: median {statistics.median(times):.3f} s, "
+            f"min {min(times):.3f} s over {len(times)} runs (goal <= 2 s)"
+        )
         times = wall([sys.executable, "-c", "pass"])
         print(f"(python startup alone: {statistics.median(times):.3f} s)")
 

@@ -44,10 +44,12 @@ def main() -> None:
             peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
             out = json.loads(proc.stdout)
             best = out["candidates"][0]["parallel"]
-            print(f"{title}: {out['num_candidates_evaluated']:,} candidates evaluated in "
-                  f"{wall:.2f} s (goal <= 2 s, >= 100,000); peak RSS so far {peak_mb:.0f} MB "
-                  f"(goal <= 200 MB); best tp={best['tp']} pp={best['pp']} cp={best['cp']} "
-                  f"ep={best['ep']} dp={best['dp']}")
+            print(
+                f"{title}: {out['num_candidates_evaluated']:,} candidates evaluated in "
+                f"{wall:.2f} s (goal <= 2 s, >= 100,000); peak RSS so far {peak_mb:.0f} MB "
+                f"(goal <= 200 MB); best tp={best['tp']} pp={best['pp']} cp={best['cp']} "
+                f"ep={best['ep']} dp={best['dp']}"
+            )
 
 
 if __name__ == "__main__":

@@ -81,16 +81,28 @@ def evaluate(rows: list[dict[str, str]], top: int = 5) -> list[dict[str, Any]]:
             res = plan_layouts(path, top=top)
             wall = time.perf_counter() - t
             keys = [_key(p.candidate) for p in res.planned]
-            pub = plan_layouts(path, [f"parallel.{a}={v}" for a, v in zip(AXES, want,
-                                                                          strict=True)], top=1)
+            pub = plan_layouts(
+                path, [f"parallel.{a}={v}" for a, v in zip(AXES, want, strict=True)], top=1
+            )
             best = res.planned[0].estimates["step_time_seconds"] if res.planned else None
             pub_step = pub.planned[0].estimates["step_time_seconds"] if pub.planned else None
-            out.append({"row": i, "model": row["model"], "gpus": row["gpus"],
-                        "gpu_type": row["gpu_type"], "moe": bool(row.get("experts")),
-                        "published": want, "found": want in keys,
-                        "rank": keys.index(want) + 1 if want in keys else None,
-                        "pick": keys[0] if keys else None, "step": best,
-                        "published_step": pub_step, "band": res.error_band, "wall": wall})
+            out.append(
+                {
+                    "row": i,
+                    "model": row["model"],
+                    "gpus": row["gpus"],
+                    "gpu_type": row["gpu_type"],
+                    "moe": bool(row.get("experts")),
+                    "published": want,
+                    "found": want in keys,
+                    "rank": keys.index(want) + 1 if want in keys else None,
+                    "pick": keys[0] if keys else None,
+                    "step": best,
+                    "published_step": pub_step,
+                    "band": res.error_band,
+                    "wall": wall,
+                }
+            )
     return out
 
 
@@ -101,11 +113,16 @@ def main() -> None:
     args = ap.parse_args()
     recs = evaluate(load_rows(args.csv), args.top)
     for r in recs:
-        slower = ("-" if r["published_step"] is None or r["step"] is None else
-                  f"{r['step'] / r['published_step'] - 1:+.1%}")
-        print(f"row {r['row']:3d} {r['model'][:24]:24s} {r['gpus']:>5s} {r['gpu_type'][:10]:10s}"
-              f" published tp/pp/cp/ep={r['published']} rank={r['rank'] or '-'} "
-              f"pick={r['pick']} pick vs published {slower} ({r['wall']:.1f} s)")
+        slower = (
+            "-"
+            if r["published_step"] is None or r["step"] is None
+            else f"{r['step'] / r['published_step'] - 1:+.1%}"
+        )
+        print(
+            f"row {r['row']:3d} {r['model'][:24]:24s} {r['gpus']:>5s} {r['gpu_type'][:10]:10s}"
+            f" published tp/pp/cp/ep={r['published']} rank={r['rank'] or '-'} "
+            f"pick={r['pick']} pick vs published {slower} ({r['wall']:.1f} s)"
+        )
     n = len(recs)
     found = sum(r["found"] for r in recs)
     moe = [r for r in recs if r["moe"]]
@@ -113,10 +130,12 @@ def main() -> None:
     no_slower = sum(r["step"] <= r["published_step"] * (1 + 1e-6) for r in comparable)
     # the simplicity tie-break may pick a layout up to the error band slower (docs/planner.md)
     in_band = sum(r["step"] <= r["published_step"] * (1 + r["band"] + 1e-6) for r in comparable)
-    print(f"published layout in the top {args.top}: {found}/{n} = {found / max(n, 1):.0%} "
-          f"(MoE {sum(r['found'] for r in moe)}/{len(moe)}); first pick no slower than the "
-          f"published layout by the model: {no_slower}/{len(comparable)} rows where the "
-          f"published layout fits, {in_band}/{len(comparable)} within the error band")
+    print(
+        f"published layout in the top {args.top}: {found}/{n} = {found / max(n, 1):.0%} "
+        f"(MoE {sum(r['found'] for r in moe)}/{len(moe)}); first pick no slower than the "
+        f"published layout by the model: {no_slower}/{len(comparable)} rows where the "
+        f"published layout fits, {in_band}/{len(comparable)} within the error band"
+    )
 
 
 if __name__ == "__main__":

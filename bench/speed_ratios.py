@@ -75,8 +75,11 @@ def run_once(cmd: list[str]) -> tuple[float, float, str]:
 def measure(cmd: list[str], repeat: int) -> tuple[float, float, str]:
     """Median CPU seconds, median wall seconds and the last stdout of ``repeat`` runs."""
     runs = [run_once(cmd) for _ in range(repeat)]
-    return (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs),
-            runs[-1][2])
+    return (
+        statistics.median(r[0] for r in runs),
+        statistics.median(r[1] for r in runs),
+        runs[-1][2],
+    )
 
 
 def main() -> None:
@@ -89,17 +92,21 @@ def main() -> None:
     trainc = [env_py, "-m", "trainc"]
     os.environ.setdefault("PYTHONPATH", str(ROOT))
     bare_cpu, bare_wall, _ = measure(
-        [env_py, "-c", "import hydra, omegaconf, jinja2, yaml"], args.repeat)
+        [env_py, "-c", "import hydra, omegaconf, jinja2, yaml"], args.repeat
+    )
     print(f"bare import: {bare_cpu:.3f} s CPU ({bare_wall:.3f} s wall), median of {args.repeat}")
 
     def line(title: str, cpu: float, wall: float, goal: str, extra: str = "") -> None:
-        print(f"{title}: {cpu:.3f} s CPU = {cpu / bare_cpu:.2f}x bare "
-              f"({wall:.3f} s wall = {wall / bare_wall:.2f}x); goal {goal}{extra}")
+        print(
+            f"{title}: {cpu:.3f} s CPU = {cpu / bare_cpu:.2f}x bare "
+            f"({wall:.3f} s wall = {wall / bare_wall:.2f}x); goal {goal}{extra}"
+        )
 
     with tempfile.TemporaryDirectory() as tmp:
         if "compile" in only:
-            cpu, wall, _ = measure([*trainc, "compile", str(EXAMPLE), "-o", f"{tmp}/out",
-                                    "--force"], args.repeat)
+            cpu, wall, _ = measure(
+                [*trainc, "compile", str(EXAMPLE), "-o", f"{tmp}/out", "--force"], args.repeat
+            )
             line("compile example", cpu, wall, "<= 1.15x bare")
         if "lint" in only:
             specs = []
@@ -110,25 +117,40 @@ def main() -> None:
                 p.write_text(SMALL_SPEC.format(i=i, tp=tp, nodes=nodes, gbs=64 * nodes))
                 specs.append(str(p))
             cpu, wall, _ = measure([*trainc, "lint", *specs], max(1, min(args.repeat, 3)))
-            line("lint 1000 specs", cpu, wall, "<= 2 s",
-                 f"; {(cpu - bare_cpu) / 1000 * 1e3:.2f} ms CPU per spec after start-up")
+            line(
+                "lint 1000 specs",
+                cpu,
+                wall,
+                "<= 2 s",
+                f"; {(cpu - bare_cpu) / 1000 * 1e3:.2f} ms CPU per spec after start-up",
+            )
         if "plan" in only:
             for title, text in PLAN_SPECS.items():
                 spec = Path(tmp) / "plan.yaml"
                 spec.write_text(text)
-                cpu, wall, out = measure([*trainc, "plan", str(spec), "--format", "json"],
-                                         max(1, min(args.repeat, 3)))
+                cpu, wall, out = measure(
+                    [*trainc, "plan", str(spec), "--format", "json"], max(1, min(args.repeat, 3))
+                )
                 try:
                     n = json.loads(out)["num_candidates_evaluated"]
                 except (ValueError, KeyError):
                     n = -1
-                line(title, cpu, wall, "<= 1 s" if "405B" in title else "<= 1.5 s",
-                     f"; {n:,} candidates")
+                line(
+                    title,
+                    cpu,
+                    wall,
+                    "<= 1 s" if "405B" in title else "<= 1.5 s",
+                    f"; {n:,} candidates",
+                )
         if "published" in only:
             cpus, walls = published_plans(trainc, Path(tmp))
-            line(f"plan {len(cpus)} published jobs (median)", statistics.median(cpus),
-                 statistics.median(walls), "median <= 0.5 s",
-                 f"; max {max(cpus):.3f} s CPU")
+            line(
+                f"plan {len(cpus)} published jobs (median)",
+                statistics.median(cpus),
+                statistics.median(walls),
+                "median <= 0.5 s",
+                f"; max {max(cpus):.3f} s CPU",
+            )
 
 
 def published_plans(trainc: list[str], tmp: Path, n: int = 15) -> tuple[list[float], list[float]]:

@@ -41,8 +41,9 @@ def target_version() -> str:
     return MEGATRON_LM_VERSION.removeprefix("core_v")
 
 
-def ensure_wheel(version: str | None = None, cache: Path = DEFAULT_CACHE, *,
-                 timeout: float = 300.0) -> Path:
+def ensure_wheel(
+    version: str | None = None, cache: Path = DEFAULT_CACHE, *, timeout: float = 300.0
+) -> Path:
     """The unpacked wheel folder for ``version`` (downloaded and unzipped on first use).
 
     Raises :class:`WheelUnavailable` when pip cannot fetch it (offline, no such version) or the
@@ -55,19 +56,36 @@ def ensure_wheel(version: str | None = None, cache: Path = DEFAULT_CACHE, *,
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache, prefix=f".megatron-core-{version}-") as tmp:
         dl, tree = Path(tmp) / "download", Path(tmp) / "tree"
-        cmd = [sys.executable, "-m", "pip", "download", f"megatron-core=={version}",
-               "--no-deps", "--only-binary=:all:", "--python-version", "3.12",
-               "--disable-pip-version-check", "-q", "-d", str(dl)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            f"megatron-core=={version}",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            "3.12",
+            "--disable-pip-version-check",
+            "-q",
+            "-d",
+            str(dl),
+        ]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         except (OSError, subprocess.TimeoutExpired) as e:
             raise WheelUnavailable(f"pip download megatron-core=={version}: {e}") from e
         wheels = sorted(dl.glob("megatron_core-*.whl")) if dl.is_dir() else []
         if proc.returncode != 0 or not wheels:
-            tail = [ln[:300] for ln in (proc.stderr or proc.stdout).splitlines()
-                    if ln.strip() and "is ignored" not in ln][-3:]
-            raise WheelUnavailable(f"pip download megatron-core=={version} failed "
-                                   f"(exit {proc.returncode}): {' | '.join(tail)}")
+            tail = [
+                ln[:300]
+                for ln in (proc.stderr or proc.stdout).splitlines()
+                if ln.strip() and "is ignored" not in ln
+            ][-3:]
+            raise WheelUnavailable(
+                f"pip download megatron-core=={version} failed "
+                f"(exit {proc.returncode}): {' | '.join(tail)}"
+            )
         wheel = wheels[0]
         try:
             with zipfile.ZipFile(wheel) as z:
@@ -75,8 +93,10 @@ def ensure_wheel(version: str | None = None, cache: Path = DEFAULT_CACHE, *,
         except (OSError, zipfile.BadZipFile) as e:
             raise WheelUnavailable(f"cannot unpack {wheel.name}: {e}") from e
         if not (tree / "megatron" / "training" / "arguments.py").is_file():
-            raise WheelUnavailable(f"{wheel.name} has no megatron/training/arguments.py "
-                                   "(megatron-core ships megatron.training since 0.17)")
+            raise WheelUnavailable(
+                f"{wheel.name} has no megatron/training/arguments.py "
+                "(megatron-core ships megatron.training since 0.17)"
+            )
         digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
         (tree / MARKER).write_text(f"{wheel.name} sha256={digest}\n", encoding="utf-8")
         if dest.exists():  # an unfinished earlier unpack (no marker), or a concurrent one

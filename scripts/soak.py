@@ -64,29 +64,41 @@ def soak_fuzz(n: int, seed: int) -> int:
                 raise
             counts["crashes"] += 1
             if len(crashes) < 5:
-                crashes.append(f"{type(e).__name__}: {e}\n  input: {str(data)[:300]!r} "
-                               f"{ovs}\n{traceback.format_exc()[-1500:]}")
+                crashes.append(
+                    f"{type(e).__name__}: {e}\n  input: {str(data)[:300]!r} "
+                    f"{ovs}\n{traceback.format_exc()[-1500:]}"
+                )
             return
         counts["accepted" if ok else "rejected"] += 1
 
     base = yaml.safe_dump(VALID)
     per = max(1, n // 3)
-    cfg = settings(max_examples=per, derandomize=False, deadline=None, database=None,
-                   suppress_health_check=list(HealthCheck))
+    cfg = settings(
+        max_examples=per,
+        derandomize=False,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     t0 = time.time()
+
     def text(data: object) -> None:
         one(data)
 
     def cli(ovs: list[str]) -> None:
         one(base, ovs)
 
-    for i, (strategy, fn) in enumerate(((mutated_specs(), text), (yamlish(), text),
-                                        (overrides(), cli))):
+    for i, (strategy, fn) in enumerate(
+        ((mutated_specs(), text), (yamlish(), text), (overrides(), cli))
+    ):
         run = hyp_seed(seed + i)(cfg(given(strategy)(fn)))
         run()
-    print(f"fuzz: {counts['inputs']} inputs, {counts['accepted']} compiled, "
-          f"{counts['rejected']} rejected with diagnostics, {counts['crashes']} crashes "
-          f"({time.time() - t0:.0f} s)", flush=True)
+    print(
+        f"fuzz: {counts['inputs']} inputs, {counts['accepted']} compiled, "
+        f"{counts['rejected']} rejected with diagnostics, {counts['crashes']} crashes "
+        f"({time.time() - t0:.0f} s)",
+        flush=True,
+    )
     for c in crashes:
         print("CRASH", c)
     return counts["crashes"]

@@ -19,10 +19,16 @@ from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-settings.register_profile("dev", max_examples=20, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True,
-                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "dev", max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "ci",
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 #: Every marker of the suite, registered once here (not in pyproject.toml or other conftests).
@@ -31,14 +37,18 @@ MARKERS = {
     "worker": "needs the [worker] extra (torch, megatron-core, deepspeed); skipped without it",
     "differential": "checks trainc's verdicts against megatron-core / deepspeed",
     "slurm": "needs a reachable Slurm controller (scripts/slurm_testcluster.sh); skipped without "
-             "one unless TRAINC_REQUIRE_SLURM=1",
+    "one unless TRAINC_REQUIRE_SLURM=1",
 }
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--update-golden", action="store_true", default=False,
-                     help="rewrite the checked-in expected files (tests/golden/cases/*/expected, "
-                     "tests/data/cli_surface.txt) from the current output")
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        default=False,
+        help="rewrite the checked-in expected files (tests/golden/cases/*/expected, "
+        "tests/data/cli_surface.txt) from the current output",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from specs.kit import verdict
+
 from trainc.compiler.diagnostics import locate
 from trainc.compiler.load import load_spec
 from trainc.compiler.normalize import normalize
@@ -49,8 +49,9 @@ UNRELATED = frozenset({"TRC317", "TRC333", "TRC385"})
 @pytest.mark.parametrize("exp", EXPECT, ids=_id)
 def test_bug_case_verdict(exp: dict) -> None:
     diags = lint_file(CASES_DIR / exp["spec"], exp.get("overrides", []), exp.get("fit", False))
-    diags = [d for d in diags if d.rule.id not in UNRELATED or d.rule.id == exp.get("rule")
-             or d.is_error]
+    diags = [
+        d for d in diags if d.rule.id not in UNRELATED or d.rule.id == exp.get("rule") or d.is_error
+    ]
     shown = [(d.rule.id, d.severity.value, d.key, d.message) for d in diags]
     assert verdict(diags) == exp["verdict"], shown
     if exp["verdict"] == "ok":

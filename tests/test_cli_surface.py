@@ -23,9 +23,11 @@ import pytest
 from trainc.cli import COMMANDS, build_parser
 
 SNAPSHOT = Path(__file__).resolve().parent / "data" / "cli_surface.txt"
-UPDATE_HINT = ("the CLI surface changed: if that is intended, run "
-               "`pytest tests/test_cli_surface.py --update-golden` and commit "
-               "tests/data/cli_surface.txt with the change")
+UPDATE_HINT = (
+    "the CLI surface changed: if that is intended, run "
+    "`pytest tests/test_cli_surface.py --update-golden` and commit "
+    "tests/data/cli_surface.txt with the change"
+)
 
 
 def _describe(action: argparse.Action) -> str:
@@ -102,8 +104,11 @@ def test_cli_surface_is_the_snapshot(update_golden: bool) -> None:
 
 def test_every_command_of_the_table_is_in_the_snapshot() -> None:
     """The snapshot covers each command ``trainc.cli.COMMANDS`` dispatches, and no other."""
-    commands = {line.split(":")[0].split()[1] for line in SNAPSHOT.read_text().splitlines()
-                if line.startswith("trainc ")}
+    commands = {
+        line.split(":")[0].split()[1]
+        for line in SNAPSHOT.read_text().splitlines()
+        if line.startswith("trainc ")
+    }
     assert commands == set(COMMANDS)
 
 

@@ -79,8 +79,9 @@ def test_case_files_are_well_formed() -> None:
     assert len(ids) == len(set(ids)), "duplicate ids"
     for c in ALL:
         assert c["_file"] == f"{c['id']}.yaml", c["_file"]
-        assert re.match(r"https://(github\.com|lists\.|bugs\.|discuss\.|forums\.)",
-                        c["source"]), c["id"]
+        assert re.match(r"https://(github\.com|lists\.|bugs\.|discuss\.|forums\.)", c["source"]), c[
+            "id"
+        ]
         assert re.match(r"20(2[3-6])-\d\d-\d\d$", str(c["date"])), c["id"]
         assert c["area"] in AREAS and c["engine"] in ENGINES and c["outcome"] in OUTCOMES, c["id"]
         assert len(c["summary"].split()) >= 8, c["id"]
@@ -104,8 +105,11 @@ def test_case_verdict(case: dict[str, Any], tmp_path: Path) -> None:
     if exp["verdict"] == "ok":
         return
     sev = "error" if exp["verdict"] == "reject" else "warning"
-    hits = [d for d in diags if d.rule.id == exp["rule"] and d.key == exp["key"]
-            and d.severity.value == sev]
+    hits = [
+        d
+        for d in diags
+        if d.rule.id == exp["rule"] and d.key == exp["key"] and d.severity.value == sev
+    ]
     assert hits, shown
     assert hits[0].fix, "a finding without a fix"
     for text in exp.get("fix_contains", []):
@@ -150,8 +154,7 @@ def counts_table(cases: list[dict[str, Any]]) -> str:
         by: dict[str, Counter[str]] = {v: Counter() for v in values}
         for c in cases:
             by[c[field]][status(c)] += 1
-        rows = [f"| {field} | cases | " + " | ".join(cols) + " |",
-                "|---|---|" + "---|" * len(cols)]
+        rows = [f"| {field} | cases | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
         for v in values:
             n = sum(by[v].values())
             if n:
@@ -163,19 +166,27 @@ def counts_table(cases: list[dict[str, Any]]) -> str:
     expressible = [c for c in cases if c.get("expressible", True)]
     right = sum(1 for c in expressible if status(c) == "right")
     share = f"{100 * right / len(expressible):.0f} %" if expressible else "n/a"
-    lines = [*table("area", AREAS), "", *table("engine", ENGINES), "",
-             f"Right on the expressible cases: {right} of {len(expressible)} ({share}); "
-             f"inexpressible: {len(cases) - len(expressible)} of {len(cases)}."]
+    lines = [
+        *table("area", AREAS),
+        "",
+        *table("engine", ENGINES),
+        "",
+        f"Right on the expressible cases: {right} of {len(expressible)} ({share}); "
+        f"inexpressible: {len(cases) - len(expressible)} of {len(cases)}.",
+    ]
     return "\n".join(lines)
 
 
 def cases_table(cases: list[dict[str, Any]]) -> str:
     """One row per case: id, report, area, engine, outcome, expected verdict, status."""
-    rows = ["| case | report | area | engine | outcome | expected | status |",
-            "|---|---|---|---|---|---|---|"]
+    rows = [
+        "| case | report | area | engine | outcome | expected | status |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for c in cases:
-        m = re.match(r"https://github\.com/([^/]+/[^/]+)/(issues|pull|discussions)/(\d+)",
-                     c["source"])
+        m = re.match(
+            r"https://github\.com/([^/]+/[^/]+)/(issues|pull|discussions)/(\d+)", c["source"]
+        )
         link = f"[{m.group(1)} #{m.group(3)}]({c['source']})" if m else f"<{c['source']}>"
         if c.get("expressible", True):
             e = c["expect"]
@@ -184,8 +195,10 @@ def cases_table(cases: list[dict[str, Any]]) -> str:
             expected = f"n/a (needs `{c['missing']}`)"
         why = c.get("known_miss") or c.get("control_known_miss")
         st = status(c) + (f": {why}" if why else "")
-        rows.append(f"| {c['id']} | {link} | {c['area']} | {c['engine']} | {c['outcome']} | "
-                    f"{expected} | {st} |")
+        rows.append(
+            f"| {c['id']} | {link} | {c['area']} | {c['engine']} | {c['outcome']} | "
+            f"{expected} | {st} |"
+        )
     return "\n".join(rows)
 
 
@@ -199,7 +212,8 @@ def test_doc_counts_match_the_corpus() -> None:
     block = text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
     assert block == doc_block(ALL), (
         "docs/failure_corpus.md is stale: run PYTHONPATH=. python tests/test_failure_corpus.py "
-        "--write-doc")
+        "--write-doc"
+    )
 
 
 def _write_doc() -> None:

@@ -26,8 +26,12 @@ def test_every_used_marker_is_registered(pytestconfig: pytest.Config) -> None:
 
 def test_markers_and_update_golden_are_registered_only_in_tests_conftest() -> None:
     skip = (TESTS / "conftest.py", Path(__file__).resolve())
-    elsewhere = [p.relative_to(REPO).as_posix() for p in _sources() if p not in skip
-                 and re.search(r'addinivalue_line\(\s*"markers"|"--update-golden",', p.read_text())]
+    elsewhere = [
+        p.relative_to(REPO).as_posix()
+        for p in _sources()
+        if p not in skip
+        and re.search(r'addinivalue_line\(\s*"markers"|"--update-golden",', p.read_text())
+    ]
     assert elsewhere == []
     for ini in ("pytest.ini", "setup.cfg", "tox.ini"):
         assert not (REPO / ini).exists(), ini

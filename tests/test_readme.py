@@ -26,9 +26,17 @@ def test_overrides_may_follow_options(tmp_path):
     import sys
 
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "trainc", "compile", str(ROOT / "examples" /
-                                                          "llama2-70b-dgx-a100.yaml"),
-           "-o", str(out), "--force", "parallel.vpp=4"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "trainc",
+        "compile",
+        str(ROOT / "examples" / "llama2-70b-dgx-a100.yaml"),
+        "-o",
+        str(out),
+        "--force",
+        "parallel.vpp=4",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((out / "plan.json").read_text())["derived"]["vpp"] == 4
@@ -51,4 +59,5 @@ def test_readme_lists_every_preset_and_gpu():
     assert listed("GPUs (`cluster.gpu`)") == [g.value for g in Gpu]
     for label, folder in (("models", "model"), ("clusters", "cluster")):
         assert sorted(listed(label)) == sorted(
-            p.stem for p in (ROOT / "trainc" / "conf" / folder).glob("*.yaml")), label
+            p.stem for p in (ROOT / "trainc" / "conf" / folder).glob("*.yaml")
+        ), label

@@ -31,24 +31,35 @@ ALL_STYLES = frozenset(LrDecayStyle)
 
 CAPABILITIES: dict[tuple[Engine, Entrypoint], Capability] = {
     (Engine.megatron, Entrypoint.trainc): Capability(
-        "the trainc worker on Megatron-Core", ALL_AXES, frozenset(Device), ALL_STYLES, ""),
+        "the trainc worker on Megatron-Core", ALL_AXES, frozenset(Device), ALL_STYLES, ""
+    ),
     (Engine.deepspeed, Entrypoint.trainc): Capability(
-        "the trainc worker on DeepSpeed", frozenset({"tp", "dp"}), frozenset(Device),
+        "the trainc worker on DeepSpeed",
+        frozenset({"tp", "dp"}),
+        frozenset(Device),
         frozenset({LrDecayStyle.constant, LrDecayStyle.cosine, LrDecayStyle.linear}),
         "it runs deepspeed.initialize on one Megatron-Core model chunk (no PipelineEngine, no "
-        "context or expert parallel groups)"),
+        "context or expert parallel groups)",
+    ),
     (Engine.fsdp, Entrypoint.trainc): Capability(
-        "the trainc worker on FSDP2", frozenset({"tp", "dp"}), frozenset(Device),
+        "the trainc worker on FSDP2",
+        frozenset({"tp", "dp"}),
+        frozenset(Device),
         frozenset({LrDecayStyle.constant, LrDecayStyle.cosine, LrDecayStyle.linear}),
         "it applies fully_shard and DTensor tensor parallelism to one model; pipeline schedules "
         "(torch.distributed.pipelining), context parallelism and expert parallelism run in "
-        "torchtitan only (torchtitan_args.txt)"),
+        "torchtitan only (torchtitan_args.txt)",
+    ),
     (Engine.fsdp, Entrypoint.torchtitan): Capability(
-        "torchtitan 0.3.0 torchtitan.train", frozenset({"tp", "pp", "vpp", "cp", "ep", "dp"}),
+        "torchtitan 0.3.0 torchtitan.train",
+        frozenset({"tp", "pp", "vpp", "cp", "ep", "dp"}),
         frozenset({Device.cuda}),
-        frozenset({LrDecayStyle.constant, LrDecayStyle.cosine, LrDecayStyle.linear}), ""),
+        frozenset({LrDecayStyle.constant, LrDecayStyle.cosine, LrDecayStyle.linear}),
+        "",
+    ),
     (Engine.megatron, Entrypoint.megatron_lm): Capability(
-        "Megatron-LM pretrain_gpt.py", ALL_AXES, frozenset({Device.cuda}), ALL_STYLES, ""),
+        "Megatron-LM pretrain_gpt.py", ALL_AXES, frozenset({Device.cuda}), ALL_STYLES, ""
+    ),
 }
 
 

@@ -44,9 +44,14 @@ def render() -> str:
         rules = [r for r in ALL_RULES if r.id.startswith(prefix)]
         if not rules:
             continue
-        out += [f"## {title}", "", blurb[0].upper() + blurb[1:] + ".", "",
-                "| id | name | " + " | ".join(engines) + " | summary | source |",
-                "|---|---|" + "---|" * len(engines) + "---|---|"]
+        out += [
+            f"## {title}",
+            "",
+            blurb[0].upper() + blurb[1:] + ".",
+            "",
+            "| id | name | " + " | ".join(engines) + " | summary | source |",
+            "|---|---|" + "---|" * len(engines) + "---|---|",
+        ]
         for r in sorted(rules, key=lambda r: r.id):
             summary = r.summary.replace("|", "\\|")
             source = SOURCES.get(r.id, "").replace("|", "\\|")

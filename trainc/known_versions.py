@@ -25,12 +25,40 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
     "torchtitan": ("torchtitan",),
 }
 #: Features an entry's ``when`` may name (:func:`job_features`).
-FEATURES = frozenset({"cuda", "megatron_lm", "megatron", "deepspeed", "fsdp", "moe_alltoall",
-                      "cp", "fp8", "zero2", "zero3", "tp_comm_overlap", "grace", "nvls",
-                      "multinode", "blackwell", "fp16", "bf16", "zero1_2", "pp", "moe_dense_pp",
-                      "moe_aux_bias", "mtp_tp", "moe", "fp4", "fp8_tensorwise",
-                      "fp8_blockwise", "fp8_mxfp8", "cp_not_p2p", "offload_optimizer",
-                      "grad_accum"})
+FEATURES = frozenset(
+    {
+        "cuda",
+        "megatron_lm",
+        "megatron",
+        "deepspeed",
+        "fsdp",
+        "moe_alltoall",
+        "cp",
+        "fp8",
+        "zero2",
+        "zero3",
+        "tp_comm_overlap",
+        "grace",
+        "nvls",
+        "multinode",
+        "blackwell",
+        "fp16",
+        "bf16",
+        "zero1_2",
+        "pp",
+        "moe_dense_pp",
+        "moe_aux_bias",
+        "mtp_tp",
+        "moe",
+        "fp4",
+        "fp8_tensorwise",
+        "fp8_blockwise",
+        "fp8_mxfp8",
+        "cp_not_p2p",
+        "offload_optimizer",
+        "grad_accum",
+    }
+)
 #: GPU profiles (``cluster.gpu``) whose hosts are Grace (aarch64) CPUs: GB200 / GB300 superchips.
 GRACE_GPUS = frozenset({"gb200", "gb300"})
 #: GPU profiles of Blackwell GPUs (compute capability 10.x: sm_100 kernels, CUDA 12.8 or later).
@@ -102,23 +130,35 @@ def table(path: Path = TABLE) -> tuple[BadCombination, ...]:
     out = []
     for e in yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
         entry = BadCombination(
-            id=e["id"], versions=dict(e["versions"]), when=tuple(e.get("when", ())),
+            id=e["id"],
+            versions=dict(e["versions"]),
+            when=tuple(e.get("when", ())),
             unless_env={k: str(v) for k, v in (e.get("unless_env") or {}).items()},
-            severity=e["severity"], symptom=" ".join(str(e["symptom"]).split()),
-            fixed_in={k: str(v) for k, v in e["fixed_in"].items()}, link=e["link"])
+            severity=e["severity"],
+            symptom=" ".join(str(e["symptom"]).split()),
+            fixed_in={k: str(v) for k, v in e["fixed_in"].items()},
+            link=e["link"],
+        )
         bad = (set(entry.versions) | set(entry.fixed_in)) - set(COMPONENTS)
         if bad or set(entry.when) - FEATURES or entry.severity not in ("error", "warning"):
-            raise ValueError(f"known_bad_versions.yaml entry {entry.id}: unknown "
-                             f"{sorted(bad) or sorted(set(entry.when) - FEATURES)}")
+            raise ValueError(
+                f"known_bad_versions.yaml entry {entry.id}: unknown "
+                f"{sorted(bad) or sorted(set(entry.when) - FEATURES)}"
+            )
         for spec in entry.versions.values():
             in_range((0,), spec)  # raises on a malformed range
         out.append(entry)
     return tuple(out)
 
 
-def moe_stage_without_experts(num_layers: int, pp: int, vpp: int, moe_layer_freq: int,
-                              first_k_dense: int,
-                              stage_layers: Sequence[int] | None = None) -> bool:
+def moe_stage_without_experts(
+    num_layers: int,
+    pp: int,
+    vpp: int,
+    moe_layer_freq: int,
+    first_k_dense: int,
+    stage_layers: Sequence[int] | None = None,
+) -> bool:
     """Whether some pipeline rank of an MoE model holds no MoE layer (only dense layers).
 
     Layer ``i`` (0-based) is MoE iff ``i >= first_k_dense`` and ``i % moe_layer_freq == 0``
@@ -152,14 +192,33 @@ def moe_stage_without_experts(num_layers: int, pp: int, vpp: int, moe_layer_freq
     return not all(has)
 
 
-def job_features(*, engine: str, entrypoint: str, device: str, ep: int, num_experts: int | None,
-                 dispatcher: str, cp: int, fp8: bool, zero_stage: int,
-                 tp_comm_overlap: bool, gpu: str, num_nodes: int = 1, gpus_per_node: int = 1,
-                 precision: str = "", tp: int = 1, pp: int = 1,
-                 moe_dense_stage: bool = False, moe_aux_bias: bool = False,
-                 mtp: bool = False, fp8_recipe: str = "", fp4: bool = False,
-                 cp_comm_type: str = "p2p", offload_optimizer: bool = False,
-                 num_microbatches: int = 1) -> frozenset[str]:
+def job_features(
+    *,
+    engine: str,
+    entrypoint: str,
+    device: str,
+    ep: int,
+    num_experts: int | None,
+    dispatcher: str,
+    cp: int,
+    fp8: bool,
+    zero_stage: int,
+    tp_comm_overlap: bool,
+    gpu: str,
+    num_nodes: int = 1,
+    gpus_per_node: int = 1,
+    precision: str = "",
+    tp: int = 1,
+    pp: int = 1,
+    moe_dense_stage: bool = False,
+    moe_aux_bias: bool = False,
+    mtp: bool = False,
+    fp8_recipe: str = "",
+    fp4: bool = False,
+    cp_comm_type: str = "p2p",
+    offload_optimizer: bool = False,
+    num_microbatches: int = 1,
+) -> frozenset[str]:
     """The features of a job the table's ``when`` names (one definition for compile time and
     ``trainc run``): the engine (``megatron``, ``deepspeed``, ``fsdp``), ``cuda``,
     ``megatron_lm`` (entrypoint), ``moe_alltoall`` (experts with ep > 1 and the alltoall
@@ -234,18 +293,32 @@ def job_features(*, engine: str, entrypoint: str, device: str, ep: int, num_expe
     return frozenset(f)
 
 
-def moe_aux_bias_used(*, num_experts: int | None, aux_loss_coeff: float, load_balancing: str,
-                      expert_bias: bool, num_groups: int | None) -> bool:
+def moe_aux_bias_used(
+    *,
+    num_experts: int | None,
+    aux_loss_coeff: float,
+    load_balancing: str,
+    expert_bias: bool,
+    num_groups: int | None,
+) -> bool:
     """Whether an MoE router computes an auxiliary load-balancing loss (``aux_loss``,
     ``seq_aux_loss`` or ``global_aux_loss`` with a coefficient above 0) while it also uses the
     expert bias (aux-loss-free balancing) or group-limited routing: the case whose loss
     Megatron-Core before 0.13.0 computed wrongly (CHANGELOG 0.13.0, MoE bug fixes)."""
-    return bool(num_experts) and aux_loss_coeff > 0 and load_balancing in (
-        "aux_loss", "seq_aux_loss", "global_aux_loss") and (expert_bias or bool(num_groups))
+    return (
+        bool(num_experts)
+        and aux_loss_coeff > 0
+        and load_balancing in ("aux_loss", "seq_aux_loss", "global_aux_loss")
+        and (expert_bias or bool(num_groups))
+    )
 
 
-def matches(versions: Mapping[str, str], features: Iterable[str], env: Mapping[str, str],
-            entries: Iterable[BadCombination] | None = None) -> list[BadCombination]:
+def matches(
+    versions: Mapping[str, str],
+    features: Iterable[str],
+    env: Mapping[str, str],
+    entries: Iterable[BadCombination] | None = None,
+) -> list[BadCombination]:
     """The entries whose every version range matches ``versions`` (a component not given
     leaves the entry unknown: not reported), whose features the job uses, and whose workaround
     environment is not set."""
@@ -310,14 +383,23 @@ def container_table(path: Path = CONTAINERS) -> tuple[ContainerImage, ...]:
     out: list[ContainerImage] = []
     seen: set[str] = set()
     for e in yaml.safe_load(path.read_text()):
-        entry = ContainerImage(repository=str(e["repository"]), tag=str(e["tag"]),
-                               versions={k: str(v) for k, v in e["versions"].items()},
-                               source=str(e["source"]))
+        entry = ContainerImage(
+            repository=str(e["repository"]),
+            tag=str(e["tag"]),
+            versions={k: str(v) for k, v in e["versions"].items()},
+            source=str(e["source"]),
+        )
         bad = set(entry.versions) - set(COMPONENTS)
-        if bad or any(parse_version(v) is None for v in entry.versions.values()) \
-                or entry.image in seen or not entry.source.startswith("https://"):
-            raise ValueError(f"container_versions.yaml entry {entry.image}: bad component, "
-                             f"version, source or a repeat ({sorted(bad)})")
+        if (
+            bad
+            or any(parse_version(v) is None for v in entry.versions.values())
+            or entry.image in seen
+            or not entry.source.startswith("https://")
+        ):
+            raise ValueError(
+                f"container_versions.yaml entry {entry.image}: bad component, "
+                f"version, source or a repeat ({sorted(bad)})"
+            )
         seen.add(entry.image)
         out.append(entry)
     return tuple(out)
@@ -334,13 +416,14 @@ def normalize_image(image: str) -> str:
     ref = image.strip()
     for prefix in ("docker://", "dockerd://"):
         if ref.startswith(prefix):
-            ref = ref[len(prefix):]
+            ref = ref[len(prefix) :]
     ref = ref.split("@", 1)[0]
     return ref.replace("#", "/", 1)
 
 
-def image_versions(image: str | None,
-                   images: Iterable[ContainerImage] | None = None) -> ContainerImage | None:
+def image_versions(
+    image: str | None, images: Iterable[ContainerImage] | None = None
+) -> ContainerImage | None:
     """The table entry of ``image`` (``launch.container_image``), or None when it is not a known
     tag (a tag the table does not list is never guessed from its neighbours)."""
     if not image:

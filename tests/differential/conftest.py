@@ -24,8 +24,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _wheel_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("megatron_lm_wheel",
-                                                  REPO / "scripts" / "megatron_lm_wheel.py")
+    spec = importlib.util.spec_from_file_location(
+        "megatron_lm_wheel", REPO / "scripts" / "megatron_lm_wheel.py"
+    )
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -41,12 +41,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from unittest import mock
 
+import trainc.compiler.engines as engines_mod
 from trainc.compiler import derive as derive_mod
 from trainc.compiler import plan as plan_mod
-import trainc.compiler.engines as engines_mod
+from trainc.compiler.derive import stage_chunk_sizes
 from trainc.compiler.engines.deepspeed import deepspeed_config
 from trainc.compiler.estimate import rankmap
-from trainc.compiler.derive import stage_chunk_sizes
 from trainc.compiler.normalize import normalize
 from trainc.compiler.schema_check import to_spec
 from trainc.compiler.validate import validate
@@ -56,60 +56,112 @@ FAMILIES = ("TRC1", "TRC2", "TRC3")
 
 #: (check, regex on "ExceptionType: message", trainc rules any one of which explains it).
 EXPLAINS: tuple[tuple[str, str, frozenset[str]], ...] = tuple(
-    (c, r, frozenset(ids)) for c, r, ids in (
-        ("TransformerConfig", r"num_attention_heads \(\d+\) must be a multiple of "
-         r"tensor_model_parallel_size", {"TRC201"}),
-        ("TransformerConfig", r"num_query_groups \(\d+\) must be a multiple or divisor",
-         {"TRC202"}),
-        ("TransformerConfig", r"Cannot use sequence parallelism without tensor parallelism",
-         {"TRC301"}),
-        ("TransformerConfig", r"num_moe_experts must be non None to use expert-parallel",
-         {"TRC312"}),
-        ("TransformerConfig", r"num_layers_in_(first|last)_pipeline_stage must be larger",
-         {"TRC212"}),
+    (c, r, frozenset(ids))
+    for c, r, ids in (
+        (
+            "TransformerConfig",
+            r"num_attention_heads \(\d+\) must be a multiple of "
+            r"tensor_model_parallel_size",
+            {"TRC201"},
+        ),
+        (
+            "TransformerConfig",
+            r"num_query_groups \(\d+\) must be a multiple or divisor",
+            {"TRC202"},
+        ),
+        (
+            "TransformerConfig",
+            r"Cannot use sequence parallelism without tensor parallelism",
+            {"TRC301"},
+        ),
+        (
+            "TransformerConfig",
+            r"num_moe_experts must be non None to use expert-parallel",
+            {"TRC312"},
+        ),
+        (
+            "TransformerConfig",
+            r"num_layers_in_(first|last)_pipeline_stage must be larger",
+            {"TRC212"},
+        ),
         # account_for_embedding/loss_in_pipeline_split (megatron_rules.md PP-10, PP-11)
         # (TRC212: account_for_* with first/last counts; Megatron checks L' % pp as well)
         ("TransformerConfig", r"cannot be ?set at the same time with account_for", {"TRC212"}),
-        ("TransformerConfig", r"number of middle layers: \d+ must be divisible by middle "
-         r"pipeline_model_parallel_size|num_layers: \d+ after enable ?account_for",
-         {"TRC210", "TRC212"}),
-        ("TransformerConfig", r"\(after enable account_for.*virtual_pipeline_model_parallel_size",
-         {"TRC211"}),
-        ("TransformerConfig", r"(first|last|middle) (pipeline )?stage|middle pipeline|Mismatch|"
-         r"pipeline_model_parallel_layout|virtual pipeline parallel degree", {"TRC212", "TRC211"}),
+        (
+            "TransformerConfig",
+            r"number of middle layers: \d+ must be divisible by middle "
+            r"pipeline_model_parallel_size|num_layers: \d+ after enable ?account_for",
+            {"TRC210", "TRC212"},
+        ),
+        (
+            "TransformerConfig",
+            r"\(after enable account_for.*virtual_pipeline_model_parallel_size",
+            {"TRC211"},
+        ),
+        (
+            "TransformerConfig",
+            r"(first|last|middle) (pipeline )?stage|middle pipeline|Mismatch|"
+            r"pipeline_model_parallel_layout|virtual pipeline parallel degree",
+            {"TRC212", "TRC211"},
+        ),
         ("TransformerConfig", r"recompute", {"TRC308", "TRC309"}),
         ("OptimizerConfig", r"min_lr|lr", {"TRC318"}),
         # A dense model with etp != tp still gets an expert grid; TRC312 asks to drop etp.
-        ("initialize_model_parallel", r"world_size \(\d+\) is not divisible by "
-         r"expert_tensor_model_pipeline_parallel", {"TRC104", "TRC312"}),
-        ("initialize_model_parallel", r"world_size \(\d+\) is not divisible by \d+",
-         {"TRC101"}),
-        ("initialize_model_parallel", r"pipeline-model-parallel size should be greater than 1 "
-         r"with interleaved schedule", {"TRC213", "TRC211"}),
-        ("initialize_model_parallel(pp)", r"world_size \(\d+\) is not divisible by \d+",
-         {"TRC101", "TRC104", "TRC312"}),
-        ("microbatches", r"global batch size \(\d+\) is not divisible by micro batch size",
-         {"TRC214"}),
+        (
+            "initialize_model_parallel",
+            r"world_size \(\d+\) is not divisible by "
+            r"expert_tensor_model_pipeline_parallel",
+            {"TRC104", "TRC312"},
+        ),
+        ("initialize_model_parallel", r"world_size \(\d+\) is not divisible by \d+", {"TRC101"}),
+        (
+            "initialize_model_parallel",
+            r"pipeline-model-parallel size should be greater than 1 "
+            r"with interleaved schedule",
+            {"TRC213", "TRC211"},
+        ),
+        (
+            "initialize_model_parallel(pp)",
+            r"world_size \(\d+\) is not divisible by \d+",
+            {"TRC101", "TRC104", "TRC312"},
+        ),
+        (
+            "microbatches",
+            r"global batch size \(\d+\) is not divisible by micro batch size",
+            {"TRC214"},
+        ),
         ("microbatches", r"number of microbatches should be at least 1", {"TRC214"}),
-        ("layers_to_build", r"num_layers should be divisible by pipeline_model_parallel_size",
-         {"TRC210"}),
+        (
+            "layers_to_build",
+            r"num_layers should be divisible by pipeline_model_parallel_size",
+            {"TRC210"},
+        ),
         ("layers_to_build", r"should be divisible by vp_size", {"TRC211", "TRC212"}),
-        ("layers_to_build", r"left over layers must be divisible by left over stages",
-         {"TRC212"}),
-        ("layers_to_build", r"Does not support standalone embedding stage and standalone loss "
-         r"stage with uneven pp", {"TRC212"}),
+        ("layers_to_build", r"left over layers must be divisible by left over stages", {"TRC212"}),
+        (
+            "layers_to_build",
+            r"Does not support standalone embedding stage and standalone loss "
+            r"stage with uneven pp",
+            {"TRC212"},
+        ),
         ("interleaved_schedule", r"should range in \[PP=\d+ , M=\d+\]", {"TRC215", "TRC216"}),
         ("interleaved_schedule", r"The remainder of M", {"TRC216"}),
         ("attention", r"is not divisible by \d+", {"TRC207", "TRC201", "TRC202"}),
-        ("dense_mlp", r"is not divisible by \d+ when instantiating (Column|Row)ParallelLinear",
-         {"TRC203"}),
+        (
+            "dense_mlp",
+            r"is not divisible by \d+ when instantiating (Column|Row)ParallelLinear",
+            {"TRC203"},
+        ),
         ("moe_mlp", r"^AssertionError:\s*(when instantiating MoELayer)?$", {"TRC205"}),
-        ("moe_mlp", r"is not divisible by \d+ when instantiating (Column|Row)ParallelLinear",
-         {"TRC204"}),
+        (
+            "moe_mlp",
+            r"is not divisible by \d+ when instantiating (Column|Row)ParallelLinear",
+            {"TRC204"},
+        ),
         ("embedding", r"is not divisible by", {"TRC209"}),
-        ("DeepSpeedConfig", r"Check batch related parameters|has to be greater than 0",
-         {"TRC214"}),
-    ))
+        ("DeepSpeedConfig", r"Check batch related parameters|has to be greater than 0", {"TRC214"}),
+    )
+)
 
 
 @dataclass
@@ -178,8 +230,7 @@ def _tolerant_derive(spec: Any) -> Any:
     if lps is None:
         per = m.num_layers // p.pp
         lps = (per,) * (p.pp - 1) + (m.num_layers - per * (p.pp - 1),)
-    return dataclasses.replace(d, dp=dp, expert_dp=edp, num_microbatches=nmb,
-                               layers_per_stage=lps)
+    return dataclasses.replace(d, dp=dp, expert_dp=edp, num_microbatches=nmb, layers_per_stage=lps)
 
 
 def plan_for_oracles(spec: Any, accepted: bool) -> dict[str, Any]:
@@ -188,8 +239,10 @@ def plan_for_oracles(spec: Any, accepted: bool) -> dict[str, Any]:
         return plan_mod.plan(spec).to_json()
     # the DeepSpeed config of a rejected spec is built by ds_oracle_config (its batch triangle
     # does not close, which deepspeed_config asserts)
-    with mock.patch.object(plan_mod, "derive", _tolerant_derive), \
-            mock.patch.object(engines_mod, "deepspeed_config", lambda spec, d: None):
+    with (
+        mock.patch.object(plan_mod, "derive", _tolerant_derive),
+        mock.patch.object(engines_mod, "deepspeed_config", lambda spec, d: None),
+    ):
         return plan_mod.plan(spec).to_json()
 
 
@@ -274,8 +327,7 @@ def _libs() -> types.SimpleNamespace:
     return types.SimpleNamespace(**locals())
 
 
-def dtype_kwargs(kwargs: dict[str, Any], callables: dict[str, Any] | None = None
-                 ) -> dict[str, Any]:
+def dtype_kwargs(kwargs: dict[str, Any], callables: dict[str, Any] | None = None) -> dict[str, Any]:
     """Emitted YAML kwargs as the library takes them: dtype names -> torch dtypes, dotted
     callables imported (what the worker does)."""
     import importlib
@@ -340,17 +392,20 @@ def _init_once(world: int, kwargs: dict[str, Any]) -> tuple[str | None, int | No
             return None, len(ranks)
         except (RuntimeError, ValueError, AssertionError) as e:
             # the library derives dp = world // (tp*pp*cp) right after its first check
-            mp = (kwargs["tensor_model_parallel_size"] * kwargs["pipeline_model_parallel_size"]
-                  * kwargs["context_parallel_size"])
+            mp = (
+                kwargs["tensor_model_parallel_size"]
+                * kwargs["pipeline_model_parallel_size"]
+                * kwargs["context_parallel_size"]
+            )
             return _fmt(e), (world // mp if world % mp == 0 else None)
         finally:
             ps.destroy_model_parallel()
 
 
 @functools.lru_cache(maxsize=4096)
-def init_model_parallel(world: int, frozen_kwargs: tuple[tuple[str, Any], ...]
-                        ) -> tuple[tuple[tuple[str, str], ...], dict[str, list[list[int]]] | None,
-                                   int | None]:
+def init_model_parallel(
+    world: int, frozen_kwargs: tuple[tuple[str, Any], ...]
+) -> tuple[tuple[tuple[str, str], ...], dict[str, list[list[int]]] | None, int | None]:
     """``initialize_model_parallel`` with the emitted kwargs; returns (errors, groups, dp).
 
     The function stops at its first failed check (dense world, then vpp, then expert grid), so
@@ -382,44 +437,52 @@ def init_model_parallel(world: int, frozen_kwargs: tuple[tuple[str, Any], ...]
     if errors:
         return tuple(errors), None, dp0
     kwargs = dict(frozen_kwargs)
-    tp, pp, cp = (kwargs["tensor_model_parallel_size"], kwargs["pipeline_model_parallel_size"],
-                  kwargs["context_parallel_size"])
+    tp, pp, cp = (
+        kwargs["tensor_model_parallel_size"],
+        kwargs["pipeline_model_parallel_size"],
+        kwargs["context_parallel_size"],
+    )
     ep = kwargs["expert_model_parallel_size"]
     etp = kwargs["expert_tensor_parallel_size"] or tp
     assert dp == world // (tp * pp * cp)
-    groups = megatron_groups(world, tp, pp, cp, ep, etp, kwargs["order"]) if world <= 256 \
-        else None
+    groups = megatron_groups(world, tp, pp, cp, ep, etp, kwargs["order"]) if world <= 256 else None
     return (), groups, dp
 
 
-def megatron_groups(world: int, tp: int, pp: int, cp: int, ep: int, etp: int, order: str
-                    ) -> dict[str, list[list[int]]]:
+def megatron_groups(
+    world: int, tp: int, pp: int, cp: int, ep: int, etp: int, order: str
+) -> dict[str, list[list[int]]]:
     """RankGenerator's rank lists (dense and expert generators, as initialize_model_parallel
     builds them) for each of trainc's group kinds."""
     ps = _libs().parallel_state
     dense = ps.RankGenerator(tp=tp, ep=1, dp=world // (tp * pp * cp), pp=pp, cp=cp, order=order)
-    expert = ps.RankGenerator(tp=etp, ep=ep, dp=world // (etp * ep * pp), pp=pp, cp=1,
-                              order=order)
+    expert = ps.RankGenerator(tp=etp, ep=ep, dp=world // (etp * ep * pp), pp=pp, cp=1, order=order)
     gens = {"dense": dense, "expert": expert}
-    return {kind: gens[gen].get_ranks("-".join(axes))
-            for kind, (gen, axes) in rankmap.GROUP_KINDS.items()}
+    return {
+        kind: gens[gen].get_ranks("-".join(axes))
+        for kind, (gen, axes) in rankmap.GROUP_KINDS.items()
+    }
 
 
 @functools.lru_cache(maxsize=4096)
-def rank_map_problems(derived: tuple[int, ...], frozen_kwargs: tuple[tuple[str, Any], ...]
-                      ) -> tuple[str, ...]:
+def rank_map_problems(
+    derived: tuple[int, ...], frozen_kwargs: tuple[tuple[str, Any], ...]
+) -> tuple[str, ...]:
     """trainc's rank groups (estimate/rankmap.py, what plan.json's rank map shows) against
     Megatron-Core's RankGenerator lists, group kind by group kind."""
     world = derived[0]
     _, groups, _ = init_model_parallel(world, frozen_kwargs)
-    d = dict(zip(("world_size", "tp", "pp", "cp", "ep", "etp", "dp", "expert_dp"), derived,
-                 strict=True))
+    d = dict(
+        zip(("world_size", "tp", "pp", "cp", "ep", "etp", "dp", "expert_dp"), derived, strict=True)
+    )
     mine = rankmap.grids(d)
     out = []
     for kind, (gen, axes) in rankmap.GROUP_KINDS.items():
         if groups is not None and kind in groups and list(mine[gen].groups(axes)) != groups[kind]:
-            out.append(f"rank map: trainc's {kind} groups differ from Megatron-Core's "
-                       f"RankGenerator for {d}")
+            out.append(
+                f"rank map: trainc's {kind} groups differ from Megatron-Core's "
+                f"RankGenerator for {d}"
+            )
     return tuple(out)
 
 
@@ -450,8 +513,14 @@ def interleaved_schedule(cfg: Any, pp: int, vpp: int, num_microbatches: int) -> 
         m.config = cfg
         chunks.append(m)
     p2p = types.SimpleNamespace(config=cfg, pp_group=FakeGroup(pp))
-    pgc = types.SimpleNamespace(tp=FakeGroup(1), cp=FakeGroup(1), embd=None, pos_embd=None,
-                                pp=FakeGroup(pp), dp_cp=FakeGroup(1))
+    pgc = types.SimpleNamespace(
+        tp=FakeGroup(1),
+        cp=FakeGroup(1),
+        embd=None,
+        pos_embd=None,
+        pp=FakeGroup(pp),
+        dp_cp=FakeGroup(1),
+    )
     calls: list[int] = []
 
     def model_type(*_: Any, **__: Any) -> Any:
@@ -463,12 +532,21 @@ def interleaved_schedule(cfg: Any, pp: int, vpp: int, num_microbatches: int) -> 
     saved = (cfg.finalize_model_grads_func, cfg.timers, cfg.no_sync_func)
     cfg.finalize_model_grads_func = cfg.timers = cfg.no_sync_func = None
     try:
-        with mock.patch.object(schedules, "torch", _TorchNoCuda(torch)), \
-                mock.patch.object(schedules, "get_model_type", model_type):
+        with (
+            mock.patch.object(schedules, "torch", _TorchNoCuda(torch)),
+            mock.patch.object(schedules, "get_model_type", model_type),
+        ):
             schedules.forward_backward_pipelining_with_interleaving(
-                forward_step_func=None, data_iterator=[None] * vpp, model=chunks,
-                num_microbatches=num_microbatches, seq_length=8, micro_batch_size=1,
-                forward_only=True, p2p_communicator=p2p, pg_collection=pgc)
+                forward_step_func=None,
+                data_iterator=[None] * vpp,
+                model=chunks,
+                num_microbatches=num_microbatches,
+                seq_length=8,
+                micro_batch_size=1,
+                forward_only=True,
+                p2p_communicator=p2p,
+                pg_collection=pgc,
+            )
     except _ChecksPassed:
         return None
     except (ValueError, RuntimeError, AssertionError) as e:
@@ -483,30 +561,56 @@ _TC_NEUTRALISE: tuple[tuple[str, dict[str, Any]], ...] = (
     (r"tensor_model_parallel_size", {"tensor_model_parallel_size": 1, "sequence_parallel": False}),
     (r"sequence parallelism", {"sequence_parallel": False}),
     (r"expert-parallel|num_moe_experts", {"expert_model_parallel_size": 1}),
-    (r"recompute", {"recompute_granularity": None, "recompute_method": None,
-                    "recompute_num_layers": None}),
-    (r"pipeline|Mismatch|layers", {"num_layers_in_first_pipeline_stage": None,
-                                   "num_layers_in_last_pipeline_stage": None,
-                                   "account_for_embedding_in_pipeline_split": False,
-                                   "account_for_loss_in_pipeline_split": False}),
-)
-
-_NEUTRAL = {"num_layers": 1, "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
-            "virtual_pipeline_model_parallel_size": None, "context_parallel_size": 1,
-            "expert_model_parallel_size": 1, "expert_tensor_parallel_size": 1,
-            "sequence_parallel": False, "num_layers_in_first_pipeline_stage": None,
-            "num_layers_in_last_pipeline_stage": None, "recompute_granularity": None,
+    (
+        r"recompute",
+        {"recompute_granularity": None, "recompute_method": None, "recompute_num_layers": None},
+    ),
+    (
+        r"pipeline|Mismatch|layers",
+        {
+            "num_layers_in_first_pipeline_stage": None,
+            "num_layers_in_last_pipeline_stage": None,
             "account_for_embedding_in_pipeline_split": False,
             "account_for_loss_in_pipeline_split": False,
-            "recompute_method": None, "recompute_num_layers": None, "moe_layer_freq": 1,
-            "use_cpu_initialization": True, "perform_initialization": False,
-            "add_bias_linear": False}
+        },
+    ),
+)
+
+_NEUTRAL = {
+    "num_layers": 1,
+    "tensor_model_parallel_size": 1,
+    "pipeline_model_parallel_size": 1,
+    "virtual_pipeline_model_parallel_size": None,
+    "context_parallel_size": 1,
+    "expert_model_parallel_size": 1,
+    "expert_tensor_parallel_size": 1,
+    "sequence_parallel": False,
+    "num_layers_in_first_pipeline_stage": None,
+    "num_layers_in_last_pipeline_stage": None,
+    "recompute_granularity": None,
+    "account_for_embedding_in_pipeline_split": False,
+    "account_for_loss_in_pipeline_split": False,
+    "recompute_method": None,
+    "recompute_num_layers": None,
+    "moe_layer_freq": 1,
+    "use_cpu_initialization": True,
+    "perform_initialization": False,
+    "add_bias_linear": False,
+}
 
 
 @functools.lru_cache(maxsize=8192)
-def build_layers(frozen_tc: tuple[tuple[str, Any], ...], act: str, tp: int, cp: int, ep: int,
-                 etp: int, padded_vocab: int, dense: bool, moe: bool
-                 ) -> tuple[tuple[str, str], ...]:
+def build_layers(
+    frozen_tc: tuple[tuple[str, Any], ...],
+    act: str,
+    tp: int,
+    cp: int,
+    ep: int,
+    etp: int,
+    padded_vocab: int,
+    dense: bool,
+    moe: bool,
+) -> tuple[tuple[str, str], ...]:
     """Construct the attention, the dense MLP, the MoE layer and the embedding of one transformer
     layer (local spec) on the meta device, with stand-in process groups of the spec's sizes;
     returns (check, error) pairs. Each part is built on its own, so one failure does not hide
@@ -524,26 +628,49 @@ def build_layers(frozen_tc: tuple[tuple[str, Any], ...], act: str, tp: int, cp: 
         except (ValueError, AssertionError) as e:
             return (("layer_config", _fmt(e)),)
     pgc = L.ProcessGroupCollection()
-    sizes = {"tp": tp, "cp": cp, "ep": ep, "expt_tp": etp, "tp_ep": etp * ep, "tp_cp": tp * cp,
-             "pp": 1, "mp": tp, "dp": 1, "dp_cp": 1, "expt_dp": 1, "tp_dp_cp": tp * cp,
-             "tp_dp": tp, "tp_ep_pp": etp * ep, "embd": 1, "pos_embd": 1}
+    sizes = {
+        "tp": tp,
+        "cp": cp,
+        "ep": ep,
+        "expt_tp": etp,
+        "tp_ep": etp * ep,
+        "tp_cp": tp * cp,
+        "pp": 1,
+        "mp": tp,
+        "dp": 1,
+        "dp_cp": 1,
+        "expt_dp": 1,
+        "tp_dp_cp": tp * cp,
+        "tp_dp": tp,
+        "tp_ep_pp": etp * ep,
+        "embd": 1,
+        "pos_embd": 1,
+    }
     for name, n in sizes.items():
         setattr(pgc, name, FakeGroup(n))
     dense_spec = L.get_gpt_layer_local_spec(num_experts=None, moe_grouped_gemm=False)
     parts: list[tuple[str, Any, dict[str, Any]]] = [
-        ("attention", dense_spec.submodules.self_attention,
-         {"layer_number": 1, "pg_collection": pgc})]
+        (
+            "attention",
+            dense_spec.submodules.self_attention,
+            {"layer_number": 1, "pg_collection": pgc},
+        )
+    ]
     if dense:
         parts.append(("dense_mlp", dense_spec.submodules.mlp, {"tp_group": pgc.tp}))
     if moe and tc.get("num_moe_experts"):
-        moe_spec = L.get_gpt_layer_local_spec(num_experts=tc["num_moe_experts"],
-                                              moe_grouped_gemm=False)
+        moe_spec = L.get_gpt_layer_local_spec(
+            num_experts=tc["num_moe_experts"], moe_grouped_gemm=False
+        )
         parts.append(("moe_mlp", moe_spec.submodules.mlp, {"pg_collection": pgc}))
     # The alltoall token dispatcher creates CUDA streams in its constructor (inert stand-ins).
-    with torch.device("meta"), warnings.catch_warnings(), \
-            mock.patch.object(torch.distributed, "is_initialized", lambda: True), \
-            mock.patch.object(torch.cuda, "Stream", _NoStream), \
-            mock.patch.object(torch.cuda, "Event", _NoStream):
+    with (
+        torch.device("meta"),
+        warnings.catch_warnings(),
+        mock.patch.object(torch.distributed, "is_initialized", lambda: True),
+        mock.patch.object(torch.cuda, "Stream", _NoStream),
+        mock.patch.object(torch.cuda, "Event", _NoStream),
+    ):
         warnings.simplefilter("ignore")
         for check, submodule, kwargs in parts:
             try:
@@ -551,8 +678,13 @@ def build_layers(frozen_tc: tuple[tuple[str, Any], ...], act: str, tp: int, cp: 
             except (AssertionError, ValueError, RuntimeError, ZeroDivisionError) as e:
                 errors.append((check, _fmt(e)))
         try:
-            L.VocabParallelEmbedding(padded_vocab, cfg.hidden_size, init_method=cfg.init_method,
-                                     config=cfg, tp_group=FakeGroup(tp))
+            L.VocabParallelEmbedding(
+                padded_vocab,
+                cfg.hidden_size,
+                init_method=cfg.init_method,
+                config=cfg,
+                tp_group=FakeGroup(tp),
+            )
         except (AssertionError, ValueError, RuntimeError) as e:
             errors.append(("embedding", _fmt(e)))
     return tuple(errors)
@@ -591,8 +723,7 @@ def megatron_oracle(out: Outcome, spec: Any, plan: dict[str, Any]) -> None:
             except (ValueError, AssertionError, TypeError) as e:
                 failure = _explain("TransformerConfig", e)
                 out.failures.append(failure)
-                fix = next((f for rx, f in _TC_NEUTRALISE if re.search(rx, failure.message)),
-                           None)
+                fix = next((f for rx, f in _TC_NEUTRALISE if re.search(rx, failure.message)), None)
                 if fix is None or all(tc_try.get(k) == v for k, v in fix.items()):
                     break
                 tc_try |= fix
@@ -600,8 +731,11 @@ def megatron_oracle(out: Outcome, spec: Any, plan: dict[str, Any]) -> None:
         last_made = made
         if tc_try == tc:
             cfg = made
-            out.library_warnings += [str(w.message) for w in caught
-                                     if "sequence parallelism must be used" in str(w.message)]
+            out.library_warnings += [
+                str(w.message)
+                for w in caught
+                if "sequence parallelism must be used" in str(w.message)
+            ]
         break
     for name in ("OptimizerConfig", "DistributedDataParallelConfig"):
         try:
@@ -622,8 +756,7 @@ def megatron_oracle(out: Outcome, spec: Any, plan: dict[str, Any]) -> None:
         out.failures.append(f)
     if out.trainc_ok and groups:
         d = plan["derived"]
-        key = tuple(d[k] for k in ("world_size", "tp", "pp", "cp", "ep", "etp", "dp",
-                                   "expert_dp"))
+        key = tuple(d[k] for k in ("world_size", "tp", "pp", "cp", "ep", "etp", "dp", "expert_dp"))
         out.problems += rank_map_problems(key, _freeze(mk["initialize_model_parallel"]))
 
     # micro-batches (Megatron's calculator at Megatron's dp)
@@ -631,7 +764,8 @@ def megatron_oracle(out: Outcome, spec: Any, plan: dict[str, Any]) -> None:
     if dp is not None:
         try:
             nmb = L.ConstantNumMicroBatchesCalculator(
-                t.global_batch_size, t.micro_batch_size, dp, False, 1).num_micro_batches
+                t.global_batch_size, t.micro_batch_size, dp, False, 1
+            ).num_micro_batches
         except (AssertionError, ValueError) as e:
             out.failures.append(_explain("microbatches", e))
 
@@ -645,9 +779,12 @@ def megatron_oracle(out: Outcome, spec: Any, plan: dict[str, Any]) -> None:
     elif built is not None and out.trainc_ok:
         # the split trainc estimates with is the split Megatron builds, chunk by chunk
         par = plan["spec"]["parallel"]
-        chunks = stage_chunk_sizes(plan["derived"]["layers_per_stage"], vpp,
-                                   par["account_for_embedding_in_pipeline_split"],
-                                   par["account_for_loss_in_pipeline_split"])
+        chunks = stage_chunk_sizes(
+            plan["derived"]["layers_per_stage"],
+            vpp,
+            par["account_for_embedding_in_pipeline_split"],
+            par["account_for_loss_in_pipeline_split"],
+        )
         ours = [chunks[r][j] for j in range(vpp) for r in range(pp)]
         theirs = [built[r * vpp + j] for j in range(vpp) for r in range(pp)]
         if ours != theirs:
@@ -665,18 +802,28 @@ def megatron_oracle(out: Outcome, spec: Any, plan: dict[str, Any]) -> None:
     # layer construction (divide() in attention, MLP, experts, embedding)
     d = plan["derived"]
     num_moe = d["num_moe_layers"]
-    errs = build_layers(_freeze(tc), cal["activation_func"], tc["tensor_model_parallel_size"],
-                        tc["context_parallel_size"], tc["expert_model_parallel_size"],
-                        tc["expert_tensor_parallel_size"] or tc["tensor_model_parallel_size"],
-                        d["padded_vocab_size"], num_moe < m.num_layers, num_moe > 0)
+    errs = build_layers(
+        _freeze(tc),
+        cal["activation_func"],
+        tc["tensor_model_parallel_size"],
+        tc["context_parallel_size"],
+        tc["expert_model_parallel_size"],
+        tc["expert_tensor_parallel_size"] or tc["tensor_model_parallel_size"],
+        d["padded_vocab_size"],
+        num_moe < m.num_layers,
+        num_moe > 0,
+    )
     for check, msg in errs:
         out.failures.append(_explain(check, msg))
 
     # emitted values that deliberately differ from the library defaults (docs/divergences.md)
     if out.trainc_ok and pp == 2 and vpp > 1:
         default = {f.name: f.default for f in dataclasses.fields(L.TransformerConfig)}
-        if tc["batch_p2p_comm"] is False and default["batch_p2p_comm"] is True \
-                and tc["overlap_p2p_comm"] is True:
+        if (
+            tc["batch_p2p_comm"] is False
+            and default["batch_p2p_comm"] is True
+            and tc["overlap_p2p_comm"] is True
+        ):
             out.emit_divergences.add("TRC303")
         else:
             out.problems.append("pp=2 with interleaving emitted with batched p2p")
@@ -729,21 +876,35 @@ def deepspeed_oracle(out: Outcome, spec: Any, plan: dict[str, Any]) -> None:
     D = _ds()
     cfg = ds_oracle_config(spec, plan, out.trainc_ok)
     dist = D.ds_runtime_config.dist
-    with mock.patch.object(dist, "get_rank", return_value=0), \
-            mock.patch.object(dist, "get_world_size", return_value=dp), \
-            warnings.catch_warnings():
+    with (
+        mock.patch.object(dist, "get_rank", return_value=0),
+        mock.patch.object(dist, "get_world_size", return_value=dp),
+        warnings.catch_warnings(),
+    ):
         warnings.simplefilter("ignore")
         try:
             ds = D.DeepSpeedConfig(copy.deepcopy(cfg))
-        except (AssertionError, ValueError, TypeError, KeyError, D.pydantic.ValidationError,
-                D.DeepSpeedConfigError) as e:
+        except (
+            AssertionError,
+            ValueError,
+            TypeError,
+            KeyError,
+            D.pydantic.ValidationError,
+            D.DeepSpeedConfigError,
+        ) as e:
             out.failures.append(_explain("DeepSpeedConfig", e))
             return
     if out.trainc_ok:
-        triangle = (ds.train_batch_size, ds.train_micro_batch_size_per_gpu,
-                    ds.gradient_accumulation_steps)
-        want = (cfg["train_batch_size"], cfg["train_micro_batch_size_per_gpu"],
-                cfg["gradient_accumulation_steps"])
+        triangle = (
+            ds.train_batch_size,
+            ds.train_micro_batch_size_per_gpu,
+            ds.gradient_accumulation_steps,
+        )
+        want = (
+            cfg["train_batch_size"],
+            cfg["train_micro_batch_size_per_gpu"],
+            cfg["gradient_accumulation_steps"],
+        )
         if triangle != want or ds.zero_optimization_stage != cfg["zero_optimization"]["stage"]:
             out.problems.append(f"DeepSpeed read back {triangle}, trainc emitted {want}")
 
@@ -758,8 +919,11 @@ def check_spec(cfg: dict[str, Any]) -> Outcome:
     spec, diags = trainc_verdict(cfg)
     errors = frozenset(d.rule.id for d in diags if d.is_error)
     others = {e for e in errors if not e.startswith(FAMILIES)}
-    out = Outcome(cfg, frozenset(e for e in errors if e.startswith(FAMILIES)),
-                  frozenset(d.rule.id for d in diags if d.severity.value == "warning"))
+    out = Outcome(
+        cfg,
+        frozenset(e for e in errors if e.startswith(FAMILIES)),
+        frozenset(d.rule.id for d in diags if d.severity.value == "warning"),
+    )
     if others:
         out.problems.append(f"errors outside the judged families: {sorted(others)}")
         return out
@@ -778,14 +942,18 @@ def judge(out: Outcome, divergent: set[str]) -> list[str]:
         if not f.explains:
             bad.append(f"unmapped {f.check} failure: {f.message[:300]}")
         elif not (f.explains & out.trainc_errors):
-            bad.append(f"trainc misses what {f.check} rejects ({f.message[:200]}); trainc "
-                       f"reported {sorted(out.trainc_errors) or 'no error'}")
+            bad.append(
+                f"trainc misses what {f.check} rejects ({f.message[:200]}); trainc "
+                f"reported {sorted(out.trainc_errors) or 'no error'}"
+            )
     if out.trainc_ok and out.hazards:
         bad.append(f"trainc accepts a spec Megatron-Core builds wrongly: {out.hazards}")
     undocumented = out.unexplained() - divergent
     if undocumented:
-        bad.append(f"trainc rejects with {sorted(undocumented)} what the libraries accept, and "
-                   "docs/divergences.md does not list it")
+        bad.append(
+            f"trainc rejects with {sorted(undocumented)} what the libraries accept, and "
+            "docs/divergences.md does not list it"
+        )
     if out.library_warnings and "TRC302" not in out.trainc_warnings and out.trainc_ok:
         bad.append(f"Megatron-Core warns ({out.library_warnings[0]}) but trainc does not (TRC302)")
     return bad
@@ -822,15 +990,23 @@ class Report:
             self.disagreements.append((out.spec, bad))
 
     def summary(self) -> str:
-        return (f"{self.examples} specs: trainc accepts {self.trainc_accepts}, the oracles "
-                f"accept {self.oracle_accepts}, both reject {self.both_reject}; "
-                f"{len(self.disagreements)} disagreements; documented divergences exercised: "
-                f"{dict(sorted(self.divergences.items()))}, emitted: "
-                f"{dict(sorted(self.emit_divergences.items()))}")
+        return (
+            f"{self.examples} specs: trainc accepts {self.trainc_accepts}, the oracles "
+            f"accept {self.oracle_accepts}, both reject {self.both_reject}; "
+            f"{len(self.disagreements)} disagreements; documented divergences exercised: "
+            f"{dict(sorted(self.divergences.items()))}, emitted: "
+            f"{dict(sorted(self.emit_divergences.items()))}"
+        )
 
 
-def run_generated(n: int, divergent: set[str], *, derandomize: bool = True,
-                  seed: int | None = None, extra: list[dict[str, Any]] = ()) -> Report:
+def run_generated(
+    n: int,
+    divergent: set[str],
+    *,
+    derandomize: bool = True,
+    seed: int | None = None,
+    extra: list[dict[str, Any]] = (),
+) -> Report:
     """Check ``n`` hypothesis-generated specs (plus ``extra``) and return the report."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import seed as hyp_seed
@@ -846,8 +1022,13 @@ def run_generated(n: int, divergent: set[str], *, derandomize: bool = True,
     for cfg in extra:
         one(cfg)
 
-    @settings(max_examples=n, derandomize=derandomize, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=n,
+        derandomize=derandomize,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(spec_dicts())
     def gen(cfg: dict[str, Any]) -> None:
         one(cfg)

@@ -167,14 +167,25 @@ def _import_megatron() -> types.SimpleNamespace:
         from megatron.training.argument_utils import core_transformer_config_from_args
         from torch.testing._internal.distributed.fake_pg import FakeStore
     return types.SimpleNamespace(
-        torch=torch, dist=dist, FakeStore=FakeStore, megatron=megatron,
-        parallel_state=parallel_state, get_gpt_layer_local_spec=get_gpt_layer_local_spec,
-        GPTModel=GPTModel, destroy_num_microbatches_calculator=destroy_num_microbatches_calculator,
-        get_num_microbatches=get_num_microbatches, rope_utils=rope_utils,
-        transformer_config=transformer_config, get_num_layers_to_build=get_num_layers_to_build,
-        get_transformer_layer_offset=get_transformer_layer_offset, arguments=arguments,
-        global_vars=global_vars, initialize=initialize, training=training,
-        core_transformer_config_from_args=core_transformer_config_from_args)
+        torch=torch,
+        dist=dist,
+        FakeStore=FakeStore,
+        megatron=megatron,
+        parallel_state=parallel_state,
+        get_gpt_layer_local_spec=get_gpt_layer_local_spec,
+        GPTModel=GPTModel,
+        destroy_num_microbatches_calculator=destroy_num_microbatches_calculator,
+        get_num_microbatches=get_num_microbatches,
+        rope_utils=rope_utils,
+        transformer_config=transformer_config,
+        get_num_layers_to_build=get_num_layers_to_build,
+        get_transformer_layer_offset=get_transformer_layer_offset,
+        arguments=arguments,
+        global_vars=global_vars,
+        initialize=initialize,
+        training=training,
+        core_transformer_config_from_args=core_transformer_config_from_args,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,8 +214,9 @@ def _plain(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
-        return value if value == value and value not in (float("inf"), float("-inf")) \
-            else repr(value)
+        return (
+            value if value == value and value not in (float("inf"), float("-inf")) else repr(value)
+        )
     if isinstance(value, enum.Enum):
         return value.name
     if isinstance(value, (list, tuple)):
@@ -212,7 +224,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     text = str(value)
-    return text[len("torch."):] if text.startswith("torch.") else text
+    return text[len("torch.") :] if text.startswith("torch.") else text
 
 
 def _fields(obj: Any) -> dict[str, Any]:
@@ -232,8 +244,10 @@ def _cache_parser(M: types.SimpleNamespace) -> dict[str, str]:
     copies the mutable defaults it hands out, so one job's ``validate_args`` cannot change the
     next job's defaults."""
     parser = M.arguments.add_megatron_arguments(
-        argparse.ArgumentParser(prog="pretrain_gpt.py", description="Megatron-LM Arguments",
-                                allow_abbrev=False))
+        argparse.ArgumentParser(
+            prog="pretrain_gpt.py", description="Megatron-LM Arguments", allow_abbrev=False
+        )
+    )
     M.arguments.add_megatron_arguments = lambda _fresh: parser
     return {opt: a.dest for a in parser._actions for opt in a.option_strings}
 
@@ -258,12 +272,15 @@ def _error(e: BaseException) -> str:
     return f"{type(e).__name__}: {msg}"
 
 
-def run_job(M: types.SimpleNamespace, dests: dict[str, str], job: dict[str, Any]
-            ) -> dict[str, Any]:
+def run_job(M: types.SimpleNamespace, dests: dict[str, str], job: dict[str, Any]) -> dict[str, Any]:
     """Steps 1-7 of the module docstring on one job; never raises."""
     start = time.perf_counter()
-    out: dict[str, Any] = {"id": job.get("id", job["args_file"]), "accepted": False,
-                           "stage": None, "error": None}
+    out: dict[str, Any] = {
+        "id": job.get("id", job["args_file"]),
+        "accepted": False,
+        "stage": None,
+        "error": None,
+    }
     argv = read_args_file(job["args_file"])
     world = int(job["world_size"])
     saved_env = dict(os.environ)
@@ -282,14 +299,22 @@ def run_job(M: types.SimpleNamespace, dests: dict[str, str], job: dict[str, Any]
         for name, value in vars(args).items():  # the cached parser's defaults stay pristine
             if isinstance(value, (list, dict, set)):
                 setattr(args, name, copy.deepcopy(value))
-        out["args"] = {dests[a]: _plain(getattr(args, dests[a], None))  # as parsed
-                       for a in argv if a.startswith("--") and a in dests}
+        out["args"] = {
+            dests[a]: _plain(getattr(args, dests[a], None))  # as parsed
+            for a in argv
+            if a.startswith("--") and a in dests
+        }
         stage = "validate_args"
-        with _patched(M.arguments, "get_device_arch_version", lambda: DEVICE_ARCH), \
-                _patched(M.torch.cuda, "get_device_capability", lambda *a, **k: (DEVICE_ARCH, 0)):
+        with (
+            _patched(M.arguments, "get_device_arch_version", lambda: DEVICE_ARCH),
+            _patched(M.torch.cuda, "get_device_capability", lambda *a, **k: (DEVICE_ARCH, 0)),
+        ):
             M.arguments.validate_args(args, dict(ARGS_DEFAULTS))
-        out["args"] = {dests[a]: _plain(getattr(args, dests[a], None))  # as validated
-                       for a in argv if a.startswith("--") and a in dests}
+        out["args"] = {
+            dests[a]: _plain(getattr(args, dests[a], None))  # as validated
+            for a in argv
+            if a.startswith("--") and a in dests
+        }
         out["dp"] = args.data_parallel_size
         out["kv_channels"] = args.kv_channels
         out["split"] = args.split
@@ -307,13 +332,17 @@ def run_job(M: types.SimpleNamespace, dests: dict[str, str], job: dict[str, Any]
         with _patched(M.dist, "new_group", _member_groups_only(M.dist.new_group, M.dist)):
             out["initialize_model_parallel"] = _plain(_initialize_model_parallel(M, args))
         out["forward_backward_func"] = {  # megatron/training/training.py::train_step
-            "num_microbatches": M.get_num_microbatches(), "seq_length": args.seq_length,
+            "num_microbatches": M.get_num_microbatches(),
+            "seq_length": args.seq_length,
             "micro_batch_size": args.micro_batch_size,
-            "decoder_seq_length": args.decoder_seq_length}
+            "decoder_seq_length": args.decoder_seq_length,
+        }
         ps = M.parallel_state
-        out["groups"] = {"dp": ps.get_data_parallel_world_size(),
-                         "dp_cp": ps.get_data_parallel_world_size(with_context_parallel=True),
-                         "expert_dp": ps.get_expert_data_parallel_world_size()}
+        out["groups"] = {
+            "dp": ps.get_data_parallel_world_size(),
+            "dp_cp": ps.get_data_parallel_world_size(with_context_parallel=True),
+            "expert_dp": ps.get_expert_data_parallel_world_size(),
+        }
         stage = "transformer_config"
         with _as_if_te(M):
             config = M.core_transformer_config_from_args(args)
@@ -323,10 +352,12 @@ def run_job(M: types.SimpleNamespace, dests: dict[str, str], job: dict[str, Any]
         stages = list(range(vpp)) if vpp else [None]
         chunks, offsets = [], []
         for r in range(args.pipeline_model_parallel_size):
-            chunks.append([M.get_num_layers_to_build(config, vp_stage=v, pp_rank=r)
-                           for v in stages])
-            offsets.append([M.get_transformer_layer_offset(config, vp_stage=v, pp_rank=r)
-                            for v in stages])
+            chunks.append(
+                [M.get_num_layers_to_build(config, vp_stage=v, pp_rank=r) for v in stages]
+            )
+            offsets.append(
+                [M.get_transformer_layer_offset(config, vp_stage=v, pp_rank=r) for v in stages]
+            )
         out["layers_per_chunk"], out["layer_offsets"] = chunks, offsets
         stage = "ddp_config"
         out["ddp_config"] = _fields(M.training.get_megatron_ddp_config(args))
@@ -338,9 +369,12 @@ def run_job(M: types.SimpleNamespace, dests: dict[str, str], job: dict[str, Any]
             "vocab_size": args.padded_vocab_size,
             "max_sequence_length": args.max_position_embeddings,
             "position_embedding_type": args.position_embedding_type,
-            "rotary_base": args.rotary_base, "rotary_percent": args.rotary_percent,
-            "rope_scaling": args.use_rope_scaling, "rope_scaling_factor": args.rope_scaling_factor,
-            "share_embeddings_and_output_weights": not args.untie_embeddings_and_output_weights}
+            "rotary_base": args.rotary_base,
+            "rotary_percent": args.rotary_percent,
+            "rope_scaling": args.use_rope_scaling,
+            "rope_scaling_factor": args.rope_scaling_factor,
+            "share_embeddings_and_output_weights": not args.untie_embeddings_and_output_weights,
+        }
         out["accepted"] = True
         stage = "model_build"
         try:
@@ -419,9 +453,14 @@ def _initialize_model_parallel(M: types.SimpleNamespace, args: Any) -> dict[str,
 def _as_if_te(M: types.SimpleNamespace) -> Iterator[None]:
     """TransformerConfig's checks as on a GPU node with a recent Transformer Engine: TE version
     checks pass and the fused RoPE kernels exist (nothing is run)."""
-    with _patched(M.transformer_config, "is_te_min_version", lambda *a, **k: True), \
-            _patched(M.rope_utils, "fused_apply_rotary_pos_emb",
-                     M.rope_utils.fused_apply_rotary_pos_emb or _identity):
+    with (
+        _patched(M.transformer_config, "is_te_min_version", lambda *a, **k: True),
+        _patched(
+            M.rope_utils,
+            "fused_apply_rotary_pos_emb",
+            M.rope_utils.fused_apply_rotary_pos_emb or _identity,
+        ),
+    ):
         yield
 
 
@@ -448,36 +487,55 @@ def _meta_model_params(M: types.SimpleNamespace, args: Any, config: Any) -> int:
     config.context_parallel_size = 1  # local attention has no CP; CP shards no parameter
     vp = 0 if args.virtual_pipeline_model_parallel_size else None
     spec = M.get_gpt_layer_local_spec(
-        num_experts=args.num_experts, moe_grouped_gemm=args.moe_grouped_gemm,
-        qk_layernorm=args.qk_layernorm, normalization=args.normalization)
+        num_experts=args.num_experts,
+        moe_grouped_gemm=args.moe_grouped_gemm,
+        qk_layernorm=args.qk_layernorm,
+        normalization=args.normalization,
+    )
     pp = args.pipeline_model_parallel_size
-    with torch.device("meta"), _patched(torch.cuda, "Stream", _NoStream), \
-            _patched(torch.cuda, "Event", _NoStream):
+    with (
+        torch.device("meta"),
+        _patched(torch.cuda, "Stream", _NoStream),
+        _patched(torch.cuda, "Event", _NoStream),
+    ):
         model = M.GPTModel(
-            config=config, transformer_layer_spec=spec, vocab_size=args.padded_vocab_size,
-            max_sequence_length=args.max_position_embeddings, pre_process=True,
+            config=config,
+            transformer_layer_spec=spec,
+            vocab_size=args.padded_vocab_size,
+            max_sequence_length=args.max_position_embeddings,
+            pre_process=True,
             post_process=pp == 1 and not args.virtual_pipeline_model_parallel_size,
             share_embeddings_and_output_weights=not args.untie_embeddings_and_output_weights,
             position_embedding_type=args.position_embedding_type,
-            rotary_percent=args.rotary_percent, rotary_base=args.rotary_base,
-            vp_stage=vp)
+            rotary_percent=args.rotary_percent,
+            rotary_base=args.rotary_base,
+            vp_stage=vp,
+        )
     return sum(p.numel() for p in model.parameters())
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the jobs; print (or write ``--out``) the JSON list of results."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("inputs", nargs="+", help="JOBS.json, or megatron_args.txt files with "
-                    "--world-size")
+    ap.add_argument(
+        "inputs", nargs="+", help="JOBS.json, or megatron_args.txt files with --world-size"
+    )
     ap.add_argument("--world-size", type=int)
-    ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                    help="environment of every file's job (e.g. CUDA_DEVICE_MAX_CONNECTIONS=1)")
+    ap.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment of every file's job (e.g. CUDA_DEVICE_MAX_CONNECTIONS=1)",
+    )
     ap.add_argument("--out")
     opts = ap.parse_args(argv)
     if opts.world_size is not None:
         env = dict(kv.split("=", 1) for kv in opts.env)
-        jobs = [{"id": p, "args_file": p, "world_size": opts.world_size, "env": env}
-                for p in opts.inputs]
+        jobs = [
+            {"id": p, "args_file": p, "world_size": opts.world_size, "env": env}
+            for p in opts.inputs
+        ]
     else:
         jobs = []
         for p in opts.inputs:

@@ -40,7 +40,9 @@ def coherent_specs(draw: st.DrawFn, *, engine: str | None = None) -> dict[str, A
     mbs = draw(st.sampled_from([1, 1, 2, 4]))
     nmb = pp * draw(st.sampled_from([1, 2, 4])) if vpp > 1 else draw(st.sampled_from([1, 2, 4, 8]))
     model: dict[str, Any] = {
-        "num_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,
+        "num_layers": layers,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
         "num_query_groups": groups if groups != heads or draw(st.booleans()) else None,
         "ffn_hidden_size": draw(st.sampled_from([None, 4 * hidden, 8 * hidden])),
         "vocab_size": draw(st.sampled_from([1000, 32000, 50257, 128])),
@@ -62,16 +64,25 @@ def coherent_specs(draw: st.DrawFn, *, engine: str | None = None) -> dict[str, A
         model["moe_layer_freq"] = draw(st.sampled_from([1, 1, 2]))
         sp = sp or (tp > 1 and ep > 1)
     parallel: dict[str, Any] = {
-        "tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "ep": ep, "etp": etp,
+        "tp": tp,
+        "pp": pp,
+        "vpp": vpp,
+        "cp": cp,
+        "ep": ep,
+        "etp": etp,
         "sequence_parallel": sp if draw(st.booleans()) else (None if sp == (tp > 1) else sp),
         "cp_comm_type": draw(st.sampled_from(["p2p", "p2p", "all_gather"])),
-        "zero_stage": (draw(st.sampled_from([0, 1, 2, 3])) if eng == "deepspeed" and pp == 1
-                       else draw(st.sampled_from([0, 1]))),
+        "zero_stage": (
+            draw(st.sampled_from([0, 1, 2, 3]))
+            if eng == "deepspeed" and pp == 1
+            else draw(st.sampled_from([0, 1]))
+        ),
     }
     if draw(st.integers(0, 4)) == 0:
         parallel["dp"] = dp
     training: dict[str, Any] = {
-        "micro_batch_size": mbs, "global_batch_size": mbs * dp * nmb,
+        "micro_batch_size": mbs,
+        "global_batch_size": mbs * dp * nmb,
         "precision": draw(st.sampled_from(["bf16", "bf16", "fp16", "fp32"])),
         "recompute": draw(st.sampled_from(["none", "selective", "selective", "full"])),
     }
@@ -109,8 +120,13 @@ def _mutations(cfg: dict[str, Any]) -> dict[str, list[Any]]:
         "parallel.sequence_parallel": [None, True, False],
         "parallel.cp_comm_type": ["p2p", "all_gather", "a2a"],
         "parallel.zero_stage": [0, 1, 2, 3],
-        "parallel.pipeline_first_stage_layers": [None, 1, max(1, L // max(p["pp"], 1) - 1),
-                                                 L // max(p["pp"], 1) + 1, L],
+        "parallel.pipeline_first_stage_layers": [
+            None,
+            1,
+            max(1, L // max(p["pp"], 1) - 1),
+            L // max(p["pp"], 1) + 1,
+            L,
+        ],
         "parallel.pipeline_last_stage_layers": [None, 1, max(1, L // max(p["pp"], 1) - 1), 2],
         "parallel.account_for_embedding_in_pipeline_split": [False, True],
         "parallel.account_for_loss_in_pipeline_split": [False, True],
@@ -129,8 +145,13 @@ def _mutations(cfg: dict[str, Any]) -> dict[str, list[Any]]:
         "cluster.num_nodes": [1, 2, 3, 5, c["num_nodes"] + 1],
         "cluster.gpus_per_node": [1, 2, 4, 6, 8],
         "training.micro_batch_size": [1, 2, 3, 4, 8],
-        "training.global_batch_size": [t["global_batch_size"] + 1, 1, 2 * t["global_batch_size"],
-                                       3 * t["global_batch_size"], 100],
+        "training.global_batch_size": [
+            t["global_batch_size"] + 1,
+            1,
+            2 * t["global_batch_size"],
+            3 * t["global_batch_size"],
+            100,
+        ],
         "training.recompute": ["none", "selective", "full"],
         "training.recompute_method": [None, "uniform", "block"],
         "training.recompute_num_layers": [None, 1, 2, L, L + 1],

@@ -10,27 +10,39 @@ import itertools
 
 import pytest
 
-pytestmark = [pytest.mark.differential,
-              pytest.mark.filterwarnings("ignore:full scope is deprecated:UserWarning")]
+pytestmark = [
+    pytest.mark.differential,
+    pytest.mark.filterwarnings("ignore:full scope is deprecated:UserWarning"),
+]
 
 pytest.importorskip("megatron.core")
 
 from differential import harness as H  # noqa: E402
 from trainc.compiler.derive import layers_per_stage, stage_chunk_sizes  # noqa: E402
 
-GRID = [g for g in itertools.product(range(1, 19), (1, 2, 3, 4, 6), (1, 2, 3), (False, True),
-                                    (False, True)) if g[2] == 1 or g[1] > 1]  # vpp needs pp>1
+GRID = [
+    g
+    for g in itertools.product(
+        range(1, 19), (1, 2, 3, 4, 6), (1, 2, 3), (False, True), (False, True)
+    )
+    if g[2] == 1 or g[1] > 1
+]  # vpp needs pp>1
 
 
 def _megatron(L: int, pp: int, vpp: int, emb: bool, loss: bool) -> list[int] | None:
     """Layers Megatron builds per virtual stage (q = j*pp + r), or None if it refuses."""
     import torch
 
-    kw = {"num_layers": L, "hidden_size": 64, "num_attention_heads": 4,
-          "pipeline_model_parallel_size": pp,
-          "virtual_pipeline_model_parallel_size": vpp if vpp > 1 else None,
-          "account_for_embedding_in_pipeline_split": emb,
-          "account_for_loss_in_pipeline_split": loss, "pipeline_dtype": torch.float32}
+    kw = {
+        "num_layers": L,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "pipeline_model_parallel_size": pp,
+        "virtual_pipeline_model_parallel_size": vpp if vpp > 1 else None,
+        "account_for_embedding_in_pipeline_split": emb,
+        "account_for_loss_in_pipeline_split": loss,
+        "pipeline_dtype": torch.float32,
+    }
     try:
         cfg = H.transformer_config(kw, {})
     except (ValueError, AssertionError):
@@ -45,10 +57,11 @@ def _megatron(L: int, pp: int, vpp: int, emb: bool, loss: bool) -> list[int] | N
 def test_layer_split_matches_megatron(L, pp, vpp, emb, loss):
     stages = layers_per_stage(L, pp, None, None, emb, loss)
     ok = stages is not None and all(
-        (n + (emb and r == 0) + (loss and r == pp - 1)) % vpp == 0 for r, n in enumerate(stages))
+        (n + (emb and r == 0) + (loss and r == pp - 1)) % vpp == 0 for r, n in enumerate(stages)
+    )
     theirs = _megatron(L, pp, vpp, emb, loss)
     if not ok:
-        assert theirs is None or (emb or loss) and pp == 1, (L, pp, vpp, emb, loss, theirs)
+        assert theirs is None or ((emb or loss) and pp == 1), (L, pp, vpp, emb, loss, theirs)
         return
     chunks = stage_chunk_sizes(list(stages), vpp, emb, loss)
     ours = [chunks[r][j] if vpp > 1 else chunks[r][0] for j in range(vpp) for r in range(pp)]

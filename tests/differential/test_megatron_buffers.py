@@ -44,8 +44,14 @@ def _free_port() -> str:
 @pytest.fixture(scope="module")
 def measured() -> dict[str, int]:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    res = subprocess.run([sys.executable, str(ORACLE), _free_port()], capture_output=True,
-                         text=True, timeout=300, env=env, check=False)
+    res = subprocess.run(
+        [sys.executable, str(ORACLE), _free_port()],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -62,8 +68,7 @@ def test_parameter_count_matches(measured: dict[str, int]) -> None:
 
 
 @pytest.mark.parametrize("dtype, key", [(StateDtype.fp32, "fp32"), (StateDtype.bf16, "bf16")])
-def test_grad_and_param_buffer_bytes(measured: dict[str, int], dtype: StateDtype,
-                                     key: str) -> None:
+def test_grad_and_param_buffer_bytes(measured: dict[str, int], dtype: StateDtype, key: str) -> None:
     pb, gb, _ = megatron_state_bytes(TrainingSpec(global_batch_size=8, main_grads_dtype=dtype))
     numel = measured[f"grad_numel_{key}"]
     pad = numel - _trainc_params()

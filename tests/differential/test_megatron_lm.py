@@ -52,9 +52,22 @@ EXAMPLES = int(os.environ.get("TRAINC_MLM_EXAMPLES", "90"))
 SEED = os.environ.get("TRAINC_MLM_SEED")
 
 #: What each kind compares (the test ids).
-KINDS = ("accepted", "dp", "padded_vocab", "num_microbatches", "layers_per_chunk", "kv_channels",
-         "tokenizer_vocab", "split", "ddp_config", "transformer_config", "optimizer_config",
-         "initialize_model_parallel", "forward_backward_func", "gpt_model")
+KINDS = (
+    "accepted",
+    "dp",
+    "padded_vocab",
+    "num_microbatches",
+    "layers_per_chunk",
+    "kv_channels",
+    "tokenizer_vocab",
+    "split",
+    "ddp_config",
+    "transformer_config",
+    "optimizer_config",
+    "initialize_model_parallel",
+    "forward_backward_func",
+    "gpt_model",
+)
 
 # The known bugs of issue 11 this oracle found (vocab_size - 1 for --vocab-size, no --split
 # with a data path, shared-expert width not a multiple of tp, --optimizer adamw, megatron-lm on
@@ -65,9 +78,15 @@ KINDS = ("accepted", "dp", "padded_vocab", "num_microbatches", "layers_per_chunk
 def _spec(**changes: Any) -> dict[str, Any]:
     """A small valid Megatron spec with dotted-key changes (explicit examples)."""
     cfg: dict[str, Any] = {
-        "name": "mlm", "engine": "megatron",
-        "model": {"num_layers": 4, "hidden_size": 256, "num_attention_heads": 4,
-                  "vocab_size": 1024, "seq_length": 256},
+        "name": "mlm",
+        "engine": "megatron",
+        "model": {
+            "num_layers": 4,
+            "hidden_size": 256,
+            "num_attention_heads": 4,
+            "vocab_size": 1024,
+            "seq_length": 256,
+        },
         "cluster": {"num_nodes": 1, "gpus_per_node": 4, "gpu": "h100-80g"},
         "parallel": {"tp": 2, "pp": 2},
         "training": {"micro_batch_size": 1, "global_batch_size": 8},
@@ -83,69 +102,154 @@ def _spec(**changes: Any) -> dict[str, Any]:
 #: disagreements of issue 11 (vocab_size - 1, no --split, overlap flags); all agree now.
 EXPLICIT: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
     # 32001 % (128 * 1) == 1: Megatron pads 32001 ids to 32128 (trainc wrote 32000 before)
-    "vocab-32001": (_spec(**{"model.vocab_size": 32001, "parallel.tp": 1, "parallel.pp": 1,
-                             "cluster.gpus_per_node": 1}), {}),
-    "vocab-32001-tp2": (_spec(**{"model.vocab_size": 32001, "parallel.pp": 1,
-                                 "cluster.gpus_per_node": 2}), {}),
+    "vocab-32001": (
+        _spec(
+            **{
+                "model.vocab_size": 32001,
+                "parallel.tp": 1,
+                "parallel.pp": 1,
+                "cluster.gpus_per_node": 1,
+            }
+        ),
+        {},
+    ),
+    "vocab-32001-tp2": (
+        _spec(**{"model.vocab_size": 32001, "parallel.pp": 1, "cluster.gpus_per_node": 2}),
+        {},
+    ),
     "vocab-32000": (_spec(**{"model.vocab_size": 32000}), {}),
     "data-path": (_spec(**{"launch.data_path": "/data/corpus_text_document"}), {}),
     "vocab-1": (_spec(**{"model.vocab_size": 1}), {}),
     "dp2": (_spec(**{"cluster.gpus_per_node": 8}), {}),
-    "sgd-betas-wsd": (_spec(**{"training.optimizer": "sgd", "training.sgd_momentum": 0.8,
-                               "training.lr_decay_style": "WSD",
-                               "training.lr_wsd_decay_iters": 100,
-                               "training.lr_warmup_iters": 10}), {}),
-    "adam-0.95-linear": (_spec(**{"training.adam_beta2": 0.95, "training.adam_eps": 1.0e-6,
-                                  "training.lr_decay_style": "linear",
-                                  "model.init_method_std": 0.006,
-                                  "model.hidden_dropout": 0.0, "model.add_qkv_bias": True,
-                                  "model.norm_epsilon": 1.0e-6, "model.rotary_percent": 0.5,
-                                  "model.rope_scaling_factor": 8.0}), {}),
-    "moe-router": (_spec(**{"model.hidden_size": 512, "model.num_attention_heads": 8,
-                            "model.num_experts": 4, "model.moe_router_topk": 2,
-                            "model.moe_router_load_balancing_type": "seq_aux_loss",
-                            "model.moe_aux_loss_coeff": 1.0e-3, "model.moe_z_loss_coeff": 1.0e-3,
-                            "model.moe_router_score_function": "sigmoid",
-                            "model.moe_router_topk_scaling_factor": 2.5,
-                            "model.moe_expert_capacity_factor": 1.25,
-                            "parallel.tp": 2, "parallel.pp": 1, "parallel.ep": 2,
-                            "parallel.sequence_parallel": True}), {}),
+    "sgd-betas-wsd": (
+        _spec(
+            **{
+                "training.optimizer": "sgd",
+                "training.sgd_momentum": 0.8,
+                "training.lr_decay_style": "WSD",
+                "training.lr_wsd_decay_iters": 100,
+                "training.lr_warmup_iters": 10,
+            }
+        ),
+        {},
+    ),
+    "adam-0.95-linear": (
+        _spec(
+            **{
+                "training.adam_beta2": 0.95,
+                "training.adam_eps": 1.0e-6,
+                "training.lr_decay_style": "linear",
+                "model.init_method_std": 0.006,
+                "model.hidden_dropout": 0.0,
+                "model.add_qkv_bias": True,
+                "model.norm_epsilon": 1.0e-6,
+                "model.rotary_percent": 0.5,
+                "model.rope_scaling_factor": 8.0,
+            }
+        ),
+        {},
+    ),
+    "moe-router": (
+        _spec(
+            **{
+                "model.hidden_size": 512,
+                "model.num_attention_heads": 8,
+                "model.num_experts": 4,
+                "model.moe_router_topk": 2,
+                "model.moe_router_load_balancing_type": "seq_aux_loss",
+                "model.moe_aux_loss_coeff": 1.0e-3,
+                "model.moe_z_loss_coeff": 1.0e-3,
+                "model.moe_router_score_function": "sigmoid",
+                "model.moe_router_topk_scaling_factor": 2.5,
+                "model.moe_expert_capacity_factor": 1.25,
+                "parallel.tp": 2,
+                "parallel.pp": 1,
+                "parallel.ep": 2,
+                "parallel.sequence_parallel": True,
+            }
+        ),
+        {},
+    ),
     # multi-head latent attention (issue 14): --multi-latent-attention with the latent ranks, head
     # widths, --rope-type rope and --no-rope-fusion must give megatron_core.yaml's
     # MLATransformerConfig (with and without a query latent)
-    "mla-deepseek-like": (_spec(**{"model.hidden_size": 512, "model.num_attention_heads": 8,
-                                   "model.multi_latent_attention": True,
-                                   "model.q_lora_rank": 96, "model.kv_lora_rank": 64,
-                                   "model.qk_head_dim": 32, "model.qk_pos_emb_head_dim": 16,
-                                   "model.v_head_dim": 32, "parallel.sequence_parallel": True,
-                                   "model.num_experts": 4, "parallel.ep": 2,
-                                   "parallel.pp": 1}), {}),
-    "mla-no-query-latent": (_spec(**{"model.multi_latent_attention": True,
-                                     "model.kv_lora_rank": 32, "model.qk_head_dim": 64,
-                                     "model.qk_pos_emb_head_dim": 32,
-                                     "model.v_head_dim": 64}), {}),
+    "mla-deepseek-like": (
+        _spec(
+            **{
+                "model.hidden_size": 512,
+                "model.num_attention_heads": 8,
+                "model.multi_latent_attention": True,
+                "model.q_lora_rank": 96,
+                "model.kv_lora_rank": 64,
+                "model.qk_head_dim": 32,
+                "model.qk_pos_emb_head_dim": 16,
+                "model.v_head_dim": 32,
+                "parallel.sequence_parallel": True,
+                "model.num_experts": 4,
+                "parallel.ep": 2,
+                "parallel.pp": 1,
+            }
+        ),
+        {},
+    ),
+    "mla-no-query-latent": (
+        _spec(
+            **{
+                "model.multi_latent_attention": True,
+                "model.kv_lora_rank": 32,
+                "model.qk_head_dim": 64,
+                "model.qk_pos_emb_head_dim": 32,
+                "model.v_head_dim": 64,
+            }
+        ),
+        {},
+    ),
     # FP8 keys (issue 13): --fp8-format/--fp8-recipe/--fp8-param-gather/--first-last-layers-bf16
     # must give the TransformerConfig and DDP config megatron_core.yaml states
-    "fp8-tensorwise-param-gather": (_spec(**{"training.fp8_format": "hybrid",
-                                             "training.fp8_recipe": "tensorwise",
-                                             "training.fp8_param_gather": True,
-                                             "training.first_last_layers_bf16": True,
-                                             "parallel.zero_stage": 1}), {}),
+    "fp8-tensorwise-param-gather": (
+        _spec(
+            **{
+                "training.fp8_format": "hybrid",
+                "training.fp8_recipe": "tensorwise",
+                "training.fp8_param_gather": True,
+                "training.first_last_layers_bf16": True,
+                "parallel.zero_stage": 1,
+            }
+        ),
+        {},
+    ),
 }
 
 #: Specs Megatron-LM refuses, which trainc refuses too (name -> (spec, the trainc rule)).
 REFUSED_BY_TRAINC: dict[str, tuple[dict[str, Any], str]] = {
     # Megatron-Core fails at model build: '2730 is not divisible by 4'
     "shared-expert-not-multiple-of-tp": (
-        _spec(**{"model.hidden_size": 512, "model.num_attention_heads": 8,
-                 "model.num_experts": 4, "model.moe_shared_expert_intermediate_size": 2730,
-                 "parallel.tp": 4, "parallel.pp": 1, "parallel.sequence_parallel": True}),
-        "TRC327"),
+        _spec(
+            **{
+                "model.hidden_size": 512,
+                "model.num_attention_heads": 8,
+                "model.num_experts": 4,
+                "model.moe_shared_expert_intermediate_size": 2730,
+                "parallel.tp": 4,
+                "parallel.pp": 1,
+                "parallel.sequence_parallel": True,
+            }
+        ),
+        "TRC327",
+    ),
     # the parser: invalid choice: 'adamw'
     "adamw": (_spec(**{"training.optimizer": "adamw"}), "TRC004"),
     # initialize_megatron: 'Megatron requires CUDA.'
-    "megatron-lm-on-cpu": (_spec(**{"launch.entrypoint": "megatron-lm", "launch.device": "cpu",
-                                    "launch.megatron_lm_path": "/opt/Megatron-LM"}), "TRC325"),
+    "megatron-lm-on-cpu": (
+        _spec(
+            **{
+                "launch.entrypoint": "megatron-lm",
+                "launch.device": "cpu",
+                "launch.megatron_lm_path": "/opt/Megatron-LM",
+            }
+        ),
+        "TRC325",
+    ),
 }
 
 #: golden case -> {kind: reason} known to fail today.
@@ -214,11 +318,17 @@ def _generated(tmp: Path) -> list[Compiled]:
         if c is not None:
             out.append(c)
 
-    for tag, strategy, n in (("diff", spec_dicts(engine="megatron"), EXAMPLES - EXAMPLES // 3),
-                             ("valid", valid_cfg(), EXAMPLES // 3)):
-        draw = settings(max_examples=n, derandomize=SEED is None, deadline=None, database=None,
-                        suppress_health_check=list(HealthCheck))(
-            given(st.just(tag), strategy)(one))
+    for tag, strategy, n in (
+        ("diff", spec_dicts(engine="megatron"), EXAMPLES - EXAMPLES // 3),
+        ("valid", valid_cfg(), EXAMPLES // 3),
+    ):
+        draw = settings(
+            max_examples=n,
+            derandomize=SEED is None,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )(given(st.just(tag), strategy)(one))
         if SEED is not None:
             draw = hyp_seed(int(SEED))(draw)
         draw()
@@ -235,18 +345,31 @@ def run_oracle(wheel: Path, items: list[Compiled], tmp: Path) -> None:
         env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if d["cuda_device_max_connections_1"] else {}
         launch = c.plan["spec"]["launch"]
         device = launch["device"] if launch["entrypoint"] == "megatron-lm" else "cuda"
-        jobs.append({"id": c.name, "args_file": str(args), "world_size": d["world_size"],
-                     "env": env, "device": device})
+        jobs.append(
+            {
+                "id": c.name,
+                "args_file": str(args),
+                "world_size": d["world_size"],
+                "env": env,
+                "device": device,
+            }
+        )
     jobs_file, out_file = tmp / "jobs.json", tmp / "results.json"
     jobs_file.write_text(json.dumps(jobs), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(wheel)
     env["NO_VCS_VERSION"] = "1"  # megatron.core's version string would run git in the wheel
-    proc = subprocess.run([sys.executable, str(ORACLE), str(jobs_file), "--out", str(out_file)],
-                          env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, str(ORACLE), str(jobs_file), "--out", str(out_file)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if proc.returncode != 0 or not out_file.is_file():
-        pytest.fail(f"the Megatron-LM oracle failed (exit {proc.returncode}):\n"
-                    f"{proc.stderr[-4000:]}")
+        pytest.fail(
+            f"the Megatron-LM oracle failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+        )
     results = {r["id"]: r for r in json.loads(out_file.read_text(encoding="utf-8"))}
     for c in items:
         c.result = results[c.name]
@@ -256,13 +379,18 @@ def run_oracle(wheel: Path, items: list[Compiled], tmp: Path) -> None:
 #: stage -> ((old, new) text replacement, what Megatron-LM says).
 REFUSED_BASE = "llama3-8b-pp2-vpp2"
 REFUSED = {
-    "parse_args": (("--seed 1234", "--seed 1234\n--no-such-flag"),
-                   "unrecognized arguments: --no-such-flag"),
-    "validate_args": (("--global-batch-size 32", "--global-batch-size 31"),
-                      "global_batch_size (31) must be divisible"),
-    "transformer_config": (("--num-attention-heads 32", "--num-attention-heads 31"),
-                           "num_attention_heads (31) must be a multiple of "
-                           "tensor_model_parallel_size (2)"),
+    "parse_args": (
+        ("--seed 1234", "--seed 1234\n--no-such-flag"),
+        "unrecognized arguments: --no-such-flag",
+    ),
+    "validate_args": (
+        ("--global-batch-size 32", "--global-batch-size 31"),
+        "global_batch_size (31) must be divisible",
+    ),
+    "transformer_config": (
+        ("--num-attention-heads 32", "--num-attention-heads 31"),
+        "num_attention_heads (31) must be a multiple of tensor_model_parallel_size (2)",
+    ),
 }
 
 
@@ -271,8 +399,12 @@ def _refused(base: Compiled) -> dict[str, Compiled]:
     for stage, ((old, new), _msg) in REFUSED.items():
         text = base.files["megatron_args.txt"]
         assert old in text, (old, REFUSED_BASE)
-        out[stage] = Compiled(f"refused-{stage}", None, base.plan,
-                              {**base.files, "megatron_args.txt": text.replace(old, new)})
+        out[stage] = Compiled(
+            f"refused-{stage}",
+            None,
+            base.plan,
+            {**base.files, "megatron_args.txt": text.replace(old, new)},
+        )
     return out
 
 
@@ -295,12 +427,13 @@ def oracle(megatron_lm_wheel: Path, tmp_path_factory: pytest.TempPathFactory) ->
         c = _accepted(case.name, None, result)
         if c is not None:
             golden[case.name] = c
-    explicit = {name: _accepted(name, cfg, _compile_cfg(cfg, tmp))
-                for name, (cfg, _known) in EXPLICIT.items()}
+    explicit = {
+        name: _accepted(name, cfg, _compile_cfg(cfg, tmp))
+        for name, (cfg, _known) in EXPLICIT.items()
+    }
     generated = _generated(tmp)
     refused = _refused(golden[REFUSED_BASE])
-    items = [*golden.values(), *(c for c in explicit.values() if c), *generated,
-             *refused.values()]
+    items = [*golden.values(), *(c for c in explicit.values() if c), *generated, *refused.values()]
     run_oracle(megatron_lm_wheel, items, tmp)
     return Oracle(golden, explicit, generated, refused)
 
@@ -321,9 +454,12 @@ NO_EFFECT = {
 def _chunks(plan: dict[str, Any]) -> list[list[int]]:
     """The layers per (stage, virtual stage) of a plan.json (trainc's layer split)."""
     par = plan["spec"]["parallel"]
-    return stage_chunk_sizes(plan["derived"]["layers_per_stage"], plan["derived"]["vpp"],
-                             par["account_for_embedding_in_pipeline_split"],
-                             par["account_for_loss_in_pipeline_split"])
+    return stage_chunk_sizes(
+        plan["derived"]["layers_per_stage"],
+        plan["derived"]["vpp"],
+        par["account_for_embedding_in_pipeline_split"],
+        par["account_for_loss_in_pipeline_split"],
+    )
 
 
 def _differ(section: str, ours: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
@@ -338,8 +474,9 @@ def _differ(section: str, ours: dict[str, Any], theirs: dict[str, Any]) -> list[
         if key not in theirs:
             bad.append(f"{section}.{key}: not a field of Megatron-LM's {section}")
         elif theirs[key] != value and not {theirs[key], value} <= {None, False}:
-            bad.append(f"{section}.{key}: megatron_core.yaml {value!r}, Megatron-LM "
-                       f"{theirs[key]!r}")
+            bad.append(
+                f"{section}.{key}: megatron_core.yaml {value!r}, Megatron-LM {theirs[key]!r}"
+            )
     return bad
 
 
@@ -353,13 +490,22 @@ def disagreements(c: Compiled) -> dict[str, str]:
         return {"accepted": f"Megatron-LM rejects at {r['stage']}: {r['error']}"}
     if r.get("model_error"):
         return {"accepted": f"Megatron-LM rejects at model build: {r['model_error']}"}
-    want = {"dp": d["dp"], "padded_vocab": d["padded_vocab_size"],
-            "num_microbatches": d["num_microbatches"],
-            "layers_per_chunk": _chunks(plan), "kv_channels": m["kv_channels"],
-            "tokenizer_vocab": m["vocab_size"]}
-    got_key = {"dp": "dp", "padded_vocab": "padded_vocab_size",
-               "num_microbatches": "num_microbatches", "layers_per_chunk": "layers_per_chunk",
-               "kv_channels": "kv_channels", "tokenizer_vocab": "tokenizer_vocab_size"}
+    want = {
+        "dp": d["dp"],
+        "padded_vocab": d["padded_vocab_size"],
+        "num_microbatches": d["num_microbatches"],
+        "layers_per_chunk": _chunks(plan),
+        "kv_channels": m["kv_channels"],
+        "tokenizer_vocab": m["vocab_size"],
+    }
+    got_key = {
+        "dp": "dp",
+        "padded_vocab": "padded_vocab_size",
+        "num_microbatches": "num_microbatches",
+        "layers_per_chunk": "layers_per_chunk",
+        "kv_channels": "kv_channels",
+        "tokenizer_vocab": "tokenizer_vocab_size",
+    }
     for kind, value in want.items():
         got = r.get(got_key[kind])
         if got != value:
@@ -367,12 +513,14 @@ def disagreements(c: Compiled) -> dict[str, str]:
     if plan["spec"]["launch"].get("data_path") and "split" not in r.get("args", {}):
         bad["split"] = f"no --split: Megatron-LM uses {r.get('split')!r}"
     core = yaml.safe_load(c.files["megatron_core.yaml"])
-    for kind, section in (("ddp_config", "DistributedDataParallelConfig"),
-                          ("transformer_config", "TransformerConfig"),
-                          ("optimizer_config", "OptimizerConfig"),
-                          ("initialize_model_parallel", "initialize_model_parallel"),
-                          ("forward_backward_func", "forward_backward_func"),
-                          ("gpt_model", "GPTModel")):
+    for kind, section in (
+        ("ddp_config", "DistributedDataParallelConfig"),
+        ("transformer_config", "TransformerConfig"),
+        ("optimizer_config", "OptimizerConfig"),
+        ("initialize_model_parallel", "initialize_model_parallel"),
+        ("forward_backward_func", "forward_backward_func"),
+        ("gpt_model", "GPTModel"),
+    ):
         theirs = r.get(kind)
         if theirs is None:
             bad.setdefault(kind, "Megatron-LM built no config (rejected earlier)")
@@ -394,8 +542,10 @@ def _golden_params() -> list[Any]:
         if not (CASES / case / "expected" / "megatron_args.txt").is_file():
             continue
         known = GOLDEN_KNOWN.get(case, {})
-        out += [pytest.param(case, kind, marks=_xfail(known, kind), id=f"{case}-{kind}")
-                for kind in KINDS]
+        out += [
+            pytest.param(case, kind, marks=_xfail(known, kind), id=f"{case}-{kind}")
+            for kind in KINDS
+        ]
     return out
 
 
@@ -405,23 +555,29 @@ def test_golden_case_agrees_with_megatron_lm(oracle: Oracle, case: str, kind: st
     assert kind not in bad, f"{case}: {kind}: {bad[kind]}"
 
 
-@pytest.mark.parametrize(("name", "kind"), [
-    pytest.param(name, kind, marks=_xfail(known, kind), id=f"{name}-{kind}")
-    for name, (_cfg, known) in EXPLICIT.items() for kind in KINDS])
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        pytest.param(name, kind, marks=_xfail(known, kind), id=f"{name}-{kind}")
+        for name, (_cfg, known) in EXPLICIT.items()
+        for kind in KINDS
+    ],
+)
 def test_explicit_spec_agrees_with_megatron_lm(oracle: Oracle, name: str, kind: str) -> None:
     c = oracle.explicit[name]
     assert c is not None, f"{name}: trainc rejects a spec Megatron-LM should accept"
     assert kind not in c.bad, f"{name}: {kind}: {c.bad[kind]}\n{EXPLICIT[name][0]}"
 
 
-@pytest.mark.parametrize("kind", [pytest.param(k, marks=_xfail(GENERATED_KNOWN, k))
-                                  for k in KINDS])
+@pytest.mark.parametrize("kind", [pytest.param(k, marks=_xfail(GENERATED_KNOWN, k)) for k in KINDS])
 def test_generated_specs_trainc_accepts_megatron_lm_agrees(oracle: Oracle, kind: str) -> None:
     """trainc accepts => Megatron-LM accepts, and derives the same (one kind per test)."""
     assert len(oracle.generated) >= EXAMPLES // 4, len(oracle.generated)
     failing = [(c, c.bad[kind]) for c in oracle.generated if kind in c.bad]
-    assert not failing, (f"{len(failing)} of {len(oracle.generated)} accepted specs: {kind}\n"
-                         + "\n".join(f"{msg}\n  {c.cfg}" for c, msg in failing[:5]))
+    assert not failing, (
+        f"{len(failing)} of {len(oracle.generated)} accepted specs: {kind}\n"
+        + "\n".join(f"{msg}\n  {c.cfg}" for c, msg in failing[:5])
+    )
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED_BY_TRAINC))
@@ -431,8 +587,9 @@ def test_trainc_refuses_what_megatron_lm_refuses(name: str, tmp_path: Path) -> N
     cfg, rule = REFUSED_BY_TRAINC[name]
     result = _compile_cfg(cfg, tmp_path)
     assert not result.ok
-    assert rule in {d.rule.id for d in result.diagnostics if d.is_error}, \
-        [d.to_json() for d in result.diagnostics]
+    assert rule in {d.rule.id for d in result.diagnostics if d.is_error}, [
+        d.to_json() for d in result.diagnostics
+    ]
 
 
 def test_oracle_runs_the_target_version(oracle: Oracle) -> None:

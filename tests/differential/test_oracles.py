@@ -32,9 +32,15 @@ CASES = Path(__file__).resolve().parents[1] / "golden" / "cases"
 def _spec(**changes: object) -> dict:
     """A small valid spec with dotted-key changes (explicit examples for rare rows)."""
     cfg: dict = {
-        "name": "diff", "engine": "megatron",
-        "model": {"num_layers": 4, "hidden_size": 256, "num_attention_heads": 4,
-                  "vocab_size": 1000, "seq_length": 256},
+        "name": "diff",
+        "engine": "megatron",
+        "model": {
+            "num_layers": 4,
+            "hidden_size": 256,
+            "num_attention_heads": 4,
+            "vocab_size": 1000,
+            "seq_length": 256,
+        },
         "cluster": {"num_nodes": 1, "gpus_per_node": 4, "gpu": "h100-80g"},
         "parallel": {"tp": 2, "pp": 2},
         "training": {"micro_batch_size": 1, "global_batch_size": 8},
@@ -48,27 +54,55 @@ def _spec(**changes: object) -> dict:
 
 #: Explicit specs for divergences a random run may miss (each exercises one table row).
 EXTRA = [
-    _spec(engine="deepspeed", **{"parallel.pp": 1, "parallel.zero_stage": 0,
-                                 "training.offload_optimizer": "cpu"}),           # TRC320
-    _spec(engine="deepspeed", **{"parallel.pp": 1, "parallel.zero_stage": 3,
-                                 "training.offload_param": "nvme"}),              # TRC321
-    _spec(engine="deepspeed", **{"parallel.pp": 1, "parallel.zero_stage": 2,
-                                 "training.offload_param": "cpu"}),               # TRC305
-    _spec(**{"parallel.pp": 2, "parallel.vpp": 2}),                               # TRC303 emit
-    _spec(**{"cluster.gpus_per_node": 8, "parallel.dp": 1}),                      # TRC102
-    _spec(**{"cluster.gpus_per_node": 8, "parallel.pp": 1, "parallel.ep": 2, "parallel.dp": 2,
-             "parallel.sequence_parallel": True,
-             "model.num_experts": 4}),                                            # TRC103
-    _spec(**{"model.num_experts": 2, "model.moe_router_topk": 3,
-             "parallel.sequence_parallel": True}),                                # TRC206
-    _spec(**{"model.num_attention_heads": 8, "model.num_query_groups": 3,
-             "parallel.tp": 1, "cluster.gpus_per_node": 2}),                      # TRC207
-    _spec(**{"model.hidden_size": 258}),                                          # TRC208
-    _spec(**{"parallel.pp": 1, "parallel.pipeline_first_stage_layers": 4,
-             "cluster.gpus_per_node": 2}),                                        # TRC212
-    _spec(**{"cluster.gpus_per_node": 8, "parallel.tp": 4, "parallel.pp": 1, "parallel.cp": 2,
-             "parallel.cp_comm_type": "a2a"}),                                    # TRC220
-    _spec(engine="deepspeed", **{"parallel.zero_stage": 2}),                      # TRC304
+    _spec(
+        engine="deepspeed",
+        **{"parallel.pp": 1, "parallel.zero_stage": 0, "training.offload_optimizer": "cpu"},
+    ),  # TRC320
+    _spec(
+        engine="deepspeed",
+        **{"parallel.pp": 1, "parallel.zero_stage": 3, "training.offload_param": "nvme"},
+    ),  # TRC321
+    _spec(
+        engine="deepspeed",
+        **{"parallel.pp": 1, "parallel.zero_stage": 2, "training.offload_param": "cpu"},
+    ),  # TRC305
+    _spec(**{"parallel.pp": 2, "parallel.vpp": 2}),  # TRC303 emit
+    _spec(**{"cluster.gpus_per_node": 8, "parallel.dp": 1}),  # TRC102
+    _spec(
+        **{
+            "cluster.gpus_per_node": 8,
+            "parallel.pp": 1,
+            "parallel.ep": 2,
+            "parallel.dp": 2,
+            "parallel.sequence_parallel": True,
+            "model.num_experts": 4,
+        }
+    ),  # TRC103
+    _spec(
+        **{"model.num_experts": 2, "model.moe_router_topk": 3, "parallel.sequence_parallel": True}
+    ),  # TRC206
+    _spec(
+        **{
+            "model.num_attention_heads": 8,
+            "model.num_query_groups": 3,
+            "parallel.tp": 1,
+            "cluster.gpus_per_node": 2,
+        }
+    ),  # TRC207
+    _spec(**{"model.hidden_size": 258}),  # TRC208
+    _spec(
+        **{"parallel.pp": 1, "parallel.pipeline_first_stage_layers": 4, "cluster.gpus_per_node": 2}
+    ),  # TRC212
+    _spec(
+        **{
+            "cluster.gpus_per_node": 8,
+            "parallel.tp": 4,
+            "parallel.pp": 1,
+            "parallel.cp": 2,
+            "parallel.cp_comm_type": "a2a",
+        }
+    ),  # TRC220
+    _spec(engine="deepspeed", **{"parallel.zero_stage": 2}),  # TRC304
     _spec(**{"training.recompute": "full", "training.recompute_num_layers": 3}),  # TRC309
 ]
 
@@ -88,21 +122,26 @@ def test_generated_specs_agree_with_the_oracles() -> None:
     print(report.summary())
     assert report.examples >= EXAMPLES, report.summary()
     assert not report.disagreements, "\n\n".join(
-        f"{cfg}\n  " + "\n  ".join(bad) for cfg, bad in report.disagreements[:5])
+        f"{cfg}\n  " + "\n  ".join(bad) for cfg, bad in report.disagreements[:5]
+    )
     # both verdicts occur often enough for the comparison to mean something
     assert report.trainc_accepts >= report.examples // 4, report.summary()
     assert report.examples - report.trainc_accepts >= report.examples // 4, report.summary()
     seen = set(report.divergences) | set(report.emit_divergences)
     never = sorted(set(rows) - seen)
-    assert not never, (f"rows of docs/divergences.md never exercised by {report.examples} "
-                       f"specs: {never} (remove them, or add a case that exercises them)")
-    wrong_kind = sorted(r for r in report.divergences if rows[r][1] != "stricter") + \
-        sorted(r for r in report.emit_divergences if rows[r][1] != "emit")
+    assert not never, (
+        f"rows of docs/divergences.md never exercised by {report.examples} "
+        f"specs: {never} (remove them, or add a case that exercises them)"
+    )
+    wrong_kind = sorted(r for r in report.divergences if rows[r][1] != "stricter") + sorted(
+        r for r in report.emit_divergences if rows[r][1] != "emit"
+    )
     assert not wrong_kind, wrong_kind
 
 
-@pytest.mark.parametrize("case", sorted(p.name for p in CASES.iterdir()
-                                        if (p / "spec.yaml").is_file()))
+@pytest.mark.parametrize(
+    "case", sorted(p.name for p in CASES.iterdir() if (p / "spec.yaml").is_file())
+)
 def test_golden_case_accepted_by_the_oracles(case: str) -> None:
     result = compile_spec(CASES / case / "spec.yaml")
     assert result.ok and result.plan is not None and result.spec is not None
@@ -116,10 +155,17 @@ def test_golden_case_accepted_by_the_oracles(case: str) -> None:
     # plan.json's rank map (first node's rows) against RankGenerator
     rank_map = plan["estimates"]["rank_map"]
     d = plan["derived"]
-    groups = H.megatron_groups(d["world_size"], d["tp"], d["pp"], d["cp"], d["ep"], d["etp"],
-                               H.megatron_core_kwargs(plan)["initialize_model_parallel"]["order"])
+    groups = H.megatron_groups(
+        d["world_size"],
+        d["tp"],
+        d["pp"],
+        d["cp"],
+        d["ep"],
+        d["etp"],
+        H.megatron_core_kwargs(plan)["initialize_model_parallel"]["order"],
+    )
     assert rank_map["first_node"]
     for row in rank_map["first_node"]:
         for kind, g in row["groups"].items():
             full = next(grp for grp in groups[kind] if row["rank"] in grp)
-            assert g["size"] == len(full) and g["ranks"] == full[:len(g["ranks"])], (kind, row)
+            assert g["size"] == len(full) and g["ranks"] == full[: len(g["ranks"])], (kind, row)

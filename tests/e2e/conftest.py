@@ -4,9 +4,12 @@ import importlib.util
 
 import pytest
 
-_MISSING = [m for m in ("torch", "megatron.core", "deepspeed")
-            if importlib.util.find_spec(m.split(".")[0]) is None
-            or (m == "megatron.core" and importlib.util.find_spec("megatron.core") is None)]
+_MISSING = [
+    m
+    for m in ("torch", "megatron.core", "deepspeed")
+    if importlib.util.find_spec(m.split(".")[0]) is None
+    or (m == "megatron.core" and importlib.util.find_spec("megatron.core") is None)
+]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -15,9 +18,12 @@ def pytest_collection_modifyitems(config, items):
         if "tests/e2e/" in node and "test_light.py" not in node:
             item.add_marker(pytest.mark.worker)
             if _MISSING:
-                item.add_marker(pytest.mark.skip(
-                    reason=f"needs the [worker] extra (pip install -e '.[test,worker]'): "
-                           f"{', '.join(_MISSING)} not importable"))
+                item.add_marker(
+                    pytest.mark.skip(
+                        reason=f"needs the [worker] extra (pip install -e '.[test,worker]'): "
+                        f"{', '.join(_MISSING)} not importable"
+                    )
+                )
 
 
 def pytest_terminal_summary(terminalreporter):

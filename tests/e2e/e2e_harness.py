@@ -36,20 +36,45 @@ def base_spec(name: str, world: int) -> dict[str, Any]:
     return {
         "name": name,
         "engine": "megatron",
-        "model": {"num_layers": 4, "hidden_size": 32, "num_attention_heads": 4,
-                  "ffn_hidden_size": 64, "vocab_size": 128, "make_vocab_size_divisible_by": 32,
-                  "seq_length": 32,
-                  # no dropout: every layout must reproduce the one-process reference exactly
-                  "hidden_dropout": 0.0, "attention_dropout": 0.0},
-        "cluster": {"num_nodes": 1, "gpus_per_node": world, "gpu": "custom", "gpu_memory_gib": 80,
-                    "peak_tflops": 100, "nvlink_domain_size": 8,
-                    "intra_node_bandwidth_gbps": 300, "inter_node_bandwidth_gbps": 25},
+        "model": {
+            "num_layers": 4,
+            "hidden_size": 32,
+            "num_attention_heads": 4,
+            "ffn_hidden_size": 64,
+            "vocab_size": 128,
+            "make_vocab_size_divisible_by": 32,
+            "seq_length": 32,
+            # no dropout: every layout must reproduce the one-process reference exactly
+            "hidden_dropout": 0.0,
+            "attention_dropout": 0.0,
+        },
+        "cluster": {
+            "num_nodes": 1,
+            "gpus_per_node": world,
+            "gpu": "custom",
+            "gpu_memory_gib": 80,
+            "peak_tflops": 100,
+            "nvlink_domain_size": 8,
+            "intra_node_bandwidth_gbps": 300,
+            "inter_node_bandwidth_gbps": 25,
+        },
         "parallel": {"tp": 1, "sequence_parallel": False, "zero_stage": 0},
-        "training": {"micro_batch_size": 1, "global_batch_size": 4, "precision": "fp32",
-                     "recompute": "none", "train_iters": 24, "lr": 0.01, "min_lr": 0.001,
-                     "weight_decay": 0.0},
-        "launch": {"device": "cpu", "shrink": False, "save_interval": 8,
-                   "master_port": 29500 + zlib.crc32(name.encode()) % 2000},
+        "training": {
+            "micro_batch_size": 1,
+            "global_batch_size": 4,
+            "precision": "fp32",
+            "recompute": "none",
+            "train_iters": 24,
+            "lr": 0.01,
+            "min_lr": 0.001,
+            "weight_decay": 0.0,
+        },
+        "launch": {
+            "device": "cpu",
+            "shrink": False,
+            "save_interval": 8,
+            "master_port": 29500 + zlib.crc32(name.encode()) % 2000,
+        },
     }
 
 
@@ -87,32 +112,53 @@ def _command(out: Path) -> list[str]:
         return ["bash", str(script)]
     # Fallback while torchrun.sh is not emitted yet: the worker command the script will run.
     plan = plan_of(out)
-    return [str(VENV_BIN / "torchrun"), "--nnodes", "1",
-            "--nproc_per_node", str(plan["spec"]["cluster"]["gpus_per_node"]),
-            "--master_addr", "127.0.0.1",
-            "--master_port", str(plan["spec"]["launch"]["master_port"]),
-            "-m", "trainc.launch.worker", "--plan", str(out / "plan.json")]
+    return [
+        str(VENV_BIN / "torchrun"),
+        "--nnodes",
+        "1",
+        "--nproc_per_node",
+        str(plan["spec"]["cluster"]["gpus_per_node"]),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(plan["spec"]["launch"]["master_port"]),
+        "-m",
+        "trainc.launch.worker",
+        "--plan",
+        str(out / "plan.json"),
+    ]
 
 
 def _launch_env(extra: list[str], env: dict[str, str] | None = None) -> dict[str, str]:
     """The environment a test launch runs in: this venv's torchrun first on PATH, one thread
     per rank, unbuffered output, the worker flags in TRAINC_WORKER_ARGS."""
-    e = {**os.environ, "OMP_NUM_THREADS": "1", "TORCHRUN": str(VENV_BIN / "torchrun"),
-         "PYTHONUNBUFFERED": "1", "TRAINC_WORKER_ARGS": shlex.join(list(extra)), **(env or {})}
+    e = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "TORCHRUN": str(VENV_BIN / "torchrun"),
+        "PYTHONUNBUFFERED": "1",
+        "TRAINC_WORKER_ARGS": shlex.join(list(extra)),
+        **(env or {}),
+    }
     e["PATH"] = f"{VENV_BIN}{os.pathsep}{e.get('PATH', '')}"
     return e
 
 
-def launch(out: Path, extra: list[str] = (), env: dict[str, str] | None = None,  # type: ignore
-           label: str | None = None) -> str:
+def launch(
+    out: Path,
+    extra: list[str] = (),
+    env: dict[str, str] | None = None,  # type: ignore
+    label: str | None = None,
+) -> str:
     """Run the compiled job on this machine with the generated ``torchrun.sh``; the test's extra
     worker flags travel in ``TRAINC_WORKER_ARGS`` (the worker reads it), so the script runs
     exactly as generated. Returns the combined log (asserts exit code 0)."""
     cmd = _command(out)
     e = _launch_env(extra, env)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=out, env=e, capture_output=True, text=True,
-                          timeout=LAUNCH_TIMEOUT_S)
+    proc = subprocess.run(
+        cmd, cwd=out, env=e, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S
+    )
     TIMINGS[label or out.name] = time.perf_counter() - t0
     text = proc.stdout + proc.stderr
     (out / "launch.log").write_text(text)
@@ -126,8 +172,15 @@ def launch_and_signal(out: Path, extra: list[str], at_step: int, label: str) -> 
     import signal
 
     t0 = time.perf_counter()
-    proc = subprocess.Popen(_command(out), cwd=out, env=_launch_env(extra), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        _command(out),
+        cwd=out,
+        env=_launch_env(extra),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     lines: list[str] = []
     try:
         assert proc.stdout is not None
@@ -163,8 +216,9 @@ def groups(text: str) -> dict[int, dict[str, list[int]]]:
     for line in text.splitlines():
         m = GROUPS.match(line.strip())
         if m:
-            out[int(m.group(1))] = {k: json.loads(v) for k, v in
-                                    (kv.split("=", 1) for kv in m.group(2).split())}
+            out[int(m.group(1))] = {
+                k: json.loads(v) for k, v in (kv.split("=", 1) for kv in m.group(2).split())
+            }
     return out
 
 
@@ -176,21 +230,33 @@ def expected_groups(plan: dict[str, Any]) -> dict[int, dict[str, list[int]]]:
     tp, cp, dp = d["tp"], d["cp"], d["dp"]
     etp, ep, edp = d["etp"], d["ep"], d["expert_dp"]
     world = d["world_size"]
-    dense = {r: (r % tp, r // tp % cp, r // (tp * cp) % dp, r // (tp * cp * dp))
-             for r in range(world)}
-    expert = {r: (r % etp, r // etp % ep, r // (etp * ep) % edp, r // (etp * ep * edp))
-              for r in range(world)}
+    dense = {
+        r: (r % tp, r // tp % cp, r // (tp * cp) % dp, r // (tp * cp * dp)) for r in range(world)
+    }
+    expert = {
+        r: (r % etp, r // etp % ep, r // (etp * ep) % edp, r // (etp * ep * edp))
+        for r in range(world)
+    }
 
     def group(coords: dict[int, tuple[int, ...]], r: int, axes: tuple[int, ...]) -> list[int]:
         me = coords[r]
-        return sorted(q for q, c in coords.items()
-                      if all(c[i] == me[i] for i in range(4) if i not in axes))
+        return sorted(
+            q for q, c in coords.items() if all(c[i] == me[i] for i in range(4) if i not in axes)
+        )
 
-    return {r: {"tp": group(dense, r, (0,)), "cp": group(dense, r, (1,)),
-                "dp": group(dense, r, (2,)), "pp": group(dense, r, (3,)),
-                "dp_cp": group(dense, r, (1, 2)), "etp": group(expert, r, (0,)),
-                "ep": group(expert, r, (1,)), "edp": group(expert, r, (2,))}
-            for r in range(world)}
+    return {
+        r: {
+            "tp": group(dense, r, (0,)),
+            "cp": group(dense, r, (1,)),
+            "dp": group(dense, r, (2,)),
+            "pp": group(dense, r, (3,)),
+            "dp_cp": group(dense, r, (1, 2)),
+            "etp": group(expert, r, (0,)),
+            "ep": group(expert, r, (1,)),
+            "edp": group(expert, r, (2,)),
+        }
+        for r in range(world)
+    }
 
 
 def trainc_rank_map(plan: dict[str, Any]) -> dict[int, dict[str, list[int]]]:
@@ -199,23 +265,34 @@ def trainc_rank_map(plan: dict[str, Any]) -> dict[int, dict[str, list[int]]]:
 
     g = grids(plan["derived"])
     names = {"expert_dp": "edp"}
-    return {r: {names.get(kind, kind): sorted(g[grid].group_of(r, axes))
-                for kind, (grid, axes) in GROUP_KINDS.items()}
-            for r in range(plan["derived"]["world_size"])}
+    return {
+        r: {
+            names.get(kind, kind): sorted(g[grid].group_of(r, axes))
+            for kind, (grid, axes) in GROUP_KINDS.items()
+        }
+        for r in range(plan["derived"]["world_size"])
+    }
 
 
 def references(outs: list[Path], env: dict[str, str] | None = None) -> dict[str, str]:
     """One-process reference runs (``--reference``) of several plans in ONE python process
     (imports paid once); returns plan folder name -> that run's log."""
     marker = "=== trainc-e2e reference "
-    code = ("import sys\nfrom trainc.launch import worker\n"
-            "for p in sys.argv[1:]:\n"
-            f"    print({marker!r} + p, flush=True)\n"
-            "    worker.main(['--plan', p, '--reference'])\n")
+    code = (
+        "import sys\nfrom trainc.launch import worker\n"
+        "for p in sys.argv[1:]:\n"
+        f"    print({marker!r} + p, flush=True)\n"
+        "    worker.main(['--plan', p, '--reference'])\n"
+    )
     e = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", code, *[str(o / "plan.json") for o in outs]],
-                          env=e, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *[str(o / "plan.json") for o in outs]],
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=LAUNCH_TIMEOUT_S,
+    )
     TIMINGS["references(" + ",".join(o.name for o in outs) + ")"] = time.perf_counter() - t0
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"reference runs failed:\n{text[-6000:]}"
@@ -223,7 +300,7 @@ def references(outs: list[Path], env: dict[str, str] | None = None) -> dict[str,
     cur = None
     for line in proc.stdout.splitlines():
         if line.startswith(marker):
-            cur = Path(line[len(marker):]).parent.name
+            cur = Path(line[len(marker) :]).parent.name
             logs[cur] = ""
         elif cur is not None:
             logs[cur] += line + "\n"
@@ -241,10 +318,12 @@ def check_case(name: str, out: Path, log: str, ref_log: str) -> None:
     # (a) layout equivalence with the one-process reference
     for n in range(1, 25):
         rl, rg = (2e-4, 2e-3) if n <= 6 else (2e-3, 2e-2)
-        assert close(got[n]["loss"], ref[n]["loss"], rl), \
+        assert close(got[n]["loss"], ref[n]["loss"], rl), (
             f"{name} step {n}: loss {got[n]['loss']} vs reference {ref[n]['loss']}"
-        assert close(got[n]["grad_norm"], ref[n]["grad_norm"], rg), \
+        )
+        assert close(got[n]["grad_norm"], ref[n]["grad_norm"], rg), (
             f"{name} step {n}: grad_norm {got[n]['grad_norm']} vs reference {ref[n]['grad_norm']}"
+        )
     # (b) the loss falls
     first, last = got[1]["loss"], sum(got[n]["loss"] for n in range(21, 25)) / 4
     assert last < 0.9 * first, f"{name}: loss did not fall ({first} -> {last})"
@@ -254,8 +333,9 @@ def check_case(name: str, out: Path, log: str, ref_log: str) -> None:
     again = steps(log, resume=True)
     assert sorted(again) == list(range(17, 25)), f"{name}: resume-check steps {sorted(again)}"
     for n in again:
-        assert close(again[n]["loss"], got[n]["loss"], 1e-6), \
+        assert close(again[n]["loss"], got[n]["loss"], 1e-6), (
             f"{name} step {n}: resumed loss {again[n]['loss']} vs {got[n]['loss']}"
+        )
     # (d) the groups parallel_state formed are the rank map trainc computed (and an independent
     # formula of Megatron's order)
     formed = groups(log)

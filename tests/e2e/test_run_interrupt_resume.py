@@ -29,25 +29,37 @@ ENGINES = {
     "deepspeed": {"engine": "deepspeed", "parallel": {"zero_stage": 1}},
     "fsdp": {"engine": "fsdp", "parallel": {"zero_stage": 1}},
 }
-INTERRUPTED = re.compile(r"^trainc run: interrupted \((SIG[A-Z]+)\) at step (\d+): saved "
-                         r"checkpoint to (\S+); resume with trainc run (\S+) -- --load auto$")
+INTERRUPTED = re.compile(
+    r"^trainc run: interrupted \((SIG[A-Z]+)\) at step (\d+): saved "
+    r"checkpoint to (\S+); resume with trainc run (\S+) -- --load auto$"
+)
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TORCHRUN", "TRAINC_WORKER_ARGS", "NODE_RANK")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("TORCHRUN", "TRAINC_WORKER_ARGS", "NODE_RANK")
+    }
     return {**env, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 
-def _trainc_run(out: Path, *worker: str, signal_at: int | None = None,
-                sig: int = signal.SIGINT, label: str = "") -> tuple[int, str]:
+def _trainc_run(
+    out: Path, *worker: str, signal_at: int | None = None, sig: int = signal.SIGINT, label: str = ""
+) -> tuple[int, str]:
     """``python -m trainc run OUT -- WORKER...``; with ``signal_at``, ``sig`` goes to trainc's
     process group (a terminal's Ctrl-C, or Slurm's SIGTERM) once ``step=signal_at`` is logged.
     Returns (exit code, stdout and stderr together)."""
     cmd = [sys.executable, "-m", "trainc", "run", str(out), *(["--", *worker] if worker else [])]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     lines: list[str] = []
     try:
         assert proc.stdout is not None
@@ -85,10 +97,17 @@ def _interrupted(text: str, out: Path, sig: int, rc: int) -> int:
 
 @pytest.mark.parametrize("engine", list(ENGINES))
 def test_interrupt_and_resume_through_trainc_run(tmp_path, engine):
-    spec = merge(base_spec(f"run_{engine}", 2), merge(ENGINES[engine], {
-        "model": {"num_layers": 2},
-        "training": {"train_iters": ITERS},
-        "launch": {"save_interval": 3}}))
+    spec = merge(
+        base_spec(f"run_{engine}", 2),
+        merge(
+            ENGINES[engine],
+            {
+                "model": {"num_layers": 2},
+                "training": {"train_iters": ITERS},
+                "launch": {"save_interval": 3},
+            },
+        ),
+    )
     whole = compile_case(tmp_path, f"whole_{engine}", spec)
     rc, text = _trainc_run(whole, label=f"{engine} uninterrupted")
     assert rc == 0, text[-4000:]
@@ -102,8 +121,14 @@ def test_interrupt_and_resume_through_trainc_run(tmp_path, engine):
     assert 2 <= first < ITERS - 2, text[-4000:]
     got.update(steps(text))
     # resume (the same layout's checkpoint: --load auto), then SIGTERM two steps on
-    rc, text = _trainc_run(out, "--load", "auto", signal_at=first + 1, sig=signal.SIGTERM,
-                           label=f"{engine} resume, SIGTERM")
+    rc, text = _trainc_run(
+        out,
+        "--load",
+        "auto",
+        signal_at=first + 1,
+        sig=signal.SIGTERM,
+        label=f"{engine} resume, SIGTERM",
+    )
     second = _interrupted(text, out, signal.SIGTERM, rc)
     assert min(steps(text)) == first + 1 and first < second < ITERS, text[-4000:]
     got.update(steps(text))
@@ -113,5 +138,6 @@ def test_interrupt_and_resume_through_trainc_run(tmp_path, engine):
     got.update(steps(text))
     assert sorted(got) == sorted(want)
     for n in want:
-        assert close(got[n]["loss"], want[n]["loss"], 1e-6), \
+        assert close(got[n]["loss"], want[n]["loss"], 1e-6), (
             f"{engine} step {n}: resumed loss {got[n]['loss']} vs uninterrupted {want[n]['loss']}"
+        )

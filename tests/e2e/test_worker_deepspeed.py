@@ -26,9 +26,12 @@ LOGS: dict[str, str] = {}
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("e2e_ds")
-    return {name: compile_case(tmp, name, merge(base_spec(name, 2),
-                                                merge({"engine": "deepspeed"}, over)))
-            for name, over in CASES.items()}
+    return {
+        name: compile_case(
+            tmp, name, merge(base_spec(name, 2), merge({"engine": "deepspeed"}, over))
+        )
+        for name, over in CASES.items()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +64,14 @@ def test_dropout_resumes_to_the_same_losses(tmp_path, compiled):
     """The random-number state travels in DeepSpeed's client state: with hidden and attention
     dropout the step-16 checkpoint replays steps 17-24 to the same losses (which differ from the
     dropout-free run's)."""
-    spec = merge(base_spec("ds_dropout", 2),
-                 {"engine": "deepspeed", "parallel": {"zero_stage": 1},
-                  "model": {"hidden_dropout": 0.2, "attention_dropout": 0.2}})
+    spec = merge(
+        base_spec("ds_dropout", 2),
+        {
+            "engine": "deepspeed",
+            "parallel": {"zero_stage": 1},
+            "model": {"hidden_dropout": 0.2, "attention_dropout": 0.2},
+        },
+    )
     log = launch(compile_case(tmp_path, "ds_dropout", spec), ["--resume-check", "16"])
     got, again = steps(log), steps(log, resume=True)
     plain = steps(LOGS["ds_zero1"]) if "ds_zero1" in LOGS else steps(launch(compiled["ds_zero1"]))

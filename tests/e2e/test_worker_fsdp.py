@@ -21,25 +21,45 @@ CASES: dict[str, dict] = {
     # full shard over 2 ranks (ZeRO-3 semantics), fp32
     "fsdp_dp2": {},
     # 2-D: tp2 (DTensor, sequence parallel) x dp_shard 2, torchtitan's per-op SAC (selective)
-    "fsdp_tp2_sp": {"parallel": {"tp": 2, "sequence_parallel": True},
-                    "training": {"recompute": "selective"}},
+    "fsdp_tp2_sp": {
+        "parallel": {"tp": 2, "sequence_parallel": True},
+        "training": {"recompute": "selective"},
+    },
     # HSDP 2 x 2, no reshard after forward (ZeRO-2-like), bf16 params / fp32 reduce, CPU offload,
     # full per-block recompute
-    "fsdp_hsdp_bf16": {"fsdp": {"dp_replicate": 2, "reshard_after_forward": False,
-                                "cpu_offload": True},
-                       "training": {"precision": "bf16", "recompute": "full"}},
+    "fsdp_hsdp_bf16": {
+        "fsdp": {"dp_replicate": 2, "reshard_after_forward": False, "cpu_offload": True},
+        "training": {"precision": "bf16", "recompute": "full"},
+    },
     # GPT-2-like layers: GELU, LayerNorm, biases, learned positions, tied embeddings (dp 2)
-    "fsdp_gpt2_style": {"model": {"activation": "gelu", "normalization": "layernorm",
-                                  "position_embedding": "learned", "add_bias_linear": True,
-                                  "untie_embeddings_and_output_weights": False}},
+    "fsdp_gpt2_style": {
+        "model": {
+            "activation": "gelu",
+            "normalization": "layernorm",
+            "position_embedding": "learned",
+            "add_bias_linear": True,
+            "untie_embeddings_and_output_weights": False,
+        }
+    },
     # torchtitan's every-N-layer selective checkpointing (N 2, a torchtitan before 0.3.0)
-    "fsdp_every2": {"fsdp": {"selective_ac_option": "2"}, "training": {"recompute": "selective"},
-                    "launch": {"versions": {"torchtitan": "0.2.2"}}},
+    "fsdp_every2": {
+        "fsdp": {"selective_ac_option": "2"},
+        "training": {"recompute": "selective"},
+        "launch": {"versions": {"torchtitan": "0.2.2"}},
+    },
 }
-WORLD = {"fsdp_dp2": 2, "fsdp_tp2_sp": 4, "fsdp_hsdp_bf16": 4, "fsdp_gpt2_style": 2,
-         "fsdp_every2": 2}
-LAYOUT = re.compile(r"^trainc-worker: fsdp layout mesh_dim_names=(\S+) mesh_shape=(\S+) "
-                    r"fsdp_dims=(\S+) tp=(\d+) sharded_params=(\d+)$", re.M)
+WORLD = {
+    "fsdp_dp2": 2,
+    "fsdp_tp2_sp": 4,
+    "fsdp_hsdp_bf16": 4,
+    "fsdp_gpt2_style": 2,
+    "fsdp_every2": 2,
+}
+LAYOUT = re.compile(
+    r"^trainc-worker: fsdp layout mesh_dim_names=(\S+) mesh_shape=(\S+) "
+    r"fsdp_dims=(\S+) tp=(\d+) sharded_params=(\d+)$",
+    re.M,
+)
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +67,18 @@ def compiled(tmp_path_factory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("e2e_fsdp")
     out = {}
     for name, over in CASES.items():
-        spec = merge(base_spec(name, WORLD[name]),
-                     merge({"engine": "fsdp", "parallel": {"zero_stage": 1},
-                            "training": {"train_iters": ITERS}, "launch": {"save_interval": 6}},
-                           over))
+        spec = merge(
+            base_spec(name, WORLD[name]),
+            merge(
+                {
+                    "engine": "fsdp",
+                    "parallel": {"zero_stage": 1},
+                    "training": {"train_iters": ITERS},
+                    "launch": {"save_interval": 6},
+                },
+                over,
+            ),
+        )
         out[name] = compile_case(tmp, name, spec)
     return out
 
@@ -70,10 +98,12 @@ def test_fsdp_trains_like_reference(name, compiled, reference_logs):
     # (a) the layout computes what one process computes (bf16 rounds differently per shard)
     rl = 2e-2 if "bf16" in name else 2e-4
     for n in range(1, ITERS + 1):
-        assert close(got[n]["loss"], ref[n]["loss"], rl), \
+        assert close(got[n]["loss"], ref[n]["loss"], rl), (
             f"{name} step {n}: loss {got[n]['loss']} vs reference {ref[n]['loss']}"
-        assert close(got[n]["grad_norm"], ref[n]["grad_norm"], 10 * rl), \
+        )
+        assert close(got[n]["grad_norm"], ref[n]["grad_norm"], 10 * rl), (
             f"{name} step {n}: grad_norm {got[n]['grad_norm']} vs {ref[n]['grad_norm']}"
+        )
     # (b) the loss falls
     first, last = got[1]["loss"], sum(got[n]["loss"] for n in range(ITERS - 2, ITERS + 1)) / 3
     # (the tied, learned-position model learns more slowly in 12 steps)
@@ -123,10 +153,16 @@ def test_resume_into_another_model_stops_with_one_line(tmp_path):
     from e2e_harness import _command, _launch_env
 
     def spec(name: str, hidden: int) -> dict:
-        return merge(base_spec(name, 2), {"engine": "fsdp", "parallel": {"zero_stage": 1},
-                                          "model": {"hidden_size": hidden},
-                                          "training": {"train_iters": 2},
-                                          "launch": {"save_interval": 2}})
+        return merge(
+            base_spec(name, 2),
+            {
+                "engine": "fsdp",
+                "parallel": {"zero_stage": 1},
+                "model": {"hidden_size": hidden},
+                "training": {"train_iters": 2},
+                "launch": {"save_interval": 2},
+            },
+        )
 
     ckpt = tmp_path / "ckpt"
     first = compile_case(tmp_path, "fsdp_resume_a", spec("fsdp_resume_a", 32))
@@ -134,9 +170,14 @@ def test_resume_into_another_model_stops_with_one_line(tmp_path):
     assert (ckpt / "iter_0000002" / "trainc_layout.json").exists()
     assert "cpu-patch" not in log, [x for x in log.splitlines() if "cpu-patch" in x]
     other = compile_case(tmp_path, "fsdp_resume_b", spec("fsdp_resume_b", 64))
-    proc = subprocess.run(_command(other), cwd=other, capture_output=True, text=True,
-                          env=_launch_env(["--load", str(ckpt), "--save",
-                                           str(tmp_path / "ckpt_b")]), timeout=300)
+    proc = subprocess.run(
+        _command(other),
+        cwd=other,
+        capture_output=True,
+        text=True,
+        env=_launch_env(["--load", str(ckpt), "--save", str(tmp_path / "ckpt_b")]),
+        timeout=300,
+    )
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0, text[-3000:]
     # torchrun's own ChildFailedError report follows any failed rank; the worker raises none
@@ -152,10 +193,16 @@ def test_dropout_resumes_bit_for_bit(tmp_path, compiled):
     """Each rank's random-number state is checkpointed with DCP's state: with hidden and
     attention dropout the resume check replays the same losses, which differ from the
     dropout-free run's."""
-    spec = merge(base_spec("fsdp_dropout", 2),
-                 {"engine": "fsdp", "parallel": {"zero_stage": 1},
-                  "training": {"train_iters": ITERS}, "launch": {"save_interval": 6},
-                  "model": {"hidden_dropout": 0.2, "attention_dropout": 0.2}})
+    spec = merge(
+        base_spec("fsdp_dropout", 2),
+        {
+            "engine": "fsdp",
+            "parallel": {"zero_stage": 1},
+            "training": {"train_iters": ITERS},
+            "launch": {"save_interval": 6},
+            "model": {"hidden_dropout": 0.2, "attention_dropout": 0.2},
+        },
+    )
     log = launch(compile_case(tmp_path, "fsdp_dropout", spec), ["--resume-check", str(RESUME)])
     got, again = steps(log), steps(log, resume=True)
     plain = steps(launch(compiled["fsdp_dp2"], label="fsdp_dp2 (no dropout)"))

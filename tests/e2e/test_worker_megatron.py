@@ -33,8 +33,14 @@ from e2e_harness import (
 from trainc.launch.runtime import STOPPED_MARKER
 
 MOE = {"num_experts": 4, "moe_router_topk": 2, "moe_ffn_hidden_size": 32}
-MLA = {"multi_latent_attention": True, "q_lora_rank": 16, "kv_lora_rank": 16, "qk_head_dim": 8,
-       "qk_pos_emb_head_dim": 4, "v_head_dim": 8}
+MLA = {
+    "multi_latent_attention": True,
+    "q_lora_rank": 16,
+    "kv_lora_rank": 16,
+    "qk_head_dim": 8,
+    "qk_pos_emb_head_dim": 4,
+    "v_head_dim": 8,
+}
 
 # name -> (world size, spec overrides, extra env)
 CASES: dict[str, tuple[int, dict, dict]] = {
@@ -46,29 +52,57 @@ CASES: dict[str, tuple[int, dict, dict]] = {
     # Megatron-FSDP needs CUDA: on CPU the same math with the distributed optimizer (TRC383)
     "dp2_megatron_fsdp": (2, {"parallel": {"zero_stage": 3}}, {}),
     "cp2": (2, {"parallel": {"cp": 2}}, {}),
-    "ep2_alltoall": (2, {"model": {**MOE, "moe_token_dispatcher_type": "alltoall"},
-                         "parallel": {"ep": 2}}, {}),
-    "ep2_allgather": (2, {"model": {**MOE, "moe_token_dispatcher_type": "allgather"},
-                          "parallel": {"ep": 2}}, {}),
-    "tp2_sp_ep2": (2, {"model": MOE, "parallel": {"tp": 2, "sequence_parallel": True, "ep": 2,
-                                                  "etp": 1}}, {}),
+    "ep2_alltoall": (
+        2,
+        {"model": {**MOE, "moe_token_dispatcher_type": "alltoall"}, "parallel": {"ep": 2}},
+        {},
+    ),
+    "ep2_allgather": (
+        2,
+        {"model": {**MOE, "moe_token_dispatcher_type": "allgather"}, "parallel": {"ep": 2}},
+        {},
+    ),
+    "tp2_sp_ep2": (
+        2,
+        {"model": MOE, "parallel": {"tp": 2, "sequence_parallel": True, "ep": 2, "etp": 1}},
+        {},
+    ),
     # 6 layers + embedding + loss = 8 slots over pp=4 x vpp=2 (Megatron account_for_*): the
     # first chunk of rank 0 is the embedding alone and the last chunk of rank 3 the loss alone,
     # as in Llama 3 405B's 126 layers on pp=16 x vpp=8
-    "pp4_vpp2": (4, {"model": {"num_layers": 6},
-                     "parallel": {"pp": 4, "vpp": 2,
-                                  "account_for_embedding_in_pipeline_split": True,
-                                  "account_for_loss_in_pipeline_split": True}}, {}),
+    "pp4_vpp2": (
+        4,
+        {
+            "model": {"num_layers": 6},
+            "parallel": {
+                "pp": 4,
+                "vpp": 2,
+                "account_for_embedding_in_pipeline_split": True,
+                "account_for_loss_in_pipeline_split": True,
+            },
+        },
+        {},
+    ),
     # a real preset, shrunk: same layout, tiny dims
-    "tp2_pp2_shrink": (4, {"defaults": [{"model": "llama2-7b"}, "_self_"],
-                           "model": {"num_layers": 32, "hidden_size": 4096,
-                                     "num_attention_heads": 32, "ffn_hidden_size": 11008,
-                                     "vocab_size": 32000, "make_vocab_size_divisible_by": 128,
-                                     "seq_length": 4096},
-                           "parallel": {"tp": 2, "pp": 2, "sequence_parallel": True,
-                                        "zero_stage": 1},
-                           "training": {"global_batch_size": 4},
-                           "launch": {"shrink": True}}, {}),
+    "tp2_pp2_shrink": (
+        4,
+        {
+            "defaults": [{"model": "llama2-7b"}, "_self_"],
+            "model": {
+                "num_layers": 32,
+                "hidden_size": 4096,
+                "num_attention_heads": 32,
+                "ffn_hidden_size": 11008,
+                "vocab_size": 32000,
+                "make_vocab_size_divisible_by": 128,
+                "seq_length": 4096,
+            },
+            "parallel": {"tp": 2, "pp": 2, "sequence_parallel": True, "zero_stage": 1},
+            "training": {"global_batch_size": 4},
+            "launch": {"shrink": True},
+        },
+        {},
+    ),
     "cp2_tp2": (4, {"parallel": {"cp": 2, "tp": 2, "sequence_parallel": True}}, {}),
     # multi-head latent attention (DeepSeek-V3-like: a query latent, a KV latent, rotary and
     # value heads of their own widths) split by tp with sequence parallelism; on CPU its core
@@ -81,19 +115,33 @@ CASES: dict[str, tuple[int, dict, dict]] = {
     # finalize_model_grads' qk_layernorm rule)
     "tp2_qknorm": (2, {"model": {"qk_layernorm": True}, "parallel": {"tp": 2}}, {}),
     # recompute reruns attention inside autograd's backward (the CPU causal-mask patch)
-    "tp2_sp_selective": (2, {"parallel": {"tp": 2, "sequence_parallel": True},
-                             "training": {"recompute": "selective"}}, {}),
-    "pp2_full_recompute": (2, {"parallel": {"pp": 2},
-                               "training": {"recompute": "full", "recompute_method": "block",
-                                            "recompute_num_layers": 1}}, {}),
+    "tp2_sp_selective": (
+        2,
+        {"parallel": {"tp": 2, "sequence_parallel": True}, "training": {"recompute": "selective"}},
+        {},
+    ),
+    "pp2_full_recompute": (
+        2,
+        {
+            "parallel": {"pp": 2},
+            "training": {
+                "recompute": "full",
+                "recompute_method": "block",
+                "recompute_num_layers": 1,
+            },
+        },
+        {},
+    ),
 }
 
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("e2e")
-    return {name: compile_case(tmp, name, merge(base_spec(name, world), over))
-            for name, (world, over, _) in CASES.items()}
+    return {
+        name: compile_case(tmp, name, merge(base_spec(name, world), over))
+        for name, (world, over, _) in CASES.items()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -107,8 +155,10 @@ def test_layout_trains_like_reference(name, compiled, reference_logs):
     log = launch(out, ["--resume-check", "16"], env=CASES[name][2])
     check_case(name, out, log, reference_logs[name])
     if name == "dp2_megatron_fsdp":  # the substitution is announced, not silent
-        assert ("override: Megatron-FSDP needs CUDA: DistributedDataParallelConfig "
-                "use_megatron_fsdp True -> False") in log, log
+        assert (
+            "override: Megatron-FSDP needs CUDA: DistributedDataParallelConfig "
+            "use_megatron_fsdp True -> False"
+        ) in log, log
     if name == "pp2_vpp2":  # the plan must choose the safe p2p mode for interleaved PP=2
         assert "overlap_p2p_comm=True batch_p2p_comm=False" in log
     if name == "pp4_vpp2":  # the layers each rank built are the ones trainc estimated with
@@ -118,11 +168,16 @@ def test_layout_trains_like_reference(name, compiled, reference_logs):
 
         plan = json.loads((out / "plan.json").read_text())
         par = plan["spec"]["parallel"]
-        want = stage_layer_indices(plan["derived"]["layers_per_stage"], plan["derived"]["vpp"],
-                                   par["account_for_embedding_in_pipeline_split"],
-                                   par["account_for_loss_in_pipeline_split"])
-        got = {int(r): ast.literal_eval(b) for r, b in
-               re.findall(r"pp rank (\d+) built layers (\[.*\])$", log, flags=re.M)}
+        want = stage_layer_indices(
+            plan["derived"]["layers_per_stage"],
+            plan["derived"]["vpp"],
+            par["account_for_embedding_in_pipeline_split"],
+            par["account_for_loss_in_pipeline_split"],
+        )
+        got = {
+            int(r): ast.literal_eval(b)
+            for r, b in re.findall(r"pp rank (\d+) built layers (\[.*\])$", log, flags=re.M)
+        }
         assert {r: [x for c in b for x in c] for r, b in got.items()} == dict(enumerate(want)), log
         assert got[0][0] == [] and got[3][-1] == []  # the embedding's and the loss's chunks
     if name.startswith("tp2_pp2_shrink"):
@@ -138,8 +193,12 @@ def test_layout_trains_like_reference(name, compiled, reference_logs):
         saved = json.loads((out / "checkpoints" / "iter_0000016" / "layout.json").read_text())
         assert (saved["tp"], saved["pp"], saved["sp"]) == (2, 2, True), saved
         (out / "checkpoints" / "latest").write_text("16\n")
-        rc, log2 = launch_and_signal(out, ["--load", str(out / "checkpoints")], at_step=18,
-                                     label=f"{name} (resume launch, SIGUSR1 at step 18)")
+        rc, log2 = launch_and_signal(
+            out,
+            ["--load", str(out / "checkpoints")],
+            at_step=18,
+            label=f"{name} (resume launch, SIGUSR1 at step 18)",
+        )
         assert rc == 0, log2[-4000:]
         stopped = re.findall(r"SIGUSR1: stopping after step (\d+)", log2)
         assert len(stopped) == 1, log2[-4000:]
@@ -162,12 +221,18 @@ def test_attention_dropout_on_the_cpu_attention_stand_in(tmp_path, compiled):
     over = merge(CASES["cp2"][1], {"model": {"attention_dropout": 0.3}})
     out = compile_case(tmp_path, "cp2_dropout", merge(base_spec("cp2_dropout", 2), over))
     log = launch(out, ["--resume-check", "16"])
-    got, plain = steps(log), steps((compiled["cp2"] / "launch.log").read_text()
-                                   if (compiled["cp2"] / "launch.log").exists()
-                                   else launch(compiled["cp2"]))
+    got, plain = (
+        steps(log),
+        steps(
+            (compiled["cp2"] / "launch.log").read_text()
+            if (compiled["cp2"] / "launch.log").exists()
+            else launch(compiled["cp2"])
+        ),
+    )
     assert sorted(got) == list(range(1, 25)), log[-4000:]
-    assert any(not close(got[n]["loss"], plain[n]["loss"], 1e-4) for n in range(2, 25)), \
+    assert any(not close(got[n]["loss"], plain[n]["loss"], 1e-4) for n in range(2, 25)), (
         "attention_dropout=0.3 left every loss equal to the dropout-free run"
+    )
     assert sum(got[n]["loss"] for n in range(21, 25)) / 4 < 0.9 * got[1]["loss"]
     again = steps(log, resume=True)
     assert sorted(again) == list(range(17, 25))

@@ -43,15 +43,21 @@ CASES: dict[str, tuple[bytes | None, list[str], str]] = {
     "zero": (_with(parallel__pp=0).encode(), [], "parallel.pp"),
     "negative": (_with(training__global_batch_size=-8).encode(), [], "training.global_batch_size"),
     "huge-number": (_with(model__num_layers=10**30).encode(), [], "model.num_layers"),
-    "nan": (GOOD.replace("global_batch_size: 32", "global_batch_size: .nan").encode(), [],
-            "training.global_batch_size"),
+    "nan": (
+        GOOD.replace("global_batch_size: 32", "global_batch_size: .nan").encode(),
+        [],
+        "training.global_batch_size",
+    ),
     "unknown-section": (_with(optimiser={"lr": 1}).encode(), [], "optimiser"),
     "unknown-key": (_with(parallel__tpp=2).encode(), [], "parallel.tpp"),
     "unknown-preset": (GOOD.replace("llama3-8b", "llama9-1t").encode(), [], "llama9-1t"),
     "section-as-scalar": (_with(launch=5).encode(), [], "launch"),
     "long-string": (_with(name="x" * 200_000).encode(), [], "name"),
-    "partition-newline": (_with(launch={"partition": "gpu\ntouch /tmp/x"}).encode(), [],
-                          "launch.partition"),
+    "partition-newline": (
+        _with(launch={"partition": "gpu\ntouch /tmp/x"}).encode(),
+        [],
+        "launch.partition",
+    ),
     "broken-override": (GOOD.encode(), ["parallel.tp=[1"], "parallel.tp=[1"),
     "override-no-key": (GOOD.encode(), ["=4"], "no key"),
     "override-unknown-key": (GOOD.encode(), ["parallel.tpp=4"], "parallel.tpp"),
@@ -89,8 +95,12 @@ def test_unreadable_file(tmp_path: Path) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(GOOD)
     spec.chmod(0)
-    r = subprocess.run([sys.executable, "-m", "trainc", "compile", str(spec), "-o",
-                        str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "trainc", "compile", str(spec), "-o", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr and "spec.yaml" in r.stderr
     assert not (tmp_path / "out").exists()
 
@@ -102,8 +112,13 @@ def test_closed_stdout_is_not_an_internal_error(tmp_path: Path) -> None:
     r, w = os.pipe()
     os.close(r)
     try:
-        p = subprocess.run([sys.executable, "-m", "trainc", "lint", str(spec), "--format",
-                            "json"], stdout=w, stderr=subprocess.PIPE, text=True, timeout=120)
+        p = subprocess.run(
+            [sys.executable, "-m", "trainc", "lint", str(spec), "--format", "json"],
+            stdout=w,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
     finally:
         os.close(w)
     assert p.returncode == 141, p.stderr

@@ -14,8 +14,13 @@ from hypothesis import HealthCheck, given, settings
 from fuzz.fuzzing import VALID, check_input, mutated_specs, overrides, yamlish
 
 N = int(os.environ.get("TRAINC_FUZZ_EXAMPLES", "300"))
-FUZZ = settings(max_examples=N, derandomize=True, deadline=None, database=None,
-                suppress_health_check=list(HealthCheck))
+FUZZ = settings(
+    max_examples=N,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
 
 
 @pytest.fixture(autouse=True)

@@ -29,8 +29,11 @@ UPDATE_HINT = "run `pytest tests/golden --update-golden` if the change is intend
 def compile_case(case: Path) -> dict[str, str]:
     """The artifacts of one golden case (without manifest.json)."""
     ov = case / "overrides.txt"
-    overrides = [ln.strip() for ln in ov.read_text().splitlines()
-                 if ln.strip() and not ln.startswith("#")] if ov.is_file() else []
+    overrides = (
+        [ln.strip() for ln in ov.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+        if ov.is_file()
+        else []
+    )
     repo = CASES_DIR.parents[2]
     cwd = os.getcwd()
     os.chdir(repo)
@@ -66,8 +69,11 @@ def test_golden(case: Path, update_golden: bool) -> None:
     for name in sorted(files):
         want, got = comparable(name, expected[name]), comparable(name, files[name])
         if want != got:
-            diff = difflib.unified_diff(want.splitlines(keepends=True),
-                                        got.splitlines(keepends=True),
-                                        f"expected/{name}", f"actual/{name}")
+            diff = difflib.unified_diff(
+                want.splitlines(keepends=True),
+                got.splitlines(keepends=True),
+                f"expected/{name}",
+                f"actual/{name}",
+            )
             problems.append("".join(diff))
     assert not problems, f"{case.name}: golden mismatch ({UPDATE_HINT})\n" + "\n".join(problems)

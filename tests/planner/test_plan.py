@@ -110,8 +110,9 @@ def test_405b_finds_the_published_tp8_pp16_interleaved_layout(results, tmp_path)
     # TP stays in the NVLink domain (8 GPUs); the kernel time model may rank tp 4 (larger
     # GEMMs per GPU, half the TP traffic) next to Meta's tp 8
     assert all(p.candidate.tp <= 8 for p in res.planned)
-    fixed = plan_layouts(results["llama31_405b_16384xh100"][0],
-                         ["parallel.tp=8", "parallel.pp=16"], top=5)
+    fixed = plan_layouts(
+        results["llama31_405b_16384xh100"][0], ["parallel.tp=8", "parallel.pp=16"], top=5
+    )
     assert fixed.planned
     assert all(p.candidate.vpp > 1 and p.candidate.acc == (True, True) for p in fixed.planned)
 
@@ -122,8 +123,15 @@ def test_top_candidates_are_distinct_choices(results):
         seen = set()
         for c in to_json(res)["candidates"]:
             par = {k: v for k, v in c["parallel"].items() if k != "cp_comm_type"}
-            key = json.dumps([par, c["training"], c["estimates"]["step_time_seconds"],
-                              c["estimates"]["memory_bytes"]["total"]], sort_keys=True)
+            key = json.dumps(
+                [
+                    par,
+                    c["training"],
+                    c["estimates"]["step_time_seconds"],
+                    c["estimates"]["memory_bytes"]["total"],
+                ],
+                sort_keys=True,
+            )
             assert key not in seen, (name, key)
             seen.add(key)
 
@@ -146,9 +154,13 @@ def test_json_is_deterministic_across_processes(tmp_path):
     path.write_text(SPECS["llama70b_64xa100"])
     outs = []
     for seed in ("1", "2"):
-        proc = subprocess.run([sys.executable, "-m", "trainc", "plan", str(path), "--format",
-                               "json", "--top", "3"], capture_output=True, text=True, check=True,
-                              env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"})
+        proc = subprocess.run(
+            [sys.executable, "-m", "trainc", "plan", str(path), "--format", "json", "--top", "3"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"},
+        )
         outs.append(proc.stdout)
     assert outs[0] == outs[1]
     data = json.loads(outs[0])
@@ -160,8 +172,11 @@ def test_apply_writes_a_spec_that_compiles(tmp_path):
     path = tmp_path / "a.yaml"
     path.write_text(SPECS["llama70b_64xa100"])
     out = tmp_path / "applied.yaml"
-    proc = subprocess.run([sys.executable, "-m", "trainc", "plan", str(path), "--apply",
-                           str(out)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainc", "plan", str(path), "--apply", str(out)],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     r = compile_spec(out)
     assert r.ok, [d.message for d in r.diagnostics]
@@ -170,8 +185,9 @@ def test_apply_writes_a_spec_that_compiles(tmp_path):
 def test_model_errors_are_reported(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(SPECS["llama70b_64xa100"] + "parallel: {tp: 6}\n")
-    proc = subprocess.run([sys.executable, "-m", "trainc", "plan", str(path)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainc", "plan", str(path)], capture_output=True, text=True
+    )
     assert proc.returncode == 2
     assert "TRC201" in proc.stderr or "no layout" in proc.stderr
 
@@ -193,8 +209,12 @@ def test_fixed_keys_that_break_a_rule_are_reported_not_called_out_of_memory(tmp_
     [tp3] = [d for d in res.diagnostics if d.rule.id == "TRC201"]
     lines = path.read_text().splitlines()
     assert tp3.locations[0].render() == f"{path}:{len(lines)}"  # the line, as lint says
-    proc = subprocess.run([sys.executable, "-m", "trainc", "plan", str(path), "--format", "json"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainc", "plan", str(path), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     out = json.loads(proc.stdout)
     assert out["ok"] is False and out["candidates"] == []
@@ -206,35 +226,55 @@ def test_sequence_parallel_fixed_off_is_searched_at_tp_above_1(tmp_path):
     tp 1 and answered 'no layout fits (0 candidates evaluated)' although lint finds layouts
     that fit; now the user's choice is searched as written."""
     spec = tmp_path / "s.yaml"
-    spec.write_text("defaults:\n  - model: llama3-8b\n  - cluster: dgx-h100\n  - _self_\n"
-                    "cluster:\n  num_nodes: 2\nparallel:\n  tp: 2\n  sequence_parallel: false\n"
-                    "training:\n  global_batch_size: 96\n  micro_batch_size: 3\n")
+    spec.write_text(
+        "defaults:\n  - model: llama3-8b\n  - cluster: dgx-h100\n  - _self_\n"
+        "cluster:\n  num_nodes: 2\nparallel:\n  tp: 2\n  sequence_parallel: false\n"
+        "training:\n  global_batch_size: 96\n  micro_batch_size: 3\n"
+    )
     res = plan_layouts(spec, top=3)
     assert res.planned, [d.message for d in res.diagnostics]
     assert all(p.candidate.tp == 2 and p.candidate.sp is False for p in res.planned)
 
 
-@pytest.mark.parametrize(("extra", "says"), [
-    ([], "in each of the 8,970 layouts considered the weights, gradients and optimizer states "
-         "alone exceed the 76.0 GiB budget per GPU); add nodes or GPUs with more memory\n"),
-    (["model=llama3-70b", "training.micro_batch_size=4", "training.recompute=none"],
-     "none of the 1,084 layouts considered fits: the smallest needs 119.1 GiB per GPU against "
-     "a budget of 76.0 GiB); add nodes or GPUs with more memory, or use a smaller micro batch "
-     "or recompute\n"),
-])
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (
+            [],
+            "in each of the 8,970 layouts considered the weights, gradients and optimizer states "
+            "alone exceed the 76.0 GiB budget per GPU); add nodes or GPUs with more memory\n",
+        ),
+        (
+            ["model=llama3-70b", "training.micro_batch_size=4", "training.recompute=none"],
+            "none of the 1,084 layouts considered fits: the smallest needs 119.1 GiB per GPU "
+            "against a budget of 76.0 GiB); add nodes or GPUs with more memory, or use a "
+            "smaller micro batch or recompute\n",
+        ),
+    ],
+)
 def test_no_fit_says_why(tmp_path, extra, says):
     """Llama 3.1 405B on 16 H100 said 'no layout fits (0 candidates evaluated)' although 8,970
     were considered (every grid pruned on its model states); now the reason, and with layouts
     evaluated the smallest memory any of them needs."""
     spec = tmp_path / "l405.yaml"
-    spec.write_text("defaults: [{model: llama3.1-405b}, {cluster: dgx-h100}, _self_]\n"
-                    "name: l405\ncluster: {num_nodes: 2}\ntraining: {global_batch_size: 512}\n")
-    proc = subprocess.run([sys.executable, "-m", "trainc", "plan", str(spec), *extra],
-                          capture_output=True, text=True, timeout=120)
+    spec.write_text(
+        "defaults: [{model: llama3.1-405b}, {cluster: dgx-h100}, _self_]\n"
+        "name: l405\ncluster: {num_nodes: 2}\ntraining: {global_batch_size: 512}\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainc", "plan", str(spec), *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     assert f"trainc plan: no layout of {spec} fits (" in proc.stderr
     assert says in proc.stderr
-    js = subprocess.run([sys.executable, "-m", "trainc", "plan", str(spec), *extra, "--format",
-                         "json"], capture_output=True, text=True, timeout=120)
+    js = subprocess.run(
+        [sys.executable, "-m", "trainc", "plan", str(spec), *extra, "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     out = json.loads(js.stdout)
     assert out["candidates"] == [] and out["no_fit_reason"] and out["no_fit_reason"] in says

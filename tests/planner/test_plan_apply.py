@@ -66,9 +66,11 @@ def _resolved(path: Path) -> dict:
 
 
 def _changed_lines(before: str, after: str) -> list[str]:
-    return [ln for ln in difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="",
-                                              n=0)
-            if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+    return [
+        ln
+        for ln in difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0)
+        if ln[:1] in "+-" and not ln.startswith(("+++", "---"))
+    ]
 
 
 @pytest.mark.parametrize("text", [BLOCK, FLOW_4, NO_PARALLEL], ids=["block", "flow-4", "no-par"])
@@ -95,13 +97,19 @@ def test_apply_keeps_the_file_and_changes_only_planned_keys(tmp_path, text):
     assert all(k.startswith(("parallel.", "training.")) for k in applied.changed)
     added = [ln[1:] for ln in _changed_lines(text, applied.text) if ln.startswith("+")]
     for ln in removed:  # a removed line is an old value of a changed key, or a flow mapping
-        key = ln[1:].split(":")[0].strip()   # that got ", key: value" before its brace
-        flow = ln.rstrip().endswith("}") and any(a.startswith(ln[1:].rstrip()[:-1] + ", ")
-                                                  for a in added)
+        key = ln[1:].split(":")[0].strip()  # that got ", key: value" before its brace
+        flow = ln.rstrip().endswith("}") and any(
+            a.startswith(ln[1:].rstrip()[:-1] + ", ") for a in added
+        )
         assert flow or any(c.endswith("." + key) for c in applied.changed), ln
     for ln in text.splitlines():
-        if ln.lstrip().startswith("#") or "defaults" in ln or "_self_" in ln or "'" in ln or \
-                '"' in ln:
+        if (
+            ln.lstrip().startswith("#")
+            or "defaults" in ln
+            or "_self_" in ln
+            or "'" in ln
+            or '"' in ln
+        ):
             assert ln in applied.text.splitlines()
     r = compile_spec(out)
     assert r.ok, [d.message for d in r.diagnostics]
@@ -142,7 +150,8 @@ def test_apply_elsewhere_with_presets_next_to_the_spec_writes_the_full_spec(tmp_
     src = tmp_path / "proj"
     (src / "model").mkdir(parents=True)
     (src / "model" / "mine.yaml").write_text(
-        (ROOT / "trainc" / "conf" / "model" / "llama2-13b.yaml").read_text())
+        (ROOT / "trainc" / "conf" / "model" / "llama2-13b.yaml").read_text()
+    )
     spec = src / "s.yaml"
     spec.write_text(NO_PARALLEL.replace("llama2-13b", "mine"))
     elsewhere = tmp_path / "other"
@@ -161,33 +170,53 @@ def test_apply_elsewhere_with_presets_next_to_the_spec_writes_the_full_spec(tmp_
 def test_cli_apply_in_place_and_unwritable(tmp_path):
     spec = tmp_path / "s.yaml"
     spec.write_text(BLOCK)
-    proc = subprocess.run([sys.executable, "-m", "trainc", "plan", str(spec), "--apply",
-                           str(spec)], capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainc", "plan", str(spec), "--apply", str(spec)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1].startswith(f"wrote {spec} (")
     text = spec.read_text()
     assert text.startswith("# Llama-2-70B on 8 DGX-A100 nodes.\ndefaults:\n  - model: llama2-70b")
     assert compile_spec(spec).ok
-    proc = subprocess.run([sys.executable, "-m", "trainc", "plan", str(spec), "--apply",
-                           str(tmp_path / "no" / "such" / "o.yaml")], capture_output=True,
-                          text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainc",
+            "plan",
+            str(spec),
+            "--apply",
+            str(tmp_path / "no" / "such" / "o.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 4 and "Traceback" not in proc.stderr
     assert "cannot write" in proc.stderr
 
 
-@pytest.mark.parametrize(("text", "edits", "expected"), [
-    # replace in place, keep the comment and the other keys
-    ("a:\n  x: 1   # keep\n  y: 'q'\n", {"a.x": 2}, "a:\n  x: 2   # keep\n  y: 'q'\n"),
-    # an empty value gets one after the colon
-    ("a:\n  x:\n  y: 1\n", {"a.x": 3}, "a:\n  x: 3\n  y: 1\n"),
-    # insert after the last key of a block section, at its indentation
-    ("a:\n    x: 1  # c\nb: 2\n", {"a.z": True}, "a:\n    x: 1  # c\n    z: true\nb: 2\n"),
-    # a flow section grows before its brace; an empty one too
-    ("a: {x: 1}  # c\n", {"a.z": "s"}, "a: {x: 1, z: s}  # c\n"),
-    ("a: {}\n", {"a.z": 1}, "a: {z: 1}\n"),
-    # a missing section is appended, keys grouped; so is a missing top-level key
-    ("a: 1\n", {"b.x": 1, "b.y": None, "c": "v"}, "a: 1\nb:\n  x: 1\n  y: null\nc: v\n"),
-])
+@pytest.mark.parametrize(
+    ("text", "edits", "expected"),
+    [
+        # replace in place, keep the comment and the other keys
+        ("a:\n  x: 1   # keep\n  y: 'q'\n", {"a.x": 2}, "a:\n  x: 2   # keep\n  y: 'q'\n"),
+        # an empty value gets one after the colon
+        ("a:\n  x:\n  y: 1\n", {"a.x": 3}, "a:\n  x: 3\n  y: 1\n"),
+        # insert after the last key of a block section, at its indentation
+        ("a:\n    x: 1  # c\nb: 2\n", {"a.z": True}, "a:\n    x: 1  # c\n    z: true\nb: 2\n"),
+        # a flow section grows before its brace; an empty one too
+        ("a: {x: 1}  # c\n", {"a.z": "s"}, "a: {x: 1, z: s}  # c\n"),
+        ("a: {}\n", {"a.z": 1}, "a: {z: 1}\n"),
+        # a missing section is appended, keys grouped; so is a missing top-level key
+        ("a: 1\n", {"b.x": 1, "b.y": None, "c": "v"}, "a: 1\nb:\n  x: 1\n  y: null\nc: v\n"),
+    ],
+)
 def test_editor(text, edits, expected):
     from trainc.planner.apply import _Editor, _indent
 
@@ -197,17 +226,36 @@ def test_editor(text, edits, expected):
     assert ed.result() == expected
 
 
-@pytest.mark.parametrize(("text", "group", "option", "expected"), [
-    ("defaults:\n  - model: a  # c\n  - _self_\nx: 1\n", "model", "b",
-     "defaults:\n  - model: b  # c\n  - _self_\nx: 1\n"),
-    ("defaults:\n- model: a\n- _self_\nx: 1\n", "cluster", "k",
-     "defaults:\n- model: a\n- _self_\n- cluster: k\nx: 1\n"),
-    ("defaults:\n  - _self_\n\nx: 1\n", "cluster", "k",
-     "defaults:\n  - _self_\n  - cluster: k\n\nx: 1\n"),
-    ("defaults: [{model: a}, _self_]  # c\n", "cluster", "k",
-     "defaults: [{model: a}, _self_, {cluster: k}]  # c\n"),
-    ("x: 1\n", "model", "m", "defaults:\n- _self_\n- model: m\nx: 1\n"),
-])
+@pytest.mark.parametrize(
+    ("text", "group", "option", "expected"),
+    [
+        (
+            "defaults:\n  - model: a  # c\n  - _self_\nx: 1\n",
+            "model",
+            "b",
+            "defaults:\n  - model: b  # c\n  - _self_\nx: 1\n",
+        ),
+        (
+            "defaults:\n- model: a\n- _self_\nx: 1\n",
+            "cluster",
+            "k",
+            "defaults:\n- model: a\n- _self_\n- cluster: k\nx: 1\n",
+        ),
+        (
+            "defaults:\n  - _self_\n\nx: 1\n",
+            "cluster",
+            "k",
+            "defaults:\n  - _self_\n  - cluster: k\n\nx: 1\n",
+        ),
+        (
+            "defaults: [{model: a}, _self_]  # c\n",
+            "cluster",
+            "k",
+            "defaults: [{model: a}, _self_, {cluster: k}]  # c\n",
+        ),
+        ("x: 1\n", "model", "m", "defaults:\n- _self_\n- model: m\nx: 1\n"),
+    ],
+)
 def test_editor_defaults(text, group, option, expected):
     from trainc.planner.apply import _Editor
 
@@ -223,8 +271,10 @@ def test_apply_does_not_write_what_normalization_derives(tmp_path):
     from trainc.cli import main
 
     spec = tmp_path / "d8b.yaml"
-    spec.write_text("defaults:\n  - model: llama3-8b\n  - cluster: dgx-h100\n  - _self_\n"
-                    "cluster:\n  num_nodes: 2\ntraining:\n  global_batch_size: 128\n")
+    spec.write_text(
+        "defaults:\n  - model: llama3-8b\n  - cluster: dgx-h100\n  - _self_\n"
+        "cluster:\n  num_nodes: 2\ntraining:\n  global_batch_size: 128\n"
+    )
     out = tmp_path / "out.yaml"
     assert main(["plan", str(spec), "--top", "3", "--apply", str(out)]) == 0
     text = out.read_text()
@@ -237,9 +287,11 @@ def test_apply_writes_a_filled_key_that_the_edit_moves_off_the_plan(tmp_path):
     (filled from tp 1), so it was not a changed key; tp 8 then filled etp 8 and --apply fell back
     to the full resolved spec. The edit writes etp and keeps the user's file."""
     spec = tmp_path / "mx.yaml"
-    spec.write_text("defaults: [{model: mixtral-8x7b}, {cluster: dgx-h100}, _self_]\n"
-                    "name: mx\nmodel: {seq_length: 32768}\ncluster: {num_nodes: 2}\n"
-                    "training: {global_batch_size: 64, train_iters: 100}\n")
+    spec.write_text(
+        "defaults: [{model: mixtral-8x7b}, {cluster: dgx-h100}, _self_]\n"
+        "name: mx\nmodel: {seq_length: 32768}\ncluster: {num_nodes: 2}\n"
+        "training: {global_batch_size: 64, train_iters: 100}\n"
+    )
     res = plan_layouts(spec, top=1)
     pick = res.planned[0].spec
     assert pick.parallel.tp > 1 and pick.parallel.etp == 1
@@ -290,22 +342,32 @@ def test_apply_in_place_never_replaces_the_spec_with_the_resolved_dump(tmp_path)
     the editor does not edit), --apply SPEC leaves SPEC as it is and says how to get the dump
     (exit 2); --apply NEW.yaml writes the dump there."""
     spec = tmp_path / "s.yaml"
-    text = ("{defaults: [{model: llama2-7b}, {cluster: dgx-a100-80g}, _self_], name: flow, "
-            "cluster: {num_nodes: 1}, training: {global_batch_size: 64}}\n")
+    text = (
+        "{defaults: [{model: llama2-7b}, {cluster: dgx-a100-80g}, _self_], name: flow, "
+        "cluster: {num_nodes: 1}, training: {global_batch_size: 64}}\n"
+    )
     spec.write_text(text)
-    proc = subprocess.run([sys.executable, "-m", "trainc", "plan", str(spec), "--apply",
-                           str(spec)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainc", "plan", str(spec), "--apply", str(spec)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "is left as it is: pass --apply NEW.yaml" in proc.stderr
     assert spec.read_text() == text
     new = tmp_path / "new.yaml"
-    proc = subprocess.run([sys.executable, "-m", "trainc", "plan", str(spec), "--apply",
-                           str(new)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainc", "plan", str(spec), "--apply", str(new)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0 and new.read_text().startswith("# written by trainc plan")
 
 
 def test_apply_counts_only_the_keys_it_writes(tmp_path, capsys):
-    """"N key(s) changed" is the number of keys written: the derived keys that follow a written
+    """ "N key(s) changed" is the number of keys written: the derived keys that follow a written
     one (etp and sequence_parallel from tp) move without being written and are not counted."""
     from trainc.cli import main
 

@@ -37,17 +37,25 @@ KNOWN_WRONG = {
 def _write(tmp_path, name, job):
     model, cluster, nodes, gbs, extra = job
     rc = ", recompute: selective" if "selective" in name else ""
-    text = (f"defaults: [{{model: {model}}}, {{cluster: {cluster}}}, _self_]\nname: {name}\n"
-            f"cluster: {{num_nodes: {nodes}}}\n"
-            f"training: {{global_batch_size: {gbs}{rc}}}\n{extra}\n")
+    text = (
+        f"defaults: [{{model: {model}}}, {{cluster: {cluster}}}, _self_]\nname: {name}\n"
+        f"cluster: {{num_nodes: {nodes}}}\n"
+        f"training: {{global_batch_size: {gbs}{rc}}}\n{extra}\n"
+    )
     path = tmp_path / f"{name}.yaml"
     path.write_text(text)
     return path
 
 
 def _rows(res):
-    return [(p.candidate.layout_key(), p.estimates["step_time_seconds"],
-             p.estimates["memory_bytes"]["total"]) for p in res.planned]
+    return [
+        (
+            p.candidate.layout_key(),
+            p.estimates["step_time_seconds"],
+            p.estimates["memory_bytes"]["total"],
+        )
+        for p in res.planned
+    ]
 
 
 def _plans(tmp_path, monkeypatch, name, job):

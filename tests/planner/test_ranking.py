@@ -45,8 +45,11 @@ training: {global_batch_size: 256}
 
 
 def _key(p: Planned) -> tuple:
-    return (p.candidate.layout_key(), p.estimates["step_time_seconds"],
-            p.estimates["memory_bytes"]["total"])
+    return (
+        p.candidate.layout_key(),
+        p.estimates["step_time_seconds"],
+        p.estimates["memory_bytes"]["total"],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +64,9 @@ def paths(tmp_path_factory):
 
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_ranking_does_not_depend_on_top(paths, name):
-    ranked = {top: [_key(p) for p in plan_layouts(paths[name], top=top).planned]
-              for top in (1, 5, 20)}
+    ranked = {
+        top: [_key(p) for p in plan_layouts(paths[name], top=top).planned] for top in (1, 5, 20)
+    }
     assert len(ranked[20]) >= 5
     assert ranked[1] == ranked[20][:1]
     assert ranked[5] == ranked[20][:5]
@@ -99,8 +103,9 @@ def test_fast_model_agrees_with_the_full_estimator_and_bounds_it(paths, name):
     sample = rng.sample(res.pool, 40)
     ratios = []
     for c in sample:
-        st = run_passes(State(spec=candidate_spec(loaded.spec, c), suggest=False),
-                        stop_after="estimate")
+        st = run_passes(
+            State(spec=candidate_spec(loaded.spec, c), suggest=False), stop_after="estimate"
+        )
         assert st.plan is not None and st.plan.estimates is not None
         full = st.plan.estimates.step_time_seconds
         assert c.terms["lower_bound"] <= full * (1 + 1e-6), c.layout_key()
@@ -108,18 +113,42 @@ def test_fast_model_agrees_with_the_full_estimator_and_bounds_it(paths, name):
     assert min(ratios) >= 0.92 and max(ratios) <= 1.08, (min(ratios), max(ratios))
 
 
-def _fake(step: float, tp: int = 1, pp: int = 1, cp: int = 1, vpp: int = 1,
-          mem: float = 10.0) -> Planned:
-    c = Candidate(tp, pp, vpp, cp, "p2p", 1, tp, 8 // (tp * pp * cp), None, None, 1,
-                  ("none", None, None), 1, "none", 0.0, step)
-    return Planned(c, None, {"step_time_seconds": step,  # type: ignore[arg-type]
-                             "memory_bytes": {"total": int(mem * 2**30)}})
+def _fake(
+    step: float, tp: int = 1, pp: int = 1, cp: int = 1, vpp: int = 1, mem: float = 10.0
+) -> Planned:
+    c = Candidate(
+        tp,
+        pp,
+        vpp,
+        cp,
+        "p2p",
+        1,
+        tp,
+        8 // (tp * pp * cp),
+        None,
+        None,
+        1,
+        ("none", None, None),
+        1,
+        "none",
+        0.0,
+        step,
+    )
+    return Planned(
+        c,
+        None,
+        {
+            "step_time_seconds": step,  # type: ignore[arg-type]
+            "memory_bytes": {"total": int(mem * 2**30)},
+        },
+    )
 
 
 def test_within_the_band_a_memory_tight_layout_ranks_after_one_with_headroom():
     """A layout estimated above 95 % of the budget (TRC403: it may run out of memory) is not the
     top pick while a layout within the band has headroom, however simple it is (a new user got
     tp 8 x pp 1 at 77.2 of 76 GiB as the top pick, 1 % ahead of one at 72.8 GiB)."""
+
     def budgeted(p: Planned) -> Planned:
         p.estimates["memory_budget_bytes"] = 76 * 2**30
         return p
@@ -130,8 +159,12 @@ def test_within_the_band_a_memory_tight_layout_ranks_after_one_with_headroom():
     # outside the band speed still wins, and without a budget nothing is tight
     far = budgeted(_fake(1.20, tp=4, pp=2, mem=60.0))
     assert rank_within_band([tight, far], 0.10) == [tight, far]
-    assert rank_within_band([_fake(1.00, tp=8, mem=74.0), _fake(1.05, tp=4, pp=2, mem=60.0)],
-                            0.10)[0].candidate.tp == 8
+    assert (
+        rank_within_band([_fake(1.00, tp=8, mem=74.0), _fake(1.05, tp=4, pp=2, mem=60.0)], 0.10)[
+            0
+        ].candidate.tp
+        == 8
+    )
 
 
 def test_within_the_band_the_simpler_layout_ranks_first():
@@ -149,6 +182,7 @@ def test_within_the_band_the_simpler_layout_ranks_first():
 def test_simplicity_order():
     """No CP first, then smaller model-parallel group, fewer axes, lower cp, lower pp, no
     interleaving, lower tp."""
+
     def c(tp=1, pp=1, cp=1, vpp=1):
         return _fake(1.0, tp=tp, pp=pp, cp=cp, vpp=vpp).candidate.simplicity()
 
@@ -171,8 +205,10 @@ def test_top_pick_is_explained_against_the_spec_layout(paths, tmp_path):
     # the spec's own layout (tp=1, pp=1, selective recompute) does not fit an 8B model with
     # a 128-sequence batch on 32 H100: the line says so, with its memory and the budget
     res = plan_layouts(paths["dense_8b_32xh100"], top=3)
-    assert res.versus_spec.startswith("the spec's own layout (tp=1 pp=1 vpp=1 cp=1 ep=1 dp=32 "
-                                      "mbs=1 recompute=selective zero=1) does not fit")
+    assert res.versus_spec.startswith(
+        "the spec's own layout (tp=1 pp=1 vpp=1 cp=1 ep=1 dp=32 "
+        "mbs=1 recompute=selective zero=1) does not fit"
+    )
     assert "TRC401" in res.versus_spec and "GiB" in res.versus_spec
     assert to_json(res)["versus_spec"] == res.versus_spec
     # a spec whose own layout fits: step times of both and the main difference
@@ -190,17 +226,28 @@ training: {global_batch_size: 64}
     mine = own.plan["estimates"]["step_time_seconds"]
     assert pick < mine
     text = res.versus_spec
-    assert text.startswith("vs the spec's own layout (tp=1 pp=1 vpp=1 cp=1 ep=1 dp=8 mbs=1 "
-                           "recompute=selective zero=1): -")
+    assert text.startswith(
+        "vs the spec's own layout (tp=1 pp=1 vpp=1 cp=1 ep=1 dp=8 mbs=1 "
+        "recompute=selective zero=1): -"
+    )
     assert f"({pick:.3g} s vs {mine:.3g} s)" in text
     assert "main difference: " in text
     # the spec fixes full recompute of every layer: the planner keeps it, and its own layout is
     # the pick
-    fixed = plan_layouts(small, ["training.recompute=full", "training.micro_batch_size=1",
-                                 "training.recompute_method=uniform",
-                                 "training.recompute_num_layers=1"], top=3)
-    assert fixed.versus_spec == ("the spec's own layout (tp=1 pp=1 vpp=1 cp=1 ep=1 dp=8 mbs=1 "
-                                 "recompute=full zero=1) is the top pick")
+    fixed = plan_layouts(
+        small,
+        [
+            "training.recompute=full",
+            "training.micro_batch_size=1",
+            "training.recompute_method=uniform",
+            "training.recompute_num_layers=1",
+        ],
+        top=3,
+    )
+    assert fixed.versus_spec == (
+        "the spec's own layout (tp=1 pp=1 vpp=1 cp=1 ep=1 dp=8 mbs=1 "
+        "recompute=full zero=1) is the top pick"
+    )
 
 
 def test_versus_spec_compares_every_planned_choice(tmp_path):
@@ -209,15 +256,18 @@ def test_versus_spec_compares_every_planned_choice(tmp_path):
     degrees, micro batch and recompute granularity only). The pick does not offload the
     optimizer (it fits without; offload's cost is not estimated, so it never wins a tie)."""
     spec = tmp_path / "ds.yaml"
-    spec.write_text("defaults: [{model: llama2-13b}, {cluster: dgx-a100-80g}, _self_]\n"
-                    "name: ds\nengine: deepspeed\ncluster: {num_nodes: 2}\n"
-                    "parallel: {zero_stage: 3}\n"
-                    "training: {micro_batch_size: 2, global_batch_size: 256, recompute: full}\n")
+    spec.write_text(
+        "defaults: [{model: llama2-13b}, {cluster: dgx-a100-80g}, _self_]\n"
+        "name: ds\nengine: deepspeed\ncluster: {num_nodes: 2}\n"
+        "parallel: {zero_stage: 3}\n"
+        "training: {micro_batch_size: 2, global_batch_size: 256, recompute: full}\n"
+    )
     res = plan_layouts(spec, top=1)
     t = res.planned[0].spec.training
     assert (t.recompute_num_layers, t.offload_optimizer.name) == (10, "none")
-    assert res.versus_spec.startswith("vs the spec's own layout (tp=1 pp=1 vpp=1 cp=1 ep=1 dp=16 "
-                                      "mbs=2 recompute=full zero=3): -")
+    assert res.versus_spec.startswith(
+        "vs the spec's own layout (tp=1 pp=1 vpp=1 cp=1 ep=1 dp=16 mbs=2 recompute=full zero=3): -"
+    )
     assert "(recompute full -> full block 10)" in res.versus_spec
 
 
@@ -226,18 +276,46 @@ def test_reasons_do_not_claim_what_the_spec_fixed_or_a_zero_share():
     'TP communication is 0% of the step' is no reason."""
     from trainc.planner.search import explain
 
-    terms = {"tp": 0.001, "cp": 0.0, "ep": 0.0, "pp": 0.0, "dp": 0.0, "bubble_seconds": 0.0,
-             "bubble": 0.0}
-    c = Candidate(1, 1, 1, 1, "p2p", 1, 1, 8, None, None, 1, ("full", "uniform", 1), 1,
-                  "none", 1e9, 10.0, terms)
-    assert explain(c, 0, 10.0, 10.0) == ("compute-bound (communication, pipeline bubble and "
-                                         "offload under 1% of the step); full recompute needed "
-                                         "to fit")
+    terms = {
+        "tp": 0.001,
+        "cp": 0.0,
+        "ep": 0.0,
+        "pp": 0.0,
+        "dp": 0.0,
+        "bubble_seconds": 0.0,
+        "bubble": 0.0,
+    }
+    c = Candidate(
+        1,
+        1,
+        1,
+        1,
+        "p2p",
+        1,
+        1,
+        8,
+        None,
+        None,
+        1,
+        ("full", "uniform", 1),
+        1,
+        "none",
+        1e9,
+        10.0,
+        terms,
+    )
+    assert explain(c, 0, 10.0, 10.0) == (
+        "compute-bound (communication, pipeline bubble and "
+        "offload under 1% of the step); full recompute needed "
+        "to fit"
+    )
     assert explain(c, 0, 10.0, 10.0, recompute_fixed=True) == (
-        "compute-bound (communication, pipeline bubble and offload under 1% of the step)")
+        "compute-bound (communication, pipeline bubble and offload under 1% of the step)"
+    )
     c.terms["offload"] = 4.0  # DeepSpeed CPU offload: named, not counted as DP (a user trial)
     assert explain(c, 0, 10.0, 10.0, recompute_fixed=True) == (
-        "CPU offload (CPU Adam, PCIe) is 40% of the step")
+        "CPU offload (CPU Adam, PCIe) is 40% of the step"
+    )
 
 
 def test_offload_is_not_chosen_where_the_layout_fits_without_it(tmp_path):
@@ -245,9 +323,11 @@ def test_offload_is_not_chosen_where_the_layout_fits_without_it(tmp_path):
     offload, so an offloaded layout estimated as fast and smaller replaced every plain one (every
     row read 'offload cpu'). Now offload ranks after the same layout without it."""
     spec = tmp_path / "z3.yaml"
-    spec.write_text("defaults: [{model: llama3-8b}, {cluster: dgx-h100}, _self_]\nname: z3\n"
-                    "engine: deepspeed\ncluster: {num_nodes: 1}\nparallel: {zero_stage: 3}\n"
-                    "training: {global_batch_size: 64, micro_batch_size: 1, recompute: none}\n")
+    spec.write_text(
+        "defaults: [{model: llama3-8b}, {cluster: dgx-h100}, _self_]\nname: z3\n"
+        "engine: deepspeed\ncluster: {num_nodes: 1}\nparallel: {zero_stage: 3}\n"
+        "training: {global_batch_size: 64, micro_batch_size: 1, recompute: none}\n"
+    )
     res = plan_layouts(spec, top=5)
     assert res.planned[0].candidate.offload == "none"
     assert res.versus_spec.endswith("is the top pick")
@@ -257,11 +337,13 @@ def test_the_planner_counts_the_specs_parameter_offload(tmp_path):
     """ZeRO-3 with offload_param: cpu (not a searched key) was priced as if the parameters stayed
     on the GPU: Llama 3.1 405B on 16 H100 got 'no layout fits' although it compiles at 6.7 GiB."""
     spec = tmp_path / "p.yaml"
-    spec.write_text("defaults: [{model: llama3.1-405b}, {cluster: dgx-h100}, _self_]\nname: p\n"
-                    "engine: deepspeed\ncluster: {num_nodes: 2}\n"
-                    "parallel: {tp: 8, zero_stage: 3}\n"
-                    "training: {global_batch_size: 16, micro_batch_size: 1, recompute: full, "
-                    "offload_optimizer: cpu, offload_param: cpu}\n")
+    spec.write_text(
+        "defaults: [{model: llama3.1-405b}, {cluster: dgx-h100}, _self_]\nname: p\n"
+        "engine: deepspeed\ncluster: {num_nodes: 2}\n"
+        "parallel: {tp: 8, zero_stage: 3}\n"
+        "training: {global_batch_size: 16, micro_batch_size: 1, recompute: full, "
+        "offload_optimizer: cpu, offload_param: cpu}\n"
+    )
     res = plan_layouts(spec, top=3)
     assert res.planned, res.no_fit_reason()
 
@@ -270,9 +352,11 @@ def test_a_slower_pick_says_why_it_ranks_first(tmp_path):
     """A pick slower than the spec's layout (headroom or simplicity within the band) was
     'explained' by the largest of the negative differences ('pipeline bubble -0 s' at pp 1)."""
     spec = tmp_path / "z2.yaml"
-    spec.write_text("defaults: [{model: llama3-8b}, {cluster: dgx-h100}, _self_]\nname: m\n"
-                    "cluster: {num_nodes: 1}\nparallel: {tp: 2}\n"
-                    "training: {global_batch_size: 256, micro_batch_size: 2, recompute: none}\n")
+    spec.write_text(
+        "defaults: [{model: llama3-8b}, {cluster: dgx-h100}, _self_]\nname: m\n"
+        "cluster: {num_nodes: 1}\nparallel: {tp: 2}\n"
+        "training: {global_batch_size: 256, micro_batch_size: 2, recompute: none}\n"
+    )
     res = plan_layouts(spec, top=3)
     line = res.versus_spec
     assert line.startswith("vs the spec's own layout") and "main difference" not in line, line

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-
 from property.strategies import any_cfg, spec_of, valid_cfg
 from specs.kit import apply, errors, ids, lint
+
 from trainc.compiler.derive import derive
-from trainc.compiler.schema_check import schema_keys
 from trainc.compiler.plan import plan
 from trainc.compiler.rules import RULES_BY_ID
+from trainc.compiler.schema_check import schema_keys
 from trainc.compiler.validate.ranges import ranges
 
 KEYS = set(schema_keys()) | {"name", "engine"}
@@ -89,40 +89,73 @@ def _dp(c: dict) -> int:
 
 
 MUTATIONS = {
-    "heads+1": (lambda c: c["parallel"]["tp"] > 1,
-                lambda c: {"model.num_attention_heads": c["model"]["num_attention_heads"] + 1,
-                           "model.num_query_groups": c["model"]["num_attention_heads"] + 1},
-                {"TRC201"}),
-    "layers+1": (lambda c: c["parallel"]["pp"] > 1,
-                 lambda c: {"model.num_layers": c["model"]["num_layers"] + 1}, {"TRC210"}),
+    "heads+1": (
+        lambda c: c["parallel"]["tp"] > 1,
+        lambda c: {
+            "model.num_attention_heads": c["model"]["num_attention_heads"] + 1,
+            "model.num_query_groups": c["model"]["num_attention_heads"] + 1,
+        },
+        {"TRC201"},
+    ),
+    "layers+1": (
+        lambda c: c["parallel"]["pp"] > 1,
+        lambda c: {"model.num_layers": c["model"]["num_layers"] + 1},
+        {"TRC210"},
+    ),
     # with micro_batch_size x dp = 1 every global batch divides: nothing to break
-    "gbs+1": (lambda c: c["training"]["micro_batch_size"] * _dp(c) > 1,
-              lambda c: {"training.global_batch_size": c["training"]["global_batch_size"] + 1},
-              {"TRC214"}),
-    "seq+1": (lambda c: c["parallel"]["cp"] > 1 or c["parallel"]["tp"] > 1,
-              lambda c: {"model.seq_length": c["model"]["seq_length"] + 1,
-                         "model.max_position_embeddings": c["model"]["seq_length"] + 1},
-              {"TRC217", "TRC218"}),
-    "max_pos-1": (lambda c: True,
-                  lambda c: {"model.max_position_embeddings": c["model"]["seq_length"] - 1},
-                  {"TRC219", "TRC006"}),
-    "ffn+1": (lambda c: c["parallel"]["tp"] > 1,
-              lambda c: {"model.ffn_hidden_size": c["model"]["ffn_hidden_size"] + 1}, {"TRC203"}),
-    "dp+1": (lambda c: True,
-             lambda c: {"parallel.dp": c["cluster"]["num_nodes"] * c["cluster"]["gpus_per_node"]
-                        // (c["parallel"]["tp"] * c["parallel"]["pp"] * c["parallel"]["cp"]) + 1},
-             {"TRC102", "TRC103", "TRC108"}),
-    "nodes*3": (lambda c: c["parallel"]["tp"] * c["parallel"]["pp"] * c["parallel"]["cp"] % 3 == 0
-                and c["cluster"]["num_nodes"] * c["cluster"]["gpus_per_node"] % 3 != 0,
-                lambda c: {"cluster.num_nodes": c["cluster"]["num_nodes"] * 3 + 1},
-                {"TRC101"}),
-    "experts+1": (lambda c: c["parallel"].get("ep", 1) > 1,
-                  lambda c: {"model.num_experts": c["model"]["num_experts"] + 1}, {"TRC205"}),
-    "topk": (lambda c: bool(c["model"].get("num_experts")),
-             lambda c: {"model.moe_router_topk": c["model"]["num_experts"] + 1}, {"TRC206"}),
+    "gbs+1": (
+        lambda c: c["training"]["micro_batch_size"] * _dp(c) > 1,
+        lambda c: {"training.global_batch_size": c["training"]["global_batch_size"] + 1},
+        {"TRC214"},
+    ),
+    "seq+1": (
+        lambda c: c["parallel"]["cp"] > 1 or c["parallel"]["tp"] > 1,
+        lambda c: {
+            "model.seq_length": c["model"]["seq_length"] + 1,
+            "model.max_position_embeddings": c["model"]["seq_length"] + 1,
+        },
+        {"TRC217", "TRC218"},
+    ),
+    "max_pos-1": (
+        lambda c: True,
+        lambda c: {"model.max_position_embeddings": c["model"]["seq_length"] - 1},
+        {"TRC219", "TRC006"},
+    ),
+    "ffn+1": (
+        lambda c: c["parallel"]["tp"] > 1,
+        lambda c: {"model.ffn_hidden_size": c["model"]["ffn_hidden_size"] + 1},
+        {"TRC203"},
+    ),
+    "dp+1": (
+        lambda c: True,
+        lambda c: {
+            "parallel.dp": c["cluster"]["num_nodes"]
+            * c["cluster"]["gpus_per_node"]
+            // (c["parallel"]["tp"] * c["parallel"]["pp"] * c["parallel"]["cp"])
+            + 1
+        },
+        {"TRC102", "TRC103", "TRC108"},
+    ),
+    "nodes*3": (
+        lambda c: (
+            c["parallel"]["tp"] * c["parallel"]["pp"] * c["parallel"]["cp"] % 3 == 0
+            and c["cluster"]["num_nodes"] * c["cluster"]["gpus_per_node"] % 3 != 0
+        ),
+        lambda c: {"cluster.num_nodes": c["cluster"]["num_nodes"] * 3 + 1},
+        {"TRC101"},
+    ),
+    "experts+1": (
+        lambda c: c["parallel"].get("ep", 1) > 1,
+        lambda c: {"model.num_experts": c["model"]["num_experts"] + 1},
+        {"TRC205"},
+    ),
+    "topk": (
+        lambda c: bool(c["model"].get("num_experts")),
+        lambda c: {"model.moe_router_topk": c["model"]["num_experts"] + 1},
+        {"TRC206"},
+    ),
     "zero2": (lambda c: True, lambda c: {"parallel.zero_stage": 2}, {"TRC307"}),
-    "vpp-no-pp": (lambda c: c["parallel"]["pp"] == 1,
-                  lambda c: {"parallel.vpp": 2}, {"TRC213"}),
+    "vpp-no-pp": (lambda c: c["parallel"]["pp"] == 1, lambda c: {"parallel.vpp": 2}, {"TRC213"}),
 }
 
 

@@ -26,9 +26,11 @@ def slurm_cluster() -> list[str]:
     """The reachable controller's responding nodes (at least two); skips/fails without one."""
     up, why = slurm.controller_status()
     if not up:
-        need(f"no Slurm controller reachable ({why}); start the test cluster: "
-             'bash scripts/slurm_testcluster.sh install && '
-             'eval "$(bash scripts/slurm_testcluster.sh start)"')
+        need(
+            f"no Slurm controller reachable ({why}); start the test cluster: "
+            "bash scripts/slurm_testcluster.sh install && "
+            'eval "$(bash scripts/slurm_testcluster.sh start)"'
+        )
     nodes = responding_nodes()
     if len(nodes) < 2:
         pytest.fail(f"the Slurm cluster must have at least 2 responding nodes, has {nodes}")
@@ -40,6 +42,8 @@ def shellcheck() -> str:
     """Path of Debian's shellcheck (scripts/slurm_testcluster.sh install brings it)."""
     path = shutil.which("shellcheck")
     if path is None:
-        need("shellcheck is not installed (apt-get install shellcheck, or "
-             "bash scripts/slurm_testcluster.sh install)")
+        need(
+            "shellcheck is not installed (apt-get install shellcheck, or "
+            "bash scripts/slurm_testcluster.sh install)"
+        )
     return str(path)

@@ -22,11 +22,22 @@ def need(what: str) -> None:
     pytest.skip(what)
 
 
-def trainc(*args: str, env: dict[str, str] | None = None, timeout: float = 300,
-           cwd: str | os.PathLike[str] | None = None) -> subprocess.CompletedProcess[str]:
+def trainc(
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+    cwd: str | os.PathLike[str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     """Run the trainc command line of this interpreter in a subprocess."""
-    return subprocess.run([sys.executable, "-m", "trainc", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout, cwd=cwd or ROOT, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "trainc", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=cwd or ROOT,
+        check=False,
+    )
 
 
 def free_port() -> int:
@@ -37,8 +48,13 @@ def free_port() -> int:
 
 def responding_nodes() -> list[str]:
     """Nodes whose slurmd answers (not down, drained, powered off or unknown)."""
-    proc = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True,
-                          timeout=60, check=False)
+    proc = subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%N %t"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     nodes = []
     for line in proc.stdout.splitlines():
         name, state = line.split()
@@ -46,5 +62,3 @@ def responding_nodes() -> list[str]:
         if usable and name not in nodes:
             nodes.append(name)
     return nodes
-
-

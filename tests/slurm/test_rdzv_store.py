@@ -21,8 +21,13 @@ from slurm_helpers import SPECS, free_port, trainc
 
 pytest.importorskip("torch.distributed")
 
-NOISE = ("TCPStore.cpp", "DistNetworkError", "failed to shutdown the rendezvous", "Traceback",
-         "recvVector failed")
+NOISE = (
+    "TCPStore.cpp",
+    "DistNetworkError",
+    "failed to shutdown the rendezvous",
+    "Traceback",
+    "recvVector failed",
+)
 
 
 def _fake_slurm(tmp: Path, nodes: int) -> Path:
@@ -30,12 +35,15 @@ def _fake_slurm(tmp: Path, nodes: int) -> Path:
     per node with SLURM_NODEID set, each task's output in node<i>.log."""
     bin_dir = tmp / "bin"
     bin_dir.mkdir()
-    (bin_dir / "scontrol").write_text(textwrap.dedent(f"""\
+    (bin_dir / "scontrol").write_text(
+        textwrap.dedent(f"""\
         #!/bin/bash
         [ "$1 $2" = "show hostnames" ] || exit 1
         for i in $(seq {nodes}); do echo 127.0.0.1; done
-        """))
-    (bin_dir / "srun").write_text(textwrap.dedent(f"""\
+        """)
+    )
+    (bin_dir / "srun").write_text(
+        textwrap.dedent(f"""\
         #!/bin/bash
         while [[ "$1" == --* ]]; do shift; done
         pids=()
@@ -43,7 +51,8 @@ def _fake_slurm(tmp: Path, nodes: int) -> Path:
           SLURM_NODEID=$i "$@" > "{tmp}/node$i.log" 2>&1 & pids+=($!)
         done
         rc=0; for p in "${{pids[@]}}"; do wait "$p" || rc=$?; done; exit $rc
-        """))
+        """)
+    )
     for f in bin_dir.iterdir():
         f.chmod(0o755)
     return bin_dir
@@ -68,14 +77,29 @@ def _port_free(port: int) -> bool:
 
 
 def _batch(tmp: Path, out: Path, port: int, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items()
-            if k not in ("PYTHON", "TORCHRUN", "TRAINC_RDZV_STORE", "NODE_RANK")}
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHON", "TORCHRUN", "TRAINC_RDZV_STORE", "NODE_RANK")
+    }
     bin_dir = _fake_slurm(tmp, 2)
-    full = {**base, "PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin",
-            "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_ID": "91",
-            "SLURM_SUBMIT_DIR": str(out), "MASTER_PORT": str(port), **env}
-    return subprocess.run(["bash", str(out / "sbatch.sh")], env=full, capture_output=True,
-                          text=True, timeout=600, check=False)
+    full = {
+        **base,
+        "PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin",
+        "SLURM_JOB_NODELIST": "n[1-2]",
+        "SLURM_JOB_ID": "91",
+        "SLURM_SUBMIT_DIR": str(out),
+        "MASTER_PORT": str(port),
+        **env,
+    }
+    return subprocess.run(
+        ["bash", str(out / "sbatch.sh")],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
 
 
 def test_batch_step_hosts_the_store_and_every_torchrun_joins_it(tmp_path):
@@ -83,7 +107,8 @@ def test_batch_step_hosts_the_store_and_every_torchrun_joins_it(tmp_path):
     port = free_port()
     # a torchrun stand-in: records its options, then uses the store as a client (both nodes)
     fake = tmp_path / "torchrun-probe"
-    fake.write_text(textwrap.dedent(f"""\
+    fake.write_text(
+        textwrap.dedent(f"""\
         #!/bin/bash
         echo "ARGS $*"
         echo "STORE ${{TRAINC_RDZV_STORE:-none}}"
@@ -91,7 +116,8 @@ def test_batch_step_hosts_the_store_and_every_torchrun_joins_it(tmp_path):
         import sys; from datetime import timedelta; from torch.distributed import TCPStore
         s = TCPStore("127.0.0.1", {port}, is_master=False, timeout=timedelta(seconds=30))
         print("JOINED", s.add("nodes", 1))'
-        """))
+        """)
+    )
     fake.chmod(0o755)
     proc = _batch(tmp_path, out, port, PYTHON=sys.executable, TORCHRUN=str(fake))
     assert proc.returncode == 0, proc.stderr
@@ -100,19 +126,21 @@ def test_batch_step_hosts_the_store_and_every_torchrun_joins_it(tmp_path):
     for log in logs:
         assert "STORE external" in log and "--rdzv_conf=is_host=0" in log
         assert "--rdzv_backend=c10d" in log and f"--rdzv_endpoint=127.0.0.1:{port}" in log
-    assert sorted(ln.split()[1] for log in logs for ln in log.splitlines()
-                  if ln.startswith("JOINED")) == ["1", "2"]
+    assert sorted(
+        ln.split()[1] for log in logs for ln in log.splitlines() if ln.startswith("JOINED")
+    ) == ["1", "2"]
     assert _port_free(port)  # the store left with the batch step
 
 
 def test_without_torch_in_the_batch_step_node_0_hosts_as_before(tmp_path):
     out = _compile(tmp_path)
     fake = tmp_path / "torchrun-args"
-    fake.write_text("#!/bin/bash\necho \"ARGS $*\"\necho \"STORE ${TRAINC_RDZV_STORE:-none}\"\n")
+    fake.write_text('#!/bin/bash\necho "ARGS $*"\necho "STORE ${TRAINC_RDZV_STORE:-none}"\n')
     fake.chmod(0o755)
     no_torch = tmp_path / "python-without-torch"
-    no_torch.write_text("#!/bin/bash\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\n"
-                        "exit 1\n")
+    no_torch.write_text(
+        "#!/bin/bash\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n"
+    )
     no_torch.chmod(0o755)
     proc = _batch(tmp_path, out, free_port(), PYTHON=str(no_torch), TORCHRUN=str(fake))
     assert proc.returncode == 0, proc.stderr
@@ -172,17 +200,29 @@ def _store_scenario(store_code: str | None) -> tuple[str, str] | None:
     store = None
     external = store_code is not None
     if store_code is not None:
-        store = subprocess.Popen([sys.executable, "-c", store_code,
-                                  "127.0.0.1", str(port)], stdout=subprocess.PIPE, text=True)
+        store = subprocess.Popen(
+            [sys.executable, "-c", store_code, "127.0.0.1", str(port)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert store.stdout is not None and store.stdout.readline().strip() == "ready"
     host = "0" if external else "1"
     # agent 0 leaves 1.5 s after the rendezvous (sooner, on a loaded machine it could close the
     # rendezvous while agent 1 is still reading the completed state: RendezvousClosedError, a
     # race of the test); agent 1 shuts down 4 s after it, well after agent 0 left
-    first = subprocess.Popen([sys.executable, "-c", AGENT, str(port), host, "1.5"],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    second = subprocess.run([sys.executable, "-c", AGENT, str(port), "0", "4"],
-                            capture_output=True, text=True, timeout=120, check=False)
+    first = subprocess.Popen(
+        [sys.executable, "-c", AGENT, str(port), host, "1.5"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    second = subprocess.run(
+        [sys.executable, "-c", AGENT, str(port), "0", "4"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     out_first = first.communicate(timeout=120)[0]
     if store is not None:
         store.terminate()

@@ -20,8 +20,11 @@ from slurm_helpers import ROOT, SPECS
 from trainc.compiler.pipeline import compile_spec
 
 # golden cases that expect a generated sbatch.sh (a case of a rejected spec has none)
-GOLDEN = [p for p in ROOT.glob("tests/golden/cases/*/spec.yaml")
-          if (p.parent / "expected" / "sbatch.sh").is_file()]
+GOLDEN = [
+    p
+    for p in ROOT.glob("tests/golden/cases/*/spec.yaml")
+    if (p.parent / "expected" / "sbatch.sh").is_file()
+]
 SPEC_FILES = sorted([*ROOT.glob("examples/*.yaml"), *SPECS.glob("*.yaml"), *GOLDEN])
 
 
@@ -43,15 +46,16 @@ def compiled(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 def _commands(text: str) -> list[str]:
     """Logical command lines (continuations joined, comments and blank lines dropped)."""
     joined = re.sub(r"\\\n", " ", text)
-    return [ln.strip() for ln in joined.splitlines()
-            if ln.strip() and not ln.lstrip().startswith("#")]
+    return [
+        ln.strip() for ln in joined.splitlines() if ln.strip() and not ln.lstrip().startswith("#")
+    ]
 
 
 def _directives(text: str) -> dict[str, str]:
     opts: dict[str, str] = {}
     for line in text.splitlines():
         if line.startswith("#SBATCH"):
-            for word in shlex.split(line[len("#SBATCH"):]):
+            for word in shlex.split(line[len("#SBATCH") :]):
                 key, _, value = word.partition("=")
                 opts[key] = value
     return opts
@@ -61,8 +65,9 @@ def test_directives_come_first_and_are_literal(compiled):
     result, _ = compiled
     lines = result.files["sbatch.sh"].splitlines()
     assert lines[0].startswith("#!"), "sbatch needs a #! first line"
-    first_cmd = next(i for i, ln in enumerate(lines)
-                     if ln.strip() and not ln.lstrip().startswith("#"))
+    first_cmd = next(
+        i for i, ln in enumerate(lines) if ln.strip() and not ln.lstrip().startswith("#")
+    )
     late = [ln for ln in lines[first_cmd:] if ln.lstrip().startswith("#SBATCH")]
     assert not late, f"#SBATCH after the first command are ignored by sbatch: {late}"
     for line in lines[:first_cmd]:
@@ -92,12 +97,18 @@ def test_rendezvous_host_and_node_rank_come_from_slurm_per_task(compiled):
     result, _ = compiled
     text, tr = result.files["sbatch.sh"], result.files["torchrun.sh"]
     body = "\n".join(_commands(text))
-    assert re.search(r'scontrol show hostnames "?\$\{?SLURM_JOB_NODELIST', body), \
+    assert re.search(r'scontrol show hostnames "?\$\{?SLURM_JOB_NODELIST', body), (
         "the rendezvous host is the first host of the allocation"
+    )
     master = re.findall(r"MASTER_ADDR=(\S+)", body)
     assert master and all("TRAINC_HOSTS[0]" in m or "head" in m for m in master), master
-    for bad in ("localhost", "127.0.0.1", "SLURM_LAUNCH_NODE_IPADDR", "SLURM_SUBMIT_HOST",
-                "$(hostname"):
+    for bad in (
+        "localhost",
+        "127.0.0.1",
+        "SLURM_LAUNCH_NODE_IPADDR",
+        "SLURM_SUBMIT_HOST",
+        "$(hostname",
+    ):
         assert bad not in body, f"rendezvous must not use {bad} (BC-057, BC-059)"
     # SLURM_NODEID/SLURM_PROCID expanded by the batch shell are the same on every node
     for var in ("SLURM_NODEID", "SLURM_PROCID", "SLURM_LOCALID"):
@@ -116,13 +127,18 @@ def test_spec_environment_is_exported(compiled):
 def test_bash_parses_both_scripts(compiled):
     _, out = compiled
     for name in ("sbatch.sh", "torchrun.sh"):
-        proc = subprocess.run(["bash", "-n", str(out / name)], capture_output=True, text=True,
-                              check=False)
+        proc = subprocess.run(
+            ["bash", "-n", str(out / name)], capture_output=True, text=True, check=False
+        )
         assert proc.returncode == 0, f"{name}: {proc.stderr}"
 
 
 def test_shellcheck_clean(compiled, shellcheck):
     _, out = compiled
-    proc = subprocess.run([shellcheck, "-s", "bash", str(out / "sbatch.sh"),
-                           str(out / "torchrun.sh")], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [shellcheck, "-s", "bash", str(out / "sbatch.sh"), str(out / "torchrun.sh")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr

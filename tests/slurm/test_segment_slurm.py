@@ -22,9 +22,17 @@ from trainc.launch import submit as slurm
 pytestmark = pytest.mark.slurm
 
 # two GB200 trays (the local cluster has two nodes): the derived segment is 2
-OVERRIDES = ["cluster.gpu=gb200", "cluster.gpus_per_node=4", "cluster.nvlink_domain_size=72",
-             "cluster.num_nodes=2", "parallel.pp=1", "parallel.tp=1",
-             "training.global_batch_size=8", "launch.device=cpu", "launch.shrink=true"]
+OVERRIDES = [
+    "cluster.gpu=gb200",
+    "cluster.gpus_per_node=4",
+    "cluster.nvlink_domain_size=72",
+    "cluster.num_nodes=2",
+    "parallel.pp=1",
+    "parallel.tp=1",
+    "training.global_batch_size=8",
+    "launch.device=cpu",
+    "launch.shrink=true",
+]
 
 
 def _version() -> tuple[int, int]:

@@ -29,8 +29,9 @@ def _queue_empty(slurm_cluster: list[str]) -> None:
     test's --wait timeout covers its own job, not the pending time behind another."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        q = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
-                           check=False, timeout=60)
+        q = subprocess.run(
+            ["squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=False, timeout=60
+        )
         if q.returncode == 0 and not q.stdout.strip():
             return
         time.sleep(2)
@@ -48,8 +49,13 @@ def _job_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     rendezvous port, a private TMPDIR (torchelastic leaves folders there)."""
     tmp = tmp_path / "tmp"
     tmp.mkdir(exist_ok=True)
-    env = dict(os.environ, PYTHON=sys.executable, MASTER_PORT=str(free_port()), TMPDIR=str(tmp),
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    env = dict(
+        os.environ,
+        PYTHON=sys.executable,
+        MASTER_PORT=str(free_port()),
+        TMPDIR=str(tmp),
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    )
     env.update(extra)
     return env
 
@@ -57,8 +63,16 @@ def _job_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 def _submit_wait(out: Path, nodes: list[str], env: dict[str, str], timeout: float = 240):
     """``trainc submit OUT --wait`` pinned to the first two responding nodes; returns the process
     and the job's output text."""
-    proc = trainc("submit", str(out), "--wait", f"--sbatch-option=--nodelist={','.join(nodes[:2])}",
-                  "--timeout", str(timeout), env=env, timeout=timeout + 60)
+    proc = trainc(
+        "submit",
+        str(out),
+        "--wait",
+        f"--sbatch-option=--nodelist={','.join(nodes[:2])}",
+        "--timeout",
+        str(timeout),
+        env=env,
+        timeout=timeout + 60,
+    )
     job_id = proc.stdout.strip()
     assert job_id.isdigit(), proc.stderr
     logs = list(out.glob(f"*-{job_id}.out"))
@@ -74,8 +88,11 @@ def test_environment_node_rank_and_rendezvous_host_reach_every_task(slurm_cluste
     env = _job_env(tmp_path, TORCHRUN=str(STUB / "print_env.sh"), TRAINC_SUBMIT_MARK="from-shell")
     proc, log = _submit_wait(out, slurm_cluster, env)
     assert proc.returncode == 0, proc.stderr + log
-    lines = [dict(kv.split("=", 1) for kv in ln.split()[1:] if "=" in kv)
-             for ln in log.splitlines() if ln.startswith("env-probe:")]
+    lines = [
+        dict(kv.split("=", 1) for kv in ln.split()[1:] if "=" in kv)
+        for ln in log.splitlines()
+        if ln.startswith("env-probe:")
+    ]
     assert len(lines) == 2, log  # one task per node, not one per GPU
     assert sorted(ln["slurm_nodeid"] for ln in lines) == ["0", "1"]
     assert all(ln["node_rank"] == ln["slurm_nodeid"] for ln in lines), lines
@@ -91,8 +108,10 @@ def test_environment_node_rank_and_rendezvous_host_reach_every_task(slurm_cluste
 
 def _worker_runnable() -> bool:
     try:
-        return all(importlib.util.find_spec(m) is not None
-                   for m in ("trainc.launch.worker", "torch", "megatron.core"))
+        return all(
+            importlib.util.find_spec(m) is not None
+            for m in ("trainc.launch.worker", "torch", "megatron.core")
+        )
     except ModuleNotFoundError:
         return False
 
@@ -121,16 +140,20 @@ def test_two_node_job_runs_to_completion(slurm_cluster, tmp_path):
         assert ranks == set(range(world)), log[-3000:]
         assert re.search(rf"trainc-worker: distributed backend=gloo world_size={world} ", log)
         return
-    probes = [dict(kv.split("=", 1) for kv in ln.split()[1:])
-              for ln in log.splitlines() if ln.startswith("probe:")]
+    probes = [
+        dict(kv.split("=", 1) for kv in ln.split()[1:])
+        for ln in log.splitlines()
+        if ln.startswith("probe:")
+    ]
     assert sorted(int(p["rank"]) for p in probes) == list(range(world)), log
     assert {p["world"] for p in probes} == {str(world)}
     assert sorted(p["group_rank"] for p in probes) == ["0", "0", "1", "1"]
     for group in ("0", "1"):  # a node's ranks share its node rank and its slurmd
         assert len({p["node"] for p in probes if p["group_rank"] == group}) == 1
     assert all(p["plan_ok"] == "True" for p in probes)
-    assert all(p["program"] == f"-m+trainc.launch.worker+--plan+{out / 'plan.json'}"
-               for p in probes)
+    assert all(
+        p["program"] == f"-m+trainc.launch.worker+--plan+{out / 'plan.json'}" for p in probes
+    )
     if "allreduce" in probes[0]:
         assert {p["allreduce"] for p in probes} == {str(float(world * (world + 1) // 2))}
 
@@ -161,14 +184,24 @@ def test_a_failed_node_ends_the_job_at_once(slurm_cluster, tmp_path):
 
 def test_submit_without_wait_prints_the_job_id(slurm_cluster, tmp_path):
     out = _compile(tmp_path)
-    proc = trainc("submit", str(out), f"--sbatch-option=--nodelist={','.join(slurm_cluster[:2])}",
-                  "--sbatch-option=--hold", env=_job_env(tmp_path))
+    proc = trainc(
+        "submit",
+        str(out),
+        f"--sbatch-option=--nodelist={','.join(slurm_cluster[:2])}",
+        "--sbatch-option=--hold",
+        env=_job_env(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.strip()
     assert job_id.isdigit()
     try:
-        shown = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True,
-                               text=True, check=False, timeout=60).stdout
+        shown = subprocess.run(
+            ["scontrol", "show", "job", "-o", job_id],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        ).stdout
         assert "JobState=PENDING" in shown and f"WorkDir={out}" in shown
     finally:
         subprocess.run(["scancel", job_id], check=False, timeout=60)
@@ -188,8 +221,15 @@ def test_lint_slurm_reports_what_the_cluster_refuses(slurm_cluster):
     proc = trainc("lint", "--slurm", str(TINY), "launch.partition=no-such-partition")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "rejected" in proc.stderr and "partition" in proc.stderr.lower()
-    proc = trainc("lint", "--slurm", "--format", "json", str(TINY), "cluster.num_nodes=512",
-                  "training.global_batch_size=512")
+    proc = trainc(
+        "lint",
+        "--slurm",
+        "--format",
+        "json",
+        str(TINY),
+        "cluster.num_nodes=512",
+        "training.global_batch_size=512",
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     rec = json.loads(proc.stdout)["specs"][0]
     assert rec["ok"] is False and rec["slurm"]["ok"] is False, rec
@@ -206,12 +246,21 @@ def test_signal_before_the_time_limit_reaches_every_rank(slurm_cluster, tmp_path
     at the job's start, the flake of CI stop 19)."""
     out = _compile(tmp_path)
     assert "#SBATCH --signal=USR1@" in (out / "sbatch.sh").read_text()
-    env = _job_env(tmp_path, TORCHRUN=f"{sys.executable} {STUB / 'wait_usr1.py'}",
-                   TRAINC_STUB_WAIT_S="175")
-    proc = trainc("submit", str(out), "--wait", "--timeout", "360",
-                  f"--sbatch-option=--nodelist={','.join(slurm_cluster[:2])}",
-                  "--sbatch-option=--time=3", "--sbatch-option=--signal=USR1@60",
-                  env=env, timeout=420)
+    env = _job_env(
+        tmp_path, TORCHRUN=f"{sys.executable} {STUB / 'wait_usr1.py'}", TRAINC_STUB_WAIT_S="175"
+    )
+    proc = trainc(
+        "submit",
+        str(out),
+        "--wait",
+        "--timeout",
+        "360",
+        f"--sbatch-option=--nodelist={','.join(slurm_cluster[:2])}",
+        "--sbatch-option=--time=3",
+        "--sbatch-option=--signal=USR1@60",
+        env=env,
+        timeout=420,
+    )
     job_id = proc.stdout.strip()
     log = next(out.glob(f"*-{job_id}.out")).read_text()
     assert proc.returncode == 0, proc.stderr + log
@@ -220,8 +269,13 @@ def test_signal_before_the_time_limit_reaches_every_rank(slurm_cluster, tmp_path
 
 
 def _scontrol_job(job_id: str) -> str:
-    return subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True,
-                          text=True, check=False, timeout=60).stdout
+    return subprocess.run(
+        ["scontrol", "show", "job", "-o", job_id],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    ).stdout
 
 
 def _requeue_and_release(job_id: str, timeout: float = 120) -> None:
@@ -238,19 +292,32 @@ def _release(job_id: str, timeout: float = 120, alive: Any = None) -> None:
     while True:
         shown = _scontrol_job(job_id)
         nodes = re.search(r" ReqNodeList=(\S+)", shown)
-        states = subprocess.run(["sinfo", "-h", "-N", "-o", "%T", "-n", nodes[1]],
-                                capture_output=True, text=True, check=False,
-                                timeout=60).stdout.split() if nodes else ["?"]
-        if "Restarts=1" in shown and "JobState=PENDING" in shown and states and \
-                all(st == "idle" for st in states):
+        states = (
+            subprocess.run(
+                ["sinfo", "-h", "-N", "-o", "%T", "-n", nodes[1]],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=60,
+            ).stdout.split()
+            if nodes
+            else ["?"]
+        )
+        if (
+            "Restarts=1" in shown
+            and "JobState=PENDING" in shown
+            and states
+            and all(st == "idle" for st in states)
+        ):
             break
         assert time.monotonic() < deadline and (alive is None or alive()), (shown, states)
         time.sleep(0.5)
     # slurmd compares the new credential's time with the revocation's in whole seconds: a start
     # within the second of the requeue is refused as revoked (Slurm's own hold avoids this)
     time.sleep(2)
-    subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True,
-                   timeout=60)
+    subprocess.run(
+        ["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True, timeout=60
+    )
 
 
 def test_wait_follows_a_requeued_job_to_its_end(slurm_cluster, tmp_path):
@@ -259,10 +326,20 @@ def test_wait_follows_a_requeued_job_to_its_end(slurm_cluster, tmp_path):
     (Slurm holds a requeued job back ~2 min; the test lifts that with StartTime=now.)"""
     out = _compile(tmp_path)
     env = _job_env(tmp_path, TORCHRUN=str(STUB / "sleep_run.sh"))
-    cmd = [sys.executable, "-m", "trainc", "submit", str(out), "--wait", "--timeout", "150",
-           f"--sbatch-option=--nodelist={','.join(slurm_cluster[:2])}"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=ROOT)
+    cmd = [
+        sys.executable,
+        "-m",
+        "trainc",
+        "submit",
+        str(out),
+        "--wait",
+        "--timeout",
+        "150",
+        f"--sbatch-option=--nodelist={','.join(slurm_cluster[:2])}",
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT
+    )
     job_id = ""
     try:
         assert proc.stdout is not None
@@ -291,14 +368,30 @@ def test_a_killed_job_is_requeued_and_resumes_from_its_checkpoint(slurm_cluster,
     """launch.requeue: the job is killed mid-run (as preemption or a node failure would, here
     with `scontrol requeue`), Slurm queues it again, and the new start resumes from the latest
     checkpoint (sbatch.sh passes --load auto) instead of step 0, then trains to the end."""
-    out = _compile(tmp_path, "launch.requeue=true", "training.train_iters=120",
-                   "launch.save_interval=5")
+    out = _compile(
+        tmp_path, "launch.requeue=true", "training.train_iters=120", "launch.save_interval=5"
+    )
     script = (out / "sbatch.sh").read_text()
     assert "#SBATCH --requeue" in script and "--load auto" in script
-    cmd = [sys.executable, "-m", "trainc", "submit", str(out), "--wait", "--timeout", "600",
-           f"--sbatch-option=--nodelist={','.join(slurm_cluster[:2])}"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=_job_env(tmp_path), cwd=ROOT)
+    cmd = [
+        sys.executable,
+        "-m",
+        "trainc",
+        "submit",
+        str(out),
+        "--wait",
+        "--timeout",
+        "600",
+        f"--sbatch-option=--nodelist={','.join(slurm_cluster[:2])}",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_job_env(tmp_path),
+        cwd=ROOT,
+    )
     job_id = ""
     latest = out / "checkpoints" / "latest"
     try:
@@ -321,7 +414,7 @@ def test_a_killed_job_is_requeued_and_resumes_from_its_checkpoint(slurm_cluster,
     resumed = list(re.finditer(r"resumed from \S+ at step (\d+)\n", log))
     assert len(resumed) == 1 and int(resumed[0][1]) >= 5, log[-3000:]
     at = int(resumed[0][1])
-    first_run, second_run = log[:resumed[0].start()], log[resumed[0].end():]
+    first_run, second_run = log[: resumed[0].start()], log[resumed[0].end() :]
     before = [int(n) for n in re.findall(r"^step=(\d+) ", first_run, flags=re.M)]
     after = [int(n) for n in re.findall(r"^step=(\d+) ", second_run, flags=re.M)]
     # The first run trained up to (at least) its checkpoint; the kill may land right after the
@@ -338,20 +431,37 @@ def test_sigusr1_checkpoints_requeues_and_the_job_resumes(slurm_cluster, tmp_pat
     --signal=USR1@N does; sent here with `scancel --signal`), every rank saves and stops at the
     same step, sbatch.sh finds the marker and requeues the job (launch.requeue), and the second
     start resumes from that step and trains to the end."""
-    out = _compile(tmp_path, "launch.requeue=true", "training.train_iters=40",
-                   "launch.save_interval=1000")
-    cmd = [sys.executable, "-m", "trainc", "submit", str(out), "--wait", "--timeout", "600",
-           f"--sbatch-option=--nodelist={','.join(slurm_cluster[:2])}"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=_job_env(tmp_path), cwd=ROOT)
+    out = _compile(
+        tmp_path, "launch.requeue=true", "training.train_iters=40", "launch.save_interval=1000"
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "trainc",
+        "submit",
+        str(out),
+        "--wait",
+        "--timeout",
+        "600",
+        f"--sbatch-option=--nodelist={','.join(slurm_cluster[:2])}",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_job_env(tmp_path),
+        cwd=ROOT,
+    )
     job_id = ""
     try:
         assert proc.stdout is not None
         job_id = proc.stdout.readline().strip()
         assert job_id.isdigit()
         deadline = time.monotonic() + 300
-        while not any(re.search(r"^step=3 ", p.read_text(), flags=re.M)
-                      for p in out.glob(f"*-{job_id}.out")):
+        while not any(
+            re.search(r"^step=3 ", p.read_text(), flags=re.M) for p in out.glob(f"*-{job_id}.out")
+        ):
             assert time.monotonic() < deadline and proc.poll() is None, _scontrol_job(job_id)
             time.sleep(0.5)
         subprocess.run(["scancel", "--signal=USR1", job_id], check=True, timeout=60)

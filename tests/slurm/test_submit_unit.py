@@ -20,23 +20,32 @@ from trainc.launch import submit as slurm
 SCONTROL_RUNNING = (
     "JobId=42 JobName=tiny UserId=root(0) GroupId=root(0) Priority=1 JobState=RUNNING "
     "Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 ExitCode=0:0 "
-    "RunTime=00:00:01 NodeList=n[1-2] StdOut=/tmp/out dir/tiny-42.out Power=\n")
+    "RunTime=00:00:01 NodeList=n[1-2] StdOut=/tmp/out dir/tiny-42.out Power=\n"
+)
 
 
 def test_parse_scontrol_job():
     st = slurm.parse_scontrol_job("42", SCONTROL_RUNNING)
     assert st is not None
     assert (st.state, st.nodes, st.restarts, st.finished) == ("RUNNING", "n[1-2]", 0, False)
-    done = slurm.parse_scontrol_job("42", SCONTROL_RUNNING.replace("RUNNING", "FAILED")
-                                    .replace("ExitCode=0:0", "ExitCode=3:0"))
+    done = slurm.parse_scontrol_job(
+        "42", SCONTROL_RUNNING.replace("RUNNING", "FAILED").replace("ExitCode=0:0", "ExitCode=3:0")
+    )
     assert done is not None and done.finished and done.return_code == 3
     assert slurm.parse_scontrol_job("42", "JobId=420 JobState=RUNNING\n") is None
 
 
-@pytest.mark.parametrize(("state", "code", "sig", "rc"), [
-    ("COMPLETED", 0, 0, 0), ("FAILED", 1, 0, 1), ("FAILED", 137, 0, 137),
-    ("CANCELLED", 0, 15, 143), ("TIMEOUT", 0, 0, 1), ("NODE_FAIL", 0, 0, 1),
-])
+@pytest.mark.parametrize(
+    ("state", "code", "sig", "rc"),
+    [
+        ("COMPLETED", 0, 0, 0),
+        ("FAILED", 1, 0, 1),
+        ("FAILED", 137, 0, 137),
+        ("CANCELLED", 0, 15, 143),
+        ("TIMEOUT", 0, 0, 1),
+        ("NODE_FAIL", 0, 0, 1),
+    ],
+)
 def test_return_code(state, code, sig, rc):
     assert slurm.JobStatus("1", state, code, sig).return_code == rc
 
@@ -127,9 +136,14 @@ def test_cli_submit_wait_exits_with_the_job_exit_code(fake_slurm, outdir):
     assert "job 42 RUNNING on n[1-2]" in proc.stderr and "FAILED" in proc.stderr
 
 
-@pytest.mark.parametrize(("sacct", "hint"), [("42|FAILED|143:0|n[1-2]", True),
-                                              ("42|FAILED|7:0|n[1-2]", False),
-                                              ("42|COMPLETED|0:0|n[1-2]", False)])
+@pytest.mark.parametrize(
+    ("sacct", "hint"),
+    [
+        ("42|FAILED|143:0|n[1-2]", True),
+        ("42|FAILED|7:0|n[1-2]", False),
+        ("42|COMPLETED|0:0|n[1-2]", False),
+    ],
+)
 def test_cli_submit_wait_explains_a_terminated_task(fake_slurm, outdir, sacct, hint):
     """143 = 128 + SIGTERM: srun's --kill-on-bad-exit ended a task after another one failed."""
     proc = trainc("submit", str(outdir), "--wait", env=dict(os.environ, FAKE_SACCT=sacct))
@@ -157,13 +171,21 @@ def test_lint_slurm_without_controller_warns(fake_slurm):
 
 
 def test_lint_slurm_with_controller(fake_slurm):
-    proc = trainc("lint", "--slurm", "--format", "json", str(SPECS / "tiny-2node-cpu.yaml"),
-                  env=dict(os.environ))
+    proc = trainc(
+        "lint",
+        "--slurm",
+        "--format",
+        "json",
+        str(SPECS / "tiny-2node-cpu.yaml"),
+        env=dict(os.environ),
+    )
     assert proc.returncode == 0, proc.stderr
     rec = json.loads(proc.stdout)["specs"][0]
-    assert rec["slurm"] == {"checked": True, "ok": True, "message":
-                            "sbatch --test-only accepted sbatch.sh: sbatch: Job 9 to start at now "
-                            "on n1"}
+    assert rec["slurm"] == {
+        "checked": True,
+        "ok": True,
+        "message": "sbatch --test-only accepted sbatch.sh: sbatch: Job 9 to start at now on n1",
+    }
 
 
 def test_lint_without_slurm_flag_has_no_slurm_record():
@@ -179,22 +201,38 @@ def test_slurm_client_missing(monkeypatch, tmp_path):
     assert isinstance(Path(tmp_path), Path)
 
 
-@pytest.mark.parametrize(("ping", "sbatch_says", "expect"), [
-    # the controller is down: sbatch's own words say so, or only the ping does
-    ("DOWN", "Batch job submission failed: Unable to contact slurm controller (connect failure)",
-     "no Slurm controller reachable (sbatch: error: Batch job submission failed: Unable to "
-     "contact slurm controller (connect failure))"),
-    ("UP", "Batch job submission failed: Unable to contact slurm controller (connect failure)",
-     "no Slurm controller reachable"),
-    ("DOWN", "Batch job submission failed: Socket timed out on send/recv operation",
-     "no Slurm controller reachable (scontrol ping: Slurmctld(primary) at vm is DOWN)"),
-    # the controller answered and refused the script: that is about the script
-    ("UP", "Batch job submission failed: Invalid partition name specified",
-     "sbatch refused {out}/sbatch.sh: sbatch: error: Batch job submission failed: Invalid "
-     "partition name specified"),
-])
+@pytest.mark.parametrize(
+    ("ping", "sbatch_says", "expect"),
+    [
+        # the controller is down: sbatch's own words say so, or only the ping does
+        (
+            "DOWN",
+            "Batch job submission failed: Unable to contact slurm controller (connect failure)",
+            "no Slurm controller reachable (sbatch: error: Batch job submission failed: Unable to "
+            "contact slurm controller (connect failure))",
+        ),
+        (
+            "UP",
+            "Batch job submission failed: Unable to contact slurm controller (connect failure)",
+            "no Slurm controller reachable",
+        ),
+        (
+            "DOWN",
+            "Batch job submission failed: Socket timed out on send/recv operation",
+            "no Slurm controller reachable (scontrol ping: Slurmctld(primary) at vm is DOWN)",
+        ),
+        # the controller answered and refused the script: that is about the script
+        (
+            "UP",
+            "Batch job submission failed: Invalid partition name specified",
+            "sbatch refused {out}/sbatch.sh: sbatch: error: Batch job submission failed: Invalid "
+            "partition name specified",
+        ),
+    ],
+)
 def test_cli_submit_says_whether_the_controller_or_the_script_is_at_fault(
-        fake_slurm, outdir, ping, sbatch_says, expect):
+    fake_slurm, outdir, ping, sbatch_says, expect
+):
     env = dict(os.environ, FAKE_PING=ping, FAKE_SBATCH_FAIL=sbatch_says)
     proc = trainc("submit", str(outdir), env=env)
     assert proc.returncode == 4
@@ -204,13 +242,18 @@ def test_cli_submit_says_whether_the_controller_or_the_script_is_at_fault(
     assert expect.format(out=outdir) in lines[0]
     assert ("sbatch refused" in lines[0]) == ("Invalid partition" in sbatch_says)
     if "no Slurm controller" in expect:
-        assert lines[0].endswith("nothing was submitted: start one or set SLURM_CONF to the "
-                                 "cluster's slurm.conf")
+        assert lines[0].endswith(
+            "nothing was submitted: start one or set SLURM_CONF to the cluster's slurm.conf"
+        )
 
 
-@pytest.mark.parametrize(("args", "said"), [
-    (["--timeout", "10"], "--timeout needs --wait"),
-    (["--wait", "--timeout", "-5"], "--timeout -5 must be a positive number of seconds")])
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--timeout", "10"], "--timeout needs --wait"),
+        (["--wait", "--timeout", "-5"], "--timeout -5 must be a positive number of seconds"),
+    ],
+)
 def test_cli_submit_timeout_is_checked_before_submitting(fake_slurm, outdir, args, said):
     """--timeout without --wait, or not positive, was accepted without a word (trial 13)."""
     proc = trainc("submit", str(outdir), *args, env=dict(os.environ))

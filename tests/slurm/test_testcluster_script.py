@@ -16,8 +16,14 @@ SCRIPT = ROOT / "scripts" / "slurm_testcluster.sh"
 
 
 def _run(cmd: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(SCRIPT), cmd], capture_output=True, text=True, env=env,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        ["bash", str(SCRIPT), cmd],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def test_shellcheck_clean(shellcheck):
@@ -43,15 +49,21 @@ def test_private_cluster_lifecycle(tmp_path):
         need("root and the Slurm packages (bash scripts/slurm_testcluster.sh install)")
     root = tmp_path / "cluster"
     env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
-    env.update(TRAINC_SLURM_ROOT=str(root), TRAINC_SLURM_NODES="2", TRAINC_SLURM_SPARE="0",
-               TRAINC_SLURM_GPUS="0")
+    env.update(
+        TRAINC_SLURM_ROOT=str(root),
+        TRAINC_SLURM_NODES="2",
+        TRAINC_SLURM_SPARE="0",
+        TRAINC_SLURM_GPUS="0",
+    )
     try:
         t0 = time.monotonic()
         up = _run("start", env)
         assert up.returncode == 0, up.stderr
         started_in = time.monotonic() - t0
-        assert up.stdout.splitlines() == [f"export TRAINC_SLURM_ROOT={root}",
-                                          f"export SLURM_CONF={root}/etc/slurm.conf"]
+        assert up.stdout.splitlines() == [
+            f"export TRAINC_SLURM_ROOT={root}",
+            f"export SLURM_CONF={root}/etc/slurm.conf",
+        ]
         pids = _pids(root)
         assert len(pids) == 4, pids  # munged, slurmctld, 2 x slurmd
         assert all(Path(f"/proc/{p}").exists() for p in pids)

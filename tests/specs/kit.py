@@ -20,9 +20,15 @@ from trainc.schemas import TrainSpec
 BASE: dict[str, Any] = {
     "name": "kit",
     "engine": "megatron",
-    "model": {"num_layers": 8, "hidden_size": 512, "num_attention_heads": 8,
-              "num_query_groups": 8, "ffn_hidden_size": 2048, "vocab_size": 32000,
-              "seq_length": 1024},
+    "model": {
+        "num_layers": 8,
+        "hidden_size": 512,
+        "num_attention_heads": 8,
+        "num_query_groups": 8,
+        "ffn_hidden_size": 2048,
+        "vocab_size": 32000,
+        "seq_length": 1024,
+    },
     "cluster": {"num_nodes": 1, "gpus_per_node": 8, "gpu": "a100-80g"},
     "parallel": {"tp": 2, "pp": 2},
     "training": {"micro_batch_size": 1, "global_batch_size": 16},
@@ -38,9 +44,18 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
         if dataclasses.is_dataclass(tp):
             kw[k] = _build(tp, v)
             continue
-        etype = tp if isinstance(tp, type) and issubclass(tp, enum.Enum) else next(
-            (a for a in typing.get_args(tp) if isinstance(a, type) and issubclass(a, enum.Enum)),
-            None)
+        etype = (
+            tp
+            if isinstance(tp, type) and issubclass(tp, enum.Enum)
+            else next(
+                (
+                    a
+                    for a in typing.get_args(tp)
+                    if isinstance(a, type) and issubclass(a, enum.Enum)
+                ),
+                None,
+            )
+        )
         kw[k] = etype(v) if etype is not None and isinstance(v, str) else v
     return cls(**kw)
 

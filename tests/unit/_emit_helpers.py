@@ -19,8 +19,9 @@ CASE_NAMES = sorted(p.name for p in CASES_DIR.iterdir() if (p / "spec.yaml").is_
 
 
 @functools.cache
-def compile_case(name: str,
-                 overrides: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict[str, str]]:
+def compile_case(
+    name: str, overrides: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], dict[str, str]]:
     """(plan, files) of a golden case, with optional extra Hydra overrides."""
     # A path relative to the repository, so diagnostics in plan.json do not depend on where the
     # checkout lives.
@@ -102,14 +103,15 @@ def make_stubs(tmp: Path) -> tuple[Path, Path]:
     return bindir, log
 
 
-def run_script(script: Path, bindir: Path, log: Path, cwd: Path,
-               extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_script(
+    script: Path, bindir: Path, log: Path, cwd: Path, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run a generated script under bash with the stubs first on PATH and a clean environment."""
-    env = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(cwd), "STUB_LOG": str(log),
-           "LANG": "C"}
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(cwd), "STUB_LOG": str(log), "LANG": "C"}
     env.update(extra_env or {})
-    return subprocess.run(["bash", str(script)], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        ["bash", str(script)], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def read_nul(path: Path) -> list[str]:
@@ -124,7 +126,7 @@ def read_env(path: Path) -> dict[str, str]:
 
 def shellcheck() -> str | None:
     """Path of shellcheck, if installed."""
-    for d in os.environ.get("PATH", "").split(os.pathsep) + ["/usr/bin"]:
+    for d in [*os.environ.get("PATH", "").split(os.pathsep), "/usr/bin"]:
         p = Path(d) / "shellcheck"
         if p.is_file() and os.access(p, os.X_OK):
             return str(p)

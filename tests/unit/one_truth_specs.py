@@ -24,8 +24,9 @@ def _divisors(n: int) -> list[int]:
 
 
 @st.composite
-def one_truth_specs(draw: st.DrawFn, *, engine: str | None = None,
-                    low_precision: bool = True) -> dict[str, Any]:
+def one_truth_specs(
+    draw: st.DrawFn, *, engine: str | None = None, low_precision: bool = True
+) -> dict[str, Any]:
     """A spec dict that trainc should accept, with the issue-11 keys drawn (and, with
     ``low_precision``, the FP8/FP4 and optimizer-state keys, which need Transformer Engine on
     CUDA to build)."""
@@ -39,8 +40,11 @@ def one_truth_specs(draw: st.DrawFn, *, engine: str | None = None,
         c["num_nodes"] = world // c["gpus_per_node"]
     t["train_iters"] = draw(st.sampled_from([10, 100, 1000]))
     # multi-head latent attention (Megatron-Core builds it: megatron and deepspeed engines)
-    if cfg["engine"] != "fsdp" and m.get("position_embedding", "rope") == "rope" \
-            and draw(st.integers(0, 4)) == 0:
+    if (
+        cfg["engine"] != "fsdp"
+        and m.get("position_embedding", "rope") == "rope"
+        and draw(st.integers(0, 4)) == 0
+    ):
         m["multi_latent_attention"] = True
         m.pop("num_query_groups", None)  # MLA has no grouped-query attention (TRC316)
         m["q_lora_rank"] = draw(st.sampled_from([None, 32, 64]))
@@ -64,8 +68,11 @@ def one_truth_specs(draw: st.DrawFn, *, engine: str | None = None,
     t["weight_decay"] = draw(st.sampled_from([0.0, 0.01, 0.1]))
     t["grad_clip"] = draw(st.sampled_from([0.0, 1.0, 0.5]))
     # schedule
-    styles = ["constant", "cosine", "linear"] if ds else \
-        ["constant", "cosine", "linear", "inverse-square-root", "WSD"]
+    styles = (
+        ["constant", "cosine", "linear"]
+        if ds
+        else ["constant", "cosine", "linear", "inverse-square-root", "WSD"]
+    )
     style = draw(st.sampled_from(styles))
     t["lr_decay_style"] = style
     if draw(st.booleans()):
@@ -78,8 +85,9 @@ def one_truth_specs(draw: st.DrawFn, *, engine: str | None = None,
         t["lr_warmup_iters"] = 2 if decay > 2 else 0  # DeepSpeed warms up over >= 2 steps (TRC323)
     if style == "WSD":
         t["lr_wsd_decay_iters"] = draw(st.sampled_from([max(decay // 5, 1), decay]))
-        t["lr_wsd_decay_style"] = draw(st.sampled_from(
-            ["exponential", "linear", "cosine", "minus_sqrt"]))
+        t["lr_wsd_decay_style"] = draw(
+            st.sampled_from(["exponential", "linear", "cosine", "minus_sqrt"])
+        )
     # overlap (Megatron-Core DDP only)
     if not ds and draw(st.booleans()):
         t["overlap_grad_reduce"] = draw(st.booleans())
@@ -92,8 +100,7 @@ def one_truth_specs(draw: st.DrawFn, *, engine: str | None = None,
     if not ds and cuda and draw(st.integers(0, 2)) == 0:
         if draw(st.booleans()):
             t["fp8_format"] = draw(st.sampled_from(["e4m3", "hybrid"]))
-            t["fp8_recipe"] = draw(st.sampled_from(["delayed", "tensorwise", "blockwise",
-                                                    "mxfp8"]))
+            t["fp8_recipe"] = draw(st.sampled_from(["delayed", "tensorwise", "blockwise", "mxfp8"]))
             t["fp8_param_gather"] = p["zero_stage"] == 1 and draw(st.booleans())
         else:
             t["fp4_format"] = "e2m1"
@@ -106,11 +113,21 @@ def one_truth_specs(draw: st.DrawFn, *, engine: str | None = None,
             t["fp8_param_gather"] = False
     # TP communication overlap (engine=megatron on CUDA, tp > 1 with sequence parallelism)
     on_cuda = cfg.get("launch", {}).get("device", "cuda") == "cuda"
-    if not ds and on_cuda and p.get("tp", 1) > 1 and p.get("sequence_parallel", True) \
-            and draw(st.booleans()):
+    if (
+        not ds
+        and on_cuda
+        and p.get("tp", 1) > 1
+        and p.get("sequence_parallel", True)
+        and draw(st.booleans())
+    ):
         t["tp_comm_overlap"] = draw(st.booleans())
-    if not ds and cuda and p["zero_stage"] == 1 and t.get("optimizer", "adam") == "adam" \
-            and draw(st.integers(0, 2)) == 0:
+    if (
+        not ds
+        and cuda
+        and p["zero_stage"] == 1
+        and t.get("optimizer", "adam") == "adam"
+        and draw(st.integers(0, 2)) == 0
+    ):
         t["main_grads_dtype"] = draw(st.sampled_from(["fp32", "bf16"]))
         t["main_params_dtype"] = draw(st.sampled_from(["fp32", "fp16"]))
         t["exp_avg_dtype"] = draw(st.sampled_from(["fp32", "fp16", "bf16", "fp8"]))
@@ -132,8 +149,9 @@ def one_truth_specs(draw: st.DrawFn, *, engine: str | None = None,
         m["rope_scaling_factor"] = draw(st.sampled_from([None, 8.0, 4.0]))
     m["vocab_size"] = draw(st.sampled_from([m["vocab_size"], 32001, 50257, 129]))
     if m.get("num_experts"):
-        lb = draw(st.sampled_from(["aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn",
-                                   "none"]))
+        lb = draw(
+            st.sampled_from(["aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none"])
+        )
         m["moe_router_load_balancing_type"] = lb
         m["moe_aux_loss_coeff"] = draw(st.sampled_from([0.0, 1e-2, 1e-3]))
         m["moe_z_loss_coeff"] = draw(st.sampled_from([None, 1e-3]))
@@ -171,16 +189,24 @@ def one_truth_specs(draw: st.DrawFn, *, engine: str | None = None,
         cfg["launch"]["data_path"] = "/data/corpus_text_document"
         cfg["launch"]["data_split"] = draw(st.sampled_from(["100,0,0", "98,1,1", "969,30,1"]))
     elif not ds and draw(st.integers(0, 2)) == 0:  # a blend (data.paths)
-        cfg["data"] = {"paths": draw(st.sampled_from([["/data/a_text", "/data/b_text"],
-                                                      ["0.7 /data/a_text", "0.3 /data/b_text"]]))}
+        cfg["data"] = {
+            "paths": draw(
+                st.sampled_from(
+                    [["/data/a_text", "/data/b_text"], ["0.7 /data/a_text", "0.3 /data/b_text"]]
+                )
+            )
+        }
     data = cfg.setdefault("data", {})
     data["reset_position_ids"] = draw(st.booleans())
     data["eod_mask_loss"] = draw(st.booleans())
     # (reset_attention_mask compiles nowhere: TRC353 with TE, TRC356 for the trainc worker)
     lm = cfg["launch"].get("entrypoint") == "megatron-lm"
     if lm and draw(st.booleans()):  # load another run's checkpoint, maybe weights only
-        cfg["resume"] = {"load_dir": "/ckpt/base", "finetune": draw(st.booleans()),
-                         "checkpoint_format": draw(st.sampled_from([None, "torch_dist", "torch"]))}
+        cfg["resume"] = {
+            "load_dir": "/ckpt/base",
+            "finetune": draw(st.booleans()),
+            "checkpoint_format": draw(st.sampled_from([None, "torch_dist", "torch"])),
+        }
     return cfg
 
 

@@ -15,8 +15,14 @@ SCRIPT = ROOT / "bench" / "fidelity.py"
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT, check=False)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+    )
 
 
 @pytest.mark.parametrize("args", [[], ["--rows"], ["--band"], ["--band", "--rows"]])
@@ -26,9 +32,11 @@ def test_missing_csv_exits_2_with_one_line(tmp_path, args):
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert "Traceback" not in proc.stderr
-    assert proc.stderr == (f"bench/fidelity.py: published-runs CSV {missing}: no such file; "
-                           "pass another as the CSV argument (.venv/bin/python "
-                           "bench/fidelity.py PATH.csv, see --help)\n")
+    assert proc.stderr == (
+        f"bench/fidelity.py: published-runs CSV {missing}: no such file; "
+        "pass another as the CSV argument (.venv/bin/python "
+        "bench/fidelity.py PATH.csv, see --help)\n"
+    )
 
 
 def test_a_folder_is_not_a_csv(tmp_path):
@@ -36,20 +44,27 @@ def test_a_folder_is_not_a_csv(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.splitlines() == [
         f"bench/fidelity.py: published-runs CSV {tmp_path}: not a file; pass another as the "
-        "CSV argument (.venv/bin/python bench/fidelity.py PATH.csv, see --help)"]
+        "CSV argument (.venv/bin/python bench/fidelity.py PATH.csv, see --help)"
+    ]
 
 
 def test_help_describes_every_option():
     proc = _run("--help")
     assert proc.returncode == 0, proc.stderr
     text = " ".join(proc.stdout.split())
-    assert text.startswith("usage: bench/fidelity.py [-h] [--rows] [--planner] "
-                           "[--cluster KEY=VALUE] [--all] [--band] [CSV ...] ")
-    for expected in ("CSV the published-runs table to compile", "Default: ",
-                     "--rows also print every row", "--planner also report the planner's top-5 "
-                     "rate", "--band print only the step-time band",
-                     "--all compile every published table in the repo",
-                     "--cluster KEY=VALUE set a cluster key on every row (YAML value)"):
+    assert text.startswith(
+        "usage: bench/fidelity.py [-h] [--rows] [--planner] "
+        "[--cluster KEY=VALUE] [--all] [--band] [CSV ...] "
+    )
+    for expected in (
+        "CSV the published-runs table to compile",
+        "Default: ",
+        "--rows also print every row",
+        "--planner also report the planner's top-5 rate",
+        "--band print only the step-time band",
+        "--all compile every published table in the repo",
+        "--cluster KEY=VALUE set a cluster key on every row (YAML value)",
+    ):
         assert expected in text
 
 
@@ -57,17 +72,29 @@ def test_all_reports_every_table_then_pooled():
     proc = _run("--all")
     assert proc.returncode == 0, proc.stderr
     heads = [ln for ln in proc.stdout.splitlines() if ln.startswith("== ")]
-    assert heads == ["== bench/published_runs.csv", "== bench/heldout_runs.csv",
-                     "== bench/validation_nvidia.csv", "== bench/validation_papers.csv",
-                     "== every table pooled"]
+    assert heads == [
+        "== bench/published_runs.csv",
+        "== bench/heldout_runs.csv",
+        "== bench/validation_nvidia.csv",
+        "== bench/validation_papers.csv",
+        "== every table pooled",
+    ]
     pooled = proc.stdout.split("== every table pooled")[1]
     subsets = {ln.split("  ")[0] for ln in pooled.splitlines() if " | " in ln}
-    assert {"all", "engine=megatron", "engine=fsdp", "short step (<1 s)", "MoE",
-            "FP8/FP4", "gb300"} <= subsets
+    assert {
+        "all",
+        "engine=megatron",
+        "engine=fsdp",
+        "short step (<1 s)",
+        "MoE",
+        "FP8/FP4",
+        "gb300",
+    } <= subsets
 
 
 def test_two_tables_without_band_is_a_usage_error(tmp_path):
     proc = _run(str(tmp_path / "a.csv"), str(tmp_path / "b.csv"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.splitlines()[-1] == ("bench/fidelity.py: error: one CSV at a time "
-                                            "(several only with --band)")
+    assert proc.stderr.splitlines()[-1] == (
+        "bench/fidelity.py: error: one CSV at a time (several only with --band)"
+    )

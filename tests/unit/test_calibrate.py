@@ -47,37 +47,74 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "calibrate"
 #: The factors the synthetic runs are made with, per time model (every factor of the model
 #: the dense bf16 runs exercise: calibrate.default_factors).
 TRUE = {
-    "seed": {"compute_efficiency": 0.55, "gemm_half_efficiency_tokens": 512.0,
-             "layer_overhead_us": 25.0, "comm_overlap": 0.3},
-    "kernels": {"gemm_efficiency": 0.6, "attention_efficiency": 0.4, "layer_overhead_us": 25.0,
-                "comm_efficiency": 0.6, "comm_overlap": 0.3},
+    "seed": {
+        "compute_efficiency": 0.55,
+        "gemm_half_efficiency_tokens": 512.0,
+        "layer_overhead_us": 25.0,
+        "comm_overlap": 0.3,
+    },
+    "kernels": {
+        "gemm_efficiency": 0.6,
+        "attention_efficiency": 0.4,
+        "layer_overhead_us": 25.0,
+        "comm_efficiency": 0.6,
+        "comm_overlap": 0.3,
+    },
 }
 #: The model's start values: the cluster defaults and the h100-80g profile (trainc/conf/gpu).
 BEFORE = {
-    "seed": {"compute_efficiency": 0.7, "gemm_half_efficiency_tokens": 128.0,
-             "layer_overhead_us": 40.0, "comm_overlap": 0.0},
-    "kernels": {"gemm_efficiency": 0.0, "attention_efficiency": 0.0, "layer_overhead_us": 40.0,
-                "comm_efficiency": 0.8, "comm_overlap": 0.0},
+    "seed": {
+        "compute_efficiency": 0.7,
+        "gemm_half_efficiency_tokens": 128.0,
+        "layer_overhead_us": 40.0,
+        "comm_overlap": 0.0,
+    },
+    "kernels": {
+        "gemm_efficiency": 0.0,
+        "attention_efficiency": 0.0,
+        "layer_overhead_us": 40.0,
+        "comm_efficiency": 0.8,
+        "comm_overlap": 0.0,
+    },
 }
 
 
-def _spec_dict(seq: int, mbs: int, tp: int, nodes: int, gbs: int,
-               time_model: str = "kernels") -> dict:
-    return {"defaults": [{"cluster": "dgx-h100"}, "_self_"], "name": "syn",
-            "model": {"num_layers": 4, "hidden_size": 2048, "num_attention_heads": 16,
-                      "vocab_size": 32000, "seq_length": seq, "max_position_embeddings": seq,
-                      "activation": "swiglu", "normalization": "rmsnorm",
-                      "position_embedding": "rope"},
-            "cluster": {"num_nodes": nodes, "time_model": time_model}, "parallel": {"tp": tp},
-            "training": {"global_batch_size": gbs, "micro_batch_size": mbs}}
+def _spec_dict(
+    seq: int, mbs: int, tp: int, nodes: int, gbs: int, time_model: str = "kernels"
+) -> dict:
+    return {
+        "defaults": [{"cluster": "dgx-h100"}, "_self_"],
+        "name": "syn",
+        "model": {
+            "num_layers": 4,
+            "hidden_size": 2048,
+            "num_attention_heads": 16,
+            "vocab_size": 32000,
+            "seq_length": seq,
+            "max_position_embeddings": seq,
+            "activation": "swiglu",
+            "normalization": "rmsnorm",
+            "position_embedding": "rope",
+        },
+        "cluster": {"num_nodes": nodes, "time_model": time_model},
+        "parallel": {"tp": tp},
+        "training": {"global_batch_size": gbs, "micro_batch_size": mbs},
+    }
 
 
 #: (seq, micro batch, tp, nodes, global batch): micro batches of 1K-32K tokens (GEMM
 #: efficiency, attention's share grows with the sequence), 1-32 micro batches (overhead per
 #: layer and micro batch), TP inside and across nodes and DP across nodes (the overlap and the
 #: efficiency of communication).
-GRID = [(1024, 1, 1, 1, 64), (4096, 4, 1, 1, 64), (2048, 2, 2, 1, 32), (1024, 1, 8, 2, 16),
-        (4096, 1, 2, 2, 256), (2048, 8, 4, 1, 64), (8192, 1, 8, 2, 16)]
+GRID = [
+    (1024, 1, 1, 1, 64),
+    (4096, 4, 1, 1, 64),
+    (2048, 2, 2, 1, 32),
+    (1024, 1, 8, 2, 16),
+    (4096, 1, 2, 2, 256),
+    (2048, 8, 4, 1, 64),
+    (8192, 1, 8, 2, 16),
+]
 
 
 def _runs(model: str) -> list[Run]:
@@ -105,11 +142,21 @@ def synthetic(model) -> list[Run]:
 
 
 def test_default_factors_are_the_ones_the_time_model_reads():
-    assert list(FACTORS[TimeModel.seed]) == ["compute_efficiency", "gemm_half_efficiency_tokens",
-                                             "layer_overhead_us", "comm_overlap"]
+    assert list(FACTORS[TimeModel.seed]) == [
+        "compute_efficiency",
+        "gemm_half_efficiency_tokens",
+        "layer_overhead_us",
+        "comm_overlap",
+    ]
     assert list(FACTORS[TimeModel.kernels]) == [
-        "gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency",
-        "moe_layer_overhead_us", "layer_overhead_us", "comm_efficiency", "comm_overlap"]
+        "gemm_efficiency",
+        "fp8_gemm_efficiency",
+        "attention_efficiency",
+        "moe_layer_overhead_us",
+        "layer_overhead_us",
+        "comm_efficiency",
+        "comm_overlap",
+    ]
 
 
 def test_a_kernel_factor_lands_where_the_model_reads_it():
@@ -125,8 +172,7 @@ def test_a_kernel_factor_lands_where_the_model_reads_it():
     assert kernel_factor(plan.spec, "moe_layer_overhead_us") == MOE_LAYER_OVERHEAD_US
     base = step_estimate(plan, {})
     # the GEMM ceiling halved: the GEMMs take twice as long, so the step is slower
-    assert step_estimate(plan, {"gemm_efficiency": prof.gemm_efficiency["bf16"] / 2}) > \
-        1.3 * base
+    assert step_estimate(plan, {"gemm_efficiency": prof.gemm_efficiency["bf16"] / 2}) > 1.3 * base
     assert step_estimate(plan, {"gemm_efficiency": prof.gemm_efficiency["bf16"]}) == base
     # the seed model's factor is not read by the kernel model
     assert step_estimate(plan, {"compute_efficiency": 0.2}) == base
@@ -164,8 +210,13 @@ def test_default_fit_frees_only_the_factors_the_runs_constrain():
     kept = ("layer_overhead_us", "comm_efficiency", "comm_overlap")
     assert all(res.after[n] == res.before[n] for n in kept)
     assert res.rms_log_after < UNCONSTRAINED_RMS
-    assert any(n.startswith("the runs do not constrain layer_overhead_us, comm_efficiency, "
-                            "comm_overlap: kept at the start value(s)") for n in res.notes)
+    assert any(
+        n.startswith(
+            "the runs do not constrain layer_overhead_us, comm_efficiency, "
+            "comm_overlap: kept at the start value(s)"
+        )
+        for n in res.notes
+    )
 
 
 def test_a_uniform_slowdown_moves_the_gemm_factor_alone():
@@ -184,8 +235,7 @@ def test_a_uniform_slowdown_moves_the_gemm_factor_alone():
     for n in moved:
         lo, hi = FACTORS[TimeModel.kernels][n]
         assert near_bound(res.after[n], lo, hi) is None, (n, res.after[n])
-        slower = res.after[n] > res.before[n] if n.endswith("_us") else \
-            res.after[n] < res.before[n]
+        slower = res.after[n] > res.before[n] if n.endswith("_us") else res.after[n] < res.before[n]
         assert slower, (n, res.after[n])
     assert res.after["comm_overlap"] == 0.0
 
@@ -194,9 +244,11 @@ def test_explicit_factors_that_the_runs_hardly_constrain_are_named(synthetic, mo
     res = fit(synthetic, list(TRUE[model]))
     hardly = [n for n in res.notes if n.startswith("the runs hardly constrain")]
     if model == "kernels":
-        assert [h.split()[4].rstrip(":") for h in hardly] == ["layer_overhead_us",
-                                                                "comm_efficiency",
-                                                                "comm_overlap"]
+        assert [h.split()[4].rstrip(":") for h in hardly] == [
+            "layer_overhead_us",
+            "comm_efficiency",
+            "comm_overlap",
+        ]
     else:
         assert hardly == []
 
@@ -227,8 +279,10 @@ def test_percentile_interpolates_as_numpy():
     assert percentile([2.0], 0.9) == 2.0
 
 
-FLOOR = ("the floor (p10 at most 0.95 x, p90 at least 1.05 x the median ratio: run-to-run "
-         "variability of large jobs is about 5-9 %)")
+FLOOR = (
+    "the floor (p10 at most 0.95 x, p90 at least 1.05 x the median ratio: run-to-run "
+    "variability of large jobs is about 5-9 %)"
+)
 
 
 def test_the_band_is_widened_to_the_floor():
@@ -250,17 +304,21 @@ def test_the_band_is_widened_to_the_floor():
 def test_the_band_note_says_how_many_runs_and_what_was_widened():
     assert band_note(3, (0.99, 1.01), (0.95, 1.05)) == (
         "the step-time band rests on 3 run(s) (measured / estimated p10 0.990, p90 1.010); "
-        f"widened to {FLOOR} where it did not reach it: p10 0.990 -> 0.950, p90 1.010 -> 1.050")
+        f"widened to {FLOOR} where it did not reach it: p10 0.990 -> 0.950, p90 1.010 -> 1.050"
+    )
     assert band_note(9, (0.9, 1.01), (0.9, 1.05)) == (
         "the step-time band rests on 9 run(s) (measured / estimated p10 0.900, p90 1.010); "
-        f"widened to {FLOOR} where it did not reach it: p90 1.010 -> 1.050")
+        f"widened to {FLOOR} where it did not reach it: p90 1.010 -> 1.050"
+    )
     assert band_note(2, (0.9, 1.2), (0.9, 1.2)) == (
         "the step-time band rests on 2 run(s) (measured / estimated p10 0.900, p90 1.200); "
-        f"kept: it reaches beyond {FLOOR}")
+        f"kept: it reaches beyond {FLOOR}"
+    )
     # 10 runs and more: a note only where the floor widened the band
     assert band_note(10, (0.99, 1.01), (0.95, 1.05)) == (
         f"the fitted step-time band (p10 0.990, p90 1.010) widened to {FLOOR} where it did not "
-        "reach it: p10 0.990 -> 0.950, p90 1.010 -> 1.050")
+        "reach it: p10 0.990 -> 0.950, p90 1.010 -> 1.050"
+    )
     assert band_note(10, (0.9, 1.2), (0.9, 1.2)) is None
 
 
@@ -277,7 +335,8 @@ def test_a_fit_to_three_runs_writes_the_floor_and_says_so():
     f10, f90 = f"{res.fitted_p10_ratio:.3f}", f"{res.fitted_p90_ratio:.3f}"
     assert res.notes[-1] == (
         f"the step-time band rests on 3 run(s) (measured / estimated p10 {f10}, p90 {f90}); "
-        f"widened to {FLOOR} where it did not reach it: p10 {f10} -> 0.950, p90 {f90} -> 1.050")
+        f"widened to {FLOOR} where it did not reach it: p10 {f10} -> 0.950, p90 {f90} -> 1.050"
+    )
 
 
 def test_calibrate_docstring_examples():
@@ -300,11 +359,21 @@ def test_megatron_arguments_block_and_iteration_times():
     # iterations 402.1 398.7 401.5 399.9 405.0 ms after the first (2512.3, warm-up): median
     assert run.measured_step_seconds == pytest.approx(0.4015)
     s = run.spec
-    assert (s.parallel.tp, s.parallel.pp, s.parallel.vpp, s.parallel.cp, s.parallel.ep) == \
-        (2, 2, 1, 1, 1)
+    assert (s.parallel.tp, s.parallel.pp, s.parallel.vpp, s.parallel.cp, s.parallel.ep) == (
+        2,
+        2,
+        1,
+        1,
+        1,
+    )
     assert s.parallel.sequence_parallel is True and s.parallel.zero_stage == 1
-    assert (s.model.num_layers, s.model.hidden_size, s.model.num_query_groups,
-            s.model.ffn_hidden_size, s.model.vocab_size) == (8, 2048, 4, 5632, 32000)
+    assert (
+        s.model.num_layers,
+        s.model.hidden_size,
+        s.model.num_query_groups,
+        s.model.ffn_hidden_size,
+        s.model.vocab_size,
+    ) == (8, 2048, 4, 5632, 32000)
     assert (s.training.micro_batch_size, s.training.global_batch_size) == (1, 32)
     assert s.training.recompute.name == "selective" and s.training.precision.name == "bf16"
     assert (s.cluster.num_nodes, s.cluster.gpus_per_node) == (1, 8)
@@ -312,8 +381,11 @@ def test_megatron_arguments_block_and_iteration_times():
 
 def test_megatron_log_with_a_launcher_prefix(tmp_path):
     log = tmp_path / "ranked.log"
-    log.write_text("".join(f"[rank0]: {line}\n"
-                           for line in (DATA / "megatron_train.log").read_text().splitlines()))
+    log.write_text(
+        "".join(
+            f"[rank0]: {line}\n" for line in (DATA / "megatron_train.log").read_text().splitlines()
+        )
+    )
     run = parse_megatron_log(log, "dgx-h100", None)
     assert run.spec.parallel.tp == 2 and run.measured_step_seconds == pytest.approx(0.4015)
 
@@ -326,27 +398,32 @@ def test_worker_log_reads_its_plan(tmp_path):
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(res.plan))
     log = tmp_path / "worker.log"
-    log.write_text(f"trainc-worker: plan={plan} engine=megatron device=cuda shrink=False "
-                   "reference=False train_iters=3\n"
-                   "step=1 loss=10.5 grad_norm=3.1 step_time_s=9.0000 tokens_per_s=10.0 lr=0 "
-                   "skipped=0\n"
-                   "step=2 loss=10.1 grad_norm=3.0 step_time_s=0.5000 tokens_per_s=20.0 lr=0 "
-                   "skipped=0\n"
-                   "step=3 loss=9.9 grad_norm=2.9 step_time_s=0.7000 tokens_per_s=20.0 lr=0 "
-                   "skipped=0\n")
+    log.write_text(
+        f"trainc-worker: plan={plan} engine=megatron device=cuda shrink=False "
+        "reference=False train_iters=3\n"
+        "step=1 loss=10.5 grad_norm=3.1 step_time_s=9.0000 tokens_per_s=10.0 lr=0 "
+        "skipped=0\n"
+        "step=2 loss=10.1 grad_norm=3.0 step_time_s=0.5000 tokens_per_s=20.0 lr=0 "
+        "skipped=0\n"
+        "step=3 loss=9.9 grad_norm=2.9 step_time_s=0.7000 tokens_per_s=20.0 lr=0 "
+        "skipped=0\n"
+    )
     run = parse_worker_log(log)
     assert run.measured_step_seconds == pytest.approx(0.6)  # median of steps 2 and 3
     assert run.spec.parallel.tp == 2 and run.spec.cluster.num_nodes == 1
 
 
-@pytest.mark.parametrize("head", ["device=cpu shrink=False", "device=cuda shrink=True",
-                                  "device=cpu shrink=True"])
+@pytest.mark.parametrize(
+    "head", ["device=cpu shrink=False", "device=cuda shrink=True", "device=cpu shrink=True"]
+)
 def test_worker_log_of_a_cpu_or_shrunk_run_is_refused(tmp_path, head):
     """A CPU or shrunk run of the worker times a toy model (trial 13: calibrate scored a 0.09 s
     CPU step against the full-size H100 estimate and blamed the measurement)."""
     log = tmp_path / "worker.log"
-    log.write_text(f"trainc-worker: plan={tmp_path / 'plan.json'} engine=megatron {head} "
-                   "reference=False train_iters=3\nstep=1 loss=1 step_time_s=0.1\n")
+    log.write_text(
+        f"trainc-worker: plan={tmp_path / 'plan.json'} engine=megatron {head} "
+        "reference=False train_iters=3\nstep=1 loss=1 step_time_s=0.1\n"
+    )
     with pytest.raises(CalibrateError, match="cannot calibrate it"):
         parse_worker_log(log)
 
@@ -362,8 +439,13 @@ def test_cluster_flags_without_a_megatron_log_are_refused(tmp_path):
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "trainc", "calibrate", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "trainc", "calibrate", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_cli_writes_a_preset_that_compile_accepts(tmp_path, synthetic, model):
@@ -385,8 +467,9 @@ def test_cli_writes_a_preset_that_compile_accepts(tmp_path, synthetic, model):
     # 7 runs
     assert (preset["step_time_p10_ratio"], preset["step_time_p90_ratio"]) == (0.95, 1.05)
     assert "note: the step-time band rests on 7 run(s)" in proc.stderr
-    assert ("preset band (p10 at most 0.95 x, p90 at least 1.05 x the median): p10 0.950, p90 "
-            "1.050") in " ".join(proc.stdout.split())  # Rich wraps at the terminal's width
+    assert (
+        "preset band (p10 at most 0.95 x, p90 at least 1.05 x the median): p10 0.950, p90 1.050"
+    ) in " ".join(proc.stdout.split())  # Rich wraps at the terminal's width
     spec = tmp_path / "use.yaml"
     use = _spec_dict(2048, 2, 2, 1, 32)
     del use["cluster"]["time_model"]  # the preset's
@@ -394,8 +477,11 @@ def test_cli_writes_a_preset_that_compile_accepts(tmp_path, synthetic, model):
     res = compile_spec(spec, emit_files=False)
     assert res.ok, [d.message for d in res.diagnostics if d.is_error]
     est = res.plan["estimates"]
-    assert est["step_time_p10_seconds"] <= est["step_time_seconds"] <= \
-        est["step_time_p90_seconds"] * (1 + 1e-6)
+    assert (
+        est["step_time_p10_seconds"]
+        <= est["step_time_seconds"]
+        <= est["step_time_p90_seconds"] * (1 + 1e-6)
+    )
     assert est["step_time_p10_seconds"] == pytest.approx(0.95 * est["step_time_seconds"])
     assert est["step_time_p90_seconds"] == pytest.approx(1.05 * est["step_time_seconds"])
     # again without --force: refused, the preset untouched
@@ -405,17 +491,24 @@ def test_cli_writes_a_preset_that_compile_accepts(tmp_path, synthetic, model):
     assert out.read_text() == before
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["missing.csv"], "cannot read"),
-    (["megatron_train.log"], "--cluster"),
-    (["megatron_train.log", "--cluster", "dgx-h100", "--factors", "warp_speed"],
-     "unknown factor"),
-    (["empty.csv"], "no run in empty.csv: a CSV needs a header and at least one data row"),
-    (["void.csv"], "no run in void.csv"),
-    (["notes.txt"], "not a CSV"),
-    (["other.csv"], "other.csv: columns not recognised (foo, bar): a CSV of your runs needs a "
-                    "spec column"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["missing.csv"], "cannot read"),
+        (["megatron_train.log"], "--cluster"),
+        (
+            ["megatron_train.log", "--cluster", "dgx-h100", "--factors", "warp_speed"],
+            "unknown factor",
+        ),
+        (["empty.csv"], "no run in empty.csv: a CSV needs a header and at least one data row"),
+        (["void.csv"], "no run in void.csv"),
+        (["notes.txt"], "not a CSV"),
+        (
+            ["other.csv"],
+            "other.csv: columns not recognised (foo, bar): a CSV of your runs needs a spec column",
+        ),
+    ],
+)
 def test_cli_bad_input_exits_2(tmp_path, args, message):
     (tmp_path / "megatron_train.log").write_text((DATA / "megatron_train.log").read_text())
     (tmp_path / "empty.csv").write_text("spec,step_time_s\n")
@@ -429,6 +522,7 @@ def test_cli_bad_input_exits_2(tmp_path, args, message):
 
 
 # --- bad rows, under-determined fits, runs the model cannot describe, factors at a bound ---
+
 
 def test_measured_value_says_what_is_wrong():
     assert measured_value("0.25") == (0.25, "")
@@ -455,9 +549,17 @@ def _spec_csv(tmp_path: Path, cells: list[tuple[str, str]], *, extra: str = "") 
 
 
 def test_bad_rows_are_errors_naming_line_and_value(tmp_path):
-    path = _spec_csv(tmp_path, [("run0.yaml", "-3"), ("run1.yaml", "abc"), ("run2.yaml", ""),
-                                ("missing.yaml", "1.0"), ("run3.yaml", "0"),
-                                ("run3.yaml", "0.5")])
+    path = _spec_csv(
+        tmp_path,
+        [
+            ("run0.yaml", "-3"),
+            ("run1.yaml", "abc"),
+            ("run2.yaml", ""),
+            ("missing.yaml", "1.0"),
+            ("run3.yaml", "0"),
+            ("run3.yaml", "0.5"),
+        ],
+    )
     with pytest.raises(CalibrateError) as e:
         runs_from_csv(path)
     assert str(e.value) == (
@@ -465,38 +567,50 @@ def test_bad_rows_are_errors_naming_line_and_value(tmp_path):
         "'abc' is not a number; line 4: no measurement (step_time_s is empty); line 5: spec "
         f"file missing.yaml not found ({tmp_path / 'missing.yaml'}); line 6: step_time_s '0' "
         "is zero (a measurement must be a positive number and a spec file must load; fix or "
-        "delete these rows)")
+        "delete these rows)"
+    )
 
 
 def test_a_spec_that_does_not_load_is_an_error(tmp_path):
     path = _spec_csv(tmp_path, [("run0.yaml", "0.5"), ("broken.yaml", "0.5")])
     (tmp_path / "broken.yaml").write_text("model: [unclosed\n")
-    with pytest.raises(CalibrateError, match=r"^.*runs\.csv: 1 bad row\(s\): line 3: spec file "
-                       r"broken\.yaml does not load \(.+\) \(a measurement must"):
+    with pytest.raises(
+        CalibrateError,
+        match=r"^.*runs\.csv: 1 bad row\(s\): line 3: spec file "
+        r"broken\.yaml does not load \(.+\) \(a measurement must",
+    ):
         runs_from_csv(path)
 
 
 def test_rows_out_of_scope_stay_notes(tmp_path):
     # --where leaves a bad row out: no error
-    path = _spec_csv(tmp_path, [("run0.yaml", "0.5", "a"), ("run1.yaml", "abc", "b"),
-                                ("missing.yaml", "", "b")], extra="tag")
+    path = _spec_csv(
+        tmp_path,
+        [("run0.yaml", "0.5", "a"), ("run1.yaml", "abc", "b"), ("missing.yaml", "", "b")],
+        extra="tag",
+    )
     runs, notes = runs_from_csv(path, where=["tag=a"])
     assert [r.name for r in runs] == ["runs.csv:2 run0.yaml"] and notes == []
     # a published-runs row the converter cannot build (no global batch) is a note
     pub = tmp_path / "pub.csv"
-    pub.write_text("model,gpus,gpu_type,global_batch,measured_tflops_per_gpu,notes\n"
-                   "LLAMA3_8B,8,DGX-H100,,400,\n")
+    pub.write_text(
+        "model,gpus,gpu_type,global_batch,measured_tflops_per_gpu,notes\n"
+        "LLAMA3_8B,8,DGX-H100,,400,\n"
+    )
     assert runs_from_csv(pub) == ([], ["pub.csv:2: skipped (global_batch not published)"])
     # ... but a published row's bad measurement is an error
-    pub.write_text("model,gpus,gpu_type,global_batch,measured_tflops_per_gpu,notes\n"
-                   "LLAMA3_8B,8,DGX-H100,128,n/a,\n"
-                   "LLAMA3_8B,8,DGX-H100,128,400,tokens_per_s_per_gpu=-5\n")
+    pub.write_text(
+        "model,gpus,gpu_type,global_batch,measured_tflops_per_gpu,notes\n"
+        "LLAMA3_8B,8,DGX-H100,128,n/a,\n"
+        "LLAMA3_8B,8,DGX-H100,128,400,tokens_per_s_per_gpu=-5\n"
+    )
     with pytest.raises(CalibrateError) as e:
         runs_from_csv(pub)
     assert str(e.value) == (
         f"{pub}: 2 bad row(s): line 2: measured_tflops_per_gpu 'n/a' is not a number; line 3: "
         "tokens_per_s_per_gpu (notes) '-5' is negative (a measurement must be a positive "
-        "number and a spec file must load; fix or delete these rows)")
+        "number and a spec file must load; fix or delete these rows)"
+    )
 
 
 def test_fewer_runs_than_factors_is_refused():
@@ -507,14 +621,18 @@ def test_fewer_runs_than_factors_is_refused():
         "3 run(s) for 5 free factor(s): the fit is under-determined (many factor values match "
         "the runs equally well); pass --factors with at most 3 of: gemm_efficiency,"
         "attention_efficiency,layer_overhead_us,comm_efficiency,comm_overlap, or add runs of "
-        "other layouts")
+        "other layouts"
+    )
     with pytest.raises(CalibrateError, match=r"^1 run\(s\) for 2 free factor\(s\)"):
         fit(runs[:1], ["gemm_efficiency", "comm_overlap"])
     assert fit(runs, ["gemm_efficiency", "attention_efficiency", "layer_overhead_us"]).names
     # repeats of one spec count once (trial 13: three measurements of one layout were advised
     # as enough for three factors, and the third wandered)
-    same = [runs[0], dataclasses.replace(runs[0], name="again"),
-            dataclasses.replace(runs[0], name="once more")]
+    same = [
+        runs[0],
+        dataclasses.replace(runs[0], name="again"),
+        dataclasses.replace(runs[0], name="once more"),
+    ]
     with pytest.raises(CalibrateError, match=r"^3 run\(s\) of 1 distinct spec\(s\) for 2 "):
         fit(same, ["gemm_efficiency", "attention_efficiency"])
 
@@ -528,14 +646,16 @@ def test_runs_the_model_cannot_describe_are_refused():
     res = fit(runs, ["gemm_efficiency"])
     with pytest.raises(CalibrateError) as e:
         check_agreement(runs, res)
-    r0, r1, r2 = (r.measured_step_seconds / e
-                  for r, e in zip(runs, res.estimates_after, strict=True))
+    r0, r1, r2 = (
+        r.measured_step_seconds / e for r, e in zip(runs, res.estimates_after, strict=True)
+    )
     # the outlier drags the factor to where the others disagree too; the worst first
     assert r1 > 2 and r0 < r2 < 0.5
     assert str(e.value) == (
         "after the fit 3 of 3 run(s) disagree with the time model by more than 2x (measured / "
         f"estimated outside 0.5..2): r1 {r1:.4g}, r0 {r0:.4g}, r2 {r2:.4g}; check their "
-        "measurements (seconds per step) and specs, or leave them out: no preset is written")
+        "measurements (seconds per step) and specs, or leave them out: no preset is written"
+    )
 
 
 def test_near_bound_is_relative_to_the_range():
@@ -577,7 +697,8 @@ def test_a_factor_at_its_bound_is_set_there_and_noted(kernel_runs, truth, side):
     assert res.after["comm_overlap"] == truth
     assert [n for n in res.notes if "bound" in n] == [
         f"comm_overlap ended at its {side} bound {truth:g} (range 0..1): the runs push it there "
-        "or do not constrain it"]
+        "or do not constrain it"
+    ]
 
 
 def _bad_csv_cases(tmp_path: Path) -> None:
@@ -585,12 +706,15 @@ def _bad_csv_cases(tmp_path: Path) -> None:
         (tmp_path / f"run{i}.yaml").write_text(yaml.safe_dump(_spec_dict(*g)))
 
 
-@pytest.mark.parametrize(("value", "what"), [
-    ("-3", "step_time_s '-3' is negative"),
-    ("abc", "step_time_s 'abc' is not a number"),
-    ("", "no measurement (step_time_s is empty)"),
-    ("inf", "step_time_s 'inf' is not a finite number"),
-])
+@pytest.mark.parametrize(
+    ("value", "what"),
+    [
+        ("-3", "step_time_s '-3' is negative"),
+        ("abc", "step_time_s 'abc' is not a number"),
+        ("", "no measurement (step_time_s is empty)"),
+        ("inf", "step_time_s 'inf' is not a finite number"),
+    ],
+)
 def test_cli_bad_row_exits_2_and_writes_nothing(tmp_path, value, what):
     _bad_csv_cases(tmp_path)
     (tmp_path / "runs.csv").write_text(f"spec,step_time_s\nrun0.yaml,0.5\nrun1.yaml,{value}\n")
@@ -599,7 +723,8 @@ def test_cli_bad_row_exits_2_and_writes_nothing(tmp_path, value, what):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr == (
         f"trainc calibrate: error: runs.csv: 1 bad row(s): line 3: {what} (a measurement must "
-        "be a positive number and a spec file must load; fix or delete these rows)\n")
+        "be a positive number and a spec file must load; fix or delete these rows)\n"
+    )
     assert proc.stdout == "" and not out.exists()
 
 
@@ -611,21 +736,24 @@ def test_cli_missing_spec_file_exits_2(tmp_path):
     assert proc.stderr == (
         "trainc calibrate: error: runs.csv: 1 bad row(s): line 3: spec file nope.yaml not found "
         "(a measurement must be a positive number and a spec file must load; fix or delete "
-        "these rows)\n")
+        "these rows)\n"
+    )
     assert not (tmp_path / "preset.yaml").exists()
 
 
 def test_cli_under_determined_fit_exits_2(tmp_path):
     _bad_csv_cases(tmp_path)
     (tmp_path / "runs.csv").write_text(
-        "spec,step_time_s\nrun0.yaml,0.02\nrun1.yaml,0.05\nrun2.yaml,0.03\n")
+        "spec,step_time_s\nrun0.yaml,0.02\nrun1.yaml,0.05\nrun2.yaml,0.03\n"
+    )
     proc = _cli("runs.csv", "-o", "preset.yaml", cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr == (
         "trainc calibrate: error: 3 run(s) for 5 free factor(s): the fit is under-determined "
         "(many factor values match the runs equally well); pass --factors with at most 3 of: "
         "gemm_efficiency,attention_efficiency,layer_overhead_us,comm_efficiency,comm_overlap, "
-        "or add runs of other layouts\n")
+        "or add runs of other layouts\n"
+    )
     assert not (tmp_path / "preset.yaml").exists()
 
 
@@ -642,33 +770,38 @@ def test_cli_runs_the_model_cannot_describe_exit_2(tmp_path):
         r"model by more than 2x \(measured / estimated outside 0\.5\.\.2\): runs\.csv:2 "
         r"run0\.yaml [0-9.]+e\+09, runs\.csv:3 run1\.yaml 0\.0[0-9]+; check their measurements "
         r"\(seconds per step\) and specs, or leave them out: no preset is written",
-        lines[0]), lines[0]
+        lines[0],
+    ), lines[0]
     assert proc.stdout == "" and not (tmp_path / "preset.yaml").exists()
 
 
-@pytest.mark.parametrize("head", ["\ufeffspec,step_time_s", "Spec,Step_Time_S",
-                                  "spec, step_time_s"])
+@pytest.mark.parametrize(
+    "head", ["\ufeffspec,step_time_s", "Spec,Step_Time_S", "spec, step_time_s"]
+)
 def test_csv_header_variants_are_read(tmp_path, head):
     """A spreadsheet's "CSV UTF-8" (byte-order mark), capitalised or spaced column names were
     read as the published-runs table ('global_batch not published') or 'no measured column'."""
     _bad_csv_cases(tmp_path)
-    (tmp_path / "runs.csv").write_text(f"{head}\nrun0.yaml,0.5\nrun1.yaml,0.7\n",
-                                       encoding="utf-8")
+    (tmp_path / "runs.csv").write_text(f"{head}\nrun0.yaml,0.5\nrun1.yaml,0.7\n", encoding="utf-8")
     runs, notes = runs_from_csv(tmp_path / "runs.csv")
     assert [r.measured_step_seconds for r in runs] == [0.5, 0.7] and notes == []
 
 
-@pytest.mark.parametrize(("factors", "err"), [
-    ("gemm_efficiency,gemm_efficiency", "--factors names gemm_efficiency more than once"),
-    ("fp8_gemm_efficiency", "no run exercises fp8_gemm_efficiency"),
-    ("", "--factors names no factor"),
-])
+@pytest.mark.parametrize(
+    ("factors", "err"),
+    [
+        ("gemm_efficiency,gemm_efficiency", "--factors names gemm_efficiency more than once"),
+        ("fp8_gemm_efficiency", "no run exercises fp8_gemm_efficiency"),
+        ("", "--factors names no factor"),
+    ],
+)
 def test_cli_factors_that_cannot_be_fitted_exit_2(tmp_path, factors, err):
     """A factor named twice counted twice against the runs; a factor no run reads (FP8 on BF16
     runs) was 'fitted' to its start value; --factors '' fell back to the defaults."""
     _bad_csv_cases(tmp_path)
-    (tmp_path / "runs.csv").write_text("spec,step_time_s\nrun0.yaml,0.5\nrun1.yaml,0.7\n"
-                                       "run2.yaml,0.9\n")
+    (tmp_path / "runs.csv").write_text(
+        "spec,step_time_s\nrun0.yaml,0.5\nrun1.yaml,0.7\nrun2.yaml,0.9\n"
+    )
     proc = _cli("runs.csv", "--factors", factors, "-o", "p.yaml", cwd=tmp_path)
     assert proc.returncode == 2 and err in proc.stderr, proc.stderr
     assert not (tmp_path / "p.yaml").exists()
@@ -681,12 +814,15 @@ def test_cli_a_spec_row_that_breaks_a_rule_exits_2(tmp_path):
     bad = _spec_dict(*GRID[0])
     bad["parallel"]["tp"] = 3
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
-    (tmp_path / "runs.csv").write_text("spec,step_time_s\nrun0.yaml,0.5\nrun1.yaml,0.7\n"
-                                       "bad.yaml,0.9\n")
+    (tmp_path / "runs.csv").write_text(
+        "spec,step_time_s\nrun0.yaml,0.5\nrun1.yaml,0.7\nbad.yaml,0.9\n"
+    )
     proc = _cli("runs.csv", "--factors", "gemm_efficiency", "-o", "p.yaml", cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "1 run(s) do not compile: runs.csv:4 bad.yaml (its layout breaks TRC101, TRC201" \
+    assert (
+        "1 run(s) do not compile: runs.csv:4 bad.yaml (its layout breaks TRC101, TRC201"
         in proc.stderr
+    )
     assert not (tmp_path / "p.yaml").exists()
 
 
@@ -698,7 +834,8 @@ def test_cli_contradicting_measurements_exit_2(tmp_path):
     tps = gbs * seq / (0.5 * nodes * 8)  # the tokens/s that agree with 0.5 s per step
     (tmp_path / "runs.csv").write_text(
         "spec,step_time_s,tokens_per_s_per_gpu\n"
-        f"run0.yaml,0.5,\nrun1.yaml,0.5,{tps:g}\nrun2.yaml,0.5,{tps / 2000:g}\n")
+        f"run0.yaml,0.5,\nrun1.yaml,0.5,{tps:g}\nrun2.yaml,0.5,{tps / 2000:g}\n"
+    )
     proc = _cli("runs.csv", "--factors", "gemm_efficiency", "-o", "p.yaml", cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "line 4: step_time_s 0.5 and tokens_per_s_per_gpu" in proc.stderr
@@ -717,8 +854,9 @@ def test_a_measured_run_the_memory_model_calls_a_sure_oom_is_kept_with_a_warning
     kept, notes = prepare(runs)
     assert [r.name for r in kept] == [runs[0].name] and kept[0].memory_flagged
     assert kept[0].plan is not None and kept[0].measured_step_seconds == 1.0
-    assert [n for n in notes if "sure OOM (TRC401)" in n and n.startswith("warning: ")] \
-        and all(runs[0].name in n for n in notes if "TRC401" in n)
+    assert [n for n in notes if "sure OOM (TRC401)" in n and n.startswith("warning: ")] and all(
+        runs[0].name in n for n in notes if "TRC401" in n
+    )
 
 
 def test_csv_with_extra_cells_or_a_near_miss_column_is_refused_with_the_reason(tmp_path):

@@ -14,10 +14,13 @@ import pytest
 from trainc.cli import main
 from trainc.compiler.load import load_spec
 
-SPEC = ("defaults:\n  - model: mine\n  - cluster: dgx-h100\n  - _self_\nname: paths\n"
-        "cluster:\n  num_nodes: 1\nparallel:\n  tp: 2\ntraining:\n  global_batch_size: 16\n")
-MODEL = ("num_layers: 8\nhidden_size: 512\nnum_attention_heads: 8\nvocab_size: 32001\n"
-         "seq_length: 1024\n")
+SPEC = (
+    "defaults:\n  - model: mine\n  - cluster: dgx-h100\n  - _self_\nname: paths\n"
+    "cluster:\n  num_nodes: 1\nparallel:\n  tp: 2\ntraining:\n  global_batch_size: 16\n"
+)
+MODEL = (
+    "num_layers: 8\nhidden_size: 512\nnum_attention_heads: 8\nvocab_size: 32001\nseq_length: 1024\n"
+)
 
 
 def _tree(root: Path) -> Path:
@@ -28,9 +31,15 @@ def _tree(root: Path) -> Path:
 
 
 def _trainc(args: list[str], cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainc", *args], input=stdin, text=True,
-                          capture_output=True, cwd=cwd, timeout=300,
-                          env={**__import__("os").environ, "TRAINC_NO_CACHE": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "trainc", *args],
+        input=stdin,
+        text=True,
+        capture_output=True,
+        cwd=cwd,
+        timeout=300,
+        env={**__import__("os").environ, "TRAINC_NO_CACHE": "1"},
+    )
 
 
 # --- standard input ------------------------------------------------------------------------
@@ -60,8 +69,9 @@ def test_compile_reads_the_spec_from_stdin(tmp_path: Path) -> None:
     r2 = _trainc(["compile", str(spec), "-o", "out-file"], tmp_path)
     assert r2.returncode == 0, r2.stderr
     for name in ("megatron_args.txt", "sbatch.sh", "megatron_core.yaml"):
-        assert (tmp_path / "out-stdin" / name).read_bytes() == \
-            (tmp_path / "out-file" / name).read_bytes()
+        assert (tmp_path / "out-stdin" / name).read_bytes() == (
+            tmp_path / "out-file" / name
+        ).read_bytes()
 
 
 def test_stdin_given_twice_or_garbage_is_exit_2(tmp_path: Path) -> None:
@@ -73,13 +83,15 @@ def test_stdin_given_twice_or_garbage_is_exit_2(tmp_path: Path) -> None:
 # --- folder names ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("folder", ["naïve-日本語", "it's", "x]y", "a b", "runs/date=2024-01-01",
-                                    "q'[=] ,z", "c{d}"],
-                         ids=["non-ascii", "quote", "bracket", "space", "equals", "mixed",
-                              "braces"])
+@pytest.mark.parametrize(
+    "folder",
+    ["naïve-日本語", "it's", "x]y", "a b", "runs/date=2024-01-01", "q'[=] ,z", "c{d}"],
+    ids=["non-ascii", "quote", "bracket", "space", "equals", "mixed", "braces"],
+)
 @pytest.mark.parametrize("how", ["absolute", "relative"])
-def test_spec_under_any_folder_name(tmp_path: Path, monkeypatch, capsys, folder: str,
-                                    how: str) -> None:
+def test_spec_under_any_folder_name(
+    tmp_path: Path, monkeypatch, capsys, folder: str, how: str
+) -> None:
     monkeypatch.setenv("TRAINC_NO_CACHE", "1")
     spec = _tree(tmp_path / folder)
     monkeypatch.chdir(tmp_path)
@@ -104,9 +116,15 @@ def test_a_file_named_like_an_override_is_a_spec(tmp_path: Path, monkeypatch, ca
 
 # --- hostile YAML ---------------------------------------------------------------------------
 
-LAUGHS = "a: &a [" + ",".join(['"lol"'] * 9) + "]\n" + "".join(
-    f"{c}: &{c} [" + ",".join([f"*{p}"] * 9) + "]\n" for p, c in zip("abcdefgh", "bcdefghi",
-                                                                    strict=True))
+LAUGHS = (
+    "a: &a ["
+    + ",".join(['"lol"'] * 9)
+    + "]\n"
+    + "".join(
+        f"{c}: &{c} [" + ",".join([f"*{p}"] * 9) + "]\n"
+        for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+    )
+)
 
 
 @pytest.mark.parametrize("where", ["spec", "preset"])
@@ -131,22 +149,29 @@ def test_billion_laughs_is_refused_fast(tmp_path: Path, where: str) -> None:
 
 def test_a_few_aliases_are_fine(tmp_path: Path) -> None:
     f = tmp_path / "s.yaml"
-    f.write_text("x-common: &c\n  num_nodes: 1\n" + SPEC.replace(
-        "  - model: mine\n", "  - model: llama2-7b\n").replace("cluster:\n  num_nodes: 1\n",
-                                                            "cluster: *c\n"))
+    f.write_text(
+        "x-common: &c\n  num_nodes: 1\n"
+        + SPEC.replace("  - model: mine\n", "  - model: llama2-7b\n").replace(
+            "cluster:\n  num_nodes: 1\n", "cluster: *c\n"
+        )
+    )
     loaded = load_spec(f)
     assert [d.rule.id for d in loaded.diagnostics] == ["TRC002"]  # x-common: unknown, no bomb
 
 
-@pytest.mark.parametrize(("text", "line", "tag"), [
-    ("name: x\nmodel: !!python/object:os.system\n  a: 1\n", 2, "!!python/object:os.system"),
-    ("name: x\nlaunch:\n  account: !!python/name:os.system ''\n", 3, "!!python/name:os.system"),
-    ("name: !!timestamp 2024-01-01\n", 1, "!!timestamp"),
-    ("name: x\nlaunch:\n  env: !!set {A: null}\n", 3, "!!set"),
-    ("name: !custom x\n", 1, "!custom"),
-])
-def test_object_and_unknown_tags_point_at_their_line(tmp_path: Path, text: str, line: int,
-                                                     tag: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "line", "tag"),
+    [
+        ("name: x\nmodel: !!python/object:os.system\n  a: 1\n", 2, "!!python/object:os.system"),
+        ("name: x\nlaunch:\n  account: !!python/name:os.system ''\n", 3, "!!python/name:os.system"),
+        ("name: !!timestamp 2024-01-01\n", 1, "!!timestamp"),
+        ("name: x\nlaunch:\n  env: !!set {A: null}\n", 3, "!!set"),
+        ("name: !custom x\n", 1, "!custom"),
+    ],
+)
+def test_object_and_unknown_tags_point_at_their_line(
+    tmp_path: Path, text: str, line: int, tag: str
+) -> None:
     f = tmp_path / "s.yaml"
     f.write_text(text)
     [d] = load_spec(f).diagnostics
@@ -191,8 +216,9 @@ def test_lint_a_folder_or_a_quoted_glob(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("command", ["compile", "explain", "plan", "lint"])
-def test_usage_names_the_spec_arguments_once(command: str, capsys: pytest.CaptureFixture[str]
-                                             ) -> None:
+def test_usage_names_the_spec_arguments_once(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """argparse writes a nargs="+" metavar twice (``SPEC [KEY=VALUE ...] [SPEC [KEY=VALUE ...]
     ...]``); the usage line names it once."""
     from trainc.cli import build_parser
@@ -205,7 +231,7 @@ def test_usage_names_the_spec_arguments_once(command: str, capsys: pytest.Captur
 
 
 def test_lint_of_a_pattern_without_a_match_says_no_match(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A quoted glob that matches nothing is "no file matches", not "does not exist"."""
     from trainc.cli import main

@@ -51,8 +51,9 @@ def _tree(root: Path) -> dict[str, bytes | str]:
 
 
 def _leftovers(root: Path) -> list[str]:
-    return sorted(str(p.relative_to(root)) for p in root.rglob(".*")
-                  if ".tmp-" in p.name or ".old-" in p.name)
+    return sorted(
+        str(p.relative_to(root)) for p in root.rglob(".*") if ".tmp-" in p.name or ".old-" in p.name
+    )
 
 
 def _refused(capsys: pytest.CaptureFixture[str], argv: list[str], root: Path) -> str:
@@ -68,15 +69,21 @@ def _refused(capsys: pytest.CaptureFixture[str], argv: list[str], root: Path) ->
 
 @pytest.mark.parametrize("force", [False, True])
 @pytest.mark.parametrize("how", ["dot", "absolute", "dot-slash", "trailing-slash"])
-def test_working_folder_is_never_replaced(tmp_path: Path, monkeypatch, capsys, force: bool,
-                                          how: str) -> None:
+def test_working_folder_is_never_replaced(
+    tmp_path: Path, monkeypatch, capsys, force: bool, how: str
+) -> None:
     spec = _spec(tmp_path / "w")
     (tmp_path / "w" / "notes.txt").write_text("mine")
     monkeypatch.chdir(tmp_path / "w")
-    out = {"dot": ".", "absolute": str(tmp_path / "w"), "dot-slash": "./",
-           "trailing-slash": str(tmp_path / "w") + "/"}[how]
-    err = _refused(capsys, ["compile", str(spec), "-o", out, *(["--force"] if force else [])],
-                   tmp_path)
+    out = {
+        "dot": ".",
+        "absolute": str(tmp_path / "w"),
+        "dot-slash": "./",
+        "trailing-slash": str(tmp_path / "w") + "/",
+    }[how]
+    err = _refused(
+        capsys, ["compile", str(spec), "-o", out, *(["--force"] if force else [])], tmp_path
+    )
     assert "--force replaces only a folder written by trainc compile" in err or "'.'" in err
 
 
@@ -85,14 +92,16 @@ def test_ancestor_of_cwd_is_refused(tmp_path: Path, monkeypatch, capsys, force: 
     spec = _spec(tmp_path / "specs")
     (tmp_path / "a" / "b").mkdir(parents=True)
     monkeypatch.chdir(tmp_path / "a" / "b")
-    err = _refused(capsys, ["compile", str(spec), "-o", str(tmp_path / "a"),
-                            *(["--force"] if force else [])], tmp_path)
+    err = _refused(
+        capsys,
+        ["compile", str(spec), "-o", str(tmp_path / "a"), *(["--force"] if force else [])],
+        tmp_path,
+    )
     assert "holds the working folder" in err
 
 
 @pytest.mark.parametrize("target", ["spec-folder", "grandparent", "spec-file"])
-def test_spec_and_its_folders_are_refused(tmp_path: Path, monkeypatch, capsys,
-                                          target: str) -> None:
+def test_spec_and_its_folders_are_refused(tmp_path: Path, monkeypatch, capsys, target: str) -> None:
     spec = _spec(tmp_path / "proj" / "runs")
     monkeypatch.chdir(tmp_path)  # elsewhere: the spec is protected on its own
     (tmp_path / "elsewhere").mkdir()
@@ -105,8 +114,9 @@ def test_spec_and_its_folders_are_refused(tmp_path: Path, monkeypatch, capsys,
 
 @pytest.mark.parametrize("force", [False, True])
 @pytest.mark.parametrize("kind", ["file", "fifo", "link-to-file", "link-to-dir", "dangling-link"])
-def test_non_directories_and_links_are_refused(tmp_path: Path, monkeypatch, capsys, force: bool,
-                                               kind: str) -> None:
+def test_non_directories_and_links_are_refused(
+    tmp_path: Path, monkeypatch, capsys, force: bool, kind: str
+) -> None:
     spec = _spec(tmp_path / "src")
     monkeypatch.chdir(tmp_path)
     target = tmp_path / "out"
@@ -123,15 +133,20 @@ def test_non_directories_and_links_are_refused(tmp_path: Path, monkeypatch, caps
     else:
         target.symlink_to(tmp_path / "nowhere")
     capsys.readouterr()
-    err = _refused(capsys, ["compile", str(spec), "-o", "out", *(["--force"] if force else [])],
-                   tmp_path)
-    assert ("symbolic link" in err) if kind.endswith("link") or "link" in kind \
+    err = _refused(
+        capsys, ["compile", str(spec), "-o", "out", *(["--force"] if force else [])], tmp_path
+    )
+    assert (
+        ("symbolic link" in err)
+        if kind.endswith("link") or "link" in kind
         else ("not a folder" in err)
+    )
 
 
 @pytest.mark.parametrize("out", [".", "..", "x/.", "x/..", "x/../.."])
-def test_dot_names_are_refused_without_old_folders(tmp_path: Path, monkeypatch, capsys,
-                                                   out: str) -> None:
+def test_dot_names_are_refused_without_old_folders(
+    tmp_path: Path, monkeypatch, capsys, out: str
+) -> None:
     spec = _spec(tmp_path / "w" / "src")
     (tmp_path / "w" / "x").mkdir()
     monkeypatch.chdir(tmp_path / "w")
@@ -147,8 +162,9 @@ def test_three_dots_is_an_ordinary_folder_name(tmp_path: Path, monkeypatch) -> N
 
 
 @pytest.mark.parametrize("name", [".", "..", "...", "...."])
-def test_job_names_of_only_dots_are_rejected(tmp_path: Path, monkeypatch, capsys,
-                                             name: str) -> None:
+def test_job_names_of_only_dots_are_rejected(
+    tmp_path: Path, monkeypatch, capsys, name: str
+) -> None:
     spec = _spec(tmp_path / "src", name=name)
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "other-job.txt").write_text("keep")
@@ -162,10 +178,12 @@ def test_job_names_of_only_dots_are_rejected(tmp_path: Path, monkeypatch, capsys
     assert _leftovers(tmp_path) == []
 
 
-@pytest.mark.parametrize("extra", ["user-file", "checkpoints", "edited", "no-manifest",
-                                   "foreign-manifest", "slurm-log"])
-def test_force_refuses_a_folder_with_anything_unlisted(tmp_path: Path, monkeypatch, capsys,
-                                                       extra: str) -> None:
+@pytest.mark.parametrize(
+    "extra", ["user-file", "checkpoints", "edited", "no-manifest", "foreign-manifest", "slurm-log"]
+)
+def test_force_refuses_a_folder_with_anything_unlisted(
+    tmp_path: Path, monkeypatch, capsys, extra: str
+) -> None:
     spec = _spec(tmp_path / "src")
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
@@ -187,18 +205,25 @@ def test_force_refuses_a_folder_with_anything_unlisted(tmp_path: Path, monkeypat
         else:
             (out / "safe-123.out").write_text("job log")
     capsys.readouterr()
-    err = _refused(capsys, ["compile", str(spec), "parallel.tp=4", "-o", "out", "--force"],
-                   tmp_path)
+    err = _refused(
+        capsys, ["compile", str(spec), "parallel.tp=4", "-o", "out", "--force"], tmp_path
+    )
     assert "--force refused" in err and "--force replaces only a folder written by trainc" in err
-    want = {"user-file": "notes.md", "checkpoints": "checkpoints/", "edited": "sbatch.sh",
-            "no-manifest": "no manifest.json", "foreign-manifest": "did not write",
-            "slurm-log": "safe-123.out"}[extra]
+    want = {
+        "user-file": "notes.md",
+        "checkpoints": "checkpoints/",
+        "edited": "sbatch.sh",
+        "no-manifest": "no manifest.json",
+        "foreign-manifest": "did not write",
+        "slurm-log": "safe-123.out",
+    }[extra]
     assert want in err
 
 
 @pytest.mark.parametrize("how", ["relative", "absolute"])
-def test_force_replaces_a_previous_trainc_output(tmp_path: Path, monkeypatch, capsys,
-                                                 how: str) -> None:
+def test_force_replaces_a_previous_trainc_output(
+    tmp_path: Path, monkeypatch, capsys, how: str
+) -> None:
     spec = _spec(tmp_path / "src")
     monkeypatch.chdir(tmp_path)
     out = "out/job" if how == "relative" else str(tmp_path / "out" / "job")
@@ -210,7 +235,8 @@ def test_force_replaces_a_previous_trainc_output(tmp_path: Path, monkeypatch, ca
     assert "--tensor-model-parallel-size 2" in first and "--tensor-model-parallel-size 4" in second
     manifest = json.loads((tmp_path / "out" / "job" / "manifest.json").read_text())
     assert sorted(manifest["files"]) == sorted(
-        p.name for p in (tmp_path / "out" / "job").iterdir() if p.name != "manifest.json")
+        p.name for p in (tmp_path / "out" / "job").iterdir() if p.name != "manifest.json"
+    )
     assert _leftovers(tmp_path) == []
 
 
@@ -222,8 +248,7 @@ def test_an_empty_folder_is_written_without_force(tmp_path: Path, monkeypatch) -
     assert (tmp_path / "out" / "manifest.json").is_file()
 
 
-def test_same_spec_tree_in_two_checkouts_gives_identical_bytes(tmp_path: Path,
-                                                               monkeypatch) -> None:
+def test_same_spec_tree_in_two_checkouts_gives_identical_bytes(tmp_path: Path, monkeypatch) -> None:
     """A preset next to the spec, a diagnostic located in it, compiled by relative and by
     absolute paths from two copies of the tree: every artifact is byte-identical, and no path of
     the checkout appears in any of them."""
@@ -231,10 +256,12 @@ def test_same_spec_tree_in_two_checkouts_gives_identical_bytes(tmp_path: Path,
     (tree / "model").mkdir(parents=True)
     (tree / "model" / "mine.yaml").write_text(
         "num_layers: 8\nhidden_size: 512\nnum_attention_heads: 8\nvocab_size: 32001\n"
-        "seq_length: 1024\n")
+        "seq_length: 1024\n"
+    )
     (tree / "s.yaml").write_text(
         "defaults:\n  - model: mine\n  - cluster: dgx-h100\n  - _self_\nname: twin\n"
-        "cluster:\n  num_nodes: 1\nparallel:\n  tp: 2\ntraining:\n  global_batch_size: 16\n")
+        "cluster:\n  num_nodes: 1\nparallel:\n  tp: 2\ntraining:\n  global_batch_size: 16\n"
+    )
     shutil.copytree(tmp_path / "a", tmp_path / "b checkout")
     trees = []
     for root in (tmp_path / "a", tmp_path / "b checkout"):
@@ -246,16 +273,19 @@ def test_same_spec_tree_in_two_checkouts_gives_identical_bytes(tmp_path: Path,
             trees.append({p.name: p.read_bytes() for p in out.iterdir()})
     assert all(t == trees[0] for t in trees[1:])
     plan = json.loads(trees[0]["plan.json"])
-    assert plan["presets"] == {"cluster": "trainc/conf/cluster/dgx-h100.yaml",
-                               "model": "model/mine.yaml"}
+    assert plan["presets"] == {
+        "cluster": "trainc/conf/cluster/dgx-h100.yaml",
+        "model": "model/mine.yaml",
+    }
     assert {d.get("file") for d in plan["diagnostics"]} >= {"model/mine.yaml"}
     for name, data in trees[0].items():
         assert str(tmp_path).encode() not in data, name
 
 
 @pytest.mark.parametrize("fail", ["move-old-away", "move-new-in"])
-def test_a_failed_swap_leaves_no_old_folder_and_the_previous_output(tmp_path: Path, monkeypatch,
-                                                                    capsys, fail: str) -> None:
+def test_a_failed_swap_leaves_no_old_folder_and_the_previous_output(
+    tmp_path: Path, monkeypatch, capsys, fail: str
+) -> None:
     """The rename of the previous OUTDIR aside (EBUSY on a mount point) or of the new one into
     place fails: exit 4, the previous output as it was, no .out.old-* / .out.tmp-* folder."""
     import errno

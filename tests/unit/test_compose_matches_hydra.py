@@ -31,15 +31,23 @@ def hydra_reference(spec_dir, name):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with initialize_config_dir(config_dir=str(spec_dir), version_base="1.3"):
-            cfg = compose(config_name=name,
-                          overrides=[f"hydra.searchpath=[file://{load.conf_dir()}]"])
+            cfg = compose(
+                config_name=name, overrides=[f"hydra.searchpath=[file://{load.conf_dir()}]"]
+            )
     GlobalHydra.instance().clear()
     return OmegaConf.to_container(cfg, resolve=True)
 
 
-@pytest.mark.parametrize("model,cluster,self_pos", list(itertools.product(
-    ["llama2-70b", "mixtral-8x7b", "gpt3-175b"], ["dgx-a100-80g", "gb200-nvl72"],
-    ["first", "last", "absent"])))
+@pytest.mark.parametrize(
+    "model,cluster,self_pos",
+    list(
+        itertools.product(
+            ["llama2-70b", "mixtral-8x7b", "gpt3-175b"],
+            ["dgx-a100-80g", "gb200-nvl72"],
+            ["first", "last", "absent"],
+        )
+    ),
+)
 def test_matches_hydra(tmp_path, monkeypatch, model, cluster, self_pos):
     monkeypatch.setenv("TRAINC_NO_CACHE", "1")
     lines = [f"  - model: {model}", f"  - cluster: {cluster}"]

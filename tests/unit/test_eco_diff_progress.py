@@ -60,22 +60,37 @@ def test_text_table(capsys):
 
 
 def test_flatten_compare_and_formatting():
-    a = {"spec": {"model": {"n": 1}, "launch": {"env": {"X": "1"}}}, "derived": {"dp": 2},
-         "estimates": {"memory_bytes": {"total": 2**31}}, "spec_hash": "x",
-         "diagnostics": [{"rule": "TRC209"}]}
-    b = {"spec": {"model": {"n": 1}, "launch": {"env": {}}}, "derived": {"dp": 4},
-         "estimates": {}, "spec_hash": "y", "diagnostics": []}
+    a = {
+        "spec": {"model": {"n": 1}, "launch": {"env": {"X": "1"}}},
+        "derived": {"dp": 2},
+        "estimates": {"memory_bytes": {"total": 2**31}},
+        "spec_hash": "x",
+        "diagnostics": [{"rule": "TRC209"}],
+    }
+    b = {
+        "spec": {"model": {"n": 1}, "launch": {"env": {}}},
+        "derived": {"dp": 4},
+        "estimates": {},
+        "spec_hash": "y",
+        "diagnostics": [],
+    }
     assert flatten(a)["launch.env"] == {"X": "1"} and "spec_hash" not in flatten(a)
     diffs, same = compare(a, b)
-    assert [d["key"] for d in diffs] == ["launch.env", "derived.dp",
-                                         "estimates.memory_bytes.total", "diagnostics"]
+    assert [d["key"] for d in diffs] == [
+        "launch.env",
+        "derived.dp",
+        "estimates.memory_bytes.total",
+        "diagnostics",
+    ]
     assert diffs[2]["b"] is None
     assert same == {"model.n": 1}
     assert fmt_value("estimates.memory_bytes.total", 2**31) == "2.00 GiB"
     assert fmt_value("estimates.pipeline_bubble_fraction", 0.125) == "12.5%"
     assert change(2, 3) == "+50.0%" and change("a", "b") == ""
     assert fmt_value("derived.layers_per_stage", [20, 20]) == "[20, 20]"
-    assert fmt_value("estimates.rank_map.first_node", [{"rank": i} for i in range(8)]) == "[8 items]"
+    assert (
+        fmt_value("estimates.rank_map.first_node", [{"rank": i} for i in range(8)]) == "[8 items]"
+    )
 
 
 def test_progress_is_a_noop_without_a_tty(monkeypatch):
@@ -118,8 +133,9 @@ def test_require_resume_exit_code(capsys):
     cannot load A's checkpoints (tp 8 -> 4: the trainc worker's layout-bound files, TRC534) is
     exit 1, for CI; a B that can (another lr) stays 0."""
     assert main(["diff", EXAMPLE, EXAMPLE, "parallel.tp=4", "parallel.pp=8"]) == 0
-    assert main(["diff", EXAMPLE, EXAMPLE, "parallel.tp=4", "parallel.pp=8",
-                 "--require-resume"]) == 1
+    assert (
+        main(["diff", EXAMPLE, EXAMPLE, "parallel.tp=4", "parallel.pp=8", "--require-resume"]) == 1
+    )
     assert "B cannot resume from A's checkpoints (--require-resume)" in capsys.readouterr().err
     assert main(["diff", EXAMPLE, EXAMPLE, "training.lr=0.0002", "--require-resume"]) == 0
 
@@ -159,7 +175,9 @@ def test_overrides_on_a_compiled_output_derive_again(capsys, tmp_path):
     assert main(["compile", EXAMPLE, "-o", str(out)]) == 0
     capsys.readouterr()
     plan = json.loads((out / "plan.json").read_text())
-    assert plan["spec"]["parallel"]["etp"] == 8 and plan["spec_as_written"]["parallel"]["etp"] is None
+    assert (
+        plan["spec"]["parallel"]["etp"] == 8 and plan["spec_as_written"]["parallel"]["etp"] is None
+    )
     ov = ["parallel.tp=4", "parallel.pp=8"]
     rc = main(["diff", str(out), str(out), *ov, "--format", "json"])
     from_output = json.loads(capsys.readouterr().out)

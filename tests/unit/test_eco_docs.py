@@ -14,8 +14,12 @@ DOC = ROOT / "docs" / "ecosystem.md"
 
 def _commands():
     blocks = re.findall(r"```bash\n(.*?)```", DOC.read_text(), flags=re.S)
-    return [line.split("#")[0].strip() for block in blocks for line in block.splitlines()
-            if line.startswith("trainc ")]
+    return [
+        line.split("#")[0].strip()
+        for block in blocks
+        for line in block.splitlines()
+        if line.startswith("trainc ")
+    ]
 
 
 def test_the_doc_shows_commands():
@@ -29,5 +33,5 @@ def test_documented_command_runs(command, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     argv = shlex.split(command)[1:]
     if ">" in argv:
-        argv = argv[:argv.index(">")]
+        argv = argv[: argv.index(">")]
     assert main(argv) == 0, capsys.readouterr().err

@@ -20,8 +20,11 @@ def _strict(schema):
     API server's field pruning do), so a misspelt field fails the test instead of vanishing."""
     if isinstance(schema, dict):
         out = {k: _strict(v) for k, v in schema.items()}
-        if ("properties" in out and "additionalProperties" not in out
-                and not out.get("x-kubernetes-preserve-unknown-fields")):
+        if (
+            "properties" in out
+            and "additionalProperties" not in out
+            and not out.get("x-kubernetes-preserve-unknown-fields")
+        ):
             out["additionalProperties"] = False
         return out
     if isinstance(schema, list):
@@ -54,7 +57,9 @@ def _docs(plan, **kw):
 
 
 def _errors(validator, job):
-    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(job)]
+    return [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(job)
+    ]
 
 
 def _variant(plan, **changes):
@@ -79,8 +84,13 @@ def test_one_pod_per_node_and_gpus(plan):
     (container,) = replicas["Worker"]["template"]["spec"]["containers"]
     assert container["name"] == "pytorch"
     assert container["resources"]["limits"] == {"nvidia.com/gpu": "8"}
-    assert container["command"][:5] == ["torchrun", "-m", "trainc.launch.worker", "--plan",
-                                        "/trainc/plan.json"]
+    assert container["command"][:5] == [
+        "torchrun",
+        "-m",
+        "trainc.launch.worker",
+        "--plan",
+        "/trainc/plan.json",
+    ]
     assert container["image"] == IMAGE
     # tp 8 on CUDA: the variable torchrun.sh exports reaches the pods too
     assert container["env"] == [{"name": "CUDA_DEVICE_MAX_CONNECTIONS", "value": "1"}]
@@ -91,15 +101,23 @@ def test_one_pod_per_node_and_gpus(plan):
 
 
 def test_variants_validate(plan, validator):
-    cpu_single = _variant(plan, launch__device="cpu", cluster__num_nodes=1,
-                          launch__container_image="ghcr.io/acme/trainc:0.1",
-                          launch__env={"NCCL_DEBUG": "INFO", "B": 1}, launch__save_dir="/ckpt")
+    cpu_single = _variant(
+        plan,
+        launch__device="cpu",
+        cluster__num_nodes=1,
+        launch__container_image="ghcr.io/acme/trainc:0.1",
+        launch__env={"NCCL_DEBUG": "INFO", "B": 1},
+        launch__save_dir="/ckpt",
+    )
     _, job = _docs(cpu_single)
     assert _errors(validator, job) == []
     assert set(job["spec"]["pytorchReplicaSpecs"]) == {"Master"}
     (container,) = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"]
     assert "resources" not in container and container["image"] == "ghcr.io/acme/trainc:0.1"
-    assert container["env"] == [{"name": "B", "value": "1"}, {"name": "NCCL_DEBUG", "value": "INFO"}]
+    assert container["env"] == [
+        {"name": "B", "value": "1"},
+        {"name": "NCCL_DEBUG", "value": "INFO"},
+    ]
     assert container["command"][-2:] == ["--save", "/ckpt"]
 
     _, job = _docs(plan, elastic=True)
@@ -139,8 +157,10 @@ def test_headers_name_the_secret_and_the_mounts_the_manifest_leaves_out(plan):
     job = k8s_name(p["spec"]["name"])
     for text in (pytorchjob(p)["pytorchjob.yaml"], trainjob(p)["trainjob.yaml"]):
         head = text.split("apiVersion:")[0]
-        assert f'kubectl create secret generic {job}-secrets --from-literal=HF_TOKEN="$HF_TOKEN"' \
+        assert (
+            f'kubectl create secret generic {job}-secrets --from-literal=HF_TOKEN="$HF_TOKEN"'
             in head
+        )
         assert "launch.container_mounts (/lustre/data:/data)" in head
     assert "container_mounts" not in pytorchjob(plan)["pytorchjob.yaml"].split("apiVersion:")[0]
 

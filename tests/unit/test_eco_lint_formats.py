@@ -33,8 +33,11 @@ def test_sarif_clean_spec(capsys):
     rules = run["tool"]["driver"]["rules"]
     assert run["tool"]["driver"]["name"] == "trainc"
     assert {r["id"] for r in rules} == {r.id for r in ALL_RULES}
-    assert all(r["shortDescription"]["text"] and r["defaultConfiguration"]["level"]
-               in ("error", "warning", "note") for r in rules)
+    assert all(
+        r["shortDescription"]["text"]
+        and r["defaultConfiguration"]["level"] in ("error", "warning", "note")
+        for r in rules
+    )
     assert all(res["level"] != "error" for res in run["results"])
 
 
@@ -73,7 +76,9 @@ def test_github_annotations(capsys):
     rc, out = _lint(capsys, EXAMPLE, "parallel.tp=3", "--format", "github")
     assert rc == 2
     cmds = [line for line in out.splitlines() if line.startswith("::")]
-    pattern = re.compile(r"::(error|warning|notice) file=([^,]+),line=(\d+),title=(TRC\d{3} [a-z0-9-]+)::(.+)")
+    pattern = re.compile(
+        r"::(error|warning|notice) file=([^,]+),line=(\d+),title=(TRC\d{3} [a-z0-9-]+)::(.+)"
+    )
     parsed = [pattern.fullmatch(c) for c in cmds]
     assert cmds and all(parsed)
     titles = {m.group(4) for m in parsed}
@@ -86,8 +91,9 @@ def test_github_annotations(capsys):
 def test_github_clean_and_werror(capsys):
     rc, out = _lint(capsys, EXAMPLE, "--format", "github")
     assert rc == 0 and "::error" not in out
-    rc, out = _lint(capsys, EXAMPLE, "parallel.tp=16", "cluster.num_nodes=16", "--format", "github",
-                    "--werror")
+    rc, out = _lint(
+        capsys, EXAMPLE, "parallel.tp=16", "cluster.num_nodes=16", "--format", "github", "--werror"
+    )
     assert "::warning" in out and rc == 2
 
 

@@ -18,7 +18,9 @@ V = jsonschema.Draft202012Validator
 
 
 def _errors(schema, doc):
-    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in V(schema).iter_errors(doc)]
+    return [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in V(schema).iter_errors(doc)
+    ]
 
 
 def test_schema_is_valid_draft_2020_12():
@@ -52,22 +54,29 @@ def test_schema_covers_every_spec_key_with_a_description():
 
 def test_types_enums_and_defaults():
     m = spec_schema()["$defs"]["ModelSpec"]["properties"]
-    assert m["num_layers"] == {"type": "integer", "description": field_docs(ModelSpec)["num_layers"]}
+    assert m["num_layers"] == {
+        "type": "integer",
+        "description": field_docs(ModelSpec)["num_layers"],
+    }
     assert m["activation"]["enum"] == ["swiglu", "gelu"] and m["activation"]["default"] == "swiglu"
     assert m["num_query_groups"]["type"] == ["integer", "null"]
     env = spec_schema()["$defs"]["LaunchSpec"]["properties"]["env"]
     assert env["type"] == "object" and env["default"] == {}
 
 
-@pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "example", sorted((ROOT / "examples").glob("*.yaml")), ids=lambda p: p.name
+)
 def test_examples_validate(example):
     assert _errors(spec_schema(), yaml.safe_load(example.read_text())) == []
 
 
 # conf/gpu holds GPU profiles (hardware data read by trainc.compiler.hardware), not spec sections
-@pytest.mark.parametrize("preset", sorted(p for p in conf_dir().glob("*/*.yaml")
-                                          if p.parent.name != "gpu"),
-                         ids=lambda p: f"{p.parent.name}/{p.stem}")
+@pytest.mark.parametrize(
+    "preset",
+    sorted(p for p in conf_dir().glob("*/*.yaml") if p.parent.name != "gpu"),
+    ids=lambda p: f"{p.parent.name}/{p.stem}",
+)
 def test_presets_validate_against_their_section(preset):
     doc = yaml.safe_load(preset.read_text())
     assert _errors(section_schema(preset.parent.name), doc) == []
@@ -75,17 +84,27 @@ def test_presets_validate_against_their_section(preset):
 
 def test_mistakes_are_rejected():
     s = spec_schema()
-    explicit = {"model": {"num_layers": 2, "hidden_size": 8, "num_attention_heads": 2,
-                          "vocab_size": 10, "seq_length": 4},
-                "cluster": {"num_nodes": 1}, "training": {"global_batch_size": 8}}
+    explicit = {
+        "model": {
+            "num_layers": 2,
+            "hidden_size": 8,
+            "num_attention_heads": 2,
+            "vocab_size": 10,
+            "seq_length": 4,
+        },
+        "cluster": {"num_nodes": 1},
+        "training": {"global_batch_size": 8},
+    }
     assert _errors(s, explicit) == []
     assert _errors(s, {**explicit, "parallel": {"tpp": 2}})  # unknown key
     assert _errors(s, {**explicit, "parallel": {"tp": 2.5}})  # wrong type
     assert _errors(s, {**explicit, "model": {**explicit["model"], "activation": "relu"}})
     # without a defaults list every required key must be present; with one, presets supply them
     assert _errors(s, {"cluster": {"num_nodes": 1}})
-    assert _errors(s, {"defaults": [{"model": "llama2-7b"}, "_self_"],
-                       "cluster": {"num_nodes": 1}}) == []
+    assert (
+        _errors(s, {"defaults": [{"model": "llama2-7b"}, "_self_"], "cluster": {"num_nodes": 1}})
+        == []
+    )
 
 
 def test_cli_prints_the_schema(capsys):

@@ -24,16 +24,24 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "llama2-70b-dgx-a100.yaml"
 CRD = ROOT / "tests" / "data" / "trainjob_crd_schema.json"
 #: torchrun's variables the Trainer's Torch plugin owns (v2.3.0 TorchRunReservedEnvNames).
-RESERVED = {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR",
-            "PET_MASTER_PORT"}
+RESERVED = {
+    "PET_NNODES",
+    "PET_NPROC_PER_NODE",
+    "PET_NODE_RANK",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+}
 
 
 def _strict(schema):
     """Unknown fields refused (kubectl apply --validate=strict), so a misspelt field fails."""
     if isinstance(schema, dict):
         out = {k: _strict(v) for k, v in schema.items()}
-        if ("properties" in out and "additionalProperties" not in out
-                and not out.get("x-kubernetes-preserve-unknown-fields")):
+        if (
+            "properties" in out
+            and "additionalProperties" not in out
+            and not out.get("x-kubernetes-preserve-unknown-fields")
+        ):
             out["additionalProperties"] = False
         return out
     if isinstance(schema, list):
@@ -65,8 +73,9 @@ def _job(plan):
 
 
 def _errors(validator, job):
-    errs = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
-            for e in validator.iter_errors(job)]
+    errs = [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(job)
+    ]
     name = job["metadata"]["name"]
     if not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name) or len(name) > 63:
         errs.append(f"metadata.name {name!r} is not an RFC 1035 label of at most 63")
@@ -78,9 +87,11 @@ def _errors(validator, job):
     # torch-distributed runtime: job "node", container "node"), no env in the node container
     for patch in job["spec"].get("runtimePatches", []):
         domain, _, path = patch["manager"].partition("/")
-        if not (re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+",
-                             domain) and path and re.fullmatch(r"[A-Za-z0-9/\-._~%!$&'()*+,;=:]+",
-                                                               path)):
+        if not (
+            re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+", domain)
+            and path
+            and re.fullmatch(r"[A-Za-z0-9/\-._~%!$&'()*+,;=:]+", path)
+        ):
             errs.append(f"manager {patch['manager']!r} is not a domain-prefixed path")
         for rjob in patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]:
             if rjob["name"] != "node":
@@ -103,9 +114,11 @@ def test_example_job_validates_against_the_crd(plan, validator):
     text, job = _job(plan)
     assert _errors(validator, job) == []
     assert job["apiVersion"] == "trainer.kubeflow.org/v1alpha1" and job["kind"] == "TrainJob"
-    assert job["spec"]["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org",
-                                         "kind": "ClusterTrainingRuntime",
-                                         "name": "torch-distributed"}
+    assert job["spec"]["runtimeRef"] == {
+        "apiGroup": "trainer.kubeflow.org",
+        "kind": "ClusterTrainingRuntime",
+        "name": "torch-distributed",
+    }
     assert "kubectl create configmap llama2-70b-pretrain-plan --from-file=plan.json" in text
     assert "kubectl apply -f trainjob.yaml" in text
 
@@ -114,13 +127,23 @@ def test_nodes_processes_gpus_command_and_deadline(plan):
     _, job = _job(plan)
     trainer = job["spec"]["trainer"]
     assert trainer["numNodes"] == 8 and trainer["numProcPerNode"] == 8
-    assert trainer["resourcesPerNode"] == {"limits": {"nvidia.com/gpu": "8"},
-                                           "requests": {"nvidia.com/gpu": "8"}}
+    assert trainer["resourcesPerNode"] == {
+        "limits": {"nvidia.com/gpu": "8"},
+        "requests": {"nvidia.com/gpu": "8"},
+    }
     assert trainer["image"] == IMAGE
     # torchrun reads PET_NNODES/PET_NPROC_PER_NODE/PET_NODE_RANK/PET_MASTER_ADDR from the runtime;
     # the port is launch.master_port, explicitly
-    assert trainer["command"] == ["torchrun", "--master-port=29500", "-m", "trainc.launch.worker",
-                                  "--plan", "/trainc/plan.json", "--save", "/checkpoints"]
+    assert trainer["command"] == [
+        "torchrun",
+        "--master-port=29500",
+        "-m",
+        "trainc.launch.worker",
+        "--plan",
+        "/trainc/plan.json",
+        "--save",
+        "/checkpoints",
+    ]
     # tp 8 on CUDA: the variable torchrun.sh exports reaches the pods too
     assert trainer["env"] == [{"name": "CUDA_DEVICE_MAX_CONNECTIONS", "value": "1"}]
     assert job["spec"]["activeDeadlineSeconds"] == 4 * 3600
@@ -138,7 +161,10 @@ def test_volumes_reach_the_node_container_through_runtime_patches(plan):
     (container,) = pod["spec"]["containers"]
     assert container["name"] == "node"
     assert {m["name"]: m["mountPath"] for m in container["volumeMounts"]} == {
-        "plan": "/trainc", "dshm": "/dev/shm", "checkpoints": "/checkpoints"}
+        "plan": "/trainc",
+        "dshm": "/dev/shm",
+        "checkpoints": "/checkpoints",
+    }
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
     assert volumes["plan"]["configMap"]["name"] == "llama2-70b-pretrain-plan"
     assert volumes["dshm"]["emptyDir"] == {"medium": "Memory"}
@@ -146,10 +172,17 @@ def test_volumes_reach_the_node_container_through_runtime_patches(plan):
 
 
 def test_variants_validate(plan, validator):
-    cpu = _variant(plan, launch__device="cpu", cluster__num_nodes=1,
-                   launch__container_image="ghcr.io/acme/trainc:0.1", launch__master_port=29511,
-                   launch__env={"NCCL_DEBUG": "INFO", "B": 1}, launch__save_dir="/ckpt",
-                   launch__k8s_runtime="my-torch", launch__time_limit="1-00:00:00")
+    cpu = _variant(
+        plan,
+        launch__device="cpu",
+        cluster__num_nodes=1,
+        launch__container_image="ghcr.io/acme/trainc:0.1",
+        launch__master_port=29511,
+        launch__env={"NCCL_DEBUG": "INFO", "B": 1},
+        launch__save_dir="/ckpt",
+        launch__k8s_runtime="my-torch",
+        launch__time_limit="1-00:00:00",
+    )
     _, job = _job(cpu)
     assert _errors(validator, job) == []
     trainer = job["spec"]["trainer"]
@@ -161,12 +194,16 @@ def test_variants_validate(plan, validator):
     assert job["spec"]["runtimeRef"]["name"] == "my-torch"
     assert job["spec"]["activeDeadlineSeconds"] == 86400
     pod = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"][
-        "replicatedJobs"][0]["template"]["spec"]["template"]
+        "replicatedJobs"
+    ][0]["template"]["spec"]["template"]
     # launch.save_dir gets the checkpoint volume: --save never writes the container's own layer
     assert {m["name"]: m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}[
-        "checkpoints"] == "/ckpt"
+        "checkpoints"
+    ] == "/ckpt"
     assert {v["name"]: v for v in pod["spec"]["volumes"]}["checkpoints"] == {
-        "name": "checkpoints", "emptyDir": {}}
+        "name": "checkpoints",
+        "emptyDir": {},
+    }
 
 
 def test_save_dir_is_mounted_and_requeue_resumes(plan, validator):
@@ -174,12 +211,14 @@ def test_save_dir_is_mounted_and_requeue_resumes(plan, validator):
     artifacts, and the worker gets --load auto as sbatch.sh passes it (a restart resumes from
     the latest checkpoint there); without requeue no --load, as in sbatch.sh."""
     from trainc.compiler.emit.kubernetes import pytorchjob_dict, trainjob_dict
+
     p = _variant(plan, launch__save_dir="/mnt/ckpt", launch__requeue=True)
     job = trainjob_dict(p)
     assert _errors(validator, job) == []
     assert job["spec"]["trainer"]["command"][-4:] == ["--save", "/mnt/ckpt", "--load", "auto"]
     pod = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"][
-        "replicatedJobs"][0]["template"]["spec"]["template"]
+        "replicatedJobs"
+    ][0]["template"]["spec"]["template"]
     mounts = {m["name"]: m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
     assert mounts == {"plan": "/trainc", "dshm": "/dev/shm", "checkpoints": "/mnt/ckpt"}
     pj = pytorchjob_dict(p)
@@ -191,6 +230,7 @@ def test_save_dir_is_mounted_and_requeue_resumes(plan, validator):
     assert "--load" not in no_requeue["spec"]["trainer"]["command"]
     # the same resume rule as sbatch.sh: --load auto there exactly when launch.requeue
     from trainc.compiler.emit.scripts import sbatch
+
     assert "--load auto" in sbatch(p)["sbatch.sh"]
     assert "--load auto" not in sbatch(_variant(plan, launch__save_dir="/mnt/ckpt"))["sbatch.sh"]
 
@@ -201,12 +241,18 @@ def test_secrets_come_from_a_secret(plan, validator):
     text, job = _job(p)
     assert _errors(validator, job) == []
     env = {e["name"]: e for e in job["spec"]["trainer"]["env"]}
-    assert env["WANDB_API_KEY"] == {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {
-        "name": "llama2-70b-pretrain-secrets", "key": "WANDB_API_KEY"}}}
+    assert env["WANDB_API_KEY"] == {
+        "name": "WANDB_API_KEY",
+        "valueFrom": {
+            "secretKeyRef": {"name": "llama2-70b-pretrain-secrets", "key": "WANDB_API_KEY"}
+        },
+    }
     assert env["NCCL_DEBUG"] == {"name": "NCCL_DEBUG", "value": "WARN"}
     assert "***" not in text
-    assert ('kubectl create secret generic llama2-70b-pretrain-secrets '
-            '--from-literal=WANDB_API_KEY="$WANDB_API_KEY"') in text
+    assert (
+        "kubectl create secret generic llama2-70b-pretrain-secrets "
+        '--from-literal=WANDB_API_KEY="$WANDB_API_KEY"'
+    ) in text
 
 
 def test_values_stay_literal(plan):
@@ -236,6 +282,7 @@ def test_deterministic_and_megatron_lm_entrypoint(plan):
     assert trainjob(_variant(plan, launch__entrypoint="megatron-lm")) == {}
     # as README's artifact table says: no Kubernetes artifact for megatron-lm or torchtitan
     from trainc.compiler.emit.kubernetes import pytorchjob
+
     for entry in ("megatron-lm", "torchtitan"):
         assert trainjob(_variant(plan, launch__entrypoint=entry)) == {}
         assert pytorchjob(_variant(plan, launch__entrypoint=entry)) == {}
@@ -271,13 +318,22 @@ def test_trc522_relative_save_dir():
     mountPath must be absolute: a relative save_dir is a warning with the absolute path as fix,
     and nothing for megatron-lm (which writes no Kubernetes artifact)."""
     from specs.kit import find, lint_cfg
+
     [d] = find(lint_cfg(**{"launch.save_dir": "./ckpt/run1"}), "TRC522")
     assert d.severity.value == "warning" and d.key == "launch.save_dir"
     assert "launch.save_dir ('./ckpt/run1') is a relative path" in d.message
     assert d.edits == {"launch.save_dir": "/ckpt/run1"}
     assert not find(lint_cfg(**{"launch.save_dir": "/mnt/ckpt"}), "TRC522")
-    assert not find(lint_cfg(**{"launch.save_dir": "ckpt", "launch.entrypoint": "megatron-lm",
-                                "launch.megatron_lm_path": "/opt/Megatron-LM"}), "TRC522")
+    assert not find(
+        lint_cfg(
+            **{
+                "launch.save_dir": "ckpt",
+                "launch.entrypoint": "megatron-lm",
+                "launch.megatron_lm_path": "/opt/Megatron-LM",
+            }
+        ),
+        "TRC522",
+    )
 
 
 def test_not_written_without_an_image(plan):

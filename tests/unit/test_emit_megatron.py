@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import yaml
@@ -72,9 +73,16 @@ def test_every_emitted_flag_exists_in_megatron_lm_0_19(name: str) -> None:
 @pytest.mark.parametrize("name", CASE_NAMES)
 def test_megatron_core_yaml_uses_real_0_16_1_field_names(name: str) -> None:
     core = core_of(name)
-    assert set(core) == {"initialize_model_parallel", "TransformerConfig", "GPTModel",
-                         "DistributedDataParallelConfig", "OptimizerConfig",
-                         "OptimizerParamScheduler", "forward_backward_func", "callables"}
+    assert set(core) == {
+        "initialize_model_parallel",
+        "TransformerConfig",
+        "GPTModel",
+        "DistributedDataParallelConfig",
+        "OptimizerConfig",
+        "OptimizerParamScheduler",
+        "forward_backward_func",
+        "callables",
+    }
     for group, kwargs in core.items():
         if group == "callables":
             for cls, fields in kwargs.items():
@@ -92,16 +100,20 @@ def test_args_and_core_yaml_agree(name: str) -> None:
     plan, _ = compile_case(name)
     a, c = args_of(name), core_of(name)
     tc, imp = c["TransformerConfig"], c["initialize_model_parallel"]
-    pairs = {"--num-layers": tc["num_layers"], "--hidden-size": tc["hidden_size"],
-             "--num-attention-heads": tc["num_attention_heads"],
-             "--ffn-hidden-size": tc["ffn_hidden_size"], "--kv-channels": tc["kv_channels"],
-             "--tensor-model-parallel-size": imp["tensor_model_parallel_size"],
-             "--pipeline-model-parallel-size": imp["pipeline_model_parallel_size"],
-             "--context-parallel-size": imp["context_parallel_size"],
-             "--expert-model-parallel-size": imp["expert_model_parallel_size"],
-             "--expert-tensor-parallel-size": imp["expert_tensor_parallel_size"],
-             "--micro-batch-size": c["forward_backward_func"]["micro_batch_size"],
-             "--seq-length": c["forward_backward_func"]["seq_length"]}
+    pairs = {
+        "--num-layers": tc["num_layers"],
+        "--hidden-size": tc["hidden_size"],
+        "--num-attention-heads": tc["num_attention_heads"],
+        "--ffn-hidden-size": tc["ffn_hidden_size"],
+        "--kv-channels": tc["kv_channels"],
+        "--tensor-model-parallel-size": imp["tensor_model_parallel_size"],
+        "--pipeline-model-parallel-size": imp["pipeline_model_parallel_size"],
+        "--context-parallel-size": imp["context_parallel_size"],
+        "--expert-model-parallel-size": imp["expert_model_parallel_size"],
+        "--expert-tensor-parallel-size": imp["expert_tensor_parallel_size"],
+        "--micro-batch-size": c["forward_backward_func"]["micro_batch_size"],
+        "--seq-length": c["forward_backward_func"]["seq_length"],
+    }
     for flag, value in pairs.items():
         assert a[flag] == str(value), flag
     assert ("--sequence-parallel" in a) == tc["sequence_parallel"]
@@ -109,8 +121,9 @@ def test_args_and_core_yaml_agree(name: str) -> None:
     assert ("--disable-bias-linear" in a) == (not tc["add_bias_linear"])
     assert ("--swiglu" in a) == tc["gated_linear_unit"]
     assert a["--normalization"] == tc["normalization"]
-    assert ("--use-distributed-optimizer" in a) == \
-        c["DistributedDataParallelConfig"]["use_distributed_optimizer"]
+    assert ("--use-distributed-optimizer" in a) == c["DistributedDataParallelConfig"][
+        "use_distributed_optimizer"
+    ]
     assert c["GPTModel"]["vocab_size"] == plan["derived"]["padded_vocab_size"]
     assert c["forward_backward_func"]["num_microbatches"] == plan["derived"]["num_microbatches"]
     d = plan["derived"]
@@ -130,15 +143,24 @@ def test_pp2_vpp2_keeps_overlapped_unbatched_p2p() -> None:
 
 
 def test_uneven_pipeline_with_vpp_uses_virtual_stages_per_rank() -> None:
-    a = args_of("megatron-lm-uneven-cp", "parallel.vpp=1", "parallel.pipeline_first_stage_layers=8",
-                "parallel.pipeline_last_stage_layers=8", "parallel.cp=1",
-                "training.global_batch_size=256")
+    a = args_of(
+        "megatron-lm-uneven-cp",
+        "parallel.vpp=1",
+        "parallel.pipeline_first_stage_layers=8",
+        "parallel.pipeline_last_stage_layers=8",
+        "parallel.cp=1",
+        "training.global_batch_size=256",
+    )
     assert a["--decoder-first-pipeline-num-layers"] == "8"
     assert a["--decoder-last-pipeline-num-layers"] == "8"
-    a2 = args_of("megatron-lm-uneven-cp", "parallel.vpp=2",
-                 "parallel.pipeline_first_stage_layers=8",
-                 "parallel.pipeline_last_stage_layers=8", "parallel.cp=1",
-                 "training.global_batch_size=256")
+    a2 = args_of(
+        "megatron-lm-uneven-cp",
+        "parallel.vpp=2",
+        "parallel.pipeline_first_stage_layers=8",
+        "parallel.pipeline_last_stage_layers=8",
+        "parallel.cp=1",
+        "training.global_batch_size=256",
+    )
     assert a2["--num-virtual-stages-per-pipeline-rank"] == "2"
     assert "--num-layers-per-virtual-pipeline-stage" not in a2
 
@@ -158,10 +180,14 @@ def test_vocab_matches_megatron_null_tokenizer_padding() -> None:
     an end-of-document id); Megatron pads that to a multiple of make_vocab_size_divisible_by * tp,
     which must equal plan.json's padded vocab. 32001 at tp 2 pads to 32256 (writing n - 1 gave
     32000 at tp 1: the last token id fell outside the embedding)."""
-    for name, over in (("llama2-70b-tp8pp4", ()), ("llama3-8b-pp2-vpp2", ()),
-                       ("gpt3-175b", ()), ("cpu-shrink-tiny", ()),
-                       ("llama3-8b-pp2-vpp2", ("model.vocab_size=32001",)),
-                       ("llama2-70b-tp8pp4", ("model.vocab_size=33793",))):
+    for name, over in (
+        ("llama2-70b-tp8pp4", ()),
+        ("llama3-8b-pp2-vpp2", ()),
+        ("gpt3-175b", ()),
+        ("cpu-shrink-tiny", ()),
+        ("llama3-8b-pp2-vpp2", ("model.vocab_size=32001",)),
+        ("llama2-70b-tp8pp4", ("model.vocab_size=33793",)),
+    ):
         plan, _ = compile_case(name, over)
         a, m, d = args_of(name, *over), plan["spec"]["model"], plan["derived"]
         tokens = int(a["--vocab-size"])
@@ -236,8 +262,10 @@ def test_megatron_core_accepts_it(name: str) -> None:
     for key, path in core["callables"]["TransformerConfig"].items():
         module, _, attr = path.rpartition(".")
         tc[key] = getattr(importlib.import_module(module), attr)
-    oc = dict(core["OptimizerConfig"], params_dtype=getattr(torch, core["OptimizerConfig"]
-                                                            ["params_dtype"]))
+    oc = dict(
+        core["OptimizerConfig"],
+        params_dtype=getattr(torch, core["OptimizerConfig"]["params_dtype"]),
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         config = TransformerConfig(**tc)
@@ -246,7 +274,7 @@ def test_megatron_core_accepts_it(name: str) -> None:
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
     class _Opt:  # the scheduler only sets lr / weight_decay on the param groups
-        param_groups = [{"params": []}]
+        param_groups: ClassVar[list[dict[str, list[object]]]] = [{"params": []}]
 
     OptimizerParamScheduler(_Opt(), **core["OptimizerParamScheduler"])
     assert config.num_query_groups == core["TransformerConfig"]["num_query_groups"]

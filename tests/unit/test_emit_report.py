@@ -36,10 +36,18 @@ def test_report_renders_estimates_when_present() -> None:
     plan, _ = compile_case("llama2-70b-tp8pp4")
     plan = copy.deepcopy(plan)
     plan["estimates"] = {
-        "memory_bytes": {"params": 2**31, "grads": 2**30, "optimizer": 3 * 2**30,
-                         "activations": 2**32, "total": 10 * 2**30},
-        "pipeline_bubble_fraction": 0.0058, "flops_per_step": 1.2e18,
-        "step_time_seconds": 12.5, "tokens_per_second": 335544.3, "mfu": 0.41,
+        "memory_bytes": {
+            "params": 2**31,
+            "grads": 2**30,
+            "optimizer": 3 * 2**30,
+            "activations": 2**32,
+            "total": 10 * 2**30,
+        },
+        "pipeline_bubble_fraction": 0.0058,
+        "flops_per_step": 1.2e18,
+        "step_time_seconds": 12.5,
+        "tokens_per_second": 335544.3,
+        "mfu": 0.41,
         "comm_bytes_per_step": {"tp": 2**34, "cp": 0, "ep": 0, "pp": 2**28, "dp": 2**33},
     }
     text = report_text(plan, ["plan.json"])
@@ -78,9 +86,21 @@ def test_compile_is_byte_identical_across_processes(tmp_path: Path) -> None:
     for seed in ("1", "12345"):
         out = tmp_path / f"out{seed}"
         env = dict(os.environ, PYTHONHASHSEED=seed)
-        r = subprocess.run([sys.executable, "-m", "trainc", "compile",
-                            str(CASES_DIR / "env-container" / "spec.yaml"), "-o", str(out)],
-                           env=env, capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "trainc",
+                "compile",
+                str(CASES_DIR / "env-container" / "spec.yaml"),
+                "-o",
+                str(out),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 0, r.stderr
         outs.append({p.name: p.read_bytes() for p in sorted(out.iterdir())})
     assert outs[0] == outs[1]

@@ -74,15 +74,23 @@ def test_scripts_start_with_header_and_strict_mode(name: str) -> None:
 
 
 def test_torchrun_single_node_run(tmp_path: Path) -> None:
-    plan, files = compile_case("llama3-8b-pp2-vpp2")
+    _plan, files = compile_case("llama3-8b-pp2-vpp2")
     out = write_files(tmp_path / "out", files)
     bindir, log = make_stubs(tmp_path)
     r = run_script(out / "torchrun.sh", bindir, log, tmp_path)
     assert r.returncode == 0, r.stderr
     args = read_nul(log / "torchrun.0.args")
-    assert args == ["--nnodes=1", "--nproc_per_node=8", "--node_rank=0",
-                    "--master_addr=127.0.0.1", "--master_port=29500",
-                    "-m", "trainc.launch.worker", "--plan", str(out / "plan.json")]
+    assert args == [
+        "--nnodes=1",
+        "--nproc_per_node=8",
+        "--node_rank=0",
+        "--master_addr=127.0.0.1",
+        "--master_port=29500",
+        "-m",
+        "trainc.launch.worker",
+        "--plan",
+        str(out / "plan.json"),
+    ]
     env = read_env(log / "torchrun.0.env")
     assert env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"  # tp > 1
     assert env["NODE_RANK"] == "0" and env["MASTER_PORT"] == "29500"
@@ -92,13 +100,28 @@ def test_torchrun_overrides_node_rank_and_launcher(tmp_path: Path) -> None:
     _, files = compile_case("llama2-70b-tp8pp4")
     out = write_files(tmp_path / "out", files)
     bindir, log = make_stubs(tmp_path)
-    r = run_script(out / "torchrun.sh", bindir, log, tmp_path,
-                   {"NODE_RANK": "3", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "6000",
-                    "TORCHRUN": f"{bindir}/torchrun --max-restarts=0"})
+    r = run_script(
+        out / "torchrun.sh",
+        bindir,
+        log,
+        tmp_path,
+        {
+            "NODE_RANK": "3",
+            "MASTER_ADDR": "10.0.0.1",
+            "MASTER_PORT": "6000",
+            "TORCHRUN": f"{bindir}/torchrun --max-restarts=0",
+        },
+    )
     assert r.returncode == 0, r.stderr
     args = read_nul(log / "torchrun.3.args")
-    assert args[:6] == ["--max-restarts=0", "--nnodes=8", "--nproc_per_node=8",
-                        "--node_rank=3", "--master_addr=10.0.0.1", "--master_port=6000"]
+    assert args[:6] == [
+        "--max-restarts=0",
+        "--nnodes=8",
+        "--nproc_per_node=8",
+        "--node_rank=3",
+        "--master_addr=10.0.0.1",
+        "--master_port=6000",
+    ]
 
 
 def test_cpu_device_sets_omp_and_no_cuda_vars(tmp_path: Path) -> None:
@@ -114,20 +137,35 @@ def test_cpu_device_sets_omp_and_no_cuda_vars(tmp_path: Path) -> None:
 
 
 def test_sbatch_runs_one_torchrun_per_node_with_c10d(tmp_path: Path) -> None:
-    plan, files = compile_case("env-container")
+    _plan, files = compile_case("env-container")
     out = write_files(tmp_path / "out", files)
     bindir, log = make_stubs(tmp_path)
     elsewhere = tmp_path / "spool"
     elsewhere.mkdir()
     (elsewhere / "sbatch.sh").write_text(files["sbatch.sh"])  # Slurm runs a spooled copy
-    r = run_script(elsewhere / "sbatch.sh", bindir, log, elsewhere,
-                   {"SLURM_JOB_NODELIST": "gpu-node-[017-018]", "SLURM_JOB_ID": "4242",
-                    "SLURM_SUBMIT_DIR": str(out), "SLURM_CPUS_ON_NODE": "64",
-                    "SLURM_NODEID": "0", "NODE_RANK": "0"})
+    r = run_script(
+        elsewhere / "sbatch.sh",
+        bindir,
+        log,
+        elsewhere,
+        {
+            "SLURM_JOB_NODELIST": "gpu-node-[017-018]",
+            "SLURM_JOB_ID": "4242",
+            "SLURM_SUBMIT_DIR": str(out),
+            "SLURM_CPUS_ON_NODE": "64",
+            "SLURM_NODEID": "0",
+            "NODE_RANK": "0",
+        },
+    )
     assert r.returncode == 0, r.stderr
     srun = read_nul(log / "srun.args")
-    assert srun[:5] == ["--export=ALL", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=64",
-                        "--kill-on-bad-exit=1"]
+    assert srun[:5] == [
+        "--export=ALL",
+        "--nodes=2",
+        "--ntasks-per-node=1",
+        "--cpus-per-task=64",
+        "--kill-on-bad-exit=1",
+    ]
     assert "--container-image=nvcr.io/nvidia/pytorch:24.05-py3" in srun
     assert f"--container-mounts=/lustre/data:/data,/scratch:/scratch,{out}:{out}" in srun
     assert srun[-2:] == ["bash", str(out / "torchrun.sh")]
@@ -135,10 +173,15 @@ def test_sbatch_runs_one_torchrun_per_node_with_c10d(tmp_path: Path) -> None:
     for node in (0, 1):
         args = read_nul(log / f"torchrun.{node}.args")
         env = read_env(log / f"torchrun.{node}.env")
-        assert args[:5] == ["--nnodes=2", "--nproc_per_node=8", "--rdzv_backend=c10d",
-                            "--rdzv_endpoint=gpu-node-017:29500", "--rdzv_id=4242"]
+        assert args[:5] == [
+            "--nnodes=2",
+            "--nproc_per_node=8",
+            "--rdzv_backend=c10d",
+            "--rdzv_endpoint=gpu-node-017:29500",
+            "--rdzv_id=4242",
+        ]
         assert env["MASTER_ADDR"] == "gpu-node-017"  # first host, never localhost
-        assert env["TRAINC_NOTE"] == "it's a \"quoted\" value with $HOME and spaces"
+        assert env["TRAINC_NOTE"] == 'it\'s a "quoted" value with $HOME and spaces'
         assert env["NCCL_DEBUG"] == "INFO" and env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
         ranks.append(env["NODE_RANK"])
     assert ranks == ["0", "1"]  # per task, not evaluated once on the batch host
@@ -154,22 +197,31 @@ def test_megatron_lm_entrypoint_reads_args_file(tmp_path: Path) -> None:
     args = read_nul(log / "torchrun.2.args")
     script = args.index("/opt/Megatron-LM/pretrain_gpt.py")
     expected = [x for item in megatron_flags(plan) for x in item]
-    assert args[script + 1:] == expected
+    assert args[script + 1 :] == expected
     env = read_env(log / "torchrun.2.env")
     assert env["PYTHONPATH"].split(":")[0] == "/opt/Megatron-LM"
     # without launch.save_dir the script adds <OUTDIR>/checkpoints
-    plan2, files2 = compile_case("megatron-lm-uneven-cp", ("launch.save_dir=null",))
+    _plan2, files2 = compile_case("megatron-lm-uneven-cp", ("launch.save_dir=null",))
     out2 = write_files(tmp_path / "out2", files2)
-    r = run_script(out2 / "torchrun.sh", bindir, log, tmp_path,
-                   {"MEGATRON_LM_PATH": "/elsewhere/mlm"})
+    r = run_script(
+        out2 / "torchrun.sh", bindir, log, tmp_path, {"MEGATRON_LM_PATH": "/elsewhere/mlm"}
+    )
     assert r.returncode == 0, r.stderr
     args = read_nul(log / "torchrun.0.args")
     assert "/elsewhere/mlm/pretrain_gpt.py" in args
     assert args[-4:] == ["--save", str(out2 / "checkpoints"), "--load", str(out2 / "checkpoints")]
 
 
-EVIL = ["$(touch {m})", "`touch {m}`", "; touch {m}", "x' ; touch {m}; '", 'x" ; touch {m}; "',
-        "a\ntouch {m}\n", "$HOME && touch {m} || touch {m}", "\\\" $(touch {m}) \\"]
+EVIL = [
+    "$(touch {m})",
+    "`touch {m}`",
+    "; touch {m}",
+    "x' ; touch {m}; '",
+    'x" ; touch {m}; "',
+    "a\ntouch {m}\n",
+    "$HOME && touch {m} || touch {m}",
+    '\\" $(touch {m}) \\',
+]
 
 
 def _evil_spec(marker: Path, value: str, *, partition: str | None = None) -> dict:
@@ -180,9 +232,13 @@ def _evil_spec(marker: Path, value: str, *, partition: str | None = None) -> dic
         "cluster": {"num_nodes": 2},
         "parallel": {"tp": 2, "pp": 1},
         "training": {"micro_batch_size": 1, "global_batch_size": 16},
-        "launch": {"partition": partition, "account": partition,
-                   "container_image": v, "container_mounts": [v],
-                   "env": {"EVIL": v, "EVIL2": "'" + v + "'"}},
+        "launch": {
+            "partition": partition,
+            "account": partition,
+            "container_image": v,
+            "container_mounts": [v],
+            "env": {"EVIL": v, "EVIL2": "'" + v + "'"},
+        },
     }
 
 
@@ -197,7 +253,9 @@ def test_adversarial_strings_stay_literal(tmp_path: Path, value: str) -> None:
         # An image or mount with a newline is refused up front (TRC511); env values with
         # newlines are legal and stay literal.
         assert {(d.rule.id, d.key) for d in res.diagnostics if d.is_error} == {
-            ("TRC511", "launch.container_image"), ("TRC511", "launch.container_mounts")}
+            ("TRC511", "launch.container_image"),
+            ("TRC511", "launch.container_mounts"),
+        }
         spec["launch"]["container_image"] = spec["launch"]["container_mounts"] = None
         res = compile_dict(tmp_path, spec)
     assert res.ok, [d.to_json() for d in res.diagnostics]
@@ -206,9 +264,13 @@ def test_adversarial_strings_stay_literal(tmp_path: Path, value: str) -> None:
     if partition:
         o = sbatch_directives(res.files["sbatch.sh"], strict=False)
         assert o["--partition"] == sbatch_value(literal)
-    r = run_script(out / "sbatch.sh", bindir, log, out,
-                   {"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_ID": "7",
-                    "SLURM_SUBMIT_DIR": str(out)})
+    r = run_script(
+        out / "sbatch.sh",
+        bindir,
+        log,
+        out,
+        {"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_ID": "7", "SLURM_SUBMIT_DIR": str(out)},
+    )
     assert r.returncode == 0, r.stderr
     r2 = run_script(out / "torchrun.sh", bindir, log, out)
     assert r2.returncode == 0, r2.stderr
@@ -222,8 +284,11 @@ def test_adversarial_strings_stay_literal(tmp_path: Path, value: str) -> None:
         assert env["EVIL"] == literal and env["EVIL2"] == "'" + literal + "'"
     sc = shellcheck()
     if sc is not None:
-        r3 = subprocess.run([sc, "-s", "bash", str(out / "torchrun.sh"), str(out / "sbatch.sh")],
-                            capture_output=True, text=True)
+        r3 = subprocess.run(
+            [sc, "-s", "bash", str(out / "torchrun.sh"), str(out / "sbatch.sh")],
+            capture_output=True,
+            text=True,
+        )
         assert r3.returncode == 0, r3.stdout
 
 
@@ -232,12 +297,16 @@ def test_adversarial_paths_stay_literal(tmp_path: Path, value: str) -> None:
     marker = tmp_path / "pwned"
     literal = value.format(m=marker)
     spec = _evil_spec(marker, "x")
-    spec["launch"] |= {"entrypoint": "megatron-lm", "megatron_lm_path": literal,
-                       "data_path": None if "\n" in literal else literal}
+    spec["launch"] |= {
+        "entrypoint": "megatron-lm",
+        "megatron_lm_path": literal,
+        "data_path": None if "\n" in literal else literal,
+    }
     res = compile_dict(tmp_path, spec)
     if "\n" in literal:  # a path with a newline is refused up front (TRC511), never emitted
         assert {(d.rule.id, d.key) for d in res.diagnostics if d.is_error} == {
-            ("TRC511", "launch.megatron_lm_path")}
+            ("TRC511", "launch.megatron_lm_path")
+        }
         return
     assert res.ok, [d.to_json() for d in res.diagnostics]
     out = write_files(tmp_path / "out", res.files)
@@ -284,8 +353,11 @@ def test_shellcheck_clean(tmp_path: Path, name: str) -> None:
         pytest.skip("shellcheck not installed (apt-get install shellcheck)")
     _, files = compile_case(name)
     out = write_files(tmp_path, files)
-    r = subprocess.run([sc, "-s", "bash", "-S", "style", str(out / "torchrun.sh"),
-                        str(out / "sbatch.sh")], capture_output=True, text=True)
+    r = subprocess.run(
+        [sc, "-s", "bash", "-S", "style", str(out / "torchrun.sh"), str(out / "sbatch.sh")],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -298,8 +370,15 @@ def test_torchrun_accepts_the_emitted_arguments(tmp_path: Path) -> None:
     for name in ("llama3-8b-pp2-vpp2", "megatron-lm-uneven-cp"):
         _, files = compile_case(name)
         out = write_files(tmp_path / name, files)
-        for extra in ({}, {"TRAINC_RDZV_BACKEND": "c10d", "TRAINC_RDZV_ID": "9",
-                           "SLURM_NODEID": "0", "MASTER_ADDR": "node-1"}):
+        for extra in (
+            {},
+            {
+                "TRAINC_RDZV_BACKEND": "c10d",
+                "TRAINC_RDZV_ID": "9",
+                "SLURM_NODEID": "0",
+                "MASTER_ADDR": "node-1",
+            },
+        ):
             r = run_script(out / "torchrun.sh", bindir, log, tmp_path, extra)
             assert r.returncode == 0, r.stderr
             ns = get_args_parser().parse_args(read_nul(log / "torchrun.0.args"))

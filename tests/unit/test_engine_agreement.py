@@ -22,9 +22,15 @@ from _emit_helpers import compile_case, compile_dict
 BASE: dict[str, Any] = {
     "name": "issue11",
     "engine": "megatron",
-    "model": {"num_layers": 4, "hidden_size": 512, "num_attention_heads": 8,
-              "num_query_groups": 8, "ffn_hidden_size": 2048, "vocab_size": 32000,
-              "seq_length": 1024},
+    "model": {
+        "num_layers": 4,
+        "hidden_size": 512,
+        "num_attention_heads": 8,
+        "num_query_groups": 8,
+        "ffn_hidden_size": 2048,
+        "vocab_size": 32000,
+        "seq_length": 1024,
+    },
     "cluster": {"num_nodes": 1, "gpus_per_node": 8, "gpu": "h100-80g"},
     "parallel": {"tp": 2, "pp": 1},
     "training": {"micro_batch_size": 1, "global_batch_size": 16},
@@ -85,9 +91,16 @@ def errors(tmp: Path, cfg: dict[str, Any], overrides: tuple[str, ...] = ()) -> l
     return [d for d in result.diagnostics if d.is_error]
 
 
-MEGATRON_CASES = ["cpu-shrink-tiny", "env-container", "gpt3-175b", "llama2-70b-tp8pp4",
-                  "llama3-8b-pp2-vpp2", "llama3.1-405b-pp16-vpp8", "megatron-lm-uneven-cp",
-                  "mixtral-8x7b-ep8"]
+MEGATRON_CASES = [
+    "cpu-shrink-tiny",
+    "env-container",
+    "gpt3-175b",
+    "llama2-70b-tp8pp4",
+    "llama3-8b-pp2-vpp2",
+    "llama3.1-405b-pp16-vpp8",
+    "megatron-lm-uneven-cp",
+    "mixtral-8x7b-ep8",
+]
 
 
 # --- overlap ---------------------------------------------------------------------------------
@@ -125,12 +138,16 @@ def test_worker_wires_megatron_lms_overlap_hooks() -> None:
 
     chunk = types.SimpleNamespace(no_sync="ns", start_grad_sync="gs", start_param_sync="ps")
     cfg = types.SimpleNamespace(no_sync_func=None, grad_sync_func=None, param_sync_func=None)
-    train._wire_overlap(cfg, [chunk], types.SimpleNamespace(overlap_grad_reduce=True,
-                                                            overlap_param_gather=True))
+    train._wire_overlap(
+        cfg, [chunk], types.SimpleNamespace(overlap_grad_reduce=True, overlap_param_gather=True)
+    )
     assert (cfg.no_sync_func, cfg.grad_sync_func, cfg.param_sync_func) == ("ns", "gs", "ps")
     two = types.SimpleNamespace(no_sync_func=None, grad_sync_func=None, param_sync_func=None)
-    train._wire_overlap(two, [chunk, chunk], types.SimpleNamespace(overlap_grad_reduce=True,
-                                                                   overlap_param_gather=False))
+    train._wire_overlap(
+        two,
+        [chunk, chunk],
+        types.SimpleNamespace(overlap_grad_reduce=True, overlap_param_gather=False),
+    )
     assert two.no_sync_func == ["ns", "ns"] and two.param_sync_func is None
 
 
@@ -147,13 +164,17 @@ def test_optimizer_adamw_is_one_unknown_choice_at_load(tmp_path: Path) -> None:
     assert "did you mean `adam`" in errs[0].message and "sgd" in errs[0].message
 
 
-@pytest.mark.parametrize("key,value,suggestion", [
-    ("launch.device", "cuda0", "cuda"),
-    ("launch.entrypoint", "megatronlm", "megatron-lm"),
-    ("cluster.gpu", "h100-80gb", "h100-80g"),
-])
-def test_closed_vocabularies_are_one_unknown_choice(tmp_path: Path, key: str, value: str,
-                                                    suggestion: str) -> None:
+@pytest.mark.parametrize(
+    "key,value,suggestion",
+    [
+        ("launch.device", "cuda0", "cuda"),
+        ("launch.entrypoint", "megatronlm", "megatron-lm"),
+        ("cluster.gpu", "h100-80gb", "h100-80g"),
+    ],
+)
+def test_closed_vocabularies_are_one_unknown_choice(
+    tmp_path: Path, key: str, value: str, suggestion: str
+) -> None:
     """Bug (same finding): device, entrypoint and gpu were plain strings checked by hand (or
     not at all). Each is an enum: an unknown value is one TRC004 with did-you-mean."""
     errs = errors(tmp_path, spec(**{key: value}))
@@ -173,8 +194,10 @@ def test_sgd_reaches_all_three_engines(tmp_path: Path) -> None:
     opt = core(m)["OptimizerConfig"]
     assert opt["optimizer"] == "sgd" and opt["sgd_momentum"] == 0.8
     d = ok(tmp_path, ds_spec(**{"training.optimizer": "sgd", "training.sgd_momentum": 0.8}))
-    assert ds(d)["optimizer"] == {"type": "SGD", "params": {"lr": 3e-4, "momentum": 0.8,
-                                                            "weight_decay": 0.1}}
+    assert ds(d)["optimizer"] == {
+        "type": "SGD",
+        "params": {"lr": 3e-4, "momentum": 0.8, "weight_decay": 0.1},
+    }
     assert core(d)["OptimizerConfig"]["optimizer"] == "sgd"
 
 
@@ -185,8 +208,11 @@ def test_adam_beta2_095_is_accepted_and_reaches_all_three_engines(tmp_path: Path
     t = {"training.adam_beta1": 0.9, "training.adam_beta2": 0.95, "training.adam_eps": 1e-5}
     m = ok(tmp_path, spec(**t))
     a, opt = flags(m), core(m)["OptimizerConfig"]
-    assert (float(a["--adam-beta1"]), float(a["--adam-beta2"]), float(a["--adam-eps"])) == \
-        (0.9, 0.95, 1e-5)
+    assert (float(a["--adam-beta1"]), float(a["--adam-beta2"]), float(a["--adam-eps"])) == (
+        0.9,
+        0.95,
+        1e-5,
+    )
     assert (opt["adam_beta1"], opt["adam_beta2"], opt["adam_eps"]) == (0.9, 0.95, 1e-5)
     d = ok(tmp_path, ds_spec(**t))
     assert ds(d)["optimizer"]["type"] == "AdamW"
@@ -208,14 +234,15 @@ def test_choosing_cluster_gpu_rederives_memory_and_peak() -> None:
     assert (c["gpu"], c["gpu_memory_gib"], c["peak_tflops"]) == ("a100-40g", 40.0, 312.0)
     assert plan["estimates"]["memory_budget_bytes"] == (40 - c["memory_reserve_gib"]) * GIB
     h100, _ = compile_case("cpu-shrink-tiny")
-    assert (h100["spec"]["cluster"]["gpu_memory_gib"], h100["spec"]["cluster"]["peak_tflops"]) \
-        == (80.0, 989.0)
+    assert (h100["spec"]["cluster"]["gpu_memory_gib"], h100["spec"]["cluster"]["peak_tflops"]) == (
+        80.0,
+        989.0,
+    )
 
 
 def test_a_gpu_field_the_spec_sets_itself_wins_over_cluster_gpu() -> None:
     """... unless the spec sets the field itself."""
-    plan, _ = compile_case("cpu-shrink-tiny", ("cluster.gpu=a100-40g",
-                                               "cluster.gpu_memory_gib=64"))
+    plan, _ = compile_case("cpu-shrink-tiny", ("cluster.gpu=a100-40g", "cluster.gpu_memory_gib=64"))
     c = plan["spec"]["cluster"]
     assert (c["gpu_memory_gib"], c["peak_tflops"]) == (64.0, 312.0)
     assert plan["estimates"]["memory_budget_bytes"] == (64 - c["memory_reserve_gib"]) * GIB
@@ -236,13 +263,14 @@ def test_a_layout_over_a_40g_card_does_not_fit() -> None:
     cwd = os.getcwd()
     os.chdir(REPO)
     try:
-        result = compile_spec((CASES_DIR / "llama3-8b-pp2-vpp2" / "spec.yaml").relative_to(REPO),
-                              ["cluster.gpu=a100-40g"])
+        result = compile_spec(
+            (CASES_DIR / "llama3-8b-pp2-vpp2" / "spec.yaml").relative_to(REPO),
+            ["cluster.gpu=a100-40g"],
+        )
     finally:
         os.chdir(cwd)
     errs = [d for d in result.diagnostics if d.is_error]
-    assert errs and all(d.rule.id.startswith("TRC4") for d in errs), \
-        [d.to_json() for d in errs]
+    assert errs and all(d.rule.id.startswith("TRC4") for d in errs), [d.to_json() for d in errs]
 
 
 # --- what compile accepts, the worker runs ---------------------------------------------------
@@ -256,19 +284,24 @@ def test_deepspeed_with_pipeline_parallel_is_a_compile_error(tmp_path: Path) -> 
     assert errs[0].key == "parallel.pp" and "parallel.pp=1" in (errs[0].fix or "")
 
 
-@pytest.mark.parametrize("axis,changes", [
-    ("cp", {"parallel.cp": 2}),
-    ("ep", {"parallel.ep": 2, **{f"model.{k}": v for k, v in MOE.items()}}),
-    ("vpp", {"parallel.pp": 2, "parallel.vpp": 2}),
-])
-def test_deepspeed_axes_it_cannot_split_are_compile_errors(tmp_path: Path, axis: str,
-                                                           changes: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "axis,changes",
+    [
+        ("cp", {"parallel.cp": 2}),
+        ("ep", {"parallel.ep": 2, **{f"model.{k}": v for k, v in MOE.items()}}),
+        ("vpp", {"parallel.pp": 2, "parallel.vpp": 2}),
+    ],
+)
+def test_deepspeed_axes_it_cannot_split_are_compile_errors(
+    tmp_path: Path, axis: str, changes: dict[str, Any]
+) -> None:
     errs = errors(tmp_path, ds_spec(**changes))
     assert f"parallel.{axis}" in {d.key for d in errs if d.rule.id == "TRC313"}
 
 
-def test_rule_and_worker_read_one_capabilities_table(tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rule_and_worker_read_one_capabilities_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Bug (same finding): the compiler and the worker each had their own idea of what the
     DeepSpeed runner can split. Both read trainc.capabilities: the worker's check_runner
     refuses a hand-edited plan with pp 2, and teaching the table pp lifts both refusals."""
@@ -283,8 +316,9 @@ def test_rule_and_worker_read_one_capabilities_table(tmp_path: Path,
     with pytest.raises(SystemExit, match=r"the trainc worker on DeepSpeed cannot split pp=2"):
         check_runner(plan)
     key = (Engine.deepspeed, Entrypoint.trainc)
-    wider = dataclasses.replace(capabilities.CAPABILITIES[key],
-                                axes=capabilities.CAPABILITIES[key].axes | {"pp"})
+    wider = dataclasses.replace(
+        capabilities.CAPABILITIES[key], axes=capabilities.CAPABILITIES[key].axes | {"pp"}
+    )
     monkeypatch.setitem(capabilities.CAPABILITIES, key, wider)
     check_runner(plan)  # no SystemExit
     result = compile_dict(tmp_path, ds_spec(**{"parallel.pp": 2, "parallel.tp": 2}))
@@ -294,55 +328,87 @@ def test_rule_and_worker_read_one_capabilities_table(tmp_path: Path,
 def test_megatron_lm_entrypoint_on_cpu_is_a_compile_error(tmp_path: Path) -> None:
     """Bug: entrypoint: megatron-lm with device: cpu compiled but cannot run (pretrain_gpt.py
     needs CUDA). Now TRC325 with the fix (the trainc worker runs the layout on CPU)."""
-    errs = errors(tmp_path, spec(**{"launch.entrypoint": "megatron-lm",
-                                    "launch.megatron_lm_path": "/opt/Megatron-LM",
-                                    "launch.device": "cpu", "launch.shrink": True}))
+    errs = errors(
+        tmp_path,
+        spec(
+            **{
+                "launch.entrypoint": "megatron-lm",
+                "launch.megatron_lm_path": "/opt/Megatron-LM",
+                "launch.device": "cpu",
+                "launch.shrink": True,
+            }
+        ),
+    )
     assert [d.rule.id for d in errs] == ["TRC325"]
     assert errs[0].key == "launch.device" and "launch.entrypoint=trainc" in (errs[0].fix or "")
 
 
 def test_megatron_lm_entrypoint_with_deepspeed_is_a_compile_error(tmp_path: Path) -> None:
     """(same finding) pretrain_gpt.py does not run engine=deepspeed: TRC325 on the entrypoint."""
-    errs = errors(tmp_path, ds_spec(**{"launch.entrypoint": "megatron-lm",
-                                       "launch.megatron_lm_path": "/opt/Megatron-LM"}))
+    errs = errors(
+        tmp_path,
+        ds_spec(
+            **{"launch.entrypoint": "megatron-lm", "launch.megatron_lm_path": "/opt/Megatron-LM"}
+        ),
+    )
     assert [d.rule.id for d in errs] == ["TRC325"] and errs[0].key == "launch.entrypoint"
 
 
 def test_wsd_schedule_with_deepspeed_is_a_compile_error(tmp_path: Path) -> None:
     """Bug (keys real jobs need, schedules): DeepSpeed has no WSD schedule; a spec asking for it
     must not silently get another one. TRC323 naming the styles DeepSpeed honours."""
-    errs = errors(tmp_path, ds_spec(**{"training.lr_decay_style": "WSD",
-                                       "training.lr_wsd_decay_iters": 100}))
+    errs = errors(
+        tmp_path, ds_spec(**{"training.lr_decay_style": "WSD", "training.lr_wsd_decay_iters": 100})
+    )
     assert [d.rule.id for d in errs] == ["TRC323"]
     assert errs[0].key == "training.lr_decay_style" and "cosine" in errs[0].message
 
 
 def test_wsd_schedule_reaches_megatron(tmp_path: Path) -> None:
-    m = ok(tmp_path, spec(**{"training.lr_decay_style": "WSD",
-                             "training.lr_wsd_decay_iters": 100,
-                             "training.lr_wsd_decay_style": "linear",
-                             "training.lr_warmup_iters": 10}))
+    m = ok(
+        tmp_path,
+        spec(
+            **{
+                "training.lr_decay_style": "WSD",
+                "training.lr_wsd_decay_iters": 100,
+                "training.lr_wsd_decay_style": "linear",
+                "training.lr_warmup_iters": 10,
+            }
+        ),
+    )
     a, sched = flags(m), core(m)["OptimizerParamScheduler"]
-    assert (a["--lr-decay-style"], a["--lr-wsd-decay-iters"], a["--lr-wsd-decay-style"],
-            a["--lr-warmup-iters"]) == ("WSD", "100", "linear", "10")
-    assert (sched["lr_decay_style"], sched["wsd_decay_steps"], sched["lr_wsd_decay_style"],
-            sched["lr_warmup_steps"]) == ("WSD", 100, "linear", 10)
+    assert (
+        a["--lr-decay-style"],
+        a["--lr-wsd-decay-iters"],
+        a["--lr-wsd-decay-style"],
+        a["--lr-warmup-iters"],
+    ) == ("WSD", "100", "linear", "10")
+    assert (
+        sched["lr_decay_style"],
+        sched["wsd_decay_steps"],
+        sched["lr_wsd_decay_style"],
+        sched["lr_warmup_steps"],
+    ) == ("WSD", 100, "linear", 10)
 
 
 # --- Megatron-LM's parser: vocabulary, shared experts, --split -------------------------------
 
 
-@pytest.mark.parametrize("vocab,tp,padded", [
-    (32001, 1, 32128),   # the finding: 32001 % 128 == 1 gave 32000 (last id outside the table)
-    (32001, 2, 32256),
-    (257, 2, 512),       # 257 % 256 == 1
-    (50257, 1, 50304),
-    (32000, 1, 32000),
-    (128, 2, 256),
-    (129, 1, 256),
-])
+@pytest.mark.parametrize(
+    "vocab,tp,padded",
+    [
+        (32001, 1, 32128),  # the finding: 32001 % 128 == 1 gave 32000 (last id outside the table)
+        (32001, 2, 32256),
+        (257, 2, 512),  # 257 % 256 == 1
+        (50257, 1, 50304),
+        (32000, 1, 32000),
+        (128, 2, 256),
+        (129, 1, 256),
+    ],
+)
 def test_vocab_size_is_the_tokenizers_and_padding_matches_megatron(
-        tmp_path: Path, vocab: int, tp: int, padded: int) -> None:
+    tmp_path: Path, vocab: int, tp: int, padded: int
+) -> None:
     """Bug: --vocab-size was written as vocab_size - 1, but since core_v0.18.0 the
     NullTokenizer no longer adds a token, so the tokenizer was one short and the padded vocab
     differed whenever vocab_size % (divisor x tp) == 1 (32001 -> 32000, not 32128)."""
@@ -359,14 +425,18 @@ def test_shared_expert_width_not_a_multiple_of_tp_is_an_error(tmp_path: Path) ->
     """Bug: moe_shared_expert_intermediate_size must be a multiple of tp (Megatron-Core fails
     at model build: "2730 is not divisible by 4") and no rule checked it. Now TRC327 with the
     two nearest multiples as the fix."""
-    cfg = spec(**{"parallel.tp": 4, "parallel.sequence_parallel": True,
-                  **{f"model.{k}": v for k, v in MOE.items()},
-                  "model.moe_shared_expert_intermediate_size": 2730})
+    cfg = spec(
+        **{
+            "parallel.tp": 4,
+            "parallel.sequence_parallel": True,
+            **{f"model.{k}": v for k, v in MOE.items()},
+            "model.moe_shared_expert_intermediate_size": 2730,
+        }
+    )
     errs = errors(tmp_path, cfg)
     assert [d.rule.id for d in errs] == ["TRC327"]
     assert errs[0].key == "model.moe_shared_expert_intermediate_size"
-    assert "2728 or 2732" in (errs[0].fix or "") and "2730 is not divisible by 4" in \
-        errs[0].message
+    assert "2728 or 2732" in (errs[0].fix or "") and "2730 is not divisible by 4" in errs[0].message
     cfg["model"]["moe_shared_expert_intermediate_size"] = 2732
     m = ok(tmp_path, cfg)
     assert flags(m)["--moe-shared-expert-intermediate-size"] == "2732"
@@ -378,8 +448,10 @@ def test_split_is_written_with_a_data_path(tmp_path: Path) -> None:
     m = ok(tmp_path, spec(**{"launch.data_path": "/data/corpus_text_document"}))
     assert flags(m)["--split"] == "100,0,0"
     assert flags(m)["--data-path"] == "/data/corpus_text_document"
-    m = ok(tmp_path, spec(**{"launch.data_path": "/data/corpus_text_document",
-                             "launch.data_split": "98,1,1"}))
+    m = ok(
+        tmp_path,
+        spec(**{"launch.data_path": "/data/corpus_text_document", "launch.data_split": "98,1,1"}),
+    )
     assert flags(m)["--split"] == "98,1,1"
     assert "--split" not in flags(ok(tmp_path, spec()))  # mock data: nothing to split
 
@@ -398,41 +470,70 @@ def test_keys_real_jobs_set_reach_megatron(tmp_path: Path) -> None:
     """Bug: keys every real job sets had no spec key (init std, QKV bias, RoPE base and
     scaling, MoE aux-loss and z-loss coefficients, router settings, dropouts, norm epsilon).
     Each is now a spec key, written under Megatron's names in both Megatron artifacts."""
-    cfg = spec(**{"model.init_method_std": 0.008, "model.add_qkv_bias": True,
-                  "model.rotary_base": 500000, "model.rotary_percent": 0.5,
-                  "model.rope_scaling_factor": 8.0, "model.norm_epsilon": 1e-6,
-                  "model.hidden_dropout": 0.0, "model.attention_dropout": 0.0,
-                  "parallel.sequence_parallel": True,
-                  **{f"model.{k}": v for k, v in MOE.items()},
-                  "model.moe_router_load_balancing_type": "seq_aux_loss",
-                  "model.moe_aux_loss_coeff": 0.01, "model.moe_z_loss_coeff": 0.001,
-                  "model.moe_router_score_function": "sigmoid",
-                  "model.moe_router_topk_scaling_factor": 2.5,
-                  "model.moe_expert_capacity_factor": 1.25,
-                  "model.moe_router_pre_softmax": False})
+    cfg = spec(
+        **{
+            "model.init_method_std": 0.008,
+            "model.add_qkv_bias": True,
+            "model.rotary_base": 500000,
+            "model.rotary_percent": 0.5,
+            "model.rope_scaling_factor": 8.0,
+            "model.norm_epsilon": 1e-6,
+            "model.hidden_dropout": 0.0,
+            "model.attention_dropout": 0.0,
+            "parallel.sequence_parallel": True,
+            **{f"model.{k}": v for k, v in MOE.items()},
+            "model.moe_router_load_balancing_type": "seq_aux_loss",
+            "model.moe_aux_loss_coeff": 0.01,
+            "model.moe_z_loss_coeff": 0.001,
+            "model.moe_router_score_function": "sigmoid",
+            "model.moe_router_topk_scaling_factor": 2.5,
+            "model.moe_expert_capacity_factor": 1.25,
+            "model.moe_router_pre_softmax": False,
+        }
+    )
     m = ok(tmp_path, cfg)
     a, tc, gpt = flags(m), core(m)["TransformerConfig"], core(m)["GPTModel"]
-    want_flags = {"--init-method-std": "0.008", "--add-qkv-bias": True,
-                  "--rotary-base": "500000", "--rotary-percent": "0.5",
-                  "--use-rope-scaling": True, "--rope-scaling-factor": "8.0",
-                  "--norm-epsilon": "1e-06", "--hidden-dropout": "0.0",
-                  "--attention-dropout": "0.0",
-                  "--moe-router-load-balancing-type": "seq_aux_loss",
-                  "--moe-aux-loss-coeff": "0.01", "--moe-z-loss-coeff": "0.001",
-                  "--moe-router-score-function": "sigmoid",
-                  "--moe-router-topk-scaling-factor": "2.5",
-                  "--moe-expert-capacity-factor": "1.25"}
+    want_flags = {
+        "--init-method-std": "0.008",
+        "--add-qkv-bias": True,
+        "--rotary-base": "500000",
+        "--rotary-percent": "0.5",
+        "--use-rope-scaling": True,
+        "--rope-scaling-factor": "8.0",
+        "--norm-epsilon": "1e-06",
+        "--hidden-dropout": "0.0",
+        "--attention-dropout": "0.0",
+        "--moe-router-load-balancing-type": "seq_aux_loss",
+        "--moe-aux-loss-coeff": "0.01",
+        "--moe-z-loss-coeff": "0.001",
+        "--moe-router-score-function": "sigmoid",
+        "--moe-router-topk-scaling-factor": "2.5",
+        "--moe-expert-capacity-factor": "1.25",
+    }
     assert {k: a.get(k) for k in want_flags} == want_flags
     assert "--moe-router-pre-softmax" not in a
-    assert (tc["init_method_std"], tc["add_qkv_bias"], tc["layernorm_epsilon"],
-            tc["hidden_dropout"], tc["attention_dropout"]) == (0.008, True, 1e-6, 0.0, 0.0)
-    assert (tc["moe_router_load_balancing_type"], tc["moe_aux_loss_coeff"],
-            tc["moe_z_loss_coeff"], tc["moe_router_score_function"],
-            tc["moe_router_topk_scaling_factor"], tc["moe_expert_capacity_factor"],
-            tc["moe_router_pre_softmax"]) == ("seq_aux_loss", 0.01, 0.001, "sigmoid", 2.5, 1.25,
-                                              False)
-    assert (gpt["rotary_base"], gpt["rotary_percent"], gpt["rope_scaling"],
-            gpt["rope_scaling_factor"]) == (500000, 0.5, True, 8.0)
+    assert (
+        tc["init_method_std"],
+        tc["add_qkv_bias"],
+        tc["layernorm_epsilon"],
+        tc["hidden_dropout"],
+        tc["attention_dropout"],
+    ) == (0.008, True, 1e-6, 0.0, 0.0)
+    assert (
+        tc["moe_router_load_balancing_type"],
+        tc["moe_aux_loss_coeff"],
+        tc["moe_z_loss_coeff"],
+        tc["moe_router_score_function"],
+        tc["moe_router_topk_scaling_factor"],
+        tc["moe_expert_capacity_factor"],
+        tc["moe_router_pre_softmax"],
+    ) == ("seq_aux_loss", 0.01, 0.001, "sigmoid", 2.5, 1.25, False)
+    assert (
+        gpt["rotary_base"],
+        gpt["rotary_percent"],
+        gpt["rope_scaling"],
+        gpt["rope_scaling_factor"],
+    ) == (500000, 0.5, True, 8.0)
 
 
 # --- the worker builds from the plan ---------------------------------------------------------
@@ -456,8 +557,9 @@ def test_worker_builds_bias_reduce_dtype_and_optimizer_from_the_plan(tmp_path: P
     path = tmp_path / "plan.json"
     path.write_text(files["plan.json"])
     s = Settings(json.loads(files["plan.json"]), parse_args(["--plan", str(path)]), str(path))
-    config, _, changes = mb.transformer_config(s.plan, full_dims(s.plan), s.layout, cpu=False,
-                                               precision=s.precision)
+    config, _, changes = mb.transformer_config(
+        s.plan, full_dims(s.plan), s.layout, cpu=False, precision=s.precision
+    )
     assert changes == []
     assert config.add_bias_linear is True and config.normalization == "LayerNorm"
     assert config.gated_linear_unit is False and config.fp16 is True
@@ -475,27 +577,35 @@ def _fake_settings(plan: dict[str, Any]) -> Any:
 def _objects(plan: dict[str, Any]) -> dict[str, tuple[Any, dict[str, Any], set[str]]]:
     """Stand-ins of the built objects: attributes equal to the plan's values."""
     out = {}
-    for group in ("TransformerConfig", "DistributedDataParallelConfig", "OptimizerConfig",
-                  "OptimizerParamScheduler"):
+    for group in (
+        "TransformerConfig",
+        "DistributedDataParallelConfig",
+        "OptimizerConfig",
+        "OptimizerParamScheduler",
+    ):
         kw = dict(plan["engines"]["megatron_core"][group])
         out[group] = (types.SimpleNamespace(**kw), dict(kw), set())
     return out
 
 
-@pytest.mark.parametrize("group,key,value", [
-    ("TransformerConfig", "add_bias_linear", True),
-    ("TransformerConfig", "normalization", "LayerNorm"),
-    ("TransformerConfig", "init_method_std", 0.5),
-    ("TransformerConfig", "hidden_dropout", 0.3),
-    ("DistributedDataParallelConfig", "grad_reduce_in_fp32", False),
-    ("DistributedDataParallelConfig", "overlap_grad_reduce", False),
-    ("OptimizerConfig", "optimizer", "sgd"),
-    ("OptimizerConfig", "adam_beta2", 0.95),
-    ("OptimizerParamScheduler", "lr_decay_style", "linear"),
-    ("OptimizerParamScheduler", "lr_warmup_steps", 7),
-])
-def test_cross_check_compares_every_key(group: str, key: str, value: Any,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "group,key,value",
+    [
+        ("TransformerConfig", "add_bias_linear", True),
+        ("TransformerConfig", "normalization", "LayerNorm"),
+        ("TransformerConfig", "init_method_std", 0.5),
+        ("TransformerConfig", "hidden_dropout", 0.3),
+        ("DistributedDataParallelConfig", "grad_reduce_in_fp32", False),
+        ("DistributedDataParallelConfig", "overlap_grad_reduce", False),
+        ("OptimizerConfig", "optimizer", "sgd"),
+        ("OptimizerConfig", "adam_beta2", 0.95),
+        ("OptimizerParamScheduler", "lr_decay_style", "linear"),
+        ("OptimizerParamScheduler", "lr_warmup_steps", 7),
+    ],
+)
+def test_cross_check_compares_every_key(
+    group: str, key: str, value: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Bug: the worker's cross-check compared nine layout keys. Now every key of the four
     groups: one attribute of a built object changed (not announced) stops the worker."""
     pytest.importorskip("torch")
@@ -554,9 +664,10 @@ def lr_curves(plan: dict[str, Any], steps: int) -> tuple[list[float], list[float
 
     logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
     group = {"params": [], "lr": 0.0, "weight_decay": 0.0}
-    core_sched = OptimizerParamScheduler(types.SimpleNamespace(param_groups=[group]),
-                                         **plan["engines"]["megatron_core"]
-                                         ["OptimizerParamScheduler"])
+    core_sched = OptimizerParamScheduler(
+        types.SimpleNamespace(param_groups=[group]),
+        **plan["engines"]["megatron_core"]["OptimizerParamScheduler"],
+    )
     megatron = []
     for step in range(steps):
         core_sched.num_steps = step
@@ -566,8 +677,9 @@ def lr_curves(plan: dict[str, Any], steps: int) -> tuple[list[float], list[float
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=cfg["optimizer"]["params"]["lr"])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ds_sched = getattr(lr_schedules, cfg["scheduler"]["type"])(opt,
-                                                                   **cfg["scheduler"]["params"])
+        ds_sched = getattr(lr_schedules, cfg["scheduler"]["type"])(
+            opt, **cfg["scheduler"]["params"]
+        )
     deepspeed = []
     for _ in range(steps):
         deepspeed.append(opt.param_groups[0]["lr"])
@@ -580,52 +692,77 @@ def _curve_mismatch(overrides: tuple[str, ...]) -> list[tuple[int, float, float]
 
     pytest.importorskip("deepspeed")
     pytest.importorskip("megatron.core")
-    plan, _ = compile_case("llama2-7b-deepspeed-zero3-offload",
-                           ("training.train_iters=200", *overrides))
+    plan, _ = compile_case(
+        "llama2-7b-deepspeed-zero3-offload", ("training.train_iters=200", *overrides)
+    )
     megatron, deepspeed = lr_curves(plan, 200)
-    return [(k, m, d) for k, (m, d) in enumerate(zip(megatron, deepspeed, strict=True))
-            if not math.isclose(m, d, rel_tol=1e-9, abs_tol=1e-12)]
+    return [
+        (k, m, d)
+        for k, (m, d) in enumerate(zip(megatron, deepspeed, strict=True))
+        if not math.isclose(m, d, rel_tol=1e-9, abs_tol=1e-12)
+    ]
 
 
 def test_constant_lr_without_warmup_is_the_same_on_both_engines() -> None:
     """The comparison below is live: the one schedule both engines run alike."""
-    assert _curve_mismatch(("training.lr_warmup_iters=0",
-                            "training.lr_decay_style=constant")) == []
+    assert _curve_mismatch(("training.lr_warmup_iters=0", "training.lr_decay_style=constant")) == []
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "DeepSpeed's schedules are not Megatron-Core's for the same spec: deepspeed 0.19.8 "
-    "lr_schedules.py sets the lr of iteration -1 at construction and warmup_num_steps = "
-    "max(2, n), so (a) every warm-up lags one step (step 1 at lr 0, the peak at step W+1), "
-    "(b) cosine without warm-up runs its first step at lr 0 (get_lr before start) and decays over "
-    "total-2 steps, (c) linear without warm-up starts at min_lr for two steps instead of the peak "
-    "(WarmupDecayLR warms up from warmup_min_lr), (d) lr_warmup_iters=1 warms up over 2 steps "
-    "(c and d are refused by TRC323; docs/divergences.md)"))
-@pytest.mark.parametrize("overrides", [
-    (),                                                                      # cosine, warm-up 50
-    ("training.lr_warmup_iters=0",),                                         # cosine, none
-    ("training.lr_warmup_iters=0", "training.lr_decay_style=linear"),        # linear, none
-    ("training.lr_decay_style=linear", "training.min_lr=0"),                 # linear, warm-up 50
-    ("training.lr_decay_style=constant",),                                   # constant, warm-up
-    ("training.lr_warmup_iters=1",),                                         # one-step warm-up
-], ids=["cosine-warmup", "cosine-no-warmup", "linear-no-warmup", "linear-warmup",
-        "constant-warmup", "warmup-1"])
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason=(
+        "DeepSpeed's schedules are not Megatron-Core's for the same spec: deepspeed 0.19.8 "
+        "lr_schedules.py sets the lr of iteration -1 at construction and warmup_num_steps = "
+        "max(2, n), so (a) every warm-up lags one step (step 1 at lr 0, the peak at step W+1), "
+        "(b) cosine without warm-up runs its first step at lr 0 (get_lr before start) and decays "
+        "over total-2 steps, (c) linear without warm-up starts at min_lr for two steps instead of "
+        "the peak (WarmupDecayLR warms up from warmup_min_lr), (d) lr_warmup_iters=1 warms up "
+        "over 2 steps "
+        "(c and d are refused by TRC323; docs/divergences.md)"
+    ),
+)
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        (),  # cosine, warm-up 50
+        ("training.lr_warmup_iters=0",),  # cosine, none
+        ("training.lr_warmup_iters=0", "training.lr_decay_style=linear"),  # linear, none
+        ("training.lr_decay_style=linear", "training.min_lr=0"),  # linear, warm-up 50
+        ("training.lr_decay_style=constant",),  # constant, warm-up
+        ("training.lr_warmup_iters=1",),  # one-step warm-up
+    ],
+    ids=[
+        "cosine-warmup",
+        "cosine-no-warmup",
+        "linear-no-warmup",
+        "linear-warmup",
+        "constant-warmup",
+        "warmup-1",
+    ],
+)
 def test_deepspeed_lr_schedule_equals_megatron_cores(overrides: tuple[str, ...]) -> None:
     """The same spec trains with the same learning rate at every step on both engines."""
     assert _curve_mismatch(overrides) == []
 
 
-@pytest.mark.parametrize(("overrides", "claim"), [
-    ((), "the peak lr"), (("training.lr_warmup_iters=0",), "2 steps short"),
-    (("training.lr_decay_style=linear", "training.min_lr=0"), "one step earlier")])
+@pytest.mark.parametrize(
+    ("overrides", "claim"),
+    [
+        ((), "the peak lr"),
+        (("training.lr_warmup_iters=0",), "2 steps short"),
+        (("training.lr_decay_style=linear", "training.min_lr=0"), "one step earlier"),
+    ],
+)
 def test_trc317_warns_of_what_deepspeeds_scheduler_really_does(overrides, claim) -> None:
     """The divergence above is not silent: TRC317 (a warning) says what DeepSpeed's scheduler
     does with the spec, and what it says holds on DeepSpeed's own scheduler class (trial 13:
     with a warm-up the cosine never reaches the peak, which the docs did not say)."""
     pytest.importorskip("deepspeed")
     pytest.importorskip("megatron.core")
-    plan, _ = compile_case("llama2-7b-deepspeed-zero3-offload",
-                           ("training.train_iters=200", *overrides))
+    plan, _ = compile_case(
+        "llama2-7b-deepspeed-zero3-offload", ("training.train_iters=200", *overrides)
+    )
     [d] = [d for d in plan["diagnostics"] if d["rule"] == "TRC317"]
     assert d["severity"] == "warning" and claim in d["message"]
     megatron, deepspeed = lr_curves(plan, 200)
@@ -640,12 +777,17 @@ def test_trc317_warns_of_what_deepspeeds_scheduler_really_does(overrides, claim)
 
 # ds_config.json's scheduler cannot express lr_warmup_iters=1 (DeepSpeed warms up over
 # max(2, warmup_num_steps) steps) nor linear decay to a min_lr > 0: TRC323 refuses both.
-@pytest.mark.parametrize("changes", [
-    {"training.lr_warmup_iters": 1},
-    {"training.lr_warmup_iters": 0, "training.lr_decay_style": "linear"},
-], ids=["warmup-1", "linear-no-warmup"])
-def test_deepspeed_schedules_it_cannot_run_are_refused(tmp_path: Path,
-                                                       changes: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"training.lr_warmup_iters": 1},
+        {"training.lr_warmup_iters": 0, "training.lr_decay_style": "linear"},
+    ],
+    ids=["warmup-1", "linear-no-warmup"],
+)
+def test_deepspeed_schedules_it_cannot_run_are_refused(
+    tmp_path: Path, changes: dict[str, Any]
+) -> None:
     errs = errors(tmp_path, ds_spec(**changes))
     assert "TRC323" in {d.rule.id for d in errs}
 
@@ -657,8 +799,12 @@ def test_deepspeed_reduces_gradients_in_the_dtype_megatron_core_yaml_states() ->
     cfg = ds(files)
     # DeepSpeed's choice when the config names none (DeepSpeedEngine.communication_data_type)
     reduce_dtype = cfg.get("communication_data_type") or (
-        "fp16" if cfg.get("fp16", {}).get("enabled") else
-        "bf16" if cfg.get("bf16", {}).get("enabled") else "fp32")
+        "fp16"
+        if cfg.get("fp16", {}).get("enabled")
+        else "bf16"
+        if cfg.get("bf16", {}).get("enabled")
+        else "fp32"
+    )
     fp32 = core(files)["DistributedDataParallelConfig"]["grad_reduce_in_fp32"]
     assert (reduce_dtype == "fp32") == fp32
 
@@ -684,12 +830,15 @@ print("INITIALIZED")
 """
 
 
-@pytest.mark.parametrize("optimizer", [
-    "adam",
-    # torch.optim.SGD is not in DeepSpeed 0.19.8's ZERO_SUPPORTED_OPTIMIZERS: ds_config.json
-    # says zero_allow_untested_optimizer (was: 'You are using an untested ZeRO Optimizer')
-    "sgd",
-])
+@pytest.mark.parametrize(
+    "optimizer",
+    [
+        "adam",
+        # torch.optim.SGD is not in DeepSpeed 0.19.8's ZERO_SUPPORTED_OPTIMIZERS: ds_config.json
+        # says zero_allow_untested_optimizer (was: 'You are using an untested ZeRO Optimizer')
+        "sgd",
+    ],
+)
 def test_deepspeed_initializes_what_compile_accepts(tmp_path: Path, optimizer: str) -> None:
     """What compile accepts, the worker runs: deepspeed.initialize (one CPU process, gloo) on
     the worker's DeepSpeed config (ds_engine.load_config with --device cpu) of a ZeRO-1 spec."""
@@ -705,22 +854,33 @@ def test_deepspeed_initializes_what_compile_accepts(tmp_path: Path, optimizer: s
     files = ok(tmp_path, ds_spec(**{"training.optimizer": optimizer}))
     path = tmp_path / "plan.json"
     path.write_text(files["plan.json"])
-    s = Settings(json.loads(files["plan.json"]),
-                 parse_args(["--plan", str(path), "--device", "cpu", "--reference"]), str(path))
+    s = Settings(
+        json.loads(files["plan.json"]),
+        parse_args(["--plan", str(path), "--device", "cpu", "--reference"]),
+        str(path),
+    )
     cfg = load_config(s)
     port = str(29000 + os.getpid() % 1000)
-    run = subprocess.run([sys.executable, "-c", _DS_INIT, json.dumps(cfg), port],
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0 and "INITIALIZED" in run.stdout, \
-        (run.stdout + run.stderr)[-2000:]
+    run = subprocess.run(
+        [sys.executable, "-c", _DS_INIT, json.dumps(cfg), port],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0 and "INITIALIZED" in run.stdout, (run.stdout + run.stderr)[-2000:]
 
 
-@pytest.mark.parametrize("changes", [
-    {"training.train_iters": 10, "training.lr_warmup_iters": 10},
-    {"training.lr_decay_iters": 5, "training.lr_warmup_iters": 8},
-], ids=["warmup-equals-decay", "warmup-over-decay"])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"training.train_iters": 10, "training.lr_warmup_iters": 10},
+        {"training.lr_decay_iters": 5, "training.lr_warmup_iters": 8},
+    ],
+    ids=["warmup-equals-decay", "warmup-over-decay"],
+)
 def test_constant_schedule_compile_accepts_megatron_core_builds(
-        tmp_path: Path, changes: dict[str, Any]) -> None:
+    tmp_path: Path, changes: dict[str, Any]
+) -> None:
     """What compile accepts, the worker runs: the OptimizerParamScheduler of megatron_core.yaml
     builds (the worker passes that group as keyword arguments)."""
     pytest.importorskip("megatron.core")
@@ -730,6 +890,5 @@ def test_constant_schedule_compile_accepts_megatron_core_builds(
     if not result.ok:  # refused at compile time: the fix
         assert "TRC323" in {d.rule.id for d in result.diagnostics if d.is_error}
         return
-    stand_in = types.SimpleNamespace(param_groups=[{"params": [], "lr": 0.0,
-                                                    "weight_decay": 0.0}])
+    stand_in = types.SimpleNamespace(param_groups=[{"params": [], "lr": 0.0, "weight_decay": 0.0}])
     OptimizerParamScheduler(stand_in, **core(result.files)["OptimizerParamScheduler"])

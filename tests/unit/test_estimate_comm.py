@@ -4,12 +4,17 @@ with the corrections documented in trainc.compiler.estimate.comm."""
 from __future__ import annotations
 
 import pytest
+from test_estimate_memory import make_spec, run
 
 from trainc.compiler.estimate.comm import (
-    all_gather_bytes, all_reduce_bytes, all_to_all_bytes, cp_layer_bytes, zero_dp_bytes)
-from trainc.schemas import CpCommType, CpCommType as Cp, Engine, Recompute
-
-from test_estimate_memory import make_spec, run  # noqa: E402  (same folder, plain pytest import)
+    all_gather_bytes,
+    all_reduce_bytes,
+    all_to_all_bytes,
+    cp_layer_bytes,
+    zero_dp_bytes,
+)
+from trainc.schemas import CpCommType, Engine, Recompute
+from trainc.schemas import CpCommType as Cp
 
 MiB = 2**20
 B, S, H = 2, 8192, 8192
@@ -56,7 +61,8 @@ def test_zero_dp_volumes_seed_002_5_4():
 
 
 def test_plan_tp_bytes_formula():
-    # Llama-3-8B-like, tp 2 pp 2, SP, selective: per layer 2 blocks x (fwd + bwd) x all-reduce-equiv.
+    # Llama-3-8B-like, tp 2 pp 2, SP, selective: per layer 2 blocks x (fwd + bwd) x
+    # all-reduce-equiv.
     plan = run(make_spec())
     e, d = plan["estimates"], plan["derived"]
     act = 1 * 8192 * 4096 * 2
@@ -69,7 +75,9 @@ def test_plan_tp_bytes_formula():
 
 def test_full_recompute_repeats_forward_comm():
     sel = run(make_spec())["estimates"]["comm_bytes_per_step"]["tp"]
-    full = run(make_spec(training__recompute=Recompute.full))["estimates"]["comm_bytes_per_step"]["tp"]
+    full = run(make_spec(training__recompute=Recompute.full))["estimates"]["comm_bytes_per_step"][
+        "tp"
+    ]
     assert full / sel == pytest.approx(1.5, rel=0.02)
 
 
@@ -97,8 +105,9 @@ def test_dp_megatron_distopt_reduce_scatter_fp32_grads_allgather_bf16_params():
 
 
 def test_ep_and_cp_appear_in_plan():
-    moe = run(make_spec(nodes=2, parallel__ep=4, model__num_experts=8,
-                        model__moe_ffn_hidden_size=14336))["estimates"]["comm_bytes_per_step"]
+    moe = run(
+        make_spec(nodes=2, parallel__ep=4, model__num_experts=8, model__moe_ffn_hidden_size=14336)
+    )["estimates"]["comm_bytes_per_step"]
     assert moe["ep"] > 0
     for kind in CpCommType:
         cp = run(make_spec(nodes=2, parallel__cp=2, parallel__cp_comm_type=kind))
@@ -106,8 +115,9 @@ def test_ep_and_cp_appear_in_plan():
 
 
 def test_deepspeed_dp_comm():
-    e = run(make_spec(engine=Engine.deepspeed, parallel__tp=1, parallel__pp=1,
-                      parallel__zero_stage=3))["estimates"]
+    e = run(
+        make_spec(engine=Engine.deepspeed, parallel__tp=1, parallel__pp=1, parallel__zero_stage=3)
+    )["estimates"]
     assert e["comm_bytes_per_step"]["dp"] > 0 and e["comm_bytes_per_step"]["pp"] == 0
 
 
@@ -140,9 +150,16 @@ def test_flex_dispatcher_cuts_cross_node_ep_time():
     from trainc.schemas import MoeDispatcher
 
     def ep_col(dispatcher):
-        s = make_spec(nodes=2, model__num_experts=16, model__moe_router_topk=2,
-                      model__moe_ffn_hidden_size=14336, parallel__tp=1, parallel__pp=1,
-                      parallel__ep=16, training__recompute=Recompute.full)
+        s = make_spec(
+            nodes=2,
+            model__num_experts=16,
+            model__moe_router_topk=2,
+            model__moe_ffn_hidden_size=14336,
+            parallel__tp=1,
+            parallel__pp=1,
+            parallel__ep=16,
+            training__recompute=Recompute.full,
+        )
         s.model.moe_token_dispatcher_type = dispatcher
         if dispatcher is MoeDispatcher.flex:
             s.parallel.etp = 1
@@ -159,5 +176,6 @@ def test_flex_dispatcher_cuts_cross_node_ep_time():
     from trainc.schemas import MoeDispatcher as D
 
     assert ep_sent_bytes(EpDispatch(D.flex, 2, 16, 16, 1.0)) == pytest.approx(
-        ep_sent_bytes(EpDispatch(D.alltoall, 2, 16, 16, 1.0)))
+        ep_sent_bytes(EpDispatch(D.alltoall, 2, 16, 16, 1.0))
+    )
     assert flex["sent_bytes"] == pytest.approx(a2a["sent_bytes"], rel=1e-6)

@@ -7,8 +7,19 @@ import importlib
 
 import pytest
 
-MODULES = ["activations", "bubble", "comm", "flops", "kernels", "megatron_ref", "memory",
-           "params", "rankmap", "time", "__init__"]
+MODULES = [
+    "activations",
+    "bubble",
+    "comm",
+    "flops",
+    "kernels",
+    "megatron_ref",
+    "memory",
+    "params",
+    "rankmap",
+    "time",
+    "__init__",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

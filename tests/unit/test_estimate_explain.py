@@ -13,8 +13,14 @@ EXAMPLE = str(ROOT / "examples" / "llama2-70b-dgx-a100.yaml")
 def test_explain_prints_every_table(capsys):
     assert main(["explain", EXAMPLE, "--ranks", "12"]) == 0
     out = capsys.readouterr().out
-    for title in ("layout", "memory per GPU", "communication per GPU", "collectives", "time",
-                  "rank map"):
+    for title in (
+        "layout",
+        "memory per GPU",
+        "communication per GPU",
+        "collectives",
+        "time",
+        "rank map",
+    ):
         assert title in out
     assert "first 12 of 64 ranks" in out
     assert "MFU" in out and "tp 8 x cp 1 x dp 2 x pp 4" in out
@@ -37,6 +43,7 @@ def test_explain_ranks_must_be_positive(capsys):
     """``--ranks 0`` / ``-1`` are refused like ``plan --top 0`` (they printed "first -1 of 64
     ranks" or fell back silently)."""
     import pytest
+
     for bad in ("0", "-1"):
         with pytest.raises(SystemExit) as exc:
             main(["explain", EXAMPLE, "--ranks", bad])

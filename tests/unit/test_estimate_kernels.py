@@ -30,15 +30,15 @@ def test_gemm_wave_and_tile_quantization():
     # 100 x 100 tiles of 128 x 256 on 100 SMs: 100 full waves, compute bound
     full = gemm_seconds(HW, 12800, 25600, 8192)
     # each tile's fixed cost: K / (K + GEMM_K_OVERHEAD) of the rate
-    assert full == pytest.approx(
-        2 * 12800 * 25600 * 8192 / 1e15 * (8192 + GEMM_K_OVERHEAD) / 8192)
+    assert full == pytest.approx(2 * 12800 * 25600 * 8192 / 1e15 * (8192 + GEMM_K_OVERHEAD) / 8192)
     # one more tile column (101 x 100 tiles = 101 waves, the last 1/100 full): the 101st wave
     # costs a whole wave although its tiles are 1 % of the work
     more = gemm_seconds(HW, 12800, 25600 + 256, 8192)
     assert more == pytest.approx(full * 101 / 100 * (25856 / 25856), rel=1e-9)
     # a 1-row edge tile wastes its 127 rows: M = 12801 costs as M = 12928 (101 tile rows)
     assert gemm_seconds(HW, 12801, 25600, 8192) == pytest.approx(
-        gemm_seconds(HW, 12928, 25600, 8192))
+        gemm_seconds(HW, 12928, 25600, 8192)
+    )
 
 
 def test_short_k_gemms_pay_the_tile_overhead():
@@ -60,17 +60,20 @@ def test_fp8_gemms_run_at_the_fp8_peak_and_the_output_layer_stays_bf16():
     big = (8192, 28672, 8192)
     ratio = gemm_seconds(h100, *big, "bf16") / gemm_seconds(h100, *big, "fp8")
     p = GPUS[Gpu.h100_80g]
-    assert ratio == pytest.approx(p.peaks["fp8"] * p.gemm_efficiency["fp8"]
-                                  / (p.peaks["bf16"] * p.gemm_efficiency["bf16"]))
+    assert ratio == pytest.approx(
+        p.peaks["fp8"] * p.gemm_efficiency["fp8"] / (p.peaks["bf16"] * p.gemm_efficiency["bf16"])
+    )
     # an A100 has no FP8 tensor cores: an FP8 GEMM is timed at the BF16 peak
     a100 = hardware(run_ir(make_spec()).spec)
-    assert gemm_seconds(a100, *big, "fp8") == pytest.approx(gemm_seconds(a100, *big, "bf16"),
-                                                            rel=0.01)
+    assert gemm_seconds(a100, *big, "fp8") == pytest.approx(
+        gemm_seconds(a100, *big, "bf16"), rel=0.01
+    )
     bf = _h100()
     f8 = _h100(training__fp8_format=Fp8Format.hybrid)
     plan_bf, plan_f8 = run_ir(bf), run_ir(f8)
-    assert (logits_time(plan_bf.spec, plan_bf, hardware(plan_bf.spec))
-            == logits_time(plan_f8.spec, plan_f8, hardware(plan_f8.spec)))
+    assert logits_time(plan_bf.spec, plan_bf, hardware(plan_bf.spec)) == logits_time(
+        plan_f8.spec, plan_f8, hardware(plan_f8.spec)
+    )
     e_bf, e_f8 = plan_bf.estimates, plan_f8.estimates
     assert e_f8.compute_seconds_by_kind["gemm"] < 0.75 * e_bf.compute_seconds_by_kind["gemm"]
     assert e_f8.tokens_per_second > e_bf.tokens_per_second
@@ -99,8 +102,9 @@ def test_dp_grad_reduce_overlap_exposes_the_last_bucket():
     off.training.overlap_grad_reduce = False
     off.training.overlap_param_gather = False
     e_off = run(off)["estimates"]
-    assert all(c["exposed_seconds"] == c["seconds"]
-               for c in e_off["comm_collectives"] if c["axis"] == "dp")
+    assert all(
+        c["exposed_seconds"] == c["seconds"] for c in e_off["comm_collectives"] if c["axis"] == "dp"
+    )
     assert e_off["step_time_seconds"] > e["step_time_seconds"]
 
 
@@ -115,34 +119,48 @@ def test_rail_optimised_fabric_and_all_to_all():
     assert rs["crosses_nodes"] and rs["bandwidth_gbps"] == 400
     seed = _h100(parallel__tp=1, parallel__pp=1, training__global_batch_size=16)
     seed.cluster.time_model = TimeModel.seed
-    [rs0] = [c for c in run(seed)["estimates"]["comm_collectives"]
-             if c["name"] == "dense grad reduce_scatter"]
+    [rs0] = [
+        c
+        for c in run(seed)["estimates"]["comm_collectives"]
+        if c["name"] == "dense grad reduce_scatter"
+    ]
     assert rs0["bandwidth_gbps"] == 50  # the seed model: one NIC
 
 
 def test_fp8_param_gather_halves_the_parameter_all_gather():
     base = _h100(parallel__tp=1, parallel__pp=1, training__fp8_format=Fp8Format.hybrid)
-    gather = _h100(parallel__tp=1, parallel__pp=1, training__fp8_format=Fp8Format.hybrid,
-                   training__fp8_param_gather=True)
+    gather = _h100(
+        parallel__tp=1,
+        parallel__pp=1,
+        training__fp8_format=Fp8Format.hybrid,
+        training__fp8_param_gather=True,
+    )
 
     def ag(s):
-        [c] = [c for c in run(s)["estimates"]["comm_collectives"]
-               if c["name"] == "dense param all_gather"]
+        [c] = [
+            c
+            for c in run(s)["estimates"]["comm_collectives"]
+            if c["name"] == "dense param all_gather"
+        ]
         return c["sent_bytes"]
 
     assert ag(gather) * 2 == pytest.approx(ag(base), rel=1e-6)
 
 
 def test_optimizer_state_dtypes_change_memory():
-    spec = make_spec(training__exp_avg_dtype=StateDtype.bf16,
-                     training__exp_avg_sq_dtype=StateDtype.bf16,
-                     training__main_grads_dtype=StateDtype.bf16)
+    spec = make_spec(
+        training__exp_avg_dtype=StateDtype.bf16,
+        training__exp_avg_sq_dtype=StateDtype.bf16,
+        training__main_grads_dtype=StateDtype.bf16,
+    )
     assert megatron_state_bytes(spec.training) == (2, 2, 8)
     base, low = run(make_spec())["estimates"], run(spec)["estimates"]
     assert low["memory_bytes"]["optimizer"] == pytest.approx(
-        base["memory_bytes"]["optimizer"] * 8 / 12, rel=1e-6)
-    assert low["memory_bytes"]["grads"] == pytest.approx(base["memory_bytes"]["grads"] / 2,
-                                                         rel=1e-6)
+        base["memory_bytes"]["optimizer"] * 8 / 12, rel=1e-6
+    )
+    assert low["memory_bytes"]["grads"] == pytest.approx(
+        base["memory_bytes"]["grads"] / 2, rel=1e-6
+    )
 
 
 def test_fp32_logits_of_long_sequences_and_large_vocabularies():
@@ -167,8 +185,12 @@ def test_fit_rule_margin_tight_is_a_warning_sure_oom_an_error():
     reserve = base.cluster.memory_reserve_gib
 
     def with_budget(budget_gib):
-        s = make_spec(parallel__tp=1, parallel__pp=1, training__recompute=Recompute.none,
-                      mem=budget_gib + reserve)
+        s = make_spec(
+            parallel__tp=1,
+            parallel__pp=1,
+            training__recompute=Recompute.none,
+            mem=budget_gib + reserve,
+        )
         return _fit_ids(s)
 
     ids, e = with_budget(est / (1 + OOM_MARGIN) * 1.01)  # 9 % over: may fit -> warning
@@ -183,9 +205,14 @@ def test_fit_rule_margin_tight_is_a_warning_sure_oom_an_error():
 
 def test_fit_rule_catches_a_long_sequence_large_vocabulary_oom():
     # 8B-like, 32k tokens, 256k vocab, tp 1 on 80 GiB: 6 x 32768 x 256000 B = 47 GiB of logits
-    spec = make_spec(parallel__tp=1, parallel__pp=1, model__seq_length=32768,
-                     model__max_position_embeddings=32768, model__vocab_size=256000,
-                     training__recompute=Recompute.full)
+    spec = make_spec(
+        parallel__tp=1,
+        parallel__pp=1,
+        model__seq_length=32768,
+        model__max_position_embeddings=32768,
+        model__vocab_size=256000,
+        training__recompute=Recompute.full,
+    )
     ids, e = _fit_ids(spec)
     assert "TRC401" in ids
     assert e.memory_bytes.activations > 6 * 32768 * 256000
@@ -243,12 +270,15 @@ def test_step_time_carries_the_published_runs_band_unless_calibrated():
     dense = run(_h100())["estimates"]
     lo, hi = published_bands()["dense"]
     assert dense["step_time_band"] == "published runs (dense)"
-    assert dense["step_time_p10_seconds"] == pytest.approx(dense["step_time_seconds"] * lo,
-                                                           rel=1e-5)
-    assert dense["step_time_p90_seconds"] == pytest.approx(dense["step_time_seconds"] * hi,
-                                                           rel=1e-5)
-    moe = run(_h100(model__num_experts=8, model__moe_ffn_hidden_size=14336,
-                    parallel__ep=2))["estimates"]
+    assert dense["step_time_p10_seconds"] == pytest.approx(
+        dense["step_time_seconds"] * lo, rel=1e-5
+    )
+    assert dense["step_time_p90_seconds"] == pytest.approx(
+        dense["step_time_seconds"] * hi, rel=1e-5
+    )
+    moe = run(_h100(model__num_experts=8, model__moe_ffn_hidden_size=14336, parallel__ep=2))[
+        "estimates"
+    ]
     lo, hi = published_bands()["moe"]
     assert moe["step_time_band"] == "published runs (moe)"
     assert moe["step_time_p90_seconds"] == pytest.approx(moe["step_time_seconds"] * hi, rel=1e-5)
@@ -307,14 +337,26 @@ def test_multi_latent_attention_parameters_flops_and_kernels():
     assert t.core_per_s2 == 3 * 128 * (192 + 128)  # causal: half of 6 a (qk + pos + v)
 
     def spec(multi_latent: bool):
-        s = _h100(model__num_layers=4, model__hidden_size=7168, model__num_attention_heads=128,
-                  model__num_query_groups=128, model__kv_channels=128,
-                  model__ffn_hidden_size=18432,
-                  model__seq_length=4096, parallel__tp=8, parallel__pp=1)
+        s = _h100(
+            model__num_layers=4,
+            model__hidden_size=7168,
+            model__num_attention_heads=128,
+            model__num_query_groups=128,
+            model__kv_channels=128,
+            model__ffn_hidden_size=18432,
+            model__seq_length=4096,
+            parallel__tp=8,
+            parallel__pp=1,
+        )
         if multi_latent:
             s.model.multi_latent_attention = True
-            (s.model.q_lora_rank, s.model.kv_lora_rank, s.model.qk_head_dim,
-             s.model.qk_pos_emb_head_dim, s.model.v_head_dim) = mla
+            (
+                s.model.q_lora_rank,
+                s.model.kv_lora_rank,
+                s.model.qk_head_dim,
+                s.model.qk_pos_emb_head_dim,
+                s.model.v_head_dim,
+            ) = mla
         return run_ir(s).spec
 
     m_spec, g_spec = spec(True), spec(False)
@@ -376,8 +418,7 @@ def test_fp32_compute_runs_tf32_gemms_and_unfused_attention():
     from trainc.schemas import Precision
 
     bf = run_ir(_h100(parallel__tp=1, parallel__pp=1)).spec
-    f32 = run_ir(_h100(parallel__tp=1, parallel__pp=1,
-                       training__precision=Precision.fp32)).spec
+    f32 = run_ir(_h100(parallel__tp=1, parallel__pp=1, training__precision=Precision.fp32)).spec
     assert not computes_in_fp32(bf) and computes_in_fp32(f32)
     assert fused_attention(bf) and not fused_attention(f32)
     assert layer_precision(f32, 1) == "fp32" and layer_precision(bf, 1) == "bf16"
@@ -389,6 +430,7 @@ def test_fp32_compute_runs_tf32_gemms_and_unfused_attention():
     assert lf.elem_f == pytest.approx(2 * lb.elem_f)
     assert lf.attn_f > 2 * lb.attn_f
     e_bf = run_ir(_h100(parallel__tp=1, parallel__pp=1)).estimates
-    e_f32 = run_ir(_h100(parallel__tp=1, parallel__pp=1,
-                         training__precision=Precision.fp32)).estimates
+    e_f32 = run_ir(
+        _h100(parallel__tp=1, parallel__pp=1, training__precision=Precision.fp32)
+    ).estimates
     assert e_f32.step_time_seconds > 1.9 * e_bf.step_time_seconds

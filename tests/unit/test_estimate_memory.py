@@ -9,40 +9,136 @@ import dataclasses
 import pytest
 
 from trainc.compiler.estimate.activations import (
-    dense_layer_bytes, inflight_microbatches, korthikanti_layer_bytes)
-from trainc.compiler.pipeline import plan_and_estimate
+    dense_layer_bytes,
+    inflight_microbatches,
+    korthikanti_layer_bytes,
+)
 from trainc.compiler.estimate.megatron_ref import (
-    theoretical_activation_bytes, theoretical_weight_and_optimizer_bytes)
+    theoretical_activation_bytes,
+    theoretical_weight_and_optimizer_bytes,
+)
 from trainc.compiler.estimate.memory import (
-    deepspeed_zero2_estimate, deepspeed_zero3_estimate, megatron_beta, zero_model_state_bytes)
+    deepspeed_zero2_estimate,
+    deepspeed_zero3_estimate,
+    megatron_beta,
+    zero_model_state_bytes,
+)
+from trainc.compiler.pipeline import plan_and_estimate
 from trainc.schemas import (
+    Activation,
+    ClusterSpec,
+    Engine,
     Gpu,
-    Activation, ClusterSpec, Engine, ModelSpec, Normalization, Offload, ParallelSpec, Precision,
-    Recompute, TrainingSpec, TrainSpec)
+    ModelSpec,
+    Normalization,
+    Offload,
+    ParallelSpec,
+    Precision,
+    Recompute,
+    TrainingSpec,
+    TrainSpec,
+)
 
 MiB = 2**20
 
 # --- Megatron's theoretical_memory_usage, megatron_rules.md §4.4 (M = 8 micro-batches) --------
-LLAMA3_8B = dict(h=4096, a=32, g=8, d=128, f=14336, V=128256, L=32, swiglu=True, rmsnorm=True,
-                 untied=True)
+LLAMA3_8B = dict(
+    h=4096, a=32, g=8, d=128, f=14336, V=128256, L=32, swiglu=True, rmsnorm=True, untied=True
+)
 GOLDEN_WEIGHTS = [
     (dict(LLAMA3_8B, t=2, p=2, dp=2, dist_opt=True), 22975.5),
-    (dict(h=12288, a=96, g=96, d=128, f=49152, V=51200, L=96, swiglu=False, rmsnorm=False,
-          untied=False, t=8, p=16, dp=8, dist_opt=False), 24683.1),
-    (dict(h=4096, a=32, g=8, d=128, f=14336, V=32000, L=32, swiglu=True, rmsnorm=True, untied=True,
-          t=1, p=4, dp=8, dist_opt=True, num_experts=8, f_e=14336, num_moe_layers=32, ep=8, etp=1,
-          expert_dp=1), 27531.9),
-    (dict(h=8192, a=64, g=8, d=128, f=28672, V=128256, L=80, swiglu=True, rmsnorm=True,
-          untied=True, t=4, p=1, dp=2, dist_opt=True), 201867.1),
-    (dict(h=4096, a=32, g=32, d=128, f=16384, V=50304, L=32, swiglu=False, rmsnorm=False,
-          untied=False, t=2, p=4, dp=2, dist_opt=False), 15594.8),
+    (
+        dict(
+            h=12288,
+            a=96,
+            g=96,
+            d=128,
+            f=49152,
+            V=51200,
+            L=96,
+            swiglu=False,
+            rmsnorm=False,
+            untied=False,
+            t=8,
+            p=16,
+            dp=8,
+            dist_opt=False,
+        ),
+        24683.1,
+    ),
+    (
+        dict(
+            h=4096,
+            a=32,
+            g=8,
+            d=128,
+            f=14336,
+            V=32000,
+            L=32,
+            swiglu=True,
+            rmsnorm=True,
+            untied=True,
+            t=1,
+            p=4,
+            dp=8,
+            dist_opt=True,
+            num_experts=8,
+            f_e=14336,
+            num_moe_layers=32,
+            ep=8,
+            etp=1,
+            expert_dp=1,
+        ),
+        27531.9,
+    ),
+    (
+        dict(
+            h=8192,
+            a=64,
+            g=8,
+            d=128,
+            f=28672,
+            V=128256,
+            L=80,
+            swiglu=True,
+            rmsnorm=True,
+            untied=True,
+            t=4,
+            p=1,
+            dp=2,
+            dist_opt=True,
+        ),
+        201867.1,
+    ),
+    (
+        dict(
+            h=4096,
+            a=32,
+            g=32,
+            d=128,
+            f=16384,
+            V=50304,
+            L=32,
+            swiglu=False,
+            rmsnorm=False,
+            untied=False,
+            t=2,
+            p=4,
+            dp=2,
+            dist_opt=False,
+        ),
+        15594.8,
+    ),
 ]
 GOLDEN_ACTIVATIONS = [
     (dict(s=8192, b=1, h=4096, f=14336, V=128256, L=32, t=2, p=2, sp_selective=True), 16416.1),
     (dict(s=2048, b=1, h=12288, f=49152, V=51200, L=96, t=8, p=16, sp_selective=False), 15926.5),
     (dict(s=4096, b=1, h=4096, f=14336, V=32000, L=32, t=1, p=4, sp_selective=False), 18345.7),
     (dict(s=8192, b=1, h=8192, f=28672, V=128256, L=80, t=4, p=1, sp_selective=True), 42042.0),
-    (dict(s=4096, b=2, h=4096, f=16384, V=50304, L=32, t=2, p=4, sp_selective=True, vpp=2), 24024.2),
+    (
+        dict(s=4096, b=2, h=4096, f=16384, V=50304, L=32, t=2, p=4, sp_selective=True, vpp=2),
+        24024.2,
+    ),
 ]
 
 
@@ -91,14 +187,17 @@ def test_deepspeed_zero2_reference_values():
     assert deepspeed_zero2_estimate(P7, 8, 1, cpu_offload=False) == (336e9, 29_750_000_000)
 
 
-@pytest.mark.parametrize(("opt", "par", "zi", "cpu", "gpu"), [
-    (True, True, True, 189_000_000_000, 524_288_000),
-    (True, True, False, 336_000_000_000, 524_288_000),
-    (True, False, True, 168_000_000_000, 2_274_288_000),
-    (True, False, False, 336_000_000_000, 2_274_288_000),
-    (False, False, True, 6_291_456_000, 16_274_288_000),
-    (False, False, False, 336_000_000_000, 16_274_288_000),
-])
+@pytest.mark.parametrize(
+    ("opt", "par", "zi", "cpu", "gpu"),
+    [
+        (True, True, True, 189_000_000_000, 524_288_000),
+        (True, True, False, 336_000_000_000, 524_288_000),
+        (True, False, True, 168_000_000_000, 2_274_288_000),
+        (True, False, False, 336_000_000_000, 2_274_288_000),
+        (False, False, True, 6_291_456_000, 16_274_288_000),
+        (False, False, False, 336_000_000_000, 16_274_288_000),
+    ],
+)
 def test_deepspeed_zero3_reference_values(opt, par, zi, cpu, gpu):
     c, g, llm = deepspeed_zero3_estimate(P7, L7, 8, 1, opt, par, zi)
     assert (c, g, llm) == (cpu, gpu, 4 * L7)
@@ -127,10 +226,22 @@ def test_generalised_layer_reduces_to_table2_for_gpt():
     s, b, h, a, t = 2048, 1, 12288, 96, 8
     for sp in (False, True):
         for sel in (False, True):
-            ours = dense_layer_bytes(s=s, b=b, h=h, a=a, g=a, d=h // a, f=4 * h, t=t, sp=sp,
-                                     swiglu=False, with_scores=not sel)
-            assert ours == pytest.approx(korthikanti_layer_bytes(s, b, h, a, t, sp=sp,
-                                                                 selective=sel))
+            ours = dense_layer_bytes(
+                s=s,
+                b=b,
+                h=h,
+                a=a,
+                g=a,
+                d=h // a,
+                f=4 * h,
+                t=t,
+                sp=sp,
+                swiglu=False,
+                with_scores=not sel,
+            )
+            assert ours == pytest.approx(
+                korthikanti_layer_bytes(s, b, h, a, t, sp=sp, selective=sel)
+            )
 
 
 def test_gqa_and_swiglu_corrections():
@@ -151,17 +262,29 @@ def test_inflight_microbatches_1f1b_and_interleaved():
 
 # --- the plan estimator on real specs ----------------------------------------------------------
 def make_spec(*, engine=Engine.megatron, nodes=1, gpn=8, mem=80.0, **kw) -> TrainSpec:
-    model = dict(num_layers=32, hidden_size=4096, num_attention_heads=32, num_query_groups=8,
-                 ffn_hidden_size=14336, vocab_size=128256, seq_length=8192)
+    model = dict(
+        num_layers=32,
+        hidden_size=4096,
+        num_attention_heads=32,
+        num_query_groups=8,
+        ffn_hidden_size=14336,
+        vocab_size=128256,
+        seq_length=8192,
+    )
     par = dict(tp=2, pp=2, zero_stage=1)
     tr = dict(micro_batch_size=1, global_batch_size=16, recompute=Recompute.selective)
     for k, v in kw.items():
         sect, key = k.split("__")
         {"model": model, "parallel": par, "training": tr}[sect][key] = v
-    return TrainSpec(engine=engine, model=ModelSpec(**model),
-                     cluster=ClusterSpec(num_nodes=nodes, gpus_per_node=gpn, gpu=Gpu.a100_80g,
-                                         gpu_memory_gib=mem),
-                     parallel=ParallelSpec(**par), training=TrainingSpec(**tr))
+    return TrainSpec(
+        engine=engine,
+        model=ModelSpec(**model),
+        cluster=ClusterSpec(
+            num_nodes=nodes, gpus_per_node=gpn, gpu=Gpu.a100_80g, gpu_memory_gib=mem
+        ),
+        parallel=ParallelSpec(**par),
+        training=TrainingSpec(**tr),
+    )
 
 
 def run_ir(spec):
@@ -177,8 +300,9 @@ def run(spec):
 
 
 def test_llama3_8b_model_states_close_to_megatron_reference():
-    # same config as the first golden row, but vocab padded as Megatron really does (128256 -> 128512
-    # at tp 2 is not needed: 128256 % 256 == 0). Our stage totals differ from Megatron's shard only by
+    # same config as the first golden row, but vocab padded as Megatron really does (128256 ->
+    # 128512 at tp 2 is not needed: 128256 % 256 == 0). Our stage totals differ from Megatron's
+    # shard only by
     # where the final norm is counted (Megatron: nu*h/p on the first shard; us: on the last stage).
     plan = run(make_spec())
     last = plan["estimates"]["memory_per_stage"][1]  # output layer + final norm: the larger states
@@ -194,15 +318,27 @@ def test_llama3_8b_activations_vs_megatron_reference():
     # ours / Megatron = (18 + 6f/h - 4*(1 - 8/32)) / (18 + 4f/h) = 36/32 within 1 %.
     plan = run(make_spec())
     ours = plan["estimates"]["memory_per_stage"][0]["activations"]
-    ref = theoretical_activation_bytes(s=8192, b=1, h=4096, f=14336, V=128256, L=32, t=2, p=2,
-                                       sp_selective=True, num_microbatches=8)
+    ref = theoretical_activation_bytes(
+        s=8192,
+        b=1,
+        h=4096,
+        f=14336,
+        V=128256,
+        L=32,
+        t=2,
+        p=2,
+        sp_selective=True,
+        num_microbatches=8,
+    )
     f_h = 14336 / 4096
     assert ours / ref == pytest.approx((18 + 6 * f_h - 3) / (18 + 4 * f_h), rel=0.01)
 
 
 def test_recompute_orders_activation_memory():
-    acts = {r: run(make_spec(training__recompute=r))["estimates"]["memory_bytes"]["activations"]
-            for r in Recompute}
+    acts = {
+        r: run(make_spec(training__recompute=r))["estimates"]["memory_bytes"]["activations"]
+        for r in Recompute
+    }
     assert acts[Recompute.full] < acts[Recompute.selective] < acts[Recompute.none]
 
 
@@ -224,8 +360,10 @@ def test_deepspeed_zero_stages_and_offload():
     def mem(**kw):
         s = make_spec(engine=Engine.deepspeed, parallel__tp=1, parallel__pp=1, **kw)
         return run(s)["estimates"]["memory_bytes"]
-    p = run(make_spec(engine=Engine.deepspeed, parallel__tp=1, parallel__pp=1,
-                      parallel__zero_stage=0))["estimates"]["params_per_gpu"]
+
+    p = run(
+        make_spec(engine=Engine.deepspeed, parallel__tp=1, parallel__pp=1, parallel__zero_stage=0)
+    )["estimates"]["params_per_gpu"]
     z = {st: mem(parallel__zero_stage=st) for st in range(3)}
     assert (z[0]["params"], z[0]["grads"], z[0]["optimizer"]) == (2 * p, 2 * p, 12 * p)
     assert z[1]["optimizer"] == pytest.approx(12 * p / 8, abs=1)
@@ -234,8 +372,11 @@ def test_deepspeed_zero_stages_and_offload():
     assert off["optimizer"] == 0 and off["grads"] == 0 and off["params"] == 2 * p
     z3 = mem(parallel__zero_stage=3)
     assert z3["params"] < z[2]["params"] / 4
-    z3off = mem(parallel__zero_stage=3, training__offload_optimizer=Offload.cpu,
-                training__offload_param=Offload.cpu)
+    z3off = mem(
+        parallel__zero_stage=3,
+        training__offload_optimizer=Offload.cpu,
+        training__offload_param=Offload.cpu,
+    )
     assert z3off["optimizer"] == 0 and z3off["params"] < z3["params"]
 
 
@@ -247,8 +388,11 @@ def test_tied_embedding_copy_on_last_stage_when_pp_gt_1():
 
 
 def test_fp32_and_gelu_layernorm_specs_estimate():
-    s = make_spec(training__precision=Precision.fp32, model__activation=Activation.gelu,
-                  model__normalization=Normalization.layernorm)
+    s = make_spec(
+        training__precision=Precision.fp32,
+        model__activation=Activation.gelu,
+        model__normalization=Normalization.layernorm,
+    )
     e = run(dataclasses.replace(s))["estimates"]
     assert e["memory_bytes"]["total"] > 0
 
@@ -258,18 +402,38 @@ def test_gpt3_activations_equal_megatron_path_b_without_its_fudge():
     # "TP + selective" layer (10 + 24/t) sbh, min(1, M/p) x p in-flight micro-batches and the
     # first stage's 8sb + sbh per micro-batch, then multiplies by 1.05. Our first stage holds
     # min(p, M) = 8 micro-batches of its 6 layers: the same bytes without the 1.05.
-    spec = make_spec(nodes=128, model__num_layers=96, model__hidden_size=12288,
-                     model__num_attention_heads=96, model__num_query_groups=96,
-                     model__ffn_hidden_size=49152, model__vocab_size=51200,
-                     model__seq_length=2048, model__activation=Activation.gelu,
-                     model__normalization=Normalization.layernorm,
-                     model__untie_embeddings_and_output_weights=False,
-                     parallel__tp=8, parallel__pp=16, parallel__sequence_parallel=False,
-                     parallel__zero_stage=0, training__global_batch_size=64)
+    spec = make_spec(
+        nodes=128,
+        model__num_layers=96,
+        model__hidden_size=12288,
+        model__num_attention_heads=96,
+        model__num_query_groups=96,
+        model__ffn_hidden_size=49152,
+        model__vocab_size=51200,
+        model__seq_length=2048,
+        model__activation=Activation.gelu,
+        model__normalization=Normalization.layernorm,
+        model__untie_embeddings_and_output_weights=False,
+        parallel__tp=8,
+        parallel__pp=16,
+        parallel__sequence_parallel=False,
+        parallel__zero_stage=0,
+        training__global_batch_size=64,
+    )
     plan = run(spec)
     assert plan["derived"]["num_microbatches"] == 8
     ours = plan["estimates"]["memory_per_stage"][0]["activations"]
-    ref = theoretical_activation_bytes(s=2048, b=1, h=12288, f=49152, V=51200, L=96, t=8, p=16,
-                                       sp_selective=False, num_microbatches=8)
+    ref = theoretical_activation_bytes(
+        s=2048,
+        b=1,
+        h=12288,
+        f=49152,
+        V=51200,
+        L=96,
+        t=8,
+        p=16,
+        sp_selective=False,
+        num_microbatches=8,
+    )
     assert ours == pytest.approx(ref / 1.05, rel=1e-9)
     assert round(ref / MiB, 1) == 15926.5

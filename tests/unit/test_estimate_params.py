@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 import pytest
+from test_estimate_memory import make_spec, run_ir
 
 from trainc.compiler.estimate.params import (
-    attention_params, layer_params, mlp_params, stage_layer_indices, stage_params, total_params)
+    attention_params,
+    layer_params,
+    mlp_params,
+    stage_layer_indices,
+    stage_params,
+    total_params,
+)
 from trainc.compiler.normalize import normalize
 from trainc.schemas import Normalization
-
-from test_estimate_memory import make_spec, run_ir  # noqa: E402
 
 
 def test_llama2_7b_matches_deepspeed_count():
     # deepspeed_rules.md §4.1 B: DeepSpeed's model_to_params on a Llama-2-7B-shaped module
-    spec = make_spec(parallel__tp=1, parallel__pp=1, model__num_query_groups=32,
-                     model__ffn_hidden_size=11008, model__vocab_size=32000,
-                     model__seq_length=4096)
+    spec = make_spec(
+        parallel__tp=1,
+        parallel__pp=1,
+        model__num_query_groups=32,
+        model__ffn_hidden_size=11008,
+        model__vocab_size=32000,
+        model__seq_length=4096,
+    )
     plan = run_ir(spec)
     assert total_params(plan.spec, plan) == 6_738_415_616
 
@@ -24,9 +34,16 @@ def test_llama2_7b_matches_deepspeed_count():
 def test_llama3_8b_and_mixtral_published_sizes():
     plan = run_ir(make_spec(parallel__tp=1, parallel__pp=1))
     assert total_params(plan.spec, plan) == 8_030_261_248  # Llama 3 8B: 8.03 B
-    moe = make_spec(nodes=1, parallel__tp=1, parallel__pp=1, parallel__ep=8, model__num_experts=8,
-                    model__moe_ffn_hidden_size=14336, model__vocab_size=32000,
-                    model__seq_length=4096)
+    moe = make_spec(
+        nodes=1,
+        parallel__tp=1,
+        parallel__pp=1,
+        parallel__ep=8,
+        model__num_experts=8,
+        model__moe_ffn_hidden_size=14336,
+        model__vocab_size=32000,
+        model__seq_length=4096,
+    )
     plan = run_ir(moe)
     assert total_params(plan.spec, plan) == 46_702_792_704  # Mixtral 8x7B: 46.7 B
 
@@ -39,9 +56,15 @@ def test_component_formulas():
 
 
 def test_moe_layer_sharding_and_router():
-    spec = make_spec(nodes=1, parallel__tp=2, parallel__pp=1, parallel__ep=4,
-                     model__num_experts=8, model__moe_ffn_hidden_size=1024,
-                     model__moe_shared_expert_intermediate_size=2048)
+    spec = make_spec(
+        nodes=1,
+        parallel__tp=2,
+        parallel__pp=1,
+        parallel__ep=4,
+        model__num_experts=8,
+        model__moe_ffn_hidden_size=1024,
+        model__moe_shared_expert_intermediate_size=2048,
+    )
     lp = layer_params(normalize(spec), True)
     assert lp.expert == 8 * 3 * 4096 * 1024
     assert lp.replicated == 2 * 4096 + 4096 * 8  # norms + router (replicated over tp)
@@ -54,8 +77,12 @@ def test_moe_layer_sharding_and_router():
 def test_interleaved_and_uneven_layer_assignment():
     assert stage_layer_indices([4, 4], 2) == [[0, 1, 4, 5], [2, 3, 6, 7]]
     assert stage_layer_indices([3, 5, 5, 3], 1)[1] == [3, 4, 5, 6, 7]
-    spec = make_spec(nodes=2, parallel__pp=4, parallel__pipeline_first_stage_layers=6,
-                     parallel__pipeline_last_stage_layers=6)
+    spec = make_spec(
+        nodes=2,
+        parallel__pp=4,
+        parallel__pipeline_first_stage_layers=6,
+        parallel__pipeline_last_stage_layers=6,
+    )
     plan = run_ir(spec).to_json()
     assert plan["derived"]["layers_per_stage"] == [6, 10, 10, 6]
     per = [r["params"] for r in plan["estimates"]["memory_per_stage"]]

@@ -12,8 +12,16 @@ from hypothesis import strategies as st
 
 from trainc.compiler.pipeline import plan_and_estimate
 from trainc.schemas import (
+    ClusterSpec,
+    CpCommType,
+    Engine,
     Gpu,
-    ClusterSpec, CpCommType, Engine, ModelSpec, ParallelSpec, Recompute, TrainingSpec, TrainSpec)
+    ModelSpec,
+    ParallelSpec,
+    Recompute,
+    TrainingSpec,
+    TrainSpec,
+)
 
 P2 = st.sampled_from
 
@@ -33,23 +41,46 @@ def specs(draw):
         zero = min(zero, 1)
     mbs, m = draw(P2([1, 2])), draw(P2([1, 2, 4, 8]))
     m = m * pp if vpp > 1 else m
-    model = ModelSpec(num_layers=pp * vpp * draw(P2([1, 2, 3])), hidden_size=1024,
-                      num_attention_heads=16, num_query_groups=draw(P2([8, 16])),
-                      ffn_hidden_size=4096, vocab_size=32000, seq_length=draw(P2([1024, 4096])),
-                      num_experts=8 if moe else None, moe_router_topk=2,
-                      untie_embeddings_and_output_weights=draw(st.booleans()))
+    model = ModelSpec(
+        num_layers=pp * vpp * draw(P2([1, 2, 3])),
+        hidden_size=1024,
+        num_attention_heads=16,
+        num_query_groups=draw(P2([8, 16])),
+        ffn_hidden_size=4096,
+        vocab_size=32000,
+        seq_length=draw(P2([1024, 4096])),
+        num_experts=8 if moe else None,
+        moe_router_topk=2,
+        untie_embeddings_and_output_weights=draw(st.booleans()),
+    )
     return TrainSpec(
-        engine=engine, model=model,
-        cluster=ClusterSpec(num_nodes=world // gpn, gpus_per_node=gpn, gpu=Gpu.h100_80g,
-                            comm_overlap=draw(P2([0.0, 0.5]))),
-        parallel=ParallelSpec(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, zero_stage=zero,
-                              cp_comm_type=draw(P2(list(CpCommType)))),
-        training=TrainingSpec(micro_batch_size=mbs, global_batch_size=mbs * dp * m,
-                              recompute=draw(P2(list(Recompute)))))
+        engine=engine,
+        model=model,
+        cluster=ClusterSpec(
+            num_nodes=world // gpn,
+            gpus_per_node=gpn,
+            gpu=Gpu.h100_80g,
+            comm_overlap=draw(P2([0.0, 0.5])),
+        ),
+        parallel=ParallelSpec(
+            tp=tp,
+            pp=pp,
+            vpp=vpp,
+            cp=cp,
+            ep=ep,
+            zero_stage=zero,
+            cp_comm_type=draw(P2(list(CpCommType))),
+        ),
+        training=TrainingSpec(
+            micro_batch_size=mbs,
+            global_batch_size=mbs * dp * m,
+            recompute=draw(P2(list(Recompute))),
+        ),
+    )
 
 
 def estimate_or_skip(spec):
-    _, diags, plan = plan_and_estimate(spec)
+    _, _diags, plan = plan_and_estimate(spec)
     assume(plan is not None)
     return plan.to_json()
 
@@ -81,12 +112,15 @@ def test_param_memory_non_increasing_in_tp_and_pp(spec, axis):
     assume(spec.engine is Engine.megatron)
     par = spec.parallel
     bigger = dataclasses.replace(par, **{axis: getattr(par, axis) * 2})
-    grown = dataclasses.replace(spec, parallel=bigger,
-                                cluster=dataclasses.replace(spec.cluster,
-                                                            num_nodes=spec.cluster.num_nodes * 2))
+    grown = dataclasses.replace(
+        spec,
+        parallel=bigger,
+        cluster=dataclasses.replace(spec.cluster, num_nodes=spec.cluster.num_nodes * 2),
+    )
     if axis == "pp":  # keep layers divisible and the interleaved micro-batch rule
-        grown = dataclasses.replace(grown, model=dataclasses.replace(
-            spec.model, num_layers=spec.model.num_layers * 2))
+        grown = dataclasses.replace(
+            grown, model=dataclasses.replace(spec.model, num_layers=spec.model.num_layers * 2)
+        )
         spec = dataclasses.replace(spec, model=grown.model)
     a = _max_stage_params(spec)
     b = _max_stage_params(grown)

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import xml.etree.ElementTree as ET
 
 import pytest
+from test_estimate_memory import make_spec
 
 from trainc.compiler.emit.report_html import report_html
 from trainc.compiler.estimate.bubble import bubble_fraction
-from trainc.compiler.pipeline import plan_and_estimate
 from trainc.compiler.estimate.schedule import simulate
-
-from test_estimate_memory import make_spec  # noqa: E402
+from trainc.compiler.pipeline import plan_and_estimate
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -25,13 +25,14 @@ def test_simulated_schedule_matches_bubble_formula(p, m, v):
     assert 1 - busy / makespan == pytest.approx(bubble_fraction(p, m, v))
     for s in range(p):  # a stage never runs two ops at once
         mine = sorted((o.start, o.end) for o in ops if o.stage == s)
-        assert all(a[1] <= b[0] + 1e-9 for a, b in zip(mine, mine[1:], strict=False))
+        assert all(a[1] <= b[0] + 1e-9 for a, b in itertools.pairwise(mine))
 
 
-@pytest.mark.parametrize("kw", [{}, {"parallel__vpp": 2, "training__global_batch_size": 16},
-                                {"parallel__pp": 1}])
+@pytest.mark.parametrize(
+    "kw", [{}, {"parallel__vpp": 2, "training__global_batch_size": 16}, {"parallel__pp": 1}]
+)
 def test_report_html_is_wellformed_and_self_contained(kw):
-    nspec, _, ir = plan_and_estimate(make_spec(**kw))
+    _nspec, _, ir = plan_and_estimate(make_spec(**kw))
     plan = ir.to_json()
     html = report_html(plan)["report.html"]
     assert "<script" not in html and "src=" not in html and "href=" not in html
@@ -70,12 +71,27 @@ def test_report_renders_in_headless_chromium(tmp_path):
     shot = tmp_path / "shot.png"
     # The machine has no network: without the background-networking flags chromium keeps
     # retrying connections; a fresh profile keeps runs independent.
-    subprocess.run([browser, "--headless=new", "--no-sandbox", "--disable-gpu",
-                    "--disable-quic", "--no-first-run", "--disable-background-networking",
-                    "--disable-component-update", "--disable-sync",
-                    f"--user-data-dir={tmp_path / 'profile'}",
-                    "--hide-scrollbars", "--window-size=1100,1400", f"--screenshot={shot}",
-                    page.as_uri()], check=True, capture_output=True, timeout=90)
+    subprocess.run(
+        [
+            browser,
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--hide-scrollbars",
+            "--window-size=1100,1400",
+            f"--screenshot={shot}",
+            page.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=90,
+    )
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 30_000  # a blank page is a few KB; tables and SVG bars make it larger
@@ -89,8 +105,9 @@ def _svg_counts(svg: str) -> tuple[int, int, int, str]:
     return len(ops), len(rects), len(texts), " ".join(texts)
 
 
-@pytest.mark.parametrize(("p", "m", "v"), [(32, 96, 4), (32, 128, 4), (64, 128, 1),
-                                           (48, 96, 2), (16, 48, 8)])
+@pytest.mark.parametrize(
+    ("p", "m", "v"), [(32, 96, 4), (32, 128, 4), (64, 128, 1), (48, 96, 2), (16, 48, 8)]
+)
 def test_timeline_draws_what_fits_and_says_what_is_left_out(p, m, v):
     from trainc.compiler.emit.report_html import MAX_OPS, MAX_STAGE_ROWS, timeline_svg
 
@@ -107,8 +124,11 @@ def test_timeline_draws_what_fits_and_says_what_is_left_out(p, m, v):
         assert f"stages {half} to {p - half - 1} ({p - 2 * half} of {p})" in note
         assert f"stage {p - 1}" in text and f"stage {half} " not in text + " "
     # every drawn operation is at least MIN_OP_PX wide before its 0.6 px gap, or cut at the end
-    widths = [float(r.get("width")) for r in ET.fromstring(svg).iter(f"{SVG}rect")
-              if r.get("class") == "op"]
+    widths = [
+        float(r.get("width"))
+        for r in ET.fromstring(svg).iter(f"{SVG}rect")
+        if r.get("class") == "op"
+    ]
     assert sorted(widths)[len(widths) // 10] >= 3.0 - 0.6
 
 
@@ -124,9 +144,17 @@ def test_small_timelines_are_drawn_whole(p, m, v):
 def test_report_html_pp32_vpp4_is_bounded_and_notes_the_window():
     from trainc.compiler.emit.report_html import MAX_OPS
 
-    _, _, ir = plan_and_estimate(make_spec(
-        gpn=8, nodes=16, model__num_layers=128, parallel__pp=32, parallel__vpp=4,
-        parallel__tp=4, training__global_batch_size=256))
+    _, _, ir = plan_and_estimate(
+        make_spec(
+            gpn=8,
+            nodes=16,
+            model__num_layers=128,
+            parallel__pp=32,
+            parallel__vpp=4,
+            parallel__tp=4,
+            training__global_batch_size=256,
+        )
+    )
     plan = ir.to_json()
     d = plan["derived"]
     assert (d["pp"], d["vpp"]) == (32, 4)

@@ -6,11 +6,10 @@ from __future__ import annotations
 import math
 
 import pytest
+from test_estimate_memory import make_spec, run
 
 from trainc.compiler.estimate.bubble import bubble_fraction
 from trainc.compiler.estimate.flops import megatron_flops
-
-from test_estimate_memory import make_spec, run  # noqa: E402
 
 
 def test_bubble_seed_values():
@@ -29,8 +28,23 @@ def test_bubble_decreases_with_microbatches_and_vpp():
 GOLDEN_FLOPS = [  # megatron_rules.md §4.4, global batch 128
     (dict(seq=8192, h=4096, a=32, g=8, d=128, f=14336, V=128256, L=32, swiglu=True), 5.3971e16),
     (dict(seq=2048, h=12288, a=96, g=96, d=128, f=49152, V=51200, L=96, swiglu=False), 2.7838e17),
-    (dict(seq=4096, h=4096, a=32, g=8, d=128, f=14336, V=32000, L=32, swiglu=True,
-          num_moe_layers=32, f_e=14336, topk=2), 4.1789e16),
+    (
+        dict(
+            seq=4096,
+            h=4096,
+            a=32,
+            g=8,
+            d=128,
+            f=14336,
+            V=32000,
+            L=32,
+            swiglu=True,
+            num_moe_layers=32,
+            f_e=14336,
+            topk=2,
+        ),
+        4.1789e16,
+    ),
     (dict(seq=8192, h=8192, a=64, g=8, d=128, f=28672, V=128256, L=80, swiglu=True), 4.7104e17),
     (dict(seq=4096, h=4096, a=32, g=32, d=128, f=16384, V=50304, L=32, swiglu=False), 2.2603e16),
 ]
@@ -52,8 +66,20 @@ def test_plan_flops_and_time_are_consistent():
     plan = run(make_spec(nodes=2))
     e, d = plan["estimates"], plan["derived"]
     assert e["flops_per_step"] == pytest.approx(
-        megatron_flops(batch=16, seq=8192, h=4096, a=32, g=8, d=128, f=14336,
-                       V=d["padded_vocab_size"], L=32, swiglu=True), rel=1e-5)
+        megatron_flops(
+            batch=16,
+            seq=8192,
+            h=4096,
+            a=32,
+            g=8,
+            d=128,
+            f=14336,
+            V=d["padded_vocab_size"],
+            L=32,
+            swiglu=True,
+        ),
+        rel=1e-5,
+    )
     assert e["hardware_flops_per_step"] > e["flops_per_step"]  # selective recompute
     peak = 312e12
     mfu = e["flops_per_step"] / (e["step_time_seconds"] * d["world_size"] * peak)
@@ -61,7 +87,9 @@ def test_plan_flops_and_time_are_consistent():
     assert 0 < e["mfu"] <= 0.5  # bounded by compute_efficiency
     assert e["tokens_per_second"] == pytest.approx(16 * 8192 / e["step_time_seconds"], rel=1e-4)
     assert e["step_time_seconds"] >= e["compute_seconds"]
-    assert math.isclose(e["pipeline_bubble_fraction"], 1 / (d["num_microbatches"] + 1), rel_tol=1e-5)
+    assert math.isclose(
+        e["pipeline_bubble_fraction"], 1 / (d["num_microbatches"] + 1), rel_tol=1e-5
+    )
 
 
 def test_overlap_and_efficiency_move_step_time():
@@ -99,13 +127,25 @@ def test_published_megatron_throughput_is_predicted(L, h, a, pp, gpus, batch, tf
     s, V = 2048, 51200
     flops = 96 * batch * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
     published_step_seconds = flops / (tflops * 1e12 * gpus)
-    spec = make_spec(nodes=gpus // 8, model__num_layers=L, model__hidden_size=h,
-                     model__num_attention_heads=a, model__num_query_groups=a,
-                     model__ffn_hidden_size=4 * h, model__vocab_size=V, model__seq_length=s,
-                     model__activation=Activation.gelu, model__normalization=Normalization.layernorm,
-                     model__untie_embeddings_and_output_weights=False, parallel__tp=8,
-                     parallel__pp=pp, parallel__sequence_parallel=False, parallel__zero_stage=0,
-                     training__global_batch_size=batch, training__recompute=Recompute.full)
+    spec = make_spec(
+        nodes=gpus // 8,
+        model__num_layers=L,
+        model__hidden_size=h,
+        model__num_attention_heads=a,
+        model__num_query_groups=a,
+        model__ffn_hidden_size=4 * h,
+        model__vocab_size=V,
+        model__seq_length=s,
+        model__activation=Activation.gelu,
+        model__normalization=Normalization.layernorm,
+        model__untie_embeddings_and_output_weights=False,
+        parallel__tp=8,
+        parallel__pp=pp,
+        parallel__sequence_parallel=False,
+        parallel__zero_stage=0,
+        training__global_batch_size=batch,
+        training__recompute=Recompute.full,
+    )
     # Stated error, kernel model (default; GEMM shapes on the A100 profile, not fitted to this
     # paper): within 8 % of the measured step (0.98 and 1.00 of it, session 5).
     ratio = run(spec)["estimates"]["step_time_seconds"] / published_step_seconds
@@ -131,9 +171,14 @@ def test_block_recompute_pays_only_for_the_layers_it_reruns():
     from trainc.schemas import Recompute, RecomputeMethod
 
     def estimate(method, n):
-        s = make_spec(nodes=2, parallel__tp=4, parallel__pp=4,
-                      training__recompute=Recompute.full, training__recompute_method=method,
-                      training__recompute_num_layers=n)
+        s = make_spec(
+            nodes=2,
+            parallel__tp=4,
+            parallel__pp=4,
+            training__recompute=Recompute.full,
+            training__recompute_method=method,
+            training__recompute_num_layers=n,
+        )
         return run(s)["estimates"]
 
     model = estimate(RecomputeMethod.uniform, 1)["flops_per_step"]

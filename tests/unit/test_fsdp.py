@@ -21,22 +21,43 @@ FSDP = {"engine": "fsdp", "parallel.pp": 1}  # kit BASE: 8 GPUs, tp2 -> dp 4
 #: components/checkpointer/base.py CheckpointManager config), read from the 0.3.0 wheel: the
 #: flags trainc writes must name one of them.
 TORCHTITAN_FIELDS = {
-    "training": {"local_batch_size", "global_batch_size", "seq_len", "max_norm", "steps",
-                 "enable_cpu_offload", "disable_cuda_graphs", "dtype", "mixed_precision_param",
-                 "mixed_precision_reduce", "gc_freq", "gc_debug"},
-    "parallelism": {"data_parallel_replicate_degree", "data_parallel_shard_degree",
-                    "fsdp_reshard_after_forward", "enable_fsdp_symm_mem",
-                    "tensor_parallel_degree", "enable_sequence_parallel", "spmd_backend",
-                    "pipeline_parallel_degree", "module_fqns_per_model_part",
-                    "pipeline_parallel_first_stage_less_layers",
-                    "pipeline_parallel_last_stage_less_layers",
-                    "pipeline_parallel_layers_per_stage", "pipeline_parallel_schedule",
-                    "pipeline_parallel_schedule_csv", "pipeline_parallel_microbatch_size",
-                    "context_parallel_degree", "context_parallel_load_balancer",
-                    "context_parallel_ptrr_mask_key", "expert_parallel_degree"},
+    "training": {
+        "local_batch_size",
+        "global_batch_size",
+        "seq_len",
+        "max_norm",
+        "steps",
+        "enable_cpu_offload",
+        "disable_cuda_graphs",
+        "dtype",
+        "mixed_precision_param",
+        "mixed_precision_reduce",
+        "gc_freq",
+        "gc_debug",
+    },
+    "parallelism": {
+        "data_parallel_replicate_degree",
+        "data_parallel_shard_degree",
+        "fsdp_reshard_after_forward",
+        "enable_fsdp_symm_mem",
+        "tensor_parallel_degree",
+        "enable_sequence_parallel",
+        "spmd_backend",
+        "pipeline_parallel_degree",
+        "module_fqns_per_model_part",
+        "pipeline_parallel_first_stage_less_layers",
+        "pipeline_parallel_last_stage_less_layers",
+        "pipeline_parallel_layers_per_stage",
+        "pipeline_parallel_schedule",
+        "pipeline_parallel_schedule_csv",
+        "pipeline_parallel_microbatch_size",
+        "context_parallel_degree",
+        "context_parallel_load_balancer",
+        "context_parallel_ptrr_mask_key",
+        "expert_parallel_degree",
+    },
     "compile": {"enable", "enable_async_tensor_parallel", "components", "backend"},
-    "lr_scheduler": {"warmup_steps", "total_steps", "decay_ratio", "decay_type",
-                     "min_lr_factor"},
+    "lr_scheduler": {"warmup_steps", "total_steps", "decay_ratio", "decay_type", "min_lr_factor"},
     "checkpoint": {"enable", "interval"},
     "debug": {"seed"},
 }
@@ -50,22 +71,34 @@ def cfg(**changes):
 def test_mesh_is_torchtitans_order_and_covers_the_world() -> None:
     spec, c = cfg()
     assert spec.fsdp.dp_shard == 4 and spec.fsdp.param_dtype.value == "bf16"
-    assert c["mesh"] == {"device_type": "cuda",
-                         "dim_names": ["pp", "dp_replicate", "dp_shard", "cp", "tp"],
-                         "shape": [1, 1, 4, 1, 2]}
+    assert c["mesh"] == {
+        "device_type": "cuda",
+        "dim_names": ["pp", "dp_replicate", "dp_shard", "cp", "tp"],
+        "shape": [1, 1, 4, 1, 2],
+    }
     assert c["fully_shard"] == {
-        "mesh_dims": ["dp_shard"], "reshard_after_forward": True,
+        "mesh_dims": ["dp_shard"],
+        "reshard_after_forward": True,
         "root_reshard_after_forward": False,
         "mp_policy": {"param_dtype": "bfloat16", "reduce_dtype": "float32"},
-        "offload_policy": {"cpu": False, "pin_memory": True}}
+        "offload_policy": {"cpu": False, "pin_memory": True},
+    }
     assert c["tensor_parallel"] == {"degree": 2, "sequence_parallel": True}
-    assert c["batch"] == {"micro_batch_size": 1, "gradient_accumulation_steps": 4,
-                          "global_batch_size": 16}
+    assert c["batch"] == {
+        "micro_batch_size": 1,
+        "gradient_accumulation_steps": 4,
+        "global_batch_size": 16,
+    }
 
 
 def test_hsdp_shards_over_both_dims_and_fp32_precision_gathers_fp32() -> None:
-    spec, c = cfg(**{"fsdp.dp_replicate": 2, "training.precision": "fp32",
-                     "fsdp.reshard_after_forward": False})
+    spec, c = cfg(
+        **{
+            "fsdp.dp_replicate": 2,
+            "training.precision": "fp32",
+            "fsdp.reshard_after_forward": False,
+        }
+    )
     assert spec.fsdp.dp_shard == 2
     assert c["mesh"]["shape"] == [1, 2, 2, 1, 2]
     assert c["fully_shard"]["mesh_dims"] == ["dp_replicate", "dp_shard"]
@@ -84,7 +117,8 @@ def test_torchtitan_args_exact_and_named_after_its_dataclasses() -> None:
         ["--parallelism.tensor_parallel_degree", "2"],
         ["--parallelism.enable_sequence_parallel"],
         ["--parallelism.context_parallel_degree", "1"],
-        ["--parallelism.pipeline_parallel_degree", "1"]]
+        ["--parallelism.pipeline_parallel_degree", "1"],
+    ]
     assert ["--training.local_batch_size", "1"] in args
     assert ["--training.global_batch_size", "16"] in args
     assert ["--training.enable_cpu_offload"] in args
@@ -104,9 +138,14 @@ def test_pipeline_batch_is_one_torchtitan_step_of_microbatches() -> None:
     assert args["--training.local_batch_size"] == "8"
     assert args["--parallelism.pipeline_parallel_microbatch_size"] == "1"
     assert args["--parallelism.pipeline_parallel_schedule"] == "1F1B"
-    assert c["pipeline"] == {"degree": 2, "stages_per_rank": 1, "schedule": "Schedule1F1B",
-                             "layers_per_stage": 4, "first_stage_less_layers": 0,
-                             "last_stage_less_layers": 0}  # 8 layers, 4 per stage
+    assert c["pipeline"] == {
+        "degree": 2,
+        "stages_per_rank": 1,
+        "schedule": "Schedule1F1B",
+        "layers_per_stage": 4,
+        "first_stage_less_layers": 0,
+        "last_stage_less_layers": 0,
+    }  # 8 layers, 4 per stage
     assert args["--parallelism.pipeline_parallel_layers_per_stage"] == "4"
     assert args["--parallelism.pipeline_parallel_first_stage_less_layers"] == "0"
     assert args["--parallelism.pipeline_parallel_last_stage_less_layers"] == "0"
@@ -126,8 +165,9 @@ def test_fsdp_plan_has_no_megatron_lm_or_deepspeed_settings() -> None:
     assert plan.target_versions["torchtitan"] == "0.3.0"
 
 
-@pytest.mark.parametrize("style,warmup", [("cosine", 0), ("cosine", 50), ("linear", 0),
-                                          ("linear", 50), ("constant", 10)])
+@pytest.mark.parametrize(
+    "style,warmup", [("cosine", 0), ("cosine", 50), ("linear", 0), ("linear", 50), ("constant", 10)]
+)
 def test_worker_lr_is_megatron_cores(style: str, warmup: int) -> None:
     """The FSDP2 worker's schedule equals Megatron-Core 0.16.1's OptimizerParamScheduler as the
     Megatron worker drives it (num_steps = step, step(0))."""
@@ -136,8 +176,13 @@ def test_worker_lr_is_megatron_cores(style: str, warmup: int) -> None:
 
     from trainc.launch.engines.fsdp import lr_at  # the rank side imports torch
 
-    spec, c = cfg(**{"training.lr_decay_style": style, "training.lr_warmup_iters": warmup,
-                     "training.train_iters": 200})
+    spec, c = cfg(
+        **{
+            "training.lr_decay_style": style,
+            "training.lr_warmup_iters": warmup,
+            "training.train_iters": 200,
+        }
+    )
     from trainc.compiler.engines.megatron import megatron_core_kwargs
 
     kw = megatron_core_kwargs(spec, derive(spec))["OptimizerParamScheduler"]
@@ -146,8 +191,9 @@ def test_worker_lr_is_megatron_cores(style: str, warmup: int) -> None:
     for step in range(200):
         core.num_steps = step
         core.step(0)
-        assert lr_at(c["lr_schedule"], step) == pytest.approx(group["lr"], rel=1e-12,
-                                                               abs=1e-15), step
+        assert lr_at(c["lr_schedule"], step) == pytest.approx(group["lr"], rel=1e-12, abs=1e-15), (
+            step
+        )
 
 
 def test_fsdp_memory_model_exact() -> None:
@@ -160,8 +206,11 @@ def test_fsdp_memory_model_exact() -> None:
     sp = StageParams(dense=1000.0, expert=0.0, largest_layer=100.0)
     spec = make(**FSDP)  # dp_shard 4, bf16, adam
     st = fsdp_states(spec, sp)
-    assert (st.params, st.grads, st.optimizer) == (4 * 1000 / 4 + 2 * 200, 1000 + 4 * 200,
-                                                   8 * 1000 / 4)
+    assert (st.params, st.grads, st.optimizer) == (
+        4 * 1000 / 4 + 2 * 200,
+        1000 + 4 * 200,
+        8 * 1000 / 4,
+    )
     st = fsdp_states(make(**FSDP, **{"fsdp.reshard_after_forward": False}), sp)
     assert st.params == 1000 + 2 * 1100
     st = fsdp_states(make(**FSDP, **{"fsdp.cpu_offload": True, "training.optimizer": "sgd"}), sp)
@@ -185,13 +234,17 @@ def test_fsdp_comm_model_exact() -> None:
     assert got == {
         "dp:fsdp param all_gather (fwd+bwd)": (4, 4, 4 * 0.75 * 2000, "fsdp_shard"),
         "dp:fsdp grad reduce_scatter": (4, 2, 2 * 0.75 * 4000, "fsdp_shard"),
-        "dp:hsdp grad all_reduce (replicate)": (2, 2, 2 * 1.0 * 1000, "fsdp_replicate")}
+        "dp:hsdp grad all_reduce (replicate)": (2, 2, 2 * 1.0 * 1000, "fsdp_replicate"),
+    }
     assert fsdp_crossings(spec) == {"fsdp_shard": False, "fsdp_replicate": True}
     # the plan's estimates carry them and nothing of Megatron's DDP
     assert plan.estimates is not None
     names = {c.name for c in plan.estimates.comm_collectives if c.axis == "dp"}
-    assert names == {"fsdp param all_gather (fwd+bwd)", "fsdp grad reduce_scatter",
-                     "hsdp grad all_reduce (replicate)"}
+    assert names == {
+        "fsdp param all_gather (fwd+bwd)",
+        "fsdp grad reduce_scatter",
+        "hsdp grad all_reduce (replicate)",
+    }
 
 
 def test_fsdp_collectives_hide_behind_the_compute_and_use_the_rails() -> None:
@@ -208,8 +261,9 @@ def test_fsdp_collectives_hide_behind_the_compute_and_use_the_rails() -> None:
     _fsdp_exposed(sc, compute_step=2.5, n_layers=10)
     exposed = {c.name: c.exposed_seconds for c in sc.collectives.values()}
     # (3.0 - 2.5) + 3.0 / 10 = 0.8, split 2 : 1
-    assert exposed == pytest.approx({"fsdp param all_gather (fwd+bwd)": 0.8 * 2 / 3,
-                                     "fsdp grad reduce_scatter": 0.8 / 3})
+    assert exposed == pytest.approx(
+        {"fsdp param all_gather (fwd+bwd)": 0.8 * 2 / 3, "fsdp grad reduce_scatter": 0.8 / 3}
+    )
     _fsdp_exposed(sc, compute_step=100.0, n_layers=10)
     assert sum(c.exposed_seconds for c in sc.collectives.values()) == pytest.approx(0.3)
     spec = make(**FSDP, **{"cluster.num_nodes": 2, "parallel.tp": 1})  # shard over 16
@@ -231,7 +285,8 @@ def test_fsdp_collectives_hide_behind_the_compute_and_use_the_rails() -> None:
     for c in sc2.collectives.values():
         hidden = c.seconds - pre[c.name]
         assert c.exposed_seconds == pytest.approx(
-            pre[c.name] + hidden * OVERLAP_SLOWDOWN / (1 - OVERLAP_SLOWDOWN))
+            pre[c.name] + hidden * OVERLAP_SLOWDOWN / (1 - OVERLAP_SLOWDOWN)
+        )
         assert c.exposed_seconds == pytest.approx(with_interference(c.seconds, pre[c.name]))
 
 
@@ -251,8 +306,12 @@ def test_torchtitan_entrypoint_runs_the_pipeline_torchtitan_can() -> None:
     (pp with the ZBV schedule, which the trainc worker cannot split, TRC313), valid bash."""
     import subprocess
 
-    r = _compile("launch.entrypoint=torchtitan", "parallel.pp=2", "parallel.vpp=2",
-                 "fsdp.pp_schedule=ZBVZeroBubble")
+    r = _compile(
+        "launch.entrypoint=torchtitan",
+        "parallel.pp=2",
+        "parallel.vpp=2",
+        "fsdp.pp_schedule=ZBVZeroBubble",
+    )
     assert r.ok, [d.to_json() for d in r.diagnostics if d.is_error]
     sh = r.files["torchrun.sh"]
     assert "-m torchtitan.train --module" in sh and "torchtitan_args.txt" in sh
@@ -265,10 +324,13 @@ def test_torchtitan_entrypoint_runs_the_pipeline_torchtitan_can() -> None:
     assert {d.rule.id for d in worker.diagnostics if d.is_error} == {"TRC313"}
 
 
-@pytest.mark.parametrize("overrides,key", [
-    (("engine=megatron", "launch.entrypoint=torchtitan"), "launch.entrypoint"),
-    (("launch.entrypoint=torchtitan", "launch.device=cpu"), "launch.device"),
-])
+@pytest.mark.parametrize(
+    "overrides,key",
+    [
+        (("engine=megatron", "launch.entrypoint=torchtitan"), "launch.entrypoint"),
+        (("launch.entrypoint=torchtitan", "launch.device=cpu"), "launch.device"),
+    ],
+)
 def test_torchtitan_entrypoint_is_fsdp_on_cuda(overrides: tuple[str, ...], key: str) -> None:
     r = _compile(*overrides)
     found = [d for d in r.diagnostics if d.rule.id == "TRC325"]
@@ -276,8 +338,10 @@ def test_torchtitan_entrypoint_is_fsdp_on_cuda(overrides: tuple[str, ...], key: 
     assert found[0].fix
 
 
-@pytest.mark.parametrize("key,value", [("model.untie_embeddings_and_output_weights", False),
-                                       ("model.position_embedding", "learned")])
+@pytest.mark.parametrize(
+    "key,value",
+    [("model.untie_embeddings_and_output_weights", False), ("model.position_embedding", "learned")],
+)
 def test_worker_tp_plan_limits_are_compile_errors(key: str, value: object) -> None:
     """The trainc FSDP2 worker's TP plan has no tied or learned-position embedding with tp > 1
     (TRC344 with the fix); tp 1, or the torchtitan runner, is accepted."""
@@ -286,8 +350,7 @@ def test_worker_tp_plan_limits_are_compile_errors(key: str, value: object) -> No
     found = find(lint_cfg(**FSDP, **{key: value}), "TRC344")
     assert [d.key for d in found] == [key] and "parallel.tp=1" in (found[0].fix or "")
     assert not find(lint_cfg(**FSDP, **{key: value, "parallel.tp": 1}), "TRC344")
-    assert not find(lint_cfg(**FSDP, **{key: value, "launch.entrypoint": "torchtitan"}),
-                    "TRC344")
+    assert not find(lint_cfg(**FSDP, **{key: value, "launch.entrypoint": "torchtitan"}), "TRC344")
 
 
 # --- red-team findings (specs in tests/specs/fsdp/) ------------------------------------------
@@ -303,13 +366,15 @@ def _lint_file(*overrides: str):
     return compile_spec(str(Path(__file__).resolve().parents[2] / MESH_SPEC), list(overrides))
 
 
-@pytest.mark.parametrize("overrides,keys", [
-    (("fsdp.dp_replicate=0",), ["fsdp.dp_replicate"]),
-    (("fsdp.dp_replicate=-2", "fsdp.dp_shard=-8"), ["fsdp.dp_replicate", "fsdp.dp_shard"]),
-    (("fsdp.dp_replicate=2", "fsdp.dp_shard=0"), ["fsdp.dp_shard"]),
-])
-def test_mesh_sizes_below_one_are_range_errors(overrides: tuple[str, ...],
-                                               keys: list[str]) -> None:
+@pytest.mark.parametrize(
+    "overrides,keys",
+    [
+        (("fsdp.dp_replicate=0",), ["fsdp.dp_replicate"]),
+        (("fsdp.dp_replicate=-2", "fsdp.dp_shard=-8"), ["fsdp.dp_replicate", "fsdp.dp_shard"]),
+        (("fsdp.dp_replicate=2", "fsdp.dp_shard=0"), ["fsdp.dp_shard"]),
+    ],
+)
+def test_mesh_sizes_below_one_are_range_errors(overrides: tuple[str, ...], keys: list[str]) -> None:
     """dp_replicate 0 used to reach an AssertionError in the engine builder, and -2 x -8 = 16
     compiled with negative memory: both are TRC006, nothing is planned or written."""
     r = _lint_file(*overrides)
@@ -350,20 +415,29 @@ def test_pp_schedule_without_pipeline_is_inert() -> None:
     assert make(**{**FSDP, "parallel.pp": 2}).fsdp.pp_schedule.value == "1F1B"
 
 
-@pytest.mark.parametrize("schedule,vpp,want", [("ZBVZeroBubble", 4, 2), ("ZBVZeroBubble", 1, 2),
-                                                ("1F1B", 2, 1), ("Interleaved1F1B", 1, 2)])
+@pytest.mark.parametrize(
+    "schedule,vpp,want",
+    [("ZBVZeroBubble", 4, 2), ("ZBVZeroBubble", 1, 2), ("1F1B", 2, 1), ("Interleaved1F1B", 1, 2)],
+)
 def test_schedule_fix_is_the_vpp_the_schedule_needs(schedule: str, vpp: int, want: int) -> None:
     """TRC343 names the concrete vpp (and the other schedule) and its edit sets parallel.vpp;
     applied, TRC343 is gone."""
     from specs.kit import find, lint_cfg
 
-    base = {"engine": "fsdp", "parallel.pp": 2, "launch.entrypoint": "torchtitan",
-            "launch.device": "cuda", "model.num_layers": 8, "training.global_batch_size": 16}
+    base = {
+        "engine": "fsdp",
+        "parallel.pp": 2,
+        "launch.entrypoint": "torchtitan",
+        "launch.device": "cuda",
+        "model.num_layers": 8,
+        "training.global_batch_size": 16,
+    }
     [d] = find(lint_cfg(**base, **{"parallel.vpp": vpp, "fsdp.pp_schedule": schedule}), "TRC343")
     assert d.edits == {"parallel.vpp": want}
     assert d.fix.startswith(f"set parallel.vpp={want} (keeps {schedule}), or fsdp.pp_schedule=")
-    assert not find(lint_cfg(**base, **{"parallel.vpp": want, "fsdp.pp_schedule": schedule}),
-                    "TRC343")
+    assert not find(
+        lint_cfg(**base, **{"parallel.vpp": want, "fsdp.pp_schedule": schedule}), "TRC343"
+    )
 
 
 def test_wsd_on_fsdp_is_one_finding() -> None:
@@ -381,15 +455,29 @@ def test_torchtitan_registry_line_carries_every_optimizer_value() -> None:
     of ParamGroupConfig with a kwargs dict): the #registry line states every value as written."""
     import json
 
-    r = _compile("training.adam_beta2=0.95", "training.weight_decay=0.05",
-                 "training.adam_eps=1e-5", "training.adam_beta1=0.85", "training.lr=2e-4")
+    r = _compile(
+        "training.adam_beta2=0.95",
+        "training.weight_decay=0.05",
+        "training.adam_eps=1e-5",
+        "training.adam_beta1=0.85",
+        "training.lr=2e-4",
+    )
     assert r.ok
-    [line] = [x for x in r.files["torchtitan_args.txt"].splitlines()
-              if x.startswith("#registry ")]
+    [line] = [x for x in r.files["torchtitan_args.txt"].splitlines() if x.startswith("#registry ")]
     _, field, value = line.split(" ", 2)
     assert field == "optimizer.param_groups"
-    assert json.loads(value) == [{"pattern": ".*", "optimizer_name": "AdamW", "optimizer_kwargs": {
-        "lr": 2e-4, "betas": [0.85, 0.95], "eps": 1e-5, "weight_decay": 0.05}}]
+    assert json.loads(value) == [
+        {
+            "pattern": ".*",
+            "optimizer_name": "AdamW",
+            "optimizer_kwargs": {
+                "lr": 2e-4,
+                "betas": [0.85, 0.95],
+                "eps": 1e-5,
+                "weight_decay": 0.05,
+            },
+        }
+    ]
     sgd = _compile("training.optimizer=sgd", "training.sgd_momentum=0.5")
     text = sgd.files["torchtitan_args.txt"]
     assert '"optimizer_name": "SGD"' in text and '"momentum": 0.5' in text
@@ -400,8 +488,11 @@ def test_sgd_with_the_torchtitan_entrypoint_is_refused() -> None:
     from specs.kit import find, lint_cfg
 
     base = {**FSDP, "launch.entrypoint": "torchtitan", "launch.device": "cuda"}
-    [d] = [d for d in find(lint_cfg(**base, **{"training.optimizer": "sgd"}), "TRC344")
-           if d.key == "training.optimizer"]
+    [d] = [
+        d
+        for d in find(lint_cfg(**base, **{"training.optimizer": "sgd"}), "TRC344")
+        if d.key == "training.optimizer"
+    ]
     assert d.is_error and d.edits == {"training.optimizer": "adam"}
     assert not [d for d in find(lint_cfg(**base), "TRC344") if d.key == "training.optimizer"]
 
@@ -412,10 +503,16 @@ def test_checkpoint_layout_differences() -> None:
     pytest.importorskip("torch", reason="the FSDP2 worker needs the [worker] extra")
     from trainc.launch.engines.fsdp import check_checkpoint, layout_differences
 
-    saved = {"model": {"hidden_size": 64, "num_layers": 2}, "optimizer": "AdamW",
-             "mesh": {"dp_shard": 2}}
-    now = {"model": {"hidden_size": 128, "num_layers": 2}, "optimizer": "SGD",
-           "mesh": {"dp_shard": 4}}
+    saved = {
+        "model": {"hidden_size": 64, "num_layers": 2},
+        "optimizer": "AdamW",
+        "mesh": {"dp_shard": 2},
+    }
+    now = {
+        "model": {"hidden_size": 128, "num_layers": 2},
+        "optimizer": "SGD",
+        "mesh": {"dp_shard": 4},
+    }
     assert layout_differences(saved, now) == ["hidden_size 64 -> 128", "optimizer AdamW -> SGD"]
     assert layout_differences(saved, {**saved, "mesh": {"dp_shard": 4}}) == []
     import json
@@ -427,9 +524,11 @@ def test_checkpoint_layout_differences() -> None:
         (Path(d) / "trainc_layout.json").write_text(json.dumps(saved))
         with pytest.raises(SystemExit) as e:
             check_checkpoint(d, now)
-        assert str(e.value).startswith(f"trainc-worker: checkpoint {d} was written for another "
-                                       "model than this run's (checkpoint -> this run: "
-                                       "hidden_size 64 -> 128; optimizer AdamW -> SGD)")
+        assert str(e.value).startswith(
+            f"trainc-worker: checkpoint {d} was written for another "
+            "model than this run's (checkpoint -> this run: "
+            "hidden_size 64 -> 128; optimizer AdamW -> SGD)"
+        )
         # the other ranks stop too, silently: the job prints the line once, not once per rank
         with pytest.raises(SystemExit) as e:
             check_checkpoint(d, now, rank=1)
@@ -446,25 +545,39 @@ def test_lint_of_dp_replicate_zero_exits_2_without_traceback() -> None:
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    r = subprocess.run([sys.executable, "-m", "trainc", "lint", str(root / MESH_SPEC),
-                        "fsdp.dp_replicate=0"], capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "TRAINC_NO_CACHE": "1"})
+    r = subprocess.run(
+        [sys.executable, "-m", "trainc", "lint", str(root / MESH_SPEC), "fsdp.dp_replicate=0"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TRAINC_NO_CACHE": "1"},
+    )
     out = r.stdout + r.stderr
     assert r.returncode == 2, out
     assert "Traceback" not in out and "AssertionError" not in out
     assert "error[TRC006 value-out-of-range]: fsdp.dp_replicate must be a positive number" in out
 
 
-@pytest.mark.parametrize(("stage", "reshard", "refused"), [
-    (1, True, False), (3, True, False), (3, False, True), (2, True, True), (0, True, True)])
+@pytest.mark.parametrize(
+    ("stage", "reshard", "refused"),
+    [(1, True, False), (3, True, False), (3, False, True), (2, True, True), (0, True, True)],
+)
 def test_zero_stage_with_fsdp_is_accepted_where_it_states_what_fsdp2_does(
-        stage: int, reshard: bool, refused: bool) -> None:
+    stage: int, reshard: bool, refused: bool
+) -> None:
     """zero_stage 3 is what FSDP2 with reshard_after_forward does (trial 13: it was an error);
     with reshard_after_forward false (ZeRO-2-like) or another stage it would not reach the
     engine as written: TRC344."""
     from specs.kit import find, lint_cfg
 
-    found = [d for d in find(lint_cfg(**FSDP, **{"parallel.zero_stage": stage,
-                                                 "fsdp.reshard_after_forward": reshard}),
-                             "TRC344") if d.key == "parallel.zero_stage"]
+    found = [
+        d
+        for d in find(
+            lint_cfg(
+                **FSDP, **{"parallel.zero_stage": stage, "fsdp.reshard_after_forward": reshard}
+            ),
+            "TRC344",
+        )
+        if d.key == "parallel.zero_stage"
+    ]
     assert bool(found) == refused

@@ -16,10 +16,19 @@ from trainc.compiler.estimate.fsdp_ac import (
 from trainc.compiler.pipeline import plan_and_estimate
 
 #: Llama 3 8B's block: h 4096, 32 heads x 128, 8 query groups, SwiGLU f 14336.
-L8B = {"engine": "fsdp", "parallel.pp": 1, "parallel.tp": 1, "model.hidden_size": 4096,
-       "model.num_attention_heads": 32, "model.num_query_groups": 8, "model.kv_channels": 128,
-       "model.ffn_hidden_size": 14336, "model.activation": "swiglu", "model.seq_length": 8192,
-       "model.num_layers": 4}
+L8B = {
+    "engine": "fsdp",
+    "parallel.pp": 1,
+    "parallel.tp": 1,
+    "model.hidden_size": 4096,
+    "model.num_attention_heads": 32,
+    "model.num_query_groups": 8,
+    "model.kv_channels": 128,
+    "model.ffn_hidden_size": 14336,
+    "model.activation": "swiglu",
+    "model.seq_length": 8192,
+    "model.num_layers": 4,
+}
 
 
 def test_sac_recomputes_the_even_gemms() -> None:
@@ -54,8 +63,7 @@ def test_every_n_and_memory_budget_bytes() -> None:
     kw = {"s": 1, "b": 1, "t": 1, "sp": False, "flash": True, "inflight": 2}
     whole, moe = [100.0] * 4, [0.0] * 4
     assert fsdp_checkpointed_bytes(spec, "selective_layer", whole, moe, **kw) == 564
-    spec = make(**{**L8B, "model.hidden_size": 8, "fsdp.memory_budget": 0.25,
-                   "fsdp.compile": True})
+    spec = make(**{**L8B, "model.hidden_size": 8, "fsdp.memory_budget": 0.25, "fsdp.compile": True})
     assert fsdp_checkpointed_bytes(spec, "memory_budget", whole, moe, **kw) == 396
 
 
@@ -63,21 +71,30 @@ def test_recompute_parts_per_mode() -> None:
     assert recompute_parts(make(**{**L8B, "engine": "megatron"}), 4) is None
     assert recompute_parts(make(**{**L8B, "training.recompute": "none"}), 2) == [(0, 0, 0)] * 2
     assert recompute_parts(make(**{**L8B, "training.recompute": "full"}), 2) == [(1, 1, 1)] * 2
-    assert recompute_parts(make(**{**L8B, "fsdp.selective_ac_option": "3"}), 4) == \
-        [(0, 0, 0), (0, 0, 0), (1, 1, 1), (0, 0, 0)]
-    assert recompute_parts(make(**{**L8B, "fsdp.memory_budget": 0.25}), 1) == \
-        [(0.75, 0.75, 0.75)]
+    assert recompute_parts(make(**{**L8B, "fsdp.selective_ac_option": "3"}), 4) == [
+        (0, 0, 0),
+        (0, 0, 0),
+        (1, 1, 1),
+        (0, 0, 0),
+    ]
+    assert recompute_parts(make(**{**L8B, "fsdp.memory_budget": 0.25}), 1) == [(0.75, 0.75, 0.75)]
     share = 18432 / 53248
     assert recompute_parts(make(**L8B), 1) == [(share, 0.0, 1.0)]
 
 
-@pytest.mark.parametrize(("changes", "g", "core"), [
-    ({}, 18432 / 53248, 0.0),                        # per-op SAC: the even GEMMs
-    ({"training.recompute": "full"}, 1.0, 1.0),       # the whole forward
-    ({"fsdp.selective_ac_option": "2", "launch.versions": {"torchtitan": "0.2.2"}},
-     0.5, 0.5),                                        # 2 of the 4 blocks
-    ({"training.recompute": "none"}, 0.0, 0.0),
-])
+@pytest.mark.parametrize(
+    ("changes", "g", "core"),
+    [
+        ({}, 18432 / 53248, 0.0),  # per-op SAC: the even GEMMs
+        ({"training.recompute": "full"}, 1.0, 1.0),  # the whole forward
+        (
+            {"fsdp.selective_ac_option": "2", "launch.versions": {"torchtitan": "0.2.2"}},
+            0.5,
+            0.5,
+        ),  # 2 of the 4 blocks
+        ({"training.recompute": "none"}, 0.0, 0.0),
+    ],
+)
 def test_hardware_flops_add_the_recomputed_forward(changes, g, core) -> None:
     """Executed - model FLOPs per step = (b s per_token_layers g + b s^2 core_per_s2 a) / 3."""
     spec = make(**{**L8B, **changes})
@@ -94,10 +111,12 @@ def test_modes_order_memory_and_step_time() -> None:
     """On one plan: activations none > every-2 > per-op SAC > full, and the step time the
     other way round (more recompute, longer step)."""
     out = {}
-    for name, ch in (("none", {"training.recompute": "none"}),
-                     ("layer2", {"fsdp.selective_ac_option": "2",
-                                 "launch.versions": {"torchtitan": "0.2.2"}}),
-                     ("op", {}), ("full", {"training.recompute": "full"})):
+    for name, ch in (
+        ("none", {"training.recompute": "none"}),
+        ("layer2", {"fsdp.selective_ac_option": "2", "launch.versions": {"torchtitan": "0.2.2"}}),
+        ("op", {}),
+        ("full", {"training.recompute": "full"}),
+    ):
         _, _diags, plan = plan_and_estimate(make(**{**L8B, **ch}))
         assert plan is not None and plan.estimates is not None
         e = plan.estimates

@@ -16,10 +16,16 @@ from specs.kit import errors, find, lint_cfg, make
 from trainc.compiler.derive import derive
 
 #: 8 GPUs, an 8-expert top-2 MoE on torchtitan, tp 1 x pp 1 (dp 8), ep 4
-TT_MOE: dict[str, Any] = {"engine": "fsdp", "launch.entrypoint": "torchtitan",
-                          "model.num_experts": 8, "model.moe_router_topk": 2,
-                          "model.moe_router_enable_expert_bias": True,
-                          "parallel.tp": 1, "parallel.pp": 1, "parallel.ep": 4}
+TT_MOE: dict[str, Any] = {
+    "engine": "fsdp",
+    "launch.entrypoint": "torchtitan",
+    "model.num_experts": 8,
+    "model.moe_router_topk": 2,
+    "model.moe_router_enable_expert_bias": True,
+    "parallel.tp": 1,
+    "parallel.pp": 1,
+    "parallel.ep": 4,
+}
 
 
 def test_fsdp2_ep_on_torchtitan_lints_clean() -> None:
@@ -31,20 +37,34 @@ def test_etp_defaults_to_one_with_ep_and_to_tp_without() -> None:
     over tp without it; Megatron-Core's default (etp = tp) is kept for engine=megatron."""
     assert derive(make(**{**TT_MOE, "parallel.tp": 2})).etp == 1
     assert derive(make(**{**TT_MOE, "parallel.tp": 2, "parallel.ep": 1})).etp == 2
-    assert derive(make(**{**TT_MOE, "engine": "megatron", "launch.entrypoint": "trainc",
-                          "parallel.tp": 2, "parallel.sequence_parallel": True,
-                          "model.moe_router_score_function": "sigmoid"})).etp == 2
+    assert (
+        derive(
+            make(
+                **{
+                    **TT_MOE,
+                    "engine": "megatron",
+                    "launch.entrypoint": "trainc",
+                    "parallel.tp": 2,
+                    "parallel.sequence_parallel": True,
+                    "model.moe_router_score_function": "sigmoid",
+                }
+            )
+        ).etp
+        == 2
+    )
 
 
 def test_ep_must_divide_dp_shard_cp_tp() -> None:
     """dp_replicate 2 x dp_shard 2 x tp 2 = 8 GPUs: EP borrows dp_shard x tp = 4 ranks, so ep 8
     (which divides the world and the experts: neither TRC104 nor TRC205) cannot unflatten."""
-    cfg = {**TT_MOE, "parallel.tp": 2, "fsdp.dp_replicate": 2, "fsdp.dp_shard": 2,
-           "parallel.ep": 8}
+    cfg = {**TT_MOE, "parallel.tp": 2, "fsdp.dp_replicate": 2, "fsdp.dp_shard": 2, "parallel.ep": 8}
     hits = find(lint_cfg(**cfg), "TRC348")
     assert [(d.key, d.fix) for d in hits] == [
-        ("parallel.ep", "set parallel.ep to one of 1, 2, 4 (divisors of 4 that divide the 8 "
-                        "experts)")]
+        (
+            "parallel.ep",
+            "set parallel.ep to one of 1, 2, 4 (divisors of 4 that divide the 8 experts)",
+        )
+    ]
     assert hits[0].edits == {"parallel.ep": 4}
     assert "2 x 1 x 2 = 4" in hits[0].message
     assert {d.rule.id for d in errors(lint_cfg(**cfg))} == {"TRC348"}
@@ -66,12 +86,15 @@ def test_the_trainc_worker_builds_no_experts() -> None:
 
 
 def test_moe_settings_torchtitan_lacks_are_errors() -> None:
-    cases = {"model.moe_aux_loss_coeff": {"model.moe_aux_loss_coeff": 0.01},
-             "model.moe_router_load_balancing_type":
-                 {"model.moe_router_load_balancing_type": "sinkhorn"},
-             "model.moe_z_loss_coeff": {"model.moe_z_loss_coeff": 0.001},
-             "model.moe_expert_capacity_factor": {"model.moe_expert_capacity_factor": 1.25},
-             "model.moe_token_dispatcher_type": {"model.moe_token_dispatcher_type": "allgather"}}
+    cases = {
+        "model.moe_aux_loss_coeff": {"model.moe_aux_loss_coeff": 0.01},
+        "model.moe_router_load_balancing_type": {
+            "model.moe_router_load_balancing_type": "sinkhorn"
+        },
+        "model.moe_z_loss_coeff": {"model.moe_z_loss_coeff": 0.001},
+        "model.moe_expert_capacity_factor": {"model.moe_expert_capacity_factor": 1.25},
+        "model.moe_token_dispatcher_type": {"model.moe_token_dispatcher_type": "allgather"},
+    }
     for key, change in cases.items():
         hits = [d for d in find(lint_cfg(**{**TT_MOE, **change}), "TRC344") if d.key == key]
         assert len(hits) == 1, key
@@ -81,8 +104,11 @@ def test_moe_settings_torchtitan_lacks_are_errors() -> None:
 def test_the_aux_loss_fix_balances_with_the_expert_bias() -> None:
     """TRC344's fix for an aux loss on torchtitan, applied as it says, leaves a clean lint: it
     also turns on the expert bias (removing the coefficient alone left TRC385: no balancing)."""
-    spec = {**TT_MOE, "model.moe_router_enable_expert_bias": False,
-            "model.moe_aux_loss_coeff": 0.01}
+    spec = {
+        **TT_MOE,
+        "model.moe_router_enable_expert_bias": False,
+        "model.moe_aux_loss_coeff": 0.01,
+    }
     (hit,) = [d for d in find(lint_cfg(**spec), "TRC344") if d.key == "model.moe_aux_loss_coeff"]
     assert "model.moe_router_enable_expert_bias=true" in (hit.fix or "")
     fixed = lint_cfg(**{**spec, **hit.edits})
@@ -97,18 +123,27 @@ def test_expert_bias_reaches_torchtitan_with_softmax_scores() -> None:
     neither TRC386 (Megatron-only key) nor TRC384 (sigmoid only) fires for it there."""
     diags = lint_cfg(**TT_MOE)
     assert not find(diags, "TRC386") and not find(diags, "TRC384")
-    assert find(lint_cfg(**{**TT_MOE, "engine": "deepspeed", "launch.entrypoint": "trainc",
-                            "parallel.ep": 1}), "TRC386")
+    assert find(
+        lint_cfg(
+            **{**TT_MOE, "engine": "deepspeed", "launch.entrypoint": "trainc", "parallel.ep": 1}
+        ),
+        "TRC386",
+    )
 
 
 # --- emission: plan.json engines.fsdp and torchtitan_args.txt ---------------------------------
 
 #: 16 GPUs: dp_replicate 2 x dp_shard 4 x tp 2, ep 4 -> efsdp = 4 * 1 * 2 / 4 = 2
-HSDP_EP: dict[str, Any] = {**TT_MOE, "cluster.num_nodes": 2, "parallel.tp": 2,
-                           "fsdp.dp_replicate": 2, "model.num_experts": 16,
-                           "model.moe_shared_expert_intermediate_size": 1024,
-                           "model.moe_router_score_function": "sigmoid",
-                           "model.moe_router_topk_scaling_factor": 2.5}
+HSDP_EP: dict[str, Any] = {
+    **TT_MOE,
+    "cluster.num_nodes": 2,
+    "parallel.tp": 2,
+    "fsdp.dp_replicate": 2,
+    "model.num_experts": 16,
+    "model.moe_shared_expert_intermediate_size": 1024,
+    "model.moe_router_score_function": "sigmoid",
+    "model.moe_router_topk_scaling_factor": 2.5,
+}
 
 
 def _fsdp(**changes: Any) -> dict[str, Any]:
@@ -121,15 +156,21 @@ def _fsdp(**changes: Any) -> dict[str, Any]:
 def test_expert_mesh_and_placement_are_torchtitans() -> None:
     c = _fsdp(**HSDP_EP)
     assert c["expert_parallel"] == {
-        "degree": 4, "efsdp": 2, "etp": 1,
-        "sparse_mesh": {"dim_names": ["pp", "dp_replicate", "efsdp", "ep"],
-                        "shape": [1, 2, 2, 4]},
+        "degree": 4,
+        "efsdp": 2,
+        "etp": 1,
+        "sparse_mesh": {"dim_names": ["pp", "dp_replicate", "efsdp", "ep"], "shape": [1, 2, 2, 4]},
         "expert_mesh_dims": ["dp_replicate", "efsdp"],
         "expert_shard_placement": "Shard(0)",  # efsdp x ep = 8 <= 16 experts
-        "local_experts": 4}
+        "local_experts": 4,
+    }
     # efsdp x ep is always dp_shard x cp x tp (8 here): 4 experts over efsdp 4 x ep 2 = 8 > 4
-    assert _fsdp(**{**HSDP_EP, "model.num_experts": 4, "parallel.ep": 2})[
-        "expert_parallel"]["expert_shard_placement"] == "Shard(1)"
+    assert (
+        _fsdp(**{**HSDP_EP, "model.num_experts": 4, "parallel.ep": 2})["expert_parallel"][
+            "expert_shard_placement"
+        ]
+        == "Shard(1)"
+    )
     assert ["--parallelism.expert_parallel_degree", "4"] in c["torchtitan"]["args"]
 
 
@@ -144,17 +185,28 @@ def test_router_reaches_torchtitan_as_megatron_core_computes_it() -> None:
     the expert bias is torchtitan's load_balance_coeff 1e-3; softmax without pre-softmax is the
     full softmax renormalised over the top k, a pre-softmax is not."""
     moe = _fsdp(**HSDP_EP)["torchtitan"]["registry"]["moe"]
-    assert moe == {"num_experts": 16, "top_k": 2, "score_func": "sigmoid", "route_norm": True,
-                   "route_scale": 2.5, "load_balance_coeff": 0.001, "hidden_dim": 2048,
-                   "shared_experts_hidden_dim": 1024, "comm_backend": "standard",
-                   "moe_layers": [0, 1, 2, 3, 4, 5, 6, 7]}
+    assert moe == {
+        "num_experts": 16,
+        "top_k": 2,
+        "score_func": "sigmoid",
+        "route_norm": True,
+        "route_scale": 2.5,
+        "load_balance_coeff": 0.001,
+        "hidden_dim": 2048,
+        "shared_experts_hidden_dim": 1024,
+        "comm_backend": "standard",
+        "moe_layers": [0, 1, 2, 3, 4, 5, 6, 7],
+    }
     soft = {**TT_MOE, "model.moe_router_enable_expert_bias": False}
     assert _fsdp(**soft)["torchtitan"]["registry"]["moe"]["route_norm"] is True
     assert _fsdp(**soft)["torchtitan"]["registry"]["moe"]["load_balance_coeff"] is None
     pre = {**soft, "model.moe_router_pre_softmax": True}
     assert _fsdp(**pre)["torchtitan"]["registry"]["moe"]["route_norm"] is False
-    flex = {**TT_MOE, "model.moe_token_dispatcher_type": "flex",
-            "model.moe_flex_dispatcher_backend": "hybridep"}
+    flex = {
+        **TT_MOE,
+        "model.moe_token_dispatcher_type": "flex",
+        "model.moe_flex_dispatcher_backend": "hybridep",
+    }
     assert _fsdp(**flex)["torchtitan"]["registry"]["moe"]["comm_backend"] == "hybridep"
 
 
@@ -173,8 +225,9 @@ def test_emitted_names_are_torchtitan_030s() -> None:
     where = importlib.util.find_spec("torchtitan")
     assert where is not None and where.submodule_search_locations
     src = Path(next(iter(where.submodule_search_locations))) / "models/common/config_utils.py"
-    builders = {n.name: n for n in ast.walk(ast.parse(src.read_text()))
-                if isinstance(n, ast.FunctionDef)}
+    builders = {
+        n.name: n for n in ast.walk(ast.parse(src.read_text())) if isinstance(n, ast.FunctionDef)
+    }
     fields = {f.name for f in dataclasses.fields(configs.ParallelismConfig)}
     args = _fsdp(**HSDP_EP)["torchtitan"]["args"]
     flags = [a[0].removeprefix("--parallelism.") for a in args if "expert" in a[0]]
@@ -202,8 +255,10 @@ def test_torchtitan_args_txt_carries_the_moe_registry_line(tmp_path) -> None:
     text = r.files["torchtitan_args.txt"]
     lines = [x for x in text.splitlines() if x.startswith("#registry model.moe ")]
     assert len(lines) == 1
-    assert json.loads(lines[0].split(" ", 2)[2]) == \
-        r.plan["engines"]["fsdp"]["torchtitan"]["registry"]["moe"]
+    assert (
+        json.loads(lines[0].split(" ", 2)[2])
+        == r.plan["engines"]["fsdp"]["torchtitan"]["registry"]["moe"]
+    )
     assert "--parallelism.expert_parallel_degree 4" in text.splitlines()
     assert "(1, 2, 2, 4), 4 experts per EP rank" in text
 
@@ -229,6 +284,7 @@ def test_torchrun_sh_defaults_to_the_moe_module(tmp_path) -> None:
 
 
 # --- estimates: bytes per GPU, FSDP2 collectives, the EP all-to-all ---------------------------
+
 
 def test_states_shard_dense_over_dp_shard_cp_and_experts_over_efsdp() -> None:
     """HSDP_EP: dp_shard 4 x cp 1 = 4 ranks shard the dense parameters, efsdp = 4 x 1 x 2 / 4 =
@@ -275,9 +331,13 @@ def test_fsdp2_collectives_with_ep_exact() -> None:
         "dp:fsdp grad reduce_scatter": (4, 2, 6000.0, "fsdp_shard"),
         "dp:fsdp expert param all_gather (fwd+bwd)": (2, 4, 3200.0, "fsdp_expert"),
         "dp:fsdp expert grad reduce_scatter": (2, 2, 3200.0, "fsdp_expert"),
-        "dp:hsdp grad all_reduce (replicate)": (2, 2, 5200.0, "fsdp_replicate")}
-    assert fsdp_crossings(spec) == {"fsdp_shard": False, "fsdp_replicate": True,
-                                    "fsdp_expert": False}
+        "dp:hsdp grad all_reduce (replicate)": (2, 2, 5200.0, "fsdp_replicate"),
+    }
+    assert fsdp_crossings(spec) == {
+        "fsdp_shard": False,
+        "fsdp_replicate": True,
+        "fsdp_expert": False,
+    }
     assert fsdp_members(spec) == {"fsdp_shard": 4, "fsdp_replicate": 1, "fsdp_expert": 2}
 
 
@@ -296,7 +356,8 @@ def test_ep_all_to_all_and_expert_params_in_the_plan() -> None:
     assert plan is not None and plan.estimates is not None
     a2a = [c for c in plan.estimates.comm_collectives if c.axis == "ep"]
     assert [(c.name, c.group_size, c.sent_bytes) for c in a2a] == [
-        ("dispatch+combine all_to_all", 4, 50331648)]
+        ("dispatch+combine all_to_all", 4, 50331648)
+    ]
     spec2 = make(**{**HSDP_EP, "parallel.ep": 2})
     _, _, plan2 = plan_and_estimate(spec2, normalized=True)
     assert plan2 is not None
@@ -311,5 +372,7 @@ def test_explain_names_the_experts_fsdp_group() -> None:
     _, _, plan = plan_and_estimate(make(**HSDP_EP), normalized=True)
     assert plan is not None
     text = fsdp_sharding(plan.to_json()["spec"])
-    assert text == ("FSDP2 over dp_shard 4, HSDP x 2 replicas, experts over efsdp 2 x ep 4, "
-                    "reshard after forward")
+    assert text == (
+        "FSDP2 over dp_shard 4, HSDP x 2 replicas, experts over efsdp 2 x ep 4, "
+        "reshard after forward"
+    )

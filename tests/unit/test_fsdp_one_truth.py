@@ -21,12 +21,16 @@ from specs.kit import find, lint_cfg, make
 from trainc.compiler.derive import derive, stage_chunk_sizes
 from trainc.compiler.engines.fsdp import fsdp_config, torchtitan_stage_split
 
-TITAN = {"engine": "fsdp", "launch.entrypoint": "torchtitan", "launch.device": "cuda",
-         "parallel.tp": 1, "cluster.num_nodes": 1}
+TITAN = {
+    "engine": "fsdp",
+    "launch.entrypoint": "torchtitan",
+    "launch.device": "cuda",
+    "parallel.tp": 1,
+    "cluster.num_nodes": 1,
+}
 
 
-def torchtitan_layers(num_layers: int, pp: int, looped: bool, args: dict[str, str]
-                      ) -> list[int]:
+def torchtitan_layers(num_layers: int, pp: int, looped: bool, args: dict[str, str]) -> list[int]:
     """Transformer layers of each virtual stage as torchtitan 0.3.0 builds them from these
     ``--parallelism.*`` overrides (its defaults for the absent ones)."""
     per = args.get("--parallelism.pipeline_parallel_layers_per_stage")
@@ -51,9 +55,12 @@ def megatron_layers(changes: dict[str, Any]) -> tuple[list[int], dict[str, str],
     d = derive(spec)
     p = spec.parallel
     assert d.layers_per_stage is not None
-    chunks = stage_chunk_sizes(list(d.layers_per_stage), p.vpp,
-                               p.account_for_embedding_in_pipeline_split,
-                               p.account_for_loss_in_pipeline_split)
+    chunks = stage_chunk_sizes(
+        list(d.layers_per_stage),
+        p.vpp,
+        p.account_for_embedding_in_pipeline_split,
+        p.account_for_loss_in_pipeline_split,
+    )
     virtual = [chunks[r][j] for j in range(p.vpp) for r in range(p.pp)]
     args = {a[0]: a[1] if len(a) > 1 else "" for a in fsdp_config(spec, d)["torchtitan"]["args"]}
     return virtual, args, spec.model.num_layers, p.vpp > 1
@@ -64,19 +71,36 @@ SPLITS = {
     # two stages per rank
     "even-pp4": {"model.num_layers": 8, "parallel.pp": 4},
     "vpp4": {"model.num_layers": 32, "parallel.pp": 4, "parallel.vpp": 4},
-    "vpp2-zbv": {"model.num_layers": 16, "parallel.pp": 2, "parallel.vpp": 2,
-                 "fsdp.pp_schedule": "ZBVZeroBubble"},
-    "account-both": {"model.num_layers": 30, "parallel.pp": 4,
-                     "parallel.account_for_embedding_in_pipeline_split": True,
-                     "parallel.account_for_loss_in_pipeline_split": True},
-    "account-loss-vpp2": {"model.num_layers": 15, "parallel.pp": 2, "parallel.vpp": 2,
-                          "parallel.account_for_loss_in_pipeline_split": True},
-    "uneven": {"model.num_layers": 30, "parallel.pp": 4,
-               "parallel.pipeline_first_stage_layers": 6,
-               "parallel.pipeline_last_stage_layers": 6},
-    "uneven-pp2": {"model.num_layers": 8, "parallel.pp": 2,
-                   "parallel.pipeline_first_stage_layers": 3,
-                   "parallel.pipeline_last_stage_layers": 5},
+    "vpp2-zbv": {
+        "model.num_layers": 16,
+        "parallel.pp": 2,
+        "parallel.vpp": 2,
+        "fsdp.pp_schedule": "ZBVZeroBubble",
+    },
+    "account-both": {
+        "model.num_layers": 30,
+        "parallel.pp": 4,
+        "parallel.account_for_embedding_in_pipeline_split": True,
+        "parallel.account_for_loss_in_pipeline_split": True,
+    },
+    "account-loss-vpp2": {
+        "model.num_layers": 15,
+        "parallel.pp": 2,
+        "parallel.vpp": 2,
+        "parallel.account_for_loss_in_pipeline_split": True,
+    },
+    "uneven": {
+        "model.num_layers": 30,
+        "parallel.pp": 4,
+        "parallel.pipeline_first_stage_layers": 6,
+        "parallel.pipeline_last_stage_layers": 6,
+    },
+    "uneven-pp2": {
+        "model.num_layers": 8,
+        "parallel.pp": 2,
+        "parallel.pipeline_first_stage_layers": 3,
+        "parallel.pipeline_last_stage_layers": 5,
+    },
 }
 
 
@@ -102,32 +126,62 @@ def test_stage_split_values() -> None:
         return torchtitan_stage_split(spec, derive(spec))
 
     assert split(**{"model.num_layers": 32, "parallel.pp": 4, "parallel.vpp": 2}) == (4, 0, 0)
-    assert split(**{"model.num_layers": 126, "parallel.pp": 16, "parallel.vpp": 8,
-                    "parallel.account_for_embedding_in_pipeline_split": True,
-                    "parallel.account_for_loss_in_pipeline_split": True,
-                    "cluster.num_nodes": 2, "training.global_batch_size": 32}) == (1, 1, 1)
+    assert split(
+        **{
+            "model.num_layers": 126,
+            "parallel.pp": 16,
+            "parallel.vpp": 8,
+            "parallel.account_for_embedding_in_pipeline_split": True,
+            "parallel.account_for_loss_in_pipeline_split": True,
+            "cluster.num_nodes": 2,
+            "training.global_batch_size": 32,
+        }
+    ) == (1, 1, 1)
     assert split(**SPLITS["uneven"]) == (9, 3, 3)
     assert split(**{"parallel.pp": 1}) is None
 
 
 #: (spec changes, the key TRC344 names): values engine=fsdp would not read
 IGNORED = {
-    "cp_comm_type a2a": ({"parallel.cp": 2, "parallel.cp_comm_type": "a2a"},
-                         "parallel.cp_comm_type"),
-    "cp_comm_type all_gather, cp 1": ({"parallel.cp_comm_type": "all_gather"},
-                                      "parallel.cp_comm_type"),
-    "recompute block": ({"training.recompute": "full", "training.recompute_method": "block",
-                         "training.recompute_num_layers": 1}, "training.recompute_method"),
-    "recompute 2 layers": ({"training.recompute": "full", "training.recompute_num_layers": 2},
-                           "training.recompute_num_layers"),
-    "uneven with vpp": ({"model.num_layers": 16, "parallel.pp": 2, "parallel.vpp": 2,
-                         "parallel.pipeline_first_stage_layers": 4,
-                         "parallel.pipeline_last_stage_layers": 12},
-                        "parallel.pipeline_first_stage_layers"),
-    "end stage heavier": ({"model.num_layers": 24, "parallel.pp": 4,
-                           "parallel.pipeline_first_stage_layers": 10,
-                           "parallel.pipeline_last_stage_layers": 6},
-                          "parallel.pipeline_first_stage_layers"),
+    "cp_comm_type a2a": (
+        {"parallel.cp": 2, "parallel.cp_comm_type": "a2a"},
+        "parallel.cp_comm_type",
+    ),
+    "cp_comm_type all_gather, cp 1": (
+        {"parallel.cp_comm_type": "all_gather"},
+        "parallel.cp_comm_type",
+    ),
+    "recompute block": (
+        {
+            "training.recompute": "full",
+            "training.recompute_method": "block",
+            "training.recompute_num_layers": 1,
+        },
+        "training.recompute_method",
+    ),
+    "recompute 2 layers": (
+        {"training.recompute": "full", "training.recompute_num_layers": 2},
+        "training.recompute_num_layers",
+    ),
+    "uneven with vpp": (
+        {
+            "model.num_layers": 16,
+            "parallel.pp": 2,
+            "parallel.vpp": 2,
+            "parallel.pipeline_first_stage_layers": 4,
+            "parallel.pipeline_last_stage_layers": 12,
+        },
+        "parallel.pipeline_first_stage_layers",
+    ),
+    "end stage heavier": (
+        {
+            "model.num_layers": 24,
+            "parallel.pp": 4,
+            "parallel.pipeline_first_stage_layers": 10,
+            "parallel.pipeline_last_stage_layers": 6,
+        },
+        "parallel.pipeline_first_stage_layers",
+    ),
 }
 
 
@@ -142,25 +196,39 @@ def test_a_setting_fsdp_would_ignore_is_an_error(name: str) -> None:
     fixed = {**base, **d.edits}
     assert not [x for x in find(lint_cfg(**fixed), "TRC344") if x.key == key]
     # another engine reads it: no TRC344 there
-    assert not find(lint_cfg(**{**base, "engine": "megatron",
-                                "launch.entrypoint": "trainc"}), "TRC344")
+    assert not find(
+        lint_cfg(**{**base, "engine": "megatron", "launch.entrypoint": "trainc"}), "TRC344"
+    )
 
 
 def test_the_defaults_and_a_uniform_recompute_are_accepted() -> None:
-    ok = {**TITAN, "model.num_layers": 8, "parallel.pp": 2, "parallel.cp_comm_type": "p2p",
-          "training.recompute": "full", "training.recompute_method": "uniform",
-          "training.recompute_num_layers": 1}
+    ok = {
+        **TITAN,
+        "model.num_layers": 8,
+        "parallel.pp": 2,
+        "parallel.cp_comm_type": "p2p",
+        "training.recompute": "full",
+        "training.recompute_method": "uniform",
+        "training.recompute_num_layers": 1,
+    }
     assert not find(lint_cfg(**ok), "TRC344")
 
 
-@pytest.mark.parametrize("key,value", [
-    ("model.moe_token_dispatcher_type", "flex"), ("model.moe_router_topk", 4),
-    ("model.moe_ffn_hidden_size", 1024), ("model.moe_layer_freq", 2),
-    ("model.moe_pad_expert_input_to_capacity", True), ("model.moe_router_pre_softmax", True),
-    ("model.moe_shared_expert_intermediate_size", 1024),
-    ("model.moe_router_padding_for_quantization", True),
-    ("model.moe_flex_dispatcher_backend", "hybridep"), ("training.nvme_path", "/nvme"),
-])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("model.moe_token_dispatcher_type", "flex"),
+        ("model.moe_router_topk", 4),
+        ("model.moe_ffn_hidden_size", 1024),
+        ("model.moe_layer_freq", 2),
+        ("model.moe_pad_expert_input_to_capacity", True),
+        ("model.moe_router_pre_softmax", True),
+        ("model.moe_shared_expert_intermediate_size", 1024),
+        ("model.moe_router_padding_for_quantization", True),
+        ("model.moe_flex_dispatcher_backend", "hybridep"),
+        ("training.nvme_path", "/nvme"),
+    ],
+)
 @pytest.mark.parametrize("engine", ["fsdp", "megatron"])
 def test_keys_no_engine_reads_on_this_spec_are_trc329(key: str, value: Any, engine: str) -> None:
     """MoE keys on a dense model, nvme_path without nvme offload: inert on every engine."""
@@ -187,8 +255,9 @@ def test_worker_builds_qkv_bias() -> None:
     from trainc.launch import torch_gpt
     from trainc.launch.shrink import shrink
 
-    _, diags, plan = plan_and_estimate(make(**{"engine": "fsdp", "parallel.pp": 1,
-                                               "model.add_qkv_bias": True}))
+    _, diags, plan = plan_and_estimate(
+        make(**{"engine": "fsdp", "parallel.pp": 1, "model.add_qkv_bias": True})
+    )
     assert plan is not None, [d.message for d in diags if d.is_error]
     j = plan.to_json()
     opts = torch_gpt.options(j)

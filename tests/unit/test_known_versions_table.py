@@ -1,6 +1,7 @@
 """Every entry of trainc/conf/known_bad_versions.yaml, checked from the table itself: a job with
 the entry's versions and features matches it, and it stops matching when one component is at its
 ``fixed_in`` release, when one ``when`` feature is off, or when the workaround env is set."""
+
 from __future__ import annotations
 
 import pytest
@@ -41,7 +42,8 @@ def test_entry_is_well_formed(e: kv.BadCombination) -> None:
 
 @pytest.mark.parametrize("e", ENTRIES, ids=[e.id for e in ENTRIES])
 def test_entry_matches_its_own_job_and_not_a_fixed_or_worked_around_one(
-        e: kv.BadCombination) -> None:
+    e: kv.BadCombination,
+) -> None:
     versions, feats = _job(e), set(e.when)
     assert kv.matches(versions, feats, {}, [e]) == [e]
     for comp, fixed in e.fixed_in.items():
@@ -55,9 +57,19 @@ def test_entry_matches_its_own_job_and_not_a_fixed_or_worked_around_one(
 
 
 def _feats(**kw: object) -> frozenset[str]:
-    args: dict[str, object] = dict(engine="megatron", entrypoint="trainc", device="cuda", ep=1,
-                                   num_experts=None, dispatcher="alltoall", cp=1, fp8=False,
-                                   zero_stage=0, tp_comm_overlap=False, gpu="h100-80g")
+    args: dict[str, object] = dict(
+        engine="megatron",
+        entrypoint="trainc",
+        device="cuda",
+        ep=1,
+        num_experts=None,
+        dispatcher="alltoall",
+        cp=1,
+        fp8=False,
+        zero_stage=0,
+        tp_comm_overlap=False,
+        gpu="h100-80g",
+    )
     args.update(kw)
     return kv.job_features(**args)  # type: ignore[arg-type]
 
@@ -77,8 +89,15 @@ def test_tp_comm_overlap_is_a_megatron_feature() -> None:
 
 
 def test_every_feature_a_job_can_have_is_one_the_table_may_name() -> None:
-    everything = _feats(engine="deepspeed", entrypoint="megatron-lm", ep=8, num_experts=16, cp=2,
-                        fp8=True, zero_stage=2)
+    everything = _feats(
+        engine="deepspeed",
+        entrypoint="megatron-lm",
+        ep=8,
+        num_experts=16,
+        cp=2,
+        fp8=True,
+        zero_stage=2,
+    )
     assert everything <= kv.FEATURES
     assert _feats(engine="fsdp") == {"fsdp", "cuda"} and "fsdp" in kv.FEATURES
     assert _feats(tp_comm_overlap=True, cp=2, fp8=True) <= kv.FEATURES

@@ -28,6 +28,7 @@ def _one(diags, rule, key=None):
 
 # --- per engine -----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("engine", [{}, DS], ids=["megatron", "deepspeed"])
 def test_tokenizer_vocab_is_an_error_for_both_engines(engine):
     d = _one(lint_cfg(**engine, **{"data.tokenizer_vocab_size": 32100}), "TRC351")
@@ -36,11 +37,29 @@ def test_tokenizer_vocab_is_an_error_for_both_engines(engine):
 
 
 def test_packed_padding_unit_follows_cp_and_sequence_parallelism():
-    d = _one(lint_cfg(**{"data.packed": True, "parallel.cp": 2, "parallel.pp": 1,
-                         "parallel.tp": 4, "data.pad_to_multiple_of": 4}), "TRC352")
+    d = _one(
+        lint_cfg(
+            **{
+                "data.packed": True,
+                "parallel.cp": 2,
+                "parallel.pp": 1,
+                "parallel.tp": 4,
+                "data.pad_to_multiple_of": 4,
+            }
+        ),
+        "TRC352",
+    )
     assert d.facts["required_multiple"] == 8 and d.edits == {"data.pad_to_multiple_of": 8}
-    ok = lint_cfg(**{"data.packed": True, "parallel.cp": 2, "parallel.pp": 1, "parallel.tp": 4,
-                     "parallel.sequence_parallel": False, "data.pad_to_multiple_of": 4})
+    ok = lint_cfg(
+        **{
+            "data.packed": True,
+            "parallel.cp": 2,
+            "parallel.pp": 1,
+            "parallel.tp": 4,
+            "parallel.sequence_parallel": False,
+            "data.pad_to_multiple_of": 4,
+        }
+    )
     assert not find(ok, "TRC352")
 
 
@@ -55,8 +74,9 @@ def test_mask_ignored_by_transformer_engine_is_megatron_lm_only():
     # the trainc worker (either engine) drops the mask: TRC356, not TRC353
     for engine in ({}, DS):
         diags = lint_cfg(**engine, **{"data.reset_attention_mask": True})
-        assert not find(diags, "TRC353") and _one(diags, "TRC356").key == \
-            "data.reset_attention_mask"
+        assert (
+            not find(diags, "TRC353") and _one(diags, "TRC356").key == "data.reset_attention_mask"
+        )
 
 
 def test_blend_and_data_path_together():
@@ -77,12 +97,15 @@ def test_epochs_are_derived_once_and_cp_does_not_change_them():
 
 # --- versions -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("engine,verdict", [({}, None), (DS, "error")],
-                         ids=["megatron", "deepspeed"])
+
+@pytest.mark.parametrize(
+    "engine,verdict", [({}, None), (DS, "error")], ids=["megatron", "deepspeed"]
+)
 def test_deepspeed_torch_entry_applies_to_the_deepspeed_engine_only(engine, verdict):
     diags = lint_cfg(**engine, **{"launch.versions": {"deepspeed": "0.14.2", "torch": "2.4.0"}})
-    found = [d for d in find(diags, "TRC530")
-             if d.facts["entry"] == "deepspeed-torch-2.4-elastic-import"]
+    found = [
+        d for d in find(diags, "TRC530") if d.facts["entry"] == "deepspeed-torch-2.4-elastic-import"
+    ]
     assert [d.severity.value for d in found] == ([verdict] if verdict else [])
     if found:
         assert found[0].edits == {"launch.versions.deepspeed": "0.14.4"}
@@ -92,12 +115,16 @@ def test_deepspeed_torch_entry_applies_to_the_deepspeed_engine_only(engine, verd
 H100 = {"cluster.gpu": "h100-80g"}
 
 
-@pytest.mark.parametrize("changes,found", [
-    ({**H100}, True),  # tp 2 + sequence parallelism on H100: tp_comm_overlap on by default
-    ({"training.tp_comm_overlap": True}, True),
-    ({**H100, "training.tp_comm_overlap": False}, False),
-    ({}, False),  # A100: off by default
-], ids=["h100-default", "explicit", "off", "a100-default"])
+@pytest.mark.parametrize(
+    "changes,found",
+    [
+        ({**H100}, True),  # tp 2 + sequence parallelism on H100: tp_comm_overlap on by default
+        ({"training.tp_comm_overlap": True}, True),
+        ({**H100, "training.tp_comm_overlap": False}, False),
+        ({}, False),  # A100: off by default
+    ],
+    ids=["h100-default", "explicit", "off", "a100-default"],
+)
 def test_te_tp_comm_overlap_entry_follows_the_resolved_setting(changes, found):
     diags = lint_cfg(**changes, **{"launch.versions": {"transformer_engine": "2.1.0"}})
     got = find(diags, "TRC530")
@@ -110,13 +137,25 @@ def test_te_tp_comm_overlap_entry_follows_the_resolved_setting(changes, found):
         assert d.fix == "upgrade transformer_engine to 2.2 or later"
 
 
-@pytest.mark.parametrize("versions,key,fixed,severity", [
-    ({"transformer_engine": "1.9.0", "flash_attn": "2.6.3"}, "transformer_engine", "1.11",
-     "error"),
-    ({"transformer_engine": "2.5.0", "flash_attn": "2.8.3"}, "transformer_engine", "2.10",
-     "warning"),
-    ({"nccl": "2.29.2"}, "nccl", "2.29.3", "error"),
-], ids=["te-1.9-fa-2.6.3", "te-2.5-fa-2.8.3", "nccl-2.29.2"])
+@pytest.mark.parametrize(
+    "versions,key,fixed,severity",
+    [
+        (
+            {"transformer_engine": "1.9.0", "flash_attn": "2.6.3"},
+            "transformer_engine",
+            "1.11",
+            "error",
+        ),
+        (
+            {"transformer_engine": "2.5.0", "flash_attn": "2.8.3"},
+            "transformer_engine",
+            "2.10",
+            "warning",
+        ),
+        ({"nccl": "2.29.2"}, "nccl", "2.29.3", "error"),
+    ],
+    ids=["te-1.9-fa-2.6.3", "te-2.5-fa-2.8.3", "nccl-2.29.2"],
+)
 def test_known_bad_entries_name_the_key_and_the_fixed_release(versions, key, fixed, severity):
     d = _one(lint_cfg(**{"launch.versions": versions}), "TRC530")
     assert d.key == f"launch.versions.{key}" and d.severity.value == severity
@@ -131,7 +170,8 @@ def test_versions_of_an_fsdp_job_are_checked_without_an_engine_target():
     d = _one(lint_cfg(**FSDP, **{"launch.versions": {"torch": "2.6.0"}}), "TRC530")
     assert d.severity.value == "warning" and d.key == "launch.versions.torch"
     assert d.facts["entry"] == "torch-2.6-fsdp2-state-dict-load" and d.edits == {
-        "launch.versions.torch": "2.7"}
+        "launch.versions.torch": "2.7"
+    }
     diags = lint_cfg(**FSDP, **{"launch.versions": {"torch": "2.7.0", "deepspeed": "0.14.0"}})
     assert not find(diags, "TRC530") and not find(diags, "TRC532")
     assert not find(lint_cfg(**{"launch.versions": {"torch": "2.6.0"}}), "TRC530")
@@ -147,13 +187,16 @@ def test_deepspeed_weights_only_entry_names_its_workaround_env():
     (d,) = _entry(lint_cfg(**DS, **v), "deepspeed-torch-2.6-weights-only-load")
     assert d.is_error and d.key == "launch.versions.deepspeed"
     assert d.edits == {"launch.versions.deepspeed": "0.16.0"}
-    assert d.fix == ("upgrade deepspeed to 0.16.0 or later (or work around it: set "
-                     "launch.env.TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1)")
+    assert d.fix == (
+        "upgrade deepspeed to 0.16.0 or later (or work around it: set "
+        "launch.env.TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1)"
+    )
     env = {"launch.env": {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}}
     entry = "deepspeed-torch-2.6-weights-only-load"
     assert not _entry(lint_cfg(**DS, **v, **env), entry)
-    assert not _entry(lint_cfg(**DS, **{"launch.versions": {"deepspeed": "0.15.4",
-                                                            "torch": "2.5.1"}}), entry)
+    assert not _entry(
+        lint_cfg(**DS, **{"launch.versions": {"deepspeed": "0.15.4", "torch": "2.5.1"}}), entry
+    )
 
 
 def test_nccl_aarch64_entry_needs_a_grace_gpu_profile():
@@ -176,7 +219,8 @@ def test_te_1_11_flash_attn_2_6_entry_needs_context_parallelism():
     assert not find(lint_cfg(**v), "TRC530")
     d = _one(lint_cfg(**v, **{"parallel.cp": 2, "parallel.pp": 1}), "TRC530")
     assert d.key == "launch.versions.flash_attn" and d.related == (
-        "launch.versions.transformer_engine",)
+        "launch.versions.transformer_engine",
+    )
     assert d.edits == {"launch.versions.transformer_engine": "1.12"}
 
 
@@ -189,16 +233,25 @@ def test_version_target_follows_the_engine():
 def test_table_is_well_formed_and_ranges_are_exact():
     ids = [e.id for e in KV.table()]
     assert len(ids) == len(set(ids)) >= 3
-    assert all(e.link.startswith(("https://github.com/", "https://docs.nvidia.com/"))
-               for e in KV.table())
+    assert all(
+        e.link.startswith(("https://github.com/", "https://docs.nvidia.com/")) for e in KV.table()
+    )
     assert KV.in_range((2, 7, 0), ">=2.7.0,<2.7.1") and not KV.in_range((2, 7, 1), ">=2.7.0,<2.7.1")
     assert KV.parse_version("2.19.3-1+cuda12.2") == (2, 19, 3)
 
 
 def test_trainc_run_checks_the_installed_versions(tmp_path):
-    res = compile_dict(tmp_path, apply(BASE, {"engine": "deepspeed", "parallel": {"zero_stage": 1},
-                                              "cluster": {"num_nodes": 1, "gpus_per_node": 8,
-                                                          "gpu": "a100-80g"}}))
+    res = compile_dict(
+        tmp_path,
+        apply(
+            BASE,
+            {
+                "engine": "deepspeed",
+                "parallel": {"zero_stage": 1},
+                "cluster": {"num_nodes": 1, "gpus_per_node": 8, "gpu": "a100-80g"},
+            },
+        ),
+    )
     assert res.ok, [d.to_json() for d in res.diagnostics if d.is_error]
     out = write_files(tmp_path / "out", res.files)
     bad, warn = version_problems(str(out), {}, {"deepspeed": "0.14.0", "torch": "2.5.1"})
@@ -209,8 +262,10 @@ def test_trainc_run_checks_the_installed_versions(tmp_path):
 
 
 def test_trainc_run_reads_zero2_and_tp_comm_overlap_from_the_plan(tmp_path):
-    ds = compile_dict(tmp_path, apply(BASE, {"engine": "deepspeed", "parallel": {
-        "tp": 1, "pp": 1, "zero_stage": 2}}))
+    ds = compile_dict(
+        tmp_path,
+        apply(BASE, {"engine": "deepspeed", "parallel": {"tp": 1, "pp": 1, "zero_stage": 2}}),
+    )
     assert ds.ok, [d.to_json() for d in ds.diagnostics if d.is_error]
     out = write_files(tmp_path / "ds", ds.files)
     bad, _ = version_problems(str(out), {}, {"deepspeed": "0.18.2"})
@@ -226,6 +281,7 @@ def test_trainc_run_reads_zero2_and_tp_comm_overlap_from_the_plan(tmp_path):
 
 # --- resume ---------------------------------------------------------------------------------
 
+
 def test_resume_rules_depend_on_the_saved_format():
     now = layout_facts(make(), derive(make()))
     assert now["checkpoint_format"] == "trainc"
@@ -239,8 +295,12 @@ def test_resume_rules_depend_on_the_saved_format():
     assert now["distributed_optimizer"] is True
     assert [f.key for f in resume_findings(tp_change, now)] == ["parallel.tp", "parallel.pp"]
     assert resume_findings({**tp_change, "optim_fully_reshardable": True}, now) == []
-    assert resume_findings({**tp_change, "distributed_optimizer": False},
-                           {**now, "distributed_optimizer": False}) == []
+    assert (
+        resume_findings(
+            {**tp_change, "distributed_optimizer": False}, {**now, "distributed_optimizer": False}
+        )
+        == []
+    )
 
 
 @pytest.mark.parametrize("engine", [{}, DS], ids=["megatron", "deepspeed"])
@@ -280,11 +340,16 @@ def test_finetune_waives_schedule_and_optimizer_on_megatron_lm():
 
 # --- artifacts ------------------------------------------------------------------------------
 
+
 def test_blend_and_resume_reach_pretrain_gpt(tmp_path):
-    spec = apply(BASE, {"launch": {"entrypoint": "megatron-lm",
-                                   "megatron_lm_path": "/opt/Megatron-LM"},
-                        "data": {"paths": ["0.7 /d/web", "0.3 /d/code"], "eod_mask_loss": True},
-                        "resume": {"load_dir": "/ckpt/base", "finetune": True}})
+    spec = apply(
+        BASE,
+        {
+            "launch": {"entrypoint": "megatron-lm", "megatron_lm_path": "/opt/Megatron-LM"},
+            "data": {"paths": ["0.7 /d/web", "0.3 /d/code"], "eod_mask_loss": True},
+            "resume": {"load_dir": "/ckpt/base", "finetune": True},
+        },
+    )
     res = compile_dict(tmp_path, spec)
     assert res.ok, [d.to_json() for d in res.diagnostics if d.is_error]
     out = write_files(tmp_path / "out", res.files)
@@ -293,7 +358,7 @@ def test_blend_and_resume_reach_pretrain_gpt(tmp_path):
     assert r.returncode == 0, r.stderr
     args = read_nul(log / "torchrun.0.args")
     i = args.index("--data-path")
-    assert args[i + 1:i + 5] == ["0.7", "/d/web", "0.3", "/d/code"]
+    assert args[i + 1 : i + 5] == ["0.7", "/d/web", "0.3", "/d/code"]
     assert args[args.index("--load") + 1] == "/ckpt/base" and args.count("--load") == 1
     assert args[args.index("--ckpt-format") + 1] == "torch_dist"
     assert "--finetune" in args and "--eod-mask-loss" in args
@@ -306,9 +371,13 @@ def test_shared_root_exists():
 
 
 def test_report_and_plan_show_the_epoch_count(tmp_path):
-    spec = apply(BASE, {"data": {"num_samples": 10_000}, "training": {"micro_batch_size": 1,
-                                                                      "global_batch_size": 16,
-                                                                      "train_iters": 1250}})
+    spec = apply(
+        BASE,
+        {
+            "data": {"num_samples": 10_000},
+            "training": {"micro_batch_size": 1, "global_batch_size": 16, "train_iters": 1250},
+        },
+    )
     res = compile_dict(tmp_path, spec)
     assert res.ok
     d = res.plan["derived"]
@@ -326,14 +395,24 @@ def test_inert_data_settings_warn():
 def test_kv_channels_with_mla_warns():
     """MLA sizes its heads from qk_head_dim / qk_pos_emb_head_dim / v_head_dim; a written
     kv_channels reaches no engine (TRC329), the filled default (hidden / heads) is silent."""
-    mla = {"model.multi_latent_attention": True, "model.q_lora_rank": 64,
-           "model.kv_lora_rank": 32, "model.qk_head_dim": 16, "model.qk_pos_emb_head_dim": 8,
-           "model.v_head_dim": 16}
+    mla = {
+        "model.multi_latent_attention": True,
+        "model.q_lora_rank": 64,
+        "model.kv_lora_rank": 32,
+        "model.qk_head_dim": 16,
+        "model.qk_pos_emb_head_dim": 8,
+        "model.v_head_dim": 16,
+    }
     assert not [d for d in find(lint_cfg(**mla), "TRC329") if d.key == "model.kv_channels"]
-    [d] = [d for d in find(lint_cfg(**mla, **{"model.kv_channels": 24}), "TRC329")
-           if d.key == "model.kv_channels"]
-    assert d.message == ("model.kv_channels is set but has no effect: multi_latent_attention is "
-                         "true (head widths are qk_head_dim + qk_pos_emb_head_dim and v_head_dim)")
+    [d] = [
+        d
+        for d in find(lint_cfg(**mla, **{"model.kv_channels": 24}), "TRC329")
+        if d.key == "model.kv_channels"
+    ]
+    assert d.message == (
+        "model.kv_channels is set but has no effect: multi_latent_attention is "
+        "true (head widths are qk_head_dim + qk_pos_emb_head_dim and v_head_dim)"
+    )
 
 
 FSDP = {"engine": "fsdp", "parallel.pp": 1}
@@ -359,21 +438,29 @@ def test_eod_options_with_real_data_warn_about_the_end_of_document_id():
     for the end-of-document token compare with the NullTokenizer's id, vocab_size - 1; without
     real data (mock data, whose documents end with that id) or without the options: nothing."""
     base = {"data.paths": ["/d/web"]}
-    diag = _one(lint_cfg(**base, **{"data.eod_mask_loss": True,
-                                    "data.reset_position_ids": True}), "TRC358")
+    diag = _one(
+        lint_cfg(**base, **{"data.eod_mask_loss": True, "data.reset_position_ids": True}), "TRC358"
+    )
     assert not diag.is_error and diag.key == "data.eod_mask_loss"
     vocab = make().model.vocab_size
     assert f"vocab_size - 1 = {vocab - 1}" in diag.message
     assert diag.edits == {"data.eod_mask_loss": False, "data.reset_position_ids": False}
-    assert _one(lint_cfg(**{"launch.data_path": "/d/web", "data.reset_position_ids": True}),
-                "TRC358")
+    assert _one(
+        lint_cfg(**{"launch.data_path": "/d/web", "data.reset_position_ids": True}), "TRC358"
+    )
     assert not find(lint_cfg(**{"data.eod_mask_loss": True}), "TRC358")
     assert not find(lint_cfg(**base), "TRC358")
 
 
 # --- what each format reshards (trainc/conf/reshard.yaml) ------------------------------------
-PP4 = {"resume.saved.pp": 4, "resume.saved.ep": 1, "parallel.pp": 1, "parallel.ep": 4,
-       "model.num_experts": 8, "model.moe_router_topk": 2}
+PP4 = {
+    "resume.saved.pp": 4,
+    "resume.saved.ep": 1,
+    "parallel.pp": 1,
+    "parallel.ep": 4,
+    "model.num_experts": 8,
+    "model.moe_router_topk": 2,
+}
 
 
 def test_torch_dist_with_the_distributed_optimizer_reshards_only_dp():
@@ -387,8 +474,11 @@ def test_torch_dist_with_the_distributed_optimizer_reshards_only_dp():
     assert "--dist-ckpt-optim-fully-reshardable" in fix and "resume.finetune=true" in fix
     assert found["parallel.pp"].edits == {"parallel.pp": 4}
     # saved fully reshardable, or weights only, or no distributed optimizer: it loads
-    for ok in ({"resume.saved.optim_fully_reshardable": True}, {"resume.finetune": True},
-               {"parallel.zero_stage": 0}):
+    for ok in (
+        {"resume.saved.optim_fully_reshardable": True},
+        {"resume.finetune": True},
+        {"parallel.zero_stage": 0},
+    ):
         assert not find(lint_cfg(**LM, **PP4, **{"parallel.zero_stage": 1, **ok}), "TRC534"), ok
     # a dp change is what dp_reshardable allows
     assert not find(lint_cfg(**LM, **{"parallel.zero_stage": 1, "resume.saved.dp": 2}), "TRC534")
@@ -397,22 +487,29 @@ def test_torch_dist_with_the_distributed_optimizer_reshards_only_dp():
 def test_fully_reshardable_save_is_emitted_as_the_megatron_lm_flag(tmp_path):
     lm = {"entrypoint": "megatron-lm", "megatron_lm_path": "/opt/Megatron-LM"}
     for on in (True, False):
-        spec = apply(BASE, {"launch": lm, "parallel": {"zero_stage": 1},
-                            "resume": {"optim_fully_reshardable": on}})
+        spec = apply(
+            BASE,
+            {
+                "launch": lm,
+                "parallel": {"zero_stage": 1},
+                "resume": {"optim_fully_reshardable": on},
+            },
+        )
         res = compile_dict(tmp_path, spec)
         assert res.ok, [d.to_json() for d in res.diagnostics if d.is_error]
         args = res.files["megatron_args.txt"].split()
         assert ("--dist-ckpt-optim-fully-reshardable" in args) is on
     # the trainc worker writes its own files: the key is not read there
-    assert _one(lint_cfg(**{"resume.optim_fully_reshardable": True}),
-                "TRC533").key == "resume.optim_fully_reshardable"
+    assert (
+        _one(lint_cfg(**{"resume.optim_fully_reshardable": True}), "TRC533").key
+        == "resume.optim_fully_reshardable"
+    )
 
 
 def test_deepspeed_zero0_keeps_the_whole_optimizer_state_so_dp_may_change():
     """ZeRO-0 writes no zero_pp_rank optimizer shards (ds_to_universal has none to read): a dp
     change loads the native checkpoint; ZeRO 1-3 need a universal checkpoint."""
-    assert not find(lint_cfg(**DS, **{"parallel.zero_stage": 0, "resume.saved.dp": 4}),
-                    "TRC534")
+    assert not find(lint_cfg(**DS, **{"parallel.zero_stage": 0, "resume.saved.dp": 4}), "TRC534")
     [d] = find(lint_cfg(**DS, **{"parallel.zero_stage": 1, "resume.saved.dp": 4}), "TRC534")
     assert "ds_to_universal.py" in (d.fix or "") and "load_universal" in (d.fix or "")
 

@@ -8,21 +8,34 @@ from specs.kit import find, lint_cfg
 
 
 def test_expert_grid_fix_keeps_ep_only_when_ep_splits_the_experts():
-    moe = {"model.num_experts": 128, "model.moe_router_topk": 8, "parallel.tp": 1,
-           "parallel.pp": 2, "cluster.num_nodes": 2}
+    moe = {
+        "model.num_experts": 128,
+        "model.moe_router_topk": 8,
+        "parallel.tp": 1,
+        "parallel.pp": 2,
+        "cluster.num_nodes": 2,
+    }
     bad = find(lint_cfg(**moe, **{"parallel.ep": 3}), "TRC104")[0]
     assert "cluster.num_nodes" not in bad.fix and "parallel.etp" not in bad.fix
     assert "parallel.ep to one of" in bad.fix
     assert find(lint_cfg(**moe, **{"parallel.ep": 3}), "TRC205")
     # an ep that splits 128 experts but not the grid: more nodes remain a fix
-    keep = find(lint_cfg(**{**moe, "parallel.pp": 8, "cluster.num_nodes": 1},
-                         **{"parallel.ep": 16}), "TRC104")[0]
+    keep = find(
+        lint_cfg(**{**moe, "parallel.pp": 8, "cluster.num_nodes": 1}, **{"parallel.ep": 16}),
+        "TRC104",
+    )[0]
     assert "cluster.num_nodes=" in keep.fix
 
 
 def test_sequence_fix_stays_within_max_position_embeddings():
-    cp3 = {"parallel.cp": 3, "parallel.tp": 2, "parallel.pp": 1, "cluster.num_nodes": 3,
-           "model.seq_length": 32768, "model.max_position_embeddings": 32770}
+    cp3 = {
+        "parallel.cp": 3,
+        "parallel.tp": 2,
+        "parallel.pp": 1,
+        "cluster.num_nodes": 3,
+        "model.seq_length": 32768,
+        "model.max_position_embeddings": 32770,
+    }
     for rule in ("TRC217", "TRC218"):
         d = find(lint_cfg(**cp3), rule)[0]
         assert d.edits == {"model.seq_length": 32766}
@@ -44,7 +57,13 @@ def test_sequence_fix_stays_within_max_position_embeddings():
 def test_ep_nvlink_fix_offers_only_an_ep_that_builds_the_expert_grid():
     """TRC107 offered ep 8 on 24 GPUs with pp 2 (8 x 2 does not divide 24; a second user trial):
     its choices now divide the expert grid as TRC205's do."""
-    moe = {"model.num_experts": 8, "model.moe_router_topk": 2, "parallel.tp": 1,
-           "parallel.pp": 2, "cluster.num_nodes": 3, "training.global_batch_size": 48}
+    moe = {
+        "model.num_experts": 8,
+        "model.moe_router_topk": 2,
+        "parallel.tp": 1,
+        "parallel.pp": 2,
+        "cluster.num_nodes": 3,
+        "training.global_batch_size": 48,
+    }
     d = find(lint_cfg(**moe, **{"parallel.ep": 3}), "TRC107")[0]
     assert "use ep in {1, 2, 4}" in d.fix

@@ -60,11 +60,14 @@ def test_unknown_key_with_did_you_mean(tmp_path):
     assert d.locations[0].line == 12
 
 
-@pytest.mark.parametrize(("written", "value", "ours"), [
-    ("  tensor_model_parallel_size: 4", 4, "parallel.tp"),
-    ("  context_parallel_size: 2", 2, "parallel.cp"),
-    ("  expert_model_parallel_size: 8", 8, "parallel.ep"),
-])
+@pytest.mark.parametrize(
+    ("written", "value", "ours"),
+    [
+        ("  tensor_model_parallel_size: 4", 4, "parallel.tp"),
+        ("  context_parallel_size: 2", 2, "parallel.cp"),
+        ("  expert_model_parallel_size: 8", 8, "parallel.ep"),
+    ],
+)
 def test_megatron_names_point_to_trainc_keys(tmp_path, written, value, ours):
     """Megatron's names are the most common wrong keys; did-you-mean guessed
     `parallel.sequence_parallel` for them."""
@@ -73,13 +76,20 @@ def test_megatron_names_point_to_trainc_keys(tmp_path, written, value, ours):
     assert d.edits[ours] == value
 
 
-@pytest.mark.parametrize(("written", "hint"), [
-    ("  pipline_parallel: 2", "(did you mean `pipeline_parallel`, which trainc calls "
-                              "`parallel.pp`?)"),
-    ("  tensor_model_paralel_size: 2", "(did you mean `tensor_model_parallel_size`, which "
-                                       "trainc calls `parallel.tp`?)"),
-    ("  sequence_paralel: true", "(did you mean `parallel.sequence_parallel`?)"),
-])
+@pytest.mark.parametrize(
+    ("written", "hint"),
+    [
+        (
+            "  pipline_parallel: 2",
+            "(did you mean `pipeline_parallel`, which trainc calls `parallel.pp`?)",
+        ),
+        (
+            "  tensor_model_paralel_size: 2",
+            "(did you mean `tensor_model_parallel_size`, which trainc calls `parallel.tp`?)",
+        ),
+        ("  sequence_paralel: true", "(did you mean `parallel.sequence_parallel`?)"),
+    ],
+)
 def test_a_misspelt_foreign_name_points_to_its_trainc_key(tmp_path, written, hint):
     """`pipline_parallel` got "did you mean `sequence_parallel`"; a name closer to an alias
     than to any spec key names the alias's trainc key."""
@@ -98,8 +108,17 @@ def test_unknown_section(tmp_path):
     assert d.key == "paralel" and "parallel" in d.message
 
 
-@pytest.mark.parametrize(("value", "got"), [("2.0", "float"), ("2.5", "float"), ("true", "bool"),
-                                            ("two", "str"), ('"2"', "str"), ("[2]", "list")])
+@pytest.mark.parametrize(
+    ("value", "got"),
+    [
+        ("2.0", "float"),
+        ("2.5", "float"),
+        ("true", "bool"),
+        ("two", "str"),
+        ('"2"', "str"),
+        ("[2]", "list"),
+    ],
+)
 def test_wrong_type_for_int(tmp_path, value, got):
     d = only(load_text(tmp_path, SPEC.replace("  tp: 2", f"  tp: {value}")), "TRC001")
     assert d.key == "parallel.tp"
@@ -108,8 +127,10 @@ def test_wrong_type_for_int(tmp_path, value, got):
 
 def test_scientific_notation_is_a_string_in_yaml(tmp_path):
     # YAML 1.1 reads 5e8 as a string (DeepSpeed/accelerate bug case BC-049's kind).
-    d = only(load_text(tmp_path, SPEC.replace("global_batch_size: 16",
-                                              "global_batch_size: 1e3")), "TRC001")
+    d = only(
+        load_text(tmp_path, SPEC.replace("global_batch_size: 16", "global_batch_size: 1e3")),
+        "TRC001",
+    )
     assert d.key == "training.global_batch_size"
 
 
@@ -142,8 +163,10 @@ def test_bad_enum_value(tmp_path):
 
 
 def test_unknown_preset_in_defaults(tmp_path):
-    text = ("defaults:\n  - model: llama2-7bb\n  - _self_\ncluster:\n  num_nodes: 1\n"
-            "training:\n  global_batch_size: 16\n")
+    text = (
+        "defaults:\n  - model: llama2-7bb\n  - _self_\ncluster:\n  num_nodes: 1\n"
+        "training:\n  global_batch_size: 16\n"
+    )
     d = only(load_text(tmp_path, text), "TRC004")
     assert d.key == "model" and "did you mean `llama2-7b`" in d.message
     assert "llama3-8b" in (d.fix or "")
@@ -247,8 +270,9 @@ def test_deep_nesting_does_not_raise(tmp_path):
 
 
 def test_deep_mapping_under_a_leaf_is_a_type_error(tmp_path):
-    nested = "  tp:\n" + "".join("  " * (i + 2) + f"k{i}:\n" for i in range(50)) + \
-        "  " * 52 + "v: 1\n"
+    nested = (
+        "  tp:\n" + "".join("  " * (i + 2) + f"k{i}:\n" for i in range(50)) + "  " * 52 + "v: 1\n"
+    )
     loaded = load_text(tmp_path, SPEC.replace("  tp: 2\n", nested))
     assert loaded.spec is None
     assert {d.key for d in loaded.diagnostics} == {"parallel.tp"}
@@ -270,8 +294,10 @@ def test_validator_diagnostics_carry_file_and_line(tmp_path):
 
 
 def test_preset_values_are_located_in_the_preset(tmp_path):
-    text = "defaults:\n  - model: llama2-7b\n  - cluster: dgx-a100-80g\n  - _self_\n" \
+    text = (
+        "defaults:\n  - model: llama2-7b\n  - cluster: dgx-a100-80g\n  - _self_\n"
         "cluster:\n  num_nodes: 1\nparallel:\n  tp: 8\ntraining:\n  global_batch_size: 16\n"
+    )
     loaded = load_text(tmp_path, text)
     assert loaded.spec is not None
     assert loaded.where["model.num_layers"].file == "trainc/conf/model/llama2-7b.yaml"
@@ -302,8 +328,10 @@ def _both(path: Path, overrides: list[str]):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with initialize_config_dir(config_dir=str(path.parent), version_base="1.3"):
-            cfg = compose(config_name=path.stem, overrides=[
-                *hydra_ov, f"hydra.searchpath=[file://{L.conf_dir()}]"])
+            cfg = compose(
+                config_name=path.stem,
+                overrides=[*hydra_ov, f"hydra.searchpath=[file://{L.conf_dir()}]"],
+            )
     GlobalHydra.instance().clear()
     ref = OmegaConf.to_container(cfg, resolve=True)
     return (fast[0], set(fast[1]), fast[2]), (ref, set(fast[1]), [])
@@ -313,9 +341,11 @@ def _both(path: Path, overrides: list[str]):
 def test_fast_compose_equals_hydra_for_every_model_preset(tmp_path, model):
     cluster = L.preset_names("cluster")[len(model) % len(L.preset_names("cluster"))]
     f = tmp_path / "spec.yaml"
-    f.write_text(f"defaults:\n  - model: {model}\n  - cluster: {cluster}\n  - _self_\n"
-                 "cluster:\n  num_nodes: 2\nmodel:\n  seq_length: 2048\n"
-                 "training:\n  global_batch_size: 64\n")
+    f.write_text(
+        f"defaults:\n  - model: {model}\n  - cluster: {cluster}\n  - _self_\n"
+        "cluster:\n  num_nodes: 2\nmodel:\n  seq_length: 2048\n"
+        "training:\n  global_batch_size: 64\n"
+    )
     fast, hydra = _both(f, [])
     assert fast is not None
     assert fast[0] == hydra[0] and fast[1] == hydra[1] and not fast[2] and not hydra[2]
@@ -323,8 +353,10 @@ def test_fast_compose_equals_hydra_for_every_model_preset(tmp_path, model):
 
 def test_fast_compose_self_first_and_group_override(tmp_path):
     f = tmp_path / "spec.yaml"
-    f.write_text("defaults:\n  - _self_\n  - model: llama2-7b\nmodel:\n  num_layers: 2\n"
-                 "cluster:\n  num_nodes: 1\n")
+    f.write_text(
+        "defaults:\n  - _self_\n  - model: llama2-7b\nmodel:\n  num_layers: 2\n"
+        "cluster:\n  num_nodes: 1\n"
+    )
     fast, hydra = _both(f, ["model=llama3-8b"])
     assert fast[0] == hydra[0] and fast[0]["model"]["num_layers"] == 32
 
@@ -337,10 +369,13 @@ def test_fast_compose_interpolation(tmp_path):
 def test_preset_next_to_the_spec_wins(tmp_path):
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "tiny.yaml").write_text(
-        "num_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\nvocab_size: 100\n"
-        "seq_length: 128\n")
-    loaded = load_text(tmp_path, "defaults:\n  - model: tiny\n  - _self_\ncluster:\n"
-                       "  num_nodes: 1\ntraining:\n  global_batch_size: 8\n")
+        "num_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\nvocab_size: 100\nseq_length: 128\n"
+    )
+    loaded = load_text(
+        tmp_path,
+        "defaults:\n  - model: tiny\n  - _self_\ncluster:\n"
+        "  num_nodes: 1\ntraining:\n  global_batch_size: 8\n",
+    )
     assert loaded.spec is not None and loaded.spec.model.num_layers == 2
     assert loaded.where["model.num_layers"].file.endswith("model/tiny.yaml")
 
@@ -351,8 +386,11 @@ def test_duplicate_key_is_an_error(tmp_path):
 
 
 def test_launch_env_entries_are_located(tmp_path):
-    loaded = load_text(tmp_path, SPEC + "launch:\n  env:\n    NCCL_DEBUG: INFO\n",
-                       ["launch.env={MASTER_ADDR:localhost}"])
+    loaded = load_text(
+        tmp_path,
+        SPEC + "launch:\n  env:\n    NCCL_DEBUG: INFO\n",
+        ["launch.env={MASTER_ADDR:localhost}"],
+    )
     assert loaded.spec is not None
     assert loaded.where["launch.env.MASTER_ADDR"].file == "<command line>"
     loaded = load_text(tmp_path, SPEC + "launch:\n  env:\n    NCCL_DEBUG: INFO\n")

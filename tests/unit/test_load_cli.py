@@ -21,8 +21,9 @@ def _pipeline_importable() -> bool:
     return True
 
 
-pytestmark = pytest.mark.skipif(not _pipeline_importable(),
-                                reason="trainc.compiler.pipeline (emitters) not importable yet")
+pytestmark = pytest.mark.skipif(
+    not _pipeline_importable(), reason="trainc.compiler.pipeline (emitters) not importable yet"
+)
 
 BAD = """\
 name: cli-bad
@@ -44,8 +45,13 @@ training:
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "trainc", *args], cwd=cwd, text=True,
-                          capture_output=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "trainc", *args],
+        cwd=cwd,
+        text=True,
+        capture_output=True,
+        timeout=120,
+    )
 
 
 def test_lint_json_reports_errors_with_exit_2(tmp_path):
@@ -86,8 +92,7 @@ def test_compile_bad_override_writes_nothing(tmp_path):
 
 
 def test_lint_directory_and_missing_file(tmp_path):
-    r = run("lint", str(tmp_path), str(tmp_path / "missing.yaml"), "--format", "json",
-            cwd=tmp_path)
+    r = run("lint", str(tmp_path), str(tmp_path / "missing.yaml"), "--format", "json", cwd=tmp_path)
     assert r.returncode == 2
     recs = json.loads(r.stdout)["specs"]
     assert [d["rule"] for rec in recs for d in rec["diagnostics"]] == ["TRC000", "TRC000"]

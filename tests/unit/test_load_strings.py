@@ -56,17 +56,29 @@ YAML_CASES = [
     ("launch:\n  partition: off\n", "launch.partition", "off", "boolean false", 16),
     ("launch:\n  container_image: 1.5\n", "launch.container_image", "1.5", "a number, 1.5", 16),
     ("launch:\n  time_limit: ~\n", "launch.time_limit", "~", "null", 16),
-    ("launch:\n  env:\n    OMP_NUM_THREADS: 010\n", "launch.env.OMP_NUM_THREADS", "010",
-     "octal integer, 8", 17),
-    ("launch:\n  env:\n    NCCL_IB_DISABLE: yes\n", "launch.env.NCCL_IB_DISABLE", "yes",
-     "boolean true", 17),
+    (
+        "launch:\n  env:\n    OMP_NUM_THREADS: 010\n",
+        "launch.env.OMP_NUM_THREADS",
+        "010",
+        "octal integer, 8",
+        17,
+    ),
+    (
+        "launch:\n  env:\n    NCCL_IB_DISABLE: yes\n",
+        "launch.env.NCCL_IB_DISABLE",
+        "yes",
+        "boolean true",
+        17,
+    ),
 ]
 
 
-@pytest.mark.parametrize(("extra", "key", "text", "read_as", "line"), YAML_CASES,
-                         ids=[c[2] for c in YAML_CASES])
-def test_unquoted_yaml_scalar_in_a_string_key(tmp_path: Path, extra: str, key: str, text: str,
-                                              read_as: str, line: int) -> None:
+@pytest.mark.parametrize(
+    ("extra", "key", "text", "read_as", "line"), YAML_CASES, ids=[c[2] for c in YAML_CASES]
+)
+def test_unquoted_yaml_scalar_in_a_string_key(
+    tmp_path: Path, extra: str, key: str, text: str, read_as: str, line: int
+) -> None:
     d = _diag(_load(tmp_path, extra), "TRC007", key)
     assert read_as in d.message and f"unquoted {text} " in d.message
     assert d.fix == f'quote it: {key.rsplit(".", 1)[-1]}: "{text}"'
@@ -80,15 +92,21 @@ def test_name_1e3_is_not_1000(tmp_path: Path) -> None:
     assert d.locations[0].line == 1
 
 
-@pytest.mark.parametrize("extra", ['launch:\n  time_limit: "4:00:00"\n',
-                                   "launch:\n  time_limit: '4:00:00'\n",
-                                   'launch:\n  account: "0123"\n',
-                                   "launch:\n  partition: !!str yes\n",
-                                   "launch:\n  container_image: 2024-01-01\n",
-                                   "launch:\n  env:\n    CUDA_DEVICE_MAX_CONNECTIONS: 1\n",
-                                   "launch:\n  account: null\n"])
-def test_quoted_strings_dates_and_plain_env_numbers_are_accepted(tmp_path: Path,
-                                                                 extra: str) -> None:
+@pytest.mark.parametrize(
+    "extra",
+    [
+        'launch:\n  time_limit: "4:00:00"\n',
+        "launch:\n  time_limit: '4:00:00'\n",
+        'launch:\n  account: "0123"\n',
+        "launch:\n  partition: !!str yes\n",
+        "launch:\n  container_image: 2024-01-01\n",
+        "launch:\n  env:\n    CUDA_DEVICE_MAX_CONNECTIONS: 1\n",
+        "launch:\n  account: null\n",
+    ],
+)
+def test_quoted_strings_dates_and_plain_env_numbers_are_accepted(
+    tmp_path: Path, extra: str
+) -> None:
     loaded = _load(tmp_path, extra)
     assert loaded.spec is not None, [d.message for d in loaded.diagnostics]
     lc = loaded.spec.launch
@@ -101,8 +119,11 @@ def test_quoted_strings_dates_and_plain_env_numbers_are_accepted(tmp_path: Path,
 def test_a_preset_value_is_reported_in_the_preset(tmp_path: Path) -> None:
     (tmp_path / "cluster").mkdir()
     (tmp_path / "cluster" / "mine.yaml").write_text("num_nodes: 1\ngpu: 100\n")
-    loaded = _load(tmp_path, base="defaults:\n  - cluster: mine\n  - _self_\n" +
-                   SPEC.replace("cluster:\n  num_nodes: 1\n  gpu: a100-80g\n", ""))
+    loaded = _load(
+        tmp_path,
+        base="defaults:\n  - cluster: mine\n  - _self_\n"
+        + SPEC.replace("cluster:\n  num_nodes: 1\n  gpu: a100-80g\n", ""),
+    )
     # cluster.gpu is an enum (a closed vocabulary): a number there is a type error, reported
     # at the preset's line like any other
     d = _diag(loaded, "TRC001", "cluster.gpu")
@@ -112,19 +133,26 @@ def test_a_preset_value_is_reported_in_the_preset(tmp_path: Path) -> None:
 def test_a_quoted_spec_value_wins_over_a_preset_number(tmp_path: Path) -> None:
     (tmp_path / "cluster").mkdir()
     (tmp_path / "cluster" / "mine.yaml").write_text("num_nodes: 1\ngpu: 100\n")
-    loaded = _load(tmp_path, base="defaults:\n  - cluster: mine\n  - _self_\n" +
-                   SPEC.replace("  gpu: a100-80g\n", '  gpu: "a100-80g"\n'))
+    loaded = _load(
+        tmp_path,
+        base="defaults:\n  - cluster: mine\n  - _self_\n"
+        + SPEC.replace("  gpu: a100-80g\n", '  gpu: "a100-80g"\n'),
+    )
     assert loaded.spec is not None and loaded.spec.cluster.gpu is Gpu.a100_80g
 
 
-@pytest.mark.parametrize(("override", "key", "read_as"), [
-    ("name=1e3", "name", "a number, 1000.0"),
-    ("launch.account=4711", "launch.account", "an integer, 4711"),
-    ("launch.partition=true", "launch.partition", "boolean true"),
-    ("launch.time_limit=null", "launch.time_limit", "null"),
-])
-def test_override_read_as_another_type(tmp_path: Path, override: str, key: str,
-                                       read_as: str) -> None:
+@pytest.mark.parametrize(
+    ("override", "key", "read_as"),
+    [
+        ("name=1e3", "name", "a number, 1000.0"),
+        ("launch.account=4711", "launch.account", "an integer, 4711"),
+        ("launch.partition=true", "launch.partition", "boolean true"),
+        ("launch.time_limit=null", "launch.time_limit", "null"),
+    ],
+)
+def test_override_read_as_another_type(
+    tmp_path: Path, override: str, key: str, read_as: str
+) -> None:
     d = _diag(_load(tmp_path, overrides=("parallel.tp=2", override)), "TRC007", key)
     text = override.split("=", 1)[1]
     assert read_as in d.message and "the override's unquoted" in d.message
@@ -132,8 +160,10 @@ def test_override_read_as_another_type(tmp_path: Path, override: str, key: str,
     assert d.locations[0].file == "<command line>" and d.locations[0].line == 2
 
 
-@pytest.mark.parametrize("override", ['launch.account="0123"', "launch.account=0123",
-                                      "launch.time_limit=4:00:00", "name='1e3'"])
+@pytest.mark.parametrize(
+    "override",
+    ['launch.account="0123"', "launch.account=0123", "launch.time_limit=4:00:00", "name='1e3'"],
+)
 def test_override_strings_are_accepted(tmp_path: Path, override: str) -> None:
     """Hydra's grammar reads 0123 and 4:00:00 as strings (only YAML 1.1 makes numbers of
     them): the text is kept as written."""
@@ -145,17 +175,21 @@ def test_override_strings_are_accepted(tmp_path: Path, override: str) -> None:
     assert getattr(obj, leaf) == text.strip("'\"")
 
 
-@pytest.mark.parametrize(("extra", "overrides", "key"), [
-    ("  lr: .nan\n", (), "training.lr"),
-    ("  lr: .inf\n", (), "training.lr"),
-    ("  min_lr: -.inf\n", (), "training.min_lr"),
-    ("", ("training.lr=nan",), "training.lr"),
-    ("", ("training.lr=inf",), "training.lr"),
-    ("", ("training.weight_decay=-inf",), "training.weight_decay"),
-    ("", ("cluster.gpu_memory_gib=nan",), "cluster.gpu_memory_gib"),
-])
-def test_non_finite_numbers_are_refused(tmp_path: Path, extra: str, overrides: tuple[str, ...],
-                                        key: str) -> None:
+@pytest.mark.parametrize(
+    ("extra", "overrides", "key"),
+    [
+        ("  lr: .nan\n", (), "training.lr"),
+        ("  lr: .inf\n", (), "training.lr"),
+        ("  min_lr: -.inf\n", (), "training.min_lr"),
+        ("", ("training.lr=nan",), "training.lr"),
+        ("", ("training.lr=inf",), "training.lr"),
+        ("", ("training.weight_decay=-inf",), "training.weight_decay"),
+        ("", ("cluster.gpu_memory_gib=nan",), "cluster.gpu_memory_gib"),
+    ],
+)
+def test_non_finite_numbers_are_refused(
+    tmp_path: Path, extra: str, overrides: tuple[str, ...], key: str
+) -> None:
     d = _diag(_load(tmp_path, extra, overrides), "TRC008", key)
     assert "is not a finite number" in d.message and d.fix == f"set {key} to a finite number"
 
@@ -186,51 +220,70 @@ def test_artifact_with_a_non_finite_value_is_an_internal_error(tmp_path: Path) -
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize(("item", "read_as"), [("yes", "boolean true"), ("~", "null"),
-                                               ("off", "boolean false")])
+@pytest.mark.parametrize(
+    ("item", "read_as"), [("yes", "boolean true"), ("~", "null"), ("off", "boolean false")]
+)
 def test_unquoted_item_of_a_list_of_strings(tmp_path: Path, item: str, read_as: str) -> None:
-    d = _diag(_load(tmp_path, f"launch:\n  container_mounts: [/a:/b, {item}]\n"), "TRC007",
-              "launch.container_mounts")
+    d = _diag(
+        _load(tmp_path, f"launch:\n  container_mounts: [/a:/b, {item}]\n"),
+        "TRC007",
+        "launch.container_mounts",
+    )
     assert f"the unquoted item {item} as" in d.message and read_as in d.message
     assert d.fix == f'quote it: - "{item}"' and d.locations[0].line == 16
 
 
 def test_a_list_of_plain_strings_is_accepted(tmp_path: Path) -> None:
     loaded = _load(tmp_path, 'launch:\n  container_mounts: [/a:/b, "yes", /c]\n')
-    assert loaded.spec is not None and loaded.spec.launch.container_mounts == ["/a:/b", "yes",
-                                                                                "/c"]
+    assert loaded.spec is not None and loaded.spec.launch.container_mounts == ["/a:/b", "yes", "/c"]
 
 
-@pytest.mark.parametrize(("override", "key", "text", "read_as"), [
-    ("launch.versions={nccl: 2.20}", "launch.versions.nccl", "2.20", "a number, 2.2"),
-    ("launch.versions={torch: 2.4.0, nccl: 2.20}", "launch.versions.nccl", "2.20",
-     "a number, 2.2"),
-    ("launch.versions.nccl=2.20", "launch.versions.nccl", "2.20", "a number, 2.2"),
-    ("launch.env={NCCL_IB_DISABLE: true}", "launch.env.NCCL_IB_DISABLE", "true",
-     "the boolean true"),
-])
-def test_a_mapping_override_keeps_its_entries_text(tmp_path: Path, override: str, key: str,
-                                                   text: str, read_as: str) -> None:
+@pytest.mark.parametrize(
+    ("override", "key", "text", "read_as"),
+    [
+        ("launch.versions={nccl: 2.20}", "launch.versions.nccl", "2.20", "a number, 2.2"),
+        (
+            "launch.versions={torch: 2.4.0, nccl: 2.20}",
+            "launch.versions.nccl",
+            "2.20",
+            "a number, 2.2",
+        ),
+        ("launch.versions.nccl=2.20", "launch.versions.nccl", "2.20", "a number, 2.2"),
+        (
+            "launch.env={NCCL_IB_DISABLE: true}",
+            "launch.env.NCCL_IB_DISABLE",
+            "true",
+            "the boolean true",
+        ),
+    ],
+)
+def test_a_mapping_override_keeps_its_entries_text(
+    tmp_path: Path, override: str, key: str, text: str, read_as: str
+) -> None:
     """``launch.versions={nccl: 2.20}`` is not silently nccl 2.2: the entry Hydra read as a
     number is TRC007 with the quoted fix, as ``launch.versions.nccl=2.20`` is."""
     d = _diag(_load(tmp_path, overrides=(override,)), "TRC007", key)
-    assert d.message == (f"{key} is a string, but the override's unquoted {text} was read as "
-                         f"{read_as}")
+    assert d.message == (
+        f"{key} is a string, but the override's unquoted {text} was read as {read_as}"
+    )
     assert d.fix == f"quote the value for Hydra, inside shell quotes: '{key}=\"{text}\"'"
     assert d.edits == {key: text}
     assert d.locations[0].file == "<command line>" and d.locations[0].line == 1
 
 
 def test_a_yaml_version_number_is_an_error_with_the_quoted_fix(tmp_path: Path) -> None:
-    d = _diag(_load(tmp_path, "launch:\n  versions:\n    nccl: 2.20\n"), "TRC007",
-              "launch.versions.nccl")
-    assert d.message == ("launch.versions.nccl is a string, but YAML read the unquoted 2.20 as "
-                         "a number, 2.2")
+    d = _diag(
+        _load(tmp_path, "launch:\n  versions:\n    nccl: 2.20\n"), "TRC007", "launch.versions.nccl"
+    )
+    assert d.message == (
+        "launch.versions.nccl is a string, but YAML read the unquoted 2.20 as a number, 2.2"
+    )
     assert d.fix == 'quote it: nccl: "2.20"'
 
 
-@pytest.mark.parametrize("override", ['launch.versions={nccl: "2.20"}',
-                                      "launch.versions={nccl: '2.20', torch: 2.4.0}"])
+@pytest.mark.parametrize(
+    "override", ['launch.versions={nccl: "2.20"}', "launch.versions={nccl: '2.20', torch: 2.4.0}"]
+)
 def test_a_quoted_version_in_a_mapping_override_is_kept(tmp_path: Path, override: str) -> None:
     loaded = _load(tmp_path, overrides=(override,))
     assert loaded.spec is not None, [d.message for d in loaded.diagnostics]

@@ -20,8 +20,11 @@ from trainc.compiler.estimate.params import stage_params
 from trainc.compiler.pipeline import plan_and_estimate
 
 #: The kit's tp 2 x pp 2 x dp 2 on one A100 node, as Megatron-FSDP in pretrain_gpt.py.
-MFSDP = {"parallel.zero_stage": 3, "launch.entrypoint": "megatron-lm",
-         "launch.megatron_lm_path": "/opt/Megatron-LM"}
+MFSDP = {
+    "parallel.zero_stage": 3,
+    "launch.entrypoint": "megatron-lm",
+    "launch.megatron_lm_path": "/opt/Megatron-LM",
+}
 
 
 def _plan(**changes: Any) -> Any:
@@ -38,14 +41,21 @@ def test_megatron_fsdp_reaches_every_artifact() -> None:
     assert d["cuda_device_max_connections_1"] is False  # Megatron-FSDP asserts != 1
     ddp = core["DistributedDataParallelConfig"]
     assert (ddp["use_megatron_fsdp"], ddp["data_parallel_sharding_strategy"]) == (
-        True, "optim_grads_params")
+        True,
+        "optim_grads_params",
+    )
     assert ddp["overlap_grad_reduce"] and ddp["overlap_param_gather"]  # forced on by MegatronFSDP
     assert core["TransformerConfig"]["gradient_accumulation_fusion"] is False
     flat = [" ".join(a) for a in data["engines"]["megatron_lm"]]
-    for want in ("--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params",
-                 "--use-distributed-optimizer", "--no-gradient-accumulation-fusion",
-                 "--ckpt-format fsdp_dtensor", "--overlap-grad-reduce",
-                 "--overlap-param-gather"):
+    for want in (
+        "--use-megatron-fsdp",
+        "--data-parallel-sharding-strategy optim_grads_params",
+        "--use-distributed-optimizer",
+        "--no-gradient-accumulation-fusion",
+        "--ckpt-format fsdp_dtensor",
+        "--overlap-grad-reduce",
+        "--overlap-param-gather",
+    ):
         assert want in flat, want
 
 
@@ -54,19 +64,31 @@ def test_distributed_optimizer_plan_has_no_megatron_fsdp_keys() -> None:
     ddp = data["engines"]["megatron_core"]["DistributedDataParallelConfig"]
     assert "use_megatron_fsdp" not in ddp and not data["derived"]["megatron_fsdp"]
     assert data["derived"]["checkpoint_format"] == "torch_dist"
-    assert "gradient_accumulation_fusion" not in data["engines"]["megatron_core"][
-        "TransformerConfig"]
+    assert (
+        "gradient_accumulation_fusion" not in data["engines"]["megatron_core"]["TransformerConfig"]
+    )
 
 
-@pytest.mark.parametrize(("changes", "key"), [
-    ({"launch.entrypoint": "trainc"}, "parallel.zero_stage"),  # the worker on CUDA
-    ({"training.overlap_grad_reduce": False}, "training.overlap_grad_reduce"),
-    ({"training.overlap_param_gather": False}, "training.overlap_param_gather"),
-    ({"resume.checkpoint_format": "torch_dist", "resume.load_dir": "/ckpt"},
-     "resume.checkpoint_format"),
-    ({"parallel.zero_stage": 1, "resume.checkpoint_format": "fsdp_dtensor",
-      "resume.load_dir": "/ckpt"}, "resume.checkpoint_format"),
-])
+@pytest.mark.parametrize(
+    ("changes", "key"),
+    [
+        ({"launch.entrypoint": "trainc"}, "parallel.zero_stage"),  # the worker on CUDA
+        ({"training.overlap_grad_reduce": False}, "training.overlap_grad_reduce"),
+        ({"training.overlap_param_gather": False}, "training.overlap_param_gather"),
+        (
+            {"resume.checkpoint_format": "torch_dist", "resume.load_dir": "/ckpt"},
+            "resume.checkpoint_format",
+        ),
+        (
+            {
+                "parallel.zero_stage": 1,
+                "resume.checkpoint_format": "fsdp_dtensor",
+                "resume.load_dir": "/ckpt",
+            },
+            "resume.checkpoint_format",
+        ),
+    ],
+)
 def test_trc383(changes: dict[str, Any], key: str) -> None:
     found = find(lint_cfg(**{**MFSDP, **changes}), "TRC383")
     assert [d.key for d in found] == [key]
@@ -112,19 +134,24 @@ def test_megatron_fsdp_collectives_every_micro_batch() -> None:
     ag_name, rs_name = "dense fsdp param all_gather (fwd+bwd)", "dense fsdp grad reduce_scatter"
     assert set(cols) == {ag_name, rs_name}
     ag, rs = cols[ag_name], cols[rs_name]
-    [sp] = [sp for sp in stage_params(spec, plan)  # the critical stage's
-            if ag.sent_bytes == pytest.approx(2 * M * (n - 1) / n * 2 * sp.dense, abs=1)]
+    [sp] = [
+        sp
+        for sp in stage_params(spec, plan)  # the critical stage's
+        if ag.sent_bytes == pytest.approx(2 * M * (n - 1) / n * 2 * sp.dense, abs=1)
+    ]
     assert rs.sent_bytes == pytest.approx(M * (n - 1) / n * 4 * sp.dense, abs=1)
     assert (ag.count, rs.count) == (2 * M, M)
     assert 0 < ag.exposed_seconds < ag.seconds
 
 
 def test_trc383_cuda_device_max_connections_1() -> None:
-    found = find(lint_cfg(**{**MFSDP, "launch.env": {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}}),
-                 "TRC383")
+    found = find(
+        lint_cfg(**{**MFSDP, "launch.env": {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}}), "TRC383"
+    )
     assert [d.key for d in found] == ["launch.env.CUDA_DEVICE_MAX_CONNECTIONS"]
-    assert not find(lint_cfg(**{**MFSDP, "launch.env": {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}}),
-                    "TRC383")
+    assert not find(
+        lint_cfg(**{**MFSDP, "launch.env": {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}}), "TRC383"
+    )
 
 
 def test_overlap_false_is_one_error_not_two() -> None:
@@ -132,16 +159,27 @@ def test_overlap_false_is_one_error_not_two() -> None:
     assert "TRC324" not in ids(diags)
 
 
-@pytest.mark.parametrize(("saved", "zero_stage", "bad"), [
-    ("torch_dist", 3, True), ("fsdp_dtensor", 1, True), ("fsdp_dtensor", 3, False),
-    ("torch_dist", 1, False)])
-def test_resume_across_fsdp_dtensor_and_torch_dist(saved: str, zero_stage: int,
-                                                   bad: bool) -> None:
+@pytest.mark.parametrize(
+    ("saved", "zero_stage", "bad"),
+    [
+        ("torch_dist", 3, True),
+        ("fsdp_dtensor", 1, True),
+        ("fsdp_dtensor", 3, False),
+        ("torch_dist", 1, False),
+    ],
+)
+def test_resume_across_fsdp_dtensor_and_torch_dist(saved: str, zero_stage: int, bad: bool) -> None:
     """Megatron-FSDP reads and writes fsdp_dtensor only: a torch_dist checkpoint does not load
     into it, nor its checkpoint into the distributed optimizer (trainc diff says the same)."""
-    diags = lint_cfg(**{**MFSDP, "parallel.zero_stage": zero_stage,
-                        "resume.load_dir": "/ckpt", "resume.saved.engine": "megatron",
-                        "resume.saved.checkpoint_format": saved})
+    diags = lint_cfg(
+        **{
+            **MFSDP,
+            "parallel.zero_stage": zero_stage,
+            "resume.load_dir": "/ckpt",
+            "resume.saved.engine": "megatron",
+            "resume.saved.checkpoint_format": saved,
+        }
+    )
     found = [d for d in find(diags, "TRC534") if d.key == "parallel.zero_stage"]
     assert bool(found) is bad, [d.message for d in diags if d.is_error]
 

@@ -33,30 +33,50 @@ N_PARAMS = 8_030_261_248  # Llama 3 8B, untied embeddings, vocab 128256
 
 
 def nvidia_spec(zero_stage: int, grads: StateDtype = StateDtype.fp32) -> TrainSpec:
-    model = ModelSpec(num_layers=32, hidden_size=4096, num_attention_heads=32,
-                      num_query_groups=8, ffn_hidden_size=14336, vocab_size=128256,
-                      seq_length=8192, max_position_embeddings=8192, activation=Activation.swiglu,
-                      normalization=Normalization.rmsnorm,
-                      position_embedding=PositionEmbedding.rope,
-                      untie_embeddings_and_output_weights=True, hidden_dropout=0.0,
-                      attention_dropout=0.0)
-    launch = (LaunchSpec(entrypoint=Entrypoint.megatron_lm, megatron_lm_path="/opt/Megatron-LM")
-              if zero_stage == 3 else LaunchSpec())  # Megatron-FSDP runs in pretrain_gpt.py
-    return TrainSpec(model=model, launch=launch,
-                     cluster=ClusterSpec(num_nodes=1, gpus_per_node=8, gpu=Gpu.h100_80g),
-                     parallel=ParallelSpec(tp=1, pp=1, cp=1, zero_stage=zero_stage),
-                     training=TrainingSpec(micro_batch_size=1, global_batch_size=128,
-                                           fp8_format=Fp8Format.hybrid,
-                                           fp8_recipe=Fp8Recipe.tensorwise,
-                                           recompute=Recompute.none, main_grads_dtype=grads))
+    model = ModelSpec(
+        num_layers=32,
+        hidden_size=4096,
+        num_attention_heads=32,
+        num_query_groups=8,
+        ffn_hidden_size=14336,
+        vocab_size=128256,
+        seq_length=8192,
+        max_position_embeddings=8192,
+        activation=Activation.swiglu,
+        normalization=Normalization.rmsnorm,
+        position_embedding=PositionEmbedding.rope,
+        untie_embeddings_and_output_weights=True,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+    )
+    launch = (
+        LaunchSpec(entrypoint=Entrypoint.megatron_lm, megatron_lm_path="/opt/Megatron-LM")
+        if zero_stage == 3
+        else LaunchSpec()
+    )  # Megatron-FSDP runs in pretrain_gpt.py
+    return TrainSpec(
+        model=model,
+        launch=launch,
+        cluster=ClusterSpec(num_nodes=1, gpus_per_node=8, gpu=Gpu.h100_80g),
+        parallel=ParallelSpec(tp=1, pp=1, cp=1, zero_stage=zero_stage),
+        training=TrainingSpec(
+            micro_batch_size=1,
+            global_batch_size=128,
+            fp8_format=Fp8Format.hybrid,
+            fp8_recipe=Fp8Recipe.tensorwise,
+            recompute=Recompute.none,
+            main_grads_dtype=grads,
+        ),
+    )
 
 
 def verdict(spec: TrainSpec) -> tuple[list[str], dict[str, float]]:
     _, _, plan = plan_and_estimate(spec)
     assert plan is not None and plan.estimates is not None
     mem = plan.estimates.memory_bytes
-    parts = {k: round(getattr(mem, k) / GiB, 2)
-             for k in ("params", "grads", "optimizer", "activations")}
+    parts = {
+        k: round(getattr(mem, k) / GiB, 2) for k in ("params", "grads", "optimizer", "activations")
+    }
     return sorted({d.rule.id for d in check_fit(plan)}), parts
 
 
@@ -82,8 +102,9 @@ def test_distributed_optimizer_bf16_grads_is_tight_not_an_oom():
     assert parts["grads"] == pytest.approx(N_PARAMS * 2 / GiB, abs=0.01)
 
 
-@pytest.mark.parametrize("grads, fp32, nbytes", [(StateDtype.fp32, True, 4),
-                                                 (StateDtype.bf16, False, 2)])
+@pytest.mark.parametrize(
+    "grads, fp32, nbytes", [(StateDtype.fp32, True, 4), (StateDtype.bf16, False, 2)]
+)
 def test_grad_buffer_dtype_one_truth(grads: StateDtype, fp32: bool, nbytes: int):
     # the emitted DistributedDataParallelConfig.grad_reduce_in_fp32 sets the DDP buffer's dtype
     # (megatron-core 0.16.1 DistributedDataParallel.__init__): it must match the bytes counted
@@ -111,10 +132,12 @@ training: {micro_batch_size: 1, global_batch_size: 128, precision: bf16, fp8_for
 def test_published_layout_is_in_plans_top_3(tmp_path):
     # the spec trainc.planner.published builds from the Megatron-Bridge row (FSDP 8 -> zero 3)
     from trainc.planner import plan_layouts
+
     path = tmp_path / "llama3-8b.yaml"
     path.write_text(PUBLISHED_YAML)
     res = plan_layouts(path, top=3)
     assert not [d for d in res.diagnostics if d.is_error]
-    layouts = [(p.candidate.tp, p.candidate.pp, p.candidate.cp, p.candidate.mbs)
-               for p in res.planned[:3]]
+    layouts = [
+        (p.candidate.tp, p.candidate.pp, p.candidate.cp, p.candidate.mbs) for p in res.planned[:3]
+    ]
     assert (1, 1, 1, 1) in layouts

@@ -21,18 +21,34 @@ from trainc.ecosystem.diff import change, compare, fmt_value
 GIB = 2**30
 
 
-@pytest.mark.parametrize(("value", "digits", "text"), [
-    (-3.109e-15, 2, "0.00"), (-0.004, 2, "0.00"), (-0.005001, 2, "-0.01"), (0.0, 3, "0.000"),
-    (1.7089, 3, "1.709"), (-1.7089, 1, "-1.7"), (12345.678, 0, "12346"),
-])
+@pytest.mark.parametrize(
+    ("value", "digits", "text"),
+    [
+        (-3.109e-15, 2, "0.00"),
+        (-0.004, 2, "0.00"),
+        (-0.005001, 2, "-0.01"),
+        (0.0, 3, "0.000"),
+        (1.7089, 3, "1.709"),
+        (-1.7089, 1, "-1.7"),
+        (12345.678, 0, "12346"),
+    ],
+)
 def test_fixed_has_no_signed_zero(value, digits, text):
     assert fixed(value, digits) == text
 
 
-@pytest.mark.parametrize(("value", "text"), [
-    (-3.109e-15, "0"), (3e-13, "0"), (-1.11022e-16, "0"), (2e-12, "2e-12"), (1.70912, "1.709"),
-    (-0.25, "-0.25"), (0, "0"),
-])
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (-3.109e-15, "0"),
+        (3e-13, "0"),
+        (-1.11022e-16, "0"),
+        (2e-12, "2e-12"),
+        (1.70912, "1.709"),
+        (-0.25, "-0.25"),
+        (0, "0"),
+    ],
+)
 def test_sig_drops_rounding_residues(value, text):
     assert sig(value) == text
 
@@ -96,24 +112,27 @@ def test_report_html_rounds_times_where_read():
     assert f"<td>{e['compute_seconds']!r}</td>" not in html
 
 
-@pytest.mark.parametrize(("key", "a", "b", "shown"), [
-    # zero base: no percentage of zero, nor of a rounding residue of either sign
-    ("estimates.bubble_seconds", -3.109e-15, 1.709, "new"),
-    ("estimates.bubble_seconds", 0.0, 1.709, "new"),
-    ("estimates.bubble_seconds", 3e-16, 0.5, "new"),
-    ("estimates.mfu", 1e-19, 0.4, "new"),
-    ("estimates.flops_per_step", 1e-3, 1e16, "new"),  # a billionth of b
-    # equal as shown: no change at all
-    ("estimates.memory_bytes.total", int(11.2201 * GIB), int(11.2203 * GIB), ""),
-    ("estimates.bubble_seconds", -3e-15, 0.0, ""),
-    ("estimates.pipeline_bubble_fraction", 0.12501, 0.12504, ""),
-    # real changes, small ones included
-    ("estimates.step_time_seconds", 2.0, 3.0, "+50.0%"),
-    ("estimates.step_time_seconds", 100.0, 100.01, "+0.01%"),
-    ("estimates.step_time_seconds", 2.0, 1.0, "-50.0%"),
-    ("derived.dp", 2, 3, "+50.0%"),
-    ("estimates.step_time_seconds", 1.0, 0.0, "-100.0%"),
-])
+@pytest.mark.parametrize(
+    ("key", "a", "b", "shown"),
+    [
+        # zero base: no percentage of zero, nor of a rounding residue of either sign
+        ("estimates.bubble_seconds", -3.109e-15, 1.709, "new"),
+        ("estimates.bubble_seconds", 0.0, 1.709, "new"),
+        ("estimates.bubble_seconds", 3e-16, 0.5, "new"),
+        ("estimates.mfu", 1e-19, 0.4, "new"),
+        ("estimates.flops_per_step", 1e-3, 1e16, "new"),  # a billionth of b
+        # equal as shown: no change at all
+        ("estimates.memory_bytes.total", int(11.2201 * GIB), int(11.2203 * GIB), ""),
+        ("estimates.bubble_seconds", -3e-15, 0.0, ""),
+        ("estimates.pipeline_bubble_fraction", 0.12501, 0.12504, ""),
+        # real changes, small ones included
+        ("estimates.step_time_seconds", 2.0, 3.0, "+50.0%"),
+        ("estimates.step_time_seconds", 100.0, 100.01, "+0.01%"),
+        ("estimates.step_time_seconds", 2.0, 1.0, "-50.0%"),
+        ("derived.dp", 2, 3, "+50.0%"),
+        ("estimates.step_time_seconds", 1.0, 0.0, "-100.0%"),
+    ],
+)
 def test_diff_change(key, a, b, shown):
     assert change(a, b, key) == shown
 
@@ -128,12 +147,24 @@ def test_diff_shows_noise_as_zero():
 
 
 def test_diff_lists_only_values_that_differ_as_shown():
-    a = {"spec": {"training": {"lr": 1e-4}}, "derived": {"dp": 2},
-         "estimates": {"memory_bytes": {"total": int(11.2201 * GIB)}, "bubble_seconds": -3e-15,
-                       "step_time_seconds": 1.5}}
-    b = {"spec": {"training": {"lr": 1.00001e-4}}, "derived": {"dp": 2},
-         "estimates": {"memory_bytes": {"total": int(11.2203 * GIB)}, "bubble_seconds": 0.0,
-                       "step_time_seconds": 1.6}}
+    a = {
+        "spec": {"training": {"lr": 1e-4}},
+        "derived": {"dp": 2},
+        "estimates": {
+            "memory_bytes": {"total": int(11.2201 * GIB)},
+            "bubble_seconds": -3e-15,
+            "step_time_seconds": 1.5,
+        },
+    }
+    b = {
+        "spec": {"training": {"lr": 1.00001e-4}},
+        "derived": {"dp": 2},
+        "estimates": {
+            "memory_bytes": {"total": int(11.2203 * GIB)},
+            "bubble_seconds": 0.0,
+            "step_time_seconds": 1.6,
+        },
+    }
     diffs, same = compare(a, b)
     # a spec value the user changed is a difference even past the shown digits
     assert [d["key"] for d in diffs] == ["training.lr", "estimates.step_time_seconds"]

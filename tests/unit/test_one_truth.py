@@ -38,13 +38,13 @@ from one_truth_table import (
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 
-def artifacts(files: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any] | None,
-                                               dict[str, Any], dict[str, Any] | None]:
+def artifacts(
+    files: dict[str, str],
+) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any], dict[str, Any] | None]:
     """(plan.json, megatron_args.txt flags or None, megatron_core.yaml, ds_config.json or None)
     parsed from the emitted text."""
     plan = json.loads(files["plan.json"])
-    lm = parse_megatron_args(files["megatron_args.txt"]) if "megatron_args.txt" in files \
-        else None
+    lm = parse_megatron_args(files["megatron_args.txt"]) if "megatron_args.txt" in files else None
     core = yaml.safe_load(files["megatron_core.yaml"])
     ds = json.loads(files["ds_config.json"]) if "ds_config.json" in files else None
     return plan, lm, core, ds
@@ -53,8 +53,11 @@ def artifacts(files: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any] | N
 def disagreements(files: dict[str, str]) -> list[str]:
     """Every row of the table whose readings differ, as readable lines."""
     plan, lm, core, ds = artifacts(files)
-    tt = parse_torchtitan_args(files["torchtitan_args.txt"]) \
-        if "torchtitan_args.txt" in files else None
+    tt = (
+        parse_torchtitan_args(files["torchtitan_args.txt"])
+        if "torchtitan_args.txt" in files
+        else None
+    )
     bad = []
     for row in (*TABLE, *FSDP_TABLE):
         if not row.when(plan):
@@ -75,8 +78,11 @@ def uncovered(files: dict[str, str]) -> list[str]:
     plan = json.loads(files["plan.json"])
     fsdp_cov, tt_cov = covered_fsdp()
     fsdp = plan["engines"].get("fsdp") or {}
-    out += [f"engines.fsdp {p}" for p in sorted(set(leaves(fsdp)) - fsdp_cov)
-            if not p.startswith("torchtitan.args.")]
+    out += [
+        f"engines.fsdp {p}"
+        for p in sorted(set(leaves(fsdp)) - fsdp_cov)
+        if not p.startswith("torchtitan.args.")
+    ]
     if "torchtitan_args.txt" in files:
         tt = parse_torchtitan_args(files["torchtitan_args.txt"])
         out += [f"torchtitan_args.txt {f}" for f in sorted(set(tt) - tt_cov)]
@@ -84,8 +90,9 @@ def uncovered(files: dict[str, str]) -> list[str]:
 
 
 def check(files: dict[str, str]) -> None:
-    assert not uncovered(files), "emitted keys without a row in one_truth_table: " + \
-        "; ".join(uncovered(files))
+    assert not uncovered(files), "emitted keys without a row in one_truth_table: " + "; ".join(
+        uncovered(files)
+    )
     assert not disagreements(files), "\n".join(disagreements(files))
 
 
@@ -95,8 +102,9 @@ def check(files: dict[str, str]) -> None:
 def test_every_row_compares_at_least_two_places() -> None:
     """A row with one reader only cannot fail: each names the setting in two places at least."""
     for row in TABLE:
-        n = sum(bool(col) for col in (row.spec, row.lm, row.core, row.ds)) + \
-            sum(len(col) - 1 for col in (row.lm, row.core, row.ds) if col)
+        n = sum(bool(col) for col in (row.spec, row.lm, row.core, row.ds)) + sum(
+            len(col) - 1 for col in (row.lm, row.core, row.ds) if col
+        )
         assert n >= 2, row.name
     names = [row.name for row in TABLE]
     assert len(names) == len(set(names))
@@ -115,8 +123,10 @@ def _tsv_actions() -> dict[str, str]:
 
 
 #: Defaults the table takes from validate_args rather than argparse (argparse has None there).
-DERIVED_DEFAULTS = {"--split": "969,30,1 (validate_args / the data blend's default)",
-                    "--cp-comm-type": "argparse ['p2p'], one value per layer group: p2p"}
+DERIVED_DEFAULTS = {
+    "--split": "969,30,1 (validate_args / the data blend's default)",
+    "--cp-comm-type": "argparse ['p2p'], one value per layer group: p2p",
+}
 
 
 def test_table_defaults_are_megatron_lms() -> None:
@@ -138,8 +148,11 @@ def test_table_defaults_are_megatron_lms() -> None:
             if callable(r.lm_default):
                 # validate_args derives it (etp -> tp, moe_ffn_hidden_size -> ffn,
                 # lr_decay_iters -> train_iters): the table's function of the other flags
-                assert want is None and flag in {"--expert-tensor-parallel-size",
-                                                 "--moe-ffn-hidden-size", "--lr-decay-iters"}
+                assert want is None and flag in {
+                    "--expert-tensor-parallel-size",
+                    "--moe-ffn-hidden-size",
+                    "--lr-decay-iters",
+                }
                 continue
             if isinstance(r.lm_default, bool) and actions[flag].startswith("store_"):
                 # B(): a store_true flag reads False when absent, a store_false one True
@@ -169,22 +182,27 @@ def test_a_new_emitted_key_fails_the_coverage_check() -> None:
     core = yaml.safe_load(f2["megatron_core.yaml"])
     core["TransformerConfig"]["qk_l2_norm"] = True
     f2["megatron_core.yaml"] = yaml.safe_dump(core)
-    assert uncovered(f2) == ["megatron_core.yaml TransformerConfig.qk_l2_norm",
-                             "ds_config.json zero_optimization.round_robin_gradients"]
+    assert uncovered(f2) == [
+        "megatron_core.yaml TransformerConfig.qk_l2_norm",
+        "ds_config.json zero_optimization.round_robin_gradients",
+    ]
     m2 = dict(mfiles)
     m2["megatron_args.txt"] += "--qk-l2-norm\n"
     assert uncovered(m2) == ["megatron_args.txt --qk-l2-norm"]
 
 
-@pytest.mark.parametrize("edit", [
-    ("megatron_core.yaml", "DistributedDataParallelConfig", "overlap_grad_reduce", False),
-    ("megatron_core.yaml", "OptimizerConfig", "adam_beta2", 0.95),
-    ("megatron_core.yaml", "TransformerConfig", "add_bias_linear", True),
-    ("megatron_core.yaml", "GPTModel", "vocab_size", 128256 + 128),
-    ("megatron_core.yaml", "OptimizerParamScheduler", "max_lr", 1.0),
-    ("megatron_args.txt", "--overlap-param-gather", None, None),
-    ("megatron_args.txt", "--vocab-size", "128255", None),
-])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        ("megatron_core.yaml", "DistributedDataParallelConfig", "overlap_grad_reduce", False),
+        ("megatron_core.yaml", "OptimizerConfig", "adam_beta2", 0.95),
+        ("megatron_core.yaml", "TransformerConfig", "add_bias_linear", True),
+        ("megatron_core.yaml", "GPTModel", "vocab_size", 128256 + 128),
+        ("megatron_core.yaml", "OptimizerParamScheduler", "max_lr", 1.0),
+        ("megatron_args.txt", "--overlap-param-gather", None, None),
+        ("megatron_args.txt", "--vocab-size", "128255", None),
+    ],
+)
 def test_a_changed_value_fails_the_comparison(edit: tuple[str, str, Any, Any]) -> None:
     """The comparison is live: one value changed in one artifact is a disagreement."""
     _, files = compile_case("llama3-8b-pp2-vpp2")
@@ -206,9 +224,12 @@ def test_a_changed_value_fails_the_comparison(edit: tuple[str, str, Any, Any]) -
 def test_ds_changed_value_fails_the_comparison() -> None:
     _, files = compile_case("llama2-7b-deepspeed-zero3-offload")
     assert disagreements(files) == []
-    for path, v in ((("optimizer", "params", "betas"), [0.9, 0.95]),
-                    (("scheduler", "params", "total_num_steps"), 999),
-                    (("gradient_accumulation_steps",), 8), (("gradient_clipping",), 0.5)):
+    for path, v in (
+        (("optimizer", "params", "betas"), [0.9, 0.95]),
+        (("scheduler", "params", "total_num_steps"), 999),
+        (("gradient_accumulation_steps",), 8),
+        (("gradient_clipping",), 0.5),
+    ):
         ds = json.loads(files["ds_config.json"])
         cur = ds
         for k in path[:-1]:
@@ -245,7 +266,8 @@ def ds_schedule_bug(cfg: dict[str, Any]) -> bool:
     t = cfg["training"]
     return cfg["engine"] == "deepspeed" and (
         t.get("lr_warmup_iters", 0) == 1
-        or (t.get("lr_decay_style") == "linear" and t.get("lr_warmup_iters", 0) == 0))
+        or (t.get("lr_decay_style") == "linear" and t.get("lr_warmup_iters", 0) == 0)
+    )
 
 
 def _compare_generated(cfg: dict[str, Any]) -> None:
@@ -260,31 +282,51 @@ def _compare_generated(cfg: dict[str, Any]) -> None:
     check(result.files)
 
 
-@settings(max_examples=40, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 @given(one_truth_specs(engine="megatron"))
 def test_generated_megatron_specs_agree(cfg: dict[str, Any]) -> None:
     _compare_generated(cfg)
 
 
-@settings(max_examples=25, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 @given(one_truth_specs(engine="deepspeed"))
 def test_generated_deepspeed_specs_agree(cfg: dict[str, Any]) -> None:
     _compare_generated(cfg)
 
 
-@settings(max_examples=10, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(
+    max_examples=10,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 @given(one_truth_specs(engine="megatron"), st.sampled_from(["cpu"]))
 def test_generated_cpu_specs_agree(cfg: dict[str, Any], device: str) -> None:
     """The trainc worker on CPU (local layers, CPU initialisation, gloo)."""
     cfg["launch"] |= {"device": device, "shrink": True, "entrypoint": "trainc"}
     if cfg["training"].get("precision") == "fp16":
         cfg["training"]["precision"] = "bf16"
-    for key in ("fp8_format", "fp8_recipe", "fp8_param_gather", "fp4_format",
-                "first_last_layers_bf16", "main_grads_dtype", "main_params_dtype",
-                "exp_avg_dtype", "exp_avg_sq_dtype"):  # CUDA only (TRC330)
+    for key in (
+        "fp8_format",
+        "fp8_recipe",
+        "fp8_param_gather",
+        "fp4_format",
+        "first_last_layers_bf16",
+        "main_grads_dtype",
+        "main_params_dtype",
+        "exp_avg_dtype",
+        "exp_avg_sq_dtype",
+    ):  # CUDA only (TRC330)
         cfg["training"].pop(key, None)
     m = cfg["model"]
     m.pop("moe_router_padding_for_quantization", None)  # needs FP8/FP4 (TRC377)
@@ -305,36 +347,74 @@ def test_generated_specs_were_compared() -> None:
 # --- engine=fsdp -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("overrides", [
-    (),
-    ("fsdp.dp_replicate=2", "fsdp.reshard_after_forward=false", "fsdp.cpu_offload=true"),
-    ("training.lr_decay_style=constant", "training.recompute=full", "fsdp.compile=true"),
-    ("launch.entrypoint=torchtitan", "parallel.pp=2", "parallel.vpp=2",
-     "fsdp.pp_schedule=Interleaved1F1B", "parallel.cp=2", "fsdp.dp_replicate=1"),
-    ("training.precision=fp32", "training.optimizer=sgd", "parallel.tp=1",
-     "training.recompute=full",
-     "training.lr_decay_style=linear"),
-    ("training.adam_beta2=0.95", "training.weight_decay=0.05", "training.adam_eps=1e-5",
-     "training.adam_beta1=0.8", "training.lr=1e-4"),
-    ("training.optimizer=sgd", "training.sgd_momentum=0.5"),
-    # torchtitan's layer split: vpp 4 (its default would be 2 stages per rank), uneven ends,
-    # Megatron's account_for_embedding/loss (its default would shorten both ends)
-    ("launch.entrypoint=torchtitan", "parallel.pp=4", "parallel.vpp=4", "fsdp.dp_replicate=1"),
-    ("launch.entrypoint=torchtitan", "parallel.pp=4", "parallel.pipeline_first_stage_layers=6",
-     "parallel.pipeline_last_stage_layers=6", "fsdp.dp_replicate=1"),
-    ("launch.entrypoint=torchtitan", "parallel.pp=2",
-     "parallel.account_for_embedding_in_pipeline_split=true",
-     "parallel.account_for_loss_in_pipeline_split=true", "fsdp.dp_replicate=1"),
-], ids=["default", "hsdp-offload", "constant-full-compile", "torchtitan-pp-cp", "fp32-sgd-tp1",
-        "adam-hyper-parameters", "sgd-momentum", "torchtitan-vpp4", "torchtitan-uneven",
-        "torchtitan-account-for"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        (),
+        ("fsdp.dp_replicate=2", "fsdp.reshard_after_forward=false", "fsdp.cpu_offload=true"),
+        ("training.lr_decay_style=constant", "training.recompute=full", "fsdp.compile=true"),
+        (
+            "launch.entrypoint=torchtitan",
+            "parallel.pp=2",
+            "parallel.vpp=2",
+            "fsdp.pp_schedule=Interleaved1F1B",
+            "parallel.cp=2",
+            "fsdp.dp_replicate=1",
+        ),
+        (
+            "training.precision=fp32",
+            "training.optimizer=sgd",
+            "parallel.tp=1",
+            "training.recompute=full",
+            "training.lr_decay_style=linear",
+        ),
+        (
+            "training.adam_beta2=0.95",
+            "training.weight_decay=0.05",
+            "training.adam_eps=1e-5",
+            "training.adam_beta1=0.8",
+            "training.lr=1e-4",
+        ),
+        ("training.optimizer=sgd", "training.sgd_momentum=0.5"),
+        # torchtitan's layer split: vpp 4 (its default would be 2 stages per rank), uneven ends,
+        # Megatron's account_for_embedding/loss (its default would shorten both ends)
+        ("launch.entrypoint=torchtitan", "parallel.pp=4", "parallel.vpp=4", "fsdp.dp_replicate=1"),
+        (
+            "launch.entrypoint=torchtitan",
+            "parallel.pp=4",
+            "parallel.pipeline_first_stage_layers=6",
+            "parallel.pipeline_last_stage_layers=6",
+            "fsdp.dp_replicate=1",
+        ),
+        (
+            "launch.entrypoint=torchtitan",
+            "parallel.pp=2",
+            "parallel.account_for_embedding_in_pipeline_split=true",
+            "parallel.account_for_loss_in_pipeline_split=true",
+            "fsdp.dp_replicate=1",
+        ),
+    ],
+    ids=[
+        "default",
+        "hsdp-offload",
+        "constant-full-compile",
+        "torchtitan-pp-cp",
+        "fp32-sgd-tp1",
+        "adam-hyper-parameters",
+        "sgd-momentum",
+        "torchtitan-vpp4",
+        "torchtitan-uneven",
+        "torchtitan-account-for",
+    ],
+)
 def test_fsdp_artifacts_agree(overrides: tuple[str, ...]) -> None:
     """engine=fsdp: the spec, engines.fsdp and torchtitan_args.txt agree on every row of
     FSDP_TABLE (the layouts need not be runnable by the CPU worker: torchtitan runs pp)."""
     from trainc.compiler.pipeline import compile_spec
 
-    result = compile_spec(str(DATA.parent / "golden" / "cases" / "llama3-8b-fsdp-hsdp"
-                              / "spec.yaml"), list(overrides))
+    result = compile_spec(
+        str(DATA.parent / "golden" / "cases" / "llama3-8b-fsdp-hsdp" / "spec.yaml"), list(overrides)
+    )
     assert result.ok, [d.to_json() for d in result.diagnostics if d.is_error]
     check(result.files)
 
@@ -356,17 +436,23 @@ def fsdp_specs(draw: st.DrawFn) -> dict[str, Any]:
         t["precision"] = "bf16"
     m["untie_embeddings_and_output_weights"] = True
     m["position_embedding"] = "rope"
-    cfg["fsdp"] = {"dp_replicate": draw(st.sampled_from([1, 1, 2])),
-                   "reshard_after_forward": draw(st.booleans()),
-                   "cpu_offload": draw(st.booleans())}
+    cfg["fsdp"] = {
+        "dp_replicate": draw(st.sampled_from([1, 1, 2])),
+        "reshard_after_forward": draw(st.booleans()),
+        "cpu_offload": draw(st.booleans()),
+    }
     if draw(st.booleans()):
         cfg["launch"] |= {"entrypoint": "torchtitan", "device": "cuda"}
         cfg["fsdp"]["compile"] = draw(st.booleans())
     return cfg
 
 
-@settings(max_examples=15, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(
+    max_examples=15,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 @given(fsdp_specs())
 def test_generated_fsdp_specs_agree(cfg: dict[str, Any]) -> None:
     _compare_generated(cfg)

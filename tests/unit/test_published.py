@@ -21,12 +21,35 @@ from trainc.planner.published import (
 )
 
 #: A published row (the table's columns); tests change what they need.
-ROW = {"source": "NVIDIA Megatron-Bridge performance summary", "model": "LLAMA3_8B",
-       "params_B": "8", "layers": "", "hidden": "", "heads": "", "kv_heads": "", "ffn_hidden": "",
-       "vocab": "", "seq_len": "8192", "experts": "", "topk": "", "gpus": "8",
-       "gpu_type": "DGX-H100", "tp": "1", "pp": "1", "vpp": "", "cp": "1", "ep": "", "dp": "8",
-       "zero_stage": "", "micro_batch": "1", "global_batch": "128", "recompute": "",
-       "measured_tflops_per_gpu": "700", "mfu_pct": "", "notes": "precision=FP8-CS"}
+ROW = {
+    "source": "NVIDIA Megatron-Bridge performance summary",
+    "model": "LLAMA3_8B",
+    "params_B": "8",
+    "layers": "",
+    "hidden": "",
+    "heads": "",
+    "kv_heads": "",
+    "ffn_hidden": "",
+    "vocab": "",
+    "seq_len": "8192",
+    "experts": "",
+    "topk": "",
+    "gpus": "8",
+    "gpu_type": "DGX-H100",
+    "tp": "1",
+    "pp": "1",
+    "vpp": "",
+    "cp": "1",
+    "ep": "",
+    "dp": "8",
+    "zero_stage": "",
+    "micro_batch": "1",
+    "global_batch": "128",
+    "recompute": "",
+    "measured_tflops_per_gpu": "700",
+    "mfu_pct": "",
+    "notes": "precision=FP8-CS",
+}
 
 
 def build(**changes: str) -> dict[str, Any]:
@@ -42,17 +65,24 @@ def loads(spec: dict[str, Any], tmp_path: Path) -> None:
     assert loaded.spec is not None, [d.message for d in loaded.diagnostics if d.is_error]
 
 
-@pytest.mark.parametrize("notes,gpu,keys", [
-    ("precision=BF16", "DGX-H100", {}),
-    ("precision=FP8", "DGX-H100", {"fp8_format": "hybrid", "fp8_recipe": "delayed"}),
-    ("precision=FP8-CS", "DGX-H100", {"fp8_format": "hybrid", "fp8_recipe": "tensorwise"}),
-    ("precision not stated (FP8 variants)", "DGX-H100",
-     {"fp8_format": "hybrid", "fp8_recipe": "tensorwise"}),
-    ("precision=FP8-MX", "DGX-B200", {"fp8_format": "hybrid", "fp8_recipe": "mxfp8"}),
-    ("precision=NVFP4", "DGX-GB200", {"fp4_format": "e2m1"}),
-])
-def test_precision_keys_from_the_notes(notes: str, gpu: str, keys: dict[str, str],
-                                       tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "notes,gpu,keys",
+    [
+        ("precision=BF16", "DGX-H100", {}),
+        ("precision=FP8", "DGX-H100", {"fp8_format": "hybrid", "fp8_recipe": "delayed"}),
+        ("precision=FP8-CS", "DGX-H100", {"fp8_format": "hybrid", "fp8_recipe": "tensorwise"}),
+        (
+            "precision not stated (FP8 variants)",
+            "DGX-H100",
+            {"fp8_format": "hybrid", "fp8_recipe": "tensorwise"},
+        ),
+        ("precision=FP8-MX", "DGX-B200", {"fp8_format": "hybrid", "fp8_recipe": "mxfp8"}),
+        ("precision=NVFP4", "DGX-GB200", {"fp4_format": "e2m1"}),
+    ],
+)
+def test_precision_keys_from_the_notes(
+    notes: str, gpu: str, keys: dict[str, str], tmp_path: Path
+) -> None:
     """The FP8 / FP4 rows keep their precision (the planner and calibrate plan them so)."""
     spec = build(notes=notes, gpu_type=gpu)
     tr = spec["training"]
@@ -67,8 +97,15 @@ def test_nvfp4_needs_blackwell() -> None:
 
 
 def test_published_layout_and_batch(tmp_path: Path) -> None:
-    spec = build(tp="2", pp="2", vpp="2", micro_batch="2", zero_stage="0",
-                 notes="precision=BF16; sequence_parallel=false", gpus="16")
+    spec = build(
+        tp="2",
+        pp="2",
+        vpp="2",
+        micro_batch="2",
+        zero_stage="0",
+        notes="precision=BF16; sequence_parallel=false",
+        gpus="16",
+    )
     par, tr = spec["parallel"], spec["training"]
     assert (par["tp"], par["pp"], par["vpp"], par["dp"]) == (2, 2, 2, 4)
     assert par["zero_stage"] == 0 and par["sequence_parallel"] is False
@@ -77,18 +114,39 @@ def test_published_layout_and_batch(tmp_path: Path) -> None:
     loads(spec, tmp_path)
 
 
-@pytest.mark.parametrize("layers,pp,vpp,want", [
-    # 126 = 128 - 2 over pp 16 x vpp 8: the embedding and the loss count as layers
-    ("126", "16", "8", {"account_for_embedding_in_pipeline_split": True,
-                        "account_for_loss_in_pipeline_split": True, "vpp": 8}),
-    ("31", "4", "2", {"account_for_loss_in_pipeline_split": True, "vpp": 2}),
-    # 61 over pp 8: an explicit first / last stage, one chunk
-    ("61", "8", "4", {"pipeline_first_stage_layers": 6, "pipeline_last_stage_layers": 7}),
-])
-def test_megatron_bridge_layer_splits(layers: str, pp: str, vpp: str, want: dict[str, Any],
-                                      tmp_path: Path) -> None:
-    spec = build(model="Custom", layers=layers, hidden="1024", heads="8", vocab="32000",
-                 pp=pp, vpp=vpp, gpus=str(8 * int(pp)), global_batch="512")
+@pytest.mark.parametrize(
+    "layers,pp,vpp,want",
+    [
+        # 126 = 128 - 2 over pp 16 x vpp 8: the embedding and the loss count as layers
+        (
+            "126",
+            "16",
+            "8",
+            {
+                "account_for_embedding_in_pipeline_split": True,
+                "account_for_loss_in_pipeline_split": True,
+                "vpp": 8,
+            },
+        ),
+        ("31", "4", "2", {"account_for_loss_in_pipeline_split": True, "vpp": 2}),
+        # 61 over pp 8: an explicit first / last stage, one chunk
+        ("61", "8", "4", {"pipeline_first_stage_layers": 6, "pipeline_last_stage_layers": 7}),
+    ],
+)
+def test_megatron_bridge_layer_splits(
+    layers: str, pp: str, vpp: str, want: dict[str, Any], tmp_path: Path
+) -> None:
+    spec = build(
+        model="Custom",
+        layers=layers,
+        hidden="1024",
+        heads="8",
+        vocab="32000",
+        pp=pp,
+        vpp=vpp,
+        gpus=str(8 * int(pp)),
+        global_batch="512",
+    )
     par = spec["parallel"]
     assert {k: par[k] for k in want} == want
     assert "vpp" in want or "vpp" not in par
@@ -99,8 +157,7 @@ def test_architecture_sources(tmp_path: Path) -> None:
     # a preset, its columns overriding it (dense)
     assert build(layers="40")["model"]["num_layers"] == 40
     # an MoE preset keeps its expert width (the row's ffn_hidden is the expert width)
-    ds = build(model="DeepSeekV3 (w/o MTP)", ffn_hidden="2048", experts="256", gpus="64",
-               ep="8")
+    ds = build(model="DeepSeekV3 (w/o MTP)", ffn_hidden="2048", experts="256", gpus="64", ep="8")
     assert ds["model"]["num_experts"] == 256 and ds["model"]["ffn_hidden_size"] == 18432
     assert ds["parallel"]["etp"] == 1
     # trainc/conf/published_models.yaml
@@ -122,8 +179,12 @@ def test_every_published_model_compiles(tmp_path: Path) -> None:
     assert models and all(v["source"] for v in models.values())
     for name in models:
         assert model_key(name) == name
-        spec = build(model=name, gpu_type="DGX-B200", notes="precision=BF16",
-                     ep="8" if models[name]["model"].get("num_experts") else "")
+        spec = build(
+            model=name,
+            gpu_type="DGX-B200",
+            notes="precision=BF16",
+            ep="8" if models[name]["model"].get("num_experts") else "",
+        )
         loads(spec, tmp_path)
 
 
@@ -161,8 +222,11 @@ def test_tflops_rows_use_their_sources_flop_count(tmp_path: Path) -> None:
     from trainc.compiler.estimate.flops import spec_flop_terms
     from trainc.planner.calibrate import prepare
 
-    nemo2 = {**ROW, "source": "NVIDIA/NeMo docs/source/performance/performance_long_sequence.md",
-             "notes": "precision=FP8-CS; container=NeMo 25.04"}
+    nemo2 = {
+        **ROW,
+        "source": "NVIDIA/NeMo docs/source/performance/performance_long_sequence.md",
+        "notes": "precision=FP8-CS; container=NeMo 25.04",
+    }
     path = tmp_path / "runs.csv"
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(ROW))
@@ -176,7 +240,8 @@ def test_tflops_rows_use_their_sources_flop_count(tmp_path: Path) -> None:
     tr, s = plan.spec.training, plan.spec.model.seq_length
     core = spec_flop_terms(plan.spec, plan).core_per_s2 * tr.global_batch_size * s * s
     assert causal.measured_step_seconds * (flops + core) == pytest.approx(
-        noncausal.measured_step_seconds * flops)
+        noncausal.measured_step_seconds * flops
+    )
     world = plan.derived.world_size
     assert printed.measured_step_seconds == pytest.approx(tr.global_batch_size * s / (100 * world))
 
@@ -188,15 +253,26 @@ def test_heldout_rows_build() -> None:
     for row in rows:
         spec, why = row_to_spec_reason(row)
         assert spec is not None, why
-        assert precision_of(row) == "bf16" or "fp8_format" in spec["training"] \
+        assert (
+            precision_of(row) == "bf16"
+            or "fp8_format" in spec["training"]
             or "fp4_format" in spec["training"]
+        )
 
 
-@pytest.mark.parametrize(("framework", "engine"), [
-    ("fsdp", "fsdp"), ("llm-foundry", "fsdp"), ("torchtitan", "fsdp"), ("deepspeed", "deepspeed"),
-    ("megatron", "megatron")])
-def test_fully_sharded_rows_build_the_engine_that_ran_them(framework: str, engine: str,
-                                                            tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("framework", "engine"),
+    [
+        ("fsdp", "fsdp"),
+        ("llm-foundry", "fsdp"),
+        ("torchtitan", "fsdp"),
+        ("deepspeed", "deepspeed"),
+        ("megatron", "megatron"),
+    ],
+)
+def test_fully_sharded_rows_build_the_engine_that_ran_them(
+    framework: str, engine: str, tmp_path: Path
+) -> None:
     """zero_stage 3: DeepSpeed rows are ZeRO-3, PyTorch FSDP rows (llm-foundry, torchtitan)
     engine=fsdp (torchtitan's with its entrypoint), Megatron-FSDP rows the distributed
     optimizer (not a trainc engine)."""
@@ -207,18 +283,26 @@ def test_fully_sharded_rows_build_the_engine_that_ran_them(framework: str, engin
     if engine == "fsdp":
         assert "zero_stage" not in spec["parallel"]
         assert spec.get("launch", {}).get("entrypoint") == (
-            "torchtitan" if framework == "torchtitan" else None)
+            "torchtitan" if framework == "torchtitan" else None
+        )
         # the tables' torchtitan runs predate 0.3.0 (separate q/k/v under per-op SAC)
         assert spec.get("launch", {}).get("versions") == (
-            {"torchtitan": "0.2.2"} if framework == "torchtitan" else None)
+            {"torchtitan": "0.2.2"} if framework == "torchtitan" else None
+        )
     loads(spec, tmp_path)
 
 
-@pytest.mark.parametrize(("compile_note", "want"), [
-    ("torch_compile=on", True), ("torch_compile=off (train_configs toml compile=false)", False),
-    ("", False)])
-def test_torch_compile_note_sets_fsdp_compile(compile_note: str, want: bool,
-                                              tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("compile_note", "want"),
+    [
+        ("torch_compile=on", True),
+        ("torch_compile=off (train_configs toml compile=false)", False),
+        ("", False),
+    ],
+)
+def test_torch_compile_note_sets_fsdp_compile(
+    compile_note: str, want: bool, tmp_path: Path
+) -> None:
     """torchtitan / FSDP rows run with torch.compile say so (``torch_compile=on``): the spec
     sets ``fsdp.compile``, which the kernel model reads (fused element-wise kernels)."""
     spec = build(zero_stage="3", notes=f"precision=BF16; framework=torchtitan; {compile_note}")
@@ -229,9 +313,20 @@ def test_torch_compile_note_sets_fsdp_compile(compile_note: str, want: bool,
 def test_moe_rows_build_from_their_columns(tmp_path: Path) -> None:
     """An MoE model without a preset builds from the row's columns (every layer MoE, expert
     width ffn_hidden, top-k); without the expert width it is skipped with a reason."""
-    cols = dict(model="Grok-1-314B", layers="64", hidden="6144", heads="48", kv_heads="8",
-                ffn_hidden="32768", vocab="128256", seq_len="8192", experts="8", topk="2",
-                ep="8", notes="precision=BF16")
+    cols = dict(
+        model="Grok-1-314B",
+        layers="64",
+        hidden="6144",
+        heads="48",
+        kv_heads="8",
+        ffn_hidden="32768",
+        vocab="128256",
+        seq_len="8192",
+        experts="8",
+        topk="2",
+        ep="8",
+        notes="precision=BF16",
+    )
     spec = build(**cols)
     m = spec["model"]
     assert (m["num_experts"], m["moe_router_topk"], m["moe_ffn_hidden_size"]) == (8, 2, 32768)
@@ -248,11 +343,19 @@ def test_unfused_attention_note(tmp_path: Path) -> None:
     assert "flash_attention" not in build(notes="precision=BF16")["cluster"]
 
 
-@pytest.mark.parametrize(("framework", "off"), [
-    ("", False), ("framework=megatron (Megatron-LM commit f)", False), ("framework=nemo", False),
-    ("framework=nanotron (v0.5)", True), ("framework=deepspeed", True)])
-def test_tp_comm_overlap_only_where_the_framework_has_it(framework: str, off: bool,
-                                                         tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("framework", "off"),
+    [
+        ("", False),
+        ("framework=megatron (Megatron-LM commit f)", False),
+        ("framework=nemo", False),
+        ("framework=nanotron (v0.5)", True),
+        ("framework=deepspeed", True),
+    ],
+)
+def test_tp_comm_overlap_only_where_the_framework_has_it(
+    framework: str, off: bool, tmp_path: Path
+) -> None:
     """Transformer Engine's userbuffer TP overlap (trainc's default on Hopper with SP) is a
     Megatron / NeMo feature: other frameworks' rows compile with tp_comm_overlap false."""
     spec = build(tp="4", gpu_type="H100-SXM5-80GB", notes=f"precision=BF16; {framework}")
@@ -260,8 +363,10 @@ def test_tp_comm_overlap_only_where_the_framework_has_it(framework: str, off: bo
     if off:
         assert spec["training"]["tp_comm_overlap"] is False
     loads(spec, tmp_path)
-    assert "tp_comm_overlap" not in build(tp="1", notes="precision=BF16; "
-                                                        "framework=nanotron")["training"]
+    assert (
+        "tp_comm_overlap"
+        not in build(tp="1", notes="precision=BF16; framework=nanotron")["training"]
+    )
 
 
 def test_a800_is_an_a100_with_its_nvlink(tmp_path: Path) -> None:
@@ -274,44 +379,71 @@ def test_a800_is_an_a100_with_its_nvlink(tmp_path: Path) -> None:
 
 def test_mpt_rows_are_gpt_style() -> None:
     """MPT (llm-foundry): GELU MLP, LayerNorm, learned positions, tied embeddings."""
-    spec = build(model="MPT-7B", layers="32", hidden="4096", heads="32", kv_heads="32",
-                 ffn_hidden="16384", vocab="50368", seq_len="2048", notes="precision=BF16")
+    spec = build(
+        model="MPT-7B",
+        layers="32",
+        hidden="4096",
+        heads="32",
+        kv_heads="32",
+        ffn_hidden="16384",
+        vocab="50368",
+        seq_len="2048",
+        notes="precision=BF16",
+    )
     m = spec["model"]
-    assert (m["activation"], m["normalization"], m["position_embedding"],
-            m["untie_embeddings_and_output_weights"]) == ("gelu", "layernorm", "learned", False)
+    assert (
+        m["activation"],
+        m["normalization"],
+        m["position_embedding"],
+        m["untie_embeddings_and_output_weights"],
+    ) == ("gelu", "layernorm", "learned", False)
 
 
-@pytest.mark.parametrize("notes,want", [
-    ("precision=BF16; method=MCore w/ Folding; etp=1 (as printed)", 1),
-    ("precision=BF16; method=MCore; MCore 5D parallelism without folding", 4),
-    ("precision=BF16; method=TP+EP+DP", 4),
-    ("precision=BF16; method=MCore; etp=2", 2),
-    ("precision=BF16", 1),  # NVIDIA's MoE recipes set expert_tensor_parallel_size 1
-])
+@pytest.mark.parametrize(
+    "notes,want",
+    [
+        ("precision=BF16; method=MCore w/ Folding; etp=1 (as printed)", 1),
+        ("precision=BF16; method=MCore; MCore 5D parallelism without folding", 4),
+        ("precision=BF16; method=TP+EP+DP", 4),
+        ("precision=BF16; method=MCore; etp=2", 2),
+        ("precision=BF16", 1),  # NVIDIA's MoE recipes set expert_tensor_parallel_size 1
+    ],
+)
 def test_expert_tensor_parallel_from_the_row(notes: str, want: int) -> None:
-    spec = build(model="Mixtral-8x7B", experts="8", topk="2", ep="8", tp="4", gpus="64",
-                 dp="16", notes=notes)
+    spec = build(
+        model="Mixtral-8x7B", experts="8", topk="2", ep="8", tp="4", gpus="64", dp="16", notes=notes
+    )
     assert spec["parallel"]["etp"] == want
 
 
-@pytest.mark.parametrize("gpu_type,gpu,memory", [
-    ("A100-SXM4-40GB", "a100-40g", None),
-    ("A100-SXM4-80GB (DGX A100, Selene)", "a100-80g", None),
-    ("H100-SXM5-80GB", "h100-80g", None),
-    ("H100-SXM5 (Grand Teton HBM2e 96GB, 500W)", "h100-80g", 96),
-    ("H100-SXM5 (HBM2e 94-96GB, lower TDP)", "h100-80g", 94),
-])
-def test_gpu_profile_and_memory_from_the_gpu_type(gpu_type: str, gpu: str,
-                                                  memory: int | None) -> None:
+@pytest.mark.parametrize(
+    "gpu_type,gpu,memory",
+    [
+        ("A100-SXM4-40GB", "a100-40g", None),
+        ("A100-SXM4-80GB (DGX A100, Selene)", "a100-80g", None),
+        ("H100-SXM5-80GB", "h100-80g", None),
+        ("H100-SXM5 (Grand Teton HBM2e 96GB, 500W)", "h100-80g", 96),
+        ("H100-SXM5 (HBM2e 94-96GB, lower TDP)", "h100-80g", 94),
+    ],
+)
+def test_gpu_profile_and_memory_from_the_gpu_type(
+    gpu_type: str, gpu: str, memory: int | None
+) -> None:
     cl = build(gpu_type=gpu_type, notes="precision=BF16")["cluster"]
     assert (cl["gpu"], cl.get("gpu_memory_gib")) == (gpu, memory)
 
 
-@pytest.mark.parametrize(("notes", "gbps"), [
-    ("network_gbps_per_node=800 (README 'with 800 Gbps')", 12.5),
-    ("network_gbps_per_node=1600", 25.0), ("interconnect=not stated", None)])
-def test_network_note_sets_the_scale_out_bandwidth_per_gpu(notes: str, gbps: float | None,
-                                                           tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("notes", "gbps"),
+    [
+        ("network_gbps_per_node=800 (README 'with 800 Gbps')", 12.5),
+        ("network_gbps_per_node=1600", 25.0),
+        ("interconnect=not stated", None),
+    ],
+)
+def test_network_note_sets_the_scale_out_bandwidth_per_gpu(
+    notes: str, gbps: float | None, tmp_path: Path
+) -> None:
     """A row that publishes its node's scale-out bandwidth (``network_gbps_per_node``, Gb/s per
     node) gets it per GPU in GB/s (/ 8 bits / 8 GPUs); without it the GPU profile's figure
     stands (no key)."""
@@ -320,14 +452,25 @@ def test_network_note_sets_the_scale_out_bandwidth_per_gpu(notes: str, gbps: flo
     loads(spec, tmp_path)
 
 
-@pytest.mark.parametrize(("gpus", "sharding", "want"), [
-    ("96", "sharding=HSDP (HYBRID_SHARD: shard within the 8-GPU node)", 12),
-    ("96", "sharding=FSDP (FULL_SHARD)", None), ("8", "sharding=HSDP", None)])
-def test_hsdp_note_shards_within_the_node(gpus: str, sharding: str, want: int | None,
-                                          tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("gpus", "sharding", "want"),
+    [
+        ("96", "sharding=HSDP (HYBRID_SHARD: shard within the 8-GPU node)", 12),
+        ("96", "sharding=FSDP (FULL_SHARD)", None),
+        ("8", "sharding=HSDP", None),
+    ],
+)
+def test_hsdp_note_shards_within_the_node(
+    gpus: str, sharding: str, want: int | None, tmp_path: Path
+) -> None:
     """An FSDP row sharded within the node and replicated across nodes (``sharding=HSDP``)
     builds ``fsdp.dp_replicate`` = nodes (one node: plain FSDP); full shard leaves it unset."""
-    spec = build(gpus=gpus, tp="1", pp="1", zero_stage="3",
-                 notes=f"precision=BF16; framework=fsdp; {sharding}")
+    spec = build(
+        gpus=gpus,
+        tp="1",
+        pp="1",
+        zero_stage="3",
+        notes=f"precision=BF16; framework=fsdp; {sharding}",
+    )
     assert spec.get("fsdp", {}).get("dp_replicate") == want
     loads(spec, tmp_path)

@@ -25,34 +25,58 @@ from trainc.compiler.pipeline import State, run_passes
 from trainc.planner.published import load_rows, row_to_spec_reason
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLES = ("published_runs.csv", "heldout_runs.csv", "validation_nvidia.csv",
-          "validation_papers.csv")
+TABLES = (
+    "published_runs.csv",
+    "heldout_runs.csv",
+    "validation_nvidia.csv",
+    "validation_papers.csv",
+)
 
-_MEM = ("TRC401", "memory estimate exceeds the GPU for a run that ran (the recipes' recompute / "
-        "offload settings are not in the table, or the activation estimate is high)")
-_MLA_FSDP = ("TRC344", "DeepSeek-V3 under NeMo AutoModel's FSDP2 (HF model code): engine=fsdp "
-             "builds grouped-query attention only (no MLA), and torchtitan 0.3.0's MoE has no "
-             "seq_aux_loss (its balancing is the auxiliary-loss-free expert bias)")
+_MEM = (
+    "TRC401",
+    "memory estimate exceeds the GPU for a run that ran (the recipes' recompute / "
+    "offload settings are not in the table, or the activation estimate is high)",
+)
+_MLA_FSDP = (
+    "TRC344",
+    "DeepSeek-V3 under NeMo AutoModel's FSDP2 (HF model code): engine=fsdp "
+    "builds grouped-query attention only (no MLA), and torchtitan 0.3.0's MoE has no "
+    "seq_aux_loss (its balancing is the auxiliary-loss-free expert bias)",
+)
 #: (table, CSV line) -> (the error rule ids it gets today, why). Lines count the header as 1.
 KNOWN: dict[tuple[str, int], tuple[str, str]] = {
     **{("published_runs.csv", n): _MEM for n in (11, 49, 58, 70, 76, 81, 82, 83)},
-    ("published_runs.csv", 86): ("TRC104", "DeepSeek-V3 tokendrop on 256 GB200 with pp 8 x ep 64: "
-                                 "world 256 is not a multiple of etp*ep*pp = 512 as converted "
-                                 "(the published EP folding needs checking against the recipe)"),
+    ("published_runs.csv", 86): (
+        "TRC104",
+        "DeepSeek-V3 tokendrop on 256 GB200 with pp 8 x ep 64: "
+        "world 256 is not a multiple of etp*ep*pp = 512 as converted "
+        "(the published EP folding needs checking against the recipe)",
+    ),
     **{("heldout_runs.csv", n): _MEM for n in (2,)},
     **{("heldout_runs.csv", n): _MLA_FSDP for n in (175, 176)},
-    ("heldout_runs.csv", 178): ("TRC401", "GPT-OSS-120B, FSDP2 + EP 64 on 64 GPUs: efsdp = 64 / 64 "
-                                "= 1, so each rank keeps its 2 experts per layer unsharded "
-                                "(34 GiB of states), and 54 GiB of activations are estimated "
-                                "without recompute (mbs 2, seq 4096; its sliding-window "
-                                "attention layers are not modelled)"),
+    ("heldout_runs.csv", 178): (
+        "TRC401",
+        "GPT-OSS-120B, FSDP2 + EP 64 on 64 GPUs: efsdp = 64 / 64 "
+        "= 1, so each rank keeps its 2 experts per layer unsharded "
+        "(34 GiB of states), and 54 GiB of activations are estimated "
+        "without recompute (mbs 2, seq 4096; its sliding-window "
+        "attention layers are not modelled)",
+    ),
     **{("validation_nvidia.csv", n): _MEM for n in (34, 36, 95)},
-    **{("validation_nvidia.csv", n): ("TRC214", "NeMo long-sequence table: the printed batch "
-                                       "(read as global batch) does not divide dp derived from "
-                                       "the printed GPU count (the table's DP is doubtful)")
-       for n in (118, 119)},
-    ("validation_papers.csv", 62): ("TRC344", "OPT-175B (metaseq FSDP + Megatron TP 8) is refused: "
-                                    "the FSDP2 worker's TP plan has no tied embedding"),
+    **{
+        ("validation_nvidia.csv", n): (
+            "TRC214",
+            "NeMo long-sequence table: the printed batch "
+            "(read as global batch) does not divide dp derived from "
+            "the printed GPU count (the table's DP is doubtful)",
+        )
+        for n in (118, 119)
+    },
+    ("validation_papers.csv", 62): (
+        "TRC344",
+        "OPT-175B (metaseq FSDP + Megatron TP 8) is refused: "
+        "the FSDP2 worker's TP plan has no tied embedding",
+    ),
     ("validation_papers.csv", 65): _MEM,
 }
 
@@ -67,10 +91,18 @@ def _rows() -> list[object]:
         for i, row in enumerate(load_rows(ROOT / "bench" / table)):
             line = i + 2
             known = KNOWN.get((table, line))
-            marks = [pytest.mark.xfail(raises=KnownFalseAlarm, strict=True,
-                                       reason=f"{known[0]}: {known[1]}")] if known else []
-            out.append(pytest.param(table, line, row, id=f"{table}:{line}:{row['model']}",
-                                    marks=marks))
+            marks = (
+                [
+                    pytest.mark.xfail(
+                        raises=KnownFalseAlarm, strict=True, reason=f"{known[0]}: {known[1]}"
+                    )
+                ]
+                if known
+                else []
+            )
+            out.append(
+                pytest.param(table, line, row, id=f"{table}:{line}:{row['model']}", marks=marks)
+            )
     return out
 
 
@@ -80,8 +112,9 @@ def _errors(spec: dict[str, object], tmp_path: Path) -> list[str]:
     loaded = load_spec(path)
     diags = list(loaded.diagnostics)
     if loaded.spec is not None:
-        st = run_passes(State(spec=loaded.spec, where=loaded.where, suggest=False),
-                        stop_after="check_fit")
+        st = run_passes(
+            State(spec=loaded.spec, where=loaded.where, suggest=False), stop_after="check_fit"
+        )
         diags += list(st.diagnostics)
     return [f"{d.rule.id} {d.message}" for d in diags if d.is_error]
 
@@ -111,13 +144,21 @@ def test_the_published_tables_are_in_the_repo_with_their_sources():
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["source"].split()[0]] = counts.get(r["source"].split()[0], 0) + 1
-    assert counts == {"NVIDIA-NeMo/Megatron-Bridge": 102, "NVIDIA/NeMo": 21,
-                      "NVIDIA/Megatron-LM": 3}
-    for n, src in ((102, "NVIDIA-NeMo/Megatron-Bridge"), (12, "NVIDIA/NeMo"),
-                   (9, "NVIDIA/NeMo"), (3, "NVIDIA/Megatron-LM")):
+    assert counts == {
+        "NVIDIA-NeMo/Megatron-Bridge": 102,
+        "NVIDIA/NeMo": 21,
+        "NVIDIA/Megatron-LM": 3,
+    }
+    for n, src in (
+        (102, "NVIDIA-NeMo/Megatron-Bridge"),
+        (12, "NVIDIA/NeMo"),
+        (9, "NVIDIA/NeMo"),
+        (3, "NVIDIA/Megatron-LM"),
+    ):
         assert re.search(rf"^\| {n} \| {re.escape(src)} ", sources, re.M)
     import bench.fidelity as fidelity
     import bench.planner_fidelity as planner_fidelity
+
     assert table == fidelity.DEFAULT_CSV
     assert table == planner_fidelity.DEFAULT_CSV
 
@@ -125,17 +166,27 @@ def test_the_published_tables_are_in_the_repo_with_their_sources():
 def test_no_repo_file_reads_the_shared_folder_outside_the_checkout():
     # the failure-report corpus (tests/test_bug_cases.py and its expectations / docs) is moved
     # into the repo separately
-    skip = {"tests/test_bug_cases.py", "tests/specs/bug_cases/expectations.yaml",
-            "docs/bug_cases.md", "tests/unit/test_published_runs_lint.py"}
+    skip = {
+        "tests/test_bug_cases.py",
+        "tests/specs/bug_cases/expectations.yaml",
+        "docs/bug_cases.md",
+        "tests/unit/test_published_runs_lint.py",
+    }
     pat = re.compile(r"/work/|\.\./shared|shared/(calibration|reference|cases)")
     bad = []
     for top in ("bench", "tests", "trainc", "scripts", "docs", "examples", "README.md"):
         base = ROOT / top
         for p in [base] if base.is_file() else base.rglob("*"):
             rel = p.relative_to(ROOT).as_posix()
-            if not p.is_file() or rel in skip or p.suffix not in (".py", ".md", ".yaml",
-                                                                   ".yml", ".txt", ".toml"):
+            if (
+                not p.is_file()
+                or rel in skip
+                or p.suffix not in (".py", ".md", ".yaml", ".yml", ".txt", ".toml")
+            ):
                 continue
-            bad += [f"{rel}:{i}" for i, ln in enumerate(p.read_text(errors="replace")
-                                                          .splitlines(), 1) if pat.search(ln)]
+            bad += [
+                f"{rel}:{i}"
+                for i, ln in enumerate(p.read_text(errors="replace").splitlines(), 1)
+                if pat.search(ln)
+            ]
     assert bad == []

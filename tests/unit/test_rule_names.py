@@ -27,8 +27,9 @@ def test_fsdp_with_pp_gets_runner_axes(tmp_path: Path) -> None:
     f.write_text(SPEC)
     loaded = load_spec(f)
     assert loaded.spec is not None, [d.message for d in loaded.diagnostics]
-    st = run_passes(State(spec=loaded.spec, where=loaded.where, suggest=False),
-                    stop_after="check_fit")
+    st = run_passes(
+        State(spec=loaded.spec, where=loaded.where, suggest=False), stop_after="check_fit"
+    )
     trc313 = [d for d in st.diagnostics if d.rule.id == "TRC313"]
     assert [d.key for d in trc313] == ["parallel.pp"]
     assert trc313[0].rule.name == "runner-axes"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from specs.kit import lint_cfg
 
 BIG = 10**12 - 1
@@ -18,8 +17,12 @@ EXTREMES = [
     {"training.global_batch_size": BIG, "training.micro_batch_size": BIG - 2},
     {"model.num_experts": BIG, "parallel.ep": 7, "model.moe_router_topk": BIG},
     {"model.num_attention_heads": BIG, "model.num_query_groups": 999983, "parallel.tp": 8},
-    {"model.vocab_size": BIG, "model.make_vocab_size_divisible_by": BIG, "parallel.tp": 8,
-     "parallel.pp": 1},
+    {
+        "model.vocab_size": BIG,
+        "model.make_vocab_size_divisible_by": BIG,
+        "parallel.tp": 8,
+        "parallel.pp": 1,
+    },
     {"model.hidden_size": 1, "model.num_attention_heads": BIG, "model.ffn_hidden_size": 1},
     {"cluster.nvlink_domain_size": BIG, "parallel.tp": 8, "parallel.pp": 1},
     {"parallel.vpp": BIG, "parallel.pp": 2},

@@ -30,44 +30,97 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, str | None]]] = {
     "TRC304": ({"parallel.zero_stage": 2}, {"megatron": None, "deepspeed": "error"}),
     "TRC307": ({"parallel.zero_stage": 2, **FLAT}, {"megatron": "error", "deepspeed": None}),
     # offload: DeepSpeed's feature; on Megatron it is TRC306 instead
-    "TRC305": ({"training.offload_param": "cpu", "parallel.zero_stage": 1, **FLAT},
-               {"megatron": None, "deepspeed": "error"}),
-    "TRC306": ({"training.offload_optimizer": "cpu", "parallel.zero_stage": 1, **FLAT},
-               {"megatron": "error", "deepspeed": None}),
+    "TRC305": (
+        {"training.offload_param": "cpu", "parallel.zero_stage": 1, **FLAT},
+        {"megatron": None, "deepspeed": "error"},
+    ),
+    "TRC306": (
+        {"training.offload_optimizer": "cpu", "parallel.zero_stage": 1, **FLAT},
+        {"megatron": "error", "deepspeed": None},
+    ),
     # TRC322 (DeepSpeed's pipeline engine sums micro-batch gradients, #7773) is dormant while no
     # runner splits pp on DeepSpeed (TRC313): test_rules_catalog tests it with a patched runner
     # Transformer Engine recipes: the GPU check is Megatron's; DeepSpeed gets TRC330
-    "TRC370": ({**H100_FP8, "training.fp8_recipe": "mxfp8", **FLAT},
-               {"megatron": "error", "deepspeed": None}),
+    "TRC370": (
+        {**H100_FP8, "training.fp8_recipe": "mxfp8", **FLAT},
+        {"megatron": "error", "deepspeed": None},
+    ),
     "TRC330": ({**H100_FP8, **FLAT}, {"megatron": None, "deepspeed": "error"}),
-    "TRC371": ({**H100_FP8, "model.ffn_hidden_size": 2056, **FLAT},
-               {"megatron": "error", "deepspeed": None}),
-    "TRC372": ({**H100_FP8, "training.first_last_layers_bf16": True, **FLAT},
-               {"megatron": "error", "deepspeed": None}),
+    "TRC371": (
+        {**H100_FP8, "model.ffn_hidden_size": 2056, **FLAT},
+        {"megatron": "error", "deepspeed": None},
+    ),
+    "TRC372": (
+        {**H100_FP8, "training.first_last_layers_bf16": True, **FLAT},
+        {"megatron": "error", "deepspeed": None},
+    ),
     # Megatron-Core MoE asserts
     # MoELayer.forward raises in training with tp > 1 and no sequence parallelism (both runners
     # build it); tp 2 with ep 1 so the DeepSpeed runner's axes (TRC313) stay clean
-    "TRC302": ({**MOE, "parallel.tp": 2, "parallel.sequence_parallel": False, **FLAT},
-               {"megatron": "error", "deepspeed": "error"}),
-    "TRC373": ({**MOE, "model.add_bias_linear": True, "parallel.etp": 2,
-                "parallel.sequence_parallel": True, **FLAT},
-               {"megatron": "error", "deepspeed": None}),
-    "TRC376": ({**MOE, "model.moe_pad_expert_input_to_capacity": True, **FLAT},
-               {"megatron": "error", "deepspeed": None}),
-    "TRC374": ({"training.fp8_format": "hybrid", "training.fp8_recipe": "mxfp8",
-                "cluster.gpu": "b200", **FLAT}, {"megatron": "warning", "deepspeed": None}),
-    "TRC379": ({"training.fp8_format": "e4m3", "training.fp8_recipe": "mxfp8",
-                "cluster.gpu": "b200", **FLAT}, {"megatron": "warning", "deepspeed": None}),
-    "TRC375": ({**MOE, "model.moe_token_dispatcher_type": "flex", "parallel.tp": 1, **FLAT},
-               {"megatron": "error", "deepspeed": None}),
-    "TRC377": ({**MOE, "model.moe_router_padding_for_quantization": True,
-                "parallel.sequence_parallel": True, **FLAT},
-               {"megatron": "error", "deepspeed": None}),
-    "TRC378": ({**MOE, "model.moe_token_dispatcher_type": "flex", "parallel.tp": 1,
-                "parallel.ep": 8, **FLAT}, {"megatron": "warning", "deepspeed": None}),
+    "TRC302": (
+        {**MOE, "parallel.tp": 2, "parallel.sequence_parallel": False, **FLAT},
+        {"megatron": "error", "deepspeed": "error"},
+    ),
+    "TRC373": (
+        {
+            **MOE,
+            "model.add_bias_linear": True,
+            "parallel.etp": 2,
+            "parallel.sequence_parallel": True,
+            **FLAT,
+        },
+        {"megatron": "error", "deepspeed": None},
+    ),
+    "TRC376": (
+        {**MOE, "model.moe_pad_expert_input_to_capacity": True, **FLAT},
+        {"megatron": "error", "deepspeed": None},
+    ),
+    "TRC374": (
+        {
+            "training.fp8_format": "hybrid",
+            "training.fp8_recipe": "mxfp8",
+            "cluster.gpu": "b200",
+            **FLAT,
+        },
+        {"megatron": "warning", "deepspeed": None},
+    ),
+    "TRC379": (
+        {
+            "training.fp8_format": "e4m3",
+            "training.fp8_recipe": "mxfp8",
+            "cluster.gpu": "b200",
+            **FLAT,
+        },
+        {"megatron": "warning", "deepspeed": None},
+    ),
+    "TRC375": (
+        {**MOE, "model.moe_token_dispatcher_type": "flex", "parallel.tp": 1, **FLAT},
+        {"megatron": "error", "deepspeed": None},
+    ),
+    "TRC377": (
+        {
+            **MOE,
+            "model.moe_router_padding_for_quantization": True,
+            "parallel.sequence_parallel": True,
+            **FLAT,
+        },
+        {"megatron": "error", "deepspeed": None},
+    ),
+    "TRC378": (
+        {
+            **MOE,
+            "model.moe_token_dispatcher_type": "flex",
+            "parallel.tp": 1,
+            "parallel.ep": 8,
+            **FLAT,
+        },
+        {"megatron": "warning", "deepspeed": None},
+    ),
     # the same on both: a batch DeepSpeed and Megatron both refuse
-    "TRC214": ({"training.global_batch_size": 15, **FLAT},
-               {"megatron": "error", "deepspeed": "error"}),
+    "TRC214": (
+        {"training.global_batch_size": 15, **FLAT},
+        {"megatron": "error", "deepspeed": "error"},
+    ),
 }
 
 
@@ -111,16 +164,32 @@ def test_fp8_on_deepspeed_is_one_runner_error_not_recipe_findings() -> None:
 def test_fp8_on_fsdp_is_torchaos_not_transformer_engines() -> None:
     """engine=fsdp FP8 is torchao's float8 through torchtitan: with the torchtitan entrypoint a
     torchao recipe lints clean; the runner finding never names Transformer Engine's engine."""
-    tt = lint_cfg(**H100_FP8, **FLAT, engine="fsdp", **{"launch.entrypoint": "torchtitan",
-                                                        "training.fp8_recipe": "rowwise"})
+    tt = lint_cfg(
+        **H100_FP8,
+        **FLAT,
+        engine="fsdp",
+        **{"launch.entrypoint": "torchtitan", "training.fp8_recipe": "rowwise"},
+    )
     assert find(tt, "TRC330") == []
     plain = find(lint_cfg(**H100_FP8, **FLAT, engine="fsdp"), "TRC330")
     assert len(plain) == 1 and not plain[0].is_error and "torchtitan" in plain[0].message
 
 
 #: rules that only Megatron-Core (Transformer Engine, its MoE layer) enforces, or only DeepSpeed
-MEGATRON_ONLY = ("TRC306", "TRC307", "TRC370", "TRC371", "TRC372", "TRC373", "TRC374", "TRC375",
-                 "TRC376", "TRC377", "TRC378", "TRC379")
+MEGATRON_ONLY = (
+    "TRC306",
+    "TRC307",
+    "TRC370",
+    "TRC371",
+    "TRC372",
+    "TRC373",
+    "TRC374",
+    "TRC375",
+    "TRC376",
+    "TRC377",
+    "TRC378",
+    "TRC379",
+)
 DEEPSPEED_ONLY = ("TRC304", "TRC305", "TRC320", "TRC321")
 
 
@@ -131,4 +200,3 @@ def test_engine_only_rules_are_na_on_fsdp(rule_id: str) -> None:
     assert rule.severity_for("fsdp") == "n/a"
     other = "deepspeed" if rule_id in MEGATRON_ONLY else "megatron"
     assert rule.severity_for(other) == "n/a"
-

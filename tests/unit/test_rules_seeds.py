@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from specs.kit import errors, find
+
 from trainc.compiler.derive import derive
 from trainc.compiler.load import load_spec
 from trainc.compiler.normalize import normalize
@@ -39,8 +39,7 @@ def test_llama70b_64_a100_tp8_pp2_zero1_over_dp4():
 
 @pytest.mark.parametrize("dp", [None, 32])
 def test_seed002_moe_1024_megatron_notation(dp):
-    _spec, d, diags = check("moe-1024-tp4-pp4-cp2-ep8.yaml",
-                            *([f"parallel.dp={dp}"] if dp else []))
+    _spec, d, diags = check("moe-1024-tp4-pp4-cp2-ep8.yaml", *([f"parallel.dp={dp}"] if dp else []))
     assert errors(diags) == []
     assert (d.world_size, d.dp, d.etp, d.expert_dp) == (1024, 32, 4, 8)
     assert d.num_moe_layers == 20 and d.layers_per_stage == (20, 20, 20, 20)
@@ -61,8 +60,11 @@ def test_trc107_fix_with_the_flex_dispatcher_follows_the_dispatchers_reports():
     fix = deepep.fix or ""
     assert fix.startswith(plain.fix or "") and "keep ep=" not in fix
     assert "deepseek-ai/DeepEP#411" in fix and "Megatron-LM#5039" in fix
-    *_, diags = check("moe-1024-tp4-pp4-cp2-ep8.yaml", "model.moe_token_dispatcher_type=flex",
-                      "model.moe_flex_dispatcher_backend=hybridep")
+    *_, diags = check(
+        "moe-1024-tp4-pp4-cp2-ep8.yaml",
+        "model.moe_token_dispatcher_type=flex",
+        "model.moe_flex_dispatcher_backend=hybridep",
+    )
     [hybrid] = find(diags, "TRC107")
     assert "Megatron-Bridge#2883" in (hybrid.fix or "") and "EP 8" in (hybrid.fix or "")
 
@@ -81,12 +83,18 @@ def test_seed002_zero3_on_megatron_is_megatron_fsdp():
     sharding (Megatron-FSDP), which runs in pretrain_gpt.py, not in the trainc worker on CUDA."""
     _spec, _d, diags = check("moe-1024-tp4-pp4-cp2-ep8.yaml", "parallel.zero_stage=3")
     [e] = errors(diags)
-    assert (e.rule.id, e.key, e.edits) == ("TRC383", "parallel.zero_stage",
-                                            {"launch.entrypoint": "megatron-lm"})
+    assert (e.rule.id, e.key, e.edits) == (
+        "TRC383",
+        "parallel.zero_stage",
+        {"launch.entrypoint": "megatron-lm"},
+    )
     _spec, _d, diags = check("moe-1024-tp4-pp4-cp2-ep8.yaml", "parallel.zero_stage=2")
     [e] = errors(diags)
-    assert (e.rule.id, e.key, e.edits) == ("TRC307", "parallel.zero_stage",
-                                            {"parallel.zero_stage": 1})
+    assert (e.rule.id, e.key, e.edits) == (
+        "TRC307",
+        "parallel.zero_stage",
+        {"parallel.zero_stage": 1},
+    )
 
 
 def test_llama70b_seed_layout_on_the_wrong_cluster_size():

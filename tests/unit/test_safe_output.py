@@ -17,11 +17,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from _emit_helpers import compile_dict, make_stubs, read_env, read_nul, run_script, write_files
 
 from trainc import cli
-from trainc.compiler import write as write_mod
-
-from _emit_helpers import compile_dict, make_stubs, read_env, read_nul, run_script, write_files
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = {
@@ -71,7 +69,7 @@ def test_error_mid_write_leaves_no_outdir_and_no_temp(tmp_path: Path, monkeypatc
     real = Path.write_text
     count = {"n": 0}
 
-    def failing(self: Path, *args, **kwargs):  # noqa: ANN001, ANN202
+    def failing(self: Path, *args, **kwargs):
         count["n"] += 1
         if count["n"] == 3:
             raise OSError(28, "No space left on device")
@@ -115,9 +113,13 @@ _SLOW_WRITER = textwrap.dedent("""
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_kill_mid_write_leaves_no_partial_outdir(tmp_path: Path, sig: int) -> None:
     spec, out = _write_spec(tmp_path), tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-c", _SLOW_WRITER, "compile", str(spec), "-o",
-                             str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_WRITER, "compile", str(spec), "-o", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
     try:
         line = proc.stdout.readline()
         assert line.strip() == "WROTE", (line, proc.stderr.read() if proc.poll() else "")
@@ -135,8 +137,9 @@ def test_kill_mid_write_leaves_no_partial_outdir(tmp_path: Path, sig: int) -> No
     assert cli.main(["compile", str(spec), "-o", str(out)]) == 0
     assert _leftovers(tmp_path, "out") == []
     manifest = json.loads((out / "manifest.json").read_text())
-    assert sorted(manifest["files"]) == sorted(p.name for p in out.iterdir()
-                                               if p.name != "manifest.json")
+    assert sorted(manifest["files"]) == sorted(
+        p.name for p in out.iterdir() if p.name != "manifest.json"
+    )
 
 
 # --- adversarial strings in scripts ----------------------------------------------------------
@@ -147,18 +150,36 @@ echo "Submitted batch job 42"
 """
 
 # (${...} would be an OmegaConf interpolation in the YAML spec: $IFS is the shell-only spelling)
-EVIL = ["$(touch {m})", "`touch {m}`", "x; touch {m}", "x' ; touch {m}; '", 'x" ; touch {m}; "',
-        "$IFS;touch$IFS{m}", "$HOME && touch {m}", "a b  touch {m}"]
+EVIL = [
+    "$(touch {m})",
+    "`touch {m}`",
+    "x; touch {m}",
+    "x' ; touch {m}; '",
+    'x" ; touch {m}; "',
+    "$IFS;touch$IFS{m}",
+    "$HOME && touch {m}",
+    "a b  touch {m}",
+]
 
 
 @pytest.mark.parametrize("value", EVIL)
 def test_megatron_lm_strings_stay_literal(tmp_path: Path, value: str) -> None:
     marker = tmp_path / "pwned"
     lit = value.format(m=marker)
-    spec = dict(SPEC, launch={"entrypoint": "megatron-lm", "megatron_lm_path": lit,
-                              "data_path": lit, "save_dir": lit, "partition": lit,
-                              "account": lit, "container_image": lit,
-                              "container_mounts": [lit], "env": {"EVIL": lit}})
+    spec = dict(
+        SPEC,
+        launch={
+            "entrypoint": "megatron-lm",
+            "megatron_lm_path": lit,
+            "data_path": lit,
+            "save_dir": lit,
+            "partition": lit,
+            "account": lit,
+            "container_image": lit,
+            "container_mounts": [lit],
+            "env": {"EVIL": lit},
+        },
+    )
     res = compile_dict(tmp_path, spec)
     assert res.ok, [d.to_json() for d in res.diagnostics if d.is_error]
     out = write_files(tmp_path / "out", res.files)
@@ -166,9 +187,13 @@ def test_megatron_lm_strings_stay_literal(tmp_path: Path, value: str) -> None:
     sb = bindir / "sbatch"
     sb.write_text(_SBATCH)
     sb.chmod(sb.stat().st_mode | stat.S_IXUSR)
-    r = run_script(out / "sbatch.sh", bindir, log, out,
-                   {"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_ID": "7",
-                    "SLURM_SUBMIT_DIR": str(out)})
+    r = run_script(
+        out / "sbatch.sh",
+        bindir,
+        log,
+        out,
+        {"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_ID": "7", "SLURM_SUBMIT_DIR": str(out)},
+    )
     assert r.returncode == 0, r.stderr
     r2 = run_script(out / "torchrun.sh", bindir, log, out)
     assert r2.returncode == 0, r2.stderr
@@ -190,15 +215,29 @@ def test_unsafe_names_and_env_keys_are_rejected(tmp_path: Path) -> None:
 
 # --- secrets ---------------------------------------------------------------------------------
 
-SECRETS = {"WANDB_API_KEY": "wk-0123456789abcdef", "HF_TOKEN": "hf_SeCrEt987",
-           "DB_PASSWORD": "pa$$w0rd", "AWS_SECRET_ACCESS_KEY": "aws/Secret+Key",
-           # trial 13: a PASS / PWD name and a URL with a password were written in clear
-           "MY_DB_PASS": "pw-LEAKME-789", "GIT_PWD": "pwd-LEAK", "S3_URL": "s3://AKIA:sk-LEAK@b/x"}
+SECRETS = {
+    "WANDB_API_KEY": "wk-0123456789abcdef",
+    "HF_TOKEN": "hf_SeCrEt987",
+    "DB_PASSWORD": "pa$$w0rd",
+    "AWS_SECRET_ACCESS_KEY": "aws/Secret+Key",
+    # trial 13: a PASS / PWD name and a URL with a password were written in clear
+    "MY_DB_PASS": "pw-LEAKME-789",
+    "GIT_PWD": "pwd-LEAK",
+    "S3_URL": "s3://AKIA:sk-LEAK@b/x",
+}
 
 
 def test_secrets_are_never_written_in_clear(tmp_path: Path) -> None:
-    spec = _write_spec(tmp_path, dict(SPEC, launch={"env": {**SECRETS, "NCCL_DEBUG": "WARN"},
-                                                    "container_image": "ghcr.io/acme/t:1"}))
+    spec = _write_spec(
+        tmp_path,
+        dict(
+            SPEC,
+            launch={
+                "env": {**SECRETS, "NCCL_DEBUG": "WARN"},
+                "container_image": "ghcr.io/acme/t:1",
+            },
+        ),
+    )
     out = tmp_path / "out"
     assert cli.main(["compile", str(spec), "-o", str(out)]) == 0
     for p in out.iterdir():
@@ -224,17 +263,21 @@ def test_secrets_are_never_written_in_clear(tmp_path: Path) -> None:
     seen = read_env(log / "torchrun.0.env")
     assert {k: seen[k] for k in SECRETS} == SECRETS
     (log / "torchrun.0.env").unlink()
-    r = run_script(out / "torchrun.sh", bindir, log, out,
-                   {k: v for k, v in SECRETS.items() if k != "HF_TOKEN"})
+    r = run_script(
+        out / "torchrun.sh", bindir, log, out, {k: v for k, v in SECRETS.items() if k != "HF_TOKEN"}
+    )
     assert r.returncode != 0 and "set HF_TOKEN in the environment" in r.stderr
     assert not (log / "torchrun.0.env").exists(), "torchrun started without the secret"
 
 
-@pytest.mark.parametrize("env", [
-    "    HF_TOKEN: hf_SeCrEt987\n    NCCL_DEBUG: [INFO, WARN]\n",  # TRC001 shows the mapping
-    '    HF_TOKEN: "hf_SeCrEt987\\0x"\n',  # TRC511: a control character
-    "    HF_TOKEN: 123456789\n    NCCL_DEBUG: 2.5x\n    X: [1]\n",  # a number, and TRC001
-])
+@pytest.mark.parametrize(
+    "env",
+    [
+        "    HF_TOKEN: hf_SeCrEt987\n    NCCL_DEBUG: [INFO, WARN]\n",  # TRC001 shows the mapping
+        '    HF_TOKEN: "hf_SeCrEt987\\0x"\n',  # TRC511: a control character
+        "    HF_TOKEN: 123456789\n    NCCL_DEBUG: 2.5x\n    X: [1]\n",  # a number, and TRC001
+    ],
+)
 def test_diagnostics_never_show_a_secret_value(tmp_path: Path, capsys, env: str) -> None:
     """Diagnostics are printed, written as JSON / SARIF and posted as CI annotations: a secret
     launch.env value appears in none of them (trial 13: TRC001 printed the whole env mapping,
@@ -265,19 +308,27 @@ def test_compile_output_is_identical_across_hash_seeds_and_caches(tmp_path: Path
             assert rc == 0, (spec, rc)
     """)
     trees = []
-    for seed, extra in (("0", {"TRAINC_NO_CACHE": "1"}),
-                        ("4242", {"XDG_CACHE_HOME": str(tmp_path / "cache")})):
+    for seed, extra in (
+        ("0", {"TRAINC_NO_CACHE": "1"}),
+        ("4242", {"XDG_CACHE_HOME": str(tmp_path / "cache")}),
+    ):
         out = tmp_path / f"out{seed}"
         env = {k: v for k, v in os.environ.items() if k != "TRAINC_NO_CACHE"}
         env |= {"PYTHONHASHSEED": seed, **extra}
         rels = [str(c.relative_to(REPO)) for c in cases]
-        r = subprocess.run([sys.executable, "-c", driver, str(out), *rels], cwd=REPO, env=env,
-                           capture_output=True, text=True, timeout=600)
+        r = subprocess.run(
+            [sys.executable, "-c", driver, str(out), *rels],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert r.returncode == 0, r.stderr[-2000:]
-        trees.append({str(p.relative_to(out)): p.read_bytes()
-                      for p in sorted(out.rglob("*")) if p.is_file()})
+        trees.append(
+            {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+        )
     assert trees[0].keys() == trees[1].keys()
     differ = [k for k in trees[0] if trees[0][k] != trees[1][k]]
     assert not differ, differ
     assert sum(k.endswith("manifest.json") for k in trees[0]) == len(cases)
-

@@ -16,25 +16,32 @@ from trainc.compiler.pipeline import compile_spec
 ROOT = Path(__file__).resolve().parents[2]
 GB200 = ROOT / "tests" / "golden" / "cases" / "mixtral-8x7b-gb200-nvl72" / "spec.yaml"
 DGX = ROOT / "examples" / "llama2-70b-dgx-a100.yaml"
-NVL72 = {"cluster.gpu": "gb200", "cluster.gpus_per_node": 4, "cluster.nvlink_domain_size": 72,
-         "parallel.pp": 1}
+NVL72 = {
+    "cluster.gpu": "gb200",
+    "cluster.gpus_per_node": 4,
+    "cluster.nvlink_domain_size": 72,
+    "parallel.pp": 1,
+}
 MOE = {"model.num_experts": 64, "model.moe_router_topk": 2, "parallel.tp": 1}
 
 
-@pytest.mark.parametrize(("nodes", "gpus", "domain", "requested", "span", "segment"), [
-    (36, 4, 72, None, 1, 18),   # two racks: one segment per rack
-    (18, 4, 72, None, 1, 18),
-    (4, 4, 72, None, 1, 4),     # a job smaller than a rack: all of it in one rack
-    (20, 4, 72, None, 1, 10),   # 20 = 2 x 10: the largest divisor that fits a rack
-    (36, 4, 72, None, 4, 12),   # 4-tray EP groups: 18 would cut one, 12 holds three
-    (19, 4, 72, None, 1, 0),    # prime: no segment above 1 divides it
-    (18, 4, 72, None, 4, 18),   # one rack: a single segment cuts no group
-    (18, 4, 72, 9, 4, 9),
-    (1, 4, 72, None, 1, 0),
-    (8, 8, 8, None, 1, 0),      # DGX: the NVLink domain is the node, no --segment
-    (36, 4, 72, 0, 1, 0),       # launch.slurm_segment: 0 turns it off
-    (8, 8, 8, 4, 1, 4),         # an explicit segment is kept as written
-])
+@pytest.mark.parametrize(
+    ("nodes", "gpus", "domain", "requested", "span", "segment"),
+    [
+        (36, 4, 72, None, 1, 18),  # two racks: one segment per rack
+        (18, 4, 72, None, 1, 18),
+        (4, 4, 72, None, 1, 4),  # a job smaller than a rack: all of it in one rack
+        (20, 4, 72, None, 1, 10),  # 20 = 2 x 10: the largest divisor that fits a rack
+        (36, 4, 72, None, 4, 12),  # 4-tray EP groups: 18 would cut one, 12 holds three
+        (19, 4, 72, None, 1, 0),  # prime: no segment above 1 divides it
+        (18, 4, 72, None, 4, 18),  # one rack: a single segment cuts no group
+        (18, 4, 72, 9, 4, 9),
+        (1, 4, 72, None, 1, 0),
+        (8, 8, 8, None, 1, 0),  # DGX: the NVLink domain is the node, no --segment
+        (36, 4, 72, 0, 1, 0),  # launch.slurm_segment: 0 turns it off
+        (8, 8, 8, 4, 1, 4),  # an explicit segment is kept as written
+    ],
+)
 def test_segment_sizes(nodes, gpus, domain, requested, span, segment):
     assert slurm_segment(nodes, gpus, domain, requested, span) == segment
 
@@ -76,8 +83,7 @@ def test_no_segment_on_dgx_or_when_turned_off():
 
 def test_trc520_groups_cut_by_the_segment():
     # EP 64 on 20 trays: a group spans 16 trays; the derived segment is 10, which cuts them
-    [d] = find(lint_cfg(**NVL72, **MOE, **{"cluster.num_nodes": 20, "parallel.ep": 64}),
-               "TRC520")
+    [d] = find(lint_cfg(**NVL72, **MOE, **{"cluster.num_nodes": 20, "parallel.ep": 64}), "TRC520")
     assert d.severity.value == "warning" and d.key == "launch.slurm_segment"
     assert d.facts["segment"] == 10 and d.facts["group_nodes"] == 16
     assert "span 16 nodes" in d.message and "etp*ep = 64" in d.message
@@ -91,12 +97,10 @@ def test_trc520_node_count_and_domain():
     [d] = find(lint_cfg(**NVL72, **{"cluster.num_nodes": 19}), "TRC520")
     assert d.key == "cluster.num_nodes" and d.edits == {"cluster.num_nodes": 20}
     assert "segments of 10 nodes" in d.fix
-    [d] = find(lint_cfg(**NVL72, **{"cluster.num_nodes": 36, "launch.slurm_segment": 36}),
-               "TRC520")
+    [d] = find(lint_cfg(**NVL72, **{"cluster.num_nodes": 36, "launch.slurm_segment": 36}), "TRC520")
     assert "wider than one NVLink domain (18 nodes" in d.message
     assert d.fix.startswith("set launch.slurm_segment to one of {18, 12, 9, 6, 4, 3, 2}")
-    [d] = find(lint_cfg(**NVL72, **{"cluster.num_nodes": 20, "launch.slurm_segment": 8}),
-               "TRC520")
+    [d] = find(lint_cfg(**NVL72, **{"cluster.num_nodes": 20, "launch.slurm_segment": 8}), "TRC520")
     assert "does not divide cluster.num_nodes (20)" in d.message
     assert d.edits == {"launch.slurm_segment": 10}
     # 4-tray EP groups on one rack: one segment, nothing cut; segments of 9 cut them
@@ -126,8 +130,15 @@ def test_trc107_reasons_about_the_segment_on_nvl72():
     """GB200 NVL72, 36 trays, EP 8 x ETP 2 = 16 GPUs: 16 does not divide 72, but the derived
     --segment=12 (48 GPUs) holds three whole groups, so no TRC107; --segment=18 (72 GPUs) cuts
     the groups at ranks 64-79 and TRC107 says "does not divide" (not "does not fit")."""
-    moe = {**NVL72, "model.num_experts": 8, "model.moe_router_topk": 2, "parallel.tp": 2,
-           "parallel.etp": 2, "parallel.ep": 8, "cluster.num_nodes": 36}
+    moe = {
+        **NVL72,
+        "model.num_experts": 8,
+        "model.moe_router_topk": 2,
+        "parallel.tp": 2,
+        "parallel.etp": 2,
+        "parallel.ep": 8,
+        "cluster.num_nodes": 36,
+    }
     diags = lint_cfg(**moe)
     assert not find(diags, "TRC107") and not find(diags, "TRC520")
     [d] = find(lint_cfg(**moe, **{"launch.slurm_segment": 18}), "TRC107")
@@ -156,7 +167,16 @@ def test_trc105_tp_across_trays_of_one_rack():
     """TP 8 on 4-GPU trays spans two trays of one NVL72 rack: 8 divides 72, no TRC105; on a
     DGX (domain = node of 8) TP 16 does not fit."""
     assert not find(lint_cfg(**{**NVL72, "parallel.tp": 8, "cluster.num_nodes": 18}), "TRC105")
-    [d] = find(lint_cfg(**{"cluster.num_nodes": 2, "cluster.gpus_per_node": 8,
-                           "cluster.nvlink_domain_size": 8, "parallel.tp": 16,
-                           "parallel.pp": 1}), "TRC105")
+    [d] = find(
+        lint_cfg(
+            **{
+                "cluster.num_nodes": 2,
+                "cluster.gpus_per_node": 8,
+                "cluster.nvlink_domain_size": 8,
+                "parallel.tp": 16,
+                "parallel.pp": 1,
+            }
+        ),
+        "TRC105",
+    )
     assert "tp (16) does not fit the NVLink domain (8 GPUs)" in d.message

@@ -84,8 +84,13 @@ def test_copy_tree_of_a_spec_equals_deepcopy_and_shares_nothing_mutable():
 
 
 def test_copy_tree_of_containers_and_foreign_objects():
-    tree = {"a": [1, 2.5, {"b": None, "c": "x"}], "d": (1, 2), "e": Recompute.full,
-            "f": {3, 4}, "g": ([1],)}
+    tree = {
+        "a": [1, 2.5, {"b": None, "c": "x"}],
+        "d": (1, 2),
+        "e": Recompute.full,
+        "f": {3, 4},
+        "g": ([1],),
+    }
     out = copy_tree(tree)
     assert out == copy.deepcopy(tree) == tree
     assert out["a"] is not tree["a"] and out["a"][2] is not tree["a"][2]
@@ -106,11 +111,15 @@ def _cold() -> None:
     pipeline._WHAT_IF.clear()
 
 
-@pytest.mark.parametrize("a_extra", [
-    "",  # the same presets, another layout: TRC401 with its what-if suggestions for A
-    "model: {num_layers: 8, hidden_size: 1024, num_attention_heads: 8}\n",  # A changes the model
-    "launch: {env: {NCCL_DEBUG: INFO}}\n",  # A adds a mapping entry
-])
+@pytest.mark.parametrize(
+    "a_extra",
+    [
+        "",  # the same presets, another layout: TRC401 with its what-if suggestions for A
+        # A changes the model
+        "model: {num_layers: 8, hidden_size: 1024, num_attention_heads: 8}\n",
+        "launch: {env: {NCCL_DEBUG: INFO}}\n",  # A adds a mapping entry
+    ],
+)
 def test_lint_a_then_b_gives_b_alone(tmp_path, a_extra):
     a = _spec(tmp_path, "spec-a", tp=1, extra=a_extra)
     b = _spec(tmp_path, "spec-b", tp=1, nodes=1)
@@ -154,8 +163,17 @@ def test_a_plan_from_the_what_if_memo_is_not_changed_by_the_fit_check(tmp_path):
 
 # --- what the light commands import ----------------------------------------------------------
 
-_HEAVY = ("torch", "deepspeed", "megatron", "jinja2", "kubernetes", "transformer_engine",
-          "trainc.compiler.emit", "trainc.templates", "trainc.launch")
+_HEAVY = (
+    "torch",
+    "deepspeed",
+    "megatron",
+    "jinja2",
+    "kubernetes",
+    "transformer_engine",
+    "trainc.compiler.emit",
+    "trainc.templates",
+    "trainc.launch",
+)
 
 _PROBE = """
 import json, sys
@@ -172,10 +190,18 @@ print(json.dumps({"code": code, "heavy": heavy}))
 def test_lint_and_compile_without_emit_import_nothing_heavy(tmp_path):
     roots = sorted({m.split(".")[0] for m in _HEAVY if "." not in m})
     prefixes = tuple(m for m in _HEAVY if "." in m)
-    specs = [str(EXAMPLE), str(_spec(tmp_path, "spec-a", tp=1)),
-             str(_spec(tmp_path, "spec-b", tp=4))]
-    proc = subprocess.run([sys.executable, "-c", _PROBE % (tuple(roots), prefixes), *specs],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    specs = [
+        str(EXAMPLE),
+        str(_spec(tmp_path, "spec-a", tp=1)),
+        str(_spec(tmp_path, "spec-b", tp=4)),
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE % (tuple(roots), prefixes), *specs],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     rec = json.loads(proc.stdout.strip().splitlines()[-1])
     assert rec["code"] == 2  # spec-a does not fit: the fit check and its what-ifs ran
@@ -188,16 +214,22 @@ def test_what_if_edits_copy_only_the_edited_path():
     spec = L.load_spec(EXAMPLE).spec
     assert spec is not None
     before = repr(spec)
-    cand = _edited(spec, {"parallel.tp": 2, "parallel.dp": None,
-                          "training.recompute": Recompute.full})
+    cand = _edited(
+        spec, {"parallel.tp": 2, "parallel.dp": None, "training.recompute": Recompute.full}
+    )
     assert repr(spec) == before  # the original is unchanged
-    assert (cand.parallel.tp, cand.parallel.dp, cand.training.recompute) == \
-        (2, None, Recompute.full)
+    assert (cand.parallel.tp, cand.parallel.dp, cand.training.recompute) == (
+        2,
+        None,
+        Recompute.full,
+    )
     assert cand.parallel is not spec.parallel and cand.training is not spec.training
     assert cand.model is spec.model  # untouched sections are shared (never mutated)
     assert cand == dataclasses.replace(
-        spec, parallel=dataclasses.replace(spec.parallel, tp=2, dp=None),
-        training=dataclasses.replace(spec.training, recompute=Recompute.full))
+        spec,
+        parallel=dataclasses.replace(spec.parallel, tp=2, dp=None),
+        training=dataclasses.replace(spec.training, recompute=Recompute.full),
+    )
 
 
 def test_members_per_domain_memo_returns_a_dict_the_caller_may_change():
@@ -217,9 +249,14 @@ def _compiled(tmp: Path, name: str, env: dict[str, str]) -> dict[str, bytes]:
     import os
 
     out = tmp / name
-    proc = subprocess.run([sys.executable, "-m", "trainc", "compile", str(EXAMPLE), "-o",
-                           str(out)], capture_output=True, text=True, timeout=120, cwd=ROOT,
-                          env={**os.environ, **env})
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainc", "compile", str(EXAMPLE), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, **env},
+    )
     assert proc.returncode == 0, proc.stderr
     return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
 

@@ -22,15 +22,19 @@ from trainc.schemas import Gpu, Optimizer, StateDtype
 
 
 def _with(spec, section, **kw):
-    return dataclasses.replace(spec, **{section: dataclasses.replace(getattr(spec, section),
-                                                                     **kw)})
+    return dataclasses.replace(spec, **{section: dataclasses.replace(getattr(spec, section), **kw)})
 
 
 def test_optimizer_bytes_per_param_by_dtype():
     s = make_spec()
     assert optimizer_bytes_per_param(s) == 34  # 2x4 grad + 2x4 main + 2x(4+4) moments + 2
-    bf16 = _with(s, "training", main_grads_dtype=StateDtype.bf16,
-                 exp_avg_dtype=StateDtype.bf16, exp_avg_sq_dtype=StateDtype.bf16)
+    bf16 = _with(
+        s,
+        "training",
+        main_grads_dtype=StateDtype.bf16,
+        exp_avg_dtype=StateDtype.bf16,
+        exp_avg_sq_dtype=StateDtype.bf16,
+    )
     assert optimizer_bytes_per_param(bf16) == 2 * 2 + 2 * 4 + 2 * (2 + 2) + 2  # 22
     assert optimizer_bytes_per_param(_with(s, "training", optimizer=Optimizer.sgd)) == 26
 
@@ -68,7 +72,8 @@ def test_step_cost_switches_are_off_by_default():
     opt = run_ir(_with(s, "cluster", optimizer_step=True)).estimates
     assert opt.compute_seconds_by_kind["optimizer"] > 0
     assert opt.step_time_seconds - off.step_time_seconds == pytest.approx(
-        opt.compute_seconds_by_kind["optimizer"], abs=2e-6)  # 6 significant digits
+        opt.compute_seconds_by_kind["optimizer"], abs=2e-6
+    )  # 6 significant digits
     lat = run_ir(_with(s, "cluster", collective_latency=True)).estimates
     b = {c.name: c for c in off.comm_collectives}
     for c in lat.comm_collectives:
@@ -105,16 +110,18 @@ def test_collective_latency_alpha_beta():
     # no bytes: LL's latency, 6.6 us + 14 NVLink steps x 0.6 us (NCCL tuning.cc)
     assert collective_seconds(0, 1, 14, 1, 0, 1e11) == pytest.approx(15.0e-6)
     # across the network: 2 network steps at 2.7 us (LL)
-    assert collective_seconds(0, 1, 14, 1, 2, 1e11) == pytest.approx((6.6 + 12 * 0.6 + 2 * 2.7)
-                                                                     * 1e-6)
+    assert collective_seconds(0, 1, 14, 1, 2, 1e11) == pytest.approx(
+        (6.6 + 12 * 0.6 + 2 * 2.7) * 1e-6
+    )
     # large messages: Simple (full bandwidth) plus its latency
     big = collective_seconds(1e9, 1, 14, 1, 0, 1e11)
     assert big == pytest.approx(1e-2 + (8.4 + 14 * 3.4) * 1e-6)
     # count 0 (timed by bytes): no latency
     assert collective_seconds(1e9, 0, 14, 1, 0, 1e11) == pytest.approx(1e-2)
     # SHARP: one network hop whatever the ring's network steps
-    assert collective_seconds(0, 1, 14, 1, 6, 1e11, sharp=True) == \
-        collective_seconds(0, 1, 14, 1, 1, 1e11)
+    assert collective_seconds(0, 1, 14, 1, 6, 1e11, sharp=True) == collective_seconds(
+        0, 1, 14, 1, 1, 1e11
+    )
 
 
 def test_sharp_halves_the_dp_reduction_across_nodes():
@@ -123,8 +130,10 @@ def test_sharp_halves_the_dp_reduction_across_nodes():
     base = run_ir(s).estimates
     sharp = run_ir(_with(s, "cluster", sharp=True)).estimates
     lat = _with(s, "cluster", collective_latency=True)
-    assert run_ir(_with(lat, "cluster", sharp=True)).estimates.step_time_seconds < \
-        run_ir(lat).estimates.step_time_seconds
+    assert (
+        run_ir(_with(lat, "cluster", sharp=True)).estimates.step_time_seconds
+        < run_ir(lat).estimates.step_time_seconds
+    )
     b = {c.name: c for c in base.comm_collectives}
     h = {c.name: c for c in sharp.comm_collectives}
     rs = "dense grad reduce_scatter"
@@ -138,7 +147,8 @@ def test_clock_cap_scales_every_peak():
     s = run_ir(make_spec()).spec
     full, capped = hardware(s), hardware(_with(s, "cluster", clock_cap=0.8))
     assert {k: capped.peaks[k] / v for k, v in full.peaks.items()} == pytest.approx(
-        dict.fromkeys(full.peaks, 0.8))
+        dict.fromkeys(full.peaks, 0.8)
+    )
     assert capped.hbm == full.hbm
 
 
@@ -153,5 +163,9 @@ def test_trc109_clock_cap_outside_0_1(cap):
 def test_b300_profile():
     b = GPUS[Gpu.b300]
     assert b.peaks == {"bf16": 2250.0, "fp8": 4500.0, "fp4": 13500.0}
-    assert (b.memory_bandwidth_gbps, b.intra_node_bandwidth_gbps,
-            b.inter_node_bandwidth_gbps, b.sm_count) == (8000.0, 900.0, 100.0, 160)
+    assert (
+        b.memory_bandwidth_gbps,
+        b.intra_node_bandwidth_gbps,
+        b.inter_node_bandwidth_gbps,
+        b.sm_count,
+    ) == (8000.0, 900.0, 100.0, 160)

@@ -32,9 +32,14 @@ def test_usr1_then_the_workers_status(tmp_path: Path) -> None:
     fake = tmp_path / "torchrun"
     fake.write_text(FAKE_TORCHRUN.format(py=sys.executable, ready=ready))
     fake.chmod(0o755)
-    proc = subprocess.Popen(["bash", str(out / "torchrun.sh")], cwd=tmp_path,
-                            env={**os.environ, "TORCHRUN": str(fake)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        ["bash", str(out / "torchrun.sh")],
+        cwd=tmp_path,
+        env={**os.environ, "TORCHRUN": str(fake)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 20
     while not ready.exists() and time.monotonic() < deadline:
         time.sleep(0.02)

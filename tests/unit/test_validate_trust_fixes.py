@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from specs.kit import find, lint_cfg
 
-QKV = {"model.hidden_size": 192, "model.num_attention_heads": 6, "model.num_query_groups": 1,
-       "model.ffn_hidden_size": 768, "cluster.gpus_per_node": 3, "parallel.tp": 3,
-       "parallel.pp": 1, "training.global_batch_size": 4}
+QKV = {
+    "model.hidden_size": 192,
+    "model.num_attention_heads": 6,
+    "model.num_query_groups": 1,
+    "model.ffn_hidden_size": 768,
+    "cluster.gpus_per_node": 3,
+    "parallel.tp": 3,
+    "parallel.pp": 1,
+    "training.global_batch_size": 4,
+}
 
 
 def test_kv_replication_needs_tp_to_divide_the_fused_qkv_width() -> None:
@@ -23,8 +30,14 @@ def test_kv_replication_allowed_when_tp_divides_the_qkv_width() -> None:
 
 
 def test_ffn_not_checked_when_every_layer_is_moe() -> None:
-    moe = {"model.num_experts": 4, "model.moe_router_topk": 2, "model.moe_ffn_hidden_size": 1024,
-           "model.ffn_hidden_size": 2049, "parallel.ep": 2, "parallel.etp": 1}
+    moe = {
+        "model.num_experts": 4,
+        "model.moe_router_topk": 2,
+        "model.moe_ffn_hidden_size": 1024,
+        "model.ffn_hidden_size": 2049,
+        "parallel.ep": 2,
+        "parallel.etp": 1,
+    }
     assert not find(lint_cfg(**moe), "TRC203")
     # with a dense layer in the model (every 2nd layer MoE) the dense MLP splits ffn over tp
     assert find(lint_cfg(**moe, **{"model.moe_layer_freq": 2}), "TRC203")
@@ -39,8 +52,9 @@ def test_launch_strings_with_line_breaks_are_diagnosed() -> None:
 
 
 def test_absurd_layer_and_gpu_counts_are_range_errors() -> None:
-    assert [d.key for d in find(lint_cfg(**{"model.num_layers": 10**12}), "TRC006")] == \
-        ["model.num_layers"]
+    assert [d.key for d in find(lint_cfg(**{"model.num_layers": 10**12}), "TRC006")] == [
+        "model.num_layers"
+    ]
     assert find(lint_cfg(**{"cluster.num_nodes": 10**6}), "TRC006")
     assert not find(lint_cfg(**{"cluster.num_nodes": 1000}), "TRC006")
 
@@ -51,18 +65,28 @@ P10, P90 = "cluster.step_time_p10_ratio", "cluster.step_time_p90_ratio"
 def test_step_time_band_ends_must_be_positive() -> None:
     found = find(lint_cfg(**{P10: 0.0, P90: -1.0}), "TRC006")
     assert [(d.key, d.message, d.fix, d.is_error) for d in found] == [
-        (P10, f"{P10} must be positive (a ratio of measured / estimated step time), got (0.0)",
-         f"set {P10} to the ratio `trainc calibrate` wrote (e.g. 0.95), or remove it", True),
-        (P90, f"{P90} must be positive (a ratio of measured / estimated step time), got (-1.0)",
-         f"set {P90} to the ratio `trainc calibrate` wrote (e.g. 1.05), or remove it", True)]
+        (
+            P10,
+            f"{P10} must be positive (a ratio of measured / estimated step time), got (0.0)",
+            f"set {P10} to the ratio `trainc calibrate` wrote (e.g. 0.95), or remove it",
+            True,
+        ),
+        (
+            P90,
+            f"{P90} must be positive (a ratio of measured / estimated step time), got (-1.0)",
+            f"set {P90} to the ratio `trainc calibrate` wrote (e.g. 1.05), or remove it",
+            True,
+        ),
+    ]
     assert not find(lint_cfg(**{P10: 0.9, P90: 1.1}), "TRC006")
 
 
 def test_step_time_band_p10_above_p90_is_an_error() -> None:
     [d] = find(lint_cfg(**{P10: 1.2, P90: 0.9}), "TRC006")
     assert d.is_error and d.key == P10 and d.related == (P90,)
-    assert d.message == ("step_time_p10_ratio=1.2 is above step_time_p90_ratio=0.9; the band is "
-                         "p10 <= p90")
+    assert d.message == (
+        "step_time_p10_ratio=1.2 is above step_time_p90_ratio=0.9; the band is p10 <= p90"
+    )
     assert d.fix == (f"swap them ({P10}=0.9, {P90}=1.2) or re-run `trainc calibrate`")
     assert d.edits == {P10: 0.9, P90: 1.2}
     # the fix's values pass; an empty band (p10 == p90) is allowed
@@ -79,12 +103,14 @@ def test_one_end_of_the_step_time_band_is_a_setting_without_effect() -> None:
         f"{P10} is set but has no effect: the calibrated step-time band needs both ends and {P90} "
         "is not set, so the estimates carry the published-runs band instead "
         "(trainc/conf/step_time_band.yaml) and the planner ties layouts within its default "
-        "10 % band")
+        "10 % band"
+    )
     assert d.fix == f"set {P90} too (`trainc calibrate` writes both), or remove {P10}"
     [d] = find(lint_cfg(**{P90: 1.1, "cluster.time_model": "seed"}), "TRC329")
     assert d.key == P90 and d.message == (
         f"{P90} is set but has no effect: the calibrated step-time band needs both ends and {P10} "
         "is not set, so the estimates carry no band instead (time_model seed has no "
-        "published-runs band) and the planner ties layouts within its default 10 % band")
+        "published-runs band) and the planner ties layouts within its default 10 % band"
+    )
     assert not find(lint_cfg(**{P10: 0.9, P90: 1.1}), "TRC329")
     assert not find(lint_cfg(), "TRC329")

@@ -39,9 +39,17 @@ from trainc.launch.worker import parse_args  # noqa: E402
 #: local layers with CPU initialisation, fp16 -> bf16 (no fp16 CPU kernels), and the TP / EP
 #: communication overlaps off (CUDA-only schedules of the same math), and the experts' grouped
 #: GEMM off (Transformer Engine's GroupedLinear; the same math expert by expert).
-CPU_TC_SUBSTITUTIONS = {"transformer_impl", "use_cpu_initialization", "bf16", "fp16",
-                        "params_dtype", "pipeline_dtype", "tp_comm_overlap",
-                        "overlap_moe_expert_parallel_comm", "moe_grouped_gemm"}
+CPU_TC_SUBSTITUTIONS = {
+    "transformer_impl",
+    "use_cpu_initialization",
+    "bf16",
+    "fp16",
+    "params_dtype",
+    "pipeline_dtype",
+    "tp_comm_overlap",
+    "overlap_moe_expert_parallel_comm",
+    "moe_grouped_gemm",
+}
 
 
 def settings_of(files: dict[str, str], tmp: Path, *argv: str) -> Settings:
@@ -77,26 +85,27 @@ def build_megatron(s: Settings) -> dict[str, tuple[Any, dict[str, Any], set[str]
     cpu = s.device == "cpu"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        config, tc_kwargs, changes = mb.transformer_config(s.plan, dims, s.layout, cpu=cpu,
-                                                           precision=precision)
+        config, tc_kwargs, changes = mb.transformer_config(
+            s.plan, dims, s.layout, cpu=cpu, precision=precision
+        )
     core = s.plan["engines"]["megatron_core"]
     ddp_kw = dict(core["DistributedDataParallelConfig"])
     opt_kw, opt_changed = dict(core["OptimizerConfig"]), set()
     if precision != s.precision:
-        opt_kw, opt_changed = train._changed(opt_kw, "OptimizerConfig",
-                                             {"bf16": precision == "bf16",
-                                              "fp16": precision == "fp16"}, "precision")
+        opt_kw, opt_changed = train._changed(
+            opt_kw,
+            "OptimizerConfig",
+            {"bf16": precision == "bf16", "fp16": precision == "fp16"},
+            "precision",
+        )
     opt_kw["params_dtype"] = config.params_dtype
     sched_kw = dict(core["OptimizerParamScheduler"])
-    stand_in = types.SimpleNamespace(param_groups=[{"params": [], "lr": 0.0,
-                                                    "weight_decay": 0.0}])
+    stand_in = types.SimpleNamespace(param_groups=[{"params": [], "lr": 0.0, "weight_decay": 0.0}])
     return {
         "TransformerConfig": (config, tc_kwargs, {c.split(":")[0] for c in changes}),
-        "DistributedDataParallelConfig": (DistributedDataParallelConfig(**ddp_kw), ddp_kw,
-                                          set()),
+        "DistributedDataParallelConfig": (DistributedDataParallelConfig(**ddp_kw), ddp_kw, set()),
         "OptimizerConfig": (OptimizerConfig(**opt_kw), opt_kw, opt_changed | {"params_dtype"}),
-        "OptimizerParamScheduler": (OptimizerParamScheduler(stand_in, **sched_kw), sched_kw,
-                                    set()),
+        "OptimizerParamScheduler": (OptimizerParamScheduler(stand_in, **sched_kw), sched_kw, set()),
     }
 
 
@@ -111,11 +120,13 @@ def check_megatron(files: dict[str, str], tmp: Path, device: str | None = None) 
     bad = {}
     for group, (obj, _, announced) in built.items():
         for key, want in core_yaml[group].items():
-            assert hasattr(obj, key), f"{group} has no attribute {key}: the worker's " \
-                "cross_check would not see it"
+            assert hasattr(obj, key), (
+                f"{group} has no attribute {key}: the worker's cross_check would not see it"
+            )
             got = plain(getattr(obj, key))
-            if not same(got, want) and not (cpu and key in announced
-                                            and key in CPU_TC_SUBSTITUTIONS | {"bf16", "fp16"}):
+            if not same(got, want) and not (
+                cpu and key in announced and key in CPU_TC_SUBSTITUTIONS | {"bf16", "fp16"}
+            ):
                 bad[f"{group}.{key}"] = (want, got)
         if not cpu:
             assert announced <= {"params_dtype"}, (group, announced)
@@ -131,8 +142,11 @@ def check_megatron(files: dict[str, str], tmp: Path, device: str | None = None) 
     # forward_backward_func: the training loop's call
     fb = core_yaml["forward_backward_func"]
     assert (s.num_microbatches, dims.seq_length, s.micro_batch_size, dims.seq_length) == (
-        fb["num_microbatches"], fb["seq_length"], fb["micro_batch_size"],
-        fb["decoder_seq_length"])
+        fb["num_microbatches"],
+        fb["seq_length"],
+        fb["micro_batch_size"],
+        fb["decoder_seq_length"],
+    )
     # the activation callable
     act = core_yaml["callables"]["TransformerConfig"]["activation_func"]
     assert built["TransformerConfig"][0].activation_func is mb._dotted(act)
@@ -155,8 +169,7 @@ def _init_parallel_kwargs(s: Settings) -> dict[str, Any]:
         seen.update(kw)
         raise _Stop
 
-    with mock.patch.object(ps, "initialize_model_parallel", capture), \
-            pytest.raises(_Stop):
+    with mock.patch.object(ps, "initialize_model_parallel", capture), pytest.raises(_Stop):
         init_parallel_state(s)
     seen.pop("distributed_timeout_minutes")
     return seen
@@ -169,8 +182,12 @@ def test_golden_case_megatron_objects(case: str, device: str | None, tmp_path: P
     check_megatron(files, tmp_path, device)
 
 
-@settings(max_examples=25, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 @given(one_truth_specs(low_precision=False))  # FP8/FP4 objects need Transformer Engine (CUDA)
 def test_generated_megatron_objects(cfg: dict[str, Any]) -> None:
     import tempfile
@@ -216,15 +233,22 @@ def check_deepspeed(files: dict[str, str], tmp: Path, device: str | None = None)
     assert loaded == want
     import deepspeed.comm as dist
 
-    with mock.patch.object(dist, "get_rank", return_value=0), \
-            mock.patch.object(dist, "get_world_size", return_value=s.layout["dp"]), \
-            warnings.catch_warnings():
+    with (
+        mock.patch.object(dist, "get_rank", return_value=0),
+        mock.patch.object(dist, "get_world_size", return_value=s.layout["dp"]),
+        warnings.catch_warnings(),
+    ):
         warnings.simplefilter("ignore")
         c = DeepSpeedConfig(copy.deepcopy(loaded))
-    assert (c.train_batch_size, c.train_micro_batch_size_per_gpu,
-            c.gradient_accumulation_steps) == (emitted["train_batch_size"],
-                                               emitted["train_micro_batch_size_per_gpu"],
-                                               emitted["gradient_accumulation_steps"])
+    assert (
+        c.train_batch_size,
+        c.train_micro_batch_size_per_gpu,
+        c.gradient_accumulation_steps,
+    ) == (
+        emitted["train_batch_size"],
+        emitted["train_micro_batch_size_per_gpu"],
+        emitted["gradient_accumulation_steps"],
+    )
     assert c.zero_optimization_stage == emitted["zero_optimization"]["stage"]
     assert c.gradient_clipping == emitted["gradient_clipping"]
     assert c.bfloat16_config.enabled == ("bf16" in loaded)
@@ -251,8 +275,12 @@ def test_golden_case_deepspeed_config() -> None:
             check_deepspeed(files, Path(tmp), device)
 
 
-@settings(max_examples=20, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(
+    max_examples=20,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 @given(one_truth_specs(engine="deepspeed"))
 def test_generated_deepspeed_config(cfg: dict[str, Any]) -> None:
     import tempfile
@@ -295,14 +323,21 @@ def make_spec_for_worker() -> Any:
 
 
 @pytest.mark.parametrize("device", [None, "cpu"])
-def test_dense_first_layers_and_router_keys_reach_the_worker_config(device: str | None,
-                                                                     tmp_path: Path) -> None:
+def test_dense_first_layers_and_router_keys_reach_the_worker_config(
+    device: str | None, tmp_path: Path
+) -> None:
     """moe_first_k_dense_layers (the list form of moe_layer_freq), group-limited routing and
     the expert bias are TransformerConfig fields the worker builds with the plan's values."""
-    _, files = compile_case("mixtral-8x7b-ep8", (
-        "model.moe_first_k_dense_layers=3", "model.moe_router_num_groups=4",
-        "model.moe_router_group_topk=2", "model.moe_router_score_function=sigmoid",
-        "model.moe_router_enable_expert_bias=true"))
+    _, files = compile_case(
+        "mixtral-8x7b-ep8",
+        (
+            "model.moe_first_k_dense_layers=3",
+            "model.moe_router_num_groups=4",
+            "model.moe_router_group_topk=2",
+            "model.moe_router_score_function=sigmoid",
+            "model.moe_router_enable_expert_bias=true",
+        ),
+    )
     check_megatron(files, tmp_path, device)
     config = build_megatron(settings_of(files, tmp_path))["TransformerConfig"][0]
     assert config.moe_layer_freq == [0, 0, 0] + [1] * 29

@@ -20,8 +20,9 @@ def settings(case: str, tmp: Path, *argv: str, overrides: tuple[str, ...] = ()) 
     _, files = compile_case(case, overrides)
     path = tmp / "plan.json"
     path.write_text(files["plan.json"], encoding="utf-8")
-    return Settings(json.loads(files["plan.json"]), parse_args(["--plan", str(path), *argv]),
-                    str(path))
+    return Settings(
+        json.loads(files["plan.json"]), parse_args(["--plan", str(path), *argv]), str(path)
+    )
 
 
 def test_decay_follows_train_iters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -38,17 +39,25 @@ def test_decay_unchanged_without_train_iters(tmp_path: Path) -> None:
 
 
 def test_written_decay_is_kept(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    s = settings("cpu-shrink-tiny", tmp_path, "--train-iters", "10",
-                 overrides=("training.lr_decay_iters=6",))
+    s = settings(
+        "cpu-shrink-tiny", tmp_path, "--train-iters", "10", overrides=("training.lr_decay_iters=6",)
+    )
     assert (s.train_iters, s.lr_decay_iters, s.decay_follows) == (10, 6, False)
     assert "lr_decay_iters stays 6 as the spec writes it" in capsys.readouterr().out
 
 
 def test_warmup_longer_than_run_is_refused() -> None:
-    train = {"train_iters": 100, "lr_decay_iters": 100, "lr_warmup_iters": 20,
-             "lr_wsd_decay_iters": None}
-    with pytest.raises(SystemExit, match=r"--train-iters 20 is not above "
-                       r"training.lr_warmup_iters \(20\).*pass --train-iters 21 or more"):
+    train = {
+        "train_iters": 100,
+        "lr_decay_iters": 100,
+        "lr_warmup_iters": 20,
+        "lr_wsd_decay_iters": None,
+    }
+    with pytest.raises(
+        SystemExit,
+        match=r"--train-iters 20 is not above "
+        r"training.lr_warmup_iters \(20\).*pass --train-iters 21 or more",
+    ):
         decay_length(train, {"lr_decay_iters": None}, 20)
     assert decay_length(train, {"lr_decay_iters": None}, 21) == (21, True)
     with pytest.raises(SystemExit, match=r"below training.lr_wsd_decay_iters \(30\)"):

@@ -22,8 +22,7 @@ from typing import Any, NoReturn
 from trainc import __version__
 from trainc.cli._common import EXIT_ENV, EXIT_INTERNAL, EXIT_OK, EXIT_SPEC
 
-__all__ = ["COMMANDS", "EXIT_ENV", "EXIT_INTERNAL", "EXIT_OK", "EXIT_SPEC", "build_parser",
-           "main"]
+__all__ = ["COMMANDS", "EXIT_ENV", "EXIT_INTERNAL", "EXIT_OK", "EXIT_SPEC", "build_parser", "main"]
 
 #: command -> (module, handler); the module is imported when the command runs.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -77,27 +76,46 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compile", help="check a spec and write its artifacts")
     c.add_argument("items", nargs="+", metavar="SPEC [KEY=VALUE ...]")
     c.add_argument("-o", "--output", metavar="OUTDIR", help="default: out/<name>")
-    c.add_argument("--force", action="store_true",
-                   help="replace OUTDIR if it is a previous trainc output (its manifest.json "
-                   "lists everything in it); nothing else is ever replaced")
+    c.add_argument(
+        "--force",
+        action="store_true",
+        help="replace OUTDIR if it is a previous trainc output (its manifest.json "
+        "lists everything in it); nothing else is ever replaced",
+    )
     c.add_argument("--format", choices=("text", "json"), default="text")
     c.add_argument("--werror", action="store_true", help="treat warnings as errors")
 
     lint = sub.add_parser("lint", help="check specs, write nothing")
-    lint.add_argument("items", nargs="+", metavar="SPEC... [KEY=VALUE ...]",
-                      help="spec files; a folder stands for its *.yaml / *.yml files (not its "
-                      "subfolders), a quoted glob for its matches")
-    lint.add_argument("--format", choices=("text", "json", "sarif", "github"), default="text",
-                      help="sarif: SARIF 2.1.0 for code scanning; github: workflow annotations")
+    lint.add_argument(
+        "items",
+        nargs="+",
+        metavar="SPEC... [KEY=VALUE ...]",
+        help="spec files; a folder stands for its *.yaml / *.yml files (not its "
+        "subfolders), a quoted glob for its matches",
+    )
+    lint.add_argument(
+        "--format",
+        choices=("text", "json", "sarif", "github"),
+        default="text",
+        help="sarif: SARIF 2.1.0 for code scanning; github: workflow annotations",
+    )
     lint.add_argument("--werror", action="store_true", help="treat warnings as errors")
-    lint.add_argument("--slurm", action="store_true",
-                      help="also ask the reachable Slurm controller whether it would run each "
-                      "spec's sbatch.sh (sbatch --test-only); warns when none is reachable")
+    lint.add_argument(
+        "--slurm",
+        action="store_true",
+        help="also ask the reachable Slurm controller whether it would run each "
+        "spec's sbatch.sh (sbatch --test-only); warns when none is reachable",
+    )
 
     ex = sub.add_parser("explain", help="estimates and the rank map as terminal tables")
     ex.add_argument("items", nargs="+", metavar="SPEC [KEY=VALUE ...]")
-    ex.add_argument("--ranks", type=_positive_int, default=None, metavar="N",
-                    help="rows of the rank table (default: one node; at most 256)")
+    ex.add_argument(
+        "--ranks",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="rows of the rank table (default: one node; at most 256)",
+    )
     _add_ecosystem_parsers(sub)
     _add_plan_parser(sub)
     from trainc.cli.calibrate import add_parser as _add_calibrate_parser
@@ -106,13 +124,21 @@ def build_parser() -> argparse.ArgumentParser:
     _add_submit_parser(sub)
 
     run = sub.add_parser("run", help="run OUTDIR/torchrun.sh on this machine")
-    run.add_argument("--node-rank", type=int, metavar="I", help="this machine is node I of a "
-                     "multi-node plan (started once on every node; default: refused)")
+    run.add_argument(
+        "--node-rank",
+        type=int,
+        metavar="I",
+        help="this machine is node I of a "
+        "multi-node plan (started once on every node; default: refused)",
+    )
     run.add_argument("--master-addr", metavar="HOST", help="address of node 0 (with --node-rank)")
     run.add_argument("outdir", metavar="OUTDIR")
-    run.add_argument("worker_args", nargs=argparse.REMAINDER,
-                     help="extra worker flags (e.g. --train-iters 20 --load DIR), passed to every "
-                     "rank through TRAINC_WORKER_ARGS")
+    run.add_argument(
+        "worker_args",
+        nargs=argparse.REMAINDER,
+        help="extra worker flags (e.g. --train-iters 20 --load DIR), passed to every "
+        "rank through TRAINC_WORKER_ARGS",
+    )
     return p
 
 
@@ -120,31 +146,52 @@ def _add_ecosystem_parsers(sub: argparse._SubParsersAction) -> None:  # type: ig
     """``import-hf``, ``schema`` and ``diff``."""
     imp = sub.add_parser("import-hf", help="turn a Hugging Face config.json into a model preset")
     imp.add_argument("config", metavar="CONFIG_JSON")
-    imp.add_argument("-o", "--output", metavar="MODEL_YAML",
-                     help="default (or '-'): print to stdout; notes go to stderr either way")
-    imp.add_argument("--seq-length", type=int, metavar="N",
-                     help="training sequence length (default: min(P, 8192), P = "
-                     "rope_scaling.original_max_position_embeddings or max_position_embeddings)")
-    imp.add_argument("--drop-rope-scaling", action="store_true",
-                     help="import plain RoPE when config.json's rope_scaling cannot be expressed "
-                     "(a different model from the checkpoint: for training from scratch)")
-    imp.add_argument("--drop-sliding-window", action="store_true",
-                     help="import full causal attention when config.json's sliding_window is "
-                     "shorter than the sequence (a different model from the checkpoint: for "
-                     "training from scratch)")
-    imp.add_argument("--force", action="store_true",
-                     help="replace an existing MODEL_YAML file (never a folder or a device)")
+    imp.add_argument(
+        "-o",
+        "--output",
+        metavar="MODEL_YAML",
+        help="default (or '-'): print to stdout; notes go to stderr either way",
+    )
+    imp.add_argument(
+        "--seq-length",
+        type=int,
+        metavar="N",
+        help="training sequence length (default: min(P, 8192), P = "
+        "rope_scaling.original_max_position_embeddings or max_position_embeddings)",
+    )
+    imp.add_argument(
+        "--drop-rope-scaling",
+        action="store_true",
+        help="import plain RoPE when config.json's rope_scaling cannot be expressed "
+        "(a different model from the checkpoint: for training from scratch)",
+    )
+    imp.add_argument(
+        "--drop-sliding-window",
+        action="store_true",
+        help="import full causal attention when config.json's sliding_window is "
+        "shorter than the sequence (a different model from the checkpoint: for "
+        "training from scratch)",
+    )
+    imp.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing MODEL_YAML file (never a folder or a device)",
+    )
 
     sch = sub.add_parser("schema", help="print the JSON Schema of a spec file")
-    sch.add_argument("--section", metavar="NAME",
-                     help="only one section (model, cluster, ...), for preset files")
+    sch.add_argument(
+        "--section", metavar="NAME", help="only one section (model, cluster, ...), for preset files"
+    )
 
     d = sub.add_parser("diff", help="what differs between two specs after resolution")
     d.add_argument("items", nargs="+", metavar="A B [KEY=VALUE ...]")
     d.add_argument("--format", choices=("text", "json"), default="text")
     d.add_argument("--all", action="store_true", help="also list the keys that are equal")
-    d.add_argument("--require-resume", action="store_true",
-                   help="exit 1 when B cannot resume from A's checkpoints (for CI)")
+    d.add_argument(
+        "--require-resume",
+        action="store_true",
+        help="exit 1 when B cannot resume from A's checkpoints (for CI)",
+    )
 
 
 def _add_plan_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]
@@ -152,23 +199,39 @@ def _add_plan_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
     pl.add_argument("items", nargs="+", metavar="SPEC [KEY=VALUE ...]")
     pl.add_argument("--top", type=_positive_int, default=5, metavar="K")
     pl.add_argument("--format", choices=("text", "json"), default="text")
-    pl.add_argument("--apply", metavar="OUT.yaml", help="write the best layout as a spec: the "
-                    "spec file itself is edited in place; another existing file is replaced only "
-                    "with --force")
-    pl.add_argument("--force", action="store_true",
-                    help="with --apply: replace OUT.yaml although it exists")
+    pl.add_argument(
+        "--apply",
+        metavar="OUT.yaml",
+        help="write the best layout as a spec: the "
+        "spec file itself is edited in place; another existing file is replaced only "
+        "with --force",
+    )
+    pl.add_argument(
+        "--force", action="store_true", help="with --apply: replace OUT.yaml although it exists"
+    )
 
 
 def _add_submit_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]
     s = sub.add_parser("submit", help="submit OUTDIR/sbatch.sh to Slurm and print the job id")
     s.add_argument("outdir", metavar="OUTDIR", help="a folder written by trainc compile")
-    s.add_argument("--wait", action="store_true",
-                   help="follow the job to its end and exit with its exit code")
-    s.add_argument("--timeout", type=float, metavar="SECONDS",
-                   help="with --wait: give up (exit 4, job left running) after this long")
-    s.add_argument("--sbatch-option", dest="sbatch_args", action="append", default=[],
-                   metavar="OPTION", help="one more sbatch option, overriding the script's "
-                   "#SBATCH lines (repeatable), e.g. --sbatch-option=--dependency=afterok:123")
+    s.add_argument(
+        "--wait", action="store_true", help="follow the job to its end and exit with its exit code"
+    )
+    s.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="with --wait: give up (exit 4, job left running) after this long",
+    )
+    s.add_argument(
+        "--sbatch-option",
+        dest="sbatch_args",
+        action="append",
+        default=[],
+        metavar="OPTION",
+        help="one more sbatch option, overriding the script's "
+        "#SBATCH lines (repeatable), e.g. --sbatch-option=--dependency=afterok:123",
+    )
 
 
 def _positive_int(text: str) -> int:
@@ -187,8 +250,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if sys.stderr is None:  # started with 2>&- : diagnostics go nowhere rather than crash
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115
     if sys.stdout is None:  # started with >&- : refuse before anything is written to disk
-        print("trainc: standard output is closed; run trainc with stdout open (redirect it "
-              "to a file or /dev/null)", file=sys.stderr)
+        print(
+            "trainc: standard output is closed; run trainc with stdout open (redirect it "
+            "to a file or /dev/null)",
+            file=sys.stderr,
+        )
         return EXIT_ENV
     parser = build_parser()
     # KEY=VALUE overrides may follow options (`compile spec.yaml --force parallel.tp=4`): argparse
@@ -223,8 +289,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"trainc {args.command}: {where}{e.strerror or e}", file=sys.stderr)
         return EXIT_ENV
     except Exception:  # a bug: say so, with what is needed to reproduce it
-        print("trainc: internal error (this is a bug in trainc; please report it with the spec "
-              "and this trace)", file=sys.stderr)
+        print(
+            "trainc: internal error (this is a bug in trainc; please report it with the spec "
+            "and this trace)",
+            file=sys.stderr,
+        )
         traceback.print_exc()
         return EXIT_INTERNAL
 
@@ -241,12 +310,26 @@ def _park_stdout() -> None:
 
 
 #: The handlers' former names in the single-module cli (``trainc.cli._plan_table`` ...).
-_MOVED = {"_split": "_common", "_failed": "_common", "_print_text": "_common",
-          "_json_record": "_common", "_lint": "compile", "_compile": "compile",
-          "_explain": "compile", "_import_hf": "ecosystem", "_schema": "ecosystem",
-          "_diff": "ecosystem", "_plan": "plan", "_plan_table": "plan", "_pp": "plan",
-          "_fmt": "plan", "_slurm_check": "slurm", "_print_slurm_check": "slurm",
-          "_submit": "slurm", "_run": "run"}
+_MOVED = {
+    "_split": "_common",
+    "_failed": "_common",
+    "_print_text": "_common",
+    "_json_record": "_common",
+    "_lint": "compile",
+    "_compile": "compile",
+    "_explain": "compile",
+    "_import_hf": "ecosystem",
+    "_schema": "ecosystem",
+    "_diff": "ecosystem",
+    "_plan": "plan",
+    "_plan_table": "plan",
+    "_pp": "plan",
+    "_fmt": "plan",
+    "_slurm_check": "slurm",
+    "_print_slurm_check": "slurm",
+    "_submit": "slurm",
+    "_run": "run",
+}
 
 
 def __getattr__(name: str) -> Any:

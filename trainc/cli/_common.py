@@ -64,8 +64,11 @@ def _print_text(result: LintResult) -> None:
 
 def _json_record(result: LintResult, werror: bool) -> dict[str, Any]:
     """One spec's entry of the ``--format json`` output (spec-contract: path, ok, diagnostics)."""
-    return {"path": result.path, "ok": not _failed(result, werror),
-            "diagnostics": [d.to_json() for d in result.diagnostics]}
+    return {
+        "path": result.path,
+        "ok": not _failed(result, werror),
+        "diagnostics": [d.to_json() for d in result.diagnostics],
+    }
 
 
 class OutputError(LaunchError):

@@ -33,8 +33,9 @@ def _expand_specs(items: list[str]) -> list[str]:
         path = Path(item)
         found: list[str] = []
         if item != "-" and path.is_dir():
-            found = sorted(str(f) for f in path.iterdir()
-                           if f.is_file() and f.suffix in (".yaml", ".yml"))
+            found = sorted(
+                str(f) for f in path.iterdir() if f.is_file() and f.suffix in (".yaml", ".yml")
+            )
         elif item != "-" and not path.exists() and glob.has_magic(item):
             found = sorted(glob.glob(item))
         out += found or [item]
@@ -59,10 +60,14 @@ def _lint(args: argparse.Namespace) -> int:
     if args.format in ("sarif", "github"):
         from trainc.ecosystem.lint_formats import render_github, render_sarif
 
-        failed = [_failed(r, args.werror) or bool(c and c["ok"] is False)
-                  for r, c in zip(results, slurm, strict=True)]
-        out(render_sarif(results) if args.format == "sarif" else render_github(results, failed),
-            end="")
+        failed = [
+            _failed(r, args.werror) or bool(c and c["ok"] is False)
+            for r, c in zip(results, slurm, strict=True)
+        ]
+        out(
+            render_sarif(results) if args.format == "sarif" else render_github(results, failed),
+            end="",
+        )
         return EXIT_SPEC if any(failed) else EXIT_OK
     if args.format == "json":
         records = [_json_record(r, args.werror) for r in results]
@@ -95,8 +100,10 @@ def _compile(args: argparse.Namespace) -> int:
 
     specs, overrides = _split(args.items)
     if len(specs) != 1:
-        print(f"trainc compile: expected one spec file, got {len(specs)}: {' '.join(specs)}",
-              file=sys.stderr)
+        print(
+            f"trainc compile: expected one spec file, got {len(specs)}: {' '.join(specs)}",
+            file=sys.stderr,
+        )
         return EXIT_SPEC
     result = compile_spec(specs[0], overrides)
     failed = _failed(result, args.werror)
@@ -111,8 +118,13 @@ def _compile(args: argparse.Namespace) -> int:
     assert result.plan is not None
     outdir = args.output or f"out/{result.plan['spec']['name']}"
     # OutdirRefused (exit 2) and LaunchError (exit 4) are reported by main()
-    names = write_artifacts(result.files, result.plan, outdir, force=args.force,
-                            keep=() if specs[0] == "-" else (specs[0],))
+    names = write_artifacts(
+        result.files,
+        result.plan,
+        outdir,
+        force=args.force,
+        keep=() if specs[0] == "-" else (specs[0],),
+    )
     if args.format == "text":
         out(f"wrote {len(names)} files to {outdir}: {', '.join(names)}")
         missing = not_written(result.plan)
@@ -129,8 +141,10 @@ def _explain(args: argparse.Namespace) -> int:
 
     specs, overrides = _split(args.items)
     if len(specs) != 1:
-        print(f"trainc explain: expected one spec file, got {len(specs)}: {' '.join(specs)}",
-              file=sys.stderr)
+        print(
+            f"trainc explain: expected one spec file, got {len(specs)}: {' '.join(specs)}",
+            file=sys.stderr,
+        )
         return EXIT_SPEC
     result = compile_spec(specs[0], overrides, emit_files=False)
     _print_text(result)

@@ -18,9 +18,12 @@ def _import_hf(args: argparse.Namespace) -> int:
     from trainc.ecosystem.hf_import import HFImportError, import_hf_with_notes
 
     try:
-        text, notes = import_hf_with_notes(args.config, seq_length=args.seq_length,
-                                           drop_rope_scaling=args.drop_rope_scaling,
-                                           drop_sliding_window=args.drop_sliding_window)
+        text, notes = import_hf_with_notes(
+            args.config,
+            seq_length=args.seq_length,
+            drop_rope_scaling=args.drop_rope_scaling,
+            drop_sliding_window=args.drop_sliding_window,
+        )
     except HFImportError as e:
         print(f"trainc import-hf: error: {e}", file=sys.stderr)
         return EXIT_SPEC
@@ -31,8 +34,11 @@ def _import_hf(args: argparse.Namespace) -> int:
         return EXIT_OK
     target = args.output
     if os.path.lexists(target) and (os.path.islink(target) or not os.path.isfile(target)):
-        print(f"trainc import-hf: {target} exists and is not a plain file; trainc never replaces "
-              "it (give another -o)", file=sys.stderr)
+        print(
+            f"trainc import-hf: {target} exists and is not a plain file; trainc never replaces "
+            "it (give another -o)",
+            file=sys.stderr,
+        )
         return EXIT_SPEC
     if os.path.exists(target) and not args.force:
         print(f"trainc import-hf: {target} exists; pass --force to replace it", file=sys.stderr)
@@ -53,8 +59,11 @@ def _schema(args: argparse.Namespace) -> int:
     from trainc.ecosystem.jsonschema import render, sections
 
     if args.section is not None and args.section not in sections():
-        print(f"trainc schema: unknown section {args.section!r}; choose one of "
-              f"{', '.join(sections())}", file=sys.stderr)
+        print(
+            f"trainc schema: unknown section {args.section!r}; choose one of "
+            f"{', '.join(sections())}",
+            file=sys.stderr,
+        )
         return EXIT_SPEC
     out(render(args.section), end="")
     return EXIT_OK
@@ -68,5 +77,11 @@ def _diff(args: argparse.Namespace) -> int:
     if len(specs) != 2:
         print(f"trainc diff: expected two spec files, got {len(specs)}", file=sys.stderr)
         return EXIT_SPEC
-    return run_diff(specs[0], specs[1], overrides, fmt=args.format, show_all=args.all,
-                    require_resume=args.require_resume)
+    return run_diff(
+        specs[0],
+        specs[1],
+        overrides,
+        fmt=args.format,
+        show_all=args.all,
+        require_resume=args.require_resume,
+    )

@@ -35,20 +35,34 @@ def _plan(args: argparse.Namespace) -> int:
     res = plan_layouts(specs[0], overrides, top=max(1, args.top))
     if not res.ok or not res.planned:
         if args.format == "json":  # one object on stdout, as promised, even with no layout
-            out(dumps({**_json_record(res, False), **to_json(res), "ok": False},
-                      indent=2, sort_keys=True))
+            out(
+                dumps(
+                    {**_json_record(res, False), **to_json(res), "ok": False},
+                    indent=2,
+                    sort_keys=True,
+                )
+            )
         _print_text(res)
         if res.ok:
-            print(f"trainc plan: no layout of {specs[0]} fits ({res.no_fit_reason()}); add "
-                  "nodes or GPUs with more memory" + ("" if not math.isfinite(
-                      res.min_memory_bytes) else ", or use a smaller micro batch or recompute"),
-                  file=sys.stderr)
+            print(
+                f"trainc plan: no layout of {specs[0]} fits ({res.no_fit_reason()}); add "
+                "nodes or GPUs with more memory"
+                + (
+                    ""
+                    if not math.isfinite(res.min_memory_bytes)
+                    else ", or use a smaller micro batch or recompute"
+                ),
+                file=sys.stderr,
+            )
         elif res.planned == [] and res.num_candidates_considered:
-            print(f"trainc plan: {specs[0]}: the keys it fixes break the rules above",
-                  file=sys.stderr)
+            print(
+                f"trainc plan: {specs[0]}: the keys it fixes break the rules above", file=sys.stderr
+            )
         else:
-            print(f"trainc plan: {specs[0]}: fix the errors above first (nothing was planned)",
-                  file=sys.stderr)
+            print(
+                f"trainc plan: {specs[0]}: fix the errors above first (nothing was planned)",
+                file=sys.stderr,
+            )
         return EXIT_SPEC
     if args.format == "json":
         out(dumps(to_json(res), indent=2, sort_keys=True))
@@ -60,8 +74,9 @@ def _plan(args: argparse.Namespace) -> int:
         from trainc.planner.apply import ApplyRefused, write_applied
 
         try:
-            applied = write_applied(specs[0], overrides, res.planned[0].spec, args.apply,
-                                    res.planned[0].raw_spec)
+            applied = write_applied(
+                specs[0], overrides, res.planned[0].spec, args.apply, res.planned[0].raw_spec
+            )
         except ApplyRefused as e:
             print(f"trainc plan: {e}", file=sys.stderr)
             return EXIT_SPEC
@@ -70,8 +85,11 @@ def _plan(args: argparse.Namespace) -> int:
         if applied.note:
             print(f"trainc plan: note: {applied.note}", file=sys.stderr)
         if args.format == "text":
-            out(f"wrote {args.apply} (the complete resolved spec)" if applied.note
-                else f"wrote {args.apply} ({len(applied.changed)} key(s) changed)")
+            out(
+                f"wrote {args.apply} (the complete resolved spec)"
+                if applied.note
+                else f"wrote {args.apply} ({len(applied.changed)} key(s) changed)"
+            )
     return EXIT_OK
 
 
@@ -80,8 +98,10 @@ def _apply_refused(spec: str, target: str, force: bool) -> str | None:
     place; a new file is written; any other existing path (a notes file, another spec, an
     artifact) is replaced only with ``--force``, and never when it is not a regular file."""
     if spec == "-":
-        return ("--apply edits the spec file: with the spec on standard input there is no file "
-                "to edit; pass the spec's path")
+        return (
+            "--apply edits the spec file: with the spec on standard input there is no file "
+            "to edit; pass the spec's path"
+        )
     path = Path(target)
     if not path.exists() and not path.is_symlink():
         return None
@@ -91,5 +111,7 @@ def _apply_refused(spec: str, target: str, force: bool) -> str | None:
         return None
     if force:
         return None
-    return (f"--apply {target}: the file exists and is not the spec ({spec}); --apply replaces "
-            "only the spec itself or a new file without --force (add --force to replace it)")
+    return (
+        f"--apply {target}: the file exists and is not the spec ({spec}); --apply replaces "
+        "only the spec itself or a new file without --force (add --force to replace it)"
+    )

@@ -42,5 +42,4 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError:
         print("trainc run: --node-rank takes a node number", file=sys.stderr)
         return 2
-    return run(args.outdir, worker_args, node_rank=args.node_rank,
-               master_addr=args.master_addr)
+    return run(args.outdir, worker_args, node_rank=args.node_rank, master_addr=args.master_addr)

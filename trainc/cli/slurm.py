@@ -23,12 +23,17 @@ def _slurm_check(result: Any) -> dict[str, Any]:
     try:
         answer = test_only(script)
     except SlurmUnavailable as e:
-        return {"checked": False, "ok": None,
-                "message": f"not checked: {e}; start one or set SLURM_CONF to the cluster's "
-                "slurm.conf"}
+        return {
+            "checked": False,
+            "ok": None,
+            "message": f"not checked: {e}; start one or set SLURM_CONF to the cluster's slurm.conf",
+        }
     verdict = "accepted" if answer.ok else "rejected"
-    return {"checked": True, "ok": answer.ok,
-            "message": f"sbatch --test-only {verdict} sbatch.sh: {answer.message}"}
+    return {
+        "checked": True,
+        "ok": answer.ok,
+        "message": f"sbatch --test-only {verdict} sbatch.sh: {answer.message}",
+    }
 
 
 def _print_slurm_check(path: str, check: dict[str, Any]) -> None:
@@ -47,9 +52,15 @@ def _submit(args: argparse.Namespace) -> int:
     from trainc.launch import submit as slurm
 
     if args.timeout is not None and (not args.wait or not args.timeout > 0):
-        print("trainc submit: --timeout " + (f"{args.timeout:g} must be a positive number of "
-              "seconds" if args.wait else "needs --wait (it bounds the wait for the job's end)"),
-              file=sys.stderr)
+        print(
+            "trainc submit: --timeout "
+            + (
+                f"{args.timeout:g} must be a positive number of seconds"
+                if args.wait
+                else "needs --wait (it bounds the wait for the job's end)"
+            ),
+            file=sys.stderr,
+        )
         return EXIT_SPEC
     extra = list(args.sbatch_args)
     for warning in slurm.manifest_warnings(args.outdir):
@@ -68,26 +79,36 @@ def _submit(args: argparse.Namespace) -> int:
         where = f" on {st.nodes}" if st.nodes and st.nodes != "(null)" else ""
         again = f" (restart {st.restarts})" if st.restarts else ""
         why = f" ({st.reason})" if st.reason and st.reason != "None" and not st.finished else ""
-        print(f"trainc submit: job {job_id} {st.state}{again}{where}{why}", file=sys.stderr,
-              flush=True)
+        print(
+            f"trainc submit: job {job_id} {st.state}{again}{where}{why}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     try:
         final = slurm.wait(job_id, timeout_s=args.timeout, on_change=show)
     except KeyboardInterrupt:
-        print(f"trainc submit: stopped waiting; job {job_id} goes on (scancel {job_id} stops it)",
-              file=sys.stderr)
+        print(
+            f"trainc submit: stopped waiting; job {job_id} goes on (scancel {job_id} stops it)",
+            file=sys.stderr,
+        )
         return 130
     except LaunchError as e:
         print(f"trainc submit: {e}", file=sys.stderr)
         return EXIT_ENV
     output = f"; output: {final.stdout}" if final.stdout else ""
-    print(f"trainc submit: job {job_id} {final.state}, exit code {final.exit_code}:{final.signal}"
-          f" -> {final.return_code}{output}", file=sys.stderr)
+    print(
+        f"trainc submit: job {job_id} {final.state}, exit code {final.exit_code}:{final.signal}"
+        f" -> {final.return_code}{output}",
+        file=sys.stderr,
+    )
     if final.state != "COMPLETED" and final.exit_code > 128:
         # srun returns the highest task exit code, and a task that --kill-on-bad-exit ended
         # reports 128 + SIGTERM even when another task's failure started it (srun(1), RETURN VALUE)
-        print(f"trainc submit: {final.exit_code} = 128 + signal {final.exit_code - 128}: srun "
-              "ended the other tasks after one failed (--kill-on-bad-exit); the first "
-              "'error: ... Exited with exit code' line in the output names the task that did",
-              file=sys.stderr)
+        print(
+            f"trainc submit: {final.exit_code} = 128 + signal {final.exit_code - 128}: srun "
+            "ended the other tasks after one failed (--kill-on-bad-exit); the first "
+            "'error: ... Exited with exit code' line in the output names the task that did",
+            file=sys.stderr,
+        )
     return final.return_code

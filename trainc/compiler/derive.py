@@ -70,9 +70,14 @@ def padded_vocab(vocab_size: int, divisible_by: int, tp: int) -> int:
     return math.ceil(vocab_size / unit) * unit
 
 
-def layers_per_stage(num_layers: int, pp: int, first: int | None, last: int | None,
-                     account_for_embedding: bool = False,
-                     account_for_loss: bool = False) -> tuple[int, ...] | None:
+def layers_per_stage(
+    num_layers: int,
+    pp: int,
+    first: int | None,
+    last: int | None,
+    account_for_embedding: bool = False,
+    account_for_loss: bool = False,
+) -> tuple[int, ...] | None:
     """Transformer layers on each pipeline stage, or None if the split is invalid.
 
     Even split: ``L/pp`` each. Uneven (Megatron ``num_layers_in_first/last_pipeline_stage``):
@@ -170,10 +175,14 @@ def derive(spec: TrainSpec) -> Derived:
         etp=etp,
         expert_dp=edp,
         num_microbatches=nmb,
-        layers_per_stage=layers_per_stage(m.num_layers, p.pp, p.pipeline_first_stage_layers,
-                                          p.pipeline_last_stage_layers,
-                                          p.account_for_embedding_in_pipeline_split,
-                                          p.account_for_loss_in_pipeline_split),
+        layers_per_stage=layers_per_stage(
+            m.num_layers,
+            p.pp,
+            p.pipeline_first_stage_layers,
+            p.pipeline_last_stage_layers,
+            p.account_for_embedding_in_pipeline_split,
+            p.account_for_loss_in_pipeline_split,
+        ),
         padded_vocab_size=padded_vocab(m.vocab_size, m.make_vocab_size_divisible_by, p.tp),
         num_moe_layers=num_moe_layers(spec),
         samples_per_step=t.global_batch_size,
@@ -198,8 +207,11 @@ def megatron_fsdp_runs(spec: TrainSpec) -> bool:
     """Whether Megatron-FSDP can run this spec's job as written: Megatron-LM's pretrain_gpt.py on
     CUDA (the trainc worker refuses it on CUDA and runs the distributed optimizer on CPU: TRC383).
     The planner and TRC401's fix list offer zero_stage 3 only then."""
-    return (spec.engine is Engine.megatron and spec.launch.entrypoint.value == "megatron-lm"
-            and spec.launch.device.value == "cuda")
+    return (
+        spec.engine is Engine.megatron
+        and spec.launch.entrypoint.value == "megatron-lm"
+        and spec.launch.device.value == "cuda"
+    )
 
 
 def checkpoint_format(spec: TrainSpec) -> str:
@@ -248,15 +260,22 @@ def _demo() -> TrainSpec:
     """A small spec for the doctests (200 steps of 64 samples over 10 000 samples)."""
     from trainc.schemas import ClusterSpec, DataSpec, ModelSpec, TrainingSpec
 
-    return TrainSpec(model=ModelSpec(num_layers=2, hidden_size=64, num_attention_heads=4,
-                                     vocab_size=1000, seq_length=128),
-                     cluster=ClusterSpec(num_nodes=1, gpus_per_node=8),
-                     training=TrainingSpec(global_batch_size=64, train_iters=200),
-                     data=DataSpec(num_samples=10000))
+    return TrainSpec(
+        model=ModelSpec(
+            num_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=1000, seq_length=128
+        ),
+        cluster=ClusterSpec(num_nodes=1, gpus_per_node=8),
+        training=TrainingSpec(global_batch_size=64, train_iters=200),
+        data=DataSpec(num_samples=10000),
+    )
 
 
-def stage_chunk_sizes(num_layers_per_stage: list[int], vpp: int, account_for_embedding: bool = False,
-                      account_for_loss: bool = False) -> list[list[int]]:
+def stage_chunk_sizes(
+    num_layers_per_stage: list[int],
+    vpp: int,
+    account_for_embedding: bool = False,
+    account_for_loss: bool = False,
+) -> list[list[int]]:
     """Transformer layers in each model chunk of each PP rank (``[rank][chunk]``).
 
     Mirrors Megatron-Core ``get_num_layers_to_build``: every rank's (padded) layers form ``vpp``
@@ -269,8 +288,10 @@ def stage_chunk_sizes(num_layers_per_stage: list[int], vpp: int, account_for_emb
     [[3, 4], [4, 4], [4, 4], [4, 3]]
     """
     p = len(num_layers_per_stage)
-    padded = [n + (account_for_embedding and r == 0) + (account_for_loss and r == p - 1)
-              for r, n in enumerate(num_layers_per_stage)]
+    padded = [
+        n + (account_for_embedding and r == 0) + (account_for_loss and r == p - 1)
+        for r, n in enumerate(num_layers_per_stage)
+    ]
     if vpp <= 1 or any(n % vpp for n in padded):
         return [[n] for n in num_layers_per_stage]
     out = [[n // vpp] * vpp for n in padded]
@@ -281,9 +302,12 @@ def stage_chunk_sizes(num_layers_per_stage: list[int], vpp: int, account_for_emb
     return out
 
 
-def stage_layer_indices(num_layers_per_stage: list[int], vpp: int,
-                        account_for_embedding: bool = False,
-                        account_for_loss: bool = False) -> list[list[int]]:
+def stage_layer_indices(
+    num_layers_per_stage: list[int],
+    vpp: int,
+    account_for_embedding: bool = False,
+    account_for_loss: bool = False,
+) -> list[list[int]]:
     """Global (0-based) layer indices of each PP rank, chunk by chunk.
 
     Without interleaving stage r holds a contiguous block. With ``vpp = v`` chunk j of rank r
@@ -307,8 +331,9 @@ def stage_layer_indices(num_layers_per_stage: list[int], vpp: int,
     return out
 
 
-def full_recompute_mask(chunks: list[int], recompute_method: str | None,
-                        recompute_num_layers: int | None) -> list[bool]:
+def full_recompute_mask(
+    chunks: list[int], recompute_method: str | None, recompute_num_layers: int | None
+) -> list[bool]:
     """Which of a stage's layers full recompute re-runs, in :func:`stage_layer_indices` order;
     ``chunks`` are the stage's chunk sizes (:func:`stage_chunk_sizes`).
 
@@ -328,8 +353,9 @@ def full_recompute_mask(chunks: list[int], recompute_method: str | None,
     return [k < n for c in chunks for k in range(c)]
 
 
-def tp_in_nvlink_domain(tp: int, nvlink_domain_size: int | None, gpus_per_node: int,
-                        world: int | None = None) -> bool:
+def tp_in_nvlink_domain(
+    tp: int, nvlink_domain_size: int | None, gpus_per_node: int, world: int | None = None
+) -> bool:
     """Whether a TP group (``tp`` consecutive ranks, Megatron-Core's order ``tp-cp-ep-dp-pp``)
     lies inside one NVLink domain (``nvlink_domain_size`` GPUs, default the node): the groups
     tile the domain (``domain % tp == 0``), or the whole job (``world`` GPUs) fits in one
@@ -363,8 +389,13 @@ def domain_group_nodes(tp: int, cp: int, etp: int, ep: int, gpus_per_node: int) 
     return max(1, -(-widest // max(gpus_per_node, 1)))
 
 
-def slurm_segment(num_nodes: int, gpus_per_node: int, nvlink_domain_size: int,
-                  requested: int | None, group_nodes: int = 1) -> int:
+def slurm_segment(
+    num_nodes: int,
+    gpus_per_node: int,
+    nvlink_domain_size: int,
+    requested: int | None,
+    group_nodes: int = 1,
+) -> int:
     """Nodes per ``#SBATCH --segment`` (0: no such line) for a job of ``num_nodes`` nodes.
 
     ``requested`` (``launch.slurm_segment``) is taken as written (0 turns the line off). Left

@@ -157,9 +157,9 @@ def sort_diagnostics(diags: Iterable[Diagnostic]) -> list[Diagnostic]:
 def render_text(diags: Iterable[Diagnostic], path: str | None = None) -> str:
     """Human-readable rendering, one block per diagnostic::
 
-        error[TRC201 heads-divisible-by-tp]: num_attention_heads (12) is not divisible by tp (8)
-          --> spec.yaml:7   parallel.tp
-          fix: set parallel.tp to one of 1, 2, 3, 4, 6, 12
+    error[TRC201 heads-divisible-by-tp]: num_attention_heads (12) is not divisible by tp (8)
+      --> spec.yaml:7   parallel.tp
+      fix: set parallel.tp to one of 1, 2, 3, 4, 6, 12
     """
     lines = []
     for d in diags:
@@ -187,6 +187,5 @@ def did_you_mean(word: str, candidates: list[str]) -> str:
     stem = [c for c in candidates if len(word) >= 3 and str(c).lower().startswith(word.lower())]
     if 1 < len(stem) <= 4:
         return " (did you mean " + " or ".join(f"`{c}`" for c in stem) + "?)"
-    close = stem if len(stem) == 1 else difflib.get_close_matches(word, candidates, n=1,
-                                                                   cutoff=0.6)
+    close = stem if len(stem) == 1 else difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
     return f" (did you mean `{close[0]}`?)" if close else ""

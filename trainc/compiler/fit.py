@@ -55,6 +55,8 @@ def is_tight(total_bytes: float, budget_bytes: float) -> bool:
     """Per-GPU memory above ``1 - TIGHT_MARGIN`` of the budget (bytes both): TRC403's range
     (and TRC401's beyond its margin); False without a budget."""
     return budget_bytes > 0 and total_bytes > budget_bytes * (1 - TIGHT_MARGIN)
+
+
 MAX_SUGGESTIONS = 4
 #: Uneven pipeline splits tried by the what-if search (nearest the current split first).
 MAX_REBALANCE = 3
@@ -107,8 +109,12 @@ def _candidate_edits(spec: TrainSpec) -> list[tuple[dict[str, Any], dict[str, An
     if t.recompute is Recompute.none:
         out.append(({"training.recompute": Recompute.selective}, {}))
     if t.recompute is not Recompute.full:
-        out.append(({"training.recompute": Recompute.full},
-                    {"training.recompute_method": None, "training.recompute_num_layers": None}))
+        out.append(
+            (
+                {"training.recompute": Recompute.full},
+                {"training.recompute_method": None, "training.recompute_num_layers": None},
+            )
+        )
     if spec.engine is Engine.megatron:
         if p.zero_stage == 0:
             out.append(({"parallel.zero_stage": 1}, {}))
@@ -151,12 +157,19 @@ def _rebalance_edits(spec: TrainSpec, plan: Plan) -> list[tuple[dict[str, Any], 
                 continue
             else:
                 mid = rest // (p - 2)
-            lighter = (f < f0 if s == 0 else last < l0 if s == p - 1 else mid < mid0)
+            lighter = f < f0 if s == 0 else last < l0 if s == p - 1 else mid < mid0
             if lighter and (f, last) != (f0, l0):
                 found.append((abs(f - f0) + abs(last - l0), f, last))
-    return [({"parallel.pipeline_first_stage_layers": f,
-              "parallel.pipeline_last_stage_layers": last}, {})
-            for _, f, last in sorted(found)[:MAX_REBALANCE]]
+    return [
+        (
+            {
+                "parallel.pipeline_first_stage_layers": f,
+                "parallel.pipeline_last_stage_layers": last,
+            },
+            {},
+        )
+        for _, f, last in sorted(found)[:MAX_REBALANCE]
+    ]
 
 
 def _more_nodes_edits(spec: TrainSpec) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -184,8 +197,9 @@ def _more_nodes_edits(spec: TrainSpec) -> list[tuple[dict[str, Any], dict[str, A
     return out
 
 
-def _try(spec: TrainSpec, edits: dict[str, Any], side: dict[str, Any],
-         evaluate: Evaluate) -> dict[str, Any] | None:
+def _try(
+    spec: TrainSpec, edits: dict[str, Any], side: dict[str, Any], evaluate: Evaluate
+) -> dict[str, Any] | None:
     cand = _edited(spec, {**side, **edits})
     plan = evaluate(cand)
     if plan is None or plan.estimates is None:
@@ -193,9 +207,14 @@ def _try(spec: TrainSpec, edits: dict[str, Any], side: dict[str, Any],
     e = plan.estimates
     world = plan.spec.cluster.num_nodes * plan.spec.cluster.gpus_per_node
     added = world - spec.cluster.num_nodes * spec.cluster.gpus_per_node
-    return {"edits": edits, "total": e.memory_bytes.total,
-            "budget": e.memory_budget_bytes, "step": e.step_time_seconds,
-            "gpus_added": added, "gpu_seconds": world * e.step_time_seconds}
+    return {
+        "edits": edits,
+        "total": e.memory_bytes.total,
+        "budget": e.memory_budget_bytes,
+        "step": e.step_time_seconds,
+        "gpus_added": added,
+        "gpu_seconds": world * e.step_time_seconds,
+    }
 
 
 def _show(edits: dict[str, Any]) -> str:
@@ -215,8 +234,10 @@ CP_BAND = 0.10
 def _last_resort(r: dict[str, Any]) -> bool:
     """Whether a change turns on context parallelism or DeepSpeed offload (a last resort)."""
     e = r["edits"]
-    offload = any(getattr(e.get(k), "value", e.get(k)) not in (None, "none")
-                  for k in ("training.offload_optimizer", "training.offload_param"))
+    offload = any(
+        getattr(e.get(k), "value", e.get(k)) not in (None, "none")
+        for k in ("training.offload_optimizer", "training.offload_param")
+    )
     return int(e.get("parallel.cp", 1)) > 1 or offload
 
 
@@ -231,8 +252,13 @@ def _last_resorts_last(ranked: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for r in ranked:
         if not _last_resort(r) or r["gpus_added"]:
             continue
-        near = [x for x in out if not _last_resort(x) and not x["gpus_added"]
-                and x["step"] <= r["step"] * (1 + CP_BAND)]
+        near = [
+            x
+            for x in out
+            if not _last_resort(x)
+            and not x["gpus_added"]
+            and x["step"] <= r["step"] * (1 + CP_BAND)
+        ]
         if near:
             out.remove(r)
             out.insert(out.index(near[-1]) + 1, r)
@@ -258,8 +284,9 @@ def fitting_changes(spec: TrainSpec, evaluate: Evaluate) -> tuple[list[dict[str,
     if not any(r["gpus_added"] == 0 for r in fits):
         for (e1, s1), (e2, s2) in combinations(same, 2):
             keys = set(e1) | set(e2)
-            if set(e1) & set(e2) or ("parallel.pp" in keys
-                                     and "parallel.pipeline_first_stage_layers" in keys):
+            if set(e1) & set(e2) or (
+                "parallel.pp" in keys and "parallel.pipeline_first_stage_layers" in keys
+            ):
                 continue
             r = _try(spec, {**e1, **e2}, {**s1, **s2}, evaluate)
             if r is not None and r["total"] <= r["budget"]:
@@ -278,13 +305,13 @@ def _listed(r: dict[str, Any]) -> str:
     tight = ""
     share = (r["budget"] - r["total"]) / r["budget"] if r["budget"] > 0 else -math.inf
     if r["total"] > r["budget"] * (1 + OOM_MARGIN):  # a reduction that still does not fit
-        tight = (f" (still {-100 * share:.1f} % over)" if math.isfinite(share)
-                 else " (still over)")
+        tight = f" (still {-100 * share:.1f} % over)" if math.isfinite(share) else " (still over)"
     elif is_tight(r["total"], r["budget"]):  # fits, but TRC403
         word = "under" if share >= 0 else "over, inside the margin"
         tight = f" (tight: {abs(100 * share):.1f} % {word})"
-    return (f"{_show(r['edits'])} -> {r['total'] / GiB:.1f} GiB{tight}, {r['step']:.3g} s/step"
-            f"{added}")
+    return (
+        f"{_show(r['edits'])} -> {r['total'] / GiB:.1f} GiB{tight}, {r['step']:.3g} s/step{added}"
+    )
 
 
 def _memory(plan: Plan, e: Estimates, evaluate: Evaluate | None) -> Iterator[Diagnostic]:
@@ -293,43 +320,57 @@ def _memory(plan: Plan, e: Estimates, evaluate: Evaluate | None) -> Iterator[Dia
         return
     spec = plan.spec
     c = spec.cluster
-    parts = ", ".join(f"{k} {getattr(mem, k) / GiB:.1f}"
-                      for k in ("params", "grads", "optimizer", "activations"))
+    parts = ", ".join(
+        f"{k} {getattr(mem, k) / GiB:.1f}" for k in ("params", "grads", "optimizer", "activations")
+    )
     margin = (budget - mem.total) / budget if budget > 0 else -1.0
     if mem.total <= budget * (1 + OOM_MARGIN):
         word = "under" if margin >= 0 else "over"
-        yield diag(R.MEMORY_TIGHT,
-                   f"estimated memory per GPU ({mem.total / GiB:.1f} GiB on pipeline stage "
-                   f"{e.memory_stage}: {parts}) is {abs(100 * margin):.1f} % {word} "
-                   f"gpu_memory_gib - memory_reserve_gib ({c.gpu_memory_gib:g} - "
-                   f"{c.memory_reserve_gib:g} = {budget / GiB:.1f} GiB), inside the memory "
-                   f"model's margin (-{100 * TIGHT_MARGIN:g} % .. +{100 * OOM_MARGIN:g} %): it "
-                   f"may run out of memory", "cluster.gpu_memory_gib",
-                   related=("training.recompute", "training.micro_batch_size"),
-                   fix="measure the peak on one step (torch.cuda.max_memory_allocated), or "
-                       "leave room: recompute, a smaller micro batch, more tp/pp "
-                       "(trainc lint lists the cheapest when it is a sure OOM)",
-                   memory_bytes=mem.total, budget_bytes=budget, margin=round(margin, 4),
-                   stage=e.memory_stage)
+        yield diag(
+            R.MEMORY_TIGHT,
+            f"estimated memory per GPU ({mem.total / GiB:.1f} GiB on pipeline stage "
+            f"{e.memory_stage}: {parts}) is {abs(100 * margin):.1f} % {word} "
+            f"gpu_memory_gib - memory_reserve_gib ({c.gpu_memory_gib:g} - "
+            f"{c.memory_reserve_gib:g} = {budget / GiB:.1f} GiB), inside the memory "
+            f"model's margin (-{100 * TIGHT_MARGIN:g} % .. +{100 * OOM_MARGIN:g} %): it "
+            f"may run out of memory",
+            "cluster.gpu_memory_gib",
+            related=("training.recompute", "training.micro_batch_size"),
+            fix="measure the peak on one step (torch.cuda.max_memory_allocated), or "
+            "leave room: recompute, a smaller micro batch, more tp/pp "
+            "(trainc lint lists the cheapest when it is a sure OOM)",
+            memory_bytes=mem.total,
+            budget_bytes=budget,
+            margin=round(margin, 4),
+            stage=e.memory_stage,
+        )
         return
-    msg = (f"estimated memory per GPU ({mem.total / GiB:.1f} GiB on pipeline stage "
-           f"{e.memory_stage}: {parts}) exceeds gpu_memory_gib - memory_reserve_gib "
-           f"({c.gpu_memory_gib:g} - {c.memory_reserve_gib:g} = {budget / GiB:.1f} GiB) by "
-           f"{-100 * margin:.1f} %, more than the memory model's {100 * OOM_MARGIN:g} % margin")
+    msg = (
+        f"estimated memory per GPU ({mem.total / GiB:.1f} GiB on pipeline stage "
+        f"{e.memory_stage}: {parts}) exceeds gpu_memory_gib - memory_reserve_gib "
+        f"({c.gpu_memory_gib:g} - {c.memory_reserve_gib:g} = {budget / GiB:.1f} GiB) by "
+        f"{-100 * margin:.1f} %, more than the memory model's {100 * OOM_MARGIN:g} % margin"
+    )
     suggest = evaluate is not None
     cands, fit = fitting_changes(spec, evaluate) if evaluate is not None else ([], False)
     listed = "; ".join(_listed(r) for r in cands)
     if fit:
         top = cands[0]
         faster = min((r["step"] for r in cands if not r["gpus_added"]), default=top["step"])
-        how = (f"adds {top['gpus_added']} GPUs" if top["gpus_added"]
-               else "on the same GPUs, the fastest" if top["step"] <= faster
-               else "on the same GPUs, within 10 % of the fastest without context parallelism "
-                    "or offload")
-        fix = (f"cheapest changes that fit (same GPUs first by step time, context parallelism "
-               f"or offload after a change within 10 % of it, then the fewest GPUs added): "
-               f"{listed}; "
-               f"cheapest: {_show(top['edits'])} ({how})")
+        how = (
+            f"adds {top['gpus_added']} GPUs"
+            if top["gpus_added"]
+            else "on the same GPUs, the fastest"
+            if top["step"] <= faster
+            else "on the same GPUs, within 10 % of the fastest without context parallelism "
+            "or offload"
+        )
+        fix = (
+            f"cheapest changes that fit (same GPUs first by step time, context parallelism "
+            f"or offload after a change within 10 % of it, then the fewest GPUs added): "
+            f"{listed}; "
+            f"cheapest: {_show(top['edits'])} ({how})"
+        )
         edits = {k: getattr(v, "value", v) for k, v in cands[0]["edits"].items()}
     elif cands:
         fix = f"no single or paired change fits; largest reductions: {listed}; add GPUs"
@@ -338,13 +379,23 @@ def _memory(plan: Plan, e: Estimates, evaluate: Evaluate | None) -> Iterator[Dia
         fix = "no valid change found: add GPUs or use a GPU with more memory"
         edits = {}
     else:
-        fix = ("more tp/pp, recompute, ZeRO sharding or a smaller micro batch "
-               "(trainc lint lists them)")
+        fix = (
+            "more tp/pp, recompute, ZeRO sharding or a smaller micro batch (trainc lint lists them)"
+        )
         edits = {}
     related = tuple(sorted({k for r in cands for k in r["edits"]}))
-    yield diag(R.MEMORY_FIT, msg, "cluster.gpu_memory_gib", related=related, fix=fix,
-               edits=edits, memory_bytes=mem.total, budget_bytes=budget,
-               margin=round(margin, 4), stage=e.memory_stage)
+    yield diag(
+        R.MEMORY_FIT,
+        msg,
+        "cluster.gpu_memory_gib",
+        related=related,
+        fix=fix,
+        edits=edits,
+        memory_bytes=mem.total,
+        budget_bytes=budget,
+        margin=round(margin, 4),
+        stage=e.memory_stage,
+    )
 
 
 def host_offload_bytes_per_node(plan: Plan) -> float:
@@ -389,16 +440,21 @@ def _host_memory(plan: Plan) -> Iterator[Diagnostic]:
     if need == 0.0 or need * HOST_BUFFER_FACTOR <= budget:
         return
     margin = (budget - need) / budget
-    what = " and ".join(k for k, v in (("optimizer", t.offload_optimizer),
-                                        ("parameters", t.offload_param)) if v is Offload.cpu)
+    what = " and ".join(
+        k
+        for k, v in (("optimizer", t.offload_optimizer), ("parameters", t.offload_param))
+        if v is Offload.cpu
+    )
     # more nodes shard the offloaded states further (dp grows with num_nodes at fixed tp/pp/cp)
     total = need * c.num_nodes
     nodes_fit = math.ceil(total * HOST_BUFFER_FACTOR / budget - 1e-9)
-    head = (f"the {what} states DeepSpeed offloads to the CPU need {need / GiB:.1f} GiB of host "
-            f"memory per node ({c.gpus_per_node} GPUs x their ZeRO shard of fp32 master weights, "
-            f"Adam moments and fp32 gradients{', and 16-bit parameters' if 'param' in what else ''}"
-            f"), {100 * abs(margin):.1f} % {'under' if margin >= 0 else 'over'} "
-            f"cluster.host_memory_gib ({c.host_memory_gib:g} GiB)")
+    head = (
+        f"the {what} states DeepSpeed offloads to the CPU need {need / GiB:.1f} GiB of host "
+        f"memory per node ({c.gpus_per_node} GPUs x their ZeRO shard of fp32 master weights, "
+        f"Adam moments and fp32 gradients{', and 16-bit parameters' if 'param' in what else ''}"
+        f"), {100 * abs(margin):.1f} % {'under' if margin >= 0 else 'over'} "
+        f"cluster.host_memory_gib ({c.host_memory_gib:g} GiB)"
+    )
     p, tr = spec.parallel, spec.training
     dp_new = nodes_fit * c.gpus_per_node // (p.tp * p.pp * p.cp)
     step = tr.micro_batch_size * dp_new
@@ -407,28 +463,41 @@ def _host_memory(plan: Plan) -> Iterator[Diagnostic]:
     if tr.global_batch_size % step:
         edits["training.global_batch_size"] = math.ceil(tr.global_batch_size / step) * step
         gbs_note = f" with training.global_batch_size={edits['training.global_batch_size']}"
-    options = (f"cluster.num_nodes={nodes_fit}{gbs_note} (the states shard over "
-               f"{nodes_fit * c.gpus_per_node} GPUs: {total / nodes_fit / GiB:.1f} GiB per node, "
-               f"within the 1.5x buffer factor), offload to NVMe "
-               f"(training.offload_optimizer=nvme with training.nvme_path), or a node with at least"
-               f" {math.ceil(need * HOST_BUFFER_FACTOR / GiB)} GiB of host memory")
-    facts: dict[str, Any] = dict(host_bytes=round(need), host_budget_bytes=round(budget),
-                                 margin=round(margin, 4), nodes_fit=nodes_fit)
+    options = (
+        f"cluster.num_nodes={nodes_fit}{gbs_note} (the states shard over "
+        f"{nodes_fit * c.gpus_per_node} GPUs: {total / nodes_fit / GiB:.1f} GiB per node, "
+        f"within the 1.5x buffer factor), offload to NVMe "
+        f"(training.offload_optimizer=nvme with training.nvme_path), or a node with at least"
+        f" {math.ceil(need * HOST_BUFFER_FACTOR / GiB)} GiB of host memory"
+    )
+    facts: dict[str, Any] = dict(
+        host_bytes=round(need),
+        host_budget_bytes=round(budget),
+        margin=round(margin, 4),
+        nodes_fit=nodes_fit,
+    )
     if need > budget:
-        yield diag(R.HOST_MEMORY_FIT, head + ": a sure host out-of-memory (the OOM killer ends "
-                   "the ranks)", "cluster.host_memory_gib",
-                   related=("training.offload_optimizer", "training.offload_param",
-                            "cluster.num_nodes"),
-                   fix="add nodes or move the states: " + options,
-                   edits=edits, **facts)
+        yield diag(
+            R.HOST_MEMORY_FIT,
+            head + ": a sure host out-of-memory (the OOM killer ends the ranks)",
+            "cluster.host_memory_gib",
+            related=("training.offload_optimizer", "training.offload_param", "cluster.num_nodes"),
+            fix="add nodes or move the states: " + options,
+            edits=edits,
+            **facts,
+        )
     else:
-        yield diag(R.HOST_MEMORY_TIGHT, head + f", but DeepSpeed's estimator asks "
-                   f"{HOST_BUFFER_FACTOR:g}x that ({need * HOST_BUFFER_FACTOR / GiB:.1f} GiB) for "
-                   "pinned buffers and the CPU optimizer: the host may run out of memory",
-                   "cluster.host_memory_gib",
-                   related=("training.offload_optimizer", "training.offload_param"),
-                   fix="measure the host peak on one step (free -g, or DeepSpeed's "
-                       "see_memory_usage), or leave room: " + options, **facts)
+        yield diag(
+            R.HOST_MEMORY_TIGHT,
+            head + f", but DeepSpeed's estimator asks "
+            f"{HOST_BUFFER_FACTOR:g}x that ({need * HOST_BUFFER_FACTOR / GiB:.1f} GiB) for "
+            "pinned buffers and the CPU optimizer: the host may run out of memory",
+            "cluster.host_memory_gib",
+            related=("training.offload_optimizer", "training.offload_param"),
+            fix="measure the host peak on one step (free -g, or DeepSpeed's "
+            "see_memory_usage), or leave room: " + options,
+            **facts,
+        )
 
 
 def _bubble(plan: Plan, e: Estimates) -> Iterator[Diagnostic]:
@@ -444,17 +513,30 @@ def _bubble(plan: Plan, e: Estimates) -> Iterator[Diagnostic]:
     gbs = mbs * dp * need
     options = [f"training.global_batch_size={gbs} ({need} micro-batches)"]
     edits: dict[str, Any] = {"training.global_batch_size": gbs}
-    smaller = [b for b in range(mbs - 1, 0, -1) if mbs % b == 0
-               and spec.training.global_batch_size // (b * dp) >= need]
+    smaller = [
+        b
+        for b in range(mbs - 1, 0, -1)
+        if mbs % b == 0 and spec.training.global_batch_size // (b * dp) >= need
+    ]
     if smaller:
         options.insert(0, f"training.micro_batch_size={smaller[0]}")
         edits = {"training.micro_batch_size": smaller[0]}
-    msg = (f"pipeline bubble ({100 * bubble:.1f} % of the step) exceeds 25 %: pp ({p}) with "
-           f"{m} micro-batches{f' and vpp {v}' if v > 1 else ''}; (p-1)/(v*m+p-1)")
-    yield diag(R.BUBBLE_HIGH, msg, "training.global_batch_size",
-               related=("parallel.pp", "training.micro_batch_size"),
-               fix="raise the micro-batch count: " + " or ".join(options), edits=edits,
-               bubble=bubble, pp=p, num_microbatches=m, vpp=v)
+    msg = (
+        f"pipeline bubble ({100 * bubble:.1f} % of the step) exceeds 25 %: pp ({p}) with "
+        f"{m} micro-batches{f' and vpp {v}' if v > 1 else ''}; (p-1)/(v*m+p-1)"
+    )
+    yield diag(
+        R.BUBBLE_HIGH,
+        msg,
+        "training.global_batch_size",
+        related=("parallel.pp", "training.micro_batch_size"),
+        fix="raise the micro-batch count: " + " or ".join(options),
+        edits=edits,
+        bubble=bubble,
+        pp=p,
+        num_microbatches=m,
+        vpp=v,
+    )
 
 
 def _time_limit(plan: Plan, e: Estimates) -> Iterator[Diagnostic]:
@@ -473,22 +555,34 @@ def _time_limit(plan: Plan, e: Estimates) -> Iterator[Diagnostic]:
     shown = f"{step:,.0f} s" + (" (p90)" if e.step_time_p90_seconds else "")
     shorten = "shorten the step (a smaller training.global_batch_size or more GPUs)"
     if step >= limit:
-        yield diag(R.STEP_TIME_LIMIT, f"one step ({shown}) is longer than launch.time_limit "
-                   f"({lc.time_limit} = {limit:,} s): the job ends before its first step",
-                   "launch.time_limit", related=("training.global_batch_size",),
-                   fix=f"raise launch.time_limit above {step:,.0f} s, or {shorten}",
-                   step_seconds=step, time_limit_seconds=limit)
+        yield diag(
+            R.STEP_TIME_LIMIT,
+            f"one step ({shown}) is longer than launch.time_limit "
+            f"({lc.time_limit} = {limit:,} s): the job ends before its first step",
+            "launch.time_limit",
+            related=("training.global_batch_size",),
+            fix=f"raise launch.time_limit above {step:,.0f} s, or {shorten}",
+            step_seconds=step,
+            time_limit_seconds=limit,
+        )
     elif step > lead and lc.save_interval * step > limit:
         most = max(1, int(limit // step) - 1)
-        yield diag(R.STEP_TIME_LIMIT, f"no checkpoint is written inside one job: save_interval "
-                   f"({lc.save_interval}) x step ({shown}) = {lc.save_interval * step / 3600:,.1f}"
-                   f" h exceeds launch.time_limit ({lc.time_limit}), and the checkpoint Slurm's "
-                   f"SIGUSR1 asks for {lead} s before the limit needs the running step to end "
-                   "within that lead; every requeue starts again from the same checkpoint",
-                   "launch.save_interval", related=("launch.time_limit",),
-                   fix=f"set launch.save_interval to at most {most}, raise launch.time_limit, or "
-                       + shorten, edits={"launch.save_interval": most},
-                   step_seconds=step, signal_lead_seconds=lead, save_interval=lc.save_interval)
+        yield diag(
+            R.STEP_TIME_LIMIT,
+            f"no checkpoint is written inside one job: save_interval "
+            f"({lc.save_interval}) x step ({shown}) = {lc.save_interval * step / 3600:,.1f}"
+            f" h exceeds launch.time_limit ({lc.time_limit}), and the checkpoint Slurm's "
+            f"SIGUSR1 asks for {lead} s before the limit needs the running step to end "
+            "within that lead; every requeue starts again from the same checkpoint",
+            "launch.save_interval",
+            related=("launch.time_limit",),
+            fix=f"set launch.save_interval to at most {most}, raise launch.time_limit, or "
+            + shorten,
+            edits={"launch.save_interval": most},
+            step_seconds=step,
+            signal_lead_seconds=lead,
+            save_interval=lc.save_interval,
+        )
 
 
 def check_fit(plan: Plan, *, evaluate: Evaluate | None = None) -> Iterator[Diagnostic]:

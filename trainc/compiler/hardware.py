@@ -62,16 +62,23 @@ def load_profile(path: Path) -> GpuPreset:
     d = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     peaks = {k: float(v) for k, v in d["peak_tflops"].items()}
     return GpuPreset(
-        memory_gib=float(d["memory_gib"]), peak_tflops=peaks["bf16"],
+        memory_gib=float(d["memory_gib"]),
+        peak_tflops=peaks["bf16"],
         intra_node_bandwidth_gbps=float(d["intra_node_bandwidth_gbps"]),
         inter_node_bandwidth_gbps=float(d["inter_node_bandwidth_gbps"]),
-        nvlink_domain_size=d.get("nvlink_domain_size"), peaks=peaks,
-        memory_bandwidth_gbps=float(d["memory_bandwidth_gbps"]), sm_count=int(d["sm_count"]),
+        nvlink_domain_size=d.get("nvlink_domain_size"),
+        peaks=peaks,
+        memory_bandwidth_gbps=float(d["memory_bandwidth_gbps"]),
+        sm_count=int(d["sm_count"]),
         gemm_efficiency={k: float(v) for k, v in d["gemm_efficiency"].items()},
         attention_efficiency=float(d["attention_efficiency"]),
-        sdpa_attention_efficiency=(None if d.get("sdpa_attention_efficiency") is None
-                                   else float(d["sdpa_attention_efficiency"])),
-        memory_efficiency=float(d["memory_efficiency"]))
+        sdpa_attention_efficiency=(
+            None
+            if d.get("sdpa_attention_efficiency") is None
+            else float(d["sdpa_attention_efficiency"])
+        ),
+        memory_efficiency=float(d["memory_efficiency"]),
+    )
 
 
 def _load_all() -> dict[Gpu, GpuPreset]:
@@ -87,5 +94,11 @@ GPUS: dict[Gpu, GpuPreset] = _load_all()
 
 #: the profile a ``custom`` GPU gets for the figures the cluster section does not carry (an
 #: H100-like part scaled to the spec's ``peak_tflops``: FP8 = 2x, FP4 = 4x BF16)
-GENERIC = GpuPreset(80, 989, 450, 50, peaks={"bf16": 989, "fp8": 1979, "fp4": 3958},
-                    gemm_efficiency={"bf16": 0.8, "fp8": 0.7, "fp4": 0.6})
+GENERIC = GpuPreset(
+    80,
+    989,
+    450,
+    50,
+    peaks={"bf16": 989, "fp8": 1979, "fp4": 3958},
+    gemm_efficiency={"bf16": 0.8, "fp8": 0.7, "fp4": 0.6},
+)

@@ -269,8 +269,9 @@ class Plan:
             elif name == "spec_hash":
                 value = spec_hash(self.spec_json)  # type: ignore[arg-type]
             else:
-                value = (None if self.written is None
-                         else mask_secrets(spec_to_dict(self.written))[0])
+                value = (
+                    None if self.written is None else mask_secrets(spec_to_dict(self.written))[0]
+                )
             self._views[name] = value
         return self._views[name]
 

@@ -91,8 +91,12 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
             data = sys.stdin.buffer.read()
         except (OSError, ValueError) as e:  # closed or unreadable stdin
             data = None
-            d = diag(R.SPEC_UNREADABLE, f"cannot read the spec from standard input: {e}",
-                     "<file>", fix="pipe a YAML spec into trainc, or give its path")
+            d = diag(
+                R.SPEC_UNREADABLE,
+                f"cannot read the spec from standard input: {e}",
+                "<file>",
+                fix="pipe a YAML spec into trainc, or give its path",
+            )
             return Loaded(shown, None, [_at(d, shown, None)])
     node, diags = _read_yaml(spec_path, shown, data)
     if diags:
@@ -116,24 +120,56 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
             msg = (str(e).splitlines() or [type(e).__name__])[0][:200]
             shown_ov = text if len(text) <= 80 else text[:77] + "..."
             key, sep, value = text.partition("=")
-            quote = (f"; a value with characters outside Hydra's unquoted grammar (spaces, "
-                     f"non-ASCII, brackets) is quoted: {key}='{value}' (in a shell: "
-                     f"\"{key}='{value}'\")") if sep and key and "'" not in value else ""
-            diags.append(_at(diag(R.BAD_OVERRIDE, f"cannot parse override '{shown_ov}': {msg}",
-                                  "<command line>", fix="write overrides as KEY=VALUE, e.g. "
-                                  "parallel.tp=4 or model=llama3-8b" + quote),
-                             COMMAND_LINE, i + 1))
+            quote = (
+                (
+                    f"; a value with characters outside Hydra's unquoted grammar (spaces, "
+                    f"non-ASCII, brackets) is quoted: {key}='{value}' (in a shell: "
+                    f"\"{key}='{value}'\")"
+                )
+                if sep and key and "'" not in value
+                else ""
+            )
+            diags.append(
+                _at(
+                    diag(
+                        R.BAD_OVERRIDE,
+                        f"cannot parse override '{shown_ov}': {msg}",
+                        "<command line>",
+                        fix="write overrides as KEY=VALUE, e.g. "
+                        "parallel.tp=4 or model=llama3-8b" + quote,
+                    ),
+                    COMMAND_LINE,
+                    i + 1,
+                )
+            )
             continue
         key = ov.key_or_group
         if not key:
-            diags.append(_at(diag(R.BAD_OVERRIDE, f"override '{text[:80]}' has no key",
-                                  "<command line>", fix="write overrides as KEY=VALUE, e.g. "
-                                  "parallel.tp=4"), COMMAND_LINE, i + 1))
+            diags.append(
+                _at(
+                    diag(
+                        R.BAD_OVERRIDE,
+                        f"override '{text[:80]}' has no key",
+                        "<command line>",
+                        fix="write overrides as KEY=VALUE, e.g. parallel.tp=4",
+                    ),
+                    COMMAND_LINE,
+                    i + 1,
+                )
+            )
         elif ov.package or (ov.is_delete() and key in GROUPS):
-            fix = (f"choose another preset instead ({key}=NAME)" if ov.is_delete()
-                   else "use plain KEY=VALUE overrides")
-            diags.append(_at(diag(R.BAD_OVERRIDE, f"override '{text}' is not supported",
-                                  key, fix=fix), COMMAND_LINE, i + 1))
+            fix = (
+                f"choose another preset instead ({key}=NAME)"
+                if ov.is_delete()
+                else "use plain KEY=VALUE overrides"
+            )
+            diags.append(
+                _at(
+                    diag(R.BAD_OVERRIDE, f"override '{text}' is not supported", key, fix=fix),
+                    COMMAND_LINE,
+                    i + 1,
+                )
+            )
         elif ov.is_delete():
             # Hydra's ~KEY (delete) and ~KEY=VALUE (delete if it holds VALUE): the key goes back
             # to its schema default
@@ -148,12 +184,25 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
         return Loaded(shown, None, diags)
     if node is None and not overrides:
         # an empty file (or only comments): one finding, not a "missing value" per required key
-        return Loaded(shown, None, [_at(diag(
-            R.SPEC_UNREADABLE, f"{shown} is empty: a spec names at least the model, the cluster "
-            "and the global batch", "<file>",
-            fix="start from a bundled example (examples/*.yaml), or write defaults: [{model: "
-                "llama3-8b}, {cluster: dgx-h100}, _self_] and training.global_batch_size"),
-            shown, None)])
+        return Loaded(
+            shown,
+            None,
+            [
+                _at(
+                    diag(
+                        R.SPEC_UNREADABLE,
+                        f"{shown} is empty: a spec names at least the model, the cluster "
+                        "and the global batch",
+                        "<file>",
+                        fix="start from a bundled example (examples/*.yaml), or write defaults: "
+                        "[{model: llama3-8b}, {cluster: dgx-h100}, _self_] and "
+                        "training.global_batch_size",
+                    ),
+                    shown,
+                    None,
+                )
+            ],
+        )
 
     # --- compose with Hydra ---------------------------------------------------------------
     cfg, presets, comp_diags = _compose(spec_path, shown, node, group_overrides)
@@ -178,8 +227,11 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
             texts.update(spec_texts)
             self_seen = True
         elif group in presets:
-            where.update(_preset_lines(presets[group], group, _shown_preset(presets[group],
-                                                                            spec_path, shown)))
+            where.update(
+                _preset_lines(
+                    presets[group], group, _shown_preset(presets[group], spec_path, shown)
+                )
+            )
             texts.update(_preset_texts(presets[group], group))
     assert self_seen
     raw: dict[str, tuple[str, bool]] = {k: (t, False) for k, t in texts.items() if t is not None}
@@ -191,18 +243,32 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
         if isinstance(value, tuple) and value and value[0] is _DELETE:
             problem = _delete_path(cfg, key, value[1])
             if problem:
-                return Loaded(shown, None, [_at(diag(
-                    R.BAD_OVERRIDE, f"cannot apply '{overrides[idx - 1]}': {problem}", key,
-                    fix=f"delete a key the composed spec sets (trainc explain shows them), "
-                    f"or set it: {key}=VALUE"), COMMAND_LINE, idx)])
+                return Loaded(
+                    shown,
+                    None,
+                    [
+                        _at(
+                            diag(
+                                R.BAD_OVERRIDE,
+                                f"cannot apply '{overrides[idx - 1]}': {problem}",
+                                key,
+                                fix=f"delete a key the composed spec sets (trainc explain shows "
+                                f"them), or set it: {key}=VALUE",
+                            ),
+                            COMMAND_LINE,
+                            idx,
+                        )
+                    ],
+                )
             for k in list(where):
                 if k == key or k.startswith((key + ".", key + "[")):
                     del where[k]
             for k in list(raw):
                 if k == key or k.startswith((key + ".", key + "[")):
                     del raw[k]
-            explicit = {k for k in explicit
-                        if not (k == key or k.startswith((key + ".", key + "[")))}
+            explicit = {
+                k for k in explicit if not (k == key or k.startswith((key + ".", key + "[")))
+            }
             continue
         _set_path(cfg, key, value)
         loc = Location(key=key, file=COMMAND_LINE, line=idx)
@@ -219,17 +285,23 @@ def load_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ..
         where[key] = loc
         explicit.add(key)
         if isinstance(value, dict):
-            subs = ([f"{key}.{k}" for k in value] if key in MAP_KEYS
-                    else _flatten(value, key + "."))
+            subs = [f"{key}.{k}" for k in value] if key in MAP_KEYS else _flatten(value, key + ".")
             for sub in subs:
                 where[sub] = Location(key=sub, file=COMMAND_LINE, line=idx)
                 explicit.add(sub)
 
     checked = check_spec(cfg, raw)
     located = [_locate_one(d, where) for d in checked.diagnostics]
-    return Loaded(shown, checked.spec, located, where, frozenset(explicit),
-                  {g: _artifact_preset(p, spec_path) for g, p in presets.items()},
-                  partial=checked.partial, broken=checked.broken)
+    return Loaded(
+        shown,
+        checked.spec,
+        located,
+        where,
+        frozenset(explicit),
+        {g: _artifact_preset(p, spec_path) for g, p in presets.items()},
+        partial=checked.partial,
+        broken=checked.broken,
+    )
 
 
 @cache
@@ -264,8 +336,7 @@ def _resolved_abs(path: str) -> Path:
 def _packaged(pfile: str) -> str | None:
     """``trainc/conf/<group>/<name>.yaml`` for a preset shipped with trainc, else None."""
     try:
-        return "trainc/conf/" + _resolved(pfile).relative_to(_resolved(str(conf_dir())))\
-            .as_posix()
+        return "trainc/conf/" + _resolved(pfile).relative_to(_resolved(str(conf_dir()))).as_posix()
     except ValueError:
         return None
 
@@ -318,8 +389,7 @@ def _locate_one(d: Diagnostic, where: dict[str, Location]) -> Diagnostic:
     return dataclasses.replace(d, locations=(location_of(d.key, where),))
 
 
-def _override_map_texts(key: str, text: str, value: dict[str, Any]
-                        ) -> dict[str, tuple[str, bool]]:
+def _override_map_texts(key: str, text: str, value: dict[str, Any]) -> dict[str, tuple[str, bool]]:
     """The source text of each entry of a mapping override (``key={nccl: 2.20}``) that Hydra's
     grammar read as a number, boolean or null, as ``{dotted key: (text, True)}``, so that a
     string key's ``2.20`` is TRC007 (Hydra read it as 2.2) as it is in a file or as
@@ -416,7 +486,7 @@ def _compose(
 
     try:
         before, choices_b = _compose_presets(str(spec_dir), tuple(entries[:self_at]))
-        after, choices_a = _compose_presets(str(spec_dir), tuple(entries[self_at + 1:]))
+        after, choices_a = _compose_presets(str(spec_dir), tuple(entries[self_at + 1 :]))
         body = construct(node) or {}
         body.pop("defaults", None)
         merged = _merge(_merge(before, body), after)
@@ -428,8 +498,11 @@ def _compose(
     except Exception as e:
         return _compose_failure(e, shown)
     if not isinstance(container, dict):
-        return {}, {}, [_at(diag(R.SPEC_UNREADABLE, f"{shown} must be a mapping", "<file>"),
-                            shown, None)]
+        return (
+            {},
+            {},
+            [_at(diag(R.SPEC_UNREADABLE, f"{shown} must be a mapping", "<file>"), shown, None)],
+        )
     presets = {}
     for group, opt in {**choices_b, **choices_a}.items():
         for base in (spec_dir, conf_dir()):
@@ -440,37 +513,68 @@ def _compose(
     return container, presets, []
 
 
-def _compose_failure(e: Exception, shown: str
-                     ) -> tuple[dict[str, Any], dict[str, str], list[Diagnostic]]:
+def _compose_failure(
+    e: Exception, shown: str
+) -> tuple[dict[str, Any], dict[str, str], list[Diagnostic]]:
     """Turn a Hydra / OmegaConf / YAML failure into a diagnostic; re-raise anything else."""
     from hydra.errors import HydraException, MissingConfigException
     from omegaconf.errors import OmegaConfBaseException
 
-    def fail(rule: R.Rule, msg: str, key: str, fix: str | None
-             ) -> tuple[dict[str, Any], dict[str, str], list[Diagnostic]]:
+    def fail(
+        rule: R.Rule, msg: str, key: str, fix: str | None
+    ) -> tuple[dict[str, Any], dict[str, str], list[Diagnostic]]:
         return {}, {}, [_at(diag(rule, msg, key, fix=fix), shown, None)]
 
     if isinstance(e, MissingConfigException):
-        group = next((g for g in GROUPS if e.missing_cfg_file and
-                      e.missing_cfg_file.startswith(g + "/")), None)
+        group = next(
+            (g for g in GROUPS if e.missing_cfg_file and e.missing_cfg_file.startswith(g + "/")),
+            None,
+        )
         options = list(e.options or []) or (preset_names(group) if group else [])
         if group and e.missing_cfg_file:
             opt = e.missing_cfg_file.split("/", 1)[1]
             msg = f"{group} preset '{opt}' does not exist{did_you_mean(opt, options)}"
-            return fail(R.UNKNOWN_CHOICE, msg, group,
-                        f"use one of: {', '.join(options)}" if options else None)
-        return fail(R.UNKNOWN_CHOICE, str(e).splitlines()[0], "defaults",
-                    f"available: {', '.join(options)}" if options else None)
+            return fail(
+                R.UNKNOWN_CHOICE,
+                msg,
+                group,
+                f"use one of: {', '.join(options)}" if options else None,
+            )
+        return fail(
+            R.UNKNOWN_CHOICE,
+            str(e).splitlines()[0],
+            "defaults",
+            f"available: {', '.join(options)}" if options else None,
+        )
     if isinstance(e, yaml.MarkedYAMLError) and e.problem_mark is not None:  # a preset's YAML
         mark = e.problem_mark
-        d = diag(R.SPEC_UNREADABLE, f"{mark.name}:{mark.line + 1}: {e.problem or e}", "<file>",
-                 fix="correct the YAML at that line")
+        d = diag(
+            R.SPEC_UNREADABLE,
+            f"{mark.name}:{mark.line + 1}: {e.problem or e}",
+            "<file>",
+            fix="correct the YAML at that line",
+        )
         return {}, {}, [_at(d, str(mark.name), mark.line + 1)]
     # AssertionError: Hydra asserts on some malformed defaults entries (an empty group name,
     # `defaults: [{"": 0}]`, fails in hydra/core/default_element.py; found by the fuzz test)
-    if isinstance(e, (HydraException, OmegaConfBaseException, yaml.YAMLError, ValueError,
-                      TypeError, KeyError, RecursionError, AssertionError)):
+    if isinstance(
+        e,
+        (
+            HydraException,
+            OmegaConfBaseException,
+            yaml.YAMLError,
+            ValueError,
+            TypeError,
+            KeyError,
+            RecursionError,
+            AssertionError,
+        ),
+    ):
         first = (str(e).splitlines() or [type(e).__name__])[0]
-        return fail(R.SPEC_UNREADABLE, f"cannot compose {shown}: {first}", "defaults",
-                    "check the defaults: list (e.g. '- model: llama2-70b') and the YAML structure")
+        return fail(
+            R.SPEC_UNREADABLE,
+            f"cannot compose {shown}: {first}",
+            "defaults",
+            "check the defaults: list (e.g. '- model: llama2-70b') and the YAML structure",
+        )
     raise e

@@ -40,8 +40,10 @@ _HW = ("cluster.gpu",)
 #: Each key :func:`normalize` fills when it is null -> the keys its value is computed from (in
 #: fill order). A filled key whose input is invalid is invalid too (:func:`tainted`).
 FILLED_FROM: dict[str, tuple[str, ...]] = {
-    "cluster.gpu_memory_gib": _HW, "cluster.peak_tflops": _HW,
-    "cluster.intra_node_bandwidth_gbps": _HW, "cluster.inter_node_bandwidth_gbps": _HW,
+    "cluster.gpu_memory_gib": _HW,
+    "cluster.peak_tflops": _HW,
+    "cluster.intra_node_bandwidth_gbps": _HW,
+    "cluster.inter_node_bandwidth_gbps": _HW,
     "cluster.nvlink_domain_size": ("cluster.gpu", "cluster.gpus_per_node"),
     "model.num_query_groups": ("model.num_attention_heads",),
     "model.ffn_hidden_size": ("model.hidden_size", "model.activation"),
@@ -53,8 +55,14 @@ FILLED_FROM: dict[str, tuple[str, ...]] = {
     "training.lr_decay_iters": ("training.train_iters",),
     "training.recompute_method": ("training.recompute",),
     "training.recompute_num_layers": ("training.recompute",),
-    "fsdp.dp_shard": ("cluster.num_nodes", "cluster.gpus_per_node", "parallel.tp", "parallel.pp",
-                      "parallel.cp", "fsdp.dp_replicate"),
+    "fsdp.dp_shard": (
+        "cluster.num_nodes",
+        "cluster.gpus_per_node",
+        "parallel.tp",
+        "parallel.pp",
+        "parallel.cp",
+        "fsdp.dp_replicate",
+    ),
     "fsdp.param_dtype": ("training.precision",),
     "fsdp.pp_schedule": ("parallel.vpp",),
 }
@@ -93,10 +101,17 @@ def default_tp_comm_overlap(spec: TrainSpec, tp: int, sequence_parallel: bool) -
     configs for H100, B200 and GB200 only). Off everywhere else (A100, custom GPUs, CPU)."""
     c = spec.cluster
     prof = GPUS.get(c.gpu)
-    return (spec.engine is Engine.megatron and spec.launch.device is Device.cuda and tp > 1
-            and sequence_parallel and prof is not None and "fp8" in prof.peaks
-            and tp_in_nvlink_domain(tp, c.nvlink_domain_size, c.gpus_per_node,
-                                    c.num_nodes * c.gpus_per_node))
+    return (
+        spec.engine is Engine.megatron
+        and spec.launch.device is Device.cuda
+        and tp > 1
+        and sequence_parallel
+        and prof is not None
+        and "fp8" in prof.peaks
+        and tp_in_nvlink_domain(
+            tp, c.nvlink_domain_size, c.gpus_per_node, c.num_nodes * c.gpus_per_node
+        )
+    )
 
 
 def normalize(spec: TrainSpec) -> TrainSpec:
@@ -147,9 +162,11 @@ def normalize(spec: TrainSpec) -> TrainSpec:
     if m.add_bias_linear is None:
         # Llama-style models (SwiGLU or RMSNorm) have no linear biases; Megatron-Core MoE with
         # ETP > 1 rejects biases ("Bias in Moe is only supported when ETP==1").
-        m.add_bias_linear = not (m.activation is Activation.swiglu
-                                 or m.normalization is Normalization.rmsnorm
-                                 or (m.num_experts is not None and p.etp > 1))
+        m.add_bias_linear = not (
+            m.activation is Activation.swiglu
+            or m.normalization is Normalization.rmsnorm
+            or (m.num_experts is not None and p.etp > 1)
+        )
     # Megatron-LM validate_args keeps them in sync: biases in every linear layer include QKV
     m.add_qkv_bias = m.add_qkv_bias or bool(m.add_bias_linear)
     if m.moe_router_pre_softmax is None:
@@ -158,20 +175,24 @@ def normalize(spec: TrainSpec) -> TrainSpec:
         t.lr_decay_iters = t.train_iters
     model_parallel = p.tp * p.pp * p.cp
     world = c.num_nodes * c.gpus_per_node
-    dp_cp = world // model_parallel * p.cp if model_parallel > 0 and world % model_parallel == 0 \
-        else 1
+    dp_cp = (
+        world // model_parallel * p.cp if model_parallel > 0 and world % model_parallel == 0 else 1
+    )
     megatron = s.engine is Engine.megatron
     mfsdp = megatron_fsdp(s)  # MegatronFSDP.__init__ forces both overlaps on
     if t.overlap_grad_reduce is None:
         t.overlap_grad_reduce = megatron and (dp_cp > 1 or mfsdp)
     if t.overlap_param_gather is None:
-        t.overlap_param_gather = mfsdp or (megatron and p.zero_stage == 1 and dp_cp > 1
-                                           and t.overlap_grad_reduce)
+        t.overlap_param_gather = mfsdp or (
+            megatron and p.zero_stage == 1 and dp_cp > 1 and t.overlap_grad_reduce
+        )
     if t.tp_comm_overlap is None:
         t.tp_comm_overlap = default_tp_comm_overlap(s, p.tp, bool(p.sequence_parallel))
     if s.engine is Engine.fsdp:
-        _fsdp(s, world // model_parallel if model_parallel > 0 and world % model_parallel == 0
-              else None)
+        _fsdp(
+            s,
+            world // model_parallel if model_parallel > 0 and world % model_parallel == 0 else None,
+        )
     if t.recompute is Recompute.full:
         if t.recompute_method is None:
             t.recompute_method = RecomputeMethod.uniform
@@ -191,5 +212,4 @@ def _fsdp(s: TrainSpec, dp: int | None) -> None:
     if f.param_dtype is None and s.training.precision is not Precision.fp16:
         f.param_dtype = FsdpDtype(s.training.precision.value)
     if f.pp_schedule is None and p.pp > 1:  # with pp 1 a written schedule is inert (TRC329)
-        f.pp_schedule = (PipelineSchedule.interleaved_1f1b if p.vpp > 1
-                         else PipelineSchedule.one_f1b)
+        f.pp_schedule = PipelineSchedule.interleaved_1f1b if p.vpp > 1 else PipelineSchedule.one_f1b

@@ -60,13 +60,15 @@ def _normalize(s: State) -> State:
 
 
 def _validate(s: State) -> State:
-    return dataclasses.replace(s, diagnostics=s.diagnostics + tuple(locate(validate(s.spec),
-                                                                           s.where)))
+    return dataclasses.replace(
+        s, diagnostics=s.diagnostics + tuple(locate(validate(s.spec), s.where))
+    )
 
 
 def _plan(s: State) -> State:
-    return dataclasses.replace(s, plan=dataclasses.replace(make_plan(s.spec, s.written),
-                                                           presets=s.presets))
+    return dataclasses.replace(
+        s, plan=dataclasses.replace(make_plan(s.spec, s.written), presets=s.presets)
+    )
 
 
 def _estimate(s: State) -> State:
@@ -77,11 +79,13 @@ def _estimate(s: State) -> State:
 def _check_fit(s: State) -> State:
     assert s.plan is not None
     evaluate = _evaluate if s.suggest else None
-    found = tuple(locate(for_engine(check_fit(s.plan, evaluate=evaluate), s.spec.engine.value),
-                         s.where))
+    found = tuple(
+        locate(for_engine(check_fit(s.plan, evaluate=evaluate), s.spec.engine.value), s.where)
+    )
     diags = tuple(sort_diagnostics([*s.diagnostics, *found]))
-    plan = dataclasses.replace(s.plan, diagnostics=tuple(_artifact_record(d, s.spec_path)
-                                                         for d in diags))
+    plan = dataclasses.replace(
+        s.plan, diagnostics=tuple(_artifact_record(d, s.spec_path) for d in diags)
+    )
     return dataclasses.replace(s, diagnostics=diags, plan=plan)
 
 
@@ -119,19 +123,21 @@ def run_passes(state: State, *, start: str = "normalize", stop_after: str = "emi
     first pass that reports an error (later passes assume a valid spec). Never raises for user
     mistakes."""
     names = [name for name, _ in PASSES]
-    for _, fn in PASSES[names.index(start):names.index(stop_after) + 1]:
+    for _, fn in PASSES[names.index(start) : names.index(stop_after) + 1]:
         state = fn(state)
         if state.failed:
             break
     return state
 
 
-def plan_and_estimate(spec: TrainSpec, *, normalized: bool = False
-                      ) -> tuple[TrainSpec, list[Diagnostic], Plan | None]:
+def plan_and_estimate(
+    spec: TrainSpec, *, normalized: bool = False
+) -> tuple[TrainSpec, list[Diagnostic], Plan | None]:
     """(normalized spec, validation diagnostics, the plan with estimates or None on errors):
     the passes normalize (unless ``normalized``) .. estimate."""
-    state = run_passes(State(spec=spec), start="validate" if normalized else "normalize",
-                       stop_after="estimate")
+    state = run_passes(
+        State(spec=spec), start="validate" if normalized else "normalize", stop_after="estimate"
+    )
     return state.spec, list(state.diagnostics), None if state.failed else state.plan
 
 
@@ -179,8 +185,7 @@ class CompileResult:
     files: dict[str, str] = field(default_factory=dict)
     loaded: Loaded | None = None
     ir: Plan | None = None
-    _plan_json: dict[str, Any] | None = field(default=None, init=False, repr=False,
-                                              compare=False)
+    _plan_json: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def plan(self) -> dict[str, Any] | None:
@@ -196,8 +201,12 @@ class CompileResult:
         return not any(d.is_error for d in self.diagnostics)
 
 
-def compile_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = (), *,
-                 emit_files: bool = True) -> CompileResult:
+def compile_spec(
+    path: str | os.PathLike[str],
+    overrides: list[str] | tuple[str, ...] = (),
+    *,
+    emit_files: bool = True,
+) -> CompileResult:
     """Load the spec at ``path`` and run the passes; never raises for user mistakes.
 
     With ``emit_files`` false (``trainc lint``, ``explain``, ``diff``) it stops after the fit
@@ -209,13 +218,18 @@ def compile_spec(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
         if loaded.partial is not None:  # schema errors: run the rules that do not read them
             partial = normalize(loaded.partial)
             filled = tainted(loaded.partial, loaded.broken)
-            diags += locate(validate(partial, loaded.broken | set(filled), filled),
-                            loaded.where)
+            diags += locate(validate(partial, loaded.broken | set(filled), filled), loaded.where)
         return CompileResult(loaded.path, sort_diagnostics(diags), loaded=loaded)
-    state = run_passes(State(spec=loaded.spec, where=loaded.where, presets=loaded.presets,
-                             spec_path=str(path)),
-                       stop_after="emit" if emit_files else "check_fit")
+    state = run_passes(
+        State(spec=loaded.spec, where=loaded.where, presets=loaded.presets, spec_path=str(path)),
+        stop_after="emit" if emit_files else "check_fit",
+    )
     ir = state.plan if state.plan is not None and state.plan.estimates is not None else None
-    return CompileResult(loaded.path, sort_diagnostics(list(state.diagnostics)), spec=state.spec,
-                         files=dict(state.files),
-                         loaded=loaded, ir=ir)
+    return CompileResult(
+        loaded.path,
+        sort_diagnostics(list(state.diagnostics)),
+        spec=state.spec,
+        files=dict(state.files),
+        loaded=loaded,
+        ir=ir,
+    )

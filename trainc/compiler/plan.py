@@ -60,34 +60,59 @@ def plan(spec: TrainSpec, written: TrainSpec | None = None) -> Plan:
     secret_env = sorted(str(k) for k, v in spec.launch.env.items() if is_secret(str(k), v))
     cpu = spec.launch.device is Device.cpu
     layout = Layout(
-        world_size=d.world_size, tp=p.tp, pp=p.pp, vpp=p.vpp, cp=p.cp, ep=p.ep, etp=d.etp,
-        dp=d.dp, expert_dp=d.expert_dp, model_parallel_size=d.model_parallel,
-        num_microbatches=d.num_microbatches, layers_per_stage=tuple(d.layers_per_stage),
+        world_size=d.world_size,
+        tp=p.tp,
+        pp=p.pp,
+        vpp=p.vpp,
+        cp=p.cp,
+        ep=p.ep,
+        etp=d.etp,
+        dp=d.dp,
+        expert_dp=d.expert_dp,
+        model_parallel_size=d.model_parallel,
+        num_microbatches=d.num_microbatches,
+        layers_per_stage=tuple(d.layers_per_stage),
         layers_per_virtual_stage=layers_per_virtual_stage(spec, d),
         uneven_pipeline=p.pipeline_first_stage_layers is not None
         or p.pipeline_last_stage_layers is not None,
-        padded_vocab_size=d.padded_vocab_size, num_moe_layers=d.num_moe_layers,
+        padded_vocab_size=d.padded_vocab_size,
+        num_moe_layers=d.num_moe_layers,
         sequence_parallel=bool(p.sequence_parallel),
-        distributed_optimizer=distributed_optimizer(spec), megatron_fsdp=megatron_fsdp(spec),
-        overlap_p2p_comm=tc["overlap_p2p_comm"], batch_p2p_comm=tc["batch_p2p_comm"],
-        tokens_per_step=d.tokens_per_step, samples_per_step=d.samples_per_step,
-        dataset_samples=d.dataset_samples, steps_per_epoch=d.steps_per_epoch, epochs=d.epochs,
+        distributed_optimizer=distributed_optimizer(spec),
+        megatron_fsdp=megatron_fsdp(spec),
+        overlap_p2p_comm=tc["overlap_p2p_comm"],
+        batch_p2p_comm=tc["batch_p2p_comm"],
+        tokens_per_step=d.tokens_per_step,
+        samples_per_step=d.samples_per_step,
+        dataset_samples=d.dataset_samples,
+        steps_per_epoch=d.steps_per_epoch,
+        epochs=d.epochs,
         checkpoint_format=d.checkpoint_format,
         params_dtype="fp32" if t.precision is Precision.fp32 else t.precision.value,
         # Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS != 1 (Megatron-LM validate_args)
         cuda_device_max_connections_1=(p.tp > 1 or p.cp > 1) and not megatron_fsdp(spec),
         gradient_accumulation_steps=d.num_microbatches,
         distributed_backend="gloo" if cpu else "nccl",
-        transformer_impl=tc["transformer_impl"], add_bias_linear=tc["add_bias_linear"],
-        secret_env=tuple(secret_env))
+        transformer_impl=tc["transformer_impl"],
+        add_bias_linear=tc["add_bias_linear"],
+        secret_env=tuple(secret_env),
+    )
     lm = eng["megatron_lm"]
     return Plan(
-        spec=spec, derived=layout, written=written,
-        engines=Engines(megatron_core=eng["megatron_core"],
-                        megatron_lm=None if lm is None else tuple(tuple(x) for x in lm),
-                        deepspeed=eng["deepspeed"], fsdp=eng["fsdp"]),
+        spec=spec,
+        derived=layout,
+        written=written,
+        engines=Engines(
+            megatron_core=eng["megatron_core"],
+            megatron_lm=None if lm is None else tuple(tuple(x) for x in lm),
+            deepspeed=eng["deepspeed"],
+            fsdp=eng["fsdp"],
+        ),
         trainc_version=__version__,
-        target_versions={"megatron_lm": MEGATRON_LM_VERSION,
-                         "megatron_core": MEGATRON_CORE_VERSION,
-                         "deepspeed": DEEPSPEED_VERSION}
-        | ({"torchtitan": TORCHTITAN_VERSION} if spec.engine is Engine.fsdp else {}))
+        target_versions={
+            "megatron_lm": MEGATRON_LM_VERSION,
+            "megatron_core": MEGATRON_CORE_VERSION,
+            "deepspeed": DEEPSPEED_VERSION,
+        }
+        | ({"torchtitan": TORCHTITAN_VERSION} if spec.engine is Engine.fsdp else {}),
+    )

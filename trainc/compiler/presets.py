@@ -34,8 +34,9 @@ def preset_names(group: str) -> list[str]:
 _PRESET_CACHE: dict[tuple[str, tuple[tuple[str, str | None], ...]], tuple[Any, dict[str, str]]] = {}
 
 
-def _compose_presets(spec_dir: str, entries: tuple[tuple[str, str | None], ...]
-                     ) -> tuple[Any, dict[str, str]]:
+def _compose_presets(
+    spec_dir: str, entries: tuple[tuple[str, str | None], ...]
+) -> tuple[Any, dict[str, str]]:
     """Hydra-compose a defaults list of presets (no ``_self_`` body).
 
     Cached in memory per process, and on disk (``$XDG_CACHE_HOME/trainc``, off with
@@ -57,8 +58,9 @@ def _compose_presets(spec_dir: str, entries: tuple[tuple[str, str | None], ...]
     return copy_tree(cfg), dict(choices)
 
 
-def _hydra_compose(spec_dir: str, entries: tuple[tuple[str, str | None], ...]
-                   ) -> tuple[dict[str, Any], dict[str, str]]:
+def _hydra_compose(
+    spec_dir: str, entries: tuple[tuple[str, str | None], ...]
+) -> tuple[dict[str, Any], dict[str, str]]:
     from hydra import compose, initialize_config_dir
     from hydra.core.config_store import ConfigStore
     from hydra.core.global_hydra import GlobalHydra
@@ -66,10 +68,13 @@ def _hydra_compose(spec_dir: str, entries: tuple[tuple[str, str | None], ...]
 
     name = "_trainc_presets_" + hashlib.sha256(repr(entries).encode()).hexdigest()[:16]
     ConfigStore.instance().store(
-        name=name, node={"defaults": [{g: o} for g, o in entries] + ["_self_"]})
+        name=name, node={"defaults": [{g: o} for g, o in entries] + ["_self_"]}
+    )
     # quoted, so that a folder name holding ', ], =, spaces or non-ASCII is not Hydra grammar
-    search = f"hydra.searchpath=[{_hydra_quoted('file://' + spec_dir)}," \
-             f"{_hydra_quoted('file://' + str(conf_dir()))}]"
+    search = (
+        f"hydra.searchpath=[{_hydra_quoted('file://' + spec_dir)},"
+        f"{_hydra_quoted('file://' + str(conf_dir()))}]"
+    )
     GlobalHydra.instance().clear()
     try:
         with warnings.catch_warnings():

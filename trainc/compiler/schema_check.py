@@ -121,8 +121,11 @@ def coerce(tp: Any, value: Any) -> Any:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         return float(value) if ok else _MISSING
     if base is str:
-        return str(value) if isinstance(value, (str, int, float)) and \
-            not isinstance(value, bool) else _MISSING
+        return (
+            str(value)
+            if isinstance(value, (str, int, float)) and not isinstance(value, bool)
+            else _MISSING
+        )
     if typing.get_origin(base) is list:
         if not isinstance(value, list):
             return _MISSING
@@ -141,7 +144,6 @@ def _show(v: Any, key: str = "") -> str:
     :func:`trainc.compiler.secrets.redact`), cut to 60 characters."""
     text = repr(redact(key, v))
     return text if len(text) <= 60 else text[:57] + "..."
-
 
 
 #: Names engineers bring from Megatron-LM / Megatron-Core, DeepSpeed and Hugging Face configs ->
@@ -167,13 +169,18 @@ ALIASES: dict[str, tuple[str, str]] = {
     "intermediate_size": ("model.ffn_hidden_size", ""),
     "num_hidden_layers": ("model.num_layers", ""),
     "max_seq_length": ("model.seq_length", ""),
-    "gradient_accumulation_steps": ("training.global_batch_size", "accumulation is derived: "
-                                    "num_microbatches = global_batch_size / (micro_batch_size "
-                                    "* dp); set global_batch_size"),
+    "gradient_accumulation_steps": (
+        "training.global_batch_size",
+        "accumulation is derived: "
+        "num_microbatches = global_batch_size / (micro_batch_size "
+        "* dp); set global_batch_size",
+    ),
     "train_micro_batch_size_per_gpu": ("training.micro_batch_size", ""),
     "train_batch_size": ("training.global_batch_size", ""),
-    "use_distributed_optimizer": ("parallel.zero_stage", "Megatron's distributed optimizer is "
-                                  "derived from zero_stage (1 = distributed optimizer)"),
+    "use_distributed_optimizer": (
+        "parallel.zero_stage",
+        "Megatron's distributed optimizer is derived from zero_stage (1 = distributed optimizer)",
+    ),
 }
 
 
@@ -208,21 +215,38 @@ def _not_a_string(key: str, value: Any, text: str, from_cli: bool) -> Diagnostic
     if redact(key, text) != text:
         leaf = key.rsplit(".", 1)[-1]
         who = "the override" if from_cli else "YAML"
-        return diag(R.UNQUOTED_STRING, f"{key} is a string, but {who} read its unquoted value "
-                    f"as {type(value).__name__} (a secret: not shown)", key,
-                    fix=f'quote it: {leaf}: "..."', text=MASK, read_as=MASK)
+        return diag(
+            R.UNQUOTED_STRING,
+            f"{key} is a string, but {who} read its unquoted value "
+            f"as {type(value).__name__} (a secret: not shown)",
+            key,
+            fix=f'quote it: {leaf}: "..."',
+            text=MASK,
+            read_as=MASK,
+        )
     what = "the override's" if from_cli else "YAML read the"
     verb = "was read as" if from_cli else "as"
     leaf = key.rsplit(".", 1)[-1]
-    fix = (f"quote the value for Hydra, inside shell quotes: '{key}=\"{text}\"'" if from_cli
-           else f'quote it: {leaf}: "{text}"')
-    return diag(R.UNQUOTED_STRING, f"{key} is a string, but {what} unquoted {text} {verb} "
-                f"{_read_as(text, value)}", key, fix=fix, edits={key: text}, text=text,
-                read_as=_show(value, key))
+    fix = (
+        f"quote the value for Hydra, inside shell quotes: '{key}=\"{text}\"'"
+        if from_cli
+        else f'quote it: {leaf}: "{text}"'
+    )
+    return diag(
+        R.UNQUOTED_STRING,
+        f"{key} is a string, but {what} unquoted {text} {verb} {_read_as(text, value)}",
+        key,
+        fix=fix,
+        edits={key: text},
+        text=text,
+        read_as=_show(value, key),
+    )
 
 
-def to_spec(cfg: dict[str, Any], raw: dict[str, tuple[str, bool]] | None = None,
-            ) -> tuple[TrainSpec | None, list[Diagnostic]]:
+def to_spec(
+    cfg: dict[str, Any],
+    raw: dict[str, tuple[str, bool]] | None = None,
+) -> tuple[TrainSpec | None, list[Diagnostic]]:
     """:func:`check_spec` without the partial spec: (spec or None, diagnostics)."""
     res = check_spec(cfg, raw)
     return res.spec, res.diagnostics
@@ -264,8 +288,10 @@ def _placeholder(tp: Any) -> Any:
     return {int: 1, float: 1.0, str: "x", bool: False}.get(base)
 
 
-def check_spec(cfg: dict[str, Any], raw: dict[str, tuple[str, bool]] | None = None,
-               ) -> SchemaResult:
+def check_spec(
+    cfg: dict[str, Any],
+    raw: dict[str, tuple[str, bool]] | None = None,
+) -> SchemaResult:
     """Check a composed container against the schema and build the :class:`TrainSpec`.
 
     Reports every unknown key (TRC002, with did-you-mean), wrong type (TRC001), bad enum value
@@ -293,53 +319,94 @@ def check_spec(cfg: dict[str, Any], raw: dict[str, tuple[str, bool]] | None = No
                 if isinstance(v, dict):
                     walk(v, key + ".")
                 elif v is not None:
-                    diags.append(diag(R.TYPE_MISMATCH, f"{key} must be a mapping of keys, got "
-                                      f"{_show(v, key)}", key, fix=f"write {key}: as a section"))
+                    diags.append(
+                        diag(
+                            R.TYPE_MISMATCH,
+                            f"{key} must be a mapping of keys, got {_show(v, key)}",
+                            key,
+                            fix=f"write {key}: as a section",
+                        )
+                    )
             elif str(k) in ALIASES:
                 ours, why = ALIASES[str(k)]
                 target = _alias_target(ours)
                 if "derived" in why:  # no one-to-one key: say how trainc gets it
-                    diags.append(diag(R.UNKNOWN_KEY, f"{key} is not a spec key: {why}", key,
-                                      fix=f"remove {key} and set {target}", edits={key: None}))
+                    diags.append(
+                        diag(
+                            R.UNKNOWN_KEY,
+                            f"{key} is not a spec key: {why}",
+                            key,
+                            fix=f"remove {key} and set {target}",
+                            edits={key: None},
+                        )
+                    )
                     continue
                 note = f" ({why})" if why else ""
-                diags.append(diag(R.UNKNOWN_KEY, f"{key} is not a spec key: trainc calls it "
-                                  f"`{target}`{note}", key,
-                                  fix=f"write {target}: {_show(v, target)} instead of {key}",
-                                  edits={key: None, target: v}))
+                diags.append(
+                    diag(
+                        R.UNKNOWN_KEY,
+                        f"{key} is not a spec key: trainc calls it `{target}`{note}",
+                        key,
+                        fix=f"write {target}: {_show(v, target)} instead of {key}",
+                        edits={key: None, target: v},
+                    )
+                )
             else:
                 cands = [*known, *section_keys()]
                 hint = did_you_mean(key, cands) or did_you_mean(
-                    str(k), sorted({c.rsplit(".", 1)[-1] for c in cands}))
+                    str(k), sorted({c.rsplit(".", 1)[-1] for c in cands})
+                )
                 # a misspelt foreign name (pipline_parallel) is closer to its alias than to
                 # any spec key (sequence_parallel): name the alias's trainc key
                 alias = difflib.get_close_matches(str(k), list(ALIASES), n=1, cutoff=0.85)
                 leafs = sorted({c.rsplit(".", 1)[-1] for c in cands})
                 if alias and _ratio(str(k), alias[0]) > max(
-                        (_ratio(str(k), c) for c in leafs), default=0.0):
+                    (_ratio(str(k), c) for c in leafs), default=0.0
+                ):
                     ours, why = ALIASES[alias[0]]
                     target = _alias_target(ours)
                     hint = f" (did you mean `{alias[0]}`, which trainc calls `{target}`?)"
-                diags.append(diag(R.UNKNOWN_KEY, f"{key} is not a spec key{hint}", key,
-                                  fix=f"remove {key} or correct its spelling"))
+                diags.append(
+                    diag(
+                        R.UNKNOWN_KEY,
+                        f"{key} is not a spec key{hint}",
+                        key,
+                        fix=f"remove {key} or correct its spelling",
+                    )
+                )
 
     def check(key: str, value: Any) -> None:
         tp = known[key]
         base, optional = _optional(tp)
         text, from_cli = raw.get(key, (_scalar_str(value) or "", False))
-        if base is str and (isinstance(value, (bool, int, float)) or
-                            (value is None and not optional and text)):
+        if base is str and (
+            isinstance(value, (bool, int, float)) or (value is None and not optional and text)
+        ):
             # 4:00:00 -> 14400, 0123 -> 83, yes -> True, 1e3 -> 1000.0, ~ -> None
             diags.append(_not_a_string(key, value, text, from_cli))
             return
         if base is float and isinstance(value, float) and not math.isfinite(value):
-            diags.append(diag(R.NON_FINITE, f"{key} = {value!r} is not a finite number", key,
-                              fix=f"set {key} to a finite number", value=repr(value)))
+            diags.append(
+                diag(
+                    R.NON_FINITE,
+                    f"{key} = {value!r} is not a finite number",
+                    key,
+                    fix=f"set {key} to a finite number",
+                    value=repr(value),
+                )
+            )
             return
         if typing.get_origin(base) is dict and isinstance(value, dict):
-            bad = [k for k, v in value.items() if not isinstance(v, str) and (
-                isinstance(v, bool) or (isinstance(v, float) and not math.isfinite(v)) or
-                raw.get(f"{key}.{k}", (_scalar_str(v), False))[0] != _scalar_str(v))]
+            bad = [
+                k
+                for k, v in value.items()
+                if not isinstance(v, str)
+                and (
+                    isinstance(v, bool)
+                    or (isinstance(v, float) and not math.isfinite(v))
+                    or raw.get(f"{key}.{k}", (_scalar_str(v), False))[0] != _scalar_str(v)
+                )
+            ]
             for k in bad:
                 sub = f"{key}.{k}"
                 t, cli = raw.get(sub, (_scalar_str(value[k]) or "", False))
@@ -348,38 +415,70 @@ def check_spec(cfg: dict[str, Any], raw: dict[str, tuple[str, bool]] | None = No
                 return
         if typing.get_origin(base) is list and isinstance(value, list):
             # yes/no/~ in a list of strings: YAML made booleans and nulls of them
-            odd = [i for i, v in enumerate(value) if v is None or isinstance(v, bool) or
-                   (isinstance(v, float) and not math.isfinite(v))]
+            odd = [
+                i
+                for i, v in enumerate(value)
+                if v is None
+                or isinstance(v, bool)
+                or (isinstance(v, float) and not math.isfinite(v))
+            ]
             if odd:
                 v = value[odd[0]]
                 shown = raw.get(f"{key}[{odd[0]}]", (_scalar_str(v) or "null", False))[0]
-                diags.append(diag(R.UNQUOTED_STRING, f"{key} is a list of strings, but YAML read "
-                                  f"the unquoted item {shown} as {_read_as(shown, v)}", key,
-                                  fix=f"quote it: - \"{shown}\"", text=shown,
-                                  read_as=_show(v, key)))
+                diags.append(
+                    diag(
+                        R.UNQUOTED_STRING,
+                        f"{key} is a list of strings, but YAML read "
+                        f"the unquoted item {shown} as {_read_as(shown, v)}",
+                        key,
+                        fix=f'quote it: - "{shown}"',
+                        text=shown,
+                        read_as=_show(v, key),
+                    )
+                )
                 return
         got = coerce(tp, value)
         if got is not _MISSING:
             values[key] = got
         elif isinstance(base, type) and issubclass(base, enum.Enum) and isinstance(value, str):
             choices = enum_choices(base)
-            diags.append(diag(R.UNKNOWN_CHOICE, f"{key} = '{value}' is not one of "
-                              f"{', '.join(choices)}{did_you_mean(value, choices)}", key,
-                              fix=f"set {key} to one of {', '.join(choices)}"))
-        elif base is int and isinstance(value, float) and value.is_integer() \
-                and abs(value) < 2**53:
+            diags.append(
+                diag(
+                    R.UNKNOWN_CHOICE,
+                    f"{key} = '{value}' is not one of "
+                    f"{', '.join(choices)}{did_you_mean(value, choices)}",
+                    key,
+                    fix=f"set {key} to one of {', '.join(choices)}",
+                )
+            )
+        elif base is int and isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
             # YAML reads 1e3 as the float 1000.0: an integer field says which integer
             n = int(value)
-            diags.append(diag(R.TYPE_MISMATCH, f"{key} must be {type_name(tp)}, got "
-                              f"{_show(value, key)} (a float: YAML reads a number with a decimal "
-                              "point or an exponent, 2.0 or 1e3, as a float)", key,
-                              fix=f"write it as the integer {n}: {key}={n}",
-                              edits={key: n}, expected=type_name(tp), got=_show(value, key)))
+            diags.append(
+                diag(
+                    R.TYPE_MISMATCH,
+                    f"{key} must be {type_name(tp)}, got "
+                    f"{_show(value, key)} (a float: YAML reads a number with a decimal "
+                    "point or an exponent, 2.0 or 1e3, as a float)",
+                    key,
+                    fix=f"write it as the integer {n}: {key}={n}",
+                    edits={key: n},
+                    expected=type_name(tp),
+                    got=_show(value, key),
+                )
+            )
         else:
-            diags.append(diag(R.TYPE_MISMATCH, f"{key} must be {type_name(tp)}, got "
-                              f"{_show(value, key)} ({type(value).__name__})", key,
-                              fix=f"set {key} to {type_name(tp)}", expected=type_name(tp),
-                              got=_show(value, key)))
+            diags.append(
+                diag(
+                    R.TYPE_MISMATCH,
+                    f"{key} must be {type_name(tp)}, got "
+                    f"{_show(value, key)} ({type(value).__name__})",
+                    key,
+                    fix=f"set {key} to {type_name(tp)}",
+                    expected=type_name(tp),
+                    got=_show(value, key),
+                )
+            )
 
     walk(cfg, "")
     spec = _build(TrainSpec, "", values, diags)
@@ -390,12 +489,14 @@ def check_spec(cfg: dict[str, Any], raw: dict[str, tuple[str, bool]] | None = No
     filled = dict(values)
     required = _required_keys()
     for key, tp in known.items():
-        if key not in filled and key in required and \
-                any(key == b or key.startswith(b + ".") for b in broken):
+        if (
+            key not in filled
+            and key in required
+            and any(key == b or key.startswith(b + ".") for b in broken)
+        ):
             filled[key] = _placeholder(tp)
     partial = _build(TrainSpec, "", filled, [])
-    return SchemaResult(None, diags, partial if isinstance(partial, TrainSpec) else None,
-                        broken)
+    return SchemaResult(None, diags, partial if isinstance(partial, TrainSpec) else None, broken)
 
 
 @cache
@@ -406,8 +507,7 @@ def _fields_plan(cls: type) -> tuple[tuple[str, type | None, bool], ...]:
     for f in dataclasses.fields(cls):
         tp = field_types(cls)[f.name]
         nested = tp if isinstance(tp, type) and dataclasses.is_dataclass(tp) else None
-        required = (f.default is dataclasses.MISSING
-                    and f.default_factory is dataclasses.MISSING)
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         out.append((f.name, nested, required))
     return tuple(out)
 
@@ -421,8 +521,14 @@ def _build(cls: type, prefix: str, values: dict[str, Any], diags: list[Diagnosti
         elif key in values:
             kwargs[name] = values[key]
         elif required and not any(d.key == key for d in diags):
-            diags.append(diag(R.MISSING_VALUE, f"{key} is required and has no value", key,
-                              fix=f"set {key} in the spec, a preset, or as {key}=VALUE"))
+            diags.append(
+                diag(
+                    R.MISSING_VALUE,
+                    f"{key} is required and has no value",
+                    key,
+                    fix=f"set {key} in the spec, a preset, or as {key}=VALUE",
+                )
+            )
     if any(d.rule is R.MISSING_VALUE or d.rule is R.TYPE_MISMATCH for d in diags):
         return None
     return cls(**kwargs)

@@ -12,8 +12,10 @@ from typing import Any
 
 #: Names of environment variables that hold credentials (WANDB_API_KEY, HF_TOKEN, ...;
 #: PASS / PWD / AUTH only as a whole word of the name: MY_DB_PASS, PGPWD, GIT_AUTH, not BYPASS).
-SECRET_NAME = re.compile(r"(?i)(token|secret|password|passwd|api_?key|access_?key|credential|"
-                         r"private_?key|(?:^|_)(?:pass|pwd|auth)(?:_|$))")
+SECRET_NAME = re.compile(
+    r"(?i)(token|secret|password|passwd|api_?key|access_?key|credential|"
+    r"private_?key|(?:^|_)(?:pass|pwd|auth)(?:_|$))"
+)
 #: A value carrying a password in a URL's user information (``s3://KEY:SECRET@bucket``,
 #: ``postgres://user:pw@host``): a credential whatever the variable is called.
 CREDENTIAL_URL = re.compile(r"://[^/\s:@]+:[^/\s@]+@")
@@ -45,7 +47,7 @@ def redact(key: str, value: Any) -> Any:
     """
     if key == "launch.env" and isinstance(value, dict):
         return {k: MASK if is_secret(str(k), v) else v for k, v in value.items()}
-    if key.startswith("launch.env.") and is_secret(key[len("launch.env."):], value):
+    if key.startswith("launch.env.") and is_secret(key[len("launch.env.") :], value):
         return MASK
     return value
 
@@ -68,5 +70,7 @@ def shell_reference(name: str) -> str:
     >>> shell_reference("HF_TOKEN")
     'export HF_TOKEN="${HF_TOKEN:?set HF_TOKEN in the environment (trainc does not write secrets)}"'
     """
-    return (f'export {name}="${{{name}:?set {name} in the environment '
-            f'(trainc does not write secrets)}}"')
+    return (
+        f'export {name}="${{{name}:?set {name} in the environment '
+        f'(trainc does not write secrets)}}"'
+    )

@@ -44,10 +44,13 @@ def _copy(obj: Any) -> Any:
     if t is tuple and all(type(v) in _ATOMIC or isinstance(v, Enum) for v in obj):
         return obj
     params = getattr(t, "__dataclass_params__", None)
-    if params is not None and not params.frozen and hasattr(obj, "__dict__") \
-            and not hasattr(t, "__slots__"):
+    if (
+        params is not None
+        and not params.frozen
+        and hasattr(obj, "__dict__")
+        and not hasattr(t, "__slots__")
+    ):
         new = object.__new__(t)
         new.__dict__.update({k: _copy(v) for k, v in obj.__dict__.items()})
         return new
     return copy.deepcopy(obj)
-

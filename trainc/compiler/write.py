@@ -43,8 +43,10 @@ class OutdirNotEmpty(OutdirRefused):
 
 
 #: What ``--force`` may replace, said in every refusal.
-FORCE_REPLACES = ("--force replaces only a folder written by trainc compile, whose manifest.json "
-                  "lists everything in it")
+FORCE_REPLACES = (
+    "--force replaces only a folder written by trainc compile, whose manifest.json "
+    "lists everything in it"
+)
 
 
 def _listed_problem(out: Path) -> str | None:
@@ -72,16 +74,23 @@ def _listed_problem(out: Path) -> str | None:
             changed.append(entry.name)
     if unlisted:
         more = f" and {len(unlisted) - 5} more" if len(unlisted) > 5 else ""
-        ckpt = " (checkpoints/ of a training run are never replaced)" \
-            if "checkpoints/" in unlisted else ""
+        ckpt = (
+            " (checkpoints/ of a training run are never replaced)"
+            if "checkpoints/" in unlisted
+            else ""
+        )
         return f"holds {', '.join(unlisted[:5])}{more}, which its manifest.json does not list{ckpt}"
     if changed:
         return f"holds {', '.join(changed[:5])}, changed after trainc wrote it"
     return None
 
 
-def check_outdir(outdir: str | os.PathLike[str], *, force: bool = False,
-                 keep: tuple[str | os.PathLike[str], ...] = ()) -> Path:
+def check_outdir(
+    outdir: str | os.PathLike[str],
+    *,
+    force: bool = False,
+    keep: tuple[str | os.PathLike[str], ...] = (),
+) -> Path:
     """Refuse an OUTDIR that trainc must not write or replace; returns it as a :class:`Path`.
 
     Always refused (:class:`OutdirRefused`): a last path component ``.``, ``..`` or empty, a
@@ -93,35 +102,48 @@ def check_outdir(outdir: str | os.PathLike[str], *, force: bool = False,
     text = os.fspath(outdir)
     leaf = os.path.basename(text.rstrip("/" + os.sep))
     if leaf in ("", ".", ".."):
-        raise OutdirRefused(f"OUTDIR {text!r} names a folder by '.' or '..' (or is the root); "
-                            "give it a name of its own, e.g. -o out/NAME")
+        raise OutdirRefused(
+            f"OUTDIR {text!r} names a folder by '.' or '..' (or is the root); "
+            "give it a name of its own, e.g. -o out/NAME"
+        )
     out = Path(text)
     if out.is_symlink():
-        raise OutdirRefused(f"{out} is a symbolic link; trainc does not replace links (give "
-                            "the folder it points to, or another -o)")
+        raise OutdirRefused(
+            f"{out} is a symbolic link; trainc does not replace links (give "
+            "the folder it points to, or another -o)"
+        )
     if out.exists() and not out.is_dir():
-        raise OutdirRefused(f"{out} exists and is not a folder (a file, FIFO or device); trainc "
-                            f"never replaces it ({FORCE_REPLACES})")
+        raise OutdirRefused(
+            f"{out} exists and is not a folder (a file, FIFO or device); trainc "
+            f"never replaces it ({FORCE_REPLACES})"
+        )
     real = out.resolve()
     cwd = Path.cwd().resolve()
     if real == cwd or real in cwd.parents:
         what = "is the working folder" if real == cwd else "holds the working folder"
-        raise OutdirRefused(f"{out} {what}; trainc never replaces it ({FORCE_REPLACES}); "
-                            "choose another -o, e.g. out/NAME")
+        raise OutdirRefused(
+            f"{out} {what}; trainc never replaces it ({FORCE_REPLACES}); "
+            "choose another -o, e.g. out/NAME"
+        )
     for k in keep:
         kr = Path(k).resolve()
         if real == kr or real in kr.parents:
-            raise OutdirRefused(f"{out} {'is' if real == kr else 'holds'} the spec {k}; trainc "
-                                f"never replaces it ({FORCE_REPLACES})")
+            raise OutdirRefused(
+                f"{out} {'is' if real == kr else 'holds'} the spec {k}; trainc "
+                f"never replaces it ({FORCE_REPLACES})"
+            )
     if not out.exists() or not any(out.iterdir()):
         return out
     if not force:
-        raise OutdirNotEmpty(f"{out} exists and is not empty; pass --force to replace it "
-                             f"({FORCE_REPLACES})")
+        raise OutdirNotEmpty(
+            f"{out} exists and is not empty; pass --force to replace it ({FORCE_REPLACES})"
+        )
     problem = _listed_problem(out)
     if problem:
-        raise OutdirNotEmpty(f"--force refused: {out} {problem}; {FORCE_REPLACES}. Move those "
-                             "files away or choose another -o")
+        raise OutdirNotEmpty(
+            f"--force refused: {out} {problem}; {FORCE_REPLACES}. Move those "
+            "files away or choose another -o"
+        )
     return out
 
 
@@ -131,12 +153,14 @@ def manifest(files: dict[str, str], plan: dict[str, Any]) -> str:
         name: {"sha256": hashlib.sha256(text.encode()).hexdigest(), "bytes": len(text.encode())}
         for name, text in sorted(files.items())
     }
-    return canonical_json({
-        "files": entries,
-        "spec_hash": plan["spec_hash"],
-        "trainc_version": plan["trainc_version"],
-        "target_versions": plan["target_versions"],
-    })
+    return canonical_json(
+        {
+            "files": entries,
+            "spec_hash": plan["spec_hash"],
+            "trainc_version": plan["trainc_version"],
+            "target_versions": plan["target_versions"],
+        }
+    )
 
 
 def _alive(pid: int) -> bool:
@@ -192,8 +216,10 @@ def _strict_json(name: str, text: str) -> None:
     non-finite inputs (TRC008), so one here comes from a computation: a bug."""
 
     def refuse(constant: str) -> None:
-        raise InternalError(f"{name} would hold {constant}, which is not JSON (a bug in trainc: "
-                            "a computed value is not finite)")
+        raise InternalError(
+            f"{name} would hold {constant}, which is not JSON (a bug in trainc: "
+            "a computed value is not finite)"
+        )
 
     json.loads(text, parse_constant=refuse)
 
@@ -212,16 +238,23 @@ def _swap(tmp: Path, out: Path, old: Path) -> None:
             try:
                 os.rename(old / "x", out)  # put the previous OUTDIR back
             except OSError as e:
-                raise LaunchError(f"cannot write {out}, nor put the previous one back: it is in "
-                                  f"{old / 'x'} ({e.strerror or e})") from e
+                raise LaunchError(
+                    f"cannot write {out}, nor put the previous one back: it is in "
+                    f"{old / 'x'} ({e.strerror or e})"
+                ) from e
         shutil.rmtree(old, ignore_errors=True)
         raise
     shutil.rmtree(old, ignore_errors=True)
 
 
-def write_artifacts(files: dict[str, str], plan: dict[str, Any], outdir: str | os.PathLike[str],
-                    *, force: bool = False,
-                    keep: tuple[str | os.PathLike[str], ...] = ()) -> list[str]:
+def write_artifacts(
+    files: dict[str, str],
+    plan: dict[str, Any],
+    outdir: str | os.PathLike[str],
+    *,
+    force: bool = False,
+    keep: tuple[str | os.PathLike[str], ...] = (),
+) -> list[str]:
     """Write ``files`` plus ``manifest.json`` into ``outdir`` atomically; returns the file names.
 
     Everything goes into ``.<name>.tmp-<pid>-*`` next to OUTDIR, which is renamed into place;
@@ -260,8 +293,9 @@ def write_artifacts(files: dict[str, str], plan: dict[str, Any], outdir: str | o
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
     except _Terminated as e:
-        raise LaunchError(f"interrupted by signal {e.args[0]} while writing {out}; nothing "
-                          "was written") from e
+        raise LaunchError(
+            f"interrupted by signal {e.args[0]} while writing {out}; nothing was written"
+        ) from e
     except OSError as e:
         raise LaunchError(f"cannot write {out}: {e.strerror or e}") from e
     return sorted(all_files)

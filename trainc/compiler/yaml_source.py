@@ -28,11 +28,14 @@ _Loader.yaml_implicit_resolvers = {
 }
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    re.compile(
+        r"""^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
                    |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
                    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
                    |[-+]?\.(?:inf|Inf|INF)
-                   |\.(?:nan|NaN|NAN))$""", re.X),
+                   |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
     list("-+0123456789."),
 )
 
@@ -64,8 +67,9 @@ def _duplicate_key(node: yaml.Node, prefix: str = "") -> tuple[str, int] | None:
     return None
 
 
-def _node_lines(node: yaml.Node, prefix: str, file: str, out: dict[str, Location],
-                map_entries: bool = False) -> None:
+def _node_lines(
+    node: yaml.Node, prefix: str, file: str, out: dict[str, Location], map_entries: bool = False
+) -> None:
     """Record the line of every key; a free-form map (``launch.env``) gets its entries' lines
     (``launch.env.NAME``) but is not descended into further."""
     if not isinstance(node, yaml.MappingNode):
@@ -83,8 +87,9 @@ def _node_lines(node: yaml.Node, prefix: str, file: str, out: dict[str, Location
 _STR_TAG = "tag:yaml.org,2002:str"
 
 
-def scalar_texts(node: yaml.Node | None, prefix: str, out: dict[str, str | None],
-                 map_entries: bool = False) -> None:
+def scalar_texts(
+    node: yaml.Node | None, prefix: str, out: dict[str, str | None], map_entries: bool = False
+) -> None:
     """For every key whose value is a scalar: its source text when YAML resolved it to another
     type than a string (an unquoted ``4:00:00`` -> int 14400, ``0123`` -> 83, ``yes`` -> True,
     ``1e3`` -> 1000.0, ``~`` -> None), else None. A free-form map (``launch.env``) records its
@@ -111,8 +116,9 @@ def scalar_texts(node: yaml.Node | None, prefix: str, out: dict[str, str | None]
 #: hundred; "billion laughs", 9 aliases over 8 levels, expands to 10^8 and would take minutes).
 MAX_NODES = 20_000
 #: Tags whose value a spec may hold: plain data (no timestamps, sets, binary or Python objects).
-DATA_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in
-                      ("str", "int", "float", "bool", "null", "seq", "map", "merge"))
+DATA_TAGS = frozenset(
+    f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "seq", "map", "merge")
+)
 
 
 class _Unsafe(Exception):
@@ -131,14 +137,19 @@ def _check_graph(node: yaml.Node) -> None:
         if key in size:
             return size[key]
         if key in active:
-            raise _Unsafe("an anchor refers to itself (an alias inside its own anchor)",
-                          n.start_mark.line + 1, "remove the alias from inside its anchor")
+            raise _Unsafe(
+                "an anchor refers to itself (an alias inside its own anchor)",
+                n.start_mark.line + 1,
+                "remove the alias from inside its anchor",
+            )
         if n.tag not in DATA_TAGS:
-            raise _Unsafe(f"the tag {n.tag.replace('tag:yaml.org,2002:', '!!')} is not allowed "
-                          "here: a spec holds plain data (mappings, lists, strings, numbers, "
-                          "booleans, null); trainc never constructs objects from YAML tags",
-                          n.start_mark.line + 1, "remove the tag and write the value as plain "
-                          "YAML (quote a date: \"2024-01-01\")")
+            raise _Unsafe(
+                f"the tag {n.tag.replace('tag:yaml.org,2002:', '!!')} is not allowed "
+                "here: a spec holds plain data (mappings, lists, strings, numbers, "
+                "booleans, null); trainc never constructs objects from YAML tags",
+                n.start_mark.line + 1,
+                'remove the tag and write the value as plain YAML (quote a date: "2024-01-01")',
+            )
         active.add(key)
         if isinstance(n, yaml.MappingNode):
             total = 1 + sum(visit(k) + visit(v) for k, v in n.value)
@@ -148,34 +159,42 @@ def _check_graph(node: yaml.Node) -> None:
             total = 1
         active.discard(key)
         if total > MAX_NODES:
-            raise _Unsafe(f"it expands to more than {MAX_NODES:,} values through anchors and "
-                          "aliases (&name / *name); a spec needs a few hundred",
-                          n.start_mark.line + 1, "write the values out instead of nesting "
-                          "aliases")
+            raise _Unsafe(
+                f"it expands to more than {MAX_NODES:,} values through anchors and "
+                "aliases (&name / *name); a spec needs a few hundred",
+                n.start_mark.line + 1,
+                "write the values out instead of nesting aliases",
+            )
         size[key] = total
         return total
 
     visit(node)
 
 
-def _read_yaml(path: Path, shown: str, data: bytes | None = None,
-               ) -> tuple[yaml.Node | None, list[Diagnostic]]:
+def _read_yaml(
+    path: Path,
+    shown: str,
+    data: bytes | None = None,
+) -> tuple[yaml.Node | None, list[Diagnostic]]:
     """Read and parse a YAML file (or ``data``, e.g. standard input) into a node tree; problems
     become TRC000 diagnostics."""
 
-    def bad(msg: str, line: int | None = None, fix: str = "pass a readable UTF-8 YAML spec file"
-            ) -> tuple[None, list[Diagnostic]]:
+    def bad(
+        msg: str, line: int | None = None, fix: str = "pass a readable UTF-8 YAML spec file"
+    ) -> tuple[None, list[Diagnostic]]:
         d = diag(R.SPEC_UNREADABLE, msg, "<file>", fix=fix)
-        return None, [dataclasses.replace(d, locations=(Location(key="<file>", file=shown,
-                                                                 line=line),))]
+        return None, [
+            dataclasses.replace(d, locations=(Location(key="<file>", file=shown, line=line),))
+        ]
 
     if data is not None:
         raw = data
     elif not path.exists() and glob.has_magic(str(path)):
         # a quoted pattern (trainc lint 'specs/*.yaml') that the CLI expanded to nothing
-        return bad(f"no file matches the pattern {shown} (matched from {os.getcwd()})",
-                   fix="check the pattern and the directory it is matched from, or name the "
-                       "spec files")
+        return bad(
+            f"no file matches the pattern {shown} (matched from {os.getcwd()})",
+            fix="check the pattern and the directory it is matched from, or name the spec files",
+        )
     elif not path.exists():
         return bad(f"spec file {shown} does not exist")
     elif path.is_dir():
@@ -218,8 +237,9 @@ def _read_yaml(path: Path, shown: str, data: bytes | None = None,
 
 def _refused(shown: str, why: str, line: int, fix: str) -> tuple[None, list[Diagnostic]]:
     d = diag(R.SPEC_UNREADABLE, f"{shown} is refused: {why}", "<file>", fix=fix)
-    return None, [dataclasses.replace(d, locations=(Location(key="<file>", file=shown,
-                                                             line=line),))]
+    return None, [
+        dataclasses.replace(d, locations=(Location(key="<file>", file=shown, line=line),))
+    ]
 
 
 def _defaults_list(node: yaml.Node | None) -> list[tuple[str, str | None]]:

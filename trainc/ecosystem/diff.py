@@ -31,12 +31,19 @@ import yaml
 
 #: Rows always shown first (when either plan has them), differing or not.
 HEADLINE = (
-    "derived.world_size", "derived.dp", "derived.expert_dp", "derived.num_microbatches",
-    "estimates.memory_bytes.total", "estimates.pipeline_bubble_fraction",
-    "estimates.step_time_seconds", "estimates.tokens_per_second", "estimates.mfu",
+    "derived.world_size",
+    "derived.dp",
+    "derived.expert_dp",
+    "derived.num_microbatches",
+    "estimates.memory_bytes.total",
+    "estimates.pipeline_bubble_fraction",
+    "estimates.step_time_seconds",
+    "estimates.tokens_per_second",
+    "estimates.mfu",
 )
-_SKIP = frozenset({"trainc_version", "target_versions", "spec_hash", "diagnostics",
-                   "spec_as_written"})
+_SKIP = frozenset(
+    {"trainc_version", "target_versions", "spec_hash", "diagnostics", "spec_as_written"}
+)
 _FREE_MAPS = frozenset({"launch.env."})
 #: Sections computed by trainc (compared at the shown precision), not written by the user.
 _COMPUTED = ("derived.", "estimates.")
@@ -72,8 +79,9 @@ def _is_argv(value: Any) -> bool:
     """A list of ``[flag, value...]`` / ``[flag]`` items with distinct ``--`` flags."""
     if not isinstance(value, list) or not value:
         return False
-    ok = all(isinstance(i, list) and i and isinstance(i[0], str) and i[0].startswith("--")
-             for i in value)
+    ok = all(
+        isinstance(i, list) and i and isinstance(i[0], str) and i[0].startswith("--") for i in value
+    )
     return ok and len({i[0] for i in value}) == len(value)
 
 
@@ -98,8 +106,12 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[dict[str, Any]],
         if _echo(k, fa) and _echo(k, fb):
             continue  # derived.tp repeats parallel.tp
         va, vb = fa.get(k), fb.get(k)
-        if va == vb or (k.startswith(_COMPUTED) and _number(va) and _number(vb)
-                        and fmt_value(k, va) == fmt_value(k, vb)):
+        if va == vb or (
+            k.startswith(_COMPUTED)
+            and _number(va)
+            and _number(vb)
+            and fmt_value(k, va) == fmt_value(k, vb)
+        ):
             same[k] = va  # a computed value equal at the shown precision is no difference
         else:
             diffs.append({"key": k, "a": va, "b": vb})
@@ -175,8 +187,18 @@ def resume_verdict(a_res: Any, b_res: Any) -> dict[str, Any] | None:
     except (ArithmeticError, ValueError, TypeError):
         return None
     found = resume_findings(saved, now, b_res.spec.resume.finetune)
-    reasons = [{"rule": f.rule.id, "severity": f.rule.severity, "key": f.key, "a": f.saved,
-                "b": f.now, "message": f.message, "fix": f.fix} for f in found]
+    reasons = [
+        {
+            "rule": f.rule.id,
+            "severity": f.rule.severity,
+            "key": f.key,
+            "a": f.saved,
+            "b": f.now,
+            "message": f.message,
+            "fix": f.fix,
+        }
+        for f in found
+    ]
     return {"ok": not any(r["severity"] == "error" for r in reasons), "reasons": reasons}
 
 
@@ -213,17 +235,24 @@ def render_table(a_res: Any, b_res: Any, show_all: bool = False) -> None:
         summary.add_column(col, justify="right")
     for row in headline(a_res.plan, b_res.plan):
         k = row["key"]
-        summary.add_row(k, fmt_value(k, row["a"]), fmt_value(k, row["b"]),
-                        change(row["a"], row["b"], k))
+        summary.add_row(
+            k, fmt_value(k, row["a"]), fmt_value(k, row["b"]), change(row["a"], row["b"], k)
+        )
     console.print(f"A = {a_res.path}\nB = {b_res.path}")
     console.print(summary)
     verdict = resume_verdict(a_res, b_res)
     if verdict is not None:
-        console.print("B can resume from A's checkpoints" if verdict["ok"] else
-                      "B cannot resume from A's checkpoints", markup=False)
+        console.print(
+            "B can resume from A's checkpoints"
+            if verdict["ok"]
+            else "B cannot resume from A's checkpoints",
+            markup=False,
+        )
         for r in verdict["reasons"]:
-            console.print(f"  {r['severity']}[{r['rule']}] {r['key']}: {r['message']}\n"
-                          f"    fix: {r['fix']}", markup=False)
+            console.print(
+                f"  {r['severity']}[{r['rule']}] {r['key']}: {r['message']}\n    fix: {r['fix']}",
+                markup=False,
+            )
     rows = [*diffs, *({"key": k, "a": v, "b": v} for k, v in same.items())] if show_all else diffs
     if not diffs:
         console.print(f"no differences after resolution ({len(same)} keys compared)")
@@ -265,11 +294,11 @@ def _plan_file(path: str) -> str:
 def _relocated(diags: list[Any], scratch: str, shown: str) -> list[Any]:
     """``diags`` with locations in the scratch file moved to ``shown`` (the plan.json; no line:
     the scratch file's lines are not the plan's)."""
+
     def move(loc: Any) -> Any:
         return dataclasses.replace(loc, file=shown, line=None) if loc.file == scratch else loc
 
-    return [dataclasses.replace(d, locations=tuple(move(x) for x in d.locations))
-            for d in diags]
+    return [dataclasses.replace(d, locations=tuple(move(x) for x in d.locations)) for d in diags]
 
 
 def _compiled_plan(path: str) -> dict[str, Any] | None:
@@ -286,8 +315,15 @@ def _compiled_plan(path: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and isinstance(data.get("spec"), dict) else None
 
 
-def run_diff(a: str, b: str, overrides: Sequence[str] = (), *, fmt: str = "text",
-             show_all: bool = False, require_resume: bool = False) -> int:
+def run_diff(
+    a: str,
+    b: str,
+    overrides: Sequence[str] = (),
+    *,
+    fmt: str = "text",
+    show_all: bool = False,
+    require_resume: bool = False,
+) -> int:
     """Compile both specs (overrides on B) and print their differences; the exit code: 2 when
     either has errors, else 1 with ``require_resume`` when B cannot resume from A's checkpoints
     (:func:`resume_verdict`), else 0. A difference alone is not a failure (it is what a diff
@@ -300,10 +336,13 @@ def run_diff(a: str, b: str, overrides: Sequence[str] = (), *, fmt: str = "text"
     # compile) and keeps the presets it recorded (the recorded spec has no defaults list)
     plans = [_compiled_plan(a), _compiled_plan(b)]
     if overrides and plans[1] is not None and "spec_as_written" not in plans[1]:
-        print(f"trainc diff: warning: B ({b}) is a plan.json from a trainc that did not record "
-              "the spec as written; the overrides apply to its resolved spec, whose derived "
-              "values (etp, sequence_parallel, tp_comm_overlap, ...) stay as they were "
-              "compiled: diff the spec file to derive them again", file=sys.stderr)
+        print(
+            f"trainc diff: warning: B ({b}) is a plan.json from a trainc that did not record "
+            "the spec as written; the overrides apply to its resolved spec, whose derived "
+            "values (etp, sequence_parallel, tp_comm_overlap, ...) stay as they were "
+            "compiled: diff the spec file to derive them again",
+            file=sys.stderr,
+        )
     with tempfile.TemporaryDirectory(prefix="trainc-diff-") as tmp:
         files = []
         for given, plan, name in ((a, plans[0], "a.yaml"), (b, plans[1], "b.yaml")):
@@ -311,8 +350,9 @@ def run_diff(a: str, b: str, overrides: Sequence[str] = (), *, fmt: str = "text"
                 files.append(given)
                 continue
             scratch = Path(tmp) / name
-            scratch.write_text(yaml.safe_dump(recorded_spec(plan), sort_keys=False),
-                               encoding="utf-8")
+            scratch.write_text(
+                yaml.safe_dump(recorded_spec(plan), sort_keys=False), encoding="utf-8"
+            )
             files.append(str(scratch))
         a_res = compile_spec(files[0], emit_files=False)
         b_res = compile_spec(files[1], list(overrides), emit_files=False)
@@ -330,15 +370,17 @@ def run_diff(a: str, b: str, overrides: Sequence[str] = (), *, fmt: str = "text"
             print(f"trainc diff: {label} ({res.path}) has errors:", file=sys.stderr)
             print(render_text(errors), file=sys.stderr)
     if fmt == "json":
-        print(json.dumps(to_json(a_res, b_res, show_all), indent=2, sort_keys=False,
-                         allow_nan=False))
+        print(
+            json.dumps(to_json(a_res, b_res, show_all), indent=2, sort_keys=False, allow_nan=False)
+        )
     elif a_res.plan is not None and b_res.plan is not None:
         render_table(a_res, b_res, show_all)
     if not (a_res.ok and b_res.ok):
         return 2
     verdict = resume_verdict(a_res, b_res) if require_resume else None
     if verdict is not None and not verdict["ok"]:
-        print("trainc diff: B cannot resume from A's checkpoints (--require-resume)",
-              file=sys.stderr)
+        print(
+            "trainc diff: B cannot resume from A's checkpoints (--require-resume)", file=sys.stderr
+        )
         return 1
     return 0

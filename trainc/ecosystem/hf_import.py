@@ -92,32 +92,72 @@ DEEPSEEK_LIKE = ("deepseek_v3", "kimi_k2")
 #: The config.json keys :func:`convert` requires, and the model_type values that need each
 #: (what ``import-hf`` names when one is missing).
 REQUIRED_BY: dict[str, tuple[str, ...]] = {
-    **{k: tuple(SUPPORTED) for k in ("num_attention_heads", "hidden_size",
-                                      "max_position_embeddings", "num_hidden_layers",
-                                      "intermediate_size", "vocab_size")},
+    **{
+        k: tuple(SUPPORTED)
+        for k in (
+            "num_attention_heads",
+            "hidden_size",
+            "max_position_embeddings",
+            "num_hidden_layers",
+            "intermediate_size",
+            "vocab_size",
+        )
+    },
     "num_local_experts": ("mixtral",),
     "num_experts": ("qwen2_moe", "qwen3_moe"),
     "moe_intermediate_size": ("qwen2_moe", "qwen3_moe", *DEEPSEEK_LIKE),
     "n_routed_experts": DEEPSEEK_LIKE,
     "num_experts_per_tok": ("mixtral", "qwen2_moe", "qwen3_moe", *DEEPSEEK_LIKE),
-    **{k: DEEPSEEK_LIKE for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
-                                   "v_head_dim")},
+    **{
+        k: DEEPSEEK_LIKE
+        for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+    },
 }
 
 #: Key order of the written preset (the order of ModelSpec's fields).
 KEY_ORDER = (
-    "num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
-    "ffn_hidden_size", "vocab_size", "seq_length", "max_position_embeddings", "activation",
-    "normalization", "position_embedding", "rotary_base", "rope_scaling_factor",
-    "untie_embeddings_and_output_weights", "add_qkv_bias", "add_bias_linear", "norm_epsilon",
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_query_groups",
+    "kv_channels",
+    "ffn_hidden_size",
+    "vocab_size",
+    "seq_length",
+    "max_position_embeddings",
+    "activation",
+    "normalization",
+    "position_embedding",
+    "rotary_base",
+    "rope_scaling_factor",
+    "untie_embeddings_and_output_weights",
+    "add_qkv_bias",
+    "add_bias_linear",
+    "norm_epsilon",
     "init_method_std",
-    "hidden_dropout", "attention_dropout", "multi_latent_attention", "qk_layernorm", "q_lora_rank",
+    "hidden_dropout",
+    "attention_dropout",
+    "multi_latent_attention",
+    "qk_layernorm",
+    "q_lora_rank",
     "kv_lora_rank",
-    "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "num_experts", "moe_router_topk",
-    "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_layer_freq",
-    "moe_router_score_function", "moe_router_pre_softmax", "moe_router_topk_scaling_factor",
-    "moe_router_load_balancing_type", "moe_aux_loss_coeff", "moe_first_k_dense_layers",
-    "mtp_num_layers", "moe_router_num_groups", "moe_router_group_topk",
+    "qk_head_dim",
+    "qk_pos_emb_head_dim",
+    "v_head_dim",
+    "num_experts",
+    "moe_router_topk",
+    "moe_ffn_hidden_size",
+    "moe_shared_expert_intermediate_size",
+    "moe_layer_freq",
+    "moe_router_score_function",
+    "moe_router_pre_softmax",
+    "moe_router_topk_scaling_factor",
+    "moe_router_load_balancing_type",
+    "moe_aux_loss_coeff",
+    "moe_first_k_dense_layers",
+    "mtp_num_layers",
+    "moe_router_num_groups",
+    "moe_router_group_topk",
     "moe_router_enable_expert_bias",
 )
 
@@ -140,10 +180,15 @@ def _req(cfg: dict[str, Any], key: str) -> Any:
         mt = cfg.get("model_type")
         kinds = REQUIRED_BY.get(key, (str(mt),))
         every = len(kinds) == len(SUPPORTED)
-        who = ("every supported model_type needs it" if every else
-               "the model_type values that need it: " + ", ".join(kinds))
-        raise HFImportError(f"config.json has no '{key}', which model_type {mt!r} needs ({who}); "
-                            "add it from the checkpoint's own config.json")
+        who = (
+            "every supported model_type needs it"
+            if every
+            else "the model_type values that need it: " + ", ".join(kinds)
+        )
+        raise HFImportError(
+            f"config.json has no '{key}', which model_type {mt!r} needs ({who}); "
+            "add it from the checkpoint's own config.json"
+        )
     return cfg[key]
 
 
@@ -187,50 +232,66 @@ def _deepseek_router(cfg: dict[str, Any], out: dict[str, Any], notes: list[str])
     if score in ("softmax", "sigmoid"):
         out["moe_router_score_function"] = score
     elif score is None:
-        notes.append("scoring_func is unset in config.json: trainc uses moe_router_score_function "
-                     f"{ModelSpec.moe_router_score_function.value} (DeepSeek-V3 scores with "
-                     "sigmoid)")
+        notes.append(
+            "scoring_func is unset in config.json: trainc uses moe_router_score_function "
+            f"{ModelSpec.moe_router_score_function.value} (DeepSeek-V3 scores with "
+            "sigmoid)"
+        )
     else:
-        notes.append(f"scoring_func {score!r} is not modelled (trainc's moe_router_score_function "
-                     "is softmax or sigmoid); the preset keeps "
-                     f"{ModelSpec.moe_router_score_function.value}")
+        notes.append(
+            f"scoring_func {score!r} is not modelled (trainc's moe_router_score_function "
+            "is softmax or sigmoid); the preset keeps "
+            f"{ModelSpec.moe_router_score_function.value}"
+        )
     if cfg.get("routed_scaling_factor") is not None:
         factor = _float(cfg["routed_scaling_factor"], "routed_scaling_factor")
         if factor != 1.0:  # 1.0 scales nothing: trainc's null
             out["moe_router_topk_scaling_factor"] = factor
     if cfg.get("norm_topk_prob") is False:
-        notes.append("norm_topk_prob false (top-k routing weights left unnormalized) is not "
-                     "modelled: Megatron-Core normalizes the top-k weights")
+        notes.append(
+            "norm_topk_prob false (top-k routing weights left unnormalized) is not "
+            "modelled: Megatron-Core normalizes the top-k weights"
+        )
     method = cfg.get("topk_method")
     if method == "noaux_tc":
         # auxiliary-loss-free balancing: a per-expert bias (e_score_correction_bias) added to the
         # scores for the top-k choice only, moved by each expert's load after every step
         out["moe_router_enable_expert_bias"] = True
     elif method not in (None, "greedy", "group_limited_greedy"):
-        notes.append(f"topk_method {method!r} is not modelled: trainc routes each token to its "
-                     "top-k experts (greedy)")
+        notes.append(
+            f"topk_method {method!r} is not modelled: trainc routes each token to its "
+            "top-k experts (greedy)"
+        )
     groups = _int(cfg.get("n_group") or 1, "n_group")
     group_topk = _int(cfg.get("topk_group") or groups, "topk_group")
     if method != "greedy" and groups > 1 and group_topk < groups:
         # group-limited routing: each token picks its experts from its best topk_group groups
         out["moe_router_num_groups"] = groups
         out["moe_router_group_topk"] = group_topk
-    out["moe_router_load_balancing_type"] = ("seq_aux_loss" if cfg.get("seq_aux", True)
-                                             else "aux_loss")
+    out["moe_router_load_balancing_type"] = (
+        "seq_aux_loss" if cfg.get("seq_aux", True) else "aux_loss"
+    )
     default = ModelSpec.moe_aux_loss_coeff
-    paper = (f"{DEEPSEEK_V3_PAPER} balances experts auxiliary-loss-free and adds only a tiny "
-             "sequence-wise balance loss, alpha = 1e-4: set model.moe_aux_loss_coeff=1e-4 to "
-             "follow it")
+    paper = (
+        f"{DEEPSEEK_V3_PAPER} balances experts auxiliary-loss-free and adds only a tiny "
+        "sequence-wise balance loss, alpha = 1e-4: set model.moe_aux_loss_coeff=1e-4 to "
+        "follow it"
+    )
     if cfg["model_type"] != "deepseek_v3":  # Kimi K2 states no pre-training alpha of its own
-        paper = ("the expert bias balances the experts; set model.moe_aux_loss_coeff for a "
-                 "sequence-wise balance loss as well (DeepSeek-V3 used 1e-4, "
-                 f"{DEEPSEEK_V3_PAPER})")
-    uses = (f"trainc uses moe_aux_loss_coeff {default}, the default of trainc and Megatron-Core"
-            + (", which turns the balance loss off" if default == 0 else ""))
+        paper = (
+            "the expert bias balances the experts; set model.moe_aux_loss_coeff for a "
+            "sequence-wise balance loss as well (DeepSeek-V3 used 1e-4, "
+            f"{DEEPSEEK_V3_PAPER})"
+        )
+    uses = f"trainc uses moe_aux_loss_coeff {default}, the default of trainc and Megatron-Core" + (
+        ", which turns the balance loss off" if default == 0 else ""
+    )
     alpha = cfg.get("aux_loss_alpha")
     if alpha is None:
-        notes.append("the balance-loss coefficient is unset in config.json (no aux_loss_alpha): "
-                     f"{uses}; {paper}")
+        notes.append(
+            "the balance-loss coefficient is unset in config.json (no aux_loss_alpha): "
+            f"{uses}; {paper}"
+        )
     else:
         # the config's alpha (0.001 in deepseek-ai/DeepSeek-V3) is not the paper's 1e-4, the
         # weight V3 was pre-trained with, so it is not copied
@@ -245,18 +306,22 @@ def _moe_keys(cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
         out["moe_ffn_hidden_size"] = _int(_req(cfg, "intermediate_size"), "intermediate_size")
     elif mt in ("qwen2_moe", "qwen3_moe"):
         out["num_experts"] = _int(_req(cfg, "num_experts"), "num_experts")
-        out["moe_ffn_hidden_size"] = _int(_req(cfg, "moe_intermediate_size"),
-                                          "moe_intermediate_size")
+        out["moe_ffn_hidden_size"] = _int(
+            _req(cfg, "moe_intermediate_size"), "moe_intermediate_size"
+        )
         shared = cfg.get("shared_expert_intermediate_size")
         if shared:
             out["moe_shared_expert_intermediate_size"] = _int(
-                shared, "shared_expert_intermediate_size")
+                shared, "shared_expert_intermediate_size"
+            )
             notes.append("the shared expert's sigmoid gate is not modelled")
         step = _int(cfg.get("decoder_sparse_step", 1) or 1, "decoder_sparse_step")
         out["moe_layer_freq"] = step
         if step != 1:
-            notes.append(f"decoder_sparse_step={step} makes layers i with (i+1) % {step} == 0 "
-                         f"sparse; trainc's moe_layer_freq counts i % {step} == 0")
+            notes.append(
+                f"decoder_sparse_step={step} makes layers i with (i+1) % {step} == 0 "
+                f"sparse; trainc's moe_layer_freq counts i % {step} == 0"
+            )
         if cfg.get("mlp_only_layers"):
             notes.append(f"the dense mlp_only_layers {cfg['mlp_only_layers']} are not modelled")
         # Qwen2MoeSparseMoeBlock / Qwen3MoeSparseMoeBlock: softmax over every expert, top-k, and
@@ -276,14 +341,15 @@ def _moe_keys(cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
         dense = _int(cfg.get("first_k_dense_replace") or 0, "first_k_dense_replace", minimum=0)
         if dense:
             out["moe_first_k_dense_layers"] = dense
-        mtp = _int(cfg.get("num_nextn_predict_layers") or 0, "num_nextn_predict_layers",
-                   minimum=0)
+        mtp = _int(cfg.get("num_nextn_predict_layers") or 0, "num_nextn_predict_layers", minimum=0)
         if mtp:
             out["mtp_num_layers"] = mtp
-            notes.append(f"num_nextn_predict_layers {mtp} is imported as mtp_num_layers {mtp}: "
-                         "multi-token prediction is built by Megatron-LM's pretrain_gpt.py only, "
-                         "so a spec with this preset needs engine=megatron and "
-                         "launch.entrypoint=megatron-lm (TRC386)")
+            notes.append(
+                f"num_nextn_predict_layers {mtp} is imported as mtp_num_layers {mtp}: "
+                "multi-token prediction is built by Megatron-LM's pretrain_gpt.py only, "
+                "so a spec with this preset needs engine=megatron and "
+                "launch.entrypoint=megatron-lm (TRC386)"
+            )
     else:
         return out
     out["moe_router_topk"] = _int(_req(cfg, "num_experts_per_tok"), "num_experts_per_tok")
@@ -296,8 +362,7 @@ def _moe_keys(cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     return out
 
 
-def _sliding_window(cfg: dict[str, Any], seq_length: int, drop: bool,
-                    notes: list[str]) -> None:
+def _sliding_window(cfg: dict[str, Any], seq_length: int, drop: bool, notes: list[str]) -> None:
     """config.json's ``sliding_window`` (Mistral 7B v0.1: 4096): each token attends to the
     previous ``W`` only. The preset trains full causal attention (no window key), the same
     attention only while ``seq_length <= W``. Longer sequences raise :class:`HFImportError`
@@ -308,19 +373,24 @@ def _sliding_window(cfg: dict[str, Any], seq_length: int, drop: bool,
         return
     w = _int(window, "sliding_window")
     if seq_length <= w:
-        notes.append(f"sliding-window attention ({w} tokens) covers the whole {seq_length}-token "
-                     "sequence: full causal attention is the same attention")
+        notes.append(
+            f"sliding-window attention ({w} tokens) covers the whole {seq_length}-token "
+            "sequence: full causal attention is the same attention"
+        )
     elif drop:
-        notes.append(f"sliding-window attention ({w} tokens) is dropped "
-                     "(--drop-sliding-window): the preset attends over all "
-                     f"{seq_length} tokens, a different model from this checkpoint")
+        notes.append(
+            f"sliding-window attention ({w} tokens) is dropped "
+            "(--drop-sliding-window): the preset attends over all "
+            f"{seq_length} tokens, a different model from this checkpoint"
+        )
     else:
         raise HFImportError(
             f"sliding_window {w}: each token attends to the previous {w} only, but trainc "
             f"trains full causal attention over seq_length {seq_length} (it has no window "
             f"key): a different model from this checkpoint; pass --seq-length {w} or less "
             "(the window then covers every sequence), or --drop-sliding-window to train full "
-            "attention (right only for training the architecture from scratch)")
+            "attention (right only for training the architecture from scratch)"
+        )
 
 
 def _biases(cfg: dict[str, Any], mt: str, out: dict[str, Any], notes: list[str]) -> None:
@@ -334,14 +404,18 @@ def _biases(cfg: dict[str, Any], mt: str, out: dict[str, Any], notes: list[str])
         out.update(add_qkv_bias=True, add_bias_linear=True)
     elif attn:
         out["add_qkv_bias"] = True
-        notes.append("attention_bias true (biases on q, k, v and o_proj) is imported as "
-                     "add_qkv_bias (q, k, v only): Megatron has no bias switch for the output "
-                     "projection alone (add_bias_linear would add MLP biases too); o_proj's bias "
-                     "is not modelled")
+        notes.append(
+            "attention_bias true (biases on q, k, v and o_proj) is imported as "
+            "add_qkv_bias (q, k, v only): Megatron has no bias switch for the output "
+            "projection alone (add_bias_linear would add MLP biases too); o_proj's bias "
+            "is not modelled"
+        )
     elif mlp:
-        notes.append("mlp_bias true (biases on gate/up/down) is not imported: Megatron's only "
-                     "MLP bias switch, add_bias_linear, also biases every attention projection; "
-                     "set model.add_bias_linear=true to have them all")
+        notes.append(
+            "mlp_bias true (biases on gate/up/down) is not imported: Megatron's only "
+            "MLP bias switch, add_bias_linear, also biases every attention projection; "
+            "set model.add_bias_linear=true to have them all"
+        )
     elif mt.startswith("qwen2"):
         out["add_qkv_bias"] = True
 
@@ -355,13 +429,17 @@ def _init_std(cfg: dict[str, Any], out: dict[str, Any], notes: list[str]) -> Non
     default = ModelSpec.init_method_std
     if std != default:
         out["init_method_std"] = std
-        notes.append(f"initializer_range {cfg['initializer_range']} is mapped to init_method_std "
-                     f"{std} (trainc's and Megatron's default is {default})")
+        notes.append(
+            f"initializer_range {cfg['initializer_range']} is mapped to init_method_std "
+            f"{std} (trainc's and Megatron's default is {default})"
+        )
     if cfg["model_type"] == "deepseek_v3" and std != DEEPSEEK_V3_INIT_STD:
-        notes.append(f"initializer_range {cfg['initializer_range']} in config.json is not the "
-                     f"init std DeepSeek-V3 was pre-trained with: {DEEPSEEK_V3_PAPER} gives "
-                     f"{DEEPSEEK_V3_INIT_STD}; set model.init_method_std={DEEPSEEK_V3_INIT_STD} "
-                     "to follow it")
+        notes.append(
+            f"initializer_range {cfg['initializer_range']} in config.json is not the "
+            f"init std DeepSeek-V3 was pre-trained with: {DEEPSEEK_V3_PAPER} gives "
+            f"{DEEPSEEK_V3_INIT_STD}; set model.init_method_std={DEEPSEEK_V3_INIT_STD} "
+            "to follow it"
+        )
 
 
 #: The Llama 3 RoPE-scaling constants that Megatron-Core 0.16.1 hard-codes: ``RotaryEmbedding``
@@ -369,13 +447,17 @@ def _init_std(cfg: dict[str, Any], out: dict[str, Any], notes: list[str]) -> Non
 #: factor=rope_scaling_factor)``, so only the factor is configurable (trainc's
 #: ``rope_scaling_factor``; Megatron-LM ``--rope-scaling-factor``) and these keep their defaults.
 MCORE_LLAMA3_SCALING: dict[str, float] = {
-    "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
 }
 
 #: The ``--drop-rope-scaling`` fix, as the errors below state it.
-DROP_FIX = ("pass --drop-rope-scaling to import plain RoPE instead (no rope_scaling_factor), "
-            "which is right only for training the architecture from scratch, not for continuing "
-            "this checkpoint")
+DROP_FIX = (
+    "pass --drop-rope-scaling to import plain RoPE instead (no rope_scaling_factor), "
+    "which is right only for training the architecture from scratch, not for continuing "
+    "this checkpoint"
+)
 
 
 def _fmt(value: Any) -> str:
@@ -384,13 +466,15 @@ def _fmt(value: Any) -> str:
 
 def _describe(scaling: dict[str, Any], kind: Any) -> str:
     """``rope_scaling (rope_type yarn: factor 40, ...)``: the type and every other field."""
-    fields = ", ".join(f"{k} {_fmt(v)}" for k, v in scaling.items()
-                       if k not in ("rope_type", "type"))
+    fields = ", ".join(
+        f"{k} {_fmt(v)}" for k, v in scaling.items() if k not in ("rope_type", "type")
+    )
     return f"rope_scaling (rope_type {kind}" + (f": {fields})" if fields else ")")
 
 
-def _rope_scaling(scaling: dict[str, Any], trained: int, seq_length: int, drop: bool,
-                  notes: list[str]) -> float | None:
+def _rope_scaling(
+    scaling: dict[str, Any], trained: int, seq_length: int, drop: bool, notes: list[str]
+) -> float | None:
     """The preset's ``rope_scaling_factor`` for a config.json ``rope_scaling`` (None: plain RoPE).
 
     trainc's model schema expresses one RoPE scaling, Llama 3.1's (``rope_type: llama3``) with
@@ -407,29 +491,39 @@ def _rope_scaling(scaling: dict[str, Any], trained: int, seq_length: int, drop: 
         return None
     desc = _describe(scaling, kind)
     if drop:
-        notes.append(f"{desc} is dropped (--drop-rope-scaling): the preset trains plain RoPE, "
-                     "a different model from this checkpoint")
+        notes.append(
+            f"{desc} is dropped (--drop-rope-scaling): the preset trains plain RoPE, "
+            "a different model from this checkpoint"
+        )
         return None
     if kind == "llama3":
         if scaling.get("factor") is None:
-            raise HFImportError(f"{desc} has no factor; Llama 3 scaling needs one (8.0 for "
-                                "Llama 3.1); add it to config.json or " + DROP_FIX)
+            raise HFImportError(
+                f"{desc} has no factor; Llama 3 scaling needs one (8.0 for "
+                "Llama 3.1); add it to config.json or " + DROP_FIX
+            )
         factor = _float(scaling["factor"], "rope_scaling.factor")
         missing = [k for k in MCORE_LLAMA3_SCALING if scaling.get(k) is None]
-        differ = [k for k, v in MCORE_LLAMA3_SCALING.items()
-                  if k not in missing and scaling[k] != v]
+        differ = [
+            k for k, v in MCORE_LLAMA3_SCALING.items() if k not in missing and scaling[k] != v
+        ]
         if missing or differ:
             mcore = ", ".join(f"{k} {_fmt(v)}" for k, v in MCORE_LLAMA3_SCALING.items())
             what = "; ".join(
-                ([f"it has {', '.join(f'{k} {_fmt(scaling[k])}' for k in differ)}"]
-                 if differ else [])
-                + ([f"it lacks {', '.join(missing)}"] if missing else []))
+                (
+                    [f"it has {', '.join(f'{k} {_fmt(scaling[k])}' for k in differ)}"]
+                    if differ
+                    else []
+                )
+                + ([f"it lacks {', '.join(missing)}"] if missing else [])
+            )
             raise HFImportError(
                 f"{desc} cannot be reproduced: {what}, but Megatron-Core applies Llama 3 RoPE "
                 f"scaling with {mcore} fixed (RotaryEmbedding._apply_scaling; trainc's "
                 "rope_scaling_factor sets only the factor), so a preset would train a different "
                 "RoPE from this checkpoint's. Fix: if the checkpoint really uses Megatron-Core's "
-                "values, correct config.json; otherwise " + DROP_FIX)
+                "values, correct config.json; otherwise " + DROP_FIX
+            )
         return factor
     if kind == "dynamic":
         if seq_length > trained:
@@ -437,20 +531,25 @@ def _rope_scaling(scaling: dict[str, Any], trained: int, seq_length: int, drop: 
                 f"{desc}: dynamic NTK scaling equals plain RoPE only up to {trained} tokens and "
                 f"seq_length {seq_length} exceeds that; trainc's model schema has no dynamic "
                 "scaling (its rope_scaling_factor is Llama 3.1's). Fix: --seq-length "
-                f"{trained} or less, or " + DROP_FIX)
-        notes.append(f"{desc} is not modelled: dynamic NTK scaling changes RoPE only beyond "
-                     f"{trained} tokens, so training at seq_length {seq_length} is unaffected; "
-                     "inference past that length will differ")
+                f"{trained} or less, or " + DROP_FIX
+            )
+        notes.append(
+            f"{desc} is not modelled: dynamic NTK scaling changes RoPE only beyond "
+            f"{trained} tokens, so training at seq_length {seq_length} is unaffected; "
+            "inference past that length will differ"
+        )
         return None
-    what = {"linear": "linear position interpolation (positions divided by the factor)",
-            "yarn": "YaRN (rescaled frequencies and attention temperature)",
-            "longrope": "LongRoPE (per-channel rescaled frequencies)"}.get(
-                str(kind), "a RoPE scaling trainc does not know")
+    what = {
+        "linear": "linear position interpolation (positions divided by the factor)",
+        "yarn": "YaRN (rescaled frequencies and attention temperature)",
+        "longrope": "LongRoPE (per-channel rescaled frequencies)",
+    }.get(str(kind), "a RoPE scaling trainc does not know")
     raise HFImportError(
         f"{desc} cannot be expressed: it is {what}, and trainc's model schema has only "
         "rope_scaling_factor, Llama 3.1's scaling (rope_type llama3; Megatron-Core "
         "--use-rope-scaling). Without it the preset would train plain RoPE, a different model "
-        "from this checkpoint. Fix: " + DROP_FIX)
+        "from this checkpoint. Fix: " + DROP_FIX
+    )
 
 
 def _text(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -464,43 +563,59 @@ def _llama4(cfg: dict[str, Any]) -> list[str]:
     trainc's model schema cannot state, with the config's values (HF defaults when absent)."""
     t = _text(cfg)
     layers = t.get("num_hidden_layers", 48)
-    out = [f"attention_chunk_size {t.get('attention_chunk_size', 8192)}: the RoPE layers attend "
-           "within fixed chunks of that many tokens (chunked local attention); trainc's "
-           "attention is full causal on every layer"]
+    out = [
+        f"attention_chunk_size {t.get('attention_chunk_size', 8192)}: the RoPE layers attend "
+        "within fixed chunks of that many tokens (chunked local attention); trainc's "
+        "attention is full causal on every layer"
+    ]
     nope = t.get("no_rope_layers") or []
     interval = t.get("no_rope_layer_interval", 4)
-    no_rope = ([i for i, rope in enumerate(nope) if not rope] if nope else
-               [i for i in range(layers) if (i + 1) % interval == 0])
+    no_rope = (
+        [i for i, rope in enumerate(nope) if not rope]
+        if nope
+        else [i for i in range(layers) if (i + 1) % interval == 0]
+    )
     if no_rope:
-        out.append(f"no_rope_layers {nope} (no_rope_layer_interval {interval}): layers "
-                   f"{', '.join(map(str, no_rope[:3]))}, ..., {no_rope[-1]} ({len(no_rope)} of "
-                   f"{layers}) use no rotary embedding and full attention; trainc rotates every "
-                   "layer")
+        out.append(
+            f"no_rope_layers {nope} (no_rope_layer_interval {interval}): layers "
+            f"{', '.join(map(str, no_rope[:3]))}, ..., {no_rope[-1]} ({len(no_rope)} of "
+            f"{layers}) use no rotary embedding and full attention; trainc rotates every "
+            "layer"
+        )
         if t.get("attn_temperature_tuning", True):
-            out.append(f"attn_temperature_tuning (floor_scale {t.get('floor_scale', 8192)}, "
-                       f"attn_scale {t.get('attn_scale', 0.1)}): the no-RoPE layers scale their "
-                       "queries by a function of the position; trainc has no such scaling")
+            out.append(
+                f"attn_temperature_tuning (floor_scale {t.get('floor_scale', 8192)}, "
+                f"attn_scale {t.get('attn_scale', 0.1)}): the no-RoPE layers scale their "
+                "queries by a function of the position; trainc has no such scaling"
+            )
     if t.get("use_qk_norm", True):
-        out.append("use_qk_norm true: a parameter-free L2 norm of queries and keys after RoPE on "
-                   "the RoPE layers; trainc's qk_layernorm is a learned RMSNorm before RoPE")
-    out.append(f"num_local_experts {t.get('num_local_experts', 16)}, num_experts_per_tok "
-               f"{t.get('num_experts_per_tok', 1)}: the router scales each token's input to its "
-               "expert by the sigmoid of its score (Llama4TextMoe), where Megatron-Core weights "
-               "the expert's output; a shared expert of intermediate_size "
-               f"{t.get('intermediate_size', 8192)} runs beside it")
+        out.append(
+            "use_qk_norm true: a parameter-free L2 norm of queries and keys after RoPE on "
+            "the RoPE layers; trainc's qk_layernorm is a learned RMSNorm before RoPE"
+        )
+    out.append(
+        f"num_local_experts {t.get('num_local_experts', 16)}, num_experts_per_tok "
+        f"{t.get('num_experts_per_tok', 1)}: the router scales each token's input to its "
+        "expert by the sigmoid of its score (Llama4TextMoe), where Megatron-Core weights "
+        "the expert's output; a shared expert of intermediate_size "
+        f"{t.get('intermediate_size', 8192)} runs beside it"
+    )
     step = t.get("interleave_moe_layer_step", 1)
     if step != 1:
-        out.append(f"interleave_moe_layer_step {step}: layers {step - 1}, {2 * step - 1}, ... are "
-                   f"MoE (i % {step} == {step - 1}) and the rest dense MLPs of "
-                   f"intermediate_size_mlp {t.get('intermediate_size_mlp', 16384)}; trainc's "
-                   f"moe_layer_freq makes layers i % {step} == 0 MoE and its dense layers have "
-                   "ffn_hidden_size")
+        out.append(
+            f"interleave_moe_layer_step {step}: layers {step - 1}, {2 * step - 1}, ... are "
+            f"MoE (i % {step} == {step - 1}) and the rest dense MLPs of "
+            f"intermediate_size_mlp {t.get('intermediate_size_mlp', 16384)}; trainc's "
+            f"moe_layer_freq makes layers i % {step} == 0 MoE and its dense layers have "
+            "ffn_hidden_size"
+        )
     scaling = t.get("rope_scaling") or {}
     if scaling:
         kind = scaling.get("rope_type") or scaling.get("type")
         fixed = ", ".join(f"{k} {_fmt(v)}" for k, v in MCORE_LLAMA3_SCALING.items())
-        out.append(f"{_describe(scaling, kind)}: Megatron-Core applies Llama 3 scaling with "
-                   f"{fixed} fixed")
+        out.append(
+            f"{_describe(scaling, kind)}: Megatron-Core applies Llama 3 scaling with {fixed} fixed"
+        )
     return out
 
 
@@ -508,23 +623,29 @@ def _gpt_oss(cfg: dict[str, Any]) -> list[str]:
     """gpt-oss (HF ``GptOssConfig`` / ``modeling_gpt_oss``, transformers 4.55)."""
     types = cfg.get("layer_types") or []
     sliding = sum(1 for x in types if x == "sliding_attention")
-    out = ["attention sinks: every head has a learned sink logit (GptOssAttention.sinks) that "
-           "joins the softmax; trainc's attention has none",
-           f"layer_types: {sliding} of {len(types)} layers are sliding_attention with "
-           f"sliding_window {cfg.get('sliding_window')} (alternating with full_attention); "
-           "trainc's attention is full causal on every layer"]
+    out = [
+        "attention sinks: every head has a learned sink logit (GptOssAttention.sinks) that "
+        "joins the softmax; trainc's attention has none",
+        f"layer_types: {sliding} of {len(types)} layers are sliding_attention with "
+        f"sliding_window {cfg.get('sliding_window')} (alternating with full_attention); "
+        "trainc's attention is full causal on every layer",
+    ]
     scaling = cfg.get("rope_scaling") or {}
     if scaling:
-        out.append(f"{_describe(scaling, scaling.get('rope_type') or scaling.get('type'))}: "
-                   "trainc's model schema has no YaRN")
-    out += [f"swiglu_limit {_fmt(cfg.get('swiglu_limit', 7.0))}: the experts clamp the gate "
-            "(at most the limit) and the up projection (within plus or minus the limit) and "
-            "compute (up + 1) * gate * sigmoid(1.702 * gate); trainc's swiglu is "
-            "silu(gate) * up",
-            f"attention_bias {str(cfg.get('attention_bias')).lower()}: q, k, v and o_proj have "
-            "biases; Megatron has no switch for the o_proj bias without MLP biases",
-            "the experts' projections and the router carry biases (gate_up_proj_bias, "
-            "down_proj_bias, router.bias); Megatron-Core's router has none"]
+        out.append(
+            f"{_describe(scaling, scaling.get('rope_type') or scaling.get('type'))}: "
+            "trainc's model schema has no YaRN"
+        )
+    out += [
+        f"swiglu_limit {_fmt(cfg.get('swiglu_limit', 7.0))}: the experts clamp the gate "
+        "(at most the limit) and the up projection (within plus or minus the limit) and "
+        "compute (up + 1) * gate * sigmoid(1.702 * gate); trainc's swiglu is "
+        "silu(gate) * up",
+        f"attention_bias {str(cfg.get('attention_bias')).lower()}: q, k, v and o_proj have "
+        "biases; Megatron has no switch for the o_proj bias without MLP biases",
+        "the experts' projections and the router carry biases (gate_up_proj_bias, "
+        "down_proj_bias, router.bias); Megatron-Core's router has none",
+    ]
     return out
 
 
@@ -535,37 +656,50 @@ def _gemma3(cfg: dict[str, Any]) -> list[str]:
     pattern = t.get("sliding_window_pattern", 6)
     h, d = t.get("hidden_size", 2304), t.get("head_dim", 256)
     scaling = t.get("rope_scaling") or {}
-    out = [f"hidden_activation {t.get('hidden_activation', 'gelu_pytorch_tanh')}: a gated MLP "
-           "with the tanh GELU (GeGLU); trainc's gated MLP is SwiGLU and its gelu is ungated",
-           f"sliding_window {t.get('sliding_window', 4096)} on {pattern - 1} of every {pattern} "
-           f"layers (sliding_window_pattern {pattern}): those layers attend to that many previous "
-           "tokens only; trainc's attention is full causal on every layer",
-           f"rope_theta {_fmt(t.get('rope_theta', 1_000_000.0))} on the global layers and "
-           f"rope_local_base_freq {_fmt(t.get('rope_local_base_freq', 10_000.0))} on the "
-           "sliding-window layers: trainc has one rotary_base"]
+    out = [
+        f"hidden_activation {t.get('hidden_activation', 'gelu_pytorch_tanh')}: a gated MLP "
+        "with the tanh GELU (GeGLU); trainc's gated MLP is SwiGLU and its gelu is ungated",
+        f"sliding_window {t.get('sliding_window', 4096)} on {pattern - 1} of every {pattern} "
+        f"layers (sliding_window_pattern {pattern}): those layers attend to that many previous "
+        "tokens only; trainc's attention is full causal on every layer",
+        f"rope_theta {_fmt(t.get('rope_theta', 1_000_000.0))} on the global layers and "
+        f"rope_local_base_freq {_fmt(t.get('rope_local_base_freq', 10_000.0))} on the "
+        "sliding-window layers: trainc has one rotary_base",
+    ]
     if scaling:
-        out.append(f"{_describe(scaling, scaling.get('rope_type') or scaling.get('type'))} on "
-                   "the global layers only: trainc's model schema has no linear RoPE scaling")
-    out += [f"query_pre_attn_scalar {t.get('query_pre_attn_scalar', 256)}: attention scores are "
-            f"scaled by {t.get('query_pre_attn_scalar', 256)}^-0.5, not head_dim {d}^-0.5",
-            f"the embedding output is multiplied by sqrt(hidden_size) = sqrt({h}) "
-            "(Gemma3TextScaledWordEmbedding); trainc's is not",
-            "four RMSNorms per layer (input, post-attention, pre-feedforward, post-feedforward); "
-            "trainc's pre-norm layer has two"]
+        out.append(
+            f"{_describe(scaling, scaling.get('rope_type') or scaling.get('type'))} on "
+            "the global layers only: trainc's model schema has no linear RoPE scaling"
+        )
+    out += [
+        f"query_pre_attn_scalar {t.get('query_pre_attn_scalar', 256)}: attention scores are "
+        f"scaled by {t.get('query_pre_attn_scalar', 256)}^-0.5, not head_dim {d}^-0.5",
+        f"the embedding output is multiplied by sqrt(hidden_size) = sqrt({h}) "
+        "(Gemma3TextScaledWordEmbedding); trainc's is not",
+        "four RMSNorms per layer (input, post-attention, pre-feedforward, post-feedforward); "
+        "trainc's pre-norm layer has two",
+    ]
     return out
 
 
 #: HF ``model_type`` values import-hf recognises but refuses: what a preset cannot reproduce of
 #: each, listed by :class:`HFImportError` (``differences``).
 UNSUPPORTED: dict[str, Any] = {
-    "llama4": _llama4, "llama4_text": _llama4, "gpt_oss": _gpt_oss, "gemma3": _gemma3,
+    "llama4": _llama4,
+    "llama4_text": _llama4,
+    "gpt_oss": _gpt_oss,
+    "gemma3": _gemma3,
     "gemma3_text": _gemma3,
 }
 
 
-def convert(cfg: dict[str, Any], *, seq_length: int | None = None,
-            drop_rope_scaling: bool = False,
-            drop_sliding_window: bool = False) -> tuple[dict[str, Any], list[str]]:
+def convert(
+    cfg: dict[str, Any],
+    *,
+    seq_length: int | None = None,
+    drop_rope_scaling: bool = False,
+    drop_sliding_window: bool = False,
+) -> tuple[dict[str, Any], list[str]]:
     """Map a parsed HF config.json to trainc model keys; returns ``(keys, notes)``.
 
     ``notes`` lists, one statement each, what the preset does not model, what it maps with a
@@ -589,25 +723,32 @@ def convert(cfg: dict[str, Any], *, seq_length: int | None = None,
             "model from this checkpoint. What trainc's model schema cannot state: "
             + "; ".join(f"({i}) {x}" for i, x in enumerate(diffs, 1))
             + ". Fix: none in import-hf; a hand-written preset trains trainc's architecture, "
-            "not this one", diffs)
+            "not this one",
+            diffs,
+        )
     if mt not in SUPPORTED:
         arch = ", ".join(cfg.get("architectures") or []) or "none given"
         raise HFImportError(
             f"unsupported model_type {mt!r} (architectures: {arch}); supported model_type values: "
-            + "; ".join(f"{k} ({v})" for k, v in SUPPORTED.items()))
+            + "; ".join(f"{k} ({v})" for k, v in SUPPORTED.items())
+        )
     act = cfg.get("hidden_act", "silu")
     if act != "silu":
-        raise HFImportError(f"hidden_act {act!r} is not supported for {mt} (expected 'silu', "
-                            "i.e. a SwiGLU MLP)")
+        raise HFImportError(
+            f"hidden_act {act!r} is not supported for {mt} (expected 'silu', i.e. a SwiGLU MLP)"
+        )
     heads = _int(_req(cfg, "num_attention_heads"), "num_attention_heads")
     hidden = _int(_req(cfg, "hidden_size"), "hidden_size")
     max_pos = _int(_req(cfg, "max_position_embeddings"), "max_position_embeddings")
     scaling = cfg.get("rope_scaling") or {}
     if not isinstance(scaling, dict):
-        raise HFImportError("config.json 'rope_scaling' must be an object or null, got "
-                            f"{scaling!r}")
-    trained = _int(scaling.get("original_max_position_embeddings") or max_pos,
-                   "original_max_position_embeddings")
+        raise HFImportError(
+            f"config.json 'rope_scaling' must be an object or null, got {scaling!r}"
+        )
+    trained = _int(
+        scaling.get("original_max_position_embeddings") or max_pos,
+        "original_max_position_embeddings",
+    )
     out: dict[str, Any] = {
         "num_layers": _int(_req(cfg, "num_hidden_layers"), "num_hidden_layers"),
         "hidden_size": hidden,
@@ -630,14 +771,17 @@ def convert(cfg: dict[str, Any], *, seq_length: int | None = None,
     if mt in DEEPSEEK_LIKE:  # multi-head latent attention: no key/value heads of its own
         del out["num_query_groups"]
         q_lora = cfg.get("q_lora_rank")
-        out.update(multi_latent_attention=True,
-                   q_lora_rank=_int(q_lora, "q_lora_rank") if q_lora else None,
-                   kv_lora_rank=_int(_req(cfg, "kv_lora_rank"), "kv_lora_rank"),
-                   qk_head_dim=_int(_req(cfg, "qk_nope_head_dim"), "qk_nope_head_dim"),
-                   qk_pos_emb_head_dim=_int(_req(cfg, "qk_rope_head_dim"), "qk_rope_head_dim"),
-                   v_head_dim=_int(_req(cfg, "v_head_dim"), "v_head_dim"))
-    elif (head_dim := cfg.get("head_dim")) is not None and _int(head_dim, "head_dim") * heads \
-            != hidden:
+        out.update(
+            multi_latent_attention=True,
+            q_lora_rank=_int(q_lora, "q_lora_rank") if q_lora else None,
+            kv_lora_rank=_int(_req(cfg, "kv_lora_rank"), "kv_lora_rank"),
+            qk_head_dim=_int(_req(cfg, "qk_nope_head_dim"), "qk_nope_head_dim"),
+            qk_pos_emb_head_dim=_int(_req(cfg, "qk_rope_head_dim"), "qk_rope_head_dim"),
+            v_head_dim=_int(_req(cfg, "v_head_dim"), "v_head_dim"),
+        )
+    elif (head_dim := cfg.get("head_dim")) is not None and _int(
+        head_dim, "head_dim"
+    ) * heads != hidden:
         out["kv_channels"] = _int(head_dim, "head_dim")
     if str(mt).startswith("qwen3"):  # q_norm / k_norm: RMSNorm over head_dim, before RoPE
         out["qk_layernorm"] = True
@@ -646,17 +790,22 @@ def convert(cfg: dict[str, Any], *, seq_length: int | None = None,
     _init_std(cfg, out, notes)
     out.update(_moe_keys(cfg, notes))
     if seq_length is None:
-        source = ("rope_scaling.original_max_position_embeddings"
-                  if scaling.get("original_max_position_embeddings")
-                  else "max_position_embeddings")
-        notes.append(f"seq_length (the training sequence length) is not in config.json: trainc "
-                     f"uses {out['seq_length']} = min({source} {trained}, {SEQ_LENGTH_CAP}); set "
-                     "--seq-length N or model.seq_length=N for another")
+        source = (
+            "rope_scaling.original_max_position_embeddings"
+            if scaling.get("original_max_position_embeddings")
+            else "max_position_embeddings"
+        )
+        notes.append(
+            f"seq_length (the training sequence length) is not in config.json: trainc "
+            f"uses {out['seq_length']} = min({source} {trained}, {SEQ_LENGTH_CAP}); set "
+            "--seq-length N or model.seq_length=N for another"
+        )
     if out["seq_length"] > max_pos:
         raise HFImportError(
             f"seq_length {out['seq_length']} exceeds the config's max_position_embeddings "
             f"{max_pos}, the longest sequence the checkpoint's positions cover (Megatron-LM "
-            f"refuses it, TRC219): pass --seq-length {max_pos} or less")
+            f"refuses it, TRC219): pass --seq-length {max_pos} or less"
+        )
     _sliding_window(cfg, out["seq_length"], drop_sliding_window, notes)
     factor = _rope_scaling(scaling, trained, out["seq_length"], drop_rope_scaling, notes)
     if factor is not None:
@@ -670,28 +819,50 @@ def render(keys: dict[str, Any], notes: list[str], source: str, cfg: dict[str, A
     key."""
     arch = ", ".join(cfg.get("architectures") or []) or cfg["model_type"]
     name = cfg.get("_name_or_path")
-    lines = [f"# Imported by trainc {__version__} import-hf from {source}"
-             + (f" ({name})" if name else "") + f": model_type {cfg['model_type']}, {arch}."]
+    lines = [
+        f"# Imported by trainc {__version__} import-hf from {source}"
+        + (f" ({name})" if name else "")
+        + f": model_type {cfg['model_type']}, {arch}."
+    ]
     for note in notes:
-        lines.extend(textwrap.wrap(f"Note: {note}.", width=97, initial_indent="# ",
-                                   subsequent_indent="#   ", break_long_words=False,
-                                   break_on_hyphens=False))
+        lines.extend(
+            textwrap.wrap(
+                f"Note: {note}.",
+                width=97,
+                initial_indent="# ",
+                subsequent_indent="#   ",
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+        )
     for k, v in keys.items():
         lines.append(yaml.safe_dump({k: v}, default_flow_style=False).strip())
     return "\n".join(lines) + "\n"
 
 
-def import_hf(path: str | Path, *, seq_length: int | None = None,
-              drop_rope_scaling: bool = False, drop_sliding_window: bool = False) -> str:
+def import_hf(
+    path: str | Path,
+    *,
+    seq_length: int | None = None,
+    drop_rope_scaling: bool = False,
+    drop_sliding_window: bool = False,
+) -> str:
     """Read a HF ``config.json`` (file path) and return the preset YAML text."""
-    return import_hf_with_notes(path, seq_length=seq_length,
-                                drop_rope_scaling=drop_rope_scaling,
-                                drop_sliding_window=drop_sliding_window)[0]
+    return import_hf_with_notes(
+        path,
+        seq_length=seq_length,
+        drop_rope_scaling=drop_rope_scaling,
+        drop_sliding_window=drop_sliding_window,
+    )[0]
 
 
-def import_hf_with_notes(path: str | Path, *, seq_length: int | None = None,
-                         drop_rope_scaling: bool = False,
-                         drop_sliding_window: bool = False) -> tuple[str, list[str]]:
+def import_hf_with_notes(
+    path: str | Path,
+    *,
+    seq_length: int | None = None,
+    drop_rope_scaling: bool = False,
+    drop_sliding_window: bool = False,
+) -> tuple[str, list[str]]:
     """Read a HF ``config.json`` (file path); return the preset YAML text and its notes (the
     ``# Note:`` comments of its header, unwrapped; the CLI also prints them on stderr)."""
     p = Path(path)
@@ -701,7 +872,10 @@ def import_hf_with_notes(path: str | Path, *, seq_length: int | None = None,
         raise HFImportError(f"cannot read {p}: {e.strerror or e}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise HFImportError(f"{p} is not valid JSON: {e}") from None
-    keys, notes = convert(cfg, seq_length=seq_length, drop_rope_scaling=drop_rope_scaling,
-                          drop_sliding_window=drop_sliding_window)
+    keys, notes = convert(
+        cfg,
+        seq_length=seq_length,
+        drop_rope_scaling=drop_rope_scaling,
+        drop_sliding_window=drop_sliding_window,
+    )
     return render(keys, notes, p.name, cfg), notes
-

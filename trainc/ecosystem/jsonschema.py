@@ -39,9 +39,13 @@ def field_docs(cls: type) -> dict[str, str]:
     body = tree.body[0].body  # type: ignore[attr-defined]
     out: dict[str, str] = {}
     for stmt, nxt in itertools.pairwise(body):
-        if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
-                and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
-                and isinstance(nxt.value.value, str)):
+        if (
+            isinstance(stmt, ast.AnnAssign)
+            and isinstance(stmt.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
             out[stmt.target.id] = inspect.cleandoc(nxt.value.value)
     return out
 
@@ -68,12 +72,16 @@ def type_schema(tp: Any, *, free_map: bool = False) -> dict[str, Any]:
     elif base is str:
         types_ = ["string"]  # an unquoted number there is TRC007: quote it
     elif typing.get_origin(base) is list:
-        out: dict[str, Any] = {"type": ["array", "null"] if optional else "array",
-                               "items": {"type": "string"}}
+        out: dict[str, Any] = {
+            "type": ["array", "null"] if optional else "array",
+            "items": {"type": "string"},
+        }
         return out
     elif typing.get_origin(base) is dict or free_map:
-        return {"type": ["object", "null"] if optional else "object",
-                "additionalProperties": {"type": _SCALAR}}
+        return {
+            "type": ["object", "null"] if optional else "object",
+            "additionalProperties": {"type": _SCALAR},
+        }
     else:
         raise AssertionError(f"no JSON Schema for {tp!r}")
     if optional:
@@ -118,9 +126,13 @@ def _section(cls: type, prefix: str, defs: dict[str, Any]) -> tuple[dict[str, An
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             required.append(f.name)
         props[f.name] = prop
-    schema: dict[str, Any] = {"type": "object", "title": cls.__name__,
-                              "description": inspect.cleandoc(cls.__doc__ or ""),
-                              "properties": props, "additionalProperties": False}
+    schema: dict[str, Any] = {
+        "type": "object",
+        "title": cls.__name__,
+        "description": inspect.cleandoc(cls.__doc__ or ""),
+        "properties": props,
+        "additionalProperties": False,
+    }
     overlay: dict[str, Any] = {}
     if required:
         overlay["required"] = required
@@ -134,13 +146,20 @@ def _defaults_list() -> dict[str, Any]:
     return {
         "type": "array",
         "description": "Hydra defaults list: presets (`- model: llama2-70b`) from the package's "
-                       "conf/ groups or from model/, cluster/ folders next to the spec, and "
-                       "`_self_` (where this file's own keys apply; last = they win).",
-        "items": {"anyOf": [
-            {"const": "_self_"},
-            {"type": "object", "minProperties": 1, "maxProperties": 1,
-             "properties": groups, "additionalProperties": {"type": ["string", "null"]}},
-        ]},
+        "conf/ groups or from model/, cluster/ folders next to the spec, and "
+        "`_self_` (where this file's own keys apply; last = they win).",
+        "items": {
+            "anyOf": [
+                {"const": "_self_"},
+                {
+                    "type": "object",
+                    "minProperties": 1,
+                    "maxProperties": 1,
+                    "properties": groups,
+                    "additionalProperties": {"type": ["string", "null"]},
+                },
+            ]
+        },
     }
 
 
@@ -159,8 +178,7 @@ def _build() -> str:
         "then": overlay,
         "$defs": dict(sorted(defs.items())),
     }
-    return json.dumps(schema, indent=2, sort_keys=False, ensure_ascii=False,
-                      allow_nan=False) + "\n"
+    return json.dumps(schema, indent=2, sort_keys=False, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def spec_schema() -> dict[str, Any]:
@@ -175,8 +193,12 @@ def section_schema(section: str) -> dict[str, Any]:
     ref = full["properties"].get(section, {}).get("$ref")
     if not ref:
         raise KeyError(section)
-    return {"$schema": DRAFT, "$id": f"urn:trainc:spec:{section}", "$ref": ref,
-            "$defs": full["$defs"]}
+    return {
+        "$schema": DRAFT,
+        "$id": f"urn:trainc:spec:{section}",
+        "$ref": ref,
+        "$defs": full["$defs"],
+    }
 
 
 def sections() -> list[str]:
@@ -188,5 +210,4 @@ def render(section: str | None = None) -> str:
     """The schema as deterministic JSON text (whole spec, or one section)."""
     if section is None:
         return _build()
-    return json.dumps(section_schema(section), indent=2, ensure_ascii=False,
-                      allow_nan=False) + "\n"
+    return json.dumps(section_schema(section), indent=2, ensure_ascii=False, allow_nan=False) + "\n"

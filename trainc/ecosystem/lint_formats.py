@@ -62,8 +62,9 @@ def primary_location(d: Diagnostic, spec_path: str) -> tuple[str, int, str | Non
         uri = _file_uri(loc.file) if loc.file else None
         if uri is not None:
             return uri, loc.line or 1, None if loc is first else (origin or "<default>")
-    fallback = _file_uri(spec_path) or (Path(spec_path).as_uri() if Path(spec_path).is_absolute()
-                                        else Path(spec_path).as_posix())
+    fallback = _file_uri(spec_path) or (
+        Path(spec_path).as_uri() if Path(spec_path).is_absolute() else Path(spec_path).as_posix()
+    )
     if first.file == spec_path:  # e.g. an unreadable spec: the location is the file itself
         return fallback, first.line or 1, None
     return fallback, 1, origin or "<default>"
@@ -90,23 +91,37 @@ def sarif_log(results: Iterable[LintResult]) -> dict[str, Any]:
             for i, loc in enumerate(d.locations[1:], start=1):
                 ruri = _file_uri(loc.file) if loc.file else None
                 if ruri is not None:
-                    related.append({"id": i, "message": {"text": loc.key},
-                                    "physicalLocation": {"artifactLocation": {"uri": ruri},
-                                                         "region": {"startLine": loc.line or 1}}})
+                    related.append(
+                        {
+                            "id": i,
+                            "message": {"text": loc.key},
+                            "physicalLocation": {
+                                "artifactLocation": {"uri": ruri},
+                                "region": {"startLine": loc.line or 1},
+                            },
+                        }
+                    )
             record: dict[str, Any] = {
                 "ruleId": d.rule.id,
                 "ruleIndex": index[d.rule.id],
                 "level": SARIF_LEVEL[d.severity.value],
                 "message": {"text": _message(d, origin)},
-                "locations": [{
-                    "physicalLocation": {"artifactLocation": {"uri": uri},
-                                         "region": {"startLine": line}},
-                    "logicalLocations": [{"fullyQualifiedName": d.key, "kind": "member"}],
-                }],
+                "locations": [
+                    {
+                        "physicalLocation": {
+                            "artifactLocation": {"uri": uri},
+                            "region": {"startLine": line},
+                        },
+                        "logicalLocations": [{"fullyQualifiedName": d.key, "kind": "member"}],
+                    }
+                ],
                 "partialFingerprints": {"trainc/v1": f"{d.rule.id}:{d.key}:{uri}"},
-                "properties": {"key": d.key, "spec": Path(res.path).as_posix(),
-                               **({"fix": d.fix} if d.fix else {}),
-                               **({"facts": dict(d.facts)} if d.facts else {})},
+                "properties": {
+                    "key": d.key,
+                    "spec": Path(res.path).as_posix(),
+                    **({"fix": d.fix} if d.fix else {}),
+                    **({"facts": dict(d.facts)} if d.facts else {}),
+                },
             }
             if related:
                 record["relatedLocations"] = related
@@ -115,24 +130,28 @@ def sarif_log(results: Iterable[LintResult]) -> dict[str, Any]:
         "name": "trainc",
         "version": __version__,
         "semanticVersion": __version__,
-        "rules": [{
-            "id": r.id,
-            "name": r.name,
-            "shortDescription": {"text": r.summary},
-            "fullDescription": {"text": f"{r.id} {r.name}: {r.summary}"},
-            "defaultConfiguration": {"level": SARIF_LEVEL[r.severity]},
-            "properties": {"tags": ["trainc"]},
-        } for r in rules],
+        "rules": [
+            {
+                "id": r.id,
+                "name": r.name,
+                "shortDescription": {"text": r.summary},
+                "fullDescription": {"text": f"{r.id} {r.name}: {r.summary}"},
+                "defaultConfiguration": {"level": SARIF_LEVEL[r.severity]},
+                "properties": {"tags": ["trainc"]},
+            }
+            for r in rules
+        ],
     }
-    return {"$schema": SARIF_SCHEMA, "version": "2.1.0",
-            "runs": [{"tool": {"driver": driver}, "columnKind": "unicodeCodePoints",
-                      "results": out}]}
+    return {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [{"tool": {"driver": driver}, "columnKind": "unicodeCodePoints", "results": out}],
+    }
 
 
 def render_sarif(results: Iterable[LintResult]) -> str:
     """The SARIF log as JSON text (deterministic, trailing newline)."""
-    return json.dumps(sarif_log(results), indent=2, ensure_ascii=False,
-                      allow_nan=False) + "\n"
+    return json.dumps(sarif_log(results), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def _escape_data(text: str) -> str:
@@ -163,7 +182,7 @@ def render_github(results: Sequence[LintResult], failed: Sequence[bool] | None =
         n_err = sum(d.is_error for d in res.diagnostics)
         n_warn = sum(d.severity.value == "warning" for d in res.diagnostics)
         bad = failed[i] if failed is not None else n_err > 0
-        lines.append(f"{res.path}: {'FAILED' if bad else 'ok'} ({n_err} error(s), "
-                     f"{n_warn} warning(s))")
+        lines.append(
+            f"{res.path}: {'FAILED' if bad else 'ok'} ({n_err} error(s), {n_warn} warning(s))"
+        )
     return "\n".join(lines) + ("\n" if lines else "")
-

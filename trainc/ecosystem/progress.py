@@ -31,8 +31,9 @@ def _noop(advance: float = 1, **_: object) -> None:
 
 
 @contextmanager
-def progress(description: str, total: float | None = None, *,
-             disable: bool = False) -> Iterator[Advance]:
+def progress(
+    description: str, total: float | None = None, *, disable: bool = False
+) -> Iterator[Advance]:
     """A context manager yielding ``advance(n=1, description=None)``.
 
     ``total`` None shows a spinner with a count instead of a bar. A no-op when :func:`enabled`
@@ -52,8 +53,13 @@ def progress(description: str, total: float | None = None, *,
         TimeRemainingColumn,
     )
 
-    columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-               MofNCompleteColumn(), TimeElapsedColumn()]
+    columns = [
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    ]
     if total is not None:
         columns.append(TimeRemainingColumn())
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
@@ -68,8 +74,9 @@ def progress(description: str, total: float | None = None, *,
         yield advance
 
 
-def track(items: Iterable[T], description: str, total: float | None = None, *,
-          disable: bool = False) -> Iterator[T]:
+def track(
+    items: Iterable[T], description: str, total: float | None = None, *, disable: bool = False
+) -> Iterator[T]:
     """Iterate ``items`` with a progress bar (``total`` defaults to ``len(items)`` if known)."""
     if total is None and hasattr(items, "__len__"):
         total = len(items)  # type: ignore[arg-type]

@@ -42,9 +42,11 @@ def rng_state(tracker: bool = True) -> dict[str, Any]:
     """This rank's random-number state (restored by :func:`set_rng_state`); ``tracker``: include
     Megatron-Core's tensor-parallel RNG tracker (the Megatron engine; the FSDP one has none)."""
     state: dict[str, Any] = {
-        "python": random.getstate(), "numpy": np.random.get_state(),
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
         "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None}
+        "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None,
+    }
     if tracker:
         from megatron.core import tensor_parallel
 
@@ -70,11 +72,16 @@ def save(directory: str, step: int, chunks: list[Any], opt: Any, layout: dict[st
     it = os.path.join(directory, f"iter_{step:07d}")
     os.makedirs(it, exist_ok=True)
     state = {
-        "step": step, "layout": layout,
+        "step": step,
+        "layout": layout,
         "model": [c.state_dict() for c in chunks],
-        "optim": [{"inner": o.optimizer.state_dict(),
-                   "main": [p.detach().clone() for p in _main_params(o)]}
-                  for o in _optimizers(opt)],
+        "optim": [
+            {
+                "inner": o.optimizer.state_dict(),
+                "main": [p.detach().clone() for p in _main_params(o)],
+            }
+            for o in _optimizers(opt)
+        ],
         "rng": rng_state(),
     }
     path = os.path.join(it, f"rank_{dist.get_rank():05d}.pt")
@@ -103,8 +110,9 @@ def latest_step(directory: str) -> int | None:
 
 
 @torch.no_grad()
-def load(directory: str, chunks: list[Any], opt: Any, layout: dict[str, Any],
-         step: int | None = None) -> int | None:
+def load(
+    directory: str, chunks: list[Any], opt: Any, layout: dict[str, Any], step: int | None = None
+) -> int | None:
     """Restore this rank's state from the checkpoint of ``step`` (default: the latest); returns
     its step (None: there is none)."""
     if step is None:
@@ -114,8 +122,9 @@ def load(directory: str, chunks: list[Any], opt: Any, layout: dict[str, Any],
     path = os.path.join(directory, f"iter_{step:07d}", f"rank_{dist.get_rank():05d}.pt")
     state = torch.load(path, map_location="cpu", weights_only=False)
     if state["layout"] != layout:
-        raise RuntimeError(f"checkpoint {path} was written by layout {state['layout']}, "
-                           f"this run is {layout}")
+        raise RuntimeError(
+            f"checkpoint {path} was written by layout {state['layout']}, this run is {layout}"
+        )
     for c, sd in zip(chunks, state["model"], strict=True):
         c.load_state_dict(sd)
     for o, osd in zip(_optimizers(opt), state["optim"], strict=True):

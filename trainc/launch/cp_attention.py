@@ -33,13 +33,25 @@ def _positions(rank: int, cp: int, seq_local: int) -> torch.Tensor:
 class AllGatherCPDotProductAttention(MegatronModule):
     """Causal attention over the whole sequence while each CP rank holds 2 of its 2*cp chunks."""
 
-    def __init__(self, config, layer_number, attn_mask_type, attention_type,  # type: ignore
-                 attention_dropout=None, softmax_scale=None, cp_comm_type=None,
-                 pg_collection=None, k_channels=None, v_channels=None, **kwargs):
+    def __init__(
+        self,
+        config,
+        layer_number,
+        attn_mask_type,
+        attention_type,  # type: ignore
+        attention_dropout=None,
+        softmax_scale=None,
+        cp_comm_type=None,
+        pg_collection=None,
+        k_channels=None,
+        v_channels=None,
+        **kwargs,
+    ):
         super().__init__(config=config)
         # dropout on the attention probabilities, as Megatron-Core's DotProductAttention
-        self.dropout_p = config.attention_dropout if attention_dropout is None \
-            else attention_dropout
+        self.dropout_p = (
+            config.attention_dropout if attention_dropout is None else attention_dropout
+        )
         tp = parallel_state.get_tensor_model_parallel_world_size()
         self.heads = config.num_attention_heads // tp
         self.groups = config.num_query_groups // tp
@@ -49,8 +61,16 @@ class AllGatherCPDotProductAttention(MegatronModule):
         self.softmax_scale = softmax_scale or 1.0 / math.sqrt(self.head_dim)
         self.cp_group = parallel_state.get_context_parallel_group()
 
-    def forward(self, query, key, value, attention_mask, attn_mask_type=None,  # type: ignore
-                attention_bias=None, packed_seq_params=None):
+    def forward(
+        self,
+        query,
+        key,
+        value,
+        attention_mask,
+        attn_mask_type=None,  # type: ignore
+        attention_bias=None,
+        packed_seq_params=None,
+    ):
         """query [sq, b, np, hn], key/value [sk, b, ng, hn] (local) -> [sq, b, np*hn]."""
         cp, rank = self.cp_group.size(), self.cp_group.rank()
         sq = query.shape[0]

@@ -41,10 +41,12 @@ def _check_versions() -> None:
         raise RuntimeError(
             f"trainc cpu_compat is written for torch {SUPPORTED['torch']} and megatron-core "
             f"{SUPPORTED['megatron-core']}, found torch {torch_v} and megatron-core {mcore}; "
-            "re-check every patch in trainc/launch/cpu_compat.py before changing the pins")
+            "re-check every patch in trainc/launch/cpu_compat.py before changing the pins"
+        )
 
 
 # --- the patches ------------------------------------------------------------------------------
+
 
 def _rng() -> str:
     """CudaRNGStatesTracker keeps per-group RNG states through torch.cuda's RNG API."""
@@ -76,15 +78,25 @@ class _CpuDeviceMode(torch.overrides.TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
         dev = kwargs.get("device")
-        if dev is not None and not (isinstance(dev, torch.device) and dev.type == "cpu") \
-                and str(dev) != "cpu" and str(dev) != "meta":
+        if (
+            dev is not None
+            and not (isinstance(dev, torch.device) and dev.type == "cpu")
+            and str(dev) != "cpu"
+            and str(dev) != "meta"
+        ):
             kwargs["device"] = "cpu"
         if kwargs.get("pin_memory"):
             kwargs["pin_memory"] = False
-        if func is torch.Tensor.to and args and len(args) > 1 and (
+        if (
+            func is torch.Tensor.to
+            and args
+            and len(args) > 1
+            and (
                 (isinstance(args[1], int) and not isinstance(args[1], bool))
                 or (isinstance(args[1], str) and args[1].startswith("cuda"))
-                or (isinstance(args[1], torch.device) and args[1].type == "cuda")):
+                or (isinstance(args[1], torch.device) and args[1].type == "cuda")
+            )
+        ):
             args = (args[0], "cpu", *args[2:])
         return func(*args, **kwargs)
 
@@ -107,9 +119,12 @@ def _tensor_type() -> str:
     def type_(self, dtype=None, non_blocking=False, **kw):  # type: ignore[no-untyped-def]
         if dtype is None and not kw:
             t = orig(self)
-            if self.device.type == "cpu" and t.startswith("torch.") \
-                    and not t.startswith("torch.cuda."):
-                return "torch.cuda." + t[len("torch."):]
+            if (
+                self.device.type == "cpu"
+                and t.startswith("torch.")
+                and not t.startswith("torch.cuda.")
+            ):
+                return "torch.cuda." + t[len("torch.") :]
             return t
         return orig(self, dtype, non_blocking, **kw)
 
@@ -143,15 +158,20 @@ def _sp_norm() -> str:
 
 class _Inert:
     def __init__(self, *a: Any, **k: Any) -> None: ...
-    def __enter__(self) -> _Inert: return self
+    def __enter__(self) -> _Inert:
+        return self
+
     def __exit__(self, *a: object) -> None: ...
     def wait_stream(self, *a: Any, **k: Any) -> None: ...
     def wait_event(self, *a: Any, **k: Any) -> None: ...
-    def record_event(self, *a: Any, **k: Any) -> _Inert: return _Inert()
+    def record_event(self, *a: Any, **k: Any) -> _Inert:
+        return _Inert()
+
     def record(self, *a: Any, **k: Any) -> None: ...
     def synchronize(self) -> None: ...
     def wait(self, *a: Any, **k: Any) -> None: ...
-    def query(self) -> bool: return True
+    def query(self) -> bool:
+        return True
 
 
 def _streams() -> str:
@@ -260,9 +280,9 @@ class _AllReduceTailGrad(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):  # type: ignore[no-untyped-def]
         grad = grad.clone()
-        tail = grad[..., -ctx.width:].contiguous()
+        tail = grad[..., -ctx.width :].contiguous()
         torch.distributed.all_reduce(tail, group=ctx.group)
-        grad[..., -ctx.width:] = tail
+        grad[..., -ctx.width :] = tail
         return grad, None, None
 
 
@@ -311,9 +331,11 @@ def _mla_local_grads() -> str:
     mla.gather_from_tensor_model_parallel_region = gather
     mla.MLASelfAttention.get_query_key_value_tensors = qkv
     mla.MLASelfAttention.__init__ = init
-    return ("MLA on the local spec: the rotary key's gradient is all-reduced over TP before the "
-            "gather's split, and the query-latent norm's gradient is averaged (not summed) over "
-            "TP without sequence parallelism")
+    return (
+        "MLA on the local spec: the rotary key's gradient is all-reduced over TP before the "
+        "gather's split, and the query-latent norm's gradient is averaged (not summed) over "
+        "TP without sequence parallelism"
+    )
 
 
 PATCHES: tuple[tuple[str, Callable[[], str]], ...] = (
@@ -354,9 +376,11 @@ def _jit_fuser() -> str:
     mod.jit_fuser = noop_decorator  # type: ignore[attr-defined]
     mod.enable_jit_fuser = mod.disable_jit_fuser = lambda: None  # type: ignore[attr-defined]
     sys.modules["megatron.core.jit"] = mod
-    return ("megatron.core.jit.jit_fuser is a no-op instead of torch.compile: the fused "
-            "functions run eagerly (the CPU run builds no fusions), and no rank spends ~3 s "
-            "importing torch._dynamo/_inductor for decorators")
+    return (
+        "megatron.core.jit.jit_fuser is a no-op instead of torch.compile: the fused "
+        "functions run eagerly (the CPU run builds no fusions), and no rank spends ~3 s "
+        "importing torch._dynamo/_inductor for decorators"
+    )
 
 
 def apply() -> list[str]:

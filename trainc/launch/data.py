@@ -13,8 +13,14 @@ from typing import Any
 import torch
 
 
-def build_dataset(num_samples: int, seq_length: int, vocab_size: int, seed: int,
-                  data_path: str | None, data: dict[str, Any] | None = None) -> Any:
+def build_dataset(
+    num_samples: int,
+    seq_length: int,
+    vocab_size: int,
+    seed: int,
+    data_path: str | None,
+    data: dict[str, Any] | None = None,
+) -> Any:
     """The training split of a GPT dataset holding at least ``num_samples`` samples.
 
     ``data`` is plan.json's ``spec.data``: a ``paths`` blend (``PREFIX`` or ``WEIGHT PREFIX``
@@ -33,13 +39,19 @@ def build_dataset(num_samples: int, seq_length: int, vocab_size: int, seed: int,
     tok = NullTokenizer(vocab_size - 1)
     data = data or {}
     if data.get("reset_attention_mask") or data.get("packed"):
-        raise SystemExit("trainc-worker: data.reset_attention_mask / data.packed are not read "
-                         "by this worker (trainc lint: TRC356)")
+        raise SystemExit(
+            "trainc-worker: data.reset_attention_mask / data.packed are not read "
+            "by this worker (trainc lint: TRC356)"
+        )
     kwargs: dict[str, Any] = dict(
-        random_seed=seed, sequence_length=seq_length,
+        random_seed=seed,
+        sequence_length=seq_length,
         reset_position_ids=bool(data.get("reset_position_ids")),
-        reset_attention_mask=False, eod_mask_loss=bool(data.get("eod_mask_loss")), tokenizer=tok,
-        mid_level_dataset_surplus=0.005)
+        reset_attention_mask=False,
+        eod_mask_loss=bool(data.get("eod_mask_loss")),
+        tokenizer=tok,
+        mid_level_dataset_surplus=0.005,
+    )
     paths = data.get("paths")
     if paths:
         items = [x for entry in paths for x in str(entry).split()]
@@ -51,8 +63,9 @@ def build_dataset(num_samples: int, seq_length: int, vocab_size: int, seed: int,
     else:
         cls = MockGPTDataset
     config = GPTDatasetConfig(**kwargs)
-    train, _, _ = BlendedMegatronDatasetBuilder(cls, [num_samples, 0, 0], lambda: True,
-                                                config).build()
+    train, _, _ = BlendedMegatronDatasetBuilder(
+        cls, [num_samples, 0, 0], lambda: True, config
+    ).build()
     return train
 
 
@@ -61,14 +74,21 @@ class Batches:
 
     def __init__(self, dataset: Any, gbs: int, mbs: int, num_mb: int, dp_rank: int) -> None:
         self.dataset, self.gbs, self.mbs, self.num_mb, self.dp_rank = (
-            dataset, gbs, mbs, num_mb, dp_rank)
+            dataset,
+            gbs,
+            mbs,
+            num_mb,
+            dp_rank,
+        )
 
     def microbatch(self, step: int, mb: int) -> dict[str, torch.Tensor]:
         """Microbatch ``mb`` (0-based) of optimizer step ``step`` (0-based)."""
         first = step * self.gbs + (self.dp_rank * self.num_mb + mb) * self.mbs
         rows = [self.dataset[first + i] for i in range(self.mbs)]
-        out = {k: torch.stack([torch.as_tensor(r[k]) for r in rows])
-               for k in ("tokens", "labels", "loss_mask", "position_ids")}
+        out = {
+            k: torch.stack([torch.as_tensor(r[k]) for r in rows])
+            for k in ("tokens", "labels", "loss_mask", "position_ids")
+        }
         out["tokens"] = out["tokens"].long()
         out["labels"] = out["labels"].long()
         out["position_ids"] = out["position_ids"].long()

@@ -69,9 +69,13 @@ def read_shape(outdir: str) -> PlanShape | None:
     try:
         with open(os.path.join(outdir, "plan.json"), encoding="utf-8") as f:
             spec = json.load(f)["spec"]
-        return PlanShape(str(spec["name"]), int(spec["cluster"]["num_nodes"]),
-                         int(spec["cluster"]["gpus_per_node"]), str(spec["launch"]["device"]),
-                         int(spec["launch"]["master_port"]))
+        return PlanShape(
+            str(spec["name"]),
+            int(spec["cluster"]["num_nodes"]),
+            int(spec["cluster"]["gpus_per_node"]),
+            str(spec["launch"]["device"]),
+            int(spec["launch"]["master_port"]),
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -81,17 +85,25 @@ def gpu_present(globs: Sequence[str] = GPU_DEVICE_GLOBS) -> bool:
     return any(glob.glob(g) for g in globs)
 
 
-def launch_env(outdir: str, shape: PlanShape | None, base: Mapping[str, str],
-               worker_args: Sequence[str] = (), *, node_rank: int | None = None,
-               master_addr: str | None = None, python: str = sys.executable,
-               gpu: bool | None = None) -> dict[str, str]:
+def launch_env(
+    outdir: str,
+    shape: PlanShape | None,
+    base: Mapping[str, str],
+    worker_args: Sequence[str] = (),
+    *,
+    node_rank: int | None = None,
+    master_addr: str | None = None,
+    python: str = sys.executable,
+    gpu: bool | None = None,
+) -> dict[str, str]:
     """The environment torchrun.sh is started with; raises :class:`RunRefused` (with the fix)
     when the plan cannot run here. ``gpu`` None means :func:`gpu_present`."""
     env = dict(base)
     extra = [a for a in worker_args if a != "--"]
     if extra:
         env["TRAINC_WORKER_ARGS"] = " ".join(
-            x for x in (env.get("TRAINC_WORKER_ARGS", ""), shlex.join(extra)) if x)
+            x for x in (env.get("TRAINC_WORKER_ARGS", ""), shlex.join(extra)) if x
+        )
     if node_rank is not None:
         env["NODE_RANK"] = str(node_rank)
     if master_addr is not None:
@@ -99,24 +111,28 @@ def launch_env(outdir: str, shape: PlanShape | None, base: Mapping[str, str],
     if not env.get("TORCHRUN"):
         env["PYTHON"] = python
         if importlib.util.find_spec("torch") is None:
-            raise RunRefused(f"torch is not installed for {python}: install trainc with its "
-                             "worker extra (pip install 'trainc[worker]'), or set TORCHRUN to "
-                             "the torchrun to use")
+            raise RunRefused(
+                f"torch is not installed for {python}: install trainc with its "
+                "worker extra (pip install 'trainc[worker]'), or set TORCHRUN to "
+                "the torchrun to use"
+            )
     if shape is None:
         return env
     if shape.device == "cuda" and not (gpu_present() if gpu is None else gpu):
-        raise RunRefused(f"{outdir} is a CUDA plan (launch.device=cuda) and this machine has no "
-                         "GPU (no /dev/nvidia*); compile it with launch.device=cpu to run here "
-                         "on CPU processes, or run it where the GPUs are")
+        raise RunRefused(
+            f"{outdir} is a CUDA plan (launch.device=cuda) and this machine has no "
+            "GPU (no /dev/nvidia*); compile it with launch.device=cpu to run here "
+            "on CPU processes, or run it where the GPUs are"
+        )
     rank = env.get("NODE_RANK")
     if rank is not None and env.get("TRAINC_RDZV_BACKEND") != "c10d":
         if not rank.isdigit() or int(rank) >= shape.num_nodes:
-            raise RunRefused(f"node rank {rank} is not one of the plan's nodes "
-                             f"0..{shape.num_nodes - 1}")
+            raise RunRefused(
+                f"node rank {rank} is not one of the plan's nodes 0..{shape.num_nodes - 1}"
+            )
         if int(rank) > 0 and not env.get("MASTER_ADDR"):
             raise RunRefused(f"node {rank} needs the address of node 0: add --master-addr HOST")
-    if shape.num_nodes > 1 and rank is None and \
-            env.get("TRAINC_RDZV_BACKEND") != "c10d":
+    if shape.num_nodes > 1 and rank is None and env.get("TRAINC_RDZV_BACKEND") != "c10d":
         others = shape.num_nodes - 1
         raise RunRefused(
             f"{outdir} is a {shape.num_nodes}-node plan ({shape.num_nodes} x "
@@ -125,12 +141,14 @@ def launch_env(outdir: str, shape: PlanShape | None, base: Mapping[str, str],
             f"MASTER_ADDR:{shape.master_port}. Submit it to Slurm (trainc submit {outdir}), "
             f"or start it on every node (trainc run --node-rank I --master-addr NODE0 {outdir}, "
             f"I = 0..{others}), or compile a one-node plan (cluster.num_nodes=1; with "
-            "launch.device=cpu for CPU processes)")
+            "launch.device=cpu for CPU processes)"
+        )
     return env
 
 
-def version_problems(outdir: str, env: Mapping[str, str],
-                     installed: Mapping[str, str] | None = None) -> tuple[list[str], list[str]]:
+def version_problems(
+    outdir: str, env: Mapping[str, str], installed: Mapping[str, str] | None = None
+) -> tuple[list[str], list[str]]:
     """``(errors, warnings)``: the known-bad entries the installed packages (or ``installed``)
     match for OUTDIR/plan.json's job; empty when there is no readable plan."""
     from trainc import known_versions as KV
@@ -144,26 +162,45 @@ def version_problems(outdir: str, env: Mapping[str, str],
         stages = (plan.get("derived") or {}).get("layers_per_stage")
         pp, experts = int(p.get("pp") or 1), m.get("num_experts")
         feats = KV.job_features(
-            engine=str(spec["engine"]), entrypoint=str(lc["entrypoint"]),
-            device=str(lc["device"]), ep=int(p["ep"]), num_experts=experts,
-            dispatcher=str(m.get("moe_token_dispatcher_type", "alltoall")), cp=int(p["cp"]),
-            fp8=t.get("fp8_format", "none") != "none", zero_stage=int(p.get("zero_stage") or 0),
-            tp_comm_overlap=bool(t.get("tp_comm_overlap")), gpu=str(c.get("gpu", "")),
-            num_nodes=int(c.get("num_nodes") or 1), gpus_per_node=int(c.get("gpus_per_node") or 1),
-            precision=str(t.get("precision", "bf16")), tp=int(p.get("tp") or 1), pp=pp,
-            moe_dense_stage=bool(experts) and KV.moe_stage_without_experts(
-                int(m["num_layers"]), pp, int(p.get("vpp") or 1), int(m.get("moe_layer_freq") or 1),
-                int(m.get("moe_first_k_dense_layers") or 0), stages),
+            engine=str(spec["engine"]),
+            entrypoint=str(lc["entrypoint"]),
+            device=str(lc["device"]),
+            ep=int(p["ep"]),
+            num_experts=experts,
+            dispatcher=str(m.get("moe_token_dispatcher_type", "alltoall")),
+            cp=int(p["cp"]),
+            fp8=t.get("fp8_format", "none") != "none",
+            zero_stage=int(p.get("zero_stage") or 0),
+            tp_comm_overlap=bool(t.get("tp_comm_overlap")),
+            gpu=str(c.get("gpu", "")),
+            num_nodes=int(c.get("num_nodes") or 1),
+            gpus_per_node=int(c.get("gpus_per_node") or 1),
+            precision=str(t.get("precision", "bf16")),
+            tp=int(p.get("tp") or 1),
+            pp=pp,
+            moe_dense_stage=bool(experts)
+            and KV.moe_stage_without_experts(
+                int(m["num_layers"]),
+                pp,
+                int(p.get("vpp") or 1),
+                int(m.get("moe_layer_freq") or 1),
+                int(m.get("moe_first_k_dense_layers") or 0),
+                stages,
+            ),
             moe_aux_bias=KV.moe_aux_bias_used(
-                num_experts=experts, aux_loss_coeff=float(m.get("moe_aux_loss_coeff") or 0.0),
+                num_experts=experts,
+                aux_loss_coeff=float(m.get("moe_aux_loss_coeff") or 0.0),
                 load_balancing=str(m.get("moe_router_load_balancing_type", "aux_loss")),
                 expert_bias=bool(m.get("moe_router_enable_expert_bias")),
-                num_groups=m.get("moe_router_num_groups")),
-            mtp=bool(m.get("mtp_num_layers")), fp8_recipe=str(t.get("fp8_recipe", "")),
+                num_groups=m.get("moe_router_num_groups"),
+            ),
+            mtp=bool(m.get("mtp_num_layers")),
+            fp8_recipe=str(t.get("fp8_recipe", "")),
             fp4=t.get("fp4_format", "none") != "none",
             cp_comm_type=str(p.get("cp_comm_type", "p2p")),
             offload_optimizer=t.get("offload_optimizer", "none") != "none",
-            num_microbatches=int((plan.get("derived") or {}).get("num_microbatches") or 1))
+            num_microbatches=int((plan.get("derived") or {}).get("num_microbatches") or 1),
+        )
         job_env = {**lc.get("env", {}), **env}
     except (OSError, ValueError, KeyError, TypeError):
         return [], []
@@ -172,10 +209,15 @@ def version_problems(outdir: str, env: Mapping[str, str],
     warnings: list[str] = []
     for e in KV.matches(have, feats, job_env):
         fix = ", ".join(f"{c} >= {v}" for c, v in e.fixed_in.items())
-        work = " or set " + " ".join(f"{k}={v}" for k, v in e.unless_env.items()) \
-            if e.unless_env else ""
-        text = (f"installed {KV.describe(e, have)} is known-bad for this job ({e.id}): "
-                f"{e.symptom}; use {fix}{work} ({e.link})")
+        work = (
+            " or set " + " ".join(f"{k}={v}" for k, v in e.unless_env.items())
+            if e.unless_env
+            else ""
+        )
+        text = (
+            f"installed {KV.describe(e, have)} is known-bad for this job ({e.id}): "
+            f"{e.symptom}; use {fix}{work} ({e.link})"
+        )
         (errors if e.severity == "error" else warnings).append(text)
     return errors, warnings
 
@@ -191,8 +233,9 @@ def _flag(args: Sequence[str], name: str) -> str | None:
     return got
 
 
-def _checkpoint_dirs(outdir: str, worker_args: Sequence[str]
-                     ) -> tuple[dict[str, Any], str, str | None] | None:
+def _checkpoint_dirs(
+    outdir: str, worker_args: Sequence[str]
+) -> tuple[dict[str, Any], str, str | None] | None:
     """(plan.json, the folder the run saves to, the folder it resumes from or None) for the
     worker flags: ``--save``, else the plan's ``launch.save_dir``, else ``OUTDIR/checkpoints``;
     ``--load`` (``auto``: the save folder), else the plan's ``resume.load_dir``. None when
@@ -201,8 +244,11 @@ def _checkpoint_dirs(outdir: str, worker_args: Sequence[str]
         with open(os.path.join(outdir, "plan.json"), encoding="utf-8") as f:
             plan = json.load(f)
         spec = plan["spec"]
-        save = _flag(worker_args, "--save") or spec["launch"].get("save_dir") or \
-            os.path.join(outdir, "checkpoints")
+        save = (
+            _flag(worker_args, "--save")
+            or spec["launch"].get("save_dir")
+            or os.path.join(outdir, "checkpoints")
+        )
         load = _flag(worker_args, "--load") or (spec.get("resume") or {}).get("load_dir")
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -228,7 +274,8 @@ def refuse_overwrite(outdir: str, worker_args: Sequence[str] = ()) -> None:
         f"{save} holds the checkpoints of an earlier run (latest: step {step or '?'}); this run "
         f"would start at step 1 and save over them. Resume it: trainc run {outdir} -- --load "
         f"auto; or keep it and start afresh elsewhere: trainc run {outdir} -- --save NEW_DIR "
-        "(or move the folder away)")
+        "(or move the folder away)"
+    )
 
 
 def expected_layout(plan: dict[str, Any], worker_args: Sequence[str] = ()) -> dict[str, Any]:
@@ -271,8 +318,9 @@ def refuse_layout_change(outdir: str, worker_args: Sequence[str] = ()) -> None:
         want = expected_layout(plan, worker_args)
         with open(os.path.join(where, "latest"), encoding="utf-8") as f:
             step = int(f.read().strip())
-        with open(os.path.join(where, f"iter_{step:07d}", CHECKPOINT_LAYOUT_FILE),
-                  encoding="utf-8") as f:
+        with open(
+            os.path.join(where, f"iter_{step:07d}", CHECKPOINT_LAYOUT_FILE), encoding="utf-8"
+        ) as f:
             saved = json.load(f)
         if not isinstance(saved, dict):
             return
@@ -281,34 +329,51 @@ def refuse_layout_change(outdir: str, worker_args: Sequence[str] = ()) -> None:
     differ = [k for k in want if k in saved and saved[k] != want[k]]
     if not differ:
         return
-    moved = ", ".join(f"{k} {saved[k]} -> {want[k]}" if k != "dims" else
-                      f"dims {saved[k]!r} -> {want[k]!r}" for k in differ)
+    moved = ", ".join(
+        f"{k} {saved[k]} -> {want[k]}" if k != "dims" else f"dims {saved[k]!r} -> {want[k]!r}"
+        for k in differ
+    )
     raise RunRefused(
         f"{where} (step {step}) was written by another layout ({moved}): the trainc worker's "
         "checkpoints load only into the layout that wrote them (TRC534). Compile the saving "
         f"layout to resume it, or start afresh: trainc run {outdir} -- --save NEW_DIR "
-        "(without --load)")
+        "(without --load)"
+    )
 
 
-def run(outdir: str, worker_args: Sequence[str] = (), *, node_rank: int | None = None,
-        master_addr: str | None = None) -> int:
+def run(
+    outdir: str,
+    worker_args: Sequence[str] = (),
+    *,
+    node_rank: int | None = None,
+    master_addr: str | None = None,
+) -> int:
     """Start ``OUTDIR/torchrun.sh`` here; its output streams through; return its exit code
     (4 when it is missing, cannot be started or is refused by :func:`launch_env`)."""
     script = os.path.join(outdir, "torchrun.sh")
     if not os.path.isfile(script):
-        print(f"trainc run: {script}: not found (run `trainc compile SPEC -o {outdir}` first)",
-              file=sys.stderr)
+        print(
+            f"trainc run: {script}: not found (run `trainc compile SPEC -o {outdir}` first)",
+            file=sys.stderr,
+        )
         return 4
     try:
-        env = launch_env(outdir, read_shape(outdir), os.environ, worker_args,
-                         node_rank=node_rank, master_addr=master_addr)
+        env = launch_env(
+            outdir,
+            read_shape(outdir),
+            os.environ,
+            worker_args,
+            node_rank=node_rank,
+            master_addr=master_addr,
+        )
     except RunRefused as e:
         print(f"trainc run: {e}", file=sys.stderr)
         return 4
     bad_flags = worker_flag_error(script, env)
     if bad_flags:
-        print(f"trainc run: the worker flags (after --) are not valid: {bad_flags}",
-              file=sys.stderr)
+        print(
+            f"trainc run: the worker flags (after --) are not valid: {bad_flags}", file=sys.stderr
+        )
         return 2
     try:
         refuse_overwrite(outdir, worker_args)
@@ -324,8 +389,11 @@ def run(outdir: str, worker_args: Sequence[str] = (), *, node_rank: int | None =
             print(f"trainc run: {text}", file=sys.stderr)
         return 4
     if node_rank is not None or "NODE_RANK" in os.environ:
-        print(f"trainc run: node {env['NODE_RANK']}, master "
-              f"{env.get('MASTER_ADDR', '127.0.0.1')}", file=sys.stderr, flush=True)
+        print(
+            f"trainc run: node {env['NODE_RANK']}, master {env.get('MASTER_ADDR', '127.0.0.1')}",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         # a process group of its own: a signal to trainc reaches torchrun.sh, torchrun and its
         # children through _supervise, which waits for them all
@@ -371,8 +439,12 @@ SAVE_AND_STOP = (signal.SIGINT, signal.SIGTERM)
 STOP_GRACE_S = 60.0
 
 
-def _supervise(proc: subprocess.Popen[bytes], outdir: str | None = None,
-               worker_args: Sequence[str] = (), saves: bool = False) -> int:
+def _supervise(
+    proc: subprocess.Popen[bytes],
+    outdir: str | None = None,
+    worker_args: Sequence[str] = (),
+    saves: bool = False,
+) -> int:
     """Wait for the job started as ``proc`` (the leader of its own process group) and return
     its exit code. A forwarded signal (:data:`FORWARDED`) goes to the whole group; with
     ``saves`` (the script runs the trainc worker) the first SIGINT (Ctrl-C) or SIGTERM (Slurm's
@@ -419,15 +491,20 @@ def _supervise(proc: subprocess.Popen[bytes], outdir: str | None = None,
     first = stops[0]
     name = signal.Signals(first).name
     # (the marker says the workers saved; torchrun.sh's own exit code may be USR1's 138)
-    saved = _saved_step(outdir, worker_args) if saves and outdir and \
-        first in SAVE_AND_STOP and signal.SIGINT not in stops[1:] else None
+    saved = (
+        _saved_step(outdir, worker_args)
+        if saves and outdir and first in SAVE_AND_STOP and signal.SIGINT not in stops[1:]
+        else None
+    )
     if saved is None:
-        print(f"trainc run: interrupted ({name}); the job's processes have ended",
-              file=sys.stderr)
+        print(f"trainc run: interrupted ({name}); the job's processes have ended", file=sys.stderr)
     else:
         step, where, save_flag = saved
-        print(f"trainc run: interrupted ({name}) at step {step}: saved checkpoint to {where}; "
-              f"resume with trainc run {outdir} --{save_flag} --load auto", file=sys.stderr)
+        print(
+            f"trainc run: interrupted ({name}) at step {step}: saved checkpoint to {where}; "
+            f"resume with trainc run {outdir} --{save_flag} --load auto",
+            file=sys.stderr,
+        )
     return 128 + int(first)
 
 
@@ -452,8 +529,11 @@ def _saved_step(outdir: str, worker_args: Sequence[str]) -> tuple[int, str, str]
     except (OSError, ValueError):
         return None
     flag = _flag(worker_args, "--save")
-    return step, os.path.join(save, f"iter_{step:07d}"), \
-        f" --save {shlex.quote(flag)}" if flag else ""
+    return (
+        step,
+        os.path.join(save, f"iter_{step:07d}"),
+        f" --save {shlex.quote(flag)}" if flag else "",
+    )
 
 
 def _group_alive(pgid: int) -> bool:

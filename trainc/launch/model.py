@@ -31,8 +31,10 @@ def have_te() -> bool:
 #: TransformerConfig fields the worker sets itself: kernel fusions, which change speed, not the
 #: model (several have no CPU kernel); announced once in the log.
 WORKER_FUSIONS: dict[str, Any] = {
-    "gradient_accumulation_fusion": False, "apply_rope_fusion": False,
-    "persist_layer_norm": False, "bias_activation_fusion": False,
+    "gradient_accumulation_fusion": False,
+    "apply_rope_fusion": False,
+    "persist_layer_norm": False,
+    "bias_activation_fusion": False,
 }
 
 
@@ -41,8 +43,9 @@ def _dotted(path: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def transformer_config_kwargs(plan: dict[str, Any], dims: Dims, layout: dict[str, Any], *,
-                              cpu: bool, precision: str) -> tuple[dict[str, Any], list[str]]:
+def transformer_config_kwargs(
+    plan: dict[str, Any], dims: Dims, layout: dict[str, Any], *, cpu: bool, precision: str
+) -> tuple[dict[str, Any], list[str]]:
     """The TransformerConfig keyword arguments the worker passes: ``plan.json``'s
     ``engines.megatron_core.TransformerConfig`` (what megatron_core.yaml shows), with only
     (a) the dimensions of ``dims`` when the worker shrinks the model, (b) the parallel sizes of
@@ -52,40 +55,63 @@ def transformer_config_kwargs(plan: dict[str, Any], dims: Dims, layout: dict[str
     (kwargs with strings, a list of the changes as ``key: plan value -> worker value``)."""
     kw = dict(plan["engines"]["megatron_core"]["TransformerConfig"])
     want: dict[str, Any] = {
-        "num_layers": dims.num_layers, "hidden_size": dims.hidden_size,
+        "num_layers": dims.num_layers,
+        "hidden_size": dims.hidden_size,
         "num_attention_heads": dims.num_attention_heads,
-        "num_query_groups": dims.num_query_groups, "kv_channels": dims.kv_channels,
+        "num_query_groups": dims.num_query_groups,
+        "kv_channels": dims.kv_channels,
         "ffn_hidden_size": dims.ffn_hidden_size,
         "num_layers_in_first_pipeline_stage": dims.first_stage_layers,
         "num_layers_in_last_pipeline_stage": dims.last_stage_layers,
-        "tensor_model_parallel_size": layout["tp"], "pipeline_model_parallel_size": layout["pp"],
+        "tensor_model_parallel_size": layout["tp"],
+        "pipeline_model_parallel_size": layout["pp"],
         "virtual_pipeline_model_parallel_size": layout["vpp"] if layout["vpp"] > 1 else None,
-        "context_parallel_size": layout["cp"], "expert_model_parallel_size": layout["ep"],
-        "expert_tensor_parallel_size": layout["etp"], "sequence_parallel": bool(layout["sp"]),
+        "context_parallel_size": layout["cp"],
+        "expert_model_parallel_size": layout["ep"],
+        "expert_tensor_parallel_size": layout["etp"],
+        "sequence_parallel": bool(layout["sp"]),
     }
     if layout["pp"] == 1:  # the one-process reference builds every layer on its one stage
-        want.update(account_for_embedding_in_pipeline_split=False,
-                    account_for_loss_in_pipeline_split=False)
+        want.update(
+            account_for_embedding_in_pipeline_split=False, account_for_loss_in_pipeline_split=False
+        )
     if layout["vpp"] == 1:
         want.update(overlap_p2p_comm=False, batch_p2p_comm=True)
     if dims.mla:
-        want.update(zip(("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
-                         "v_head_dim"), dims.mla, strict=True))
+        want.update(
+            zip(
+                ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"),
+                dims.mla,
+                strict=True,
+            )
+        )
     if dims.num_experts:
-        want.update(num_moe_experts=dims.num_experts, moe_router_topk=dims.moe_router_topk,
-                    moe_ffn_hidden_size=dims.moe_ffn_hidden_size,
-                    moe_layer_freq=dims.moe_layer_freq,
-                    moe_shared_expert_intermediate_size=dims.moe_shared_expert_intermediate_size)
+        want.update(
+            num_moe_experts=dims.num_experts,
+            moe_router_topk=dims.moe_router_topk,
+            moe_ffn_hidden_size=dims.moe_ffn_hidden_size,
+            moe_layer_freq=dims.moe_layer_freq,
+            moe_shared_expert_intermediate_size=dims.moe_shared_expert_intermediate_size,
+        )
     if cpu:
         want.update(transformer_impl="local", use_cpu_initialization=True)
         # the same math scheduled otherwise: TE userbuffers and the combined 1F1B A2A overlap
         # need CUDA, as does TE's GroupedLinear for the experts (then one GEMM per expert)
-        want.update({k: False for k in ("tp_comm_overlap", "overlap_moe_expert_parallel_comm",
-                                        "moe_grouped_gemm") if kw.get(k)})
+        want.update(
+            {
+                k: False
+                for k in ("tp_comm_overlap", "overlap_moe_expert_parallel_comm", "moe_grouped_gemm")
+                if kw.get(k)
+            }
+        )
     if precision != ("bf16" if kw["bf16"] else "fp16" if kw["fp16"] else "fp32"):
         dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(precision, "float32")
-        want.update(bf16=precision == "bf16", fp16=precision == "fp16", params_dtype=dtype,
-                    pipeline_dtype=dtype)
+        want.update(
+            bf16=precision == "bf16",
+            fp16=precision == "fp16",
+            params_dtype=dtype,
+            pipeline_dtype=dtype,
+        )
     changes = [f"{k}: {kw.get(k)!r} -> {v!r}" for k, v in want.items() if kw.get(k) != v]
     kw.update(want)
     kw.update(WORKER_FUSIONS)
@@ -94,8 +120,9 @@ def transformer_config_kwargs(plan: dict[str, Any], dims: Dims, layout: dict[str
     return kw, changes
 
 
-def transformer_config(plan: dict[str, Any], dims: Dims, layout: dict[str, Any], *,
-                       cpu: bool, precision: str) -> tuple[Any, dict[str, Any], list[str]]:
+def transformer_config(
+    plan: dict[str, Any], dims: Dims, layout: dict[str, Any], *, cpu: bool, precision: str
+) -> tuple[Any, dict[str, Any], list[str]]:
     """Megatron-Core TransformerConfig built from :func:`transformer_config_kwargs` (dtypes and
     the activation callable resolved); returns (config, the kwargs, the changes)."""
     from megatron.core.transformer.transformer_config import (
@@ -119,18 +146,25 @@ def layer_spec(config: Any, dims: Dims, *, use_te: bool, cp: int, vp_stage: int 
     from megatron.core.models.gpt import gpt_layer_specs as specs
 
     if dims.num_experts and dims.moe_layer_freq != 1:
-        spec = specs.get_gpt_decoder_block_spec(config, use_transformer_engine=use_te,
-                                                vp_stage=vp_stage)
+        spec = specs.get_gpt_decoder_block_spec(
+            config, use_transformer_engine=use_te, vp_stage=vp_stage
+        )
         layers = spec.layer_specs
     elif use_te:
         spec = specs.get_gpt_layer_with_transformer_engine_spec(
-            num_experts=dims.num_experts, moe_grouped_gemm=bool(config.moe_grouped_gemm),
-            qk_layernorm=config.qk_layernorm, multi_latent_attention=dims.mla is not None)
+            num_experts=dims.num_experts,
+            moe_grouped_gemm=bool(config.moe_grouped_gemm),
+            qk_layernorm=config.qk_layernorm,
+            multi_latent_attention=dims.mla is not None,
+        )
         layers = [spec]
     else:
-        spec = specs.get_gpt_layer_local_spec(num_experts=dims.num_experts, moe_grouped_gemm=False,
-                                              qk_layernorm=config.qk_layernorm,
-                                              multi_latent_attention=dims.mla is not None)
+        spec = specs.get_gpt_layer_local_spec(
+            num_experts=dims.num_experts,
+            moe_grouped_gemm=False,
+            qk_layernorm=config.qk_layernorm,
+            multi_latent_attention=dims.mla is not None,
+        )
         layers = [spec]
     # on CPU the core attention of MLA (keys and values of their own widths, which Megatron-Core's
     # local DotProductAttention does not take) and of CP is trainc's torch stand-in
@@ -138,13 +172,13 @@ def layer_spec(config: Any, dims: Dims, *, use_te: bool, cp: int, vp_stage: int 
         from trainc.launch.cp_attention import AllGatherCPDotProductAttention
 
         for ls in layers:
-            ls.submodules.self_attention.submodules.core_attention = \
-                AllGatherCPDotProductAttention
+            ls.submodules.self_attention.submodules.core_attention = AllGatherCPDotProductAttention
     return spec
 
 
-def build_chunks(plan: dict[str, Any], dims: Dims, config: Any, *, use_te: bool,
-                 cp: int) -> list[Any]:
+def build_chunks(
+    plan: dict[str, Any], dims: Dims, config: Any, *, use_te: bool, cp: int
+) -> list[Any]:
     """One GPTModel per virtual pipeline stage held by this rank, with ``plan.json``'s
     ``engines.megatron_core.GPTModel`` keyword arguments (vocabulary and positions from ``dims``
     when shrunk)."""
@@ -157,12 +191,16 @@ def build_chunks(plan: dict[str, Any], dims: Dims, config: Any, *, use_te: bool,
     chunks = []
     for i in range(vpp):
         vp = i if vpp > 1 else None
-        chunks.append(GPTModel(
-            config=config, transformer_layer_spec=layer_spec(config, dims, use_te=use_te, cp=cp,
-                                                             vp_stage=vp),
-            pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp),
-            post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp),
-            vp_stage=vp, **gpt))
+        chunks.append(
+            GPTModel(
+                config=config,
+                transformer_layer_spec=layer_spec(config, dims, use_te=use_te, cp=cp, vp_stage=vp),
+                pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp),
+                post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp),
+                vp_stage=vp,
+                **gpt,
+            )
+        )
     return chunks
 
 
@@ -179,12 +217,12 @@ def global_name(model: Any, name: str, shared_embedding: bool) -> str:
     mt = _LAYER.match(name)
     if mt:
         layer = model.decoder.layers[int(mt.group(1))]
-        name = f"decoder.layers.{layer.layer_number - 1}." + name[mt.end():]
+        name = f"decoder.layers.{layer.layer_number - 1}." + name[mt.end() :]
     me = _EXPERT.search(name)
     if me:
         n_local = model.config.num_moe_experts // ps.get_expert_model_parallel_world_size()
         gid = ps.get_expert_model_parallel_rank() * n_local + int(me.group(1))
-        name = name[:me.start()] + f".local_experts.{gid}." + name[me.end():]
+        name = name[: me.start()] + f".local_experts.{gid}." + name[me.end() :]
     return name
 
 

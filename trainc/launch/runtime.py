@@ -68,13 +68,20 @@ class Settings:
         #: compiled schedule's because ``--train-iters`` changed the run's length (see
         #: :func:`decay_length`).
         self.lr_decay_iters, self.decay_follows = decay_length(
-            train, (plan.get("spec_as_written") or {}).get("training") or {}, args.train_iters)
+            train, (plan.get("spec_as_written") or {}).get("training") or {}, args.train_iters
+        )
         self.lr_override: float | None = args.lr
-        self.save: str = args.save or launch["save_dir"] or os.path.join(
-            os.path.dirname(os.path.abspath(plan_path)), "checkpoints")
+        self.save: str = (
+            args.save
+            or launch["save_dir"]
+            or os.path.join(os.path.dirname(os.path.abspath(plan_path)), "checkpoints")
+        )
         self.save_interval: int = args.save_interval or launch["save_interval"]
-        self.load: str | None = self.save if args.load == "auto" else (
-            args.load or (spec.get("resume") or {}).get("load_dir"))
+        self.load: str | None = (
+            self.save
+            if args.load == "auto"
+            else (args.load or (spec.get("resume") or {}).get("load_dir"))
+        )
         self.data_path: str | None = args.data_path or launch["data_path"]
         self.log_interval: int = launch["log_interval"]
         self.seed: int = train["seed"]
@@ -83,21 +90,31 @@ class Settings:
         self.precision: str = train["precision"]
         self.micro_batch_size: int = train["micro_batch_size"]
         self.global_batch_size: int = train["global_batch_size"]
-        self.layout: dict[str, Any] = {k: int(d[k]) for k in ("tp", "pp", "vpp", "cp", "ep", "dp",
-                                                              "etp")}
+        self.layout: dict[str, Any] = {
+            k: int(d[k]) for k in ("tp", "pp", "vpp", "cp", "ep", "dp", "etp")
+        }
         self.layout["sp"] = bool(d["sequence_parallel"])
         self.num_microbatches: int = d["num_microbatches"]
         self.distributed_optimizer: bool = bool(d["distributed_optimizer"])
         self.timeout_s: float = args.timeout_s or (120.0 if self.device == "cpu" else 1800.0)
         if self.reference:  # same model and data on one rank
             self.num_microbatches = self.num_microbatches * self.layout["dp"]
-            self.layout = {"tp": 1, "pp": 1, "vpp": 1, "cp": 1, "ep": 1, "dp": 1, "etp": 1,
-                           "sp": False}
+            self.layout = {
+                "tp": 1,
+                "pp": 1,
+                "vpp": 1,
+                "cp": 1,
+                "ep": 1,
+                "dp": 1,
+                "etp": 1,
+                "sp": False,
+            }
             self.distributed_optimizer = False
 
 
-def decay_length(train: dict[str, Any], written: dict[str, Any],
-                 train_iters: int | None) -> tuple[int, bool]:
+def decay_length(
+    train: dict[str, Any], written: dict[str, Any], train_iters: int | None
+) -> tuple[int, bool]:
     """The lr decay length (steps) for a run of ``train_iters`` steps (``--train-iters``; None:
     the plan's ``training.train_iters``), and whether it differs from the compiled one.
 
@@ -116,25 +133,33 @@ def decay_length(train: dict[str, Any], written: dict[str, Any],
     if train_iters is None or train_iters == train["train_iters"]:
         return compiled, False
     if written.get("lr_decay_iters") is not None:
-        log(f"--train-iters {train_iters}: lr_decay_iters stays {compiled} as the spec writes it "
-            "(as Megatron-LM keeps an explicit --lr-decay-iters)")
+        log(
+            f"--train-iters {train_iters}: lr_decay_iters stays {compiled} as the spec writes it "
+            "(as Megatron-LM keeps an explicit --lr-decay-iters)"
+        )
         return compiled, False
     warmup, wsd = int(train["lr_warmup_iters"]), train.get("lr_wsd_decay_iters")
     if warmup >= train_iters:
-        raise SystemExit(f"trainc-worker: --train-iters {train_iters} is not above "
-                         f"training.lr_warmup_iters ({warmup}): the lr decay length follows "
-                         "--train-iters and Megatron-Core's OptimizerParamScheduler needs the "
-                         f"warm-up below it; pass --train-iters {warmup + 1} or more, or set "
-                         "training.lr_warmup_iters / training.lr_decay_iters in the spec and "
-                         "compile again")
+        raise SystemExit(
+            f"trainc-worker: --train-iters {train_iters} is not above "
+            f"training.lr_warmup_iters ({warmup}): the lr decay length follows "
+            "--train-iters and Megatron-Core's OptimizerParamScheduler needs the "
+            f"warm-up below it; pass --train-iters {warmup + 1} or more, or set "
+            "training.lr_warmup_iters / training.lr_decay_iters in the spec and "
+            "compile again"
+        )
     if wsd is not None and int(wsd) > train_iters:
-        raise SystemExit(f"trainc-worker: --train-iters {train_iters} is below "
-                         f"training.lr_wsd_decay_iters ({wsd}): the lr decay length follows "
-                         "--train-iters and the WSD anneal must fit in it; pass --train-iters "
-                         f"{wsd} or more, or set training.lr_decay_iters in the spec and compile "
-                         "again")
-    override(f"lr_decay_iters {compiled} -> {train_iters} (--train-iters; the spec leaves "
-             "lr_decay_iters to follow train_iters, as Megatron-LM does)")
+        raise SystemExit(
+            f"trainc-worker: --train-iters {train_iters} is below "
+            f"training.lr_wsd_decay_iters ({wsd}): the lr decay length follows "
+            "--train-iters and the WSD anneal must fit in it; pass --train-iters "
+            f"{wsd} or more, or set training.lr_decay_iters in the spec and compile "
+            "again"
+        )
+    override(
+        f"lr_decay_iters {compiled} -> {train_iters} (--train-iters; the spec leaves "
+        "lr_decay_iters to follow train_iters, as Megatron-LM does)"
+    )
     return train_iters, True
 
 
@@ -150,8 +175,11 @@ def check_runner(plan: dict[str, Any]) -> None:
     assert cap is not None
     bad = unsupported_axes(cap, {k: int(d[k]) for k in ("tp", "pp", "vpp", "cp", "ep", "dp")})
     if bad:
-        raise SystemExit(f"trainc-worker: {cap.runner} cannot split "
-                         + ", ".join(f"{a}={d[a]}" for a in bad) + f": {cap.why}")
+        raise SystemExit(
+            f"trainc-worker: {cap.runner} cannot split "
+            + ", ".join(f"{a}={d[a]}" for a in bad)
+            + f": {cap.why}"
+        )
 
 
 def setup(args: argparse.Namespace) -> Settings:
@@ -169,8 +197,10 @@ def setup(args: argparse.Namespace) -> Settings:
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
         if s.engine == "deepspeed":
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    log(f"plan={os.path.abspath(args.plan)} engine={s.engine} device={s.device} "
-        f"shrink={s.shrink} reference={s.reference} train_iters={s.train_iters}")
+    log(
+        f"plan={os.path.abspath(args.plan)} engine={s.engine} device={s.device} "
+        f"shrink={s.shrink} reference={s.reference} train_iters={s.train_iters}"
+    )
     import torch
 
     if s.device == "cpu":
@@ -200,10 +230,14 @@ def init_distributed(s: Settings) -> None:
     world = dist.get_world_size()
     expected = 1 if s.reference else s.plan["derived"]["world_size"]
     if world != expected:
-        raise SystemExit(f"trainc-worker: world size {world} != the plan's {expected} "
-                         "(start the job with the generated torchrun.sh/sbatch.sh)")
-    log(f"distributed backend={backend} world_size={world} rank={dist.get_rank()} "
-        f"timeout_s={s.timeout_s:g}")
+        raise SystemExit(
+            f"trainc-worker: world size {world} != the plan's {expected} "
+            "(start the job with the generated torchrun.sh/sbatch.sh)"
+        )
+    log(
+        f"distributed backend={backend} world_size={world} rank={dist.get_rank()} "
+        f"timeout_s={s.timeout_s:g}"
+    )
 
 
 @contextlib.contextmanager
@@ -233,21 +267,29 @@ def init_parallel_state(s: Settings) -> None:
 
     L = s.layout
     ps.initialize_model_parallel(
-        tensor_model_parallel_size=L["tp"], pipeline_model_parallel_size=L["pp"],
+        tensor_model_parallel_size=L["tp"],
+        pipeline_model_parallel_size=L["pp"],
         virtual_pipeline_model_parallel_size=L["vpp"] if L["vpp"] > 1 else None,
-        context_parallel_size=L["cp"], expert_model_parallel_size=L["ep"],
+        context_parallel_size=L["cp"],
+        expert_model_parallel_size=L["ep"],
         expert_tensor_parallel_size=L["etp"],
-        distributed_timeout_minutes=max(1, int(s.timeout_s // 60)), order="tp-cp-ep-dp-pp")
+        distributed_timeout_minutes=max(1, int(s.timeout_s // 60)),
+        order="tp-cp-ep-dp-pp",
+    )
     groups = {
-        "tp": ps.get_tensor_model_parallel_group(), "pp": ps.get_pipeline_model_parallel_group(),
-        "dp": ps.get_data_parallel_group(), "cp": ps.get_context_parallel_group(),
+        "tp": ps.get_tensor_model_parallel_group(),
+        "pp": ps.get_pipeline_model_parallel_group(),
+        "dp": ps.get_data_parallel_group(),
+        "cp": ps.get_context_parallel_group(),
         "dp_cp": ps.get_data_parallel_group(with_context_parallel=True),
         "ep": ps.get_expert_model_parallel_group(),
         "etp": ps.get_expert_tensor_parallel_group(),
         "edp": ps.get_expert_data_parallel_group(),
     }
-    parts = [f"{k}={json.dumps(dist.get_process_group_ranks(g), separators=(',', ':'))}"
-             for k, g in groups.items()]
+    parts = [
+        f"{k}={json.dumps(dist.get_process_group_ranks(g), separators=(',', ':'))}"
+        for k, g in groups.items()
+    ]
     log(f"groups rank={dist.get_rank()} " + " ".join(parts), all_ranks=True)
 
 

@@ -45,8 +45,11 @@ class Dims:
 
     def describe(self) -> str:
         """``key=value`` list for the log."""
-        return " ".join(f"{k}={v}" for k, v in asdict(self).items()
-                        if v is not None and (self.num_experts or not k.startswith("moe_")))
+        return " ".join(
+            f"{k}={v}"
+            for k, v in asdict(self).items()
+            if v is not None and (self.num_experts or not k.startswith("moe_"))
+        )
 
 
 def _lcm(*xs: int) -> int:
@@ -62,12 +65,17 @@ def full_dims(plan: dict[str, Any]) -> Dims:
     tc = plan["engines"]["megatron_core"]["TransformerConfig"]
     gpt = plan["engines"]["megatron_core"]["GPTModel"]
     return Dims(
-        num_layers=tc["num_layers"], hidden_size=tc["hidden_size"],
-        num_attention_heads=tc["num_attention_heads"], num_query_groups=tc["num_query_groups"],
-        kv_channels=tc["kv_channels"], ffn_hidden_size=tc["ffn_hidden_size"],
-        vocab_size=gpt["vocab_size"], seq_length=plan["spec"]["model"]["seq_length"],
+        num_layers=tc["num_layers"],
+        hidden_size=tc["hidden_size"],
+        num_attention_heads=tc["num_attention_heads"],
+        num_query_groups=tc["num_query_groups"],
+        kv_channels=tc["kv_channels"],
+        ffn_hidden_size=tc["ffn_hidden_size"],
+        vocab_size=gpt["vocab_size"],
+        seq_length=plan["spec"]["model"]["seq_length"],
         max_position_embeddings=gpt["max_sequence_length"],
-        num_experts=tc.get("num_moe_experts"), moe_router_topk=tc.get("moe_router_topk", 0),
+        num_experts=tc.get("num_moe_experts"),
+        moe_router_topk=tc.get("moe_router_topk", 0),
         moe_ffn_hidden_size=tc.get("moe_ffn_hidden_size"),
         moe_layer_freq=tc.get("moe_layer_freq", 1),
         moe_shared_expert_intermediate_size=tc.get("moe_shared_expert_intermediate_size"),
@@ -75,8 +83,16 @@ def full_dims(plan: dict[str, Any]) -> Dims:
         last_stage_layers=tc["num_layers_in_last_pipeline_stage"],
         account_for_embedding=tc["account_for_embedding_in_pipeline_split"],
         account_for_loss=tc["account_for_loss_in_pipeline_split"],
-        mla=(tc["q_lora_rank"], tc["kv_lora_rank"], tc["qk_head_dim"], tc["qk_pos_emb_head_dim"],
-             tc["v_head_dim"]) if tc.get("multi_latent_attention") else None)
+        mla=(
+            tc["q_lora_rank"],
+            tc["kv_lora_rank"],
+            tc["qk_head_dim"],
+            tc["qk_pos_emb_head_dim"],
+            tc["v_head_dim"],
+        )
+        if tc.get("multi_latent_attention")
+        else None,
+    )
 
 
 def shrink(plan: dict[str, Any], head_dim: int = 16, seq: int = 32, vocab: int = 128) -> Dims:
@@ -102,19 +118,39 @@ def shrink(plan: dict[str, Any], head_dim: int = 16, seq: int = 32, vocab: int =
     # also holds the embedding (loss) still builds one transformer layer.
     extra = int(full.account_for_embedding) + int(full.account_for_loss)
     return Dims(
-        num_layers=pp * vpp * (2 if extra else 1) - extra, hidden_size=hidden,
+        num_layers=pp * vpp * (2 if extra else 1) - extra,
+        hidden_size=hidden,
         num_attention_heads=heads,
-        num_query_groups=groups, kv_channels=head_dim, ffn_hidden_size=ffn,
-        vocab_size=padded_vocab, seq_length=seq_len, max_position_embeddings=seq_len,
-        num_experts=experts, moe_router_topk=min(full.moe_router_topk, experts or 1),
+        num_query_groups=groups,
+        kv_channels=head_dim,
+        ffn_hidden_size=ffn,
+        vocab_size=padded_vocab,
+        seq_length=seq_len,
+        max_position_embeddings=seq_len,
+        num_experts=experts,
+        moe_router_topk=min(full.moe_router_topk, experts or 1),
         moe_ffn_hidden_size=(etp * math.ceil(hidden / etp)) if experts else None,
         moe_layer_freq=1 if experts else full.moe_layer_freq,
         moe_shared_expert_intermediate_size=(
             _lcm(tp, 2) * math.ceil(hidden / _lcm(tp, 2))
-            if full.moe_shared_expert_intermediate_size else None),
-        first_stage_layers=None, last_stage_layers=None,
-        account_for_embedding=full.account_for_embedding, account_for_loss=full.account_for_loss,
+            if full.moe_shared_expert_intermediate_size
+            else None
+        ),
+        first_stage_layers=None,
+        last_stage_layers=None,
+        account_for_embedding=full.account_for_embedding,
+        account_for_loss=full.account_for_loss,
         # MLA: latents and head widths as small as the head width, a query latent when the plan
         # has one
-        mla=((head_dim if full.mla[0] else None, head_dim, head_dim // 2, head_dim // 2,
-              head_dim // 2) if full.mla else None))
+        mla=(
+            (
+                head_dim if full.mla[0] else None,
+                head_dim,
+                head_dim // 2,
+                head_dim // 2,
+                head_dim // 2,
+            )
+            if full.mla
+            else None
+        ),
+    )

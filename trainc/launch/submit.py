@@ -36,14 +36,28 @@ from trainc.errors import LaunchError
 SCRIPT = "sbatch.sh"
 # A job in one of these states will not run again by itself (REQUEUE_HOLD and SPECIAL_EXIT are
 # requeued jobs held for an operator: waiting on them would never end).
-TERMINAL_STATES = frozenset({
-    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
-    "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT", "REQUEUE_HOLD",
-})
+TERMINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "REVOKED",
+        "SPECIAL_EXIT",
+        "REQUEUE_HOLD",
+    }
+)
 #: What sbatch/scontrol print when no controller answers (Slurm 22.05-24.11 wording).
-_UNREACHABLE = re.compile(r"unable to contact slurm controller|slurm_load_ctl_conf|"
-                          r"could not establish a configuration source|cannot open slurm.conf",
-                          re.I)
+_UNREACHABLE = re.compile(
+    r"unable to contact slurm controller|slurm_load_ctl_conf|"
+    r"could not establish a configuration source|cannot open slurm.conf",
+    re.I,
+)
 _CLIENT_TIMEOUT_S = 60.0  # sbatch against a dead controller retries for ~18 s before it gives up
 
 
@@ -97,15 +111,27 @@ class TestOnlyResult:
     returncode: int
 
 
-def _run(cmd: Sequence[str], *, cwd: str | os.PathLike[str] | None = None,
-         timeout: float = _CLIENT_TIMEOUT_S, env: dict[str, str] | None = None,
-         ) -> subprocess.CompletedProcess[str]:
+def _run(
+    cmd: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    timeout: float = _CLIENT_TIMEOUT_S,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     """Run a Slurm client; a missing binary or a hang is :class:`SlurmUnavailable`."""
     if shutil.which(cmd[0]) is None:
         raise SlurmUnavailable(f"{cmd[0]}: not found on PATH (is the Slurm client installed?)")
     try:
-        return subprocess.run(list(cmd), cwd=cwd, env=env, capture_output=True, text=True,
-                              timeout=timeout, check=False, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            list(cmd),
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired as e:
         raise SlurmUnavailable(f"{' '.join(cmd)}: no answer within {timeout:.0f} s") from e
     except OSError as e:
@@ -113,8 +139,10 @@ def _run(cmd: Sequence[str], *, cwd: str | os.PathLike[str] | None = None,
 
 
 def _words(proc: subprocess.CompletedProcess[str]) -> str:
-    return " ".join((proc.stderr.strip() + "\n" + proc.stdout.strip()).split()) or \
-        f"exit status {proc.returncode}"
+    return (
+        " ".join((proc.stderr.strip() + "\n" + proc.stdout.strip()).split())
+        or f"exit status {proc.returncode}"
+    )
 
 
 def controller_status(timeout: float = 15.0) -> tuple[bool, str]:
@@ -153,8 +181,9 @@ def manifest_warnings(outdir: str | os.PathLike[str]) -> list[str]:
             warnings.append(f"{name}: listed in manifest.json but missing")
             continue
         if digest != entry.get("sha256"):
-            warnings.append(f"{name}: edited since trainc compile wrote it (sha256 differs from "
-                            "manifest.json)")
+            warnings.append(
+                f"{name}: edited since trainc compile wrote it (sha256 differs from manifest.json)"
+            )
     return warnings
 
 
@@ -167,8 +196,12 @@ def parse_job_id(stdout: str) -> str:
     return job_id
 
 
-def submit(outdir: str | os.PathLike[str], sbatch_args: Sequence[str] = (), *,
-           env: dict[str, str] | None = None) -> str:
+def submit(
+    outdir: str | os.PathLike[str],
+    sbatch_args: Sequence[str] = (),
+    *,
+    env: dict[str, str] | None = None,
+) -> str:
     """Submit ``OUTDIR/sbatch.sh`` from OUTDIR (so that the job finds its artifacts and writes
     its output file there); return the job id. ``sbatch_args`` go before the script (they
     override its ``#SBATCH`` lines)."""
@@ -182,9 +215,11 @@ def submit(outdir: str | os.PathLike[str], sbatch_args: Sequence[str] = (), *,
         # controller itself (a few ms) before blaming the script.
         up, why = (False, words) if _UNREACHABLE.search(words) else controller_status()
         if not up:
-            raise SlurmUnavailable(f"no Slurm controller reachable ({why}); nothing was "
-                                   "submitted: start one or set SLURM_CONF to the cluster's "
-                                   "slurm.conf")
+            raise SlurmUnavailable(
+                f"no Slurm controller reachable ({why}); nothing was "
+                "submitted: start one or set SLURM_CONF to the cluster's "
+                "slurm.conf"
+            )
         raise LaunchError(f"sbatch refused {out / SCRIPT}: {words}")
     return parse_job_id(proc.stdout)
 
@@ -208,10 +243,17 @@ def parse_scontrol_job(job_id: str, text: str) -> JobStatus | None:
         return None
     code, sig = _exit_pair(_field(line, "ExitCode"))
     restarts = _field(line, "Restarts")
-    return JobStatus(job_id=job_id, state=state.split("+")[0], exit_code=code, signal=sig,
-                     reason=_field(line, "Reason"), nodes=_field(line, "NodeList"),
-                     restarts=int(restarts) if restarts.isdigit() else 0,
-                     stdout=_field(line, "StdOut"), source="scontrol")
+    return JobStatus(
+        job_id=job_id,
+        state=state.split("+")[0],
+        exit_code=code,
+        signal=sig,
+        reason=_field(line, "Reason"),
+        nodes=_field(line, "NodeList"),
+        restarts=int(restarts) if restarts.isdigit() else 0,
+        stdout=_field(line, "StdOut"),
+        source="scontrol",
+    )
 
 
 def parse_sacct(job_id: str, text: str) -> JobStatus | None:
@@ -220,9 +262,14 @@ def parse_sacct(job_id: str, text: str) -> JobStatus | None:
         parts = line.split("|")
         if len(parts) >= 3 and parts[0].strip() == job_id:
             code, sig = _exit_pair(parts[2])
-            return JobStatus(job_id=job_id, state=parts[1].split()[0] if parts[1].split() else "",
-                             exit_code=code, signal=sig,
-                             nodes=parts[3].strip() if len(parts) > 3 else "", source="sacct")
+            return JobStatus(
+                job_id=job_id,
+                state=parts[1].split()[0] if parts[1].split() else "",
+                exit_code=code,
+                signal=sig,
+                nodes=parts[3].strip() if len(parts) > 3 else "",
+                source="sacct",
+            )
     return None
 
 
@@ -242,9 +289,14 @@ def query(job_id: str) -> JobStatus | None:
     return None  # e.g. "Slurm accounting storage is disabled"
 
 
-def wait(job_id: str, *, poll_s: float = 0.5, max_poll_s: float = 5.0,
-         timeout_s: float | None = None,
-         on_change: Callable[[JobStatus], None] | None = None) -> JobStatus:
+def wait(
+    job_id: str,
+    *,
+    poll_s: float = 0.5,
+    max_poll_s: float = 5.0,
+    timeout_s: float | None = None,
+    on_change: Callable[[JobStatus], None] | None = None,
+) -> JobStatus:
     """Poll until the job is finished; return its final status.
 
     Polls every ``poll_s`` seconds, backing off to ``max_poll_s``; ``on_change`` sees every new
@@ -263,15 +315,18 @@ def wait(job_id: str, *, poll_s: float = 0.5, max_poll_s: float = 5.0,
         except SlurmUnavailable as e:
             unreachable_since = unreachable_since or time.monotonic()
             if time.monotonic() - unreachable_since > 60:
-                raise SlurmUnavailable(f"lost the Slurm controller while waiting for job "
-                                       f"{job_id}: {e}") from e
+                raise SlurmUnavailable(
+                    f"lost the Slurm controller while waiting for job {job_id}: {e}"
+                ) from e
             status = None
         if status is None and unreachable_since is None:
             missing += 1
             if missing >= 3:
                 what = f"last seen {seen.state}" if seen else "never seen"
-                raise LaunchError(f"job {job_id} is no longer known to the controller ({what}) "
-                                  "and accounting (sacct) is unavailable: its end state is unknown")
+                raise LaunchError(
+                    f"job {job_id} is no longer known to the controller ({what}) "
+                    "and accounting (sacct) is unavailable: its end state is unknown"
+                )
         elif status is not None:
             missing = 0
             seen = status
@@ -283,8 +338,9 @@ def wait(job_id: str, *, poll_s: float = 0.5, max_poll_s: float = 5.0,
             if status.finished:
                 return status
         if timeout_s is not None and time.monotonic() - t0 > timeout_s:
-            raise LaunchError(f"job {job_id} still {seen.state if seen else 'unknown'} after "
-                              f"{timeout_s:.0f} s")
+            raise LaunchError(
+                f"job {job_id} still {seen.state if seen else 'unknown'} after {timeout_s:.0f} s"
+            )
         time.sleep(delay)
         delay = min(max_poll_s, delay * 1.5)
 

@@ -74,11 +74,13 @@ class Attention(nn.Module):
     """Grouped-query self-attention with separate q / k / v projections (so that a column-wise
     TP split shards whole heads and whole query groups)."""
 
-    def __init__(self, d: Dims, bias: bool, dropout: float, qkv_bias: bool | None = None
-                 ) -> None:
+    def __init__(self, d: Dims, bias: bool, dropout: float, qkv_bias: bool | None = None) -> None:
         super().__init__()
-        self.heads, self.groups, self.head_dim = d.num_attention_heads, d.num_query_groups, \
-            d.kv_channels
+        self.heads, self.groups, self.head_dim = (
+            d.num_attention_heads,
+            d.num_query_groups,
+            d.kv_channels,
+        )
         qkv = bias if qkv_bias is None else qkv_bias  # Megatron-Core add_qkv_bias (Qwen2)
         self.wq = nn.Linear(d.hidden_size, self.heads * self.head_dim, bias=qkv)
         self.wk = nn.Linear(d.hidden_size, self.groups * self.head_dim, bias=qkv)
@@ -89,8 +91,9 @@ class Attention(nn.Module):
         """Recompute softmax(QK^T)V in backward (Megatron's selective recompute)."""
 
     def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                              dropout_p=self.dropout if self.training else 0.0)
+        return F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
+        )
 
     def forward(self, x: torch.Tensor, angles: torch.Tensor | None) -> torch.Tensor:
         b, s, _ = x.shape
@@ -150,8 +153,11 @@ class Block(nn.Module):
         self.attention.recompute = self.recompute == "selective"
         if self.recompute in ("full", "selective_op") and self.training:
             ctx = selective_op_contexts if self.recompute == "selective_op" else None
-            out = (checkpoint(self._forward, x, angles, use_reentrant=False, context_fn=ctx)
-                   if ctx else checkpoint(self._forward, x, angles, use_reentrant=False))
+            out = (
+                checkpoint(self._forward, x, angles, use_reentrant=False, context_fn=ctx)
+                if ctx
+                else checkpoint(self._forward, x, angles, use_reentrant=False)
+            )
             assert isinstance(out, torch.Tensor)
             return out
         return self._forward(x, angles)
@@ -174,9 +180,11 @@ def selective_op_contexts() -> Any:
         aten._scaled_dot_product_cudnn_attention.default,
         aten._scaled_dot_product_attention_math.default,
         aten._scaled_dot_product_fused_attention_overrideable.default,
-        aten.max.default, aten.topk.default,
+        aten.max.default,
+        aten.topk.default,
         torch.ops._c10d_functional.reduce_scatter_tensor.default,
-        torch.ops._c10d_functional.all_to_all_single.default}
+        torch.ops._c10d_functional.all_to_all_single.default,
+    }
     count = {False: 0, True: 0}
 
     def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
@@ -184,8 +192,7 @@ def selective_op_contexts() -> Any:
             count[ctx.is_recompute] += 1
             if count[ctx.is_recompute] % 2 == 0:
                 return CheckpointPolicy.PREFER_RECOMPUTE
-        return (CheckpointPolicy.MUST_SAVE if func in save
-                else CheckpointPolicy.PREFER_RECOMPUTE)
+        return CheckpointPolicy.MUST_SAVE if func in save else CheckpointPolicy.PREFER_RECOMPUTE
 
     return create_selective_checkpoint_contexts(policy)
 
@@ -195,17 +202,21 @@ def options(plan: dict[str, Any]) -> dict[str, Any]:
     size)."""
     tc = plan["engines"]["megatron_core"]["TransformerConfig"]
     gpt = plan["engines"]["megatron_core"]["GPTModel"]
-    return {"eps": float(tc["layernorm_epsilon"]), "rms": tc["normalization"] == "RMSNorm",
-            "bias": bool(tc["add_bias_linear"]), "qkv_bias": bool(tc["add_qkv_bias"]),
-            "gated": bool(tc["gated_linear_unit"]),
-            "hidden_dropout": float(tc["hidden_dropout"]),
-            "attention_dropout": float(tc["attention_dropout"]),
-            "init_std": float(tc["init_method_std"]),
-            "rope": gpt["position_embedding_type"] == "rope",
-            "rotary_base": float(gpt["rotary_base"]),
-            "rotary_percent": float(gpt["rotary_percent"]),
-            "rope_scaling": float(gpt["rope_scaling_factor"]) if gpt["rope_scaling"] else None,
-            "tied": bool(gpt["share_embeddings_and_output_weights"])}
+    return {
+        "eps": float(tc["layernorm_epsilon"]),
+        "rms": tc["normalization"] == "RMSNorm",
+        "bias": bool(tc["add_bias_linear"]),
+        "qkv_bias": bool(tc["add_qkv_bias"]),
+        "gated": bool(tc["gated_linear_unit"]),
+        "hidden_dropout": float(tc["hidden_dropout"]),
+        "attention_dropout": float(tc["attention_dropout"]),
+        "init_std": float(tc["init_method_std"]),
+        "rope": gpt["position_embedding_type"] == "rope",
+        "rotary_base": float(gpt["rotary_base"]),
+        "rotary_percent": float(gpt["rotary_percent"]),
+        "rope_scaling": float(gpt["rope_scaling_factor"]) if gpt["rope_scaling"] else None,
+        "tied": bool(gpt["share_embeddings_and_output_weights"]),
+    }
 
 
 class GPT(nn.Module):
@@ -217,8 +228,9 @@ class GPT(nn.Module):
         super().__init__()
         self.dims, self.opts = d, o
         self.tok_embeddings = nn.Embedding(d.vocab_size, d.hidden_size)
-        self.pos_embeddings = None if o["rope"] else nn.Embedding(d.max_position_embeddings,
-                                                                  d.hidden_size)
+        self.pos_embeddings = (
+            None if o["rope"] else nn.Embedding(d.max_position_embeddings, d.hidden_size)
+        )
         self.layers = nn.ModuleDict({str(i): Block(d, o) for i in range(d.num_layers)})
         self.norm = Norm(d.hidden_size, o["eps"], o["rms"])
         self.output = nn.Linear(d.hidden_size, d.vocab_size, bias=False)
@@ -226,9 +238,13 @@ class GPT(nn.Module):
             self.output.weight = self.tok_embeddings.weight
         self.embed_dropout = nn.Dropout(o["hidden_dropout"])
         rot = int(d.kv_channels * o["rotary_percent"]) // 2 * 2
-        self.register_buffer("angles", rope_frequencies(rot, d.seq_length, o["rotary_base"],
-                                                        o["rope_scaling"])
-                             if o["rope"] else torch.zeros(0), persistent=False)
+        self.register_buffer(
+            "angles",
+            rope_frequencies(rot, d.seq_length, o["rotary_base"], o["rope_scaling"])
+            if o["rope"]
+            else torch.zeros(0),
+            persistent=False,
+        )
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         h = self.tok_embeddings(tokens)
@@ -236,7 +252,7 @@ class GPT(nn.Module):
             h = h + self.pos_embeddings(torch.arange(tokens.shape[1])[None, :])
         h = self.embed_dropout(h)
         rope: torch.Tensor = self.angles  # type: ignore[assignment]
-        angles = rope[:tokens.shape[1]] if self.opts["rope"] else None
+        angles = rope[: tokens.shape[1]] if self.opts["rope"] else None
         for block in self.layers.values():
             h = block(h, angles)
         return self.output(self.norm(h)).float()
@@ -279,21 +295,25 @@ def tp_plan(sequence_parallel: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     seq = Shard(1) if sequence_parallel else Replicate()
     root: dict[str, Any] = {
         "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=seq),
-        "output": ColwiseParallel(input_layouts=seq, output_layouts=Replicate(),
-                                  use_local_output=True),
+        "output": ColwiseParallel(
+            input_layouts=seq, output_layouts=Replicate(), use_local_output=True
+        ),
     }
     if sequence_parallel:
         root["norm"] = SequenceParallel()
     block: dict[str, Any] = {
-        "attention": PrepareModuleInput(input_layouts=(seq, None),
-                                        desired_input_layouts=(Replicate(), None)),
-        "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(),
+        "attention": PrepareModuleInput(
+            input_layouts=(seq, None), desired_input_layouts=(Replicate(), None)
+        ),
+        "attention.wq": ColwiseParallel(),
+        "attention.wk": ColwiseParallel(),
         "attention.wv": ColwiseParallel(),
         "attention.wo": RowwiseParallel(output_layouts=seq),
-        "feed_forward": PrepareModuleInput(input_layouts=(seq,),
-                                           desired_input_layouts=(Replicate(),)),
-        "feed_forward.w1": ColwiseParallel(), "feed_forward.w2": RowwiseParallel(
-            output_layouts=seq),
+        "feed_forward": PrepareModuleInput(
+            input_layouts=(seq,), desired_input_layouts=(Replicate(),)
+        ),
+        "feed_forward.w1": ColwiseParallel(),
+        "feed_forward.w2": RowwiseParallel(output_layouts=seq),
         "feed_forward.w3": ColwiseParallel(),
     }
     if sequence_parallel:

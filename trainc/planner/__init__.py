@@ -80,11 +80,15 @@ class PlanResult:
         if n == 0:
             return "no layout satisfies the keys the spec fixes"
         if not math.isfinite(self.min_memory_bytes):
-            return (f"in each of the {n:,} layouts considered the weights, gradients and "
-                    f"optimizer states alone exceed the {budget:.1f} GiB budget per GPU")
-        return (f"none of the {n:,} layouts considered fits: the smallest needs "
-                f"{self.min_memory_bytes / GIB:.1f} GiB per GPU against a budget of "
-                f"{budget:.1f} GiB")
+            return (
+                f"in each of the {n:,} layouts considered the weights, gradients and "
+                f"optimizer states alone exceed the {budget:.1f} GiB budget per GPU"
+            )
+        return (
+            f"none of the {n:,} layouts considered fits: the smallest needs "
+            f"{self.min_memory_bytes / GIB:.1f} GiB per GPU against a budget of "
+            f"{budget:.1f} GiB"
+        )
 
     @property
     def ok(self) -> bool:
@@ -156,8 +160,16 @@ def rank_within_band(planned: list[Planned], band: float) -> list[Planned]:
         near = [p for p in rest if _step(p) <= limit]
         # optimizer offload only where it is needed: its CPU Adam step and PCIe traffic are
         # priced as a floor, so an offloaded layout never ties as "no slower"
-        pick = min(near, key=lambda p: (memory_tight(p), p.candidate.offload != "none",
-                                        p.candidate.simplicity(), _step(p), _mem(p)))
+        pick = min(
+            near,
+            key=lambda p: (
+                memory_tight(p),
+                p.candidate.offload != "none",
+                p.candidate.simplicity(),
+                _step(p),
+                _mem(p),
+            ),
+        )
         out.append(pick)
         rest.remove(pick)
     return out
@@ -185,6 +197,7 @@ def drop_equal_time_larger(planned: list[Planned]) -> list[Planned]:
     the least memory: a layout that estimates exactly as fast as another but needs more memory
     is no choice (EP=1 with ETP=8 next to EP=8 with ETP=1, for instance). Other dominated
     layouts stay ranked (the table hides them; ``--format json`` lists them)."""
+
     def key(p: Planned) -> tuple[float, bool]:  # offload's cost is a floor in the step time
         return _step(p), p.candidate.offload != "none"
 
@@ -207,8 +220,9 @@ def memory_tight(p: Planned) -> bool:
     return is_tight(_mem(p), float(p.estimates.get("memory_budget_bytes", 0)))
 
 
-def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = (),
-                 top: int = 5) -> PlanResult:
+def plan_layouts(
+    path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = (), top: int = 5
+) -> PlanResult:
     """Search layouts for the spec at ``path``; never raises for user mistakes.
 
     The spec may leave the parallel section out entirely; keys it (or an override) sets are
@@ -232,9 +246,15 @@ def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
     spec = normalize(raw_spec)
     explicit = loaded.explicit
     result = search(spec, explicit)
-    out = PlanResult(str(path), [], result.num_candidates_evaluated, result.num_fit,
-                     result.num_candidates_considered, memory_budget_bytes=result.limit_bytes,
-                     min_memory_bytes=result.min_memory_bytes)
+    out = PlanResult(
+        str(path),
+        [],
+        result.num_candidates_evaluated,
+        result.num_fit,
+        result.num_candidates_considered,
+        memory_budget_bytes=result.limit_bytes,
+        min_memory_bytes=result.min_memory_bytes,
+    )
     band = error_band(spec)
     out.error_band = band
     need = max(top, RANKED)
@@ -261,8 +281,12 @@ def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
         # A layout that differs from a finalist only in cp_comm_type and estimates the same is
         # not another choice: keep the first (the search yields p2p, Megatron's default, first).
         par = {k: v for k, v in summary(cand)["parallel"].items() if k != "cp_comm_type"}
-        key = (repr(sorted(par.items())), repr(summary(cand)["training"]),
-               round_sig(step), est.get("memory_bytes", {}).get("total", 0))
+        key = (
+            repr(sorted(par.items())),
+            repr(summary(cand)["training"]),
+            round_sig(step),
+            est.get("memory_bytes", {}).get("total", 0),
+        )
         if key in seen:
             return
         seen.add(key)
@@ -327,38 +351,65 @@ def plan_layouts(path: str | os.PathLike[str], overrides: list[str] | tuple[str,
     kept = drop_equal_time_larger(out.planned)
     banded = rank_within_band(kept, band)
     kept_steps = sorted(_step(p) for p in kept)
-    threshold = max(steps[need - 1] * (1 + band) if len(steps) >= need else math.inf,
-                    kept_steps[need - 1] * (1 + band) if len(kept_steps) >= need else math.inf)
+    threshold = max(
+        steps[need - 1] * (1 + band) if len(steps) >= need else math.inf,
+        kept_steps[need - 1] * (1 + band) if len(kept_steps) >= need else math.inf,
+    )
     left = [c for c in pool if c.layout_key() not in done]
-    groups = {(p.candidate.tp, p.candidate.pp, p.candidate.cp, p.candidate.ep, p.candidate.etp)
-              for p in banded[:need]}
-    out.exact = all(_bound(c, ratios) > threshold for c in left) \
-        and (not result.dropped or max(result.dropped_bound, result.dropped_fast
-                                       * ratios.get((), 0.0) * BOUND_SAFETY ** 3) > threshold) \
+    groups = {
+        (p.candidate.tp, p.candidate.pp, p.candidate.cp, p.candidate.ep, p.candidate.etp)
+        for p in banded[:need]
+    }
+    out.exact = (
+        all(_bound(c, ratios) > threshold for c in left)
+        and (
+            not result.dropped
+            or max(
+                result.dropped_bound, result.dropped_fast * ratios.get((), 0.0) * BOUND_SAFETY**3
+            )
+            > threshold
+        )
         and (len(groups) >= need or (not left and not result.dropped))
+    )
     if not out.planned:
         # Nothing to offer: if the keys the user fixed break a rule, that is the reason (not
         # memory); report those errors as `trainc lint` would.
-        out.diagnostics = sort_diagnostics(locate([
-            d for d in validate(spec) if d.is_error
-            and (d.key in explicit or any(k in explicit for k in d.related))], loaded.where))
+        out.diagnostics = sort_diagnostics(
+            locate(
+                [
+                    d
+                    for d in validate(spec)
+                    if d.is_error and (d.key in explicit or any(k in explicit for k in d.related))
+                ],
+                loaded.where,
+            )
+        )
     out.planned = distinct_layouts(banded)[:top]
     if out.planned:
         best = _step(out.planned[0])
         for i, p in enumerate(out.planned):
             step = p.estimates.get("step_time_seconds") or p.candidate.step_seconds
-            p.reason = explain(p.candidate, i, step, best,
-                               recompute_fixed="training.recompute" in explicit)
+            p.reason = explain(
+                p.candidate, i, step, best, recompute_fixed="training.recompute" in explicit
+            )
             if i and _step(p) < best:  # faster than the top pick: say why it ranks below
-                p.reason += (f"; memory-tight (above {1 - TIGHT_MARGIN:.0%} of the budget, "
-                             "TRC403), ranked after layouts with headroom" if memory_tight(p) else
-                             "; within the error band the simpler layout ranks first")
+                p.reason += (
+                    f"; memory-tight (above {1 - TIGHT_MARGIN:.0%} of the budget, "
+                    "TRC403), ranked after layouts with headroom"
+                    if memory_tight(p)
+                    else "; within the error band the simpler layout ranks first"
+                )
         out.versus_spec = versus_spec(raw_spec, out.planned[0])
     return out
 
 
-_TERM_LABELS = {"tp": "TP communication", "cp": "CP communication", "ep": "EP all-to-all",
-                "pp": "PP p2p", "dp": "DP gradient sync"}
+_TERM_LABELS = {
+    "tp": "TP communication",
+    "cp": "CP communication",
+    "ep": "EP all-to-all",
+    "pp": "PP p2p",
+    "dp": "DP gradient sync",
+}
 
 
 def _spec_dp(spec: TrainSpec) -> str:
@@ -385,10 +436,26 @@ def layout_keys(spec: TrainSpec) -> tuple[Any, ...]:
     the micro batch, recompute (granularity, method, layers), ZeRO stage, optimizer offload and
     TP overlap. Two specs with equal keys are the same layout."""
     p, t = spec.parallel, spec.training
-    return (p.tp, p.pp, p.vpp, p.cp, p.cp_comm_type, p.ep, p.etp, p.dp, p.sequence_parallel,
-            p.zero_stage, p.pipeline_first_stage_layers, p.pipeline_last_stage_layers,
-            p.account_for_embedding_in_pipeline_split, p.account_for_loss_in_pipeline_split,
-            t.micro_batch_size, _recompute_text(t), t.offload_optimizer, bool(t.tp_comm_overlap))
+    return (
+        p.tp,
+        p.pp,
+        p.vpp,
+        p.cp,
+        p.cp_comm_type,
+        p.ep,
+        p.etp,
+        p.dp,
+        p.sequence_parallel,
+        p.zero_stage,
+        p.pipeline_first_stage_layers,
+        p.pipeline_last_stage_layers,
+        p.account_for_embedding_in_pipeline_split,
+        p.account_for_loss_in_pipeline_split,
+        t.micro_batch_size,
+        _recompute_text(t),
+        t.offload_optimizer,
+        bool(t.tp_comm_overlap),
+    )
 
 
 def versus_spec(raw: TrainSpec, pick: Planned) -> str:
@@ -399,14 +466,19 @@ def versus_spec(raw: TrainSpec, pick: Planned) -> str:
     state = run_passes(State(spec=raw, suggest=False), stop_after="check_fit")
     p = state.spec.parallel if state.plan is not None else raw.parallel
     t = state.spec.training if state.plan is not None else raw.training
-    lay = (f"tp={p.tp} pp={p.pp} vpp={p.vpp} cp={p.cp} ep={p.ep} dp={_spec_dp(state.spec)} "
-           f"mbs={t.micro_batch_size} recompute={_recompute_text(t)}")
+    lay = (
+        f"tp={p.tp} pp={p.pp} vpp={p.vpp} cp={p.cp} ep={p.ep} dp={_spec_dp(state.spec)} "
+        f"mbs={t.micro_batch_size} recompute={_recompute_text(t)}"
+    )
     if state.spec.engine.value != "fsdp":  # FSDP2 shards by its own keys (TRC344)
         lay += f" zero={p.zero_stage}"
     if t.offload_optimizer.name != "none":
         lay += f" offload={t.offload_optimizer.name}"
-    if state.plan is not None and not state.failed \
-            and layout_keys(state.spec) == layout_keys(pick.spec):
+    if (
+        state.plan is not None
+        and not state.failed
+        and layout_keys(state.spec) == layout_keys(pick.spec)
+    ):
         return f"the spec's own layout ({lay}) is the top pick"
     if state.plan is None or state.plan.estimates is None:
         errs = sorted({d.rule.id for d in state.diagnostics if d.is_error})
@@ -417,15 +489,18 @@ def versus_spec(raw: TrainSpec, pick: Planned) -> str:
     if state.failed:
         errs = sorted({d.rule.id for d in state.diagnostics if d.is_error})
         budget = float(est.get("memory_budget_bytes", 0)) / GIB
-        return (f"the spec's own layout ({lay}) does not fit or breaks a rule "
-                f"({', '.join(errs)}; {mine:.1f} GiB/GPU against {budget:.1f} GiB); the top "
-                f"pick needs {theirs:.1f} GiB/GPU")
+        return (
+            f"the spec's own layout ({lay}) does not fit or breaks a rule "
+            f"({', '.join(errs)}; {mine:.1f} GiB/GPU against {budget:.1f} GiB); the top "
+            f"pick needs {theirs:.1f} GiB/GPU"
+        )
     s_spec, s_pick = float(est["step_time_seconds"]), float(pick.estimates["step_time_seconds"])
-    diffs = {"compute": float(est["compute_seconds"]) - float(pick.estimates["compute_seconds"]),
-             "pipeline bubble": float(est["bubble_seconds"])
-             - float(pick.estimates["bubble_seconds"]),
-             "exposed communication": float(est["exposed_comm_seconds"])
-             - float(pick.estimates["exposed_comm_seconds"])}
+    diffs = {
+        "compute": float(est["compute_seconds"]) - float(pick.estimates["compute_seconds"]),
+        "pipeline bubble": float(est["bubble_seconds"]) - float(pick.estimates["bubble_seconds"]),
+        "exposed communication": float(est["exposed_comm_seconds"])
+        - float(pick.estimates["exposed_comm_seconds"]),
+    }
     main = max(diffs, key=lambda k: diffs[k])
     why = f"{main} {-diffs[main]:+.3g} s"
     if main == "exposed communication":
@@ -442,13 +517,19 @@ def versus_spec(raw: TrainSpec, pick: Planned) -> str:
     if s_pick > s_spec:  # chosen for headroom or simplicity, not speed: say which
         budget = float(est.get("memory_budget_bytes", 0))
         if is_tight(float(est["memory_bytes"]["total"]), budget) and not memory_tight(pick):
-            why = (f"the spec's layout is memory-tight ({mine:.1f} of {budget / GIB:.1f} GiB, "
-                   "TRC403: it may run out of memory); the pick leaves headroom")
+            why = (
+                f"the spec's layout is memory-tight ({mine:.1f} of {budget / GIB:.1f} GiB, "
+                "TRC403: it may run out of memory); the pick leaves headroom"
+            )
         else:
-            why = ("within the error band the simpler layout ranks first (docs/planner.md); "
-                   "the spec's layout is no more than the band faster by the model")
-    return (f"vs the spec's own layout ({lay}): {rel:+.1%} step time ({s_pick:.3g} s vs "
-            f"{s_spec:.3g} s), {theirs:.1f} vs {mine:.1f} GiB/GPU; {why}")
+            why = (
+                "within the error band the simpler layout ranks first (docs/planner.md); "
+                "the spec's layout is no more than the band faster by the model"
+            )
+    return (
+        f"vs the spec's own layout ({lay}): {rel:+.1%} step time ({s_pick:.3g} s vs "
+        f"{s_spec:.3g} s), {theirs:.1f} vs {mine:.1f} GiB/GPU; {why}"
+    )
 
 
 def to_json(res: PlanResult) -> dict[str, Any]:
@@ -457,8 +538,10 @@ def to_json(res: PlanResult) -> dict[str, Any]:
         "num_candidates_evaluated": res.num_candidates_evaluated,
         "num_candidates_fitting": res.num_fit,
         "num_candidates_considered": res.num_candidates_considered,
-        "candidates": [{**summary(p.candidate), "estimates": p.estimates, "reason": p.reason}
-                       for p in res.planned],
+        "candidates": [
+            {**summary(p.candidate), "estimates": p.estimates, "reason": p.reason}
+            for p in res.planned
+        ],
         "num_full_estimates": res.num_full_estimates,
         "ranking_exact": res.exact,
         "error_band": res.error_band,

@@ -91,13 +91,18 @@ class _Editor:
 
     @staticmethod
     def _get(node: yaml.MappingNode, key: str) -> tuple[yaml.Node, yaml.Node] | None:
-        return next(((k, v) for k, v in node.value
-                     if isinstance(k, yaml.ScalarNode) and k.value == key), None)
+        return next(
+            ((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == key),
+            None,
+        )
 
     def _line_end(self, node: yaml.Node) -> int:
         """End of the line on which ``node``'s last scalar ends."""
-        while isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.value \
-                and not node.flow_style:
+        while (
+            isinstance(node, (yaml.MappingNode, yaml.SequenceNode))
+            and node.value
+            and not node.flow_style
+        ):
             last = node.value[-1]
             node = last[1] if isinstance(last, tuple) else last
         nl = self.text.find("\n", node.end_mark.index)
@@ -116,8 +121,9 @@ class _Editor:
     def _insert(self, mapping: yaml.MappingNode, key: str, new: str) -> None:
         if mapping.flow_style:
             close = mapping.end_mark.index - 1  # the closing brace
-            self.edits.append((close, close, f", {key}: {new}" if mapping.value else
-                               f"{key}: {new}"))
+            self.edits.append(
+                (close, close, f", {key}: {new}" if mapping.value else f"{key}: {new}")
+            )
             return
         column = mapping.value[0][0].start_mark.column
         at = self._line_end(mapping)
@@ -172,13 +178,15 @@ class _Editor:
         line_start = self.text.rfind("\n", 0, last.start_mark.index) + 1
         dash = self.text.rfind("-", line_start, last.start_mark.index)
         at = self._line_end(seq)
-        self.edits.append((at, at, "\n" + " " * (dash - line_start) + "- "
-                           + f"{group}: {_flow(option)}"))
+        self.edits.append(
+            (at, at, "\n" + " " * (dash - line_start) + "- " + f"{group}: {_flow(option)}")
+        )
 
     def result(self) -> str:
         text = self.text
-        edits = self.edits + [self._replacement(node, _flow(keys))
-                              for node, keys in self.filled.values()]
+        edits = self.edits + [
+            self._replacement(node, _flow(keys)) for node, keys in self.filled.values()
+        ]
         for start, end, new in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
             text = text[:start] + new + text[end:]
         return text + "".join(ln + "\n" for lines in self.appended.values() for ln in lines)
@@ -186,8 +194,11 @@ class _Editor:
 
 def _indent(text: str) -> int:
     """The file's mapping indentation: the smallest indentation of a nested key (default 2)."""
-    cols = [len(ln) - len(ln.lstrip()) for ln in text.splitlines()
-            if ln[:1] == " " and ln.strip() and not ln.lstrip().startswith(("#", "-"))]
+    cols = [
+        len(ln) - len(ln.lstrip())
+        for ln in text.splitlines()
+        if ln[:1] == " " and ln.strip() and not ln.lstrip().startswith(("#", "-"))
+    ]
     return min(cols) if cols else 2
 
 
@@ -202,16 +213,21 @@ def _set_keys(text: str, keys: list[str], target: dict[str, Any]) -> str:
     return edit.result()
 
 
-def applied_text(spec_path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...],
-                 planned_spec: Any, out_path: str | os.PathLike[str],
-                 raw_spec: Any = None) -> Applied:
+def applied_text(
+    spec_path: str | os.PathLike[str],
+    overrides: list[str] | tuple[str, ...],
+    planned_spec: Any,
+    out_path: str | os.PathLike[str],
+    raw_spec: Any = None,
+) -> Applied:
     """The text of OUT.yaml for the finalist whose validated spec is ``planned_spec``
     (see the module docstring). Raises OSError when the spec cannot be read or OUT's folder
     cannot hold the check's scratch file."""
     target = _leaves(spec_to_dict(planned_spec))
     text = Path(spec_path).read_text(encoding="utf-8")
-    why = ("it is not a plain block mapping, or its defaults list names presets found only "
-           "next to it")
+    why = (
+        "it is not a plain block mapping, or its defaults list names presets found only next to it"
+    )
     folder = Path(out_path).resolve().parent
     try:
         groups = [o.split("=", 1) for o in overrides if o.split("=", 1)[0] in GROUPS]
@@ -233,8 +249,11 @@ def applied_text(spec_path: str | os.PathLike[str], overrides: list[str] | tuple
             if got is not None and got != target:
                 # a filled key can move although it was already right (etp 1 from tp 1,
                 # then tp 8 fills etp 8): every filled key the edit moved off the plan's value
-                rest = [k for k in target if k in FILLED_FROM and k not in first
-                        and got.get(k, object()) != target[k]]
+                rest = [
+                    k
+                    for k in target
+                    if k in FILLED_FROM and k not in first and got.get(k, object()) != target[k]
+                ]
                 first += rest
                 text2 = _set_keys(text1, first, target)
                 again = _resolve(text2, folder)
@@ -243,29 +262,43 @@ def applied_text(spec_path: str | os.PathLike[str], overrides: list[str] | tuple
                 # the keys written, not the derived ones that follow them (etp from tp)
                 return Applied(text2, [f"{g}={o}" for g, o in groups] + first)
             if got is not None:
-                off = sorted(k for k in set(target) | set(got)
-                             if got.get(k, object()) != target.get(k, object()))
-                why = ("the edited file still resolves to another value of "
-                       + ", ".join(off[:4]) + (" ..." if len(off) > 4 else ""))
+                off = sorted(
+                    k
+                    for k in set(target) | set(got)
+                    if got.get(k, object()) != target.get(k, object())
+                )
+                why = (
+                    "the edited file still resolves to another value of "
+                    + ", ".join(off[:4])
+                    + (" ..." if len(off) > 4 else "")
+                )
     except (yaml.YAMLError, ValueError):
         pass  # not a plain block mapping (or a key nested deeper): the full spec below
     # the spec before normalization: values trainc derives (lr_decay_iters, etp, the overlap
     # switches, ...) stay null, so a later override of what they derive from still moves them
-    full = yaml.safe_dump(spec_to_dict(raw_spec if raw_spec is not None else planned_spec),
-                          sort_keys=False)
-    return Applied(f"# written by trainc plan from {spec_path}\n{full}", sorted(target),
-                   note=f"{spec_path} could not be edited in place so that it resolves to the "
-                   f"planned layout from {folder} ({why}); wrote the complete resolved spec "
-                   "instead")
+    full = yaml.safe_dump(
+        spec_to_dict(raw_spec if raw_spec is not None else planned_spec), sort_keys=False
+    )
+    return Applied(
+        f"# written by trainc plan from {spec_path}\n{full}",
+        sorted(target),
+        note=f"{spec_path} could not be edited in place so that it resolves to the "
+        f"planned layout from {folder} ({why}); wrote the complete resolved spec "
+        "instead",
+    )
 
 
 class ApplyRefused(ValueError):
     """``--apply SPEC`` cannot edit SPEC in place (a user-facing refusal, exit 2)."""
 
 
-def write_applied(spec_path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...],
-                  planned_spec: Any, out_path: str | os.PathLike[str],
-                  raw_spec: Any = None) -> Applied:
+def write_applied(
+    spec_path: str | os.PathLike[str],
+    overrides: list[str] | tuple[str, ...],
+    planned_spec: Any,
+    out_path: str | os.PathLike[str],
+    raw_spec: Any = None,
+) -> Applied:
     """:func:`applied_text`, written to ``out_path`` atomically (a scratch file in its folder,
     renamed over it). Raises OSError when that fails."""
     applied = applied_text(spec_path, overrides, planned_spec, out_path, raw_spec)
@@ -274,8 +307,10 @@ def write_applied(spec_path: str | os.PathLike[str], overrides: list[str] | tupl
         # the complete resolved spec in place of the user's own (comments, defaults list) is
         # not the in-place edit --apply SPEC promises: nothing is written
         why = applied.note.replace("; wrote the complete resolved spec instead", "")
-        raise ApplyRefused(f"{why}; {spec_path} is left as it is: pass --apply NEW.yaml to "
-                           "write the complete resolved spec there")
+        raise ApplyRefused(
+            f"{why}; {spec_path} is left as it is: pass --apply NEW.yaml to "
+            "write the complete resolved spec there"
+        )
     fd, tmp = tempfile.mkstemp(prefix=".trainc-apply-", suffix=".yaml", dir=out.resolve().parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -192,8 +192,10 @@ class FitResult:
 
 # --- inputs -------------------------------------------------------------------------------
 
-def _spec_from_dict(data: dict[str, Any], overrides: Sequence[str] = (),
-                    folder: Path | None = None) -> tuple[TrainSpec | None, str]:
+
+def _spec_from_dict(
+    data: dict[str, Any], overrides: Sequence[str] = (), folder: Path | None = None
+) -> tuple[TrainSpec | None, str]:
     """Load a spec given as a dict (written to a temporary file in ``folder``, so presets next to
     it resolve as for a file there). (spec, "") or (None, the loader's first error)."""
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
@@ -217,8 +219,13 @@ def _load(path: Path, overrides: Sequence[str]) -> tuple[TrainSpec | None, str]:
 
 #: The measured columns of a CSV row, in the order they are read (the published-runs notes may
 #: carry ``tokens_per_s_per_gpu=X`` too).
-MEASURED_COLUMNS = ("step_time_s", "measured_step_time_s", "tokens_per_s_per_gpu",
-                    "tflops_per_gpu", "measured_tflops_per_gpu")
+MEASURED_COLUMNS = (
+    "step_time_s",
+    "measured_step_time_s",
+    "tokens_per_s_per_gpu",
+    "tflops_per_gpu",
+    "measured_tflops_per_gpu",
+)
 _NOTES_TPS = re.compile(r"(?:^|;)\s*tokens_per_s_per_gpu=([^;]*)")
 
 
@@ -282,8 +289,9 @@ def _measured(row: dict[str, str], spec: TrainSpec) -> tuple[float | None, str]:
         return tokens / (tps * world), "tokens_per_s_per_gpu"
     tflops = got.get("tflops_per_gpu") or got.get("measured_tflops_per_gpu")
     if tflops:  # converted once the plan's FLOPs are known, with the source's convention
-        return -tflops, "tflops_per_gpu:" + (flop_convention(row) if not row.get("spec")
-                                             else "causal")
+        return -tflops, "tflops_per_gpu:" + (
+            flop_convention(row) if not row.get("spec") else "causal"
+        )
     return None, ""
 
 
@@ -300,13 +308,16 @@ def _disagree(row: dict[str, str], spec: TrainSpec) -> str | None:
     implied = spec.training.global_batch_size * spec.model.seq_length / (tps * world)
     if max(step, implied) <= 1.10 * min(step, implied):
         return None
-    return (f"step_time_s {step:g} and tokens_per_s_per_gpu {tps:g} disagree (the latter means "
-            f"{implied:.4g} s per step for {spec.training.global_batch_size} x "
-            f"{spec.model.seq_length} tokens on {world} GPUs)")
+    return (
+        f"step_time_s {step:g} and tokens_per_s_per_gpu {tps:g} disagree (the latter means "
+        f"{implied:.4g} s per step for {spec.training.global_batch_size} x "
+        f"{spec.model.seq_length} tokens on {world} GPUs)"
+    )
 
 
-def runs_from_csv(path: Path, overrides: Sequence[str] = (),
-                  where: Sequence[str] = ()) -> tuple[list[Run], list[str]]:
+def runs_from_csv(
+    path: Path, overrides: Sequence[str] = (), where: Sequence[str] = ()
+) -> tuple[list[Run], list[str]]:
     """The CSV's runs and a note per row left out of scope (not kept by ``where``, a
     published-runs row the converter cannot build or without a published measurement).
     ``where``: ``COLUMN=TEXT`` filters (the column's value must contain TEXT,
@@ -324,8 +335,16 @@ def runs_from_csv(path: Path, overrides: Sequence[str] = (),
             reader = csv.DictReader(f)
             rows, extra = [], []
             for r in reader:
-                rows.append((reader.line_num, {k.strip().lower(): (v or "").strip()
-                                               for k, v in r.items() if k is not None}))
+                rows.append(
+                    (
+                        reader.line_num,
+                        {
+                            k.strip().lower(): (v or "").strip()
+                            for k, v in r.items()
+                            if k is not None
+                        },
+                    )
+                )
                 if r.get(None):  # csv.DictReader's restkey: cells past the header's columns
                     extra.append((reader.line_num, len(r[None])))
             header = [k.strip().lower() for k in reader.fieldnames or []]
@@ -344,17 +363,26 @@ def runs_from_csv(path: Path, overrides: Sequence[str] = (),
             f"{path}: columns not recognised ({', '.join(header) or 'no header'}): a CSV of your "
             f"runs needs a spec column and one of {', '.join(MEASURED_COLUMNS)}; a "
             f"published-runs table needs {', '.join(PUBLISHED_COLUMNS)} (missing: "
-            f"{', '.join(missing)})")
+            f"{', '.join(missing)})"
+        )
     if spec_csv and not any(c in header for c in MEASURED_COLUMNS):
-        hints = [f"{c}{did_you_mean(c, list(MEASURED_COLUMNS))}" for c in header
-                 if c != "spec" and did_you_mean(c, list(MEASURED_COLUMNS))]
-        raise CalibrateError(f"{path}: no measured column (one of {', '.join(MEASURED_COLUMNS)})"
-                             + (f": {'; '.join(hints)}" if hints else ""))
+        hints = [
+            f"{c}{did_you_mean(c, list(MEASURED_COLUMNS))}"
+            for c in header
+            if c != "spec" and did_you_mean(c, list(MEASURED_COLUMNS))
+        ]
+        raise CalibrateError(
+            f"{path}: no measured column (one of {', '.join(MEASURED_COLUMNS)})"
+            + (f": {'; '.join(hints)}" if hints else "")
+        )
     runs: list[Run] = []
     notes: list[str] = []
     # a spec row with more cells than the header has columns: an unquoted comma, or a shifted row
-    errors = [f"line {i}: {n} cell(s) more than the header's {len(header)} column(s)"
-              for i, n in extra] if spec_csv else []
+    errors = (
+        [f"line {i}: {n} cell(s) more than the header's {len(header)} column(s)" for i, n in extra]
+        if spec_csv
+        else []
+    )
     for i, row in rows:
         if any(text not in row.get(col, "").lower() for col, text in filters):
             continue
@@ -368,16 +396,20 @@ def runs_from_csv(path: Path, overrides: Sequence[str] = (),
             name += f" {row['spec']}"
             if not spec_file.is_file():
                 where_ = f" ({spec_file})" if str(spec_file) != row["spec"] else ""
-                errors.append(f"line {i}: spec file {row['spec']} not found{where_}"
-                              + (f"; {bad}" if bad else ""))
+                errors.append(
+                    f"line {i}: spec file {row['spec']} not found{where_}"
+                    + (f"; {bad}" if bad else "")
+                )
                 continue
             if bad:
                 errors.append(f"line {i}: {bad}")
                 continue
             if not _cells(row):
                 present = [c for c in MEASURED_COLUMNS if c in header]
-                errors.append(f"line {i}: no measurement ({' and '.join(present)} "
-                              f"{'is' if len(present) == 1 else 'are'} empty)")
+                errors.append(
+                    f"line {i}: no measurement ({' and '.join(present)} "
+                    f"{'is' if len(present) == 1 else 'are'} empty)"
+                )
                 continue
             spec, why = _load(spec_file, overrides)
             if spec is None:
@@ -393,8 +425,9 @@ def runs_from_csv(path: Path, overrides: Sequence[str] = (),
                 data, why = row_to_spec_reason(row)
                 spec = None
                 if data is not None:
-                    name += (f" {row.get('model', '')} {row.get('gpus', '')}x"
-                             f"{row.get('gpu_type', '')}")
+                    name += (
+                        f" {row.get('model', '')} {row.get('gpus', '')}x{row.get('gpu_type', '')}"
+                    )
                     spec, why = _spec_from_dict(data, overrides)
             if spec is None:
                 notes.append(f"{name}: skipped ({why})")
@@ -405,14 +438,17 @@ def runs_from_csv(path: Path, overrides: Sequence[str] = (),
             errors.append(f"line {i}: {clash}")
             continue
         if measured is None:  # a published-runs row without a measurement (spec rows: above)
-            notes.append(f"{name}: skipped (no measured step_time_s, tokens_per_s_per_gpu or "
-                         "tflops_per_gpu)")
+            notes.append(
+                f"{name}: skipped (no measured step_time_s, tokens_per_s_per_gpu or tflops_per_gpu)"
+            )
             continue
         runs.append(Run(name.strip(), spec, measured, kind, published=not spec_csv))
     if errors:
-        raise CalibrateError(f"{path}: {len(errors)} bad row(s): {'; '.join(errors)} (a "
-                             "measurement must be a positive number and a spec file must load; "
-                             "fix or delete these rows)")
+        raise CalibrateError(
+            f"{path}: {len(errors)} bad row(s): {'; '.join(errors)} (a "
+            "measurement must be a positive number and a spec file must load; "
+            "fix or delete these rows)"
+        )
     return runs, notes
 
 
@@ -457,11 +493,13 @@ def _num(v: str | None) -> int | float | None:
             return None
 
 
-def megatron_spec_dict(args: dict[str, str], cluster: str, gpus_per_node: int,
-                       vocab_given: bool = False) -> dict[str, Any]:
+def megatron_spec_dict(
+    args: dict[str, str], cluster: str, gpus_per_node: int, vocab_given: bool = False
+) -> dict[str, Any]:
     """A spec dict for the run a Megatron-LM arguments block describes (model, layout, batch,
     recompute, precision), on the cluster preset ``cluster``. Raises CalibrateError when a
     required argument is missing."""
+
     def need(name: str) -> Any:
         v = _num(args.get(name))
         if v is None:
@@ -470,26 +508,32 @@ def megatron_spec_dict(args: dict[str, str], cluster: str, gpus_per_node: int,
 
     world = need("world_size")
     if world % gpus_per_node:
-        raise CalibrateError(f"world_size {world} is not whole nodes of {gpus_per_node} GPUs "
-                             "(set --gpus-per-node)")
+        raise CalibrateError(
+            f"world_size {world} is not whole nodes of {gpus_per_node} GPUs (set --gpus-per-node)"
+        )
     heads = need("num_attention_heads")
     model: dict[str, Any] = {
-        "num_layers": need("num_layers"), "hidden_size": need("hidden_size"),
-        "num_attention_heads": heads, "seq_length": need("seq_length"),
-        "max_position_embeddings": _num(args.get("max_position_embeddings"))
-        or need("seq_length"),
+        "num_layers": need("num_layers"),
+        "hidden_size": need("hidden_size"),
+        "num_attention_heads": heads,
+        "seq_length": need("seq_length"),
+        "max_position_embeddings": _num(args.get("max_position_embeddings")) or need("seq_length"),
         "activation": "swiglu" if args.get("swiglu") == "True" else "gelu",
         "normalization": "rmsnorm" if args.get("normalization") == "RMSNorm" else "layernorm",
-        "position_embedding": "rope" if args.get("position_embedding_type") == "rope"
+        "position_embedding": "rope"
+        if args.get("position_embedding_type") == "rope"
         else "learned",
-        "untie_embeddings_and_output_weights":
-            args.get("untie_embeddings_and_output_weights") == "True",
+        "untie_embeddings_and_output_weights": args.get("untie_embeddings_and_output_weights")
+        == "True",
     }
-    for key, arg in (("ffn_hidden_size", "ffn_hidden_size"), ("kv_channels", "kv_channels"),
-                     ("num_experts", "num_experts"), ("moe_router_topk", "moe_router_topk"),
-                     ("moe_ffn_hidden_size", "moe_ffn_hidden_size"),
-                     ("moe_shared_expert_intermediate_size",
-                      "moe_shared_expert_intermediate_size")):
+    for key, arg in (
+        ("ffn_hidden_size", "ffn_hidden_size"),
+        ("kv_channels", "kv_channels"),
+        ("num_experts", "num_experts"),
+        ("moe_router_topk", "moe_router_topk"),
+        ("moe_ffn_hidden_size", "moe_ffn_hidden_size"),
+        ("moe_shared_expert_intermediate_size", "moe_shared_expert_intermediate_size"),
+    ):
         v = _num(args.get(arg))
         if v is not None:
             model[key] = v
@@ -497,15 +541,19 @@ def megatron_spec_dict(args: dict[str, str], cluster: str, gpus_per_node: int,
     if vocab is None and vocab_given:  # a model.vocab_size=N override replaces it
         vocab = 1
     if vocab is None:
-        raise CalibrateError("the Megatron-LM arguments block has no padded_vocab_size or "
-                             "vocab_size (pass model.vocab_size=N)")
+        raise CalibrateError(
+            "the Megatron-LM arguments block has no padded_vocab_size or "
+            "vocab_size (pass model.vocab_size=N)"
+        )
     model["vocab_size"] = vocab
     if args.get("group_query_attention") == "True":
         model["num_query_groups"] = need("num_query_groups")
     vpp = _num(args.get("virtual_pipeline_model_parallel_size"))
     par: dict[str, Any] = {
-        "tp": need("tensor_model_parallel_size"), "pp": need("pipeline_model_parallel_size"),
-        "vpp": vpp or 1, "cp": _num(args.get("context_parallel_size")) or 1,
+        "tp": need("tensor_model_parallel_size"),
+        "pp": need("pipeline_model_parallel_size"),
+        "vpp": vpp or 1,
+        "cp": _num(args.get("context_parallel_size")) or 1,
         "ep": _num(args.get("expert_model_parallel_size")) or 1,
         "sequence_parallel": args.get("sequence_parallel") == "True",
         "zero_stage": 1 if args.get("use_distributed_optimizer") == "True" else 0,
@@ -516,8 +564,11 @@ def megatron_spec_dict(args: dict[str, str], cluster: str, gpus_per_node: int,
     training: dict[str, Any] = {
         "micro_batch_size": need("micro_batch_size"),
         "global_batch_size": need("global_batch_size"),
-        "precision": "bf16" if args.get("bf16") == "True" else
-        "fp16" if args.get("fp16") == "True" else "fp32",
+        "precision": "bf16"
+        if args.get("bf16") == "True"
+        else "fp16"
+        if args.get("fp16") == "True"
+        else "fp32",
     }
     gran = args.get("recompute_granularity")
     training["recompute"] = gran if gran in ("full", "selective") else "none"
@@ -527,14 +578,19 @@ def megatron_spec_dict(args: dict[str, str], cluster: str, gpus_per_node: int,
         n = _num(args.get("recompute_num_layers"))
         if n is not None:
             training["recompute_num_layers"] = n
-    return {"defaults": [{"cluster": cluster}, "_self_"], "name": "megatron-run",
-            "model": model, "cluster": {"num_nodes": world // gpus_per_node,
-                                        "gpus_per_node": gpus_per_node},
-            "parallel": par, "training": training}
+    return {
+        "defaults": [{"cluster": cluster}, "_self_"],
+        "name": "megatron-run",
+        "model": model,
+        "cluster": {"num_nodes": world // gpus_per_node, "gpus_per_node": gpus_per_node},
+        "parallel": par,
+        "training": training,
+    }
 
 
-def parse_megatron_log(path: Path, cluster: str | None, gpus_per_node: int | None,
-                       overrides: Sequence[str] = ()) -> Run:
+def parse_megatron_log(
+    path: Path, cluster: str | None, gpus_per_node: int | None, overrides: Sequence[str] = ()
+) -> Run:
     """One run from a Megatron-LM log (see the module docstring). Raises CalibrateError."""
     text = _read(path)
     args = parse_megatron_args(text)
@@ -545,8 +601,10 @@ def parse_megatron_log(path: Path, cluster: str | None, gpus_per_node: int | Non
     if step is None:
         raise CalibrateError(f"{path}: no 'elapsed time per iteration (ms)' line")
     if cluster is None:
-        raise CalibrateError(f"{path}: a Megatron-LM log does not name the cluster: pass "
-                             "--cluster PRESET (e.g. dgx-h100)")
+        raise CalibrateError(
+            f"{path}: a Megatron-LM log does not name the cluster: pass "
+            "--cluster PRESET (e.g. dgx-h100)"
+        )
     gpn = gpus_per_node or _preset_gpus_per_node(cluster)
     given = any(o.startswith("model.vocab_size=") for o in overrides)
     spec, why = _spec_from_dict(megatron_spec_dict(args, cluster, gpn, given), overrides)
@@ -556,12 +614,21 @@ def parse_megatron_log(path: Path, cluster: str | None, gpus_per_node: int | Non
 
 
 def _preset_gpus_per_node(cluster: str) -> int:
-    spec, _ = _spec_from_dict({"defaults": [{"cluster": cluster}, "_self_"], "name": "probe",
-                               "model": {"num_layers": 1, "hidden_size": 64,
-                                         "num_attention_heads": 1, "vocab_size": 64,
-                                         "seq_length": 8},
-                               "cluster": {"num_nodes": 1},
-                               "training": {"global_batch_size": 1}})
+    spec, _ = _spec_from_dict(
+        {
+            "defaults": [{"cluster": cluster}, "_self_"],
+            "name": "probe",
+            "model": {
+                "num_layers": 1,
+                "hidden_size": 64,
+                "num_attention_heads": 1,
+                "vocab_size": 64,
+                "seq_length": 8,
+            },
+            "cluster": {"num_nodes": 1},
+            "training": {"global_batch_size": 1},
+        }
+    )
     return spec.cluster.gpus_per_node if spec is not None else 8
 
 
@@ -570,8 +637,9 @@ _WORKER_HEAD = re.compile(r"trainc-worker: (plan=\S+[^\n]*)")
 _WORKER_STEP = re.compile(r"\bstep=(\d+) .*?\bstep_time_s=([0-9.]+)")
 
 
-def parse_worker_log(path: Path, plan_path: Path | None = None,
-                     overrides: Sequence[str] = ()) -> Run:
+def parse_worker_log(
+    path: Path, plan_path: Path | None = None, overrides: Sequence[str] = ()
+) -> Run:
     """One run from a trainc worker log: the plan.json it names (or ``plan_path``) gives the
     spec, its ``step_time_s`` values the measured step time. Raises CalibrateError."""
     text = _read(path)
@@ -581,12 +649,19 @@ def parse_worker_log(path: Path, plan_path: Path | None = None,
     if device != "cuda" or shrunk:
         # the worker's CPU run (and any shrunk run) times a toy model on another device: its
         # step says nothing about the cluster the plan describes
-        what = " and ".join(w for w, on in ((f"device={device}", device != "cuda"),
-                                            ("shrink=True (the model shrunk to fit)", shrunk))
-                            if on)
-        raise CalibrateError(f"{path}: a {what} run of the trainc worker: its step times are "
-                             "not the plan's cluster's, so they cannot calibrate it; calibrate "
-                             "with logs of the job on its GPUs")
+        what = " and ".join(
+            w
+            for w, on in (
+                (f"device={device}", device != "cuda"),
+                ("shrink=True (the model shrunk to fit)", shrunk),
+            )
+            if on
+        )
+        raise CalibrateError(
+            f"{path}: a {what} run of the trainc worker: its step times are "
+            "not the plan's cluster's, so they cannot calibrate it; calibrate "
+            "with logs of the job on its GPUs"
+        )
     times = [float(t) for _, t in _WORKER_STEP.findall(text)]
     step = _median_after_first(times)
     if step is None:
@@ -613,10 +688,15 @@ def _read(path: Path) -> str:
         raise CalibrateError(f"cannot read {path}: {e.strerror or e}") from e
 
 
-def read_runs(paths: Sequence[str], *, cluster: str | None = None,
-              gpus_per_node: int | None = None, plan_path: str | None = None,
-              overrides: Sequence[str] = (), where: Sequence[str] = ()
-              ) -> tuple[list[Run], list[str]]:
+def read_runs(
+    paths: Sequence[str],
+    *,
+    cluster: str | None = None,
+    gpus_per_node: int | None = None,
+    plan_path: str | None = None,
+    overrides: Sequence[str] = (),
+    where: Sequence[str] = (),
+) -> tuple[list[Run], list[str]]:
     """Every run of the given files (CSV by extension, else a Megatron-LM or trainc worker log
     by content) and the notes on skipped rows. Raises CalibrateError."""
     runs: list[Run] = []
@@ -637,21 +717,23 @@ def read_runs(paths: Sequence[str], *, cluster: str | None = None,
     megatron = any(r.source == "megatron-log" for r in runs)
     for flag, value in (("--cluster", cluster), ("--gpus-per-node", gpus_per_node)):
         if value is not None and not megatron:  # it would be ignored: say so, not fit on
-            raise CalibrateError(f"{flag} {value} names the cluster of a Megatron-LM log's run, "
-                                 "and no input is one: a CSV row's or a worker log's spec names "
-                                 "its own cluster (override it with cluster.KEY=VALUE)")
+            raise CalibrateError(
+                f"{flag} {value} names the cluster of a Megatron-LM log's run, "
+                "and no input is one: a CSV row's or a worker log's spec names "
+                "its own cluster (override it with cluster.KEY=VALUE)"
+            )
     return runs, notes
 
 
 # --- the fit ------------------------------------------------------------------------------
+
 
 def _plan(spec: TrainSpec, fit: bool = True) -> tuple[Plan | None, str]:
     """The spec through normalize .. plan (the time model's input) and, with ``fit``, the
     memory-fit rule (a run of the user's own that the model calls a sure OOM, TRC401, was not
     the run that was measured; a published row's unstated recompute is not held against it);
     (None, rules) on errors."""
-    state = run_passes(State(spec=spec, suggest=False),
-                       stop_after="check_fit" if fit else "plan")
+    state = run_passes(State(spec=spec, suggest=False), stop_after="check_fit" if fit else "plan")
     if state.failed or state.plan is None:
         errs = sorted({d.rule.id for d in state.diagnostics if d.is_error})
         return None, ", ".join(errs)
@@ -673,13 +755,19 @@ def prepare(runs: list[Run]) -> tuple[list[Run], list[str]]:
             plan, why = _plan(r.spec, fit=False)
             if plan is not None:
                 r.memory_flagged = True
-                notes.append(f"warning: {r.name}: the memory model calls it a sure OOM (TRC401) "
-                             "but it was measured: kept and flagged; check the spec is the run "
-                             "that was measured, and record its peak "
-                             "(torch.cuda.max_memory_allocated) to correct the memory model")
+                notes.append(
+                    f"warning: {r.name}: the memory model calls it a sure OOM (TRC401) "
+                    "but it was measured: kept and flagged; check the spec is the run "
+                    "that was measured, and record its peak "
+                    "(torch.cuda.max_memory_allocated) to correct the memory model"
+                )
         if plan is None:
-            what = ("the memory model calls it a sure OOM, TRC401: is the spec the run that was "
-                    "measured?" if why == "TRC401" else f"its layout breaks {why}")
+            what = (
+                "the memory model calls it a sure OOM, TRC401: is the spec the run that was "
+                "measured?"
+                if why == "TRC401"
+                else f"its layout breaks {why}"
+            )
             if not r.published:
                 bad.append(f"{r.name} ({what})")
             else:
@@ -691,19 +779,24 @@ def prepare(runs: list[Run]) -> tuple[list[Run], list[str]]:
             flops = estimate(plan).flops_per_step
             if r.source.endswith(":noncausal"):  # the source counts the full s x s scores
                 tr = plan.spec.training
-                flops += spec_flop_terms(plan.spec, plan).core_per_s2 * tr.global_batch_size * \
-                    plan.spec.model.seq_length ** 2
+                flops += (
+                    spec_flop_terms(plan.spec, plan).core_per_s2
+                    * tr.global_batch_size
+                    * plan.spec.model.seq_length**2
+                )
             r.measured_step_seconds = flops / (-r.measured_step_seconds * 1e12 * d.world_size)
         kept.append(r)
     if bad:
-        raise CalibrateError(f"{len(bad)} run(s) do not compile: {'; '.join(bad)}; fix the spec "
-                             "or leave the row out")
+        raise CalibrateError(
+            f"{len(bad)} run(s) do not compile: {'; '.join(bad)}; fix the spec or leave the row out"
+        )
     return kept, notes
 
 
 def check_one_cluster(runs: list[Run], names: Sequence[str]) -> None:
     """All runs must share the cluster's hardware (every cluster key but num_nodes and the
     fitted factors): one preset describes one cluster. Raises CalibrateError."""
+
     def hw(r: Run) -> dict[str, Any]:
         assert r.plan is not None
         d = dict(spec_to_dict(r.plan.spec)["cluster"])
@@ -718,7 +811,8 @@ def check_one_cluster(runs: list[Run], names: Sequence[str]) -> None:
             diff = sorted(k for k in set(first) | set(other) if first.get(k) != other.get(k))
             raise CalibrateError(
                 f"{r.name} runs on another cluster than {runs[0].name} ({', '.join(diff)} "
-                "differ): calibrate one cluster at a time (e.g. --where gpu_type=H100)")
+                "differ): calibrate one cluster at a time (e.g. --where gpu_type=H100)"
+            )
 
 
 def step_estimate(plan: Plan, factors: dict[str, float]) -> float:
@@ -767,44 +861,62 @@ def residual_band(ratios: Sequence[float]) -> tuple[float, float]:
     (1.14, 1.26)
     """
     m = percentile(ratios, 0.5)
-    return (min(percentile(ratios, 0.1), round(BAND_FLOOR[0] * m, 12)),
-            max(percentile(ratios, 0.9), round(BAND_FLOOR[1] * m, 12)))
+    return (
+        min(percentile(ratios, 0.1), round(BAND_FLOOR[0] * m, 12)),
+        max(percentile(ratios, 0.9), round(BAND_FLOOR[1] * m, 12)),
+    )
 
 
 def band_note(runs: int, fitted: tuple[float, float], band: tuple[float, float]) -> str | None:
     """The calibrate note on the band: with fewer than :data:`FEW_RUNS` runs, that it rests on
     ``runs`` runs and where it was widened to the floor; with more, only a widening; else None.
     ``fitted``: the runs' p10 and p90, ``band``: :func:`residual_band`'s."""
-    floor = (f"the floor (p10 at most {BAND_FLOOR[0]:g} x, p90 at least {BAND_FLOOR[1]:g} x the "
-             "median ratio: run-to-run variability of large jobs is about 5-9 %)")
-    ends = [f"{name} {f:.3f} -> {b:.3f}" for name, f, b in
-            zip(("p10", "p90"), fitted, band, strict=True) if b != f]
+    floor = (
+        f"the floor (p10 at most {BAND_FLOOR[0]:g} x, p90 at least {BAND_FLOOR[1]:g} x the "
+        "median ratio: run-to-run variability of large jobs is about 5-9 %)"
+    )
+    ends = [
+        f"{name} {f:.3f} -> {b:.3f}"
+        for name, f, b in zip(("p10", "p90"), fitted, band, strict=True)
+        if b != f
+    ]
     widened = f"widened to {floor} where it did not reach it: {', '.join(ends)}"
     if runs < FEW_RUNS:
-        head = (f"the step-time band rests on {runs} run(s) (measured / estimated p10 "
-                f"{fitted[0]:.3f}, p90 {fitted[1]:.3f})")
+        head = (
+            f"the step-time band rests on {runs} run(s) (measured / estimated p10 "
+            f"{fitted[0]:.3f}, p90 {fitted[1]:.3f})"
+        )
         return f"{head}; {widened}" if ends else f"{head}; kept: it reaches beyond {floor}"
     if ends:
         return f"the fitted step-time band (p10 {fitted[0]:.3f}, p90 {fitted[1]:.3f}) {widened}"
     return None
 
 
-def nelder_mead(f: Callable[[list[float]], float], x0: list[float], *, step: float = 0.5,
-                max_evals: int = 600, xtol: float = 1e-6, ftol: float = 1e-12
-                ) -> tuple[list[float], float, int]:
+def nelder_mead(
+    f: Callable[[list[float]], float],
+    x0: list[float],
+    *,
+    step: float = 0.5,
+    max_evals: int = 600,
+    xtol: float = 1e-6,
+    ftol: float = 1e-12,
+) -> tuple[list[float], float, int]:
     """Minimise ``f`` from ``x0`` (Nelder and Mead 1965; coefficients 1, 2, 0.5, 0.5). Returns
     (x, f(x), evaluations)."""
     n = len(x0)
-    simplex = [list(x0)] + [[x + (step if i == j else 0.0) for j, x in enumerate(x0)]
-                            for i in range(n)]
+    simplex = [list(x0)] + [
+        [x + (step if i == j else 0.0) for j, x in enumerate(x0)] for i in range(n)
+    ]
     vals = [f(x) for x in simplex]
     evals = n + 1
     while evals < max_evals:
         order = sorted(range(n + 1), key=lambda i: vals[i])
         simplex, vals = [simplex[i] for i in order], [vals[i] for i in order]
-        if abs(vals[-1] - vals[0]) <= ftol and max(
-                abs(a - b) for x in simplex[1:] for a, b in zip(x, simplex[0], strict=True)
-        ) <= xtol:
+        if (
+            abs(vals[-1] - vals[0]) <= ftol
+            and max(abs(a - b) for x in simplex[1:] for a, b in zip(x, simplex[0], strict=True))
+            <= xtol
+        ):
             break
         centroid = [sum(x[j] for x in simplex[:-1]) / n for j in range(n)]
         worst = simplex[-1]
@@ -826,8 +938,9 @@ def nelder_mead(f: Callable[[list[float]], float], x0: list[float], *, step: flo
                 simplex[-1], vals[-1] = con, fc
             else:
                 best = simplex[0]
-                simplex = [best] + [[b + 0.5 * (x - b) for x, b in zip(p, best, strict=True)]
-                                    for p in simplex[1:]]
+                simplex = [best] + [
+                    [b + 0.5 * (x - b) for x, b in zip(p, best, strict=True)] for p in simplex[1:]
+                ]
                 vals = [vals[0]] + [f(x) for x in simplex[1:]]
                 evals += n
     i = min(range(n + 1), key=lambda k: vals[k])
@@ -875,9 +988,13 @@ def supported(rms_without: float, rms_with: float, n_runs: int) -> bool:
     return n_runs * 2 * math.log(rms_without / rms_with) > math.log(max(n_runs, 2))
 
 
-def _minimise(loss_of: Callable[[dict[str, float]], float], names: Sequence[str],
-              x0: dict[str, float], known: dict[str, tuple[float, float]],
-              max_evals: int) -> tuple[dict[str, float], int]:
+def _minimise(
+    loss_of: Callable[[dict[str, float]], float],
+    names: Sequence[str],
+    x0: dict[str, float],
+    known: dict[str, tuple[float, float]],
+    max_evals: int,
+) -> tuple[dict[str, float], int]:
     """Minimise ``loss_of`` over the factors ``names`` from ``x0`` within their bounds
     ``known`` (Nelder-Mead, restarted from its best point while it improves; see the module
     docstring). Returns (the factors, evaluations); integer factors are rounded."""
@@ -901,8 +1018,12 @@ def _minimise(loss_of: Callable[[dict[str, float]], float], names: Sequence[str]
     for _ in range(RESTARTS):  # restarting from the best point with a fresh simplex (standard
         # practice: a collapsed simplex stalls on narrow valleys)
         if minimize is not None:
-            res = minimize(lambda v: loss(list(v)), u, method="Nelder-Mead",
-                           options={"maxfev": max_evals, "xatol": 1e-7, "fatol": 1e-14})
+            res = minimize(
+                lambda v: loss(list(v)),
+                u,
+                method="Nelder-Mead",
+                options={"maxfev": max_evals, "xatol": 1e-7, "fatol": 1e-14},
+            )
             u, val, nfev = [float(v) for v in res.x], float(res.fun), int(res.nfev)
         else:
             u, val, nfev = nelder_mead(loss, u, step=0.3, max_evals=max_evals)
@@ -916,8 +1037,12 @@ def _minimise(loss_of: Callable[[dict[str, float]], float], names: Sequence[str]
     return after, evals
 
 
-def fit(runs: list[Run], names: Sequence[str] | None = None,
-        start: dict[str, float] | None = None, max_evals: int = 600) -> FitResult:
+def fit(
+    runs: list[Run],
+    names: Sequence[str] | None = None,
+    start: dict[str, float] | None = None,
+    max_evals: int = 600,
+) -> FitResult:
     """Fit the factors ``names`` (default: :func:`default_factors`) to planned ``runs``
     (:func:`prepare`); ``start``: the initial values (default: the first run's cluster)."""
     if not runs:
@@ -935,11 +1060,14 @@ def fit(runs: list[Run], names: Sequence[str] | None = None,
         raise CalibrateError(
             f"no run exercises {', '.join(idle)} (fp8_gemm_efficiency needs an FP8/FP4 run, "
             "moe_layer_overhead_us an MoE run): the fit would leave it where it is; drop it "
-            "from --factors")
+            "from --factors"
+        )
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise CalibrateError(f"unknown factor(s) {', '.join(unknown)} for time_model "
-                             f"{spec0.cluster.time_model.value}; known: {', '.join(known)}")
+        raise CalibrateError(
+            f"unknown factor(s) {', '.join(unknown)} for time_model "
+            f"{spec0.cluster.time_model.value}; known: {', '.join(known)}"
+        )
     # repeats of one spec measure its noise, not another direction: count distinct specs
     distinct = len({r.plan.spec_hash for r in runs})  # type: ignore[union-attr]
     if distinct < len(names):
@@ -947,7 +1075,8 @@ def fit(runs: list[Run], names: Sequence[str] | None = None,
         raise CalibrateError(
             f"{len(runs)} run(s){of} for {len(names)} free factor(s): the fit is "
             "under-determined (many factor values match the runs equally well); pass --factors "
-            f"with at most {distinct} of: {','.join(names)}, or add runs of other layouts")
+            f"with at most {distinct} of: {','.join(names)}, or add runs of other layouts"
+        )
     before = {n: factor_value(spec0, n) for n in names}
     x0 = dict(start or before)
     meas = [math.log(r.measured_step_seconds) for r in runs]
@@ -969,8 +1098,9 @@ def fit(runs: list[Run], names: Sequence[str] | None = None,
 
     def refit(free: Sequence[str], at: dict[str, float]) -> tuple[dict[str, float], int]:
         """``at`` with the factors ``free`` fitted (the others held at their ``at`` values)."""
-        got, ev = _minimise(lambda f: loss_of({**at, **f}), free, {m: at[m] for m in free},
-                            known, max_evals)
+        got, ev = _minimise(
+            lambda f: loss_of({**at, **f}), free, {m: at[m] for m in free}, known, max_evals
+        )
         return {**at, **got}, ev
 
     # Factors the runs do not constrain (runs that barely communicate say nothing about
@@ -991,10 +1121,12 @@ def fit(runs: list[Run], names: Sequence[str] | None = None,
             evals += ev
             cost = rms_of(trial) - base
             if not supported(rms_of(trial), base, n_runs):
-                notes.append(f"the runs hardly constrain {n}: fixed at its start value "
-                             f"{x0[n]:g} with the others refitted, the RMS log error changes "
-                             f"by {cost:+.4f} (fitted: {after[n]:g}); fit it from runs where it "
-                             "matters, or leave it out of --factors")
+                notes.append(
+                    f"the runs hardly constrain {n}: fixed at its start value "
+                    f"{x0[n]:g} with the others refitted, the RMS log error changes "
+                    f"by {cost:+.4f} (fitted: {after[n]:g}); fit it from runs where it "
+                    "matters, or leave it out of --factors"
+                )
     else:
         after, evals, free = dict(x0), 0, []
         while len(free) < len(names):
@@ -1015,12 +1147,15 @@ def fit(runs: list[Run], names: Sequence[str] | None = None,
             evals += ev
         kept = [n for n in names if n not in free]
         if kept:
-            notes.append(f"the runs do not constrain {', '.join(kept)}: kept at the start "
-                         "value(s) (" + ", ".join(f"{n} {x0[n]:g}" for n in kept)
-                         + "): freeing one more factor does not lower the RMS log error by "
-                         f"more than {UNCONSTRAINED_RMS} nor by enough for {n_runs} run(s) "
-                         "(the Bayesian information criterion); name one in --factors to fit "
-                         "it anyway")
+            notes.append(
+                f"the runs do not constrain {', '.join(kept)}: kept at the start "
+                "value(s) ("
+                + ", ".join(f"{n} {x0[n]:g}" for n in kept)
+                + "): freeing one more factor does not lower the RMS log error by "
+                f"more than {UNCONSTRAINED_RMS} nor by enough for {n_runs} run(s) "
+                "(the Bayesian information criterion); name one in --factors to fit "
+                "it anyway"
+            )
     # a factor at its bound: the search approaches a bound the runs push it against only to
     # within its tolerance, and a value near a bound may be a true interior optimum. Near a
     # bound (near_bound), the factor is at the bound when the bound itself fits no worse: it is
@@ -1033,25 +1168,39 @@ def fit(runs: list[Run], names: Sequence[str] | None = None,
         trial = {**after, n: b}
         if b == after[n] or loss_of(trial) <= loss_of(after):
             after = trial
-            notes.append(f"{n} ended at its {'lower' if b == lo else 'upper'} bound {b:g} "
-                         f"(range {lo:g}..{hi:g}): the runs push it there or do not constrain "
-                         "it")
+            notes.append(
+                f"{n} ended at its {'lower' if b == lo else 'upper'} bound {b:g} "
+                f"(range {lo:g}..{hi:g}): the runs push it there or do not constrain "
+                "it"
+            )
     eb, ea = estimates(before), estimates(after)
     ratios = [r.measured_step_seconds / e for r, e in zip(runs, ea, strict=True)]
 
     def rms(est: list[float]) -> float:
-        return math.sqrt(sum((math.log(e) - m) ** 2 for e, m in zip(est, meas, strict=True))
-                         / len(meas))
+        return math.sqrt(
+            sum((math.log(e) - m) ** 2 for e, m in zip(est, meas, strict=True)) / len(meas)
+        )
 
     fitted = (percentile(ratios, 0.1), percentile(ratios, 0.9))
     band = residual_band(ratios)
     note = band_note(len(runs), fitted, band)
     if note:
         notes.append(note)
-    return FitResult(names, before, after, eb, ea, p10_ratio=band[0], p90_ratio=band[1],
-                     fitted_p10_ratio=fitted[0], fitted_p90_ratio=fitted[1],
-                     rms_log_before=rms(eb), rms_log_after=rms(ea), evaluations=evals,
-                     notes=notes)
+    return FitResult(
+        names,
+        before,
+        after,
+        eb,
+        ea,
+        p10_ratio=band[0],
+        p90_ratio=band[1],
+        fitted_p10_ratio=fitted[0],
+        fitted_p90_ratio=fitted[1],
+        rms_log_before=rms(eb),
+        rms_log_after=rms(ea),
+        evaluations=evals,
+        notes=notes,
+    )
 
 
 def check_agreement(runs: Sequence[Run], result: FitResult) -> None:
@@ -1061,30 +1210,43 @@ def check_agreement(runs: Sequence[Run], result: FitResult) -> None:
     wherever that run drags them and the preset would mislead every estimate. Raises
     CalibrateError naming the worst runs (at most 3) and their ratios."""
     lo, hi = AGREEMENT
-    ratios = [(r.measured_step_seconds / e, r.name)
-              for r, e in zip(runs, result.estimates_after, strict=True)]
-    bad = sorted(((x, n) for x, n in ratios if not lo <= x <= hi),
-                 key=lambda t: -abs(math.log(t[0])))
+    ratios = [
+        (r.measured_step_seconds / e, r.name)
+        for r, e in zip(runs, result.estimates_after, strict=True)
+    ]
+    bad = sorted(
+        ((x, n) for x, n in ratios if not lo <= x <= hi), key=lambda t: -abs(math.log(t[0]))
+    )
     if not bad:
         return
     shown = ", ".join(f"{n} {x:.4g}" for x, n in bad[:3]) + (" ..." if len(bad) > 3 else "")
     raise CalibrateError(
         f"after the fit {len(bad)} of {len(ratios)} run(s) disagree with the time model by "
         f"more than {hi:g}x (measured / estimated outside {lo:g}..{hi:g}): {shown}; check their "
-        "measurements (seconds per step) and specs, or leave them out: no preset is written")
+        "measurements (seconds per step) and specs, or leave them out: no preset is written"
+    )
 
 
 # --- output -------------------------------------------------------------------------------
+
 
 def preset_dict(run: Run, result: FitResult) -> dict[str, Any]:
     """The cluster preset (trainc/conf/cluster format): the run's cluster keys that differ from
     the schema's defaults (num_nodes left to the spec), the fitted factors and the band."""
     raw = spec_to_dict(run.spec)["cluster"]
-    defaults = {f.name: f.default for f in dataclasses.fields(ClusterSpec)
-                if f.default is not dataclasses.MISSING}
-    out: dict[str, Any] = {k: v for k, v in raw.items()
-                           if k != "num_nodes" and v is not None and defaults.get(k, object()) != v
-                           and k not in result.names}
+    defaults = {
+        f.name: f.default
+        for f in dataclasses.fields(ClusterSpec)
+        if f.default is not dataclasses.MISSING
+    }
+    out: dict[str, Any] = {
+        k: v
+        for k, v in raw.items()
+        if k != "num_nodes"
+        and v is not None
+        and defaults.get(k, object()) != v
+        and k not in result.names
+    }
     for n in result.names:
         v = result.after[n]
         out[n] = round(v) if n in INT_FACTORS else float(f"{v:.4g}")
@@ -1095,12 +1257,14 @@ def preset_dict(run: Run, result: FitResult) -> dict[str, Any]:
 
 def preset_text(runs: list[Run], result: FitResult) -> str:
     """The preset YAML with a comment saying where its factors come from."""
-    head = [f"# Calibrated by trainc calibrate from {len(runs)} measured run(s): "
-            f"{', '.join(r.name for r in runs[:6])}{' ...' if len(runs) > 6 else ''}.",
-            f"# RMS log error of the step time: {result.rms_log_before:.3f} before, "
-            f"{result.rms_log_after:.3f} after; measured / estimated p10 "
-            f"{result.fitted_p10_ratio:.3f}, p90 {result.fitted_p90_ratio:.3f}; the band below "
-            f"has p10 at most {BAND_FLOOR[0]:g} x, p90 at least {BAND_FLOOR[1]:g} x their median.",
-            "# num_nodes is the job's choice: set cluster.num_nodes in the spec."]
+    head = [
+        f"# Calibrated by trainc calibrate from {len(runs)} measured run(s): "
+        f"{', '.join(r.name for r in runs[:6])}{' ...' if len(runs) > 6 else ''}.",
+        f"# RMS log error of the step time: {result.rms_log_before:.3f} before, "
+        f"{result.rms_log_after:.3f} after; measured / estimated p10 "
+        f"{result.fitted_p10_ratio:.3f}, p90 {result.fitted_p90_ratio:.3f}; the band below "
+        f"has p10 at most {BAND_FLOOR[0]:g} x, p90 at least {BAND_FLOOR[1]:g} x their median.",
+        "# num_nodes is the job's choice: set cluster.num_nodes in the spec.",
+    ]
     body = yaml.safe_dump(preset_dict(runs[0], result), sort_keys=False)
     return "\n".join(head) + "\n" + body

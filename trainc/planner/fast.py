@@ -121,12 +121,21 @@ def model_consts(spec: TrainSpec) -> ModelConsts:
     per_tok = terms.per_token_layers + terms.per_token_logits
     core = terms.core_per_s2 * s  # per token: S2 / T = s for unpacked sequences
     flops = B * s * (per_tok + core)
-    return ModelConsts(p_tp, p_rep, float(moe.expert), m.hidden_size * V, moe_frac, float(flops),
-                       core / (per_tok + core), float(B * s * terms.per_token_logits))
+    return ModelConsts(
+        p_tp,
+        p_rep,
+        float(moe.expert),
+        m.hidden_size * V,
+        moe_frac,
+        float(flops),
+        core / (per_tok + core),
+        float(B * s * terms.per_token_logits),
+    )
 
 
-def state_bytes_per_param(engine: str, zero: int, precision: str, shard: int,
-                          offload_opt: bool, offload_param: bool) -> float:
+def state_bytes_per_param(
+    engine: str, zero: int, precision: str, shard: int, offload_opt: bool, offload_param: bool
+) -> float:
     """Model-state bytes per parameter on one GPU (params + grads + optimizer).
 
     >>> state_bytes_per_param("megatron", 1, "bf16", 8, False, False)
@@ -155,17 +164,35 @@ def state_bytes_per_param(engine: str, zero: int, precision: str, shard: int,
     return (0.0 if offload_param else 2 / shard) + (2 + opt) / shard
 
 
-TERMS = ("compute", "tp", "cp", "ep", "pp", "dp", "bubble", "bubble_seconds", "tp_cross",
-         "intra_over_inter", "lower_bound", "offload")
+TERMS = (
+    "compute",
+    "tp",
+    "cp",
+    "ep",
+    "pp",
+    "dp",
+    "bubble",
+    "bubble_seconds",
+    "tp_cross",
+    "intra_over_inter",
+    "lower_bound",
+    "offload",
+)
 """Names of the terms :func:`score_grid` yields per layout (seconds, except ``bubble`` (a
 fraction), ``tp_cross`` (0/1) and ``intra_over_inter`` (a ratio)). ``lower_bound`` is
 :func:`step_lower_bound`'s value: the planner's branch and bound prunes with it. ``offload``:
 DeepSpeed CPU offload's seconds (:func:`trainc.compiler.estimate.time.offload_seconds`)."""
 
 
-def step_lower_bound(flops_gpu: float, selective_extra: float, peak_eff: float,
-                     min_layers: int, microbatches: int, overhead_s: float,
-                     bubble: float) -> float:
+def step_lower_bound(
+    flops_gpu: float,
+    selective_extra: float,
+    peak_eff: float,
+    min_layers: int,
+    microbatches: int,
+    overhead_s: float,
+    bubble: float,
+) -> float:
     """A lower bound (seconds) of the full estimator's step time for one layout.
 
     The full estimator (:func:`trainc.compiler.estimate.time.step_time`) takes, over the
@@ -177,16 +204,33 @@ def step_lower_bound(flops_gpu: float, selective_extra: float, peak_eff: float,
     ``min_layers`` layers, so ``(flops_gpu x (1 + selective_extra) / peak_eff + 2 x min_layers x
     M x overhead_s) / (1 - bubble)`` is below the full step time. ``peak_eff`` is FLOP/s
     (peak x compute_efficiency x the micro batch's GEMM efficiency)."""
-    compute = flops_gpu * (1 + selective_extra) / peak_eff + \
-        2 * min_layers * microbatches * overhead_s
+    compute = (
+        flops_gpu * (1 + selective_extra) / peak_eff + 2 * min_layers * microbatches * overhead_s
+    )
     return compute / (1 - bubble)
 
 
-def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: int, pp: int,
-           dp: int, stages: tuple[int, ...], ep: int, etp: int, sp: bool, zeros: list[int],
-           recomputes: list[str], offloads: list[str], fx: dict[str, Any], deepspeed: bool,
-           limit: float, slots: tuple[int, ...] | None = None,
-           ) -> Iterator[tuple[Any, Any, Any, Any]]:
+def score_grid(
+    spec: TrainSpec,
+    k: ModelConsts,
+    W: int,
+    dom: int,
+    tp: int,
+    cp: int,
+    pp: int,
+    dp: int,
+    stages: tuple[int, ...],
+    ep: int,
+    etp: int,
+    sp: bool,
+    zeros: list[int],
+    recomputes: list[str],
+    offloads: list[str],
+    fx: dict[str, Any],
+    deepspeed: bool,
+    limit: float,
+    slots: tuple[int, ...] | None = None,
+) -> Iterator[tuple[Any, Any, Any, Any]]:
     """Score every (vpp, cp_comm_type, mbs, recompute, zero, offload) of one grid; yields
     (memory bytes, step seconds, the variable choices, the TERMS values), or once
     (None, number of layouts pruned, None, None) when no layout of the grid can fit.
@@ -200,8 +244,10 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
     gbs = t.global_batch_size
     edp = W // (etp * ep * pp)
     eff_bw = c.comm_efficiency * 1e9
-    intra, inter = (c.intra_node_bandwidth_gbps or 1) * eff_bw, \
-        (c.inter_node_bandwidth_gbps or 1) * eff_bw
+    intra, inter = (
+        (c.intra_node_bandwidth_gbps or 1) * eff_bw,
+        (c.inter_node_bandwidth_gbps or 1) * eff_bw,
+    )
     bw_tp = intra if tp <= dom and dom % tp == 0 else inter
     bw_cp = intra if tp * cp <= dom and dom % (tp * cp) == 0 else inter
     bw_ep = intra if etp * ep <= dom and dom % (etp * ep) == 0 else inter
@@ -232,14 +278,32 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
     # engine=fsdp (torchtitan): no cp_comm_type choice, and an uneven split only with vpp 1
     # (TRC344; trainc.compiler.engines.fsdp.torchtitan_stage_split)
     fsdp = spec.engine is Engine.fsdp
-    vpps = [fx["parallel.vpp"]] if fx["parallel.vpp"] is not None else \
-        [v for v in range(1, MAX_VPP + 1) if all(n % v == 0 for n in slots)
-         and (v == 1 or pp > 1) and (v == 1 or not fsdp or len(set(slots)) == 1)]
-    cps = [fx["parallel.cp_comm_type"]] if fx["parallel.cp_comm_type"] is not None else (
-        ["p2p"] if cp == 1 or fsdp else ["p2p", "all_gather"] +
-        (["a2a"] if (a // tp) % cp == 0 and max(g // tp, 1) % cp == 0 else []))
-    mbss = [fx["training.micro_batch_size"]] if fx["training.micro_batch_size"] is not None \
+    vpps = (
+        [fx["parallel.vpp"]]
+        if fx["parallel.vpp"] is not None
+        else [
+            v
+            for v in range(1, MAX_VPP + 1)
+            if all(n % v == 0 for n in slots)
+            and (v == 1 or pp > 1)
+            and (v == 1 or not fsdp or len(set(slots)) == 1)
+        ]
+    )
+    cps = (
+        [fx["parallel.cp_comm_type"]]
+        if fx["parallel.cp_comm_type"] is not None
+        else (
+            ["p2p"]
+            if cp == 1 or fsdp
+            else ["p2p", "all_gather"]
+            + (["a2a"] if (a // tp) % cp == 0 and max(g // tp, 1) % cp == 0 else [])
+        )
+    )
+    mbss = (
+        [fx["training.micro_batch_size"]]
+        if fx["training.micro_batch_size"] is not None
         else [b for b in divisors(gbs // dp) if b <= MAX_MBS]
+    )
     flops_gpu = k.flops_per_step / W
     gps = W // pp  # GPUs per stage
     flops_total = k.flops_per_step - k.logits_flops_per_step  # the layers' FLOPs per step
@@ -267,10 +331,12 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
         for off in offloads:
             if off != "none" and (not deepspeed or zero == 0):
                 continue
-            bpp = state_bytes_per_param(spec.engine.name, zero, precision, shard, off != "none",
-                                        off_param)
-            bpe = state_bytes_per_param(spec.engine.name, zero, precision, edp, off != "none",
-                                        off_param)
+            bpp = state_bytes_per_param(
+                spec.engine.name, zero, precision, shard, off != "none", off_param
+            )
+            bpe = state_bytes_per_param(
+                spec.engine.name, zero, precision, edp, off != "none", off_param
+            )
             t_dp = hide * (red * grad_bytes * (1.5 if zero >= 1 else 2.0)) / bw_dp
             states.append((zero, off, p_dense * bpp + p_exp * bpe, t_dp))
     cross = float(bw_tp == inter and tp > 1)
@@ -278,29 +344,73 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
         # The model states alone exceed the GPU (fit rule TRC401): prune the whole grid.
         yield None, len(mbss) * len(vpps) * len(cps) * len(states) * 5, None, None
         return
+
     def act_layer(mbs: int) -> tuple[float, float, float]:
         """Bytes per layer and micro batch (full recompute, none, selective): the estimator's
         own per-layer formulas (GQA, SwiGLU, MoE), averaged over dense and MoE layers."""
         tsp = tp if sp else 1
-        shape: dict[str, Any] = dict(s=s_loc, b=mbs, h=h, a=a, g=g, d=d, f=f, t=tp, sp=sp,
-                                     swiglu=swiglu, mla=mla_dims(spec),
-                                     attn_dropout=m.attention_dropout > 0)
+        shape: dict[str, Any] = dict(
+            s=s_loc,
+            b=mbs,
+            h=h,
+            a=a,
+            g=g,
+            d=d,
+            f=f,
+            t=tp,
+            sp=sp,
+            swiglu=swiglu,
+            mla=mla_dims(spec),
+            attn_dropout=m.attention_dropout > 0,
+        )
         moe = 0.0
         if k.moe_fraction:
-            moe = k.moe_fraction * (moe_mlp_extra_bytes(
-                s=s_loc, b=mbs, h=h, t=tp, sp=sp, etp=etp, topk=m.moe_router_topk, f_e=f_e,
-                f_s=m.moe_shared_expert_intermediate_size or 0, num_experts=m.num_experts or 0,
-                swiglu=swiglu) - (6 if swiglu else 4) * s_loc * mbs * f / tp)
+            moe = k.moe_fraction * (
+                moe_mlp_extra_bytes(
+                    s=s_loc,
+                    b=mbs,
+                    h=h,
+                    t=tp,
+                    sp=sp,
+                    etp=etp,
+                    topk=m.moe_router_topk,
+                    f_e=f_e,
+                    f_s=m.moe_shared_expert_intermediate_size or 0,
+                    num_experts=m.num_experts or 0,
+                    swiglu=swiglu,
+                )
+                - (6 if swiglu else 4) * s_loc * mbs * f / tp
+            )
         lse = 4 * a * s_loc * mbs / tp
         flash = fused_attention(spec)
-        none = (dense_layer_bytes(**shape, with_scores=not flash)
-                + (lse if flash else 0.0) + moe)
+        none = dense_layer_bytes(**shape, with_scores=not flash) + (lse if flash else 0.0) + moe
         sel = dense_layer_bytes(**shape, with_scores=False) + moe
         return 2 * s_loc * mbs * h / tsp, none, sel
 
     if c.time_model is TimeModel.kernels:
-        yield from _kernel_grid(spec, k, W, dom, tp, cp, pp, dp, stages, ep, etp, sp, mbss,
-                                vpps, cps, slots, states, recomputes, fx, act_layer, cross)
+        yield from _kernel_grid(
+            spec,
+            k,
+            W,
+            dom,
+            tp,
+            cp,
+            pp,
+            dp,
+            stages,
+            ep,
+            etp,
+            sp,
+            mbss,
+            vpps,
+            cps,
+            slots,
+            states,
+            recomputes,
+            fx,
+            act_layer,
+            cross,
+        )
         return
     for mbs in mbss:
         if (gbs // dp) % mbs:
@@ -311,18 +421,29 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
         gemm_eff = tokens / (tokens + c.gemm_half_efficiency_tokens)
         full_l, none_l, sel_l = act_layer(mbs)
         for v, inflight, bubble, rc, frac, group in _schedules(
-                vpps, M, pp, slots, recomputes, fx, spec.engine is Engine.fsdp):
-            per_layer = (frac * full_l / group + (1 - frac) * none_l if rc[0] == "full" else
-                         sel_l if rc[0] == "selective" else none_l)
+            vpps, M, pp, slots, recomputes, fx, spec.engine is Engine.fsdp
+        ):
+            per_layer = (
+                frac * full_l / group + (1 - frac) * none_l
+                if rc[0] == "full"
+                else sel_l
+                if rc[0] == "selective"
+                else none_l
+            )
             act = per_layer * n_max * inflight
             if rc[0] == "full":
                 act += sel_l * group  # the recomputed group's working set
             act += 4 * sbh / tp  # embedding output / logits buffers (order of magnitude)
-            extra = {"none": 0.0, "selective": k.attn_core_fraction / 3,
-                     "full": frac / 3}[rc[0]]
+            extra = {"none": 0.0, "selective": k.attn_core_fraction / 3, "full": frac / 3}[rc[0]]
             lower = step_lower_bound(
-                flops_gpu, extra if rc[0] == "selective" else 0.0, peak * gemm_eff,
-                min(stages), M, overhead, bubble)
+                flops_gpu,
+                extra if rc[0] == "selective" else 0.0,
+                peak * gemm_eff,
+                min(stages),
+                M,
+                overhead,
+                bubble,
+            )
             layers_steps = n_max * M  # layer-microbatches this stage runs per step
             # the critical stage, as the full estimator (time.step_time) takes it: the most
             # loaded of the stage with the most layers and the last (it runs the logits),
@@ -331,8 +452,10 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
             passes = 2 + (frac if rc[0] == "full" else 0)
             t_comp = max(
                 (n * per_layer_flops * (1 + x_l) + (logits if i == pp - 1 else 0.0))
-                / (peak * gemm_eff) + n * M * passes * overhead
-                for i, n in crit)
+                / (peak * gemm_eff)
+                + n * M * passes * overhead
+                for i, n in crit
+            )
             n_tp = 8 + (4 * frac if rc[0] == "full" else 0)
             t_tp = n_tp * (tp - 1) / tp * (sbh / 1) * layers_steps / bw_tp if tp > 1 else 0.0
             for cpt in cps:
@@ -348,15 +471,38 @@ def score_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: i
                 base = work / (1 - bubble)
                 for zero, off, state_mem, t_dp in states:
                     t_off = offload_seconds(  # DeepSpeed offload, as time.seed_step_time
-                        spec, zero, off != "none", _param_offload(spec, zero), p_dense + p_exp,
-                        shard, M)
-                    yield state_mem + act, base + t_dp + t_off, (v, cpt, mbs, rc, zero, off), (
-                        t_comp, hide * t_tp, hide * t_cp, hide * t_ep, t_pp, t_dp, bubble,
-                        work * bubble / (1 - bubble), cross, intra / inter, lower, t_off)
+                        spec,
+                        zero,
+                        off != "none",
+                        _param_offload(spec, zero),
+                        p_dense + p_exp,
+                        shard,
+                        M,
+                    )
+                    yield (
+                        state_mem + act,
+                        base + t_dp + t_off,
+                        (v, cpt, mbs, rc, zero, off),
+                        (
+                            t_comp,
+                            hide * t_tp,
+                            hide * t_cp,
+                            hide * t_ep,
+                            t_pp,
+                            t_dp,
+                            bubble,
+                            work * bubble / (1 - bubble),
+                            cross,
+                            intra / inter,
+                            lower,
+                            t_off,
+                        ),
+                    )
 
 
-def _recompute_variants(recomputes: list[str], chunk: int, fx: dict[str, Any],
-                        fsdp: bool = False) -> list[tuple[str, str | None, int | None]]:
+def _recompute_variants(
+    recomputes: list[str], chunk: int, fx: dict[str, Any], fsdp: bool = False
+) -> list[tuple[str, str | None, int | None]]:
     """(granularity, method, num_layers): full recompute as uniform/1 and as block over a
     quarter, half and three quarters of each chunk's layers (Megatron recompute_method);
     engine=fsdp (``fsdp``) checkpoints every block on its own: uniform/1 only (TRC344)."""
@@ -366,8 +512,9 @@ def _recompute_variants(recomputes: list[str], chunk: int, fx: dict[str, Any],
             out.append((rc, None, None))
             continue
         if fx["training.recompute_method"] is not None:
-            out.append(("full", fx["training.recompute_method"],
-                        fx["training.recompute_num_layers"] or 1))
+            out.append(
+                ("full", fx["training.recompute_method"], fx["training.recompute_num_layers"] or 1)
+            )
             continue
         for n in (1, 2, 4):  # uniform: keep one input per group of n layers
             if n == 1 or (n < chunk and not fsdp):
@@ -379,8 +526,9 @@ def _recompute_variants(recomputes: list[str], chunk: int, fx: dict[str, Any],
     return out
 
 
-def _cp_time(kind: str, cp: int, s_loc: int, mbs: int, g: int, d: int, layers_steps: int,
-             bw: float, tp: int) -> float:
+def _cp_time(
+    kind: str, cp: int, s_loc: int, mbs: int, g: int, d: int, layers_steps: int, bw: float, tp: int
+) -> float:
     if cp == 1:
         return 0.0
     kv = 2 * s_loc * mbs * max(g // tp, 1) * d * 2  # K and V of one CP chunk, bf16
@@ -422,12 +570,23 @@ def _opt_shards(spec: TrainSpec, zero: int, n: int, n_e: int) -> tuple[int, int]
 def _param_offload(spec: TrainSpec, zero: int) -> bool:
     """Whether the spec's DeepSpeed parameter offload applies at ZeRO stage ``zero`` (stage 3
     only; the search does not choose it: the spec's value holds)."""
-    return spec.engine is Engine.deepspeed and zero == 3 and \
-        spec.training.offload_param.name != "none"
+    return (
+        spec.engine is Engine.deepspeed and zero == 3 and spec.training.offload_param.name != "none"
+    )
 
 
-def _layer(spec: TrainSpec, moe: bool, prec: str, tp: int, cp: int, ep: int, etp: int,
-           sp: bool, mbs: int, kv_len: float) -> LayerTime:
+def _layer(
+    spec: TrainSpec,
+    moe: bool,
+    prec: str,
+    tp: int,
+    cp: int,
+    ep: int,
+    etp: int,
+    sp: bool,
+    mbs: int,
+    kv_len: float,
+) -> LayerTime:
     """:func:`trainc.compiler.estimate.kernels.layer_time_of`, memoised per shape class."""
     hw, memo = _hw(spec)
     key = ("layer", moe, prec, tp, cp, ep, etp, sp, mbs, kv_len)
@@ -441,8 +600,9 @@ def _logits(spec: TrainSpec, tp: int, cp: int, mbs: int) -> tuple[float, float]:
     key = ("logits", tp, cp, mbs)
     if key not in memo:
         m = spec.model
-        memo[key] = logits_time_of(spec, hw, tp, cp, mbs, padded_vocab(
-            m.vocab_size, m.make_vocab_size_divisible_by, tp))
+        memo[key] = logits_time_of(
+            spec, hw, tp, cp, mbs, padded_vocab(m.vocab_size, m.make_vocab_size_divisible_by, tp)
+        )
     return memo[key]  # type: ignore[no-any-return,unused-ignore]
 
 
@@ -456,9 +616,15 @@ def _ring_bw(size: int, stride: int, dom: int, intra: float, inter: float) -> fl
     return min(intra, inter * g)
 
 
-def _schedules(vpps: list[int], M: int, pp: int, slots: tuple[int, ...], recomputes: list[str],
-               fx: dict[str, Any], fsdp: bool,
-               ) -> Iterator[tuple[int, float, float, Any, float, int]]:
+def _schedules(
+    vpps: list[int],
+    M: int,
+    pp: int,
+    slots: tuple[int, ...],
+    recomputes: list[str],
+    fx: dict[str, Any],
+    fsdp: bool,
+) -> Iterator[tuple[int, float, float, Any, float, int]]:
     """The (vpp, recompute) variants of one grid and micro batch: ``(v, in-flight micro-batches
     of the first stage, bubble fraction, recompute choice, fraction of a chunk's layers full
     recompute re-runs, layers per uniform recompute group)``. Interleaving
@@ -472,8 +638,14 @@ def _schedules(vpps: list[int], M: int, pp: int, slots: tuple[int, ...], recompu
         chunk = min(slots) // v
         for rc in _recompute_variants(recomputes, chunk, fx, fsdp):
             n_rc = rc[2] or 0  # set for the block and uniform methods
-            yield (v, inflight, bubble, rc, 1.0 if rc[1] != "block" else n_rc / chunk,
-                   n_rc if rc[1] == "uniform" else 1)
+            yield (
+                v,
+                inflight,
+                bubble,
+                rc,
+                1.0 if rc[1] != "block" else n_rc / chunk,
+                n_rc if rc[1] == "uniform" else 1,
+            )
 
 
 def planned_tp_comm_overlap(spec: TrainSpec, fixed: bool | None, tp: int, sp: bool) -> bool:
@@ -485,12 +657,29 @@ def planned_tp_comm_overlap(spec: TrainSpec, fixed: bool | None, tp: int, sp: bo
     return default_tp_comm_overlap(spec, tp, sp)
 
 
-def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp: int, pp: int,
-                 dp: int, stages: tuple[int, ...], ep: int, etp: int, sp: bool,
-                 mbss: list[int], vpps: list[int], cps: list[str], slots: tuple[int, ...],
-                 states: list[tuple[int, str, float, float]], recomputes: list[str],
-                 fx: dict[str, Any], act_layer: Any, cross: float,
-                 ) -> Iterator[tuple[Any, Any, Any, Any]]:
+def _kernel_grid(
+    spec: TrainSpec,
+    k: ModelConsts,
+    W: int,
+    dom: int,
+    tp: int,
+    cp: int,
+    pp: int,
+    dp: int,
+    stages: tuple[int, ...],
+    ep: int,
+    etp: int,
+    sp: bool,
+    mbss: list[int],
+    vpps: list[int],
+    cps: list[str],
+    slots: tuple[int, ...],
+    states: list[tuple[int, str, float, float]],
+    recomputes: list[str],
+    fx: dict[str, Any],
+    act_layer: Any,
+    cross: float,
+) -> Iterator[tuple[Any, Any, Any, Any]]:
     """:func:`score_grid` under the kernel model (:func:`trainc.compiler.estimate.time.
     kernel_step_time`): per stage and micro-batch the layers' kernel times (dense and MoE
     layers weighted by their share; memoised per (moe, precision, tp, cp, ep, etp, sp, mbs)),
@@ -504,12 +693,15 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
     h, s, a = m.hidden_size, m.seq_length, m.num_attention_heads
     gbs = t.global_batch_size
     eff = (c.comm_efficiency if c.comm_efficiency and c.comm_efficiency > 0 else 1.0) * 1e9
-    intra, inter = (c.intra_node_bandwidth_gbps or 1) * eff, \
-        (c.inter_node_bandwidth_gbps or 1) * eff
+    intra, inter = (
+        (c.intra_node_bandwidth_gbps or 1) * eff,
+        (c.inter_node_bandwidth_gbps or 1) * eff,
+    )
     overlap = min(max(c.comm_overlap or 0.0, 0.0), 1.0)
     _, g_kv, d_qk, d_v = head_dims(spec)
-    tp_on = planned_tp_comm_overlap(spec, fx.get("training.tp_comm_overlap"), tp, sp) and \
-        tp_in_nvlink_domain(tp, c.nvlink_domain_size, c.gpus_per_node, W)  # (TRC382)
+    tp_on = planned_tp_comm_overlap(
+        spec, fx.get("training.tp_comm_overlap"), tp, sp
+    ) and tp_in_nvlink_domain(tp, c.nvlink_domain_size, c.gpus_per_node, W)  # (TRC382)
     ep_on = bool(t.overlap_moe_expert_parallel_comm)
     overhead = c.layer_overhead_us * 1e-6
     host_s = max(c.step_overhead_us, 0.0) * 1e-6
@@ -525,8 +717,11 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
     bw_dp = _ring_bw(dp * cp, tp, dom, intra, inter)
     bw_edp = _ring_bw(edp, etp * ep, dom, intra, inter)
     # EP dispatch: EP ranks per NVLink domain (all of them when the group fits in one)
-    ep_g = ep if etp * ep <= dom and dom % (etp * ep) == 0 else \
-        max(min(ep, dom // etp if etp <= dom else 1), 1)
+    ep_g = (
+        ep
+        if etp * ep <= dom and dom % (etp * ep) == 0
+        else max(min(ep, dom // etp if etp <= dom else 1), 1)
+    )
     low = layer_precision(spec, 1 if m.num_layers > 2 else 0)
     edge_bf16 = low in LOW_PRECISIONS and t.first_last_layers_bf16
     kinds = [x for x in ((False, 1 - mf), (True, mf)) if x[1] > 0]
@@ -543,31 +738,42 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
 
     def stage_params(i: int) -> tuple[float, float]:
         n = stages[i]
-        e = (k.p_embedding if i == 0 else 0.0) + \
-            (k.p_embedding if i == pp - 1 and (untied or pp > 1) else 0.0)
-        return ((n * k.p_layer_tp + e) / tp + n * k.p_layer_rep,
-                n * mf * k.p_layer_experts / (ep * etp))
+        e = (k.p_embedding if i == 0 else 0.0) + (
+            k.p_embedding if i == pp - 1 and (untied or pp > 1) else 0.0
+        )
+        return (
+            (n * k.p_layer_tp + e) / tp + n * k.p_layer_rep,
+            n * mf * k.p_layer_experts / (ep * etp),
+        )
 
     params = {i: stage_params(i) for i in crit}
     # Megatron DDP: the DP collectives' seconds per (zero, stage) do not depend on the micro
     # batch; only their exposure does (computed per layout below, as _dp_exposed does)
     dp_cols: dict[tuple[int, int], list[tuple[float, bool, bool]]] = {}
-    dp_nb = {i: max(math.ceil(sum(params[i]) / max(BUCKET_MIN_PARAMS, 1_000_000 * dp * cp)), 1)
-             if i == 0 else 1 for i in crit}
+    dp_nb = {
+        i: max(math.ceil(sum(params[i]) / max(BUCKET_MIN_PARAMS, 1_000_000 * dp * cp)), 1)
+        if i == 0
+        else 1
+        for i in crit
+    }
     if megatron:  # Megatron-FSDP (zero 3) depends on the micro-batch count: _dp_exposed
         for zero in {st[0] for st in states} - {3}:
             grad_on = dp * cp > 1 and t.overlap_grad_reduce is not False
             gather_on = grad_on and zero == 1 and t.overlap_param_gather is not False
             for i in crit:
                 cols = []
-                for group, n_par, bwg in ((dp * cp, params[i][0], bw_dp),
-                                          (edp, params[i][1], bw_edp)):
+                for group, n_par, bwg in (
+                    (dp * cp, params[i][0], bw_dp),
+                    (edp, params[i][1], bw_edp),
+                ):
                     if group <= 1 or n_par <= 0:
                         continue
                     ring = (group - 1) / group
                     if zero:
-                        cols += [(ring * n_par * gb / bwg, False, grad_on),
-                                 (ring * n_par * pb / bwg, True, gather_on)]
+                        cols += [
+                            (ring * n_par * gb / bwg, False, grad_on),
+                            (ring * n_par * pb / bwg, True, gather_on),
+                        ]
                     else:
                         cols.append((2 * ring * n_par * gb / bwg, False, grad_on))
                 dp_cols[(zero, i)] = cols
@@ -576,13 +782,32 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
     for cpt in cps:
         by_kv.setdefault(attention_kv_length(spec, cp, CpCommType(cpt)), []).append(cpt)
     kv_groups = list(by_kv.items())
+
     def _dp_term(zero: int, i: int, f_mb: float, b_mb: float, comp: float, M: int) -> float:
         """Exposed DP seconds of stage ``i`` from its micro batch's forward / backward."""
         dcols = dp_cols.get((zero, i))
         if dcols is None:
             pd, pe = params[i]
-            return _dp_exposed(spec, megatron, zero, i, pd, pe, dp * cp, edp, bw_dp, bw_edp,
-                               pb, gb, eb, M, f_mb, b_mb, M * comp, n_layers)
+            return _dp_exposed(
+                spec,
+                megatron,
+                zero,
+                i,
+                pd,
+                pe,
+                dp * cp,
+                edp,
+                bw_dp,
+                bw_edp,
+                pb,
+                gb,
+                eb,
+                M,
+                f_mb,
+                b_mb,
+                M * comp,
+                n_layers,
+            )
         t_dp = 0.0
         nb = dp_nb[i]
         for sec, gather, on in dcols:
@@ -603,8 +828,7 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
         dp_memo: dict[tuple[Any, ...], float] = {}
         off_memo: dict[tuple[Any, ...], float] = {}
         for kvl, kv_cps in kv_groups:
-            lts = [(_layer(spec, moe, low, tp, cp, ep, etp, sp, mbs, kvl), w)
-                   for moe, w in kinds]
+            lts = [(_layer(spec, moe, low, tp, cp, ep, etp, sp, mbs, kvl), w) for moe, w in kinds]
             fw = sum(lt.forward * w for lt, w in lts)
             bw = sum(lt.backward * w for lt, w in lts)
             attn_f = sum(lt.attn_f * w for lt, w in lts)
@@ -614,8 +838,10 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
             lower_attn = min(lt.attn_f for lt, _ in lts)
             d_f = d_b = 0.0  # the first and last layer in BF16: their difference from ``low``
             if edge_bf16:
-                bl = [(_layer(spec, moe, "bf16", tp, cp, ep, etp, sp, mbs, kvl), w)
-                      for moe, w in kinds]
+                bl = [
+                    (_layer(spec, moe, "bf16", tp, cp, ep, etp, sp, mbs, kvl), w)
+                    for moe, w in kinds
+                ]
                 d_f = sum(lt.forward * w for lt, w in bl) - fw
                 d_b = sum(lt.backward * w for lt, w in bl) - bw
                 lower_layer = min(lower_layer, *(lt.forward + lt.backward for lt, _ in bl))
@@ -627,19 +853,38 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
             tp_blocks = attention_tp_ratio(spec) + (1 - mf)
             tp_expert = mf if etp > 1 else 0.0  # the experts' ETP block (never overlapped)
             tok_ep = mbs * s_loc / tsp
-            t_a2a = ep_dispatch_seconds(EpDispatch(
-                m.moe_token_dispatcher_type, m.moe_router_topk, m.num_experts or 1, ep,
-                tok_ep * h * eb), ep_g, intra, inter) if ep > 1 else 0.0
+            t_a2a = (
+                ep_dispatch_seconds(
+                    EpDispatch(
+                        m.moe_token_dispatcher_type,
+                        m.moe_router_topk,
+                        m.num_experts or 1,
+                        ep,
+                        tok_ep * h * eb,
+                    ),
+                    ep_g,
+                    intra,
+                    inter,
+                )
+                if ep > 1
+                else 0.0
+            )
             q_b = mbs * s_loc * (a / tp) * d_qk * eb
             kv_b = mbs * s_loc * max(g_kv / tp, 1) * (d_qk + d_v) * eb
             pp_b = mbs * s_loc * h * eb / tsp
             full_l, none_l, sel_l = act_layer(mbs)
             for v, inflight, bubble, rc, frac, group in _schedules(
-                    vpps, M, pp, slots, recomputes, fx, spec.engine is Engine.fsdp):
+                vpps, M, pp, slots, recomputes, fx, spec.engine is Engine.fsdp
+            ):
                 if rc[0] != "full":
                     frac = 0.0
-                per_layer = (frac * full_l / group + (1 - frac) * none_l if rc[0] == "full" else
-                             sel_l if rc[0] == "selective" else none_l)
+                per_layer = (
+                    frac * full_l / group + (1 - frac) * none_l
+                    if rc[0] == "full"
+                    else sel_l
+                    if rc[0] == "selective"
+                    else none_l
+                )
                 act = per_layer * max(stages) * inflight
                 if rc[0] == "full":
                     act += sel_l * group
@@ -657,12 +902,19 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
                     b_mb = n * bw + edges * d_b + (lb if last else 0.0)
                     extra = n * (frac * fw + (attn_f if sel else 0.0))
                     comp = f_mb + b_mb + extra + n * passes * overhead
-                    lower = max(lower, M * (n * (lower_layer + (lower_attn if sel else 0.0)
-                                                 + 2 * overhead)
-                                            + (lf + lb if last else 0.0)) / (1 - bubble))
+                    lower = max(
+                        lower,
+                        M
+                        * (
+                            n * (lower_layer + (lower_attn if sel else 0.0) + 2 * overhead)
+                            + (lf + lb if last else 0.0)
+                        )
+                        / (1 - bubble),
+                    )
                     x_te = tp_unit * tp_blocks * n * passes
-                    x_tp = x_te * tp_exposed_share(x_te, n * gemm_l, tp, tp_on, overlap) + \
-                        tp_unit * (tp_expert * n * passes + ends) * (1 - overlap)
+                    x_tp = x_te * tp_exposed_share(
+                        x_te, n * gemm_l, tp, tp_on, overlap
+                    ) + tp_unit * (tp_expert * n * passes + ends) * (1 - overlap)
                     x_ep = t_a2a * 2 * n * mf * passes
                     sent = sum((j * pp + i != v * pp - 1) + (j * pp + i != 0) for j in range(v))
                     x_pp = pp_b * sent / bw_pp if pp > 1 and v <= 1 else 0.0
@@ -672,15 +924,31 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
                 for cpt in kv_cps:
                     per_cp = 0.0
                     if cp > 1:
-                        vol = (2 * (cp - 1) / cp * (2 * q_b + kv_b) * 2 if cpt == "a2a"
-                               else 2 * (cp - 1) * kv_b)
+                        vol = (
+                            2 * (cp - 1) / cp * (2 * q_b + kv_b) * 2
+                            if cpt == "a2a"
+                            else 2 * (cp - 1) * kv_b
+                        )
                         per_cp = vol * passes / 2 / bw_cp
                     rows = []
                     for i, n, comp, f_mb, b_mb, x_tp, x_ep, x_pp in per_stage:
                         x_cp = max(n * per_cp - n * attn_core, 0.0)
                         work = comp + x_tp + x_ep + x_cp + x_pp
-                        rows.append((M * work / (1 - bubble), i, n, comp, f_mb, b_mb, x_tp,
-                                     x_ep, x_cp, x_pp, work))
+                        rows.append(
+                            (
+                                M * work / (1 - bubble),
+                                i,
+                                n,
+                                comp,
+                                f_mb,
+                                b_mb,
+                                x_tp,
+                                x_ep,
+                                x_cp,
+                                x_pp,
+                                work,
+                            )
+                        )
                     for zero, off, state_mem, _t_dp in states:
                         total = -1.0
                         out = None
@@ -698,33 +966,78 @@ def _kernel_grid(spec: TrainSpec, k: ModelConsts, W: int, dom: int, tp: int, cp:
                                 # DeepSpeed offload's CPU step and PCIe copies (as the full
                                 # estimator: time.offload_seconds)
                                 t_off = offload_seconds(
-                                    spec, zero, off != "none", _param_offload(spec, zero),
-                                    sum(params[i]), dp * cp, M)
+                                    spec,
+                                    zero,
+                                    off != "none",
+                                    _param_offload(spec, zero),
+                                    sum(params[i]),
+                                    dp * cp,
+                                    M,
+                                )
                                 # the optimizer step and the host's per-step cost
                                 # (time.step_fixed_seconds)
                                 t_off += host_s + (
-                                    0.0 if off != "none" or not c.optimizer_step
+                                    0.0
+                                    if off != "none" or not c.optimizer_step
                                     else optimizer_step_seconds(
-                                        spec, *params[i], *_opt_shards(spec, zero, dp * cp, edp),
-                                        hw.hbm))
+                                        spec,
+                                        *params[i],
+                                        *_opt_shards(spec, zero, dp * cp, edp),
+                                        hw.hbm,
+                                    )
+                                )
                                 off_memo[okey] = t_off
                             if piped + t_dp + t_off > total:
                                 total, out = piped + t_dp + t_off, (row, t_dp, t_off)
                         assert out is not None
-                        (piped, i, n, comp, f_mb, b_mb, x_tp, x_ep, x_cp, x_pp, work), t_dp, \
-                            t_off = out
+                        (
+                            (piped, i, n, comp, f_mb, b_mb, x_tp, x_ep, x_cp, x_pp, work),
+                            t_dp,
+                            t_off,
+                        ) = out
                         # (the full estimate is reported to 6 significant digits: the bound
                         # keeps 1e-5 below it)
-                        yield state_mem + act, total, (v, cpt, mbs, rc, zero, off), (
-                            M * comp, M * x_tp, M * x_cp,
-                            M * x_ep, M * x_pp, t_dp, bubble,
-                            piped - M * work, cross, intra / inter, lower * (1 - 1e-5), t_off)
+                        yield (
+                            state_mem + act,
+                            total,
+                            (v, cpt, mbs, rc, zero, off),
+                            (
+                                M * comp,
+                                M * x_tp,
+                                M * x_cp,
+                                M * x_ep,
+                                M * x_pp,
+                                t_dp,
+                                bubble,
+                                piped - M * work,
+                                cross,
+                                intra / inter,
+                                lower * (1 - 1e-5),
+                                t_off,
+                            ),
+                        )
 
 
-def _dp_exposed(spec: TrainSpec, megatron: bool, zero: int, r: int, p_dense: float,
-                p_exp: float, shard: int, edp: int, bw_dp: float, bw_edp: float, pb: int,
-                gb: int, eb: int, M: int, fwd_mb: float, bwd_mb: float, compute: float,
-                n_layers: int) -> float:
+def _dp_exposed(
+    spec: TrainSpec,
+    megatron: bool,
+    zero: int,
+    r: int,
+    p_dense: float,
+    p_exp: float,
+    shard: int,
+    edp: int,
+    bw_dp: float,
+    bw_edp: float,
+    pb: int,
+    gb: int,
+    eb: int,
+    M: int,
+    fwd_mb: float,
+    bwd_mb: float,
+    compute: float,
+    n_layers: int,
+) -> float:
     """Exposed DP seconds of stage ``r`` as :func:`trainc.compiler.estimate.time._dp_exposed`
     takes them (Megatron-Core DDP buckets; DeepSpeed ZeRO; the hidden part's interference,
     :func:`trainc.compiler.estimate.time.with_interference`), from the stage's parameters."""
@@ -743,29 +1056,36 @@ def _dp_exposed(spec: TrainSpec, megatron: bool, zero: int, r: int, p_dense: flo
         last = c / nb
         return with_interference(c, last + max(c - last - bwd_mb, 0.0))
     if zero == 3:  # Megatron-FSDP: every micro-batch, hidden behind the compute as FSDP2's
-        c = sum(M * (group - 1) / group * params * (2 * pb + gb) / bw
-                for group, params, bw in ((shard, p_dense, bw_dp), (edp, p_exp, bw_edp))
-                if group > 1 and params > 0)
+        c = sum(
+            M * (group - 1) / group * params * (2 * pb + gb) / bw
+            for group, params, bw in ((shard, p_dense, bw_dp), (edp, p_exp, bw_edp))
+            if group > 1 and params > 0
+        )
         return with_interference(c, min(max(c - compute, 0.0) + c / max(n_layers, 1), c))
     # normalize's defaults for the candidate (overlap_grad_reduce with dp x cp > 1, the param
     # gather overlap with the distributed optimizer too); a user's explicit false is not seen
     grad_on = shard > 1 and t.overlap_grad_reduce is not False
     gather_on = grad_on and zero == 1 and t.overlap_param_gather is not False
     total = 0.0
-    nb = max(math.ceil((p_dense + p_exp) / max(BUCKET_MIN_PARAMS, 1_000_000 * shard)), 1) \
-        if r == 0 else 1
+    nb = (
+        max(math.ceil((p_dense + p_exp) / max(BUCKET_MIN_PARAMS, 1_000_000 * shard)), 1)
+        if r == 0
+        else 1
+    )
     for group, params, bw in ((shard, p_dense, bw_dp), (edp, p_exp, bw_edp)):
         if group <= 1 or params <= 0:
             continue
         ring = (group - 1) / group
-        cols = ([(ring * params * gb / bw, False), (ring * params * pb / bw, True)] if zero
-                else [(2 * ring * params * gb / bw, False)])
+        cols = (
+            [(ring * params * gb / bw, False), (ring * params * pb / bw, True)]
+            if zero
+            else [(2 * ring * params * gb / bw, False)]
+        )
         for sec, gather in cols:
             if not (gather_on if gather else grad_on):
                 total += sec
             elif r > 0:
-                total += with_interference(sec, max(sec - r * (fwd_mb if gather else bwd_mb),
-                                                    0.0))
+                total += with_interference(sec, max(sec - r * (fwd_mb if gather else bwd_mb), 0.0))
             else:
                 window = fwd_mb if gather else bwd_mb
                 total += with_interference(sec, sec / nb + max(sec - sec / nb - window, 0.0))

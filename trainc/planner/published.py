@@ -83,15 +83,30 @@ from trainc.compiler.presets import conf_dir
 #: Model name (as :func:`model_key` spells it) -> bundled model preset (``trainc/conf/model``).
 #: Llama 3 405B is Llama 3.1 405B's architecture.
 MODEL_PRESETS = {
-    "llama2-7b": "llama2-7b", "llama2-13b": "llama2-13b", "llama2-70b": "llama2-70b",
-    "llama3-8b": "llama3-8b", "llama3-70b": "llama3-70b", "llama3.1-405b": "llama3.1-405b",
-    "llama3-405b": "llama3.1-405b", "deepseekv3": "deepseek-v3-like",
-    "mixtral-8x7b": "mixtral-8x7b", "gpt3-175b": "gpt3-175b",
+    "llama2-7b": "llama2-7b",
+    "llama2-13b": "llama2-13b",
+    "llama2-70b": "llama2-70b",
+    "llama3-8b": "llama3-8b",
+    "llama3-70b": "llama3-70b",
+    "llama3.1-405b": "llama3.1-405b",
+    "llama3-405b": "llama3.1-405b",
+    "deepseekv3": "deepseek-v3-like",
+    "mixtral-8x7b": "mixtral-8x7b",
+    "gpt3-175b": "gpt3-175b",
 }
 #: Substring of ``gpu_type`` (first match wins) -> ``cluster.gpu``.
-GPUS = (("GB300", "gb300"), ("GB200", "gb200"), ("B300", "b300"), ("B200", "b200"),
-        ("H100", "h100-80g"), ("H200", "h200"), ("H800", "h800"), ("A100-SXM4-40GB", "a100-40g"),
-        ("A100", "a100-80g"), ("A800", "a100-80g"))
+GPUS = (
+    ("GB300", "gb300"),
+    ("GB200", "gb200"),
+    ("B300", "b300"),
+    ("B200", "b200"),
+    ("H100", "h100-80g"),
+    ("H200", "h200"),
+    ("H800", "h800"),
+    ("A100-SXM4-40GB", "a100-40g"),
+    ("A100", "a100-80g"),
+    ("A800", "a100-80g"),
+)
 #: GPUs of a profile with another NVLink: ``gpu_type`` substring -> NVLink GB/s per GPU, one
 #: direction (the A800 is an A100 with NVLink at 400 GB/s bidirectional: NVIDIA A800 data sheet).
 NVLINK_GBPS = {"A800": 200}
@@ -101,16 +116,23 @@ PROFILE_MEMORY_GIB = {"h100-80g": 80}
 #: GPUs whose node is a 4-GPU compute tray in a 72-GPU NVLink rack.
 RACK_GPUS = ("gb200", "gb300")
 #: The table's architecture columns -> model keys.
-ARCH_COLUMNS = {"layers": "num_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
-                "kv_heads": "num_query_groups", "ffn_hidden": "ffn_hidden_size",
-                "vocab": "vocab_size"}
+ARCH_COLUMNS = {
+    "layers": "num_layers",
+    "hidden": "hidden_size",
+    "heads": "num_attention_heads",
+    "kv_heads": "num_query_groups",
+    "ffn_hidden": "ffn_hidden_size",
+    "vocab": "vocab_size",
+}
 
 
 def load_rows(path: str | Path) -> list[dict[str, str]]:
     """The table's rows as dicts of column -> text (stripped; empty = not published)."""
     with open(path, newline="", encoding="utf-8") as f:
-        return [{k: (v or "").strip() for k, v in row.items() if k is not None}
-                for row in csv.DictReader(f)]
+        return [
+            {k: (v or "").strip() for k, v in row.items() if k is not None}
+            for row in csv.DictReader(f)
+        ]
 
 
 @functools.cache
@@ -174,8 +196,9 @@ def flop_convention(row: dict[str, str]) -> str:
     return "causal"
 
 
-def measured_tokens_per_gpu(row: dict[str, str], causal_flops_per_token: float,
-                            core_flops_per_token: float) -> float | None:
+def measured_tokens_per_gpu(
+    row: dict[str, str], causal_flops_per_token: float, core_flops_per_token: float
+) -> float | None:
     """The row's measured tokens/s per GPU: ``tokens_per_s_per_gpu=`` when the notes print
     it, else ``measured_tflops_per_gpu`` over the model FLOPs per token of the source's
     convention (:func:`flop_convention`): trainc's (causal) count ``causal_flops_per_token``,
@@ -191,7 +214,8 @@ def measured_tokens_per_gpu(row: dict[str, str], causal_flops_per_token: float,
     if not tf > 0:
         return None
     per_token = causal_flops_per_token + (
-        core_flops_per_token if flop_convention(row) == "noncausal" else 0.0)
+        core_flops_per_token if flop_convention(row) == "noncausal" else 0.0
+    )
     return tf * 1e12 / per_token
 
 
@@ -274,28 +298,39 @@ def _model(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]:
         return None, str(known["unsupported"][key])
     given = {f: v for c, f in ARCH_COLUMNS.items() if (v := _int(row, c)) is not None}
     if key in MODEL_PRESETS:
-        base = yaml.safe_load((conf_dir() / "model" / f"{MODEL_PRESETS[key]}.yaml")
-                              .read_text(encoding="utf-8"))
+        base = yaml.safe_load(
+            (conf_dir() / "model" / f"{MODEL_PRESETS[key]}.yaml").read_text(encoding="utf-8")
+        )
     elif key in known["models"]:
         base = dict(known["models"][key]["model"])
     else:
         needed = {"num_layers", "hidden_size", "num_attention_heads", "vocab_size"}
         experts, topk = _int(row, "experts"), _int(row, "topk")
         moe = bool(row.get("experts", ""))
-        if not needed <= set(given) or (moe and not (experts and topk
-                                                     and "ffn_hidden_size" in given)):
-            return None, (f"architecture of {row.get('model')!r} not transcribed, no model "
-                          "preset and not in trainc/conf/published_models.yaml")
+        if not needed <= set(given) or (
+            moe and not (experts and topk and "ffn_hidden_size" in given)
+        ):
+            return None, (
+                f"architecture of {row.get('model')!r} not transcribed, no model "
+                "preset and not in trainc/conf/published_models.yaml"
+            )
         base = dict(given)
         if moe:  # every layer an MoE layer of ``experts`` experts of width ffn_hidden, top-k
-            base.update(num_experts=experts, moe_router_topk=topk,
-                        moe_ffn_hidden_size=given["ffn_hidden_size"])
+            base.update(
+                num_experts=experts,
+                moe_router_topk=topk,
+                moe_ffn_hidden_size=given["ffn_hidden_size"],
+            )
             return base, ""
         if key.startswith(("gpt", "mpt")):  # GPT-2/3 style (Brown et al. 2020); MPT alike
             # (GELU MLP of 4h, LayerNorm, tied embeddings; its ALiBi is off by default and it
             # learns absolute positions: mosaicml/llm-foundry model configs)
-            base.update(activation="gelu", normalization="layernorm",
-                        position_embedding="learned", untie_embeddings_and_output_weights=False)
+            base.update(
+                activation="gelu",
+                normalization="layernorm",
+                position_embedding="learned",
+                untie_embeddings_and_output_weights=False,
+            )
     if not base.get("num_experts"):  # an MoE row's ffn_hidden is the expert width
         base.update(given)
     return base, ""
@@ -320,16 +355,24 @@ def row_to_spec_reason(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]
     dp = n // (tp * pp * cp)
     mbs = lay["micro_batch"] or 1
     gbs = _int(row, "global_batch") or 8 * dp * mbs
-    model = {**model, "seq_length": seq,
-             "max_position_embeddings": max(seq, model.get("max_position_embeddings") or 0)}
+    model = {
+        **model,
+        "seq_length": seq,
+        "max_position_embeddings": max(seq, model.get("max_position_embeddings") or 0),
+    }
     model.pop("rope_scaling_factor", None)
     gpn = 4 if gpu in RACK_GPUS else 8
     if n % gpn:
         gpn = n
-    par: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "dp": dp,
-                           "sequence_parallel": tp > 1 and note(row, "sequence_parallel")
-                           != "false",
-                           "zero_stage": 0 if row.get("zero_stage") == "0" else 1}
+    par: dict[str, Any] = {
+        "tp": tp,
+        "pp": pp,
+        "cp": cp,
+        "ep": ep,
+        "dp": dp,
+        "sequence_parallel": tp > 1 and note(row, "sequence_parallel") != "false",
+        "zero_stage": 0 if row.get("zero_stage") == "0" else 1,
+    }
     nl = model["num_layers"]
     if nl % (pp * vpp):  # Megatron-Bridge: the embedding / loss counted as layers
         if (nl + 2) % (pp * vpp) == 0:
@@ -349,14 +392,19 @@ def row_to_spec_reason(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]
         par["vpp"] = vpp
     if ep > 1:
         par["etp"] = expert_tensor_parallel(row, tp)
-    tr: dict[str, Any] = {"micro_batch_size": mbs, "global_batch_size": gbs,
-                          "precision": "bf16", "recompute": row.get("recompute") or "none"}
+    tr: dict[str, Any] = {
+        "micro_batch_size": mbs,
+        "global_batch_size": gbs,
+        "precision": "bf16",
+        "recompute": row.get("recompute") or "none",
+    }
     if tp > 1 and not tp_overlap_framework(row):  # no userbuffer TP overlap there
         tr["tp_comm_overlap"] = False
     if prec in ("fp8-delayed", "fp8-cs", "mxfp8"):
         tr["fp8_format"] = "hybrid"
-        tr["fp8_recipe"] = {"fp8-delayed": "delayed", "fp8-cs": "tensorwise",
-                            "mxfp8": "mxfp8"}[prec]
+        tr["fp8_recipe"] = {"fp8-delayed": "delayed", "fp8-cs": "tensorwise", "mxfp8": "mxfp8"}[
+            prec
+        ]
     elif prec == "nvfp4":
         tr["fp4_format"] = "e2m1"
     name = re.sub(r"[^a-z0-9.-]+", "-", model_key(row.get("model", ""))).strip("-.") or "run"
@@ -400,8 +448,14 @@ def row_to_spec_reason(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]
                 spec_fsdp["dp_replicate"] = n // gpn  # shard within the node, replicate across
         else:  # Megatron-FSDP runs in pretrain_gpt.py on CUDA (TRC383)
             spec_launch = {"entrypoint": "megatron-lm", "megatron_lm_path": "/opt/Megatron-LM"}
-    spec = {"name": name, "engine": engine, "model": model, "cluster": cluster,
-            "parallel": par, "training": tr}
+    spec = {
+        "name": name,
+        "engine": engine,
+        "model": model,
+        "cluster": cluster,
+        "parallel": par,
+        "training": tr,
+    }
     if spec_launch:
         spec["launch"] = spec_launch
     if spec_fsdp:

@@ -30,14 +30,27 @@ MAX_CP = 32
 MAX_EP = 64
 #: Parallel / training keys the planner searches; the ones the user set are kept fixed.
 SEARCHED = (
-    "parallel.tp", "parallel.pp", "parallel.vpp", "parallel.cp", "parallel.cp_comm_type",
-    "parallel.ep", "parallel.etp", "parallel.dp", "parallel.sequence_parallel",
-    "parallel.zero_stage", "parallel.pipeline_first_stage_layers",
-    "parallel.pipeline_last_stage_layers", "parallel.account_for_embedding_in_pipeline_split",
-    "parallel.account_for_loss_in_pipeline_split", "training.micro_batch_size",
+    "parallel.tp",
+    "parallel.pp",
+    "parallel.vpp",
+    "parallel.cp",
+    "parallel.cp_comm_type",
+    "parallel.ep",
+    "parallel.etp",
+    "parallel.dp",
+    "parallel.sequence_parallel",
+    "parallel.zero_stage",
+    "parallel.pipeline_first_stage_layers",
+    "parallel.pipeline_last_stage_layers",
+    "parallel.account_for_embedding_in_pipeline_split",
+    "parallel.account_for_loss_in_pipeline_split",
+    "training.micro_batch_size",
     "training.recompute",
-    "training.recompute_method", "training.recompute_num_layers", "training.offload_optimizer",
-    "training.offload_param", "training.tp_comm_overlap",
+    "training.recompute_method",
+    "training.recompute_num_layers",
+    "training.offload_optimizer",
+    "training.offload_param",
+    "training.tp_comm_overlap",
 )
 
 
@@ -82,21 +95,53 @@ class Candidate:
         are not part of it: between two layouts of equal simplicity the faster wins."""
         # EP is not counted as a model-parallel axis: experts are split over the data-parallel
         # ranks (Megatron-Core's expert folding), as DP splits the batch
-        return (int(self.cp > 1), self.tp * self.pp * self.cp,
-                sum(x > 1 for x in (self.tp, self.pp, self.cp)),
-                self.cp, self.pp, int(self.vpp > 1), self.vpp, self.tp)
+        return (
+            int(self.cp > 1),
+            self.tp * self.pp * self.cp,
+            sum(x > 1 for x in (self.tp, self.pp, self.cp)),
+            self.cp,
+            self.pp,
+            int(self.vpp > 1),
+            self.vpp,
+            self.tp,
+        )
 
     def grid_key(self) -> tuple[Any, ...]:
         """The grid (degrees and layer split) this layout belongs to; its siblings differ only
         in vpp, cp_comm_type, micro batch, recompute, ZeRO stage and offload."""
-        return (self.tp, self.pp, self.cp, self.ep, self.etp, self.dp, self.sp, self.first,
-                self.last, self.acc)
+        return (
+            self.tp,
+            self.pp,
+            self.cp,
+            self.ep,
+            self.etp,
+            self.dp,
+            self.sp,
+            self.first,
+            self.last,
+            self.acc,
+        )
 
     def layout_key(self) -> tuple[Any, ...]:
         """Every searched choice (two candidates with equal keys are the same layout)."""
-        return (self.tp, self.pp, self.vpp, self.cp, self.cp_comm_type, self.ep, self.etp,
-                self.dp, self.first, self.last, self.mbs, self.recompute, self.zero,
-                self.offload, self.sp, self.acc)
+        return (
+            self.tp,
+            self.pp,
+            self.vpp,
+            self.cp,
+            self.cp_comm_type,
+            self.ep,
+            self.etp,
+            self.dp,
+            self.first,
+            self.last,
+            self.mbs,
+            self.recompute,
+            self.zero,
+            self.offload,
+            self.sp,
+            self.acc,
+        )
 
 
 @dataclass
@@ -138,9 +183,14 @@ def _fixed(spec: TrainSpec, explicit: frozenset[str], key: str) -> Any:
     return getattr(obj, "name", obj)
 
 
-def _splits(L: int, pp: int, first: int | None, last: int | None, fixed: bool,
-            acc_fixed: tuple[bool | None, bool | None] = (None, None),
-            ) -> Iterator[tuple[int | None, int | None, tuple[int, ...], tuple[bool, bool]]]:
+def _splits(
+    L: int,
+    pp: int,
+    first: int | None,
+    last: int | None,
+    fixed: bool,
+    acc_fixed: tuple[bool | None, bool | None] = (None, None),
+) -> Iterator[tuple[int | None, int | None, tuple[int, ...], tuple[bool, bool]]]:
     """Layer splits over pp stages: even when pp | L; else uneven first/last ends whose middle
     divides evenly (Megatron num_layers_in_first/last_pipeline_stage), at most 3 layers lighter;
     and, with pp > 1, Megatron's account_for_embedding/loss_in_pipeline_split where
@@ -152,8 +202,9 @@ def _splits(L: int, pp: int, first: int | None, last: int | None, fixed: bool,
         # embedding-only is searched only when asked for: the last stage also carries the
         # output layer, so the loss's slot is the one that balances the pipeline
         for acc in ((False, False), (True, True), (False, True), (True, False)):
-            if all(f is None or f == a for f, a in zip(acc_fixed, acc, strict=True)) and \
-                    (acc != (True, False) or acc_fixed[0]):
+            if all(f is None or f == a for f, a in zip(acc_fixed, acc, strict=True)) and (
+                acc != (True, False) or acc_fixed[0]
+            ):
                 yield acc
 
     if fixed:
@@ -193,8 +244,12 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
     if fx["parallel.dp"] is None and "parallel.dp" in explicit:
         fx["parallel.dp"] = None
     tp_fixed = fx["training.tp_comm_overlap"]
-    a, g, L, s = m.num_attention_heads, m.num_query_groups or m.num_attention_heads, \
-        m.num_layers, m.seq_length
+    a, g, L, s = (
+        m.num_attention_heads,
+        m.num_query_groups or m.num_attention_heads,
+        m.num_layers,
+        m.seq_length,
+    )
     f = m.ffn_hidden_size or 4 * m.hidden_size
     E = m.num_experts or 0
     gbs = t.global_batch_size
@@ -224,19 +279,29 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
             opts.append(False)
         return [o for o in opts if fixed is None or o == fixed]
 
-    tps = pick("parallel.tp", [x for x in divisors(a) if x <= MAX_TP and f % x == 0
-                               and (g % x == 0 or x % g == 0)])
-    cps = pick("parallel.cp", [x for x in divisors(W)
-                               if x <= MAX_CP and (x == 1 or s % (2 * x) == 0)])
+    tps = pick(
+        "parallel.tp",
+        [x for x in divisors(a) if x <= MAX_TP and f % x == 0 and (g % x == 0 or x % g == 0)],
+    )
+    cps = pick(
+        "parallel.cp", [x for x in divisors(W) if x <= MAX_CP and (x == 1 or s % (2 * x) == 0)]
+    )
     # axes the runner cannot split (trainc.capabilities: DeepSpeed's worker has no pp/cp/ep)
     cap = capability(spec.engine, spec.launch.entrypoint)
     can = cap.axes if cap is not None else frozenset({"tp", "dp"})
     cps = [x for x in cps if x == 1 or "cp" in can]
     # engine=fsdp shards by fsdp.* keys, not zero_stage (TRC344): its default only;
     # engine=megatron: DDP, the distributed optimizer, and Megatron-FSDP where it runs
-    zeros = pick("parallel.zero_stage", [0, 1, 2, 3] if deepspeed else
-                 [1] if spec.engine is Engine.fsdp else
-                 [0, 1, 3] if megatron_fsdp_runs(spec) else [0, 1])
+    zeros = pick(
+        "parallel.zero_stage",
+        [0, 1, 2, 3]
+        if deepspeed
+        else [1]
+        if spec.engine is Engine.fsdp
+        else [0, 1, 3]
+        if megatron_fsdp_runs(spec)
+        else [0, 1],
+    )
     recomputes = pick("training.recompute", ["none", "selective", "full"])
     offloads = ["none"]
     if deepspeed and fx["training.offload_optimizer"] is None:
@@ -250,27 +315,45 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
             for cp in cps:
                 if W % (tp * cp):
                     continue
-                for pp in pick("parallel.pp", [x for x in divisors(W // (tp * cp))
-                                               if x <= L and (x == 1 or "pp" in can)]):
+                for pp in pick(
+                    "parallel.pp",
+                    [x for x in divisors(W // (tp * cp)) if x <= L and (x == 1 or "pp" in can)],
+                ):
                     if (W // (tp * cp)) % pp:
                         continue
                     dp = W // (tp * cp * pp)
                     if (fx["parallel.dp"] not in (None, dp)) or gbs % dp:
                         continue
                     for first, last, stages, acc in _splits(
-                            L, pp, fx["parallel.pipeline_first_stage_layers"],
-                            fx["parallel.pipeline_last_stage_layers"], split_fixed, acc_fixed):
-                        for ep, etp in _expert_options(E, W, tp, pp, m.moe_ffn_hidden_size or f,
-                                                       fx["parallel.ep"], fx["parallel.etp"]):
+                        L,
+                        pp,
+                        fx["parallel.pipeline_first_stage_layers"],
+                        fx["parallel.pipeline_last_stage_layers"],
+                        split_fixed,
+                        acc_fixed,
+                    ):
+                        for ep, etp in _expert_options(
+                            E,
+                            W,
+                            tp,
+                            pp,
+                            m.moe_ffn_hidden_size or f,
+                            fx["parallel.ep"],
+                            fx["parallel.etp"],
+                        ):
                             if ep > 1 and "ep" not in can:
                                 continue
                             for sp in sps(tp, cp):
                                 yield tp, cp, pp, dp, first, last, stages, acc, ep, etp, sp
 
-    split_fixed = fx["parallel.pipeline_first_stage_layers"] is not None or \
-        fx["parallel.pipeline_last_stage_layers"] is not None
-    acc_fixed = (fx["parallel.account_for_embedding_in_pipeline_split"],
-                 fx["parallel.account_for_loss_in_pipeline_split"])
+    split_fixed = (
+        fx["parallel.pipeline_first_stage_layers"] is not None
+        or fx["parallel.pipeline_last_stage_layers"] is not None
+    )
+    acc_fixed = (
+        fx["parallel.account_for_embedding_in_pipeline_split"],
+        fx["parallel.account_for_loss_in_pipeline_split"],
+    )
     evaluated = 0
     pool: list[tuple[float, int, Candidate]] = []  # max-heap on the fast step time
     dropped = dropped_fast = math.inf
@@ -280,11 +363,30 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
     pruned = 0
     min_mem = math.inf
     for tp, cp, pp, dp, first, last, stages, acc, ep, etp, sp in grids():
-        slots = tuple(n + (acc[0] and r == 0) + (acc[1] and r == pp - 1)
-                      for r, n in enumerate(stages))
-        for mem, step, var, terms in score_grid(spec, k, W, dom, tp, cp, pp, dp, stages, ep, etp,
-                                            sp, zeros, recomputes, offloads, fx, deepspeed,
-                                            limit * (1 + MEM_SLACK), slots):
+        slots = tuple(
+            n + (acc[0] and r == 0) + (acc[1] and r == pp - 1) for r, n in enumerate(stages)
+        )
+        for mem, step, var, terms in score_grid(
+            spec,
+            k,
+            W,
+            dom,
+            tp,
+            cp,
+            pp,
+            dp,
+            stages,
+            ep,
+            etp,
+            sp,
+            zeros,
+            recomputes,
+            offloads,
+            fx,
+            deepspeed,
+            limit * (1 + MEM_SLACK),
+            slots,
+        ):
             if mem is None:
                 pruned += step
                 continue
@@ -300,9 +402,28 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
                 n_dropped += 1
                 continue
             order += 1
-            cand = Candidate(tp, pp, v, cp, cpt, ep, etp, dp, first, last, mbs, rc, zero, off,
-                             mem, step, dict(zip(TERMS, terms, strict=True)), sp, acc=acc,
-                             tp_overlap=planned_tp_comm_overlap(spec, tp_fixed, tp, sp))
+            cand = Candidate(
+                tp,
+                pp,
+                v,
+                cp,
+                cpt,
+                ep,
+                etp,
+                dp,
+                first,
+                last,
+                mbs,
+                rc,
+                zero,
+                off,
+                mem,
+                step,
+                dict(zip(TERMS, terms, strict=True)),
+                sp,
+                acc=acc,
+                tp_overlap=planned_tp_comm_overlap(spec, tp_fixed, tp, sp),
+            )
             if len(pool) < KEEP_POOL:
                 heapq.heappush(pool, (-step, -order, cand))
             else:
@@ -312,8 +433,18 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
                 n_dropped += 1
     ranked = [c for _, _, c in sorted(pool, key=lambda x: (-x[0], -x[1]))]
     best = sorted((c for c in ranked if c.memory_bytes <= limit), key=_rank_key)[:KEEP]
-    return SearchResult(evaluated, best, fits, evaluated + pruned, ranked, dropped, dropped_fast,
-                        n_dropped, limit, min_mem)
+    return SearchResult(
+        evaluated,
+        best,
+        fits,
+        evaluated + pruned,
+        ranked,
+        dropped,
+        dropped_fast,
+        n_dropped,
+        limit,
+        min_mem,
+    )
 
 
 KEEP = 64
@@ -331,8 +462,9 @@ def _rank_key(c: Candidate) -> tuple[float, float, tuple[int, ...]]:
     return c.rank
 
 
-def _expert_options(E: int, W: int, tp: int, pp: int, f_e: int, ep_fixed: int | None,
-                    etp_fixed: int | None) -> Iterator[tuple[int, int]]:
+def _expert_options(
+    E: int, W: int, tp: int, pp: int, f_e: int, ep_fixed: int | None, etp_fixed: int | None
+) -> Iterator[tuple[int, int]]:
     if not E:
         if (ep_fixed or 1) == 1:
             yield 1, tp
@@ -350,8 +482,9 @@ def _expert_options(E: int, W: int, tp: int, pp: int, f_e: int, ep_fixed: int | 
 def candidate_spec(spec: TrainSpec, cand: Candidate) -> TrainSpec:
     """A copy of ``spec`` with the candidate's layout applied (ready to normalize/validate)."""
     # normalization deep-copies the spec: a shallow copy of the two edited sections suffices
-    s = dataclasses.replace(spec, parallel=copy.copy(spec.parallel),
-                            training=copy.copy(spec.training))
+    s = dataclasses.replace(
+        spec, parallel=copy.copy(spec.parallel), training=copy.copy(spec.training)
+    )
     p, t = s.parallel, s.training
     p.tp, p.pp, p.vpp, p.cp, p.ep, p.etp = cand.tp, cand.pp, cand.vpp, cand.cp, cand.ep, cand.etp
     p.cp_comm_type = CpCommType[cand.cp_comm_type]
@@ -370,28 +503,36 @@ def candidate_spec(spec: TrainSpec, cand: Candidate) -> TrainSpec:
     return s
 
 
-def explain(cand: Candidate, rank: int, step: float, best_step: float,
-            recompute_fixed: bool = False) -> str:
+def explain(
+    cand: Candidate, rank: int, step: float, best_step: float, recompute_fixed: bool = False
+) -> str:
     """One line on what limits a candidate and why it ranks where it does (``step`` and
     ``best_step`` in seconds, from the full estimator when available; ``recompute_fixed``:
     the spec sets the recompute granularity, so full recompute is not the planner's
     choice)."""
     tm = cand.terms
-    parts = {k: tm.get(k, 0.0) for k in ("tp", "cp", "ep", "pp", "dp", "bubble_seconds",
-                                         "offload")}
+    parts = {k: tm.get(k, 0.0) for k in ("tp", "cp", "ep", "pp", "dp", "bubble_seconds", "offload")}
     worst = max(parts, key=lambda x: parts[x])
     share = parts[worst] / cand.step_seconds if cand.step_seconds else 0.0
-    label = {"bubble_seconds": "pipeline bubble", "tp": "TP communication",
-             "cp": "CP communication", "ep": "EP all-to-all", "pp": "PP p2p",
-             "dp": "DP gradient sync", "offload": "CPU offload (CPU Adam, PCIe)"}[worst]
+    label = {
+        "bubble_seconds": "pipeline bubble",
+        "tp": "TP communication",
+        "cp": "CP communication",
+        "ep": "EP all-to-all",
+        "pp": "PP p2p",
+        "dp": "DP gradient sync",
+        "offload": "CPU offload (CPU Adam, PCIe)",
+    }[worst]
     text = f"{label} is {share:.0%} of the step"
     if share < 0.005:  # "TP communication is 0% of the step" is no reason
         text = "compute-bound (communication, pipeline bubble and offload under 1% of the step)"
     elif worst == "bubble_seconds":
         text += f" (bubble {tm['bubble']:.1%})"
     if tm.get("tp_cross") and cand.tp > 1:
-        text = (f"TP={cand.tp} crosses the NVLink domain: +{tm['intra_over_inter'] - 1:.0%} TP "
-                f"time; " + text)
+        text = (
+            f"TP={cand.tp} crosses the NVLink domain: +{tm['intra_over_inter'] - 1:.0%} TP "
+            f"time; " + text
+        )
     if rank > 0 and best_step:
         slower = step / best_step - 1
         if abs(slower) >= 5e-4:
@@ -420,13 +561,22 @@ def recompute_text(granularity: str, method: str | None, layers: int | None) -> 
 
 def summary(c: Candidate) -> dict[str, Any]:
     """The candidate's layout as contract keys."""
-    par: dict[str, Any] = {"tp": c.tp, "pp": c.pp, "vpp": c.vpp, "cp": c.cp,
-                           "cp_comm_type": c.cp_comm_type, "ep": c.ep, "etp": c.etp, "dp": c.dp,
-                           "sequence_parallel": c.sp, "zero_stage": c.zero,
-                           "pipeline_first_stage_layers": c.first,
-                           "pipeline_last_stage_layers": c.last,
-                           "account_for_embedding_in_pipeline_split": c.acc[0],
-                           "account_for_loss_in_pipeline_split": c.acc[1]}
+    par: dict[str, Any] = {
+        "tp": c.tp,
+        "pp": c.pp,
+        "vpp": c.vpp,
+        "cp": c.cp,
+        "cp_comm_type": c.cp_comm_type,
+        "ep": c.ep,
+        "etp": c.etp,
+        "dp": c.dp,
+        "sequence_parallel": c.sp,
+        "zero_stage": c.zero,
+        "pipeline_first_stage_layers": c.first,
+        "pipeline_last_stage_layers": c.last,
+        "account_for_embedding_in_pipeline_split": c.acc[0],
+        "account_for_loss_in_pipeline_split": c.acc[1],
+    }
     tr: dict[str, Any] = {"micro_batch_size": c.mbs, "recompute": c.recompute[0]}
     if c.recompute[1]:
         tr["recompute_method"], tr["recompute_num_layers"] = c.recompute[1], c.recompute[2]

@@ -94,7 +94,6 @@ class MoeFlexBackend(Enum):
     hybridep = "hybridep"
 
 
-
 class Optimizer(Enum):
     """Optimizer. ``adam`` is Adam with decoupled weight decay (AdamW): Megatron-Core's
     ``optimizer='adam'`` builds ``torch.optim.AdamW`` / TE FusedAdam with ``adam_w_mode``,

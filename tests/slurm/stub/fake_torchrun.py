@@ -16,8 +16,11 @@ PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe.py")
 
 
 def main(argv: list[str]) -> int:
-    cut = argv.index("-m") if "-m" in argv else next(
-        i for i, a in enumerate(argv) if not a.startswith("--"))
+    cut = (
+        argv.index("-m")
+        if "-m" in argv
+        else next(i for i, a in enumerate(argv) if not a.startswith("--"))
+    )
     launcher, program = argv[:cut], argv[cut:]
     try:
         import torch.distributed.run  # noqa: F401
@@ -31,9 +34,15 @@ def main(argv: list[str]) -> int:
     node = int(os.environ.get("NODE_RANK", "0"))
     procs = []
     for local in range(nproc):
-        env = dict(os.environ, LOCAL_RANK=str(local), GROUP_RANK=str(node),
-                   RANK=str(node * nproc + local), WORLD_SIZE=str(nnodes * nproc),
-                   LOCAL_WORLD_SIZE=str(nproc), TRAINC_PROBE_NO_TORCH="1")
+        env = dict(
+            os.environ,
+            LOCAL_RANK=str(local),
+            GROUP_RANK=str(node),
+            RANK=str(node * nproc + local),
+            WORLD_SIZE=str(nnodes * nproc),
+            LOCAL_WORLD_SIZE=str(nproc),
+            TRAINC_PROBE_NO_TORCH="1",
+        )
         procs.append(subprocess.Popen([sys.executable, PROBE, *program], env=env))
     return max(p.wait() for p in procs)
 

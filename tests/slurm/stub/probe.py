@@ -16,11 +16,15 @@ def main(argv: list[str]) -> int:
     rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
     plan = argv[argv.index("--plan") + 1] if "--plan" in argv else ""
     fields = {
-        "rank": rank, "world": world, "local_rank": env.get("LOCAL_RANK"),
-        "group_rank": env.get("GROUP_RANK"), "node": env.get("SLURMD_NODENAME"),
+        "rank": rank,
+        "world": world,
+        "local_rank": env.get("LOCAL_RANK"),
+        "group_rank": env.get("GROUP_RANK"),
+        "node": env.get("SLURMD_NODENAME"),
         "slurm_nodeid": env.get("SLURM_NODEID"),
         "master": f"{env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}",
-        "program": "+".join(argv), "plan_ok": bool(plan) and os.path.isfile(plan),
+        "program": "+".join(argv),
+        "plan_ok": bool(plan) and os.path.isfile(plan),
     }
     ok = fields["plan_ok"]
     if not env.get("TRAINC_PROBE_NO_TORCH"):

@@ -22,8 +22,17 @@ from trainc.compiler.ir import Plan
 from trainc.compiler.plan import canonical_json
 
 Emitter = Callable[[dict[str, Any]], dict[str, str]]
-EMITTERS: tuple[Emitter, ...] = (megatron_args, megatron_core, ds_config, torchtitan_args,
-                                 torchrun, sbatch, report_html, pytorchjob, trainjob)
+EMITTERS: tuple[Emitter, ...] = (
+    megatron_args,
+    megatron_core,
+    ds_config,
+    torchtitan_args,
+    torchrun,
+    sbatch,
+    report_html,
+    pytorchjob,
+    trainjob,
+)
 
 
 def emit(ir: Plan) -> dict[str, str]:

@@ -74,14 +74,21 @@ def k8s_name(name: str, max_len: int = 48) -> str:
     return text[:max_len].rstrip("-")
 
 
-def secret_env_refs(plan: dict[str, Any], env: list[dict[str, Any]], job: str
-                    ) -> list[dict[str, Any]]:
+def secret_env_refs(
+    plan: dict[str, Any], env: list[dict[str, Any]], job: str
+) -> list[dict[str, Any]]:
     """Secret ``launch.env`` entries (``derived.secret_env``; plan.json shows ``***``) read from
     the Kubernetes Secret ``<job>-secrets`` instead of a literal value."""
     secret = set(plan["derived"].get("secret_env", []))
-    return [{"name": e["name"], "valueFrom": {"secretKeyRef": {"name": f"{job}-secrets",
-                                                               "key": e["name"]}}}
-            if e["name"] in secret else e for e in env]
+    return [
+        {
+            "name": e["name"],
+            "valueFrom": {"secretKeyRef": {"name": f"{job}-secrets", "key": e["name"]}},
+        }
+        if e["name"] in secret
+        else e
+        for e in env
+    ]
 
 
 def k8s_literal(text: str) -> str:
@@ -103,8 +110,10 @@ def container_env(plan: dict[str, Any], job: str) -> list[dict[str, Any]]:
     launch = plan["spec"]["launch"]
     env = [{"name": k, "value": k8s_literal(str(v))} for k, v in sorted(launch["env"].items())]
     if plan["derived"].get("cuda_device_max_connections_1") and launch["device"] == "cuda":
-        env = [{"name": "CUDA_DEVICE_MAX_CONNECTIONS", "value": "1"},
-               *(e for e in env if e["name"] != "CUDA_DEVICE_MAX_CONNECTIONS")]
+        env = [
+            {"name": "CUDA_DEVICE_MAX_CONNECTIONS", "value": "1"},
+            *(e for e in env if e["name"] != "CUDA_DEVICE_MAX_CONNECTIONS"),
+        ]
     return secret_env_refs(plan, env, job)
 
 
@@ -169,11 +178,14 @@ def _pod_template(plan: dict[str, Any], job: str) -> dict[str, Any]:
         container["env"] = env
     if launch["device"] == "cuda":
         gpus = str(cluster["gpus_per_node"])
-        container["resources"] = {"limits": {"nvidia.com/gpu": gpus},
-                                  "requests": {"nvidia.com/gpu": gpus}}
+        container["resources"] = {
+            "limits": {"nvidia.com/gpu": gpus},
+            "requests": {"nvidia.com/gpu": gpus},
+        }
     return {
-        "metadata": {"labels": {"app.kubernetes.io/name": "trainc",
-                                "app.kubernetes.io/instance": job}},
+        "metadata": {
+            "labels": {"app.kubernetes.io/name": "trainc", "app.kubernetes.io/instance": job}
+        },
         "spec": {
             "containers": [container],
             "volumes": volumes,
@@ -191,13 +203,15 @@ def pytorchjob_dict(plan: dict[str, Any], *, elastic: bool = False) -> dict[str,
     template = _pod_template(plan, job)
     replicas: dict[str, Any] = {}
     if elastic:
-        replicas["Worker"] = {"replicas": nodes, "restartPolicy": "OnFailure",
-                              "template": template}
+        replicas["Worker"] = {"replicas": nodes, "restartPolicy": "OnFailure", "template": template}
     else:
         replicas["Master"] = {"replicas": 1, "restartPolicy": "OnFailure", "template": template}
         if nodes > 1:
-            replicas["Worker"] = {"replicas": nodes - 1, "restartPolicy": "OnFailure",
-                                  "template": template}
+            replicas["Worker"] = {
+                "replicas": nodes - 1,
+                "restartPolicy": "OnFailure",
+                "template": template,
+            }
     run_policy: dict[str, Any] = {"cleanPodPolicy": "None", "backoffLimit": 3}
     deadline = time_limit_seconds(str(spec["launch"]["time_limit"]))
     if deadline:
@@ -208,13 +222,22 @@ def pytorchjob_dict(plan: dict[str, Any], *, elastic: bool = False) -> dict[str,
         "runPolicy": run_policy,
     }
     if elastic:
-        job_spec["elasticPolicy"] = {"rdzvBackend": "c10d", "minReplicas": nodes,
-                                     "maxReplicas": nodes, "maxRestarts": 3}
+        job_spec["elasticPolicy"] = {
+            "rdzvBackend": "c10d",
+            "minReplicas": nodes,
+            "maxReplicas": nodes,
+            "maxRestarts": 3,
+        }
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
-        "metadata": {"name": job, "labels": {"app.kubernetes.io/name": "trainc",
-                                             "trainc/spec-hash": plan["spec_hash"][:16]}},
+        "metadata": {
+            "name": job,
+            "labels": {
+                "app.kubernetes.io/name": "trainc",
+                "trainc/spec-hash": plan["spec_hash"][:16],
+            },
+        },
         "spec": job_spec,
     }
 
@@ -224,17 +247,25 @@ def _run_steps(plan: dict[str, Any], job: str, manifest: str) -> str:
     entries the pods read, the apply) and what the manifest leaves out: the Slurm / Pyxis
     ``launch.container_mounts``, which a pod gets only from volumes the cluster defines."""
     secrets = sorted(plan["derived"].get("secret_env", []))
-    text = (f"#   kubectl create configmap {job}-plan --from-file=plan.json --dry-run=client "
-            "-o yaml | kubectl apply -f -\n")
+    text = (
+        f"#   kubectl create configmap {job}-plan --from-file=plan.json --dry-run=client "
+        "-o yaml | kubectl apply -f -\n"
+    )
     if secrets:
-        text += (f"#   kubectl create secret generic {job}-secrets "
-                 + " ".join(f'--from-literal={k}="${k}"' for k in secrets) + "\n")
+        text += (
+            f"#   kubectl create secret generic {job}-secrets "
+            + " ".join(f'--from-literal={k}="${k}"' for k in secrets)
+            + "\n"
+        )
     text += f"#   kubectl apply -f {manifest}\n"
     mounts = plan["spec"]["launch"].get("container_mounts") or []
     if mounts:
-        text += ("# Not in this manifest: launch.container_mounts (" + ", ".join(mounts)
-                 + ") are sbatch.sh's container mounts; give the pods volumes for them "
-                 "(e.g. PersistentVolumeClaims) before applying.\n")
+        text += (
+            "# Not in this manifest: launch.container_mounts ("
+            + ", ".join(mounts)
+            + ") are sbatch.sh's container mounts; give the pods volumes for them "
+            "(e.g. PersistentVolumeClaims) before applying.\n"
+        )
     return text
 
 
@@ -253,9 +284,11 @@ def not_written(plan: dict[str, Any]) -> str | None:
     launch = plan["spec"]["launch"]
     if launch.get("entrypoint", "trainc") != "trainc" or launch.get("container_image"):
         return None
-    return ("trainjob.yaml and pytorchjob.yaml not written: launch.container_image is not set "
-            "and a pod needs an image (fix: set launch.container_image=REGISTRY/IMAGE:TAG, an "
-            "image with trainc and its [worker] extra installed, and compile again)")
+    return (
+        "trainjob.yaml and pytorchjob.yaml not written: launch.container_image is not set "
+        "and a pod needs an image (fix: set launch.container_image=REGISTRY/IMAGE:TAG, an "
+        "image with trainc and its [worker] extra installed, and compile again)"
+    )
 
 
 def pytorchjob(plan: dict[str, Any], *, elastic: bool = False) -> dict[str, str]:
@@ -265,11 +298,18 @@ def pytorchjob(plan: dict[str, Any], *, elastic: bool = False) -> dict[str, str]
     if not _writes(plan["spec"]["launch"]):
         return {}
     job = k8s_name(plan["spec"]["name"])
-    header = (render_header(plan) +
-              "# Run from this folder on a cluster with the Kubeflow training operator:\n"
-              + _run_steps(plan, job, "pytorchjob.yaml"))
-    body = yaml.dump(pytorchjob_dict(plan, elastic=elastic), Dumper=_Dumper, sort_keys=True,
-                     default_flow_style=False, width=100)
+    header = (
+        render_header(plan)
+        + "# Run from this folder on a cluster with the Kubeflow training operator:\n"
+        + _run_steps(plan, job, "pytorchjob.yaml")
+    )
+    body = yaml.dump(
+        pytorchjob_dict(plan, elastic=elastic),
+        Dumper=_Dumper,
+        sort_keys=True,
+        default_flow_style=False,
+        width=100,
+    )
     return {"pytorchjob.yaml": header + body}
 
 
@@ -312,16 +352,22 @@ def trainjob_dict(plan: dict[str, Any]) -> dict[str, Any]:
         "numNodes": int(cluster["num_nodes"]),
         "numProcPerNode": int(cluster["gpus_per_node"]),
         "image": launch["container_image"],
-        "command": [torchrun, f"--master-port={int(launch['master_port'])}", *module,
-                    *checkpoint_args(launch)],
+        "command": [
+            torchrun,
+            f"--master-port={int(launch['master_port'])}",
+            *module,
+            *checkpoint_args(launch),
+        ],
     }
     env = container_env(plan, job)
     if env:
         trainer["env"] = env
     if launch["device"] == "cuda":
         gpus = str(cluster["gpus_per_node"])
-        trainer["resourcesPerNode"] = {"limits": {"nvidia.com/gpu": gpus},
-                                       "requests": {"nvidia.com/gpu": gpus}}
+        trainer["resourcesPerNode"] = {
+            "limits": {"nvidia.com/gpu": gpus},
+            "requests": {"nvidia.com/gpu": gpus},
+        }
     mounts: list[dict[str, Any]] = [
         {"name": "plan", "mountPath": PLAN_MOUNT, "readOnly": True},
         {"name": "dshm", "mountPath": "/dev/shm"},
@@ -333,17 +379,32 @@ def trainjob_dict(plan: dict[str, Any]) -> dict[str, Any]:
     mounts.append(checkpoint_mount(launch))
     volumes.append(dict(CHECKPOINT_VOLUME))
     pod = {
-        "metadata": {"labels": {"app.kubernetes.io/name": "trainc",
-                                "app.kubernetes.io/instance": job}},
-        "spec": {"containers": [{"name": TRAINER_NODE, "volumeMounts": mounts}],
-                 "volumes": volumes},
+        "metadata": {
+            "labels": {"app.kubernetes.io/name": "trainc", "app.kubernetes.io/instance": job}
+        },
+        "spec": {
+            "containers": [{"name": TRAINER_NODE, "volumeMounts": mounts}],
+            "volumes": volumes,
+        },
     }
-    patch = {"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {
-        "replicatedJobs": [{"name": TRAINER_NODE,
-                            "template": {"spec": {"template": pod}}}]}}}}
+    patch = {
+        "manager": PATCH_MANAGER,
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {"name": TRAINER_NODE, "template": {"spec": {"template": pod}}}
+                    ]
+                }
+            }
+        },
+    }
     job_spec: dict[str, Any] = {
-        "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime",
-                       "name": launch.get("k8s_runtime") or "torch-distributed"},
+        "runtimeRef": {
+            "apiGroup": "trainer.kubeflow.org",
+            "kind": "ClusterTrainingRuntime",
+            "name": launch.get("k8s_runtime") or "torch-distributed",
+        },
         "trainer": trainer,
         "runtimePatches": [patch],
     }
@@ -353,8 +414,13 @@ def trainjob_dict(plan: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "TrainJob",
-        "metadata": {"name": job, "labels": {"app.kubernetes.io/name": "trainc",
-                                             "trainc/spec-hash": plan["spec_hash"][:16]}},
+        "metadata": {
+            "name": job,
+            "labels": {
+                "app.kubernetes.io/name": "trainc",
+                "trainc/spec-hash": plan["spec_hash"][:16],
+            },
+        },
         "spec": job_spec,
     }
 
@@ -368,11 +434,14 @@ def trainjob(plan: dict[str, Any]) -> dict[str, str]:
         return {}
     job = k8s_name(plan["spec"]["name"])
     runtime = launch.get("k8s_runtime") or "torch-distributed"
-    header = (render_header(plan) +
-              f"# Run from this folder on a cluster with Kubeflow Trainer {TRAINER_RELEASE} (or "
-              f"later v2) and its\n# ClusterTrainingRuntime {runtime} "
-              f"(kubectl get clustertrainingruntimes {runtime}):\n"
-              + _run_steps(plan, job, "trainjob.yaml"))
-    body = yaml.dump(trainjob_dict(plan), Dumper=_Dumper, sort_keys=True,
-                     default_flow_style=False, width=100)
+    header = (
+        render_header(plan)
+        + f"# Run from this folder on a cluster with Kubeflow Trainer {TRAINER_RELEASE} (or "
+        f"later v2) and its\n# ClusterTrainingRuntime {runtime} "
+        f"(kubectl get clustertrainingruntimes {runtime}):\n"
+        + _run_steps(plan, job, "trainjob.yaml")
+    )
+    body = yaml.dump(
+        trainjob_dict(plan), Dumper=_Dumper, sort_keys=True, default_flow_style=False, width=100
+    )
     return {"trainjob.yaml": header + body}

@@ -28,6 +28,7 @@ def megatron_args(plan: dict[str, Any]) -> dict[str, str]:
         return {}
     # a flag with several values (a --data-path blend): its first value on the flag's line, one
     # line for each further value (torchrun.sh appends a line without a space as one argument)
-    lines = [" ".join(item[:2]) + "".join(f"\n{v}" for v in item[2:])
-             for item in megatron_flags(plan)]
+    lines = [
+        " ".join(item[:2]) + "".join(f"\n{v}" for v in item[2:]) for item in megatron_flags(plan)
+    ]
     return {"megatron_args.txt": header(plan) + "\n".join(lines) + "\n"}

@@ -15,6 +15,7 @@ from trainc.compiler.emit.render import header
 
 def megatron_core(plan: dict[str, Any]) -> dict[str, str]:
     """``megatron_core.yaml``: the kwargs as YAML (``yaml.safe_dump``, sorted keys)."""
-    body = yaml.safe_dump(plan["engines"]["megatron_core"], sort_keys=True,
-                          default_flow_style=False)
+    body = yaml.safe_dump(
+        plan["engines"]["megatron_core"], sort_keys=True, default_flow_style=False
+    )
     return {"megatron_core.yaml": header(plan) + body}

@@ -118,10 +118,16 @@ def sbatch(plan: dict[str, Any]) -> dict[str, str]:
     signal = signal_lead_seconds(lc["time_limit"])
     mounts = ",".join(lc["container_mounts"] or [])
     c, par = s["cluster"], s["parallel"]
-    span = domain_group_nodes(par["tp"], par["cp"], par["etp"],
-                              par["ep"] if s["model"]["num_experts"] else 1, c["gpus_per_node"])
-    segment = slurm_segment(c["num_nodes"], c["gpus_per_node"], c["nvlink_domain_size"],
-                            lc.get("slurm_segment"), span)
+    span = domain_group_nodes(
+        par["tp"],
+        par["cp"],
+        par["etp"],
+        par["ep"] if s["model"]["num_experts"] else 1,
+        c["gpus_per_node"],
+    )
+    segment = slurm_segment(
+        c["num_nodes"], c["gpus_per_node"], c["nvlink_domain_size"], lc.get("slurm_segment"), span
+    )
     ctx = _common(plan) | {
         "segment": segment,
         "segment_domains": max(c["nvlink_domain_size"] // c["gpus_per_node"], 1),

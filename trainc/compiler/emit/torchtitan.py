@@ -40,16 +40,21 @@ def flavour(plan: dict[str, Any]) -> str:
     tc = plan["engines"]["megatron_core"]["TransformerConfig"]
     gpt = plan["engines"]["megatron_core"]["GPTModel"]
     rope = gpt["position_embedding_type"] == "rope"
-    pos = (f"rope theta={gpt['rotary_base']} rotary_percent={gpt['rotary_percent']} "
-           f"scaling={gpt['rope_scaling_factor'] if gpt['rope_scaling'] else 'none'}"
-           if rope else "learned positions")
-    return (f"norm={tc['normalization']} eps={tc['layernorm_epsilon']} "
-            f"gated_mlp={str(bool(tc['gated_linear_unit'])).lower()} "
-            f"bias={str(bool(tc['add_bias_linear'])).lower()} "
-            f"qkv_bias={str(bool(tc['add_qkv_bias'])).lower()} {pos} "
-            f"tied={str(bool(gpt['share_embeddings_and_output_weights'])).lower()} "
-            f"dropout={tc['hidden_dropout']}/{tc['attention_dropout']} "
-            f"init_std={tc['init_method_std']}")
+    pos = (
+        f"rope theta={gpt['rotary_base']} rotary_percent={gpt['rotary_percent']} "
+        f"scaling={gpt['rope_scaling_factor'] if gpt['rope_scaling'] else 'none'}"
+        if rope
+        else "learned positions"
+    )
+    return (
+        f"norm={tc['normalization']} eps={tc['layernorm_epsilon']} "
+        f"gated_mlp={str(bool(tc['gated_linear_unit'])).lower()} "
+        f"bias={str(bool(tc['add_bias_linear'])).lower()} "
+        f"qkv_bias={str(bool(tc['add_qkv_bias'])).lower()} {pos} "
+        f"tied={str(bool(gpt['share_embeddings_and_output_weights'])).lower()} "
+        f"dropout={tc['hidden_dropout']}/{tc['attention_dropout']} "
+        f"init_std={tc['init_method_std']}"
+    )
 
 
 def torchtitan_args(plan: dict[str, Any]) -> dict[str, str]:
@@ -75,19 +80,23 @@ def torchtitan_args(plan: dict[str, Any]) -> dict[str, str]:
         f"# activation checkpointing {cfg['activation_checkpoint']['torchtitan_mode']}: the last "
         "flags (a tyro subcommand ends the line),\n# and the optimizer (no flag reaches it) as "
         "this JSON line says (OptimizersContainer.Config):\n"
-        f"#registry {REGISTRY_FIELD} {json.dumps(param_groups, sort_keys=True)}\n")
+        f"#registry {REGISTRY_FIELD} {json.dumps(param_groups, sort_keys=True)}\n"
+    )
     conv = tt["registry"].get("model", {}).get("converters")
     if conv:
         comment += (
             "# FP8 linears: torchao converters on the registry function's model (0.3.0\n"
             "# components/quantization Float8LinearConverter / MXFP8LinearConverter configs;\n"
             "# before 0.3.0: --model.converters float8|mx with --float8.recipe_name):\n"
-            f"#registry {CONVERTERS_FIELD} {json.dumps(conv, sort_keys=True)}\n")
+            f"#registry {CONVERTERS_FIELD} {json.dumps(conv, sort_keys=True)}\n"
+        )
     comment += moe_comment(cfg)
     if param_groups[0]["optimizer_name"] not in TORCHTITAN_OPTIMIZERS:
-        comment += (f"# torchtitan {tt['version']} builds "
-                    f"{', '.join(sorted(TORCHTITAN_OPTIMIZERS))} only: "
-                    f"{param_groups[0]['optimizer_name']} needs a custom optimizer factory.\n")
+        comment += (
+            f"# torchtitan {tt['version']} builds "
+            f"{', '.join(sorted(TORCHTITAN_OPTIMIZERS))} only: "
+            f"{param_groups[0]['optimizer_name']} needs a custom optimizer factory.\n"
+        )
     lines = [" ".join(item) for item in tt["args"]]
     return {"torchtitan_args.txt": header(plan) + comment + "\n".join(lines) + "\n"}
 
@@ -107,4 +116,5 @@ def moe_comment(cfg: dict[str, Any]) -> str:
         f"{ep['local_experts']} experts per EP rank, experts FSDP-sharded over "
         f"{'/'.join(ep['expert_mesh_dims'])} ({ep['expert_shard_placement']});\n"
         "# the MoE layers (make_moe_config / make_router_config / make_routed_experts_config):\n"
-        f"#registry {MOE_FIELD} {json.dumps(moe, sort_keys=True)}\n")
+        f"#registry {MOE_FIELD} {json.dumps(moe, sort_keys=True)}\n"
+    )

@@ -28,13 +28,19 @@ PARAM_BUFFER_COUNT = 5
 #: lr_decay_style -> DeepSpeed scheduler type. The styles missing here have no DeepSpeed
 #: scheduler (TRC323 rejects them for engine=deepspeed); ``linear`` maps to WarmupDecayLR, which
 #: warms up from and decays to the same ``warmup_min_lr`` (TRC323 requires min_lr 0).
-SCHEDULERS = {LrDecayStyle.constant: "WarmupLR", LrDecayStyle.cosine: "WarmupCosineLR",
-              LrDecayStyle.linear: "WarmupDecayLR"}
+SCHEDULERS = {
+    LrDecayStyle.constant: "WarmupLR",
+    LrDecayStyle.cosine: "WarmupCosineLR",
+    LrDecayStyle.linear: "WarmupDecayLR",
+}
 
 
 def _offload(device: Offload, nvme_path: str | None, buffer_count: int) -> dict[str, Any]:
-    block: dict[str, Any] = {"device": device.value, "pin_memory": True,
-                             "buffer_count": buffer_count}
+    block: dict[str, Any] = {
+        "device": device.value,
+        "pin_memory": True,
+        "buffer_count": buffer_count,
+    }
     if device is Offload.nvme:
         block["nvme_path"] = nvme_path
     return block
@@ -65,8 +71,7 @@ def zero_optimization(spec: TrainSpec) -> dict[str, Any]:
             "stage3_gather_16bit_weights_on_model_save": True,
         }
     if t.offload_optimizer is not Offload.none:
-        z["offload_optimizer"] = _offload(t.offload_optimizer, t.nvme_path,
-                                          OPTIMIZER_BUFFER_COUNT)
+        z["offload_optimizer"] = _offload(t.offload_optimizer, t.nvme_path, OPTIMIZER_BUFFER_COUNT)
     if stage == 3 and t.offload_param is not Offload.none:
         z["offload_param"] = _offload(t.offload_param, t.nvme_path, PARAM_BUFFER_COUNT)
     return z
@@ -76,11 +81,23 @@ def optimizer(spec: TrainSpec) -> dict[str, Any]:
     """``optimizer``: AdamW (decoupled weight decay, as Megatron's ``adam``) or SGD."""
     t = spec.training
     if t.optimizer is Optimizer.adam:
-        return {"type": "AdamW", "params": {
-            "lr": float(t.lr), "betas": [float(t.adam_beta1), float(t.adam_beta2)],
-            "eps": float(t.adam_eps), "weight_decay": float(t.weight_decay)}}
-    return {"type": "SGD", "params": {"lr": float(t.lr), "momentum": float(t.sgd_momentum),
-                                      "weight_decay": float(t.weight_decay)}}
+        return {
+            "type": "AdamW",
+            "params": {
+                "lr": float(t.lr),
+                "betas": [float(t.adam_beta1), float(t.adam_beta2)],
+                "eps": float(t.adam_eps),
+                "weight_decay": float(t.weight_decay),
+            },
+        }
+    return {
+        "type": "SGD",
+        "params": {
+            "lr": float(t.lr),
+            "momentum": float(t.sgd_momentum),
+            "weight_decay": float(t.weight_decay),
+        },
+    }
 
 
 def scheduler(spec: TrainSpec) -> dict[str, Any]:
@@ -96,17 +113,24 @@ def scheduler(spec: TrainSpec) -> dict[str, Any]:
     warmup = max(1, t.lr_warmup_iters)
     lr = float(t.lr)
     if kind == "WarmupCosineLR":
-        return {"type": kind, "params": {
-            "total_num_steps": t.lr_decay_iters,
-            "warmup_num_steps": warmup,
-            "warmup_min_ratio": 0.0 if t.lr_warmup_iters > 0 else 1.0,
-            # 15 significant digits: min_lr / lr without binary noise (3e-5 / 3e-4 is 0.1)
-            "cos_min_ratio": float(f"{float(t.min_lr) / lr:.15g}") if lr else 0.0,
-            "warmup_type": "linear",
-        }}
+        return {
+            "type": kind,
+            "params": {
+                "total_num_steps": t.lr_decay_iters,
+                "warmup_num_steps": warmup,
+                "warmup_min_ratio": 0.0 if t.lr_warmup_iters > 0 else 1.0,
+                # 15 significant digits: min_lr / lr without binary noise (3e-5 / 3e-4 is 0.1)
+                "cos_min_ratio": float(f"{float(t.min_lr) / lr:.15g}") if lr else 0.0,
+                "warmup_type": "linear",
+            },
+        }
     start = 0.0 if t.lr_warmup_iters > 0 else lr
-    params: dict[str, Any] = {"warmup_min_lr": start, "warmup_max_lr": lr,
-                              "warmup_num_steps": warmup, "warmup_type": "linear"}
+    params: dict[str, Any] = {
+        "warmup_min_lr": start,
+        "warmup_max_lr": lr,
+        "warmup_num_steps": warmup,
+        "warmup_type": "linear",
+    }
     if kind == "WarmupDecayLR":  # decays to warmup_min_lr: 0 (TRC323 requires min_lr 0)
         params["total_num_steps"] = t.lr_decay_iters
     return {"type": kind, "params": params}
@@ -142,6 +166,12 @@ def deepspeed_config(spec: TrainSpec, d: Derived) -> dict[str, Any]:
         # it DeepSpeed communicates in the training dtype (DeepSpeedEngine.communication_data_type)
         cfg["communication_data_type"] = "fp32"
     elif t.precision is Precision.fp16:
-        cfg["fp16"] = {"enabled": True, "loss_scale": 0.0, "initial_scale_power": 16,
-                       "loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1}
+        cfg["fp16"] = {
+            "enabled": True,
+            "loss_scale": 0.0,
+            "initial_scale_power": 16,
+            "loss_scale_window": 1000,
+            "hysteresis": 2,
+            "min_loss_scale": 1,
+        }
     return cfg

@@ -44,13 +44,18 @@ MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 #: fsdp dtype -> torch dtype name (``getattr(torch, name)``).
 TORCH_DTYPES = {FsdpDtype.bf16: "bfloat16", FsdpDtype.fp32: "float32"}
 #: pipeline schedule -> torch.distributed.pipelining class name.
-SCHEDULE_CLASSES = {PipelineSchedule.one_f1b: "Schedule1F1B",
-                    PipelineSchedule.interleaved_1f1b: "ScheduleInterleaved1F1B",
-                    PipelineSchedule.zbv_zero_bubble: "ScheduleZBVZeroBubble"}
+SCHEDULE_CLASSES = {
+    PipelineSchedule.one_f1b: "Schedule1F1B",
+    PipelineSchedule.interleaved_1f1b: "ScheduleInterleaved1F1B",
+    PipelineSchedule.zbv_zero_bubble: "ScheduleZBVZeroBubble",
+}
 #: lr_decay_style -> torchtitan ``lr_scheduler.decay_type`` (the styles missing here have no
 #: torchtitan equivalent; constant is written as decay_ratio 0: warm-up, then stable).
-TORCHTITAN_DECAY = {LrDecayStyle.linear: "linear", LrDecayStyle.cosine: "cosine",
-                    LrDecayStyle.constant: "linear"}
+TORCHTITAN_DECAY = {
+    LrDecayStyle.linear: "linear",
+    LrDecayStyle.cosine: "cosine",
+    LrDecayStyle.constant: "linear",
+}
 
 
 def mesh(spec: TrainSpec, d: Derived) -> dict[str, Any]:
@@ -60,8 +65,11 @@ def mesh(spec: TrainSpec, d: Derived) -> dict[str, Any]:
     f, p = spec.fsdp, spec.parallel
     shape = [p.pp, f.dp_replicate, filled(f.dp_shard, "fsdp.dp_shard"), p.cp, p.tp]
     assert d.world_size == p.pp * f.dp_replicate * shape[2] * p.cp * p.tp
-    return {"device_type": "cpu" if spec.launch.device is Device.cpu else "cuda",
-            "dim_names": list(MESH_DIMS), "shape": shape}
+    return {
+        "device_type": "cpu" if spec.launch.device is Device.cpu else "cuda",
+        "dim_names": list(MESH_DIMS),
+        "shape": shape,
+    }
 
 
 def fully_shard(spec: TrainSpec) -> dict[str, Any]:
@@ -78,8 +86,10 @@ def fully_shard(spec: TrainSpec) -> dict[str, Any]:
         "mesh_dims": dims,
         "reshard_after_forward": f.reshard_after_forward,
         "root_reshard_after_forward": False,
-        "mp_policy": {"param_dtype": TORCH_DTYPES[filled(f.param_dtype, "fsdp.param_dtype")],
-                      "reduce_dtype": TORCH_DTYPES[f.reduce_dtype]},
+        "mp_policy": {
+            "param_dtype": TORCH_DTYPES[filled(f.param_dtype, "fsdp.param_dtype")],
+            "reduce_dtype": TORCH_DTYPES[f.reduce_dtype],
+        },
         "offload_policy": {"cpu": f.cpu_offload, "pin_memory": spec.launch.device is Device.cuda},
     }
 
@@ -89,11 +99,19 @@ def optimizer(spec: TrainSpec) -> dict[str, Any]:
     keyword arguments, by class name."""
     t = spec.training
     if t.optimizer is Optimizer.adam:
-        return {"class": "AdamW", "lr": float(t.lr),
-                "betas": [float(t.adam_beta1), float(t.adam_beta2)], "eps": float(t.adam_eps),
-                "weight_decay": float(t.weight_decay)}
-    return {"class": "SGD", "lr": float(t.lr), "momentum": float(t.sgd_momentum),
-            "weight_decay": float(t.weight_decay)}
+        return {
+            "class": "AdamW",
+            "lr": float(t.lr),
+            "betas": [float(t.adam_beta1), float(t.adam_beta2)],
+            "eps": float(t.adam_eps),
+            "weight_decay": float(t.weight_decay),
+        }
+    return {
+        "class": "SGD",
+        "lr": float(t.lr),
+        "momentum": float(t.sgd_momentum),
+        "weight_decay": float(t.weight_decay),
+    }
 
 
 def lr_schedule(spec: TrainSpec) -> dict[str, Any]:
@@ -101,9 +119,13 @@ def lr_schedule(spec: TrainSpec) -> dict[str, Any]:
     warm-up from 0 over ``warmup_iters``, then ``style`` decay to ``min_lr`` by ``decay_iters``),
     which the worker evaluates per step."""
     t = spec.training
-    return {"style": t.lr_decay_style.value, "lr": float(t.lr), "min_lr": float(t.min_lr),
-            "warmup_iters": t.lr_warmup_iters,
-            "decay_iters": filled(t.lr_decay_iters, "training.lr_decay_iters")}
+    return {
+        "style": t.lr_decay_style.value,
+        "lr": float(t.lr),
+        "min_lr": float(t.min_lr),
+        "warmup_iters": t.lr_warmup_iters,
+        "decay_iters": filled(t.lr_decay_iters, "training.lr_decay_iters"),
+    }
 
 
 def torchtitan_stage_split(spec: TrainSpec, d: Derived) -> tuple[int, int, int] | None:
@@ -127,9 +149,12 @@ def torchtitan_stage_split(spec: TrainSpec, d: Derived) -> tuple[int, int, int] 
     p, m = spec.parallel, spec.model
     if p.pp == 1 or d.layers_per_stage is None:
         return None
-    chunks = stage_chunk_sizes(list(d.layers_per_stage), p.vpp,
-                               p.account_for_embedding_in_pipeline_split,
-                               p.account_for_loss_in_pipeline_split)
+    chunks = stage_chunk_sizes(
+        list(d.layers_per_stage),
+        p.vpp,
+        p.account_for_embedding_in_pipeline_split,
+        p.account_for_loss_in_pipeline_split,
+    )
     if any(len(c) != p.vpp for c in chunks):
         return None
     virtual = [chunks[r][j] for j in range(p.vpp) for r in range(p.pp)]  # stage j*pp + r
@@ -158,11 +183,16 @@ def torchtitan_args(spec: TrainSpec, d: Derived) -> list[list[str]]:
     args: list[list[str]] = [
         ["--parallelism.data_parallel_replicate_degree", str(f.dp_replicate)],
         ["--parallelism.data_parallel_shard_degree", str(filled(f.dp_shard, "fsdp.dp_shard"))],
-        ["--parallelism.fsdp_reshard_after_forward",
-         "always" if f.reshard_after_forward else "never"],
+        [
+            "--parallelism.fsdp_reshard_after_forward",
+            "always" if f.reshard_after_forward else "never",
+        ],
         ["--parallelism.tensor_parallel_degree", str(p.tp)],
-        ["--parallelism.enable_sequence_parallel" if p.sequence_parallel
-         else "--parallelism.no-enable-sequence-parallel"],
+        [
+            "--parallelism.enable_sequence_parallel"
+            if p.sequence_parallel
+            else "--parallelism.no-enable-sequence-parallel"
+        ],
         ["--parallelism.context_parallel_degree", str(p.cp)],
         ["--parallelism.pipeline_parallel_degree", str(p.pp)],
     ]
@@ -171,20 +201,26 @@ def torchtitan_args(spec: TrainSpec, d: Derived) -> list[list[str]]:
         split = torchtitan_stage_split(spec, d)
         assert split is not None, "TRC344 refuses a layer split torchtitan cannot build"
         per, first, last = split
-        args += [["--parallelism.pipeline_parallel_schedule",
-                  filled(f.pp_schedule, "fsdp.pp_schedule").value],
-                 ["--parallelism.pipeline_parallel_microbatch_size", str(t.micro_batch_size)],
-                 ["--parallelism.pipeline_parallel_layers_per_stage", str(per)],
-                 ["--parallelism.pipeline_parallel_first_stage_less_layers", str(first)],
-                 ["--parallelism.pipeline_parallel_last_stage_less_layers", str(last)]]
+        args += [
+            [
+                "--parallelism.pipeline_parallel_schedule",
+                filled(f.pp_schedule, "fsdp.pp_schedule").value,
+            ],
+            ["--parallelism.pipeline_parallel_microbatch_size", str(t.micro_batch_size)],
+            ["--parallelism.pipeline_parallel_layers_per_stage", str(per)],
+            ["--parallelism.pipeline_parallel_first_stage_less_layers", str(first)],
+            ["--parallelism.pipeline_parallel_last_stage_less_layers", str(last)],
+        ]
     args += [
         ["--training.local_batch_size", str(local)],
         ["--training.global_batch_size", str(t.global_batch_size)],
         ["--training.seq_len", str(spec.model.seq_length)],
         ["--training.steps", str(t.train_iters)],
         ["--training.max_norm", repr(float(t.grad_clip))],
-        ["--training.mixed_precision_param",
-         TORCH_DTYPES[filled(f.param_dtype, "fsdp.param_dtype")]],
+        [
+            "--training.mixed_precision_param",
+            TORCH_DTYPES[filled(f.param_dtype, "fsdp.param_dtype")],
+        ],
         ["--training.mixed_precision_reduce", TORCH_DTYPES[f.reduce_dtype]],
         ["--training.enable_cpu_offload" if f.cpu_offload else "--training.no-enable-cpu-offload"],
         ["--compile.enable" if f.compile else "--compile.no-enable"],
@@ -195,9 +231,11 @@ def torchtitan_args(spec: TrainSpec, d: Derived) -> list[list[str]]:
     ]
     if t.lr_decay_style is LrDecayStyle.constant:
         args.append(["--lr_scheduler.decay_ratio", "0.0"])
-    args += [["--checkpoint.enable"],
-             ["--checkpoint.interval", str(spec.launch.save_interval)],
-             ["--debug.seed", str(t.seed)]]
+    args += [
+        ["--checkpoint.enable"],
+        ["--checkpoint.interval", str(spec.launch.save_interval)],
+        ["--debug.seed", str(t.seed)],
+    ]
     return args + torchtitan_ac_args(spec)  # a tyro subcommand: last (torchtitan_ac_args)
 
 
@@ -220,12 +258,16 @@ def pipeline(spec: TrainSpec, d: Derived) -> dict[str, Any]:
     pp 1): layers per virtual stage and the layer slots the embedding and the output take."""
     p, f = spec.parallel, spec.fsdp
     split = torchtitan_stage_split(spec, d) if p.pp > 1 else None
-    return {"degree": p.pp, "stages_per_rank": p.vpp,
-            "schedule": SCHEDULE_CLASSES[filled(f.pp_schedule, "fsdp.pp_schedule")]
-            if p.pp > 1 else None,
-            "layers_per_stage": split[0] if split else None,
-            "first_stage_less_layers": split[1] if split else None,
-            "last_stage_less_layers": split[2] if split else None}
+    return {
+        "degree": p.pp,
+        "stages_per_rank": p.vpp,
+        "schedule": SCHEDULE_CLASSES[filled(f.pp_schedule, "fsdp.pp_schedule")]
+        if p.pp > 1
+        else None,
+        "layers_per_stage": split[0] if split else None,
+        "first_stage_less_layers": split[1] if split else None,
+        "last_stage_less_layers": split[2] if split else None,
+    }
 
 
 def fsdp_config(spec: TrainSpec, d: Derived) -> dict[str, Any]:
@@ -244,17 +286,23 @@ def fsdp_config(spec: TrainSpec, d: Derived) -> dict[str, Any]:
         "activation_checkpoint": activation_checkpoint(spec),
         "compile": f.compile,
         "float8": {"converters": converters(spec)},
-        "batch": {"micro_batch_size": t.micro_batch_size, "gradient_accumulation_steps": mb,
-                  "global_batch_size": t.global_batch_size},
+        "batch": {
+            "micro_batch_size": t.micro_batch_size,
+            "gradient_accumulation_steps": mb,
+            "global_batch_size": t.global_batch_size,
+        },
         "optimizer": optimizer(spec),
         "lr_schedule": lr_schedule(spec),
         "grad_clip": float(t.grad_clip),
-        "torchtitan": {"version": TORCHTITAN_VERSION, "args": torchtitan_args(spec, d),
-                       "registry": {"optimizer": {"param_groups": [torchtitan_registry(spec)]},
-                                    **({"model": {"converters": converters(spec)}}
-                                       if converters(spec) else {}),
-                                    **({"moe": torchtitan_moe(spec)}
-                                       if spec.model.num_experts else {})}},
+        "torchtitan": {
+            "version": TORCHTITAN_VERSION,
+            "args": torchtitan_args(spec, d),
+            "registry": {
+                "optimizer": {"param_groups": [torchtitan_registry(spec)]},
+                **({"model": {"converters": converters(spec)}} if converters(spec) else {}),
+                **({"moe": torchtitan_moe(spec)} if spec.model.num_experts else {}),
+            },
+        },
         **({"expert_parallel": expert_parallel(spec, d)} if spec.model.num_experts else {}),
     }
 
@@ -291,13 +339,19 @@ def expert_parallel(spec: TrainSpec, d: Derived) -> dict[str, Any]:
     dense = filled(f.dp_shard, "fsdp.dp_shard") * p.cp * p.tp
     assert dense % p.ep == 0, "TRC348 refuses an ep that does not divide dp_shard x cp x tp"
     efsdp = dense // p.ep
-    return {"degree": p.ep, "efsdp": efsdp, "etp": d.etp,
-            "sparse_mesh": {"dim_names": ["pp", "dp_replicate", "efsdp", "ep"],
-                            "shape": [p.pp, f.dp_replicate, efsdp, p.ep]},
-            "expert_mesh_dims": (["dp_replicate"] if f.dp_replicate > 1 else [])
-            + (["efsdp"] if p.ep > 1 else ["dp_shard"] + (["cp"] if p.cp > 1 else [])),
-            "expert_shard_placement": "Shard(1)" if efsdp * p.ep > e else "Shard(0)",
-            "local_experts": e // p.ep}
+    return {
+        "degree": p.ep,
+        "efsdp": efsdp,
+        "etp": d.etp,
+        "sparse_mesh": {
+            "dim_names": ["pp", "dp_replicate", "efsdp", "ep"],
+            "shape": [p.pp, f.dp_replicate, efsdp, p.ep],
+        },
+        "expert_mesh_dims": (["dp_replicate"] if f.dp_replicate > 1 else [])
+        + (["efsdp"] if p.ep > 1 else ["dp_shard"] + (["cp"] if p.cp > 1 else [])),
+        "expert_shard_placement": "Shard(1)" if efsdp * p.ep > e else "Shard(0)",
+        "local_experts": e // p.ep,
+    }
 
 
 def torchtitan_moe(spec: TrainSpec) -> dict[str, Any]:
@@ -318,19 +372,24 @@ def torchtitan_moe(spec: TrainSpec) -> dict[str, Any]:
     m = spec.model
     sigmoid = m.moe_router_score_function is MoeScoreFunction.sigmoid
     norm = m.moe_router_topk > 1 if sigmoid else not m.moe_router_pre_softmax
-    backend = (m.moe_flex_dispatcher_backend.value if m.moe_token_dispatcher_type
-               is MoeDispatcher.flex else TORCHTITAN_COMM_BACKEND[m.moe_token_dispatcher_type])
+    backend = (
+        m.moe_flex_dispatcher_backend.value
+        if m.moe_token_dispatcher_type is MoeDispatcher.flex
+        else TORCHTITAN_COMM_BACKEND[m.moe_token_dispatcher_type]
+    )
     pattern = moe_layer_pattern(spec)
-    return {"num_experts": filled(m.num_experts, "model.num_experts"),
-            "top_k": m.moe_router_topk, "score_func": m.moe_router_score_function.value,
-            "route_norm": bool(norm),
-            "route_scale": float(m.moe_router_topk_scaling_factor or 1.0),
-            "load_balance_coeff": LOAD_BALANCE_COEFF if m.moe_router_enable_expert_bias
-            else None,
-            "hidden_dim": filled(m.moe_ffn_hidden_size, "model.moe_ffn_hidden_size"),
-            "shared_experts_hidden_dim": m.moe_shared_expert_intermediate_size,
-            "comm_backend": backend,
-            "moe_layers": [i for i, x in enumerate(pattern) if x]}
+    return {
+        "num_experts": filled(m.num_experts, "model.num_experts"),
+        "top_k": m.moe_router_topk,
+        "score_func": m.moe_router_score_function.value,
+        "route_norm": bool(norm),
+        "route_scale": float(m.moe_router_topk_scaling_factor or 1.0),
+        "load_balance_coeff": LOAD_BALANCE_COEFF if m.moe_router_enable_expert_bias else None,
+        "hidden_dim": filled(m.moe_ffn_hidden_size, "model.moe_ffn_hidden_size"),
+        "shared_experts_hidden_dim": m.moe_shared_expert_intermediate_size,
+        "comm_backend": backend,
+        "moe_layers": [i for i, x in enumerate(pattern) if x],
+    }
 
 
 def expert_args(spec: TrainSpec, d: Derived) -> list[list[str]]:

@@ -45,8 +45,10 @@ NORMALIZATION = {Normalization.rmsnorm: "RMSNorm", Normalization.layernorm: "Lay
 POSITION_EMBEDDING = {PositionEmbedding.rope: "rope", PositionEmbedding.learned: "learned_absolute"}
 TORCH_DTYPE = {Precision.bf16: "bfloat16", Precision.fp16: "float16", Precision.fp32: "float32"}
 #: (gated_linear_unit, activation_func as the dotted path the worker imports) per activation.
-ACTIVATION = {Activation.swiglu: (True, "torch.nn.functional.silu"),
-              Activation.gelu: (False, "torch.nn.functional.gelu")}
+ACTIVATION = {
+    Activation.swiglu: (True, "torch.nn.functional.silu"),
+    Activation.gelu: (False, "torch.nn.functional.gelu"),
+}
 #: Megatron-LM's default rank order (``initialize_model_parallel(order=...)``).
 RANK_ORDER = "tp-cp-ep-dp-pp"
 
@@ -119,24 +121,26 @@ def megatron_core_kwargs(spec: TrainSpec, d: Derived) -> dict[str, dict[str, Any
     if m.qk_layernorm:  # query / key head norms (Qwen3); MLA sets it itself
         tc["qk_layernorm"] = True
     if moe:
-        tc.update({
-            "num_moe_experts": m.num_experts,
-            "moe_router_topk": m.moe_router_topk,
-            "moe_ffn_hidden_size": m.moe_ffn_hidden_size,
-            "moe_layer_freq": moe_layer_freq(spec),
-            "moe_token_dispatcher_type": m.moe_token_dispatcher_type.value,
-            "moe_router_pre_softmax": bool(m.moe_router_pre_softmax),
-            "moe_shared_expert_intermediate_size": m.moe_shared_expert_intermediate_size,
-            "moe_router_load_balancing_type": m.moe_router_load_balancing_type.value,
-            "moe_aux_loss_coeff": float(m.moe_aux_loss_coeff),
-            "moe_z_loss_coeff": _float(m.moe_z_loss_coeff),
-            "moe_router_score_function": m.moe_router_score_function.value,
-            "moe_router_topk_scaling_factor": _float(m.moe_router_topk_scaling_factor),
-            "moe_expert_capacity_factor": _float(m.moe_expert_capacity_factor),
-            # Transformer Engine's grouped GEMM over the local experts (TEGroupedMLP), which the
-            # kernel model times; the local layers on CPU have none (SequentialMLP)
-            "moe_grouped_gemm": not cpu,
-        })
+        tc.update(
+            {
+                "num_moe_experts": m.num_experts,
+                "moe_router_topk": m.moe_router_topk,
+                "moe_ffn_hidden_size": m.moe_ffn_hidden_size,
+                "moe_layer_freq": moe_layer_freq(spec),
+                "moe_token_dispatcher_type": m.moe_token_dispatcher_type.value,
+                "moe_router_pre_softmax": bool(m.moe_router_pre_softmax),
+                "moe_shared_expert_intermediate_size": m.moe_shared_expert_intermediate_size,
+                "moe_router_load_balancing_type": m.moe_router_load_balancing_type.value,
+                "moe_aux_loss_coeff": float(m.moe_aux_loss_coeff),
+                "moe_z_loss_coeff": _float(m.moe_z_loss_coeff),
+                "moe_router_score_function": m.moe_router_score_function.value,
+                "moe_router_topk_scaling_factor": _float(m.moe_router_topk_scaling_factor),
+                "moe_expert_capacity_factor": _float(m.moe_expert_capacity_factor),
+                # Transformer Engine's grouped GEMM over the local experts (TEGroupedMLP), which the
+                # kernel model times; the local layers on CPU have none (SequentialMLP)
+                "moe_grouped_gemm": not cpu,
+            }
+        )
         tc.update(moe_dispatch_kwargs(spec))
         tc.update(moe_router_kwargs(spec))
     if m.mtp_num_layers:
@@ -167,8 +171,11 @@ def megatron_core_kwargs(spec: TrainSpec, d: Derived) -> dict[str, dict[str, Any
         },
         "DistributedDataParallelConfig": {
             "use_distributed_optimizer": distopt,
-            **({"use_megatron_fsdp": True,
-                "data_parallel_sharding_strategy": "optim_grads_params"} if mfsdp else {}),
+            **(
+                {"use_megatron_fsdp": True, "data_parallel_sharding_strategy": "optim_grads_params"}
+                if mfsdp
+                else {}
+            ),
             "grad_reduce_in_fp32": grad_reduce_in_fp32(spec),
             "overlap_grad_reduce": bool(t.overlap_grad_reduce),
             "overlap_param_gather": bool(t.overlap_param_gather),
@@ -216,8 +223,12 @@ def megatron_core_kwargs(spec: TrainSpec, d: Derived) -> dict[str, dict[str, Any
 
 #: StateDtype -> the torch dtype name OptimizerConfig takes (Megatron-LM ``arguments.py`` maps
 #: ``fp8`` to ``torch.uint8``, the storage of Transformer Engine's FP8 moments).
-STATE_DTYPE = {StateDtype.fp32: "float32", StateDtype.bf16: "bfloat16",
-               StateDtype.fp16: "float16", StateDtype.fp8: "uint8"}
+STATE_DTYPE = {
+    StateDtype.fp32: "float32",
+    StateDtype.bf16: "bfloat16",
+    StateDtype.fp16: "float16",
+    StateDtype.fp8: "uint8",
+}
 
 
 def mla_kwargs(spec: TrainSpec) -> dict[str, Any]:
@@ -232,12 +243,19 @@ def mla_kwargs(spec: TrainSpec) -> dict[str, Any]:
     m = spec.model
     if not m.multi_latent_attention:
         return {}
-    return {"multi_latent_attention": True, "q_lora_rank": m.q_lora_rank,
-            "kv_lora_rank": m.kv_lora_rank, "qk_head_dim": m.qk_head_dim,
-            "qk_pos_emb_head_dim": m.qk_pos_emb_head_dim, "v_head_dim": m.v_head_dim,
-            "rope_type": "rope", "rotary_base": m.rotary_base,
-            "rotary_percent": float(m.rotary_percent), "apply_rope_fusion": False,
-            "qk_layernorm": True}
+    return {
+        "multi_latent_attention": True,
+        "q_lora_rank": m.q_lora_rank,
+        "kv_lora_rank": m.kv_lora_rank,
+        "qk_head_dim": m.qk_head_dim,
+        "qk_pos_emb_head_dim": m.qk_pos_emb_head_dim,
+        "v_head_dim": m.v_head_dim,
+        "rope_type": "rope",
+        "rotary_base": m.rotary_base,
+        "rotary_percent": float(m.rotary_percent),
+        "apply_rope_fusion": False,
+        "qk_layernorm": True,
+    }
 
 
 def low_precision_kwargs(spec: TrainSpec) -> dict[str, Any]:
@@ -336,12 +354,15 @@ def optimizer_state_kwargs(spec: TrainSpec) -> dict[str, Any]:
     is not fp32, ``use_precision_aware_optimizer`` and the four dtypes (torch dtype names);
     nothing for an all-fp32 optimizer (the library defaults)."""
     t = spec.training
-    dtypes = {"main_grads_dtype": t.main_grads_dtype, "main_params_dtype": t.main_params_dtype,
-              "exp_avg_dtype": t.exp_avg_dtype, "exp_avg_sq_dtype": t.exp_avg_sq_dtype}
+    dtypes = {
+        "main_grads_dtype": t.main_grads_dtype,
+        "main_params_dtype": t.main_params_dtype,
+        "exp_avg_dtype": t.exp_avg_dtype,
+        "exp_avg_sq_dtype": t.exp_avg_sq_dtype,
+    }
     if all(v is StateDtype.fp32 for v in dtypes.values()):
         return {}
-    return {"use_precision_aware_optimizer": True,
-            **{k: STATE_DTYPE[v] for k, v in dtypes.items()}}
+    return {"use_precision_aware_optimizer": True, **{k: STATE_DTYPE[v] for k, v in dtypes.items()}}
 
 
 def _float(x: float | None) -> float | None:
@@ -356,8 +377,9 @@ def _float(x: float | None) -> float | None:
 FlagEntry = tuple[str, Any, tuple[str, str] | None]
 
 
-def megatron_lm_entries(spec: TrainSpec, d: Derived,
-                        core: dict[str, dict[str, Any]]) -> list[FlagEntry]:
+def megatron_lm_entries(
+    spec: TrainSpec, d: Derived, core: dict[str, dict[str, Any]]
+) -> list[FlagEntry]:
     """The ``pretrain_gpt.py`` flags of Megatron-LM core_v0.19.0, in file order, with the
     Megatron-Core setting each one carries: the values are read from ``core``
     (:func:`megatron_core_kwargs`), never decided here.
@@ -392,8 +414,11 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
         c("--hidden-size", "TransformerConfig", "hidden_size"),
         c("--num-attention-heads", "TransformerConfig", "num_attention_heads"),
         ("--group-query-attention", gqa, None),
-        ("--num-query-groups", tc["num_query_groups"] if gqa else None,
-         ("TransformerConfig", "num_query_groups")),
+        (
+            "--num-query-groups",
+            tc["num_query_groups"] if gqa else None,
+            ("TransformerConfig", "num_query_groups"),
+        ),
         c("--ffn-hidden-size", "TransformerConfig", "ffn_hidden_size"),
         c("--kv-channels", "TransformerConfig", "kv_channels"),
         c("--multi-latent-attention", "TransformerConfig", "multi_latent_attention"),
@@ -404,8 +429,11 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
         c("--v-head-dim", "TransformerConfig", "v_head_dim"),
         c("--qk-layernorm", "TransformerConfig", "qk_layernorm"),
         c("--rope-type", "TransformerConfig", "rope_type"),
-        ("--no-rope-fusion", tc.get("apply_rope_fusion") is False,
-         ("TransformerConfig", "apply_rope_fusion")),
+        (
+            "--no-rope-fusion",
+            tc.get("apply_rope_fusion") is False,
+            ("TransformerConfig", "apply_rope_fusion"),
+        ),
         ("--seq-length", m.seq_length, ("forward_backward_func", "seq_length")),
         c("--max-position-embeddings", "GPTModel", "max_sequence_length"),
         c("--swiglu", "TransformerConfig", "gated_linear_unit"),
@@ -413,13 +441,22 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
         c("--norm-epsilon", "TransformerConfig", "layernorm_epsilon"),
         c("--position-embedding-type", "GPTModel", "position_embedding_type"),
         ("--rotary-base", gpt["rotary_base"] if rope else None, ("GPTModel", "rotary_base")),
-        ("--rotary-percent", gpt["rotary_percent"] if rope else None,
-         ("GPTModel", "rotary_percent")),
+        (
+            "--rotary-percent",
+            gpt["rotary_percent"] if rope else None,
+            ("GPTModel", "rotary_percent"),
+        ),
         c("--use-rope-scaling", "GPTModel", "rope_scaling"),
-        ("--rope-scaling-factor", gpt["rope_scaling_factor"] if gpt["rope_scaling"] else None,
-         ("GPTModel", "rope_scaling_factor")),
-        ("--untie-embeddings-and-output-weights", not gpt["share_embeddings_and_output_weights"],
-         None),
+        (
+            "--rope-scaling-factor",
+            gpt["rope_scaling_factor"] if gpt["rope_scaling"] else None,
+            ("GPTModel", "rope_scaling_factor"),
+        ),
+        (
+            "--untie-embeddings-and-output-weights",
+            not gpt["share_embeddings_and_output_weights"],
+            None,
+        ),
         ("--disable-bias-linear", not tc["add_bias_linear"], None),
         c("--add-qkv-bias", "TransformerConfig", "add_qkv_bias"),
         c("--init-method-std", "TransformerConfig", "init_method_std"),
@@ -429,77 +466,141 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
         ("--tokenizer-type", "NullTokenizer", None),
         ("--vocab-size", m.vocab_size, None),
         ("--mock-data", lc.data_path is None and data.paths is None, None),
-        ("--data-path", lc.data_path if data.paths is None
-         else tuple(x for entry in data.paths for x in entry.split()), None),
-        ("--split", lc.data_split if lc.data_path is not None or data.paths is not None
-         else None, None),
+        (
+            "--data-path",
+            lc.data_path
+            if data.paths is None
+            else tuple(x for entry in data.paths for x in entry.split()),
+            None,
+        ),
+        (
+            "--split",
+            lc.data_split if lc.data_path is not None or data.paths is not None else None,
+            None,
+        ),
         ("--reset-position-ids", data.reset_position_ids, None),
         ("--reset-attention-mask", data.reset_attention_mask, None),
         ("--eod-mask-loss", data.eod_mask_loss, None),
         c("--tensor-model-parallel-size", "TransformerConfig", "tensor_model_parallel_size"),
         c("--pipeline-model-parallel-size", "TransformerConfig", "pipeline_model_parallel_size"),
         ("--num-layers-per-virtual-pipeline-stage", lpvs, None),
-        ("--num-virtual-stages-per-pipeline-rank", p.vpp if p.vpp > 1 and lpvs is None else None,
-         ("TransformerConfig", "virtual_pipeline_model_parallel_size")),
-        c("--decoder-first-pipeline-num-layers", "TransformerConfig",
-          "num_layers_in_first_pipeline_stage"),
-        c("--decoder-last-pipeline-num-layers", "TransformerConfig",
-          "num_layers_in_last_pipeline_stage"),
-        c("--account-for-embedding-in-pipeline-split", "TransformerConfig",
-          "account_for_embedding_in_pipeline_split"),
-        c("--account-for-loss-in-pipeline-split", "TransformerConfig",
-          "account_for_loss_in_pipeline_split"),
+        (
+            "--num-virtual-stages-per-pipeline-rank",
+            p.vpp if p.vpp > 1 and lpvs is None else None,
+            ("TransformerConfig", "virtual_pipeline_model_parallel_size"),
+        ),
+        c(
+            "--decoder-first-pipeline-num-layers",
+            "TransformerConfig",
+            "num_layers_in_first_pipeline_stage",
+        ),
+        c(
+            "--decoder-last-pipeline-num-layers",
+            "TransformerConfig",
+            "num_layers_in_last_pipeline_stage",
+        ),
+        c(
+            "--account-for-embedding-in-pipeline-split",
+            "TransformerConfig",
+            "account_for_embedding_in_pipeline_split",
+        ),
+        c(
+            "--account-for-loss-in-pipeline-split",
+            "TransformerConfig",
+            "account_for_loss_in_pipeline_split",
+        ),
         c("--context-parallel-size", "TransformerConfig", "context_parallel_size"),
-        ("--cp-comm-type", tc["cp_comm_type"] if p.cp > 1 else None,
-         ("TransformerConfig", "cp_comm_type")),
+        (
+            "--cp-comm-type",
+            tc["cp_comm_type"] if p.cp > 1 else None,
+            ("TransformerConfig", "cp_comm_type"),
+        ),
         c("--expert-model-parallel-size", "TransformerConfig", "expert_model_parallel_size"),
         c("--expert-tensor-parallel-size", "TransformerConfig", "expert_tensor_parallel_size"),
         c("--sequence-parallel", "TransformerConfig", "sequence_parallel"),
         c("--tp-comm-overlap", "TransformerConfig", "tp_comm_overlap"),
-        c("--overlap-moe-expert-parallel-comm", "TransformerConfig",
-          "overlap_moe_expert_parallel_comm"),
-        c("--use-distributed-optimizer", "DistributedDataParallelConfig",
-          "use_distributed_optimizer"),
+        c(
+            "--overlap-moe-expert-parallel-comm",
+            "TransformerConfig",
+            "overlap_moe_expert_parallel_comm",
+        ),
+        c(
+            "--use-distributed-optimizer",
+            "DistributedDataParallelConfig",
+            "use_distributed_optimizer",
+        ),
         c("--use-megatron-fsdp", "DistributedDataParallelConfig", "use_megatron_fsdp"),
-        c("--data-parallel-sharding-strategy", "DistributedDataParallelConfig",
-          "data_parallel_sharding_strategy"),
-        ("--no-gradient-accumulation-fusion", tc.get("gradient_accumulation_fusion") is False,
-         ("TransformerConfig", "gradient_accumulation_fusion")),
-        ("--overlap-grad-reduce", ddp["overlap_grad_reduce"],
-         ("DistributedDataParallelConfig", "overlap_grad_reduce")),
-        ("--overlap-param-gather", ddp["overlap_param_gather"],
-         ("DistributedDataParallelConfig", "overlap_param_gather")),
+        c(
+            "--data-parallel-sharding-strategy",
+            "DistributedDataParallelConfig",
+            "data_parallel_sharding_strategy",
+        ),
+        (
+            "--no-gradient-accumulation-fusion",
+            tc.get("gradient_accumulation_fusion") is False,
+            ("TransformerConfig", "gradient_accumulation_fusion"),
+        ),
+        (
+            "--overlap-grad-reduce",
+            ddp["overlap_grad_reduce"],
+            ("DistributedDataParallelConfig", "overlap_grad_reduce"),
+        ),
+        (
+            "--overlap-param-gather",
+            ddp["overlap_param_gather"],
+            ("DistributedDataParallelConfig", "overlap_param_gather"),
+        ),
     ]
     if moe:
         out += [
             c("--num-experts", "TransformerConfig", "num_moe_experts"),
             c("--moe-router-topk", "TransformerConfig", "moe_router_topk"),
             c("--moe-ffn-hidden-size", "TransformerConfig", "moe_ffn_hidden_size"),
-            ("--moe-layer-freq", layer_freq_flag(tc.get("moe_layer_freq")),
-             ("TransformerConfig", "moe_layer_freq")),
+            (
+                "--moe-layer-freq",
+                layer_freq_flag(tc.get("moe_layer_freq")),
+                ("TransformerConfig", "moe_layer_freq"),
+            ),
             c("--moe-token-dispatcher-type", "TransformerConfig", "moe_token_dispatcher_type"),
             c("--moe-router-pre-softmax", "TransformerConfig", "moe_router_pre_softmax"),
-            c("--moe-shared-expert-intermediate-size", "TransformerConfig",
-              "moe_shared_expert_intermediate_size"),
-            c("--moe-router-load-balancing-type", "TransformerConfig",
-              "moe_router_load_balancing_type"),
+            c(
+                "--moe-shared-expert-intermediate-size",
+                "TransformerConfig",
+                "moe_shared_expert_intermediate_size",
+            ),
+            c(
+                "--moe-router-load-balancing-type",
+                "TransformerConfig",
+                "moe_router_load_balancing_type",
+            ),
             c("--moe-aux-loss-coeff", "TransformerConfig", "moe_aux_loss_coeff"),
             c("--moe-z-loss-coeff", "TransformerConfig", "moe_z_loss_coeff"),
             c("--moe-router-score-function", "TransformerConfig", "moe_router_score_function"),
-            c("--moe-router-topk-scaling-factor", "TransformerConfig",
-              "moe_router_topk_scaling_factor"),
+            c(
+                "--moe-router-topk-scaling-factor",
+                "TransformerConfig",
+                "moe_router_topk_scaling_factor",
+            ),
             c("--moe-expert-capacity-factor", "TransformerConfig", "moe_expert_capacity_factor"),
             c("--moe-grouped-gemm", "TransformerConfig", "moe_grouped_gemm"),
-            c("--moe-flex-dispatcher-backend", "TransformerConfig",
-              "moe_flex_dispatcher_backend"),
-            c("--moe-pad-expert-input-to-capacity", "TransformerConfig",
-              "moe_pad_expert_input_to_capacity"),
-            c("--moe-router-padding-for-quantization", "TransformerConfig",
-              "moe_router_padding_for_quantization"),
+            c("--moe-flex-dispatcher-backend", "TransformerConfig", "moe_flex_dispatcher_backend"),
+            c(
+                "--moe-pad-expert-input-to-capacity",
+                "TransformerConfig",
+                "moe_pad_expert_input_to_capacity",
+            ),
+            c(
+                "--moe-router-padding-for-quantization",
+                "TransformerConfig",
+                "moe_router_padding_for_quantization",
+            ),
             c("--moe-router-num-groups", "TransformerConfig", "moe_router_num_groups"),
             c("--moe-router-group-topk", "TransformerConfig", "moe_router_group_topk"),
-            c("--moe-router-enable-expert-bias", "TransformerConfig",
-              "moe_router_enable_expert_bias"),
+            c(
+                "--moe-router-enable-expert-bias",
+                "TransformerConfig",
+                "moe_router_enable_expert_bias",
+            ),
         ]
     out.append(c("--mtp-num-layers", "TransformerConfig", "mtp_num_layers"))
     wsd = sched["lr_decay_style"] == "WSD"
@@ -510,15 +611,19 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
         c("--fp16", "TransformerConfig", "fp16"),
         c("--fp8-format", "TransformerConfig", "fp8"),
         c("--fp8-recipe", "TransformerConfig", "fp8_recipe"),
-        ("--fp8-param-gather", ddp.get("fp8_param_gather"),
-         ("DistributedDataParallelConfig", "fp8_param_gather")),
+        (
+            "--fp8-param-gather",
+            ddp.get("fp8_param_gather"),
+            ("DistributedDataParallelConfig", "fp8_param_gather"),
+        ),
         c("--fp4-format", "TransformerConfig", "fp4"),
         c("--fp4-recipe", "TransformerConfig", "fp4_recipe"),
         c("--first-last-layers-bf16", "TransformerConfig", "first_last_layers_bf16"),
         c("--use-precision-aware-optimizer", "OptimizerConfig", "use_precision_aware_optimizer"),
-        *[(f"--{k.replace('_', '-')}", _state_flag(opt.get(k)), ("OptimizerConfig", k))
-          for k in ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype",
-                    "exp_avg_sq_dtype")],
+        *[
+            (f"--{k.replace('_', '-')}", _state_flag(opt.get(k)), ("OptimizerConfig", k))
+            for k in ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
+        ],
         c("--recompute-granularity", "TransformerConfig", "recompute_granularity"),
         c("--recompute-method", "TransformerConfig", "recompute_method"),
         c("--recompute-num-layers", "TransformerConfig", "recompute_num_layers"),
@@ -529,23 +634,37 @@ def megatron_lm_entries(spec: TrainSpec, d: Derived,
         c("--lr-warmup-init", "OptimizerParamScheduler", "init_lr"),
         c("--lr-warmup-iters", "OptimizerParamScheduler", "lr_warmup_steps"),
         c("--lr-decay-iters", "OptimizerParamScheduler", "lr_decay_steps"),
-        ("--lr-wsd-decay-iters", sched["wsd_decay_steps"] if wsd else None,
-         ("OptimizerParamScheduler", "wsd_decay_steps")),
-        ("--lr-wsd-decay-style", sched["lr_wsd_decay_style"] if wsd else None,
-         ("OptimizerParamScheduler", "lr_wsd_decay_style")),
+        (
+            "--lr-wsd-decay-iters",
+            sched["wsd_decay_steps"] if wsd else None,
+            ("OptimizerParamScheduler", "wsd_decay_steps"),
+        ),
+        (
+            "--lr-wsd-decay-style",
+            sched["lr_wsd_decay_style"] if wsd else None,
+            ("OptimizerParamScheduler", "lr_wsd_decay_style"),
+        ),
         c("--weight-decay", "OptimizerConfig", "weight_decay"),
         ("--adam-beta1", opt["adam_beta1"] if adam else None, ("OptimizerConfig", "adam_beta1")),
         ("--adam-beta2", opt["adam_beta2"] if adam else None, ("OptimizerConfig", "adam_beta2")),
         ("--adam-eps", opt["adam_eps"] if adam else None, ("OptimizerConfig", "adam_eps")),
-        ("--sgd-momentum", None if adam else opt["sgd_momentum"],
-         ("OptimizerConfig", "sgd_momentum")),
+        (
+            "--sgd-momentum",
+            None if adam else opt["sgd_momentum"],
+            ("OptimizerConfig", "sgd_momentum"),
+        ),
         c("--clip-grad", "OptimizerConfig", "clip_grad"),
         ("--train-iters", t.train_iters, None),
         ("--seed", t.seed, None),
         ("--save", lc.save_dir, None),
         ("--load", spec.resume.load_dir or lc.save_dir, None),
-        ("--ckpt-format", d.checkpoint_format
-         if d.checkpoint_format in ("torch_dist", "torch", "fsdp_dtensor") else None, None),
+        (
+            "--ckpt-format",
+            d.checkpoint_format
+            if d.checkpoint_format in ("torch_dist", "torch", "fsdp_dtensor")
+            else None,
+            None,
+        ),
         ("--finetune", spec.resume.finetune, None),
         ("--dist-ckpt-optim-fully-reshardable", spec.resume.optim_fully_reshardable, None),
         ("--save-interval", lc.save_interval, None),

@@ -19,7 +19,6 @@ def distributed_optimizer(spec: TrainSpec) -> bool:
     return spec.engine is Engine.megatron and spec.parallel.zero_stage in (1, 3)
 
 
-
 def grad_reduce_in_fp32(spec: TrainSpec) -> bool:
     """Gradients accumulated and reduced in fp32: Megatron-LM sets it for bf16 unless the main
     gradients are bf16 (core_v0.16.1 ``megatron/training/arguments.py`` ``validate_args``:
@@ -37,10 +36,13 @@ def layers_per_virtual_stage(spec: TrainSpec, d: Derived) -> int | None:
     ``--num-layers-per-virtual-pipeline-stage``: only for an even split (uneven and account_for
     splits are written as ``--num-virtual-stages-per-pipeline-rank``); None otherwise."""
     p = spec.parallel
-    if (not interleaved(spec) or d.layers_per_stage is None
-            or p.pipeline_first_stage_layers is not None
-            or p.pipeline_last_stage_layers is not None
-            or p.account_for_embedding_in_pipeline_split
-            or p.account_for_loss_in_pipeline_split):
+    if (
+        not interleaved(spec)
+        or d.layers_per_stage is None
+        or p.pipeline_first_stage_layers is not None
+        or p.pipeline_last_stage_layers is not None
+        or p.account_for_embedding_in_pipeline_split
+        or p.account_for_loss_in_pipeline_split
+    ):
         return None
     return d.layers_per_stage[0] // p.vpp

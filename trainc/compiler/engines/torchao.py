@@ -41,8 +41,9 @@ def recipes_in(version: str) -> tuple[Fp8Recipe, ...]:
     v = _minor(version)
     if v is None:
         return TORCHAO_RECIPES
-    return tuple(r for r, (lo, hi) in RECIPES_BY_VERSION.items()
-                 if lo <= v and (hi is None or v <= hi))
+    return tuple(
+        r for r, (lo, hi) in RECIPES_BY_VERSION.items() if lo <= v and (hi is None or v <= hi)
+    )
 
 
 def converters(spec: TrainSpec) -> list[dict[str, str]]:

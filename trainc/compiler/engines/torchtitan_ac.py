@@ -62,8 +62,12 @@ SUBCOMMANDS_FIRST = (0, 3)
 #: ``self.wq(x), self.wk(x), self.wv(x)``): it changes which GEMMs per-op SAC recomputes.
 FUSED_QKV_FIRST = (0, 3)
 #: torchtitan 0.3.0 subcommand per mode.
-SUBCOMMAND = {"none": "none", "full": "full", "selective_op": "selective",
-              "memory_budget": "memory-budget"}
+SUBCOMMAND = {
+    "none": "none",
+    "full": "full",
+    "selective_op": "selective",
+    "memory_budget": "memory-budget",
+}
 
 
 @dataclass(frozen=True)
@@ -136,13 +140,19 @@ def activation_checkpoint(spec: TrainSpec) -> dict[str, Any]:
     ``per_block`` (a per-block wrapper is applied: full, selective_op, selective_layer) and, for
     selective_op, the save policy (``save_policy``)."""
     ac = ac_setting(spec)
-    out: dict[str, Any] = {"mode": spec.training.recompute.value, "torchtitan_mode": ac.mode,
-                           "every_n_layers": ac.every_n, "memory_budget": ac.memory_budget,
-                           "per_block": ac.mode in ("full", "selective_op", "selective_layer")}
+    out: dict[str, Any] = {
+        "mode": spec.training.recompute.value,
+        "torchtitan_mode": ac.mode,
+        "every_n_layers": ac.every_n,
+        "memory_budget": ac.memory_budget,
+        "per_block": ac.mode in ("full", "selective_op", "selective_layer"),
+    }
     if ac.mode == "selective_op":
-        out["save_policy"] = ("outputs of mm/linear (all but every second per block), "
-                              "scaled_mm, SDPA, max, topk, reduce_scatter, all_to_all; "
-                              "the rest recomputed")
+        out["save_policy"] = (
+            "outputs of mm/linear (all but every second per block), "
+            "scaled_mm, SDPA, max, topk, reduce_scatter, all_to_all; "
+            "the rest recomputed"
+        )
     return out
 
 

@@ -59,20 +59,32 @@ def _int(x: float) -> int:
     return round(x)
 
 
-def memory_per_stage(spec: TrainSpec, plan: Plan, sp: list[StageParams] | None = None
-                     ) -> list[StageMemory]:
+def memory_per_stage(
+    spec: TrainSpec, plan: Plan, sp: list[StageParams] | None = None
+) -> list[StageMemory]:
     """Bytes per GPU on every stage: params, grads, optimizer, activations, total.
     ``sp``: :func:`~.params.stage_params` of the plan when the caller has it already."""
     sp = stage_params(spec, plan) if sp is None else sp
-    states = [fsdp_states(spec, x) for x in sp] if spec.engine is Engine.fsdp \
+    states = (
+        [fsdp_states(spec, x) for x in sp]
+        if spec.engine is Engine.fsdp
         else model_state_bytes(spec, plan, sp)
+    )
     acts = stage_activation_bytes(spec, plan)
     out = []
     for r, (st, act) in enumerate(zip(states, acts, strict=True)):
         params, grads, opt, a = _int(st.params), _int(st.grads), _int(st.optimizer), _int(act)
-        out.append(StageMemory(stage=r, layers=plan.derived.layers_per_stage[r], params=params,
-                               grads=grads, optimizer=opt, activations=a,
-                               total=params + grads + opt + a))
+        out.append(
+            StageMemory(
+                stage=r,
+                layers=plan.derived.layers_per_stage[r],
+                params=params,
+                grads=grads,
+                optimizer=opt,
+                activations=a,
+                total=params + grads + opt + a,
+            )
+        )
     return out
 
 
@@ -92,7 +104,7 @@ def estimate(plan: Plan) -> Estimates:
         for sc, x in zip(comms, sp, strict=True):
             add_fsdp_comm(spec, plan, sc, x)
         crosses |= fsdp_crossings(spec)
-    members = (members_per_domain(d, domain) if cl.time_model is TimeModel.kernels else None)
+    members = members_per_domain(d, domain) if cl.time_model is TimeModel.kernels else None
     if members is not None and spec.engine is Engine.fsdp:
         members |= fsdp_members(spec)
     time_collectives(spec, comms, crosses, members)
@@ -105,8 +117,13 @@ def estimate(plan: Plan) -> Estimates:
     w = mem[worst]
     band = step_time_band(spec)  # the step time's p10-p90 range (.band)
     return Estimates(
-        memory_bytes=MemoryBytes(params=w.params, grads=w.grads, optimizer=w.optimizer,
-                                 activations=w.activations, total=w.total),
+        memory_bytes=MemoryBytes(
+            params=w.params,
+            grads=w.grads,
+            optimizer=w.optimizer,
+            activations=w.activations,
+            total=w.total,
+        ),
         memory_stage=worst,
         memory_per_stage=tuple(mem),
         memory_budget_bytes=_int(max(budget, 0.0)),
@@ -115,12 +132,20 @@ def estimate(plan: Plan) -> Estimates:
         comm_bytes_per_step={a: _int(max(b[a] for b in by_axis)) for a in AXES},
         comm_seconds_per_step={a: r6(v) for a, v in crit.seconds_by_axis().items()},
         comm_collectives=tuple(
-            CollectiveEstimate(axis=c.axis, name=c.name, group_size=c.group_size,
-                               count=c.count, sent_bytes=_int(c.sent_bytes),
-                               received_bytes=_int(c.received_bytes),
-                               crosses_nodes=c.crosses_nodes, bandwidth_gbps=r6(c.bandwidth_gbps),
-                               seconds=r6(c.seconds), exposed_seconds=r6(c.exposed_seconds))
-            for c in crit.collectives.values()),
+            CollectiveEstimate(
+                axis=c.axis,
+                name=c.name,
+                group_size=c.group_size,
+                count=c.count,
+                sent_bytes=_int(c.sent_bytes),
+                received_bytes=_int(c.received_bytes),
+                crosses_nodes=c.crosses_nodes,
+                bandwidth_gbps=r6(c.bandwidth_gbps),
+                seconds=r6(c.seconds),
+                exposed_seconds=r6(c.exposed_seconds),
+            )
+            for c in crit.collectives.values()
+        ),
         pipeline_bubble_fraction=r6(bubble),
         flops_per_step=r6(flops),
         hardware_flops_per_step=r6(hardware_flops_per_step(spec, plan)),
@@ -134,10 +159,13 @@ def estimate(plan: Plan) -> Estimates:
         critical_stage=st.critical_stage,
         tokens_per_second=r6(st.tokens_per_second),
         mfu=r6(st.mfu),
-        assumptions={"time_model": cl.time_model.value,
-                     "compute_efficiency": cl.compute_efficiency,
-                     "comm_efficiency": cl.comm_efficiency, "comm_overlap": cl.comm_overlap,
-                     "memory_reserve_gib": cl.memory_reserve_gib},
+        assumptions={
+            "time_model": cl.time_model.value,
+            "compute_efficiency": cl.compute_efficiency,
+            "comm_efficiency": cl.comm_efficiency,
+            "comm_overlap": cl.comm_overlap,
+            "memory_reserve_gib": cl.memory_reserve_gib,
+        },
         rank_map=rmap,
         step_time_p10_seconds=r6(st.step_time_seconds * band[0]) if band else None,
         step_time_p90_seconds=r6(st.step_time_seconds * band[1]) if band else None,

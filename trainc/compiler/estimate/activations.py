@@ -62,8 +62,9 @@ from trainc.schemas import (
 )
 
 
-def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, sp: bool = False,
-                            selective: bool = False) -> float:
+def korthikanti_layer_bytes(
+    s: int, b: int, h: int, a: int, t: int = 1, *, sp: bool = False, selective: bool = False
+) -> float:
     """The paper's Table 2 (GPT MHA, GELU, ``f = 4h``), one layer, one micro-batch.
 
     >>> korthikanti_layer_bytes(2048, 1, 12288, 96) == 2048 * 12288 * (34 + 5 * 96 * 2048 / 12288)
@@ -78,10 +79,24 @@ def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, sp: b
     return sbh * (10 + 24 / t) + score
 
 
-def dense_layer_bytes(*, s: float, b: int, h: int, a: int, g: int, d: int, f: int, t: int,
-                      sp: bool, swiglu: bool, with_scores: bool, masks: bool = True,
-                      fp8: bool = False, attn_dropout: bool = True,
-                      mla: tuple[int | None, int, int, int, int] | None = None) -> float:
+def dense_layer_bytes(
+    *,
+    s: float,
+    b: int,
+    h: int,
+    a: int,
+    g: int,
+    d: int,
+    f: int,
+    t: int,
+    sp: bool,
+    swiglu: bool,
+    with_scores: bool,
+    masks: bool = True,
+    fp8: bool = False,
+    attn_dropout: bool = True,
+    mla: tuple[int | None, int, int, int, int] | None = None,
+) -> float:
     """One dense layer, one micro-batch, our GQA/SwiGLU generalisation of Table 2 (2-byte
     activations). ``s`` is the per-rank sequence (``seq / cp``).
 
@@ -125,9 +140,21 @@ def dense_layer_bytes(*, s: float, b: int, h: int, a: int, g: int, d: int, f: in
     return replicated / tsp + sharded + scores
 
 
-def moe_mlp_extra_bytes(*, s: float, b: int, h: int, t: int, sp: bool, etp: int, topk: int,
-                        f_e: int, f_s: int, num_experts: int, swiglu: bool,
-                        fp8: bool = False) -> float:
+def moe_mlp_extra_bytes(
+    *,
+    s: float,
+    b: int,
+    h: int,
+    t: int,
+    sp: bool,
+    etp: int,
+    topk: int,
+    f_e: int,
+    f_s: int,
+    num_experts: int,
+    swiglu: bool,
+    fp8: bool = False,
+) -> float:
     """MoE layer: bytes that replace the dense MLP's ``(4|6)sbf/t`` term (uniform routing;
     ``fp8``: the expert GEMM inputs saved in FP8, as :func:`dense_layer_bytes`)."""
     tsp = t if sp else 1
@@ -139,9 +166,19 @@ def moe_mlp_extra_bytes(*, s: float, b: int, h: int, t: int, sp: bool, etp: int,
     return routed + shared + router
 
 
-def fsdp_checkpointed_bytes(spec: TrainSpec, mode: str, whole: list[float], moe: list[float],
-                            *, s: float, b: int, t: int, sp: bool, flash: bool,
-                            inflight: float) -> float:
+def fsdp_checkpointed_bytes(
+    spec: TrainSpec,
+    mode: str,
+    whole: list[float],
+    moe: list[float],
+    *,
+    s: float,
+    b: int,
+    t: int,
+    sp: bool,
+    flash: bool,
+    inflight: float,
+) -> float:
     """Activation bytes of one engine=fsdp stage (2-byte units) under torchtitan's
     selective_op, selective_layer or memory_budget mode (:mod:`.fsdp_ac`): ``whole`` is each
     layer's whole activations, ``moe`` the MoE part of each (kept whole under per-op SAC, a
@@ -155,8 +192,9 @@ def fsdp_checkpointed_bytes(spec: TrainSpec, mode: str, whole: list[float], moe:
         stored = sum(sac + x for x in moe)
     elif mode == "selective_layer":
         n = filled(ac_setting(spec).every_n, "fsdp.selective_ac_option")
-        stored = sum(ckpt if c else w
-                     for c, w in zip(checkpointed_blocks(len(whole), n), whole, strict=True))
+        stored = sum(
+            ckpt if c else w for c, w in zip(checkpointed_blocks(len(whole), n), whole, strict=True)
+        )
     else:
         budget = filled(ac_setting(spec).memory_budget, "fsdp.memory_budget")
         stored = sum(ckpt + budget * (w - ckpt) for w in whole)
@@ -195,15 +233,42 @@ def stage_activation_bytes(spec: TrainSpec, plan: Plan) -> list[float]:
     mlp_c = (6 if swiglu else 4) - (1 if fp8 else 0)
     moe_delta = 0.0
     if m.num_experts:
-        moe_delta = moe_mlp_extra_bytes(
-            s=s, b=b, h=h, t=t, sp=sp, etp=d.etp, topk=m.moe_router_topk,
-            f_e=filled(m.moe_ffn_hidden_size, "model.moe_ffn_hidden_size"), f_s=m.moe_shared_expert_intermediate_size or 0,
-            num_experts=m.num_experts, swiglu=swiglu, fp8=fp8) - mlp_c * s * b * f / t
+        moe_delta = (
+            moe_mlp_extra_bytes(
+                s=s,
+                b=b,
+                h=h,
+                t=t,
+                sp=sp,
+                etp=d.etp,
+                topk=m.moe_router_topk,
+                f_e=filled(m.moe_ffn_hidden_size, "model.moe_ffn_hidden_size"),
+                f_s=m.moe_shared_expert_intermediate_size or 0,
+                num_experts=m.num_experts,
+                swiglu=swiglu,
+                fp8=fp8,
+            )
+            - mlp_c * s * b * f / t
+        )
 
     def layer(moe: bool, scores: bool) -> float:
-        base = dense_layer_bytes(s=s, b=b, h=h, a=a, g=g, d=kv, t=t, sp=sp, swiglu=swiglu, f=f,
-                                 with_scores=scores and not flash, masks=masks, fp8=fp8,
-                                 attn_dropout=m.attention_dropout > 0, mla=mla_dims(spec))
+        base = dense_layer_bytes(
+            s=s,
+            b=b,
+            h=h,
+            a=a,
+            g=g,
+            d=kv,
+            t=t,
+            sp=sp,
+            swiglu=swiglu,
+            f=f,
+            with_scores=scores and not flash,
+            masks=masks,
+            fp8=fp8,
+            attn_dropout=m.attention_dropout > 0,
+            mla=mla_dims(spec),
+        )
         return base + (lse if scores and flash else 0.0) + (moe_delta if moe else 0.0)
 
     scale = activation_bytes(spec) / 2  # the formulas count 2-byte activations
@@ -218,16 +283,26 @@ def stage_activation_bytes(spec: TrainSpec, plan: Plan) -> list[float]:
         inflight = inflight_microbatches(p, r, M, v)
         mode = ac_setting(spec).mode if spec.engine is Engine.fsdp else None
         if mode in ("selective_op", "selective_layer", "memory_budget"):
-            per_stage = fsdp_checkpointed_bytes(spec, mode, [layer(fl, True) for fl in moe_flags],
-                                                [moe_delta if fl else 0.0 for fl in moe_flags],
-                                                s=s, b=b, t=t, sp=sp, flash=flash,
-                                                inflight=inflight)
+            per_stage = fsdp_checkpointed_bytes(
+                spec,
+                mode,
+                [layer(fl, True) for fl in moe_flags],
+                [moe_delta if fl else 0.0 for fl in moe_flags],
+                s=s,
+                b=b,
+                t=t,
+                sp=sp,
+                flash=flash,
+                inflight=inflight,
+            )
         elif tr.recompute is Recompute.full:
             n = max(filled(tr.recompute_num_layers, "training.recompute_num_layers"), 1)
             ckpt = 2 * s * b * h / tsp
             if tr.recompute_method is RecomputeMethod.block:
                 mask = full_recompute_mask(chunks[r], "block", n)
-                stored = sum(ckpt if re else layer(fl, True) for re, fl in zip(mask, moe_flags, strict=False))
+                stored = sum(
+                    ckpt if re else layer(fl, True) for re, fl in zip(mask, moe_flags, strict=False)
+                )
             else:
                 stored = math.ceil(len(idx) / n) * ckpt
             working = max((layer(fl, True) for fl in moe_flags), default=0.0) * min(n, len(idx))
@@ -248,9 +323,11 @@ def stage_activation_bytes(spec: TrainSpec, plan: Plan) -> list[float]:
                 # each multi-token-prediction module on the last stage (Megatron-Core's MTP
                 # block): its transformer layer (MoE iff the last layer is; kept whole, not
                 # recomputed), the two normed h inputs it concatenates, and its own logits
-                mtp_layer = layer(is_moe_layer(spec, m.num_layers - 1),
-                                  tr.recompute is not Recompute.selective)
-                extra += m.mtp_num_layers * (mtp_layer * inflight + 4 * s * b * h / tsp
-                                             + 6 * s * b * d.padded_vocab_size / t)
+                mtp_layer = layer(
+                    is_moe_layer(spec, m.num_layers - 1), tr.recompute is not Recompute.selective
+                )
+                extra += m.mtp_num_layers * (
+                    mtp_layer * inflight + 4 * s * b * h / tsp + 6 * s * b * d.padded_vocab_size / t
+                )
         out.append((per_stage + extra) * scale)
     return out

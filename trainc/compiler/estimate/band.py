@@ -31,8 +31,9 @@ def published_bands() -> dict[str, tuple[float, float]]:
     True
     """
     path = Path(str(resources.files("trainc") / "conf" / "step_time_band.yaml"))
-    data = yaml.load(path.read_text(encoding="utf-8"),
-                     Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml when present
+    data = yaml.load(
+        path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    )  # libyaml when present
     return {k: (float(v["p10"]), float(v["p90"])) for k, v in data.items()}
 
 
@@ -46,7 +47,6 @@ def step_time_band(spec: TrainSpec) -> tuple[float, float, str] | None:
         return float(lo), float(hi), "calibrated"
     if c.time_model is not TimeModel.kernels:
         return None
-    kind = "moe" if spec.model.num_experts else \
-        "fsdp" if spec.engine is Engine.fsdp else "dense"
+    kind = "moe" if spec.model.num_experts else "fsdp" if spec.engine is Engine.fsdp else "dense"
     p10, p90 = published_bands()[kind]
     return p10, p90, f"published runs ({kind})"

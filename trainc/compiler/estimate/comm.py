@@ -143,8 +143,10 @@ def ep_link_bytes(d: EpDispatch, g: int) -> tuple[float, float]:
         return nic * d.token_bytes, nvl * d.token_bytes
     if d.dispatcher is MoeDispatcher.allgather:
         copies = float(n - 1)
-        return ((copies if g < n else 0.0) * d.token_bytes,
-                (0.0 if g < n else copies) * d.token_bytes)
+        return (
+            (copies if g < n else 0.0) * d.token_bytes,
+            (0.0 if g < n else copies) * d.token_bytes,
+        )
     return k * (n - g) / n * d.token_bytes, k * (g - 1) / n * d.token_bytes
 
 
@@ -283,8 +285,9 @@ def stage_comm(spec: TrainSpec, plan: Plan, stages: list[StageParams]) -> list[S
     a = m.num_attention_heads
     act = b * s * h * eb  # the tensor TP collectives act on (per CP rank)
     out = []
-    for r, (idx, rerun) in enumerate(zip(plan_stage_layers(plan), plan_rerun_masks(plan),
-                                         strict=True)):
+    for r, (idx, rerun) in enumerate(
+        zip(plan_stage_layers(plan), plan_rerun_masks(plan), strict=True)
+    ):
         moe = [is_moe_layer(spec, i) for i in idx]
         # per layer: fwd + bwd, plus the recomputed forward of the layers full recompute re-runs
         passes = [2 + int(x) for x in rerun]
@@ -297,8 +300,9 @@ def stage_comm(spec: TrainSpec, plan: Plan, stages: list[StageParams]) -> list[S
             mlp_blocks = sum(n for mo, n in zip(moe, passes, strict=False) if not mo)
             unit = all_reduce_bytes(t, act)
             unit_attn = unit * attention_tp_ratio(spec)
-            expert_blocks = sum(n for mo, n in zip(moe, passes, strict=False) if mo) \
-                if etp > 1 else 0
+            expert_blocks = (
+                sum(n for mo, n in zip(moe, passes, strict=False) if mo) if etp > 1 else 0
+            )
             name = "all_gather+reduce_scatter" if sp else "all_reduce"
             col = sc.get("tp", name, t)
             col.add(unit_attn, times=sum(passes) * M)
@@ -318,12 +322,19 @@ def stage_comm(spec: TrainSpec, plan: Plan, stages: list[StageParams]) -> list[S
             sc.get("cp", spec.parallel.cp_comm_type.value, c).add(per, times=len(idx) * M)
         if e > 1 and n_moe:
             tokens = b * s / (t if sp else 1)
-            disp = EpDispatch(m.moe_token_dispatcher_type, m.moe_router_topk,
-                              filled(m.num_experts, "model.num_experts"), e, tokens * h * eb)
+            disp = EpDispatch(
+                m.moe_token_dispatcher_type,
+                m.moe_router_topk,
+                filled(m.num_experts, "model.num_experts"),
+                e,
+                tokens * h * eb,
+            )
             col = sc.get("ep", "dispatch+combine " + EP_COLLECTIVE[disp.dispatcher], e)
             col.ep = disp
-            col.add(ep_sent_bytes(disp), times=2 * M * sum(
-                n for mo, n in zip(moe, passes, strict=False) if mo))
+            col.add(
+                ep_sent_bytes(disp),
+                times=2 * M * sum(n for mo, n in zip(moe, passes, strict=False) if mo),
+            )
         if p > 1:
             pb = b * s * h * eb / (t if sp else 1)
             sent = recv = 0
@@ -340,8 +351,9 @@ def stage_comm(spec: TrainSpec, plan: Plan, stages: list[StageParams]) -> list[S
     return out
 
 
-def zero_dp_bytes(num_params: float, n: int, stage: int, num_microbatches: int = 1,
-                  elem_bytes: int = 2) -> float:
+def zero_dp_bytes(
+    num_params: float, n: int, stage: int, num_microbatches: int = 1, elem_bytes: int = 2
+) -> float:
     """DeepSpeed data-parallel bytes one rank sends per step (ZeRO paper, arXiv:1910.02054
     §7; worked example B's table).
 
@@ -384,22 +396,29 @@ def _dp(spec: TrainSpec, plan: Plan, sc: StageComm, sp_: StageParams) -> None:
         if d.megatron_fsdp:  # every micro-batch: gather for forward and backward, reduce-scatter
             M = d.num_microbatches
             sc.get("dp", f"{kind} fsdp param all_gather (fwd+bwd)", group).add(
-                all_gather_bytes(group, params * pb), times=2 * M)
+                all_gather_bytes(group, params * pb), times=2 * M
+            )
             sc.get("dp", f"{kind} fsdp grad reduce_scatter", group).add(
-                all_gather_bytes(group, params * gb), times=M)
+                all_gather_bytes(group, params * gb), times=M
+            )
             continue
         if d.distributed_optimizer:
             sc.get("dp", f"{kind} grad reduce_scatter", group).add(
-                all_gather_bytes(group, params * gb))
+                all_gather_bytes(group, params * gb)
+            )
             sc.get("dp", f"{kind} param all_gather", group).add(
-                all_gather_bytes(group, params * pb))
+                all_gather_bytes(group, params * pb)
+            )
         else:
             sc.get("dp", f"{kind} grad all_reduce", group).add(all_reduce_bytes(group, params * gb))
 
 
 #: the EP record's name per dispatcher (``dispatch+combine NAME``)
-EP_COLLECTIVE = {MoeDispatcher.alltoall: "all_to_all", MoeDispatcher.flex: "flex all_to_all",
-                 MoeDispatcher.allgather: "all_gather+reduce_scatter"}
+EP_COLLECTIVE = {
+    MoeDispatcher.alltoall: "all_to_all",
+    MoeDispatcher.flex: "flex all_to_all",
+    MoeDispatcher.allgather: "all_gather+reduce_scatter",
+}
 
 #: collective axis -> rank-map group kind whose span decides the bandwidth
 #: TP records Transformer Engine's userbuffers carry under tp_comm_overlap (time._TE_TP_COLLECTIVES)
@@ -414,7 +433,10 @@ _GROUP_OF_AXIS = {"tp": "tp", "cp": "cp", "ep": "ep", "pp": "pp", "dp": "dp_cp"}
 #: 8 bytes of data, LL128 120 of every 128 bytes; the ``busBw`` refinements of the same file).
 #: NCCL picks, per call, the protocol of least latency + bytes / bandwidth.
 NCCL_RING_PROTOCOLS = (  # (base us, NVLink step us, network step us, bandwidth fraction)
-    (6.6, 0.6, 2.7, 0.5), (14.0, 1.9, 4.0, 0.92), (8.4, 3.4, 14.0, 1.0))
+    (6.6, 0.6, 2.7, 0.5),
+    (14.0, 1.9, 4.0, 0.92),
+    (8.4, 3.4, 14.0, 1.0),
+)
 
 
 def ring_steps(name: str, n: int) -> tuple[int, int]:
@@ -436,8 +458,15 @@ def ring_steps(name: str, n: int) -> tuple[int, int]:
     return 1, 1
 
 
-def collective_seconds(vol: float, count: int, steps: int, launches: int, inter_steps: int,
-                       bw_bytes_per_s: float, sharp: bool = False) -> float:
+def collective_seconds(
+    vol: float,
+    count: int,
+    steps: int,
+    launches: int,
+    inter_steps: int,
+    bw_bytes_per_s: float,
+    sharp: bool = False,
+) -> float:
     """Seconds of ``count`` operations moving ``vol`` bytes in all (the larger direction) at
     ``bw_bytes_per_s``, each ``steps`` ring steps of which ``inter_steps`` cross the network, in
     ``launches`` kernel launches: the alpha-beta model of :data:`NCCL_RING_PROTOCOLS`, the best
@@ -461,8 +490,12 @@ def collective_seconds(vol: float, count: int, steps: int, launches: int, inter_
     return best
 
 
-def time_collectives(spec: TrainSpec, comms: list[StageComm], crosses: dict[str, bool],
-                     members: dict[str, int] | None = None) -> None:
+def time_collectives(
+    spec: TrainSpec,
+    comms: list[StageComm],
+    crosses: dict[str, bool],
+    members: dict[str, int] | None = None,
+) -> None:
     """Fill ``seconds``: larger direction / (bandwidth x comm_efficiency); the bandwidth is the
     inter-node one when the axis' group leaves an NVLink domain (from the rank map).
 
@@ -482,8 +515,8 @@ def time_collectives(spec: TrainSpec, comms: list[StageComm], crosses: dict[str,
     intra = filled(cl.intra_node_bandwidth_gbps, "cluster.intra_node_bandwidth_gbps")
     inter = filled(cl.inter_node_bandwidth_gbps, "cluster.inter_node_bandwidth_gbps")
     ub = bool(spec.training.tp_comm_overlap) and tp_in_nvlink_domain(
-        spec.parallel.tp, cl.nvlink_domain_size, cl.gpus_per_node,
-        cl.num_nodes * cl.gpus_per_node)
+        spec.parallel.tp, cl.nvlink_domain_size, cl.gpus_per_node, cl.num_nodes * cl.gpus_per_node
+    )
     for sc in comms:
         for col in sc.collectives.values():
             kind = col.group or _GROUP_OF_AXIS[col.axis]
@@ -494,8 +527,9 @@ def time_collectives(spec: TrainSpec, comms: list[StageComm], crosses: dict[str,
             vol = max(col.sent_bytes, col.received_bytes)
             if col.ep is not None and members is not None:
                 g = max(members.get(kind, 1), 1) if col.crosses_nodes else col.group_size
-                col.seconds = col.count * ep_dispatch_seconds(col.ep, g, intra * 1e9 * eff,
-                                                              inter * 1e9 * eff)
+                col.seconds = col.count * ep_dispatch_seconds(
+                    col.ep, g, intra * 1e9 * eff, inter * 1e9 * eff
+                )
                 col.bandwidth_gbps = vol / col.seconds / 1e9 / eff if col.seconds else bw
                 continue
             if col.crosses_nodes and members is not None and col.group_size > 1:
@@ -518,14 +552,21 @@ def time_collectives(spec: TrainSpec, comms: list[StageComm], crosses: dict[str,
             # the seed model, or latency off: bytes over bandwidth. Transformer Engine's
             # userbuffers run the overlapped TP collectives with their own p2p kernels, not NCCL
             # (TE initialize_ub), so NCCL's latency model does not apply to them
-            if members is None or not cl.collective_latency or (ub and col.axis == "tp"
-                                                                and col.name in _UB_TP):
+            if (
+                members is None
+                or not cl.collective_latency
+                or (ub and col.axis == "tp" and col.name in _UB_TP)
+            ):
                 col.seconds = vol / (bw * 1e9 * eff) if bw > 0 else 0.0
                 continue
             steps, launches = ring_steps(col.name, col.group_size)
             per_dom = max(members.get(kind, 1), 1) if col.crosses_nodes else col.group_size
             domains = -(-col.group_size // min(per_dom, col.group_size))
-            inter_steps = 0 if domains <= 1 else min(
-                steps, (2 if steps >= 2 * (col.group_size - 1) else 1) * (domains - 1))
-            col.seconds = collective_seconds(vol, col.count, steps, launches, inter_steps,
-                                             bw * 1e9 * eff, sharp)
+            inter_steps = (
+                0
+                if domains <= 1
+                else min(steps, (2 if steps >= 2 * (col.group_size - 1) else 1) * (domains - 1))
+            )
+            col.seconds = collective_seconds(
+                vol, col.count, steps, launches, inter_steps, bw * 1e9 * eff, sharp
+            )

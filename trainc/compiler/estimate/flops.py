@@ -30,9 +30,22 @@ class FlopTerms:
     """6 * a * d * L: causal attention core per unit of sum(seq_len^2)."""
 
 
-def flop_terms(*, h: int, a: int, g: int, d: int, f: int, V: int, L: int, swiglu: bool,
-               num_moe_layers: int = 0, f_e: int = 0, topk: int = 0, f_s: int = 0,
-               mla: tuple[int | None, int, int, int, int] | None = None) -> FlopTerms:
+def flop_terms(
+    *,
+    h: int,
+    a: int,
+    g: int,
+    d: int,
+    f: int,
+    V: int,
+    L: int,
+    swiglu: bool,
+    num_moe_layers: int = 0,
+    f_e: int = 0,
+    topk: int = 0,
+    f_s: int = 0,
+    mla: tuple[int | None, int, int, int, int] | None = None,
+) -> FlopTerms:
     """Megatron's per-token and per-S2 FLOP coefficients (``num_floating_point_operations``).
 
     ``F_tok = 6h[f*c_f*L_d + f_e*k*c_f*L_moe + f_s*c_f*L_moe] + 6[h(q + 2*kappa) + q*h]*L + 6hV``
@@ -86,8 +99,12 @@ def spec_flop_terms(spec: TrainSpec, plan: Plan) -> FlopTerms:
     mtp = m.mtp_num_layers or 0
     pattern = moe_layer_pattern(spec)
     moe_mtp = mtp * pattern[-1] if pattern else 0  # an MTP layer is MoE iff the last layer is
-    t = model_flop_terms(spec, m.num_layers + mtp, plan.derived.num_moe_layers + moe_mtp,
-                         plan.derived.padded_vocab_size)
+    t = model_flop_terms(
+        spec,
+        m.num_layers + mtp,
+        plan.derived.num_moe_layers + moe_mtp,
+        plan.derived.padded_vocab_size,
+    )
     return mtp_flop_terms(spec, t)
 
 
@@ -103,8 +120,9 @@ def mtp_flop_terms(spec: TrainSpec, t: FlopTerms) -> FlopTerms:
     if not mtp:
         return t
     h = spec.model.hidden_size
-    return FlopTerms(t.per_token_layers + mtp * 6 * 2 * h * h,
-                     t.per_token_logits * (1 + mtp), t.core_per_s2)
+    return FlopTerms(
+        t.per_token_layers + mtp * 6 * 2 * h * h, t.per_token_logits * (1 + mtp), t.core_per_s2
+    )
 
 
 def model_flop_terms(spec: TrainSpec, layers: int, moe_layers: int, vocab: int) -> FlopTerms:
@@ -113,16 +131,20 @@ def model_flop_terms(spec: TrainSpec, layers: int, moe_layers: int, vocab: int) 
     m = spec.model
     moe = bool(m.num_experts)
     return flop_terms(
-        h=m.hidden_size, a=m.num_attention_heads,
+        h=m.hidden_size,
+        a=m.num_attention_heads,
         g=filled(m.num_query_groups, "model.num_query_groups"),
         d=filled(m.kv_channels, "model.kv_channels"),
-        f=filled(m.ffn_hidden_size, "model.ffn_hidden_size"), V=vocab,
-        L=layers, swiglu=m.activation is Activation.swiglu,
+        f=filled(m.ffn_hidden_size, "model.ffn_hidden_size"),
+        V=vocab,
+        L=layers,
+        swiglu=m.activation is Activation.swiglu,
         num_moe_layers=moe_layers,
         f_e=filled(m.moe_ffn_hidden_size, "model.moe_ffn_hidden_size") if moe else 0,
         topk=m.moe_router_topk if moe else 0,
         f_s=(m.moe_shared_expert_intermediate_size or 0) if moe else 0,
-        mla=mla_dims(spec))
+        mla=mla_dims(spec),
+    )
 
 
 def mla_dims(spec: TrainSpec) -> tuple[int | None, int, int, int, int] | None:

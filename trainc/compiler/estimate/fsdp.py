@@ -87,9 +87,11 @@ def fsdp_states(spec: TrainSpec, sp: StageParams) -> StateBytes:
     opt_b = 8 if spec.training.optimizer is Optimizer.adam else 4
     host = 0.0 if f.cpu_offload else 1.0
     gathered = 2 * sp.largest_layer if f.reshard_after_forward else sp.total + sp.largest_layer
-    return StateBytes(params=host * 4 * shard + pd * gathered,
-                      grads=host * 4 * shard + rd * 2 * sp.largest_layer,
-                      optimizer=host * opt_b * shard)
+    return StateBytes(
+        params=host * 4 * shard + pd * gathered,
+        grads=host * 4 * shard + rd * 2 * sp.largest_layer,
+        optimizer=host * opt_b * shard,
+    )
 
 
 def add_fsdp_comm(spec: TrainSpec, plan: Plan, sc: StageComm, sp: StageParams) -> None:
@@ -103,8 +105,11 @@ def add_fsdp_comm(spec: TrainSpec, plan: Plan, sc: StageComm, sp: StageParams) -
     own = spec.parallel.ep > 1  # the experts have their own FSDP group (efsdp)
     dense = sp.dense if own else sp.total
     if n > 1:
-        ag = sc.get("dp", "fsdp param all_gather (fwd+bwd)" if gathers == 2
-                    else "fsdp param all_gather (fwd)", n)
+        ag = sc.get(
+            "dp",
+            "fsdp param all_gather (fwd+bwd)" if gathers == 2 else "fsdp param all_gather (fwd)",
+            n,
+        )
         ag.add(all_gather_bytes(n, dense * pd), times=gathers * M)
         ag.group = "fsdp_shard"
         rs = sc.get("dp", "fsdp grad reduce_scatter", n)
@@ -112,8 +117,13 @@ def add_fsdp_comm(spec: TrainSpec, plan: Plan, sc: StageComm, sp: StageParams) -
         rs.group = "fsdp_shard"
     n_e = expert_shard_group(spec)
     if own and n_e > 1 and sp.expert:
-        ag = sc.get("dp", "fsdp expert param all_gather (fwd+bwd)" if gathers == 2
-                    else "fsdp expert param all_gather (fwd)", n_e)
+        ag = sc.get(
+            "dp",
+            "fsdp expert param all_gather (fwd+bwd)"
+            if gathers == 2
+            else "fsdp expert param all_gather (fwd)",
+            n_e,
+        )
         ag.add(all_gather_bytes(n_e, sp.expert * pd), times=gathers * M)
         ag.group = "fsdp_expert"
         rs = sc.get("dp", "fsdp expert grad reduce_scatter", n_e)
@@ -134,8 +144,10 @@ def fsdp_crossings(spec: TrainSpec) -> dict[str, bool]:
     domain = filled(spec.cluster.nvlink_domain_size, "cluster.nvlink_domain_size")
     inner = p.cp * p.tp
     shard = filled(f.dp_shard, "fsdp.dp_shard")
-    out = {"fsdp_shard": shard * inner > domain and shard * p.cp > 1,
-           "fsdp_replicate": f.dp_replicate > 1 and f.dp_replicate * shard * inner > domain}
+    out = {
+        "fsdp_shard": shard * inner > domain and shard * p.cp > 1,
+        "fsdp_replicate": f.dp_replicate > 1 and f.dp_replicate * shard * inner > domain,
+    }
     if p.ep > 1:  # efsdp strides by ep over the same dp_shard x cp x tp consecutive ranks
         out["fsdp_expert"] = shard * inner > domain and expert_shard_group(spec) > 1
     return out
@@ -157,8 +169,10 @@ def fsdp_members(spec: TrainSpec) -> dict[str, int]:
     domain = max(filled(spec.cluster.nvlink_domain_size, "cluster.nvlink_domain_size"), 1)
     shard = filled(f.dp_shard, "fsdp.dp_shard")
     inner = shard * p.cp * p.tp
-    out = {"fsdp_shard": max(min(domain, inner) // max(p.tp, 1), 1),
-           "fsdp_replicate": max(domain // max(inner, 1), 1) if f.dp_replicate > 1 else 1}
+    out = {
+        "fsdp_shard": max(min(domain, inner) // max(p.tp, 1), 1),
+        "fsdp_replicate": max(domain // max(inner, 1), 1) if f.dp_replicate > 1 else 1,
+    }
     if p.ep > 1:
         out["fsdp_expert"] = max(min(domain, inner) // p.ep, 1)
     return out

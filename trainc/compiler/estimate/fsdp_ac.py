@@ -41,8 +41,9 @@ from trainc.compiler.ir import filled
 from trainc.schemas import Activation, Engine, TrainSpec
 
 
-def gemm_sequence(*, h: int, a: int, g: int, d: int, f: int, gated: bool,
-                  fused_qkv: bool) -> list[tuple[str, int, bool]]:
+def gemm_sequence(
+    *, h: int, a: int, g: int, d: int, f: int, gated: bool, fused_qkv: bool
+) -> list[tuple[str, int, bool]]:
     """The GEMMs of one dense torchtitan block in forward order, ``(name, forward FLOPs per
     token / 2 = in x out, column-parallel)``: fused ``wqkv`` (0.3.0) or ``wq, wk, wv``, then
     ``wo``, then the MLP ``w1, w3, w2`` (``w2(silu(w1(x)) * w3(x))``, Python evaluates w1 first;
@@ -51,10 +52,16 @@ def gemm_sequence(*, h: int, a: int, g: int, d: int, f: int, gated: bool,
     >>> [n for n, _, _ in gemm_sequence(h=8, a=2, g=1, d=4, f=16, gated=True, fused_qkv=True)]
     ['wqkv', 'wo', 'w1', 'w3', 'w2']
     """
-    qkv = ([("wqkv", h * (a * d + 2 * g * d), True)] if fused_qkv else
-           [("wq", h * a * d, True), ("wk", h * g * d, True), ("wv", h * g * d, True)])
-    mlp = ([("w1", h * f, True), ("w3", h * f, True), ("w2", f * h, False)] if gated else
-           [("w1", h * f, True), ("w2", f * h, False)])
+    qkv = (
+        [("wqkv", h * (a * d + 2 * g * d), True)]
+        if fused_qkv
+        else [("wq", h * a * d, True), ("wk", h * g * d, True), ("wv", h * g * d, True)]
+    )
+    mlp = (
+        [("w1", h * f, True), ("w3", h * f, True), ("w2", f * h, False)]
+        if gated
+        else [("w1", h * f, True), ("w2", f * h, False)]
+    )
     return [*qkv, ("wo", a * d * h, False), *mlp]
 
 
@@ -65,16 +72,22 @@ def _saved(seq: list[tuple[str, int, bool]]) -> list[bool]:
 
 def _dims(spec: TrainSpec) -> dict[str, int]:
     m = spec.model
-    return {"h": m.hidden_size, "a": m.num_attention_heads,
-            "g": filled(m.num_query_groups, "model.num_query_groups"),
-            "d": filled(m.kv_channels, "model.kv_channels"),
-            "f": filled(m.ffn_hidden_size, "model.ffn_hidden_size")}
+    return {
+        "h": m.hidden_size,
+        "a": m.num_attention_heads,
+        "g": filled(m.num_query_groups, "model.num_query_groups"),
+        "d": filled(m.kv_channels, "model.kv_channels"),
+        "f": filled(m.ffn_hidden_size, "model.ffn_hidden_size"),
+    }
 
 
 def _sequence(spec: TrainSpec) -> list[tuple[str, int, bool]]:
     ac = ac_setting(spec)
-    return gemm_sequence(**_dims(spec), gated=spec.model.activation is Activation.swiglu,
-                         fused_qkv=ac.minor >= FUSED_QKV_FIRST)
+    return gemm_sequence(
+        **_dims(spec),
+        gated=spec.model.activation is Activation.swiglu,
+        fused_qkv=ac.minor >= FUSED_QKV_FIRST,
+    )
 
 
 def sac_gemm_recompute_share(spec: TrainSpec) -> float:
@@ -92,8 +105,7 @@ def sac_gemm_recompute_share(spec: TrainSpec) -> float:
     return sum(w for (_, w, _), k in zip(seq, keep, strict=True) if not k) / total
 
 
-def sac_layer_bytes(spec: TrainSpec, *, s: float, b: int, t: int, sp: bool,
-                    flash: bool) -> float:
+def sac_layer_bytes(spec: TrainSpec, *, s: float, b: int, t: int, sp: bool, flash: bool) -> float:
     """Bytes per-op SAC keeps for one dense layer and micro-batch (2-byte activations; see the
     module docstring), working set excluded.
 
@@ -138,8 +150,10 @@ def recompute_parts(spec: TrainSpec, n_layers: int) -> list[tuple[float, float, 
     if ac.mode == "full":
         return [(1.0, 1.0, 1.0)] * n_layers
     if ac.mode == "selective_layer":
-        return [(1.0, 1.0, 1.0) if c else (0.0, 0.0, 0.0)
-                for c in checkpointed_blocks(n_layers, filled(ac.every_n, "every_n"))]
+        return [
+            (1.0, 1.0, 1.0) if c else (0.0, 0.0, 0.0)
+            for c in checkpointed_blocks(n_layers, filled(ac.every_n, "every_n"))
+        ]
     if ac.mode == "memory_budget":
         x = 1.0 - filled(ac.memory_budget, "fsdp.memory_budget")
         return [(x, x, x)] * n_layers

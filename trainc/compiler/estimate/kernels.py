@@ -116,8 +116,7 @@ def hardware(spec: TrainSpec) -> Hw:
         eff["bf16"] = cl.gemm_efficiency
     if cl.fp8_gemm_efficiency is not None:
         eff["fp8"] = cl.fp8_gemm_efficiency
-    moe_us = MOE_LAYER_OVERHEAD_US if cl.moe_layer_overhead_us is None else \
-        cl.moe_layer_overhead_us
+    moe_us = MOE_LAYER_OVERHEAD_US if cl.moe_layer_overhead_us is None else cl.moe_layer_overhead_us
     attn = prof.attention_efficiency
     if spec.engine is Engine.fsdp and prof.sdpa_attention_efficiency is not None:
         attn = prof.sdpa_attention_efficiency  # torch SDPA's FlashAttention-2 kernel
@@ -125,28 +124,34 @@ def hardware(spec: TrainSpec) -> Hw:
     scale *= cl.clock_cap if 0 < cl.clock_cap <= 1 else 1.0
     peaks = {k: v * scale * 1e12 for k, v in prof.peaks.items()}
     peaks["fp32"] = peaks["bf16"] / 2  # TF32 tensor cores (layer_precision)
-    return Hw(peaks=peaks,
-              gemm_eff=eff,
-              attention_eff=attn if cl.attention_efficiency is None else cl.attention_efficiency,
-              hbm=prof.memory_bandwidth_gbps * 1e9 * prof.memory_efficiency,
-              sms=prof.sm_count, moe_overhead_s=moe_us * 1e-6)
+    return Hw(
+        peaks=peaks,
+        gemm_eff=eff,
+        attention_eff=attn if cl.attention_efficiency is None else cl.attention_efficiency,
+        hbm=prof.memory_bandwidth_gbps * 1e9 * prof.memory_efficiency,
+        sms=prof.sm_count,
+        moe_overhead_s=moe_us * 1e-6,
+    )
 
 
 def kernel_factor(spec: TrainSpec, name: str) -> float:
     """The value the kernel model uses for the cluster factor ``name`` (a ``cluster`` key; a
     null key resolves to the GPU profile's figure, as :func:`hardware` does)."""
     hw = hardware(spec)
-    resolved = {"gemm_efficiency": hw.gemm_eff["bf16"],
-                "fp8_gemm_efficiency": hw.gemm_eff.get("fp8", hw.gemm_eff["bf16"]),
-                "attention_efficiency": hw.attention_eff,
-                "moe_layer_overhead_us": hw.moe_overhead_s * 1e6}
+    resolved = {
+        "gemm_efficiency": hw.gemm_eff["bf16"],
+        "fp8_gemm_efficiency": hw.gemm_eff.get("fp8", hw.gemm_eff["bf16"]),
+        "attention_efficiency": hw.attention_eff,
+        "moe_layer_overhead_us": hw.moe_overhead_s * 1e6,
+    }
     if name in resolved:
         return float(resolved[name])
     return float(getattr(spec.cluster, name))
 
 
-def gemm_seconds(hw: Hw, m: float, n: float, k: float, prec: str = "bf16",
-                 groups: int = 1) -> float:
+def gemm_seconds(
+    hw: Hw, m: float, n: float, k: float, prec: str = "bf16", groups: int = 1
+) -> float:
     """One (grouped) GEMM ``[m x k] @ [k x n]``, ``groups`` of them, seconds (roofline with tile
     and wave quantization; see the module docstring).
 
@@ -164,16 +169,22 @@ def gemm_seconds(hw: Hw, m: float, n: float, k: float, prec: str = "bf16",
     peak, eff = hw.peak(prec)
     tiles = math.ceil(m / TILE_M) * math.ceil(n / TILE_N) * groups
     waves = math.ceil(tiles / hw.sms)
-    q = tiles * TILE_M * TILE_N / (waves * hw.sms * TILE_M * TILE_N) * (
-        m * n / (math.ceil(m / TILE_M) * TILE_M * math.ceil(n / TILE_N) * TILE_N))
+    q = (
+        tiles
+        * TILE_M
+        * TILE_N
+        / (waves * hw.sms * TILE_M * TILE_N)
+        * (m * n / (math.ceil(m / TILE_M) * TILE_M * math.ceil(n / TILE_N) * TILE_N))
+    )
     flops = 2 * m * n * k * groups
     out_b = 4 if prec == "fp32" else 2  # the output: 16-bit, fp32 in fp32
     moved = groups * ((m * k + k * n) * element_bytes(prec) + out_b * m * n)
     return max(flops * (k + hw.k_overhead) / k / (peak * eff * q), moved / hw.hbm)
 
 
-def gemm3_seconds(hw: Hw, m: float, n: float, k: float, prec: str = "bf16",
-                  groups: int = 1) -> tuple[float, float]:
+def gemm3_seconds(
+    hw: Hw, m: float, n: float, k: float, prec: str = "bf16", groups: int = 1
+) -> tuple[float, float]:
     """(forward, backward) seconds of a linear layer: forward ``(m, n, k)``, data gradient
     ``(m, k, n)`` and weight gradient ``(k, n, m)``."""
     fwd = gemm_seconds(hw, m, n, k, prec, groups)
@@ -245,8 +256,13 @@ def layer_precision(spec: TrainSpec, index: int) -> str:
     tr = spec.training
     if computes_in_fp32(spec):
         return "fp32"
-    low = ("fp4" if tr.fp4_format is not Fp4Format.none else
-           "fp8" if tr.fp8_format is not Fp8Format.none else "bf16")
+    low = (
+        "fp4"
+        if tr.fp4_format is not Fp4Format.none
+        else "fp8"
+        if tr.fp8_format is not Fp8Format.none
+        else "bf16"
+    )
     if low != "bf16" and tr.first_last_layers_bf16 and index in (0, spec.model.num_layers - 1):
         return "bf16"
     return low
@@ -255,9 +271,19 @@ def layer_precision(spec: TrainSpec, index: int) -> str:
 def layer_time(spec: TrainSpec, plan: Plan, hw: Hw, moe: bool, prec: str) -> LayerTime:
     """One transformer layer, one micro-batch, on one GPU (see the module docstring)."""
     d = plan.derived
-    return layer_time_of(spec, hw, moe, prec, d.tp, d.cp, d.ep, d.etp,
-                         bool(d.sequence_parallel), spec.training.micro_batch_size,
-                         attention_kv_length(spec, d.cp, spec.parallel.cp_comm_type))
+    return layer_time_of(
+        spec,
+        hw,
+        moe,
+        prec,
+        d.tp,
+        d.cp,
+        d.ep,
+        d.etp,
+        bool(d.sequence_parallel),
+        spec.training.micro_batch_size,
+        attention_kv_length(spec, d.cp, spec.parallel.cp_comm_type),
+    )
 
 
 def attention_kv_length(spec: TrainSpec, cp: int, comm: CpCommType) -> float:
@@ -283,8 +309,19 @@ def attention_kv_length(spec: TrainSpec, cp: int, comm: CpCommType) -> float:
     return s
 
 
-def layer_time_of(spec: TrainSpec, hw: Hw, moe: bool, prec: str, t: int, c: int, ep: int,
-                  etp: int, sp: bool, b: int, kv_len: float | None = None) -> LayerTime:
+def layer_time_of(
+    spec: TrainSpec,
+    hw: Hw,
+    moe: bool,
+    prec: str,
+    t: int,
+    c: int,
+    ep: int,
+    etp: int,
+    sp: bool,
+    b: int,
+    kv_len: float | None = None,
+) -> LayerTime:
     """:func:`layer_time` for the layout ``(tp=t, cp=c, ep, etp, sequence_parallel=sp,
     micro_batch_size=b)`` without a plan (the planner's fast model calls it once per class);
     ``kv_len``: the keys each fused attention call sees (:func:`attention_kv_length`; None =
@@ -322,10 +359,12 @@ def layer_time_of(spec: TrainSpec, hw: Hw, moe: bool, prec: str, t: int, c: int,
         lin(tok, h, a * d_v / t, prec)  # output projection (row parallel)
         # norms, residual adds; the latent norms; rotary on the query / key rotary channels;
         # the concatenations that build Q and K of d_qk channels
-        elems = 10 * h / tsp + 2 * (ql + kvl) / tsp + 2 * (a * pos / t + pos) \
-            + 4 * a * d_qk / t
-        casts = (2 * h + 2 * (ql + kvl) + pos + a * (d_qk + m.qk_head_dim + 2 * d_v) / t
-                 + h) if prec in LOW_PRECISIONS else 0.0
+        elems = 10 * h / tsp + 2 * (ql + kvl) / tsp + 2 * (a * pos / t + pos) + 4 * a * d_qk / t
+        casts = (
+            (2 * h + 2 * (ql + kvl) + pos + a * (d_qk + m.qk_head_dim + 2 * d_v) / t + h)
+            if prec in LOW_PRECISIONS
+            else 0.0
+        )
     else:
         lin(tok, (q + 2 * kv) / t, h, prec)  # QKV (column parallel)
         lin(tok, h, q / t, prec)  # output projection (row parallel)
@@ -362,8 +401,14 @@ def layer_time_of(spec: TrainSpec, hw: Hw, moe: bool, prec: str, t: int, c: int,
         if prec in LOW_PRECISIONS:
             casts += 2 * h + cf * f / t + f / t
     if spec.engine is Engine.fsdp and not spec.fsdp.compile:
-        elems += eager_extra_elements(q / t, kv / t, 0 if moe else f / t, swiglu, g < a,
-                                      m.position_embedding is PositionEmbedding.rope)
+        elems += eager_extra_elements(
+            q / t,
+            kv / t,
+            0 if moe else f / t,
+            swiglu,
+            g < a,
+            m.position_embedding is PositionEmbedding.rope,
+        )
     # attention core: causal, CP ranks each see all s keys for their s/c queries
     s_kv = s_full
     kv_call = s_full if kv_len is None else kv_len  # keys per call of the fused kernel
@@ -373,10 +418,18 @@ def layer_time_of(spec: TrainSpec, hw: Hw, moe: bool, prec: str, t: int, c: int,
         lt.attn_f = attn_flops / (hw.peaks["bf16"] * eff)
         lt.attn_b = 2.5 * lt.attn_f
     else:
-        lt.attn_f, lt.attn_b = unfused_attention_seconds(hw, b, s_full / c, s_kv, a / t, d_qk,
-                                                         m.attention_dropout > 0, d_v,
-                                                         # its GEMMs: BF16, or fp32
-                                                         "fp32" if prec == "fp32" else "bf16")
+        lt.attn_f, lt.attn_b = unfused_attention_seconds(
+            hw,
+            b,
+            s_full / c,
+            s_kv,
+            a / t,
+            d_qk,
+            m.attention_dropout > 0,
+            d_v,
+            # its GEMMs: BF16, or fp32
+            "fp32" if prec == "fp32" else "bf16",
+        )
     elem_bytes = activation_bytes(spec) * elems * tok
     cast_bytes = 4 * casts * tok  # read 2 B, write 1 B + the transposed 1 B copy
     lt.elem_f = (elem_bytes + cast_bytes) / hw.hbm
@@ -384,10 +437,17 @@ def layer_time_of(spec: TrainSpec, hw: Hw, moe: bool, prec: str, t: int, c: int,
     return lt
 
 
-def unfused_attention_seconds(hw: Hw, b: float, s_q: float, s_kv: float, heads: float,
-                              dh: float, dropout: bool,
-                              dv: float | None = None,
-                              prec: str = "bf16") -> tuple[float, float]:
+def unfused_attention_seconds(
+    hw: Hw,
+    b: float,
+    s_q: float,
+    s_kv: float,
+    heads: float,
+    dh: float,
+    dropout: bool,
+    dv: float | None = None,
+    prec: str = "bf16",
+) -> tuple[float, float]:
     """(forward, backward) seconds of attention that materialises the score matrix
     (``cluster.flash_attention: false``: Megatron-Core's unfused ``DotProductAttention``, the
     Megatron-LM of Narayanan et al. 2021 and Korthikanti et al. 2022), for ``b`` sequences of
@@ -409,20 +469,24 @@ def unfused_attention_seconds(hw: Hw, b: float, s_q: float, s_kv: float, heads: 
     """
     groups = max(round(b * heads), 1)
     dv = dh if dv is None else dv
-    fwd = gemm_seconds(hw, s_q, s_kv, dh, prec, groups) + \
-        gemm_seconds(hw, s_q, dv, s_kv, prec, groups)
-    bwd = (gemm_seconds(hw, s_kv, dv, s_q, prec, groups)
-           + gemm_seconds(hw, s_q, s_kv, dv, prec, groups)
-           + gemm_seconds(hw, s_q, dh, s_kv, prec, groups)
-           + gemm_seconds(hw, s_kv, dh, s_q, prec, groups))
+    fwd = gemm_seconds(hw, s_q, s_kv, dh, prec, groups) + gemm_seconds(
+        hw, s_q, dv, s_kv, prec, groups
+    )
+    bwd = (
+        gemm_seconds(hw, s_kv, dv, s_q, prec, groups)
+        + gemm_seconds(hw, s_q, s_kv, dv, prec, groups)
+        + gemm_seconds(hw, s_q, dh, s_kv, prec, groups)
+        + gemm_seconds(hw, s_kv, dh, s_q, prec, groups)
+    )
     scores = groups * s_q * s_kv * (2 if prec == "fp32" else 1)  # 4-byte scores in fp32
     fwd += scores * (4 + (5 if dropout else 0)) / hw.hbm
     bwd += scores * (6 + (5 if dropout else 0)) / hw.hbm
     return fwd, bwd
 
 
-def eager_extra_elements(q: float, kv: float, f: float, swiglu: bool, grouped: bool,
-                         rope: bool) -> float:
+def eager_extra_elements(
+    q: float, kv: float, f: float, swiglu: bool, grouped: bool, rope: bool
+) -> float:
     """Element reads + writes per token that eager PyTorch adds to the fused kernels
     :func:`layer_time_of` counts, for one layer's forward (engine=fsdp without
     ``fsdp.compile``; the trainc worker's model, ``trainc/launch/torch_gpt.py``, and
@@ -454,18 +518,17 @@ def logits_time(spec: TrainSpec, plan: Plan, hw: Hw) -> tuple[float, float]:
     """(forward, backward) seconds of the output layer and the cross entropy (BF16 GEMM; the
     fp32 logits are read and written by the loss kernels)."""
     d = plan.derived
-    return logits_time_of(spec, hw, d.tp, d.cp, spec.training.micro_batch_size,
-                          d.padded_vocab_size)
+    return logits_time_of(spec, hw, d.tp, d.cp, spec.training.micro_batch_size, d.padded_vocab_size)
 
 
-def logits_time_of(spec: TrainSpec, hw: Hw, tp: int, cp: int, mbs: int,
-                   padded_vocab: int) -> tuple[float, float]:
+def logits_time_of(
+    spec: TrainSpec, hw: Hw, tp: int, cp: int, mbs: int, padded_vocab: int
+) -> tuple[float, float]:
     """:func:`logits_time` for a layout given by its numbers (no plan)."""
     m = spec.model
     tok = mbs * m.seq_length / cp
     v = padded_vocab / tp
-    f, b = gemm3_seconds(hw, tok, v, m.hidden_size,
-                         "fp32" if computes_in_fp32(spec) else "bf16")
+    f, b = gemm3_seconds(hw, tok, v, m.hidden_size, "fp32" if computes_in_fp32(spec) else "bf16")
     ce = 3 * 4 * tok * v / hw.hbm  # fp32 logits: write, read for softmax, write the gradient
     return f + ce, b + ce
 

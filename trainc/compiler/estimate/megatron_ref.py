@@ -19,10 +19,29 @@ from trainc.compiler.estimate.params import attention_params, mlp_params
 
 
 def theoretical_weight_and_optimizer_bytes(
-        *, h: int, a: int, g: int, d: int, f: int, V: int, L: int, swiglu: bool, rmsnorm: bool,
-        untied: bool, t: int, p: int, dp: int, dist_opt: bool, num_experts: int = 0,
-        f_e: int = 0, num_moe_layers: int = 0, f_s: int = 0, ep: int = 1, etp: int | None = None,
-        expert_dp: int = 1) -> float:
+    *,
+    h: int,
+    a: int,
+    g: int,
+    d: int,
+    f: int,
+    V: int,
+    L: int,
+    swiglu: bool,
+    rmsnorm: bool,
+    untied: bool,
+    t: int,
+    p: int,
+    dp: int,
+    dist_opt: bool,
+    num_experts: int = 0,
+    f_e: int = 0,
+    num_moe_layers: int = 0,
+    f_s: int = 0,
+    ep: int = 1,
+    etp: int | None = None,
+    expert_dp: int = 1,
+) -> float:
     """``compute_weight_and_optimizer_memory`` (bf16 params, fp32 grads, Adam), bytes.
 
     >>> b = theoretical_weight_and_optimizer_bytes(h=4096, a=32, g=8, d=128, f=14336, V=128256,
@@ -51,9 +70,20 @@ def theoretical_weight_and_optimizer_bytes(
     return (n_tp + n_rep) * beta(dp) + n_exp * beta(expert_dp)
 
 
-def theoretical_activation_bytes(*, s: int, b: int, h: int, f: int, V: int, L: int, t: int,
-                                 p: int, sp_selective: bool, vpp: int | None = None,
-                                 num_microbatches: int | None = None) -> float:
+def theoretical_activation_bytes(
+    *,
+    s: int,
+    b: int,
+    h: int,
+    f: int,
+    V: int,
+    L: int,
+    t: int,
+    p: int,
+    sp_selective: bool,
+    vpp: int | None = None,
+    num_microbatches: int | None = None,
+) -> float:
     """``compute_activation_memory`` (path A: SP + selective) or ``..._without_sp`` (path B), bytes.
 
     >>> round(theoretical_activation_bytes(s=8192, b=1, h=4096, f=14336, V=128256, L=32, t=2,

@@ -64,8 +64,9 @@ def megatron_bytes_per_param(precision: Precision) -> tuple[int, int, int]:
     >>> sum(megatron_bytes_per_param(Precision.bf16))
     18
     """
-    return {Precision.bf16: (2, 4, 12), Precision.fp16: (2, 2, 16),
-            Precision.fp32: (4, 4, 8)}[precision]
+    return {Precision.bf16: (2, 4, 12), Precision.fp16: (2, 2, 16), Precision.fp32: (4, 4, 8)}[
+        precision
+    ]
 
 
 def megatron_beta(precision: Precision, shard: int | None) -> float:
@@ -78,8 +79,15 @@ def megatron_beta(precision: Precision, shard: int | None) -> float:
     return p + g + (o if shard is None else o / shard)
 
 
-def zero_model_state_bytes(num_params: float, n: int, stage: int, *, param_bytes: int = 2,
-                           grad_bytes: int = 2, optimizer_bytes: int = 12) -> StateBytes:
+def zero_model_state_bytes(
+    num_params: float,
+    n: int,
+    stage: int,
+    *,
+    param_bytes: int = 2,
+    grad_bytes: int = 2,
+    optimizer_bytes: int = 12,
+) -> StateBytes:
     """The ZeRO table: 2 + 2 + 12 B/param, stage 1 shards the optimizer over ``n`` GPUs,
     stage 2 also the grads, stage 3 also the params (Rajbhandari et al. 2020, arXiv:1910.02054
     Table 1; worked examples A and B, docs/references.md).
@@ -90,12 +98,17 @@ def zero_model_state_bytes(num_params: float, n: int, stage: int, *, param_bytes
     return StateBytes(
         params=num_params * param_bytes / (n if stage >= 3 else 1),
         grads=num_params * grad_bytes / (n if stage >= 2 else 1),
-        optimizer=num_params * optimizer_bytes / (n if stage >= 1 else 1))
+        optimizer=num_params * optimizer_bytes / (n if stage >= 1 else 1),
+    )
 
 
-def deepspeed_zero2_estimate(total_params: int, num_gpus_per_node: int = 1, num_nodes: int = 1,
-                             cpu_offload: bool = True,
-                             additional_buffer_factor: float = 1.5) -> tuple[float, int]:
+def deepspeed_zero2_estimate(
+    total_params: int,
+    num_gpus_per_node: int = 1,
+    num_nodes: int = 1,
+    cpu_offload: bool = True,
+    additional_buffer_factor: float = 1.5,
+) -> tuple[float, int]:
     """DeepSpeed 0.19.8 ``estimate_zero2_model_states_mem_needs`` -> (cpu_bytes, gpu_bytes)
     (``deepspeed/runtime/zero/stage_1_and_2.py``; the GPU term is ``2P + int(18P/G)``, ``2P`` with
     optimizer offload).
@@ -113,11 +126,16 @@ def deepspeed_zero2_estimate(total_params: int, num_gpus_per_node: int = 1, num_
     return cpu, gpu
 
 
-def deepspeed_zero3_estimate(total_params: int, largest_layer_params: int,
-                             num_gpus_per_node: int = 1, num_nodes: int = 1,
-                             cpu_offload: bool = True, cpu_offload_params: bool = True,
-                             zero_init: bool = True,
-                             additional_buffer_factor: float = 1.5) -> tuple[float, int, int]:
+def deepspeed_zero3_estimate(
+    total_params: int,
+    largest_layer_params: int,
+    num_gpus_per_node: int = 1,
+    num_nodes: int = 1,
+    cpu_offload: bool = True,
+    cpu_offload_params: bool = True,
+    zero_init: bool = True,
+    additional_buffer_factor: float = 1.5,
+) -> tuple[float, int, int]:
     """DeepSpeed 0.19.8 ``estimate_zero3_model_states_mem_needs`` -> (cpu, gpu, largest_layer_memory)
     in bytes (``deepspeed/runtime/zero/stage3.py``, left-to-right float order as DeepSpeed evaluates
     it).
@@ -132,16 +150,25 @@ def deepspeed_zero3_estimate(total_params: int, largest_layer_params: int,
     if cpu_offload:
         if cpu_offload_params:
             gpu = llm
-            cpu = (total_params * 18 * gpus_factor * abf if zero_init
-                   else total_params * max(4 * num_gpus_per_node, 18 * gpus_factor) * abf)
+            cpu = (
+                total_params * 18 * gpus_factor * abf
+                if zero_init
+                else total_params * max(4 * num_gpus_per_node, 18 * gpus_factor) * abf
+            )
         else:
             gpu = llm + int(2 * total_params / total_gpus)
-            cpu = (total_params * 16 * gpus_factor * abf if zero_init
-                   else total_params * max(4 * num_gpus_per_node, 16 * gpus_factor) * abf)
+            cpu = (
+                total_params * 16 * gpus_factor * abf
+                if zero_init
+                else total_params * max(4 * num_gpus_per_node, 16 * gpus_factor) * abf
+            )
     else:
         gpu = llm + int(18 * total_params / total_gpus)
-        cpu = (largest_layer_params * 4 * num_gpus_per_node * abf if zero_init
-               else total_params * 4 * num_gpus_per_node * abf)
+        cpu = (
+            largest_layer_params * 4 * num_gpus_per_node * abf
+            if zero_init
+            else total_params * 4 * num_gpus_per_node * abf
+        )
     return cpu, gpu, llm
 
 
@@ -167,8 +194,11 @@ def megatron_state_bytes(tr: TrainingSpec) -> tuple[float, float, float]:
     if tr.fp8_param_gather and tr.fp8_format is not Fp8Format.none:
         pb = 1
     gb = _DTYPE_BYTES[tr.main_grads_dtype]
-    ob = (_DTYPE_BYTES[tr.main_params_dtype] + _DTYPE_BYTES[tr.exp_avg_dtype]
-          + _DTYPE_BYTES[tr.exp_avg_sq_dtype])
+    ob = (
+        _DTYPE_BYTES[tr.main_params_dtype]
+        + _DTYPE_BYTES[tr.exp_avg_dtype]
+        + _DTYPE_BYTES[tr.exp_avg_sq_dtype]
+    )
     return pb, gb, ob
 
 
@@ -197,8 +227,9 @@ def _deepspeed_states(spec: TrainSpec, plan: Plan, sp: StageParams) -> StateByte
     stage = spec.parallel.zero_stage
     pb, gb, ob = (4, 4, 8) if t.precision is Precision.fp32 else (2, 2, 12)
     n = d.dp * d.cp
-    base = zero_model_state_bytes(sp.total, n, stage, param_bytes=pb, grad_bytes=gb,
-                                  optimizer_bytes=ob)
+    base = zero_model_state_bytes(
+        sp.total, n, stage, param_bytes=pb, grad_bytes=gb, optimizer_bytes=ob
+    )
     params, grads, opt = base.params, base.grads, base.optimizer
     if t.offload_optimizer is not Offload.none and stage >= 1:
         opt = 0.0  # fp32 master + Adam on the host (ZeRO-Offload)

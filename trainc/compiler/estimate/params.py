@@ -45,8 +45,9 @@ def attention_params(h: int, a: int, g: int, d: int) -> int:
     return 2 * h * d * (a + g)
 
 
-def mla_params(h: int, n: int, q_lora: int | None, kv_lora: int, qk: int, pos: int,
-               v: int) -> tuple[int, int]:
+def mla_params(
+    h: int, n: int, q_lora: int | None, kv_lora: int, qk: int, pos: int, v: int
+) -> tuple[int, int]:
     """Multi-head latent attention weights (Megatron-Core ``MLASelfAttention``) as
     ``(tp_sharded, replicated)``: the up projections ``q_lora x n*(qk + pos)`` (or, without a
     query latent, ``h x n*(qk + pos)``), ``kv_lora x n*(qk + v)`` and the output projection
@@ -68,11 +69,21 @@ def attention_weights(spec: TrainSpec) -> tuple[int, int]:
     (all column / row parallel), or :func:`mla_params` with ``multi_latent_attention``."""
     m = spec.model
     if m.multi_latent_attention:
-        return mla_params(m.hidden_size, m.num_attention_heads, m.q_lora_rank, m.kv_lora_rank,
-                          m.qk_head_dim, m.qk_pos_emb_head_dim, m.v_head_dim)
-    return attention_params(m.hidden_size, m.num_attention_heads,
-                            filled(m.num_query_groups, "model.num_query_groups"),
-                            filled(m.kv_channels, "model.kv_channels")), 0
+        return mla_params(
+            m.hidden_size,
+            m.num_attention_heads,
+            m.q_lora_rank,
+            m.kv_lora_rank,
+            m.qk_head_dim,
+            m.qk_pos_emb_head_dim,
+            m.v_head_dim,
+        )
+    return attention_params(
+        m.hidden_size,
+        m.num_attention_heads,
+        filled(m.num_query_groups, "model.num_query_groups"),
+        filled(m.kv_channels, "model.kv_channels"),
+    ), 0
 
 
 def head_dims(spec: TrainSpec) -> tuple[int, int, int, int]:
@@ -126,8 +137,11 @@ def layer_params(spec: TrainSpec, moe: bool) -> LayerParams:
     attn, attn_rep = attention_weights(spec)
     norms = 2 * norm_params(h, ln) + attn_rep
     if not moe:
-        return LayerParams(attn + mlp_params(h, filled(m.ffn_hidden_size, "model.ffn_hidden_size"),
-                                             swiglu), norms, 0)
+        return LayerParams(
+            attn + mlp_params(h, filled(m.ffn_hidden_size, "model.ffn_hidden_size"), swiglu),
+            norms,
+            0,
+        )
     e = m.num_experts or 0
     fe = filled(m.moe_ffn_hidden_size, "model.moe_ffn_hidden_size") if e else 0
     shared = mlp_params(h, m.moe_shared_expert_intermediate_size or 0, swiglu)
@@ -137,17 +151,23 @@ def layer_params(spec: TrainSpec, moe: bool) -> LayerParams:
 def plan_stage_chunks(plan: Plan) -> list[list[int]]:
     """:func:`stage_chunk_sizes` of a plan."""
     d, par = plan.derived, plan.spec.parallel
-    return stage_chunk_sizes(list(d.layers_per_stage), d.vpp,
-                             par.account_for_embedding_in_pipeline_split,
-                             par.account_for_loss_in_pipeline_split)
+    return stage_chunk_sizes(
+        list(d.layers_per_stage),
+        d.vpp,
+        par.account_for_embedding_in_pipeline_split,
+        par.account_for_loss_in_pipeline_split,
+    )
 
 
 def plan_stage_layers(plan: Plan) -> list[list[int]]:
     """:func:`stage_layer_indices` of a plan."""
     d, par = plan.derived, plan.spec.parallel
-    return stage_layer_indices(list(d.layers_per_stage), d.vpp,
-                               par.account_for_embedding_in_pipeline_split,
-                               par.account_for_loss_in_pipeline_split)
+    return stage_layer_indices(
+        list(d.layers_per_stage),
+        d.vpp,
+        par.account_for_embedding_in_pipeline_split,
+        par.account_for_loss_in_pipeline_split,
+    )
 
 
 def plan_rerun_masks(plan: Plan) -> list[list[bool]]:
@@ -170,8 +190,12 @@ def is_moe_layer(spec: TrainSpec, index: int) -> bool:
     """Layer ``index`` (0-based) is MoE: ``index >= moe_first_k_dense_layers`` and
     ``index % moe_layer_freq == 0`` (:func:`trainc.compiler.derive.moe_layer_pattern`)."""
     m = spec.model
-    return (bool(m.num_experts) and m.moe_layer_freq >= 1
-            and index >= m.moe_first_k_dense_layers and index % m.moe_layer_freq == 0)
+    return (
+        bool(m.num_experts)
+        and m.moe_layer_freq >= 1
+        and index >= m.moe_first_k_dense_layers
+        and index % m.moe_layer_freq == 0
+    )
 
 
 def mtp_params(spec: TrainSpec) -> tuple[LayerParams, int]:
@@ -184,8 +208,10 @@ def mtp_params(spec: TrainSpec) -> tuple[LayerParams, int]:
     m = spec.model
     h = m.hidden_size
     ln = m.normalization is Normalization.layernorm
-    return (layer_params(spec, is_moe_layer(spec, m.num_layers - 1)),
-            2 * h * h + 3 * norm_params(h, ln))
+    return (
+        layer_params(spec, is_moe_layer(spec, m.num_layers - 1)),
+        2 * h * h + 3 * norm_params(h, ln),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,8 +258,7 @@ def stage_params(spec: TrainSpec, plan: Plan) -> list[StageParams]:
             dense += norm_params(h, ln)  # final norm
             if m.mtp_num_layers:  # Megatron-Core puts the MTP block on the last stage
                 mtp_l, extra = mtp_params(spec)
-                dense += m.mtp_num_layers * (mtp_l.tp_sharded / tp + mtp_l.replicated
-                                             + extra / tp)
+                dense += m.mtp_num_layers * (mtp_l.tp_sharded / tp + mtp_l.replicated + extra / tp)
                 expert += m.mtp_num_layers * mtp_l.expert / etp_ep
                 largest = max(largest, mtp_l.per_gpu(tp, etp_ep))
             if p > 1 or m.untie_embeddings_and_output_weights:

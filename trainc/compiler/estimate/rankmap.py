@@ -21,14 +21,14 @@ DENSE_ORDER = ("tp", "cp", "ep", "dp", "pp")
 
 #: Groups reported per rank: name -> (generator, axes). Megatron's names in comments.
 GROUP_KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "tp": ("dense", ("tp",)),            # tensor model parallel
-    "cp": ("dense", ("cp",)),            # context parallel
-    "dp": ("dense", ("dp",)),            # data parallel (data loader)
-    "dp_cp": ("dense", ("cp", "dp")),    # gradient reduce / dist-opt shard (intra_dp_cp)
-    "pp": ("dense", ("pp",)),            # pipeline
-    "etp": ("expert", ("tp",)),          # expert tensor parallel
-    "ep": ("expert", ("ep",)),           # expert model parallel (token all-to-all)
-    "expert_dp": ("expert", ("dp",)),    # expert data parallel (expert grad reduce)
+    "tp": ("dense", ("tp",)),  # tensor model parallel
+    "cp": ("dense", ("cp",)),  # context parallel
+    "dp": ("dense", ("dp",)),  # data parallel (data loader)
+    "dp_cp": ("dense", ("cp", "dp")),  # gradient reduce / dist-opt shard (intra_dp_cp)
+    "pp": ("dense", ("pp",)),  # pipeline
+    "etp": ("expert", ("tp",)),  # expert tensor parallel
+    "ep": ("expert", ("ep",)),  # expert model parallel (token all-to-all)
+    "expert_dp": ("expert", ("dp",)),  # expert data parallel (expert grad reduce)
 }
 
 
@@ -90,8 +90,7 @@ class RankGrid:
         first = rank - sum(base[n] * strides[n] for n in inside)
         steps = [strides[n] for n in reversed(inside)]
         combos = islice(product(*(range(s) for s in reversed(sizes))), limit)
-        return [first + sum(c * st for c, st in zip(combo, steps, strict=True))
-                for combo in combos]
+        return [first + sum(c * st for c, st in zip(combo, steps, strict=True)) for combo in combos]
 
     def group_size(self, axes: tuple[str, ...]) -> int:
         """Members of every group over ``axes``."""
@@ -147,24 +146,34 @@ def grids(d: dict[str, Any]) -> dict[str, RankGrid]:
     return {"dense": dense_grid(d), "expert": expert_grid(d)}
 
 
-def rank_row(d: dict[str, Any], rank: int, gpus_per_node: int,
-             max_members: int = 16) -> dict[str, Any]:
+def rank_row(
+    d: dict[str, Any], rank: int, gpus_per_node: int, max_members: int = 16
+) -> dict[str, Any]:
     """One rank's coordinates, node and groups (each group: size and up to ``max_members`` ranks)."""
     g = grids(d)
     dc, ec = g["dense"].coords(rank), g["expert"].coords(rank)
     row: dict[str, Any] = {
-        "rank": rank, "node": rank // max(gpus_per_node, 1),
+        "rank": rank,
+        "node": rank // max(gpus_per_node, 1),
         "local_rank": rank % max(gpus_per_node, 1),
-        "tp": dc["tp"], "cp": dc["cp"], "dp": dc["dp"], "pp": dc["pp"],
-        "etp": ec["tp"], "ep": ec["ep"], "expert_dp": ec["dp"], "groups": {}}
+        "tp": dc["tp"],
+        "cp": dc["cp"],
+        "dp": dc["dp"],
+        "pp": dc["pp"],
+        "etp": ec["tp"],
+        "ep": ec["ep"],
+        "expert_dp": ec["dp"],
+        "groups": {},
+    }
     for kind, (gen, axes) in GROUP_KINDS.items():
         members = g[gen].group_of(rank, axes, limit=max_members)
         row["groups"][kind] = {"size": g[gen].group_size(axes), "ranks": members}
     return row
 
 
-def rank_map_summary(d: dict[str, Any], gpus_per_node: int, nvlink_domain: int,
-                     max_rows: int | None = None) -> dict[str, Any]:
+def rank_map_summary(
+    d: dict[str, Any], gpus_per_node: int, nvlink_domain: int, max_rows: int | None = None
+) -> dict[str, Any]:
     """What plan.json stores: generator sizes, strides, which groups leave a node / NVLink
     domain, and the first node's ranks (never the whole world). Memoized on the generator
     sizes (the layout planner estimates many layouts of one grid): calls with the same sizes
@@ -183,8 +192,9 @@ def rank_map_summary(d: dict[str, Any], gpus_per_node: int, nvlink_domain: int,
 _SUMMARIES: dict[tuple[Any, ...], dict[str, Any]] = {}
 
 
-def _summary(d: dict[str, Any], g: dict[str, RankGrid], gpus_per_node: int,
-             nvlink_domain: int, rows: int) -> dict[str, Any]:
+def _summary(
+    d: dict[str, Any], g: dict[str, RankGrid], gpus_per_node: int, nvlink_domain: int, rows: int
+) -> dict[str, Any]:
     return {
         "order": "-".join(DENSE_ORDER),
         "dense": dict(zip(DENSE_ORDER, g["dense"].sizes, strict=True)),
@@ -192,10 +202,12 @@ def _summary(d: dict[str, Any], g: dict[str, RankGrid], gpus_per_node: int,
         "strides": {"dense": g["dense"].strides(), "expert": g["expert"].strides()},
         "gpus_per_node": gpus_per_node,
         "nvlink_domain_size": nvlink_domain,
-        "groups_cross_nodes": {k: g[gen].spans(axes, gpus_per_node)
-                               for k, (gen, axes) in GROUP_KINDS.items()},
-        "groups_cross_nvlink_domain": {k: g[gen].spans(axes, nvlink_domain)
-                                       for k, (gen, axes) in GROUP_KINDS.items()},
+        "groups_cross_nodes": {
+            k: g[gen].spans(axes, gpus_per_node) for k, (gen, axes) in GROUP_KINDS.items()
+        },
+        "groups_cross_nvlink_domain": {
+            k: g[gen].spans(axes, nvlink_domain) for k, (gen, axes) in GROUP_KINDS.items()
+        },
         "first_node": [rank_row(d, r, gpus_per_node) for r in range(rows)],
     }
 

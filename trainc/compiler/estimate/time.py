@@ -112,8 +112,14 @@ def optimizer_bytes_per_param(spec: TrainSpec) -> float:
     return 2 * g + 2 * m + 2 * (e1 + e2) + p
 
 
-def optimizer_step_seconds(spec: TrainSpec, dense: float, expert: float, shard: int,
-                           expert_shard: int, hbm_bytes_per_s: float) -> float:
+def optimizer_step_seconds(
+    spec: TrainSpec,
+    dense: float,
+    expert: float,
+    shard: int,
+    expert_shard: int,
+    hbm_bytes_per_s: float,
+) -> float:
     """Seconds of one optimizer step on one GPU of a stage holding ``dense`` and ``expert``
     parameters (counts, after the TP/PP/EP split): the parameters this GPU updates (its
     ``1 / shard`` of the dense ones and ``1 / expert_shard`` of the experts' where the optimizer
@@ -142,8 +148,9 @@ def optimizer_shards(spec: TrainSpec, plan: Plan) -> tuple[int, int]:
     return n, n_e
 
 
-def step_fixed_seconds(spec: TrainSpec, plan: Plan, dense: float, expert: float,
-                       hbm_bytes_per_s: float) -> float:
+def step_fixed_seconds(
+    spec: TrainSpec, plan: Plan, dense: float, expert: float, hbm_bytes_per_s: float
+) -> float:
     """What a step costs besides its micro-batches and their collectives (seconds, one GPU):
     the optimizer step (:func:`optimizer_step_seconds`; none on the GPU with DeepSpeed's CPU
     optimizer offload, whose host step :func:`offload_seconds` counts) and
@@ -168,8 +175,13 @@ def stage_compute_flops(spec: TrainSpec, plan: Plan) -> list[float]:
         core = s2 * model_flop_terms(spec, 1, 0, 0).core_per_s2
         parts = recompute_parts(spec, len(idx))
         if parts is not None:  # engine=fsdp: torchtitan's modes (fsdp_ac.recompute_parts)
-            f += sum((fl - core) * g + core * at
-                     for fl, (g, at, _) in zip(per_layer, parts, strict=True)) / 3
+            f += (
+                sum(
+                    (fl - core) * g + core * at
+                    for fl, (g, at, _) in zip(per_layer, parts, strict=True)
+                )
+                / 3
+            )
         elif tr.recompute is Recompute.full:
             f += sum(fl for fl, re in zip(per_layer, reruns[r], strict=True) if re) / 3
         elif tr.recompute is Recompute.selective:
@@ -193,8 +205,15 @@ HOST_MEMORY_BYTES_PER_S = 200e9
 PCIE_BYTES_PER_S = 25e9
 
 
-def offload_seconds(spec: TrainSpec, zero: int, offload_optimizer: bool, offload_param: bool,
-                    params: float, shard: int, num_microbatches: int) -> float:
+def offload_seconds(
+    spec: TrainSpec,
+    zero: int,
+    offload_optimizer: bool,
+    offload_param: bool,
+    params: float,
+    shard: int,
+    num_microbatches: int,
+) -> float:
     """Exposed seconds per step that DeepSpeed's CPU / NVMe offload adds on one GPU of a stage
     with ``params`` parameters (per GPU, after TP / PP), its ZeRO partition being
     ``1 / shard`` of them (``shard`` = dp x cp).
@@ -232,14 +251,26 @@ def offload_seconds(spec: TrainSpec, zero: int, offload_optimizer: bool, offload
 def _plan_offload_seconds(spec: TrainSpec, plan: Plan, params: float) -> float:
     """:func:`offload_seconds` for the plan's ZeRO stage and offload keys."""
     t, d = spec.training, plan.derived
-    return offload_seconds(spec, spec.parallel.zero_stage,
-                           t.offload_optimizer is not Offload.none,
-                           t.offload_param is not Offload.none, params,
-                           d.dp * d.cp, d.num_microbatches)
+    return offload_seconds(
+        spec,
+        spec.parallel.zero_stage,
+        t.offload_optimizer is not Offload.none,
+        t.offload_param is not Offload.none,
+        params,
+        d.dp * d.cp,
+        d.num_microbatches,
+    )
 
 
-def seed_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: float,
-                   model_flops: float, *, sps: list[StageParams] | None = None) -> StepTime:
+def seed_step_time(
+    spec: TrainSpec,
+    plan: Plan,
+    comms: list[StageComm],
+    bubble: float,
+    model_flops: float,
+    *,
+    sps: list[StageParams] | None = None,
+) -> StepTime:
     """The step time of ``cluster.time_model: seed`` (see the module docstring)."""
     d, cl = plan.derived, spec.cluster
     world, p = d.world_size, d.pp
@@ -264,8 +295,16 @@ def seed_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: 
         off = _plan_offload_seconds(spec, plan, sps[r].total)
         total = compute + exposed + idle + (1 - overlap) * sec["dp"] + off
         if best is None or total > best.step_time_seconds:
-            best = StepTime(total, compute, exposed + (1 - overlap) * sec["dp"], idle, r, 0.0,
-                            0.0, offload_seconds=off)
+            best = StepTime(
+                total,
+                compute,
+                exposed + (1 - overlap) * sec["dp"],
+                idle,
+                r,
+                0.0,
+                0.0,
+                offload_seconds=off,
+            )
     assert best is not None
     t = best.step_time_seconds
     tokens = spec.training.global_batch_size * spec.model.seq_length
@@ -274,13 +313,27 @@ def seed_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: 
     for c in comms[best.critical_stage].collectives.values():
         hide = 0.0 if c.axis == "pp" else overlap
         c.exposed_seconds = (1 - hide) * c.seconds
-    return StepTime(t, best.compute_seconds, best.exposed_comm_seconds, best.bubble_seconds,
-                    best.critical_stage, tps, min(max(mfu, 0.0), 1.0),
-                    offload_seconds=best.offload_seconds)
+    return StepTime(
+        t,
+        best.compute_seconds,
+        best.exposed_comm_seconds,
+        best.bubble_seconds,
+        best.critical_stage,
+        tps,
+        min(max(mfu, 0.0), 1.0),
+        offload_seconds=best.offload_seconds,
+    )
 
 
-def step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: float,
-              model_flops: float, *, sps: list[StageParams] | None = None) -> StepTime:
+def step_time(
+    spec: TrainSpec,
+    plan: Plan,
+    comms: list[StageComm],
+    bubble: float,
+    model_flops: float,
+    *,
+    sps: list[StageParams] | None = None,
+) -> StepTime:
     """Predicted step time of the slowest stage: the kernel model (default) or the seed model.
     ``sps``: :func:`~.params.stage_params` of the plan when the caller has it already."""
     if spec.cluster.time_model is TimeModel.seed:
@@ -293,8 +346,17 @@ def step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: float
 BUCKET_MIN_PARAMS = 40_000_000
 
 
-def _dp_exposed(spec: TrainSpec, plan: Plan, sc: StageComm, r: int, params: float,
-                fwd_mb: float, bwd_mb: float, compute_step: float, n_layers: int) -> None:
+def _dp_exposed(
+    spec: TrainSpec,
+    plan: Plan,
+    sc: StageComm,
+    r: int,
+    params: float,
+    fwd_mb: float,
+    bwd_mb: float,
+    compute_step: float,
+    n_layers: int,
+) -> None:
     """Exposed seconds of the data-parallel collectives of stage ``r`` (sets each
     collective's ``exposed_seconds``).
 
@@ -337,8 +399,17 @@ def with_interference(seconds: float, exposed: float) -> float:
     return exposed + hidden * OVERLAP_SLOWDOWN / (1 - OVERLAP_SLOWDOWN)
 
 
-def _dp_overlap(spec: TrainSpec, plan: Plan, sc: StageComm, r: int, params: float,
-                fwd_mb: float, bwd_mb: float, compute_step: float, n_layers: int) -> None:
+def _dp_overlap(
+    spec: TrainSpec,
+    plan: Plan,
+    sc: StageComm,
+    r: int,
+    params: float,
+    fwd_mb: float,
+    bwd_mb: float,
+    compute_step: float,
+    n_layers: int,
+) -> None:
     """The exposed seconds of :func:`_dp_exposed` before the interference of the hidden part."""
     d, tr = plan.derived, spec.training
     if spec.engine is Engine.fsdp or d.megatron_fsdp:
@@ -379,8 +450,9 @@ def _dp_overlap(spec: TrainSpec, plan: Plan, sc: StageComm, r: int, params: floa
 _TE_TP_COLLECTIVES = ("all_gather+reduce_scatter",)
 
 
-def tp_exposed_share(tp_mb: float, gemm_mb: float, tp: int, tp_comm_overlap: bool,
-                     comm_overlap: float) -> float:
+def tp_exposed_share(
+    tp_mb: float, gemm_mb: float, tp: int, tp_comm_overlap: bool, comm_overlap: float
+) -> float:
     """The exposed fraction (0..1) of one micro-batch's TP collectives (``tp_mb`` seconds) on a
     stage whose layers' GEMMs take ``gemm_mb`` seconds per micro-batch.
 
@@ -400,8 +472,9 @@ def tp_exposed_share(tp_mb: float, gemm_mb: float, tp: int, tp_comm_overlap: boo
     return min(exposed / tp_mb, 1.0)
 
 
-def ep_exposed_share(ep_mb: float, compute_mb: float, num_microbatches: int,
-                     a2a_overlap: bool, comm_overlap: float) -> float:
+def ep_exposed_share(
+    ep_mb: float, compute_mb: float, num_microbatches: int, a2a_overlap: bool, comm_overlap: float
+) -> float:
     """The exposed fraction (0..1) of the expert-parallel all-to-all (``ep_mb`` seconds per
     micro-batch) on a stage computing ``compute_mb`` seconds per micro-batch.
 
@@ -437,8 +510,15 @@ def _fsdp_exposed(sc: StageComm, compute_step: float, n_layers: int) -> None:
         c.exposed_seconds = exposed * c.seconds / total
 
 
-def kernel_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble: float,
-                     model_flops: float, *, sps: list[StageParams] | None = None) -> StepTime:
+def kernel_step_time(
+    spec: TrainSpec,
+    plan: Plan,
+    comms: list[StageComm],
+    bubble: float,
+    model_flops: float,
+    *,
+    sps: list[StageParams] | None = None,
+) -> StepTime:
     """Step time from kernel times (:mod:`.kernels`) and per-axis overlap.
 
     Per stage and micro-batch: forward ``F`` and backward ``B`` of its layers (plus the output
@@ -460,7 +540,8 @@ def kernel_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble
     sps = stage_params(spec, plan) if sps is None else sps
     # userbuffers exchange inside the NVLink domain only (TRC382)
     tp_overlap = bool(tr.tp_comm_overlap) and tp_in_nvlink_domain(
-        spec.parallel.tp, cl.nvlink_domain_size, cl.gpus_per_node, world)
+        spec.parallel.tp, cl.nvlink_domain_size, cl.gpus_per_node, world
+    )
     cache: dict[tuple[bool, str], Any] = {}
     best: StepTime | None = None
     best_kinds: dict[str, float] = {}
@@ -504,19 +585,35 @@ def kernel_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble
         pp_exposed = sec["pp"] / max(M, 1) if d.vpp <= 1 else 0.0
         # tp_comm_overlap hides the attention / dense MLP blocks' collectives (TE linears),
         # not the experts' ETP block or the embedding / output layer's
-        tp_te = sum(c.seconds for c in sc.collectives.values()
-                    if c.axis == "tp" and c.name in _TE_TP_COLLECTIVES)
-        share = {"tp": tp_exposed_share(tp_te / max(M, 1), gemm_mb, spec.parallel.tp,
-                                        tp_overlap, overlap),
-                 "tp_rest": 1 - overlap,
-                 "ep": ep_exposed_share(sec["ep"] / max(M, 1), fwd + bwd, M,
-                                        bool(tr.overlap_moe_expert_parallel_comm), overlap)}
-        exposed_mb = ((share["tp"] * tp_te + share["tp_rest"] * (sec["tp"] - tp_te)
-                       + share["ep"] * sec["ep"]) / max(M, 1) + cp_exposed + pp_exposed)
+        tp_te = sum(
+            c.seconds
+            for c in sc.collectives.values()
+            if c.axis == "tp" and c.name in _TE_TP_COLLECTIVES
+        )
+        share = {
+            "tp": tp_exposed_share(
+                tp_te / max(M, 1), gemm_mb, spec.parallel.tp, tp_overlap, overlap
+            ),
+            "tp_rest": 1 - overlap,
+            "ep": ep_exposed_share(
+                sec["ep"] / max(M, 1),
+                fwd + bwd,
+                M,
+                bool(tr.overlap_moe_expert_parallel_comm),
+                overlap,
+            ),
+        }
+        exposed_mb = (
+            (share["tp"] * tp_te + share["tp_rest"] * (sec["tp"] - tp_te) + share["ep"] * sec["ep"])
+            / max(M, 1)
+            + cp_exposed
+            + pp_exposed
+        )
         for c in sc.collectives.values():
             if c.axis == "tp":
-                c.exposed_seconds = share["tp" if c.name in _TE_TP_COLLECTIVES
-                                          else "tp_rest"] * c.seconds
+                c.exposed_seconds = (
+                    share["tp" if c.name in _TE_TP_COLLECTIVES else "tp_rest"] * c.seconds
+                )
             elif c.axis == "ep":
                 c.exposed_seconds = share["ep"] * c.seconds
             elif c.axis == "cp":
@@ -524,7 +621,7 @@ def kernel_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble
             elif c.axis == "pp":
                 c.exposed_seconds = pp_exposed * M
         compute = compute_mb * M
-        piped = (compute + exposed_mb * M)
+        piped = compute + exposed_mb * M
         idle = max(piped * bubble / (1 - bubble), 0.0)
         _dp_exposed(spec, plan, sc, r, sps[r].total, fwd, bwd, compute, len(idx))
         dp_exp = sum(c.exposed_seconds for c in sc.collectives.values() if c.axis == "dp")
@@ -532,8 +629,16 @@ def kernel_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble
         opt = step_fixed_seconds(spec, plan, sps[r].dense, sps[r].expert, hw.hbm)
         total = piped + idle + dp_exp + off + opt
         if best is None or total > best.step_time_seconds:
-            best = StepTime(total, compute + opt, exposed_mb * M + dp_exp, idle, r, 0.0, 0.0,
-                            offload_seconds=off)
+            best = StepTime(
+                total,
+                compute + opt,
+                exposed_mb * M + dp_exp,
+                idle,
+                r,
+                0.0,
+                0.0,
+                offload_seconds=off,
+            )
             best_kinds = {k: v * M for k, v in kinds.items()}
             best_kinds["optimizer"] = opt
     assert best is not None
@@ -541,6 +646,14 @@ def kernel_step_time(spec: TrainSpec, plan: Plan, comms: list[StageComm], bubble
     tokens = tr.global_batch_size * spec.model.seq_length
     peak = filled(cl.peak_tflops, "cluster.peak_tflops") * 1e12
     mfu = model_flops / (t * world * peak) if t > 0 and peak > 0 else 0.0
-    return StepTime(t, best.compute_seconds, best.exposed_comm_seconds, best.bubble_seconds,
-                    best.critical_stage, tokens / t if t > 0 else 0.0, min(max(mfu, 0.0), 1.0),
-                    best_kinds, best.offload_seconds)
+    return StepTime(
+        t,
+        best.compute_seconds,
+        best.exposed_comm_seconds,
+        best.bubble_seconds,
+        best.critical_stage,
+        tokens / t if t > 0 else 0.0,
+        min(max(mfu, 0.0), 1.0),
+        best_kinds,
+        best.offload_seconds,
+    )

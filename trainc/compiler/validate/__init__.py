@@ -36,12 +36,28 @@ VALIDATORS = (topology, divisibility, compatibility, launcher, data_path, versio
 #: The same rules in finer parts (each family is the concatenation of its parts, a test checks
 #: it), used when some keys are invalid: a part that read one has its findings withheld, so the
 #: finer the parts, the more independent findings are still reported.
-PARTS = (_dense_grid, _expert_grid, _nvlink, _heads, _moe, _layers, _batch, sequence,
-         compatibility, launcher, data_path, versions, checkpoint)
+PARTS = (
+    _dense_grid,
+    _expert_grid,
+    _nvlink,
+    _heads,
+    _moe,
+    _layers,
+    _batch,
+    sequence,
+    compatibility,
+    launcher,
+    data_path,
+    versions,
+    checkpoint,
+)
 
 
-def validate(spec: TrainSpec, broken: frozenset[str] = frozenset(),
-             stands_for: Mapping[str, frozenset[str]] | None = None) -> list[Diagnostic]:
+def validate(
+    spec: TrainSpec,
+    broken: frozenset[str] = frozenset(),
+    stands_for: Mapping[str, frozenset[str]] | None = None,
+) -> list[Diagnostic]:
     """All diagnostics of a normalized spec (unsorted, without locations), graded for the
     spec's engine (:func:`trainc.compiler.diagnostics.for_engine`).
 
@@ -67,8 +83,9 @@ def _echo(spec: TrainSpec, key: str, errs: set[str]) -> bool:
     """``key`` holds the value normalization copied from an input that has a range error
     (``parallel.etp`` = ``parallel.tp`` = -8, ``training.lr_decay_iters`` = ``train_iters`` =
     0): the same mistake, reported once, at the key the user wrote."""
-    return any(i in errs and spec_value(spec, i) == spec_value(spec, key)
-               for i in FILLED_FROM.get(key, ()))
+    return any(
+        i in errs and spec_value(spec, i) == spec_value(spec, key) for i in FILLED_FROM.get(key, ())
+    )
 
 
 def _echo_keys(spec: TrainSpec, found: list[Diagnostic]) -> set[str]:
@@ -88,8 +105,11 @@ def _with_defaults(spec: TrainSpec, bad: frozenset[str]) -> TrainSpec:
     for key in bad:
         section, _, name = key.rpartition(".")
         obj = getattr(s, section, None) if section else s
-        if obj is None or not dataclasses.is_dataclass(obj) or name not in \
-                {f.name for f in dataclasses.fields(obj)}:
+        if (
+            obj is None
+            or not dataclasses.is_dataclass(obj)
+            or name not in {f.name for f in dataclasses.fields(obj)}
+        ):
             continue
         value = getattr(obj, name)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -100,8 +120,9 @@ def _with_defaults(spec: TrainSpec, bad: frozenset[str]) -> TrainSpec:
     return s
 
 
-def _validate_around(spec: TrainSpec, bad: frozenset[str],
-                     stands_for: Mapping[str, frozenset[str]]) -> list[Diagnostic]:
+def _validate_around(
+    spec: TrainSpec, bad: frozenset[str], stands_for: Mapping[str, frozenset[str]]
+) -> list[Diagnostic]:
     derive_reads: set[str] = set()
     try:
         derived = derive(SpecView(spec, derive_reads))  # type: ignore[arg-type]
@@ -127,8 +148,12 @@ def _validate_around(spec: TrainSpec, bad: frozenset[str],
     return out + _notes(bad, withheld, ever_read, stands_for)
 
 
-def _notes(bad: frozenset[str], withheld: Counter[str], read: set[str],
-           stands_for: Mapping[str, frozenset[str]]) -> list[Diagnostic]:
+def _notes(
+    bad: frozenset[str],
+    withheld: Counter[str],
+    read: set[str],
+    stands_for: Mapping[str, frozenset[str]],
+) -> list[Diagnostic]:
     """One TRC009 note per broken key (or the key it was filled from) that a check read."""
     roots: Counter[str] = Counter()
     seen: set[str] = set()
@@ -142,7 +167,14 @@ def _notes(bad: frozenset[str], withheld: Counter[str], read: set[str],
     for key in sorted(seen):
         n = roots[key]
         found = f"; {n} finding(s) computed from a stand-in value withheld" if n else ""
-        out.append(diag(R.CHECKS_SKIPPED, f"checks that read {key} were skipped because its "
-                        f"value is invalid (see the error above){found}", key,
-                        fix=f"fix {key} and lint again", withheld=n))
+        out.append(
+            diag(
+                R.CHECKS_SKIPPED,
+                f"checks that read {key} were skipped because its "
+                f"value is invalid (see the error above){found}",
+                key,
+                fix=f"fix {key} and lint again",
+                withheld=n,
+            )
+        )
     return out

@@ -36,16 +36,29 @@ from trainc.compiler.rules import Rule
 from trainc.schemas import Entrypoint, PositionEmbedding, TrainSpec
 
 #: Layout facts and the spec key each is reported on.
-LAYOUT = {"tp": "parallel.tp", "pp": "parallel.pp", "vpp": "parallel.vpp", "cp": "parallel.cp",
-          "ep": "parallel.ep", "etp": "parallel.etp", "dp": "parallel.dp"}
-ARCH = {"num_layers": "model.num_layers", "hidden_size": "model.hidden_size",
-        "num_attention_heads": "model.num_attention_heads",
-        "num_query_groups": "model.num_query_groups", "ffn_hidden_size": "model.ffn_hidden_size",
-        "num_experts": "model.num_experts",
-        "max_position_embeddings": "model.max_position_embeddings",
-        "untie_embeddings_and_output_weights": "model.untie_embeddings_and_output_weights"}
-SCHEDULE = {"global_batch_size": "training.global_batch_size",
-            "lr_decay_style": "training.lr_decay_style"}
+LAYOUT = {
+    "tp": "parallel.tp",
+    "pp": "parallel.pp",
+    "vpp": "parallel.vpp",
+    "cp": "parallel.cp",
+    "ep": "parallel.ep",
+    "etp": "parallel.etp",
+    "dp": "parallel.dp",
+}
+ARCH = {
+    "num_layers": "model.num_layers",
+    "hidden_size": "model.hidden_size",
+    "num_attention_heads": "model.num_attention_heads",
+    "num_query_groups": "model.num_query_groups",
+    "ffn_hidden_size": "model.ffn_hidden_size",
+    "num_experts": "model.num_experts",
+    "max_position_embeddings": "model.max_position_embeddings",
+    "untie_embeddings_and_output_weights": "model.untie_embeddings_and_output_weights",
+}
+SCHEDULE = {
+    "global_batch_size": "training.global_batch_size",
+    "lr_decay_style": "training.lr_decay_style",
+}
 #: What each format reshards on load, with its sources (trainc/conf/reshard.yaml).
 RESHARD_TABLE = Path(__file__).resolve().parents[2] / "conf" / "reshard.yaml"
 
@@ -67,8 +80,9 @@ RESHARDS = {k: _axes(v.get("axes", "all")) for k, v in _FORMATS.items()}
 FULLY_RESHARDABLE_FLAG = str(_FORMATS["torch_dist"]["distributed_optimizer"]["flag"])
 
 
-def reshard_axes(fmt: str, saved: Mapping[str, Any], now: Mapping[str, Any],
-                 finetune: bool = False) -> frozenset[str]:
+def reshard_axes(
+    fmt: str, saved: Mapping[str, Any], now: Mapping[str, Any], finetune: bool = False
+) -> frozenset[str]:
     """The layout axes (keys of :data:`LAYOUT`) a job with facts ``now`` may change against a
     checkpoint in format ``fmt`` written with facts ``saved`` (trainc/conf/reshard.yaml).
 
@@ -86,8 +100,7 @@ def reshard_axes(fmt: str, saved: Mapping[str, Any], now: Mapping[str, Any],
         if distopt is None:
             distopt = now.get("distributed_optimizer")
         if distopt:
-            kind = ("fully_reshardable" if saved.get("optim_fully_reshardable")
-                    else "dp_reshardable")
+            kind = "fully_reshardable" if saved.get("optim_fully_reshardable") else "dp_reshardable"
             return _axes(entry["distributed_optimizer"][kind])
     if fmt == "deepspeed":
         stage = saved.get("zero_stage")
@@ -119,22 +132,34 @@ def layout_facts(spec: TrainSpec, d: Derived) -> dict[str, Any]:
     m, p, t = spec.model, spec.parallel, spec.training
     learned = m.position_embedding is PositionEmbedding.learned
     return {
-        "engine": spec.engine.value, "checkpoint_format": d.checkpoint_format,
-        "tp": p.tp, "pp": p.pp, "vpp": p.vpp, "cp": p.cp, "ep": p.ep, "etp": d.etp, "dp": d.dp,
+        "engine": spec.engine.value,
+        "checkpoint_format": d.checkpoint_format,
+        "tp": p.tp,
+        "pp": p.pp,
+        "vpp": p.vpp,
+        "cp": p.cp,
+        "ep": p.ep,
+        "etp": d.etp,
+        "dp": d.dp,
         "zero_stage": p.zero_stage if spec.engine.value == "deepspeed" else None,
         "distributed_optimizer": (spec.engine.value == "megatron" and p.zero_stage == 1),
         "optim_fully_reshardable": spec.resume.optim_fully_reshardable,
-        "num_layers": m.num_layers, "hidden_size": m.hidden_size,
-        "num_attention_heads": m.num_attention_heads, "num_query_groups": m.num_query_groups,
-        "ffn_hidden_size": m.ffn_hidden_size, "num_experts": m.num_experts,
-        "max_position_embeddings": (m.max_position_embeddings or m.seq_length) if learned
-        else None,
+        "num_layers": m.num_layers,
+        "hidden_size": m.hidden_size,
+        "num_attention_heads": m.num_attention_heads,
+        "num_query_groups": m.num_query_groups,
+        "ffn_hidden_size": m.ffn_hidden_size,
+        "num_experts": m.num_experts,
+        "max_position_embeddings": (m.max_position_embeddings or m.seq_length) if learned else None,
         "gpus_per_node": spec.cluster.gpus_per_node,
-        "padded_vocab_size": d.padded_vocab_size, "vocab_size": m.vocab_size,
+        "padded_vocab_size": d.padded_vocab_size,
+        "vocab_size": m.vocab_size,
         "make_vocab_size_divisible_by": m.make_vocab_size_divisible_by,
         "untie_embeddings_and_output_weights": m.untie_embeddings_and_output_weights,
-        "global_batch_size": t.global_batch_size, "optimizer": t.optimizer.value,
-        "lr_decay_style": t.lr_decay_style.value, "train_iters": t.train_iters,
+        "global_batch_size": t.global_batch_size,
+        "optimizer": t.optimizer.value,
+        "lr_decay_style": t.lr_decay_style.value,
+        "train_iters": t.train_iters,
     }
 
 
@@ -148,8 +173,9 @@ def saved_facts(spec: TrainSpec) -> dict[str, Any]:
     return out
 
 
-def _vocab_fix(saved_rows: int, now: Mapping[str, Any], saved_tp: Any = None
-               ) -> tuple[str, dict[str, Any]]:
+def _vocab_fix(
+    saved_rows: int, now: Mapping[str, Any], saved_tp: Any = None
+) -> tuple[str, dict[str, Any]]:
     """The fix for TRC535 (the checkpoint's ``saved_rows`` embedding rows differ from this job's
     padded vocabulary), from Megatron-LM's padding (``vocab_size_with_padding``: ``ceil(V /
     (d x tp)) x d x tp``, megatron/training/tokenizer/tokenizer.py, core_v0.16.x):
@@ -163,21 +189,32 @@ def _vocab_fix(saved_rows: int, now: Mapping[str, Any], saved_tp: Any = None
     tp, v, unit = int(now["tp"]), int(now["vocab_size"]), int(now["make_vocab_size_divisible_by"])
     rows = now["padded_vocab_size"]
     if v > saved_rows:
-        return (f"vocab_size {v} is above the checkpoint's {saved_rows} embedding rows (tokens "
-                f"were added): resize the checkpoint's word embeddings and output layer to "
-                f"{rows} rows (new rows initialised) before loading, or train with the saved "
-                f"vocabulary (model.vocab_size at most {saved_rows})", {})
+        return (
+            f"vocab_size {v} is above the checkpoint's {saved_rows} embedding rows (tokens "
+            f"were added): resize the checkpoint's word embeddings and output layer to "
+            f"{rows} rows (new rows initialised) before loading, or train with the saved "
+            f"vocabulary (model.vocab_size at most {saved_rows})",
+            {},
+        )
     if saved_rows % tp == 0 and padded_vocab(v, saved_rows // tp, tp) == saved_rows:
         d = saved_rows // tp
-        return (f"set model.make_vocab_size_divisible_by to {d} ({d} x tp {tp} = {saved_rows} "
-                f"rows, as saved)", {"model.make_vocab_size_divisible_by": d})
-    if isinstance(saved_tp, int) and saved_tp != tp and padded_vocab(v, unit, saved_tp) == \
-            saved_rows:
-        return (f"set parallel.tp to {saved_tp} (the saved tp: vocab_size {v} pads to "
-                f"{saved_rows} rows there), or convert the checkpoint's embedding to {rows} rows "
-                f"(tools/checkpoint/convert.py)", {"parallel.tp": saved_tp})
-    return (f"convert the checkpoint's embedding to {rows} rows (tools/checkpoint/convert.py)",
-            {})
+        return (
+            f"set model.make_vocab_size_divisible_by to {d} ({d} x tp {tp} = {saved_rows} "
+            f"rows, as saved)",
+            {"model.make_vocab_size_divisible_by": d},
+        )
+    if (
+        isinstance(saved_tp, int)
+        and saved_tp != tp
+        and padded_vocab(v, unit, saved_tp) == saved_rows
+    ):
+        return (
+            f"set parallel.tp to {saved_tp} (the saved tp: vocab_size {v} pads to "
+            f"{saved_rows} rows there), or convert the checkpoint's embedding to {rows} rows "
+            f"(tools/checkpoint/convert.py)",
+            {"parallel.tp": saved_tp},
+        )
+    return (f"convert the checkpoint's embedding to {rows} rows (tools/checkpoint/convert.py)", {})
 
 
 def _dp_fix(saved: Mapping[str, Any], now: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -189,15 +226,20 @@ def _dp_fix(saved: Mapping[str, Any], now: Mapping[str, Any]) -> tuple[str, dict
     gpn = int(now["gpus_per_node"])
     if world % gpn == 0:
         nodes = world // gpn
-        return (f"run on {world} GPUs as saved: set cluster.num_nodes to {nodes} "
-                f"({gpn} GPUs per node; dp {dp})",
-                {"cluster.num_nodes": nodes, "parallel.dp": dp})
-    return (f"run on {world} GPUs as saved (dp {dp}); {world} is not a multiple of "
-            f"{gpn} GPUs per node", {})
+        return (
+            f"run on {world} GPUs as saved: set cluster.num_nodes to {nodes} "
+            f"({gpn} GPUs per node; dp {dp})",
+            {"cluster.num_nodes": nodes, "parallel.dp": dp},
+        )
+    return (
+        f"run on {world} GPUs as saved (dp {dp}); {world} is not a multiple of {gpn} GPUs per node",
+        {},
+    )
 
 
-def resume_findings(saved: Mapping[str, Any], now: Mapping[str, Any],
-                    finetune: bool = False) -> list[Finding]:
+def resume_findings(
+    saved: Mapping[str, Any], now: Mapping[str, Any], finetune: bool = False
+) -> list[Finding]:
     """Why a job with facts ``now`` cannot (errors) or should not (warnings) load a checkpoint
     written with facts ``saved``; facts missing from ``saved`` are not checked."""
     out: list[Finding] = []
@@ -207,88 +249,146 @@ def resume_findings(saved: Mapping[str, Any], now: Mapping[str, Any],
 
     fmt = str(saved.get("checkpoint_format") or now["checkpoint_format"])
     if differs("engine"):
-        out.append(Finding(R.RESUME_LAYOUT, "engine", saved["engine"], now["engine"],
-                           f"the checkpoint was written by engine={saved['engine']}; "
-                           f"engine={now['engine']} reads another format",
-                           f"set engine={saved['engine']}", {"engine": saved["engine"]}))
-    elif differs("checkpoint_format") and "fsdp_dtensor" in (saved["checkpoint_format"],
-                                                             now["checkpoint_format"]):
+        out.append(
+            Finding(
+                R.RESUME_LAYOUT,
+                "engine",
+                saved["engine"],
+                now["engine"],
+                f"the checkpoint was written by engine={saved['engine']}; "
+                f"engine={now['engine']} reads another format",
+                f"set engine={saved['engine']}",
+                {"engine": saved["engine"]},
+            )
+        )
+    elif differs("checkpoint_format") and "fsdp_dtensor" in (
+        saved["checkpoint_format"],
+        now["checkpoint_format"],
+    ):
         # Megatron-FSDP saves and loads fsdp_dtensor only (validate_args); a torch_dist / torch
         # checkpoint needs the Megatron-FSDP guide's conversion step, and back
         z = 3 if saved["checkpoint_format"] == "fsdp_dtensor" else 1
-        out.append(Finding(R.RESUME_LAYOUT, "parallel.zero_stage", saved["checkpoint_format"],
-                           now["checkpoint_format"],
-                           f"the checkpoint is {saved['checkpoint_format']} and this job reads "
-                           f"{now['checkpoint_format']} (Megatron-FSDP, zero_stage 3, reads and "
-                           "writes fsdp_dtensor only)",
-                           f"set parallel.zero_stage={z} (as the saving run), or convert the "
-                           "checkpoint (Megatron-FSDP user guide, checkpoint conversion)",
-                           {"parallel.zero_stage": z}))
+        out.append(
+            Finding(
+                R.RESUME_LAYOUT,
+                "parallel.zero_stage",
+                saved["checkpoint_format"],
+                now["checkpoint_format"],
+                f"the checkpoint is {saved['checkpoint_format']} and this job reads "
+                f"{now['checkpoint_format']} (Megatron-FSDP, zero_stage 3, reads and "
+                "writes fsdp_dtensor only)",
+                f"set parallel.zero_stage={z} (as the saving run), or convert the "
+                "checkpoint (Megatron-FSDP user guide, checkpoint conversion)",
+                {"parallel.zero_stage": z},
+            )
+        )
     # a dense model has no expert weights: its etp (= tp, derived) is no saved layout of its own
     dense = now.get("num_experts") is None and saved.get("num_experts") is None
     allowed = reshard_axes(fmt, saved, now, finetune)
-    moved = [k for k in LAYOUT if differs(k) and k not in allowed
-             and not (k == "etp" and dense)]
+    moved = [k for k in LAYOUT if differs(k) and k not in allowed and not (k == "etp" and dense)]
     if moved:
         change = ", ".join(f"{k} {saved[k]} -> {now[k]}" for k in moved)
-        how = {"torch": "legacy torch files hold one shard per model-parallel rank",
-               "trainc": "the trainc worker's files record their layout and load only into it",
-               "torch_dist": "the distributed optimizer's state was saved dp_reshardable "
-                             f"(Megatron-LM's default without {FULLY_RESHARDABLE_FLAG}), "
-                             "which reshards only in dp",
-               "deepspeed": "DeepSpeed ZeRO stages 1-3 write one optimizer shard per "
-                            "data-parallel rank"}.get(fmt, f"format {fmt} does not reshard")
-        conv = {"torch": "; or convert it with Megatron-LM tools/checkpoint/convert.py "
-                         "(--target-tensor-parallel-size / --target-pipeline-parallel-size) "
-                         "or save it as torch_dist (--ckpt-format torch_dist, "
-                         "--ckpt-convert-format)",
-                "torch_dist": "; or, if the saving run used "
-                              f"{FULLY_RESHARDABLE_FLAG}, set "
-                              "resume.saved.optim_fully_reshardable=true; or set "
-                              "resume.finetune=true (weights only, a fresh optimizer); save "
-                              "with resume.optim_fully_reshardable=true to reshard later",
-                "deepspeed": "; or convert it to a universal checkpoint "
-                             "(deepspeed/checkpoint/ds_to_universal.py) and load that with "
-                             "\"checkpoint\": {\"load_universal\": true}"}
+        how = {
+            "torch": "legacy torch files hold one shard per model-parallel rank",
+            "trainc": "the trainc worker's files record their layout and load only into it",
+            "torch_dist": "the distributed optimizer's state was saved dp_reshardable "
+            f"(Megatron-LM's default without {FULLY_RESHARDABLE_FLAG}), "
+            "which reshards only in dp",
+            "deepspeed": "DeepSpeed ZeRO stages 1-3 write one optimizer shard per "
+            "data-parallel rank",
+        }.get(fmt, f"format {fmt} does not reshard")
+        conv = {
+            "torch": "; or convert it with Megatron-LM tools/checkpoint/convert.py "
+            "(--target-tensor-parallel-size / --target-pipeline-parallel-size) "
+            "or save it as torch_dist (--ckpt-format torch_dist, "
+            "--ckpt-convert-format)",
+            "torch_dist": "; or, if the saving run used "
+            f"{FULLY_RESHARDABLE_FLAG}, set "
+            "resume.saved.optim_fully_reshardable=true; or set "
+            "resume.finetune=true (weights only, a fresh optimizer); save "
+            "with resume.optim_fully_reshardable=true to reshard later",
+            "deepspeed": "; or convert it to a universal checkpoint "
+            "(deepspeed/checkpoint/ds_to_universal.py) and load that with "
+            '"checkpoint": {"load_universal": true}',
+        }
         for k in moved:
-            fix, edits = (_dp_fix(saved, now) if k == "dp" else
-                          (f"set {LAYOUT[k]} to {saved[k]} (the saved layout)",
-                           {LAYOUT[k]: saved[k]}))
-            out.append(Finding(R.RESUME_LAYOUT, LAYOUT[k], saved[k], now[k],
-                               f"resuming with {change} from a {fmt} checkpoint: {how}",
-                               fix + conv.get(fmt, ""), edits))
+            fix, edits = (
+                _dp_fix(saved, now)
+                if k == "dp"
+                else (f"set {LAYOUT[k]} to {saved[k]} (the saved layout)", {LAYOUT[k]: saved[k]})
+            )
+            out.append(
+                Finding(
+                    R.RESUME_LAYOUT,
+                    LAYOUT[k],
+                    saved[k],
+                    now[k],
+                    f"resuming with {change} from a {fmt} checkpoint: {how}",
+                    fix + conv.get(fmt, ""),
+                    edits,
+                )
+            )
     if differs("padded_vocab_size"):
         fix, edits = _vocab_fix(int(saved["padded_vocab_size"]), now, saved.get("tp"))
-        out.append(Finding(
-            R.RESUME_VOCAB, "model.make_vocab_size_divisible_by", saved["padded_vocab_size"],
-            now["padded_vocab_size"],
-            f"the checkpoint's embedding has {saved['padded_vocab_size']} rows, this job pads "
-            f"vocab_size {now['vocab_size']} to {now['padded_vocab_size']} (a multiple of "
-            f"make_vocab_size_divisible_by {now['make_vocab_size_divisible_by']} x tp "
-            f"{now['tp']}): the word embeddings do not load (size mismatch)", fix, edits))
+        out.append(
+            Finding(
+                R.RESUME_VOCAB,
+                "model.make_vocab_size_divisible_by",
+                saved["padded_vocab_size"],
+                now["padded_vocab_size"],
+                f"the checkpoint's embedding has {saved['padded_vocab_size']} rows, this job pads "
+                f"vocab_size {now['vocab_size']} to {now['padded_vocab_size']} (a multiple of "
+                f"make_vocab_size_divisible_by {now['make_vocab_size_divisible_by']} x tp "
+                f"{now['tp']}): the word embeddings do not load (size mismatch)",
+                fix,
+                edits,
+            )
+        )
     for k, key in ARCH.items():
         if differs(k):
-            out.append(Finding(
-                R.RESUME_ARCH, key, saved[k], now[k],
-                f"{k} is {saved[k]} in the checkpoint and {now[k]} here: its tensors have "
-                f"another global shape", f"set {key} to {saved[k]}", {key: saved[k]}))
+            out.append(
+                Finding(
+                    R.RESUME_ARCH,
+                    key,
+                    saved[k],
+                    now[k],
+                    f"{k} is {saved[k]} in the checkpoint and {now[k]} here: its tensors have "
+                    f"another global shape",
+                    f"set {key} to {saved[k]}",
+                    {key: saved[k]},
+                )
+            )
     if not finetune:
         for k, key in SCHEDULE.items():
             if differs(k):
-                out.append(Finding(
-                    R.RESUME_SCHEDULE, key, saved[k], now[k],
-                    f"resuming with {k} {saved[k]} -> {now[k]}: the learning-rate schedule and "
-                    f"the samples consumed continue from the checkpoint's iteration",
-                    f"set {key} to {saved[k]}, or set resume.finetune=true to start a new "
-                    f"schedule from the weights", {key: saved[k]}))
+                out.append(
+                    Finding(
+                        R.RESUME_SCHEDULE,
+                        key,
+                        saved[k],
+                        now[k],
+                        f"resuming with {k} {saved[k]} -> {now[k]}: the learning-rate schedule and "
+                        f"the samples consumed continue from the checkpoint's iteration",
+                        f"set {key} to {saved[k]}, or set resume.finetune=true to start a new "
+                        f"schedule from the weights",
+                        {key: saved[k]},
+                    )
+                )
         for k, key in (("optimizer", "training.optimizer"), ("zero_stage", "parallel.zero_stage")):
             if differs(k):
-                out.append(Finding(
-                    R.RESUME_OPTIMIZER, key, saved[k], now[k],
-                    f"{k} is {saved[k]} in the checkpoint and {now[k]} here: the saved "
-                    f"optimizer state does not load into it",
-                    f"set {key} to {saved[k]}, or set resume.finetune=true (weights only, a "
-                    f"fresh optimizer)", {key: saved[k]}))
+                out.append(
+                    Finding(
+                        R.RESUME_OPTIMIZER,
+                        key,
+                        saved[k],
+                        now[k],
+                        f"{k} is {saved[k]} in the checkpoint and {now[k]} here: the saved "
+                        f"optimizer state does not load into it",
+                        f"set {key} to {saved[k]}, or set resume.finetune=true (weights only, a "
+                        f"fresh optimizer)",
+                        {key: saved[k]},
+                    )
+                )
     return out
 
 
@@ -297,31 +397,55 @@ def checkpoint(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     r, lc = spec.resume, spec.launch
     titan = lc.entrypoint is Entrypoint.torchtitan
     if lc.entrypoint is not Entrypoint.megatron_lm and (
-            r.checkpoint_format is not None or r.finetune or r.optim_fully_reshardable
-            or (titan and r.load_dir is not None)):
-        key = ("resume.load_dir" if titan and r.load_dir is not None else
-               "resume.checkpoint_format" if r.checkpoint_format is not None else
-               "resume.optim_fully_reshardable" if r.optim_fully_reshardable else
-               "resume.finetune")
-        runner = ("torchtitan.train (trainc writes no --checkpoint.* flags for it)" if titan else
-                  "the trainc worker, which writes its own files and always resumes weights, "
-                  "optimizer and step")
-        yield diag(R.CKPT_FORMAT_RUNNER,
-                   f"{key} is read by pretrain_gpt.py (--load / --ckpt-format / --finetune), not "
-                   f"by {runner}",
-                   key, related=("launch.entrypoint",),
-                   fix=f"unset {key}, or use launch.entrypoint=megatron-lm",
-                   edits={key: False if key in ("resume.finetune",
-                                                "resume.optim_fully_reshardable") else None},
-                   entrypoint=lc.entrypoint.value,
-                   value=getattr(getattr(r, key.partition(".")[2]), "value",
-                                 getattr(r, key.partition(".")[2])))
+        r.checkpoint_format is not None
+        or r.finetune
+        or r.optim_fully_reshardable
+        or (titan and r.load_dir is not None)
+    ):
+        key = (
+            "resume.load_dir"
+            if titan and r.load_dir is not None
+            else "resume.checkpoint_format"
+            if r.checkpoint_format is not None
+            else "resume.optim_fully_reshardable"
+            if r.optim_fully_reshardable
+            else "resume.finetune"
+        )
+        runner = (
+            "torchtitan.train (trainc writes no --checkpoint.* flags for it)"
+            if titan
+            else "the trainc worker, which writes its own files and always resumes weights, "
+            "optimizer and step"
+        )
+        yield diag(
+            R.CKPT_FORMAT_RUNNER,
+            f"{key} is read by pretrain_gpt.py (--load / --ckpt-format / --finetune), not "
+            f"by {runner}",
+            key,
+            related=("launch.entrypoint",),
+            fix=f"unset {key}, or use launch.entrypoint=megatron-lm",
+            edits={
+                key: False if key in ("resume.finetune", "resume.optim_fully_reshardable") else None
+            },
+            entrypoint=lc.entrypoint.value,
+            value=getattr(
+                getattr(r, key.partition(".")[2]), "value", getattr(r, key.partition(".")[2])
+            ),
+        )
     saved = saved_facts(spec)
     if not saved:
         return
     for f in resume_findings(saved, layout_facts(spec, d), r.finetune):
-        yield diag(f.rule, f.message, f.key, related=(f"resume.saved.{_fact(f.key)}",),
-                   fix=f.fix, edits=f.edits, saved=f.saved, now=f.now)
+        yield diag(
+            f.rule,
+            f.message,
+            f.key,
+            related=(f"resume.saved.{_fact(f.key)}",),
+            fix=f.fix,
+            edits=f.edits,
+            saved=f.saved,
+            now=f.now,
+        )
 
 
 def _fact(key: str) -> str:

@@ -46,61 +46,96 @@ def fsdp_float8(spec: TrainSpec) -> Iterator[Diagnostic]:
         return
     recipe = t.fp8_recipe
     if spec.launch.device is Device.cpu:
-        yield diag(R.LOW_PRECISION_RUNNER, "training.fp8_format with engine=fsdp needs FP8 tensor "
-                   "cores (torchao float8 / MX or Transformer Engine under FSDP); this spec runs "
-                   "on launch.device=cpu, where the trainc FSDP2 worker has no FP8 GEMMs",
-                   "training.fp8_format", related=("launch.device",),
-                   fix="set training.fp8_format=none for the CPU run, or launch.device=cuda "
-                       "with launch.entrypoint=torchtitan",
-                   edits={"training.fp8_format": "none"}, engine="fsdp", device="cpu")
+        yield diag(
+            R.LOW_PRECISION_RUNNER,
+            "training.fp8_format with engine=fsdp needs FP8 tensor "
+            "cores (torchao float8 / MX or Transformer Engine under FSDP); this spec runs "
+            "on launch.device=cpu, where the trainc FSDP2 worker has no FP8 GEMMs",
+            "training.fp8_format",
+            related=("launch.device",),
+            fix="set training.fp8_format=none for the CPU run, or launch.device=cuda "
+            "with launch.entrypoint=torchtitan",
+            edits={"training.fp8_format": "none"},
+            engine="fsdp",
+            device="cpu",
+        )
         return
     if spec.launch.entrypoint is not Entrypoint.torchtitan:
-        yield diag(R.LOW_PRECISION_RUNNER, "training.fp8_format with engine=fsdp and "
-                   "launch.entrypoint=trainc: the trainc FSDP2 worker has no FP8 GEMMs, so "
-                   "`trainc run` refuses this plan; the estimates describe an FSDP runner with FP8 "
-                   "linears (torchtitan / torchao, or Transformer Engine under Composer)",
-                   "launch.entrypoint", related=("training.fp8_format",),
-                   fix="set launch.entrypoint=torchtitan to emit a runnable FP8 job",
-                   edits={"launch.entrypoint": "torchtitan"}, severity=Severity.warning,
-                   engine="fsdp", entrypoint=spec.launch.entrypoint.value)
+        yield diag(
+            R.LOW_PRECISION_RUNNER,
+            "training.fp8_format with engine=fsdp and "
+            "launch.entrypoint=trainc: the trainc FSDP2 worker has no FP8 GEMMs, so "
+            "`trainc run` refuses this plan; the estimates describe an FSDP runner with FP8 "
+            "linears (torchtitan / torchao, or Transformer Engine under Composer)",
+            "launch.entrypoint",
+            related=("training.fp8_format",),
+            fix="set launch.entrypoint=torchtitan to emit a runnable FP8 job",
+            edits={"launch.entrypoint": "torchtitan"},
+            severity=Severity.warning,
+            engine="fsdp",
+            entrypoint=spec.launch.entrypoint.value,
+        )
         return
     if recipe not in TORCHAO_RECIPES:
-        yield diag(R.LOW_PRECISION_RUNNER, f"training.fp8_recipe {recipe.value} is a Transformer "
-                   "Engine recipe (engine=megatron); engine=fsdp's torchao converters build "
-                   + ", ".join(r.value for r in TORCHAO_RECIPES), "training.fp8_recipe",
-                   related=("engine",),
-                   fix="set training.fp8_recipe=rowwise (or tensorwise / mxfp8), or "
-                       "engine=megatron", edits={"training.fp8_recipe": "rowwise"},
-                   recipe=recipe.value)
+        yield diag(
+            R.LOW_PRECISION_RUNNER,
+            f"training.fp8_recipe {recipe.value} is a Transformer "
+            "Engine recipe (engine=megatron); engine=fsdp's torchao converters build "
+            + ", ".join(r.value for r in TORCHAO_RECIPES),
+            "training.fp8_recipe",
+            related=("engine",),
+            fix="set training.fp8_recipe=rowwise (or tensorwise / mxfp8), or engine=megatron",
+            edits={"training.fp8_recipe": "rowwise"},
+            recipe=recipe.value,
+        )
         return
     version, stated = torchtitan_version(spec)
     have = recipes_in(version)
     if recipe not in have:
-        yield diag(R.LOW_PRECISION_RUNNER, f"training.fp8_recipe {recipe.value} does not exist "
-                   f"in torchtitan {version}"
-                   + ("" if stated else " (launch.versions.torchtitan unset: the release "
-                      "torchtitan_args.txt is written for)")
-                   + f", which builds {', '.join(r.value for r in have)}",
-                   "training.fp8_recipe", related=("launch.versions",),
-                   fix=f"set training.fp8_recipe={have[0].value}, or launch.versions.torchtitan "
-                       "to a release that has it (tensorwise: 0.2.x or older)",
-                   edits={"training.fp8_recipe": have[0].value},
-                   severity=Severity.error if stated else Severity.warning,
-                   recipe=recipe.value, torchtitan=version)
+        yield diag(
+            R.LOW_PRECISION_RUNNER,
+            f"training.fp8_recipe {recipe.value} does not exist "
+            f"in torchtitan {version}"
+            + (
+                ""
+                if stated
+                else " (launch.versions.torchtitan unset: the release "
+                "torchtitan_args.txt is written for)"
+            )
+            + f", which builds {', '.join(r.value for r in have)}",
+            "training.fp8_recipe",
+            related=("launch.versions",),
+            fix=f"set training.fp8_recipe={have[0].value}, or launch.versions.torchtitan "
+            "to a release that has it (tensorwise: 0.2.x or older)",
+            edits={"training.fp8_recipe": have[0].value},
+            severity=Severity.error if stated else Severity.warning,
+            recipe=recipe.value,
+            torchtitan=version,
+        )
     gpu = spec.cluster.gpu
     if gpu in GPU_ARCH:
         arch, cc = GPU_ARCH[gpu]
         need = NEEDS_CC.get(recipe, (8, 9))
         if cc < need:
             fix_recipe = "rowwise" if cc >= (8, 9) else None
-            yield diag(R.LOW_PRECISION_RUNNER, f"training.fp8_recipe {recipe.value} needs compute "
-                       f"capability {need[0]}.{need[1]}+; cluster.gpu {gpu.value} is {arch} "
-                       f"({cc[0]}.{cc[1]})",
-                       "training.fp8_recipe" if fix_recipe else "training.fp8_format",
-                       related=("cluster.gpu",),
-                       fix=(f"set training.fp8_recipe={fix_recipe}, or a Blackwell cluster.gpu"
-                            if fix_recipe else "set training.fp8_format=none (BF16 GEMMs), or "
-                            "an H100 / H200 / Blackwell cluster.gpu"),
-                       edits=({"training.fp8_recipe": fix_recipe} if fix_recipe
-                              else {"training.fp8_format": "none"}),
-                       recipe=recipe.value, gpu=gpu.value)
+            yield diag(
+                R.LOW_PRECISION_RUNNER,
+                f"training.fp8_recipe {recipe.value} needs compute "
+                f"capability {need[0]}.{need[1]}+; cluster.gpu {gpu.value} is {arch} "
+                f"({cc[0]}.{cc[1]})",
+                "training.fp8_recipe" if fix_recipe else "training.fp8_format",
+                related=("cluster.gpu",),
+                fix=(
+                    f"set training.fp8_recipe={fix_recipe}, or a Blackwell cluster.gpu"
+                    if fix_recipe
+                    else "set training.fp8_format=none (BF16 GEMMs), or "
+                    "an H100 / H200 / Blackwell cluster.gpu"
+                ),
+                edits=(
+                    {"training.fp8_recipe": fix_recipe}
+                    if fix_recipe
+                    else {"training.fp8_format": "none"}
+                ),
+                recipe=recipe.value,
+                gpu=gpu.value,
+            )

@@ -41,73 +41,117 @@ def _layers(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     L, pp, vpp = m.num_layers, p.pp, p.vpp
     first, last = p.pipeline_first_stage_layers, p.pipeline_last_stage_layers
     if vpp > 1 and pp == 1:
-        yield diag(R.VPP_NEEDS_PP, f"vpp ({vpp}) needs pp > 1: the interleaved schedule "
-                   f"interleaves pipeline stages (Megatron raises 'pipeline-model-parallel size "
-                   f"should be greater than 1 with interleaved schedule')", "parallel.vpp",
-                   related=("parallel.pp",), fix="set parallel.vpp=1, or parallel.pp > 1",
-                   edits={"parallel.vpp": 1}, vpp=vpp, pp=pp)
-    acc = [name for name, on in (("embedding", p.account_for_embedding_in_pipeline_split),
-                                 ("loss", p.account_for_loss_in_pipeline_split)) if on]
+        yield diag(
+            R.VPP_NEEDS_PP,
+            f"vpp ({vpp}) needs pp > 1: the interleaved schedule "
+            f"interleaves pipeline stages (Megatron raises 'pipeline-model-parallel size "
+            f"should be greater than 1 with interleaved schedule')",
+            "parallel.vpp",
+            related=("parallel.pp",),
+            fix="set parallel.vpp=1, or parallel.pp > 1",
+            edits={"parallel.vpp": 1},
+            vpp=vpp,
+            pp=pp,
+        )
+    acc = [
+        name
+        for name, on in (
+            ("embedding", p.account_for_embedding_in_pipeline_split),
+            ("loss", p.account_for_loss_in_pipeline_split),
+        )
+        if on
+    ]
     if acc and (first is not None or last is not None):
         keys = [f"parallel.account_for_{a}_in_pipeline_split" for a in acc]
-        yield diag(R.UNEVEN_PP, f"{' and '.join(keys)} cannot be combined with "
-                   f"pipeline_first/last_stage_layers (Megatron-Core raises "
-                   f"'num_layers_in_first_pipeline_stage and num_layers_in_last_pipeline_stage "
-                   f"cannot be set at the same time with account_for_embedding_in_pipeline_split "
-                   f"and account_for_loss_in_pipeline_split')", keys[0],
-                   related=("parallel.pipeline_first_stage_layers",
-                            "parallel.pipeline_last_stage_layers"),
-                   fix=f"use one of the two: remove {' and '.join(keys)}, or remove "
-                       f"parallel.pipeline_first_stage_layers and "
-                       f"parallel.pipeline_last_stage_layers",
-                   edits={k: False for k in keys}, num_layers=L, pp=pp,
-                   pipeline_first_stage_layers=first, pipeline_last_stage_layers=last)
+        yield diag(
+            R.UNEVEN_PP,
+            f"{' and '.join(keys)} cannot be combined with "
+            f"pipeline_first/last_stage_layers (Megatron-Core raises "
+            f"'num_layers_in_first_pipeline_stage and num_layers_in_last_pipeline_stage "
+            f"cannot be set at the same time with account_for_embedding_in_pipeline_split "
+            f"and account_for_loss_in_pipeline_split')",
+            keys[0],
+            related=("parallel.pipeline_first_stage_layers", "parallel.pipeline_last_stage_layers"),
+            fix=f"use one of the two: remove {' and '.join(keys)}, or remove "
+            f"parallel.pipeline_first_stage_layers and "
+            f"parallel.pipeline_last_stage_layers",
+            edits={k: False for k in keys},
+            num_layers=L,
+            pp=pp,
+            pipeline_first_stage_layers=first,
+            pipeline_last_stage_layers=last,
+        )
         return
     if first is not None or last is not None:
         stages = layers_per_stage(L, pp, first, last)
         if stages is None or any(n % vpp for n in stages):
-            yield diag(R.UNEVEN_PP, _uneven_message(L, pp, vpp, first, last),
-                       "parallel.pipeline_first_stage_layers" if first is not None else
-                       "parallel.pipeline_last_stage_layers",
-                       related=("parallel.pp", "model.num_layers", "parallel.vpp"),
-                       fix=_uneven_fix(L, pp, vpp), num_layers=L, pp=pp,
-                       pipeline_first_stage_layers=first, pipeline_last_stage_layers=last)
+            yield diag(
+                R.UNEVEN_PP,
+                _uneven_message(L, pp, vpp, first, last),
+                "parallel.pipeline_first_stage_layers"
+                if first is not None
+                else "parallel.pipeline_last_stage_layers",
+                related=("parallel.pp", "model.num_layers", "parallel.vpp"),
+                fix=_uneven_fix(L, pp, vpp),
+                num_layers=L,
+                pp=pp,
+                pipeline_first_stage_layers=first,
+                pipeline_last_stage_layers=last,
+            )
         return
     Lp = L + len(acc)  # Megatron's L' (TransformerConfig.__post_init__, account_for_*)
     what = f"num_layers ({L})" + "".join(f" + {a}" for a in acc) + (f" = {Lp}" if acc else "")
     if Lp % pp:
         room = capacity(d.world_size, p.tp, p.cp)
         # with vpp > 1 the pp must also leave stages that split into vpp chunks (and be > 1)
-        pps = [x for x in fitting(divisors(Lp), room)
-               if vpp == 1 or (x > 1 and (Lp // x) % vpp == 0)]
+        pps = [
+            x for x in fitting(divisors(Lp), room) if vpp == 1 or (x > 1 and (Lp // x) % vpp == 0)
+        ]
         of = f"divisors of {Lp} that fit the GPUs" + (
-            f" and leave stages of a multiple of vpp={vpp} layers" if vpp > 1 else "")
-        yield diag(R.LAYERS_PP, f"{what} is not divisible by pp ({pp}); Megatron-Core "
-                   f"would build {Lp // pp} layers per stage and silently drop {Lp % pp}",
-                   "parallel.pp", related=("model.num_layers",),
-                   fix=", or ".join(
-                       ([f"set parallel.pp to one of {show(pps)} ({of})"] if pps else [])
-                       + ([] if acc else [_uneven_fix(L, pp, vpp)])
-                       + ([f"remove the account_for_* flags ({L} layers split over pp={pp} x "
-                           f"vpp={vpp})"] if acc and L % (pp * vpp) == 0 else [])
-                       + [f for f in ([] if acc else [_account_fix(L, pp, vpp)])
-                          if f.startswith("set")]) or f"choose pp and vpp that split {Lp}",
-                   edits=_pp_edits(L, pp, vpp, pps, bool(acc)), num_layers=L, pp=pp)
+            f" and leave stages of a multiple of vpp={vpp} layers" if vpp > 1 else ""
+        )
+        yield diag(
+            R.LAYERS_PP,
+            f"{what} is not divisible by pp ({pp}); Megatron-Core "
+            f"would build {Lp // pp} layers per stage and silently drop {Lp % pp}",
+            "parallel.pp",
+            related=("model.num_layers",),
+            fix=", or ".join(
+                ([f"set parallel.pp to one of {show(pps)} ({of})"] if pps else [])
+                + ([] if acc else [_uneven_fix(L, pp, vpp)])
+                + (
+                    [f"remove the account_for_* flags ({L} layers split over pp={pp} x vpp={vpp})"]
+                    if acc and L % (pp * vpp) == 0
+                    else []
+                )
+                + [f for f in ([] if acc else [_account_fix(L, pp, vpp)]) if f.startswith("set")]
+            )
+            or f"choose pp and vpp that split {Lp}",
+            edits=_pp_edits(L, pp, vpp, pps, bool(acc)),
+            num_layers=L,
+            pp=pp,
+        )
     elif vpp > 1 and Lp % (pp * vpp):
         per = Lp // pp
         ok = [v for v in divisors(per)]
         other = _account_fix(L, pp, vpp) if not acc else ""
         split = _uneven_fix(L, pp, vpp) if not acc else ""
-        yield diag(R.LAYERS_VPP,
-                   f"{what} is not divisible by pp*vpp ({pp}*{vpp} = {pp * vpp}): each "
-                   f"of the {pp} stages holds {per} layers, which cannot form {vpp} equal virtual "
-                   f"stages (older Megatron silently built {per // vpp * vpp})", "parallel.vpp",
-                   related=("parallel.pp", "model.num_layers"),
-                   fix=f"set parallel.vpp to one of {show(ok)} (layers per virtual stage: "
-                       f"{show(sorted(per // v for v in ok))})"
-                       + (f", or {split}" if split.startswith("set") else "")
-                       + (f", or {other}" if other.startswith("set") else ""),
-                   edits={"parallel.vpp": nearest(ok, vpp)}, num_layers=L, pp=pp, vpp=vpp)
+        yield diag(
+            R.LAYERS_VPP,
+            f"{what} is not divisible by pp*vpp ({pp}*{vpp} = {pp * vpp}): each "
+            f"of the {pp} stages holds {per} layers, which cannot form {vpp} equal virtual "
+            f"stages (older Megatron silently built {per // vpp * vpp})",
+            "parallel.vpp",
+            related=("parallel.pp", "model.num_layers"),
+            fix=f"set parallel.vpp to one of {show(ok)} (layers per virtual stage: "
+            f"{show(sorted(per // v for v in ok))})"
+            + (f", or {split}" if split.startswith("set") else "")
+            + (f", or {other}" if other.startswith("set") else ""),
+            edits={"parallel.vpp": nearest(ok, vpp)},
+            num_layers=L,
+            pp=pp,
+            vpp=vpp,
+        )
 
 
 def _account_fix(L: int, pp: int, vpp: int) -> str:
@@ -116,26 +160,32 @@ def _account_fix(L: int, pp: int, vpp: int) -> str:
     for v in (vpp, 1) if vpp > 1 else (1,):  # with vpp: keep it, else one chunk per stage
         for acc in (("embedding", "loss"), ("loss",), ("embedding",)):
             if (L + len(acc)) % (pp * v) == 0 and L + len(acc) >= pp * v:
-                keys = " and ".join(f"parallel.account_for_{a}_in_pipeline_split=true"
-                                    for a in acc)
+                keys = " and ".join(f"parallel.account_for_{a}_in_pipeline_split=true" for a in acc)
                 drop = "parallel.vpp=1 and " if v != vpp else ""
                 return f"set {drop}{keys} (each stage then counts {(L + len(acc)) // pp} layers)"
     return "choose a pp that divides num_layers" if pp > 1 else ""
 
 
 def _uneven_message(L: int, pp: int, vpp: int, first: int | None, last: int | None) -> str:
-    given = " and ".join(f"{n} ({v})" for n, v in (("first", first), ("last", last))
-                         if v is not None)
+    given = " and ".join(
+        f"{n} ({v})" for n, v in (("first", first), ("last", last)) if v is not None
+    )
     if pp == 1:
-        return (f"pipeline stage layers ({given}) need pp > 1: with pp (1) all {L} layers are on "
-                f"one stage, and Megatron builds only the override's layers")
+        return (
+            f"pipeline stage layers ({given}) need pp > 1: with pp (1) all {L} layers are on "
+            f"one stage, and Megatron builds only the override's layers"
+        )
     if any(v is not None and v < 1 for v in (first, last)):
-        return (f"pipeline stage layers ({given}) must be at least 1 (Megatron-Core raises "
-                f"'num_layers_in_first/last_pipeline_stage must be larger than 0'); leave a key "
-                f"out (null) for an even share")
+        return (
+            f"pipeline stage layers ({given}) must be at least 1 (Megatron-Core raises "
+            f"'num_layers_in_first/last_pipeline_stage must be larger than 0'); leave a key "
+            f"out (null) for an even share"
+        )
     tail = f" and every stage's layers a multiple of vpp ({vpp})" if vpp > 1 else ""
-    return (f"uneven pipeline split ({given}) of num_layers ({L}) over pp ({pp}) does not leave "
-            f"a middle that divides evenly over the middle stages{tail}")
+    return (
+        f"uneven pipeline split ({given}) of num_layers ({L}) over pp ({pp}) does not leave "
+        f"a middle that divides evenly over the middle stages{tail}"
+    )
 
 
 def _pp_edits(L: int, pp: int, vpp: int, pps: list[int], acc: bool) -> dict[str, int]:
@@ -146,16 +196,20 @@ def _pp_edits(L: int, pp: int, vpp: int, pps: list[int], acc: bool) -> dict[str,
     near = nearest(pps, pp) if pps else None
     split = None if acc or pp <= 2 else uneven_split(L, pp, vpp)
     if split is not None and (near is None or not pp / 2 <= near <= 2 * pp):
-        return {"parallel.pipeline_first_stage_layers": split[0],
-                "parallel.pipeline_last_stage_layers": split[1]}
+        return {
+            "parallel.pipeline_first_stage_layers": split[0],
+            "parallel.pipeline_last_stage_layers": split[1],
+        }
     return {"parallel.pp": near} if near is not None else {}
 
 
 def _uneven_fix(L: int, pp: int, vpp: int) -> str:
     """:func:`uneven_split` as a fix text, or the fallback when there is none."""
     if pp <= 1:
-        return ("remove parallel.pipeline_first_stage_layers and "
-                "parallel.pipeline_last_stage_layers (or set pp > 1)")
+        return (
+            "remove parallel.pipeline_first_stage_layers and "
+            "parallel.pipeline_last_stage_layers (or set pp > 1)"
+        )
     split = uneven_split(L, pp, vpp)
     drop = ""
     if split is None and vpp > 1:  # every stage a multiple of vpp cannot sum to L: one chunk
@@ -163,11 +217,16 @@ def _uneven_fix(L: int, pp: int, vpp: int) -> str:
     if split is None:
         return f"choose a pp that divides {L}"
     f, la, mid = split
-    shown = ", ".join(map(str, [f, *([mid] * (pp - 2)), la])) if pp <= 16 else \
-        f"{f}, {mid} x {pp - 2}, {la}"
-    return (f"set {drop}parallel.pipeline_first_stage_layers={f} and "
-            f"parallel.pipeline_last_stage_layers={la} (first and last searched together; "
-            f"stages: {shown}, largest {max(f, la, mid)})")
+    shown = (
+        ", ".join(map(str, [f, *([mid] * (pp - 2)), la]))
+        if pp <= 16
+        else f"{f}, {mid} x {pp - 2}, {la}"
+    )
+    return (
+        f"set {drop}parallel.pipeline_first_stage_layers={f} and "
+        f"parallel.pipeline_last_stage_layers={la} (first and last searched together; "
+        f"stages: {shown}, largest {max(f, la, mid)})"
+    )
 
 
 def uneven_split(L: int, pp: int, vpp: int) -> tuple[int, int, int] | None:
@@ -214,19 +273,25 @@ def _batch(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     if gbs % unit:
         near = nearest_multiple(gbs, unit)
         mbs_ok = [b for b in divisors(gbs) if (gbs // b) % d.dp == 0]
-        typo = (f"; it is not even divisible by dp ({d.dp}), likely a typo" if gbs % d.dp else "")
-        floor = (f" (floor division would silently train with {gbs // unit * unit})"
-                 if gbs >= unit else "")
-        yield diag(R.GLOBAL_BATCH,
-                   f"global_batch_size ({gbs}) is not divisible by micro_batch_size*dp "
-                   f"({t.micro_batch_size}*{d.dp} = {unit}){floor}{typo}",
-                   "training.global_batch_size",
-                   related=("training.micro_batch_size", "parallel.dp"),
-                   fix=f"set training.global_batch_size to {or_list(near)}"
-                       + (f", or training.micro_batch_size to one of {show(mbs_ok)}"
-                          if mbs_ok else ""),
-                   edits={"training.global_batch_size": near[0]},
-                   global_batch_size=gbs, micro_batch_size=t.micro_batch_size, dp=d.dp)
+        typo = f"; it is not even divisible by dp ({d.dp}), likely a typo" if gbs % d.dp else ""
+        floor = (
+            f" (floor division would silently train with {gbs // unit * unit})"
+            if gbs >= unit
+            else ""
+        )
+        yield diag(
+            R.GLOBAL_BATCH,
+            f"global_batch_size ({gbs}) is not divisible by micro_batch_size*dp "
+            f"({t.micro_batch_size}*{d.dp} = {unit}){floor}{typo}",
+            "training.global_batch_size",
+            related=("training.micro_batch_size", "parallel.dp"),
+            fix=f"set training.global_batch_size to {or_list(near)}"
+            + (f", or training.micro_batch_size to one of {show(mbs_ok)}" if mbs_ok else ""),
+            edits={"training.global_batch_size": near[0]},
+            global_batch_size=gbs,
+            micro_batch_size=t.micro_batch_size,
+            dp=d.dp,
+        )
         return
     nmb = d.num_microbatches or 0
     if p.pp > 1 and nmb < p.pp:
@@ -234,25 +299,38 @@ def _batch(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         # "Number of microbatches (n) must be greater than or equal to the number of stages"
         # (pytorch/pytorch PR 144702; before it the single-stage 1F1B hung: pytorch/torchtitan
         # #775); engine=fsdp runs that schedule at vpp 1 (torchtitan, the trainc worker).
-        one_f1b = (spec.engine is Engine.fsdp and spec.fsdp.pp_schedule is PipelineSchedule.one_f1b)
+        one_f1b = spec.engine is Engine.fsdp and spec.fsdp.pp_schedule is PipelineSchedule.one_f1b
         sev = None if p.vpp == 1 and not one_f1b else Severity.error
-        why = ("; the interleaved schedule rejects it" if p.vpp > 1 else
-               "; torch.distributed.pipelining's Schedule1F1B rejects it (older releases hung)"
-               if one_f1b else f": at most {nmb} of {p.pp} stages work at once")
-        yield diag(R.MICROBATCHES_PP,
-                   f"num_microbatches ({nmb} = {gbs}/({t.micro_batch_size}*{d.dp})) is below pp "
-                   f"({p.pp})" + why,
-                   "training.global_batch_size",
-                   related=("training.micro_batch_size", "parallel.pp"),
-                   fix=f"set training.global_batch_size to a multiple of {unit} of at least "
-                       f"{unit * p.pp}, or reduce pp", severity=sev,
-                   edits={"training.global_batch_size": unit * p.pp},
-                   num_microbatches=nmb, pp=p.pp)
+        why = (
+            "; the interleaved schedule rejects it"
+            if p.vpp > 1
+            else "; torch.distributed.pipelining's Schedule1F1B rejects it (older releases hung)"
+            if one_f1b
+            else f": at most {nmb} of {p.pp} stages work at once"
+        )
+        yield diag(
+            R.MICROBATCHES_PP,
+            f"num_microbatches ({nmb} = {gbs}/({t.micro_batch_size}*{d.dp})) is below pp "
+            f"({p.pp})" + why,
+            "training.global_batch_size",
+            related=("training.micro_batch_size", "parallel.pp"),
+            fix=f"set training.global_batch_size to a multiple of {unit} of at least "
+            f"{unit * p.pp}, or reduce pp",
+            severity=sev,
+            edits={"training.global_batch_size": unit * p.pp},
+            num_microbatches=nmb,
+            pp=p.pp,
+        )
     elif p.vpp > 1 and nmb % p.pp:
         near = nearest_multiple(gbs, unit * p.pp)
-        yield diag(R.MICROBATCHES_VPP,
-                   f"num_microbatches ({nmb}) is not a multiple of pp ({p.pp}), which the "
-                   f"interleaved schedule (vpp = {p.vpp}) requires", "training.global_batch_size",
-                   related=("parallel.vpp", "parallel.pp"),
-                   fix=f"set training.global_batch_size to {or_list(near)}, or parallel.vpp=1",
-                   edits={"training.global_batch_size": near[0]}, num_microbatches=nmb, pp=p.pp)
+        yield diag(
+            R.MICROBATCHES_VPP,
+            f"num_microbatches ({nmb}) is not a multiple of pp ({p.pp}), which the "
+            f"interleaved schedule (vpp = {p.vpp}) requires",
+            "training.global_batch_size",
+            related=("parallel.vpp", "parallel.pp"),
+            fix=f"set training.global_batch_size to {or_list(near)}, or parallel.vpp=1",
+            edits={"training.global_batch_size": near[0]},
+            num_microbatches=nmb,
+            pp=p.pp,
+        )

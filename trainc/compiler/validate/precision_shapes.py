@@ -48,9 +48,13 @@ from trainc.schemas import (
 
 #: GPU preset -> (architecture, compute capability) as Transformer Engine checks it.
 GPU_ARCH: dict[Gpu, tuple[str, tuple[int, int]]] = {
-    Gpu.a100_40g: ("Ampere", (8, 0)), Gpu.a100_80g: ("Ampere", (8, 0)),
-    Gpu.h100_80g: ("Hopper", (9, 0)), Gpu.h200: ("Hopper", (9, 0)), Gpu.h800: ("Hopper", (9, 0)),
-    Gpu.b200: ("Blackwell", (10, 0)), Gpu.gb200: ("Blackwell", (10, 0)),
+    Gpu.a100_40g: ("Ampere", (8, 0)),
+    Gpu.a100_80g: ("Ampere", (8, 0)),
+    Gpu.h100_80g: ("Hopper", (9, 0)),
+    Gpu.h200: ("Hopper", (9, 0)),
+    Gpu.h800: ("Hopper", (9, 0)),
+    Gpu.b200: ("Blackwell", (10, 0)),
+    Gpu.gb200: ("Blackwell", (10, 0)),
 }
 
 
@@ -67,8 +71,12 @@ def recipe_name(spec: TrainSpec) -> str | None:
 
 #: recipe -> (tokens alignment, width alignment) of one GEMM input (see the module docstring)
 ALIGN: dict[str, tuple[int, int]] = {
-    "delayed": (8, 16), "tensorwise": (8, 16), "blockwise": (8, 16), "mxfp8": (32, 32),
-    "rowwise": (8, 16), "rowwise_with_gw_hp": (8, 16),
+    "delayed": (8, 16),
+    "tensorwise": (8, 16),
+    "blockwise": (8, 16),
+    "mxfp8": (32, 32),
+    "rowwise": (8, 16),
+    "rowwise_with_gw_hp": (8, 16),
     "nvfp4": (16, 16),
 }
 
@@ -126,23 +134,39 @@ def local_gemms(spec: TrainSpec, tp: int, etp: int) -> list[Gemm]:
     d = m.kv_channels or h // max(a, 1)
     glu = 2 if m.activation is Activation.swiglu else 1
     kv = 2 * max(g // tp, 1) * d
-    out = [Gemm("linear_qkv", "model.num_attention_heads", h, a // tp * d + kv),
-           Gemm("linear_proj", "model.num_attention_heads", a // tp * d, h)]
+    out = [
+        Gemm("linear_qkv", "model.num_attention_heads", h, a // tp * d + kv),
+        Gemm("linear_proj", "model.num_attention_heads", a // tp * d, h),
+    ]
     dense_layers = m.num_experts is None or m.moe_layer_freq > 1
     ffn = m.ffn_hidden_size or 4 * h
     if dense_layers:
-        out += [Gemm("linear_fc1", "model.ffn_hidden_size", h, glu * ffn // tp),
-                Gemm("linear_fc2", "model.ffn_hidden_size", ffn // tp, h)]
+        out += [
+            Gemm("linear_fc1", "model.ffn_hidden_size", h, glu * ffn // tp),
+            Gemm("linear_fc2", "model.ffn_hidden_size", ffn // tp, h),
+        ]
     if m.num_experts is not None:
         e = m.moe_ffn_hidden_size or ffn
-        out += [Gemm("experts.linear_fc1", "model.moe_ffn_hidden_size", h, glu * e // etp),
-                Gemm("experts.linear_fc2", "model.moe_ffn_hidden_size", e // etp, h)]
+        out += [
+            Gemm("experts.linear_fc1", "model.moe_ffn_hidden_size", h, glu * e // etp),
+            Gemm("experts.linear_fc2", "model.moe_ffn_hidden_size", e // etp, h),
+        ]
         shared = m.moe_shared_expert_intermediate_size
         if shared:
-            out += [Gemm("shared_experts.linear_fc1", "model.moe_shared_expert_intermediate_size",
-                         h, glu * shared // tp),
-                    Gemm("shared_experts.linear_fc2", "model.moe_shared_expert_intermediate_size",
-                         shared // tp, h)]
+            out += [
+                Gemm(
+                    "shared_experts.linear_fc1",
+                    "model.moe_shared_expert_intermediate_size",
+                    h,
+                    glu * shared // tp,
+                ),
+                Gemm(
+                    "shared_experts.linear_fc2",
+                    "model.moe_shared_expert_intermediate_size",
+                    shared // tp,
+                    h,
+                ),
+            ]
     return out
 
 
@@ -157,32 +181,54 @@ def precision_shapes(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     shapes), TRC372 (BF16 first/last layers)."""
     t = spec.training
     recipe = recipe_name(spec)
-    if t.first_last_layers_bf16 and t.fp8_format is not Fp8Format.none \
-            and t.fp4_format is Fp4Format.none and t.fp8_recipe is Fp8Recipe.delayed:
-        yield diag(R.FP8_BF16_LAYERS, "first_last_layers_bf16 with fp8_recipe delayed: "
-                   "Megatron-Core raises 'Delayed scaling does not support first / last layer "
-                   "in BF16' when it builds the config", "training.first_last_layers_bf16",
-                   related=("training.fp8_recipe",),
-                   fix="set training.fp8_recipe=tensorwise (current scaling keeps BF16 first "
-                       "and last layers), or training.first_last_layers_bf16=false",
-                   edits={"training.fp8_recipe": "tensorwise"}, fp8_recipe="delayed")
+    if (
+        t.first_last_layers_bf16
+        and t.fp8_format is not Fp8Format.none
+        and t.fp4_format is Fp4Format.none
+        and t.fp8_recipe is Fp8Recipe.delayed
+    ):
+        yield diag(
+            R.FP8_BF16_LAYERS,
+            "first_last_layers_bf16 with fp8_recipe delayed: "
+            "Megatron-Core raises 'Delayed scaling does not support first / last layer "
+            "in BF16' when it builds the config",
+            "training.first_last_layers_bf16",
+            related=("training.fp8_recipe",),
+            fix="set training.fp8_recipe=tensorwise (current scaling keeps BF16 first "
+            "and last layers), or training.first_last_layers_bf16=false",
+            edits={"training.fp8_recipe": "tensorwise"},
+            fp8_recipe="delayed",
+        )
     if recipe is None:
         return
     if recipe == "mxfp8" and t.fp8_format is Fp8Format.hybrid:
-        yield diag(R.MXFP8_FORMAT, "fp8_recipe mxfp8 with fp8_format hybrid quantizes "
-                   "gradients to E5M2; with 32-element E8M0 block scales the MXFP8 recipe is "
-                   "meant to run E4M3 in both passes, and hybrid diverged in Megatron-Bridge's "
-                   "runs (PR #638)", "training.fp8_format", related=("training.fp8_recipe",),
-                   fix="set training.fp8_format=e4m3", edits={"training.fp8_format": "e4m3"},
-                   fp8_format="hybrid", recipe="mxfp8")
+        yield diag(
+            R.MXFP8_FORMAT,
+            "fp8_recipe mxfp8 with fp8_format hybrid quantizes "
+            "gradients to E5M2; with 32-element E8M0 block scales the MXFP8 recipe is "
+            "meant to run E4M3 in both passes, and hybrid diverged in Megatron-Bridge's "
+            "runs (PR #638)",
+            "training.fp8_format",
+            related=("training.fp8_recipe",),
+            fix="set training.fp8_format=e4m3",
+            edits={"training.fp8_format": "e4m3"},
+            fp8_format="hybrid",
+            recipe="mxfp8",
+        )
     if recipe == "mxfp8" and not t.fp8_param_gather:
-        yield diag(R.MXFP8_PARAM_GATHER, "fp8_recipe mxfp8 without fp8_param_gather: every "
-                   "parameter is kept in BF16 and quantized to MXFP8 on each step, which "
-                   "Megatron-Core warns 'will use significant amount additional GPU memory'",
-                   "training.fp8_param_gather", related=("training.fp8_recipe",),
-                   fix="set training.fp8_param_gather=true (needs the distributed optimizer, "
-                       "parallel.zero_stage=1)", edits={"training.fp8_param_gather": True},
-                   recipe="mxfp8", fp8_param_gather=False)
+        yield diag(
+            R.MXFP8_PARAM_GATHER,
+            "fp8_recipe mxfp8 without fp8_param_gather: every "
+            "parameter is kept in BF16 and quantized to MXFP8 on each step, which "
+            "Megatron-Core warns 'will use significant amount additional GPU memory'",
+            "training.fp8_param_gather",
+            related=("training.fp8_recipe",),
+            fix="set training.fp8_param_gather=true (needs the distributed optimizer, "
+            "parallel.zero_stage=1)",
+            edits={"training.fp8_param_gather": True},
+            recipe="mxfp8",
+            fp8_param_gather=False,
+        )
     yield from _gpu(spec, recipe)
     yield from _cuda(spec, recipe)
     yield from _shapes(spec, d, recipe)
@@ -202,15 +248,23 @@ def _cuda(spec: TrainSpec, recipe: str) -> Iterator[Diagnostic]:
     if recipe != "blockwise" or not before(spec, "cuda", BLOCKWISE_CUDA):
         return
     cuda = (spec.launch.versions or {})["cuda"]
-    yield diag(R.LOW_PRECISION_GPU, f"the blockwise recipe with CUDA {cuda}: Transformer "
-               f"Engine's FP8 block-scaled GEMM needs CUDA {BLOCKWISE_CUDA} or later and "
-               "raises 'FP8 block scaled GEMM requires ... CUDA >= 12.9' at the first FP8 "
-               "autocast", "launch.versions.cuda", related=("training.fp8_recipe",),
-               fix=f"use a PyTorch build (or an NGC PyTorch container) with CUDA "
-                   f"{BLOCKWISE_CUDA} or later (launch.versions.cuda), or set "
-                   "training.fp8_recipe=tensorwise (or delayed), which CUDA "
-                   f"{cuda} runs", edits={"launch.versions.cuda": BLOCKWISE_CUDA},
-               recipe=recipe, cuda=cuda, needs=BLOCKWISE_CUDA)
+    yield diag(
+        R.LOW_PRECISION_GPU,
+        f"the blockwise recipe with CUDA {cuda}: Transformer "
+        f"Engine's FP8 block-scaled GEMM needs CUDA {BLOCKWISE_CUDA} or later and "
+        "raises 'FP8 block scaled GEMM requires ... CUDA >= 12.9' at the first FP8 "
+        "autocast",
+        "launch.versions.cuda",
+        related=("training.fp8_recipe",),
+        fix=f"use a PyTorch build (or an NGC PyTorch container) with CUDA "
+        f"{BLOCKWISE_CUDA} or later (launch.versions.cuda), or set "
+        "training.fp8_recipe=tensorwise (or delayed), which CUDA "
+        f"{cuda} runs",
+        edits={"launch.versions.cuda": BLOCKWISE_CUDA},
+        recipe=recipe,
+        cuda=cuda,
+        needs=BLOCKWISE_CUDA,
+    )
 
 
 def _gpu(spec: TrainSpec, recipe: str) -> Iterator[Diagnostic]:
@@ -218,44 +272,74 @@ def _gpu(spec: TrainSpec, recipe: str) -> Iterator[Diagnostic]:
     if gpu not in GPU_ARCH:
         return  # custom: the architecture is not known
     arch, cc = GPU_ARCH[gpu]
-    key = "training.fp4_recipe" if recipe == "nvfp4" else (
-        "training.fp8_format" if cc < (8, 9) else "training.fp8_recipe")
+    key = (
+        "training.fp4_recipe"
+        if recipe == "nvfp4"
+        else ("training.fp8_format" if cc < (8, 9) else "training.fp8_recipe")
+    )
     need = {"mxfp8": (10, 0), "nvfp4": (10, 0)}.get(recipe, (8, 9))
     if recipe == "blockwise":
         need = (9, 0)
     if cc < need:
-        runs = [r for r in ("tensorwise", "delayed", "blockwise", "mxfp8")
-                if cc >= {"mxfp8": (10, 0), "blockwise": (9, 0)}.get(r, (8, 9))]
+        runs = [
+            r
+            for r in ("tensorwise", "delayed", "blockwise", "mxfp8")
+            if cc >= {"mxfp8": (10, 0), "blockwise": (9, 0)}.get(r, (8, 9))
+        ]
         if runs:
-            fix = (f"set training.fp8_recipe to {' or '.join(runs)} (what {arch} runs), or "
-                   "cluster.gpu to b200 / gb200")
+            fix = (
+                f"set training.fp8_recipe to {' or '.join(runs)} (what {arch} runs), or "
+                "cluster.gpu to b200 / gb200"
+            )
             edits: dict[str, object] = {"training.fp8_recipe": runs[0]}
             if recipe == "nvfp4":
-                fix = (f"set training.fp4_format=none and training.fp8_format=hybrid with "
-                       f"fp8_recipe {runs[0]} ({arch} has no FP4 tensor cores), or cluster.gpu "
-                       "to b200 / gb200")
-                edits = {"training.fp4_format": "none", "training.fp8_format": "hybrid",
-                         "training.fp8_recipe": runs[0]}
+                fix = (
+                    f"set training.fp4_format=none and training.fp8_format=hybrid with "
+                    f"fp8_recipe {runs[0]} ({arch} has no FP4 tensor cores), or cluster.gpu "
+                    "to b200 / gb200"
+                )
+                edits = {
+                    "training.fp4_format": "none",
+                    "training.fp8_format": "hybrid",
+                    "training.fp8_recipe": runs[0],
+                }
         else:
-            fix = (f"train in training.precision without FP8 ({gpu.value} has no FP8 tensor "
-                   "cores): set training.fp8_format=none and training.fp4_format=none, or "
-                   "cluster.gpu to an h100-80g / h200 / b200")
+            fix = (
+                f"train in training.precision without FP8 ({gpu.value} has no FP8 tensor "
+                "cores): set training.fp8_format=none and training.fp4_format=none, or "
+                "cluster.gpu to an h100-80g / h200 / b200"
+            )
             edits = {"training.fp8_format": "none", "training.fp4_format": "none"}
-        yield diag(R.LOW_PRECISION_GPU, f"the {recipe} recipe needs compute capability "
-                   f"{need[0]}.{need[1]}+, but cluster.gpu {gpu.value} is {arch} "
-                   f"({cc[0]}.{cc[1]}); Transformer Engine raises at the first FP8 autocast",
-                   key, related=("cluster.gpu",), fix=fix, edits=edits, recipe=recipe,
-                   gpu=gpu.value, compute_capability=f"{cc[0]}.{cc[1]}",
-                   needs=f"{need[0]}.{need[1]}")
+        yield diag(
+            R.LOW_PRECISION_GPU,
+            f"the {recipe} recipe needs compute capability "
+            f"{need[0]}.{need[1]}+, but cluster.gpu {gpu.value} is {arch} "
+            f"({cc[0]}.{cc[1]}); Transformer Engine raises at the first FP8 autocast",
+            key,
+            related=("cluster.gpu",),
+            fix=fix,
+            edits=edits,
+            recipe=recipe,
+            gpu=gpu.value,
+            compute_capability=f"{cc[0]}.{cc[1]}",
+            needs=f"{need[0]}.{need[1]}",
+        )
     elif recipe == "blockwise" and cc >= (10, 0):
-        yield diag(R.LOW_PRECISION_GPU, f"the blockwise recipe on {arch} ({gpu.value}): "
-                   "Transformer Engine 2.x releases before Blackwell support refuse it ('FP8 "
-                   "block scaled GEMM requires Hopper'); MXFP8 is the block-scaled recipe "
-                   "Blackwell runs natively", "training.fp8_recipe", related=("cluster.gpu",),
-                   fix="set training.fp8_recipe=mxfp8, or pin a Transformer Engine that "
-                       "accepts blockwise on compute capability 10.0",
-                   edits={"training.fp8_recipe": "mxfp8"}, severity=Severity.warning,
-                   recipe=recipe, gpu=gpu.value)
+        yield diag(
+            R.LOW_PRECISION_GPU,
+            f"the blockwise recipe on {arch} ({gpu.value}): "
+            "Transformer Engine 2.x releases before Blackwell support refuse it ('FP8 "
+            "block scaled GEMM requires Hopper'); MXFP8 is the block-scaled recipe "
+            "Blackwell runs natively",
+            "training.fp8_recipe",
+            related=("cluster.gpu",),
+            fix="set training.fp8_recipe=mxfp8, or pin a Transformer Engine that "
+            "accepts blockwise on compute capability 10.0",
+            edits={"training.fp8_recipe": "mxfp8"},
+            severity=Severity.warning,
+            recipe=recipe,
+            gpu=gpu.value,
+        )
 
 
 def _shapes(spec: TrainSpec, d: Derived, recipe: str) -> Iterator[Diagnostic]:
@@ -271,18 +355,26 @@ def _shapes(spec: TrainSpec, d: Derived, recipe: str) -> Iterator[Diagnostic]:
         edits: dict[str, object] = {}
         room = d.world_size // max(p.pp * p.cp, 1)
         if dense_bad:
-            tps = [x for x in divisors(room) if m.num_attention_heads % x == 0
-                   and not [g for g in misaligned(spec, x, etp, unit)
-                            if not g.layer.startswith("experts.")]]
+            tps = [
+                x
+                for x in divisors(room)
+                if m.num_attention_heads % x == 0
+                and not [
+                    g for g in misaligned(spec, x, etp, unit) if not g.layer.startswith("experts.")
+                ]
+            ]
             best = min(tps, key=lambda x: (abs(x - p.tp), x)) if tps else None
             if best is not None:
-                fixes.append(f"parallel.tp={best} (the nearest tp whose local widths are "
-                             f"multiples of {unit})")
+                fixes.append(
+                    f"parallel.tp={best} (the nearest tp whose local widths are "
+                    f"multiples of {unit})"
+                )
                 edits["parallel.tp"] = best
             key0 = dense_bad[0].key
-            width = {"model.ffn_hidden_size": m.ffn_hidden_size,
-                     "model.moe_shared_expert_intermediate_size":
-                         m.moe_shared_expert_intermediate_size}.get(key0)
+            width = {
+                "model.ffn_hidden_size": m.ffn_hidden_size,
+                "model.moe_shared_expert_intermediate_size": m.moe_shared_expert_intermediate_size,
+            }.get(key0)
             if width:
                 step = unit * p.tp
                 pad = -(-width // step) * step
@@ -293,24 +385,41 @@ def _shapes(spec: TrainSpec, d: Derived, recipe: str) -> Iterator[Diagnostic]:
             etps = [x for x in divisors(room_e) if e % (x * unit) == 0]
             best_e = min(etps, key=lambda x: (abs(x - etp), x)) if etps else None
             if best_e is not None:
-                fixes.append(f"parallel.etp={best_e} (moe_ffn_hidden_size {e} / etp is a "
-                             f"multiple of {unit})")
+                fixes.append(
+                    f"parallel.etp={best_e} (moe_ffn_hidden_size {e} / etp is a multiple of {unit})"
+                )
                 edits.setdefault("parallel.etp", best_e)
             step = unit * etp
             fixes.append(f"model.moe_ffn_hidden_size={-(-e // step) * step}")
-        fixes.append("training.fp8_recipe=tensorwise (16-element alignment)" if unit > 16
-                     else "training.fp8_format=none and training.fp4_format=none")
+        fixes.append(
+            "training.fp8_recipe=tensorwise (16-element alignment)"
+            if unit > 16
+            else "training.fp8_format=none and training.fp4_format=none"
+        )
         key = "parallel.tp" if dense_bad else "parallel.etp"
         at = f"tp={p.tp}" + (f", etp={etp}" if m.num_experts is not None else "")
         recipe_key = "training.fp4_recipe" if recipe == "nvfp4" else "training.fp8_recipe"
-        yield diag(R.LOW_PRECISION_SHAPES, f"with the {recipe} recipe every GEMM width must be "
-                   f"a multiple of {unit}, but at {at} these local layers are "
-                   f"not: {names}", key,
-                   related=tuple(dict.fromkeys(
-                       k for k in ("parallel.tp", "parallel.etp", bad[0].key, recipe_key)
-                       if k != key and (k != "parallel.etp" or m.num_experts is not None))),
-                   fix="set " + "; or ".join(fixes), edits=edits, recipe=recipe, unit=unit,
-                   layers=[g.layer for g in bad], tp=p.tp, etp=etp)
+        yield diag(
+            R.LOW_PRECISION_SHAPES,
+            f"with the {recipe} recipe every GEMM width must be "
+            f"a multiple of {unit}, but at {at} these local layers are "
+            f"not: {names}",
+            key,
+            related=tuple(
+                dict.fromkeys(
+                    k
+                    for k in ("parallel.tp", "parallel.etp", bad[0].key, recipe_key)
+                    if k != key and (k != "parallel.etp" or m.num_experts is not None)
+                )
+            ),
+            fix="set " + "; or ".join(fixes),
+            edits=edits,
+            recipe=recipe,
+            unit=unit,
+            layers=[g.layer for g in bad],
+            tp=p.tp,
+            etp=etp,
+        )
     shard = sp_shard(spec, recipe)
     tokens = t.micro_batch_size * m.seq_length // (max(p.cp, 1) * shard)
     if tokens % m_unit:
@@ -319,21 +428,30 @@ def _shapes(spec: TrainSpec, d: Derived, recipe: str) -> Iterator[Diagnostic]:
         seq_step = _lcm(seq_step, max(p.cp, 1) * (p.tp if p.sequence_parallel else 1))
         seqs = nearest_multiple(m.seq_length, seq_step)
         seq_fix = seqs[-1]
-        what = ("micro_batch_size x seq_length / (cp x tp), the sequence-parallel shard each "
-                "rank quantizes before the all-gather" if shard > 1 else
-                "micro_batch_size x seq_length / cp")
-        yield diag(R.LOW_PRECISION_SHAPES, f"with the {recipe} recipe the tokens of one GEMM "
-                   f"({what} = {tokens}) must be a multiple of {m_unit}", "model.seq_length",
-                   related=("training.micro_batch_size", "parallel.cp")
-                   + (("parallel.tp", "parallel.sequence_parallel") if shard > 1 else ()),
-                   fix=f"set model.seq_length to {or_list(seqs)} (a multiple of {seq_step}: "
-                       f"{m_unit} tokens per GEMM x cp {p.cp}"
-                       + (f", split by tp {p.tp} for sequence parallelism" if p.sequence_parallel
-                          else "") + "), or pad every sample to it; or "
-                       f"training.micro_batch_size to a "
-                       f"multiple of {m_unit // _gcd(m_unit, tokens)}",
-                   edits={"model.seq_length": seq_fix}, recipe=recipe, tokens=tokens,
-                   unit=m_unit)
+        what = (
+            "micro_batch_size x seq_length / (cp x tp), the sequence-parallel shard each "
+            "rank quantizes before the all-gather"
+            if shard > 1
+            else "micro_batch_size x seq_length / cp"
+        )
+        yield diag(
+            R.LOW_PRECISION_SHAPES,
+            f"with the {recipe} recipe the tokens of one GEMM "
+            f"({what} = {tokens}) must be a multiple of {m_unit}",
+            "model.seq_length",
+            related=("training.micro_batch_size", "parallel.cp")
+            + (("parallel.tp", "parallel.sequence_parallel") if shard > 1 else ()),
+            fix=f"set model.seq_length to {or_list(seqs)} (a multiple of {seq_step}: "
+            f"{m_unit} tokens per GEMM x cp {p.cp}"
+            + (f", split by tp {p.tp} for sequence parallelism" if p.sequence_parallel else "")
+            + "), or pad every sample to it; or "
+            f"training.micro_batch_size to a "
+            f"multiple of {m_unit // _gcd(m_unit, tokens)}",
+            edits={"model.seq_length": seq_fix},
+            recipe=recipe,
+            tokens=tokens,
+            unit=m_unit,
+        )
 
 
 def _gcd(a: int, b: int) -> int:

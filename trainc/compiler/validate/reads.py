@@ -55,5 +55,6 @@ class DerivedView:
 
 def hits(keys: set[str], broken: frozenset[str]) -> set[str]:
     """The broken keys that ``keys`` touch (a broken section covers its keys)."""
-    return {b for b in broken for k in keys if k == b or k.startswith(b + ".")
-            or b.startswith(k + ".")}
+    return {
+        b for b in broken for k in keys if k == b or k.startswith(b + ".") or b.startswith(k + ".")
+    }

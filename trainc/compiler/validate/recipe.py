@@ -67,20 +67,31 @@ def recipe(spec: TrainSpec) -> Iterator[Diagnostic]:
     decay = t.lr_decay_iters or t.train_iters
     if t.lr_warmup_iters == 0 and decay > 1:
         warm = min(RECIPE_WARMUP, max(decay // 10, 1))
-        yield diag(R.PRETRAIN_RECIPE, f"pre-training a ~{size}-parameter model with no "
-                   "learning-rate warm-up (lr_warmup_iters 0): the first steps run at the peak "
-                   f"lr ({t.lr:g}); published recipes warm up (Llama 2, arXiv 2307.09288: 2,000 "
-                   "steps; GPT-3, arXiv 2005.14165: 375M tokens)", "training.lr_warmup_iters",
-                   related=("training.lr", "training.lr_decay_iters"),
-                   fix=f"set training.lr_warmup_iters={warm} (Llama 2 warms up 2,000 steps; at "
-                       "most a tenth of the decay)",
-                   edits={"training.lr_warmup_iters": warm}, size=size, warmup=0)
+        yield diag(
+            R.PRETRAIN_RECIPE,
+            f"pre-training a ~{size}-parameter model with no "
+            "learning-rate warm-up (lr_warmup_iters 0): the first steps run at the peak "
+            f"lr ({t.lr:g}); published recipes warm up (Llama 2, arXiv 2307.09288: 2,000 "
+            "steps; GPT-3, arXiv 2005.14165: 375M tokens)",
+            "training.lr_warmup_iters",
+            related=("training.lr", "training.lr_decay_iters"),
+            fix=f"set training.lr_warmup_iters={warm} (Llama 2 warms up 2,000 steps; at "
+            "most a tenth of the decay)",
+            edits={"training.lr_warmup_iters": warm},
+            size=size,
+            warmup=0,
+        )
     if t.optimizer is Optimizer.adam and t.adam_beta2 >= HIGH_BETA2:
-        yield diag(R.PRETRAIN_RECIPE, f"pre-training a ~{size}-parameter model with Adam beta2 "
-                   f"{t.adam_beta2:g}: Llama 2 (arXiv 2307.09288), GPT-3 (arXiv 2005.14165) and "
-                   "OPT (arXiv 2205.01068) use 0.95 (a second-moment average over ~20 steps "
-                   "instead of ~1,000, so it follows gradient-norm spikes)", "training.adam_beta2",
-                   related=("training.optimizer",),
-                   fix=f"set training.adam_beta2={RECIPE_BETA2}",
-                   edits={"training.adam_beta2": RECIPE_BETA2}, size=size,
-                   adam_beta2=t.adam_beta2)
+        yield diag(
+            R.PRETRAIN_RECIPE,
+            f"pre-training a ~{size}-parameter model with Adam beta2 "
+            f"{t.adam_beta2:g}: Llama 2 (arXiv 2307.09288), GPT-3 (arXiv 2005.14165) and "
+            "OPT (arXiv 2205.01068) use 0.95 (a second-moment average over ~20 steps "
+            "instead of ~1,000, so it follows gradient-norm spikes)",
+            "training.adam_beta2",
+            related=("training.optimizer",),
+            fix=f"set training.adam_beta2={RECIPE_BETA2}",
+            edits={"training.adam_beta2": RECIPE_BETA2},
+            size=size,
+            adam_beta2=t.adam_beta2,
+        )

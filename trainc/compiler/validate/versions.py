@@ -26,21 +26,40 @@ def spec_features(spec: TrainSpec, d: Derived | None = None) -> frozenset[str]:
     m, p, t, lc, c = spec.model, spec.parallel, spec.training, spec.launch, spec.cluster
     stages = d.layers_per_stage if d is not None else None
     return KV.job_features(
-        engine=spec.engine.value, entrypoint=lc.entrypoint.value, device=lc.device.value,
-        ep=p.ep, num_experts=m.num_experts, dispatcher=m.moe_token_dispatcher_type.value,
-        cp=p.cp, fp8=t.fp8_format is not Fp8Format.none, zero_stage=p.zero_stage,
-        tp_comm_overlap=bool(t.tp_comm_overlap), gpu=c.gpu.value, num_nodes=c.num_nodes,
-        gpus_per_node=c.gpus_per_node, precision=t.precision.value, tp=p.tp, pp=p.pp,
-        moe_dense_stage=bool(m.num_experts) and KV.moe_stage_without_experts(
-            m.num_layers, p.pp, p.vpp, m.moe_layer_freq, m.moe_first_k_dense_layers, stages),
+        engine=spec.engine.value,
+        entrypoint=lc.entrypoint.value,
+        device=lc.device.value,
+        ep=p.ep,
+        num_experts=m.num_experts,
+        dispatcher=m.moe_token_dispatcher_type.value,
+        cp=p.cp,
+        fp8=t.fp8_format is not Fp8Format.none,
+        zero_stage=p.zero_stage,
+        tp_comm_overlap=bool(t.tp_comm_overlap),
+        gpu=c.gpu.value,
+        num_nodes=c.num_nodes,
+        gpus_per_node=c.gpus_per_node,
+        precision=t.precision.value,
+        tp=p.tp,
+        pp=p.pp,
+        moe_dense_stage=bool(m.num_experts)
+        and KV.moe_stage_without_experts(
+            m.num_layers, p.pp, p.vpp, m.moe_layer_freq, m.moe_first_k_dense_layers, stages
+        ),
         moe_aux_bias=KV.moe_aux_bias_used(
-            num_experts=m.num_experts, aux_loss_coeff=m.moe_aux_loss_coeff,
+            num_experts=m.num_experts,
+            aux_loss_coeff=m.moe_aux_loss_coeff,
             load_balancing=m.moe_router_load_balancing_type.value,
-            expert_bias=m.moe_router_enable_expert_bias, num_groups=m.moe_router_num_groups),
-        mtp=bool(m.mtp_num_layers), fp8_recipe=t.fp8_recipe.value,
-        fp4=t.fp4_format is not Fp4Format.none, cp_comm_type=p.cp_comm_type.value,
+            expert_bias=m.moe_router_enable_expert_bias,
+            num_groups=m.moe_router_num_groups,
+        ),
+        mtp=bool(m.mtp_num_layers),
+        fp8_recipe=t.fp8_recipe.value,
+        fp4=t.fp4_format is not Fp4Format.none,
+        cp_comm_type=p.cp_comm_type.value,
         offload_optimizer=t.offload_optimizer is not Offload.none,
-        num_microbatches=(d.num_microbatches or 1) if d is not None else 1)
+        num_microbatches=(d.num_microbatches or 1) if d is not None else 1,
+    )
 
 
 def job_versions(spec: TrainSpec) -> dict[str, str]:
@@ -85,16 +104,25 @@ def versions(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         for comp, text in image.versions.items():
             mine = given.get(comp)
             have, ships = KV.parse_version(mine or ""), KV.parse_version(text)
-            if mine is not None and have is not None and ships is not None and \
-                    KV.in_range(have, "!=" + ".".join(map(str, ships))):
-                yield diag(R.VERSION_CONTAINER,
-                           f"launch.versions.{comp} is {mine} but launch.container_image "
-                           f"{image.image} ships {comp} {text} ({image.source}); the checks use "
-                           f"launch.versions.{comp} = {mine}", f"launch.versions.{comp}",
-                           related=("launch.container_image",),
-                           fix=f"drop launch.versions.{comp} to check the image's {text}, or "
-                               "keep it if the job installs that release over the image",
-                           image=image.image, shipped=text, given=mine)
+            if (
+                mine is not None
+                and have is not None
+                and ships is not None
+                and KV.in_range(have, "!=" + ".".join(map(str, ships)))
+            ):
+                yield diag(
+                    R.VERSION_CONTAINER,
+                    f"launch.versions.{comp} is {mine} but launch.container_image "
+                    f"{image.image} ships {comp} {text} ({image.source}); the checks use "
+                    f"launch.versions.{comp} = {mine}",
+                    f"launch.versions.{comp}",
+                    related=("launch.container_image",),
+                    fix=f"drop launch.versions.{comp} to check the image's {text}, or "
+                    "keep it if the job installs that release over the image",
+                    image=image.image,
+                    shipped=text,
+                    given=mine,
+                )
             given.setdefault(comp, text)
     if not given:
         return
@@ -102,11 +130,21 @@ def versions(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     for comp, text in given.items():
         key = f"launch.versions.{comp}"
         if comp not in KV.COMPONENTS:
-            yield diag(R.VERSION_FORMAT, f"launch.versions has an unknown component {comp!r}",
-                       key, fix=f"use one of {', '.join(KV.COMPONENTS)}", component=comp)
+            yield diag(
+                R.VERSION_FORMAT,
+                f"launch.versions has an unknown component {comp!r}",
+                key,
+                fix=f"use one of {', '.join(KV.COMPONENTS)}",
+                component=comp,
+            )
         elif KV.parse_version(text) is None:
-            yield diag(R.VERSION_FORMAT, f"{key} ({text!r}) is not a release number", key,
-                       fix=f"write the release, e.g. {key}=\"2.4.0\"", version=text)
+            yield diag(
+                R.VERSION_FORMAT,
+                f"{key} ({text!r}) is not a release number",
+                key,
+                fix=f'write the release, e.g. {key}="2.4.0"',
+                version=text,
+            )
         else:
             ok[comp] = text
     explicit = set(spec.launch.versions or {})
@@ -120,36 +158,54 @@ def versions(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
 
     for e in KV.matches(ok, spec_features(spec, d), spec.launch.env):
         comp = next(iter(e.versions))
-        fix = "; ".join(f"upgrade {c} to {v} or later" if c in explicit else
-                        f"use a container image with {c} {v} or later (or set "
-                        f"launch.versions.{c} to the release installed over the image)"
-                        for c, v in e.fixed_in.items())
-        edits: dict[str, str] = {f"launch.versions.{c}": v for c, v in e.fixed_in.items()
-                                 if c in explicit}
+        fix = "; ".join(
+            f"upgrade {c} to {v} or later"
+            if c in explicit
+            else f"use a container image with {c} {v} or later (or set "
+            f"launch.versions.{c} to the release installed over the image)"
+            for c, v in e.fixed_in.items()
+        )
+        edits: dict[str, str] = {
+            f"launch.versions.{c}": v for c, v in e.fixed_in.items() if c in explicit
+        }
         if e.unless_env:
             env = ", ".join(f"launch.env.{k}={v}" for k, v in e.unless_env.items())
             fix += f" (or work around it: set {env})"
-        source = "" if all(c in explicit for c in e.versions) else \
-            f" (versions from {', '.join(named(c) for c in e.versions if c not in explicit)})"
-        yield diag(R.KNOWN_BAD_VERSIONS,
-                   f"{KV.describe(e, ok)}{source} is a known-bad combination ({e.id}) for this "
-                   f"job: {e.symptom}; see {e.link}", where(comp),
-                   related=tuple(dict.fromkeys(where(c) for c in e.versions
-                                               if where(c) != where(comp))),
-                   fix=fix, edits=edits,
-                   severity=Severity.warning if e.severity == "warning" else None,
-                   entry=e.id, link=e.link, fixed_in=dict(e.fixed_in))
-    targets = {Engine.megatron: ("megatron_core", MEGATRON_CORE_VERSION),
-               Engine.deepspeed: ("deepspeed", DEEPSPEED_VERSION)}
+        source = (
+            ""
+            if all(c in explicit for c in e.versions)
+            else f" (versions from {', '.join(named(c) for c in e.versions if c not in explicit)})"
+        )
+        yield diag(
+            R.KNOWN_BAD_VERSIONS,
+            f"{KV.describe(e, ok)}{source} is a known-bad combination ({e.id}) for this "
+            f"job: {e.symptom}; see {e.link}",
+            where(comp),
+            related=tuple(dict.fromkeys(where(c) for c in e.versions if where(c) != where(comp))),
+            fix=fix,
+            edits=edits,
+            severity=Severity.warning if e.severity == "warning" else None,
+            entry=e.id,
+            link=e.link,
+            fixed_in=dict(e.fixed_in),
+        )
+    targets = {
+        Engine.megatron: ("megatron_core", MEGATRON_CORE_VERSION),
+        Engine.deepspeed: ("deepspeed", DEEPSPEED_VERSION),
+    }
     if spec.engine not in targets:  # engine=fsdp: no engine package trainc targets a release of
         return
     comp, target = targets[spec.engine]
     have = KV.parse_version(ok[comp]) if comp in ok else None
     want = KV.parse_version(target)
     if have is not None and want is not None and not KV.in_range(have, f">={target}"):
-        yield diag(R.VERSION_TARGET,
-                   f"{named(comp)} is {ok[comp]}, older than {target}, the release "
-                   f"trainc writes {spec.engine.value} artifacts for", where(comp),
-                   fix=f"use {comp} {target} or later",
-                   edits={f"launch.versions.{comp}": target} if comp in explicit else {},
-                   version=ok[comp], target=target)
+        yield diag(
+            R.VERSION_TARGET,
+            f"{named(comp)} is {ok[comp]}, older than {target}, the release "
+            f"trainc writes {spec.engine.value} artifacts for",
+            where(comp),
+            fix=f"use {comp} {target} or later",
+            edits={f"launch.versions.{comp}": target} if comp in explicit else {},
+            version=ok[comp],
+            target=target,
+        )

@@ -40,8 +40,10 @@ def load_config(s: Settings) -> dict[str, Any]:
     (:func:`trainc.launch.runtime.decay_length`)."""
     cfg = copy.deepcopy(s.plan["engines"]["deepspeed"])
     if cfg is None:
-        raise SystemExit("trainc-worker: plan.json has no DeepSpeed config (engine is not "
-                         "deepspeed); compile the spec with engine: deepspeed")
+        raise SystemExit(
+            "trainc-worker: plan.json has no DeepSpeed config (engine is not "
+            "deepspeed); compile the spec with engine: deepspeed"
+        )
     if s.device == "cpu":
         if "fp16" in cfg and cfg["fp16"].get("enabled"):
             override("deepspeed fp16 -> bf16 (fp16 is rejected on this CPU)")
@@ -49,13 +51,16 @@ def load_config(s: Settings) -> dict[str, Any]:
             cfg["bf16"] = {"enabled": True}
         opt = cfg["optimizer"]
         if opt["type"] == "AdamW":
-            override("deepspeed optimizer.params.torch_adam=true (torch AdamW, no FusedAdam "
-                     "JIT build)")
+            override(
+                "deepspeed optimizer.params.torch_adam=true (torch AdamW, no FusedAdam JIT build)"
+            )
             opt["params"]["torch_adam"] = True
             opt["params"]["adam_w_mode"] = True
         if cfg["zero_optimization"].get("offload_optimizer"):
-            override("deepspeed zero_force_ds_cpu_optimizer=false (offloaded states stepped by "
-                     "torch AdamW on CPU, no DeepSpeedCPUAdam JIT build)")
+            override(
+                "deepspeed zero_force_ds_cpu_optimizer=false (offloaded states stepped by "
+                "torch AdamW on CPU, no DeepSpeedCPUAdam JIT build)"
+            )
             cfg["zero_force_ds_cpu_optimizer"] = False
             for k in ("offload_optimizer", "offload_param"):
                 block = cfg["zero_optimization"].get(k)
@@ -63,8 +68,10 @@ def load_config(s: Settings) -> dict[str, Any]:
                     override(f"deepspeed {k}.pin_memory=false (no CUDA host pinning on CPU)")
                     block["pin_memory"] = False
     if s.lr_override is not None:
-        override(f"deepspeed optimizer.params.lr {cfg['optimizer']['params']['lr']} -> "
-                 f"{s.lr_override} (--lr)")
+        override(
+            f"deepspeed optimizer.params.lr {cfg['optimizer']['params']['lr']} -> "
+            f"{s.lr_override} (--lr)"
+        )
         cfg["optimizer"]["params"]["lr"] = s.lr_override
         sched = cfg["scheduler"]["params"]
         for key in ("warmup_max_lr",):
@@ -72,8 +79,10 @@ def load_config(s: Settings) -> dict[str, Any]:
                 sched[key] = s.lr_override
     sched = cfg["scheduler"]["params"]
     if s.decay_follows and "total_num_steps" in sched:
-        override(f"deepspeed scheduler.params.total_num_steps {sched['total_num_steps']} -> "
-                 f"{s.lr_decay_iters} (--train-iters)")
+        override(
+            f"deepspeed scheduler.params.total_num_steps {sched['total_num_steps']} -> "
+            f"{s.lr_decay_iters} (--train-iters)"
+        )
         sched["total_num_steps"] = s.lr_decay_iters
     if s.reference:
         gas = s.global_batch_size // s.micro_batch_size
@@ -110,8 +119,10 @@ def _skip_shm_build() -> None:
     mod = sys.modules.get("deepspeed.comm.torch")
     if mod is not None and hasattr(mod, "build_shm_op"):
         mod.build_shm_op = lambda: None  # type: ignore[attr-defined]
-        override("deepspeed shm communication op not built (JIT C++ build avoided; gloo "
-                 "does every collective)")
+        override(
+            "deepspeed shm communication op not built (JIT C++ build avoided; gloo "
+            "does every collective)"
+        )
 
 
 def _forget_groups() -> None:
@@ -153,25 +164,33 @@ def _run(s: Settings) -> None:
     init_parallel_state(s)
     model_parallel_cuda_manual_seed(s.seed, force_reset_rng=True)
     cpu = s.device == "cpu"
-    config, _, changes = mb.transformer_config(s.plan, dims, s.layout, cpu=cpu,
-                                               precision=precision)
+    config, _, changes = mb.transformer_config(s.plan, dims, s.layout, cpu=cpu, precision=precision)
     for change in changes:
         override(f"TransformerConfig {change}")
     model = mb.build_chunks(s.plan, dims, config, use_te=not cpu and mb.have_te(), cp=1)[0]
     n = mb.deterministic_init([model], s.seed, std=config.init_method_std)
-    log(f"deterministic layout-independent init of {n} matrices (seed {s.seed}, "
-        f"std {config.init_method_std})")
+    log(
+        f"deterministic layout-independent init of {n} matrices (seed {s.seed}, "
+        f"std {config.init_method_std})"
+    )
     cfg = load_config(s)
-    log(f"deepspeed config from plan.json engines.deepspeed (= ds_config.json): "
-        f"optimizer={cfg['optimizer']['type']} scheduler={cfg['scheduler']['type']}")
+    log(
+        f"deepspeed config from plan.json engines.deepspeed (= ds_config.json): "
+        f"optimizer={cfg['optimizer']['type']} scheduler={cfg['scheduler']['type']}"
+    )
     engine, _, _, sched = deepspeed.initialize(
-        model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
-        config=cfg, mpu=MegatronMpu() if s.layout["tp"] > 1 else None)
+        model=model,
+        model_parameters=[p for p in model.parameters() if p.requires_grad],
+        config=cfg,
+        mpu=MegatronMpu() if s.layout["tp"] > 1 else None,
+    )
     gas = engine.gradient_accumulation_steps()
-    log(f"deepspeed engine zero_stage={engine.zero_optimization_stage()} "
+    log(
+        f"deepspeed engine zero_stage={engine.zero_optimization_stage()} "
         f"dp={engine.dp_world_size} gradient_accumulation_steps={gas} "
         f"optimizer={type(engine.optimizer).__name__} "
-        f"offload_optimizer={bool(cfg.get('zero_optimization', {}).get('offload_optimizer'))}")
+        f"offload_optimizer={bool(cfg.get('zero_optimization', {}).get('offload_optimizer'))}"
+    )
 
     def load(tag: str | None) -> int | None:
         path, client = engine.load_checkpoint(s.load if tag is None else s.save, tag=tag)
@@ -189,8 +208,14 @@ def _run(s: Settings) -> None:
         log(f"resumed from {s.load} at step {start}" if got else f"no checkpoint in {s.load}")
     dp_rank = 0 if s.reference else ps.get_data_parallel_rank()
     gbs = s.global_batch_size
-    dataset = build_dataset(s.train_iters * gbs + gbs, dims.seq_length, dims.vocab_size, s.seed,
-                            s.data_path, s.plan["spec"].get("data"))
+    dataset = build_dataset(
+        s.train_iters * gbs + gbs,
+        dims.seq_length,
+        dims.vocab_size,
+        s.seed,
+        s.data_path,
+        s.plan["spec"].get("data"),
+    )
     batches = Batches(dataset, s.global_batch_size, s.micro_batch_size, gas, dp_rank)
     group = ps.get_data_parallel_group()
     logger = dist.get_rank() == 0
@@ -210,8 +235,9 @@ def _run(s: Settings) -> None:
             losses = []
             for m in range(gas):
                 b = batches.microbatch(step, m)
-                out = engine(b["tokens"], b["position_ids"], b.get("attention_mask"),
-                             labels=b["labels"])
+                out = engine(
+                    b["tokens"], b["position_ids"], b.get("attention_mask"), labels=b["labels"]
+                )
                 mask = b["loss_mask"].view(-1)
                 loss = (out.float().view(-1) * mask).sum() / mask.sum().clamp(min=1)
                 engine.backward(loss)
@@ -225,8 +251,10 @@ def _run(s: Settings) -> None:
             dt = time.perf_counter() - t0
             done = step + 1
             if logger and (done % s.log_interval == 0 or done == s.train_iters):
-                emit(f"{prefix}step={done} loss={loss_v:.9g} grad_norm={gn:.9g} "
-                     f"step_time_s={dt:.4f} tokens_per_s={tokens / dt:.1f} lr={lr:.6g}")
+                emit(
+                    f"{prefix}step={done} loss={loss_v:.9g} grad_norm={gn:.9g} "
+                    f"step_time_s={dt:.4f} tokens_per_s={tokens / dt:.1f} lr={lr:.6g}"
+                )
             if save and checkpoint_or_stop(s, done, save_ds):
                 return
 
@@ -234,8 +262,10 @@ def _run(s: Settings) -> None:
     if s.resume_check is not None:
         got = load(f"iter_{s.resume_check:07d}")
         if got is None:
-            raise SystemExit(f"trainc-worker: --resume-check: no checkpoint for step "
-                             f"{s.resume_check} in {s.save}")
+            raise SystemExit(
+                f"trainc-worker: --resume-check: no checkpoint for step "
+                f"{s.resume_check} in {s.save}"
+            )
         log(f"resume-check: reloaded step {got} from {s.save}; replaying to {s.train_iters}")
         train_steps(got, "resume-check ", save=False)
     del sched

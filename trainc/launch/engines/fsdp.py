@@ -57,8 +57,10 @@ def lr_schedule(cfg: dict[str, Any], s: Settings) -> dict[str, Any]:
         override(f"fsdp optimizer lr {cfg['optimizer']['lr']} -> {s.lr_override} (--lr)")
         sched["lr"] = s.lr_override
     if s.decay_follows and sched["decay_iters"] != s.lr_decay_iters:
-        override(f"fsdp lr_schedule decay_iters {sched['decay_iters']} -> {s.lr_decay_iters} "
-                 "(--train-iters)")
+        override(
+            f"fsdp lr_schedule decay_iters {sched['decay_iters']} -> {s.lr_decay_iters} "
+            "(--train-iters)"
+        )
         sched["decay_iters"] = s.lr_decay_iters
     return sched
 
@@ -72,8 +74,7 @@ def lr_at(sched: dict[str, Any], step: int) -> float:
     >>> [round(lr_at(s, i), 3) for i in range(7)]
     [0.0, 0.5, 1.0, 0.854, 0.5, 0.146, 0.0]
     """
-    lr, lo, warm, decay = sched["lr"], sched["min_lr"], sched["warmup_iters"], \
-        sched["decay_iters"]
+    lr, lo, warm, decay = sched["lr"], sched["min_lr"], sched["warmup_iters"], sched["decay_iters"]
     if warm > 0 and step <= warm:
         return lr * step / warm
     if sched["style"] == "constant":
@@ -128,8 +129,10 @@ def param_groups(model: Any, weight_decay: float) -> list[dict[str, Any]]:
     ``_get_param_groups``, 0.16.1): weight decay on matrices, none on biases and norm weights."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    return [{"params": decay, "weight_decay": weight_decay},
-            {"params": no_decay, "weight_decay": 0.0}]
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
 
 
 def grad_norm_and_clip(model: Any, max_norm: float) -> float:
@@ -173,16 +176,28 @@ def shard(model: Any, mesh: Any, cfg: dict[str, Any]) -> None:
     dims = tuple(fs["mesh_dims"])
     dp_mesh = mesh[dims] if len(dims) > 1 else mesh[dims[0]]
     mp = fs["mp_policy"]  # exactly the plan's (fp16 is refused at compile time, TRC342)
-    policy = MixedPrecisionPolicy(param_dtype=_dtype(mp["param_dtype"]),
-                                  reduce_dtype=_dtype(mp["reduce_dtype"]))
+    policy = MixedPrecisionPolicy(
+        param_dtype=_dtype(mp["param_dtype"]), reduce_dtype=_dtype(mp["reduce_dtype"])
+    )
     off = fs["offload_policy"]
-    offload: Any = CPUOffloadPolicy(pin_memory=bool(off["pin_memory"])) if off["cpu"] \
-        else OffloadPolicy()
+    offload: Any = (
+        CPUOffloadPolicy(pin_memory=bool(off["pin_memory"])) if off["cpu"] else OffloadPolicy()
+    )
     for b in model.layers.values():
-        fsdp_shard(b, mesh=dp_mesh, reshard_after_forward=bool(fs["reshard_after_forward"]),
-                   mp_policy=policy, offload_policy=offload)
-    fsdp_shard(model, mesh=dp_mesh, reshard_after_forward=bool(fs["root_reshard_after_forward"]),
-               mp_policy=policy, offload_policy=offload)
+        fsdp_shard(
+            b,
+            mesh=dp_mesh,
+            reshard_after_forward=bool(fs["reshard_after_forward"]),
+            mp_policy=policy,
+            offload_policy=offload,
+        )
+    fsdp_shard(
+        model,
+        mesh=dp_mesh,
+        reshard_after_forward=bool(fs["root_reshard_after_forward"]),
+        mp_policy=policy,
+        offload_policy=offload,
+    )
 
 
 def cross_check(model: Any, mesh: Any, cfg: dict[str, Any], s: Settings) -> dict[str, Any]:
@@ -206,14 +221,20 @@ def cross_check(model: Any, mesh: Any, cfg: dict[str, Any], s: Settings) -> dict
             continue
         dims = list(p.device_mesh.mesh_dim_names or ())
         tp_dims = ["tp"] if tp > 1 and "tp" in dims else []
-        if dims[:len(want_dims)] != want_dims or dims[len(want_dims):] not in ([], tp_dims):
+        if dims[: len(want_dims)] != want_dims or dims[len(want_dims) :] not in ([], tp_dims):
             problems.append(f"{name} is on mesh dims {dims}, plan {want_dims} (+tp)")
         sharded += 1
     if problems:
-        raise SystemExit("trainc-worker: the FSDP2 layout differs from the plan: "
-                         + "; ".join(problems[:5]))
-    return {"mesh_dim_names": names, "mesh_shape": shape, "fsdp_dims": want_dims, "tp": tp,
-            "sharded_params": sharded}
+        raise SystemExit(
+            "trainc-worker: the FSDP2 layout differs from the plan: " + "; ".join(problems[:5])
+        )
+    return {
+        "mesh_dim_names": names,
+        "mesh_shape": shape,
+        "fsdp_dims": want_dims,
+        "tp": tp,
+        "sharded_params": sharded,
+    }
 
 
 #: The file next to a DCP checkpoint's shards that records what wrote it.
@@ -227,8 +248,11 @@ def checkpoint_layout(dims: Any, cfg: dict[str, Any]) -> dict[str, Any]:
     ``load`` reads each rank's slice from the saved global tensors)."""
     import dataclasses
 
-    return {"model": dataclasses.asdict(dims), "optimizer": cfg["optimizer"]["class"],
-            "mesh": dict(zip(cfg["mesh"]["dim_names"], cfg["mesh"]["shape"], strict=True))}
+    return {
+        "model": dataclasses.asdict(dims),
+        "optimizer": cfg["optimizer"]["class"],
+        "mesh": dict(zip(cfg["mesh"]["dim_names"], cfg["mesh"]["shape"], strict=True)),
+    }
 
 
 def layout_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
@@ -238,8 +262,11 @@ def layout_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
     ...                    {"model": {"hidden_size": 128}, "optimizer": "AdamW"})
     ['hidden_size 64 -> 128']
     """
-    out = [f"{k} {saved['model'].get(k)} -> {v}" for k, v in now["model"].items()
-           if saved.get("model", {}).get(k) != v]
+    out = [
+        f"{k} {saved['model'].get(k)} -> {v}"
+        for k, v in now["model"].items()
+        if saved.get("model", {}).get(k) != v
+    ]
     if saved.get("optimizer") != now["optimizer"]:
         out.append(f"optimizer {saved.get('optimizer')} -> {now['optimizer']}")
     return out
@@ -262,9 +289,11 @@ def check_checkpoint(path: str, now: dict[str, Any], rank: int = 0) -> None:
     if diff and rank != 0:
         raise SystemExit(1)
     if diff:
-        raise SystemExit(f"trainc-worker: checkpoint {path} was written for another model than "
-                         f"this run's (checkpoint -> this run: {'; '.join(diff)}); resume with "
-                         "the spec that wrote it, or start without --load")
+        raise SystemExit(
+            f"trainc-worker: checkpoint {path} was written for another model than "
+            f"this run's (checkpoint -> this run: {'; '.join(diff)}); resume with "
+            "the spec that wrote it, or start without --load"
+        )
 
 
 def refuse_float8(cfg: dict[str, Any]) -> None:
@@ -274,11 +303,13 @@ def refuse_float8(cfg: dict[str, Any]) -> None:
     compile time; torchtitan runs them: launch.entrypoint=torchtitan)."""
     conv = (cfg.get("float8") or {}).get("converters") or []
     if conv:
-        raise SystemExit("trainc-worker: engines.fsdp.float8.converters="
-                         f"{conv} needs torchao's float8 / MX linears, which the trainc FSDP2 "
-                         "worker does not build; run the plan's torchtitan_args.txt with "
-                         "torchtitan (launch.entrypoint=torchtitan), or compile the spec with "
-                         "training.fp8_format=none")
+        raise SystemExit(
+            "trainc-worker: engines.fsdp.float8.converters="
+            f"{conv} needs torchao's float8 / MX linears, which the trainc FSDP2 "
+            "worker does not build; run the plan's torchtitan_args.txt with "
+            "torchtitan (launch.entrypoint=torchtitan), or compile the spec with "
+            "training.fp8_format=none"
+        )
 
 
 def run(s: Settings) -> None:
@@ -291,8 +322,10 @@ def run(s: Settings) -> None:
 
     cfg = s.plan["engines"].get("fsdp")
     if cfg is None:
-        raise SystemExit("trainc-worker: plan.json has no FSDP settings (engine is not fsdp); "
-                         "compile the spec with engine: fsdp")
+        raise SystemExit(
+            "trainc-worker: plan.json has no FSDP settings (engine is not fsdp); "
+            "compile the spec with engine: fsdp"
+        )
     refuse_float8(cfg)
     dims = resolve_dims(s)
     mesh = build_mesh(s, cfg)
@@ -307,17 +340,24 @@ def run(s: Settings) -> None:
     shard(model, mesh, cfg)
     built = cross_check(model, mesh, cfg, s)
     log("fsdp layout " + " ".join(f"{k}={v}".replace(" ", "") for k, v in built.items()))
-    log(f"fsdp reshard_after_forward={cfg['fully_shard']['reshard_after_forward']} "
+    log(
+        f"fsdp reshard_after_forward={cfg['fully_shard']['reshard_after_forward']} "
         f"mp_policy={cfg['fully_shard']['mp_policy']} "
-        f"cpu_offload={cfg['fully_shard']['offload_policy']['cpu']} activation_checkpoint={ac}")
+        f"cpu_offload={cfg['fully_shard']['offload_policy']['cpu']} activation_checkpoint={ac}"
+    )
     oc = cfg["optimizer"]
     sched = lr_schedule(cfg, s)
     if oc["class"] == "AdamW":
-        opt: Any = torch.optim.AdamW(param_groups(model, oc["weight_decay"]), lr=sched["lr"],
-                                     betas=tuple(oc["betas"]), eps=oc["eps"])
+        opt: Any = torch.optim.AdamW(
+            param_groups(model, oc["weight_decay"]),
+            lr=sched["lr"],
+            betas=tuple(oc["betas"]),
+            eps=oc["eps"],
+        )
     else:
-        opt = torch.optim.SGD(param_groups(model, oc["weight_decay"]), lr=sched["lr"],
-                              momentum=oc["momentum"])
+        opt = torch.optim.SGD(
+            param_groups(model, oc["weight_decay"]), lr=sched["lr"], momentum=oc["momentum"]
+        )
     gas = cfg["batch"]["gradient_accumulation_steps"]
     dp_rank = 0
     if not s.reference:
@@ -328,12 +368,21 @@ def run(s: Settings) -> None:
         if gas != cfg["batch"]["gradient_accumulation_steps"]:
             override(f"reference run: gradient_accumulation_steps -> {gas} on one process")
     gbs, mbs = s.global_batch_size, s.micro_batch_size
-    dataset = build_dataset(s.train_iters * gbs + gbs, dims.seq_length, dims.vocab_size, s.seed,
-                            s.data_path, s.plan["spec"].get("data"))
+    dataset = build_dataset(
+        s.train_iters * gbs + gbs,
+        dims.seq_length,
+        dims.vocab_size,
+        s.seed,
+        s.data_path,
+        s.plan["spec"].get("data"),
+    )
     batches = Batches(dataset, gbs, mbs, gas, dp_rank)
     tokens = gbs * dims.seq_length
-    device = torch.device("cpu") if s.device == "cpu" else torch.device(
-        "cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    device = (
+        torch.device("cpu")
+        if s.device == "cpu"
+        else torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    )
     clip = float(cfg["grad_clip"])
     layout = checkpoint_layout(dims, cfg)
 
@@ -395,8 +444,10 @@ def run(s: Settings) -> None:
                 b = batches.microbatch(step, m)
                 logits = model(b["tokens"].to(device))
                 loss_tok = torch.nn.functional.cross_entropy(
-                    logits.view(-1, logits.shape[-1]), b["labels"].to(device).view(-1),
-                    reduction="none")
+                    logits.view(-1, logits.shape[-1]),
+                    b["labels"].to(device).view(-1),
+                    reduction="none",
+                )
                 mask = b["loss_mask"].to(device).view(-1)
                 loss = (loss_tok * mask).sum() / mask.sum().clamp(min=1)
                 (loss / gas).backward()
@@ -410,8 +461,10 @@ def run(s: Settings) -> None:
             dt = time.perf_counter() - t0
             done = step + 1
             if logger and (done % s.log_interval == 0 or done == s.train_iters):
-                emit(f"{prefix}step={done} loss={loss_v:.9g} grad_norm={gn:.9g} "
-                     f"step_time_s={dt:.4f} tokens_per_s={tokens / dt:.1f} lr={lr:.6g}")
+                emit(
+                    f"{prefix}step={done} loss={loss_v:.9g} grad_norm={gn:.9g} "
+                    f"step_time_s={dt:.4f} tokens_per_s={tokens / dt:.1f} lr={lr:.6g}"
+                )
             if save_ckpt and checkpoint_or_stop(s, done, save):
                 return
 

@@ -42,8 +42,9 @@ def _forward_step(cp: int, data_iterator, model):  # type: ignore[no-untyped-def
     batch = next(data_iterator)
     if cp > 1:
         batch = get_batch_on_this_cp_rank(dict(batch))
-    out = model(batch["tokens"], batch["position_ids"], batch.get("attention_mask"),
-                labels=batch["labels"])
+    out = model(
+        batch["tokens"], batch["position_ids"], batch.get("attention_mask"), labels=batch["labels"]
+    )
     return out, partial(_loss_func, batch["loss_mask"])
 
 
@@ -57,9 +58,12 @@ def refuse_low_precision_on_cpu(core: dict[str, Any]) -> None:
     if opt.get("use_precision_aware_optimizer"):
         asked.append("OptimizerConfig.use_precision_aware_optimizer=True")
     if asked:
-        raise SystemExit("trainc-worker: --device cpu cannot run " + ", ".join(asked)
-                         + " (Transformer Engine needs CUDA); run on a GPU, or compile the spec "
-                         "without training.fp8_format / fp4_format / the optimizer state dtypes")
+        raise SystemExit(
+            "trainc-worker: --device cpu cannot run "
+            + ", ".join(asked)
+            + " (Transformer Engine needs CUDA); run on a GPU, or compile the spec "
+            "without training.fp8_format / fp4_format / the optimizer state dtypes"
+        )
 
 
 def init_tp_comm_overlap(core: dict[str, Any], micro_batch_size: int) -> None:
@@ -71,11 +75,19 @@ def init_tp_comm_overlap(core: dict[str, Any], micro_batch_size: int) -> None:
     from transformer_engine.pytorch import module as te_module
 
     tc = core["TransformerConfig"]
-    shape = [core["forward_backward_func"]["seq_length"] * micro_batch_size
-             // tc["context_parallel_size"], tc["hidden_size"]]
-    te_module.base.initialize_ub(shape=shape, tp_size=tc["tensor_model_parallel_size"],
-                                 use_fp8=tc.get("fp8") is not None, ub_cfgs={},
-                                 bootstrap_backend="nccl")
+    shape = [
+        core["forward_backward_func"]["seq_length"]
+        * micro_batch_size
+        // tc["context_parallel_size"],
+        tc["hidden_size"],
+    ]
+    te_module.base.initialize_ub(
+        shape=shape,
+        tp_size=tc["tensor_model_parallel_size"],
+        use_fp8=tc.get("fp8") is not None,
+        ub_cfgs={},
+        bootstrap_backend="nccl",
+    )
 
 
 def run(s: Settings) -> None:
@@ -101,58 +113,89 @@ def run(s: Settings) -> None:
     if cpu:
         refuse_low_precision_on_cpu(s.plan["engines"]["megatron_core"])
     elif s.plan["engines"]["megatron_core"]["TransformerConfig"].get("tp_comm_overlap"):
-        init_tp_comm_overlap(s.plan["engines"]["megatron_core"],
-                             s.plan["engines"]["megatron_core"]["forward_backward_func"][
-                                 "micro_batch_size"])
+        init_tp_comm_overlap(
+            s.plan["engines"]["megatron_core"],
+            s.plan["engines"]["megatron_core"]["forward_backward_func"]["micro_batch_size"],
+        )
     if cpu and L["cp"] > 1:
-        override("context-parallel core attention -> trainc.launch.cp_attention "
-                 "(pure-torch all-gather stand-in; TE needs CUDA)")
+        override(
+            "context-parallel core attention -> trainc.launch.cp_attention "
+            "(pure-torch all-gather stand-in; TE needs CUDA)"
+        )
     if cpu:
-        override("layer spec -> local (Transformer Engine needs CUDA); "
-                 "use_cpu_initialization=True; fusions off")
-    config, tc_kwargs, changes = mb.transformer_config(s.plan, dims, L, cpu=cpu,
-                                                       precision=precision)
+        override(
+            "layer spec -> local (Transformer Engine needs CUDA); "
+            "use_cpu_initialization=True; fusions off"
+        )
+    config, tc_kwargs, changes = mb.transformer_config(
+        s.plan, dims, L, cpu=cpu, precision=precision
+    )
     for change in changes:
         override(f"TransformerConfig {change}")
-    log("TransformerConfig fusions (speed only): " + ", ".join(
-        f"{k}={v}" for k, v in mb.WORKER_FUSIONS.items()))
+    log(
+        "TransformerConfig fusions (speed only): "
+        + ", ".join(f"{k}={v}" for k, v in mb.WORKER_FUSIONS.items())
+    )
     if dims.num_experts:
-        log(f"moe dispatcher={config.moe_token_dispatcher_type} experts={dims.num_experts} "
+        log(
+            f"moe dispatcher={config.moe_token_dispatcher_type} experts={dims.num_experts} "
             f"topk={dims.moe_router_topk} "
             f"load_balancing={config.moe_router_load_balancing_type} "
-            f"aux_loss_coeff={config.moe_aux_loss_coeff}")
-    log(f"layout tp={L['tp']} pp={L['pp']} vpp={L['vpp']} cp={L['cp']} ep={L['ep']} "
+            f"aux_loss_coeff={config.moe_aux_loss_coeff}"
+        )
+    log(
+        f"layout tp={L['tp']} pp={L['pp']} vpp={L['vpp']} cp={L['cp']} ep={L['ep']} "
         f"etp={L['etp']} dp={L['dp']} sp={L['sp']} num_microbatches={s.num_microbatches} "
         f"distributed_optimizer={s.distributed_optimizer} "
         f"overlap_p2p_comm={config.overlap_p2p_comm} "
-        f"batch_p2p_comm={config.batch_p2p_comm} spec={'te' if use_te else 'local'}")
+        f"batch_p2p_comm={config.batch_p2p_comm} spec={'te' if use_te else 'local'}"
+    )
     chunks = mb.build_chunks(s.plan, dims, config, use_te=use_te, cp=L["cp"])
-    if L["pp"] > 1 and ps.get_tensor_model_parallel_rank() == 0 and \
-            ps.get_context_parallel_rank() == 0 and ps.get_data_parallel_rank() == 0:
+    if (
+        L["pp"] > 1
+        and ps.get_tensor_model_parallel_rank() == 0
+        and ps.get_context_parallel_rank() == 0
+        and ps.get_data_parallel_rank() == 0
+    ):
         built = [[layer.layer_number - 1 for layer in c.decoder.layers] for c in chunks]
-        log(f"pp rank {ps.get_pipeline_model_parallel_rank()} built layers {built}",
-            all_ranks=True)
+        log(f"pp rank {ps.get_pipeline_model_parallel_rank()} built layers {built}", all_ranks=True)
     n = mb.deterministic_init(chunks, s.seed, std=config.init_method_std)
-    log(f"deterministic layout-independent init of {n} matrices (seed {s.seed}, "
-        f"std {config.init_method_std})")
+    log(
+        f"deterministic layout-independent init of {n} matrices (seed {s.seed}, "
+        f"std {config.init_method_std})"
+    )
     if not cpu:
         for c in chunks:
             c.cuda(torch.cuda.current_device())
     core = s.plan["engines"]["megatron_core"]
-    ddp_kw, ddp_changed = _changed(core["DistributedDataParallelConfig"],
-                                   "DistributedDataParallelConfig", {
-        "use_distributed_optimizer": False, "overlap_grad_reduce": False,
-        "overlap_param_gather": False} if s.reference else {}, "reference run")
+    ddp_kw, ddp_changed = _changed(
+        core["DistributedDataParallelConfig"],
+        "DistributedDataParallelConfig",
+        {
+            "use_distributed_optimizer": False,
+            "overlap_grad_reduce": False,
+            "overlap_param_gather": False,
+        }
+        if s.reference
+        else {},
+        "reference run",
+    )
     if ddp_kw.get("use_megatron_fsdp") and (cpu or s.reference):
         # Megatron-FSDP builds a CUDA device mesh and CUDA streams (mcore_fsdp_adapter.py); on
         # CPU the distributed optimizer runs the same math with the weights replicated (TRC383)
-        ddp_kw, extra = _changed(ddp_kw, "DistributedDataParallelConfig", {
-            "use_megatron_fsdp": False, "data_parallel_sharding_strategy": "no_shard"},
-            "reference run" if s.reference else "Megatron-FSDP needs CUDA")
+        ddp_kw, extra = _changed(
+            ddp_kw,
+            "DistributedDataParallelConfig",
+            {"use_megatron_fsdp": False, "data_parallel_sharding_strategy": "no_shard"},
+            "reference run" if s.reference else "Megatron-FSDP needs CUDA",
+        )
         ddp_changed |= extra
-    opt_kw, opt_changed = _changed(core["OptimizerConfig"], "OptimizerConfig",
-                                   {"use_distributed_optimizer": False}
-                                   if s.reference else {}, "reference run")
+    opt_kw, opt_changed = _changed(
+        core["OptimizerConfig"],
+        "OptimizerConfig",
+        {"use_distributed_optimizer": False} if s.reference else {},
+        "reference run",
+    )
     if precision != s.precision:
         more, why = {"bf16": precision == "bf16", "fp16": precision == "fp16"}, "precision"
         opt_kw, extra = _changed(opt_kw, "OptimizerConfig", more, why)
@@ -165,25 +208,34 @@ def run(s: Settings) -> None:
         if key in opt_kw:  # the precision-aware optimizer's buffers: torch dtypes by name
             opt_kw[key] = getattr(torch, opt_kw[key])
     ddp_config = DistributedDataParallelConfig(**ddp_kw)
-    chunks = [DDP(config=config, ddp_config=ddp_config, module=c, disable_bucketing=i > 0)
-              for i, c in enumerate(chunks)]
+    chunks = [
+        DDP(config=config, ddp_config=ddp_config, module=c, disable_bucketing=i > 0)
+        for i, c in enumerate(chunks)
+    ]
     _wire_overlap(config, chunks, ddp_config)
     config.finalize_model_grads_func = finalize_model_grads
     opt_config = OptimizerConfig(**opt_kw)
     opt = get_megatron_optimizer(opt_config, chunks)
     sched_kw, sched_changed = scheduler_kwargs(s, core["OptimizerParamScheduler"])
     scheduler = OptimizerParamScheduler(opt, **sched_kw)
-    cross_check(s, {"TransformerConfig": (config, tc_kwargs, {c.split(":")[0] for c in changes}),
-                    "DistributedDataParallelConfig": (ddp_config, ddp_kw, ddp_changed),
-                    "OptimizerConfig": (opt_config, opt_kw, opt_changed | {"params_dtype"}),
-                    "OptimizerParamScheduler": (scheduler, sched_kw, sched_changed)})
-    log(f"optimizer {opt_config.optimizer} lr={opt_config.lr} min_lr={opt_config.min_lr} "
+    cross_check(
+        s,
+        {
+            "TransformerConfig": (config, tc_kwargs, {c.split(":")[0] for c in changes}),
+            "DistributedDataParallelConfig": (ddp_config, ddp_kw, ddp_changed),
+            "OptimizerConfig": (opt_config, opt_kw, opt_changed | {"params_dtype"}),
+            "OptimizerParamScheduler": (scheduler, sched_kw, sched_changed),
+        },
+    )
+    log(
+        f"optimizer {opt_config.optimizer} lr={opt_config.lr} min_lr={opt_config.min_lr} "
         f"betas=({opt_config.adam_beta1}, {opt_config.adam_beta2}) eps={opt_config.adam_eps} "
         f"weight_decay={opt_config.weight_decay} clip_grad={opt_config.clip_grad} "
         f"schedule={sched_kw['lr_decay_style']} warmup={sched_kw['lr_warmup_steps']} "
         f"decay_steps={sched_kw['lr_decay_steps']} overlap_grad_reduce="
         f"{ddp_config.overlap_grad_reduce} overlap_param_gather="
-        f"{ddp_config.overlap_param_gather} grad_reduce_in_fp32={ddp_config.grad_reduce_in_fp32}")
+        f"{ddp_config.overlap_param_gather} grad_reduce_in_fp32={ddp_config.grad_reduce_in_fp32}"
+    )
 
     start = 0
     if s.load:
@@ -196,12 +248,22 @@ def run(s: Settings) -> None:
 
     dp_rank = 0 if s.reference else ps.get_data_parallel_rank()
     gbs = s.global_batch_size
-    dataset = build_dataset(s.train_iters * gbs + gbs, dims.seq_length, dims.vocab_size, s.seed,
-                            s.data_path, s.plan["spec"].get("data"))
+    dataset = build_dataset(
+        s.train_iters * gbs + gbs,
+        dims.seq_length,
+        dims.vocab_size,
+        s.seed,
+        s.data_path,
+        s.plan["spec"].get("data"),
+    )
     batches = Batches(dataset, s.global_batch_size, s.micro_batch_size, s.num_microbatches, dp_rank)
     fb = get_forward_backward_func()
-    logger = (ps.is_pipeline_last_stage(ignore_virtual=True) and ps.get_tensor_model_parallel_rank()
-              == 0 and ps.get_context_parallel_rank() == 0 and dp_rank == 0)
+    logger = (
+        ps.is_pipeline_last_stage(ignore_virtual=True)
+        and ps.get_tensor_model_parallel_rank() == 0
+        and ps.get_context_parallel_rank() == 0
+        and dp_rank == 0
+    )
     last_stage = ps.is_pipeline_last_stage(ignore_virtual=True)
     tokens = s.global_batch_size * dims.seq_length
 
@@ -214,13 +276,21 @@ def run(s: Settings) -> None:
             for c in chunks:
                 c.zero_grad_buffer()
             opt.zero_grad()
-            iters: Any = ([batches.iterator(step) for _ in chunks] if len(chunks) > 1
-                          else batches.iterator(step))
-            losses = fb(forward_step_func=partial(_forward_step, L["cp"]), data_iterator=iters,
-                        model=chunks if len(chunks) > 1 else chunks[0],
-                        num_microbatches=s.num_microbatches, seq_length=dims.seq_length,
-                        micro_batch_size=s.micro_batch_size, decoder_seq_length=dims.seq_length,
-                        forward_only=False)
+            iters: Any = (
+                [batches.iterator(step) for _ in chunks]
+                if len(chunks) > 1
+                else batches.iterator(step)
+            )
+            losses = fb(
+                forward_step_func=partial(_forward_step, L["cp"]),
+                data_iterator=iters,
+                model=chunks if len(chunks) > 1 else chunks[0],
+                num_microbatches=s.num_microbatches,
+                seq_length=dims.seq_length,
+                micro_batch_size=s.micro_batch_size,
+                decoder_seq_length=dims.seq_length,
+                forward_only=False,
+            )
             ok, grad_norm, _ = opt.step()
             if ddp_config.overlap_param_gather:
                 # the next forward's pre-hooks gather the parameters; a checkpoint or the end of
@@ -237,11 +307,14 @@ def run(s: Settings) -> None:
             done = step + 1
             if logger and (done % s.log_interval == 0 or done == s.train_iters):
                 gn = float(grad_norm) if grad_norm is not None else float("nan")
-                emit(f"{prefix}step={done} loss={loss:.9g} grad_norm={gn:.9g} "
-                     f"step_time_s={dt:.4f} tokens_per_s={tokens / dt:.1f} lr={lr:.6g} "
-                     f"skipped={int(not ok)}")
-            if save and checkpoint_or_stop(s, done, lambda n: checkpoint.save(
-                    s.save, n, chunks, opt, _ckpt_layout(s, dims))):
+                emit(
+                    f"{prefix}step={done} loss={loss:.9g} grad_norm={gn:.9g} "
+                    f"step_time_s={dt:.4f} tokens_per_s={tokens / dt:.1f} lr={lr:.6g} "
+                    f"skipped={int(not ok)}"
+                )
+            if save and checkpoint_or_stop(
+                s, done, lambda n: checkpoint.save(s.save, n, chunks, opt, _ckpt_layout(s, dims))
+            ):
                 return
 
     train_steps(start, "", save=True)
@@ -250,8 +323,10 @@ def run(s: Settings) -> None:
         # replay: the replayed losses must equal the first pass's (tests compare the two).
         got = checkpoint.load(s.save, chunks, opt, _ckpt_layout(s, dims), step=s.resume_check)
         if got is None:
-            raise SystemExit(f"trainc-worker: --resume-check: no checkpoint for step "
-                             f"{s.resume_check} in {s.save}")
+            raise SystemExit(
+                f"trainc-worker: --resume-check: no checkpoint for step "
+                f"{s.resume_check} in {s.save}"
+            )
         log(f"resume-check: reloaded step {got} from {s.save}; replaying to {s.train_iters}")
         train_steps(got, "resume-check ", save=False)
 
@@ -266,19 +341,26 @@ def scheduler_kwargs(s: Settings, compiled: dict[str, Any]) -> tuple[dict[str, A
     kw: dict[str, Any] = dict(compiled)
     changed: set[str] = set()
     if s.lr_override is not None:
-        kw, changed = _changed(kw, "OptimizerParamScheduler",
-                               {"max_lr": s.lr_override,
-                                "min_lr": min(compiled["min_lr"], s.lr_override)}, "--lr")
+        kw, changed = _changed(
+            kw,
+            "OptimizerParamScheduler",
+            {"max_lr": s.lr_override, "min_lr": min(compiled["min_lr"], s.lr_override)},
+            "--lr",
+        )
     if s.decay_follows:
-        kw, more = _changed(kw, "OptimizerParamScheduler",
-                            {"lr_decay_steps": s.lr_decay_iters, "wd_incr_steps": s.train_iters},
-                            "--train-iters")
+        kw, more = _changed(
+            kw,
+            "OptimizerParamScheduler",
+            {"lr_decay_steps": s.lr_decay_iters, "wd_incr_steps": s.train_iters},
+            "--train-iters",
+        )
         changed |= more
     return kw, changed
 
 
-def _changed(kwargs: dict[str, Any], group: str, values: dict[str, Any],
-             why: str) -> tuple[dict[str, Any], set[str]]:
+def _changed(
+    kwargs: dict[str, Any], group: str, values: dict[str, Any], why: str
+) -> tuple[dict[str, Any], set[str]]:
     """A copy of ``kwargs`` (of ``group``) with ``values`` set; each real change is announced
     (an ``override:`` log line) and returned in the set of changed keys."""
     kw = dict(kwargs)
@@ -330,8 +412,10 @@ def cross_check(s: Settings, built: dict[str, tuple[Any, dict[str, Any], set[str
                 bad[f"{group}.{key}"] = (want, sent, got)
             checked += 1
     if bad:
-        raise SystemExit(f"trainc-worker: the Megatron-Core objects differ from plan.json's "
-                         f"engines.megatron_core (key: (plan, passed, built)): {bad}")
+        raise SystemExit(
+            f"trainc-worker: the Megatron-Core objects differ from plan.json's "
+            f"engines.megatron_core (key: (plan, passed, built)): {bad}"
+        )
     log(f"cross-checked {checked} Megatron-Core settings with plan.json: all agree")
 
 
