@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import fidelity
-from trainc.compiler import hardware
+from trainc.compiler.support import hardware
 from trainc.compiler.estimate import kernels
 from trainc.schemas import Gpu
 

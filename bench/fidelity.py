@@ -1,7 +1,7 @@
 """Fidelity of trainc's performance and memory model against published training runs.
 
 Compiles every row of a published-runs CSV (default ``bench/published_runs.csv``, sources in
-``bench/published_runs.md``; conversion in :mod:`trainc.planner.published`, the one converter)
+``bench/published_runs.md``; conversion in :mod:`trainc.calibrate.published`, the one converter)
 through trainc's own passes
 (normalize .. check_fit) and prints, per subset (all, BF16, FP8, dense, MoE, FSDP, per GPU,
 per source):
@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from trainc.compiler.estimate.flops import spec_flop_terms
 from trainc.compiler.load import load_spec
 from trainc.compiler.pipeline import State, run_passes
-from trainc.planner.published import (
+from trainc.calibrate.published import (
     load_rows,
     measured_tokens_per_gpu,
     note,

@@ -1,7 +1,7 @@
 """Planner fidelity against published runs: is the published layout among ``trainc plan``'s top 5?
 
 For every row of ``bench/published_runs.csv`` (sources in ``bench/published_runs.md``) that
-:mod:`trainc.planner.published` (the one converter, shared with ``bench/fidelity.py`` and
+:mod:`trainc.calibrate.published` (the one converter, shared with ``bench/fidelity.py`` and
 ``trainc calibrate``) turns into a spec
 and whose global batch is published (the converter guesses a missing one; the planner would plan
 the guess), the planner runs on the published model, GPUs, global batch, sequence length and
@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from trainc.planner import plan_layouts
-from trainc.planner.published import load_rows, published_layout, row_to_spec_reason
+from trainc.calibrate.published import load_rows, published_layout, row_to_spec_reason
 
 #: The published-runs table the time model is fitted on (in the repo, next to this script).
 DEFAULT_CSV = Path(__file__).resolve().parent / "published_runs.csv"

@@ -161,7 +161,7 @@ def published_plans(trainc: list[str], tmp: Path, n: int = 15) -> tuple[list[flo
     sys.path.insert(0, str(ROOT / "bench"))
     from planner_fidelity import DEFAULT_CSV, planning_spec
 
-    from trainc.planner.published import load_rows
+    from trainc.calibrate.published import load_rows
 
     cpus, walls = [], []
     for i, row in enumerate(load_rows(str(DEFAULT_CSV))):

@@ -17,7 +17,8 @@ Oracles (megatron-core 0.16.1 and deepspeed 0.19.8, CPU only, no process is star
   on the ``meta`` device with stand-in process groups of the spec's tp/cp/ep/etp sizes, which runs
   every ``divide()`` and assertion in the layers' constructors;
 * ``DeepSpeedConfig(ds_config)`` with ``deepspeed.runtime.config.dist.get_rank/get_world_size``
-  patched to 0 and the real data-parallel size (shared reference deepspeed_rules.md §6, method 1).
+  patched to 0 and the real data-parallel size (deepspeed 0.19.8
+  deepspeed/runtime/zero/stage_1_and_2.py; docs/references.md).
 
 For an accepted spec the oracles see exactly the emitted artifacts. For a rejected spec trainc
 emits nothing, so the harness renders the same emitters from a plan whose unsplittable derived
@@ -41,14 +42,14 @@ from dataclasses import dataclass, field
 from typing import Any
 from unittest import mock
 
-import trainc.compiler.engines as engines_mod
+import trainc.compiler.targets as engines_mod
 from trainc.compiler import derive as derive_mod
 from trainc.compiler import plan as plan_mod
 from trainc.compiler.derive import stage_chunk_sizes
-from trainc.compiler.engines.deepspeed import deepspeed_config
 from trainc.compiler.estimate import rankmap
+from trainc.compiler.load.schema_check import to_spec
 from trainc.compiler.normalize import normalize
-from trainc.compiler.schema_check import to_spec
+from trainc.compiler.targets.deepspeed import deepspeed_config
 from trainc.compiler.validate import validate
 
 #: Rule families whose errors the oracles can judge (topology, divisibility, compatibility).
@@ -84,7 +85,8 @@ EXPLAINS: tuple[tuple[str, str, frozenset[str]], ...] = tuple(
             r"num_layers_in_(first|last)_pipeline_stage must be larger",
             {"TRC212"},
         ),
-        # account_for_embedding/loss_in_pipeline_split (megatron_rules.md PP-10, PP-11)
+        # account_for_embedding/loss_in_pipeline_split (megatron/training/arguments.py,
+        # core_v0.16.1)
         # (TRC212: account_for_* with first/last counts; Megatron checks L' % pp as well)
         ("TransformerConfig", r"cannot be ?set at the same time with account_for", {"TRC212"}),
         (

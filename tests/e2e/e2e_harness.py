@@ -89,7 +89,7 @@ def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 def compile_case(tmp: Path, name: str, spec: dict[str, Any]) -> Path:
     """Write ``spec`` as YAML and compile it with trainc into ``tmp/name``; returns OUTDIR."""
     from trainc.compiler.pipeline import compile_spec
-    from trainc.compiler.write import write_artifacts
+    from trainc.compiler.support.write import write_artifacts
 
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -279,10 +279,10 @@ def references(outs: list[Path], env: dict[str, str] | None = None) -> dict[str,
     (imports paid once); returns plan folder name -> that run's log."""
     marker = "=== trainc-e2e reference "
     code = (
-        "import sys\nfrom trainc.launch import worker\n"
+        "import sys\nfrom trainc.launch.worker.main import main\n"
         "for p in sys.argv[1:]:\n"
         f"    print({marker!r} + p, flush=True)\n"
-        "    worker.main(['--plan', p, '--reference'])\n"
+        "    main(['--plan', p, '--reference'])\n"
     )
     e = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
     t0 = time.perf_counter()

@@ -7,7 +7,7 @@ import yaml
 from e2e_harness import base_spec, launch, steps
 
 from trainc.compiler.pipeline import compile_spec
-from trainc.compiler.write import write_artifacts
+from trainc.compiler.support.write import write_artifacts
 from trainc.planner import applied_spec, plan_layouts
 
 

@@ -30,7 +30,7 @@ from e2e_harness import (
     steps,
 )
 
-from trainc.launch.runtime import STOPPED_MARKER
+from trainc.launch.worker.runtime import STOPPED_MARKER
 
 MOE = {"num_experts": 4, "moe_router_topk": 2, "moe_ffn_hidden_size": 32}
 MLA = {

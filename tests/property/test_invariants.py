@@ -9,9 +9,9 @@ from property.strategies import any_cfg, spec_of, valid_cfg
 from specs.kit import apply, errors, ids, lint
 
 from trainc.compiler.derive import derive
+from trainc.compiler.load.schema_check import schema_keys
 from trainc.compiler.plan import plan
 from trainc.compiler.rules import RULES_BY_ID
-from trainc.compiler.schema_check import schema_keys
 from trainc.compiler.validate.ranges import ranges
 
 KEYS = set(schema_keys()) | {"name", "engine"}

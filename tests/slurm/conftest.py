@@ -18,7 +18,7 @@ import shutil
 import pytest
 from slurm_helpers import need, responding_nodes
 
-from trainc.launch import submit as slurm
+from trainc.launch.host import submit as slurm
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ import pytest
 from slurm_helpers import SPECS
 
 from trainc.compiler.pipeline import compile_spec
-from trainc.launch import submit as slurm
+from trainc.launch.host import submit as slurm
 
 pytestmark = pytest.mark.slurm
 

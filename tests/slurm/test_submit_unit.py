@@ -1,4 +1,4 @@
-"""trainc.launch.submit and the submit/lint --slurm commands against fake Slurm clients (no
+"""trainc.launch.host.submit and the submit/lint --slurm commands against fake Slurm clients (no
 cluster).
 
 The fakes are small shell scripts put first on PATH; they answer like Slurm 22.05 does (the real
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from slurm_helpers import SPECS, trainc
 
-from trainc.launch import submit as slurm
+from trainc.launch.host import submit as slurm
 
 SCONTROL_RUNNING = (
     "JobId=42 JobName=tiny UserId=root(0) GroupId=root(0) Priority=1 JobState=RUNNING "

@@ -1,4 +1,5 @@
-"""Megatron's account_for_embedding/loss_in_pipeline_split (megatron_rules.md PP-10, PP-11):
+"""Megatron's account_for_embedding/loss_in_pipeline_split (megatron/training/arguments.py,
+core_v0.16.1):
 the rules, the layer split, and what the estimates and artifacts make of it."""
 
 from __future__ import annotations

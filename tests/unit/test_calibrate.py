@@ -13,10 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainc.compiler.estimate.kernels import MOE_LAYER_OVERHEAD_US, kernel_factor
-from trainc.compiler.hardware import GPUS
-from trainc.compiler.pipeline import compile_spec
-from trainc.planner.calibrate import (
+from trainc.calibrate import (
     AGREEMENT,
     AT_BOUND_TOL,
     BAND_FLOOR,
@@ -41,6 +38,9 @@ from trainc.planner.calibrate import (
     runs_from_csv,
     step_estimate,
 )
+from trainc.compiler.estimate.kernels import MOE_LAYER_OVERHEAD_US, kernel_factor
+from trainc.compiler.pipeline import compile_spec
+from trainc.compiler.support.hardware import GPUS
 from trainc.schemas import Gpu, TimeModel
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "calibrate"
@@ -342,7 +342,7 @@ def test_a_fit_to_three_runs_writes_the_floor_and_says_so():
 def test_calibrate_docstring_examples():
     import doctest
 
-    import trainc.planner.calibrate as mod
+    import trainc.calibrate as mod
 
     result = doctest.testmod(mod)
     assert result.attempted >= 3 and result.failed == 0

@@ -148,7 +148,7 @@ def test_import_hf_output_under_a_file_is_exit_4(tmp_path: Path) -> None:
 
 def test_error_classes_carry_their_exit_code() -> None:
     from trainc.cli._common import OutputError
-    from trainc.compiler.write import OutdirNotEmpty, OutdirRefused
+    from trainc.compiler.support.write import OutdirNotEmpty, OutdirRefused
     from trainc.errors import InternalError, LaunchError, SpecError
 
     assert (

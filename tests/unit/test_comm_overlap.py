@@ -63,8 +63,8 @@ def test_cuda_plan_on_cpu_turns_the_overlaps_off_and_says_so() -> None:
     communication schedules (TE userbuffers, combined 1F1B), not math; the change is logged."""
     pytest.importorskip("torch", reason="the Megatron worker's model needs the [worker] extra")
     from trainc.compiler.pipeline import plan_and_estimate
-    from trainc.launch.model import transformer_config_kwargs
     from trainc.launch.shrink import full_dims
+    from trainc.launch.worker.model import transformer_config_kwargs
 
     _, _, plan = plan_and_estimate(make(**H100), normalized=True)
     assert plan is not None

@@ -8,7 +8,7 @@ import yaml
 
 from trainc.cli import main
 from trainc.compiler.load import conf_dir
-from trainc.compiler.schema_check import schema_keys
+from trainc.compiler.load.schema_check import schema_keys
 from trainc.ecosystem.jsonschema import field_docs, section_schema, spec_schema
 from trainc.schemas import ModelSpec
 
@@ -71,7 +71,8 @@ def test_examples_validate(example):
     assert _errors(spec_schema(), yaml.safe_load(example.read_text())) == []
 
 
-# conf/gpu holds GPU profiles (hardware data read by trainc.compiler.hardware), not spec sections
+# conf/gpu holds GPU profiles (hardware data read by trainc.compiler.support.hardware), not
+# spec sections
 @pytest.mark.parametrize(
     "preset",
     sorted(p for p in conf_dir().glob("*/*.yaml") if p.parent.name != "gpu"),

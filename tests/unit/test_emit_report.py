@@ -14,7 +14,7 @@ from _emit_helpers import CASES_DIR, compile_case, compile_ir
 
 from trainc.compiler.emit import emit
 from trainc.compiler.emit.report import report_text
-from trainc.compiler.write import write_artifacts
+from trainc.compiler.support.write import write_artifacts
 
 
 def test_report_shows_layout_diagnostics_and_artifacts() -> None:

@@ -22,7 +22,7 @@ from _emit_helpers import (
 
 from trainc.compiler.emit.megatron import megatron_flags
 from trainc.compiler.emit.scripts import sbatch_value
-from trainc.compiler.slurm_time import time_limit_seconds
+from trainc.compiler.support.slurm_time import time_limit_seconds
 from trainc.errors import InternalError
 
 

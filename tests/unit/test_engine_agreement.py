@@ -134,7 +134,7 @@ def test_worker_wires_megatron_lms_overlap_hooks() -> None:
     overlap_grad_reduce it now sets the schedules' no_sync / grad_sync hooks and with
     overlap_param_gather the param_sync hook, as Megatron-LM's setup_model_and_optimizer."""
     pytest.importorskip("megatron.core")
-    from trainc.launch.engines import megatron as train
+    from trainc.launch.worker.engines import megatron as train
 
     chunk = types.SimpleNamespace(no_sync="ns", start_grad_sync="gs", start_param_sync="ps")
     cfg = types.SimpleNamespace(no_sync_func=None, grad_sync_func=None, param_sync_func=None)
@@ -308,7 +308,7 @@ def test_rule_and_worker_read_one_capabilities_table(
     import dataclasses
 
     from trainc import capabilities
-    from trainc.launch.runtime import check_runner
+    from trainc.launch.worker.runtime import check_runner
     from trainc.schemas import Engine, Entrypoint
 
     plan = json.loads(ok(tmp_path, ds_spec())["plan.json"])
@@ -548,10 +548,10 @@ def test_worker_builds_bias_reduce_dtype_and_optimizer_from_the_plan(tmp_path: P
     from megatron.core.distributed import DistributedDataParallelConfig
     from megatron.core.optimizer import OptimizerConfig
 
-    from trainc.launch import model as mb
-    from trainc.launch.runtime import Settings
     from trainc.launch.shrink import full_dims
-    from trainc.launch.worker import parse_args
+    from trainc.launch.worker import model as mb
+    from trainc.launch.worker.runtime import Settings
+    from trainc.launch.worker_args import parse_args
 
     _, files = compile_case("gpt3-175b", ("training.optimizer=sgd",))
     path = tmp_path / "plan.json"
@@ -609,7 +609,7 @@ def test_cross_check_compares_every_key(
     """Bug: the worker's cross-check compared nine layout keys. Now every key of the four
     groups: one attribute of a built object changed (not announced) stops the worker."""
     pytest.importorskip("torch")
-    from trainc.launch.engines import megatron as train
+    from trainc.launch.worker.engines import megatron as train
 
     plan, _ = compile_case("llama3-8b-pp2-vpp2")
     built = _objects(plan)
@@ -624,7 +624,7 @@ def test_cross_check_compares_every_key(
 def test_cross_check_stops_on_a_passed_value_that_is_not_announced() -> None:
     """... and a value passed differently from the plan without an override line, too."""
     pytest.importorskip("torch")
-    from trainc.launch.engines import megatron as train
+    from trainc.launch.worker.engines import megatron as train
 
     plan, _ = compile_case("llama3-8b-pp2-vpp2")
     built = _objects(plan)
@@ -638,7 +638,7 @@ def test_cross_check_stops_on_a_passed_value_that_is_not_announced() -> None:
 
 def test_cross_check_stops_on_a_missing_attribute() -> None:
     pytest.importorskip("torch")
-    from trainc.launch.engines import megatron as train
+    from trainc.launch.worker.engines import megatron as train
 
     plan, _ = compile_case("llama3-8b-pp2-vpp2")
     built = _objects(plan)
@@ -847,9 +847,9 @@ def test_deepspeed_initializes_what_compile_accepts(tmp_path: Path, optimizer: s
     import subprocess
     import sys
 
-    from trainc.launch.engines.deepspeed import load_config
-    from trainc.launch.runtime import Settings
-    from trainc.launch.worker import parse_args
+    from trainc.launch.worker.engines.deepspeed import load_config
+    from trainc.launch.worker.runtime import Settings
+    from trainc.launch.worker_args import parse_args
 
     files = ok(tmp_path, ds_spec(**{"training.optimizer": optimizer}))
     path = tmp_path / "plan.json"

@@ -20,7 +20,7 @@ from trainc.compiler.estimate.memory import megatron_state_bytes
 from trainc.compiler.estimate.rankmap import members_per_domain
 from trainc.compiler.estimate.time import BUCKET_MIN_PARAMS
 from trainc.compiler.fit import OOM_MARGIN, TIGHT_MARGIN, check_fit
-from trainc.compiler.hardware import GPUS
+from trainc.compiler.support.hardware import GPUS
 from trainc.schemas import Fp8Format, Gpu, Recompute, StateDtype, TimeModel
 
 HW = Hw({"bf16": 1e15, "fp8": 2e15}, {"bf16": 1.0, "fp8": 1.0}, 0.5, 1e12, 100)

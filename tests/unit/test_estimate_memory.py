@@ -1,5 +1,6 @@
-"""Memory estimates against published values: Megatron's theoretical estimator (megatron_rules.md
-§4.4 golden values), DeepSpeed's estimators (deepspeed_rules.md §4.1), the seeds' ZeRO table and
+"""Memory estimates against published values: Megatron's theoretical estimator
+(megatron/training/theoretical_memory_usage.py, core_v0.16.1), DeepSpeed's estimators (deepspeed
+0.19.8), the seeds' ZeRO table and
 the ZeRO paper's Table 1; plus the plan estimator's behaviour and where it deliberately differs."""
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from trainc.schemas import (
 
 MiB = 2**20
 
-# --- Megatron's theoretical_memory_usage, megatron_rules.md §4.4 (M = 8 micro-batches) --------
+# --- Megatron's theoretical_memory_usage, core_v0.16.1 (M = 8 micro-batches) ---------------
 LLAMA3_8B = dict(
     h=4096, a=32, g=8, d=128, f=14336, V=128256, L=32, swiglu=True, rmsnorm=True, untied=True
 )
@@ -178,7 +179,8 @@ def test_megatron_bytes_per_param():
     assert megatron_beta(Precision.fp32, 2) == 8 + 8 / 2
 
 
-# deepspeed_rules.md §4.1 A: (cpu_bytes, gpu_bytes) for P = 7e9, L = 131,072,000, 8 GPUs, 1 node
+# deepspeed 0.19.8 estimate_zero2_model_states_mem_needs: (cpu_bytes, gpu_bytes) for P = 7e9, L =
+# 131,072,000, 8 GPUs, 1 node
 P7, L7 = 7_000_000_000, 131_072_000
 
 
@@ -204,7 +206,8 @@ def test_deepspeed_zero3_reference_values(opt, par, zi, cpu, gpu):
 
 
 def test_deepspeed_live_llama2_7b_two_nodes_gib():
-    # deepspeed_rules.md §4.1 B: P = 6,738,415,616, 2 nodes x 8 GPUs, GiB
+    # deepspeed 0.19.8 estimate_zero3_model_states_mem_needs: P = 6,738,415,616, 2 nodes x 8 GPUs,
+    # GiB
     P = 6_738_415_616
     assert round(deepspeed_zero2_estimate(P, 8, 2, True)[0] / 2**30, 2) == 602.46
     assert round(deepspeed_zero2_estimate(P, 8, 2, False)[1] / 2**30, 2) == 19.61

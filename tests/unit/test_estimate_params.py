@@ -18,7 +18,9 @@ from trainc.schemas import Normalization
 
 
 def test_llama2_7b_matches_deepspeed_count():
-    # deepspeed_rules.md §4.1 B: DeepSpeed's model_to_params on a Llama-2-7B-shaped module
+    # DeepSpeed's own estimator (deepspeed 0.19.8 runtime/zero/stage3.py
+    # estimate_zero3_model_states_mem_needs): DeepSpeed's model_to_params on a Llama-2-7B-shaped
+    # module
     spec = make_spec(
         parallel__tp=1,
         parallel__pp=1,

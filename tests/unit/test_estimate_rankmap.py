@@ -1,4 +1,5 @@
-"""Rank map against megatron_rules.md §3.2 (W=16, TP2 CP2 DP2 PP2, order tp-cp-ep-dp-pp)."""
+"""Rank map against Megatron-Core's RankGenerator (megatron/core/parallel_state.py, core_v0.16.1)
+(W=16, TP2 CP2 DP2 PP2, order tp-cp-ep-dp-pp)."""
 
 from __future__ import annotations
 

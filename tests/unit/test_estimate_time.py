@@ -1,4 +1,5 @@
-"""Pipeline bubble (seed 002 §2.3.2), FLOPs (megatron_rules.md §4.4 golden FLOPs/iter), step time,
+"""Pipeline bubble (seed 002 §2.3.2), FLOPs (Megatron-LM's num_floating_point_operations,
+megatron/training/training.py, core_v0.16.1), step time,
 tokens/s and MFU."""
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def test_bubble_decreases_with_microbatches_and_vpp():
     assert bubble_fraction(8, 16, 4) < bubble_fraction(8, 16, 2) < bubble_fraction(8, 16, 1)
 
 
-GOLDEN_FLOPS = [  # megatron_rules.md §4.4, global batch 128
+GOLDEN_FLOPS = [  # Megatron-LM num_floating_point_operations, global batch 128
     (dict(seq=8192, h=4096, a=32, g=8, d=128, f=14336, V=128256, L=32, swiglu=True), 5.3971e16),
     (dict(seq=2048, h=12288, a=96, g=96, d=128, f=49152, V=51200, L=96, swiglu=False), 2.7838e17),
     (
@@ -56,7 +57,8 @@ def test_megatron_flops_golden(cfg, flops):
 
 
 def test_dense_mha_sanity_formula():
-    # megatron_rules.md §4.5: F = 72 B s L h^2 (1 + s/(12h) + V/(12 h L)) for MHA, f = 4h, GELU
+    # Narayanan et al. 2021, arXiv 2104.04473, eq. 3: F = 72 B s L h^2 (1 + s/(12h) + V/(12 h L))
+    # for MHA, f = 4h, GELU
     Bt, s, L, h, V = 8, 2048, 24, 2048, 51200
     f = megatron_flops(batch=Bt, seq=s, h=h, a=16, g=16, d=128, f=4 * h, V=V, L=L, swiglu=False)
     assert f == pytest.approx(72 * Bt * s * L * h * h * (1 + s / (12 * h) + V / (12 * h * L)))

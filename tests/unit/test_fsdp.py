@@ -10,8 +10,8 @@ import pytest
 from specs.kit import make
 
 from trainc.compiler.derive import derive
-from trainc.compiler.engines.fsdp import fsdp_config
 from trainc.compiler.pipeline import plan_and_estimate
+from trainc.compiler.targets.fsdp import fsdp_config
 
 FSDP = {"engine": "fsdp", "parallel.pp": 1}  # kit BASE: 8 GPUs, tp2 -> dp 4
 
@@ -174,7 +174,7 @@ def test_worker_lr_is_megatron_cores(style: str, warmup: int) -> None:
     pytest.importorskip("megatron.core")
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
-    from trainc.launch.engines.fsdp import lr_at  # the rank side imports torch
+    from trainc.launch.worker.engines.fsdp import lr_at  # the rank side imports torch
 
     spec, c = cfg(
         **{
@@ -183,7 +183,7 @@ def test_worker_lr_is_megatron_cores(style: str, warmup: int) -> None:
             "training.train_iters": 200,
         }
     )
-    from trainc.compiler.engines.megatron import megatron_core_kwargs
+    from trainc.compiler.targets.megatron import megatron_core_kwargs
 
     kw = megatron_core_kwargs(spec, derive(spec))["OptimizerParamScheduler"]
     group = {"params": [], "lr": 0.0, "weight_decay": 0.0}
@@ -501,7 +501,7 @@ def test_checkpoint_layout_differences() -> None:
     """The FSDP2 worker's resume check: model dimensions and the optimizer, not the mesh (DCP
     reshards)."""
     pytest.importorskip("torch", reason="the FSDP2 worker needs the [worker] extra")
-    from trainc.launch.engines.fsdp import check_checkpoint, layout_differences
+    from trainc.launch.worker.engines.fsdp import check_checkpoint, layout_differences
 
     saved = {
         "model": {"hidden_size": 64, "num_layers": 2},

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from specs.kit import errors, find, lint_cfg
 
-from trainc.compiler.engines.torchao import converters, recipes_in
 from trainc.compiler.pipeline import compile_spec
+from trainc.compiler.targets.torchao import converters, recipes_in
 from trainc.schemas import Fp8Recipe
 
 TT = {
@@ -148,7 +148,7 @@ def test_torchtitan_args_carry_the_float8_converter_and_the_worker_refuses_it() 
         "converters": [{"converter": "float8", "recipe_name": "rowwise_with_gw_hp"}]
     }
     pytest.importorskip("torch", reason="the FSDP2 worker needs the [worker] extra")
-    from trainc.launch.engines.fsdp import refuse_float8
+    from trainc.launch.worker.engines.fsdp import refuse_float8
 
     with pytest.raises(SystemExit, match=r"engines\.fsdp\.float8\.converters"):
         refuse_float8(cfg)

@@ -147,7 +147,7 @@ HSDP_EP: dict[str, Any] = {
 
 
 def _fsdp(**changes: Any) -> dict[str, Any]:
-    from trainc.compiler.engines.fsdp import fsdp_config
+    from trainc.compiler.targets.fsdp import fsdp_config
 
     spec = make(**changes)
     return fsdp_config(spec, derive(spec))

@@ -19,7 +19,7 @@ import pytest
 from specs.kit import find, lint_cfg, make
 
 from trainc.compiler.derive import derive, stage_chunk_sizes
-from trainc.compiler.engines.fsdp import fsdp_config, torchtitan_stage_split
+from trainc.compiler.targets.fsdp import fsdp_config, torchtitan_stage_split
 
 TITAN = {
     "engine": "fsdp",
@@ -252,8 +252,8 @@ def test_worker_builds_qkv_bias() -> None:
     projection), as Megatron-Core's linear_qkv."""
     pytest.importorskip("torch", reason="the FSDP2 worker's model needs the [worker] extra")
     from trainc.compiler.pipeline import plan_and_estimate
-    from trainc.launch import torch_gpt
     from trainc.launch.shrink import shrink
+    from trainc.launch.worker import torch_gpt
 
     _, diags, plan = plan_and_estimate(
         make(**{"engine": "fsdp", "parallel.pp": 1, "model.add_qkv_bias": True})

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainc.launch import local
+from trainc.launch.host import local
 
 ROOT = Path(__file__).resolve().parents[2]
 BARE_PATH = "/usr/bin:/bin"
@@ -416,7 +416,7 @@ def test_the_workers_own_layout_record_resumes_and_a_changed_field_is_named(tmp_
     check compared the whole record with the parallel sizes alone, so --load auto of the same
     layout's checkpoint was refused ("written by another layout ()", exit 4). The record the
     worker writes now resumes; a changed dims or distopt is refused with that field named."""
-    from trainc.launch.local import expected_layout
+    from trainc.launch.host.local import expected_layout
 
     out = _compile(tmp_path)
     plan = json.loads((out / "plan.json").read_text())

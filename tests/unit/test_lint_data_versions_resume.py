@@ -14,7 +14,7 @@ from specs.kit import BASE, apply, find, lint_cfg, make
 from trainc import known_versions as KV
 from trainc.compiler.derive import derive, epoch_counts
 from trainc.compiler.validate.checkpoint import layout_facts, resume_findings
-from trainc.launch.local import version_problems
+from trainc.launch.host.local import version_problems
 
 DS = {"engine": "deepspeed", "parallel.tp": 1, "parallel.pp": 1}
 LM = {"launch.entrypoint": "megatron-lm", "launch.megatron_lm_path": "/opt/Megatron-LM"}

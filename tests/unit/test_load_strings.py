@@ -211,7 +211,7 @@ def test_json_output_is_strict(tmp_path: Path, capsys) -> None:
 
 def test_artifact_with_a_non_finite_value_is_an_internal_error(tmp_path: Path) -> None:
     """The only writer refuses a JSON artifact holding NaN (a computed value: a bug)."""
-    from trainc.compiler.write import write_artifacts
+    from trainc.compiler.support.write import write_artifacts
     from trainc.errors import InternalError
 
     plan = {"spec_hash": "x", "trainc_version": "0", "target_versions": {}}

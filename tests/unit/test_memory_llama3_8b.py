@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from trainc.compiler.engines.settings import grad_reduce_in_fp32
 from trainc.compiler.estimate.memory import megatron_state_bytes
 from trainc.compiler.fit import GiB, check_fit
 from trainc.compiler.pipeline import plan_and_estimate
+from trainc.compiler.targets.settings import grad_reduce_in_fp32
 from trainc.schemas import (
     Activation,
     ClusterSpec,
@@ -130,7 +130,7 @@ training: {micro_batch_size: 1, global_batch_size: 128, precision: bf16, fp8_for
 
 
 def test_published_layout_is_in_plans_top_3(tmp_path):
-    # the spec trainc.planner.published builds from the Megatron-Bridge row (FSDP 8 -> zero 3)
+    # the spec trainc.calibrate.published builds from the Megatron-Bridge row (FSDP 8 -> zero 3)
     from trainc.planner import plan_layouts
 
     path = tmp_path / "llama3-8b.yaml"

@@ -15,7 +15,7 @@ from rich.console import Console
 from trainc.compiler.emit.report import report_text
 from trainc.compiler.emit.report_html import report_html
 from trainc.compiler.estimate.explain import explain_tables
-from trainc.compiler.numfmt import fixed, gib, percent, sig
+from trainc.compiler.support.numfmt import fixed, gib, percent, sig
 from trainc.ecosystem.diff import change, compare, fmt_value
 
 GIB = 2**30

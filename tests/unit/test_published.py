@@ -1,4 +1,4 @@
-"""The one converter of published-runs rows into specs (trainc/planner/published.py), used by
+"""The one converter of published-runs rows into specs (trainc/calibrate/published.py), used by
 ``trainc calibrate``, bench/fidelity.py and bench/planner_fidelity.py: precision from the notes,
 Megatron-Bridge's layer splits, the architectures of trainc/conf/published_models.yaml."""
 
@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 import yaml
 
-from trainc.compiler.load import load_spec
-from trainc.planner.calibrate import runs_from_csv
-from trainc.planner.published import (
+from trainc.calibrate import runs_from_csv
+from trainc.calibrate.published import (
     load_rows,
     model_key,
     precision_of,
     published_models,
     row_to_spec_reason,
 )
+from trainc.compiler.load import load_spec
 
 #: A published row (the table's columns); tests change what they need.
 ROW = {
@@ -218,9 +218,9 @@ def test_tflops_rows_use_their_sources_flop_count(tmp_path: Path) -> None:
     is a longer step for the larger count. Printed tokens/s win over TFLOP/s."""
     import csv
 
+    from trainc.calibrate import prepare
     from trainc.compiler.estimate import estimate
     from trainc.compiler.estimate.flops import spec_flop_terms
-    from trainc.planner.calibrate import prepare
 
     nemo2 = {
         **ROW,

@@ -3,7 +3,7 @@
 The tables (``bench/published_runs.csv``, the table the time model is fitted on, sources in
 ``bench/published_runs.md``; ``bench/heldout_runs.csv``, ``bench/validation_nvidia.csv``,
 ``bench/validation_papers.csv``) hold runs that really ran; each row is converted to a spec by
-:mod:`trainc.planner.published` (the one converter) and goes through the lint passes
+:mod:`trainc.calibrate.published` (the one converter) and goes through the lint passes
 (normalize .. check_fit, no emission). A row that gets an error today is a strict xfail naming
 the rule ids it gets and why: when the rule (or the estimate) is fixed the test passes, the
 strict xfail fails, and the row leaves :data:`KNOWN`. A row that gets a *different* error fails.
@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from trainc.calibrate.published import load_rows, row_to_spec_reason
 from trainc.compiler.load import load_spec
 from trainc.compiler.pipeline import State, run_passes
-from trainc.planner.published import load_rows, row_to_spec_reason
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = (

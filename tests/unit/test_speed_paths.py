@@ -1,6 +1,6 @@
 """The fast paths of compile and lint give what the slow ones gave, and stay light.
 
-* :func:`~trainc.compiler.treecopy.copy_tree` equals ``copy.deepcopy`` and shares no mutable
+* :func:`~trainc.compiler.support.treecopy.copy_tree` equals ``copy.deepcopy`` and shares no mutable
   object with the original (specs, composed preset containers);
 * the per-process caches (composed presets, the fit check's what-ifs) cannot leak one spec into
   another: lint of spec A then spec B gives B's diagnostics exactly, and a spec (or a caller)
@@ -22,9 +22,9 @@ import pytest
 
 from trainc.compiler import load as L
 from trainc.compiler import pipeline
+from trainc.compiler.load.presets import _compose_presets
 from trainc.compiler.pipeline import compile_spec
-from trainc.compiler.presets import _compose_presets
-from trainc.compiler.treecopy import copy_tree
+from trainc.compiler.support.treecopy import copy_tree
 from trainc.schemas import Recompute
 
 ROOT = Path(__file__).resolve().parents[2]

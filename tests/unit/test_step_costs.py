@@ -16,8 +16,8 @@ from trainc.compiler.estimate.time import (
     optimizer_shards,
     optimizer_step_seconds,
 )
-from trainc.compiler.hardware import GPUS
 from trainc.compiler.pipeline import plan_and_estimate
+from trainc.compiler.support.hardware import GPUS
 from trainc.schemas import Gpu, Optimizer, StateDtype
 
 

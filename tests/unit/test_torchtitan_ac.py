@@ -8,8 +8,8 @@ import pytest
 from specs.kit import make
 
 from trainc.compiler.derive import derive
-from trainc.compiler.engines.fsdp import fsdp_config
 from trainc.compiler.pipeline import plan_and_estimate
+from trainc.compiler.targets.fsdp import fsdp_config
 
 FSDP = {"engine": "fsdp", "parallel.pp": 1}  # kit BASE: 8 GPUs, tp2 -> dp 4
 
@@ -209,9 +209,9 @@ def test_worker_applies_each_mode_and_keeps_the_gradients() -> None:
     """The FSDP2 worker's blocks: every-N checkpoints the N-th, 2N-th ... block only; per-op
     SAC (torchtitan's policy) and full checkpointing give the gradients of no checkpointing."""
     torch = pytest.importorskip("torch")
-    from trainc.launch import torch_gpt
-    from trainc.launch.engines.fsdp import apply_recompute
     from trainc.launch.shrink import shrink
+    from trainc.launch.worker import torch_gpt
+    from trainc.launch.worker.engines.fsdp import apply_recompute
 
     _, diags, plan = plan_and_estimate(make(**{**FSDP, "parallel.tp": 1}))
     assert plan is not None, [d.message for d in diags if d.is_error]

@@ -381,7 +381,7 @@ def test_trainc_run_reads_the_new_features_from_the_plan(tmp_path: Any) -> None:
     from _emit_helpers import compile_dict, write_files
     from specs.kit import BASE, apply
 
-    from trainc.launch.local import version_problems
+    from trainc.launch.host.local import version_problems
 
     ds = compile_dict(
         tmp_path,

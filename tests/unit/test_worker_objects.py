@@ -28,12 +28,12 @@ pytest.importorskip("deepspeed")
 
 import torch  # noqa: E402
 
-from trainc.launch import model as mb  # noqa: E402
-from trainc.launch import runtime as _runtime  # noqa: E402
-from trainc.launch.engines import megatron as train  # noqa: E402
-from trainc.launch.runtime import Settings  # noqa: E402
 from trainc.launch.shrink import full_dims  # noqa: E402
-from trainc.launch.worker import parse_args  # noqa: E402
+from trainc.launch.worker import model as mb  # noqa: E402
+from trainc.launch.worker import runtime as _runtime  # noqa: E402
+from trainc.launch.worker.engines import megatron as train  # noqa: E402
+from trainc.launch.worker.runtime import Settings  # noqa: E402
+from trainc.launch.worker_args import parse_args  # noqa: E402
 
 #: What the worker changes on CPU, each announced (an ``override:`` line): Transformer Engine ->
 #: local layers with CPU initialisation, fp16 -> bf16 (no fp16 CPU kernels), and the TP / EP
@@ -161,7 +161,7 @@ def _init_parallel_kwargs(s: Settings) -> dict[str, Any]:
     ``initialize_model_parallel`` (captured; no process group is created)."""
     from megatron.core import parallel_state as ps
 
-    from trainc.launch.runtime import init_parallel_state
+    from trainc.launch.worker.runtime import init_parallel_state
 
     seen: dict[str, Any] = {}
 
@@ -222,7 +222,7 @@ def _cpu_changes(emitted: dict[str, Any], loaded: dict[str, Any]) -> dict[str, A
 def check_deepspeed(files: dict[str, str], tmp: Path, device: str | None = None) -> None:
     from deepspeed.runtime.config import DeepSpeedConfig
 
-    from trainc.launch.engines.deepspeed import load_config
+    from trainc.launch.worker.engines.deepspeed import load_config
 
     emitted = json.loads(files["ds_config.json"])
     s = settings_of(files, tmp, *(["--device", device] if device else []))
@@ -296,8 +296,8 @@ def test_generated_deepspeed_config(cfg: dict[str, Any]) -> None:
 def test_worker_refuses_fp8_plans_on_cpu() -> None:
     """A CUDA plan with FP8 or the precision-aware optimizer cannot run with --device cpu: the
     worker stops naming the keys instead of training another model (one truth)."""
-    from trainc.compiler.engines.megatron import megatron_core_kwargs
     from trainc.compiler.pipeline import plan_and_estimate
+    from trainc.compiler.targets.megatron import megatron_core_kwargs
     from trainc.schemas import Fp8Format, StateDtype
 
     spec = make_spec_for_worker()

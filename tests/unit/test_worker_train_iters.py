@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from _emit_helpers import compile_case
 
-from trainc.launch.runtime import Settings, decay_length
+from trainc.launch.worker.runtime import Settings, decay_length
 from trainc.launch.worker_args import parse_args
 
 
@@ -66,7 +66,7 @@ def test_warmup_longer_than_run_is_refused() -> None:
 
 def test_megatron_scheduler_gets_the_length(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from trainc.launch.engines.megatron import scheduler_kwargs
+    from trainc.launch.worker.engines.megatron import scheduler_kwargs
 
     s = settings("cpu-shrink-tiny", tmp_path, "--train-iters", "10")
     compiled: dict[str, Any] = s.plan["engines"]["megatron_core"]["OptimizerParamScheduler"]
@@ -79,7 +79,7 @@ def test_megatron_scheduler_gets_the_length(tmp_path: Path) -> None:
 
 def test_deepspeed_scheduler_gets_the_length(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from trainc.launch.engines.deepspeed import load_config
+    from trainc.launch.worker.engines.deepspeed import load_config
 
     s = settings("llama2-7b-deepspeed-zero3-offload", tmp_path, "--train-iters", "5000")
     compiled = s.plan["engines"]["deepspeed"]["scheduler"]["params"]["total_num_steps"]
@@ -89,7 +89,7 @@ def test_deepspeed_scheduler_gets_the_length(tmp_path: Path) -> None:
 
 def test_fsdp_schedule_gets_the_length(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from trainc.launch.engines.fsdp import lr_at, lr_schedule
+    from trainc.launch.worker.engines.fsdp import lr_at, lr_schedule
 
     s = settings("llama3-8b-fsdp-hsdp", tmp_path, "--train-iters", "5000")
     sched = lr_schedule(s.plan["engines"]["fsdp"], s)

@@ -13,7 +13,7 @@ from trainc.cli._common import EXIT_OK, EXIT_SPEC, OutputError, _split, dumps, o
 
 def _calibrate(args: argparse.Namespace) -> int:
     """``trainc calibrate RUNS... [KEY=VALUE ...] -o PRESET.yaml [--factors a,b] [--force]``."""
-    from trainc.planner.calibrate import (
+    from trainc.calibrate import (
         CalibrateError,
         check_agreement,
         check_one_cluster,
@@ -118,8 +118,8 @@ def _print_table(runs: list[Any], result: Any) -> None:
     from rich import box
     from rich.table import Table
 
+    from trainc.calibrate import BAND_FLOOR
     from trainc.console import Console
-    from trainc.planner.calibrate import BAND_FLOOR
     from trainc.planner.table import console_width
 
     console = Console(width=console_width())
@@ -204,7 +204,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def _note_line(note: str) -> str:
-    """A note of :func:`trainc.planner.calibrate.prepare` / ``fit`` as printed on stderr; a note
+    """A note of :func:`trainc.calibrate.prepare` / ``fit`` as printed on stderr; a note
     that starts with ``warning: `` (a kept run the memory model calls an OOM) prints as one."""
     if note.startswith("warning: "):
         return f"trainc calibrate: {note}"

@@ -96,7 +96,7 @@ def _compile(args: argparse.Namespace) -> int:
     """``trainc compile SPEC [KEY=VALUE ...] [-o OUTDIR]``: check, then write the artifacts."""
     from trainc.compiler.emit.kubernetes import not_written
     from trainc.compiler.pipeline import compile_spec
-    from trainc.compiler.write import write_artifacts
+    from trainc.compiler.support.write import write_artifacts
 
     specs, overrides = _split(args.items)
     if len(specs) != 1:

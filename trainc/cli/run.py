@@ -1,5 +1,5 @@
 """``trainc run OUTDIR``: start the generated ``torchrun.sh`` on this machine (the checks and the
-launch are in :mod:`trainc.launch.local`)."""
+launch are in :mod:`trainc.launch.host.local`)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def own_options(args: argparse.Namespace) -> list[str]:
 
 def _run(args: argparse.Namespace) -> int:
     """Start OUTDIR/torchrun.sh here with this trainc's interpreter; return its exit code."""
-    from trainc.launch.local import run
+    from trainc.launch.host.local import run
 
     try:
         worker_args = own_options(args)

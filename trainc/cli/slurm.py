@@ -1,5 +1,5 @@
 """``trainc submit`` and the Slurm check of ``trainc lint --slurm`` (the subprocess work is in
-:mod:`trainc.launch.submit`)."""
+:mod:`trainc.launch.host.submit`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from trainc.cli._common import EXIT_ENV, EXIT_OK, EXIT_SPEC, out
 def _slurm_check(result: Any) -> dict[str, Any]:
     """``sbatch --test-only`` of the spec's sbatch.sh: {"checked", "ok", "message"}; ok is None
     when the check could not be made (no controller, nothing generated)."""
-    from trainc.launch.submit import SlurmUnavailable, test_only
+    from trainc.launch.host.submit import SlurmUnavailable, test_only
 
     if not result.ok:
         return {"checked": False, "ok": None, "message": "not checked: the spec has errors"}
@@ -49,7 +49,7 @@ def _print_slurm_check(path: str, check: dict[str, Any]) -> None:
 def _submit(args: argparse.Namespace) -> int:
     """``trainc submit OUTDIR [--wait]``: the job id on stdout, progress on stderr."""
     from trainc.errors import LaunchError
-    from trainc.launch import submit as slurm
+    from trainc.launch.host import submit as slurm
 
     if args.timeout is not None and (not args.wait or not args.timeout > 0):
         print(

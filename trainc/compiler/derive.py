@@ -218,7 +218,7 @@ def checkpoint_format(spec: TrainSpec) -> str:
     """The format a job writes: resume.checkpoint_format, else ``torch_dist`` for
     entrypoint=megatron-lm (Megatron-LM's --ckpt-format default, core_v0.16.x; ``fsdp_dtensor``
     with Megatron-FSDP), ``trainc`` (the
-    trainc worker's per-rank, layout-bound files, trainc/launch/checkpoint.py) for the worker with
+    trainc worker's per-rank, layout-bound files, trainc/launch/worker/checkpoint.py) for the worker with
     engine=megatron, ``deepspeed`` (ZeRO shards, one per data-parallel rank) for
     engine=deepspeed, ``dcp`` (torch.distributed.checkpoint of DTensor state dicts, resharded on
     load) for engine=fsdp (the trainc worker and torchtitan)."""

@@ -5,7 +5,7 @@
   every field is concrete (the validators guarantee it; :class:`trainc.compiler.derive.Derived`
   is the total, ``None``-where-it-does-not-divide variant the validators use).
 * :class:`Engines` (``engines``): every engine's settings, built once
-  (:func:`trainc.compiler.engines.engine_configs`).
+  (:func:`trainc.compiler.targets.engine_configs`).
 * :class:`Estimates` (``estimates``): memory, communication, bubble and time per GPU.
 * :class:`Plan`: the normalized spec with all of the above.
 
@@ -261,8 +261,8 @@ class Plan:
 
     def _view(self, name: str) -> Any:
         if name not in self._views:
-            from trainc.compiler.secrets import mask_secrets
             from trainc.compiler.spec_json import spec_hash, spec_to_dict
+            from trainc.compiler.support.secrets import mask_secrets
 
             if name == "spec_json":
                 value: Any = mask_secrets(spec_to_dict(self.spec))[0]

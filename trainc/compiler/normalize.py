@@ -7,8 +7,8 @@ generated ``megatron_args.txt`` relies on them, and Megatron-Core where the CLI 
 from __future__ import annotations
 
 from trainc.compiler.derive import default_etp, megatron_fsdp, tp_in_nvlink_domain
-from trainc.compiler.hardware import GPUS
-from trainc.compiler.treecopy import copy_tree
+from trainc.compiler.support.hardware import GPUS
+from trainc.compiler.support.treecopy import copy_tree
 from trainc.schemas import (
     Activation,
     Device,

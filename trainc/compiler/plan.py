@@ -8,16 +8,16 @@ from typing import Any
 
 from trainc import __version__
 from trainc.compiler.derive import derive, megatron_fsdp
-from trainc.compiler.engines import engine_configs
-from trainc.compiler.engines.fsdp import TORCHTITAN_VERSION
-from trainc.compiler.engines.settings import distributed_optimizer, layers_per_virtual_stage
 from trainc.compiler.ir import Engines, Layout, Plan
-from trainc.compiler.secrets import is_secret
 
 # re-exported: trainc.compiler.plan has been their home
 from trainc.compiler.spec_json import canonical_json as canonical_json
 from trainc.compiler.spec_json import spec_hash as spec_hash
 from trainc.compiler.spec_json import spec_to_dict as spec_to_dict
+from trainc.compiler.support.secrets import is_secret
+from trainc.compiler.targets import engine_configs
+from trainc.compiler.targets.fsdp import TORCHTITAN_VERSION
+from trainc.compiler.targets.settings import distributed_optimizer, layers_per_virtual_stage
 from trainc.schemas import Device, Engine, Precision, TrainSpec
 
 #: Megatron-LM release whose ``pretrain_gpt.py`` flags ``megatron_args.txt`` targets.
@@ -44,7 +44,7 @@ def plan(spec: TrainSpec, written: TrainSpec | None = None) -> Plan:
     layers_per_stage (transformer layers per PP stage; with vpp each stage's layers form vpp
     chunks, equal except where account_for_embedding/loss_in_pipeline_split takes a slot),
     padded_vocab_size, and the schedule switches the emitters need (overlap/batched p2p).
-    ``engines`` holds every engine's settings (:func:`trainc.compiler.engines.engine_configs`),
+    ``engines`` holds every engine's settings (:func:`trainc.compiler.targets.engine_configs`),
     which the engine artifacts and the worker read.
 
     Only ``assert`` here: the validators guarantee the invariants (dp divides, layers split).
@@ -55,8 +55,9 @@ def plan(spec: TrainSpec, written: TrainSpec | None = None) -> Plan:
     assert d.layers_per_stage is not None and sum(d.layers_per_stage) == spec.model.num_layers
     eng = engine_configs(spec, d)
     tc = eng["megatron_core"]["TransformerConfig"]
-    # Secret launch.env values never reach plan.json, hence no artifact (trainc.compiler.secrets):
-    # Plan.spec_json masks them; their names (as spec_to_dict spells the keys) go in derived.
+    # Secret launch.env values never reach plan.json, hence no artifact
+    # (trainc.compiler.support.secrets): Plan.spec_json masks them; their names (as spec_to_dict
+    # spells the keys) go in derived.
     secret_env = sorted(str(k) for k, v in spec.launch.env.items() if is_secret(str(k), v))
     cpu = spec.launch.device is Device.cpu
     layout = Layout(

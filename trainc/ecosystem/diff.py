@@ -124,9 +124,9 @@ def _number(v: Any) -> bool:
 
 def fmt_value(key: str, value: Any) -> str:
     """A value for the text table (bytes in GiB, fractions in percent, seconds with units; a
-    long list or mapping as its size), rounded to what is shown (:mod:`trainc.compiler.numfmt`:
-    a rounding residue is shown as zero, without a sign)."""
-    from trainc.compiler.numfmt import NOISE_FLOOR, fixed, gib, percent
+    long list or mapping as its size), rounded to what is shown
+    (:mod:`trainc.compiler.support.numfmt`: a rounding residue is shown as zero, without a sign)."""
+    from trainc.compiler.support.numfmt import NOISE_FLOOR, fixed, gib, percent
 
     if value is None:
         return "-"

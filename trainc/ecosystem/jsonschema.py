@@ -4,7 +4,7 @@ docstrings), never hand-written.
 
 The schema describes what the loader accepts in one YAML file: every section is closed
 (``additionalProperties: false``; ``launch.env`` is a free mapping), types follow
-:mod:`trainc.compiler.schema_check` (a ``str`` key also takes numbers, a ``float`` key takes
+:mod:`trainc.compiler.load.schema_check` (a ``str`` key also takes numbers, a ``float`` key takes
 integers). Required keys are enforced only for a file without a Hydra ``defaults:`` list: with one,
 presets may supply them and ``trainc lint`` checks the composed result.
 """
@@ -24,8 +24,8 @@ from functools import cache
 from typing import Any
 
 from trainc.compiler.load import GROUPS
-from trainc.compiler.presets import preset_names
-from trainc.compiler.schema_check import MAP_KEYS, field_types
+from trainc.compiler.load.presets import preset_names
+from trainc.compiler.load.schema_check import MAP_KEYS, field_types
 from trainc.schemas import TrainSpec
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"

@@ -276,7 +276,7 @@ def score_grid(
     f_e = m.moe_ffn_hidden_size or f
     swiglu = m.activation is Activation.swiglu
     # engine=fsdp (torchtitan): no cp_comm_type choice, and an uneven split only with vpp 1
-    # (TRC344; trainc.compiler.engines.fsdp.torchtitan_stage_split)
+    # (TRC344; trainc.compiler.targets.fsdp.torchtitan_stage_split)
     fsdp = spec.engine is Engine.fsdp
     vpps = (
         [fx["parallel.vpp"]]

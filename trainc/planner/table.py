@@ -23,7 +23,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from trainc.compiler.numfmt import fixed, percent
+from trainc.compiler.support.numfmt import fixed, percent
 from trainc.planner import MAX_FULL, memory_tight
 from trainc.planner.search import recompute_text, summary
 

@@ -55,7 +55,7 @@ class FsdpSpec:
     recomputed); a positive integer N = every N-th block fully checkpointed, the others kept
     whole (torchtitan before 0.3.0 only: set ``launch.versions.torchtitan``), written as a
     string as torchtitan's own option is (``selective_ac_option: "2"``; an unquoted 2 is
-    TRC007). Default: op. TRC344. See :mod:`trainc.compiler.engines.torchtitan_ac`."""
+    TRC007). Default: op. TRC344. See :mod:`trainc.compiler.targets.torchtitan_ac`."""
     memory_budget: float | None = None
     """With ``training.recompute: selective`` and ``fsdp.compile``: let the compiler's
     partitioner choose what to recompute within this budget, in [0, 1] (0 = the memory of full

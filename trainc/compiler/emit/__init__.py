@@ -37,7 +37,7 @@ EMITTERS: tuple[Emitter, ...] = (
 
 def emit(ir: Plan) -> dict[str, str]:
     """All artifacts of a plan, including ``plan.json`` itself and ``report.md``
-    (``manifest.json`` is added by :func:`trainc.compiler.write.write_artifacts`). Every
+    (``manifest.json`` is added by :func:`trainc.compiler.support.write.write_artifacts`). Every
     emitter renders the plan.json view (``Plan.to_json()``): each artifact is a view of the file
     it ships next to, and reads nothing else."""
     plan = ir.to_json()

@@ -1,5 +1,5 @@
 """``ds_config.json`` (engine=deepspeed): ``plan.json``'s ``engines.deepspeed``, built by
-:func:`trainc.compiler.engines.deepspeed.deepspeed_config` (explicit values only, never "auto")."""
+:func:`trainc.compiler.targets.deepspeed.deepspeed_config` (explicit values only, never "auto")."""
 
 from __future__ import annotations
 

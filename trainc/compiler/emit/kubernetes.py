@@ -43,7 +43,7 @@ from typing import Any
 import yaml
 
 from trainc.compiler.emit.render import header as render_header
-from trainc.compiler.slurm_time import time_limit_seconds
+from trainc.compiler.support.slurm_time import time_limit_seconds
 
 #: The Kubernetes artifacts, written for ``launch.entrypoint: trainc`` with a container image.
 K8S_FILES = ("pytorchjob.yaml", "trainjob.yaml")
@@ -142,7 +142,7 @@ def checkpoint_args(launch: dict[str, Any]) -> list[str]:
     """The worker's checkpoint flags: ``--save DIR`` (:func:`checkpoint_dir`), and with
     ``launch.requeue`` also ``--load auto``, as ``sbatch.sh`` passes it: every start of the
     worker (the first and each restart of the container or pod) resumes from the latest
-    checkpoint in DIR when there is one (``trainc.launch.runtime.Setup``: ``auto`` = the
+    checkpoint in DIR when there is one (``trainc.launch.worker.runtime.Setup``: ``auto`` = the
     ``--save`` directory; the engines log "no checkpoint" and start at step 0 otherwise).
     Without launch.requeue a restarted pod starts at step 0, as a rerun of sbatch.sh does.
 

@@ -1,5 +1,5 @@
 """``megatron_args.txt``: the Megatron-LM ``pretrain_gpt.py`` flags of ``plan.json``'s
-``engines.megatron_lm`` (built by :mod:`trainc.compiler.engines.megatron`, which reads every value
+``engines.megatron_lm`` (built by :mod:`trainc.compiler.targets.megatron`, which reads every value
 from the same Megatron-Core settings that ``megatron_core.yaml`` shows)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``megatron_core.yaml``: ``plan.json``'s ``engines.megatron_core`` (Megatron-Core 0.16.1 keyword
 arguments grouped by the callable or dataclass that takes them, built by
-:func:`trainc.compiler.engines.megatron.megatron_core_kwargs`). The trainc worker builds its
+:func:`trainc.compiler.targets.megatron.megatron_core_kwargs`). The trainc worker builds its
 Megatron-Core objects from the same values; a user of Megatron-Core's API can pass each group
 straight in."""
 

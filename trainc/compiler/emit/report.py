@@ -8,7 +8,7 @@ from typing import Any
 from trainc.compiler.emit.kubernetes import not_written
 from trainc.compiler.emit.render import header
 from trainc.compiler.estimate.explain import fsdp_sharding
-from trainc.compiler.numfmt import fixed, gib, percent
+from trainc.compiler.support.numfmt import fixed, gib, percent
 
 
 def _table(rows: list[tuple[str, Any]]) -> list[str]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from trainc.compiler.estimate.rankmap import rank_row
 from trainc.compiler.estimate.schedule import simulate
-from trainc.compiler.numfmt import gib, percent, sig
+from trainc.compiler.support.numfmt import gib, percent, sig
 
 GiB = 2**30
 COLORS = {

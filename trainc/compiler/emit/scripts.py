@@ -12,8 +12,8 @@ from typing import Any
 
 from trainc.compiler.derive import domain_group_nodes, slurm_segment
 from trainc.compiler.emit.render import header, render
-from trainc.compiler.secrets import shell_reference
-from trainc.compiler.slurm_time import signal_lead_seconds
+from trainc.compiler.support.secrets import shell_reference
+from trainc.compiler.support.slurm_time import signal_lead_seconds
 from trainc.errors import InternalError
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -1,5 +1,5 @@
 """``torchtitan_args.txt`` (engine=fsdp): the torchtitan 0.3.0 ``torchtitan.train`` overrides of
-``plan.json``'s ``engines.fsdp.torchtitan`` (built by :mod:`trainc.compiler.engines.fsdp` from
+``plan.json``'s ``engines.fsdp.torchtitan`` (built by :mod:`trainc.compiler.targets.fsdp` from
 the same values the trainc FSDP2 worker reads).
 
 torchtitan 0.3.0 has no TOML job file: a job is a Python ``config_registry`` function chosen
@@ -34,8 +34,8 @@ TORCHTITAN_OPTIMIZERS = frozenset({"Adam", "AdamW", "DistMuon"})
 
 def flavour(plan: dict[str, Any]) -> str:
     """The layer flavour the registry function's model must have, as ``engines.megatron_core``
-    (the trainc FSDP2 worker reads the same values, ``trainc.launch.torch_gpt.options``): norm
-    and its epsilon, gated MLP, linear and q/k/v biases, positions (RoPE base, fraction and
+    (the trainc FSDP2 worker reads the same values, ``trainc.launch.worker.torch_gpt.options``):
+    norm and its epsilon, gated MLP, linear and q/k/v biases, positions (RoPE base, fraction and
     scaling), tied embeddings, dropouts. No torchtitan flag reaches them either."""
     tc = plan["engines"]["megatron_core"]["TransformerConfig"]
     gpt = plan["engines"]["megatron_core"]["GPTModel"]

@@ -41,7 +41,6 @@ from __future__ import annotations
 import math
 
 from trainc.compiler.derive import full_recompute_mask
-from trainc.compiler.engines.torchtitan_ac import ac_setting, checkpointed_blocks
 from trainc.compiler.estimate.flops import mla_dims
 from trainc.compiler.estimate.fsdp_ac import sac_layer_bytes
 from trainc.compiler.estimate.kernels import activation_bytes, fused_attention
@@ -51,6 +50,7 @@ from trainc.compiler.estimate.params import (
     plan_stage_layers,
 )
 from trainc.compiler.ir import Plan, filled
+from trainc.compiler.targets.torchtitan_ac import ac_setting, checkpointed_blocks
 from trainc.schemas import (
     Activation,
     Engine,

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from trainc.compiler.estimate.rankmap import rank_row
-from trainc.compiler.numfmt import gib as _gib
-from trainc.compiler.numfmt import percent, sig
+from trainc.compiler.support.numfmt import gib as _gib
+from trainc.compiler.support.numfmt import percent, sig
 
 
 def _group(g: dict[str, Any], limit: int = 4) -> str:

@@ -1,5 +1,5 @@
 """Memory and time terms of torchtitan's activation checkpointing (engine=fsdp), per mode
-(:mod:`trainc.compiler.engines.torchtitan_ac` has the modes and their torchtitan sources).
+(:mod:`trainc.compiler.targets.torchtitan_ac` has the modes and their torchtitan sources).
 
 Activation bytes per layer and micro-batch (``T = s b`` tokens of the rank's sequence shard,
 ``s = seq / cp``; hidden ``h``, ``a`` heads of ``d`` channels, ``g`` query groups, FFN ``f``,
@@ -36,8 +36,8 @@ for it: its element-wise fusion is already in ``kernels.elementwise_seconds``).
 
 from __future__ import annotations
 
-from trainc.compiler.engines.torchtitan_ac import FUSED_QKV_FIRST, ac_setting, checkpointed_blocks
 from trainc.compiler.ir import filled
+from trainc.compiler.targets.torchtitan_ac import FUSED_QKV_FIRST, ac_setting, checkpointed_blocks
 from trainc.schemas import Activation, Engine, TrainSpec
 
 

@@ -2,7 +2,7 @@
 kernels``, the default; docs/performance.md).
 
 The layer is the list of kernels Megatron-Core / Transformer Engine run, each timed on the GPU
-profile (:mod:`trainc.compiler.hardware`, ``trainc/conf/gpu``):
+profile (:mod:`trainc.compiler.support.hardware`, ``trainc/conf/gpu``):
 
 * **GEMMs** from their shapes after the TP/SP/EP/ETP split: ``(M, N, K)`` with ``M`` the tokens the
   GPU multiplies (``b x s / cp``; sequence parallelism all-gathers the sequence before the column-
@@ -46,8 +46,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from trainc.compiler.hardware import GENERIC, GPUS, GpuPreset
 from trainc.compiler.ir import Plan, filled
+from trainc.compiler.support.hardware import GENERIC, GPUS, GpuPreset
 from trainc.schemas import (
     Activation,
     CpCommType,
@@ -489,7 +489,7 @@ def eager_extra_elements(
 ) -> float:
     """Element reads + writes per token that eager PyTorch adds to the fused kernels
     :func:`layer_time_of` counts, for one layer's forward (engine=fsdp without
-    ``fsdp.compile``; the trainc worker's model, ``trainc/launch/torch_gpt.py``, and
+    ``fsdp.compile``; the trainc worker's model, ``trainc/launch/worker/torch_gpt.py``, and
     torchtitan's run the same ops). ``q``, ``kv``: this GPU's query and key/value widths, ``f``:
     its MLP width (0 for an MoE layer).
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainc.compiler.derive import full_recompute_mask, stage_chunk_sizes, stage_layer_indices
-from trainc.compiler.engines.torchtitan_ac import ac_setting, checkpointed_blocks
 from trainc.compiler.ir import Plan, filled
+from trainc.compiler.targets.torchtitan_ac import ac_setting, checkpointed_blocks
 from trainc.schemas import (
     Activation,
     Engine,

@@ -18,7 +18,7 @@ from trainc.compiler import rules as R
 from trainc.compiler.derive import derive
 from trainc.compiler.diagnostics import Diagnostic, diag, for_engine
 from trainc.compiler.normalize import FILLED_FROM, spec_value
-from trainc.compiler.treecopy import copy_tree
+from trainc.compiler.support.treecopy import copy_tree
 from trainc.compiler.validate.checkpoint import checkpoint
 from trainc.compiler.validate.compatibility import compatibility
 from trainc.compiler.validate.data import data_path

@@ -9,7 +9,7 @@ format (``--ckpt-format torch_dist``) stores global tensors with their sharding 
 load, so TP/PP/EP/DP may change (megatron/core/dist_checkpointing, 0.16.1); the legacy format
 (``torch``) stores one file per model-parallel rank (``mp_rank_XX_YYY``) and needs
 tools/checkpoint/convert.py for another TP/PP (NVIDIA/Megatron-LM #296); the trainc worker
-records its layout and requires it on load (trainc/launch/checkpoint.py); DeepSpeed ZeRO
+records its layout and requires it on load (trainc/launch/worker/checkpoint.py); DeepSpeed ZeRO
 shards the optimizer per data-parallel rank and loads another DP only as a universal checkpoint
 (deepspeed/checkpoint/ds_to_universal.py, 0.19.8); engine=fsdp writes torch.distributed.checkpoint
 (DCP) files of DTensor state dicts, which load into another mesh (torch 2.13

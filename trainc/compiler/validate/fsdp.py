@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, diag
-from trainc.compiler.engines.fsdp import torchtitan_stage_split
+from trainc.compiler.targets.fsdp import torchtitan_stage_split
 from trainc.schemas import (
     CpCommType,
     Device,

@@ -1,7 +1,7 @@
 """engine=fsdp activation checkpointing as torchtitan has it (TRC344): ``fsdp.selective_ac_option``
 and ``fsdp.memory_budget`` with ``training.recompute``, per torchtitan version (``launch.versions
 .torchtitan``; unset: 0.3.0, the release torchtitan_args.txt is written for). The modes and their
-sources are in :mod:`trainc.compiler.engines.torchtitan_ac`:
+sources are in :mod:`trainc.compiler.targets.torchtitan_ac`:
 
 * ``selective_ac_option`` is ``op`` or a positive integer (torchtitan v0.2.2 ``job_config.py``
   ``ActivationCheckpoint.selective_ac_option``: "'int' (e.g., 2) for every nth layer, or 'op'");
@@ -19,8 +19,8 @@ from collections.abc import Iterator
 
 from trainc.compiler import rules as R
 from trainc.compiler.diagnostics import Diagnostic, diag
-from trainc.compiler.engines.torchao import torchtitan_version
-from trainc.compiler.engines.torchtitan_ac import (
+from trainc.compiler.targets.torchao import torchtitan_version
+from trainc.compiler.targets.torchtitan_ac import (
     LAYER_SAC_LAST,
     MEMORY_BUDGET_FIRST,
     ac_setting,

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 
 from trainc.compiler import rules as R
 from trainc.compiler.diagnostics import Diagnostic, Severity, diag
-from trainc.compiler.engines.torchao import (
+from trainc.compiler.targets.torchao import (
     NEEDS_CC,
     TORCHAO_RECIPES,
     recipes_in,

@@ -17,8 +17,8 @@ from typing import Any
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived, domain_group_nodes, slurm_segment
 from trainc.compiler.diagnostics import Diagnostic, Severity, diag
-from trainc.compiler.secrets import is_secret, redact
-from trainc.compiler.slurm_time import UNLIMITED_TIMES
+from trainc.compiler.support.secrets import is_secret, redact
+from trainc.compiler.support.slurm_time import UNLIMITED_TIMES
 from trainc.compiler.validate.util import show
 from trainc.schemas import Device, Engine, Entrypoint, Gpu, TrainSpec
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, diag
-from trainc.compiler.engines.settings import distributed_optimizer
+from trainc.compiler.targets.settings import distributed_optimizer
 from trainc.compiler.validate.fsdp_float8 import fsdp_float8
 from trainc.schemas import (
     Device,

@@ -142,7 +142,7 @@ def transformer_config(
 
 def layer_spec(config: Any, dims: Dims, *, use_te: bool, cp: int, vp_stage: int | None) -> Any:
     """The decoder spec: TE spec when available (CUDA), local spec otherwise; the core-attention
-    stand-in (:mod:`trainc.launch.cp_attention`) on CPU for CP and for MLA."""
+    stand-in (:mod:`trainc.launch.worker.cp_attention`) on CPU for CP and for MLA."""
     from megatron.core.models.gpt import gpt_layer_specs as specs
 
     if dims.num_experts and dims.moe_layer_freq != 1:
@@ -169,7 +169,7 @@ def layer_spec(config: Any, dims: Dims, *, use_te: bool, cp: int, vp_stage: int 
     # on CPU the core attention of MLA (keys and values of their own widths, which Megatron-Core's
     # local DotProductAttention does not take) and of CP is trainc's torch stand-in
     if (cp > 1 or dims.mla is not None) and not use_te:
-        from trainc.launch.cp_attention import AllGatherCPDotProductAttention
+        from trainc.launch.worker.cp_attention import AllGatherCPDotProductAttention
 
         for ls in layers:
             ls.submodules.self_attention.submodules.core_attention = AllGatherCPDotProductAttention

@@ -5,8 +5,8 @@ runner capability check, dims and precision resolution, and checkpoint-or-stop a
 
 This module imports no compiler internals (only :mod:`trainc.capabilities` and
 :mod:`trainc.schemas`) and no torch at import time, so ``python -m trainc.launch.worker --help``
-stays cheap; the engines (:mod:`trainc.launch.engines.megatron`,
-:mod:`trainc.launch.engines.deepspeed`) import it, never the other way round.
+stays cheap; the engines (:mod:`trainc.launch.worker.engines.megatron`,
+:mod:`trainc.launch.worker.engines.deepspeed`) import it, never the other way round.
 
 SIGUSR1 (Slurm's ``--signal`` before the time limit): save a checkpoint after the current step
 and stop cleanly. The generated scripts ignore USR1 in the shell and torchrun; the worker handles
@@ -185,8 +185,8 @@ def check_runner(plan: dict[str, Any]) -> None:
 def setup(args: argparse.Namespace) -> Settings:
     """Read the plan named by ``args.plan``, check that its engine's runner can run it, and
     prepare the process: SIGUSR1 handler, CPU environment (no CUDA devices, DeepSpeed's CPU
-    accelerator, torch threads from ``OMP_NUM_THREADS``, :mod:`trainc.launch.cpu_compat` for the
-    Megatron-Core engines, not for engine=fsdp, whose worker imports no Megatron-Core).
+    accelerator, torch threads from ``OMP_NUM_THREADS``, :mod:`trainc.launch.worker.cpu_compat`
+    for the Megatron-Core engines, not for engine=fsdp, whose worker imports no Megatron-Core).
     Returns the run's settings; raises SystemExit for a plan the runner cannot run."""
     install_signal_handler()
     with open(args.plan) as f:
@@ -206,7 +206,7 @@ def setup(args: argparse.Namespace) -> Settings:
     if s.device == "cpu":
         torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
         if s.engine != "fsdp":  # the patches are Megatron-Core's; the FSDP2 worker is torch's
-            from trainc.launch import cpu_compat
+            from trainc.launch.worker import cpu_compat
 
             cpu_compat.apply()
     return s

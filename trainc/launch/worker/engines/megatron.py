@@ -12,8 +12,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainc.launch import checkpoint
-from trainc.launch.runtime import (
+from trainc.launch.shrink import Dims
+from trainc.launch.worker import checkpoint
+from trainc.launch.worker.runtime import (
     Settings,
     checkpoint_or_stop,
     emit,
@@ -23,7 +24,6 @@ from trainc.launch.runtime import (
     resolve_dims,
     resolve_precision,
 )
-from trainc.launch.shrink import Dims
 
 
 def _loss_func(loss_mask: torch.Tensor, output: torch.Tensor):  # type: ignore[no-untyped-def]
@@ -100,8 +100,8 @@ def run(s: Settings) -> None:
     from megatron.core.pipeline_parallel import get_forward_backward_func
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 
-    from trainc.launch import model as mb
-    from trainc.launch.data import Batches, build_dataset
+    from trainc.launch.worker import model as mb
+    from trainc.launch.worker.data import Batches, build_dataset
 
     dims = resolve_dims(s)
     precision = resolve_precision(s)
@@ -119,7 +119,7 @@ def run(s: Settings) -> None:
         )
     if cpu and L["cp"] > 1:
         override(
-            "context-parallel core attention -> trainc.launch.cp_attention "
+            "context-parallel core attention -> trainc.launch.worker.cp_attention "
             "(pure-torch all-gather stand-in; TE needs CUDA)"
         )
     if cpu:
@@ -335,7 +335,7 @@ def scheduler_kwargs(s: Settings, compiled: dict[str, Any]) -> tuple[dict[str, A
     """``OptimizerParamScheduler``'s keyword arguments: ``compiled`` (plan.json
     ``engines.megatron_core.OptimizerParamScheduler``) with the command line's changes, each
     announced: ``--lr`` sets max_lr (and min_lr when above it); a ``--train-iters`` the decay
-    length follows (:func:`trainc.launch.runtime.decay_length`) sets lr_decay_steps, and
+    length follows (:func:`trainc.launch.worker.runtime.decay_length`) sets lr_decay_steps, and
     wd_incr_steps follows the run's length as Megatron-LM's ``get_optimizer_param_scheduler``
     sets it from ``--train-iters``. Returns the arguments and the set of changed keys."""
     kw: dict[str, Any] = dict(compiled)

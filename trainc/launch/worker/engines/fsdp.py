@@ -2,7 +2,8 @@
 built from ``plan.json``'s ``engines.fsdp`` (the values ``torchtitan_args.txt`` shows).
 
 Steps: ``init_device_mesh`` with the plan's five dimensions (pp, dp_replicate, dp_shard, cp, tp);
-the plain-torch GPT of :mod:`trainc.launch.torch_gpt` with layout-independent initial weights;
+the plain-torch GPT of :mod:`trainc.launch.worker.torch_gpt` with layout-independent initial
+weights;
 ``parallelize_module`` over the tp dimension (tp > 1); activation checkpointing per block
 (torchtitan's modes: full, per-op selective, every N-th block, memory budget);
 ``fully_shard`` per block and on the root over the dp dimensions (a 2-D
@@ -36,8 +37,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainc.launch.checkpoint import rng_file, rng_state, set_rng_state
-from trainc.launch.runtime import (
+from trainc.launch.worker.checkpoint import rng_file, rng_state, set_rng_state
+from trainc.launch.worker.runtime import (
     Settings,
     checkpoint_or_stop,
     emit,
@@ -50,7 +51,7 @@ from trainc.launch.runtime import (
 def lr_schedule(cfg: dict[str, Any], s: Settings) -> dict[str, Any]:
     """The run's lr schedule (the keys :func:`lr_at` reads): plan.json ``engines.fsdp``
     ``lr_schedule`` with the command line's changes, each announced: ``--lr`` sets the peak lr,
-    a ``--train-iters`` the decay length follows (:func:`trainc.launch.runtime.decay_length`)
+    a ``--train-iters`` the decay length follows (:func:`trainc.launch.worker.runtime.decay_length`)
     sets ``decay_iters``."""
     sched = dict(cfg["lr_schedule"])
     if s.lr_override is not None:
@@ -162,7 +163,7 @@ def shard(model: Any, mesh: Any, cfg: dict[str, Any]) -> None:
     from torch.distributed.fsdp import fully_shard as fsdp_shard
     from torch.distributed.tensor.parallel import parallelize_module
 
-    from trainc.launch.torch_gpt import tp_plan
+    from trainc.launch.worker.torch_gpt import tp_plan
 
     tp = mesh["tp"].size()
     if tp > 1:
@@ -317,8 +318,8 @@ def run(s: Settings) -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-    from trainc.launch import torch_gpt
-    from trainc.launch.data import Batches, build_dataset
+    from trainc.launch.worker import torch_gpt
+    from trainc.launch.worker.data import Batches, build_dataset
 
     cfg = s.plan["engines"].get("fsdp")
     if cfg is None:

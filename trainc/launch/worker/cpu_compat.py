@@ -41,7 +41,7 @@ def _check_versions() -> None:
         raise RuntimeError(
             f"trainc cpu_compat is written for torch {SUPPORTED['torch']} and megatron-core "
             f"{SUPPORTED['megatron-core']}, found torch {torch_v} and megatron-core {mcore}; "
-            "re-check every patch in trainc/launch/cpu_compat.py before changing the pins"
+            "re-check every patch in trainc/launch/worker/cpu_compat.py before changing the pins"
         )
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from trainc.compiler import rules as R
 from trainc.compiler.diagnostics import Diagnostic, diag, did_you_mean
-from trainc.compiler.secrets import MASK, redact
+from trainc.compiler.support.secrets import MASK, redact
 from trainc.schemas import TrainSpec
 
 #: Keys whose value is a free-form mapping (not descended into by the schema check).
@@ -141,7 +141,7 @@ def coerce(tp: Any, value: Any) -> Any:
 
 def _show(v: Any, key: str = "") -> str:
     """``v`` for a message about spec key ``key`` (secret ``launch.env`` values masked:
-    :func:`trainc.compiler.secrets.redact`), cut to 60 characters."""
+    :func:`trainc.compiler.support.secrets.redact`), cut to 60 characters."""
     text = repr(redact(key, v))
     return text if len(text) <= 60 else text[:57] + "..."
 

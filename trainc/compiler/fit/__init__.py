@@ -34,8 +34,8 @@ from trainc.compiler.derive import megatron_fsdp_runs
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.estimate.params import stage_params
 from trainc.compiler.ir import Estimates, Plan
-from trainc.compiler.slurm_time import signal_lead_seconds, time_limit_seconds
-from trainc.compiler.treecopy import copy_tree
+from trainc.compiler.support.slurm_time import signal_lead_seconds, time_limit_seconds
+from trainc.compiler.support.treecopy import copy_tree
 from trainc.schemas import Device, Engine, Offload, Recompute, TrainSpec
 
 GiB = 2**30
@@ -544,7 +544,7 @@ def _time_limit(plan: Plan, e: Estimates) -> Iterator[Diagnostic]:
     ``launch.time_limit``. A step longer than the limit never completes. A job makes no lasting
     progress either when no checkpoint falls inside it: the ``save_interval`` checkpoints come
     later than the limit, and the one ``--signal=USR1@LEAD`` asks for
-    (:func:`trainc.compiler.slurm_time.signal_lead_seconds`) needs the running step to end
+    (:func:`trainc.compiler.support.slurm_time.signal_lead_seconds`) needs the running step to end
     within the lead; each requeue then starts again from the same checkpoint."""
     lc = plan.spec.launch
     limit = time_limit_seconds(lc.time_limit)

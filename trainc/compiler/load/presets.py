@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trainc import __version__
-from trainc.compiler.treecopy import copy_tree
+from trainc.compiler.support.treecopy import copy_tree
 
 
 @cache

@@ -33,12 +33,12 @@ def _positions(rank: int, cp: int, seq_local: int) -> torch.Tensor:
 class AllGatherCPDotProductAttention(MegatronModule):
     """Causal attention over the whole sequence while each CP rank holds 2 of its 2*cp chunks."""
 
-    def __init__(
+    def __init__(  # type: ignore[no-untyped-def]
         self,
         config,
         layer_number,
         attn_mask_type,
-        attention_type,  # type: ignore
+        attention_type,
         attention_dropout=None,
         softmax_scale=None,
         cp_comm_type=None,
@@ -61,13 +61,13 @@ class AllGatherCPDotProductAttention(MegatronModule):
         self.softmax_scale = softmax_scale or 1.0 / math.sqrt(self.head_dim)
         self.cp_group = parallel_state.get_context_parallel_group()
 
-    def forward(
+    def forward(  # type: ignore[no-untyped-def]
         self,
         query,
         key,
         value,
         attention_mask,
-        attn_mask_type=None,  # type: ignore
+        attn_mask_type=None,
         attention_bias=None,
         packed_seq_params=None,
     ):

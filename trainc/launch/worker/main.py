@@ -4,10 +4,11 @@ It reads plan.json only (no compiler imports), initialises torch.distributed fro
 environment (NCCL on CUDA, gloo on CPU), Megatron-Core's parallel_state with exactly the plan's
 tp/pp/vpp/cp/ep/etp (order tp-cp-ep-dp-pp), builds the GPTModel chunks, wraps them in Megatron DDP
 and the Megatron optimizer (distributed optimizer when the plan says so), and trains with
-Megatron-Core's schedules (:mod:`trainc.launch.engines.megatron`); engine=deepspeed goes through
-:mod:`trainc.launch.engines.deepspeed`, engine=fsdp (FSDP2 on a DeviceMesh) through
-:mod:`trainc.launch.engines.fsdp`. This module only parses the command line and dispatches;
-what the engines share is :mod:`trainc.launch.runtime`.
+Megatron-Core's schedules (:mod:`trainc.launch.worker.engines.megatron`); engine=deepspeed goes
+through
+:mod:`trainc.launch.worker.engines.deepspeed`, engine=fsdp (FSDP2 on a DeviceMesh) through
+:mod:`trainc.launch.worker.engines.fsdp`. This module only parses the command line and dispatches;
+what the engines share is :mod:`trainc.launch.worker.runtime`.
 
 Log lines (stdout): ``trainc-worker: ...`` for setup (every override the worker applies is one
 ``trainc-worker: override: ...`` line), ``trainc-worker: groups rank=R tp=[...] ...`` once per
@@ -25,7 +26,7 @@ import os
 import shlex
 import sys
 
-from trainc.launch import runtime
+from trainc.launch.worker import runtime
 from trainc.launch.worker_args import parse_args
 
 EXIT_OK = 0
@@ -43,26 +44,16 @@ def main(argv: list[str] | None = None) -> int:
     with runtime.distributed(s):
         # the engine's loop (imported here: torch, Megatron-Core, DeepSpeed load only now)
         if s.engine == "deepspeed":
-            from trainc.launch.engines import deepspeed
+            from trainc.launch.worker.engines import deepspeed
 
             deepspeed.run(s)
         elif s.engine == "fsdp":
-            from trainc.launch.engines import fsdp
+            from trainc.launch.worker.engines import fsdp
 
             fsdp.run(s)
         else:
-            from trainc.launch.engines import megatron
+            from trainc.launch.worker.engines import megatron
 
             megatron.run(s)
     runtime.log("done")
     return EXIT_OK
-
-
-if __name__ == "__main__":
-    code = main()
-    # Leave without the interpreter's teardown: with torch, Megatron and gloo loaded it spends
-    # seconds collecting objects after the job is over (the process group is already destroyed,
-    # checkpoints are closed files, and the streams are flushed here).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)

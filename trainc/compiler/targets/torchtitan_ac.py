@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trainc.compiler.engines.torchao import _minor, torchtitan_version
+from trainc.compiler.targets.torchao import _minor, torchtitan_version
 from trainc.schemas import Recompute, TrainSpec
 
 #: The activation-checkpoint modes of engine=fsdp.

@@ -90,7 +90,7 @@ def save(directory: str, step: int, chunks: list[Any], opt: Any, layout: dict[st
     dist.barrier()
     if dist.get_rank() == 0:
         # the layout beside the shards, readable without torch: `trainc run` refuses to resume
-        # it into another layout before any rank starts (trainc.launch.local)
+        # it into another layout before any rank starts (trainc.launch.host.local)
         with open(os.path.join(it, CHECKPOINT_LAYOUT_FILE), "w") as f:
             json.dump(layout, f, sort_keys=True)
         with open(os.path.join(directory, "latest.tmp"), "w") as f:

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from trainc.compiler.derive import Derived
-from trainc.compiler.engines.deepspeed import deepspeed_config
-from trainc.compiler.engines.fsdp import fsdp_config
-from trainc.compiler.engines.megatron import (
+from trainc.compiler.targets.deepspeed import deepspeed_config
+from trainc.compiler.targets.fsdp import fsdp_config
+from trainc.compiler.targets.megatron import (
     megatron_core_kwargs,
     megatron_lm_entries,
     megatron_lm_flags,

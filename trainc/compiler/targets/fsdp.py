@@ -22,9 +22,9 @@ from __future__ import annotations
 from typing import Any
 
 from trainc.compiler.derive import Derived, moe_layer_pattern, stage_chunk_sizes
-from trainc.compiler.engines.torchao import converters
-from trainc.compiler.engines.torchtitan_ac import activation_checkpoint, torchtitan_ac_args
 from trainc.compiler.ir import filled
+from trainc.compiler.targets.torchao import converters
+from trainc.compiler.targets.torchtitan_ac import activation_checkpoint, torchtitan_ac_args
 from trainc.schemas import (
     Device,
     FsdpDtype,

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainc.compiler.derive import Derived, megatron_fsdp, moe_layer_pattern
-from trainc.compiler.engines.settings import (
+from trainc.compiler.targets.settings import (
     distributed_optimizer,
     grad_reduce_in_fp32,
     interleaved,

@@ -208,7 +208,7 @@ SP_NEEDS_TP = _r("TRC301", "sp-needs-tp", "sequence_parallel needs tp > 1")
 # Megatron-Core 0.16.1 MoELayer.forward raises ValueError in training when the attention tp
 # group is larger than 1 and sequence_parallel is off (ModelParallelConfig.__post_init__ only
 # warns, for ep > 1 and tp > 1). trainc's DeepSpeed runner builds the same Megatron-Core MoELayer
-# (trainc/launch/engines/deepspeed.py), so it is an error on both engines.
+# (trainc/launch/worker/engines/deepspeed.py), so it is an error on both engines.
 MOE_TP_SP = _r(
     "TRC302",
     "moe-tp-needs-sp",
@@ -1064,11 +1064,11 @@ SOURCES: dict[str, str] = {
     "TRC352": "Transformer Engine THD context parallelism (TransformerEngine #1368, PR #641); "
     "Megatron-Bridge PR #1867 (pad each packed sample to 2*cp)",
     "TRC353": "NVIDIA/Megatron-LM #2357 (TE attn_mask_type causal ignores the GPTDataset mask)",
-    "TRC356": "trainc worker (trainc/launch/data.py: GPTDatasetConfig; no attention mask, no "
-    "PackedSeqParams); pretrain_gpt.py reads no THD data (core_v0.16.x)",
+    "TRC356": "trainc worker (trainc/launch/worker/data.py: GPTDatasetConfig; no attention mask, "
+    "no PackedSeqParams); pretrain_gpt.py reads no THD data (core_v0.16.x)",
     "TRC358": "megatron/core/datasets/gpt_dataset.py _get_ltor_masks_and_position_ids (compares "
     "tokens with tokenizer.eod); megatron/core/tokenizers NullTokenizer (eod = the last "
-    "id); trainc/launch/data.py NullTokenizer(V - 1)",
+    "id); trainc/launch/worker/data.py NullTokenizer(V - 1)",
     "TRC357": "megatron/core/datasets/gpt_dataset.py GPTDataset (epochs repeat the documents, "
     "0.16.1); trainc derive.py steps_per_epoch",
     "TRC530": "trainc/conf/known_bad_versions.yaml (each entry links its public report)",
@@ -1077,7 +1077,7 @@ SOURCES: dict[str, str] = {
     "TRC539": "trainc/conf/container_versions.yaml (NGC PyTorch / NeMo release notes and "
     "support tables; each image names its source)",
     "TRC533": "megatron/training/arguments.py --ckpt-format (core_v0.16.x); "
-    "trainc/launch/checkpoint.py",
+    "trainc/launch/worker/checkpoint.py",
     "TRC534": "megatron/training/checkpointing.py load_checkpoint (core_v0.16.x: legacy files "
     "per mp_rank); NVIDIA/Megatron-LM #296 (BC-053); DeepSpeed universal checkpoint "
     "(deepspeed/checkpoint/ds_to_universal.py, 0.19.8)",

@@ -6,10 +6,10 @@ Inputs (:func:`read_runs`), each a list of :class:`Run` (a spec and a measured s
   folder) with one measured column, ``step_time_s`` (seconds per step), ``tokens_per_s_per_gpu``
   or ``tflops_per_gpu`` (model TFLOP/s per GPU, Megatron's count); or the columns of the
   published-runs table (``bench/published_runs.csv``: the model, GPUs, batch, the
-  published layout and precision, converted by :mod:`trainc.planner.published`, the converter
+  published layout and precision, converted by :mod:`trainc.calibrate.published`, the converter
   ``bench/fidelity.py`` uses) with ``tokens_per_s_per_gpu=`` in the notes or
   ``measured_tflops_per_gpu`` (over the source's own FLOP count,
-  :func:`trainc.planner.published.flop_convention`); printed tokens/s win over TFLOP/s; rows
+  :func:`trainc.calibrate.published.flop_convention`); printed tokens/s win over TFLOP/s; rows
   without a published global batch are skipped;
 * a Megatron-LM training log (:func:`parse_megatron_log`): the arguments block Megatron-LM prints
   at start (``megatron/training/arguments.py`` ``_print_args``: ``------------------------
@@ -17,7 +17,7 @@ Inputs (:func:`read_runs`), each a list of :class:`Run` (a spec and a measured s
   per iteration (ms): X`` of its iteration lines (``megatron/training/training.py``
   ``training_log``), core_v0.16.x; the cluster comes from ``--cluster``;
 * a trainc worker log (:func:`parse_worker_log`): ``trainc-worker: plan=PATH ...`` and the
-  ``step=N ... step_time_s=X`` lines (:mod:`trainc.launch.runtime`); the spec is plan.json's.
+  ``step=N ... step_time_s=X`` lines (:mod:`trainc.launch.worker.runtime`); the spec is plan.json's.
 
 The measured step time of a log is the median over its logged iterations after the first (the
 first includes compilation and warm-up).
@@ -56,6 +56,7 @@ from typing import Any
 
 import yaml
 
+from trainc.calibrate.published import flop_convention, row_to_spec_reason
 from trainc.compiler.diagnostics import did_you_mean
 from trainc.compiler.estimate import estimate
 from trainc.compiler.estimate.flops import spec_flop_terms
@@ -64,7 +65,6 @@ from trainc.compiler.ir import Plan
 from trainc.compiler.load import load_spec
 from trainc.compiler.pipeline import State, run_passes
 from trainc.compiler.plan import recorded_spec, spec_to_dict
-from trainc.planner.published import flop_convention, row_to_spec_reason
 from trainc.schemas import ClusterSpec, Fp8Format, TimeModel, TrainSpec
 
 #: Cluster factors the fit may change, per time model (``cluster.time_model``): name ->
@@ -136,7 +136,7 @@ AT_BOUND_TOL = 1e-3
 #: time by at most this (absolute; 0.005 = 0.5 % per run; :func:`supported`).
 UNCONSTRAINED_RMS = 0.005
 #: The columns that make a CSV a published-runs table (bench/published_runs.csv;
-#: the converter, :mod:`trainc.planner.published`, fills a known model's shape from its name).
+#: the converter, :mod:`trainc.calibrate.published`, fills a known model's shape from its name).
 PUBLISHED_COLUMNS = ("model", "gpus")
 #: After the fit every run's measured / estimated step time must lie within this range
 #: (:func:`check_agreement`); otherwise the runs and the time model disagree and no preset is
@@ -632,7 +632,8 @@ def _preset_gpus_per_node(cluster: str) -> int:
     return spec.cluster.gpus_per_node if spec is not None else 8
 
 
-#: The worker's first line (trainc.launch.runtime): ``plan=PATH engine=E device=D shrink=S ...``.
+#: The worker's first line (trainc.launch.worker.runtime):
+#: ``plan=PATH engine=E device=D shrink=S ...``.
 _WORKER_HEAD = re.compile(r"trainc-worker: (plan=\S+[^\n]*)")
 _WORKER_STEP = re.compile(r"\bstep=(\d+) .*?\bstep_time_s=([0-9.]+)")
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainc.launch.runtime import (
+from trainc.launch.worker.runtime import (
     Settings,
     checkpoint_or_stop,
     emit,
@@ -37,7 +37,7 @@ def load_config(s: Settings) -> dict[str, Any]:
     build, no DeepSpeedCPUAdam for offloaded states, no pinned host memory; and, for the
     one-process reference, the accumulation that gives the same global batch; the scheduler's
     ``total_num_steps`` when the decay length follows ``--train-iters``
-    (:func:`trainc.launch.runtime.decay_length`)."""
+    (:func:`trainc.launch.worker.runtime.decay_length`)."""
     cfg = copy.deepcopy(s.plan["engines"]["deepspeed"])
     if cfg is None:
         raise SystemExit(
@@ -153,9 +153,9 @@ def _run(s: Settings) -> None:
     from megatron.core import parallel_state as ps
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 
-    from trainc.launch import model as mb
-    from trainc.launch.checkpoint import rng_file, rng_state, set_rng_state
-    from trainc.launch.data import Batches, build_dataset
+    from trainc.launch.worker import model as mb
+    from trainc.launch.worker.checkpoint import rng_file, rng_state, set_rng_state
+    from trainc.launch.worker.data import Batches, build_dataset
 
     if s.device == "cpu":
         _skip_shm_build()

@@ -2,7 +2,7 @@
 the package's ``conf/`` and from the spec's own folder), apply ``KEY=VALUE`` overrides, and check
 every key and type against the structured-config schema.
 
-Hydra and OmegaConf are imported only here and in :mod:`trainc.compiler.presets`, and only when
+Hydra and OmegaConf are imported only here and in :mod:`trainc.compiler.load.presets`, and only when
 needed (overrides, a cold preset cache, interpolations, errors). Every user mistake becomes a
 :class:`~trainc.compiler.diagnostics.Diagnostic` (TRC000-TRC006) naming the key and, where known,
 the file and line; nothing here raises for bad input.
@@ -22,15 +22,15 @@ import yaml
 
 from trainc.compiler import rules as R
 from trainc.compiler.diagnostics import Diagnostic, Location, diag, did_you_mean, location_of
-from trainc.compiler.presets import (
+from trainc.compiler.load.presets import (
     _PRESET_CACHE,  # noqa: F401 - re-exported: tests reset it
     _compose_presets,
     _merge,
     conf_dir,
     preset_names,
 )
-from trainc.compiler.schema_check import MAP_KEYS, check_spec
-from trainc.compiler.yaml_source import (
+from trainc.compiler.load.schema_check import MAP_KEYS, check_spec
+from trainc.compiler.load.yaml_source import (
     _defaults_list,
     _node_lines,
     _read_yaml,
@@ -63,7 +63,7 @@ class Loaded:
     presets: dict[str, str] = field(default_factory=dict)
     #: With schema errors: the spec with the failed keys (``broken``) at defaults/placeholders,
     #: for the rules that do not read them (see
-    #: :class:`~trainc.compiler.schema_check.SchemaResult`).
+    #: :class:`~trainc.compiler.load.schema_check.SchemaResult`).
     partial: TrainSpec | None = None
     broken: frozenset[str] = frozenset()
 

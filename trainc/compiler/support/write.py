@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from trainc.compiler.plan import canonical_json
+from trainc.compiler.spec_json import canonical_json
 from trainc.errors import InternalError, LaunchError
 
 

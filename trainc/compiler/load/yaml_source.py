@@ -14,7 +14,7 @@ import yaml
 
 from trainc.compiler import rules as R
 from trainc.compiler.diagnostics import Diagnostic, Location, diag
-from trainc.compiler.schema_check import MAP_KEYS
+from trainc.compiler.load.schema_check import MAP_KEYS
 
 
 class _Loader(yaml.CSafeLoader if hasattr(yaml, "CSafeLoader") else yaml.SafeLoader):  # type: ignore[misc]

@@ -280,7 +280,7 @@ def refuse_overwrite(outdir: str, worker_args: Sequence[str] = ()) -> None:
 
 def expected_layout(plan: dict[str, Any], worker_args: Sequence[str] = ()) -> dict[str, Any]:
     """The record the Megatron-Core worker writes beside its checkpoint shards for this plan and
-    these worker flags (``trainc.launch.engines.megatron._ckpt_layout``): the parallel sizes
+    these worker flags (``trainc.launch.worker.engines.megatron._ckpt_layout``): the parallel sizes
     tp / pp / vpp / cp / ep / dp / etp / sp, ``dims`` (the model dimensions the worker builds,
     shrunk under ``--shrink`` or ``launch.shrink``, :meth:`trainc.launch.shrink.Dims.describe`)
     and ``distopt`` (the distributed optimizer's sharded state). Raises KeyError / TypeError /
@@ -430,7 +430,8 @@ def worker_flag_error(script: str, env: Mapping[str, str]) -> str | None:
 #: before the time limit) makes the workers save and stop, as under sbatch; the others stop it.
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
 #: Signals that stop a trainc worker job by saving first: the job gets SIGUSR1 instead (the
-#: worker saves the step it is on and stops, :func:`trainc.launch.runtime.checkpoint_or_stop`),
+#: worker saves the step it is on and stops,
+#: :func:`trainc.launch.worker.runtime.checkpoint_or_stop`),
 #: as Megatron-LM's ``--exit-signal-handler`` saves on SIGTERM (megatron/training/training.py,
 #: ``train`` checks ``get_signal_handler().signals_received()`` after each iteration, core_v0.16.x).
 SAVE_AND_STOP = (signal.SIGINT, signal.SIGTERM)
