@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from trainc.compiler.rules import ALL_RULES, SOURCES
+from trainc.compiler.rules import ALL_RULES
 from trainc.schemas import Engine
 
 FAMILIES = (
@@ -54,7 +54,7 @@ def render() -> str:
         ]
         for r in sorted(rules, key=lambda r: r.id):
             summary = r.summary.replace("|", "\\|")
-            source = SOURCES.get(r.id, "").replace("|", "\\|")
+            source = r.source.replace("|", "\\|")
             grades = " | ".join(r.severity_for(e) for e in engines)
             out.append(f"| {r.id} | `{r.name}` | {grades} | {summary} | {source} |")
         out.append("")

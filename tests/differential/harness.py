@@ -148,7 +148,7 @@ EXPLAINS: tuple[tuple[str, str, frozenset[str]], ...] = tuple(
         ),
         ("interleaved_schedule", r"should range in \[PP=\d+ , M=\d+\]", {"TRC215", "TRC216"}),
         ("interleaved_schedule", r"The remainder of M", {"TRC216"}),
-        ("attention", r"is not divisible by \d+", {"TRC207", "TRC201", "TRC202"}),
+        ("attention", r"is not divisible by \d+", {"TRC207", "TRC201", "TRC202", "TRC222"}),
         (
             "dense_mlp",
             r"is not divisible by \d+ when instantiating (Column|Row)ParallelLinear",

@@ -174,6 +174,29 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
         "parallel.cp_comm_type",
     ),
     "TRC221": ({"model.num_query_groups": 1}, {"model.num_query_groups": 2}, "parallel.tp"),
+    "TRC222": (
+        {
+            "model.hidden_size": 192,
+            "model.num_attention_heads": 6,
+            "model.num_query_groups": 1,
+            "model.ffn_hidden_size": 768,
+            "cluster.gpus_per_node": 3,
+            "parallel.tp": 3,
+            "parallel.pp": 1,
+            "training.global_batch_size": 4,
+        },
+        {
+            "model.hidden_size": 288,
+            "model.num_attention_heads": 6,
+            "model.num_query_groups": 1,
+            "model.ffn_hidden_size": 768,
+            "cluster.gpus_per_node": 3,
+            "parallel.tp": 3,
+            "parallel.pp": 1,
+            "training.global_batch_size": 4,
+        },
+        "parallel.tp",
+    ),
     "TRC260": (
         {
             "training.recompute": "full",
@@ -877,11 +900,55 @@ def test_catalog_ids_are_unique_and_well_formed() -> None:
     for r in R.ALL_RULES:
         assert re.fullmatch(r"TRC\d{3}", r.id)
         assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", r.name)
-        assert r.severity in ("error", "warning", "info")
+        assert r.severity in (R.Severity.error, R.Severity.warning, R.Severity.info)
         engines = dict(r.engines)
-        assert set(engines) <= {e.value for e in Engine}, (r.id, engines)
-        assert set(engines.values()) <= set(R.SEVERITIES), (r.id, engines)
+        assert set(engines) <= set(Engine), (r.id, engines)
+        assert set(engines.values()) <= set(R.Severity), (r.id, engines)
+        assert r.source, f"{r.id} names no source"
     assert len({r.name for r in R.ALL_RULES}) == len(R.ALL_RULES)
+    assert len(R.RULES_BY_ID) == len(R.ALL_RULES), "duplicate rule id"
+
+
+def test_no_active_id_is_retired() -> None:
+    """A retired id (or one published before a rule had it) is never given to a rule."""
+    import re
+
+    assert not set(R.RULES_BY_ID) & set(R.RETIRED)
+    for rid, why in R.RETIRED.items():
+        assert re.fullmatch(r"TRC\d{3}", rid) and why, rid
+
+
+def test_families_own_disjoint_id_ranges() -> None:
+    """Each rule lies in the id ranges of the family that lists it, and no two families share
+    an id, so ids cannot collide across families."""
+    seen: dict[int, str] = {}
+    for f in R.FAMILIES:
+        for rng in f.ids:
+            for n in rng:
+                assert n not in seen, (n, f.name, seen.get(n))
+                seen[n] = f.name
+        for r in f.rules:
+            assert f.owns(r.id) and R.family_of(r) is f, (r.id, f.name)
+    assert sorted(r.id for f in R.FAMILIES for r in f.rules) == [r.id for r in R.ALL_RULES]
+
+
+def test_every_declared_rule_is_listed_in_its_family() -> None:
+    """A rule declared in a family module but missing from its family's explicit list would be
+    in no catalog: every ``Rule`` the package exposes is in ``ALL_RULES``."""
+    import importlib
+
+    for f in R.FAMILIES:
+        module = importlib.import_module(f"trainc.compiler.rules.{f.name}")
+        declared = {id(v) for v in vars(module).values() if isinstance(v, R.Rule)}
+        assert declared == {id(r) for r in f.rules}, f.name
+    exposed = {v.id for v in vars(R).values() if isinstance(v, R.Rule)}
+    assert exposed == set(R.RULES_BY_ID)
+
+
+def test_next_free_id_skips_declared_and_retired_ids() -> None:
+    """The id a new rule takes: TRC222 after TRC201..TRC221; TRC345 (reserved) is skipped."""
+    assert R.next_free_id(R.DIVISIBILITY) == "TRC223"
+    assert R.next_free_id(R.FSDP) == "TRC347"
 
 
 def test_engine_grades_apply_to_findings() -> None:
@@ -893,7 +960,13 @@ def test_engine_grades_apply_to_findings() -> None:
     d = diag(rule, "m", "parallel.pp")
     assert for_engine([d], "megatron") == []
     assert [x.severity for x in for_engine([d], "deepspeed")] == [Severity.warning]
-    graded = R.Rule("TRC999", "x", "s", "error", (("deepspeed", "warning"),))
+    graded = R.Rule(
+        id="TRC999",
+        name="x",
+        summary="s",
+        source="a test",
+        engines={Engine.deepspeed: R.Severity.warning},
+    )
     e = diag(graded, "m", "parallel.tp")
     assert [x.severity for x in for_engine([e], "deepspeed")] == [Severity.warning]
     assert [x.severity for x in for_engine([e], "megatron")] == [Severity.error]

@@ -19,14 +19,14 @@ QKV = {
 def test_kv_replication_needs_tp_to_divide_the_fused_qkv_width() -> None:
     # megatron-core 0.16.1: SelfAttention splits kv_channels*(heads + 2*groups) = 32*8 = 256
     # over tp = 3 -> "256 is not divisible by 3"
-    found = find(lint_cfg(**QKV), "TRC202")
+    found = find(lint_cfg(**QKV), "TRC222")
     assert found and found[0].key == "parallel.tp" and found[0].facts["qkv_width"] == 256
     assert "3" in found[0].fix or "1" in found[0].fix
 
 
 def test_kv_replication_allowed_when_tp_divides_the_qkv_width() -> None:
     ok = dict(QKV, **{"model.hidden_size": 6 * 48})  # kv_channels 48 -> width 384 = 3 * 128
-    assert not find(lint_cfg(**ok), "TRC202")
+    assert not find(lint_cfg(**ok), "TRC222")
 
 
 def test_ffn_not_checked_when_every_layer_is_moe() -> None:

@@ -5,19 +5,11 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from enum import Enum
 from typing import Any
 
 from trainc.compiler.rules import Rule
-
-
-class Severity(Enum):
-    """How bad a diagnostic is: errors stop compilation (exit 2), warnings and infos do not."""
-
-    error = "error"
-    warning = "warning"
-    info = "info"
-
+from trainc.compiler.rules import Severity as Severity  # the diagnostics' severity
+from trainc.schemas.enums import Engine
 
 _SEVERITY_ORDER = {Severity.error: 0, Severity.warning: 1, Severity.info: 2}
 
@@ -100,7 +92,7 @@ def diag(
     """Build a :class:`Diagnostic` with the rule's default severity unless one is given."""
     return Diagnostic(
         rule=rule,
-        severity=severity or Severity(rule.severity),
+        severity=severity or rule.severity,
         message=message,
         key=key,
         related=tuple(related),
@@ -110,18 +102,18 @@ def diag(
     )
 
 
-def for_engine(diags: Iterable[Diagnostic], engine: str) -> list[Diagnostic]:
-    """``diags`` as the rule catalog grades them for ``engine`` (an ``Engine`` value): a finding
+def for_engine(diags: Iterable[Diagnostic], engine: Engine | str) -> list[Diagnostic]:
+    """``diags`` as the rule catalog grades them for ``engine`` (an ``Engine`` or its value): a finding
     whose rule does not apply to the engine (``n/a``) is dropped; one a check left at its
     rule's default severity takes the engine's (:meth:`Rule.severity_for`). A severity a check
     chose for specific values (a finding it raises or lowers itself) is kept."""
     out = []
     for d in diags:
         sev = d.rule.severity_for(engine)
-        if sev == "n/a":
+        if sev is Severity.na:
             continue
-        if d.severity.value == d.rule.severity and sev != d.rule.severity:
-            d = replace(d, severity=Severity(sev))
+        if d.severity == d.rule.severity and sev != d.rule.severity:
+            d = replace(d, severity=sev)
         out.append(d)
     return out
 

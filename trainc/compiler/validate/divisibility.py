@@ -129,7 +129,7 @@ def _heads(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             f"that divide the QKV width {width}",
         )
         yield diag(
-            R.GROUPS_TP,
+            R.QKV_WIDTH_TP,
             f"tp ({tp}) above num_query_groups ({g}) replicates the KV heads, but "
             f"Megatron-Core still splits the fused QKV projection (kv_channels*(heads + "
             f"2*groups) = {kv}*({a} + 2*{g}) = {width}) over tp, and {tp} does not divide "
