@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived, tp_in_nvlink_domain
 from trainc.compiler.diagnostics import Diagnostic, diag
-from trainc.schemas import Device, Engine, MoeDispatcher, Precision, Recompute, TrainSpec
+from trainc.compiler.validate.engine_traits import traits
+from trainc.schemas import Device, MoeDispatcher, Precision, Recompute, TrainSpec
 
 
 def tp_comm_overlap_possible(spec: TrainSpec) -> bool:
@@ -27,7 +28,7 @@ def tp_comm_overlap_possible(spec: TrainSpec) -> bool:
     engine=megatron on CUDA, tp > 1 with sequence parallelism."""
     p = spec.parallel
     return (
-        spec.engine is Engine.megatron
+        traits(spec).megatron_core
         and spec.launch.device is Device.cuda
         and p.tp > 1
         and bool(p.sequence_parallel)
@@ -39,10 +40,10 @@ def comm_overlap(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     (overlap_moe_expert_parallel_comm)."""
     m, p, t = spec.model, spec.parallel, spec.training
     if t.tp_comm_overlap and not tp_comm_overlap_possible(spec):
-        if spec.engine is not Engine.megatron or spec.launch.device is Device.cpu:
+        if not traits(spec).megatron_core or spec.launch.device is Device.cpu:
             why = (
                 f"engine={spec.engine.value} has no TP communication overlap"
-                if spec.engine is not Engine.megatron
+                if not traits(spec).megatron_core
                 else "it runs in Transformer Engine's userbuffers, which need CUDA; "
                 "launch.device is cpu"
             )
@@ -98,7 +99,7 @@ def comm_overlap(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     if not t.overlap_moe_expert_parallel_comm:
         return
     problems = []
-    if spec.engine is not Engine.megatron:
+    if not traits(spec).megatron_core:
         problems.append(f"engine={spec.engine.value} has no expert-parallel A2A overlap")
     if spec.launch.device is Device.cpu:
         problems.append("it overlaps on CUDA streams; launch.device is cpu")

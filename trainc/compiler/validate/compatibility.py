@@ -13,7 +13,7 @@ ZeRO stage, nvme needs a path). Versions: Megatron-LM core_v0.16.1
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from trainc.capabilities import capability, unsupported_axes
@@ -21,6 +21,7 @@ from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived, stage_chunk_sizes
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.validate.comm_overlap import comm_overlap
+from trainc.compiler.validate.engine_traits import traits
 from trainc.compiler.validate.fsdp import fsdp_rules, inert_fsdp
 from trainc.compiler.validate.fsdp_ac import fsdp_ac_rules
 from trainc.compiler.validate.megatron_fsdp import megatron_fsdp
@@ -165,45 +166,56 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
 
 
 def _engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """The engine's own checks, looked up by ``spec.engine`` in :data:`_ENGINE_CHECKS`."""
+    yield from _ENGINE_CHECKS[spec.engine](spec, d)
+
+
+def _fsdp_engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """TRC34x: engine=fsdp's rules (mesh, precision, schedule, activation checkpointing)."""
+    yield from fsdp_rules(spec, d)
+    yield from fsdp_ac_rules(spec)
+
+
+def _megatron_engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """TRC307 / TRC306: ZeRO stage 2 and ZeRO offload with engine=megatron."""
     p, t = spec.parallel, spec.training
     offload = t.offload_optimizer is not Offload.none or t.offload_param is not Offload.none
-    if spec.engine is Engine.fsdp:
-        yield from fsdp_rules(spec, d)
-        yield from fsdp_ac_rules(spec)
-        return
-    if spec.engine is Engine.megatron:
-        if p.zero_stage == 2:
-            yield diag(
-                R.MEGATRON_ZERO,
-                "engine=megatron has no ZeRO stage 2 in trainc; it offers zero_stage 0 "
-                "(DDP), 1 (distributed optimizer: optimizer state and fp32 master weights "
-                "sharded over dp*cp, ZeRO-1 equivalent) and 3 (Megatron-FSDP: weights, "
-                "gradients and optimizer state sharded)",
-                "parallel.zero_stage",
-                related=("engine",),
-                fix="set parallel.zero_stage=1 (or 3 to shard the "
-                "weights too), or engine=deepspeed for ZeRO-2",
-                edits={"parallel.zero_stage": 1},
-                zero_stage=p.zero_stage,
-            )
-        if offload:
-            key = (
-                "training.offload_optimizer"
-                if t.offload_optimizer is not Offload.none
-                else "training.offload_param"
-            )
-            yield diag(
-                R.OFFLOAD_ENGINE,
-                f"{key} needs engine=deepspeed, not "
-                f"({spec.engine.value}); trainc does not emit Megatron's CPU optimizer "
-                "offload",
-                key,
-                related=("engine",),
-                fix=f"set engine=deepspeed, or {key}=none",
-                engine=spec.engine.value,
-            )
-        return
-    # engine == deepspeed
+    if p.zero_stage == 2:
+        yield diag(
+            R.MEGATRON_ZERO,
+            "engine=megatron has no ZeRO stage 2 in trainc; it offers zero_stage 0 "
+            "(DDP), 1 (distributed optimizer: optimizer state and fp32 master weights "
+            "sharded over dp*cp, ZeRO-1 equivalent) and 3 (Megatron-FSDP: weights, "
+            "gradients and optimizer state sharded)",
+            "parallel.zero_stage",
+            related=("engine",),
+            fix="set parallel.zero_stage=1 (or 3 to shard the "
+            "weights too), or engine=deepspeed for ZeRO-2",
+            edits={"parallel.zero_stage": 1},
+            zero_stage=p.zero_stage,
+        )
+    if offload:
+        key = (
+            "training.offload_optimizer"
+            if t.offload_optimizer is not Offload.none
+            else "training.offload_param"
+        )
+        yield diag(
+            R.OFFLOAD_ENGINE,
+            f"{key} needs engine=deepspeed, not "
+            f"({spec.engine.value}); trainc does not emit Megatron's CPU optimizer "
+            "offload",
+            key,
+            related=("engine",),
+            fix=f"set engine=deepspeed, or {key}=none",
+            engine=spec.engine.value,
+        )
+
+
+def _deepspeed_engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """TRC304 / TRC305 / TRC320 / TRC321 / TRC322: DeepSpeed's ZeRO stages, offload and
+    pipeline engine."""
+    p, t = spec.parallel, spec.training
     if p.zero_stage >= 2 and p.pp > 1:
         yield diag(
             R.DS_ZERO_PP,
@@ -271,6 +283,14 @@ def _engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         )
 
 
+#: Each engine's own checks (a new engine is a row here and in ``engine_traits.TRAITS``).
+_ENGINE_CHECKS: Mapping[Engine, Callable[[TrainSpec, Derived], Iterator[Diagnostic]]] = {
+    Engine.megatron: _megatron_engine,
+    Engine.deepspeed: _deepspeed_engine,
+    Engine.fsdp: _fsdp_engine,
+}
+
+
 def _runner(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     """TRC313 / TRC325: what the spec's runner (engine x entrypoint, :mod:`trainc.capabilities`)
     cannot run is an error here, not a refusal of the worker at start."""
@@ -317,11 +337,7 @@ def _runner(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             f"parallel.{axis}",
             related=("engine",),
             fix=f"set parallel.{axis}=1 (and raise tp or dp instead), or "
-            + (
-                "launch.entrypoint=torchtitan (runs pp, vpp, cp and ep on CUDA)"
-                if spec.engine is Engine.fsdp
-                else "engine=megatron"
-            ),
+            + (traits(spec).axes_elsewhere),
             edits={f"parallel.{axis}": 1},
             axis=axis,
             degree=degrees[axis],
@@ -339,7 +355,7 @@ def _deepspeed_shift(spec: TrainSpec) -> str | None:
     The cases no DeepSpeed scheduler expresses at all are TRC323's. Measured step for step in
     tests/unit/test_engine_agreement.py (strict xfails)."""
     t = spec.training
-    if spec.engine is not Engine.deepspeed or t.lr_warmup_iters == 1:
+    if not traits(spec).deepspeed_scheduler or t.lr_warmup_iters == 1:
         return None  # a 1-step warm-up is TRC323's
     style, w = t.lr_decay_style, t.lr_warmup_iters
     if style is LrDecayStyle.cosine:
@@ -356,6 +372,12 @@ def _deepspeed_shift(spec: TrainSpec) -> str | None:
 
 def _schedule(spec: TrainSpec) -> Iterator[Diagnostic]:
     """TRC323 / TRC324: the learning-rate schedule and the DDP overlap switches, per engine."""
+    yield from _lr_schedule(spec)
+    yield from _ddp_overlap(spec)
+
+
+def _lr_schedule(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC323 / TRC317: the learning-rate schedule the engine runs, and DeepSpeed's shift of it."""
     t = spec.training
     cap = capability(spec.engine, spec.launch.entrypoint)
     style = t.lr_decay_style
@@ -373,7 +395,7 @@ def _schedule(spec: TrainSpec) -> Iterator[Diagnostic]:
             edits={"training.lr_decay_style": "cosine"},
             style=style.value,
         )
-    if spec.engine is Engine.deepspeed and style is LrDecayStyle.linear and t.min_lr > 0:
+    if traits(spec).deepspeed_scheduler and style is LrDecayStyle.linear and t.min_lr > 0:
         yield diag(
             R.LR_SCHEDULE_ENGINE,
             f"lr_decay_style linear with min_lr ({t.min_lr:g}) > 0: "
@@ -386,7 +408,7 @@ def _schedule(spec: TrainSpec) -> Iterator[Diagnostic]:
             min_lr=t.min_lr,
             warmup=t.lr_warmup_iters,
         )
-    if spec.engine is Engine.deepspeed and t.lr_warmup_iters == 1:
+    if traits(spec).deepspeed_scheduler and t.lr_warmup_iters == 1:
         yield diag(
             R.LR_SCHEDULE_ENGINE,
             "lr_warmup_iters (1): DeepSpeed 0.19.8's schedulers warm "
@@ -446,14 +468,15 @@ def _schedule(spec: TrainSpec) -> Iterator[Diagnostic]:
             edits={"training.lr_wsd_decay_iters": max(decay // 10, 1)},
             decay=decay,
         )
-    if spec.engine is not Engine.megatron:
+
+
+def _ddp_overlap(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC324: Megatron DDP's overlap switches (another engine overlaps its own way)."""
+    t = spec.training
+    own = traits(spec).own_overlap
+    if own is not None:
         for key in ("overlap_grad_reduce", "overlap_param_gather"):
             if getattr(t, key):
-                own = (
-                    "FSDP2's prefetch of the next block's all-gather"
-                    if spec.engine is Engine.fsdp
-                    else "zero_optimization.overlap_comm"
-                )
                 yield diag(
                     R.DDP_OVERLAP,
                     f"training.{key} is a Megatron-Core DDP setting; "

@@ -17,6 +17,7 @@ from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.targets.fsdp import torchtitan_stage_split
+from trainc.compiler.validate.engine_traits import traits
 from trainc.schemas import (
     CpCommType,
     Device,
@@ -241,6 +242,16 @@ def _schedule(spec: TrainSpec) -> Iterator[Diagnostic]:
 
 
 def _unsupported(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC344 / TRC342 for settings engine=fsdp does not read or run, in named steps."""
+    yield from _zero_and_offload(spec)
+    yield from _megatron_model_settings(spec)
+    yield from _recompute_and_compile(spec)
+    yield from _worker_tensor_parallel(spec)
+    yield from _torchtitan_limits(spec)
+
+
+def _zero_and_offload(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC344: parallel.zero_stage and training.offload_* are ZeRO settings FSDP2 does not read."""
     p, t, f = spec.parallel, spec.training, spec.fsdp
     # 1 is the schema default; 3 states what FSDP2 with reshard_after_forward does (ZeRO-3):
     # both agree with the plan. Anything else would not reach the engine as written.
@@ -273,6 +284,11 @@ def _unsupported(spec: TrainSpec) -> Iterator[Diagnostic]:
                 edits={f"training.{key}": "none", "fsdp.cpu_offload": True},
                 setting=key,
             )
+
+
+def _megatron_model_settings(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC344: model and context-parallel settings only Megatron-Core builds."""
+    p = spec.parallel
     if spec.model.multi_latent_attention:
         yield diag(
             R.FSDP_UNSUPPORTED,
@@ -311,6 +327,11 @@ def _unsupported(spec: TrainSpec) -> Iterator[Diagnostic]:
             setting="cp_comm_type",
             cp_comm_type=p.cp_comm_type.value,
         )
+
+
+def _recompute_and_compile(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC344: Megatron-Core's recompute groups; fsdp.compile on CPU."""
+    t, f = spec.training, spec.fsdp
     if t.recompute is Recompute.full and (
         t.recompute_method is RecomputeMethod.block or (t.recompute_num_layers or 1) != 1
     ):
@@ -345,6 +366,11 @@ def _unsupported(spec: TrainSpec) -> Iterator[Diagnostic]:
             edits={"fsdp.compile": False},
             device="cpu",
         )
+
+
+def _worker_tensor_parallel(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC344: what the trainc FSDP2 worker's tensor-parallel plan lacks."""
+    p = spec.parallel
     m = spec.model
     if p.tp > 1 and spec.launch.entrypoint is Entrypoint.trainc:
         worker: list[tuple[str, str, dict[str, object]]] = []
@@ -381,6 +407,11 @@ def _unsupported(spec: TrainSpec) -> Iterator[Diagnostic]:
                 tp=p.tp,
                 setting=key,
             )
+
+
+def _torchtitan_limits(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC344 / TRC342: what torchtitan 0.3.0 refuses (SGD, a bf16 gradient reduce)."""
+    t, f = spec.training, spec.fsdp
     if t.optimizer is Optimizer.sgd and spec.launch.entrypoint is Entrypoint.torchtitan:
         yield diag(
             R.FSDP_UNSUPPORTED,
@@ -429,9 +460,19 @@ def _experts(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
       its dispatchers are all-to-all, DeepEP or HybridEP (``comm_backend`` standard / deepep /
       hybridep, ``torchtitan/models/common/token_dispatcher.py``), never all-gather: TRC344.
     """
-    m, p, f = spec.model, spec.parallel, spec.fsdp
-    if not m.num_experts:
+    experts = spec.model.num_experts
+    if not experts:
         return
+    yield from _experts_on_the_worker(spec)
+    yield from _expert_mesh(spec, d, experts)
+    yield from _expert_tp(spec)
+    if spec.launch.entrypoint is Entrypoint.torchtitan:
+        yield from _torchtitan_moe(spec)
+
+
+def _experts_on_the_worker(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC344: the trainc FSDP2 worker builds dense transformers only."""
+    m = spec.model
     if spec.launch.entrypoint is Entrypoint.trainc:
         yield diag(
             R.FSDP_UNSUPPORTED,
@@ -445,6 +486,11 @@ def _experts(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             num_experts=m.num_experts,
             entrypoint="trainc",
         )
+
+
+def _expert_mesh(spec: TrainSpec, d: Derived, experts: int) -> Iterator[Diagnostic]:
+    """TRC348: ep must divide dp_shard x cp x tp (torchtitan borrows those ranks)."""
+    p, f = spec.parallel, spec.fsdp
     dp = d.dp
     shard = (
         f.dp_shard
@@ -458,7 +504,7 @@ def _experts(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     if shard is not None and p.ep > 1:
         dense = shard * p.cp * p.tp
         if dense % p.ep:
-            ok = [e for e in _divisors(dense) if m.num_experts % e == 0]
+            ok = [e for e in _divisors(dense) if experts % e == 0]
             yield diag(
                 R.FSDP_EXPERT_MESH,
                 f"ep ({p.ep}) does not divide dp_shard x cp x tp = "
@@ -469,7 +515,7 @@ def _experts(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                 "parallel.ep",
                 related=("fsdp.dp_shard", "parallel.cp", "parallel.tp", "model.num_experts"),
                 fix=f"set parallel.ep to one of {', '.join(map(str, ok))} (divisors of "
-                f"{dense} that divide the {m.num_experts} experts)",
+                f"{dense} that divide the {experts} experts)",
                 edits={"parallel.ep": max(e for e in ok if e <= p.ep)},
                 ep=p.ep,
                 dp_shard=shard,
@@ -477,6 +523,11 @@ def _experts(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                 tp=p.tp,
                 dense_ranks=dense,
             )
+
+
+def _expert_tp(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC344: torchtitan 0.3.0 has no expert tensor-parallel degree."""
+    p = spec.parallel
     want = p.tp if p.ep == 1 else 1
     if p.etp is not None and p.etp != want:
         why = (
@@ -497,8 +548,11 @@ def _experts(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             ep=p.ep,
             tp=p.tp,
         )
-    if spec.launch.entrypoint is not Entrypoint.torchtitan:
-        return
+
+
+def _torchtitan_moe(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC344: the MoE settings torchtitan 0.3.0's MoE block lacks."""
+    m = spec.model
     lb = m.moe_router_load_balancing_type
     missing: list[tuple[str, str, dict[str, object]]] = []
     if lb is MoeLoadBalancing.sinkhorn or (
@@ -576,7 +630,7 @@ def _fix_without(key: str, edits: dict[str, object]) -> str:
 def inert_fsdp(spec: TrainSpec) -> Iterator[tuple[str, str]]:
     """(key, why) for ``fsdp.*`` keys set away from their default with another engine, and for
     ``fsdp.pp_schedule`` without a pipeline (pp 1) with engine=fsdp (TRC329)."""
-    if spec.engine.value == "fsdp":
+    if traits(spec).fsdp2:
         if spec.parallel.pp == 1 and spec.fsdp.pp_schedule is not None:
             yield "fsdp.pp_schedule", "parallel.pp is 1 (no pipeline to schedule)"
         return

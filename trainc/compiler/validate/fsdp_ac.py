@@ -26,13 +26,14 @@ from trainc.compiler.targets.torchtitan_ac import (
     ac_setting,
     parse_option,
 )
-from trainc.schemas import Engine, Recompute, TrainSpec
+from trainc.compiler.validate.engine_traits import traits
+from trainc.schemas import Recompute, TrainSpec
 
 
 def fsdp_ac_rules(spec: TrainSpec) -> Iterator[Diagnostic]:
     """TRC344 for the activation-checkpoint keys of engine=fsdp (nothing for another engine:
     TRC329 reports fsdp.* keys set there)."""
-    if spec.engine is not Engine.fsdp:
+    if not traits(spec).fsdp2:
         return
     f, t = spec.fsdp, spec.training
     opt, budget = f.selective_ac_option, f.memory_budget

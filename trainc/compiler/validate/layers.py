@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived, layers_per_stage
 from trainc.compiler.diagnostics import Diagnostic, Severity, diag
+from trainc.compiler.validate.engine_traits import traits
 from trainc.compiler.validate.util import (
     capacity,
     divisors,
@@ -24,7 +25,7 @@ from trainc.compiler.validate.util import (
     or_list,
     show,
 )
-from trainc.schemas import Engine, PipelineSchedule, TrainSpec
+from trainc.schemas import PipelineSchedule, TrainSpec
 
 #: How many first/last sizes below the even share the uneven-split fix tries.
 _UNEVEN_WINDOW = 64
@@ -299,7 +300,7 @@ def _batch(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         # "Number of microbatches (n) must be greater than or equal to the number of stages"
         # (pytorch/pytorch PR 144702; before it the single-stage 1F1B hung: pytorch/torchtitan
         # #775); engine=fsdp runs that schedule at vpp 1 (torchtitan, the trainc worker).
-        one_f1b = spec.engine is Engine.fsdp and spec.fsdp.pp_schedule is PipelineSchedule.one_f1b
+        one_f1b = traits(spec).fsdp2 and spec.fsdp.pp_schedule is PipelineSchedule.one_f1b
         sev = None if p.vpp == 1 and not one_f1b else Severity.error
         why = (
             "; the interleaved schedule rejects it"

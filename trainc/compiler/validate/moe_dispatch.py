@@ -33,9 +33,17 @@ def moe_dispatch(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     """TRC373 (expert bias with etp > 1), TRC390 (a capacity factor without alltoall before
     Megatron-Core 0.12), TRC375 (flex dispatcher), TRC376 (drop-and-pad without
     a capacity), TRC377 (router padding for FP8/FP4)."""
-    m, p, t = spec.model, spec.parallel, spec.training
-    if m.num_experts is None:
+    if spec.model.num_experts is None:
         return
+    yield from _expert_bias(spec, d)
+    yield from _flex_dispatcher(spec, d)
+    yield from _capacity(spec)
+    yield from _quantization_padding(spec)
+
+
+def _expert_bias(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """TRC373: the MoE bias with expert tensor parallelism."""
+    m = spec.model
     if m.add_bias_linear and d.etp > 1:
         yield diag(
             R.MOE_BIAS_ETP,
@@ -50,6 +58,11 @@ def moe_dispatch(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             etp=d.etp,
             add_bias_linear=True,
         )
+
+
+def _flex_dispatcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """TRC375 / TRC378: the flex dispatcher's group, device, backend and padding."""
+    m, p = spec.model, spec.parallel
     flex = m.moe_token_dispatcher_type is MoeDispatcher.flex
     if flex and d.etp * p.ep == 1:
         yield diag(
@@ -125,6 +138,11 @@ def moe_dispatch(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             edits={"model.moe_token_dispatcher_type": "flex"},
             backend=m.moe_flex_dispatcher_backend.value,
         )
+
+
+def _capacity(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC390 / TRC376: the capacity factor's dispatcher; drop-and-pad without a capacity."""
+    m = spec.model
     if (
         m.moe_expert_capacity_factor is not None
         and m.moe_expert_capacity_factor >= 0
@@ -164,6 +182,11 @@ def moe_dispatch(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             edits={"model.moe_expert_capacity_factor": 1.0},
             capacity_factor=None,
         )
+
+
+def _quantization_padding(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC377: router padding for FP8/FP4 GEMMs."""
+    m, t = spec.model, spec.training
     if m.moe_router_padding_for_quantization:
         low = t.fp8_format is not Fp8Format.none or t.fp4_format is not Fp4Format.none
         if not low:

@@ -19,16 +19,26 @@ from collections.abc import Iterator
 
 from trainc.compiler import rules as R
 from trainc.compiler.diagnostics import Diagnostic, diag
-from trainc.schemas import Engine, Entrypoint, MoeLoadBalancing, MoeScoreFunction, TrainSpec
+from trainc.compiler.validate.engine_traits import torchtitan_moe, traits
+from trainc.schemas import Entrypoint, MoeLoadBalancing, MoeScoreFunction, TrainSpec
 
 
 def moe_router(spec: TrainSpec) -> Iterator[Diagnostic]:
     """TRC384 for router settings Megatron-Core asserts on; TRC385 (warning) for an MoE model
     with no load balancing: balancing type none or an aux-loss type with coefficient 0, and no
     expert bias. Dense models (num_experts null) yield nothing."""
-    m = spec.model
-    if not m.num_experts:
+    experts = spec.model.num_experts
+    if not experts:
         return
+    yield from _group_routing(spec, experts)
+    yield from _expert_bias(spec)
+    yield from _dense_first(spec)
+    yield from _load_balancing(spec)
+
+
+def _group_routing(spec: TrainSpec, experts: int) -> Iterator[Diagnostic]:
+    """TRC384: group-limited routing needs both keys and groups that divide the experts."""
+    m = spec.model
     groups, gtop = m.moe_router_num_groups, m.moe_router_group_topk
     if (groups is None) != (gtop is None):
         have, lack = (
@@ -47,15 +57,15 @@ def moe_router(spec: TrainSpec) -> Iterator[Diagnostic]:
             setting=have,
         )
     elif groups is not None and gtop is not None:
-        if m.num_experts % groups:
+        if experts % groups:
             yield diag(
                 R.MOE_ROUTER_SETTINGS,
-                f"moe_router_num_groups ({groups}) does not divide num_experts ({m.num_experts})",
+                f"moe_router_num_groups ({groups}) does not divide num_experts ({experts})",
                 "model.moe_router_num_groups",
                 related=("model.num_experts",),
-                fix=f"set model.moe_router_num_groups to a divisor of {m.num_experts}",
+                fix=f"set model.moe_router_num_groups to a divisor of {experts}",
                 num_groups=groups,
-                num_experts=m.num_experts,
+                num_experts=experts,
             )
         if gtop > groups:
             yield diag(
@@ -68,11 +78,16 @@ def moe_router(spec: TrainSpec) -> Iterator[Diagnostic]:
                 group_topk=gtop,
                 num_groups=groups,
             )
-        elif not m.num_experts % groups:
-            yield from _group_sizes(m.num_experts, m.moe_router_topk, groups, gtop)
+        elif not experts % groups:
+            yield from _group_sizes(experts, m.moe_router_topk, groups, gtop)
+
+
+def _expert_bias(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC384: Megatron-Core's expert bias needs sigmoid scores (torchtitan's does not)."""
+    m = spec.model
     sigmoid = m.moe_router_score_function is MoeScoreFunction.sigmoid
     # torchtitan 0.3.0's expert bias works with softmax scores too (its Qwen3 MoE configs)
-    torchtitan = spec.engine is Engine.fsdp and spec.launch.entrypoint is Entrypoint.torchtitan
+    torchtitan = torchtitan_moe(spec)
     if m.moe_router_enable_expert_bias and not sigmoid and not torchtitan:
         yield diag(
             R.MOE_ROUTER_SETTINGS,
@@ -86,6 +101,11 @@ def moe_router(spec: TrainSpec) -> Iterator[Diagnostic]:
             edits={"model.moe_router_score_function": "sigmoid"},
             score_function=m.moe_router_score_function.value,
         )
+
+
+def _dense_first(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC384: the dense first layers must leave an MoE layer."""
+    m = spec.model
     if m.moe_first_k_dense_layers >= m.num_layers:
         yield diag(
             R.MOE_ROUTER_SETTINGS,
@@ -99,6 +119,13 @@ def moe_router(spec: TrainSpec) -> Iterator[Diagnostic]:
             dense=m.moe_first_k_dense_layers,
             num_layers=m.num_layers,
         )
+
+
+def _load_balancing(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC385: an MoE model whose experts' load nothing balances."""
+    m = spec.model
+    sigmoid = m.moe_router_score_function is MoeScoreFunction.sigmoid
+    torchtitan = torchtitan_moe(spec)
     lb = m.moe_router_load_balancing_type
     aux = lb in (
         MoeLoadBalancing.aux_loss,
@@ -203,11 +230,11 @@ def megatron_only_keys(spec: TrainSpec) -> Iterator[Diagnostic]:
         keys.append(("moe_router_num_groups", m.moe_router_num_groups))
     if moe and m.moe_router_group_topk is not None:
         keys.append(("moe_router_group_topk", m.moe_router_group_topk))
-    torchtitan = spec.engine is Engine.fsdp and spec.launch.entrypoint is Entrypoint.torchtitan
+    torchtitan = torchtitan_moe(spec)
     if moe and m.moe_router_enable_expert_bias and not torchtitan:
         # torchtitan 0.3.0's MoE has it: MoE.Config.load_balance_coeff (the update rate)
         keys.append(("moe_router_enable_expert_bias", True))
-    if spec.engine is not Engine.megatron:
+    if not traits(spec).megatron_core:
         engine = spec.engine.value
         for key, value in keys:
             yield diag(

@@ -17,10 +17,10 @@ from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.targets.settings import distributed_optimizer
+from trainc.compiler.validate.engine_traits import traits
 from trainc.compiler.validate.fsdp_float8 import fsdp_float8
 from trainc.schemas import (
     Device,
-    Engine,
     Fp4Format,
     Fp8Format,
     Fp8Recipe,
@@ -55,7 +55,7 @@ def precision(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     TRC387 (NVFP4 on every layer, a warning)."""
     t = spec.training
     keys = low_precision_keys(spec)
-    fsdp_fp8 = spec.engine is Engine.fsdp and t.fp8_format is not Fp8Format.none
+    fsdp_fp8 = traits(spec).fsdp2 and t.fp8_format is not Fp8Format.none
     if fsdp_fp8:  # torchao's converters through torchtitan, not Transformer Engine
         yield from fsdp_float8(spec)
         keys = [k for k in keys if k != "training.fp8_format"]
@@ -75,11 +75,9 @@ def precision(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             recipe=t.fp8_recipe.value,
             engine=spec.engine.value,
         )
-    if keys and (spec.engine is not Engine.megatron or spec.launch.device is Device.cpu):
+    if keys and (not traits(spec).megatron_core or spec.launch.device is Device.cpu):
         where = (
-            f"engine={spec.engine.value}"
-            if spec.engine is not Engine.megatron
-            else "launch.device=cpu"
+            f"engine={spec.engine.value}" if not traits(spec).megatron_core else "launch.device=cpu"
         )
         yield diag(
             R.LOW_PRECISION_RUNNER,
@@ -107,7 +105,7 @@ def precision(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             fp8_format=t.fp8_format.value,
             fp4_format=t.fp4_format.value,
         )
-    if fp4 and not fp8 and not t.first_last_layers_bf16 and spec.engine is Engine.megatron:
+    if fp4 and not fp8 and not t.first_last_layers_bf16 and traits(spec).megatron_core:
         # NVIDIA's NVFP4 recipes keep layers at the ends in BF16: the NVFP4 pre-training paper
         # (arXiv:2509.25149) the last ~15 %, Megatron-Bridge's Llama-3-8B recipe (PR 1347) the
         # last 4. trainc's key keeps one layer at each end (Megatron-LM's default count).
@@ -140,7 +138,7 @@ def precision(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             fp8_format="none",
         )
     if t.fp8_param_gather and fp8 and not distributed_optimizer(spec):
-        if spec.engine is Engine.megatron:
+        if traits(spec).megatron_core:
             why = f"which this spec does not use (zero_stage {spec.parallel.zero_stage})"
             fix = "set parallel.zero_stage=1 (the distributed optimizer), or fp8_param_gather=false"
             edits: dict[str, object] = {"parallel.zero_stage": 1}
@@ -190,7 +188,7 @@ def _state(spec: TrainSpec) -> Iterator[Diagnostic]:
             edits={"training.optimizer": "adam"},
             optimizer=t.optimizer.value,
         )
-    if spec.engine is Engine.megatron and not distributed_optimizer(spec):
+    if traits(spec).megatron_core and not distributed_optimizer(spec):
         yield diag(
             R.OPTIMIZER_STATE_PRECISION,
             f"{', '.join(lowered)} {_need(lowered)} the "
