@@ -46,12 +46,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from trainc.compiler.decide import traits
 from trainc.compiler.ir import Plan, filled
 from trainc.compiler.support.hardware import GENERIC, GPUS, GpuPreset
 from trainc.schemas import (
     Activation,
     CpCommType,
-    Engine,
     Fp4Format,
     Fp8Format,
     FsdpDtype,
@@ -118,7 +118,7 @@ def hardware(spec: TrainSpec) -> Hw:
         eff["fp8"] = cl.fp8_gemm_efficiency
     moe_us = MOE_LAYER_OVERHEAD_US if cl.moe_layer_overhead_us is None else cl.moe_layer_overhead_us
     attn = prof.attention_efficiency
-    if spec.engine is Engine.fsdp and prof.sdpa_attention_efficiency is not None:
+    if traits(spec).sdpa_attention and prof.sdpa_attention_efficiency is not None:
         attn = prof.sdpa_attention_efficiency  # torch SDPA's FlashAttention-2 kernel
     # a power or clock cap scales the tensor-core clock, so every precision's peak alike
     scale *= cl.clock_cap if 0 < cl.clock_cap <= 1 else 1.0
@@ -234,7 +234,7 @@ def activation_bytes(spec: TrainSpec) -> int:
 def computes_in_fp32(spec: TrainSpec) -> bool:
     """Whether the layers compute in fp32: ``training.precision: fp32`` (engine=fsdp: the
     parameters' ``fsdp.param_dtype``, which the normalizer fills from it)."""
-    if spec.engine is Engine.fsdp and spec.fsdp.param_dtype is not None:
+    if traits(spec).fsdp_keys and spec.fsdp.param_dtype is not None:
         return spec.fsdp.param_dtype is FsdpDtype.fp32
     return spec.training.precision is Precision.fp32
 
@@ -304,7 +304,7 @@ def attention_kv_length(spec: TrainSpec, cp: int, comm: CpCommType) -> float:
     [2048.0, 8192.0, 8192.0]
     """
     s = float(spec.model.seq_length)
-    if cp > 1 and (comm is CpCommType.p2p or spec.engine is Engine.fsdp):
+    if cp > 1 and (comm is CpCommType.p2p or traits(spec).cp_ring_attention):
         return s / cp
     return s
 
@@ -400,7 +400,7 @@ def layer_time_of(
         elems += (3 if swiglu else 2) * f / t
         if prec in LOW_PRECISIONS:
             casts += 2 * h + cf * f / t + f / t
-    if spec.engine is Engine.fsdp and not spec.fsdp.compile:
+    if traits(spec).fsdp_keys and not spec.fsdp.compile:
         elems += eager_extra_elements(
             q / t,
             kv / t,

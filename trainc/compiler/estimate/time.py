@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainc.compiler.decide import DpSync, Sharding, traits, zero_layout
 from trainc.compiler.derive import tp_in_nvlink_domain
 from trainc.compiler.estimate.comm import StageComm
 from trainc.compiler.estimate.flops import model_flop_terms
@@ -45,7 +46,6 @@ from trainc.compiler.estimate.params import (
 )
 from trainc.compiler.ir import Plan, filled
 from trainc.schemas import (
-    Engine,
     Fp8Format,
     Offload,
     Optimizer,
@@ -141,10 +141,11 @@ def optimizer_shards(spec: TrainSpec, plan: Plan) -> tuple[int, int]:
     FSDP2 over its data-parallel mesh; (1, 1) when every rank steps every parameter."""
     d = plan.derived
     n, n_e = max(d.dp * d.cp, 1), max(d.expert_dp or 1, 1)
-    if spec.engine is Engine.megatron:
-        return (n, n_e) if d.distributed_optimizer or d.megatron_fsdp else (1, 1)
-    if spec.engine is Engine.deepspeed:
-        return (n, n) if spec.parallel.zero_stage >= 1 else (1, 1)
+    sharding = zero_layout(spec).optimizer_sharding
+    if sharding is Sharding.replicated:
+        return 1, 1
+    if sharding is Sharding.dp_cp:
+        return n, n
     return n, n_e
 
 
@@ -233,7 +234,7 @@ def offload_seconds(
 
     The host figures are round numbers, not cluster keys: read the result as a floor (0 without
     offload or with another engine)."""
-    if spec.engine is not Engine.deepspeed or shard < 1:
+    if not traits(spec).zero_offload or shard < 1:
         return 0.0
     part = params / shard
     gpn = max(spec.cluster.gpus_per_node, 1)
@@ -253,7 +254,7 @@ def _plan_offload_seconds(spec: TrainSpec, plan: Plan, params: float) -> float:
     t, d = spec.training, plan.derived
     return offload_seconds(
         spec,
-        spec.parallel.zero_stage,
+        zero_layout(spec).zero_stage,
         t.offload_optimizer is not Offload.none,
         t.offload_param is not Offload.none,
         params,
@@ -412,7 +413,8 @@ def _dp_overlap(
 ) -> None:
     """The exposed seconds of :func:`_dp_exposed` before the interference of the hidden part."""
     d, tr = plan.derived, spec.training
-    if spec.engine is Engine.fsdp or d.megatron_fsdp:
+    zero = zero_layout(spec)
+    if zero.dp_sync is DpSync.fsdp_units:
         _fsdp_exposed(sc, compute_step, n_layers)
         return
     group = max(d.dp * d.cp, 1)
@@ -422,8 +424,8 @@ def _dp_overlap(
     for c in sc.collectives.values():
         if c.axis != "dp":
             continue
-        if spec.engine is Engine.deepspeed:
-            if spec.parallel.zero_stage >= 3:
+        if zero.dp_sync is DpSync.zero:
+            if zero.zero_stage >= 3:
                 # the first layer's gather of every micro-batch has nothing to hide behind
                 layer = c.seconds / max(n_layers, 1)
                 c.exposed_seconds = min(max(c.seconds - compute_step, 0.0) + layer, c.seconds)

@@ -18,13 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainc.compiler.derive import Derived, megatron_fsdp, moe_layer_pattern
-from trainc.compiler.targets.settings import (
-    distributed_optimizer,
-    grad_reduce_in_fp32,
-    interleaved,
-    layers_per_virtual_stage,
-)
+from trainc.compiler.decide import grad_reduce_in_fp32, interleaved, zero_layout
+from trainc.compiler.derive import Derived, moe_layer_pattern
+from trainc.compiler.targets.settings import layers_per_virtual_stage
 from trainc.schemas import (
     Activation,
     Device,
@@ -145,7 +141,8 @@ def megatron_core_kwargs(spec: TrainSpec, d: Derived) -> dict[str, dict[str, Any
         tc.update(moe_router_kwargs(spec))
     if m.mtp_num_layers:
         tc["mtp_num_layers"] = m.mtp_num_layers
-    distopt, mfsdp = distributed_optimizer(spec), megatron_fsdp(spec)
+    zero = zero_layout(spec)
+    distopt, mfsdp = zero.distributed_optimizer, zero.megatron_fsdp
     if mfsdp:  # the Megatron-FSDP user guide's required --no-gradient-accumulation-fusion
         tc["gradient_accumulation_fusion"] = False
     return {
