@@ -99,16 +99,14 @@ def plan(spec: TrainSpec, written: TrainSpec | None = None) -> Plan:
         add_bias_linear=tc["add_bias_linear"],
         secret_env=tuple(secret_env),
     )
-    lm = eng["megatron_lm"]
+    sections = dict(eng)  # one per TARGETS section (the fields of Engines)
+    lm = sections.pop("megatron_lm")
     return Plan(
         spec=spec,
         derived=layout,
         written=written,
         engines=Engines(
-            megatron_core=eng["megatron_core"],
-            megatron_lm=None if lm is None else tuple(tuple(x) for x in lm),
-            deepspeed=eng["deepspeed"],
-            fsdp=eng["fsdp"],
+            megatron_lm=None if lm is None else tuple(tuple(x) for x in lm), **sections
         ),
         trainc_version=__version__,
         target_versions={
