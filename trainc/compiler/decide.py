@@ -1,7 +1,8 @@
 """What each engine makes of the spec's engine-dependent keys, decided here once.
 
-Two kinds of decision, both looked up by :class:`~trainc.schemas.Engine` (no other module
-compares engine names):
+Two kinds of decision, both looked up by :class:`~trainc.schemas.Engine` (the normalizer,
+:mod:`trainc.compiler.derive`, the engine-config builders and the estimator read them here
+instead of comparing engine names):
 
 * :data:`ENGINE_TRAITS`: what an engine is, whatever the spec (one :class:`EngineTraits` row per
   engine): which defaults the normalizer fills, which checkpoint format its worker writes, which
@@ -22,6 +23,7 @@ The engine-independent Megatron switches several artifacts share (:func:`interle
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -77,6 +79,7 @@ class ZeroLayout:
     """How the data-parallel collectives are scheduled."""
 
 
+@functools.cache
 def _megatron_zero(stage: int) -> ZeroLayout:
     """Megatron-Core: 1 = distributed optimizer (ZeRO-1), 3 = Megatron-FSDP with the
     distributed optimizer, anything else = DDP with a replicated optimizer."""
@@ -90,6 +93,7 @@ def _megatron_zero(stage: int) -> ZeroLayout:
     )
 
 
+@functools.cache
 def _deepspeed_zero(stage: int) -> ZeroLayout:
     """DeepSpeed: the ZeRO stage itself (Rajbhandari et al. 2020, arXiv:1910.02054)."""
     return ZeroLayout(
@@ -101,6 +105,7 @@ def _deepspeed_zero(stage: int) -> ZeroLayout:
     )
 
 
+@functools.cache
 def _fsdp_zero(stage: int) -> ZeroLayout:
     """FSDP2 (torchtitan): ``fully_shard`` shards parameters, gradients and optimizer states
     whatever zero_stage says (``fsdp.dp_shard`` / ``fsdp.dp_replicate`` choose the mesh)."""
@@ -181,14 +186,20 @@ ENGINE_TRAITS: Mapping[Engine, EngineTraits] = MappingProxyType(
 )
 
 
+#: :data:`ENGINE_TRAITS` by member name: the estimator asks per layer, and an Enum key hashes in
+#: Python (``Enum.__hash__``), a str in C.
+_BY_NAME: Mapping[str, EngineTraits] = {e._name_: t for e, t in ENGINE_TRAITS.items()}
+
+
 def traits(spec: TrainSpec) -> EngineTraits:
     """The :data:`ENGINE_TRAITS` row of ``spec.engine`` (KeyError for an engine without one)."""
-    return ENGINE_TRAITS[spec.engine]
+    return _BY_NAME[spec.engine._name_]
 
 
 def zero_layout(spec: TrainSpec) -> ZeroLayout:
-    """What ``spec.parallel.zero_stage`` means on ``spec.engine`` (:attr:`EngineTraits.zero`)."""
-    return ENGINE_TRAITS[spec.engine].zero(spec.parallel.zero_stage)
+    """What ``spec.parallel.zero_stage`` means on ``spec.engine`` (:attr:`EngineTraits.zero`;
+    one shared frozen value per engine and stage)."""
+    return _BY_NAME[spec.engine._name_].zero(spec.parallel.zero_stage)
 
 
 def distributed_optimizer(spec: TrainSpec) -> bool:
