@@ -6,7 +6,7 @@ importing torch (``importlib.metadata``)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -192,6 +192,68 @@ def moe_stage_without_experts(
     return not all(has)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineFacts:
+    """The job facts whose feature depends on the engine (:data:`ENGINE_FEATURES`)."""
+
+    zero_stage: int
+    tp_comm_overlap: bool
+    num_experts: int | None
+    moe_dense_stage: bool
+    moe_aux_bias: bool
+    mtp: bool
+    tp: int
+    pp: int
+    cp: int
+    cp_comm_type: str
+    fp8: bool
+    fp8_recipe: str
+    offload_optimizer: bool
+
+
+def _megatron_features(j: EngineFacts) -> set[str]:
+    """engine=megatron: ``tp_comm_overlap``, ``moe_dense_pp``, ``moe_aux_bias``, ``mtp_tp``,
+    ``fp8_<recipe>``, ``cp_not_p2p`` (:func:`job_features`)."""
+    f: set[str] = set()
+    if j.tp_comm_overlap:
+        f.add("tp_comm_overlap")
+    if j.num_experts:
+        if j.moe_dense_stage and j.pp > 1:
+            f.add("moe_dense_pp")
+        if j.moe_aux_bias:
+            f.add("moe_aux_bias")
+    if j.mtp and j.tp > 1:
+        f.add("mtp_tp")
+    if j.fp8 and j.fp8_recipe in ("tensorwise", "blockwise", "mxfp8"):
+        f.add(f"fp8_{j.fp8_recipe}")
+    if j.cp > 1 and j.cp_comm_type != "p2p":
+        f.add("cp_not_p2p")
+    return f
+
+
+def _deepspeed_features(j: EngineFacts) -> set[str]:
+    """engine=deepspeed: ``zero2``, ``zero3``, ``zero1_2``, ``offload_optimizer``
+    (:func:`job_features`)."""
+    f: set[str] = set()
+    if j.zero_stage == 2:
+        f.add("zero2")
+    if j.zero_stage >= 3:
+        f.add("zero3")
+    if j.zero_stage in (1, 2):
+        f.add("zero1_2")
+    if j.offload_optimizer:
+        f.add("offload_optimizer")
+    return f
+
+
+#: The engine-dependent features of :func:`job_features`, by engine (the spec's spelling); an
+#: engine without a row has none.
+ENGINE_FEATURES: Mapping[str, Callable[[EngineFacts], set[str]]] = {
+    "megatron": _megatron_features,
+    "deepspeed": _deepspeed_features,
+}
+
+
 def job_features(
     *,
     engine: str,
@@ -252,12 +314,6 @@ def job_features(
         f.add("cp")
     if fp8:
         f.add("fp8")
-    if engine == "deepspeed" and zero_stage == 2:
-        f.add("zero2")
-    if engine == "deepspeed" and zero_stage >= 3:
-        f.add("zero3")
-    if engine == "megatron" and tp_comm_overlap:
-        f.add("tp_comm_overlap")
     if device == "cuda":
         if gpu in NVLS_GPUS and gpus_per_node > 1:
             f.add("nvls")
@@ -267,29 +323,32 @@ def job_features(
             f.add("blackwell")
     if precision in ("fp16", "bf16"):
         f.add(precision)
-    if engine == "deepspeed" and zero_stage in (1, 2):
-        f.add("zero1_2")
     if pp > 1:
         f.add("pp")
-    if engine == "megatron" and num_experts:
-        if moe_dense_stage and pp > 1:
-            f.add("moe_dense_pp")
-        if moe_aux_bias:
-            f.add("moe_aux_bias")
-    if engine == "megatron" and mtp and tp > 1:
-        f.add("mtp_tp")
     if num_experts:
         f.add("moe")
     if fp4:
         f.add("fp4")
-    if engine == "megatron" and fp8 and fp8_recipe in ("tensorwise", "blockwise", "mxfp8"):
-        f.add(f"fp8_{fp8_recipe}")
-    if engine == "megatron" and cp > 1 and cp_comm_type != "p2p":
-        f.add("cp_not_p2p")
-    if engine == "deepspeed" and offload_optimizer:
-        f.add("offload_optimizer")
     if num_microbatches > 1:
         f.add("grad_accum")
+    facts = EngineFacts(
+        zero_stage=zero_stage,
+        tp_comm_overlap=tp_comm_overlap,
+        num_experts=num_experts,
+        moe_dense_stage=moe_dense_stage,
+        moe_aux_bias=moe_aux_bias,
+        mtp=mtp,
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        cp_comm_type=cp_comm_type,
+        fp8=fp8,
+        fp8_recipe=fp8_recipe,
+        offload_optimizer=offload_optimizer,
+    )
+    engine_features = ENGINE_FEATURES.get(engine)
+    if engine_features is not None:
+        f |= engine_features(facts)
     return frozenset(f)
 
 

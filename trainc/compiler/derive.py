@@ -11,7 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from trainc.schemas import Engine, TrainSpec
+from trainc.compiler.decide import ENGINE_TRAITS, traits
+from trainc.compiler.decide import megatron_fsdp as megatron_fsdp
+from trainc.schemas import TrainSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +157,7 @@ def default_etp(spec: TrainSpec) -> int:
     ``torchtitan/distributed/parallel_dims.py``) and shards the experts over tp only without
     EP (``expert_param_placement_dense``, ``torchtitan/models/common/moe_sharding.py``)."""
     p = spec.parallel
-    return 1 if spec.engine is Engine.fsdp and p.ep > 1 else p.tp
+    return 1 if traits(spec).experts_borrow_tp and p.ep > 1 else p.tp
 
 
 def derive(spec: TrainSpec) -> Derived:
@@ -194,21 +196,12 @@ def derive(spec: TrainSpec) -> Derived:
     )
 
 
-def megatron_fsdp(spec: TrainSpec) -> bool:
-    """engine=megatron with zero_stage 3: Megatron-FSDP (``--use-megatron-fsdp
-    --data-parallel-sharding-strategy optim_grads_params``): bf16 weights, fp32 main weights,
-    gradients and optimizer state sharded over dp x cp (experts over the expert data-parallel
-    group), each TransformerLayer all-gathered for its forward and backward
-    (megatron/core/distributed/fsdp/mcore_fsdp_adapter.py, Megatron-LM core_v0.16.1)."""
-    return spec.engine is Engine.megatron and spec.parallel.zero_stage == 3
-
-
 def megatron_fsdp_runs(spec: TrainSpec) -> bool:
     """Whether Megatron-FSDP can run this spec's job as written: Megatron-LM's pretrain_gpt.py on
     CUDA (the trainc worker refuses it on CUDA and runs the distributed optimizer on CPU: TRC383).
     The planner and TRC401's fix list offer zero_stage 3 only then."""
     return (
-        spec.engine is Engine.megatron
+        ENGINE_TRAITS[spec.engine].zero(3).megatron_fsdp
         and spec.launch.entrypoint.value == "megatron-lm"
         and spec.launch.device.value == "cuda"
     )
@@ -227,9 +220,7 @@ def checkpoint_format(spec: TrainSpec) -> str:
     if spec.launch.entrypoint.value == "megatron-lm":
         # Megatron-FSDP saves fsdp_dtensor only (TRC383)
         return "fsdp_dtensor" if megatron_fsdp(spec) else "torch_dist"
-    if spec.engine.value == "fsdp":
-        return "dcp"
-    return "deepspeed" if spec.engine.value == "deepspeed" else "trainc"
+    return traits(spec).worker_checkpoint_format
 
 
 def epoch_counts(spec: TrainSpec) -> tuple[int | None, int | None, float | None]:

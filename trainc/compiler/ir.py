@@ -5,7 +5,8 @@
   every field is concrete (the validators guarantee it; :class:`trainc.compiler.derive.Derived`
   is the total, ``None``-where-it-does-not-divide variant the validators use).
 * :class:`Engines` (``engines``): every engine's settings, built once
-  (:func:`trainc.compiler.targets.engine_configs`).
+  (:func:`trainc.compiler.targets.engine_configs`: ``megatron_core`` and the section of the
+  spec's :data:`~trainc.compiler.targets.TARGETS` row).
 * :class:`Estimates` (``estimates``): memory, communication, bubble and time per GPU.
 * :class:`Plan`: the normalized spec with all of the above.
 
@@ -125,7 +126,8 @@ class Layout:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Engines:
-    """``engines``: the settings each engine receives (library spellings)."""
+    """``engines``: the settings each engine receives (library spellings); its fields are
+    :data:`trainc.compiler.targets.SECTIONS`, in that order."""
 
     megatron_core: Mapping[str, Mapping[str, Any]]
     """Megatron-Core 0.16.1 keyword arguments by class (megatron_core.yaml)."""

@@ -6,13 +6,13 @@ generated ``megatron_args.txt`` relies on them, and Megatron-Core where the CLI 
 
 from __future__ import annotations
 
-from trainc.compiler.derive import default_etp, megatron_fsdp, tp_in_nvlink_domain
+from trainc.compiler.decide import traits, zero_layout
+from trainc.compiler.derive import default_etp, tp_in_nvlink_domain
 from trainc.compiler.support.hardware import GPUS
 from trainc.compiler.support.treecopy import copy_tree
 from trainc.schemas import (
     Activation,
     Device,
-    Engine,
     FsdpDtype,
     Normalization,
     PipelineSchedule,
@@ -102,7 +102,7 @@ def default_tp_comm_overlap(spec: TrainSpec, tp: int, sequence_parallel: bool) -
     c = spec.cluster
     prof = GPUS.get(c.gpu)
     return (
-        spec.engine is Engine.megatron
+        traits(spec).tp_comm_overlap_default
         and spec.launch.device is Device.cuda
         and tp > 1
         and sequence_parallel
@@ -178,17 +178,19 @@ def normalize(spec: TrainSpec) -> TrainSpec:
     dp_cp = (
         world // model_parallel * p.cp if model_parallel > 0 and world % model_parallel == 0 else 1
     )
-    megatron = s.engine is Engine.megatron
-    mfsdp = megatron_fsdp(s)  # MegatronFSDP.__init__ forces both overlaps on
+    ddp = traits(s).ddp_overlap_defaults
+    zero = zero_layout(s)
+    mfsdp = zero.megatron_fsdp  # MegatronFSDP.__init__ forces both overlaps on
+    distopt_only = zero.distributed_optimizer and not mfsdp  # Megatron's zero_stage 1
     if t.overlap_grad_reduce is None:
-        t.overlap_grad_reduce = megatron and (dp_cp > 1 or mfsdp)
+        t.overlap_grad_reduce = ddp and (dp_cp > 1 or mfsdp)
     if t.overlap_param_gather is None:
         t.overlap_param_gather = mfsdp or (
-            megatron and p.zero_stage == 1 and dp_cp > 1 and t.overlap_grad_reduce
+            ddp and distopt_only and dp_cp > 1 and t.overlap_grad_reduce
         )
     if t.tp_comm_overlap is None:
         t.tp_comm_overlap = default_tp_comm_overlap(s, p.tp, bool(p.sequence_parallel))
-    if s.engine is Engine.fsdp:
+    if traits(s).fsdp_keys:
         _fsdp(
             s,
             world // model_parallel if model_parallel > 0 and world % model_parallel == 0 else None,

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainc import __version__
-from trainc.compiler.derive import derive, megatron_fsdp
+from trainc.compiler.decide import zero_layout
+from trainc.compiler.derive import derive
 from trainc.compiler.ir import Engines, Layout, Plan
 
 # re-exported: trainc.compiler.plan has been their home
@@ -15,10 +16,9 @@ from trainc.compiler.spec_json import canonical_json as canonical_json
 from trainc.compiler.spec_json import spec_hash as spec_hash
 from trainc.compiler.spec_json import spec_to_dict as spec_to_dict
 from trainc.compiler.support.secrets import is_secret
-from trainc.compiler.targets import engine_configs
-from trainc.compiler.targets.fsdp import TORCHTITAN_VERSION
-from trainc.compiler.targets.settings import distributed_optimizer, layers_per_virtual_stage
-from trainc.schemas import Device, Engine, Precision, TrainSpec
+from trainc.compiler.targets import TARGETS, engine_configs
+from trainc.compiler.targets.settings import layers_per_virtual_stage
+from trainc.schemas import Device, Precision, TrainSpec
 
 #: Megatron-LM release whose ``pretrain_gpt.py`` flags ``megatron_args.txt`` targets.
 MEGATRON_LM_VERSION = "core_v0.19.0"
@@ -60,6 +60,7 @@ def plan(spec: TrainSpec, written: TrainSpec | None = None) -> Plan:
     # spells the keys) go in derived.
     secret_env = sorted(str(k) for k, v in spec.launch.env.items() if is_secret(str(k), v))
     cpu = spec.launch.device is Device.cpu
+    zero = zero_layout(spec)
     layout = Layout(
         world_size=d.world_size,
         tp=p.tp,
@@ -79,8 +80,8 @@ def plan(spec: TrainSpec, written: TrainSpec | None = None) -> Plan:
         padded_vocab_size=d.padded_vocab_size,
         num_moe_layers=d.num_moe_layers,
         sequence_parallel=bool(p.sequence_parallel),
-        distributed_optimizer=distributed_optimizer(spec),
-        megatron_fsdp=megatron_fsdp(spec),
+        distributed_optimizer=zero.distributed_optimizer,
+        megatron_fsdp=zero.megatron_fsdp,
         overlap_p2p_comm=tc["overlap_p2p_comm"],
         batch_p2p_comm=tc["batch_p2p_comm"],
         tokens_per_step=d.tokens_per_step,
@@ -91,23 +92,21 @@ def plan(spec: TrainSpec, written: TrainSpec | None = None) -> Plan:
         checkpoint_format=d.checkpoint_format,
         params_dtype="fp32" if t.precision is Precision.fp32 else t.precision.value,
         # Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS != 1 (Megatron-LM validate_args)
-        cuda_device_max_connections_1=(p.tp > 1 or p.cp > 1) and not megatron_fsdp(spec),
+        cuda_device_max_connections_1=(p.tp > 1 or p.cp > 1) and not zero.megatron_fsdp,
         gradient_accumulation_steps=d.num_microbatches,
         distributed_backend="gloo" if cpu else "nccl",
         transformer_impl=tc["transformer_impl"],
         add_bias_linear=tc["add_bias_linear"],
         secret_env=tuple(secret_env),
     )
-    lm = eng["megatron_lm"]
+    sections = dict(eng)  # one per TARGETS section (the fields of Engines)
+    lm = sections.pop("megatron_lm")
     return Plan(
         spec=spec,
         derived=layout,
         written=written,
         engines=Engines(
-            megatron_core=eng["megatron_core"],
-            megatron_lm=None if lm is None else tuple(tuple(x) for x in lm),
-            deepspeed=eng["deepspeed"],
-            fsdp=eng["fsdp"],
+            megatron_lm=None if lm is None else tuple(tuple(x) for x in lm), **sections
         ),
         trainc_version=__version__,
         target_versions={
@@ -115,5 +114,5 @@ def plan(spec: TrainSpec, written: TrainSpec | None = None) -> Plan:
             "megatron_core": MEGATRON_CORE_VERSION,
             "deepspeed": DEEPSPEED_VERSION,
         }
-        | ({"torchtitan": TORCHTITAN_VERSION} if spec.engine is Engine.fsdp else {}),
+        | dict(TARGETS[spec.engine].versions),
     )

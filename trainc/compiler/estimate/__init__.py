@@ -3,7 +3,8 @@
 ``estimates``).
 
 Modules, one quantity each: :mod:`.params` (parameter counts per stage), :mod:`.memory` (model
-states by engine / ZeRO stage), :mod:`.activations` (Korthikanti et al. 2022), :mod:`.comm`
+states by engine / ZeRO stage), :mod:`.engines` (the per-engine functions, looked up by Engine),
+:mod:`.activations` (Korthikanti et al. 2022), :mod:`.comm`
 (collectives by axis), :mod:`.bubble`, :mod:`.flops` (Megatron's count), :mod:`.kernels` (kernel
 times on the GPU profile), :mod:`.time` (step time, tokens/s, MFU, exposed seconds per
 collective), :mod:`.rankmap` (Megatron-Core's rank layout), :mod:`.band` (the step time's
@@ -24,14 +25,8 @@ from trainc.compiler.estimate.activations import stage_activation_bytes
 from trainc.compiler.estimate.band import step_time_band
 from trainc.compiler.estimate.bubble import bubble_fraction
 from trainc.compiler.estimate.comm import AXES, stage_comm, time_collectives
+from trainc.compiler.estimate.engines import ESTIMATES
 from trainc.compiler.estimate.flops import flops_per_step, hardware_flops_per_step
-from trainc.compiler.estimate.fsdp import (
-    add_fsdp_comm,
-    fsdp_crossings,
-    fsdp_members,
-    fsdp_states,
-)
-from trainc.compiler.estimate.memory import model_state_bytes
 from trainc.compiler.estimate.params import StageParams, stage_params, total_params
 from trainc.compiler.estimate.rankmap import members_per_domain, rank_map_summary
 from trainc.compiler.estimate.time import step_time
@@ -43,7 +38,7 @@ from trainc.compiler.ir import (
     StageMemory,
     filled,
 )
-from trainc.schemas import Engine, TimeModel, TrainSpec
+from trainc.schemas import TimeModel, TrainSpec
 
 
 def r6(x: float) -> float:
@@ -65,11 +60,8 @@ def memory_per_stage(
     """Bytes per GPU on every stage: params, grads, optimizer, activations, total.
     ``sp``: :func:`~.params.stage_params` of the plan when the caller has it already."""
     sp = stage_params(spec, plan) if sp is None else sp
-    states = (
-        [fsdp_states(spec, x) for x in sp]
-        if spec.engine is Engine.fsdp
-        else model_state_bytes(spec, plan, sp)
-    )
+    state_bytes = ESTIMATES[spec.engine].state_bytes
+    states = [state_bytes(spec, plan, x) for x in sp]
     acts = stage_activation_bytes(spec, plan)
     out = []
     for r, (st, act) in enumerate(zip(states, acts, strict=True)):
@@ -98,15 +90,12 @@ def estimate(plan: Plan) -> Estimates:
     gpn = cl.gpus_per_node
     domain = filled(cl.nvlink_domain_size, "cluster.nvlink_domain_size")
     rmap = rank_map_summary(d, gpn, domain)
-    comms = stage_comm(spec, plan, sp)
-    crosses = dict(rmap["groups_cross_nvlink_domain"])
-    if spec.engine is Engine.fsdp:
-        for sc, x in zip(comms, sp, strict=True):
-            add_fsdp_comm(spec, plan, sc, x)
-        crosses |= fsdp_crossings(spec)
+    by_engine = ESTIMATES[spec.engine]
+    comms = stage_comm(spec, plan, sp, by_engine.dp_comm)
+    crosses = dict(rmap["groups_cross_nvlink_domain"]) | by_engine.group_crossings(spec)
     members = members_per_domain(d, domain) if cl.time_model is TimeModel.kernels else None
-    if members is not None and spec.engine is Engine.fsdp:
-        members |= fsdp_members(spec)
+    if members is not None:
+        members |= by_engine.domain_members(spec)
     time_collectives(spec, comms, crosses, members)
     bubble = bubble_fraction(plan.derived.pp, plan.derived.num_microbatches, plan.derived.vpp)
     flops = flops_per_step(spec, plan)

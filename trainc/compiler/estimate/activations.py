@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 
+from trainc.compiler.decide import traits
 from trainc.compiler.derive import full_recompute_mask
 from trainc.compiler.estimate.flops import mla_dims
 from trainc.compiler.estimate.fsdp_ac import sac_layer_bytes
@@ -53,7 +54,6 @@ from trainc.compiler.ir import Plan, filled
 from trainc.compiler.targets.torchtitan_ac import ac_setting, checkpointed_blocks
 from trainc.schemas import (
     Activation,
-    Engine,
     Fp4Format,
     Fp8Format,
     Recompute,
@@ -281,7 +281,7 @@ def stage_activation_bytes(spec: TrainSpec, plan: Plan) -> list[float]:
     for r, idx in enumerate(plan_stage_layers(plan)):
         moe_flags = [is_moe_layer(spec, i) for i in idx]
         inflight = inflight_microbatches(p, r, M, v)
-        mode = ac_setting(spec).mode if spec.engine is Engine.fsdp else None
+        mode = ac_setting(spec).mode if traits(spec).torchtitan_ac else None
         if mode in ("selective_op", "selective_layer", "memory_budget"):
             per_stage = fsdp_checkpointed_bytes(
                 spec,

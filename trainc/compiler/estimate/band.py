@@ -18,7 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from trainc.schemas import Engine, TimeModel, TrainSpec
+from trainc.compiler.decide import traits
+from trainc.schemas import TimeModel, TrainSpec
 
 
 @functools.cache
@@ -47,6 +48,6 @@ def step_time_band(spec: TrainSpec) -> tuple[float, float, str] | None:
         return float(lo), float(hi), "calibrated"
     if c.time_model is not TimeModel.kernels:
         return None
-    kind = "moe" if spec.model.num_experts else "fsdp" if spec.engine is Engine.fsdp else "dense"
+    kind = "moe" if spec.model.num_experts else traits(spec).published_band
     p10, p90 = published_bands()[kind]
     return p10, p90, f"published runs ({kind})"

@@ -36,8 +36,10 @@ direction over the link's one-direction bandwidth. Corrections to worked example
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from trainc.compiler.decide import zero_layout
 from trainc.compiler.derive import tp_in_nvlink_domain
 from trainc.compiler.estimate.kernels import activation_bytes
 from trainc.compiler.estimate.memory import megatron_bytes_per_param
@@ -51,7 +53,6 @@ from trainc.compiler.estimate.params import (
 from trainc.compiler.ir import Plan, filled
 from trainc.schemas import (
     CpCommType,
-    Engine,
     Fp8Format,
     MoeDispatcher,
     Precision,
@@ -273,9 +274,15 @@ def cp_layer_bytes(kind: CpCommType, c: int, q_bytes: float, kv_bytes: float) ->
     return 2 * (c - 1) * kv_bytes
 
 
-def stage_comm(spec: TrainSpec, plan: Plan, stages: list[StageParams]) -> list[StageComm]:
+def stage_comm(
+    spec: TrainSpec,
+    plan: Plan,
+    stages: list[StageParams],
+    dp_comm: Callable[[TrainSpec, Plan, StageComm, StageParams], None],
+) -> list[StageComm]:
     """Collectives per GPU of every PP stage for one optimizer step (bytes; seconds filled by
-    :func:`time_collectives`)."""
+    :func:`time_collectives`); ``dp_comm`` adds the engine's data-parallel ones last
+    (:attr:`trainc.compiler.estimate.engines.EngineEstimate.dp_comm`)."""
     m, d, tr = spec.model, plan.derived, spec.training
     t, c, p, v, e, etp = d.tp, d.cp, d.pp, d.vpp, d.ep, d.etp
     M = d.num_microbatches
@@ -346,7 +353,7 @@ def stage_comm(spec: TrainSpec, plan: Plan, stages: list[StageParams]) -> list[S
             col = sc.get("pp", "p2p", 2)
             col.add(pb * sent * M, pb * recv * M)
             col.count = (sent + recv) * M
-        _dp(spec, plan, sc, stages[r])
+        dp_comm(spec, plan, sc, stages[r])
         out.append(sc)
     return out
 
@@ -372,18 +379,25 @@ def zero_dp_bytes(
     return 3 * grad * num_microbatches
 
 
-def _dp(spec: TrainSpec, plan: Plan, sc: StageComm, sp_: StageParams) -> None:
+def deepspeed_dp_comm(spec: TrainSpec, plan: Plan, sc: StageComm, sp_: StageParams) -> None:
+    """DeepSpeed's data-parallel collectives of one stage (:func:`zero_dp_bytes` at the decided
+    ZeRO stage, :func:`trainc.compiler.decide.zero_layout`), over dp x cp."""
+    d = plan.derived
+    n = d.dp * d.cp
+    if n > 1:
+        stage = zero_layout(spec).zero_stage
+        eb = 4 if spec.training.precision is Precision.fp32 else 2
+        sent = zero_dp_bytes(sp_.total, n, stage, d.num_microbatches, eb)
+        sc.get("dp", f"zero{stage} reduce/gather", n).add(sent)
+
+
+def megatron_dp_comm(spec: TrainSpec, plan: Plan, sc: StageComm, sp_: StageParams) -> None:
+    """Megatron-Core's data-parallel collectives of one stage: dense parameters over dp x cp,
+    experts over expert_dp; a gradient all-reduce (DDP), reduce-scatter + all-gather (the
+    distributed optimizer) or, with Megatron-FSDP, per-micro-batch gathers and reduce-scatters
+    (module docstring)."""
     d = plan.derived
     n, n_e = d.dp * d.cp, d.expert_dp
-    if spec.engine is Engine.fsdp:
-        return  # FSDP2's collectives: trainc.compiler.estimate.fsdp.add_fsdp_comm
-    if spec.engine is Engine.deepspeed:
-        if n > 1:
-            stage = spec.parallel.zero_stage
-            eb = 4 if spec.training.precision is Precision.fp32 else 2
-            sent = zero_dp_bytes(sp_.total, n, stage, d.num_microbatches, eb)
-            sc.get("dp", f"zero{stage} reduce/gather", n).add(sent)
-        return
     pb, gb, _ = megatron_bytes_per_param(spec.training.precision)
     tr = spec.training
     if tr.fp8_param_gather and (tr.fp8_format is not Fp8Format.none):

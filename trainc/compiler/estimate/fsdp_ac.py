@@ -36,9 +36,10 @@ for it: its element-wise fusion is already in ``kernels.elementwise_seconds``).
 
 from __future__ import annotations
 
+from trainc.compiler.decide import traits
 from trainc.compiler.ir import filled
 from trainc.compiler.targets.torchtitan_ac import FUSED_QKV_FIRST, ac_setting, checkpointed_blocks
-from trainc.schemas import Activation, Engine, TrainSpec
+from trainc.schemas import Activation, TrainSpec
 
 
 def gemm_sequence(
@@ -142,7 +143,7 @@ def recompute_parts(spec: TrainSpec, n_layers: int) -> list[tuple[float, float, 
     """Per layer of a rank's ``n_layers`` (build order): the fractions ``(gemm, attention core,
     element-wise)`` of its forward that torchtitan's mode recomputes in backward (module
     docstring), or None when the spec is not engine=fsdp (Megatron's modes apply)."""
-    if spec.engine is not Engine.fsdp:
+    if not traits(spec).torchtitan_ac:
         return None
     ac = ac_setting(spec)
     if ac.mode == "none":

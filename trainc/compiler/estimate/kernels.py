@@ -46,12 +46,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from trainc.compiler.decide import traits
 from trainc.compiler.ir import Plan, filled
 from trainc.compiler.support.hardware import GENERIC, GPUS, GpuPreset
 from trainc.schemas import (
     Activation,
     CpCommType,
-    Engine,
     Fp4Format,
     Fp8Format,
     FsdpDtype,
@@ -118,7 +118,7 @@ def hardware(spec: TrainSpec) -> Hw:
         eff["fp8"] = cl.fp8_gemm_efficiency
     moe_us = MOE_LAYER_OVERHEAD_US if cl.moe_layer_overhead_us is None else cl.moe_layer_overhead_us
     attn = prof.attention_efficiency
-    if spec.engine is Engine.fsdp and prof.sdpa_attention_efficiency is not None:
+    if traits(spec).sdpa_attention and prof.sdpa_attention_efficiency is not None:
         attn = prof.sdpa_attention_efficiency  # torch SDPA's FlashAttention-2 kernel
     # a power or clock cap scales the tensor-core clock, so every precision's peak alike
     scale *= cl.clock_cap if 0 < cl.clock_cap <= 1 else 1.0
@@ -234,7 +234,7 @@ def activation_bytes(spec: TrainSpec) -> int:
 def computes_in_fp32(spec: TrainSpec) -> bool:
     """Whether the layers compute in fp32: ``training.precision: fp32`` (engine=fsdp: the
     parameters' ``fsdp.param_dtype``, which the normalizer fills from it)."""
-    if spec.engine is Engine.fsdp and spec.fsdp.param_dtype is not None:
+    if traits(spec).fsdp_keys and spec.fsdp.param_dtype is not None:
         return spec.fsdp.param_dtype is FsdpDtype.fp32
     return spec.training.precision is Precision.fp32
 
@@ -304,7 +304,7 @@ def attention_kv_length(spec: TrainSpec, cp: int, comm: CpCommType) -> float:
     [2048.0, 8192.0, 8192.0]
     """
     s = float(spec.model.seq_length)
-    if cp > 1 and (comm is CpCommType.p2p or spec.engine is Engine.fsdp):
+    if cp > 1 and (comm is CpCommType.p2p or traits(spec).cp_ring_attention):
         return s / cp
     return s
 
@@ -328,22 +328,51 @@ def layer_time_of(
     the whole sequence)."""
     m = spec.model
     tsp = t if sp else 1
-    h = m.hidden_size
-    s_full = m.seq_length
-    tok = b * s_full / c  # tokens of this CP rank (the GEMMs' M after the SP all-gather)
-    a = m.num_attention_heads
+    tok = b * m.seq_length / c  # tokens of this CP rank (the GEMMs' M after the SP all-gather)
+    lt = LayerTime()
+    elems, casts, d_qk, d_v = _attention_projections(spec, hw, lt, prec, t, tsp, tok)
+    if moe:
+        elems, casts = _moe_mlp(spec, hw, lt, prec, t, tsp, tok, ep, etp, elems, casts)
+    else:
+        elems, casts = _dense_mlp(spec, hw, lt, prec, t, tok, elems, casts)
+    if traits(spec).fsdp_keys and not spec.fsdp.compile:
+        a = m.num_attention_heads
+        g = filled(m.num_query_groups, "model.num_query_groups")
+        dh = filled(m.kv_channels, "model.kv_channels")
+        elems += eager_extra_elements(
+            a * dh / t,
+            g * dh / t,
+            0 if moe else filled(m.ffn_hidden_size, "model.ffn_hidden_size") / t,
+            m.activation is Activation.swiglu,
+            g < a,
+            m.position_embedding is PositionEmbedding.rope,
+        )
+    _attention_core(spec, hw, lt, prec, t, c, b, tok, d_qk, d_v, kv_len)
+    elem_bytes = activation_bytes(spec) * elems * tok
+    cast_bytes = 4 * casts * tok  # read 2 B, write 1 B + the transposed 1 B copy
+    lt.elem_f = (elem_bytes + cast_bytes) / hw.hbm
+    lt.elem_b = (2 * elem_bytes + cast_bytes) / hw.hbm
+    return lt
+
+
+def _lin(lt: LayerTime, hw: Hw, mm: float, n: float, k: float, p: str, groups: int = 1) -> None:
+    """Adds one linear layer's forward and backward GEMMs (:func:`gemm3_seconds`) to ``lt``."""
+    f, bw = gemm3_seconds(hw, mm, n, k, p, groups)
+    lt.gemm_f += f
+    lt.gemm_b += bw
+
+
+def _attention_projections(
+    spec: TrainSpec, hw: Hw, lt: LayerTime, prec: str, t: int, tsp: int, tok: float
+) -> tuple[float, float, int, int]:
+    """The attention block's projections (MLA's down / up projections, or QKV and the output
+    projection) added to ``lt``; returns ``(element-wise bytes per token, cast bytes per
+    token, score channels d_qk, value channels d_v)`` of the block."""
+    m = spec.model
+    h, a = m.hidden_size, m.num_attention_heads
     g = filled(m.num_query_groups, "model.num_query_groups")
     dh = filled(m.kv_channels, "model.kv_channels")
     q, kv = a * dh, g * dh
-    swiglu = m.activation is Activation.swiglu
-    cf = 2 if swiglu else 1
-    lt = LayerTime()
-
-    def lin(mm: float, n: float, k: float, p: str, groups: int = 1) -> None:
-        f, bw = gemm3_seconds(hw, mm, n, k, p, groups)
-        lt.gemm_f += f
-        lt.gemm_b += bw
-
     d_qk = d_v = dh  # per-head channels of the scores (Q, K) and of the values
     if m.multi_latent_attention:
         ql, kvl = m.q_lora_rank or 0, m.kv_lora_rank
@@ -352,11 +381,11 @@ def layer_time_of(
         # the down projections run on every tp rank over its sequence shard (Transformer
         # Engine "duplicated"), the up projections and the output projection are split by tp
         if ql:
-            lin(tok / tsp, ql, h, prec)  # query down projection
-        lin(tok, a * d_qk / t, ql or h, prec)  # query up (or direct) projection
-        lin(tok / tsp, kvl + pos, h, prec)  # key/value down projection (+ the rotary key)
-        lin(tok, a * (m.qk_head_dim + d_v) / t, kvl, prec)  # key/value up projection
-        lin(tok, h, a * d_v / t, prec)  # output projection (row parallel)
+            _lin(lt, hw, tok / tsp, ql, h, prec)  # query down projection
+        _lin(lt, hw, tok, a * d_qk / t, ql or h, prec)  # query up (or direct) projection
+        _lin(lt, hw, tok / tsp, kvl + pos, h, prec)  # key/value down projection (+ rotary key)
+        _lin(lt, hw, tok, a * (m.qk_head_dim + d_v) / t, kvl, prec)  # key/value up projection
+        _lin(lt, hw, tok, h, a * d_v / t, prec)  # output projection (row parallel)
         # norms, residual adds; the latent norms; rotary on the query / key rotary channels;
         # the concatenations that build Q and K of d_qk channels
         elems = 10 * h / tsp + 2 * (ql + kvl) / tsp + 2 * (a * pos / t + pos) + 4 * a * d_qk / t
@@ -366,50 +395,101 @@ def layer_time_of(
             else 0.0
         )
     else:
-        lin(tok, (q + 2 * kv) / t, h, prec)  # QKV (column parallel)
-        lin(tok, h, q / t, prec)  # output projection (row parallel)
+        _lin(lt, hw, tok, (q + 2 * kv) / t, h, prec)  # QKV (column parallel)
+        _lin(lt, hw, tok, h, q / t, prec)  # output projection (row parallel)
         # element-wise bytes per token of this GPU (2-byte activations): norms, residual adds,
         # rope
         elems = 10 * h / tsp + 2 * (q + kv) / t
         casts = (2 * h + (q + 2 * kv) / t + q / t + h) if prec in LOW_PRECISIONS else 0.0
-    if moe:
-        E = filled(m.num_experts, "model.num_experts")
-        k_top = m.moe_router_topk
-        f_e = filled(m.moe_ffn_hidden_size, "model.moe_ffn_hidden_size")
-        local = max(E // max(ep, 1), 1)
-        m_e = ep * (tok / tsp) * k_top / E * etp  # ETP ranks each see the whole expert batch
-        lin(m_e, cf * f_e / etp, h, prec, local)
-        lin(m_e, h, f_e / etp, prec, local)
-        lin(tok / tsp, E, h, "bf16")  # router
-        # per token copy (k_top / tsp of them per token of ``tok``): permute + un-permute (read +
-        # write h each), the expert activation
-        elems += k_top / tsp * (4 * h + (3 if swiglu else 2) * f_e / etp)
-        if prec in LOW_PRECISIONS:
-            casts += k_top / tsp * (2 * h + cf * f_e / etp + f_e / etp)
-        f_s = m.moe_shared_expert_intermediate_size or 0
-        if f_s:
-            lin(tok, cf * f_s / t, h, prec)
-            lin(tok, h, f_s / t, prec)
-            elems += (3 if swiglu else 2) * f_s / t
-        lt.fixed_f += hw.moe_overhead_s
-        lt.fixed_b += hw.moe_overhead_s
-    else:
-        f = filled(m.ffn_hidden_size, "model.ffn_hidden_size")
-        lin(tok, cf * f / t, h, prec)
-        lin(tok, h, f / t, prec)
-        elems += (3 if swiglu else 2) * f / t
-        if prec in LOW_PRECISIONS:
-            casts += 2 * h + cf * f / t + f / t
-    if spec.engine is Engine.fsdp and not spec.fsdp.compile:
-        elems += eager_extra_elements(
-            q / t,
-            kv / t,
-            0 if moe else f / t,
-            swiglu,
-            g < a,
-            m.position_embedding is PositionEmbedding.rope,
-        )
-    # attention core: causal, CP ranks each see all s keys for their s/c queries
+    return elems, casts, d_qk, d_v
+
+
+def _moe_mlp(
+    spec: TrainSpec,
+    hw: Hw,
+    lt: LayerTime,
+    prec: str,
+    t: int,
+    tsp: int,
+    tok: float,
+    ep: int,
+    etp: int,
+    elems: float,
+    casts: float,
+) -> tuple[float, float]:
+    """An MoE layer's routed experts (grouped GEMMs), router and shared expert added to ``lt``;
+    returns ``(elems, casts)`` with the layer's element-wise and cast bytes per token added."""
+    m = spec.model
+    h = m.hidden_size
+    swiglu = m.activation is Activation.swiglu
+    cf = 2 if swiglu else 1
+    E = filled(m.num_experts, "model.num_experts")
+    k_top = m.moe_router_topk
+    f_e = filled(m.moe_ffn_hidden_size, "model.moe_ffn_hidden_size")
+    local = max(E // max(ep, 1), 1)
+    m_e = ep * (tok / tsp) * k_top / E * etp  # ETP ranks each see the whole expert batch
+    _lin(lt, hw, m_e, cf * f_e / etp, h, prec, local)
+    _lin(lt, hw, m_e, h, f_e / etp, prec, local)
+    _lin(lt, hw, tok / tsp, E, h, "bf16")  # router
+    # per token copy (k_top / tsp of them per token of ``tok``): permute + un-permute (read +
+    # write h each), the expert activation
+    elems += k_top / tsp * (4 * h + (3 if swiglu else 2) * f_e / etp)
+    if prec in LOW_PRECISIONS:
+        casts += k_top / tsp * (2 * h + cf * f_e / etp + f_e / etp)
+    f_s = m.moe_shared_expert_intermediate_size or 0
+    if f_s:
+        _lin(lt, hw, tok, cf * f_s / t, h, prec)
+        _lin(lt, hw, tok, h, f_s / t, prec)
+        elems += (3 if swiglu else 2) * f_s / t
+    lt.fixed_f += hw.moe_overhead_s
+    lt.fixed_b += hw.moe_overhead_s
+    return elems, casts
+
+
+def _dense_mlp(
+    spec: TrainSpec,
+    hw: Hw,
+    lt: LayerTime,
+    prec: str,
+    t: int,
+    tok: float,
+    elems: float,
+    casts: float,
+) -> tuple[float, float]:
+    """A dense layer's MLP (column- and row-parallel GEMMs) added to ``lt``; returns
+    ``(elems, casts)`` with its element-wise and cast bytes per token added."""
+    m = spec.model
+    h = m.hidden_size
+    swiglu = m.activation is Activation.swiglu
+    cf = 2 if swiglu else 1
+    f = filled(m.ffn_hidden_size, "model.ffn_hidden_size")
+    _lin(lt, hw, tok, cf * f / t, h, prec)
+    _lin(lt, hw, tok, h, f / t, prec)
+    elems += (3 if swiglu else 2) * f / t
+    if prec in LOW_PRECISIONS:
+        casts += 2 * h + cf * f / t + f / t
+    return elems, casts
+
+
+def _attention_core(
+    spec: TrainSpec,
+    hw: Hw,
+    lt: LayerTime,
+    prec: str,
+    t: int,
+    c: int,
+    b: int,
+    tok: float,
+    d_qk: int,
+    d_v: int,
+    kv_len: float | None,
+) -> None:
+    """Sets ``lt``'s attention core seconds: the fused kernel (causal; CP ranks each see all s
+    keys for their s/c queries; its efficiency falls with short key blocks per call) or the
+    unfused score matrix (:func:`unfused_attention_seconds`)."""
+    m = spec.model
+    a = m.num_attention_heads
+    s_full = m.seq_length
     s_kv = s_full
     kv_call = s_full if kv_len is None else kv_len  # keys per call of the fused kernel
     if fused_attention(spec):
@@ -430,11 +510,6 @@ def layer_time_of(
             # its GEMMs: BF16, or fp32
             "fp32" if prec == "fp32" else "bf16",
         )
-    elem_bytes = activation_bytes(spec) * elems * tok
-    cast_bytes = 4 * casts * tok  # read 2 B, write 1 B + the transposed 1 B copy
-    lt.elem_f = (elem_bytes + cast_bytes) / hw.hbm
-    lt.elem_b = (2 * elem_bytes + cast_bytes) / hw.hbm
-    return lt
 
 
 def unfused_attention_seconds(

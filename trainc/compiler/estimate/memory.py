@@ -31,10 +31,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from trainc.compiler.decide import zero_layout
 from trainc.compiler.estimate.params import StageParams
 from trainc.compiler.ir import Plan
 from trainc.schemas import (
-    Engine,
     Fp8Format,
     Offload,
     Precision,
@@ -202,7 +202,7 @@ def megatron_state_bytes(tr: TrainingSpec) -> tuple[float, float, float]:
     return pb, gb, ob
 
 
-def _megatron_states(spec: TrainSpec, plan: Plan, sp: StageParams) -> StateBytes:
+def megatron_states(spec: TrainSpec, plan: Plan, sp: StageParams) -> StateBytes:
     """Megatron-Core: the distributed optimizer shards the fp32 master weights and Adam moments
     over dp x cp (experts over expert_dp). Megatron-FSDP (zero_stage 3, optim_grads_params)
     shards the bf16 weights and the gradient buffer the same way and holds two TransformerLayers
@@ -222,9 +222,12 @@ def _megatron_states(spec: TrainSpec, plan: Plan, sp: StageParams) -> StateBytes
     return StateBytes(params=sp.total * pb, grads=sp.total * gb, optimizer=ob * sharded)
 
 
-def _deepspeed_states(spec: TrainSpec, plan: Plan, sp: StageParams) -> StateBytes:
+def deepspeed_states(spec: TrainSpec, plan: Plan, sp: StageParams) -> StateBytes:
+    """DeepSpeed ZeRO at the decided stage (:func:`trainc.compiler.decide.zero_layout`): the
+    ZeRO table over dp x cp (:func:`zero_model_state_bytes`), the offloaded parts on the host,
+    and with ZeRO-3 the largest layer gathered (module docstring)."""
     d, t = plan.derived, spec.training
-    stage = spec.parallel.zero_stage
+    stage = zero_layout(spec).zero_stage
     pb, gb, ob = (4, 4, 8) if t.precision is Precision.fp32 else (2, 2, 12)
     n = d.dp * d.cp
     base = zero_model_state_bytes(
@@ -241,12 +244,6 @@ def _deepspeed_states(spec: TrainSpec, plan: Plan, sp: StageParams) -> StateByte
         params += pb * sp.largest_layer
         grads += gb * sp.largest_layer
     return StateBytes(params, grads, opt)
-
-
-def model_state_bytes(spec: TrainSpec, plan: Plan, stages: list[StageParams]) -> list[StateBytes]:
-    """Model-state bytes per GPU for each PP stage, by engine and ZeRO stage."""
-    fn = _deepspeed_states if spec.engine is Engine.deepspeed else _megatron_states
-    return [fn(spec, plan, sp) for sp in stages]
 
 
 def gib(num_bytes: float) -> float:

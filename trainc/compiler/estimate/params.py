@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainc.compiler.decide import traits
 from trainc.compiler.derive import full_recompute_mask, stage_chunk_sizes, stage_layer_indices
 from trainc.compiler.ir import Plan, filled
 from trainc.compiler.targets.torchtitan_ac import ac_setting, checkpointed_blocks
 from trainc.schemas import (
     Activation,
-    Engine,
     Normalization,
     PositionEmbedding,
     Recompute,
@@ -177,7 +177,7 @@ def plan_rerun_masks(plan: Plan) -> list[list[bool]]:
     otherwise)."""
     tr = plan.spec.training
     chunks = plan_stage_chunks(plan)
-    ac = ac_setting(plan.spec) if plan.spec.engine is Engine.fsdp else None
+    ac = ac_setting(plan.spec) if traits(plan.spec).torchtitan_ac else None
     if ac is not None and ac.mode == "selective_layer":  # every N-th block of the rank
         return [checkpointed_blocks(sum(c), filled(ac.every_n, "every_n")) for c in chunks]
     if tr.recompute is not Recompute.full:

@@ -31,11 +31,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainc.compiler.decide import DpSync, Sharding, traits, zero_layout
 from trainc.compiler.derive import tp_in_nvlink_domain
 from trainc.compiler.estimate.comm import StageComm
 from trainc.compiler.estimate.flops import model_flop_terms
 from trainc.compiler.estimate.fsdp_ac import recompute_parts
-from trainc.compiler.estimate.kernels import hardware, layer_precision, layer_time, logits_time
+from trainc.compiler.estimate.kernels import Hw, hardware, layer_precision, layer_time, logits_time
 from trainc.compiler.estimate.params import (
     StageParams,
     is_moe_layer,
@@ -45,7 +46,6 @@ from trainc.compiler.estimate.params import (
 )
 from trainc.compiler.ir import Plan, filled
 from trainc.schemas import (
-    Engine,
     Fp8Format,
     Offload,
     Optimizer,
@@ -141,10 +141,11 @@ def optimizer_shards(spec: TrainSpec, plan: Plan) -> tuple[int, int]:
     FSDP2 over its data-parallel mesh; (1, 1) when every rank steps every parameter."""
     d = plan.derived
     n, n_e = max(d.dp * d.cp, 1), max(d.expert_dp or 1, 1)
-    if spec.engine is Engine.megatron:
-        return (n, n_e) if d.distributed_optimizer or d.megatron_fsdp else (1, 1)
-    if spec.engine is Engine.deepspeed:
-        return (n, n) if spec.parallel.zero_stage >= 1 else (1, 1)
+    sharding = zero_layout(spec).optimizer_sharding
+    if sharding is Sharding.replicated:
+        return 1, 1
+    if sharding is Sharding.dp_cp:
+        return n, n
     return n, n_e
 
 
@@ -233,7 +234,7 @@ def offload_seconds(
 
     The host figures are round numbers, not cluster keys: read the result as a floor (0 without
     offload or with another engine)."""
-    if spec.engine is not Engine.deepspeed or shard < 1:
+    if not traits(spec).zero_offload or shard < 1:
         return 0.0
     part = params / shard
     gpn = max(spec.cluster.gpus_per_node, 1)
@@ -253,7 +254,7 @@ def _plan_offload_seconds(spec: TrainSpec, plan: Plan, params: float) -> float:
     t, d = spec.training, plan.derived
     return offload_seconds(
         spec,
-        spec.parallel.zero_stage,
+        zero_layout(spec).zero_stage,
         t.offload_optimizer is not Offload.none,
         t.offload_param is not Offload.none,
         params,
@@ -412,7 +413,8 @@ def _dp_overlap(
 ) -> None:
     """The exposed seconds of :func:`_dp_exposed` before the interference of the hidden part."""
     d, tr = plan.derived, spec.training
-    if spec.engine is Engine.fsdp or d.megatron_fsdp:
+    zero = zero_layout(spec)
+    if zero.dp_sync is DpSync.fsdp_units:
         _fsdp_exposed(sc, compute_step, n_layers)
         return
     group = max(d.dp * d.cp, 1)
@@ -422,8 +424,8 @@ def _dp_overlap(
     for c in sc.collectives.values():
         if c.axis != "dp":
             continue
-        if spec.engine is Engine.deepspeed:
-            if spec.parallel.zero_stage >= 3:
+        if zero.dp_sync is DpSync.zero:
+            if zero.zero_stage >= 3:
                 # the first layer's gather of every micro-batch has nothing to hide behind
                 layer = c.seconds / max(n_layers, 1)
                 c.exposed_seconds = min(max(c.seconds - compute_step, 0.0) + layer, c.seconds)
@@ -533,7 +535,7 @@ def kernel_step_time(
     (:func:`_dp_exposed`).
     """
     d, cl, tr = plan.derived, spec.cluster, spec.training
-    world, p, M = d.world_size, d.pp, d.num_microbatches
+    world, M = d.world_size, d.num_microbatches
     hw = hardware(spec)
     overlap = min(max(cl.comm_overlap or 0.0, 0.0), 1.0)
     reruns = plan_rerun_masks(plan)
@@ -546,84 +548,12 @@ def kernel_step_time(
     best: StepTime | None = None
     best_kinds: dict[str, float] = {}
     for r, (idx, sc) in enumerate(zip(plan_stage_layers(plan), comms, strict=True)):
-        kinds = dict.fromkeys(("gemm", "attention", "elementwise", "fixed", "recompute"), 0.0)
-        fwd = bwd = attn_core = gemm_mb = 0.0
-        parts = recompute_parts(spec, len(idx))
-        for k, (i, re) in enumerate(zip(idx, reruns[r], strict=True)):
-            key = (is_moe_layer(spec, i), layer_precision(spec, i))
-            if key not in cache:
-                cache[key] = layer_time(spec, plan, hw, *key)
-            lt = cache[key]
-            fwd += lt.forward
-            bwd += lt.backward
-            attn_core += lt.attn_f + lt.attn_b
-            kinds["gemm"] += lt.gemm_f + lt.gemm_b
-            gemm_mb += lt.gemm_f + lt.gemm_b
-            kinds["attention"] += lt.attn_f + lt.attn_b
-            kinds["elementwise"] += lt.elem_f + lt.elem_b
-            kinds["fixed"] += lt.fixed_f + lt.fixed_b
-            extra = 0.0
-            if parts is not None:  # engine=fsdp: torchtitan's modes (fsdp_ac.recompute_parts)
-                g, at, e = parts[k]
-                extra = g * lt.gemm_f + at * lt.attn_f + e * (lt.elem_f + lt.fixed_f)
-            elif tr.recompute is Recompute.full and re:
-                extra = lt.forward
-            elif tr.recompute is Recompute.selective:
-                extra = lt.attn_f
-            bwd += extra
-            kinds["recompute"] += extra
-        if r == p - 1:
-            lf, lb = logits_time(spec, plan, hw)
-            fwd, bwd = fwd + lf, bwd + lb
-            kinds["gemm"] += lf + lb
-        passes = 2 * len(idx) + sum(reruns[r])
-        launch = passes * cl.layer_overhead_us * 1e-6
-        kinds["fixed"] += launch
-        compute_mb = fwd + bwd + launch
-        sec = sc.seconds_by_axis()
-        cp_exposed = max(sec["cp"] / max(M, 1) - attn_core, 0.0)
-        pp_exposed = sec["pp"] / max(M, 1) if d.vpp <= 1 else 0.0
-        # tp_comm_overlap hides the attention / dense MLP blocks' collectives (TE linears),
-        # not the experts' ETP block or the embedding / output layer's
-        tp_te = sum(
-            c.seconds
-            for c in sc.collectives.values()
-            if c.axis == "tp" and c.name in _TE_TP_COLLECTIVES
-        )
-        share = {
-            "tp": tp_exposed_share(
-                tp_te / max(M, 1), gemm_mb, spec.parallel.tp, tp_overlap, overlap
-            ),
-            "tp_rest": 1 - overlap,
-            "ep": ep_exposed_share(
-                sec["ep"] / max(M, 1),
-                fwd + bwd,
-                M,
-                bool(tr.overlap_moe_expert_parallel_comm),
-                overlap,
-            ),
-        }
-        exposed_mb = (
-            (share["tp"] * tp_te + share["tp_rest"] * (sec["tp"] - tp_te) + share["ep"] * sec["ep"])
-            / max(M, 1)
-            + cp_exposed
-            + pp_exposed
-        )
-        for c in sc.collectives.values():
-            if c.axis == "tp":
-                c.exposed_seconds = (
-                    share["tp" if c.name in _TE_TP_COLLECTIVES else "tp_rest"] * c.seconds
-                )
-            elif c.axis == "ep":
-                c.exposed_seconds = share["ep"] * c.seconds
-            elif c.axis == "cp":
-                c.exposed_seconds = cp_exposed * M
-            elif c.axis == "pp":
-                c.exposed_seconds = pp_exposed * M
-        compute = compute_mb * M
+        sk = _stage_kernels(spec, plan, hw, r, idx, reruns[r], cache)
+        exposed_mb = _stage_exposed_per_microbatch(spec, plan, sc, sk, tp_overlap, overlap)
+        compute = sk.compute_mb * M
         piped = compute + exposed_mb * M
         idle = max(piped * bubble / (1 - bubble), 0.0)
-        _dp_exposed(spec, plan, sc, r, sps[r].total, fwd, bwd, compute, len(idx))
+        _dp_exposed(spec, plan, sc, r, sps[r].total, sk.fwd, sk.bwd, compute, len(idx))
         dp_exp = sum(c.exposed_seconds for c in sc.collectives.values() if c.axis == "dp")
         off = _plan_offload_seconds(spec, plan, sps[r].total)
         opt = step_fixed_seconds(spec, plan, sps[r].dense, sps[r].expert, hw.hbm)
@@ -639,9 +569,147 @@ def kernel_step_time(
                 0.0,
                 offload_seconds=off,
             )
-            best_kinds = {k: v * M for k, v in kinds.items()}
+            best_kinds = {k: v * M for k, v in sk.kinds.items()}
             best_kinds["optimizer"] = opt
     assert best is not None
+    return _with_throughput(spec, best, best_kinds, model_flops, world)
+
+
+@dataclass(slots=True)
+class _StageKernels:
+    """One stage's kernel seconds per micro-batch (:func:`_stage_kernels`)."""
+
+    fwd: float
+    """Forward of its layers (and the output layer on the last stage)."""
+    bwd: float
+    """Backward, with the recompute."""
+    attn_core: float
+    """The attention core's forward + backward (what the CP ring hides behind)."""
+    gemm_mb: float
+    """The layers' GEMMs, forward + backward (what TP userbuffers hide behind)."""
+    launch: float
+    """``layer_overhead_us`` per layer and pass."""
+    kinds: dict[str, float]
+    """Seconds by kernel kind: gemm, attention, elementwise, fixed, recompute."""
+
+    @property
+    def compute_mb(self) -> float:
+        """Compute seconds of one micro-batch: forward + backward + launch overhead."""
+        return self.fwd + self.bwd + self.launch
+
+
+def _stage_kernels(
+    spec: TrainSpec,
+    plan: Plan,
+    hw: Hw,
+    r: int,
+    idx: list[int],
+    rerun: list[bool],
+    cache: dict[tuple[bool, str], Any],
+) -> _StageKernels:
+    """Kernel seconds per micro-batch of stage ``r`` holding layers ``idx`` (``rerun``: the
+    layers full recompute re-runs; ``cache``: :func:`layer_time` by (MoE, precision))."""
+    tr, cl = spec.training, spec.cluster
+    kinds = dict.fromkeys(("gemm", "attention", "elementwise", "fixed", "recompute"), 0.0)
+    fwd = bwd = attn_core = gemm_mb = 0.0
+    parts = recompute_parts(spec, len(idx))
+    for k, (i, re) in enumerate(zip(idx, rerun, strict=True)):
+        key = (is_moe_layer(spec, i), layer_precision(spec, i))
+        if key not in cache:
+            cache[key] = layer_time(spec, plan, hw, *key)
+        lt = cache[key]
+        fwd += lt.forward
+        bwd += lt.backward
+        attn_core += lt.attn_f + lt.attn_b
+        kinds["gemm"] += lt.gemm_f + lt.gemm_b
+        gemm_mb += lt.gemm_f + lt.gemm_b
+        kinds["attention"] += lt.attn_f + lt.attn_b
+        kinds["elementwise"] += lt.elem_f + lt.elem_b
+        kinds["fixed"] += lt.fixed_f + lt.fixed_b
+        extra = 0.0
+        if parts is not None:  # torchtitan's modes (fsdp_ac.recompute_parts)
+            g, at, e = parts[k]
+            extra = g * lt.gemm_f + at * lt.attn_f + e * (lt.elem_f + lt.fixed_f)
+        elif tr.recompute is Recompute.full and re:
+            extra = lt.forward
+        elif tr.recompute is Recompute.selective:
+            extra = lt.attn_f
+        bwd += extra
+        kinds["recompute"] += extra
+    if r == plan.derived.pp - 1:
+        lf, lb = logits_time(spec, plan, hw)
+        fwd, bwd = fwd + lf, bwd + lb
+        kinds["gemm"] += lf + lb
+    passes = 2 * len(idx) + sum(rerun)
+    launch = passes * cl.layer_overhead_us * 1e-6
+    kinds["fixed"] += launch
+    return _StageKernels(fwd, bwd, attn_core, gemm_mb, launch, kinds)
+
+
+def _stage_exposed_per_microbatch(
+    spec: TrainSpec,
+    plan: Plan,
+    sc: StageComm,
+    sk: _StageKernels,
+    tp_overlap: bool,
+    overlap: float,
+) -> float:
+    """Exposed TP, EP, CP and PP seconds of one micro-batch of a stage (see
+    :func:`kernel_step_time`); sets each of those collectives' ``exposed_seconds`` (per step)."""
+    d, tr = plan.derived, spec.training
+    M = d.num_microbatches
+    sec = sc.seconds_by_axis()
+    cp_exposed = max(sec["cp"] / max(M, 1) - sk.attn_core, 0.0)
+    pp_exposed = sec["pp"] / max(M, 1) if d.vpp <= 1 else 0.0
+    # tp_comm_overlap hides the attention / dense MLP blocks' collectives (TE linears),
+    # not the experts' ETP block or the embedding / output layer's
+    tp_te = sum(
+        c.seconds
+        for c in sc.collectives.values()
+        if c.axis == "tp" and c.name in _TE_TP_COLLECTIVES
+    )
+    share = {
+        "tp": tp_exposed_share(
+            tp_te / max(M, 1), sk.gemm_mb, spec.parallel.tp, tp_overlap, overlap
+        ),
+        "tp_rest": 1 - overlap,
+        "ep": ep_exposed_share(
+            sec["ep"] / max(M, 1),
+            sk.fwd + sk.bwd,
+            M,
+            bool(tr.overlap_moe_expert_parallel_comm),
+            overlap,
+        ),
+    }
+    exposed_mb = (
+        (share["tp"] * tp_te + share["tp_rest"] * (sec["tp"] - tp_te) + share["ep"] * sec["ep"])
+        / max(M, 1)
+        + cp_exposed
+        + pp_exposed
+    )
+    for c in sc.collectives.values():
+        if c.axis == "tp":
+            c.exposed_seconds = (
+                share["tp" if c.name in _TE_TP_COLLECTIVES else "tp_rest"] * c.seconds
+            )
+        elif c.axis == "ep":
+            c.exposed_seconds = share["ep"] * c.seconds
+        elif c.axis == "cp":
+            c.exposed_seconds = cp_exposed * M
+        elif c.axis == "pp":
+            c.exposed_seconds = pp_exposed * M
+    return exposed_mb
+
+
+def _with_throughput(
+    spec: TrainSpec,
+    best: StepTime,
+    kinds: dict[str, float],
+    model_flops: float,
+    world: int,
+) -> StepTime:
+    """The critical stage's :class:`StepTime` with tokens/s, MFU and compute by kind."""
+    cl, tr = spec.cluster, spec.training
     t = best.step_time_seconds
     tokens = tr.global_batch_size * spec.model.seq_length
     peak = filled(cl.peak_tflops, "cluster.peak_tflops") * 1e12
@@ -654,6 +722,6 @@ def kernel_step_time(
         best.critical_stage,
         tokens / t if t > 0 else 0.0,
         min(max(mfu, 0.0), 1.0),
-        best_kinds,
+        kinds,
         best.offload_seconds,
     )

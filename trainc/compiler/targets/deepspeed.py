@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainc.compiler.decide import zero_layout
 from trainc.compiler.derive import Derived
 from trainc.schemas import LrDecayStyle, Offload, Optimizer, Precision, TrainSpec
 
@@ -49,7 +50,7 @@ def _offload(device: Offload, nvme_path: str | None, buffer_count: int) -> dict[
 def zero_optimization(spec: TrainSpec) -> dict[str, Any]:
     """The ``zero_optimization`` block for the spec's stage, with only the keys that stage uses
     (``DeepSpeedZeroConfig`` of 0.19.8; no removed MiCS/LoCo keys; ints, not floats)."""
-    stage, t = spec.parallel.zero_stage, spec.training
+    stage, t = zero_layout(spec).zero_stage, spec.training
     z: dict[str, Any] = {"stage": stage}
     if stage == 0:
         return z
@@ -156,7 +157,7 @@ def deepspeed_config(spec: TrainSpec, d: Derived) -> dict[str, Any]:
         "optimizer": optimizer(spec),
         "scheduler": scheduler(spec),
     }
-    if t.optimizer is Optimizer.sgd and spec.parallel.zero_stage >= 1:
+    if t.optimizer is Optimizer.sgd and zero_layout(spec).zero_stage >= 1:
         # torch.optim.SGD is not on DeepSpeed's list of ZeRO-tested optimizers
         # (runtime/zero/utils.py ZERO_SUPPORTED_OPTIMIZERS); initialize refuses it without this
         cfg["zero_allow_untested_optimizer"] = True

@@ -16,15 +16,12 @@ Names are those of megatron-core 0.16.1 (``initialize_model_parallel``, ``Transf
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from trainc.compiler.derive import Derived, megatron_fsdp, moe_layer_pattern
-from trainc.compiler.targets.settings import (
-    distributed_optimizer,
-    grad_reduce_in_fp32,
-    interleaved,
-    layers_per_virtual_stage,
-)
+from trainc.compiler.decide import grad_reduce_in_fp32, interleaved, zero_layout
+from trainc.compiler.derive import Derived, moe_layer_pattern
+from trainc.compiler.targets.settings import layers_per_virtual_stage
 from trainc.schemas import (
     Activation,
     Device,
@@ -64,10 +61,41 @@ def megatron_core_kwargs(spec: TrainSpec, d: Derived) -> dict[str, dict[str, Any
     Raises AssertionError if ``d`` does not describe a valid layout (the validators guarantee it).
     """
     assert d.dp is not None and d.num_microbatches is not None
+    return {
+        "initialize_model_parallel": model_parallel_kwargs(spec, d),
+        "TransformerConfig": transformer_config_kwargs(spec, d),
+        "GPTModel": gpt_model_kwargs(spec, d),
+        "DistributedDataParallelConfig": ddp_config_kwargs(spec),
+        "OptimizerConfig": optimizer_config_kwargs(spec),
+        "OptimizerParamScheduler": scheduler_kwargs(spec),
+        "forward_backward_func": schedule_kwargs(spec, d),
+        "callables": {
+            "TransformerConfig": {"activation_func": ACTIVATION[spec.model.activation][1]}
+        },
+    }
+
+
+def model_parallel_kwargs(spec: TrainSpec, d: Derived) -> dict[str, Any]:
+    """``initialize_model_parallel``: the parallel degrees and Megatron-Core's rank order."""
+    p = spec.parallel
+    vpp = p.vpp if p.vpp > 1 else None
+    return {
+        "tensor_model_parallel_size": p.tp,
+        "pipeline_model_parallel_size": p.pp,
+        "virtual_pipeline_model_parallel_size": vpp,
+        "context_parallel_size": p.cp,
+        "expert_model_parallel_size": p.ep,
+        "expert_tensor_parallel_size": d.etp,
+        "order": RANK_ORDER,
+    }
+
+
+def transformer_config_kwargs(spec: TrainSpec, d: Derived) -> dict[str, Any]:
+    """``TransformerConfig``: shape, parallelism, schedule, precision, recompute, overlaps, MLA,
+    experts and Megatron-FSDP's gradient-accumulation fusion (off)."""
     m, p, t, lc = spec.model, spec.parallel, spec.training, spec.launch
-    moe = m.num_experts is not None
     dtype = TORCH_DTYPE[t.precision]
-    glu, act = ACTIVATION[m.activation]
+    glu, _ = ACTIVATION[m.activation]
     full = t.recompute is Recompute.full
     vpp = p.vpp if p.vpp > 1 else None
     cpu = lc.device is Device.cpu
@@ -120,104 +148,129 @@ def megatron_core_kwargs(spec: TrainSpec, d: Derived) -> dict[str, dict[str, Any
     tc.update(mla_kwargs(spec))
     if m.qk_layernorm:  # query / key head norms (Qwen3); MLA sets it itself
         tc["qk_layernorm"] = True
-    if moe:
-        tc.update(
-            {
-                "num_moe_experts": m.num_experts,
-                "moe_router_topk": m.moe_router_topk,
-                "moe_ffn_hidden_size": m.moe_ffn_hidden_size,
-                "moe_layer_freq": moe_layer_freq(spec),
-                "moe_token_dispatcher_type": m.moe_token_dispatcher_type.value,
-                "moe_router_pre_softmax": bool(m.moe_router_pre_softmax),
-                "moe_shared_expert_intermediate_size": m.moe_shared_expert_intermediate_size,
-                "moe_router_load_balancing_type": m.moe_router_load_balancing_type.value,
-                "moe_aux_loss_coeff": float(m.moe_aux_loss_coeff),
-                "moe_z_loss_coeff": _float(m.moe_z_loss_coeff),
-                "moe_router_score_function": m.moe_router_score_function.value,
-                "moe_router_topk_scaling_factor": _float(m.moe_router_topk_scaling_factor),
-                "moe_expert_capacity_factor": _float(m.moe_expert_capacity_factor),
-                # Transformer Engine's grouped GEMM over the local experts (TEGroupedMLP), which the
-                # kernel model times; the local layers on CPU have none (SequentialMLP)
-                "moe_grouped_gemm": not cpu,
-            }
-        )
+    if m.num_experts is not None:
+        tc.update(moe_kwargs(spec))
         tc.update(moe_dispatch_kwargs(spec))
         tc.update(moe_router_kwargs(spec))
     if m.mtp_num_layers:
         tc["mtp_num_layers"] = m.mtp_num_layers
-    distopt, mfsdp = distributed_optimizer(spec), megatron_fsdp(spec)
-    if mfsdp:  # the Megatron-FSDP user guide's required --no-gradient-accumulation-fusion
+    if zero_layout(spec).megatron_fsdp:
+        # the Megatron-FSDP user guide's required --no-gradient-accumulation-fusion
         tc["gradient_accumulation_fusion"] = False
+    return tc
+
+
+def moe_kwargs(spec: TrainSpec) -> dict[str, Any]:
+    """``TransformerConfig``'s expert keys of an MoE model (dispatcher and router extras:
+    :func:`moe_dispatch_kwargs`, :func:`moe_router_kwargs`)."""
+    m = spec.model
+    cpu = spec.launch.device is Device.cpu
     return {
-        "initialize_model_parallel": {
-            "tensor_model_parallel_size": p.tp,
-            "pipeline_model_parallel_size": p.pp,
-            "virtual_pipeline_model_parallel_size": vpp,
-            "context_parallel_size": p.cp,
-            "expert_model_parallel_size": p.ep,
-            "expert_tensor_parallel_size": d.etp,
-            "order": RANK_ORDER,
-        },
-        "TransformerConfig": tc,
-        "GPTModel": {
-            "vocab_size": d.padded_vocab_size,
-            "max_sequence_length": m.max_position_embeddings,
-            "position_embedding_type": POSITION_EMBEDDING[m.position_embedding],
-            "rotary_base": m.rotary_base,
-            "rotary_percent": float(m.rotary_percent),
-            "rope_scaling": m.rope_scaling_factor is not None,
-            "rope_scaling_factor": float(m.rope_scaling_factor or 8.0),
-            "share_embeddings_and_output_weights": not m.untie_embeddings_and_output_weights,
-        },
-        "DistributedDataParallelConfig": {
-            "use_distributed_optimizer": distopt,
-            **(
-                {"use_megatron_fsdp": True, "data_parallel_sharding_strategy": "optim_grads_params"}
-                if mfsdp
-                else {}
-            ),
-            "grad_reduce_in_fp32": grad_reduce_in_fp32(spec),
-            "overlap_grad_reduce": bool(t.overlap_grad_reduce),
-            "overlap_param_gather": bool(t.overlap_param_gather),
-            **({"fp8_param_gather": True} if t.fp8_param_gather else {}),
-        },
-        "OptimizerConfig": {
-            "optimizer": t.optimizer.value,
-            "lr": float(t.lr),
-            "min_lr": float(t.min_lr),
-            "weight_decay": float(t.weight_decay),
-            "clip_grad": float(t.grad_clip),
-            "adam_beta1": float(t.adam_beta1),
-            "adam_beta2": float(t.adam_beta2),
-            "adam_eps": float(t.adam_eps),
-            "sgd_momentum": float(t.sgd_momentum),
-            "bf16": t.precision is Precision.bf16,
-            "fp16": t.precision is Precision.fp16,
-            "params_dtype": dtype,
-            "use_distributed_optimizer": distopt,
-            **optimizer_state_kwargs(spec),
-        },
-        "OptimizerParamScheduler": {
-            "init_lr": 0.0,
-            "max_lr": float(t.lr),
-            "min_lr": float(t.min_lr),
-            "lr_warmup_steps": t.lr_warmup_iters,
-            "lr_decay_steps": t.lr_decay_iters,
-            "lr_decay_style": t.lr_decay_style.value,
-            "start_wd": float(t.weight_decay),
-            "end_wd": float(t.weight_decay),
-            "wd_incr_steps": t.train_iters,
-            "wd_incr_style": "constant",
-            "wsd_decay_steps": t.lr_wsd_decay_iters,
-            "lr_wsd_decay_style": t.lr_wsd_decay_style.value,
-        },
-        "forward_backward_func": {
-            "num_microbatches": d.num_microbatches,
-            "seq_length": m.seq_length,
-            "micro_batch_size": t.micro_batch_size,
-            "decoder_seq_length": m.seq_length,
-        },
-        "callables": {"TransformerConfig": {"activation_func": act}},
+        "num_moe_experts": m.num_experts,
+        "moe_router_topk": m.moe_router_topk,
+        "moe_ffn_hidden_size": m.moe_ffn_hidden_size,
+        "moe_layer_freq": moe_layer_freq(spec),
+        "moe_token_dispatcher_type": m.moe_token_dispatcher_type.value,
+        "moe_router_pre_softmax": bool(m.moe_router_pre_softmax),
+        "moe_shared_expert_intermediate_size": m.moe_shared_expert_intermediate_size,
+        "moe_router_load_balancing_type": m.moe_router_load_balancing_type.value,
+        "moe_aux_loss_coeff": float(m.moe_aux_loss_coeff),
+        "moe_z_loss_coeff": _float(m.moe_z_loss_coeff),
+        "moe_router_score_function": m.moe_router_score_function.value,
+        "moe_router_topk_scaling_factor": _float(m.moe_router_topk_scaling_factor),
+        "moe_expert_capacity_factor": _float(m.moe_expert_capacity_factor),
+        # Transformer Engine's grouped GEMM over the local experts (TEGroupedMLP), which the
+        # kernel model times; the local layers on CPU have none (SequentialMLP)
+        "moe_grouped_gemm": not cpu,
+    }
+
+
+def gpt_model_kwargs(spec: TrainSpec, d: Derived) -> dict[str, Any]:
+    """``GPTModel``: padded vocabulary, positions (RoPE and its scaling), tied embeddings."""
+    m = spec.model
+    return {
+        "vocab_size": d.padded_vocab_size,
+        "max_sequence_length": m.max_position_embeddings,
+        "position_embedding_type": POSITION_EMBEDDING[m.position_embedding],
+        "rotary_base": m.rotary_base,
+        "rotary_percent": float(m.rotary_percent),
+        "rope_scaling": m.rope_scaling_factor is not None,
+        "rope_scaling_factor": float(m.rope_scaling_factor or 8.0),
+        "share_embeddings_and_output_weights": not m.untie_embeddings_and_output_weights,
+    }
+
+
+def ddp_config_kwargs(spec: TrainSpec) -> dict[str, Any]:
+    """``DistributedDataParallelConfig``: the decided ZeRO layout
+    (:func:`trainc.compiler.decide.zero_layout`), fp32 gradient reduction, the overlaps."""
+    t = spec.training
+    zero = zero_layout(spec)
+    distopt, mfsdp = zero.distributed_optimizer, zero.megatron_fsdp
+    return {
+        "use_distributed_optimizer": distopt,
+        **(
+            {"use_megatron_fsdp": True, "data_parallel_sharding_strategy": "optim_grads_params"}
+            if mfsdp
+            else {}
+        ),
+        "grad_reduce_in_fp32": grad_reduce_in_fp32(spec),
+        "overlap_grad_reduce": bool(t.overlap_grad_reduce),
+        "overlap_param_gather": bool(t.overlap_param_gather),
+        **({"fp8_param_gather": True} if t.fp8_param_gather else {}),
+    }
+
+
+def optimizer_config_kwargs(spec: TrainSpec) -> dict[str, Any]:
+    """``OptimizerConfig``: the optimizer, its hyperparameters, dtypes and the distributed
+    optimizer switch."""
+    t = spec.training
+    dtype = TORCH_DTYPE[t.precision]
+    distopt = zero_layout(spec).distributed_optimizer
+    return {
+        "optimizer": t.optimizer.value,
+        "lr": float(t.lr),
+        "min_lr": float(t.min_lr),
+        "weight_decay": float(t.weight_decay),
+        "clip_grad": float(t.grad_clip),
+        "adam_beta1": float(t.adam_beta1),
+        "adam_beta2": float(t.adam_beta2),
+        "adam_eps": float(t.adam_eps),
+        "sgd_momentum": float(t.sgd_momentum),
+        "bf16": t.precision is Precision.bf16,
+        "fp16": t.precision is Precision.fp16,
+        "params_dtype": dtype,
+        "use_distributed_optimizer": distopt,
+        **optimizer_state_kwargs(spec),
+    }
+
+
+def scheduler_kwargs(spec: TrainSpec) -> dict[str, Any]:
+    """``OptimizerParamScheduler``: learning-rate warm-up and decay, constant weight decay."""
+    t = spec.training
+    return {
+        "init_lr": 0.0,
+        "max_lr": float(t.lr),
+        "min_lr": float(t.min_lr),
+        "lr_warmup_steps": t.lr_warmup_iters,
+        "lr_decay_steps": t.lr_decay_iters,
+        "lr_decay_style": t.lr_decay_style.value,
+        "start_wd": float(t.weight_decay),
+        "end_wd": float(t.weight_decay),
+        "wd_incr_steps": t.train_iters,
+        "wd_incr_style": "constant",
+        "wsd_decay_steps": t.lr_wsd_decay_iters,
+        "lr_wsd_decay_style": t.lr_wsd_decay_style.value,
+    }
+
+
+def schedule_kwargs(spec: TrainSpec, d: Derived) -> dict[str, Any]:
+    """``forward_backward_func``: micro-batches per step, sequence length, micro-batch size."""
+    m, t = spec.model, spec.training
+    return {
+        "num_microbatches": d.num_microbatches,
+        "seq_length": m.seq_length,
+        "micro_batch_size": t.micro_batch_size,
+        "decoder_seq_length": m.seq_length,
     }
 
 
@@ -397,19 +450,36 @@ def megatron_lm_entries(
     ``derived.checkpoint_format`` when that is a Megatron-LM format (not for the trainc worker's
     own files); ``--load`` is resume.load_dir, else launch.save_dir.
     """
-    m, p, t, lc, data = spec.model, spec.parallel, spec.training, spec.launch, spec.data
-    tc, gpt, opt = core["TransformerConfig"], core["GPTModel"], core["OptimizerConfig"]
-    sched, ddp = core["OptimizerParamScheduler"], core["DistributedDataParallelConfig"]
+    c = _core_reader(core)
+    return [
+        *_model_flags(spec, core),
+        *_data_flags(spec),
+        *_parallel_flags(spec, d, core),
+        *(_moe_flags(core) if core["TransformerConfig"].get("num_moe_experts") is not None else []),
+        c("--mtp-num-layers", "TransformerConfig", "mtp_num_layers"),
+        *_batch_precision_flags(spec, core),
+        *_optimizer_flags(core),
+        *_run_flags(spec, d, core),
+    ]
+
+
+def _core_reader(core: dict[str, dict[str, Any]]) -> Callable[[str, str, str], FlagEntry]:
+    """``c(flag, group, key)``: the entry whose value is Megatron-Core's ``core[group][key]``."""
 
     def c(flag: str, group: str, key: str) -> FlagEntry:
         return (flag, core[group].get(key), (group, key))
 
+    return c
+
+
+def _model_flags(spec: TrainSpec, core: dict[str, dict[str, Any]]) -> list[FlagEntry]:
+    """The model's shape, attention, positions, norms, init, dropout and vocabulary."""
+    m = spec.model
+    tc, gpt = core["TransformerConfig"], core["GPTModel"]
+    c = _core_reader(core)
     gqa = tc["num_query_groups"] < tc["num_attention_heads"]
     rope = m.position_embedding is PositionEmbedding.rope
-    adam = opt["optimizer"] == Optimizer.adam.value
-    lpvs = layers_per_virtual_stage(spec, d)
-    moe = tc.get("num_moe_experts") is not None
-    out: list[FlagEntry] = [
+    return [
         c("--num-layers", "TransformerConfig", "num_layers"),
         c("--hidden-size", "TransformerConfig", "hidden_size"),
         c("--num-attention-heads", "TransformerConfig", "num_attention_heads"),
@@ -465,6 +535,13 @@ def megatron_lm_entries(
         ("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by, None),
         ("--tokenizer-type", "NullTokenizer", None),
         ("--vocab-size", m.vocab_size, None),
+    ]
+
+
+def _data_flags(spec: TrainSpec) -> list[FlagEntry]:
+    """Mock data or the data path / blend, its split and the document masks."""
+    lc, data = spec.launch, spec.data
+    return [
         ("--mock-data", lc.data_path is None and data.paths is None, None),
         (
             "--data-path",
@@ -481,6 +558,18 @@ def megatron_lm_entries(
         ("--reset-position-ids", data.reset_position_ids, None),
         ("--reset-attention-mask", data.reset_attention_mask, None),
         ("--eod-mask-loss", data.eod_mask_loss, None),
+    ]
+
+
+def _parallel_flags(
+    spec: TrainSpec, d: Derived, core: dict[str, dict[str, Any]]
+) -> list[FlagEntry]:
+    """TP, PP (virtual stages, uneven splits), CP, EP, SP, overlaps and the DDP layout."""
+    p = spec.parallel
+    tc, ddp = core["TransformerConfig"], core["DistributedDataParallelConfig"]
+    c = _core_reader(core)
+    lpvs = layers_per_virtual_stage(spec, d)
+    return [
         c("--tensor-model-parallel-size", "TransformerConfig", "tensor_model_parallel_size"),
         c("--pipeline-model-parallel-size", "TransformerConfig", "pipeline_model_parallel_size"),
         ("--num-layers-per-virtual-pipeline-stage", lpvs, None),
@@ -551,60 +640,70 @@ def megatron_lm_entries(
             ("DistributedDataParallelConfig", "overlap_param_gather"),
         ),
     ]
-    if moe:
-        out += [
-            c("--num-experts", "TransformerConfig", "num_moe_experts"),
-            c("--moe-router-topk", "TransformerConfig", "moe_router_topk"),
-            c("--moe-ffn-hidden-size", "TransformerConfig", "moe_ffn_hidden_size"),
-            (
-                "--moe-layer-freq",
-                layer_freq_flag(tc.get("moe_layer_freq")),
-                ("TransformerConfig", "moe_layer_freq"),
-            ),
-            c("--moe-token-dispatcher-type", "TransformerConfig", "moe_token_dispatcher_type"),
-            c("--moe-router-pre-softmax", "TransformerConfig", "moe_router_pre_softmax"),
-            c(
-                "--moe-shared-expert-intermediate-size",
-                "TransformerConfig",
-                "moe_shared_expert_intermediate_size",
-            ),
-            c(
-                "--moe-router-load-balancing-type",
-                "TransformerConfig",
-                "moe_router_load_balancing_type",
-            ),
-            c("--moe-aux-loss-coeff", "TransformerConfig", "moe_aux_loss_coeff"),
-            c("--moe-z-loss-coeff", "TransformerConfig", "moe_z_loss_coeff"),
-            c("--moe-router-score-function", "TransformerConfig", "moe_router_score_function"),
-            c(
-                "--moe-router-topk-scaling-factor",
-                "TransformerConfig",
-                "moe_router_topk_scaling_factor",
-            ),
-            c("--moe-expert-capacity-factor", "TransformerConfig", "moe_expert_capacity_factor"),
-            c("--moe-grouped-gemm", "TransformerConfig", "moe_grouped_gemm"),
-            c("--moe-flex-dispatcher-backend", "TransformerConfig", "moe_flex_dispatcher_backend"),
-            c(
-                "--moe-pad-expert-input-to-capacity",
-                "TransformerConfig",
-                "moe_pad_expert_input_to_capacity",
-            ),
-            c(
-                "--moe-router-padding-for-quantization",
-                "TransformerConfig",
-                "moe_router_padding_for_quantization",
-            ),
-            c("--moe-router-num-groups", "TransformerConfig", "moe_router_num_groups"),
-            c("--moe-router-group-topk", "TransformerConfig", "moe_router_group_topk"),
-            c(
-                "--moe-router-enable-expert-bias",
-                "TransformerConfig",
-                "moe_router_enable_expert_bias",
-            ),
-        ]
-    out.append(c("--mtp-num-layers", "TransformerConfig", "mtp_num_layers"))
-    wsd = sched["lr_decay_style"] == "WSD"
-    out += [
+
+
+def _moe_flags(core: dict[str, dict[str, Any]]) -> list[FlagEntry]:
+    """The experts, their router and dispatcher (an MoE model only)."""
+    tc = core["TransformerConfig"]
+    c = _core_reader(core)
+    return [
+        c("--num-experts", "TransformerConfig", "num_moe_experts"),
+        c("--moe-router-topk", "TransformerConfig", "moe_router_topk"),
+        c("--moe-ffn-hidden-size", "TransformerConfig", "moe_ffn_hidden_size"),
+        (
+            "--moe-layer-freq",
+            layer_freq_flag(tc.get("moe_layer_freq")),
+            ("TransformerConfig", "moe_layer_freq"),
+        ),
+        c("--moe-token-dispatcher-type", "TransformerConfig", "moe_token_dispatcher_type"),
+        c("--moe-router-pre-softmax", "TransformerConfig", "moe_router_pre_softmax"),
+        c(
+            "--moe-shared-expert-intermediate-size",
+            "TransformerConfig",
+            "moe_shared_expert_intermediate_size",
+        ),
+        c(
+            "--moe-router-load-balancing-type",
+            "TransformerConfig",
+            "moe_router_load_balancing_type",
+        ),
+        c("--moe-aux-loss-coeff", "TransformerConfig", "moe_aux_loss_coeff"),
+        c("--moe-z-loss-coeff", "TransformerConfig", "moe_z_loss_coeff"),
+        c("--moe-router-score-function", "TransformerConfig", "moe_router_score_function"),
+        c(
+            "--moe-router-topk-scaling-factor",
+            "TransformerConfig",
+            "moe_router_topk_scaling_factor",
+        ),
+        c("--moe-expert-capacity-factor", "TransformerConfig", "moe_expert_capacity_factor"),
+        c("--moe-grouped-gemm", "TransformerConfig", "moe_grouped_gemm"),
+        c("--moe-flex-dispatcher-backend", "TransformerConfig", "moe_flex_dispatcher_backend"),
+        c(
+            "--moe-pad-expert-input-to-capacity",
+            "TransformerConfig",
+            "moe_pad_expert_input_to_capacity",
+        ),
+        c(
+            "--moe-router-padding-for-quantization",
+            "TransformerConfig",
+            "moe_router_padding_for_quantization",
+        ),
+        c("--moe-router-num-groups", "TransformerConfig", "moe_router_num_groups"),
+        c("--moe-router-group-topk", "TransformerConfig", "moe_router_group_topk"),
+        c(
+            "--moe-router-enable-expert-bias",
+            "TransformerConfig",
+            "moe_router_enable_expert_bias",
+        ),
+    ]
+
+
+def _batch_precision_flags(spec: TrainSpec, core: dict[str, dict[str, Any]]) -> list[FlagEntry]:
+    """Batch sizes, BF16 / FP16 / FP8 / FP4, optimizer state dtypes and recompute."""
+    t = spec.training
+    opt, ddp = core["OptimizerConfig"], core["DistributedDataParallelConfig"]
+    c = _core_reader(core)
+    return [
         c("--micro-batch-size", "forward_backward_func", "micro_batch_size"),
         ("--global-batch-size", t.global_batch_size, None),
         c("--bf16", "TransformerConfig", "bf16"),
@@ -627,6 +726,16 @@ def megatron_lm_entries(
         c("--recompute-granularity", "TransformerConfig", "recompute_granularity"),
         c("--recompute-method", "TransformerConfig", "recompute_method"),
         c("--recompute-num-layers", "TransformerConfig", "recompute_num_layers"),
+    ]
+
+
+def _optimizer_flags(core: dict[str, dict[str, Any]]) -> list[FlagEntry]:
+    """The optimizer, its learning-rate schedule and hyperparameters, gradient clipping."""
+    opt, sched = core["OptimizerConfig"], core["OptimizerParamScheduler"]
+    c = _core_reader(core)
+    adam = opt["optimizer"] == Optimizer.adam.value
+    wsd = sched["lr_decay_style"] == "WSD"
+    return [
         c("--optimizer", "OptimizerConfig", "optimizer"),
         c("--lr", "OptimizerConfig", "lr"),
         c("--min-lr", "OptimizerConfig", "min_lr"),
@@ -654,6 +763,14 @@ def megatron_lm_entries(
             ("OptimizerConfig", "sgd_momentum"),
         ),
         c("--clip-grad", "OptimizerConfig", "clip_grad"),
+    ]
+
+
+def _run_flags(spec: TrainSpec, d: Derived, core: dict[str, dict[str, Any]]) -> list[FlagEntry]:
+    """Iterations, seed, checkpoints, logging, backend and the transformer implementation."""
+    t, lc = spec.training, spec.launch
+    c = _core_reader(core)
+    return [
         ("--train-iters", t.train_iters, None),
         ("--seed", t.seed, None),
         ("--save", lc.save_dir, None),
@@ -673,7 +790,6 @@ def megatron_lm_entries(
         c("--transformer-impl", "TransformerConfig", "transformer_impl"),
         c("--use-cpu-initialization", "TransformerConfig", "use_cpu_initialization"),
     ]
-    return out
 
 
 def _state_flag(torch_name: str | None) -> str | None:

@@ -1,0 +1,101 @@
+"""An engine is a registration: every :class:`~trainc.schemas.Engine` has one row in each table
+the compiler looks engines up in (docs/engines.md "Adding an engine"), and what
+``parallel.zero_stage`` means on each engine is decided once (:mod:`trainc.compiler.decide`).
+
+Sources of the expected meanings: Megatron-LM core_v0.16.1 ``megatron/training/arguments.py``
+(``--use-distributed-optimizer``; Megatron-FSDP's ``--use-megatron-fsdp`` with
+``optim_grads_params``), DeepSpeed 0.19.8 ``zero_optimization.stage``, torchtitan 0.3.0
+``fully_shard`` (parameters, gradients and optimizer states sharded whatever zero_stage says).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+import trainc
+from trainc.compiler.decide import ENGINE_TRAITS, DpSync, Sharding, zero_layout
+from trainc.compiler.derive import derive
+from trainc.compiler.estimate.engines import ESTIMATES
+from trainc.compiler.ir import Engines
+from trainc.compiler.normalize import normalize
+from trainc.compiler.targets import SECTIONS, TARGETS, engine_configs
+from trainc.schemas import (
+    ClusterSpec,
+    DataSpec,
+    Engine,
+    ModelSpec,
+    ParallelSpec,
+    TrainingSpec,
+    TrainSpec,
+)
+
+
+def _spec(engine: Engine, zero_stage: int = 1) -> TrainSpec:
+    """A small dense spec on one 8-GPU node (dp 8)."""
+    return TrainSpec(
+        engine=engine,
+        model=ModelSpec(
+            num_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=1000, seq_length=128
+        ),
+        cluster=ClusterSpec(num_nodes=1, gpus_per_node=8),
+        parallel=ParallelSpec(zero_stage=zero_stage),
+        training=TrainingSpec(global_batch_size=64, train_iters=10),
+        data=DataSpec(num_samples=10000),
+    )
+
+
+@pytest.mark.parametrize("engine", list(Engine), ids=lambda e: e.value)
+def test_every_engine_has_one_row_in_each_table(engine: Engine) -> None:
+    assert engine in TARGETS and engine in ENGINE_TRAITS and engine in ESTIMATES
+    target = TARGETS[engine]
+    assert target.section in SECTIONS
+    assert target.section in {f.name for f in dataclasses.fields(Engines)}
+    # the worker module is named, never imported by the compiler (it imports torch)
+    worker = Path(trainc.__file__).parent.parent / (target.worker.replace(".", "/") + ".py")
+    assert worker.is_file(), target.worker
+
+
+def test_the_sections_are_the_ir_fields_in_order() -> None:
+    assert tuple(f.name for f in dataclasses.fields(Engines)) == SECTIONS
+
+
+@pytest.mark.parametrize(
+    ("stage", "distopt", "mfsdp", "sharding", "sync"),
+    [
+        (0, False, False, Sharding.replicated, DpSync.ddp_buckets),
+        (1, True, False, Sharding.dp_cp_expert_dp, DpSync.ddp_buckets),
+        (2, False, False, Sharding.replicated, DpSync.ddp_buckets),
+        (3, True, True, Sharding.dp_cp_expert_dp, DpSync.fsdp_units),
+    ],
+)
+def test_zero_stage_on_megatron(
+    stage: int, distopt: bool, mfsdp: bool, sharding: Sharding, sync: DpSync
+) -> None:
+    z = zero_layout(_spec(Engine.megatron, stage))
+    assert (z.distributed_optimizer, z.megatron_fsdp, z.zero_stage) == (distopt, mfsdp, 0)
+    assert (z.optimizer_sharding, z.dp_sync) == (sharding, sync)
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_zero_stage_on_deepspeed_is_the_zero_stage(stage: int) -> None:
+    z = zero_layout(_spec(Engine.deepspeed, stage))
+    assert (z.distributed_optimizer, z.megatron_fsdp, z.zero_stage) == (False, False, stage)
+    assert z.optimizer_sharding is (Sharding.dp_cp if stage else Sharding.replicated)
+    assert z.dp_sync is DpSync.zero
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_zero_stage_on_fsdp_changes_nothing(stage: int) -> None:
+    assert zero_layout(_spec(Engine.fsdp, stage)) == zero_layout(_spec(Engine.fsdp, 1))
+
+
+@pytest.mark.parametrize("engine", list(Engine), ids=lambda e: e.value)
+def test_engine_configs_fill_the_engines_own_section(engine: Engine) -> None:
+    spec = normalize(_spec(engine))
+    out = engine_configs(spec, derive(spec))
+    assert list(out) == list(SECTIONS)
+    filled = {k for k, v in out.items() if v is not None}
+    assert filled == {"megatron_core", TARGETS[engine].section}
