@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from trainc.schemas import Engine, Precision, StateDtype, TrainSpec
+from trainc.schemas import Engine, Entrypoint, Precision, StateDtype, TrainSpec
 
 
 class Sharding(enum.Enum):
@@ -155,6 +155,29 @@ class EngineTraits:
     published_band: str = "dense"
     """The dense runs' row of ``published_bands.yaml`` whose p10-p90 band the step time takes
     (:func:`trainc.compiler.estimate.band.step_time_band`)."""
+    megatron_core: bool = False
+    """It trains with Megatron-Core's own stack (``megatron/core``, Megatron-LM ``pretrain_gpt``):
+    Transformer Engine's FP8/FP4 GEMMs, the TP communication/GEMM overlap (userbuffers), the
+    expert-parallel A2A overlap, Megatron DDP's ``overlap_grad_reduce`` / ``overlap_param_gather``,
+    ``zero_stage`` choosing the distributed optimizer, and the Megatron-only model keys (dense
+    first MoE layers, MTP, group-limited routing)."""
+
+    fsdp2: bool = False
+    """It runs PyTorch FSDP2 (``fully_shard`` on a DeviceMesh): it reads the ``fsdp:`` section and
+    its rules (TRC34x), its FP8 is torchao's float8 through torchtitan, its pipeline schedules are
+    ``torch.distributed.pipelining``'s, and under ``launch.entrypoint=torchtitan`` its MoE is
+    torchtitan's."""
+
+    deepspeed_scheduler: bool = False
+    """Its learning-rate schedule is DeepSpeed's (``deepspeed/runtime/lr_schedules.py``
+    WarmupLR / WarmupDecayLR / WarmupCosineLR): a warm-up of at least 2 steps, one step late."""
+
+    own_overlap: str | None = None
+    """What overlaps its gradient reduce and parameter gather instead of Megatron DDP's switches;
+    None where it reads them (Megatron-Core ``DistributedDataParallelConfig``)."""
+
+    axes_elsewhere: str = "engine=megatron"
+    """Where a spec goes for a parallel axis its runner cannot split (TRC313's fix)."""
 
 
 #: One row per engine: adding an engine is one row here (and its target, estimator row and
@@ -166,11 +189,14 @@ ENGINE_TRAITS: Mapping[Engine, EngineTraits] = MappingProxyType(
             worker_checkpoint_format="trainc",
             ddp_overlap_defaults=True,
             tp_comm_overlap_default=True,
+            megatron_core=True,
         ),
         Engine.deepspeed: EngineTraits(
             zero=_deepspeed_zero,
             worker_checkpoint_format="deepspeed",
             zero_offload=True,
+            deepspeed_scheduler=True,
+            own_overlap="zero_optimization.overlap_comm",
         ),
         Engine.fsdp: EngineTraits(
             zero=_fsdp_zero,
@@ -181,6 +207,9 @@ ENGINE_TRAITS: Mapping[Engine, EngineTraits] = MappingProxyType(
             sdpa_attention=True,
             cp_ring_attention=True,
             published_band="fsdp",
+            fsdp2=True,
+            own_overlap="FSDP2's prefetch of the next block's all-gather",
+            axes_elsewhere="launch.entrypoint=torchtitan (runs pp, vpp, cp and ep on CUDA)",
         ),
     }
 )
@@ -233,3 +262,9 @@ def grad_reduce_in_fp32(spec: TrainSpec) -> bool:
     (:func:`trainc.compiler.estimate.memory.megatron_state_bytes`: 4 or 2 B per parameter)."""
     t = spec.training
     return t.precision is Precision.bf16 and t.main_grads_dtype is StateDtype.fp32
+
+
+def torchtitan_moe(spec: TrainSpec) -> bool:
+    """Whether the MoE layers are torchtitan 0.3.0's (``torchtitan/models/common/moe.py``): an
+    FSDP2 engine under ``launch.entrypoint=torchtitan``."""
+    return traits(spec).fsdp2 and spec.launch.entrypoint is Entrypoint.torchtitan

@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from trainc.compiler import rules as R
+from trainc.compiler.decide import traits
 from trainc.compiler.derive import Derived, tp_in_nvlink_domain
 from trainc.compiler.diagnostics import Diagnostic, diag
-from trainc.compiler.validate.engine_traits import traits
 from trainc.schemas import Device, MoeDispatcher, Precision, Recompute, TrainSpec
 
 

@@ -18,10 +18,10 @@ from typing import Any
 
 from trainc.capabilities import capability, unsupported_axes
 from trainc.compiler import rules as R
+from trainc.compiler.decide import traits
 from trainc.compiler.derive import Derived, stage_chunk_sizes
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.validate.comm_overlap import comm_overlap
-from trainc.compiler.validate.engine_traits import traits
 from trainc.compiler.validate.fsdp import fsdp_rules, inert_fsdp
 from trainc.compiler.validate.fsdp_ac import fsdp_ac_rules
 from trainc.compiler.validate.megatron_fsdp import megatron_fsdp
@@ -283,7 +283,7 @@ def _deepspeed_engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         )
 
 
-#: Each engine's own checks (a new engine is a row here and in ``engine_traits.TRAITS``).
+#: Each engine's own checks (a new engine is a row here and in ``decide.ENGINE_TRAITS``).
 _ENGINE_CHECKS: Mapping[Engine, Callable[[TrainSpec, Derived], Iterator[Diagnostic]]] = {
     Engine.megatron: _megatron_engine,
     Engine.deepspeed: _deepspeed_engine,

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from trainc.compiler import rules as R
+from trainc.compiler.decide import traits
 from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.targets.fsdp import torchtitan_stage_split
-from trainc.compiler.validate.engine_traits import traits
 from trainc.schemas import (
     CpCommType,
     Device,

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from trainc.compiler import rules as R
+from trainc.compiler.decide import traits
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.targets.torchao import torchtitan_version
 from trainc.compiler.targets.torchtitan_ac import (
@@ -26,7 +27,6 @@ from trainc.compiler.targets.torchtitan_ac import (
     ac_setting,
     parse_option,
 )
-from trainc.compiler.validate.engine_traits import traits
 from trainc.schemas import Recompute, TrainSpec
 
 

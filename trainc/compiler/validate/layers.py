@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from trainc.compiler import rules as R
+from trainc.compiler.decide import traits
 from trainc.compiler.derive import Derived, layers_per_stage
 from trainc.compiler.diagnostics import Diagnostic, Severity, diag
-from trainc.compiler.validate.engine_traits import traits
 from trainc.compiler.validate.util import (
     capacity,
     divisors,

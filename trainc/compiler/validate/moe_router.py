@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from trainc.compiler import rules as R
+from trainc.compiler.decide import torchtitan_moe, traits
 from trainc.compiler.diagnostics import Diagnostic, diag
-from trainc.compiler.validate.engine_traits import torchtitan_moe, traits
 from trainc.schemas import Entrypoint, MoeLoadBalancing, MoeScoreFunction, TrainSpec
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-from trainc.compiler.validate.engine_traits import TRAITS
+from trainc.compiler.decide import ENGINE_TRAITS as TRAITS
 from trainc.schemas import Engine
 
 
