@@ -102,7 +102,7 @@ def _heads_tp(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
 
 
 def _query_groups(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
-    """TRC202, TRC221: the query groups over tp; the first of the engine's
+    """TRC202, TRC221, TRC222: the query groups over tp; the first of the engine's
     :data:`QUERY_GROUP_CHECKS` that finds a problem reports it."""
     for check in QUERY_GROUP_CHECKS[spec.engine]:
         found = list(check(spec, d))
@@ -157,7 +157,7 @@ def _whole_kv_heads(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
 
 
 def _qkv_width(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
-    """TRC202: with KV replication, tp must still divide the fused QKV width."""
+    """TRC222: with KV replication, tp must still divide the fused QKV width."""
     m = spec.model
     a, g, tp = _shape(spec)
     if a % tp == 0 and (kv := m.kv_channels or 0) * (a + 2 * g) % tp:
