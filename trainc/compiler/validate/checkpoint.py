@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,10 +30,11 @@ from typing import Any
 import yaml
 
 from trainc.compiler import rules as R
+from trainc.compiler.decide import DpSync, zero_layout
 from trainc.compiler.derive import Derived, padded_vocab
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.rules import Rule
-from trainc.schemas import Engine, Entrypoint, PositionEmbedding, TrainSpec
+from trainc.schemas import Entrypoint, PositionEmbedding, TrainSpec
 
 #: Layout facts and the spec key each is reported on.
 LAYOUT = {
@@ -112,19 +113,6 @@ def reshard_axes(
     return RESHARDS[fmt]
 
 
-#: What each engine's checkpoint records of the optimizer's sharding, from
-#: ``parallel.zero_stage``: (the ``zero_stage`` fact, the ``distributed_optimizer`` fact).
-#: DeepSpeed writes one optimizer shard per data-parallel rank at its ZeRO stage (the stage
-#: decides what reshards: trainc/conf/reshard.yaml); Megatron's zero_stage 1 is its distributed
-#: optimizer (saved dp_reshardable by default, megatron-core 0.16.1); engine=fsdp's DCP files
-#: record neither.
-OPTIMIZER_SHARDING_FACTS: dict[Engine, Callable[[int], tuple[int | None, bool]]] = {
-    Engine.megatron: lambda zero_stage: (None, zero_stage == 1),
-    Engine.deepspeed: lambda zero_stage: (zero_stage, False),
-    Engine.fsdp: lambda zero_stage: (None, False),
-}
-
-
 @dataclass(frozen=True)
 class Finding:
     """One reason B cannot (or should not) resume from A: the rule, the spec key, the saved and
@@ -145,7 +133,12 @@ def layout_facts(spec: TrainSpec, d: Derived) -> dict[str, Any]:
     fix turns the saved world into a node count with it."""
     m, p, t = spec.model, spec.parallel, spec.training
     learned = m.position_embedding is PositionEmbedding.learned
-    zero_fact, distopt_fact = OPTIMIZER_SHARDING_FACTS[spec.engine](p.zero_stage)
+    # what zero_stage means on the engine (decide.zero_layout): DeepSpeed's own ZeRO stage, and
+    # Megatron-Core's distributed optimizer saved in torch_dist (zero_stage 1; Megatron-FSDP,
+    # zero_stage 3, writes fsdp_dtensor)
+    zero = zero_layout(spec)
+    zero_fact = zero.zero_stage if zero.dp_sync is DpSync.zero else None
+    distopt_fact = zero.distributed_optimizer and not zero.megatron_fsdp
     return {
         "engine": spec.engine.value,
         "checkpoint_format": d.checkpoint_format,
