@@ -1,14 +1,10 @@
-"""Exception hierarchy. User mistakes are :class:`SpecError` (exit 2), bugs :class:`InternalError`
-(exit 3), environment failures :class:`LaunchError` (exit 4). Each class carries the command's exit
-code as ``exit_code`` (as click's exceptions do), so the CLI maps an error to its code in one place.
+"""Exception hierarchy. Bugs are :class:`InternalError` (exit 3), environment failures
+:class:`LaunchError` (exit 4); user mistakes are not exceptions but error diagnostics (the commands
+exit 2 on them). Each class carries the command's exit code as ``exit_code`` (as click's exceptions
+do), so the CLI maps an error to its code in one place.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from trainc.compiler.diagnostics import Diagnostic
 
 
 class TraincError(Exception):
@@ -16,17 +12,6 @@ class TraincError(Exception):
 
     #: Exit code of a ``trainc`` command that stops with this error.
     exit_code: int = 3
-
-
-class SpecError(TraincError):
-    """The spec has at least one error-severity diagnostic; carries all diagnostics (also
-    warnings)."""
-
-    exit_code = 2
-
-    def __init__(self, diagnostics: list[Diagnostic]):
-        self.diagnostics = diagnostics
-        super().__init__(f"{sum(d.is_error for d in diagnostics)} error(s) in spec")
 
 
 class InternalError(TraincError):

@@ -149,16 +149,15 @@ def test_import_hf_output_under_a_file_is_exit_4(tmp_path: Path) -> None:
 def test_error_classes_carry_their_exit_code() -> None:
     from trainc.cli._common import OutputError
     from trainc.compiler.support.write import OutdirNotEmpty, OutdirRefused
-    from trainc.errors import InternalError, LaunchError, SpecError
+    from trainc.errors import InternalError, LaunchError
 
     assert (
-        SpecError([]).exit_code,
         InternalError().exit_code,
         LaunchError().exit_code,
         OutputError().exit_code,
         OutdirRefused().exit_code,
         OutdirNotEmpty().exit_code,
-    ) == (2, 3, 4, 4, 2, 2)
+    ) == (3, 4, 4, 2, 2)
 
 
 def test_import_hf_refuses_an_existing_file_without_force(tmp_path: Path) -> None:

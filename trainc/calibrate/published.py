@@ -78,7 +78,7 @@ from typing import Any
 
 import yaml
 
-from trainc.compiler.load.presets import conf_dir
+from trainc.compiler.load import conf_dir
 
 #: Model name (as :func:`model_key` spells it) -> bundled model preset (``trainc/conf/model``).
 #: Llama 3 405B is Llama 3.1 405B's architecture.

@@ -23,9 +23,7 @@ import typing
 from functools import cache
 from typing import Any
 
-from trainc.compiler.load import GROUPS
-from trainc.compiler.load.presets import preset_names
-from trainc.compiler.load.schema_check import MAP_KEYS, field_types
+from trainc.compiler.load import GROUPS, MAP_KEYS, field_types, preset_names
 from trainc.schemas import TrainSpec
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"

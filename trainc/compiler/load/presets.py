@@ -1,7 +1,9 @@
 """Preset composition: Hydra composes the presets of a spec's defaults list (the package's
 ``conf/`` and ``model/``/``cluster/`` folders next to the spec), cached in memory and on disk so
-that a warm ``trainc compile`` never imports Hydra; plus OmegaConf's merge rule on plain
-containers."""
+that a warm ``trainc compile`` never imports Hydra; OmegaConf's merge rule on plain containers;
+and the spec's composition (:func:`_compose`: the presets, the spec's own body at its
+``_self_`` position, the group overrides), with Hydra's and OmegaConf's failures as
+diagnostics."""
 
 from __future__ import annotations
 
@@ -10,20 +12,18 @@ import json
 import os
 import re
 import warnings
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from trainc import __version__
+from trainc.compiler import rules as R
+from trainc.compiler.diagnostics import Diagnostic, diag, did_you_mean
+from trainc.compiler.load.paths import GROUPS, _shown_preset, conf_dir
+from trainc.compiler.load.yaml_source import _defaults_list, _read_yaml, construct
+from trainc.compiler.load.yaml_source import located_at as _at
 from trainc.compiler.support.treecopy import copy_tree
-
-
-@cache
-def conf_dir() -> Path:
-    """The package's Hydra config tree (``trainc/conf``); looked up once per process (the
-    loader asks for it several times per spec)."""
-    return Path(str(resources.files("trainc") / "conf"))
 
 
 def preset_names(group: str) -> list[str]:
@@ -147,3 +147,127 @@ def _merge(base: Any, over: Any) -> Any:
             out[k] = _merge(base[k], v) if k in base else v
         return out
     return over
+
+
+def _compose(
+    spec_path: Path, shown: str, node: yaml.Node | None, group_overrides: list[str]
+) -> tuple[dict[str, Any], dict[str, str], list[Diagnostic]]:
+    """Compose the spec: Hydra composes the presets of its defaults list, the spec's own body is
+    merged at its ``_self_`` position (as Hydra's defaults-list order does).
+
+    Hydra's compose of its own config tree costs ~0.1 s, so the preset segments before and after
+    ``_self_`` are composed once per process and cached (``trainc lint`` over many specs). A test
+    checks the result equals a plain Hydra compose of the whole spec.
+    Returns the plain container, the preset file per group, and diagnostics.
+    """
+    spec_dir = spec_path.resolve().parent
+    entries = _defaults_list(node)
+    for ov in group_overrides:
+        group, opt = ov.split("=", 1)
+        idx = next((i for i, (g, _) in enumerate(entries) if g == group), None)
+        if idx is None:  # as Hydra's +group=opt: appended, after _self_
+            entries.append((group, opt))
+        else:
+            entries[idx] = (group, opt)
+    self_at = entries.index(("_self_", None))
+    for g, o in entries:  # a preset next to the spec gets the spec's YAML checks first
+        local = spec_dir / g / f"{o}.yaml"
+        if o is not None and local.is_file():
+            _, bad = _read_yaml(local, _shown_preset(str(local), spec_path, shown))
+            if bad:
+                return {}, {}, bad
+
+    try:
+        before, choices_b = _compose_presets(str(spec_dir), tuple(entries[:self_at]))
+        after, choices_a = _compose_presets(str(spec_dir), tuple(entries[self_at + 1 :]))
+        body = construct(node) or {}
+        body.pop("defaults", None)
+        merged = _merge(_merge(before, body), after)
+        if "${" in repr(merged):  # interpolations: let OmegaConf resolve them
+            from omegaconf import OmegaConf
+
+            merged = OmegaConf.to_container(OmegaConf.create(merged), resolve=True)
+        container = merged
+    except Exception as e:
+        return _compose_failure(e, shown)
+    if not isinstance(container, dict):
+        return (
+            {},
+            {},
+            [_at(diag(R.SPEC_UNREADABLE, f"{shown} must be a mapping", "<file>"), shown, None)],
+        )
+    presets = {}
+    for group, opt in {**choices_b, **choices_a}.items():
+        for base in (spec_dir, conf_dir()):
+            f = base / group / f"{opt}.yaml"
+            if f.exists():
+                presets[group] = str(f)
+                break
+    return container, presets, []
+
+
+def _compose_failure(
+    e: Exception, shown: str
+) -> tuple[dict[str, Any], dict[str, str], list[Diagnostic]]:
+    """Turn a Hydra / OmegaConf / YAML failure into a diagnostic; re-raise anything else."""
+    from hydra.errors import HydraException, MissingConfigException
+    from omegaconf.errors import OmegaConfBaseException
+
+    def fail(
+        rule: R.Rule, msg: str, key: str, fix: str | None
+    ) -> tuple[dict[str, Any], dict[str, str], list[Diagnostic]]:
+        return {}, {}, [_at(diag(rule, msg, key, fix=fix), shown, None)]
+
+    if isinstance(e, MissingConfigException):
+        group = next(
+            (g for g in GROUPS if e.missing_cfg_file and e.missing_cfg_file.startswith(g + "/")),
+            None,
+        )
+        options = list(e.options or []) or (preset_names(group) if group else [])
+        if group and e.missing_cfg_file:
+            opt = e.missing_cfg_file.split("/", 1)[1]
+            msg = f"{group} preset '{opt}' does not exist{did_you_mean(opt, options)}"
+            return fail(
+                R.UNKNOWN_CHOICE,
+                msg,
+                group,
+                f"use one of: {', '.join(options)}" if options else None,
+            )
+        return fail(
+            R.UNKNOWN_CHOICE,
+            str(e).splitlines()[0],
+            "defaults",
+            f"available: {', '.join(options)}" if options else None,
+        )
+    if isinstance(e, yaml.MarkedYAMLError) and e.problem_mark is not None:  # a preset's YAML
+        mark = e.problem_mark
+        d = diag(
+            R.SPEC_UNREADABLE,
+            f"{mark.name}:{mark.line + 1}: {e.problem or e}",
+            "<file>",
+            fix="correct the YAML at that line",
+        )
+        return {}, {}, [_at(d, str(mark.name), mark.line + 1)]
+    # AssertionError: Hydra asserts on some malformed defaults entries (an empty group name,
+    # `defaults: [{"": 0}]`, fails in hydra/core/default_element.py; found by the fuzz test)
+    if isinstance(
+        e,
+        (
+            HydraException,
+            OmegaConfBaseException,
+            yaml.YAMLError,
+            ValueError,
+            TypeError,
+            KeyError,
+            RecursionError,
+            AssertionError,
+        ),
+    ):
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        return fail(
+            R.SPEC_UNREADABLE,
+            f"cannot compose {shown}: {first}",
+            "defaults",
+            "check the defaults: list (e.g. '- model: llama2-70b') and the YAML structure",
+        )
+    raise e

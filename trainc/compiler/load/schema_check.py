@@ -305,21 +305,32 @@ def check_spec(
     ``launch.env`` values may be unquoted numbers written as meant (``1``, ``8``); anything YAML
     would change (``0123``, ``4:00:00``, ``1e3``, ``yes``) must be quoted there too.
     """
-    raw = raw or {}
-    known = schema_keys()
-    values: dict[str, Any] = {}
-    diags: list[Diagnostic] = []
+    checker = _Checker(raw or {})
+    checker.walk(cfg, "")
+    return _result(checker.values, checker.diags)
 
-    def walk(d: dict[str, Any], prefix: str) -> None:
+
+class _Checker:
+    """One schema check: walks the composed container, collecting the coerced value of every
+    key that fits (``values``) and a diagnostic for every one that does not (``diags``)."""
+
+    def __init__(self, raw: dict[str, tuple[str, bool]]) -> None:
+        self.raw = raw
+        self.known = schema_keys()
+        self.values: dict[str, Any] = {}
+        self.diags: list[Diagnostic] = []
+
+    def walk(self, d: dict[str, Any], prefix: str) -> None:
+        """Check every key of mapping ``d`` (its dotted keys start with ``prefix``)."""
         for k, v in d.items():
             key = prefix + (str(k) or "''")  # an empty YAML key is still named in diagnostics
-            if key in known:
-                check(key, v)
+            if key in self.known:
+                self.check(key, v)
             elif key in section_keys():
                 if isinstance(v, dict):
-                    walk(v, key + ".")
+                    self.walk(v, key + ".")
                 elif v is not None:
-                    diags.append(
+                    self.diags.append(
                         diag(
                             R.TYPE_MISMATCH,
                             f"{key} must be a mapping of keys, got {_show(v, key)}",
@@ -328,65 +339,24 @@ def check_spec(
                         )
                     )
             elif str(k) in ALIASES:
-                ours, why = ALIASES[str(k)]
-                target = _alias_target(ours)
-                if "derived" in why:  # no one-to-one key: say how trainc gets it
-                    diags.append(
-                        diag(
-                            R.UNKNOWN_KEY,
-                            f"{key} is not a spec key: {why}",
-                            key,
-                            fix=f"remove {key} and set {target}",
-                            edits={key: None},
-                        )
-                    )
-                    continue
-                note = f" ({why})" if why else ""
-                diags.append(
-                    diag(
-                        R.UNKNOWN_KEY,
-                        f"{key} is not a spec key: trainc calls it `{target}`{note}",
-                        key,
-                        fix=f"write {target}: {_show(v, target)} instead of {key}",
-                        edits={key: None, target: v},
-                    )
-                )
+                self.diags.append(_foreign_name(key, str(k), v))
             else:
-                cands = [*known, *section_keys()]
-                hint = did_you_mean(key, cands) or did_you_mean(
-                    str(k), sorted({c.rsplit(".", 1)[-1] for c in cands})
-                )
-                # a misspelt foreign name (pipline_parallel) is closer to its alias than to
-                # any spec key (sequence_parallel): name the alias's trainc key
-                alias = difflib.get_close_matches(str(k), list(ALIASES), n=1, cutoff=0.85)
-                leafs = sorted({c.rsplit(".", 1)[-1] for c in cands})
-                if alias and _ratio(str(k), alias[0]) > max(
-                    (_ratio(str(k), c) for c in leafs), default=0.0
-                ):
-                    ours, why = ALIASES[alias[0]]
-                    target = _alias_target(ours)
-                    hint = f" (did you mean `{alias[0]}`, which trainc calls `{target}`?)"
-                diags.append(
-                    diag(
-                        R.UNKNOWN_KEY,
-                        f"{key} is not a spec key{hint}",
-                        key,
-                        fix=f"remove {key} or correct its spelling",
-                    )
-                )
+                self.diags.append(_unknown_key(key, str(k), [*self.known, *section_keys()]))
 
-    def check(key: str, value: Any) -> None:
-        tp = known[key]
+    def check(self, key: str, value: Any) -> None:
+        """Check the value of schema key ``key``: the first problem found is reported, else
+        the coerced value is kept."""
+        tp = self.known[key]
         base, optional = _optional(tp)
-        text, from_cli = raw.get(key, (_scalar_str(value) or "", False))
+        text, from_cli = self.raw.get(key, (_scalar_str(value) or "", False))
         if base is str and (
             isinstance(value, (bool, int, float)) or (value is None and not optional and text)
         ):
             # 4:00:00 -> 14400, 0123 -> 83, yes -> True, 1e3 -> 1000.0, ~ -> None
-            diags.append(_not_a_string(key, value, text, from_cli))
+            self.diags.append(_not_a_string(key, value, text, from_cli))
             return
         if base is float and isinstance(value, float) and not math.isfinite(value):
-            diags.append(
+            self.diags.append(
                 diag(
                     R.NON_FINITE,
                     f"{key} = {value!r} is not a finite number",
@@ -397,90 +367,149 @@ def check_spec(
             )
             return
         if typing.get_origin(base) is dict and isinstance(value, dict):
-            bad = [
-                k
-                for k, v in value.items()
-                if not isinstance(v, str)
-                and (
-                    isinstance(v, bool)
-                    or (isinstance(v, float) and not math.isfinite(v))
-                    or raw.get(f"{key}.{k}", (_scalar_str(v), False))[0] != _scalar_str(v)
-                )
-            ]
-            for k in bad:
-                sub = f"{key}.{k}"
-                t, cli = raw.get(sub, (_scalar_str(value[k]) or "", False))
-                diags.append(_not_a_string(sub, value[k], t, cli))
-            if bad:
+            found = self._map_entries(key, value)
+            self.diags += found
+            if found:
                 return
         if typing.get_origin(base) is list and isinstance(value, list):
-            # yes/no/~ in a list of strings: YAML made booleans and nulls of them
-            odd = [
-                i
-                for i, v in enumerate(value)
-                if v is None
-                or isinstance(v, bool)
-                or (isinstance(v, float) and not math.isfinite(v))
-            ]
-            if odd:
-                v = value[odd[0]]
-                shown = raw.get(f"{key}[{odd[0]}]", (_scalar_str(v) or "null", False))[0]
-                diags.append(
-                    diag(
-                        R.UNQUOTED_STRING,
-                        f"{key} is a list of strings, but YAML read "
-                        f"the unquoted item {shown} as {_read_as(shown, v)}",
-                        key,
-                        fix=f'quote it: - "{shown}"',
-                        text=shown,
-                        read_as=_show(v, key),
-                    )
-                )
+            found = self._list_items(key, value)
+            self.diags += found
+            if found:
                 return
         got = coerce(tp, value)
         if got is not _MISSING:
-            values[key] = got
-        elif isinstance(base, type) and issubclass(base, enum.Enum) and isinstance(value, str):
-            choices = enum_choices(base)
-            diags.append(
-                diag(
-                    R.UNKNOWN_CHOICE,
-                    f"{key} = '{value}' is not one of "
-                    f"{', '.join(choices)}{did_you_mean(value, choices)}",
-                    key,
-                    fix=f"set {key} to one of {', '.join(choices)}",
-                )
-            )
-        elif base is int and isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-            # YAML reads 1e3 as the float 1000.0: an integer field says which integer
-            n = int(value)
-            diags.append(
-                diag(
-                    R.TYPE_MISMATCH,
-                    f"{key} must be {type_name(tp)}, got "
-                    f"{_show(value, key)} (a float: YAML reads a number with a decimal "
-                    "point or an exponent, 2.0 or 1e3, as a float)",
-                    key,
-                    fix=f"write it as the integer {n}: {key}={n}",
-                    edits={key: n},
-                    expected=type_name(tp),
-                    got=_show(value, key),
-                )
-            )
+            self.values[key] = got
         else:
-            diags.append(
-                diag(
-                    R.TYPE_MISMATCH,
-                    f"{key} must be {type_name(tp)}, got "
-                    f"{_show(value, key)} ({type(value).__name__})",
-                    key,
-                    fix=f"set {key} to {type_name(tp)}",
-                    expected=type_name(tp),
-                    got=_show(value, key),
-                )
-            )
+            self.diags.append(_misfit(key, tp, base, value))
 
-    walk(cfg, "")
+    def _map_entries(self, key: str, value: dict[str, Any]) -> list[Diagnostic]:
+        """TRC007 for each entry of a string mapping (``launch.env``) whose unquoted value was
+        read as another type (or spelled otherwise than its source text)."""
+        raw = self.raw
+        bad = [
+            k
+            for k, v in value.items()
+            if not isinstance(v, str)
+            and (
+                isinstance(v, bool)
+                or (isinstance(v, float) and not math.isfinite(v))
+                or raw.get(f"{key}.{k}", (_scalar_str(v), False))[0] != _scalar_str(v)
+            )
+        ]
+        out = []
+        for k in bad:
+            sub = f"{key}.{k}"
+            t, cli = raw.get(sub, (_scalar_str(value[k]) or "", False))
+            out.append(_not_a_string(sub, value[k], t, cli))
+        return out
+
+    def _list_items(self, key: str, value: list[Any]) -> list[Diagnostic]:
+        """TRC007 for the first item of a list of strings that YAML read as a boolean, null or
+        a non-finite number (yes/no/~ in a list of strings)."""
+        odd = [
+            i
+            for i, v in enumerate(value)
+            if v is None or isinstance(v, bool) or (isinstance(v, float) and not math.isfinite(v))
+        ]
+        if not odd:
+            return []
+        v = value[odd[0]]
+        shown = self.raw.get(f"{key}[{odd[0]}]", (_scalar_str(v) or "null", False))[0]
+        return [
+            diag(
+                R.UNQUOTED_STRING,
+                f"{key} is a list of strings, but YAML read "
+                f"the unquoted item {shown} as {_read_as(shown, v)}",
+                key,
+                fix=f'quote it: - "{shown}"',
+                text=shown,
+                read_as=_show(v, key),
+            )
+        ]
+
+
+def _foreign_name(key: str, name: str, v: Any) -> Diagnostic:
+    """TRC002 for a name from Megatron, DeepSpeed or Hugging Face configs (:data:`ALIASES`):
+    what trainc calls it (with an edit), or how trainc derives it."""
+    ours, why = ALIASES[name]
+    target = _alias_target(ours)
+    if "derived" in why:  # no one-to-one key: say how trainc gets it
+        return diag(
+            R.UNKNOWN_KEY,
+            f"{key} is not a spec key: {why}",
+            key,
+            fix=f"remove {key} and set {target}",
+            edits={key: None},
+        )
+    note = f" ({why})" if why else ""
+    return diag(
+        R.UNKNOWN_KEY,
+        f"{key} is not a spec key: trainc calls it `{target}`{note}",
+        key,
+        fix=f"write {target}: {_show(v, target)} instead of {key}",
+        edits={key: None, target: v},
+    )
+
+
+def _unknown_key(key: str, name: str, cands: list[str]) -> Diagnostic:
+    """TRC002 for any other unknown key, with did-you-mean over the schema's keys (or a
+    misspelt foreign name's trainc key)."""
+    hint = did_you_mean(key, cands) or did_you_mean(
+        name, sorted({c.rsplit(".", 1)[-1] for c in cands})
+    )
+    # a misspelt foreign name (pipline_parallel) is closer to its alias than to
+    # any spec key (sequence_parallel): name the alias's trainc key
+    alias = difflib.get_close_matches(name, list(ALIASES), n=1, cutoff=0.85)
+    leafs = sorted({c.rsplit(".", 1)[-1] for c in cands})
+    if alias and _ratio(name, alias[0]) > max((_ratio(name, c) for c in leafs), default=0.0):
+        target = _alias_target(ALIASES[alias[0]][0])
+        hint = f" (did you mean `{alias[0]}`, which trainc calls `{target}`?)"
+    return diag(
+        R.UNKNOWN_KEY,
+        f"{key} is not a spec key{hint}",
+        key,
+        fix=f"remove {key} or correct its spelling",
+    )
+
+
+def _misfit(key: str, tp: Any, base: Any, value: Any) -> Diagnostic:
+    """The diagnostic for a value :func:`coerce` refused: TRC004 (not one of an enum's choices)
+    or TRC001 (wrong type; an integral float for an integer key says which integer)."""
+    if isinstance(base, type) and issubclass(base, enum.Enum) and isinstance(value, str):
+        choices = enum_choices(base)
+        return diag(
+            R.UNKNOWN_CHOICE,
+            f"{key} = '{value}' is not one of {', '.join(choices)}{did_you_mean(value, choices)}",
+            key,
+            fix=f"set {key} to one of {', '.join(choices)}",
+        )
+    if base is int and isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        # YAML reads 1e3 as the float 1000.0: an integer field says which integer
+        n = int(value)
+        return diag(
+            R.TYPE_MISMATCH,
+            f"{key} must be {type_name(tp)}, got "
+            f"{_show(value, key)} (a float: YAML reads a number with a decimal "
+            "point or an exponent, 2.0 or 1e3, as a float)",
+            key,
+            fix=f"write it as the integer {n}: {key}={n}",
+            edits={key: n},
+            expected=type_name(tp),
+            got=_show(value, key),
+        )
+    return diag(
+        R.TYPE_MISMATCH,
+        f"{key} must be {type_name(tp)}, got {_show(value, key)} ({type(value).__name__})",
+        key,
+        fix=f"set {key} to {type_name(tp)}",
+        expected=type_name(tp),
+        got=_show(value, key),
+    )
+
+
+def _result(values: dict[str, Any], diags: list[Diagnostic]) -> SchemaResult:
+    """Build the :class:`TrainSpec` from the checked ``values`` (TRC003 for each missing
+    required key); with any diagnostic, the partial spec with the broken keys filled in."""
     spec = _build(TrainSpec, "", values, diags)
     if not diags:
         assert isinstance(spec, TrainSpec)
@@ -488,7 +517,7 @@ def check_spec(
     broken = frozenset(d.key for d in diags if d.rule is not R.UNKNOWN_KEY)
     filled = dict(values)
     required = _required_keys()
-    for key, tp in known.items():
+    for key, tp in schema_keys().items():
         if (
             key not in filled
             and key in required

@@ -47,6 +47,11 @@ def construct(node: yaml.Node | None) -> Any:
     return _Loader("").construct_document(node)
 
 
+def located_at(d: Diagnostic, file: str, line: int | None) -> Diagnostic:
+    """``d`` located at ``file``:``line`` (under its own key)."""
+    return dataclasses.replace(d, locations=(Location(key=d.key, file=file, line=line),))
+
+
 def _duplicate_key(node: yaml.Node, prefix: str = "") -> tuple[str, int] | None:
     """The first duplicated mapping key (dotted) and its line, if any."""
     if isinstance(node, yaml.MappingNode):

@@ -1,10 +1,12 @@
-"""GPU profiles: what ``cluster.gpu: NAME`` fills in when the cluster fields are left null, and
-the kernel-level figures the time model reads (peak per precision, HBM bandwidth, SM count,
-achievable fractions).
+"""GPU profiles: what ``cluster.gpu: NAME`` fills in when the cluster fields are left null, the
+kernel-level figures the time model reads (peak per precision, HBM bandwidth, SM count,
+achievable fractions), and the architecture and compute capability the low-precision recipe
+checks read.
 
 The profiles are data: ``trainc/conf/gpu/NAME.yaml``, one per :class:`~trainc.schemas.Gpu`
-value, each with its sources in a comment (vendor data sheets for the peaks, bandwidths and
-capacities; the efficiency fractions are fitted once on published runs, docs/performance.md).
+value (a new GPU is that file and the enum member), each with its sources in a comment (vendor
+data sheets for the peaks, bandwidths and capacities; the efficiency fractions are fitted once on
+published runs, docs/performance.md).
 Peaks are dense (not sparse) tensor-core TFLOP/s; NVLink bandwidth per GPU one direction (half the
 bidirectional figure NVIDIA quotes); the scale-out NIC per GPU one direction.
 """
@@ -50,6 +52,12 @@ class GpuPreset:
     as ``attention_efficiency`` (A100, where FlashAttention-2 is the fast kernel)."""
     memory_efficiency: float = 0.8
     """Fraction of HBM bandwidth element-wise and normalisation kernels reach."""
+    architecture: str | None = None
+    """NVIDIA's architecture name (``Ampere``, ``Hopper``, ``Blackwell``); None: not given."""
+    compute_capability: tuple[int, int] | None = None
+    """(major, minor), as ``torch.cuda.get_device_capability`` reports it and Transformer
+    Engine's recipe checks compare it (https://developer.nvidia.com/cuda-gpus); None: not
+    given, and the checks that need it skip the GPU as they skip ``custom``."""
 
 
 def _conf() -> Path:
@@ -78,7 +86,17 @@ def load_profile(path: Path) -> GpuPreset:
             else float(d["sdpa_attention_efficiency"])
         ),
         memory_efficiency=float(d["memory_efficiency"]),
+        architecture=d.get("architecture"),
+        compute_capability=_capability(d.get("compute_capability")),
     )
+
+
+def _capability(text: str | None) -> tuple[int, int] | None:
+    """``"9.0"`` -> ``(9, 0)``; None stays None."""
+    if text is None:
+        return None
+    major, minor = str(text).split(".")
+    return int(major), int(minor)
 
 
 def _load_all() -> dict[Gpu, GpuPreset]:
@@ -91,6 +109,14 @@ def _load_all() -> dict[Gpu, GpuPreset]:
 
 
 GPUS: dict[Gpu, GpuPreset] = _load_all()
+
+#: GPU profile -> (architecture, compute capability) as Transformer Engine checks it, for the
+#: profiles that give both (``architecture`` and ``compute_capability`` in the YAML).
+GPU_ARCH: dict[Gpu, tuple[str, tuple[int, int]]] = {
+    g: (p.architecture, p.compute_capability)
+    for g, p in GPUS.items()
+    if p.architecture is not None and p.compute_capability is not None
+}
 
 #: the profile a ``custom`` GPU gets for the figures the cluster section does not carry (an
 #: H100-like part scaled to the spec's ``peak_tflops``: FP8 = 2x, FP4 = 4x BF16)

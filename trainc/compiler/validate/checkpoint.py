@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from trainc.compiler import rules as R
+from trainc.compiler.decide import DpSync, zero_layout
 from trainc.compiler.derive import Derived, padded_vocab
 from trainc.compiler.diagnostics import Diagnostic, diag
 from trainc.compiler.rules import Rule
@@ -87,22 +88,23 @@ def reshard_axes(
     checkpoint in format ``fmt`` written with facts ``saved`` (trainc/conf/reshard.yaml).
 
     ``torch_dist`` with the distributed optimizer (saved or current ``distributed_optimizer``)
-    reshards only dp unless the optimizer state was saved fully reshardable
+    (the formats whose entry has a ``distributed_optimizer`` table) reshards only dp unless the
+    optimizer state was saved fully reshardable
     (``optim_fully_reshardable``; megatron-core 0.16.1 DistributedOptimizer.sharded_state_dict,
     'dp_reshardable' vs 'fully_reshardable') or ``finetune`` loads the weights only.
-    ``deepspeed`` depends on the ZeRO stage (saved, else current): stage 0 keeps the whole
-    optimizer state in each model-parallel file."""
+    ``deepspeed`` (an entry with a ``zero_stage`` table) depends on the ZeRO stage (saved, else
+    current): stage 0 keeps the whole optimizer state in each model-parallel file."""
     entry = _FORMATS.get(fmt)
     if entry is None:
         return frozenset()
-    if fmt == "torch_dist" and not finetune:
+    if "distributed_optimizer" in entry and not finetune:  # torch_dist
         distopt = saved.get("distributed_optimizer")
         if distopt is None:
             distopt = now.get("distributed_optimizer")
         if distopt:
             kind = "fully_reshardable" if saved.get("optim_fully_reshardable") else "dp_reshardable"
             return _axes(entry["distributed_optimizer"][kind])
-    if fmt == "deepspeed":
+    if "zero_stage" in entry:  # deepspeed
         stage = saved.get("zero_stage")
         if stage is None:
             stage = now.get("zero_stage")
@@ -131,6 +133,12 @@ def layout_facts(spec: TrainSpec, d: Derived) -> dict[str, Any]:
     fix turns the saved world into a node count with it."""
     m, p, t = spec.model, spec.parallel, spec.training
     learned = m.position_embedding is PositionEmbedding.learned
+    # what zero_stage means on the engine (decide.zero_layout): DeepSpeed's own ZeRO stage, and
+    # Megatron-Core's distributed optimizer saved in torch_dist (zero_stage 1; Megatron-FSDP,
+    # zero_stage 3, writes fsdp_dtensor)
+    zero = zero_layout(spec)
+    zero_fact = zero.zero_stage if zero.dp_sync is DpSync.zero else None
+    distopt_fact = zero.distributed_optimizer and not zero.megatron_fsdp
     return {
         "engine": spec.engine.value,
         "checkpoint_format": d.checkpoint_format,
@@ -141,8 +149,8 @@ def layout_facts(spec: TrainSpec, d: Derived) -> dict[str, Any]:
         "ep": p.ep,
         "etp": d.etp,
         "dp": d.dp,
-        "zero_stage": p.zero_stage if spec.engine.value == "deepspeed" else None,
-        "distributed_optimizer": (spec.engine.value == "megatron" and p.zero_stage == 1),
+        "zero_stage": zero_fact,
+        "distributed_optimizer": distopt_fact,
         "optim_fully_reshardable": spec.resume.optim_fully_reshardable,
         "num_layers": m.num_layers,
         "hidden_size": m.hidden_size,
@@ -241,15 +249,27 @@ def resume_findings(
     saved: Mapping[str, Any], now: Mapping[str, Any], finetune: bool = False
 ) -> list[Finding]:
     """Why a job with facts ``now`` cannot (errors) or should not (warnings) load a checkpoint
-    written with facts ``saved``; facts missing from ``saved`` are not checked."""
-    out: list[Finding] = []
+    written with facts ``saved``; facts missing from ``saved`` are not checked. In order: the
+    engine or the checkpoint format, the layout, the vocabulary, the architecture, and (unless
+    ``finetune`` loads the weights only) the schedule and the optimizer."""
+    return [
+        *_engine_or_format(saved, now),
+        *_layout(saved, now, finetune),
+        *_vocab(saved, now),
+        *_architecture(saved, now),
+        *(() if finetune else (*_schedule(saved, now), *_optimizer(saved, now))),
+    ]
 
-    def differs(k: str) -> bool:
-        return k in saved and saved[k] is not None and k in now and saved[k] != now[k]
 
-    fmt = str(saved.get("checkpoint_format") or now["checkpoint_format"])
-    if differs("engine"):
-        out.append(
+def _differs(saved: Mapping[str, Any], now: Mapping[str, Any], k: str) -> bool:
+    """Fact ``k`` is known on both sides and differs."""
+    return k in saved and saved[k] is not None and k in now and saved[k] != now[k]
+
+
+def _engine_or_format(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[Finding]:
+    """TRC534: another engine reads another format; Megatron-FSDP reads fsdp_dtensor only."""
+    if _differs(saved, now, "engine"):
+        return [
             Finding(
                 R.RESUME_LAYOUT,
                 "engine",
@@ -260,15 +280,15 @@ def resume_findings(
                 f"set engine={saved['engine']}",
                 {"engine": saved["engine"]},
             )
-        )
-    elif differs("checkpoint_format") and "fsdp_dtensor" in (
+        ]
+    if _differs(saved, now, "checkpoint_format") and "fsdp_dtensor" in (
         saved["checkpoint_format"],
         now["checkpoint_format"],
     ):
         # Megatron-FSDP saves and loads fsdp_dtensor only (validate_args); a torch_dist / torch
         # checkpoint needs the Megatron-FSDP guide's conversion step, and back
         z = 3 if saved["checkpoint_format"] == "fsdp_dtensor" else 1
-        out.append(
+        return [
             Finding(
                 R.RESUME_LAYOUT,
                 "parallel.zero_stage",
@@ -281,115 +301,148 @@ def resume_findings(
                 "checkpoint (Megatron-FSDP user guide, checkpoint conversion)",
                 {"parallel.zero_stage": z},
             )
-        )
+        ]
+    return []
+
+
+#: Why a format does not reshard the layout axes that moved (TRC534's message), by format.
+_NOT_RESHARDED = {
+    "torch": "legacy torch files hold one shard per model-parallel rank",
+    "trainc": "the trainc worker's files record their layout and load only into it",
+    "torch_dist": "the distributed optimizer's state was saved dp_reshardable "
+    f"(Megatron-LM's default without {FULLY_RESHARDABLE_FLAG}), "
+    "which reshards only in dp",
+    "deepspeed": "DeepSpeed ZeRO stages 1-3 write one optimizer shard per data-parallel rank",
+}
+#: How to convert a checkpoint of the format to one that loads (TRC534's fix), by format.
+_CONVERSION = {
+    "torch": "; or convert it with Megatron-LM tools/checkpoint/convert.py "
+    "(--target-tensor-parallel-size / --target-pipeline-parallel-size) "
+    "or save it as torch_dist (--ckpt-format torch_dist, "
+    "--ckpt-convert-format)",
+    "torch_dist": "; or, if the saving run used "
+    f"{FULLY_RESHARDABLE_FLAG}, set "
+    "resume.saved.optim_fully_reshardable=true; or set "
+    "resume.finetune=true (weights only, a fresh optimizer); save "
+    "with resume.optim_fully_reshardable=true to reshard later",
+    "deepspeed": "; or convert it to a universal checkpoint "
+    "(deepspeed/checkpoint/ds_to_universal.py) and load that with "
+    '"checkpoint": {"load_universal": true}',
+}
+
+
+def _layout(saved: Mapping[str, Any], now: Mapping[str, Any], finetune: bool) -> list[Finding]:
+    """TRC534: layout axes that moved and that the checkpoint's format does not reshard
+    (:func:`reshard_axes`)."""
+    fmt = str(saved.get("checkpoint_format") or now["checkpoint_format"])
     # a dense model has no expert weights: its etp (= tp, derived) is no saved layout of its own
     dense = now.get("num_experts") is None and saved.get("num_experts") is None
     allowed = reshard_axes(fmt, saved, now, finetune)
-    moved = [k for k in LAYOUT if differs(k) and k not in allowed and not (k == "etp" and dense)]
-    if moved:
-        change = ", ".join(f"{k} {saved[k]} -> {now[k]}" for k in moved)
-        how = {
-            "torch": "legacy torch files hold one shard per model-parallel rank",
-            "trainc": "the trainc worker's files record their layout and load only into it",
-            "torch_dist": "the distributed optimizer's state was saved dp_reshardable "
-            f"(Megatron-LM's default without {FULLY_RESHARDABLE_FLAG}), "
-            "which reshards only in dp",
-            "deepspeed": "DeepSpeed ZeRO stages 1-3 write one optimizer shard per "
-            "data-parallel rank",
-        }.get(fmt, f"format {fmt} does not reshard")
-        conv = {
-            "torch": "; or convert it with Megatron-LM tools/checkpoint/convert.py "
-            "(--target-tensor-parallel-size / --target-pipeline-parallel-size) "
-            "or save it as torch_dist (--ckpt-format torch_dist, "
-            "--ckpt-convert-format)",
-            "torch_dist": "; or, if the saving run used "
-            f"{FULLY_RESHARDABLE_FLAG}, set "
-            "resume.saved.optim_fully_reshardable=true; or set "
-            "resume.finetune=true (weights only, a fresh optimizer); save "
-            "with resume.optim_fully_reshardable=true to reshard later",
-            "deepspeed": "; or convert it to a universal checkpoint "
-            "(deepspeed/checkpoint/ds_to_universal.py) and load that with "
-            '"checkpoint": {"load_universal": true}',
-        }
-        for k in moved:
-            fix, edits = (
-                _dp_fix(saved, now)
-                if k == "dp"
-                else (f"set {LAYOUT[k]} to {saved[k]} (the saved layout)", {LAYOUT[k]: saved[k]})
-            )
-            out.append(
-                Finding(
-                    R.RESUME_LAYOUT,
-                    LAYOUT[k],
-                    saved[k],
-                    now[k],
-                    f"resuming with {change} from a {fmt} checkpoint: {how}",
-                    fix + conv.get(fmt, ""),
-                    edits,
-                )
-            )
-    if differs("padded_vocab_size"):
-        fix, edits = _vocab_fix(int(saved["padded_vocab_size"]), now, saved.get("tp"))
+    moved = [
+        k
+        for k in LAYOUT
+        if _differs(saved, now, k) and k not in allowed and not (k == "etp" and dense)
+    ]
+    if not moved:
+        return []
+    change = ", ".join(f"{k} {saved[k]} -> {now[k]}" for k in moved)
+    how = _NOT_RESHARDED.get(fmt, f"format {fmt} does not reshard")
+    out = []
+    for k in moved:
+        fix, edits = (
+            _dp_fix(saved, now)
+            if k == "dp"
+            else (f"set {LAYOUT[k]} to {saved[k]} (the saved layout)", {LAYOUT[k]: saved[k]})
+        )
         out.append(
             Finding(
-                R.RESUME_VOCAB,
-                "model.make_vocab_size_divisible_by",
-                saved["padded_vocab_size"],
-                now["padded_vocab_size"],
-                f"the checkpoint's embedding has {saved['padded_vocab_size']} rows, this job pads "
-                f"vocab_size {now['vocab_size']} to {now['padded_vocab_size']} (a multiple of "
-                f"make_vocab_size_divisible_by {now['make_vocab_size_divisible_by']} x tp "
-                f"{now['tp']}): the word embeddings do not load (size mismatch)",
-                fix,
+                R.RESUME_LAYOUT,
+                LAYOUT[k],
+                saved[k],
+                now[k],
+                f"resuming with {change} from a {fmt} checkpoint: {how}",
+                fix + _CONVERSION.get(fmt, ""),
                 edits,
             )
         )
-    for k, key in ARCH.items():
-        if differs(k):
-            out.append(
-                Finding(
-                    R.RESUME_ARCH,
-                    key,
-                    saved[k],
-                    now[k],
-                    f"{k} is {saved[k]} in the checkpoint and {now[k]} here: its tensors have "
-                    f"another global shape",
-                    f"set {key} to {saved[k]}",
-                    {key: saved[k]},
-                )
-            )
-    if not finetune:
-        for k, key in SCHEDULE.items():
-            if differs(k):
-                out.append(
-                    Finding(
-                        R.RESUME_SCHEDULE,
-                        key,
-                        saved[k],
-                        now[k],
-                        f"resuming with {k} {saved[k]} -> {now[k]}: the learning-rate schedule and "
-                        f"the samples consumed continue from the checkpoint's iteration",
-                        f"set {key} to {saved[k]}, or set resume.finetune=true to start a new "
-                        f"schedule from the weights",
-                        {key: saved[k]},
-                    )
-                )
-        for k, key in (("optimizer", "training.optimizer"), ("zero_stage", "parallel.zero_stage")):
-            if differs(k):
-                out.append(
-                    Finding(
-                        R.RESUME_OPTIMIZER,
-                        key,
-                        saved[k],
-                        now[k],
-                        f"{k} is {saved[k]} in the checkpoint and {now[k]} here: the saved "
-                        f"optimizer state does not load into it",
-                        f"set {key} to {saved[k]}, or set resume.finetune=true (weights only, a "
-                        f"fresh optimizer)",
-                        {key: saved[k]},
-                    )
-                )
     return out
+
+
+def _vocab(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[Finding]:
+    """TRC535: the embedding's row count (the padded vocabulary) is a global shape."""
+    if not _differs(saved, now, "padded_vocab_size"):
+        return []
+    fix, edits = _vocab_fix(int(saved["padded_vocab_size"]), now, saved.get("tp"))
+    return [
+        Finding(
+            R.RESUME_VOCAB,
+            "model.make_vocab_size_divisible_by",
+            saved["padded_vocab_size"],
+            now["padded_vocab_size"],
+            f"the checkpoint's embedding has {saved['padded_vocab_size']} rows, this job pads "
+            f"vocab_size {now['vocab_size']} to {now['padded_vocab_size']} (a multiple of "
+            f"make_vocab_size_divisible_by {now['make_vocab_size_divisible_by']} x tp "
+            f"{now['tp']}): the word embeddings do not load (size mismatch)",
+            fix,
+            edits,
+        )
+    ]
+
+
+def _architecture(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[Finding]:
+    """TRC536: the architecture's sizes are global shapes no format changes."""
+    return [
+        Finding(
+            R.RESUME_ARCH,
+            key,
+            saved[k],
+            now[k],
+            f"{k} is {saved[k]} in the checkpoint and {now[k]} here: its tensors have "
+            f"another global shape",
+            f"set {key} to {saved[k]}",
+            {key: saved[k]},
+        )
+        for k, key in ARCH.items()
+        if _differs(saved, now, k)
+    ]
+
+
+def _schedule(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[Finding]:
+    """TRC537: the learning-rate schedule continues from the checkpoint's iteration."""
+    return [
+        Finding(
+            R.RESUME_SCHEDULE,
+            key,
+            saved[k],
+            now[k],
+            f"resuming with {k} {saved[k]} -> {now[k]}: the learning-rate schedule and "
+            f"the samples consumed continue from the checkpoint's iteration",
+            f"set {key} to {saved[k]}, or set resume.finetune=true to start a new "
+            f"schedule from the weights",
+            {key: saved[k]},
+        )
+        for k, key in SCHEDULE.items()
+        if _differs(saved, now, k)
+    ]
+
+
+def _optimizer(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[Finding]:
+    """TRC538: the saved optimizer state loads only into the same optimizer and ZeRO stage."""
+    return [
+        Finding(
+            R.RESUME_OPTIMIZER,
+            key,
+            saved[k],
+            now[k],
+            f"{k} is {saved[k]} in the checkpoint and {now[k]} here: the saved "
+            f"optimizer state does not load into it",
+            f"set {key} to {saved[k]}, or set resume.finetune=true (weights only, a "
+            f"fresh optimizer)",
+            {key: saved[k]},
+        )
+        for k, key in (("optimizer", "training.optimizer"), ("zero_stage", "parallel.zero_stage"))
+        if _differs(saved, now, k)
+    ]
 
 
 def checkpoint(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:

@@ -65,9 +65,27 @@ def _groups_ok(g: int) -> Callable[[int], bool]:
     return lambda t: g % t == 0 or t % g == 0
 
 
+def _shape(spec: TrainSpec) -> tuple[int, int, int]:
+    """(num_attention_heads, num_query_groups (the heads when unset), tp)."""
+    m = spec.model
+    return m.num_attention_heads, m.num_query_groups or m.num_attention_heads, spec.parallel.tp
+
+
 def _heads(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
-    m, p = spec.model, spec.parallel
-    a, g, tp = m.num_attention_heads, m.num_query_groups or m.num_attention_heads, p.tp
+    """The attention and MLP shapes over tp, in order: heads over tp, query groups over tp
+    (the checks of :data:`QUERY_GROUP_CHECKS` for ``spec.engine``), heads over query groups,
+    the FFN over tp, the hidden size over the heads, the vocabulary's padding."""
+    yield from _heads_tp(spec, d)
+    yield from _query_groups(spec, d)
+    yield from _heads_groups(spec, d)
+    yield from _ffn_tp(spec, d)
+    yield from _hidden_heads(spec, d)
+    yield from _vocab_padding(spec, d)
+
+
+def _heads_tp(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """TRC201: the attention heads split over tp."""
+    a, _, tp = _shape(spec)
     if a % tp:
         fix, edits = _tp_fix(spec, d, lambda t: True, f"dividing {a} heads")
         yield diag(
@@ -81,6 +99,21 @@ def _heads(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             num_attention_heads=a,
             tp=tp,
         )
+
+
+def _query_groups(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """TRC202, TRC221, TRC222: the query groups over tp; the first of the engine's
+    :data:`QUERY_GROUP_CHECKS` that finds a problem reports it."""
+    for check in QUERY_GROUP_CHECKS[spec.engine]:
+        found = list(check(spec, d))
+        if found:
+            yield from found
+            return
+
+
+def _groups_neither(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """TRC202: query groups neither a multiple nor a divisor of tp."""
+    _, g, tp = _shape(spec)
     if g % tp and tp % g:
         fix, edits = _tp_fix(
             spec, d, _groups_ok(g), f"that divide or are multiples of {g} query groups"
@@ -97,7 +130,12 @@ def _heads(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             num_query_groups=g,
             tp=tp,
         )
-    elif g % tp and spec.engine is Engine.fsdp:
+
+
+def _whole_kv_heads(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """TRC202 for engine=fsdp: tp above the query groups splits a KV head."""
+    _, g, tp = _shape(spec)
+    if g % tp:
         # engine=fsdp (torchtitan, the trainc FSDP2 worker) shards the separate K and V
         # projections column-wise by whole heads and replicates none: with tp > groups each rank
         # gets a fraction of a head and the head reshape fails in the first forward
@@ -116,7 +154,13 @@ def _heads(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             num_query_groups=g,
             tp=tp,
         )
-    elif a % tp == 0 and (kv := m.kv_channels or 0) * (a + 2 * g) % tp:
+
+
+def _qkv_width(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """TRC222: with KV replication, tp must still divide the fused QKV width."""
+    m = spec.model
+    a, g, tp = _shape(spec)
+    if a % tp == 0 and (kv := m.kv_channels or 0) * (a + 2 * g) % tp:
         # KV replication (tp > groups): Megatron-Core 0.16 still splits the fused QKV projection,
         # kv_channels*(heads + 2*groups) wide, over tp (ColumnParallelLinear's divide() in
         # SelfAttention.__init__), which fails unless tp divides it (found by the differential
@@ -142,12 +186,12 @@ def _heads(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             tp=tp,
             qkv_width=width,
         )
-    elif (
-        tp > g
-        and a % tp == 0
-        and spec.engine is not Engine.fsdp
-        and before(spec, "megatron_core", KV_REPLICATION_SINCE)
-    ):
+
+
+def _kv_replication_before_016(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """TRC221 (error): Megatron-Core before 0.16 replicates no KV heads."""
+    a, g, tp = _shape(spec)
+    if tp > g and a % tp == 0 and before(spec, "megatron_core", KV_REPLICATION_SINCE):
         # Megatron-Core <= 0.15 TransformerConfig.__post_init__ raises ValueError
         # "num_query_groups (g) must be a multiple of tensor_model_parallel_size (tp)"
         # (core_v0.15.3 megatron/core/transformer/transformer_config.py); core_v0.16.0 accepts
@@ -170,7 +214,12 @@ def _heads(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             tp=tp,
             megatron_core=mc,
         )
-    elif tp > g and a % tp == 0:
+
+
+def _kv_replicated(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """TRC221: tp above the query groups replicates each KV head."""
+    a, g, tp = _shape(spec)
+    if tp > g and a % tp == 0:
         yield diag(
             R.KV_REPLICATED,
             f"tp ({tp}) exceeds num_query_groups ({g}): Megatron-Core >= 0.16 replicates "
@@ -183,6 +232,23 @@ def _heads(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             num_query_groups=g,
             tp=tp,
         )
+
+
+#: The query-group checks of each engine, in order (the first that finds a problem reports
+#: it): engine=fsdp (torchtitan, the trainc FSDP2 worker) replicates no KV heads; Megatron-Core
+#: (engine=megatron, and engine=deepspeed's model) replicates them from 0.16 on.
+QUERY_GROUP_CHECKS: dict[
+    Engine, tuple[Callable[[TrainSpec, Derived], Iterator[Diagnostic]], ...]
+] = {
+    Engine.megatron: (_groups_neither, _qkv_width, _kv_replication_before_016, _kv_replicated),
+    Engine.deepspeed: (_groups_neither, _qkv_width, _kv_replication_before_016, _kv_replicated),
+    Engine.fsdp: (_groups_neither, _whole_kv_heads, _qkv_width, _kv_replicated),
+}
+
+
+def _heads_groups(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """TRC207: the attention heads split over the query groups."""
+    a, g, _ = _shape(spec)
     if a % g:
         yield diag(
             R.HEADS_GROUPS,
@@ -193,6 +259,12 @@ def _heads(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             num_attention_heads=a,
             num_query_groups=g,
         )
+
+
+def _ffn_tp(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """TRC203: the dense MLP's ffn_hidden_size split over tp."""
+    m = spec.model
+    tp = spec.parallel.tp
     f = m.ffn_hidden_size or 0
     # With every layer an MoE layer no dense MLP is built: ffn_hidden_size is then unused by
     # Megatron-Core (only its default for moe_ffn_hidden_size, checked by TRC204).
@@ -208,6 +280,12 @@ def _heads(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             ffn_hidden_size=f,
             tp=tp,
         )
+
+
+def _hidden_heads(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """TRC208: hidden_size over the heads when kv_channels is not given."""
+    m = spec.model
+    a, _, _ = _shape(spec)
     h = m.hidden_size
     if h % a and m.kv_channels == h // a:
         yield diag(
@@ -220,6 +298,12 @@ def _heads(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             hidden_size=h,
             num_attention_heads=a,
         )
+
+
+def _vocab_padding(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """TRC209: the vocabulary padded to a multiple of make_vocab_size_divisible_by x tp."""
+    m = spec.model
+    tp = spec.parallel.tp
     if d.padded_vocab_size != m.vocab_size:
         unit = m.make_vocab_size_divisible_by * tp
         yield diag(

@@ -28,13 +28,13 @@ from collections.abc import Iterator
 
 from trainc.compiler import rules as R
 from trainc.compiler.diagnostics import Diagnostic, Severity, diag
+from trainc.compiler.support.hardware import GPU_ARCH
 from trainc.compiler.targets.torchao import (
     NEEDS_CC,
     TORCHAO_RECIPES,
     recipes_in,
     torchtitan_version,
 )
-from trainc.compiler.validate.precision_shapes import GPU_ARCH
 from trainc.schemas import Device, Entrypoint, Fp8Format, TrainSpec
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from trainc.compiler import rules as R
@@ -59,8 +59,26 @@ CPU_MAX_PARAMS = 2 * 10**9
 
 def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     """All TRC5xx rules (unknown device / entrypoint / GPU names are TRC004 at load time: the
-    schema's enums)."""
-    lc, c = spec.launch, spec.cluster
+    schema's enums), in this order: the job name, the Slurm time, the Megatron-LM checkout, a
+    custom GPU's figures, the data split, the environment (names, CUDA_DEVICE_MAX_CONNECTIONS,
+    variables that contradict the layout), control characters, the Slurm segment, the
+    Kubernetes runtime and save folder, a full-size CPU model."""
+    yield from _job_name(spec)
+    yield from _time_limit(spec)
+    yield from _megatron_lm_path(spec)
+    yield from _custom_gpu(spec)
+    yield from _data_split(spec)
+    yield from _env_names(spec)
+    yield from _max_connections(spec, d)
+    yield from _env(spec)
+    yield from _printable(spec)
+    yield from _segment(spec, d)
+    yield from _kubernetes(spec)
+    yield from _cpu_full_size(spec)
+
+
+def _job_name(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC501: the job name names the Slurm job and the output folder."""
     if not _NAME.fullmatch(spec.name) or spec.name.startswith("-") or not spec.name.strip("."):
         # only dots ('.', '..', '...'): out/<name> would be out/ itself or its parent
         safe = re.sub(r"[^A-Za-z0-9._-]+", "-", spec.name).strip("-")[:128]
@@ -74,6 +92,11 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             edits={"name": safe},
             name=spec.name,
         )
+
+
+def _time_limit(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC502: ``launch.time_limit`` in Slurm's ``--time`` syntax."""
+    lc = spec.launch
     if (
         not _TIME.fullmatch(lc.time_limit) and lc.time_limit.strip().lower() not in UNLIMITED_TIMES
     ):  # Slurm's "no limit"
@@ -85,6 +108,11 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             fix='quote it in YAML, e.g. time_limit: "04:00:00"',
             time_limit=lc.time_limit,
         )
+
+
+def _megatron_lm_path(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC503: entrypoint megatron-lm runs a Megatron-LM checkout."""
+    lc = spec.launch
     if lc.entrypoint is Entrypoint.megatron_lm and not lc.megatron_lm_path:
         yield diag(
             R.MEGATRON_LM_PATH,
@@ -95,6 +123,11 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             fix="set launch.megatron_lm_path to the checkout's directory",
             entrypoint=lc.entrypoint.value,
         )
+
+
+def _custom_gpu(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC003: ``gpu: custom`` has no profile, so the cluster gives its figures."""
+    c = spec.cluster
     if c.gpu is Gpu.custom:
         for key in (
             "gpu_memory_gib",
@@ -111,6 +144,11 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                     fix=f"set cluster.{key}, or name a GPU preset in cluster.gpu",
                     gpu=c.gpu.value,
                 )
+
+
+def _data_split(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC512: Megatron's ``--split``, three numbers with a positive sum."""
+    lc = spec.launch
     if not _SPLIT.fullmatch(lc.data_split) or not any(
         float(x) > 0 for x in lc.data_split.split(",")
     ):
@@ -124,6 +162,11 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             edits={"launch.data_split": "100,0,0"},
             data_split=lc.data_split,
         )
+
+
+def _env_names(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC504: ``launch.env`` keys are environment variable names."""
+    lc = spec.launch
     for k in sorted(lc.env):
         if not _ENV.fullmatch(k):
             yield diag(
@@ -133,9 +176,21 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                 fix="use letters, digits and '_' only",
                 name=k,
             )
-    p = spec.parallel
-    mdc = lc.env.get("CUDA_DEVICE_MAX_CONNECTIONS")
-    if spec.engine is Engine.fsdp and mdc is not None and str(mdc).strip() == "1":
+
+
+def _max_connections(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
+    """TRC505: ``CUDA_DEVICE_MAX_CONNECTIONS`` against what the engine's communication needs
+    (the checks of :data:`MAX_CONNECTIONS_CHECKS` for ``spec.engine``)."""
+    mdc = spec.launch.env.get("CUDA_DEVICE_MAX_CONNECTIONS")
+    if mdc is None:
+        return
+    for check in MAX_CONNECTIONS_CHECKS[spec.engine]:
+        yield from check(spec, d, mdc)
+
+
+def _one_queue_fsdp(spec: TrainSpec, d: Derived, mdc: str) -> Iterator[Diagnostic]:
+    """engine=fsdp: one work queue serializes FSDP2's communication with its compute."""
+    if str(mdc).strip() == "1":
         # One hardware work queue runs kernels in launch order: FSDP2's all-gather prefetch
         # and reduce-scatter on their own streams then wait for compute instead of overlapping
         # it (https://github.com/verl-project/verl/pull/6976 profiled the lost overlap on an
@@ -152,13 +207,17 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             severity=Severity.warning,
             value=str(mdc),
         )
+
+
+def _one_queue_dp_only(spec: TrainSpec, d: Derived, mdc: str) -> Iterator[Diagnostic]:
+    """engine=megatron with tp = cp = 1: one work queue serializes the data-parallel
+    communication with compute."""
+    p = spec.parallel
     if (
-        spec.engine is Engine.megatron
-        and p.tp == 1
+        p.tp == 1
         and p.cp == 1
         and (d.dp or 1) > 1
         and p.zero_stage != 3
-        and mdc is not None
         and str(mdc).strip() == "1"
     ):
         # Megatron needs the single queue for TP/CP only; with tp = cp = 1 it serializes the
@@ -180,12 +239,14 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             cp=p.cp,
             dp=d.dp,
         )
-    if (
-        spec.engine is not Engine.fsdp
-        and (p.tp > 1 or p.cp > 1)
-        and mdc is not None
-        and str(mdc) != "1"
-    ):
+
+
+def _one_queue_for_tp_cp(spec: TrainSpec, d: Derived, mdc: str) -> Iterator[Diagnostic]:
+    """engine=megatron and engine=deepspeed with tp or cp > 1: Megatron orders its TP/CP
+    communication kernels through one hardware queue, so the variable must be 1 (trainc
+    exports it so)."""
+    p = spec.parallel
+    if (p.tp > 1 or p.cp > 1) and str(mdc) != "1":
         yield diag(
             R.ENV_MAX_CONNECTIONS,
             f"launch.env sets CUDA_DEVICE_MAX_CONNECTIONS={mdc} but "
@@ -197,9 +258,22 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             tp=p.tp,
             cp=p.cp,
         )
-    yield from _env(spec)
-    yield from _printable(spec)
-    yield from _segment(spec, d)
+
+
+_MaxConnectionsCheck = Callable[[TrainSpec, Derived, str], Iterator[Diagnostic]]
+#: The TRC505 checks of each engine, in order (Megatron-LM core_v0.16.1 validate_args asks for
+#: CUDA_DEVICE_MAX_CONNECTIONS=1 with tp or cp > 1; engine=fsdp needs no single queue).
+MAX_CONNECTIONS_CHECKS: dict[Engine, tuple[_MaxConnectionsCheck, ...]] = {
+    Engine.megatron: (_one_queue_dp_only, _one_queue_for_tp_cp),
+    Engine.deepspeed: (_one_queue_for_tp_cp,),
+    Engine.fsdp: (_one_queue_fsdp,),
+}
+
+
+def _kubernetes(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC521, TRC522: the ClusterTrainingRuntime trainjob.yaml names, and the checkpoint
+    folder the Kubernetes manifests mount."""
+    lc = spec.launch
     if not _DNS_SUBDOMAIN.fullmatch(lc.k8s_runtime) or len(lc.k8s_runtime) > 253:
         yield diag(
             R.K8S_RUNTIME,
@@ -224,6 +298,12 @@ def launcher(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             edits={"launch.save_dir": "/" + lc.save_dir.lstrip("./")},
             value=lc.save_dir,
         )
+
+
+def _cpu_full_size(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC506: a CPU run without shrink builds the full model (about 12 L h^2 + 2 V h
+    parameters)."""
+    lc = spec.launch
     if lc.device is Device.cpu and not lc.shrink:
         m = spec.model
         approx = 12 * m.num_layers * m.hidden_size**2 + 2 * m.vocab_size * m.hidden_size

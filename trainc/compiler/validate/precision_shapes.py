@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived
 from trainc.compiler.diagnostics import Diagnostic, Severity, diag
+from trainc.compiler.support.hardware import GPU_ARCH
 from trainc.compiler.validate.util import divisors, nearest_multiple, or_list
 from trainc.compiler.validate.versions import before
 from trainc.schemas import (
@@ -42,20 +43,8 @@ from trainc.schemas import (
     Fp4Format,
     Fp8Format,
     Fp8Recipe,
-    Gpu,
     TrainSpec,
 )
-
-#: GPU preset -> (architecture, compute capability) as Transformer Engine checks it.
-GPU_ARCH: dict[Gpu, tuple[str, tuple[int, int]]] = {
-    Gpu.a100_40g: ("Ampere", (8, 0)),
-    Gpu.a100_80g: ("Ampere", (8, 0)),
-    Gpu.h100_80g: ("Hopper", (9, 0)),
-    Gpu.h200: ("Hopper", (9, 0)),
-    Gpu.h800: ("Hopper", (9, 0)),
-    Gpu.b200: ("Blackwell", (10, 0)),
-    Gpu.gb200: ("Blackwell", (10, 0)),
-}
 
 
 def recipe_name(spec: TrainSpec) -> str | None:
