@@ -3,12 +3,14 @@ diagnostics, artifacts, how to run). Deterministic: built from the plan dict onl
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from trainc.compiler.emit.kubernetes import not_written
 from trainc.compiler.emit.render import header
 from trainc.compiler.estimate.explain import fsdp_sharding
 from trainc.compiler.support.numfmt import fixed, gib, percent
+from trainc.schemas import Engine
 
 
 def _table(rows: list[tuple[str, Any]]) -> list[str]:
@@ -129,6 +131,23 @@ def _rank_map(est: dict[str, Any]) -> list[str]:
     return out
 
 
+def _megatron_zero(s: dict[str, Any], d: dict[str, Any]) -> str:
+    """engine=megatron: the ZeRO stage the derived layout amounts to (Megatron-FSDP shards
+    weights, gradients and optimizer state; the distributed optimizer the optimizer state)."""
+    if d.get("megatron_fsdp"):
+        return "3 (Megatron-FSDP, optim_grads_params)"
+    return "1 (distributed optimizer)" if d["distributed_optimizer"] else "0"
+
+
+#: The layout table's "ZeRO stage" row per engine (plan.json ``spec`` and ``derived`` -> cell).
+#: A new engine adds its row here.
+ZERO_STAGE_ROW: dict[Engine, Callable[[dict[str, Any], dict[str, Any]], Any]] = {
+    Engine.megatron: _megatron_zero,
+    Engine.deepspeed: lambda s, d: s["parallel"]["zero_stage"],
+    Engine.fsdp: lambda s, d: fsdp_sharding(s),
+}
+
+
 def report_text(plan: dict[str, Any], artifacts: list[str]) -> str:
     """The Markdown text of ``report.md`` for ``plan`` and the artifact names being written."""
     s, d = plan["spec"], plan["derived"]
@@ -177,20 +196,7 @@ def report_text(plan: dict[str, Any], artifacts: list[str]) -> str:
             ("ep / etp / expert_dp", f"{d['ep']} / {d['etp']} / {d['expert_dp']}"),
             ("dp", d["dp"]),
             ("sequence parallel", "yes" if d["sequence_parallel"] else "no"),
-            (
-                "ZeRO stage",
-                s["parallel"]["zero_stage"]
-                if s["engine"] == "deepspeed"
-                else fsdp_sharding(s)
-                if s["engine"] == "fsdp"
-                else (
-                    "3 (Megatron-FSDP, optim_grads_params)"
-                    if d.get("megatron_fsdp")
-                    else "1 (distributed optimizer)"
-                    if d["distributed_optimizer"]
-                    else "0"
-                ),
-            ),
+            ("ZeRO stage", ZERO_STAGE_ROW[Engine(s["engine"])](s, d)),
             ("micro / global batch", f"{t['micro_batch_size']} / {t['global_batch_size']}"),
             ("micro-batches per step", d["num_microbatches"]),
             ("samples / tokens per step", f"{d['samples_per_step']:,} / {d['tokens_per_step']:,}"),
