@@ -264,21 +264,61 @@ def _minimise(
     return after, evals
 
 
-def fit(
-    runs: list[Run],
-    names: Sequence[str] | None = None,
-    start: dict[str, float] | None = None,
-    max_evals: int = 600,
-) -> FitResult:
-    """Fit the factors ``names`` (default: :func:`default_factors`) to planned ``runs``
-    (:func:`prepare`); ``start``: the initial values (default: the first run's cluster)."""
-    if not runs:
-        raise CalibrateError("no run to fit")
-    assert all(r.plan is not None for r in runs)
-    spec0 = runs[0].plan.spec  # type: ignore[union-attr]
-    known = factors_for(spec0.cluster.time_model)
-    names_given = bool(names)
-    names = list(names or default_factors(runs))
+@dataclass
+class _Objective:
+    """The fit's objective over planned ``runs``: the sum over runs of ``(log estimate - log
+    measured)^2`` of the step time, the estimate :func:`step_estimate`'s with the factors
+    replaced; ``known``: the factors' bounds, ``max_evals``: per Nelder-Mead run."""
+
+    runs: list[Run]
+    known: dict[str, tuple[float, float]]
+    max_evals: int
+    meas: list[float] = field(init=False)
+    """The runs' log measured step times."""
+
+    def __post_init__(self) -> None:
+        self.meas = [math.log(r.measured_step_seconds) for r in self.runs]
+
+    def estimates(self, factors: dict[str, float]) -> list[float]:
+        """The runs' estimated step times (seconds) with the cluster ``factors``."""
+        return [step_estimate(r.plan, factors) for r in self.runs]  # type: ignore[arg-type]
+
+    def loss(self, fac: dict[str, float]) -> float:
+        """The sum of squared log errors with the factors ``fac`` (1e30 if an estimate is not a
+        positive finite number)."""
+        est = self.estimates(fac)
+        if any(e <= 0 or not math.isfinite(e) for e in est):
+            return 1e30
+        return sum((math.log(e) - m) ** 2 for e, m in zip(est, self.meas, strict=True))
+
+    def rms(self, fac: dict[str, float]) -> float:
+        """The RMS log error of the step time with the factors ``fac``."""
+        return math.sqrt(self.loss(fac) / len(self.runs))
+
+    def rms_of_estimates(self, est: list[float]) -> float:
+        """The RMS log error of the step-time estimates ``est`` (one per run)."""
+        return math.sqrt(
+            sum((math.log(e) - m) ** 2 for e, m in zip(est, self.meas, strict=True))
+            / len(self.meas)
+        )
+
+    def refit(self, free: Sequence[str], at: dict[str, float]) -> tuple[dict[str, float], int]:
+        """``at`` with the factors ``free`` fitted (the others held at their ``at`` values)."""
+        got, ev = _minimise(
+            lambda f: self.loss({**at, **f}),
+            free,
+            {m: at[m] for m in free},
+            self.known,
+            self.max_evals,
+        )
+        return {**at, **got}, ev
+
+
+def _check_factor_names(
+    runs: list[Run], names: list[str], known: dict[str, tuple[float, float]], spec0: TrainSpec
+) -> None:
+    """Raise CalibrateError for factor ``names`` the fit cannot free: named twice, exercised by
+    no run, unknown to the time model, or more than the runs' distinct specs."""
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise CalibrateError(f"--factors names {', '.join(twice)} more than once")
@@ -304,110 +344,114 @@ def fit(
             "under-determined (many factor values match the runs equally well); pass --factors "
             f"with at most {distinct} of: {','.join(names)}, or add runs of other layouts"
         )
-    before = {n: factor_value(spec0, n) for n in names}
-    x0 = dict(start or before)
-    meas = [math.log(r.measured_step_seconds) for r in runs]
 
-    def estimates(factors: dict[str, float]) -> list[float]:
-        return [step_estimate(r.plan, factors) for r in runs]  # type: ignore[arg-type]
 
-    def loss_of(fac: dict[str, float]) -> float:
-        est = estimates(fac)
-        if any(e <= 0 or not math.isfinite(e) for e in est):
-            return 1e30
-        return sum((math.log(e) - m) ** 2 for e, m in zip(est, meas, strict=True))
-
+def _fit_named(
+    obj: _Objective, names: list[str], x0: dict[str, float]
+) -> tuple[dict[str, float], int, list[str], list[str]]:
+    """The factors ``names`` (``--factors``) fitted together from ``x0``, and a note for each
+    that the runs do not support (:func:`supported`) against fixing it at its start value.
+    Returns (factors, evaluations, the free factors, notes)."""
     notes: list[str] = []
-    n_runs = len(runs)
-
-    def rms_of(fac: dict[str, float]) -> float:
-        return math.sqrt(loss_of(fac) / n_runs)
-
-    def refit(free: Sequence[str], at: dict[str, float]) -> tuple[dict[str, float], int]:
-        """``at`` with the factors ``free`` fitted (the others held at their ``at`` values)."""
-        got, ev = _minimise(
-            lambda f: loss_of({**at, **f}), free, {m: at[m] for m in free}, known, max_evals
-        )
-        return {**at, **got}, ev
-
-    # Factors the runs do not constrain (runs that barely communicate say nothing about
-    # comm_efficiency; several factors trade off along one direction, as a uniform slowdown
-    # that the GEMM, attention and communication factors can each absorb) wander to wherever
-    # the search stops, a bound typically, and the preset then prices other layouts with them.
-    # With the default factors the fit therefore selects forward: from the start values, it
-    # frees the factor whose fit lowers the RMS log error most, then the next, while the runs
-    # support each (:func:`supported`: a gain above UNCONSTRAINED_RMS that the BIC accepts);
-    # the rest keep their start values and are named. --factors fits exactly the named ones
-    # and names those the same test does not support against fixing them at the start value.
-    if names_given:
-        after, evals = _minimise(loss_of, names, x0, known, max_evals)
-        base = rms_of(after)
-        free = list(names)
-        for n in names if len(names) > 1 else []:
-            trial, ev = refit([m for m in names if m != n], {**after, n: x0[n]})
-            evals += ev
-            cost = rms_of(trial) - base
-            if not supported(rms_of(trial), base, n_runs):
-                notes.append(
-                    f"the runs hardly constrain {n}: fixed at its start value "
-                    f"{x0[n]:g} with the others refitted, the RMS log error changes "
-                    f"by {cost:+.4f} (fitted: {after[n]:g}); fit it from runs where it "
-                    "matters, or leave it out of --factors"
-                )
-    else:
-        after, evals, free = dict(x0), 0, []
-        while len(free) < len(names):
-            base = rms_of(after)
-            trials = []
-            for n in (m for m in names if m not in free):
-                trial, ev = refit([*free, n], after)
-                evals += ev
-                trials.append((base - rms_of(trial), n, trial))
-            gain, n, trial = max(trials, key=lambda t: (t[0], -names.index(t[1])))
-            if not supported(base, base - gain, n_runs):
-                break
-            free.append(n)
-            after = trial
-        free = [n for n in names if n in free]
-        if free:  # all selected factors together, from the start values
-            after, ev = refit(free, dict(x0))
-            evals += ev
-        kept = [n for n in names if n not in free]
-        if kept:
+    n_runs = len(obj.runs)
+    after, evals = _minimise(obj.loss, names, x0, obj.known, obj.max_evals)
+    base = obj.rms(after)
+    free = list(names)
+    for n in names if len(names) > 1 else []:
+        trial, ev = obj.refit([m for m in names if m != n], {**after, n: x0[n]})
+        evals += ev
+        cost = obj.rms(trial) - base
+        if not supported(obj.rms(trial), base, n_runs):
             notes.append(
-                f"the runs do not constrain {', '.join(kept)}: kept at the start "
-                "value(s) ("
-                + ", ".join(f"{n} {x0[n]:g}" for n in kept)
-                + "): freeing one more factor does not lower the RMS log error by "
-                f"more than {UNCONSTRAINED_RMS} nor by enough for {n_runs} run(s) "
-                "(the Bayesian information criterion); name one in --factors to fit "
-                "it anyway"
+                f"the runs hardly constrain {n}: fixed at its start value "
+                f"{x0[n]:g} with the others refitted, the RMS log error changes "
+                f"by {cost:+.4f} (fitted: {after[n]:g}); fit it from runs where it "
+                "matters, or leave it out of --factors"
             )
+    return after, evals, free, notes
+
+
+def _select_forward(
+    obj: _Objective, names: list[str], x0: dict[str, float]
+) -> tuple[dict[str, float], int, list[str], list[str]]:
+    """Forward selection from the start values ``x0``: free the factor of ``names`` whose fit
+    lowers the RMS log error most, then the next, while the runs support each
+    (:func:`supported`), then fit the selected ones together from ``x0``; the rest keep their
+    start values and a note names them. Returns (factors, evaluations, the free factors,
+    notes)."""
+    notes: list[str] = []
+    n_runs = len(obj.runs)
+    free: list[str] = []
+    after, evals = dict(x0), 0
+    while len(free) < len(names):
+        base = obj.rms(after)
+        trials = []
+        for n in (m for m in names if m not in free):
+            trial, ev = obj.refit([*free, n], after)
+            evals += ev
+            trials.append((base - obj.rms(trial), n, trial))
+        gain, n, trial = max(trials, key=lambda t: (t[0], -names.index(t[1])))
+        if not supported(base, base - gain, n_runs):
+            break
+        free.append(n)
+        after = trial
+    free = [n for n in names if n in free]
+    if free:  # all selected factors together, from the start values
+        after, ev = obj.refit(free, dict(x0))
+        evals += ev
+    kept = [n for n in names if n not in free]
+    if kept:
+        notes.append(
+            f"the runs do not constrain {', '.join(kept)}: kept at the start "
+            "value(s) ("
+            + ", ".join(f"{n} {x0[n]:g}" for n in kept)
+            + "): freeing one more factor does not lower the RMS log error by "
+            f"more than {UNCONSTRAINED_RMS} nor by enough for {n_runs} run(s) "
+            "(the Bayesian information criterion); name one in --factors to fit "
+            "it anyway"
+        )
+    return after, evals, free, notes
+
+
+def _snap_to_bounds(
+    obj: _Objective, free: list[str], after: dict[str, float]
+) -> tuple[dict[str, float], list[str]]:
+    """The fitted factors with each free factor near a bound (:func:`near_bound`) set to the
+    bound when the bound fits no worse, and a note for each so set. Returns (factors, notes)."""
     # a factor at its bound: the search approaches a bound the runs push it against only to
     # within its tolerance, and a value near a bound may be a true interior optimum. Near a
     # bound (near_bound), the factor is at the bound when the bound itself fits no worse: it is
     # set there and a note says so; otherwise it stays where the fit put it, without a note.
+    notes: list[str] = []
     for n in free:
-        lo, hi = known[n]
+        lo, hi = obj.known[n]
         b = near_bound(after[n], lo, hi)
         if b is None:
             continue
         trial = {**after, n: b}
-        if b == after[n] or loss_of(trial) <= loss_of(after):
+        if b == after[n] or obj.loss(trial) <= obj.loss(after):
             after = trial
             notes.append(
                 f"{n} ended at its {'lower' if b == lo else 'upper'} bound {b:g} "
                 f"(range {lo:g}..{hi:g}): the runs push it there or do not constrain "
                 "it"
             )
-    eb, ea = estimates(before), estimates(after)
+    return after, notes
+
+
+def _fit_result(
+    obj: _Objective,
+    names: list[str],
+    before: dict[str, float],
+    after: dict[str, float],
+    evals: int,
+    notes: list[str],
+) -> FitResult:
+    """The :class:`FitResult` of the fitted factors ``after``: estimates before and after, the
+    residual band (:func:`residual_band`) and its note (:func:`band_note`) after ``notes``."""
+    runs = obj.runs
+    eb, ea = obj.estimates(before), obj.estimates(after)
     ratios = [r.measured_step_seconds / e for r, e in zip(runs, ea, strict=True)]
-
-    def rms(est: list[float]) -> float:
-        return math.sqrt(
-            sum((math.log(e) - m) ** 2 for e, m in zip(est, meas, strict=True)) / len(meas)
-        )
-
     fitted = (percentile(ratios, 0.1), percentile(ratios, 0.9))
     band = residual_band(ratios)
     note = band_note(len(runs), fitted, band)
@@ -423,11 +467,45 @@ def fit(
         p90_ratio=band[1],
         fitted_p10_ratio=fitted[0],
         fitted_p90_ratio=fitted[1],
-        rms_log_before=rms(eb),
-        rms_log_after=rms(ea),
+        rms_log_before=obj.rms_of_estimates(eb),
+        rms_log_after=obj.rms_of_estimates(ea),
         evaluations=evals,
         notes=notes,
     )
+
+
+def fit(
+    runs: list[Run],
+    names: Sequence[str] | None = None,
+    start: dict[str, float] | None = None,
+    max_evals: int = 600,
+) -> FitResult:
+    """Fit the factors ``names`` (default: :func:`default_factors`) to planned ``runs``
+    (:func:`prepare`); ``start``: the initial values (default: the first run's cluster)."""
+    if not runs:
+        raise CalibrateError("no run to fit")
+    assert all(r.plan is not None for r in runs)
+    spec0 = runs[0].plan.spec  # type: ignore[union-attr]
+    known = factors_for(spec0.cluster.time_model)
+    names_given = bool(names)
+    names = list(names or default_factors(runs))
+    _check_factor_names(runs, names, known, spec0)
+    before = {n: factor_value(spec0, n) for n in names}
+    x0 = dict(start or before)
+    obj = _Objective(runs, known, max_evals)
+    # Factors the runs do not constrain (runs that barely communicate say nothing about
+    # comm_efficiency; several factors trade off along one direction, as a uniform slowdown
+    # that the GEMM, attention and communication factors can each absorb) wander to wherever
+    # the search stops, a bound typically, and the preset then prices other layouts with them.
+    # With the default factors the fit therefore selects forward: from the start values, it
+    # frees the factor whose fit lowers the RMS log error most, then the next, while the runs
+    # support each (:func:`supported`: a gain above UNCONSTRAINED_RMS that the BIC accepts);
+    # the rest keep their start values and are named. --factors fits exactly the named ones
+    # and names those the same test does not support against fixing them at the start value.
+    step = _fit_named if names_given else _select_forward
+    after, evals, free, notes = step(obj, names, x0)
+    after, bound_notes = _snap_to_bounds(obj, free, after)
+    return _fit_result(obj, names, before, after, evals, notes + bound_notes)
 
 
 def check_agreement(runs: Sequence[Run], result: FitResult) -> None:

@@ -152,19 +152,12 @@ def _disagree(row: dict[str, str], spec: TrainSpec) -> str | None:
     )
 
 
-def runs_from_csv(
-    path: Path, overrides: Sequence[str] = (), where: Sequence[str] = ()
-) -> tuple[list[Run], list[str]]:
-    """The CSV's runs and a note per row left out of scope (not kept by ``where``, a
-    published-runs row the converter cannot build or without a published measurement).
-    ``where``: ``COLUMN=TEXT`` filters (the column's value must contain TEXT,
-    case-insensitive). Column names are read stripped and case-insensitive, and a leading
-    byte-order mark (a spreadsheet's "CSV UTF-8") is dropped.
-
-    A row that is meant as a run but cannot be one raises :class:`CalibrateError` naming the
-    file, each such row's line and what is wrong: a measured cell that is not a positive finite
-    number (negative, zero, not a number), a ``spec`` row without any measurement, a spec file
-    that is missing or does not load. Every bad row is named at once, on one line."""
+def _read_csv(
+    path: Path,
+) -> tuple[list[tuple[int, dict[str, str]]], list[tuple[int, int]], list[str]]:
+    """The CSV's rows as (line, column -> stripped text), the rows with cells past the header's
+    columns as (line, how many), and the header (stripped, lower case). Raises CalibrateError
+    when the file cannot be read."""
     try:
         # utf-8-sig: a spreadsheet's "CSV UTF-8" starts with a byte-order mark, which would
         # stick to the first column's name; column names are matched stripped and lower-case
@@ -187,12 +180,25 @@ def runs_from_csv(
             header = [k.strip().lower() for k in reader.fieldnames or []]
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise CalibrateError(f"cannot read {path}: {e}") from e
+    return rows, extra, header
+
+
+def _where_filters(where: Sequence[str]) -> list[tuple[str, str]]:
+    """``--where COLUMN=TEXT`` filters as (column, text), both lower case. Raises
+    CalibrateError on a filter without ``=``."""
     filters = []
     for w in where:
         col, sep, text = w.partition("=")
         if not sep:
             raise CalibrateError(f"--where {w!r}: expected COLUMN=TEXT")
         filters.append((col.strip().lower(), text.lower()))
+    return filters
+
+
+def _is_spec_csv(path: Path, header: list[str]) -> bool:
+    """Whether the CSV is one of spec files (a ``spec`` column, no ``global_batch``) rather
+    than a published-runs table. Raises CalibrateError for a header that is neither, or a
+    spec CSV without a measured column."""
     spec_csv = "spec" in header and "global_batch" not in header
     missing = [c for c in PUBLISHED_COLUMNS if c not in header]
     if not spec_csv and header and missing:  # an empty file: "no run" below
@@ -212,6 +218,110 @@ def runs_from_csv(
             f"{path}: no measured column (one of {', '.join(MEASURED_COLUMNS)})"
             + (f": {'; '.join(hints)}" if hints else "")
         )
+    return spec_csv
+
+
+def _spec_row(
+    path: Path,
+    i: int,
+    row: dict[str, str],
+    header: list[str],
+    overrides: Sequence[str],
+    bad: str | None,
+) -> tuple[TrainSpec | None, str]:
+    """The spec of row ``i`` that names a spec file (relative to the CSV's folder): (spec, "")
+    or (None, what is wrong with the row); ``bad``: :func:`bad_measurement`'s verdict."""
+    spec_file = path.parent / row["spec"]
+    if not spec_file.is_file():
+        where_ = f" ({spec_file})" if str(spec_file) != row["spec"] else ""
+        return None, (
+            f"line {i}: spec file {row['spec']} not found{where_}" + (f"; {bad}" if bad else "")
+        )
+    if bad:
+        return None, f"line {i}: {bad}"
+    if not _cells(row):
+        present = [c for c in MEASURED_COLUMNS if c in header]
+        return None, (
+            f"line {i}: no measurement ({' and '.join(present)} "
+            f"{'is' if len(present) == 1 else 'are'} empty)"
+        )
+    spec, why = _load(spec_file, overrides)
+    if spec is None:
+        return None, f"line {i}: spec file {row['spec']} does not load ({why})"
+    return spec, ""
+
+
+def _published_row(
+    row: dict[str, str], overrides: Sequence[str]
+) -> tuple[TrainSpec | None, str, str]:
+    """A published-runs row through the converter (:mod:`trainc.calibrate.published`):
+    (spec, the model and system for the run's name, "") or (None, that or "", why the row is
+    skipped)."""
+    if not row.get("global_batch"):  # the converter would guess it
+        return None, "", "global_batch not published"
+    data, why = row_to_spec_reason(row)
+    if data is None:
+        return None, "", why
+    system = f" {row.get('model', '')} {row.get('gpus', '')}x{row.get('gpu_type', '')}"
+    spec, why = _spec_from_dict(data, overrides)
+    return spec, system, why
+
+
+def _row_run(
+    path: Path,
+    i: int,
+    row: dict[str, str],
+    header: list[str],
+    spec_csv: bool,
+    overrides: Sequence[str],
+) -> tuple[Run | None, str, str]:
+    """Row ``i`` as a run: (run, "", ""), or (None, what is wrong with it, "") for a row meant
+    as a run that cannot be one, or (None, "", the note) for a row left out of scope."""
+    name = f"{path.name}:{i}"
+    bad = bad_measurement(row)
+    if spec_csv and not row.get("spec"):
+        return None, f"line {i}: the spec cell is empty", ""
+    if row.get("spec"):
+        name += f" {row['spec']}"
+        spec, error = _spec_row(path, i, row, header, overrides, bad)
+        if spec is None:
+            return None, error, ""
+    else:
+        if bad:
+            return None, f"line {i}: {bad}", ""
+        spec, system, why = _published_row(row, overrides)
+        name += system
+        if spec is None:
+            return None, "", f"{name}: skipped ({why})"
+    measured, kind = _measured(row, spec)
+    clash = _disagree(row, spec) if spec_csv else None
+    if clash:
+        return None, f"line {i}: {clash}", ""
+    if measured is None:  # a published-runs row without a measurement (spec rows: above)
+        return (
+            None,
+            "",
+            (f"{name}: skipped (no measured step_time_s, tokens_per_s_per_gpu or tflops_per_gpu)"),
+        )
+    return Run(name.strip(), spec, measured, kind, published=not spec_csv), "", ""
+
+
+def runs_from_csv(
+    path: Path, overrides: Sequence[str] = (), where: Sequence[str] = ()
+) -> tuple[list[Run], list[str]]:
+    """The CSV's runs and a note per row left out of scope (not kept by ``where``, a
+    published-runs row the converter cannot build or without a published measurement).
+    ``where``: ``COLUMN=TEXT`` filters (the column's value must contain TEXT,
+    case-insensitive). Column names are read stripped and case-insensitive, and a leading
+    byte-order mark (a spreadsheet's "CSV UTF-8") is dropped.
+
+    A row that is meant as a run but cannot be one raises :class:`CalibrateError` naming the
+    file, each such row's line and what is wrong: a measured cell that is not a positive finite
+    number (negative, zero, not a number), a ``spec`` row without any measurement, a spec file
+    that is missing or does not load. Every bad row is named at once, on one line."""
+    rows, extra, header = _read_csv(path)
+    filters = _where_filters(where)
+    spec_csv = _is_spec_csv(path, header)
     runs: list[Run] = []
     notes: list[str] = []
     # a spec row with more cells than the header has columns: an unquoted comma, or a shifted row
@@ -223,63 +333,13 @@ def runs_from_csv(
     for i, row in rows:
         if any(text not in row.get(col, "").lower() for col, text in filters):
             continue
-        name = f"{path.name}:{i}"
-        bad = bad_measurement(row)
-        if spec_csv and not row.get("spec"):
-            errors.append(f"line {i}: the spec cell is empty")
-            continue
-        if row.get("spec"):
-            spec_file = path.parent / row["spec"]
-            name += f" {row['spec']}"
-            if not spec_file.is_file():
-                where_ = f" ({spec_file})" if str(spec_file) != row["spec"] else ""
-                errors.append(
-                    f"line {i}: spec file {row['spec']} not found{where_}"
-                    + (f"; {bad}" if bad else "")
-                )
-                continue
-            if bad:
-                errors.append(f"line {i}: {bad}")
-                continue
-            if not _cells(row):
-                present = [c for c in MEASURED_COLUMNS if c in header]
-                errors.append(
-                    f"line {i}: no measurement ({' and '.join(present)} "
-                    f"{'is' if len(present) == 1 else 'are'} empty)"
-                )
-                continue
-            spec, why = _load(spec_file, overrides)
-            if spec is None:
-                errors.append(f"line {i}: spec file {row['spec']} does not load ({why})")
-                continue
-        else:
-            if bad:
-                errors.append(f"line {i}: {bad}")
-                continue
-            if not row.get("global_batch"):  # the converter would guess it
-                spec, why = None, "global_batch not published"
-            else:
-                data, why = row_to_spec_reason(row)
-                spec = None
-                if data is not None:
-                    name += (
-                        f" {row.get('model', '')} {row.get('gpus', '')}x{row.get('gpu_type', '')}"
-                    )
-                    spec, why = _spec_from_dict(data, overrides)
-            if spec is None:
-                notes.append(f"{name}: skipped ({why})")
-                continue
-        measured, kind = _measured(row, spec)
-        clash = _disagree(row, spec) if spec_csv else None
-        if clash:
-            errors.append(f"line {i}: {clash}")
-            continue
-        if measured is None:  # a published-runs row without a measurement (spec rows: above)
-            notes.append(
-                f"{name}: skipped (no measured step_time_s, tokens_per_s_per_gpu or tflops_per_gpu)"
-            )
-            continue
-        runs.append(Run(name.strip(), spec, measured, kind, published=not spec_csv))
+        run, error, skipped = _row_run(path, i, row, header, spec_csv, overrides)
+        if error:
+            errors.append(error)
+        elif skipped:
+            notes.append(skipped)
+        elif run is not None:
+            runs.append(run)
     if errors:
         raise CalibrateError(
             f"{path}: {len(errors)} bad row(s): {'; '.join(errors)} (a "
@@ -472,17 +532,34 @@ def _preset_gpus_per_node(cluster: str) -> int:
 #: The worker's first line (trainc.launch.worker.runtime):
 #: ``plan=PATH engine=E device=D shrink=S ...``.
 _WORKER_HEAD = re.compile(r"trainc-worker: (plan=\S+[^\n]*)")
+#: The fields calibrate reads of the worker's per-step line (the contract in
+#: :mod:`trainc.launch.worker.main`: ``step=<n> loss=... step_time_s=<float> ...``).
 _WORKER_STEP = re.compile(r"\bstep=(\d+) .*?\bstep_time_s=([0-9.]+)")
 
 
-def parse_worker_log(
-    path: Path, plan_path: Path | None = None, overrides: Sequence[str] = ()
-) -> Run:
-    """One run from a trainc worker log: the plan.json it names (or ``plan_path``) gives the
-    spec, its ``step_time_s`` values the measured step time. Raises CalibrateError."""
-    text = _read(path)
+def worker_head(text: str) -> dict[str, str]:
+    """The ``key=value`` fields of a worker log's first line (``trainc-worker: plan=PATH
+    engine=E device=D shrink=S ...``, :mod:`trainc.launch.worker.runtime`); {} without one."""
     m = _WORKER_HEAD.search(text)
-    head = dict(f.split("=", 1) for f in m.group(1).split() if "=" in f) if m else {}
+    return dict(f.split("=", 1) for f in m.group(1).split() if "=" in f) if m else {}
+
+
+def worker_step_times(text: str) -> list[float]:
+    """The ``step_time_s`` (seconds) of every step line of a worker log, in log order: the one
+    place calibrate reads the worker's step-line format (``step=<n> ... step_time_s=<float>
+    ...``, documented in :mod:`trainc.launch.worker.main`); a line may carry a launcher
+    prefix. Raises ValueError on a value that is not a number."""
+    return [float(t) for _, t in _WORKER_STEP.findall(text)]
+
+
+def _is_worker_log(text: str) -> bool:
+    """Whether ``text`` is a trainc worker log (its ``trainc-worker:`` lines or a step line)."""
+    return "trainc-worker:" in text or bool(worker_step_times(text))
+
+
+def _check_worker_device(path: Path, head: dict[str, str]) -> None:
+    """Raise CalibrateError for a worker run that is not the plan's cluster's: a CPU run or a
+    shrunk one (:func:`worker_head`'s ``device`` and ``shrink``)."""
     device, shrunk = head.get("device", "cuda"), head.get("shrink") == "True"
     if device != "cuda" or shrunk:
         # the worker's CPU run (and any shrunk run) times a toy model on another device: its
@@ -500,14 +577,11 @@ def parse_worker_log(
             "not the plan's cluster's, so they cannot calibrate it; calibrate "
             "with logs of the job on its GPUs"
         )
-    times = [float(t) for _, t in _WORKER_STEP.findall(text)]
-    step = _median_after_first(times)
-    if step is None:
-        raise CalibrateError(f"{path}: no 'step=N ... step_time_s=X' line of the trainc worker")
-    if plan_path is None:
-        if "plan" not in head:
-            raise CalibrateError(f"{path}: no 'trainc-worker: plan=PATH' line (pass --plan)")
-        plan_path = Path(head["plan"])
+
+
+def _plan_spec(plan_path: Path, overrides: Sequence[str]) -> TrainSpec:
+    """The spec recorded in the plan.json at ``plan_path``, with ``overrides``. Raises
+    CalibrateError."""
     try:
         plan = json.loads(_read(plan_path))
         data = recorded_spec(plan)
@@ -516,6 +590,26 @@ def parse_worker_log(
     spec, why = _spec_from_dict(data, overrides)
     if spec is None:
         raise CalibrateError(f"{plan_path}: {why}")
+    return spec
+
+
+def parse_worker_log(
+    path: Path, plan_path: Path | None = None, overrides: Sequence[str] = ()
+) -> Run:
+    """One run from a trainc worker log: the plan.json it names (or ``plan_path``) gives the
+    spec, its ``step_time_s`` values the measured step time. Raises CalibrateError."""
+    text = _read(path)
+    head = worker_head(text)
+    _check_worker_device(path, head)
+    times = worker_step_times(text)
+    step = _median_after_first(times)
+    if step is None:
+        raise CalibrateError(f"{path}: no 'step=N ... step_time_s=X' line of the trainc worker")
+    if plan_path is None:
+        if "plan" not in head:
+            raise CalibrateError(f"{path}: no 'trainc-worker: plan=PATH' line (pass --plan)")
+        plan_path = Path(head["plan"])
+    spec = _plan_spec(plan_path, overrides)
     return Run(f"{path.name} ({len(times)} steps)", spec, step, "worker-log")
 
 
@@ -548,7 +642,7 @@ def read_runs(
         text = _read(p)
         if _ARGS_START.search(text):
             runs.append(parse_megatron_log(p, cluster, gpus_per_node, overrides))
-        elif "trainc-worker:" in text or _WORKER_STEP.search(text):
+        elif _is_worker_log(text):
             runs.append(parse_worker_log(p, Path(plan_path) if plan_path else None, overrides))
         else:
             raise CalibrateError(f"{p}: not a CSV, a Megatron-LM log or a trainc worker log")
