@@ -41,7 +41,9 @@ Conversion (each choice is a guess where the table is silent; the row's ``notes`
   tensor-parallel size from :func:`expert_tensor_parallel` (EP folds into DP, so ep may exceed
   dp), ZeRO stage 1 (Megatron's distributed optimizer; ``zero_stage`` 0 is plain DDP).
   ``zero_stage`` 3 is Megatron-FSDP (``engine: megatron``, zero_stage 3: Megatron-Bridge's
-  FSDP rows, the MoE-folding paper's FSDP+EP); with ``framework=deepspeed`` in the notes
+  FSDP rows, the MoE-folding paper's FSDP+EP; the framework picks the engine by
+  :data:`ZERO3_ENGINES`, the engine's step is in :data:`ZERO3_SECTIONS`); with
+  ``framework=deepspeed`` in the notes
   DeepSpeed ZeRO-3; with ``framework=`` fsdp, llm-foundry, torchtitan or automodel
   ``engine: fsdp`` (full shard over the data-parallel ranks; torchtitan's rows, and rows with
   pp, cp or ep > 1, which the trainc FSDP2 worker cannot split, with
@@ -73,12 +75,14 @@ from __future__ import annotations
 import csv
 import functools
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from trainc.compiler.load import conf_dir
+from trainc.schemas import Engine
 
 #: Model name (as :func:`model_key` spells it) -> bundled model preset (``trainc/conf/model``).
 #: Llama 3 405B is Llama 3.1 405B's architecture.
@@ -336,6 +340,191 @@ def _model(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]:
     return base, ""
 
 
+def _pipeline_split(nl: int, pp: int, vpp: int) -> tuple[dict[str, Any] | None, int, str]:
+    """How ``nl`` layers split over ``pp`` stages of ``vpp`` chunks: (the parallel keys that
+    make them divide, the vpp, "") or (None, 1, why not). Megatron-Bridge counts the embedding
+    and the loss as layers (``account_for_embedding/loss_in_pipeline_split``, both, else the
+    loss only), else an explicit first/last stage (its pipeline layout strings) with vpp 1."""
+    if not nl % (pp * vpp):
+        return {}, vpp, ""
+    if (nl + 2) % (pp * vpp) == 0:
+        return (
+            {
+                "account_for_embedding_in_pipeline_split": True,
+                "account_for_loss_in_pipeline_split": True,
+            },
+            vpp,
+            "",
+        )
+    if (nl + 1) % (pp * vpp) == 0:
+        return {"account_for_loss_in_pipeline_split": True}, vpp, ""
+    # an explicit first/last stage (Bridge's pipeline layout strings); one chunk
+    mid = -(-nl // pp)
+    rest = nl - (pp - 2) * mid
+    if pp < 2 or rest < 2:
+        return None, 1, f"cannot split {nl} layers over pp={pp}"
+    split = {
+        "pipeline_first_stage_layers": rest // 2,
+        "pipeline_last_stage_layers": rest - rest // 2,
+    }
+    return split, 1, ""
+
+
+def _parallel(
+    row: dict[str, str], lay: dict[str, int | None], n: int, nl: int
+) -> tuple[dict[str, Any] | None, str]:
+    """The ``parallel`` section of a row on ``n`` GPUs with ``nl`` layers and the published
+    layout ``lay`` (:func:`published_layout`), or (None, why the layers do not split)."""
+    tp, pp, vpp, cp, ep = (int(lay[k] or 1) for k in ("tp", "pp", "vpp", "cp", "ep"))
+    par: dict[str, Any] = {
+        "tp": tp,
+        "pp": pp,
+        "cp": cp,
+        "ep": ep,
+        "dp": n // (tp * pp * cp),
+        "sequence_parallel": tp > 1 and note(row, "sequence_parallel") != "false",
+        "zero_stage": 0 if row.get("zero_stage") == "0" else 1,
+    }
+    split, vpp, why = _pipeline_split(nl, pp, vpp)
+    if split is None:
+        return None, why
+    par.update(split)
+    if vpp > 1:
+        par["vpp"] = vpp
+    if ep > 1:
+        par["etp"] = expert_tensor_parallel(row, tp)
+    return par, ""
+
+
+def _training(
+    row: dict[str, str], lay: dict[str, int | None], par: dict[str, Any], prec: str
+) -> dict[str, Any]:
+    """The ``training`` section: the published micro and global batch (``8 x dp x micro
+    batch`` sequences when the global batch is not published), recompute, TP overlap and the
+    precision ``prec`` (:func:`precision_of`)."""
+    mbs = lay["micro_batch"] or 1
+    tr: dict[str, Any] = {
+        "micro_batch_size": mbs,
+        "global_batch_size": _int(row, "global_batch") or 8 * par["dp"] * mbs,
+        "precision": "bf16",
+        "recompute": row.get("recompute") or "none",
+    }
+    if par["tp"] > 1 and not tp_overlap_framework(row):  # no userbuffer TP overlap there
+        tr["tp_comm_overlap"] = False
+    if prec in ("fp8-delayed", "fp8-cs", "mxfp8"):
+        tr["fp8_format"] = "hybrid"
+        tr["fp8_recipe"] = {"fp8-delayed": "delayed", "fp8-cs": "tensorwise", "mxfp8": "mxfp8"}[
+            prec
+        ]
+    elif prec == "nvfp4":
+        tr["fp4_format"] = "e2m1"
+    return tr
+
+
+def _cluster(row: dict[str, str], gpu: str, n: int, gpn: int) -> dict[str, Any]:
+    """The ``cluster`` section of a row on ``n`` GPUs ``gpu``, ``gpn`` per node: memory, NVLink,
+    the NVLink domain of a rack, unfused attention and the published scale-out bandwidth."""
+    cluster: dict[str, Any] = {"num_nodes": n // gpn, "gpus_per_node": gpn, "gpu": gpu}
+    mem = re.search(r"(?:^|[\s(])(\d{2,3})(?:-\d+)?\s*GB", row.get("gpu_type", ""))
+    if gpu in PROFILE_MEMORY_GIB and mem and int(mem.group(1)) != PROFILE_MEMORY_GIB[gpu]:
+        cluster["gpu_memory_gib"] = int(mem.group(1))
+    for key, gbps in NVLINK_GBPS.items():
+        if key in row.get("gpu_type", "").upper():
+            cluster["intra_node_bandwidth_gbps"] = gbps
+    if gpu in RACK_GPUS:  # elsewhere the NVLink domain is the node (the default)
+        cluster["nvlink_domain_size"] = 64 if n % 64 == 0 else 72
+    if (note(row, "attention") or "").lower().startswith("unfused"):
+        cluster["flash_attention"] = False  # the score matrix materialised (pre-2022 stacks)
+    net = re.match(r"\d+(?:\.\d+)?", note(row, "network_gbps_per_node") or "")
+    if net:  # the node's scale-out Gb/s, shared by its GPUs: GB/s per GPU, one direction
+        cluster["inter_node_bandwidth_gbps"] = round(float(net.group()) / 8 / gpn, 4)
+    return cluster
+
+
+#: A ZeRO-3 step: (row, its framework, parallel, training, GPUs, GPUs per node) -> the spec's
+#: extra sections.
+_Zero3Step = Callable[
+    [dict[str, str], str, dict[str, Any], dict[str, Any], int, int], dict[str, Any]
+]
+
+#: The first word of a ZeRO-3 row's ``framework=`` note (lower case) -> the engine that ran it;
+#: any other framework (or none) is Megatron-FSDP (``engine: megatron``, zero_stage 3).
+ZERO3_ENGINES: dict[str, Engine] = {
+    "deepspeed": Engine.deepspeed,
+    "fsdp": Engine.fsdp,
+    "torchtitan": Engine.fsdp,
+    "llm-foundry": Engine.fsdp,
+    "automodel": Engine.fsdp,
+}
+
+
+def _megatron_fsdp(
+    row: dict[str, str], fw: str, par: dict[str, Any], tr: dict[str, Any], n: int, gpn: int
+) -> dict[str, Any]:
+    """Megatron-FSDP runs in pretrain_gpt.py on CUDA (TRC383): its ``launch`` section."""
+    return {"launch": {"entrypoint": "megatron-lm", "megatron_lm_path": "/opt/Megatron-LM"}}
+
+
+def _deepspeed_zero3(
+    row: dict[str, str], fw: str, par: dict[str, Any], tr: dict[str, Any], n: int, gpn: int
+) -> dict[str, Any]:
+    """DeepSpeed ZeRO-3: ``zero_stage`` 3 is all it needs (no further section)."""
+    return {}
+
+
+def _fsdp_full_shard(
+    row: dict[str, str], fw: str, par: dict[str, Any], tr: dict[str, Any], n: int, gpn: int
+) -> dict[str, Any]:
+    """PyTorch FSDP / FSDP2 full shard over the data-parallel ranks: ``zero_stage`` and ``dp``
+    dropped from ``par``, an unknown recompute made full in ``tr``; the ``launch`` (torchtitan
+    for its own rows and for pp, cp or ep > 1) and ``fsdp`` (compile, HSDP) sections."""
+    par.pop("zero_stage")
+    par.pop("dp", None)
+    if tr["recompute"] not in ("none", "full", "selective"):
+        tr["recompute"] = "full"
+    spec_launch: dict[str, Any] = {}
+    spec_fsdp: dict[str, Any] = {}
+    if fw == "torchtitan":
+        spec_launch = {"entrypoint": "torchtitan", "versions": {"torchtitan": "0.2.2"}}
+    elif any(int(par.get(a) or 1) > 1 for a in ("pp", "cp", "ep")):
+        # the trainc FSDP2 worker splits tp and dp only: torchtitan is trainc's runner
+        # of FSDP2 with pipeline, context or expert parallelism (on CUDA)
+        spec_launch = {"entrypoint": "torchtitan"}
+    if (note(row, "torch_compile") or "").lower().startswith("on"):
+        spec_fsdp["compile"] = True  # torch.compile fuses the element-wise kernels
+    if (note(row, "sharding") or "").upper().startswith("HSDP") and n // gpn > 1:
+        spec_fsdp["dp_replicate"] = n // gpn  # shard within the node, replicate across
+    out: dict[str, Any] = {}
+    if spec_launch:
+        out["launch"] = spec_launch
+    if spec_fsdp:
+        out["fsdp"] = spec_fsdp
+    return out
+
+
+#: Per engine, the step that makes a ZeRO-3 row (parameters, gradients and optimizer state
+#: sharded) that engine's: it edits ``parallel`` / ``training`` and returns the spec's extra
+#: sections (``launch``, ``fsdp``).
+ZERO3_SECTIONS: dict[Engine, _Zero3Step] = {
+    Engine.megatron: _megatron_fsdp,
+    Engine.deepspeed: _deepspeed_zero3,
+    Engine.fsdp: _fsdp_full_shard,
+}
+
+
+def _engine(
+    row: dict[str, str], par: dict[str, Any], tr: dict[str, Any], n: int, gpn: int
+) -> tuple[Engine, dict[str, Any]]:
+    """The row's engine (Megatron-LM unless ``zero_stage`` is 3: :data:`ZERO3_ENGINES`) and
+    the extra spec sections its ZeRO-3 step returns (:data:`ZERO3_SECTIONS`)."""
+    if row.get("zero_stage") != "3":
+        return Engine.megatron, {}
+    fw = ((note(row, "framework") or "").lower().split() or [""])[0]
+    par["zero_stage"] = 3  # Megatron-FSDP unless another framework ran it
+    engine = ZERO3_ENGINES.get(fw, Engine.megatron)
+    return engine, ZERO3_SECTIONS[engine](row, fw, par, tr, n, gpn)
+
+
 def row_to_spec_reason(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]:
     """(spec dict, "") or (None, why the row cannot be built); see the module docstring."""
     model, why = _model(row)
@@ -351,10 +540,6 @@ def row_to_spec_reason(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]
     if not seq or not n:
         return None, "gpus or seq_len not published"
     lay = published_layout(row)
-    tp, pp, vpp, cp, ep = (int(lay[k] or 1) for k in ("tp", "pp", "vpp", "cp", "ep"))
-    dp = n // (tp * pp * cp)
-    mbs = lay["micro_batch"] or 1
-    gbs = _int(row, "global_batch") or 8 * dp * mbs
     model = {
         **model,
         "seq_length": seq,
@@ -364,102 +549,22 @@ def row_to_spec_reason(row: dict[str, str]) -> tuple[dict[str, Any] | None, str]
     gpn = 4 if gpu in RACK_GPUS else 8
     if n % gpn:
         gpn = n
-    par: dict[str, Any] = {
-        "tp": tp,
-        "pp": pp,
-        "cp": cp,
-        "ep": ep,
-        "dp": dp,
-        "sequence_parallel": tp > 1 and note(row, "sequence_parallel") != "false",
-        "zero_stage": 0 if row.get("zero_stage") == "0" else 1,
-    }
-    nl = model["num_layers"]
-    if nl % (pp * vpp):  # Megatron-Bridge: the embedding / loss counted as layers
-        if (nl + 2) % (pp * vpp) == 0:
-            par["account_for_embedding_in_pipeline_split"] = True
-            par["account_for_loss_in_pipeline_split"] = True
-        elif (nl + 1) % (pp * vpp) == 0:
-            par["account_for_loss_in_pipeline_split"] = True
-        else:  # an explicit first/last stage (Bridge's pipeline layout strings); one chunk
-            vpp = 1
-            mid = -(-nl // pp)
-            rest = nl - (pp - 2) * mid
-            if pp < 2 or rest < 2:
-                return None, f"cannot split {nl} layers over pp={pp}"
-            par["pipeline_first_stage_layers"] = rest // 2
-            par["pipeline_last_stage_layers"] = rest - rest // 2
-    if vpp > 1:
-        par["vpp"] = vpp
-    if ep > 1:
-        par["etp"] = expert_tensor_parallel(row, tp)
-    tr: dict[str, Any] = {
-        "micro_batch_size": mbs,
-        "global_batch_size": gbs,
-        "precision": "bf16",
-        "recompute": row.get("recompute") or "none",
-    }
-    if tp > 1 and not tp_overlap_framework(row):  # no userbuffer TP overlap there
-        tr["tp_comm_overlap"] = False
-    if prec in ("fp8-delayed", "fp8-cs", "mxfp8"):
-        tr["fp8_format"] = "hybrid"
-        tr["fp8_recipe"] = {"fp8-delayed": "delayed", "fp8-cs": "tensorwise", "mxfp8": "mxfp8"}[
-            prec
-        ]
-    elif prec == "nvfp4":
-        tr["fp4_format"] = "e2m1"
+    par, why = _parallel(row, lay, n, model["num_layers"])
+    if par is None:
+        return None, why
+    tr = _training(row, lay, par, prec)
     name = re.sub(r"[^a-z0-9.-]+", "-", model_key(row.get("model", ""))).strip("-.") or "run"
-    cluster: dict[str, Any] = {"num_nodes": n // gpn, "gpus_per_node": gpn, "gpu": gpu}
-    mem = re.search(r"(?:^|[\s(])(\d{2,3})(?:-\d+)?\s*GB", row.get("gpu_type", ""))
-    if gpu in PROFILE_MEMORY_GIB and mem and int(mem.group(1)) != PROFILE_MEMORY_GIB[gpu]:
-        cluster["gpu_memory_gib"] = int(mem.group(1))
-    for key, gbps in NVLINK_GBPS.items():
-        if key in row.get("gpu_type", "").upper():
-            cluster["intra_node_bandwidth_gbps"] = gbps
-    if gpu in RACK_GPUS:  # elsewhere the NVLink domain is the node (the default)
-        cluster["nvlink_domain_size"] = 64 if n % 64 == 0 else 72
-    if (note(row, "attention") or "").lower().startswith("unfused"):
-        cluster["flash_attention"] = False  # the score matrix materialised (pre-2022 stacks)
-    net = re.match(r"\d+(?:\.\d+)?", note(row, "network_gbps_per_node") or "")
-    if net:  # the node's scale-out Gb/s, shared by its GPUs: GB/s per GPU, one direction
-        cluster["inter_node_bandwidth_gbps"] = round(float(net.group()) / 8 / gpn, 4)
-    engine = "megatron"
-    spec_launch: dict[str, Any] = {}
-    spec_fsdp: dict[str, Any] = {}
-    if row.get("zero_stage") == "3":  # parameters, gradients and optimizer state sharded
-        fw = ((note(row, "framework") or "").lower().split() or [""])[0]
-        par["zero_stage"] = 3  # Megatron-FSDP unless another framework ran it
-        if fw == "deepspeed":
-            engine = "deepspeed"
-        elif fw in ("fsdp", "torchtitan", "llm-foundry", "automodel"):
-            engine = "fsdp"  # PyTorch FSDP / FSDP2 full shard over the data-parallel ranks
-            par.pop("zero_stage")
-            par.pop("dp", None)
-            if tr["recompute"] not in ("none", "full", "selective"):
-                tr["recompute"] = "full"
-            if fw == "torchtitan":
-                spec_launch = {"entrypoint": "torchtitan", "versions": {"torchtitan": "0.2.2"}}
-            elif any(int(par.get(a) or 1) > 1 for a in ("pp", "cp", "ep")):
-                # the trainc FSDP2 worker splits tp and dp only: torchtitan is trainc's runner
-                # of FSDP2 with pipeline, context or expert parallelism (on CUDA)
-                spec_launch = {"entrypoint": "torchtitan"}
-            if (note(row, "torch_compile") or "").lower().startswith("on"):
-                spec_fsdp["compile"] = True  # torch.compile fuses the element-wise kernels
-            if (note(row, "sharding") or "").upper().startswith("HSDP") and n // gpn > 1:
-                spec_fsdp["dp_replicate"] = n // gpn  # shard within the node, replicate across
-        else:  # Megatron-FSDP runs in pretrain_gpt.py on CUDA (TRC383)
-            spec_launch = {"entrypoint": "megatron-lm", "megatron_lm_path": "/opt/Megatron-LM"}
+    cluster = _cluster(row, gpu, n, gpn)
+    engine, sections = _engine(row, par, tr, n, gpn)
     spec = {
         "name": name,
-        "engine": engine,
+        "engine": engine.value,
         "model": model,
         "cluster": cluster,
         "parallel": par,
         "training": tr,
+        **sections,
     }
-    if spec_launch:
-        spec["launch"] = spec_launch
-    if spec_fsdp:
-        spec["fsdp"] = spec_fsdp
     return spec, ""
 
 
