@@ -1,12 +1,14 @@
-"""What both engines' training loops share: the worker's settings (read from plan.json and the
-command line), its log lines, torch.distributed and Megatron-Core parallel_state set-up, the
-runner capability check, dims and precision resolution, and checkpoint-or-stop after each step
-(SIGUSR1, agreed on by every rank).
+"""What every engine's training loop shares: the worker's :class:`Settings` (read from plan.json
+and the command line by :func:`read_settings`), its log lines, torch.distributed and Megatron-Core
+parallel_state set-up, the runner capability check, dims and precision resolution,
+checkpoint-or-stop after each step (SIGUSR1, agreed on by every rank) and the ``--resume-check``
+replay (:func:`resume_check`). The step line itself is :mod:`trainc.launch.worker.steplog`'s.
 
 This module imports no compiler internals (only :mod:`trainc.capabilities` and
 :mod:`trainc.schemas`) and no torch at import time, so ``python -m trainc.launch.worker --help``
 stays cheap; the engines (:mod:`trainc.launch.worker.engines.megatron`,
-:mod:`trainc.launch.worker.engines.deepspeed`) import it, never the other way round.
+:mod:`trainc.launch.worker.engines.deepspeed`, :mod:`trainc.launch.worker.engines.fsdp`) import it,
+never the other way round.
 
 SIGUSR1 (Slurm's ``--signal`` before the time limit): save a checkpoint after the current step
 and stop cleanly. The generated scripts ignore USR1 in the shell and torchrun; the worker handles

@@ -11,6 +11,7 @@ CPU kernels here and becomes bf16.
 from __future__ import annotations
 
 import copy
+import importlib
 import os
 import sys
 import time
@@ -157,6 +158,18 @@ class _Trainer:
     tokens: int
 
 
+#: What the loop imports first, in this order (deepspeed before :func:`_skip_shm_build`, which
+#: patches its comm module; import-time warnings come before the first setup line).
+_STACK = (
+    "deepspeed",
+    "megatron.core.parallel_state",
+    "megatron.core.tensor_parallel.random",
+    "trainc.launch.worker.model",
+    "trainc.launch.worker.checkpoint",
+    "trainc.launch.worker.data",
+)
+
+
 def run(s: Settings) -> None:
     """Build the model, initialise the DeepSpeed engine, train, checkpoint."""
     try:
@@ -166,15 +179,9 @@ def run(s: Settings) -> None:
 
 
 def _run(s: Settings) -> None:
-    # the stack, imported up front in this order: _skip_shm_build patches deepspeed's comm module
-    import deepspeed  # noqa: F401
-    from megatron.core import parallel_state as ps  # noqa: F401
-    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed  # noqa: F401
-
-    from trainc.launch.worker import model as mb  # noqa: F401
-    from trainc.launch.worker.checkpoint import rng_file, rng_state, set_rng_state  # noqa: F401
-    from trainc.launch.worker.data import Batches, build_dataset  # noqa: F401
-
+    """:func:`run` without the clean-up: the named steps in order."""
+    for name in _STACK:
+        importlib.import_module(name)
     if s.device == "cpu":
         _skip_shm_build()
     dims = resolve_dims(s)

@@ -27,6 +27,7 @@ context parallelism, experts, torch.compile on CPU.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -333,15 +334,20 @@ class _Trainer:
     layout: dict[str, Any]
 
 
+#: What the loop imports first, in this order (import-time warnings come before its first
+#: setup line).
+_STACK = (
+    "torch.distributed.checkpoint",
+    "torch.distributed.checkpoint.state_dict",
+    "trainc.launch.worker.torch_gpt",
+    "trainc.launch.worker.data",
+)
+
+
 def run(s: Settings) -> None:
     """Build, shard, train, checkpoint (see the module docstring)."""
-    # the stack, imported up front in this order
-    import torch.distributed.checkpoint as dcp  # noqa: F401
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict  # noqa: F401
-
-    from trainc.launch.worker import torch_gpt  # noqa: F401
-    from trainc.launch.worker.data import Batches, build_dataset  # noqa: F401
-
+    for name in _STACK:
+        importlib.import_module(name)
     cfg = s.plan["engines"].get("fsdp")
     if cfg is None:
         raise SystemExit(

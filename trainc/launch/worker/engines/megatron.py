@@ -4,6 +4,7 @@ Megatron optimizer and scheduler, ``get_forward_backward_func`` schedules), buil
 
 from __future__ import annotations
 
+import importlib
 import math
 import time
 from dataclasses import dataclass
@@ -122,23 +123,24 @@ class _Trainer:
     tokens: int
 
 
+#: What the loop imports first, in this order (import-time patches and warnings come before
+#: its first setup line).
+_STACK = (
+    "megatron.core.parallel_state",
+    "megatron.core.distributed",
+    "megatron.core.optimizer",
+    "megatron.core.optimizer_param_scheduler",
+    "megatron.core.pipeline_parallel",
+    "megatron.core.tensor_parallel.random",
+    "trainc.launch.worker.model",
+    "trainc.launch.worker.data",
+)
+
+
 def run(s: Settings) -> None:
     """Build model, DDP, optimizer; train; checkpoint."""
-    # the stack, imported up front in this order (import-time patches and warnings first)
-    from megatron.core import parallel_state as ps  # noqa: F401
-    from megatron.core.distributed import DistributedDataParallel as DDP  # noqa: F401, N817
-    from megatron.core.distributed import (  # noqa: F401
-        DistributedDataParallelConfig,
-        finalize_model_grads,
-    )
-    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer  # noqa: F401
-    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler  # noqa: F401
-    from megatron.core.pipeline_parallel import get_forward_backward_func  # noqa: F401
-    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed  # noqa: F401
-
-    from trainc.launch.worker import model as mb  # noqa: F401
-    from trainc.launch.worker.data import Batches, build_dataset  # noqa: F401
-
+    for name in _STACK:
+        importlib.import_module(name)
     dims = resolve_dims(s)
     precision = resolve_precision(s)
     built = build_model(s, dims, precision)
