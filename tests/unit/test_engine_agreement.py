@@ -550,13 +550,13 @@ def test_worker_builds_bias_reduce_dtype_and_optimizer_from_the_plan(tmp_path: P
 
     from trainc.launch.shrink import full_dims
     from trainc.launch.worker import model as mb
-    from trainc.launch.worker.runtime import Settings
+    from trainc.launch.worker.runtime import read_settings
     from trainc.launch.worker_args import parse_args
 
     _, files = compile_case("gpt3-175b", ("training.optimizer=sgd",))
     path = tmp_path / "plan.json"
     path.write_text(files["plan.json"])
-    s = Settings(json.loads(files["plan.json"]), parse_args(["--plan", str(path)]), str(path))
+    s = read_settings(json.loads(files["plan.json"]), parse_args(["--plan", str(path)]), str(path))
     config, _, changes = mb.transformer_config(
         s.plan, full_dims(s.plan), s.layout, cpu=False, precision=s.precision
     )
@@ -848,13 +848,13 @@ def test_deepspeed_initializes_what_compile_accepts(tmp_path: Path, optimizer: s
     import sys
 
     from trainc.launch.worker.engines.deepspeed import load_config
-    from trainc.launch.worker.runtime import Settings
+    from trainc.launch.worker.runtime import read_settings
     from trainc.launch.worker_args import parse_args
 
     files = ok(tmp_path, ds_spec(**{"training.optimizer": optimizer}))
     path = tmp_path / "plan.json"
     path.write_text(files["plan.json"])
-    s = Settings(
+    s = read_settings(
         json.loads(files["plan.json"]),
         parse_args(["--plan", str(path), "--device", "cpu", "--reference"]),
         str(path),

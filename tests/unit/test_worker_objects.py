@@ -32,7 +32,7 @@ from trainc.launch.shrink import full_dims  # noqa: E402
 from trainc.launch.worker import model as mb  # noqa: E402
 from trainc.launch.worker import runtime as _runtime  # noqa: E402
 from trainc.launch.worker.engines import megatron as train  # noqa: E402
-from trainc.launch.worker.runtime import Settings  # noqa: E402
+from trainc.launch.worker.runtime import Settings, read_settings  # noqa: E402
 from trainc.launch.worker_args import parse_args  # noqa: E402
 
 #: What the worker changes on CPU, each announced (an ``override:`` line): Transformer Engine ->
@@ -57,7 +57,7 @@ def settings_of(files: dict[str, str], tmp: Path, *argv: str) -> Settings:
     path = tmp / "plan.json"
     path.write_text(files["plan.json"], encoding="utf-8")
     plan = json.loads(files["plan.json"])
-    return Settings(plan, parse_args(["--plan", str(path), *argv]), str(path))
+    return read_settings(plan, parse_args(["--plan", str(path), *argv]), str(path))
 
 
 def plain(v: Any) -> Any:

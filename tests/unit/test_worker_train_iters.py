@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from _emit_helpers import compile_case
 
-from trainc.launch.worker.runtime import Settings, decay_length
+from trainc.launch.worker.runtime import Settings, decay_length, read_settings
 from trainc.launch.worker_args import parse_args
 
 
@@ -20,7 +20,7 @@ def settings(case: str, tmp: Path, *argv: str, overrides: tuple[str, ...] = ()) 
     _, files = compile_case(case, overrides)
     path = tmp / "plan.json"
     path.write_text(files["plan.json"], encoding="utf-8")
-    return Settings(
+    return read_settings(
         json.loads(files["plan.json"]), parse_args(["--plan", str(path), *argv]), str(path)
     )
 

@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trainc.launch import CHECKPOINT_LAYOUT_FILE, STOPPED_MARKER
+from trainc.launch import CHECKPOINT_LAYOUT_FILE, STOPPED_MARKER, worker_engine
 
 #: Device nodes whose presence means torch may find a CUDA (or ROCm/HIP, or WSL) GPU.
 GPU_DEVICE_GLOBS = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg")
@@ -150,59 +150,24 @@ def version_problems(
     outdir: str, env: Mapping[str, str], installed: Mapping[str, str] | None = None
 ) -> tuple[list[str], list[str]]:
     """``(errors, warnings)``: the known-bad entries the installed packages (or ``installed``)
-    match for OUTDIR/plan.json's job; empty when there is no readable plan."""
+    match for OUTDIR/plan.json's job; empty when there is no readable trainc plan. A plan.json
+    that lacks a key ``trainc compile`` always writes (a hand-edited one) is not checked: one
+    warning names the key."""
     from trainc import known_versions as KV
 
     try:
         with open(os.path.join(outdir, "plan.json"), encoding="utf-8") as f:
             plan = json.load(f)
-        spec = plan["spec"]
-        m, p, t, lc = spec["model"], spec["parallel"], spec["training"], spec["launch"]
-        c = spec.get("cluster", {})
-        stages = (plan.get("derived") or {}).get("layers_per_stage")
-        pp, experts = int(p.get("pp") or 1), m.get("num_experts")
-        feats = KV.job_features(
-            engine=str(spec["engine"]),
-            entrypoint=str(lc["entrypoint"]),
-            device=str(lc["device"]),
-            ep=int(p["ep"]),
-            num_experts=experts,
-            dispatcher=str(m.get("moe_token_dispatcher_type", "alltoall")),
-            cp=int(p["cp"]),
-            fp8=t.get("fp8_format", "none") != "none",
-            zero_stage=int(p.get("zero_stage") or 0),
-            tp_comm_overlap=bool(t.get("tp_comm_overlap")),
-            gpu=str(c.get("gpu", "")),
-            num_nodes=int(c.get("num_nodes") or 1),
-            gpus_per_node=int(c.get("gpus_per_node") or 1),
-            precision=str(t.get("precision", "bf16")),
-            tp=int(p.get("tp") or 1),
-            pp=pp,
-            moe_dense_stage=bool(experts)
-            and KV.moe_stage_without_experts(
-                int(m["num_layers"]),
-                pp,
-                int(p.get("vpp") or 1),
-                int(m.get("moe_layer_freq") or 1),
-                int(m.get("moe_first_k_dense_layers") or 0),
-                stages,
-            ),
-            moe_aux_bias=KV.moe_aux_bias_used(
-                num_experts=experts,
-                aux_loss_coeff=float(m.get("moe_aux_loss_coeff") or 0.0),
-                load_balancing=str(m.get("moe_router_load_balancing_type", "aux_loss")),
-                expert_bias=bool(m.get("moe_router_enable_expert_bias")),
-                num_groups=m.get("moe_router_num_groups"),
-            ),
-            mtp=bool(m.get("mtp_num_layers")),
-            fp8_recipe=str(t.get("fp8_recipe", "")),
-            fp4=t.get("fp4_format", "none") != "none",
-            cp_comm_type=str(p.get("cp_comm_type", "p2p")),
-            offload_optimizer=t.get("offload_optimizer", "none") != "none",
-            num_microbatches=int((plan.get("derived") or {}).get("num_microbatches") or 1),
-        )
-        job_env = {**lc.get("env", {}), **env}
-    except (OSError, ValueError, KeyError, TypeError):
+        feats = _job_features(plan)
+        job_env = {**plan["spec"]["launch"]["env"], **env}
+    except KeyError as missing:
+        if not (isinstance(plan, dict) and isinstance(plan.get("spec"), dict)):
+            return [], []  # not a trainc plan: run unchecked
+        return [], [
+            f"{outdir}/plan.json has no key {missing} (trainc compile writes it): the installed "
+            "versions are not checked against the known-bad table; compile the spec again"
+        ]
+    except (OSError, ValueError, TypeError):
         return [], []
     have = dict(KV.installed_versions() if installed is None else installed)
     errors: list[str] = []
@@ -220,6 +185,59 @@ def version_problems(
         )
         (errors if e.severity == "error" else warnings).append(text)
     return errors, warnings
+
+
+def _job_features(plan: Mapping[str, Any]) -> frozenset[str]:
+    """The job's features the known-bad table matches on
+    (:func:`trainc.known_versions.job_features`), from plan.json as ``trainc compile`` writes
+    it: every key is read as written (the compiler fills each one). Raises KeyError for a
+    missing key, TypeError / ValueError for a value of the wrong kind."""
+    from trainc import known_versions as KV
+
+    spec, d = plan["spec"], plan["derived"]
+    m, p, t, lc = spec["model"], spec["parallel"], spec["training"], spec["launch"]
+    c = spec["cluster"]
+    pp, experts = int(p["pp"]), m["num_experts"]
+    return KV.job_features(
+        engine=str(spec["engine"]),
+        entrypoint=str(lc["entrypoint"]),
+        device=str(lc["device"]),
+        ep=int(p["ep"]),
+        num_experts=experts,
+        dispatcher=str(m["moe_token_dispatcher_type"]),
+        cp=int(p["cp"]),
+        fp8=t["fp8_format"] != "none",
+        zero_stage=int(p["zero_stage"]),
+        tp_comm_overlap=bool(t["tp_comm_overlap"]),
+        gpu=str(c["gpu"]),
+        num_nodes=int(c["num_nodes"]),
+        gpus_per_node=int(c["gpus_per_node"]),
+        precision=str(t["precision"]),
+        tp=int(p["tp"]),
+        pp=pp,
+        moe_dense_stage=bool(experts)
+        and KV.moe_stage_without_experts(
+            int(m["num_layers"]),
+            pp,
+            int(p["vpp"]),
+            int(m["moe_layer_freq"]),
+            int(m["moe_first_k_dense_layers"]),
+            d["layers_per_stage"],
+        ),
+        moe_aux_bias=KV.moe_aux_bias_used(
+            num_experts=experts,
+            aux_loss_coeff=float(m["moe_aux_loss_coeff"]),
+            load_balancing=str(m["moe_router_load_balancing_type"]),
+            expert_bias=bool(m["moe_router_enable_expert_bias"]),
+            num_groups=m["moe_router_num_groups"],
+        ),
+        mtp=bool(m["mtp_num_layers"]),
+        fp8_recipe=str(t["fp8_recipe"]),
+        fp4=t["fp4_format"] != "none",
+        cp_comm_type=str(p["cp_comm_type"]),
+        offload_optimizer=t["offload_optimizer"] != "none",
+        num_microbatches=int(d["num_microbatches"]),
+    )
 
 
 def _flag(args: Sequence[str], name: str) -> str | None:
@@ -303,8 +321,9 @@ def refuse_layout_change(outdir: str, worker_args: Sequence[str] = ()) -> None:
     :func:`expected_layout` (the parallel sizes, the model dims, the distributed optimizer),
     each differing field named. Only the fields the record holds are compared (an older record
     has the parallel sizes alone). The worker refuses it too, but only once every rank has
-    started (a traceback per rank, then torchrun's). Checkpoints without the record, other
-    engines and ``--reference`` runs are left to the worker."""
+    started (a traceback per rank, then torchrun's). Checkpoints without the record, engines whose
+    checkpoints carry none (:attr:`trainc.launch.WorkerEngine.layout_record`) and
+    ``--reference`` runs are left to the worker."""
     dirs = _checkpoint_dirs(outdir, worker_args)
     if "--reference" in worker_args or dirs is None:
         return
@@ -313,7 +332,10 @@ def refuse_layout_change(outdir: str, worker_args: Sequence[str] = ()) -> None:
         return
     try:
         spec = plan["spec"]
-        if spec["engine"] != "megatron" or spec["launch"].get("entrypoint", "trainc") != "trainc":
+        if (
+            not worker_engine(spec["engine"]).layout_record
+            or spec["launch"].get("entrypoint", "trainc") != "trainc"
+        ):
             return
         want = expected_layout(plan, worker_args)
         with open(os.path.join(where, "latest"), encoding="utf-8") as f:

@@ -1,12 +1,14 @@
-"""What both engines' training loops share: the worker's settings (read from plan.json and the
-command line), its log lines, torch.distributed and Megatron-Core parallel_state set-up, the
-runner capability check, dims and precision resolution, and checkpoint-or-stop after each step
-(SIGUSR1, agreed on by every rank).
+"""What every engine's training loop shares: the worker's :class:`Settings` (read from plan.json
+and the command line by :func:`read_settings`), its log lines, torch.distributed and Megatron-Core
+parallel_state set-up, the runner capability check, dims and precision resolution,
+checkpoint-or-stop after each step (SIGUSR1, agreed on by every rank) and the ``--resume-check``
+replay (:func:`resume_check`). The step line itself is :mod:`trainc.launch.worker.steplog`'s.
 
 This module imports no compiler internals (only :mod:`trainc.capabilities` and
 :mod:`trainc.schemas`) and no torch at import time, so ``python -m trainc.launch.worker --help``
 stays cheap; the engines (:mod:`trainc.launch.worker.engines.megatron`,
-:mod:`trainc.launch.worker.engines.deepspeed`) import it, never the other way round.
+:mod:`trainc.launch.worker.engines.deepspeed`, :mod:`trainc.launch.worker.engines.fsdp`) import it,
+never the other way round.
 
 SIGUSR1 (Slurm's ``--signal`` before the time limit): save a checkpoint after the current step
 and stop cleanly. The generated scripts ignore USR1 in the shell and torchrun; the worker handles
@@ -23,10 +25,11 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from trainc.launch import STOPPED_MARKER
+from trainc.launch import STOPPED_MARKER, worker_engine
 from trainc.launch.shrink import Dims, full_dims, shrink
 
 _stop_requested = False
@@ -50,66 +53,121 @@ def override(msg: str) -> None:
     log(f"override: {msg}")
 
 
+@dataclass(frozen=True, slots=True)
 class Settings:
     """Everything the run needs, read from plan.json (the compiler filled every value: no
     fallbacks here) and the command line (which may override the device, iterations, lr and
-    paths, each announced)."""
+    paths, each announced) by :func:`read_settings`, the one place that fills it."""
 
-    def __init__(self, plan: dict[str, Any], args: argparse.Namespace, plan_path: str) -> None:
-        spec, d = plan["spec"], plan["derived"]
-        launch, train = spec["launch"], spec["training"]
-        self.plan = plan
-        self.plan_path = plan_path
-        self.engine: str = spec["engine"]
-        self.device: str = args.device or launch["device"]
-        self.shrink = bool(args.shrink if args.shrink is not None else launch["shrink"])
-        self.train_iters: int = args.train_iters or train["train_iters"]
-        #: The lr decay length this run uses (steps); ``decay_follows``: it differs from the
-        #: compiled schedule's because ``--train-iters`` changed the run's length (see
-        #: :func:`decay_length`).
-        self.lr_decay_iters, self.decay_follows = decay_length(
-            train, (plan.get("spec_as_written") or {}).get("training") or {}, args.train_iters
-        )
-        self.lr_override: float | None = args.lr
-        self.save: str = (
-            args.save
-            or launch["save_dir"]
-            or os.path.join(os.path.dirname(os.path.abspath(plan_path)), "checkpoints")
-        )
-        self.save_interval: int = args.save_interval or launch["save_interval"]
-        self.load: str | None = (
-            self.save
-            if args.load == "auto"
-            else (args.load or (spec.get("resume") or {}).get("load_dir"))
-        )
-        self.data_path: str | None = args.data_path or launch["data_path"]
-        self.log_interval: int = launch["log_interval"]
-        self.seed: int = train["seed"]
-        self.reference: bool = args.reference
-        self.resume_check: int | None = args.resume_check
-        self.precision: str = train["precision"]
-        self.micro_batch_size: int = train["micro_batch_size"]
-        self.global_batch_size: int = train["global_batch_size"]
-        self.layout: dict[str, Any] = {
-            k: int(d[k]) for k in ("tp", "pp", "vpp", "cp", "ep", "dp", "etp")
-        }
-        self.layout["sp"] = bool(d["sequence_parallel"])
-        self.num_microbatches: int = d["num_microbatches"]
-        self.distributed_optimizer: bool = bool(d["distributed_optimizer"])
-        self.timeout_s: float = args.timeout_s or (120.0 if self.device == "cpu" else 1800.0)
-        if self.reference:  # same model and data on one rank
-            self.num_microbatches = self.num_microbatches * self.layout["dp"]
-            self.layout = {
-                "tp": 1,
-                "pp": 1,
-                "vpp": 1,
-                "cp": 1,
-                "ep": 1,
-                "dp": 1,
-                "etp": 1,
-                "sp": False,
-            }
-            self.distributed_optimizer = False
+    #: plan.json as read (``spec``, ``derived``, ``engines``, ...).
+    plan: dict[str, Any]
+    plan_path: str
+    #: ``spec.engine`` (``"megatron"``, ``"deepspeed"``, ``"fsdp"``).
+    engine: str
+    #: ``"cuda"`` or ``"cpu"`` (``--device``, else ``launch.device``).
+    device: str
+    shrink: bool
+    #: Optimizer steps of the run (``--train-iters``, else ``training.train_iters``).
+    train_iters: int
+    #: The lr decay length this run uses (steps); ``decay_follows``: it differs from the
+    #: compiled schedule's because ``--train-iters`` changed the run's length (see
+    #: :func:`decay_length`).
+    lr_decay_iters: int
+    decay_follows: bool
+    #: ``--lr`` (the peak learning rate), or None for the plan's.
+    lr_override: float | None
+    #: Folder the checkpoints are saved to.
+    save: str
+    save_interval: int
+    #: Folder to resume from (``--load``; ``auto``: :attr:`save`; else ``resume.load_dir``).
+    load: str | None
+    data_path: str | None
+    log_interval: int
+    seed: int
+    #: ``--reference``: one process, every parallel degree 1, the same model and data.
+    reference: bool
+    #: ``--resume-check STEP``: after training, reload STEP's checkpoint and replay.
+    resume_check: int | None
+    precision: str
+    micro_batch_size: int
+    global_batch_size: int
+    #: The parallel degrees ``tp pp vpp cp ep dp etp`` (ints) and ``sp`` (bool) this process
+    #: runs (all 1 and False for the reference).
+    layout: dict[str, Any]
+    #: Microbatches per optimizer step on this rank (times dp for the reference).
+    num_microbatches: int
+    distributed_optimizer: bool
+    #: torch.distributed's collective timeout (seconds).
+    timeout_s: float
+
+
+#: The parallel degrees the worker reads from plan.json ``derived`` (and ``sequence_parallel``).
+LAYOUT_DEGREES = ("tp", "pp", "vpp", "cp", "ep", "dp", "etp")
+
+
+def read_settings(plan: dict[str, Any], args: argparse.Namespace, plan_path: str) -> Settings:
+    """The run's :class:`Settings` from plan.json (``plan``, read from ``plan_path``) and the
+    worker's command line (``args``, :func:`trainc.launch.worker_args.parse_args`): announces
+    what the command line changes (:func:`decay_length`). Raises KeyError for a plan.json the
+    compiler did not write, SystemExit for a ``--train-iters`` the lr schedule cannot follow."""
+    spec, d = plan["spec"], plan["derived"]
+    launch, train = spec["launch"], spec["training"]
+    engine: str = spec["engine"]
+    device: str = args.device or launch["device"]
+    shrink_dims = bool(args.shrink if args.shrink is not None else launch["shrink"])
+    train_iters: int = args.train_iters or train["train_iters"]
+    lr_decay_iters, decay_follows = decay_length(
+        train, (plan.get("spec_as_written") or {}).get("training") or {}, args.train_iters
+    )
+    save: str = (
+        args.save
+        or launch["save_dir"]
+        or os.path.join(os.path.dirname(os.path.abspath(plan_path)), "checkpoints")
+    )
+    save_interval: int = args.save_interval or launch["save_interval"]
+    load: str | None = (
+        save if args.load == "auto" else (args.load or (spec.get("resume") or {}).get("load_dir"))
+    )
+    data_path: str | None = args.data_path or launch["data_path"]
+    log_interval: int = launch["log_interval"]
+    seed: int = train["seed"]
+    precision: str = train["precision"]
+    micro_batch_size: int = train["micro_batch_size"]
+    global_batch_size: int = train["global_batch_size"]
+    layout: dict[str, Any] = {k: int(d[k]) for k in LAYOUT_DEGREES}
+    layout["sp"] = bool(d["sequence_parallel"])
+    num_microbatches: int = d["num_microbatches"]
+    distopt = bool(d["distributed_optimizer"])
+    if args.reference:  # same model and data on one rank
+        num_microbatches = num_microbatches * layout["dp"]
+        layout = {k: 1 for k in LAYOUT_DEGREES} | {"sp": False}
+        distopt = False
+    return Settings(
+        plan=plan,
+        plan_path=plan_path,
+        engine=engine,
+        device=device,
+        shrink=shrink_dims,
+        train_iters=train_iters,
+        lr_decay_iters=lr_decay_iters,
+        decay_follows=decay_follows,
+        lr_override=args.lr,
+        save=save,
+        save_interval=save_interval,
+        load=load,
+        data_path=data_path,
+        log_interval=log_interval,
+        seed=seed,
+        reference=args.reference,
+        resume_check=args.resume_check,
+        precision=precision,
+        micro_batch_size=micro_batch_size,
+        global_batch_size=global_batch_size,
+        layout=layout,
+        num_microbatches=num_microbatches,
+        distributed_optimizer=distopt,
+        timeout_s=args.timeout_s or (120.0 if device == "cpu" else 1800.0),
+    )
 
 
 def decay_length(
@@ -192,11 +250,12 @@ def setup(args: argparse.Namespace) -> Settings:
     with open(args.plan) as f:
         plan = json.load(f)
     check_runner(plan)
-    s = Settings(plan, args, args.plan)
+    s = read_settings(plan, args, args.plan)
+    engine = worker_engine(s.engine)
     if s.device == "cpu":
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-        if s.engine == "deepspeed":
-            os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        for key, value in engine.cpu_env:
+            os.environ.setdefault(key, value)
     log(
         f"plan={os.path.abspath(args.plan)} engine={s.engine} device={s.device} "
         f"shrink={s.shrink} reference={s.reference} train_iters={s.train_iters}"
@@ -205,7 +264,7 @@ def setup(args: argparse.Namespace) -> Settings:
 
     if s.device == "cpu":
         torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
-        if s.engine != "fsdp":  # the patches are Megatron-Core's; the FSDP2 worker is torch's
+        if engine.megatron_core:  # the patches are Megatron-Core's; the FSDP2 worker is torch's
             from trainc.launch.worker import cpu_compat
 
             cpu_compat.apply()
@@ -260,21 +319,28 @@ def distributed(s: Settings) -> Iterator[None]:
             dist.destroy_process_group()
 
 
+#: ``initialize_model_parallel``'s sizes that are 1 for the one-process reference.
+_REFERENCE_SIZES = (
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "context_parallel_size",
+    "expert_model_parallel_size",
+    "expert_tensor_parallel_size",
+)
+
+
 def init_parallel_state(s: Settings) -> None:
-    """Megatron-Core parallel_state with the plan's degrees; logs this rank's groups."""
+    """Megatron-Core parallel_state with plan.json's ``engines.megatron_core``
+    ``initialize_model_parallel`` keyword arguments (the degrees and the rank order; every
+    degree 1 for the reference) and the run's timeout; logs this rank's groups."""
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
-    L = s.layout
+    kwargs = dict(s.plan["engines"]["megatron_core"]["initialize_model_parallel"])
+    if s.reference:  # every degree 1 on one process (Settings.layout)
+        kwargs |= {k: 1 for k in _REFERENCE_SIZES} | {"virtual_pipeline_model_parallel_size": None}
     ps.initialize_model_parallel(
-        tensor_model_parallel_size=L["tp"],
-        pipeline_model_parallel_size=L["pp"],
-        virtual_pipeline_model_parallel_size=L["vpp"] if L["vpp"] > 1 else None,
-        context_parallel_size=L["cp"],
-        expert_model_parallel_size=L["ep"],
-        expert_tensor_parallel_size=L["etp"],
-        distributed_timeout_minutes=max(1, int(s.timeout_s // 60)),
-        order="tp-cp-ep-dp-pp",
+        **kwargs, distributed_timeout_minutes=max(1, int(s.timeout_s // 60))
     )
     groups = {
         "tp": ps.get_tensor_model_parallel_group(),
@@ -359,3 +425,24 @@ def agree_to_stop() -> bool:
     flag = torch.tensor([1.0 if stop_requested() else 0.0])
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     return bool(flag.item())
+
+
+def resume_check(
+    s: Settings, load: Callable[[int], int | None], train: Callable[[int], None]
+) -> None:
+    """``--resume-check STEP`` (every engine's loop, after training): reload the checkpoint of
+    STEP from :attr:`Settings.save` into the (already further trained) objects with
+    ``load(step)`` (the step it restored, or None when there is no such checkpoint) and replay
+    from there to ``train_iters`` with ``train(first_step)``, which logs ``resume-check`` step
+    lines: the replayed losses must equal the first pass's (the end-to-end tests compare the
+    two). Does nothing without ``--resume-check``; raises SystemExit when the checkpoint is
+    missing."""
+    if s.resume_check is None:
+        return
+    got = load(s.resume_check)
+    if got is None:
+        raise SystemExit(
+            f"trainc-worker: --resume-check: no checkpoint for step {s.resume_check} in {s.save}"
+        )
+    log(f"resume-check: reloaded step {got} from {s.save}; replaying to {s.train_iters}")
+    train(got)

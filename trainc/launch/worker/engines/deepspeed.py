@@ -11,9 +11,11 @@ CPU kernels here and becomes bf16.
 from __future__ import annotations
 
 import copy
+import importlib
 import os
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -28,7 +30,9 @@ from trainc.launch.worker.runtime import (
     override,
     resolve_dims,
     resolve_precision,
+    resume_check,
 )
+from trainc.launch.worker.steplog import format_step_line
 
 
 def load_config(s: Settings) -> dict[str, Any]:
@@ -140,6 +144,32 @@ def _forget_groups() -> None:
     comm.cdb = None
 
 
+@dataclass
+class _Trainer:
+    """What the training steps drive: the DeepSpeed engine, the batches of this data-parallel
+    rank, the group the loss is averaged over and who logs."""
+
+    s: Settings
+    engine: Any
+    batches: Any
+    gas: int
+    group: Any
+    logger: bool
+    tokens: int
+
+
+#: What the loop imports first, in this order (deepspeed before :func:`_skip_shm_build`, which
+#: patches its comm module; import-time warnings come before the first setup line).
+_STACK = (
+    "deepspeed",
+    "megatron.core.parallel_state",
+    "megatron.core.tensor_parallel.random",
+    "trainc.launch.worker.model",
+    "trainc.launch.worker.checkpoint",
+    "trainc.launch.worker.data",
+)
+
+
 def run(s: Settings) -> None:
     """Build the model, initialise the DeepSpeed engine, train, checkpoint."""
     try:
@@ -149,18 +179,38 @@ def run(s: Settings) -> None:
 
 
 def _run(s: Settings) -> None:
-    import deepspeed
-    from megatron.core import parallel_state as ps
-    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
-
-    from trainc.launch.worker import model as mb
-    from trainc.launch.worker.checkpoint import rng_file, rng_state, set_rng_state
-    from trainc.launch.worker.data import Batches, build_dataset
-
+    """:func:`run` without the clean-up: the named steps in order."""
+    for name in _STACK:
+        importlib.import_module(name)
     if s.device == "cpu":
         _skip_shm_build()
     dims = resolve_dims(s)
     precision = resolve_precision(s)
+    model = build_model(s, dims, precision)
+    engine, sched = build_engine(s, model)
+    gas = engine.gradient_accumulation_steps()
+    start = 0
+    if s.load:
+        got = load_checkpoint(s, engine, None)
+        start = got or 0
+        log(f"resumed from {s.load} at step {start}" if got else f"no checkpoint in {s.load}")
+    t = prepare_training(s, dims, engine, gas)
+    train_steps(t, start, replay=False)
+    resume_check(
+        s,
+        lambda step: load_checkpoint(s, engine, f"iter_{step:07d}"),
+        lambda first: train_steps(t, first, replay=True),
+    )
+    del sched
+
+
+def build_model(s: Settings, dims: Any, precision: str) -> Any:
+    """parallel_state, the model-parallel RNG, the TransformerConfig (each change announced)
+    and the one GPTModel chunk with layout-independent initial weights."""
+    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+
+    from trainc.launch.worker import model as mb
+
     init_parallel_state(s)
     model_parallel_cuda_manual_seed(s.seed, force_reset_rng=True)
     cpu = s.device == "cpu"
@@ -173,6 +223,15 @@ def _run(s: Settings) -> None:
         f"deterministic layout-independent init of {n} matrices (seed {s.seed}, "
         f"std {config.init_method_std})"
     )
+    return model
+
+
+def build_engine(s: Settings, model: Any) -> tuple[Any, Any]:
+    """``deepspeed.initialize`` with :func:`load_config`'s config (Megatron-Core's tensor-parallel
+    group as the model-parallel unit when tp > 1); logged. Returns (the engine, its lr
+    scheduler)."""
+    import deepspeed
+
     cfg = load_config(s)
     log(
         f"deepspeed config from plan.json engines.deepspeed (= ds_config.json): "
@@ -184,28 +243,49 @@ def _run(s: Settings) -> None:
         config=cfg,
         mpu=MegatronMpu() if s.layout["tp"] > 1 else None,
     )
-    gas = engine.gradient_accumulation_steps()
     log(
         f"deepspeed engine zero_stage={engine.zero_optimization_stage()} "
-        f"dp={engine.dp_world_size} gradient_accumulation_steps={gas} "
+        f"dp={engine.dp_world_size} gradient_accumulation_steps="
+        f"{engine.gradient_accumulation_steps()} "
         f"optimizer={type(engine.optimizer).__name__} "
         f"offload_optimizer={bool(cfg.get('zero_optimization', {}).get('offload_optimizer'))}"
     )
+    return engine, sched
 
-    def load(tag: str | None) -> int | None:
-        path, client = engine.load_checkpoint(s.load if tag is None else s.save, tag=tag)
-        if path is None:
-            return None
-        rng = os.path.join(os.path.dirname(path), rng_file(dist.get_rank()))
-        if os.path.exists(rng):  # absent in checkpoints of an older trainc
-            set_rng_state(torch.load(rng, weights_only=False))
-        return int(client["step"])
 
-    start = 0
-    if s.load:
-        got = load(None)
-        start = got or 0
-        log(f"resumed from {s.load} at step {start}" if got else f"no checkpoint in {s.load}")
+def load_checkpoint(s: Settings, engine: Any, tag: str | None) -> int | None:
+    """Load the checkpoint ``tag`` of :attr:`Settings.save` (None: the latest of ``--load``)
+    into the engine and this rank's RNG state. Returns its step, or None when there is none."""
+    from trainc.launch.worker.checkpoint import rng_file, set_rng_state
+
+    path, client = engine.load_checkpoint(s.load if tag is None else s.save, tag=tag)
+    if path is None:
+        return None
+    rng = os.path.join(os.path.dirname(path), rng_file(dist.get_rank()))
+    if os.path.exists(rng):  # absent in checkpoints of an older trainc
+        set_rng_state(torch.load(rng, weights_only=False))
+    return int(client["step"])
+
+
+def save_checkpoint(s: Settings, engine: Any, done: int) -> str:
+    """The engine's checkpoint of step ``done`` (tag ``iter_NNNNNNN``, the step in its client
+    state) and this rank's RNG state beside it. Returns its folder."""
+    from trainc.launch.worker.checkpoint import rng_file, rng_state
+
+    engine.save_checkpoint(s.save, tag=f"iter_{done:07d}", client_state={"step": done})
+    # dropout's generators, a file per rank (DeepSpeed writes the client state once per
+    # model-parallel rank)
+    torch.save(rng_state(), os.path.join(s.save, f"iter_{done:07d}", rng_file(dist.get_rank())))
+    return f"{s.save}/iter_{done:07d}"
+
+
+def prepare_training(s: Settings, dims: Any, engine: Any, gas: int) -> _Trainer:
+    """The data of this data-parallel rank, the group the loss is averaged over and the rank
+    that logs (global rank 0)."""
+    from megatron.core import parallel_state as ps
+
+    from trainc.launch.worker.data import Batches, build_dataset
+
     dp_rank = 0 if s.reference else ps.get_data_parallel_rank()
     gbs = s.global_batch_size
     dataset = build_dataset(
@@ -220,52 +300,46 @@ def _run(s: Settings) -> None:
     group = ps.get_data_parallel_group()
     logger = dist.get_rank() == 0
     tokens = s.global_batch_size * dims.seq_length
+    return _Trainer(s, engine, batches, gas, group, logger, tokens)
 
-    def save_ds(done: int) -> str:
-        engine.save_checkpoint(s.save, tag=f"iter_{done:07d}", client_state={"step": done})
-        # dropout's generators, a file per rank (DeepSpeed writes the client state once per
-        # model-parallel rank)
-        torch.save(rng_state(), os.path.join(s.save, f"iter_{done:07d}", rng_file(dist.get_rank())))
-        return f"{s.save}/iter_{done:07d}"
 
-    def train_steps(first: int, prefix: str, save: bool) -> None:
-        for step in range(first, s.train_iters):
-            t0 = time.perf_counter()
-            lr = engine.get_lr()[0]
-            losses = []
-            for m in range(gas):
-                b = batches.microbatch(step, m)
-                out = engine(
-                    b["tokens"], b["position_ids"], b.get("attention_mask"), labels=b["labels"]
-                )
-                mask = b["loss_mask"].view(-1)
-                loss = (out.float().view(-1) * mask).sum() / mask.sum().clamp(min=1)
-                engine.backward(loss)
-                engine.step()
-                losses.append(loss.detach())
-            loss_t = torch.stack(losses).mean().reshape(1)
-            dist.all_reduce(loss_t, group=group)
-            loss_v = loss_t.item() / dist.get_world_size(group)
-            gn = engine.get_global_grad_norm()
-            gn = float(gn) if gn is not None else float("nan")
-            dt = time.perf_counter() - t0
-            done = step + 1
-            if logger and (done % s.log_interval == 0 or done == s.train_iters):
-                emit(
-                    f"{prefix}step={done} loss={loss_v:.9g} grad_norm={gn:.9g} "
-                    f"step_time_s={dt:.4f} tokens_per_s={tokens / dt:.1f} lr={lr:.6g}"
-                )
-            if save and checkpoint_or_stop(s, done, save_ds):
-                return
-
-    train_steps(start, "", save=True)
-    if s.resume_check is not None:
-        got = load(f"iter_{s.resume_check:07d}")
-        if got is None:
-            raise SystemExit(
-                f"trainc-worker: --resume-check: no checkpoint for step "
-                f"{s.resume_check} in {s.save}"
+def train_steps(t: _Trainer, first: int, replay: bool) -> None:
+    """Optimizer steps ``first`` .. ``train_iters - 1``, each logged (``replay``: as the
+    ``--resume-check`` replay, without saving); saves and stops as
+    :func:`trainc.launch.worker.runtime.checkpoint_or_stop` says."""
+    s, engine = t.s, t.engine
+    for step in range(first, s.train_iters):
+        t0 = time.perf_counter()
+        lr = engine.get_lr()[0]
+        losses = []
+        for m in range(t.gas):
+            b = t.batches.microbatch(step, m)
+            out = engine(
+                b["tokens"], b["position_ids"], b.get("attention_mask"), labels=b["labels"]
             )
-        log(f"resume-check: reloaded step {got} from {s.save}; replaying to {s.train_iters}")
-        train_steps(got, "resume-check ", save=False)
-    del sched
+            mask = b["loss_mask"].view(-1)
+            loss = (out.float().view(-1) * mask).sum() / mask.sum().clamp(min=1)
+            engine.backward(loss)
+            engine.step()
+            losses.append(loss.detach())
+        loss_t = torch.stack(losses).mean().reshape(1)
+        dist.all_reduce(loss_t, group=t.group)
+        loss_v = loss_t.item() / dist.get_world_size(t.group)
+        gn = engine.get_global_grad_norm()
+        gn = float(gn) if gn is not None else float("nan")
+        dt = time.perf_counter() - t0
+        done = step + 1
+        if t.logger and (done % s.log_interval == 0 or done == s.train_iters):
+            emit(
+                format_step_line(
+                    done,
+                    loss=loss_v,
+                    grad_norm=gn,
+                    step_time_s=dt,
+                    tokens=t.tokens,
+                    lr=lr,
+                    resume_check=replay,
+                )
+            )
+        if not replay and checkpoint_or_stop(s, done, lambda n: save_checkpoint(s, engine, n)):
+            return

@@ -27,11 +27,13 @@ context parallelism, experts, torch.compile on CPU.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -45,7 +47,9 @@ from trainc.launch.worker.runtime import (
     log,
     override,
     resolve_dims,
+    resume_check,
 )
+from trainc.launch.worker.steplog import format_step_line
 
 
 def lr_schedule(cfg: dict[str, Any], s: Settings) -> dict[str, Any]:
@@ -313,14 +317,37 @@ def refuse_float8(cfg: dict[str, Any]) -> None:
         )
 
 
+@dataclass
+class _Trainer:
+    """What the training steps drive: the sharded model, its optimizer and lr schedule, the
+    batches of this data-parallel rank and what a checkpoint records."""
+
+    s: Settings
+    model: Any
+    opt: Any
+    sched: dict[str, Any]
+    batches: Any
+    gas: int
+    device: torch.device
+    clip: float
+    tokens: int
+    layout: dict[str, Any]
+
+
+#: What the loop imports first, in this order (import-time warnings come before its first
+#: setup line).
+_STACK = (
+    "torch.distributed.checkpoint",
+    "torch.distributed.checkpoint.state_dict",
+    "trainc.launch.worker.torch_gpt",
+    "trainc.launch.worker.data",
+)
+
+
 def run(s: Settings) -> None:
     """Build, shard, train, checkpoint (see the module docstring)."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-
-    from trainc.launch.worker import torch_gpt
-    from trainc.launch.worker.data import Batches, build_dataset
-
+    for name in _STACK:
+        importlib.import_module(name)
     cfg = s.plan["engines"].get("fsdp")
     if cfg is None:
         raise SystemExit(
@@ -330,6 +357,29 @@ def run(s: Settings) -> None:
     refuse_float8(cfg)
     dims = resolve_dims(s)
     mesh = build_mesh(s, cfg)
+    model = build_model(s, dims, mesh, cfg)
+    sched = lr_schedule(cfg, s)
+    opt = build_optimizer(model, cfg["optimizer"], sched["lr"])
+    t = prepare_training(s, dims, mesh, cfg, model, opt, sched)
+    start = 0
+    if s.load:
+        got = load_checkpoint(t, s.load, None)
+        start = got or 0
+        log(f"resumed from {s.load} at step {start}" if got else f"no checkpoint in {s.load}")
+    train_steps(t, start, replay=False)
+    resume_check(
+        s,
+        lambda step: load_checkpoint(t, s.save, step),
+        lambda first: train_steps(t, first, replay=True),
+    )
+
+
+def build_model(s: Settings, dims: Any, mesh: Any, cfg: dict[str, Any]) -> Any:
+    """The plain-torch GPT with layout-independent initial weights, its activation
+    checkpointing (and compiled blocks), sharded on ``mesh`` and checked against the plan
+    (:func:`cross_check`); each step logged."""
+    from trainc.launch.worker import torch_gpt
+
     torch.manual_seed(s.seed)
     model = torch_gpt.GPT(dims, torch_gpt.options(s.plan))
     n = torch_gpt.deterministic_init(model, s.seed)
@@ -346,19 +396,38 @@ def run(s: Settings) -> None:
         f"mp_policy={cfg['fully_shard']['mp_policy']} "
         f"cpu_offload={cfg['fully_shard']['offload_policy']['cpu']} activation_checkpoint={ac}"
     )
-    oc = cfg["optimizer"]
-    sched = lr_schedule(cfg, s)
+    return model
+
+
+def build_optimizer(model: Any, oc: dict[str, Any], lr: float) -> Any:
+    """AdamW or SGD (``engines.fsdp.optimizer``) over :func:`param_groups`, at ``lr``."""
     if oc["class"] == "AdamW":
         opt: Any = torch.optim.AdamW(
             param_groups(model, oc["weight_decay"]),
-            lr=sched["lr"],
+            lr=lr,
             betas=tuple(oc["betas"]),
             eps=oc["eps"],
         )
     else:
         opt = torch.optim.SGD(
-            param_groups(model, oc["weight_decay"]), lr=sched["lr"], momentum=oc["momentum"]
+            param_groups(model, oc["weight_decay"]), lr=lr, momentum=oc["momentum"]
         )
+    return opt
+
+
+def prepare_training(
+    s: Settings,
+    dims: Any,
+    mesh: Any,
+    cfg: dict[str, Any],
+    model: Any,
+    opt: Any,
+    sched: dict[str, Any],
+) -> _Trainer:
+    """The data of this data-parallel rank (the reference accumulates dp times as many
+    microbatches, announced), the device and what a checkpoint records."""
+    from trainc.launch.worker.data import Batches, build_dataset
+
     gas = cfg["batch"]["gradient_accumulation_steps"]
     dp_rank = 0
     if not s.reference:
@@ -386,91 +455,114 @@ def run(s: Settings) -> None:
     )
     clip = float(cfg["grad_clip"])
     layout = checkpoint_layout(dims, cfg)
+    return _Trainer(s, model, opt, sched, batches, gas, device, clip, tokens, layout)
 
-    def save(done: int) -> str:
-        path = os.path.join(s.save, f"iter_{done:07d}")
-        msd, osd = get_state_dict(model, opt)
-        dcp.save({"model": msd, "optim": osd}, checkpoint_id=path)
-        # dropout's generators, per rank (not sharded state: a file each)
-        torch.save(rng_state(tracker=False), os.path.join(path, rng_file(dist.get_rank())))
-        dist.barrier()
-        if dist.get_rank() == 0:
-            with open(os.path.join(path, LAYOUT_FILE), "w") as f:
-                json.dump(layout, f, sort_keys=True)
-            with open(os.path.join(s.save, "latest.tmp"), "w") as f:
-                f.write(f"{done}\n")
-            os.replace(os.path.join(s.save, "latest.tmp"), os.path.join(s.save, "latest"))
-        dist.barrier()
-        return path
 
-    def load(directory: str, step: int | None) -> int | None:
-        if step is None:
-            try:
-                with open(os.path.join(directory, "latest")) as f:
-                    step = int(f.read().strip())
-            except FileNotFoundError:
-                return None
-        path = os.path.join(directory, f"iter_{step:07d}")
+def save_checkpoint(t: _Trainer, done: int) -> str:
+    """DCP checkpoint of step ``done`` (model and optimizer state dicts, each rank's RNG state,
+    the layout record; ``latest`` updated by rank 0). Returns its folder."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    s = t.s
+    path = os.path.join(s.save, f"iter_{done:07d}")
+    msd, osd = get_state_dict(t.model, t.opt)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=path)
+    # dropout's generators, per rank (not sharded state: a file each)
+    torch.save(rng_state(tracker=False), os.path.join(path, rng_file(dist.get_rank())))
+    dist.barrier()
+    if dist.get_rank() == 0:
+        with open(os.path.join(path, LAYOUT_FILE), "w") as f:
+            json.dump(t.layout, f, sort_keys=True)
+        with open(os.path.join(s.save, "latest.tmp"), "w") as f:
+            f.write(f"{done}\n")
+        os.replace(os.path.join(s.save, "latest.tmp"), os.path.join(s.save, "latest"))
+    dist.barrier()
+    return path
+
+
+def load_checkpoint(t: _Trainer, directory: str, step: int | None) -> int | None:
+    """Load the checkpoint of ``step`` (None: ``directory``'s ``latest``) into the model, the
+    optimizer and the RNGs, after :func:`check_checkpoint` (a checkpoint of another model stops
+    every rank with rank 0's one line). Returns the step, or None when there is no ``latest``."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    if step is None:
         try:
-            check_checkpoint(path, layout, rank=dist.get_rank())
-        except SystemExit as stop:
-            if isinstance(stop.code, str):  # rank 0: the one line, before anyone exits
-                sys.stderr.write(stop.code + "\n")
-                sys.stderr.flush()
-            dist.barrier()  # no rank exits (and makes torchrun stop the rest) before it
-            raise SystemExit(1) from None
-        msd, osd = get_state_dict(model, opt)
-        dcp.load({"model": msd, "optim": osd}, checkpoint_id=path)
-        set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
-        rng = os.path.join(path, rng_file(dist.get_rank()))
-        if os.path.exists(rng):  # absent in checkpoints of an older trainc
-            set_rng_state(torch.load(rng, weights_only=False))
-        return step
+            with open(os.path.join(directory, "latest")) as f:
+                step = int(f.read().strip())
+        except FileNotFoundError:
+            return None
+    path = os.path.join(directory, f"iter_{step:07d}")
+    try:
+        check_checkpoint(path, t.layout, rank=dist.get_rank())
+    except SystemExit as stop:
+        if isinstance(stop.code, str):  # rank 0: the one line, before anyone exits
+            sys.stderr.write(stop.code + "\n")
+            sys.stderr.flush()
+        dist.barrier()  # no rank exits (and makes torchrun stop the rest) before it
+        raise SystemExit(1) from None
+    msd, osd = get_state_dict(t.model, t.opt)
+    dcp.load({"model": msd, "optim": osd}, checkpoint_id=path)
+    set_state_dict(t.model, t.opt, model_state_dict=msd, optim_state_dict=osd)
+    rng = os.path.join(path, rng_file(dist.get_rank()))
+    if os.path.exists(rng):  # absent in checkpoints of an older trainc
+        set_rng_state(torch.load(rng, weights_only=False))
+    return step
 
-    start = 0
-    if s.load:
-        got = load(s.load, None)
-        start = got or 0
-        log(f"resumed from {s.load} at step {start}" if got else f"no checkpoint in {s.load}")
+
+def train_steps(t: _Trainer, first: int, replay: bool) -> None:
+    """Optimizer steps ``first`` .. ``train_iters - 1``, logged on global rank 0 (``replay``:
+    as the ``--resume-check`` replay, without saving); saves and stops as
+    :func:`trainc.launch.worker.runtime.checkpoint_or_stop` says."""
+    s = t.s
     logger = dist.get_rank() == 0
-
-    def train_steps(first: int, prefix: str, save_ckpt: bool) -> None:
-        for step in range(first, s.train_iters):
-            t0 = time.perf_counter()
-            lr = lr_at(sched, step)
-            for g in opt.param_groups:
-                g["lr"] = lr
-            total = torch.zeros((), dtype=torch.float64)
-            for m in range(gas):
-                b = batches.microbatch(step, m)
-                logits = model(b["tokens"].to(device))
-                loss_tok = torch.nn.functional.cross_entropy(
-                    logits.view(-1, logits.shape[-1]),
-                    b["labels"].to(device).view(-1),
-                    reduction="none",
+    for step in range(first, s.train_iters):
+        t0 = time.perf_counter()
+        lr = lr_at(t.sched, step)
+        for g in t.opt.param_groups:
+            g["lr"] = lr
+        loss_v, gn = train_step(t, step)
+        dt = time.perf_counter() - t0
+        done = step + 1
+        if logger and (done % s.log_interval == 0 or done == s.train_iters):
+            emit(
+                format_step_line(
+                    done,
+                    loss=loss_v,
+                    grad_norm=gn,
+                    step_time_s=dt,
+                    tokens=t.tokens,
+                    lr=lr,
+                    resume_check=replay,
                 )
-                mask = b["loss_mask"].to(device).view(-1)
-                loss = (loss_tok * mask).sum() / mask.sum().clamp(min=1)
-                (loss / gas).backward()
-                total += loss.detach().double().cpu()
-            gn = grad_norm_and_clip(model, clip)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            loss_t = (total / gas).reshape(1)
-            dist.all_reduce(loss_t)
-            loss_v = float(loss_t.item()) / dist.get_world_size()
-            dt = time.perf_counter() - t0
-            done = step + 1
-            if logger and (done % s.log_interval == 0 or done == s.train_iters):
-                emit(
-                    f"{prefix}step={done} loss={loss_v:.9g} grad_norm={gn:.9g} "
-                    f"step_time_s={dt:.4f} tokens_per_s={tokens / dt:.1f} lr={lr:.6g}"
-                )
-            if save_ckpt and checkpoint_or_stop(s, done, save):
-                return
+            )
+        if not replay and checkpoint_or_stop(s, done, lambda n: save_checkpoint(t, n)):
+            return
 
-    train_steps(start, "", save_ckpt=True)
-    if s.resume_check is not None:
-        got = load(s.save, s.resume_check)
-        log(f"resume-check: reloaded step {got} from {s.save}; replaying to {s.train_iters}")
-        train_steps(s.resume_check, "resume-check ", save_ckpt=False)
+
+def train_step(t: _Trainer, step: int) -> tuple[float, float]:
+    """One optimizer step (0-based ``step``) over ``gas`` microbatches: the masked token mean
+    loss, backward, clipping, the optimizer step. Returns (the loss averaged over every rank,
+    the gradient norm before clipping)."""
+    model, device, gas = t.model, t.device, t.gas
+    total = torch.zeros((), dtype=torch.float64)
+    for m in range(gas):
+        b = t.batches.microbatch(step, m)
+        logits = model(b["tokens"].to(device))
+        loss_tok = torch.nn.functional.cross_entropy(
+            logits.view(-1, logits.shape[-1]),
+            b["labels"].to(device).view(-1),
+            reduction="none",
+        )
+        mask = b["loss_mask"].to(device).view(-1)
+        loss = (loss_tok * mask).sum() / mask.sum().clamp(min=1)
+        (loss / gas).backward()
+        total += loss.detach().double().cpu()
+    gn = grad_norm_and_clip(model, t.clip)
+    t.opt.step()
+    t.opt.zero_grad(set_to_none=True)
+    loss_t = (total / gas).reshape(1)
+    dist.all_reduce(loss_t)
+    return float(loss_t.item()) / dist.get_world_size(), gn

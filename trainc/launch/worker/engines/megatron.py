@@ -4,8 +4,10 @@ Megatron optimizer and scheduler, ``get_forward_backward_func`` schedules), buil
 
 from __future__ import annotations
 
+import importlib
 import math
 import time
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -23,7 +25,9 @@ from trainc.launch.worker.runtime import (
     override,
     resolve_dims,
     resolve_precision,
+    resume_check,
 )
+from trainc.launch.worker.steplog import format_step_line
 
 
 def _loss_func(loss_mask: torch.Tensor, output: torch.Tensor):  # type: ignore[no-untyped-def]
@@ -90,21 +94,75 @@ def init_tp_comm_overlap(core: dict[str, Any], micro_batch_size: int) -> None:
     )
 
 
+@dataclass
+class _Model:
+    """What :func:`build_model` built: the TransformerConfig (with the kwargs it was made from
+    and the changes the worker announced) and the model chunks (one per virtual stage)."""
+
+    config: Any
+    tc_kwargs: dict[str, Any]
+    changes: list[str]
+    chunks: list[Any]
+
+
+@dataclass
+class _Trainer:
+    """What the training steps drive: the DDP-wrapped chunks, the optimizer and scheduler, the
+    batches, Megatron-Core's schedule and who logs."""
+
+    s: Settings
+    dims: Dims
+    chunks: list[Any]
+    opt: Any
+    scheduler: Any
+    ddp_config: Any
+    batches: Any
+    fb: Any
+    logger: bool
+    last_stage: bool
+    tokens: int
+
+
+#: What the loop imports first, in this order (import-time patches and warnings come before
+#: its first setup line).
+_STACK = (
+    "megatron.core.parallel_state",
+    "megatron.core.distributed",
+    "megatron.core.optimizer",
+    "megatron.core.optimizer_param_scheduler",
+    "megatron.core.pipeline_parallel",
+    "megatron.core.tensor_parallel.random",
+    "trainc.launch.worker.model",
+    "trainc.launch.worker.data",
+)
+
+
 def run(s: Settings) -> None:
     """Build model, DDP, optimizer; train; checkpoint."""
-    from megatron.core import parallel_state as ps
-    from megatron.core.distributed import DistributedDataParallel as DDP  # noqa: N817
-    from megatron.core.distributed import DistributedDataParallelConfig, finalize_model_grads
-    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
-    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
-    from megatron.core.pipeline_parallel import get_forward_backward_func
+    for name in _STACK:
+        importlib.import_module(name)
+    dims = resolve_dims(s)
+    precision = resolve_precision(s)
+    built = build_model(s, dims, precision)
+    chunks, ddp_config, opt, scheduler = build_optimizer(s, built, precision)
+    start = resume(s, dims, chunks, opt)
+    t = prepare_training(s, dims, chunks, opt, scheduler, ddp_config)
+    train_steps(t, start, replay=False)
+    resume_check(
+        s,
+        lambda step: checkpoint.load(s.save, chunks, opt, _ckpt_layout(s, dims), step=step),
+        lambda first: train_steps(t, first, replay=True),
+    )
+
+
+def prepare_device(s: Settings) -> bool:
+    """Before the model: parallel_state and the model-parallel RNG, the CPU refusals and
+    overrides or Transformer Engine's userbuffers (``tp_comm_overlap``) on CUDA. Returns whether
+    the model uses Transformer Engine's layer spec."""
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 
     from trainc.launch.worker import model as mb
-    from trainc.launch.worker.data import Batches, build_dataset
 
-    dims = resolve_dims(s)
-    precision = resolve_precision(s)
     cpu = s.device == "cpu"
     init_parallel_state(s)
     model_parallel_cuda_manual_seed(s.seed, force_reset_rng=True)
@@ -127,11 +185,50 @@ def run(s: Settings) -> None:
             "layer spec -> local (Transformer Engine needs CUDA); "
             "use_cpu_initialization=True; fusions off"
         )
+    return use_te
+
+
+def build_model(s: Settings, dims: Dims, precision: str) -> _Model:
+    """:func:`prepare_device`, the TransformerConfig (each change announced) and the GPTModel
+    chunks with layout-independent initial weights, on the device."""
+    from megatron.core import parallel_state as ps
+
+    from trainc.launch.worker import model as mb
+
+    use_te = prepare_device(s)
+    cpu = s.device == "cpu"
+    L = s.layout
     config, tc_kwargs, changes = mb.transformer_config(
         s.plan, dims, L, cpu=cpu, precision=precision
     )
     for change in changes:
         override(f"TransformerConfig {change}")
+    log_model(s, dims, config, use_te)
+    chunks = mb.build_chunks(s.plan, dims, config, use_te=use_te, cp=L["cp"])
+    if (
+        L["pp"] > 1
+        and ps.get_tensor_model_parallel_rank() == 0
+        and ps.get_context_parallel_rank() == 0
+        and ps.get_data_parallel_rank() == 0
+    ):
+        built = [[layer.layer_number - 1 for layer in c.decoder.layers] for c in chunks]
+        log(f"pp rank {ps.get_pipeline_model_parallel_rank()} built layers {built}", all_ranks=True)
+    n = mb.deterministic_init(chunks, s.seed, std=config.init_method_std)
+    log(
+        f"deterministic layout-independent init of {n} matrices (seed {s.seed}, "
+        f"std {config.init_method_std})"
+    )
+    if not cpu:
+        for c in chunks:
+            c.cuda(torch.cuda.current_device())
+    return _Model(config, tc_kwargs, changes, chunks)
+
+
+def log_model(s: Settings, dims: Dims, config: Any, use_te: bool) -> None:
+    """The setup lines on the model: the fusions, the MoE routing, the layout."""
+    from trainc.launch.worker import model as mb
+
+    L = s.layout
     log(
         "TransformerConfig fusions (speed only): "
         + ", ".join(f"{k}={v}" for k, v in mb.WORKER_FUSIONS.items())
@@ -150,23 +247,13 @@ def run(s: Settings) -> None:
         f"overlap_p2p_comm={config.overlap_p2p_comm} "
         f"batch_p2p_comm={config.batch_p2p_comm} spec={'te' if use_te else 'local'}"
     )
-    chunks = mb.build_chunks(s.plan, dims, config, use_te=use_te, cp=L["cp"])
-    if (
-        L["pp"] > 1
-        and ps.get_tensor_model_parallel_rank() == 0
-        and ps.get_context_parallel_rank() == 0
-        and ps.get_data_parallel_rank() == 0
-    ):
-        built = [[layer.layer_number - 1 for layer in c.decoder.layers] for c in chunks]
-        log(f"pp rank {ps.get_pipeline_model_parallel_rank()} built layers {built}", all_ranks=True)
-    n = mb.deterministic_init(chunks, s.seed, std=config.init_method_std)
-    log(
-        f"deterministic layout-independent init of {n} matrices (seed {s.seed}, "
-        f"std {config.init_method_std})"
-    )
-    if not cpu:
-        for c in chunks:
-            c.cuda(torch.cuda.current_device())
+
+
+def ddp_kwargs(s: Settings, cpu: bool) -> tuple[dict[str, Any], set[str]]:
+    """``DistributedDataParallelConfig``'s keyword arguments: plan.json's, with the reference
+    run's changes (no distributed optimizer, no overlap) and Megatron-FSDP replaced by the
+    distributed optimizer where it cannot run (CPU, the reference), each announced. Returns
+    the arguments and the set of changed keys."""
     core = s.plan["engines"]["megatron_core"]
     ddp_kw, ddp_changed = _changed(
         core["DistributedDataParallelConfig"],
@@ -190,6 +277,15 @@ def run(s: Settings) -> None:
             "reference run" if s.reference else "Megatron-FSDP needs CUDA",
         )
         ddp_changed |= extra
+    return ddp_kw, ddp_changed
+
+
+def optimizer_kwargs(s: Settings, precision: str, config: Any) -> tuple[dict[str, Any], set[str]]:
+    """``OptimizerConfig``'s keyword arguments: plan.json's, with the reference run's (no
+    distributed optimizer), the CPU precision's and ``--lr``'s changes, each announced, and the
+    model's ``params_dtype``; the precision-aware optimizer's dtypes as torch dtypes. Returns
+    the arguments and the set of changed keys (``params_dtype`` not included)."""
+    core = s.plan["engines"]["megatron_core"]
     opt_kw, opt_changed = _changed(
         core["OptimizerConfig"],
         "OptimizerConfig",
@@ -207,10 +303,26 @@ def run(s: Settings) -> None:
     for key in ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
         if key in opt_kw:  # the precision-aware optimizer's buffers: torch dtypes by name
             opt_kw[key] = getattr(torch, opt_kw[key])
+    return opt_kw, opt_changed
+
+
+def build_optimizer(s: Settings, built: _Model, precision: str) -> tuple[list[Any], Any, Any, Any]:
+    """Megatron DDP around each chunk (overlap hooks wired), the Megatron optimizer and its
+    scheduler, cross-checked against plan.json (:func:`cross_check`) and logged. Returns (the
+    wrapped chunks, the DDP config, the optimizer, the scheduler)."""
+    from megatron.core.distributed import DistributedDataParallel as DDP  # noqa: N817
+    from megatron.core.distributed import DistributedDataParallelConfig, finalize_model_grads
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+    config = built.config
+    core = s.plan["engines"]["megatron_core"]
+    ddp_kw, ddp_changed = ddp_kwargs(s, s.device == "cpu")
+    opt_kw, opt_changed = optimizer_kwargs(s, precision, config)
     ddp_config = DistributedDataParallelConfig(**ddp_kw)
     chunks = [
         DDP(config=config, ddp_config=ddp_config, module=c, disable_bucketing=i > 0)
-        for i, c in enumerate(chunks)
+        for i, c in enumerate(built.chunks)
     ]
     _wire_overlap(config, chunks, ddp_config)
     config.finalize_model_grads_func = finalize_model_grads
@@ -221,7 +333,11 @@ def run(s: Settings) -> None:
     cross_check(
         s,
         {
-            "TransformerConfig": (config, tc_kwargs, {c.split(":")[0] for c in changes}),
+            "TransformerConfig": (
+                config,
+                built.tc_kwargs,
+                {c.split(":")[0] for c in built.changes},
+            ),
             "DistributedDataParallelConfig": (ddp_config, ddp_kw, ddp_changed),
             "OptimizerConfig": (opt_config, opt_kw, opt_changed | {"params_dtype"}),
             "OptimizerParamScheduler": (scheduler, sched_kw, sched_changed),
@@ -236,7 +352,12 @@ def run(s: Settings) -> None:
         f"{ddp_config.overlap_grad_reduce} overlap_param_gather="
         f"{ddp_config.overlap_param_gather} grad_reduce_in_fp32={ddp_config.grad_reduce_in_fp32}"
     )
+    return chunks, ddp_config, opt, scheduler
 
+
+def resume(s: Settings, dims: Dims, chunks: list[Any], opt: Any) -> int:
+    """The step to start from: the latest checkpoint of ``--load`` loaded into ``chunks`` and
+    ``opt`` (announced), else 0."""
     start = 0
     if s.load:
         got = checkpoint.load(s.load, chunks, opt, _ckpt_layout(s, dims))
@@ -245,6 +366,18 @@ def run(s: Settings) -> None:
         else:
             start = got
             log(f"resumed from {s.load} at step {start}")
+    return start
+
+
+def prepare_training(
+    s: Settings, dims: Dims, chunks: list[Any], opt: Any, scheduler: Any, ddp_config: Any
+) -> _Trainer:
+    """The data (this data-parallel rank's microbatches), Megatron-Core's schedule and the rank
+    that logs the step lines (the last pipeline stage's first rank)."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    from trainc.launch.worker.data import Batches, build_dataset
 
     dp_rank = 0 if s.reference else ps.get_data_parallel_rank()
     gbs = s.global_batch_size
@@ -266,69 +399,83 @@ def run(s: Settings) -> None:
     )
     last_stage = ps.is_pipeline_last_stage(ignore_virtual=True)
     tokens = s.global_batch_size * dims.seq_length
+    return _Trainer(
+        s, dims, chunks, opt, scheduler, ddp_config, batches, fb, logger, last_stage, tokens
+    )
 
-    def train_steps(first: int, prefix: str, save: bool) -> None:
-        for step in range(first, s.train_iters):
-            t0 = time.perf_counter()
-            scheduler.num_steps = step  # the scheduler's state is the step (resume included)
-            scheduler.step(0)
-            lr = _lr_of(opt)
-            for c in chunks:
-                c.zero_grad_buffer()
-            opt.zero_grad()
-            iters: Any = (
-                [batches.iterator(step) for _ in chunks]
-                if len(chunks) > 1
-                else batches.iterator(step)
-            )
-            losses = fb(
-                forward_step_func=partial(_forward_step, L["cp"]),
-                data_iterator=iters,
-                model=chunks if len(chunks) > 1 else chunks[0],
-                num_microbatches=s.num_microbatches,
-                seq_length=dims.seq_length,
-                micro_batch_size=s.micro_batch_size,
-                decoder_seq_length=dims.seq_length,
-                forward_only=False,
-            )
-            ok, grad_norm, _ = opt.step()
-            if ddp_config.overlap_param_gather:
-                # the next forward's pre-hooks gather the parameters; a checkpoint or the end of
-                # training needs them now (Megatron-LM's disable_forward_pre_hook(param_sync))
-                for c in chunks:
-                    c.start_param_sync(force_sync=True)
-            loss = float("nan")
-            if last_stage:
-                loss_t = torch.stack([x["lm loss"] for x in losses]).mean().reshape(1)
-                group = ps.get_data_parallel_group(with_context_parallel=True)
-                dist.all_reduce(loss_t, group=group)
-                loss = loss_t.item() / dist.get_world_size(group)
-            dt = time.perf_counter() - t0
-            done = step + 1
-            if logger and (done % s.log_interval == 0 or done == s.train_iters):
-                gn = float(grad_norm) if grad_norm is not None else float("nan")
-                emit(
-                    f"{prefix}step={done} loss={loss:.9g} grad_norm={gn:.9g} "
-                    f"step_time_s={dt:.4f} tokens_per_s={tokens / dt:.1f} lr={lr:.6g} "
-                    f"skipped={int(not ok)}"
+
+def train_steps(t: _Trainer, first: int, replay: bool) -> None:
+    """Optimizer steps ``first`` .. ``train_iters - 1``, each logged (``replay``: as the
+    ``--resume-check`` replay, without saving); saves and stops as
+    :func:`trainc.launch.worker.runtime.checkpoint_or_stop` says."""
+    s = t.s
+    for step in range(first, s.train_iters):
+        t0 = time.perf_counter()
+        lr, ok, grad_norm, loss = train_step(t, step)
+        dt = time.perf_counter() - t0
+        done = step + 1
+        if t.logger and (done % s.log_interval == 0 or done == s.train_iters):
+            gn = float(grad_norm) if grad_norm is not None else float("nan")
+            emit(
+                format_step_line(
+                    done,
+                    loss=loss,
+                    grad_norm=gn,
+                    step_time_s=dt,
+                    tokens=t.tokens,
+                    lr=lr,
+                    skipped=not ok,
+                    resume_check=replay,
                 )
-            if save and checkpoint_or_stop(
-                s, done, lambda n: checkpoint.save(s.save, n, chunks, opt, _ckpt_layout(s, dims))
-            ):
-                return
-
-    train_steps(start, "", save=True)
-    if s.resume_check is not None:
-        # Reload the checkpoint of an earlier step into the (already further trained) objects and
-        # replay: the replayed losses must equal the first pass's (tests compare the two).
-        got = checkpoint.load(s.save, chunks, opt, _ckpt_layout(s, dims), step=s.resume_check)
-        if got is None:
-            raise SystemExit(
-                f"trainc-worker: --resume-check: no checkpoint for step "
-                f"{s.resume_check} in {s.save}"
             )
-        log(f"resume-check: reloaded step {got} from {s.save}; replaying to {s.train_iters}")
-        train_steps(got, "resume-check ", save=False)
+        if not replay and checkpoint_or_stop(
+            s,
+            done,
+            lambda n: checkpoint.save(s.save, n, t.chunks, t.opt, _ckpt_layout(s, t.dims)),
+        ):
+            return
+
+
+def train_step(t: _Trainer, step: int) -> tuple[float, bool, Any, float]:
+    """One optimizer step (0-based ``step``): the scheduler's lr, the schedule's forward and
+    backward over the microbatches, the optimizer step, the loss averaged over dp x cp on the
+    last stage (nan elsewhere). Returns (lr, whether the step was applied, the grad norm, the
+    loss)."""
+    from megatron.core import parallel_state as ps
+
+    s, chunks, opt, L = t.s, t.chunks, t.opt, t.s.layout
+    t.scheduler.num_steps = step  # the scheduler's state is the step (resume included)
+    t.scheduler.step(0)
+    lr = _lr_of(opt)
+    for c in chunks:
+        c.zero_grad_buffer()
+    opt.zero_grad()
+    iters: Any = (
+        [t.batches.iterator(step) for _ in chunks] if len(chunks) > 1 else t.batches.iterator(step)
+    )
+    losses = t.fb(
+        forward_step_func=partial(_forward_step, L["cp"]),
+        data_iterator=iters,
+        model=chunks if len(chunks) > 1 else chunks[0],
+        num_microbatches=s.num_microbatches,
+        seq_length=t.dims.seq_length,
+        micro_batch_size=s.micro_batch_size,
+        decoder_seq_length=t.dims.seq_length,
+        forward_only=False,
+    )
+    ok, grad_norm, _ = opt.step()
+    if t.ddp_config.overlap_param_gather:
+        # the next forward's pre-hooks gather the parameters; a checkpoint or the end of
+        # training needs them now (Megatron-LM's disable_forward_pre_hook(param_sync))
+        for c in chunks:
+            c.start_param_sync(force_sync=True)
+    loss = float("nan")
+    if t.last_stage:
+        loss_t = torch.stack([x["lm loss"] for x in losses]).mean().reshape(1)
+        group = ps.get_data_parallel_group(with_context_parallel=True)
+        dist.all_reduce(loss_t, group=group)
+        loss = loss_t.item() / dist.get_world_size(group)
+    return lr, ok, grad_norm, loss
 
 
 def scheduler_kwargs(s: Settings, compiled: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
