@@ -85,7 +85,6 @@ def long_functions(root: Path = PACKAGE) -> dict[str, int]:
     return found
 
 
-@pytest.mark.xfail(strict=True, reason="engine registry not in place yet")
 def test_engine_names_are_compared_in_few_files() -> None:
     found = engine_comparisons()
     assert len(found) <= MAX_ENGINE_FILES, "\n".join(f"{f}: {ls}" for f, ls in found.items())
