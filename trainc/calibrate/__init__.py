@@ -17,7 +17,7 @@ Inputs (:func:`read_runs`), each a list of :class:`Run` (a spec and a measured s
   per iteration (ms): X`` of its iteration lines (``megatron/training/training.py``
   ``training_log``), core_v0.16.x; the cluster comes from ``--cluster``;
 * a trainc worker log (:func:`parse_worker_log`): ``trainc-worker: plan=PATH ...`` and the
-  ``step=N ... step_time_s=X`` lines (:mod:`trainc.launch.worker.runtime`); the spec is plan.json's.
+  ``step=N ... step_time_s=X`` lines (:mod:`trainc.launch.worker.steplog`); the spec is plan.json's.
 
 The measured step time of a log is the median over its logged iterations after the first (the
 first includes compilation and warm-up).

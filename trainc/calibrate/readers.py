@@ -23,6 +23,7 @@ from trainc.calibrate.runs import CalibrateError, Run
 from trainc.compiler.diagnostics import did_you_mean
 from trainc.compiler.load import load_spec
 from trainc.compiler.plan import recorded_spec
+from trainc.launch.worker.steplog import step_times
 from trainc.schemas import TrainSpec
 
 #: The columns that make a CSV a published-runs table (bench/published_runs.csv;
@@ -529,12 +530,9 @@ def _preset_gpus_per_node(cluster: str) -> int:
     return spec.cluster.gpus_per_node if spec is not None else 8
 
 
-#: The worker's first line (trainc.launch.worker.runtime):
-#: ``plan=PATH engine=E device=D shrink=S ...``.
+#: The worker's first line (its start-up log, :mod:`trainc.launch.worker.runtime`):
+#: ``trainc-worker: plan=PATH engine=E device=D shrink=S ...``.
 _WORKER_HEAD = re.compile(r"trainc-worker: (plan=\S+[^\n]*)")
-#: The fields calibrate reads of the worker's per-step line (the contract in
-#: :mod:`trainc.launch.worker.main`: ``step=<n> loss=... step_time_s=<float> ...``).
-_WORKER_STEP = re.compile(r"\bstep=(\d+) .*?\bstep_time_s=([0-9.]+)")
 
 
 def worker_head(text: str) -> dict[str, str]:
@@ -545,11 +543,11 @@ def worker_head(text: str) -> dict[str, str]:
 
 
 def worker_step_times(text: str) -> list[float]:
-    """The ``step_time_s`` (seconds) of every step line of a worker log, in log order: the one
-    place calibrate reads the worker's step-line format (``step=<n> ... step_time_s=<float>
-    ...``, documented in :mod:`trainc.launch.worker.main`); a line may carry a launcher
-    prefix. Raises ValueError on a value that is not a number."""
-    return [float(t) for _, t in _WORKER_STEP.findall(text)]
+    """The ``step_time_s`` (seconds) of every step line of a worker log, in log order: the
+    step-line format's one owner, :func:`trainc.launch.worker.steplog.step_times`, read
+    leniently (a line may carry a launcher prefix). Raises ValueError on a value that is not a
+    number."""
+    return step_times(text)
 
 
 def _is_worker_log(text: str) -> bool:
