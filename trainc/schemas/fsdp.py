@@ -1,7 +1,8 @@
 """``fsdp:`` section: settings of ``engine: fsdp`` (PyTorch FSDP2, ``fully_shard`` on a
 DeviceMesh). Parallel degrees stay in ``parallel:`` (tp, pp, vpp, cp, dp, sequence_parallel,
 with Megatron's names); this section splits dp into a replicate and a shard dimension (HSDP) and
-holds what ``fully_shard`` and the pipeline schedule take. Read only with engine=fsdp (TRC345).
+holds what ``fully_shard`` and the pipeline schedule take. Read only with engine=fsdp (TRC329
+reports ``fsdp.*`` keys set with another engine).
 
 Sources: torch 2.13 ``torch/distributed/fsdp/_fully_shard/_fully_shard.py`` (``fully_shard``
 arguments ``mesh``, ``reshard_after_forward``, ``mp_policy``, ``offload_policy``),

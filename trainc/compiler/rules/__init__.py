@@ -70,8 +70,8 @@ RULES_BY_ID: dict[str, Rule] = {r.id: r for r in ALL_RULES}
 #: Ids that no rule may take (id -> why): the ids of retired rules, and ids published before a
 #: rule was declared for them. No rule has been retired so far.
 RETIRED: Mapping[str, str] = {
-    "TRC345": "cited by the fsdp: section's docstring (trainc/schemas/fsdp.py, 'read only with "
-    "engine=fsdp') but never declared",
+    "TRC345": "published in an earlier fsdp: section docstring (as the rule for fsdp.* keys "
+    "set with another engine, which is TRC329) but never declared",
 }
 
 #: Where each rule comes from, by id (the ``source`` of each :class:`Rule`).
