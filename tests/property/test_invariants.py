@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-from property.strategies import any_cfg, spec_of, valid_cfg
-from specs.kit import apply, errors, ids, lint
 
+from tests.support.kit import apply, errors, ids, lint
+from tests.support.kit_strategies import any_cfg, spec_of, valid_cfg
 from trainc.compiler.derive import derive
 from trainc.compiler.load.schema_check import schema_keys
 from trainc.compiler.plan import plan
