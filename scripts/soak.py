@@ -3,7 +3,7 @@
     .venv/bin/python scripts/soak.py --diff 10000 --fuzz 10000 [--seed N]
 
 * differential: ``--diff`` generated specs checked against megatron-core / deepspeed (the harness
-  of tests/differential), plus the divergence table's coverage;
+  of tests/differential, tests/support/differential.py), plus the divergence table's coverage;
 * fuzz: ``--fuzz`` inputs split over mutated specs, YAML-ish text and overrides, each compiled
   in-process; an exception escaping ``compile_spec`` is a crash.
 
@@ -23,12 +23,12 @@ import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))  # the test helpers: tests.support
 
 
 def soak_diff(n: int, seed: int) -> int:
-    from differential import harness as H
-    from differential.divergences import table
+    from tests.support import differential as H
+    from tests.support.divergences import table
 
     rows = table()
     stricter = {r for r, (_, k) in rows.items() if k == "stricter"}
@@ -48,7 +48,7 @@ def soak_fuzz(n: int, seed: int) -> int:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import seed as hyp_seed
 
-    from fuzz.fuzzing import VALID, check_input, mutated_specs, overrides, yamlish
+    from tests.support.fuzzing import VALID, check_input, mutated_specs, overrides, yamlish
 
     os.environ["TRAINC_NO_CACHE"] = "1"
     tmp = Path(tempfile.mkdtemp(prefix="trainc-soak-"))

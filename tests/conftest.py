@@ -1,5 +1,5 @@
-"""Shared pytest set-up: hypothesis profiles, the test kit on sys.path, and the one place where
-every marker and command-line option of the suite is registered.
+"""Shared pytest set-up: hypothesis profiles, and the one place where every marker and
+command-line option of the suite is registered.
 
 Profiles: ``dev`` (few examples, fast feedback) and ``ci`` (more examples, derandomized so a
 failure replays). Select with HYPOTHESIS_PROFILE; the default is ``ci``.
@@ -11,13 +11,9 @@ it through the ``update_golden`` fixture.
 """
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 settings.register_profile(
     "dev", max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow]

@@ -148,7 +148,6 @@ def test_no_references_a_clone_cannot_open() -> None:
     assert not bad, bad
 
 
-@pytest.mark.xfail(strict=True, reason="tests/unit not mirrored to the package yet")
 def test_unit_tests_mirror_the_package() -> None:
     flat = sorted(p.name for p in (REPO / "tests" / "unit").glob("test_*.py"))
     assert len(flat) <= MAX_FLAT_UNIT_FILES, flat

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from specs.kit import verdict
 
+from tests.support.kit import verdict
 from trainc.compiler.diagnostics import locate
 from trainc.compiler.load import load_spec
 from trainc.compiler.normalize import normalize

@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 import yaml
-from specs.kit import verdict as _verdict
+
+from tests.support.kit import verdict as _verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ROOT / "tests" / "cases"

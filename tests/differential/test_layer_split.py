@@ -17,7 +17,7 @@ pytestmark = [
 
 pytest.importorskip("megatron.core")
 
-from differential import harness as H  # noqa: E402
+from tests.support import differential as H  # noqa: E402
 from trainc.compiler.derive import layers_per_stage, stage_chunk_sizes  # noqa: E402
 
 GRID = [

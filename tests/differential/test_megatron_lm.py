@@ -307,9 +307,9 @@ def _generated(tmp: Path) -> list[Compiled]:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import seed as hyp_seed
     from hypothesis import strategies as st
-    from property.strategies import valid_cfg
 
-    from differential.strategies import spec_dicts
+    from tests.support.kit_strategies import valid_cfg
+    from tests.support.spec_dicts import spec_dicts
 
     out: list[Compiled] = []
 

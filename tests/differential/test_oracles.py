@@ -20,8 +20,8 @@ pytestmark = pytest.mark.differential
 pytest.importorskip("megatron.core")
 pytest.importorskip("deepspeed")
 
-from differential import harness as H  # noqa: E402
-from differential.divergences import table  # noqa: E402
+from tests.support import differential as H  # noqa: E402
+from tests.support.divergences import table  # noqa: E402
 from trainc.compiler import rules as R  # noqa: E402
 from trainc.compiler.pipeline import compile_spec  # noqa: E402
 

@@ -27,7 +27,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_terminal_summary(terminalreporter):
-    from e2e_harness import TIMINGS
+    from tests.support.e2e import TIMINGS
 
     if TIMINGS:
         terminalreporter.write_sep("-", "trainc e2e launch timings (s)")

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from e2e_harness import base_spec, compile_case, merge, plan_of
 
+from tests.support.e2e import base_spec, compile_case, merge, plan_of
 from trainc.launch.shrink import full_dims, shrink
 
 

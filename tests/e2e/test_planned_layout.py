@@ -4,8 +4,8 @@ trains through the worker (the generated torchrun.sh)."""
 from __future__ import annotations
 
 import yaml
-from e2e_harness import base_spec, launch, steps
 
+from tests.support.e2e import base_spec, launch, steps
 from trainc.compiler.pipeline import compile_spec
 from trainc.compiler.support.write import write_artifacts
 from trainc.planner import applied_spec, plan_layouts

@@ -19,7 +19,16 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_harness import LAUNCH_TIMEOUT_S, TIMINGS, base_spec, close, compile_case, merge, steps
+
+from tests.support.e2e import (
+    LAUNCH_TIMEOUT_S,
+    TIMINGS,
+    base_spec,
+    close,
+    compile_case,
+    merge,
+    steps,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from e2e_harness import base_spec, check_case, close, compile_case, launch, merge, references, steps
+
+from tests.support.e2e import (
+    base_spec,
+    check_case,
+    close,
+    compile_case,
+    launch,
+    merge,
+    references,
+    steps,
+)
 
 CASES: dict[str, dict] = {
     "ds_zero1": {"parallel": {"zero_stage": 1}},

@@ -14,7 +14,17 @@ import re
 from pathlib import Path
 
 import pytest
-from e2e_harness import base_spec, close, compile_case, launch, merge, plan_of, references, steps
+
+from tests.support.e2e import (
+    base_spec,
+    close,
+    compile_case,
+    launch,
+    merge,
+    plan_of,
+    references,
+    steps,
+)
 
 ITERS, RESUME = 12, 6
 CASES: dict[str, dict] = {
@@ -150,7 +160,7 @@ def test_resume_into_another_model_stops_with_one_line(tmp_path):
     traceback. The CPU run applies no Megatron-Core cpu-patch (the FSDP2 worker is torch's)."""
     import subprocess
 
-    from e2e_harness import _command, _launch_env
+    from tests.support.e2e import _command, _launch_env
 
     def spec(name: str, hidden: int) -> dict:
         return merge(

@@ -18,7 +18,8 @@ import re
 from pathlib import Path
 
 import pytest
-from e2e_harness import (
+
+from tests.support.e2e import (
     base_spec,
     check_case,
     close,
@@ -29,7 +30,6 @@ from e2e_harness import (
     references,
     steps,
 )
-
 from trainc.launch.worker.runtime import STOPPED_MARKER
 
 MOE = {"num_experts": 4, "moe_router_topk": 2, "moe_ffn_hidden_size": 32}

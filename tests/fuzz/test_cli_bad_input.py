@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fuzz.fuzzing import VALID
+from tests.support.fuzzing import VALID
 
 GOOD = yaml.safe_dump(VALID, sort_keys=False)
 

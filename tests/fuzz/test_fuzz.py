@@ -11,7 +11,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 
-from fuzz.fuzzing import VALID, check_input, mutated_specs, overrides, yamlish
+from tests.support.fuzzing import VALID, check_input, mutated_specs, overrides, yamlish
 
 N = int(os.environ.get("TRAINC_FUZZ_EXAMPLES", "300"))
 FUZZ = settings(

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-from property.strategies import any_cfg, spec_of, valid_cfg
-from specs.kit import apply, errors, ids, lint
 
+from tests.support.kit import apply, errors, ids, lint
+from tests.support.kit_strategies import any_cfg, spec_of, valid_cfg
 from trainc.compiler.derive import derive
 from trainc.compiler.load.schema_check import schema_keys
 from trainc.compiler.plan import plan
@@ -69,7 +69,8 @@ def test_diagnostics_are_well_formed(cfg):
     for d in lint(spec_of(cfg)):
         assert d.rule.id in RULES_BY_ID and RULES_BY_ID[d.rule.id] is d.rule
         for key in (d.key, *d.related):
-            assert key in KEYS or key.startswith("launch.env."), key
+            # launch.env and launch.versions are mappings: their entries are keys too
+            assert key in KEYS or key.startswith(("launch.env.", "launch.versions.")), key
         assert d.message and d.message[0].islower(), d.message
         if d.is_error:
             assert d.fix, (d.rule.id, d.message)

@@ -16,8 +16,8 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from slurm_helpers import need, responding_nodes
 
+from tests.support.slurm import need, responding_nodes
 from trainc.launch.host import submit as slurm
 
 

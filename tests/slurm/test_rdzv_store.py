@@ -17,7 +17,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from slurm_helpers import SPECS, free_port, trainc
+
+from tests.support.slurm import SPECS, free_port, trainc
 
 pytest.importorskip("torch.distributed")
 

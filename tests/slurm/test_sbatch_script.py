@@ -15,8 +15,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from slurm_helpers import ROOT, SPECS
 
+from tests.support.slurm import ROOT, SPECS
 from trainc.compiler.pipeline import compile_spec
 
 # golden cases that expect a generated sbatch.sh (a case of a rejected spec has none)

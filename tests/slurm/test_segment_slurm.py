@@ -14,8 +14,8 @@ import re
 import subprocess
 
 import pytest
-from slurm_helpers import SPECS
 
+from tests.support.slurm import SPECS
 from trainc.compiler.pipeline import compile_spec
 from trainc.launch.host import submit as slurm
 

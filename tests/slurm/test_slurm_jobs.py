@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slurm_helpers import ROOT, SPECS, free_port, trainc
+
+from tests.support.slurm import ROOT, SPECS, free_port, trainc
 
 pytestmark = pytest.mark.slurm
 

@@ -13,8 +13,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from slurm_helpers import SPECS, trainc
 
+from tests.support.slurm import SPECS, trainc
 from trainc.launch.host import submit as slurm
 
 SCONTROL_RUNNING = (

@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from slurm_helpers import ROOT, need
+
+from tests.support.slurm import ROOT, need
 
 SCRIPT = ROOT / "scripts" / "slurm_testcluster.sh"
 

@@ -78,8 +78,9 @@ def sharded_params(spec: TrainSpec, sp: StageParams) -> float:
 
 def fsdp_states(spec: TrainSpec, sp: StageParams) -> StateBytes:
     """Model-state bytes of one GPU holding ``sp`` (see the module docstring; exact numbers
-    in tests/unit/test_fsdp.py and, with experts, tests/unit/test_fsdp_moe.py): the sharded
-    states count :func:`sharded_params` (dense over dp_shard x cp, experts over efsdp)."""
+    in tests/unit/compiler/targets/test_fsdp.py and, with experts,
+    tests/unit/compiler/validate/test_fsdp_moe.py): the sharded states count
+    :func:`sharded_params` (dense over dp_shard x cp, experts over efsdp)."""
     f = spec.fsdp
     shard = sharded_params(spec, sp)
     pd = DTYPE_BYTES[filled(f.param_dtype, "fsdp.param_dtype")]

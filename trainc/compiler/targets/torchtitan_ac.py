@@ -164,7 +164,8 @@ def torchtitan_ac_args(spec: TrainSpec) -> list[list[str]]:
     lines must end the file. Before 0.3.0 ``--activation_checkpoint.mode`` with
     ``--activation_checkpoint.selective_ac_option`` (op or N) or
     ``--activation_checkpoint.memory_budget``. Checked with tyro 1.0.17 against torchtitan
-    0.3.0's ``ActivationCheckpointingConfig`` (tests/unit/test_torchtitan_ac.py)."""
+    0.3.0's ``ActivationCheckpointingConfig``
+    (tests/unit/compiler/targets/test_torchtitan_ac.py)."""
     ac = ac_setting(spec)
     if ac.minor >= SUBCOMMANDS_FIRST:
         args = [[f"activation-checkpoint:{SUBCOMMAND.get(ac.mode, 'selective')}"]]

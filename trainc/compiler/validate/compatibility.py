@@ -353,7 +353,7 @@ def _deepspeed_shift(spec: TrainSpec) -> str | None:
     ``it - warmup + 1`` and is not delayed, so after a warm-up the peak is never used, and
     without one (warmup_num_steps = max(2, n)) the cosine runs over lr_decay_iters - 2 steps.
     The cases no DeepSpeed scheduler expresses at all are TRC323's. Measured step for step in
-    tests/unit/test_engine_agreement.py (strict xfails)."""
+    tests/unit/compiler/targets/test_engine_agreement.py (strict xfails)."""
     t = spec.training
     if not traits(spec).deepspeed_scheduler or t.lr_warmup_iters == 1:
         return None  # a 1-step warm-up is TRC323's
