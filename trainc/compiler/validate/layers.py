@@ -111,10 +111,20 @@ def _layers(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         of = f"divisors of {Lp} that fit the GPUs" + (
             f" and leave stages of a multiple of vpp={vpp} layers" if vpp > 1 else ""
         )
+        # engine=fsdp: torchtitan never drops layers, but trainc writes its split explicitly
+        # (targets/fsdp.py torchtitan_stage_split), so the split must exist
+        consequence = (
+            f"there is no even split over {pp} stages, and trainc writes torchtitan's stage "
+            "split explicitly (pipeline_parallel_layers_per_stage and "
+            "first/last_stage_less_layers, from parallel.pipeline_first/last_stage_layers or "
+            "the account_for_* flags)"
+            if traits(spec).fsdp2
+            else f"Megatron-Core would build {Lp // pp} layers per stage and silently drop "
+            f"{Lp % pp}"
+        )
         yield diag(
             R.LAYERS_PP,
-            f"{what} is not divisible by pp ({pp}); Megatron-Core "
-            f"would build {Lp // pp} layers per stage and silently drop {Lp % pp}",
+            f"{what} is not divisible by pp ({pp}); {consequence}",
             "parallel.pp",
             related=("model.num_layers",),
             fix=", or ".join(
