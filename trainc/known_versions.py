@@ -57,6 +57,7 @@ FEATURES = frozenset(
         "cp_not_p2p",
         "offload_optimizer",
         "grad_accum",
+        "recompute_full",
     }
 )
 #: GPU profiles (``cluster.gpu``) whose hosts are Grace (aarch64) CPUs: GB200 / GB300 superchips.
@@ -280,6 +281,7 @@ def job_features(
     cp_comm_type: str = "p2p",
     offload_optimizer: bool = False,
     num_microbatches: int = 1,
+    recompute: str = "",
 ) -> frozenset[str]:
     """The features of a job the table's ``when`` names (one definition for compile time and
     ``trainc run``): the engine (``megatron``, ``deepspeed``, ``fsdp``), ``cuda``,
@@ -300,7 +302,9 @@ def job_features(
     ``training.fp8_recipe`` tensorwise, blockwise or mxfp8: Megatron-Core's get_fp8_recipe picks
     a Transformer Engine recipe class per value), ``cp_not_p2p`` (engine=megatron, cp > 1 with
     ``parallel.cp_comm_type`` other than p2p), ``offload_optimizer`` (engine=deepspeed with
-    ``training.offload_optimizer``) and ``grad_accum`` (more than one microbatch per step)."""
+    ``training.offload_optimizer``), ``grad_accum`` (more than one microbatch per step) and
+    ``recompute_full`` (``training.recompute`` full: every layer's forward runs again, under
+    no_grad first, in the backward pass)."""
     f = {engine}
     if device == "cuda":
         f.add("cuda")
@@ -331,6 +335,8 @@ def job_features(
         f.add("fp4")
     if num_microbatches > 1:
         f.add("grad_accum")
+    if recompute == "full":
+        f.add("recompute_full")
     facts = EngineFacts(
         zero_stage=zero_stage,
         tp_comm_overlap=tp_comm_overlap,

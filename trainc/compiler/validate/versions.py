@@ -59,6 +59,7 @@ def spec_features(spec: TrainSpec, d: Derived | None = None) -> frozenset[str]:
         cp_comm_type=p.cp_comm_type.value,
         offload_optimizer=t.offload_optimizer is not Offload.none,
         num_microbatches=(d.num_microbatches or 1) if d is not None else 1,
+        recompute=t.recompute.value,
     )
 
 

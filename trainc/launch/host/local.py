@@ -237,6 +237,7 @@ def _job_features(plan: Mapping[str, Any]) -> frozenset[str]:
         cp_comm_type=str(p["cp_comm_type"]),
         offload_optimizer=t["offload_optimizer"] != "none",
         num_microbatches=int(d["num_microbatches"]),
+        recompute=str(t["recompute"]),
     )
 
 
