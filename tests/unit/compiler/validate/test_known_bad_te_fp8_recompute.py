@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from specs.kit import BASE, apply, find, lint_cfg
 
+from tests.support.kit import BASE, apply, find, lint_cfg
 from trainc import known_versions as KV
 from trainc.compiler.pipeline import compile_spec
 from trainc.launch.host.local import version_problems
