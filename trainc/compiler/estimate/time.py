@@ -34,8 +34,14 @@ from typing import Any
 from trainc.compiler.decide import DpSync, Sharding, traits, zero_layout
 from trainc.compiler.derive import tp_in_nvlink_domain
 from trainc.compiler.estimate.comm import StageComm
+from trainc.compiler.estimate.engines import ESTIMATES
 from trainc.compiler.estimate.flops import model_flop_terms
 from trainc.compiler.estimate.fsdp_ac import recompute_parts
+from trainc.compiler.estimate.host import (
+    CPU_ADAM_BYTES_PER_PARAM,
+    HOST_MEMORY_BYTES_PER_S,
+    PCIE_BYTES_PER_S,
+)
 from trainc.compiler.estimate.kernels import Hw, hardware, layer_precision, layer_time, logits_time
 from trainc.compiler.estimate.params import (
     StageParams,
@@ -77,7 +83,8 @@ class StepTime:
     mfu: float
     compute_by_kind: dict[str, float] = field(default_factory=dict)
     offload_seconds: float = 0.0
-    """DeepSpeed CPU offload's exposed seconds per step (:func:`offload_seconds`)."""
+    """CPU offload's exposed seconds per step: DeepSpeed's (:func:`offload_seconds`) or the
+    engine's own (FSDP2's ``CPUOffloadPolicy``, :func:`.fsdp.offload_seconds`)."""
 
 
 #: Bytes of one element of an optimizer buffer by its dtype (fp8 is stored as uint8).
@@ -154,10 +161,15 @@ def step_fixed_seconds(
 ) -> float:
     """What a step costs besides its micro-batches and their collectives (seconds, one GPU):
     the optimizer step (:func:`optimizer_step_seconds`; none on the GPU with DeepSpeed's CPU
-    optimizer offload, whose host step :func:`offload_seconds` counts) and
-    ``cluster.step_overhead_us`` of host time per step."""
+    optimizer offload, whose host step :func:`offload_seconds` counts, nor with FSDP2's CPU
+    offload, :func:`.fsdp.offload_seconds`) and ``cluster.step_overhead_us`` of host time per
+    step."""
     host = max(spec.cluster.step_overhead_us, 0.0) * 1e-6
-    if not spec.cluster.optimizer_step or spec.training.offload_optimizer is not Offload.none:
+    if (
+        not spec.cluster.optimizer_step
+        or spec.training.offload_optimizer is not Offload.none
+        or ESTIMATES[spec.engine].optimizer_on_host(spec)
+    ):
         return host
     shard, eshard = optimizer_shards(spec, plan)
     return optimizer_step_seconds(spec, dense, expert, shard, eshard, hbm_bytes_per_s) + host
@@ -191,19 +203,6 @@ def stage_compute_flops(spec: TrainSpec, plan: Plan) -> list[float]:
             f += tokens * 6 * spec.model.hidden_size * d.padded_vocab_size
         out.append(f)
     return out
-
-
-#: Host bytes DeepSpeed's CPU Adam streams per parameter per step: it reads the fp32 master
-#: weight, its fp32 gradient and Adam's two moments and writes weight and moments back (the
-#: update DeepSpeed's ``DeepSpeedCPUAdam``, ``deepspeed/ops/adam/cpu_adam.py``, runs per
-#: element), and writes the 16-bit copy the GPU gets back: 16 + 12 + 2 bytes.
-CPU_ADAM_BYTES_PER_PARAM = 30
-#: Host memory bandwidth of one node that the ranks' CPU optimizer steps share, bytes/s: a round
-#: figure for a two-socket server (DDR4-3200 x 8 channels x 2 sockets is 410 GB/s peak; STREAM
-#: reaches about half). Not a cluster key: the step is a lower bound on what offload costs.
-HOST_MEMORY_BYTES_PER_S = 200e9
-#: Host <-> GPU bytes/s per GPU, one direction: PCIe Gen4 x16 (32 GB/s) at about 80 %.
-PCIE_BYTES_PER_S = 25e9
 
 
 def offload_seconds(
@@ -249,15 +248,18 @@ def offload_seconds(
     return out
 
 
-def _plan_offload_seconds(spec: TrainSpec, plan: Plan, params: float) -> float:
-    """:func:`offload_seconds` for the plan's ZeRO stage and offload keys."""
+def _plan_offload_seconds(spec: TrainSpec, plan: Plan, sp: StageParams, compute: float) -> float:
+    """:func:`offload_seconds` for the plan's ZeRO stage and offload keys, plus the engine's own
+    offload (:attr:`.engines.EngineEstimate.offload_seconds`, FSDP2's ``CPUOffloadPolicy``) for
+    a stage holding ``sp`` whose compute takes ``compute`` seconds per step."""
     t, d = spec.training, plan.derived
-    return offload_seconds(
+    own = ESTIMATES[spec.engine].offload_seconds(spec, plan, sp, compute)
+    return own + offload_seconds(
         spec,
         zero_layout(spec).zero_stage,
         t.offload_optimizer is not Offload.none,
         t.offload_param is not Offload.none,
-        params,
+        sp.total,
         d.dp * d.cp,
         d.num_microbatches,
     )
@@ -293,7 +295,7 @@ def seed_step_time(
         # the bubble's share of the stretched work: (C + X) b / (1 - b), exactly 0 for b = 0
         # (``piped - compute - exposed`` left a rounding residue such as -1.1e-16 s)
         idle = max((compute + exposed) * bubble / (1 - bubble), 0.0)
-        off = _plan_offload_seconds(spec, plan, sps[r].total)
+        off = _plan_offload_seconds(spec, plan, sps[r], compute)
         total = compute + exposed + idle + (1 - overlap) * sec["dp"] + off
         if best is None or total > best.step_time_seconds:
             best = StepTime(
@@ -555,7 +557,7 @@ def kernel_step_time(
         idle = max(piped * bubble / (1 - bubble), 0.0)
         _dp_exposed(spec, plan, sc, r, sps[r].total, sk.fwd, sk.bwd, compute, len(idx))
         dp_exp = sum(c.exposed_seconds for c in sc.collectives.values() if c.axis == "dp")
-        off = _plan_offload_seconds(spec, plan, sps[r].total)
+        off = _plan_offload_seconds(spec, plan, sps[r], compute)
         opt = step_fixed_seconds(spec, plan, sps[r].dense, sps[r].expert, hw.hbm)
         total = piped + idle + dp_exp + off + opt
         if best is None or total > best.step_time_seconds:

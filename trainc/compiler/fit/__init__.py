@@ -14,7 +14,7 @@ fits, pairs of changes are tried. The re-estimates go through the driver's own p
 ``check_fit`` an ``evaluate`` function (:func:`trainc.compiler.pipeline.plan_and_estimate`), so
 this module imports no other pass.
 
-TRC420 / TRC421 check DeepSpeed's CPU offload against the node's host memory
+TRC420 / TRC421 check DeepSpeed's and FSDP2's CPU offload against the node's host memory
 (``cluster.host_memory_gib``): see :func:`host_offload_bytes_per_node`.
 
 TRC402 warns when the pipeline bubble exceeds 25 % of the step and computes the micro-batch count
@@ -32,6 +32,7 @@ from typing import Any
 from trainc.compiler import rules as R
 from trainc.compiler.derive import megatron_fsdp_runs
 from trainc.compiler.diagnostics import Diagnostic, diag
+from trainc.compiler.estimate.engines import ESTIMATES
 from trainc.compiler.estimate.params import stage_params
 from trainc.compiler.ir import Estimates, Plan
 from trainc.compiler.support.slurm_time import signal_lead_seconds, time_limit_seconds
@@ -399,7 +400,10 @@ def _memory(plan: Plan, e: Estimates, evaluate: Evaluate | None) -> Iterator[Dia
 
 
 def host_offload_bytes_per_node(plan: Plan) -> float:
-    """Bytes of model state DeepSpeed offloads to the host of one node (0 without CPU offload).
+    """Bytes of model state DeepSpeed offloads to the host of one node (0 without CPU offload);
+    with another engine, what its own offload keeps there (the engine table's
+    ``host_offload_bytes``: FSDP2's ``fsdp.cpu_offload``,
+    :func:`trainc.compiler.estimate.fsdp.offload_host_bytes_per_node`).
 
     Per GPU, for its shard of ``P`` parameters over the ZeRO group ``n = dp x cp``: optimizer
     offload (``offload_optimizer: cpu``, ZeRO >= 1) keeps the fp32 master weights and Adam's two
@@ -415,7 +419,7 @@ def host_offload_bytes_per_node(plan: Plan) -> float:
     """
     spec = plan.spec
     if spec.engine is not Engine.deepspeed:
-        return 0.0
+        return ESTIMATES[spec.engine].host_offload_bytes(spec, plan)
     t, z = spec.training, spec.parallel.zero_stage
     fp32 = t.precision.value == "fp32"
     per_param = 0.0
@@ -440,6 +444,9 @@ def _host_memory(plan: Plan) -> Iterator[Diagnostic]:
     if need == 0.0 or need * HOST_BUFFER_FACTOR <= budget:
         return
     margin = (budget - need) / budget
+    if ESTIMATES[spec.engine].host_offload_bytes(spec, plan) > 0:  # FSDP2's CPUOffloadPolicy
+        yield from _own_offload_host_memory(plan, need, budget, margin)
+        return
     what = " and ".join(
         k
         for k, v in (("optimizer", t.offload_optimizer), ("parameters", t.offload_param))
@@ -537,6 +544,68 @@ def _bubble(plan: Plan, e: Estimates) -> Iterator[Diagnostic]:
         num_microbatches=m,
         vpp=v,
     )
+
+
+def _own_offload_host_memory(
+    plan: Plan, need: float, budget: float, margin: float
+) -> Iterator[Diagnostic]:
+    """TRC420 / TRC421 for an engine's own CPU offload (FSDP2's ``fsdp.cpu_offload``): ``need``
+    bytes per node against ``budget`` (bytes), ``margin`` = (budget - need) / budget. More nodes
+    grow the shard group (``fsdp.dp_shard``, dp_replicate kept), ``fsdp.cpu_offload=false``
+    moves the states to the GPUs; FSDP2 has no NVMe offload."""
+    spec = plan.spec
+    c, p, tr = spec.cluster, spec.parallel, spec.training
+    total = need * c.num_nodes
+    nodes_fit = math.ceil(total * HOST_BUFFER_FACTOR / budget - 1e-9)
+    head = (
+        f"the sharded states FSDP2's CPU offload (fsdp.cpu_offload) keeps on the host need "
+        f"{need / GiB:.1f} GiB of host memory per node ({c.gpus_per_node} GPUs x their shard of "
+        f"fp32 parameters, fp32 gradients and optimizer states), {100 * abs(margin):.1f} % "
+        f"{'under' if margin >= 0 else 'over'} cluster.host_memory_gib "
+        f"({c.host_memory_gib:g} GiB)"
+    )
+    dp_new = nodes_fit * c.gpus_per_node // (p.tp * p.pp * p.cp)
+    shard_new = dp_new // max(spec.fsdp.dp_replicate, 1)
+    edits: dict[str, Any] = {"cluster.num_nodes": nodes_fit, "fsdp.dp_shard": shard_new}
+    note = f" with fsdp.dp_shard={shard_new}"
+    step = tr.micro_batch_size * dp_new
+    if tr.global_batch_size % step:
+        edits["training.global_batch_size"] = math.ceil(tr.global_batch_size / step) * step
+        note += f" and training.global_batch_size={edits['training.global_batch_size']}"
+    options = (
+        f"cluster.num_nodes={nodes_fit}{note} (the states shard over "
+        f"{nodes_fit * c.gpus_per_node} GPUs: {total / nodes_fit / GiB:.1f} GiB per node, "
+        f"within the {HOST_BUFFER_FACTOR:g}x buffer factor), fsdp.cpu_offload=false if the GPU "
+        f"memory allows (the states then live on the GPUs), or a node with at least "
+        f"{math.ceil(need * HOST_BUFFER_FACTOR / GiB)} GiB of host memory"
+    )
+    facts: dict[str, Any] = dict(
+        host_bytes=round(need),
+        host_budget_bytes=round(budget),
+        margin=round(margin, 4),
+        nodes_fit=nodes_fit,
+    )
+    if need > budget:
+        yield diag(
+            R.HOST_MEMORY_FIT,
+            head + ": a sure host out-of-memory (the OOM killer ends the ranks)",
+            "cluster.host_memory_gib",
+            related=("fsdp.cpu_offload", "cluster.num_nodes"),
+            fix="add nodes or keep the states on the GPUs: " + options,
+            edits=edits,
+            **facts,
+        )
+    else:
+        yield diag(
+            R.HOST_MEMORY_TIGHT,
+            head + f", but pinned buffers and the CPU optimizer's work space can take "
+            f"{HOST_BUFFER_FACTOR:g}x that ({need * HOST_BUFFER_FACTOR / GiB:.1f} GiB): the host "
+            "may run out of memory",
+            "cluster.host_memory_gib",
+            related=("fsdp.cpu_offload",),
+            fix="measure the host peak on one step (free -g), or leave room: " + options,
+            **facts,
+        )
 
 
 def _time_limit(plan: Plan, e: Estimates) -> Iterator[Diagnostic]:

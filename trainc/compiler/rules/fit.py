@@ -50,10 +50,11 @@ HOST_MEMORY_FIT = Rule(
         "the optimizer / parameter states offloaded to the CPU by the GPUs of one node must fit "
         "host_memory_gib (a sure host out-of-memory otherwise)"
     ),
-    engines={Engine.fsdp: Severity.na, Engine.megatron: Severity.na},
+    engines={Engine.megatron: Severity.na},
     source=(
         "deepspeed/runtime/zero/stage3.py estimate_zero3_model_states_mem_needs and "
-        "stage_1_and_2.py estimate_zero2_model_states_mem_needs (0.19.8); DeepSpeed #4867"
+        "stage_1_and_2.py estimate_zero2_model_states_mem_needs (0.19.8); DeepSpeed #4867; "
+        "torch/distributed/fsdp/_fully_shard/_fsdp_api.py CPUOffloadPolicy (torch 2.13)"
     ),
 )
 
@@ -61,11 +62,11 @@ HOST_MEMORY_TIGHT = Rule(
     id="TRC421",
     name="host-memory-tight",
     summary=(
-        "the offloaded states fit host_memory_gib, but not with DeepSpeed's 1.5x buffer factor for "
-        "pinned buffers and the CPU optimizer: the host may run out of memory"
+        "the offloaded states fit host_memory_gib, but not with a 1.5x buffer factor (DeepSpeed's) "
+        "for pinned buffers and the CPU optimizer: the host may run out of memory"
     ),
     severity=Severity.warning,
-    engines={Engine.fsdp: Severity.na, Engine.megatron: Severity.na},
+    engines={Engine.megatron: Severity.na},
     source=(
         "deepspeed/runtime/zero/stage3.py estimate_zero3_model_states_mem_needs "
         "additional_buffer_factor=1.5 (0.19.8)"
