@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from specs.kit import make
 
+from tests.support.kit import make
 from trainc.cli import main
 from trainc.compiler.estimate.fsdp import offload_host_bytes, offload_seconds
 from trainc.compiler.estimate.host import HOST_MEMORY_BYTES_PER_S, PCIE_BYTES_PER_S
