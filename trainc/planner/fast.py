@@ -26,10 +26,11 @@ communication and DP overlap of :func:`trainc.compiler.estimate.time.kernel_step
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from trainc.compiler.derive import num_moe_layers, padded_vocab, tp_in_nvlink_domain
 from trainc.compiler.estimate.activations import dense_layer_bytes, moe_mlp_extra_bytes
@@ -133,10 +134,56 @@ def model_consts(spec: TrainSpec) -> ModelConsts:
     )
 
 
+def _fsdp_state_bytes(
+    zero: int, precision: str, shard: int, offload_opt: bool, offload_param: bool
+) -> float:
+    """engine=fsdp (:mod:`trainc.compiler.estimate.fsdp`): fp32 shards of params, grads and
+    Adam moments, 16 B/param over ``shard`` ranks (the gathered blocks ignored)."""
+    return 16.0 / shard
+
+
+def _megatron_state_bytes(
+    zero: int, precision: str, shard: int, offload_opt: bool, offload_param: bool
+) -> float:
+    """engine=megatron: DDP keeps params + grads + optimizer whole (18 B/param in bf16), the
+    distributed optimizer (zero 1) shards the optimizer's 12 B/param, Megatron-FSDP (zero 3)
+    shards everything (gathered layers ignored)."""
+    whole = {"fp32": (8, 8), "fp16": (4, 16)}.get(precision, (6, 12))  # params+grads, opt
+    if zero == 3:
+        return (whole[0] + whole[1]) / shard
+    return float(sum(whole)) if zero == 0 else whole[0] + whole[1] / shard
+
+
+def _deepspeed_state_bytes(
+    zero: int, precision: str, shard: int, offload_opt: bool, offload_param: bool
+) -> float:
+    """engine=deepspeed: ZeRO stage 0..3 by the 2 + 2 + 12 B/param accounting (Rajbhandari et
+    al. 2020, arXiv:1910.02054 §5); an offloaded optimizer keeps no GPU bytes, an offloaded
+    parameter (stage 3) none either."""
+    opt = 0.0 if offload_opt else 12.0
+    if zero == 0:
+        return 4 + opt
+    if zero == 1:
+        return 4 + opt / shard
+    if zero == 2:
+        return 2 + (2 + opt) / shard
+    return (0.0 if offload_param else 2 / shard) + (2 + opt) / shard
+
+
+ENGINE_STATE_BYTES = {
+    "fsdp": _fsdp_state_bytes,
+    "megatron": _megatron_state_bytes,
+    "deepspeed": _deepspeed_state_bytes,
+}
+"""engine name -> its model-state bytes per parameter on one GPU, ``f(zero, precision, shard,
+offload_opt, offload_param)`` (B/param)."""
+
+
 def state_bytes_per_param(
     engine: str, zero: int, precision: str, shard: int, offload_opt: bool, offload_param: bool
 ) -> float:
-    """Model-state bytes per parameter on one GPU (params + grads + optimizer).
+    """Model-state bytes per parameter on one GPU (params + grads + optimizer), by
+    :data:`ENGINE_STATE_BYTES`.
 
     >>> state_bytes_per_param("megatron", 1, "bf16", 8, False, False)
     7.5
@@ -147,21 +194,9 @@ def state_bytes_per_param(
     >>> state_bytes_per_param("megatron", 3, "bf16", 18, False, False)  # Megatron-FSDP
     1.0
     """
-    if engine == "fsdp":  # trainc.compiler.estimate.fsdp: fp32 shards (gathered blocks ignored)
-        return 16.0 / shard
-    if engine == "megatron":
-        whole = {"fp32": (8, 8), "fp16": (4, 16)}.get(precision, (6, 12))  # params+grads, opt
-        if zero == 3:  # Megatron-FSDP: everything sharded (gathered layers ignored)
-            return (whole[0] + whole[1]) / shard
-        return float(sum(whole)) if zero == 0 else whole[0] + whole[1] / shard
-    opt = 0.0 if offload_opt else 12.0
-    if zero == 0:
-        return 4 + opt
-    if zero == 1:
-        return 4 + opt / shard
-    if zero == 2:
-        return 2 + (2 + opt) / shard
-    return (0.0 if offload_param else 2 / shard) + (2 + opt) / shard
+    return ENGINE_STATE_BYTES.get(engine, _deepspeed_state_bytes)(
+        zero, precision, shard, offload_opt, offload_param
+    )
 
 
 TERMS = (
@@ -210,39 +245,24 @@ def step_lower_bound(
     return compute / (1 - bubble)
 
 
-def score_grid(
-    spec: TrainSpec,
-    k: ModelConsts,
-    W: int,
-    dom: int,
-    tp: int,
-    cp: int,
-    pp: int,
-    dp: int,
-    stages: tuple[int, ...],
-    ep: int,
-    etp: int,
-    sp: bool,
-    zeros: list[int],
-    recomputes: list[str],
-    offloads: list[str],
-    fx: dict[str, Any],
-    deepspeed: bool,
-    limit: float,
-    slots: tuple[int, ...] | None = None,
-) -> Iterator[tuple[Any, Any, Any, Any]]:
-    """Score every (vpp, cp_comm_type, mbs, recompute, zero, offload) of one grid; yields
-    (memory bytes, step seconds, the variable choices, the TERMS values), or once
-    (None, number of layouts pruned, None, None) when no layout of the grid can fit.
-    ``stages`` are the transformer layers per stage; ``slots`` the counts Megatron splits into
-    virtual chunks (one more on the first/last stage with account_for_embedding/loss)."""
-    slots = slots or stages
-    m, c, t = spec.model, spec.cluster, spec.training
-    h, s, a = m.hidden_size, m.seq_length, m.num_attention_heads
-    g = m.num_query_groups or a
-    d = m.kv_channels or h // a
-    gbs = t.global_batch_size
-    edp = W // (etp * ep * pp)
+class _SeedBandwidths(NamedTuple):
+    """Bandwidths (B/s) the seed time model prices each axis at: NVLink (``intra``) when the
+    axis' groups stay inside one NVLink domain, else the fabric (``inter``)."""
+
+    intra: float
+    inter: float
+    tp: float
+    cp: float
+    ep: float
+    dp: float
+    pp: float
+
+
+def _seed_bandwidths(
+    spec: TrainSpec, W: int, dom: int, tp: int, cp: int, dp: int, ep: int, etp: int
+) -> _SeedBandwidths:
+    """Per-axis bandwidths of one grid (``dom``: GPUs per NVLink domain, ``W``: world size)."""
+    c = spec.cluster
     eff_bw = c.comm_efficiency * 1e9
     intra, inter = (
         (c.intra_node_bandwidth_gbps or 1) * eff_bw,
@@ -256,27 +276,26 @@ def score_grid(
     # groups the whole world), not one node: on an NVL72 rack a 4-GPU tray is not the domain
     bw_dp = intra if tp * cp * dp <= dom and dom % (tp * cp * dp) == 0 else inter
     bw_pp = intra if W <= dom else inter
-    peak = (c.peak_tflops or 1) * 1e12 * c.compute_efficiency
-    overhead = c.layer_overhead_us * 1e-6
-    hide = 1 - c.comm_overlap
-    # model states on the most loaded stage (first or last stage carry the embedding/output)
-    n_max = max(stages)
-    untied = m.untie_embeddings_and_output_weights
-    emb_first = k.p_embedding
-    emb_last = k.p_embedding if (untied or pp > 1) else 0.0
-    worst = 0.0
-    for i, n in enumerate(stages):
-        e = (emb_first if i == 0 else 0.0) + (emb_last if i == pp - 1 else 0.0)
-        worst = max(worst, (n * k.p_layer_tp + e) / tp + n * k.p_layer_rep)
-    p_dense = worst
-    p_exp = n_max * k.moe_fraction * k.p_layer_experts / (ep * etp)
-    precision = t.precision.name
-    s_loc = s // cp
-    f = m.ffn_hidden_size or 4 * h
-    f_e = m.moe_ffn_hidden_size or f
-    swiglu = m.activation is Activation.swiglu
-    # engine=fsdp (torchtitan): no cp_comm_type choice, and an uneven split only with vpp 1
-    # (TRC344; trainc.compiler.targets.fsdp.torchtitan_stage_split)
+    return _SeedBandwidths(intra, inter, bw_tp, bw_cp, bw_ep, bw_dp, bw_pp)
+
+
+def _grid_choices(
+    spec: TrainSpec,
+    fx: dict[str, Any],
+    slots: tuple[int, ...],
+    tp: int,
+    cp: int,
+    pp: int,
+    dp: int,
+) -> tuple[list[int], list[str], list[int]]:
+    """The variable choices of one grid: (virtual pipeline degrees, cp_comm_types, micro
+    batches), each the spec's fixed value when it sets one. A vpp divides every stage's
+    ``slots``; engine=fsdp (torchtitan) has no cp_comm_type choice and an uneven split only with
+    vpp 1 (TRC344; :func:`trainc.compiler.targets.fsdp.torchtitan_stage_split`); a2a needs the
+    heads and KV groups per TP rank divisible by cp; a micro batch divides gbs / dp."""
+    m = spec.model
+    a = m.num_attention_heads
+    g = m.num_query_groups or a
     fsdp = spec.engine is Engine.fsdp
     vpps = (
         [fx["parallel.vpp"]]
@@ -302,19 +321,48 @@ def score_grid(
     mbss = (
         [fx["training.micro_batch_size"]]
         if fx["training.micro_batch_size"] is not None
-        else [b for b in divisors(gbs // dp) if b <= MAX_MBS]
+        else [b for b in divisors(spec.training.global_batch_size // dp) if b <= MAX_MBS]
     )
-    flops_gpu = k.flops_per_step / W
-    gps = W // pp  # GPUs per stage
-    flops_total = k.flops_per_step - k.logits_flops_per_step  # the layers' FLOPs per step
-    layer_flops = flops_total / max(sum(stages), 1)
-    per_layer_flops = layer_flops / gps
-    logits = k.logits_flops_per_step / gps
-    crit = sorted({(stages.index(max(stages)), max(stages)), (pp - 1, stages[-1])})
-    shard = dp * cp
+    return vpps, cps, mbss
+
+
+def _loaded_stage_params(
+    spec: TrainSpec, k: ModelConsts, stages: tuple[int, ...], tp: int, pp: int, ep: int, etp: int
+) -> tuple[float, float]:
+    """(dense, expert) parameters per GPU of the most loaded pipeline stage: the first / last
+    stage carry the embedding / output layer (the output on the last when untied or pp > 1)."""
+    untied = spec.model.untie_embeddings_and_output_weights
+    emb_first = k.p_embedding
+    emb_last = k.p_embedding if (untied or pp > 1) else 0.0
+    worst = 0.0
+    for i, n in enumerate(stages):
+        e = (emb_first if i == 0 else 0.0) + (emb_last if i == pp - 1 else 0.0)
+        worst = max(worst, (n * k.p_layer_tp + e) / tp + n * k.p_layer_rep)
+    return worst, max(stages) * k.moe_fraction * k.p_layer_experts / (ep * etp)
+
+
+def _model_states(
+    spec: TrainSpec,
+    zeros: list[int],
+    offloads: list[str],
+    fx: dict[str, Any],
+    deepspeed: bool,
+    pp: int,
+    shard: int,
+    edp: int,
+    p_dense: float,
+    p_exp: float,
+    bw_dp: float,
+) -> list[tuple[int, str, float, float]]:
+    """The (ZeRO stage, optimizer offload) choices of one grid: ``(zero, offload, model-state
+    bytes per GPU, seed-model exposed DP seconds)``. ``shard`` = dp x cp ranks the dense states
+    shard over, ``edp`` the expert data-parallel ranks; ``p_dense`` / ``p_exp`` the most loaded
+    stage's parameters per GPU; ``bw_dp`` B/s."""
+    hide = 1 - spec.cluster.comm_overlap
+    precision = spec.training.precision.name
     red = (shard - 1) / shard if shard > 1 else 0.0
     grad_bytes = (p_dense + p_exp) * (4 if not deepspeed else 2)
-    states = []  # (zero, offload, model-state bytes, exposed DP seconds): grid-only terms
+    states = []
     zero_fixed = fx["parallel.zero_stage"] is not None
     for zero in zeros:
         if deepspeed and zero > 1 and pp > 1:
@@ -339,55 +387,134 @@ def score_grid(
             )
             t_dp = hide * (red * grad_bytes * (1.5 if zero >= 1 else 2.0)) / bw_dp
             states.append((zero, off, p_dense * bpp + p_exp * bpe, t_dp))
-    cross = float(bw_tp == inter and tp > 1)
+    return states
+
+
+def _act_layer(
+    spec: TrainSpec, k: ModelConsts, tp: int, cp: int, sp: bool, etp: int, mbs: int
+) -> tuple[float, float, float]:
+    """Activation bytes per layer and micro batch of ``mbs`` sequences (full recompute, none,
+    selective): the estimator's own per-layer formulas (GQA, SwiGLU, MoE), averaged over dense
+    and MoE layers."""
+    m = spec.model
+    h, s, a = m.hidden_size, m.seq_length, m.num_attention_heads
+    s_loc = s // cp
+    f = m.ffn_hidden_size or 4 * h
+    swiglu = m.activation is Activation.swiglu
+    tsp = tp if sp else 1
+    shape: dict[str, Any] = dict(
+        s=s_loc,
+        b=mbs,
+        h=h,
+        a=a,
+        g=m.num_query_groups or a,
+        d=m.kv_channels or h // a,
+        f=f,
+        t=tp,
+        sp=sp,
+        swiglu=swiglu,
+        mla=mla_dims(spec),
+        attn_dropout=m.attention_dropout > 0,
+    )
+    moe = 0.0
+    if k.moe_fraction:
+        moe = k.moe_fraction * (
+            moe_mlp_extra_bytes(
+                s=s_loc,
+                b=mbs,
+                h=h,
+                t=tp,
+                sp=sp,
+                etp=etp,
+                topk=m.moe_router_topk,
+                f_e=m.moe_ffn_hidden_size or f,
+                f_s=m.moe_shared_expert_intermediate_size or 0,
+                num_experts=m.num_experts or 0,
+                swiglu=swiglu,
+            )
+            - (6 if swiglu else 4) * s_loc * mbs * f / tp
+        )
+    lse = 4 * a * s_loc * mbs / tp
+    flash = fused_attention(spec)
+    none = dense_layer_bytes(**shape, with_scores=not flash) + (lse if flash else 0.0) + moe
+    sel = dense_layer_bytes(**shape, with_scores=False) + moe
+    return 2 * s_loc * mbs * h / tsp, none, sel
+
+
+def _schedule_activations(
+    rc: Any,
+    frac: float,
+    group: int,
+    act_l: tuple[float, float, float],
+    layers: int,
+    inflight: float,
+    buffers: float,
+) -> float:
+    """Activation bytes per GPU of one schedule: the per-layer bytes ``act_l`` (full
+    recompute, none, selective; :func:`_act_layer`) under recompute choice ``rc`` (full
+    recompute keeps one input per ``group`` layers for the ``frac`` of the layers it re-runs)
+    times the stage's ``layers`` times ``inflight`` micro batches, plus the
+    recomputed group's working set, plus ``buffers`` (embedding output / logits)."""
+    full_l, none_l, sel_l = act_l
+    per_layer = (
+        frac * full_l / group + (1 - frac) * none_l
+        if rc[0] == "full"
+        else sel_l
+        if rc[0] == "selective"
+        else none_l
+    )
+    act = per_layer * layers * inflight
+    if rc[0] == "full":
+        act += sel_l * group  # the recomputed group's working set
+    return act + buffers
+
+
+def score_grid(
+    spec: TrainSpec,
+    k: ModelConsts,
+    W: int,
+    dom: int,
+    tp: int,
+    cp: int,
+    pp: int,
+    dp: int,
+    stages: tuple[int, ...],
+    ep: int,
+    etp: int,
+    sp: bool,
+    zeros: list[int],
+    recomputes: list[str],
+    offloads: list[str],
+    fx: dict[str, Any],
+    deepspeed: bool,
+    limit: float,
+    slots: tuple[int, ...] | None = None,
+) -> Iterator[tuple[Any, Any, Any, Any]]:
+    """Score every (vpp, cp_comm_type, mbs, recompute, zero, offload) of one grid; yields
+    (memory bytes, step seconds, the variable choices, the TERMS values), or once
+    (None, number of layouts pruned, None, None) when no layout of the grid can fit.
+    ``stages`` are the transformer layers per stage; ``slots`` the counts Megatron splits into
+    virtual chunks (one more on the first/last stage with account_for_embedding/loss).
+
+    Steps: the grid's choices (:func:`_grid_choices`), the most loaded stage's parameters
+    (:func:`_loaded_stage_params`), the model states per (zero, offload)
+    (:func:`_model_states`), then the time model's loop over the choices
+    (:func:`_kernel_grid` or :func:`_seed_grid`)."""
+    slots = slots or stages
+    vpps, cps, mbss = _grid_choices(spec, fx, slots, tp, cp, pp, dp)
+    p_dense, p_exp = _loaded_stage_params(spec, k, stages, tp, pp, ep, etp)
+    bws = _seed_bandwidths(spec, W, dom, tp, cp, dp, ep, etp)
+    edp = W // (etp * ep * pp)
+    states = _model_states(
+        spec, zeros, offloads, fx, deepspeed, pp, dp * cp, edp, p_dense, p_exp, bws.dp
+    )
+    cross = float(bws.tp == bws.inter and tp > 1)
     if not states or min(st[2] for st in states) > limit:
         # The model states alone exceed the GPU (fit rule TRC401): prune the whole grid.
         yield None, len(mbss) * len(vpps) * len(cps) * len(states) * 5, None, None
         return
-
-    def act_layer(mbs: int) -> tuple[float, float, float]:
-        """Bytes per layer and micro batch (full recompute, none, selective): the estimator's
-        own per-layer formulas (GQA, SwiGLU, MoE), averaged over dense and MoE layers."""
-        tsp = tp if sp else 1
-        shape: dict[str, Any] = dict(
-            s=s_loc,
-            b=mbs,
-            h=h,
-            a=a,
-            g=g,
-            d=d,
-            f=f,
-            t=tp,
-            sp=sp,
-            swiglu=swiglu,
-            mla=mla_dims(spec),
-            attn_dropout=m.attention_dropout > 0,
-        )
-        moe = 0.0
-        if k.moe_fraction:
-            moe = k.moe_fraction * (
-                moe_mlp_extra_bytes(
-                    s=s_loc,
-                    b=mbs,
-                    h=h,
-                    t=tp,
-                    sp=sp,
-                    etp=etp,
-                    topk=m.moe_router_topk,
-                    f_e=f_e,
-                    f_s=m.moe_shared_expert_intermediate_size or 0,
-                    num_experts=m.num_experts or 0,
-                    swiglu=swiglu,
-                )
-                - (6 if swiglu else 4) * s_loc * mbs * f / tp
-            )
-        lse = 4 * a * s_loc * mbs / tp
-        flash = fused_attention(spec)
-        none = dense_layer_bytes(**shape, with_scores=not flash) + (lse if flash else 0.0) + moe
-        sel = dense_layer_bytes(**shape, with_scores=False) + moe
-        return 2 * s_loc * mbs * h / tsp, none, sel
-
-    if c.time_model is TimeModel.kernels:
+    act_layer = functools.partial(_act_layer, spec, k, tp, cp, sp, etp)
+    if spec.cluster.time_model is TimeModel.kernels:
         yield from _kernel_grid(
             spec,
             k,
@@ -412,6 +539,73 @@ def score_grid(
             cross,
         )
         return
+    yield from _seed_grid(
+        spec,
+        k,
+        W,
+        tp,
+        cp,
+        pp,
+        dp,
+        stages,
+        ep,
+        sp,
+        mbss,
+        vpps,
+        cps,
+        slots,
+        states,
+        recomputes,
+        fx,
+        act_layer,
+        cross,
+        bws,
+        p_dense + p_exp,
+    )
+
+
+def _seed_grid(
+    spec: TrainSpec,
+    k: ModelConsts,
+    W: int,
+    tp: int,
+    cp: int,
+    pp: int,
+    dp: int,
+    stages: tuple[int, ...],
+    ep: int,
+    sp: bool,
+    mbss: list[int],
+    vpps: list[int],
+    cps: list[str],
+    slots: tuple[int, ...],
+    states: list[tuple[int, str, float, float]],
+    recomputes: list[str],
+    fx: dict[str, Any],
+    act_layer: Any,
+    cross: float,
+    bws: _SeedBandwidths,
+    n_params: float,
+) -> Iterator[tuple[Any, Any, Any, Any]]:
+    """:func:`score_grid` under ``cluster.time_model: seed`` (the module docstring's terms; TP/CP/
+    EP at ``bws`` B/s; ``n_params``: the most loaded stage's parameters per GPU)."""
+    m, c, h = spec.model, spec.cluster, spec.model.hidden_size
+    g = m.num_query_groups or m.num_attention_heads
+    d = m.kv_channels or h // m.num_attention_heads
+    gbs = spec.training.global_batch_size
+    intra, inter, bw_tp, bw_cp, bw_ep, _bw_dp, bw_pp = bws
+    peak = (c.peak_tflops or 1) * 1e12 * c.compute_efficiency
+    overhead = c.layer_overhead_us * 1e-6
+    hide = 1 - c.comm_overlap
+    n_max = max(stages)
+    s_loc = m.seq_length // cp
+    flops_gpu = k.flops_per_step / W
+    gps = W // pp  # GPUs per stage
+    flops_total = k.flops_per_step - k.logits_flops_per_step  # the layers' FLOPs per step
+    layer_flops = flops_total / max(sum(stages), 1)
+    per_layer_flops = layer_flops / gps
+    logits = k.logits_flops_per_step / gps
+    crit = sorted({(stages.index(max(stages)), max(stages)), (pp - 1, stages[-1])})
     for mbs in mbss:
         if (gbs // dp) % mbs:
             continue
@@ -419,21 +613,12 @@ def score_grid(
         sbh = s_loc * mbs * h * 2  # one activation tensor in bf16 (bytes)
         tokens = s_loc * mbs
         gemm_eff = tokens / (tokens + c.gemm_half_efficiency_tokens)
-        full_l, none_l, sel_l = act_layer(mbs)
+        act_l = act_layer(mbs)
         for v, inflight, bubble, rc, frac, group in _schedules(
             vpps, M, pp, slots, recomputes, fx, spec.engine is Engine.fsdp
         ):
-            per_layer = (
-                frac * full_l / group + (1 - frac) * none_l
-                if rc[0] == "full"
-                else sel_l
-                if rc[0] == "selective"
-                else none_l
-            )
-            act = per_layer * n_max * inflight
-            if rc[0] == "full":
-                act += sel_l * group  # the recomputed group's working set
-            act += 4 * sbh / tp  # embedding output / logits buffers (order of magnitude)
+            # embedding output / logits buffers (order of magnitude): 4 * sbh / tp
+            act = _schedule_activations(rc, frac, group, act_l, n_max, inflight, 4 * sbh / tp)
             extra = {"none": 0.0, "selective": k.attn_core_fraction / 3, "full": frac / 3}[rc[0]]
             lower = step_lower_bound(
                 flops_gpu,
@@ -475,8 +660,8 @@ def score_grid(
                         zero,
                         off != "none",
                         _param_offload(spec, zero),
-                        p_dense + p_exp,
-                        shard,
+                        n_params,
+                        dp * cp,
                         M,
                     )
                     yield (
@@ -657,6 +842,497 @@ def planned_tp_comm_overlap(spec: TrainSpec, fixed: bool | None, tp: int, sp: bo
     return default_tp_comm_overlap(spec, tp, sp)
 
 
+@dataclass(frozen=True, slots=True)
+class _KernelGrid:
+    """The grid-wide values of the kernel time model for one (tp, cp, pp, dp, ep, etp, sp,
+    stages) grid: bandwidths in B/s, seconds, bytes; parameters per GPU."""
+
+    spec: TrainSpec
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    ep: int
+    etp: int
+    sp: bool
+    stages: tuple[int, ...]
+    crit: list[int]
+    """The stages the step is the worst of: first, most layers, last."""
+    intra: float
+    inter: float
+    overlap: float
+    tp_on: bool
+    ep_on: bool
+    overhead: float
+    """layer_overhead_us in seconds."""
+    host_s: float
+    """step_overhead_us in seconds."""
+    hw: Hw
+    eb: int
+    """Bytes per activation element."""
+    s_loc: float
+    """Tokens per sequence on one CP rank (seq_length / cp)."""
+    tsp: int
+    mf: float
+    edp: int
+    bw_tp: float
+    bw_cp: float
+    bw_pp: float
+    bw_dp: float
+    bw_edp: float
+    ep_g: int
+    """EP ranks per NVLink domain (all of them when the group fits in one)."""
+    low: str
+    """The layers' precision (kernels.layer_precision)."""
+    edge_bf16: bool
+    """The first and last layers run in BF16 although ``low`` is a low precision."""
+    kinds: list[tuple[bool, float]]
+    """(MoE layer?, share of the layers)."""
+    n_layers: int
+    megatron: bool
+    pb: int
+    gb: int
+    params: dict[int, tuple[float, float]]
+    """Critical stage -> (dense, expert) parameters per GPU."""
+    dp_cols: dict[tuple[int, int], list[tuple[float, bool, bool]]]
+    """(zero, stage) -> Megatron DDP's DP collectives (seconds, a param gather?, overlapped?)."""
+    dp_nb: dict[int, int]
+    """Stage -> DDP buckets (the first stage's; 1 elsewhere)."""
+
+
+def _stage_params(
+    k: ModelConsts,
+    spec: TrainSpec,
+    stages: tuple[int, ...],
+    i: int,
+    tp: int,
+    pp: int,
+    ep: int,
+    etp: int,
+) -> tuple[float, float]:
+    """(dense, expert) parameters per GPU of pipeline stage ``i`` (with the embedding on the
+    first, the output layer on the last when untied or pp > 1)."""
+    n = stages[i]
+    untied = spec.model.untie_embeddings_and_output_weights
+    e = (k.p_embedding if i == 0 else 0.0) + (
+        k.p_embedding if i == pp - 1 and (untied or pp > 1) else 0.0
+    )
+    return (
+        (n * k.p_layer_tp + e) / tp + n * k.p_layer_rep,
+        n * k.moe_fraction * k.p_layer_experts / (ep * etp),
+    )
+
+
+def _megatron_dp_collectives(
+    spec: TrainSpec,
+    states: list[tuple[int, str, float, float]],
+    crit: list[int],
+    params: dict[int, tuple[float, float]],
+    shard: int,
+    edp: int,
+    bw_dp: float,
+    bw_edp: float,
+    pb: int,
+    gb: int,
+) -> dict[tuple[int, int], list[tuple[float, bool, bool]]]:
+    """Megatron DDP: the DP collectives' seconds per (zero, stage) (they do not depend on the
+    micro batch; only their exposure does, computed per layout as :func:`_dp_exposed` does):
+    ``[(seconds, is the param all-gather, overlapped)]`` over the dense (``shard`` = dp x cp
+    ranks) and expert (``edp`` ranks) groups. Megatron-FSDP (zero 3) is left to _dp_exposed."""
+    t = spec.training
+    dp_cols: dict[tuple[int, int], list[tuple[float, bool, bool]]] = {}
+    for zero in {st[0] for st in states} - {3}:
+        grad_on = shard > 1 and t.overlap_grad_reduce is not False
+        gather_on = grad_on and zero == 1 and t.overlap_param_gather is not False
+        for i in crit:
+            cols = []
+            for group, n_par, bwg in (
+                (shard, params[i][0], bw_dp),
+                (edp, params[i][1], bw_edp),
+            ):
+                if group <= 1 or n_par <= 0:
+                    continue
+                ring = (group - 1) / group
+                if zero:
+                    cols += [
+                        (ring * n_par * gb / bwg, False, grad_on),
+                        (ring * n_par * pb / bwg, True, gather_on),
+                    ]
+                else:
+                    cols.append((2 * ring * n_par * gb / bwg, False, grad_on))
+            dp_cols[(zero, i)] = cols
+    return dp_cols
+
+
+def _kernel_setup(
+    spec: TrainSpec,
+    k: ModelConsts,
+    W: int,
+    dom: int,
+    tp: int,
+    cp: int,
+    pp: int,
+    dp: int,
+    stages: tuple[int, ...],
+    ep: int,
+    etp: int,
+    sp: bool,
+    states: list[tuple[int, str, float, float]],
+    fx: dict[str, Any],
+) -> _KernelGrid:
+    """The grid-wide values of the kernel model: bandwidths per axis (rings priced as
+    :func:`_ring_bw`), the TP / EP overlap switches, precisions, the critical stages'
+    parameters and Megatron DDP's DP collectives."""
+    m, c, t = spec.model, spec.cluster, spec.training
+    eff = (c.comm_efficiency if c.comm_efficiency and c.comm_efficiency > 0 else 1.0) * 1e9
+    intra, inter = (
+        (c.intra_node_bandwidth_gbps or 1) * eff,
+        (c.inter_node_bandwidth_gbps or 1) * eff,
+    )
+    tp_on = planned_tp_comm_overlap(
+        spec, fx.get("training.tp_comm_overlap"), tp, sp
+    ) and tp_in_nvlink_domain(tp, c.nvlink_domain_size, c.gpus_per_node, W)  # (TRC382)
+    mf = k.moe_fraction
+    edp = W // (etp * ep * pp)
+    bw_dp = _ring_bw(dp * cp, tp, dom, intra, inter)
+    bw_edp = _ring_bw(edp, etp * ep, dom, intra, inter)
+    ep_g = (
+        ep
+        if etp * ep <= dom and dom % (etp * ep) == 0
+        else max(min(ep, dom // etp if etp <= dom else 1), 1)
+    )
+    low = layer_precision(spec, 1 if m.num_layers > 2 else 0)
+    megatron = spec.engine is Engine.megatron
+    pb, gb, _ = megatron_bytes_per_param(t.precision)
+    if t.fp8_param_gather and t.fp8_format is not Fp8Format.none:
+        pb = 1
+    if t.main_grads_dtype is StateDtype.bf16:
+        gb = 2
+    crit = sorted({0, stages.index(max(stages)), pp - 1})
+    params = {i: _stage_params(k, spec, stages, i, tp, pp, ep, etp) for i in crit}
+    dp_nb = {
+        i: max(math.ceil(sum(params[i]) / max(BUCKET_MIN_PARAMS, 1_000_000 * dp * cp)), 1)
+        if i == 0
+        else 1
+        for i in crit
+    }
+    dp_cols = (
+        _megatron_dp_collectives(spec, states, crit, params, dp * cp, edp, bw_dp, bw_edp, pb, gb)
+        if megatron  # Megatron-FSDP (zero 3) depends on the micro-batch count: _dp_exposed
+        else {}
+    )
+    return _KernelGrid(
+        spec=spec,
+        tp=tp,
+        cp=cp,
+        pp=pp,
+        dp=dp,
+        ep=ep,
+        etp=etp,
+        sp=sp,
+        stages=stages,
+        crit=crit,
+        intra=intra,
+        inter=inter,
+        overlap=min(max(c.comm_overlap or 0.0, 0.0), 1.0),
+        tp_on=tp_on,
+        ep_on=bool(t.overlap_moe_expert_parallel_comm),
+        overhead=c.layer_overhead_us * 1e-6,
+        host_s=max(c.step_overhead_us, 0.0) * 1e-6,
+        hw=_hw(spec)[0],
+        eb=activation_bytes(spec),
+        s_loc=m.seq_length / cp,
+        tsp=tp if sp else 1,
+        mf=mf,
+        edp=edp,
+        bw_tp=_ring_bw(tp, 1, dom, intra, inter),
+        bw_cp=intra if tp * cp <= dom and dom % (tp * cp) == 0 else inter,
+        bw_pp=intra if W <= dom else inter,
+        bw_dp=bw_dp,
+        bw_edp=bw_edp,
+        ep_g=ep_g,
+        low=low,
+        edge_bf16=low in LOW_PRECISIONS and t.first_last_layers_bf16,
+        kinds=[x for x in ((False, 1 - mf), (True, mf)) if x[1] > 0],
+        n_layers=max(sum(stages), 1),
+        megatron=megatron,
+        pb=pb,
+        gb=gb,
+        params=params,
+        dp_cols=dp_cols,
+        dp_nb=dp_nb,
+    )
+
+
+def _dp_term(
+    g: _KernelGrid, zero: int, i: int, f_mb: float, b_mb: float, comp: float, M: int
+) -> float:
+    """Exposed DP seconds of stage ``i`` from its micro batch's forward / backward seconds
+    (``f_mb`` / ``b_mb``), ``comp`` its compute seconds per micro batch, ``M`` micro batches."""
+    dcols = g.dp_cols.get((zero, i))
+    if dcols is None:
+        pd, pe = g.params[i]
+        return _dp_exposed(
+            g.spec,
+            g.megatron,
+            zero,
+            i,
+            pd,
+            pe,
+            g.dp * g.cp,
+            g.edp,
+            g.bw_dp,
+            g.bw_edp,
+            g.pb,
+            g.gb,
+            g.eb,
+            M,
+            f_mb,
+            b_mb,
+            M * comp,
+            g.n_layers,
+        )
+    t_dp = 0.0
+    nb = g.dp_nb[i]
+    for sec, gather, on in dcols:
+        if not on:
+            t_dp += sec
+            continue
+        window = f_mb if gather else b_mb
+        if i > 0:
+            t_dp += with_interference(sec, max(sec - i * window, 0.0))
+        else:
+            t_dp += with_interference(sec, sec / nb + max(sec - sec / nb - window, 0.0))
+    return t_dp
+
+
+class _LayerKernels(NamedTuple):
+    """One micro batch's layer kernel times (seconds), averaged over dense and MoE layers."""
+
+    fw: float
+    bw: float
+    attn_f: float
+    attn_core: float
+    gemm_l: float
+    lower_layer: float
+    lower_attn: float
+    d_f: float
+    """The first/last layer in BF16: its forward's difference from the low precision."""
+    d_b: float
+    lf: float
+    """The output layer's forward on the last stage."""
+    lb: float
+
+
+def _layer_kernels(g: _KernelGrid, mbs: int, kvl: float) -> _LayerKernels:
+    """The GEMMs and attention of one layer for a micro batch of ``mbs`` sequences with
+    ``kvl`` keys per attention call (:func:`_layer`, memoised), and the output layer's."""
+    spec, tp, cp, ep, etp, sp = g.spec, g.tp, g.cp, g.ep, g.etp, g.sp
+    lts = [(_layer(spec, moe, g.low, tp, cp, ep, etp, sp, mbs, kvl), w) for moe, w in g.kinds]
+    fw = sum(lt.forward * w for lt, w in lts)
+    bw = sum(lt.backward * w for lt, w in lts)
+    attn_f = sum(lt.attn_f * w for lt, w in lts)
+    attn_core = sum((lt.attn_f + lt.attn_b) * w for lt, w in lts)
+    gemm_l = sum((lt.gemm_f + lt.gemm_b) * w for lt, w in lts)
+    lower_layer = min(lt.forward + lt.backward for lt, _ in lts)
+    lower_attn = min(lt.attn_f for lt, _ in lts)
+    d_f = d_b = 0.0  # the first and last layer in BF16: their difference from ``low``
+    if g.edge_bf16:
+        bl = [(_layer(spec, moe, "bf16", tp, cp, ep, etp, sp, mbs, kvl), w) for moe, w in g.kinds]
+        d_f = sum(lt.forward * w for lt, w in bl) - fw
+        d_b = sum(lt.backward * w for lt, w in bl) - bw
+        lower_layer = min(lower_layer, *(lt.forward + lt.backward for lt, _ in bl))
+        lower_attn = min(lower_attn, *(lt.attn_f for lt, _ in bl))
+    lf, lb = _logits(spec, tp, cp, mbs)
+    return _LayerKernels(
+        fw, bw, attn_f, attn_core, gemm_l, lower_layer, lower_attn, d_f, d_b, lf, lb
+    )
+
+
+class _CommUnits(NamedTuple):
+    """One micro batch's communication units: seconds per TP collective block (``tp_unit``),
+    the TP blocks per layer, the EP dispatch seconds, and bytes of Q, K+V and the PP p2p
+    tensor."""
+
+    tp_unit: float
+    tp_blocks: float
+    tp_expert: float
+    t_a2a: float
+    q_b: float
+    kv_b: float
+    pp_b: float
+
+
+def _comm_units(g: _KernelGrid, mbs: int) -> _CommUnits:
+    """The TP, EP, CP and PP traffic of one layer for a micro batch of ``mbs`` sequences
+    (:func:`trainc.compiler.estimate.comm.ep_dispatch_seconds` for the EP all-to-all)."""
+    spec, tp, mf = g.spec, g.tp, g.mf
+    m = spec.model
+    h, a = m.hidden_size, m.num_attention_heads
+    _, g_kv, d_qk, d_v = head_dims(spec)
+    s_loc, eb = g.s_loc, g.eb
+    act_b = mbs * s_loc * h * eb  # the tensor TP collectives act on
+    tp_unit = 2 * (tp - 1) / tp * act_b / g.bw_tp if tp > 1 else 0.0
+    # attention (an MLA block moves its latents) and dense MLP blocks (TE linears)
+    tp_blocks = attention_tp_ratio(spec) + (1 - mf)
+    tp_expert = mf if g.etp > 1 else 0.0  # the experts' ETP block (never overlapped)
+    tok_ep = mbs * s_loc / g.tsp
+    t_a2a = (
+        ep_dispatch_seconds(
+            EpDispatch(
+                m.moe_token_dispatcher_type,
+                m.moe_router_topk,
+                m.num_experts or 1,
+                g.ep,
+                tok_ep * h * eb,
+            ),
+            g.ep_g,
+            g.intra,
+            g.inter,
+        )
+        if g.ep > 1
+        else 0.0
+    )
+    q_b = mbs * s_loc * (a / tp) * d_qk * eb
+    kv_b = mbs * s_loc * max(g_kv / tp, 1) * (d_qk + d_v) * eb
+    pp_b = mbs * s_loc * h * eb / g.tsp
+    return _CommUnits(tp_unit, tp_blocks, tp_expert, t_a2a, q_b, kv_b, pp_b)
+
+
+def _pipeline_stages(
+    g: _KernelGrid,
+    lk: _LayerKernels,
+    cu: _CommUnits,
+    M: int,
+    v: int,
+    bubble: float,
+    sel: bool,
+    frac: float,
+    passes: float,
+) -> tuple[float, list[tuple[int, int, float, float, float, float, float, float]]]:
+    """The critical stages of one schedule (``M`` micro batches, ``v`` virtual chunks,
+    ``bubble`` fraction; selective recompute ``sel``, full recompute re-running ``frac`` of the
+    layers, ``passes`` layer passes): (the step's lower bound in seconds, per stage ``(i, layers,
+    compute, forward, backward, exposed TP, exposed EP, PP p2p)`` seconds per micro batch)."""
+    pp, tp, mf, overhead, overlap = g.pp, g.tp, g.mf, g.overhead, g.overlap
+    lower = 0.0
+    per_stage = []
+    for i in g.crit:
+        n = g.stages[i]
+        last = i == pp - 1
+        ends = (i == 0) + last
+        edges = (i == 0) + last if g.edge_bf16 else 0
+        f_mb = n * lk.fw + edges * lk.d_f + (lk.lf if last else 0.0)
+        b_mb = n * lk.bw + edges * lk.d_b + (lk.lb if last else 0.0)
+        extra = n * (frac * lk.fw + (lk.attn_f if sel else 0.0))
+        comp = f_mb + b_mb + extra + n * passes * overhead
+        lower = max(
+            lower,
+            M
+            * (
+                n * (lk.lower_layer + (lk.lower_attn if sel else 0.0) + 2 * overhead)
+                + (lk.lf + lk.lb if last else 0.0)
+            )
+            / (1 - bubble),
+        )
+        x_te = cu.tp_unit * cu.tp_blocks * n * passes
+        x_tp = x_te * tp_exposed_share(x_te, n * lk.gemm_l, tp, g.tp_on, overlap) + cu.tp_unit * (
+            cu.tp_expert * n * passes + ends
+        ) * (1 - overlap)
+        x_ep = cu.t_a2a * 2 * n * mf * passes
+        sent = sum((j * pp + i != v * pp - 1) + (j * pp + i != 0) for j in range(v))
+        x_pp = cu.pp_b * sent / g.bw_pp if pp > 1 and v <= 1 else 0.0
+        # the exposed shares as time.kernel_step_time takes them
+        x_ep *= ep_exposed_share(x_ep, f_mb + b_mb + extra, M, g.ep_on, overlap)
+        per_stage.append((i, n, comp, f_mb, b_mb + extra, x_tp, x_ep, x_pp))
+    return lower, per_stage
+
+
+def _cp_rows(
+    g: _KernelGrid,
+    cu: _CommUnits,
+    attn_core: float,
+    per_stage: list[tuple[int, int, float, float, float, float, float, float]],
+    cpt: str,
+    passes: float,
+    M: int,
+    bubble: float,
+) -> list[tuple[float, int, int, float, float, float, float, float, float, float, float]]:
+    """The critical stages under cp_comm_type ``cpt``: what the attention core (``attn_core``
+    seconds per layer) does not hide of the CP traffic is exposed; per stage ``(pipelined step
+    seconds, i, layers, compute, forward, backward, x_tp, x_ep, x_cp, x_pp, work per micro
+    batch)``."""
+    cp = g.cp
+    per_cp = 0.0
+    if cp > 1:
+        vol = (
+            2 * (cp - 1) / cp * (2 * cu.q_b + cu.kv_b) * 2
+            if cpt == "a2a"
+            else 2 * (cp - 1) * cu.kv_b
+        )
+        per_cp = vol * passes / 2 / g.bw_cp
+    rows = []
+    for i, n, comp, f_mb, b_mb, x_tp, x_ep, x_pp in per_stage:
+        x_cp = max(n * per_cp - n * attn_core, 0.0)
+        work = comp + x_tp + x_ep + x_cp + x_pp
+        rows.append((M * work / (1 - bubble), i, n, comp, f_mb, b_mb, x_tp, x_ep, x_cp, x_pp, work))
+    return rows
+
+
+def _worst_stage(
+    g: _KernelGrid,
+    rows: list[tuple[float, int, int, float, float, float, float, float, float, float, float]],
+    zero: int,
+    off: str,
+    M: int,
+    dp_memo: dict[tuple[Any, ...], float],
+    off_memo: dict[tuple[Any, ...], float],
+) -> tuple[float, Any, float, float]:
+    """The step of one (zero, offload) state: the worst critical stage with its exposed DP
+    seconds and its fixed seconds (DeepSpeed offload, the optimizer step, the host's per-step
+    cost); ``(step seconds, its row, DP seconds, fixed seconds)``. The DP and fixed terms depend
+    on the schedule only through the memo keys: memoised per micro batch."""
+    spec, c = g.spec, g.spec.cluster
+    total = -1.0
+    out = None
+    for row in rows:
+        piped, i, _n, comp, f_mb, b_mb, *_ = row
+        dkey = (zero, i, f_mb, b_mb, comp)
+        t_dp = dp_memo.get(dkey)
+        if t_dp is None:
+            t_dp = dp_memo[dkey] = _dp_term(g, zero, i, f_mb, b_mb, comp, M)
+        okey = (zero, off, i)
+        t_off = off_memo.get(okey)
+        if t_off is None:
+            # DeepSpeed offload's CPU step and PCIe copies (as the full estimator:
+            # time.offload_seconds)
+            t_off = offload_seconds(
+                spec,
+                zero,
+                off != "none",
+                _param_offload(spec, zero),
+                sum(g.params[i]),
+                g.dp * g.cp,
+                M,
+            )
+            # the optimizer step and the host's per-step cost (time.step_fixed_seconds)
+            t_off += g.host_s + (
+                0.0
+                if off != "none" or not c.optimizer_step
+                else optimizer_step_seconds(
+                    spec,
+                    *g.params[i],
+                    *_opt_shards(spec, zero, g.dp * g.cp, g.edp),
+                    g.hw.hbm,
+                )
+            )
+            off_memo[okey] = t_off
+        if piped + t_dp + t_off > total:
+            total, out = piped + t_dp + t_off, (row, t_dp, t_off)
+    assert out is not None
+    return total, out[0], out[1], out[2]
+
+
 def _kernel_grid(
     spec: TrainSpec,
     k: ModelConsts,
@@ -688,313 +1364,49 @@ def _kernel_grid(
     as :func:`planned_tp_comm_overlap` decides), CP what the attention core does not hide, PP p2p
     with 1F1B only; the pipeline bubble; DP exposed as Megatron-Core's bucketed overlap leaves it
     (the last bucket, and what exceeds the last micro-batch's backward / forward). The step is
-    the worst of the first stage, the stage with the most layers and the last stage."""
-    m, c, t = spec.model, spec.cluster, spec.training
-    h, s, a = m.hidden_size, m.seq_length, m.num_attention_heads
-    gbs = t.global_batch_size
-    eff = (c.comm_efficiency if c.comm_efficiency and c.comm_efficiency > 0 else 1.0) * 1e9
-    intra, inter = (
-        (c.intra_node_bandwidth_gbps or 1) * eff,
-        (c.inter_node_bandwidth_gbps or 1) * eff,
-    )
-    overlap = min(max(c.comm_overlap or 0.0, 0.0), 1.0)
-    _, g_kv, d_qk, d_v = head_dims(spec)
-    tp_on = planned_tp_comm_overlap(
-        spec, fx.get("training.tp_comm_overlap"), tp, sp
-    ) and tp_in_nvlink_domain(tp, c.nvlink_domain_size, c.gpus_per_node, W)  # (TRC382)
-    ep_on = bool(t.overlap_moe_expert_parallel_comm)
-    overhead = c.layer_overhead_us * 1e-6
-    host_s = max(c.step_overhead_us, 0.0) * 1e-6
-    hw, _ = _hw(spec)
-    eb = activation_bytes(spec)
-    s_loc = s / cp
-    tsp = tp if sp else 1
-    mf = k.moe_fraction
-    edp = W // (etp * ep * pp)
-    bw_tp = _ring_bw(tp, 1, dom, intra, inter)
-    bw_cp = intra if tp * cp <= dom and dom % (tp * cp) == 0 else inter
-    bw_pp = intra if W <= dom else inter
-    bw_dp = _ring_bw(dp * cp, tp, dom, intra, inter)
-    bw_edp = _ring_bw(edp, etp * ep, dom, intra, inter)
-    # EP dispatch: EP ranks per NVLink domain (all of them when the group fits in one)
-    ep_g = (
-        ep
-        if etp * ep <= dom and dom % (etp * ep) == 0
-        else max(min(ep, dom // etp if etp <= dom else 1), 1)
-    )
-    low = layer_precision(spec, 1 if m.num_layers > 2 else 0)
-    edge_bf16 = low in LOW_PRECISIONS and t.first_last_layers_bf16
-    kinds = [x for x in ((False, 1 - mf), (True, mf)) if x[1] > 0]
-    n_layers = max(sum(stages), 1)
-    # per stage (dense params, expert params) for the DP collectives
-    untied = m.untie_embeddings_and_output_weights
-    megatron = spec.engine is Engine.megatron
-    pb, gb, _ = megatron_bytes_per_param(t.precision)
-    if t.fp8_param_gather and t.fp8_format is not Fp8Format.none:
-        pb = 1
-    if t.main_grads_dtype is StateDtype.bf16:
-        gb = 2
-    crit = sorted({0, stages.index(max(stages)), pp - 1})
+    the worst of the first stage, the stage with the most layers and the last stage.
 
-    def stage_params(i: int) -> tuple[float, float]:
-        n = stages[i]
-        e = (k.p_embedding if i == 0 else 0.0) + (
-            k.p_embedding if i == pp - 1 and (untied or pp > 1) else 0.0
-        )
-        return (
-            (n * k.p_layer_tp + e) / tp + n * k.p_layer_rep,
-            n * mf * k.p_layer_experts / (ep * etp),
-        )
-
-    params = {i: stage_params(i) for i in crit}
-    # Megatron DDP: the DP collectives' seconds per (zero, stage) do not depend on the micro
-    # batch; only their exposure does (computed per layout below, as _dp_exposed does)
-    dp_cols: dict[tuple[int, int], list[tuple[float, bool, bool]]] = {}
-    dp_nb = {
-        i: max(math.ceil(sum(params[i]) / max(BUCKET_MIN_PARAMS, 1_000_000 * dp * cp)), 1)
-        if i == 0
-        else 1
-        for i in crit
-    }
-    if megatron:  # Megatron-FSDP (zero 3) depends on the micro-batch count: _dp_exposed
-        for zero in {st[0] for st in states} - {3}:
-            grad_on = dp * cp > 1 and t.overlap_grad_reduce is not False
-            gather_on = grad_on and zero == 1 and t.overlap_param_gather is not False
-            for i in crit:
-                cols = []
-                for group, n_par, bwg in (
-                    (dp * cp, params[i][0], bw_dp),
-                    (edp, params[i][1], bw_edp),
-                ):
-                    if group <= 1 or n_par <= 0:
-                        continue
-                    ring = (group - 1) / group
-                    if zero:
-                        cols += [
-                            (ring * n_par * gb / bwg, False, grad_on),
-                            (ring * n_par * pb / bwg, True, gather_on),
-                        ]
-                    else:
-                        cols.append((2 * ring * n_par * gb / bwg, False, grad_on))
-                dp_cols[(zero, i)] = cols
+    Steps: the grid's values (:func:`_kernel_setup`); per micro batch the GEMMs and attention
+    (:func:`_layer_kernels`) and the communication units (:func:`_comm_units`); per schedule
+    the pipeline's critical stages (:func:`_pipeline_stages`); per cp_comm_type the CP
+    exposure (:func:`_cp_rows`); per state the worst stage with DP and offload
+    (:func:`_worst_stage`)."""
+    g = _kernel_setup(spec, k, W, dom, tp, cp, pp, dp, stages, ep, etp, sp, states, fx)
+    gbs = spec.training.global_batch_size
+    h = spec.model.hidden_size
     # the CP variants by the keys each attention call sees (kernels.attention_kv_length)
     by_kv: dict[float, list[str]] = {}
     for cpt in cps:
         by_kv.setdefault(attention_kv_length(spec, cp, CpCommType(cpt)), []).append(cpt)
-    kv_groups = list(by_kv.items())
-
-    def _dp_term(zero: int, i: int, f_mb: float, b_mb: float, comp: float, M: int) -> float:
-        """Exposed DP seconds of stage ``i`` from its micro batch's forward / backward."""
-        dcols = dp_cols.get((zero, i))
-        if dcols is None:
-            pd, pe = params[i]
-            return _dp_exposed(
-                spec,
-                megatron,
-                zero,
-                i,
-                pd,
-                pe,
-                dp * cp,
-                edp,
-                bw_dp,
-                bw_edp,
-                pb,
-                gb,
-                eb,
-                M,
-                f_mb,
-                b_mb,
-                M * comp,
-                n_layers,
-            )
-        t_dp = 0.0
-        nb = dp_nb[i]
-        for sec, gather, on in dcols:
-            if not on:
-                t_dp += sec
-                continue
-            window = f_mb if gather else b_mb
-            if i > 0:
-                t_dp += with_interference(sec, max(sec - i * window, 0.0))
-            else:
-                t_dp += with_interference(sec, sec / nb + max(sec - sec / nb - window, 0.0))
-        return t_dp
-
     for mbs in mbss:
         if (gbs // dp) % mbs:
             continue
         M = gbs // (dp * mbs)
         dp_memo: dict[tuple[Any, ...], float] = {}
         off_memo: dict[tuple[Any, ...], float] = {}
-        for kvl, kv_cps in kv_groups:
-            lts = [(_layer(spec, moe, low, tp, cp, ep, etp, sp, mbs, kvl), w) for moe, w in kinds]
-            fw = sum(lt.forward * w for lt, w in lts)
-            bw = sum(lt.backward * w for lt, w in lts)
-            attn_f = sum(lt.attn_f * w for lt, w in lts)
-            attn_core = sum((lt.attn_f + lt.attn_b) * w for lt, w in lts)
-            gemm_l = sum((lt.gemm_f + lt.gemm_b) * w for lt, w in lts)
-            lower_layer = min(lt.forward + lt.backward for lt, _ in lts)
-            lower_attn = min(lt.attn_f for lt, _ in lts)
-            d_f = d_b = 0.0  # the first and last layer in BF16: their difference from ``low``
-            if edge_bf16:
-                bl = [
-                    (_layer(spec, moe, "bf16", tp, cp, ep, etp, sp, mbs, kvl), w)
-                    for moe, w in kinds
-                ]
-                d_f = sum(lt.forward * w for lt, w in bl) - fw
-                d_b = sum(lt.backward * w for lt, w in bl) - bw
-                lower_layer = min(lower_layer, *(lt.forward + lt.backward for lt, _ in bl))
-                lower_attn = min(lower_attn, *(lt.attn_f for lt, _ in bl))
-            lf, lb = _logits(spec, tp, cp, mbs)
-            act_b = mbs * s_loc * h * eb  # the tensor TP collectives act on
-            tp_unit = 2 * (tp - 1) / tp * act_b / bw_tp if tp > 1 else 0.0
-            # attention (an MLA block moves its latents) and dense MLP blocks (TE linears)
-            tp_blocks = attention_tp_ratio(spec) + (1 - mf)
-            tp_expert = mf if etp > 1 else 0.0  # the experts' ETP block (never overlapped)
-            tok_ep = mbs * s_loc / tsp
-            t_a2a = (
-                ep_dispatch_seconds(
-                    EpDispatch(
-                        m.moe_token_dispatcher_type,
-                        m.moe_router_topk,
-                        m.num_experts or 1,
-                        ep,
-                        tok_ep * h * eb,
-                    ),
-                    ep_g,
-                    intra,
-                    inter,
-                )
-                if ep > 1
-                else 0.0
-            )
-            q_b = mbs * s_loc * (a / tp) * d_qk * eb
-            kv_b = mbs * s_loc * max(g_kv / tp, 1) * (d_qk + d_v) * eb
-            pp_b = mbs * s_loc * h * eb / tsp
-            full_l, none_l, sel_l = act_layer(mbs)
+        for kvl, kv_cps in by_kv.items():
+            lk = _layer_kernels(g, mbs, kvl)
+            cu = _comm_units(g, mbs)
+            act_l = act_layer(mbs)
             for v, inflight, bubble, rc, frac, group in _schedules(
                 vpps, M, pp, slots, recomputes, fx, spec.engine is Engine.fsdp
             ):
                 if rc[0] != "full":
                     frac = 0.0
-                per_layer = (
-                    frac * full_l / group + (1 - frac) * none_l
-                    if rc[0] == "full"
-                    else sel_l
-                    if rc[0] == "selective"
-                    else none_l
+                act = _schedule_activations(
+                    rc, frac, group, act_l, max(stages), inflight, 4 * (g.s_loc * mbs * h * 2) / tp
                 )
-                act = per_layer * max(stages) * inflight
-                if rc[0] == "full":
-                    act += sel_l * group
-                act += 4 * (s_loc * mbs * h * 2) / tp
-                sel = rc[0] == "selective"
                 passes = 2 + frac
-                lower = 0.0
-                per_stage = []
-                for i in crit:
-                    n = stages[i]
-                    last = i == pp - 1
-                    ends = (i == 0) + last
-                    edges = (i == 0) + last if edge_bf16 else 0
-                    f_mb = n * fw + edges * d_f + (lf if last else 0.0)
-                    b_mb = n * bw + edges * d_b + (lb if last else 0.0)
-                    extra = n * (frac * fw + (attn_f if sel else 0.0))
-                    comp = f_mb + b_mb + extra + n * passes * overhead
-                    lower = max(
-                        lower,
-                        M
-                        * (
-                            n * (lower_layer + (lower_attn if sel else 0.0) + 2 * overhead)
-                            + (lf + lb if last else 0.0)
-                        )
-                        / (1 - bubble),
-                    )
-                    x_te = tp_unit * tp_blocks * n * passes
-                    x_tp = x_te * tp_exposed_share(
-                        x_te, n * gemm_l, tp, tp_on, overlap
-                    ) + tp_unit * (tp_expert * n * passes + ends) * (1 - overlap)
-                    x_ep = t_a2a * 2 * n * mf * passes
-                    sent = sum((j * pp + i != v * pp - 1) + (j * pp + i != 0) for j in range(v))
-                    x_pp = pp_b * sent / bw_pp if pp > 1 and v <= 1 else 0.0
-                    # the exposed shares as time.kernel_step_time takes them
-                    x_ep *= ep_exposed_share(x_ep, f_mb + b_mb + extra, M, ep_on, overlap)
-                    per_stage.append((i, n, comp, f_mb, b_mb + extra, x_tp, x_ep, x_pp))
+                lower, per_stage = _pipeline_stages(
+                    g, lk, cu, M, v, bubble, rc[0] == "selective", frac, passes
+                )
                 for cpt in kv_cps:
-                    per_cp = 0.0
-                    if cp > 1:
-                        vol = (
-                            2 * (cp - 1) / cp * (2 * q_b + kv_b) * 2
-                            if cpt == "a2a"
-                            else 2 * (cp - 1) * kv_b
-                        )
-                        per_cp = vol * passes / 2 / bw_cp
-                    rows = []
-                    for i, n, comp, f_mb, b_mb, x_tp, x_ep, x_pp in per_stage:
-                        x_cp = max(n * per_cp - n * attn_core, 0.0)
-                        work = comp + x_tp + x_ep + x_cp + x_pp
-                        rows.append(
-                            (
-                                M * work / (1 - bubble),
-                                i,
-                                n,
-                                comp,
-                                f_mb,
-                                b_mb,
-                                x_tp,
-                                x_ep,
-                                x_cp,
-                                x_pp,
-                                work,
-                            )
-                        )
+                    rows = _cp_rows(g, cu, lk.attn_core, per_stage, cpt, passes, M, bubble)
                     for zero, off, state_mem, _t_dp in states:
-                        total = -1.0
-                        out = None
-                        for row in rows:
-                            piped, i, n, comp, f_mb, b_mb, x_tp, x_ep, x_cp, x_pp, work = row
-                            # the DP and offload terms depend on the schedule only through
-                            # these values: memoised per micro batch (the same arithmetic)
-                            dkey = (zero, i, f_mb, b_mb, comp)
-                            t_dp = dp_memo.get(dkey)
-                            if t_dp is None:
-                                t_dp = dp_memo[dkey] = _dp_term(zero, i, f_mb, b_mb, comp, M)
-                            okey = (zero, off, i)
-                            t_off = off_memo.get(okey)
-                            if t_off is None:
-                                # DeepSpeed offload's CPU step and PCIe copies (as the full
-                                # estimator: time.offload_seconds)
-                                t_off = offload_seconds(
-                                    spec,
-                                    zero,
-                                    off != "none",
-                                    _param_offload(spec, zero),
-                                    sum(params[i]),
-                                    dp * cp,
-                                    M,
-                                )
-                                # the optimizer step and the host's per-step cost
-                                # (time.step_fixed_seconds)
-                                t_off += host_s + (
-                                    0.0
-                                    if off != "none" or not c.optimizer_step
-                                    else optimizer_step_seconds(
-                                        spec,
-                                        *params[i],
-                                        *_opt_shards(spec, zero, dp * cp, edp),
-                                        hw.hbm,
-                                    )
-                                )
-                                off_memo[okey] = t_off
-                            if piped + t_dp + t_off > total:
-                                total, out = piped + t_dp + t_off, (row, t_dp, t_off)
-                        assert out is not None
-                        (
-                            (piped, i, n, comp, f_mb, b_mb, x_tp, x_ep, x_cp, x_pp, work),
-                            t_dp,
-                            t_off,
-                        ) = out
+                        total, row, t_dp, t_off = _worst_stage(
+                            g, rows, zero, off, M, dp_memo, off_memo
+                        )
+                        piped, _i, _n, comp, _f, _b, x_tp, x_ep, x_cp, x_pp, work = row
                         # (the full estimate is reported to 6 significant digits: the bound
                         # keeps 1e-5 below it)
                         yield (
@@ -1011,7 +1423,7 @@ def _kernel_grid(
                                 bubble,
                                 piped - M * work,
                                 cross,
-                                intra / inter,
+                                g.intra / g.inter,
                                 lower * (1 - 1e-5),
                                 t_off,
                             ),

@@ -231,60 +231,61 @@ def _splits(
                 yield f, la, st, (False, False)
 
 
-def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
-    """Enumerate, prune and rank every layout of a *normalized* spec's model and cluster.
+@dataclass(frozen=True)
+class _Axes:
+    """The per-axis choices of one search (the spec's fixed value where it sets one)."""
 
-    Keys in ``explicit`` (set in the spec file or on the command line) are constraints.
-    """
-    m, c, t = spec.model, spec.cluster, spec.training
-    W = c.num_nodes * c.gpus_per_node
-    dom = c.nvlink_domain_size or c.gpus_per_node
-    k = model_consts(spec)
-    fx = {key: _fixed(spec, explicit, key) for key in SEARCHED}
-    if fx["parallel.dp"] is None and "parallel.dp" in explicit:
-        fx["parallel.dp"] = None
-    tp_fixed = fx["training.tp_comm_overlap"]
-    a, g, L, s = (
-        m.num_attention_heads,
-        m.num_query_groups or m.num_attention_heads,
-        m.num_layers,
-        m.seq_length,
-    )
+    tps: list[int]
+    cps: list[int]
+    zeros: list[int]
+    recomputes: list[str]
+    offloads: list[str]
+    can: frozenset[str]
+    """Axes the runner can split (trainc.capabilities)."""
+
+
+def _pick(fx: dict[str, Any], key: str, options: list[Any]) -> list[Any]:
+    """``[fixed value]`` when the spec fixes ``key``, else ``options``."""
+    v = fx[key]
+    return [v] if v is not None else options
+
+
+def _sps(fx: dict[str, Any], s: int, E: int, tp: int, cp: int) -> list[bool]:
+    """Sequence parallel choices: off with tp=1; with tp>1 on (needs (s/cp) % tp == 0), off
+    only where on is impossible (not for MoE, which needs it), or what the user fixed (off
+    fixed is searched at every tp: a spec with sequence_parallel false and tp 2 found no
+    layout at all). ``s``: sequence length, ``E``: experts (0 for a dense model)."""
+    if tp == 1:
+        return [False]
+    # SP off is searched only where SP is impossible: the full estimator gives SP the same
+    # step time (its reduce-scatter + all-gather move what the all-reduce moves) and less
+    # activation memory (Korthikanti et al. 2022, arXiv 2205.05198, Table 2), so SP off is
+    # always dominated when SP is possible.
+    fixed = fx["parallel.sequence_parallel"]
+    if fixed is False:  # the user's choice is searched as written (the rules judge it)
+        return [False]
+    opts = [True] if (s // cp) % tp == 0 else []
+    if not E and not opts:
+        opts.append(False)
+    return [o for o in opts if fixed is None or o == fixed]
+
+
+def _axes(spec: TrainSpec, fx: dict[str, Any], W: int) -> _Axes:
+    """The tp, cp, ZeRO, recompute and offload choices of a spec on ``W`` GPUs: tp divides the
+    heads and the FFN and matches the KV groups; cp divides W and s / 2; the runner's axes."""
+    m = spec.model
+    a, g, s = m.num_attention_heads, m.num_query_groups or m.num_attention_heads, m.seq_length
     f = m.ffn_hidden_size or 4 * m.hidden_size
-    E = m.num_experts or 0
-    gbs = t.global_batch_size
-    limit = (c.gpu_memory_gib or 80) * GIB - c.memory_reserve_gib * GIB
     deepspeed = spec.engine is Engine.deepspeed
-
-    def pick(key: str, options: list[Any]) -> list[Any]:
-        v = fx[key]
-        return [v] if v is not None else options
-
-    def sps(tp: int, cp: int) -> list[bool]:
-        """Sequence parallel choices: off with tp=1; with tp>1 on (needs (s/cp) % tp == 0), off
-        only where on is impossible (not for MoE, which needs it), or what the user fixed (off
-        fixed is searched at every tp: a spec with sequence_parallel false and tp 2 found no
-        layout at all)."""
-        if tp == 1:
-            return [False]
-        # SP off is searched only where SP is impossible: the full estimator gives SP the same
-        # step time (its reduce-scatter + all-gather move what the all-reduce moves) and less
-        # activation memory (Korthikanti et al. 2022, arXiv 2205.05198, Table 2), so SP off is
-        # always dominated when SP is possible.
-        fixed = fx["parallel.sequence_parallel"]
-        if fixed is False:  # the user's choice is searched as written (the rules judge it)
-            return [False]
-        opts = [True] if (s // cp) % tp == 0 else []
-        if not E and not opts:
-            opts.append(False)
-        return [o for o in opts if fixed is None or o == fixed]
-
-    tps = pick(
+    tps = _pick(
+        fx,
         "parallel.tp",
         [x for x in divisors(a) if x <= MAX_TP and f % x == 0 and (g % x == 0 or x % g == 0)],
     )
-    cps = pick(
-        "parallel.cp", [x for x in divisors(W) if x <= MAX_CP and (x == 1 or s % (2 * x) == 0)]
+    cps = _pick(
+        fx,
+        "parallel.cp",
+        [x for x in divisors(W) if x <= MAX_CP and (x == 1 or s % (2 * x) == 0)],
     )
     # axes the runner cannot split (trainc.capabilities: DeepSpeed's worker has no pp/cp/ep)
     cap = capability(spec.engine, spec.launch.entrypoint)
@@ -292,7 +293,8 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
     cps = [x for x in cps if x == 1 or "cp" in can]
     # engine=fsdp shards by fsdp.* keys, not zero_stage (TRC344): its default only;
     # engine=megatron: DDP, the distributed optimizer, and Megatron-FSDP where it runs
-    zeros = pick(
+    zeros = _pick(
+        fx,
         "parallel.zero_stage",
         [0, 1, 2, 3]
         if deepspeed
@@ -302,50 +304,24 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
         if megatron_fsdp_runs(spec)
         else [0, 1],
     )
-    recomputes = pick("training.recompute", ["none", "selective", "full"])
+    recomputes = _pick(fx, "training.recompute", ["none", "selective", "full"])
     offloads = ["none"]
     if deepspeed and fx["training.offload_optimizer"] is None:
         offloads = ["none", "cpu"]
     elif deepspeed:
         offloads = [fx["training.offload_optimizer"]]
+    return _Axes(tps, cps, zeros, recomputes, offloads, can)
 
-    def grids() -> Iterator[tuple[Any, ...]]:
-        """(tp, cp, pp, dp, first, last, stages, ep, etp, sp) the grid rules allow."""
-        for tp in tps:
-            for cp in cps:
-                if W % (tp * cp):
-                    continue
-                for pp in pick(
-                    "parallel.pp",
-                    [x for x in divisors(W // (tp * cp)) if x <= L and (x == 1 or "pp" in can)],
-                ):
-                    if (W // (tp * cp)) % pp:
-                        continue
-                    dp = W // (tp * cp * pp)
-                    if (fx["parallel.dp"] not in (None, dp)) or gbs % dp:
-                        continue
-                    for first, last, stages, acc in _splits(
-                        L,
-                        pp,
-                        fx["parallel.pipeline_first_stage_layers"],
-                        fx["parallel.pipeline_last_stage_layers"],
-                        split_fixed,
-                        acc_fixed,
-                    ):
-                        for ep, etp in _expert_options(
-                            E,
-                            W,
-                            tp,
-                            pp,
-                            m.moe_ffn_hidden_size or f,
-                            fx["parallel.ep"],
-                            fx["parallel.etp"],
-                        ):
-                            if ep > 1 and "ep" not in can:
-                                continue
-                            for sp in sps(tp, cp):
-                                yield tp, cp, pp, dp, first, last, stages, acc, ep, etp, sp
 
+def _grids(spec: TrainSpec, fx: dict[str, Any], ax: _Axes, W: int) -> Iterator[tuple[Any, ...]]:
+    """(tp, cp, pp, dp, first, last, stages, acc, ep, etp, sp) the grid rules allow, in the
+    search's order: pp divides W / (tp x cp) and is at most the layers, dp divides the global
+    batch, the pipeline splits (:func:`_splits`), the expert options, the SP choices."""
+    m = spec.model
+    L, E = m.num_layers, m.num_experts or 0
+    f = m.ffn_hidden_size or 4 * m.hidden_size
+    gbs = spec.training.global_batch_size
+    can = ax.can
     split_fixed = (
         fx["parallel.pipeline_first_stage_layers"] is not None
         or fx["parallel.pipeline_last_stage_layers"] is not None
@@ -354,6 +330,63 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
         fx["parallel.account_for_embedding_in_pipeline_split"],
         fx["parallel.account_for_loss_in_pipeline_split"],
     )
+    for tp in ax.tps:
+        for cp in ax.cps:
+            if W % (tp * cp):
+                continue
+            for pp in _pick(
+                fx,
+                "parallel.pp",
+                [x for x in divisors(W // (tp * cp)) if x <= L and (x == 1 or "pp" in can)],
+            ):
+                if (W // (tp * cp)) % pp:
+                    continue
+                dp = W // (tp * cp * pp)
+                if (fx["parallel.dp"] not in (None, dp)) or gbs % dp:
+                    continue
+                for first, last, stages, acc in _splits(
+                    L,
+                    pp,
+                    fx["parallel.pipeline_first_stage_layers"],
+                    fx["parallel.pipeline_last_stage_layers"],
+                    split_fixed,
+                    acc_fixed,
+                ):
+                    for ep, etp in _expert_options(
+                        E,
+                        W,
+                        tp,
+                        pp,
+                        m.moe_ffn_hidden_size or f,
+                        fx["parallel.ep"],
+                        fx["parallel.etp"],
+                    ):
+                        if ep > 1 and "ep" not in can:
+                            continue
+                        for sp in _sps(fx, m.seq_length, E, tp, cp):
+                            yield tp, cp, pp, dp, first, last, stages, acc, ep, etp, sp
+
+
+def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
+    """Enumerate, prune and rank every layout of a *normalized* spec's model and cluster.
+
+    Keys in ``explicit`` (set in the spec file or on the command line) are constraints.
+    Steps: the axis choices (:func:`_axes`), the grids (:func:`_grids`), each grid's layouts
+    scored by :func:`trainc.planner.fast.score_grid` (a grid whose model states alone exceed
+    the GPU pruned whole), the best ``KEEP_POOL`` by fast step time kept, then ranked.
+    """
+    c = spec.cluster
+    W = c.num_nodes * c.gpus_per_node
+    dom = c.nvlink_domain_size or c.gpus_per_node
+    k = model_consts(spec)
+    fx = {key: _fixed(spec, explicit, key) for key in SEARCHED}
+    if fx["parallel.dp"] is None and "parallel.dp" in explicit:
+        fx["parallel.dp"] = None
+    tp_fixed = fx["training.tp_comm_overlap"]
+    limit = (c.gpu_memory_gib or 80) * GIB - c.memory_reserve_gib * GIB
+    deepspeed = spec.engine is Engine.deepspeed
+    ax = _axes(spec, fx, W)
+    zeros, recomputes, offloads = ax.zeros, ax.recomputes, ax.offloads
     evaluated = 0
     pool: list[tuple[float, int, Candidate]] = []  # max-heap on the fast step time
     dropped = dropped_fast = math.inf
@@ -362,7 +395,7 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
     fits = 0
     pruned = 0
     min_mem = math.inf
-    for tp, cp, pp, dp, first, last, stages, acc, ep, etp, sp in grids():
+    for tp, cp, pp, dp, first, last, stages, acc, ep, etp, sp in _grids(spec, fx, ax, W):
         slots = tuple(
             n + (acc[0] and r == 0) + (acc[1] and r == pp - 1) for r, n in enumerate(stages)
         )
