@@ -24,8 +24,6 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "trainc"
 
@@ -90,7 +88,6 @@ def test_engine_names_are_compared_in_few_files() -> None:
     assert len(found) <= MAX_ENGINE_FILES, "\n".join(f"{f}: {ls}" for f, ls in found.items())
 
 
-@pytest.mark.xfail(strict=True, reason="long procedures not split into named steps yet")
 def test_no_long_functions_but_the_declarative_tables() -> None:
     assert len(LONG_TABLES) <= 2
     found = {k: n for k, n in long_functions().items() if k not in LONG_TABLES}

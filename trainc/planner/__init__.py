@@ -16,13 +16,14 @@ from typing import Any
 
 from trainc.compiler.diagnostics import Diagnostic, locate, sort_diagnostics
 from trainc.compiler.fit import TIGHT_MARGIN, is_tight
-from trainc.compiler.load import load_spec
+from trainc.compiler.load import Loaded, load_spec
 from trainc.compiler.normalize import normalize
 from trainc.compiler.pipeline import State, run_passes
 from trainc.compiler.plan import spec_to_dict
 from trainc.compiler.validate import validate
 from trainc.planner.search import (
     Candidate,
+    SearchResult,
     candidate_spec,
     explain,
     recompute_text,
@@ -220,6 +221,191 @@ def memory_tight(p: Planned) -> bool:
     return is_tight(_mem(p), float(p.estimates.get("memory_budget_bytes", 0)))
 
 
+@dataclass
+class _Ranking:
+    """The state of one :func:`plan_layouts` run: the result being filled, the layouts already
+    estimated with the full model (``done``, by layout key; ``seen``, by what they show), the
+    ascending full step times (seconds) of the fitting ones, and per class (:func:`_class`, a
+    grid, or ``()``) the smallest full / fast step-time ratio seen."""
+
+    out: PlanResult
+    raw_spec: TrainSpec
+    done: set[tuple[Any, ...]] = field(default_factory=set)
+    seen: set[tuple[Any, ...]] = field(default_factory=set)
+    steps: list[float] = field(default_factory=list)
+    ratios: dict[tuple[Any, ...], float] = field(default_factory=dict)
+
+    def full(self, cand: Candidate) -> None:
+        """Estimate ``cand`` with the compiler's own passes (the fit verdict without its
+        what-if search) and rank it when it passes: one full estimate of the MAX_FULL."""
+        out = self.out
+        self.done.add(cand.layout_key())
+        out.num_full_estimates += 1
+        raw = candidate_spec(self.raw_spec, cand)
+        state = run_passes(State(spec=raw, suggest=False), stop_after="check_fit")
+        if state.plan is None or state.plan.estimates is None:
+            return
+        est = state.plan.estimates.to_json()
+        step = float(est.get("step_time_seconds", 0.0))
+        if cand.step_seconds > 0 and step > 0:
+            for g in (_class(cand), cand.grid_key(), ()):
+                self.ratios[g] = min(self.ratios.get(g, math.inf), step / cand.step_seconds)
+        if state.failed:
+            return
+        # A layout that differs from a finalist only in cp_comm_type and estimates the same is
+        # not another choice: keep the first (the search yields p2p, Megatron's default, first).
+        par = {k: v for k, v in summary(cand)["parallel"].items() if k != "cp_comm_type"}
+        key = (
+            repr(sorted(par.items())),
+            repr(summary(cand)["training"]),
+            round_sig(step),
+            est.get("memory_bytes", {}).get("total", 0),
+        )
+        if key in self.seen:
+            return
+        self.seen.add(key)
+        out.planned.append(Planned(cand, state.spec, est, raw_spec=raw))
+        bisect.insort(self.steps, round_sig(step))
+
+    def threshold(self, need: int, band: float) -> float:
+        """The ``need``-th best full step time (seconds) widened by the error band; infinite
+        while fewer than ``need`` layouts fit."""
+        return self.steps[need - 1] * (1 + band) if len(self.steps) >= need else math.inf
+
+
+def _scout(rk: _Ranking, result: SearchResult) -> list[Candidate]:
+    """Estimate the fastest layout (by the fast model) of each of the SCOUTS fastest grids, so
+    that every competitive grid (and the simpler ones the tie-break may prefer) has a measured
+    full / fast ratio, then the fast model's best layouts: a tight threshold quickly. Returns
+    the pool in the order branch and bound reads it: layouts the fast model already puts over
+    the memory budget (within MEM_SLACK) last, since the full fit check usually confirms it and
+    they would spend the budget."""
+    order = sorted(result.pool, key=lambda c: c.memory_bytes > result.limit_bytes)
+    firsts: dict[tuple[Any, ...], Candidate] = {}
+    for cand in order:
+        firsts.setdefault(cand.grid_key(), cand)
+    for cand in [*list(firsts.values())[:SCOUTS], *result.candidates]:
+        if rk.out.num_full_estimates < MAX_FULL and cand.layout_key() not in rk.done:
+            rk.full(cand)
+    return order
+
+
+def _branch_and_bound(
+    rk: _Ranking, order: list[Candidate], need: int, band: float
+) -> list[Candidate]:
+    """Branch and bound over the pool (docs/planner.md); returns the pool left unestimated.
+
+    A layout's bound is the larger of its proven compute bound (fast.step_lower_bound) and,
+    once a layout of its class (grid, cp_comm_type, recompute granularity) has been estimated,
+    its fast step time x the smallest full / fast ratio seen in the class x BOUND_SAFETY. Each
+    round estimates every layout whose bound is within the band of the need-th best full step
+    time (a grid not estimated yet sends one scout, its fastest layout by the fast model),
+    until none is left or MAX_FULL estimates are spent."""
+    pool = [c for c in order if c.layout_key() not in rk.done]
+    while pool:
+        threshold = rk.threshold(need, band)
+        todo, keep = [], []
+        scout: dict[tuple[Any, ...], Candidate] = {}
+        for c in pool:  # ascending fast step: the first of a grid is its scout
+            if _bound(c, rk.ratios) > threshold:
+                keep.append(c)
+            elif _class(c) in rk.ratios:
+                todo.append(c)
+            elif _class(c) in scout:
+                keep.append(c)
+            else:
+                scout[_class(c)] = c
+        todo += scout.values()
+        if not todo:
+            break
+        # breadth first: the fastest layout of every grid before the siblings (under the time
+        # cap, every competitive grid is seen before a grid's micro batch and recompute variants)
+        heads: dict[tuple[Any, ...], Candidate] = {}
+        for c in todo:
+            heads.setdefault(c.grid_key(), c)
+        first = {id(c) for c in heads.values()}
+        todo = list(heads.values()) + [c for c in todo if id(c) not in first]
+        room = MAX_FULL - rk.out.num_full_estimates
+        for c in todo[:room]:
+            rk.full(c)
+        pool = [c for c in pool if c.layout_key() not in rk.done]
+        if len(todo) > room:
+            break
+    return pool
+
+
+def _is_exact(
+    rk: _Ranking,
+    result: SearchResult,
+    pool: list[Candidate],
+    banded: list[Planned],
+    kept: list[Planned],
+    need: int,
+    band: float,
+) -> bool:
+    """Whether the bound proved the order (the same as estimating every layout): nothing in
+    the pool is left within the threshold, and the layouts the search left out of the pool
+    have a proven bound above it. The threshold is taken over the layouts that stay ranked
+    (drop_equal_time_larger removes equal-time ones, which moves the need-th step up). And
+    distinct_layouts promotes the best layout of every (tp, pp, cp, ep, etp) from any place:
+    with fewer such groups than places in the first need, a group the bound left unestimated
+    could be promoted, so nothing may be left unestimated then."""
+    kept_steps = sorted(_step(p) for p in kept)
+    threshold = max(
+        rk.threshold(need, band),
+        kept_steps[need - 1] * (1 + band) if len(kept_steps) >= need else math.inf,
+    )
+    left = [c for c in pool if c.layout_key() not in rk.done]
+    groups = {
+        (p.candidate.tp, p.candidate.pp, p.candidate.cp, p.candidate.ep, p.candidate.etp)
+        for p in banded[:need]
+    }
+    return (
+        all(_bound(c, rk.ratios) > threshold for c in left)
+        and (
+            not result.dropped
+            or max(
+                result.dropped_bound,
+                result.dropped_fast * rk.ratios.get((), 0.0) * BOUND_SAFETY**3,
+            )
+            > threshold
+        )
+        and (len(groups) >= need or (not left and not result.dropped))
+    )
+
+
+def _fixed_key_errors(spec: TrainSpec, loaded: Loaded) -> list[Diagnostic]:
+    """With nothing to offer: the rule errors of the keys the user fixed (the reason, not
+    memory), located as ``trainc lint`` reports them."""
+    explicit = loaded.explicit
+    return sort_diagnostics(
+        locate(
+            [
+                d
+                for d in validate(spec)
+                if d.is_error and (d.key in explicit or any(k in explicit for k in d.related))
+            ],
+            loaded.where,
+        )
+    )
+
+
+def _explain_ranked(out: PlanResult, recompute_fixed: bool) -> None:
+    """Set each ranked layout's ``reason`` (why it ranks where it does, and why a layout faster
+    than the top pick ranks below it)."""
+    best = _step(out.planned[0])
+    for i, p in enumerate(out.planned):
+        step = p.estimates.get("step_time_seconds") or p.candidate.step_seconds
+        p.reason = explain(p.candidate, i, step, best, recompute_fixed=recompute_fixed)
+        if i and _step(p) < best:  # faster than the top pick: say why it ranks below
+            p.reason += (
+                f"; memory-tight (above {1 - TIGHT_MARGIN:.0%} of the budget, "
+                "TRC403), ranked after layouts with headroom"
+                if memory_tight(p)
+                else "; within the error band the simpler layout ranks first"
+            )
+
+
 def plan_layouts(
     path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = (), top: int = 5
 ) -> PlanResult:
@@ -238,14 +424,16 @@ def plan_layouts(
     for every ``top`` up to RANKED, so ``--top 1, 5, 20`` print prefixes of one list;
     ``PlanResult.exact`` says whether the bound proved the order (the same as estimating every
     layout) or the cap on full estimates came first.
+
+    The steps: load and normalize, search (the fast model over every candidate), scout,
+    branch and bound, rank within the error band, check exactness, explain.
     """
     loaded = load_spec(path, overrides)
     if loaded.spec is None:
         return PlanResult(str(path), sort_diagnostics(loaded.diagnostics))
     raw_spec = loaded.spec
     spec = normalize(raw_spec)
-    explicit = loaded.explicit
-    result = search(spec, explicit)
+    result = search(spec, loaded.explicit)
     out = PlanResult(
         str(path),
         [],
@@ -258,147 +446,16 @@ def plan_layouts(
     band = error_band(spec)
     out.error_band = band
     need = max(top, RANKED)
-    done: set[tuple[Any, ...]] = set()
-    seen: set[tuple[Any, ...]] = set()
-    steps: list[float] = []  # full step times of the fitting layouts, ascending
-    ratios: dict[tuple[Any, ...], float] = {}  # class -> smallest full / fast step seen
-
-    def full(cand: Candidate) -> None:
-        done.add(cand.layout_key())
-        out.num_full_estimates += 1
-        raw = candidate_spec(raw_spec, cand)
-        # the compiler's own passes (the fit verdict without its what-if search)
-        state = run_passes(State(spec=raw, suggest=False), stop_after="check_fit")
-        if state.plan is None or state.plan.estimates is None:
-            return
-        est = state.plan.estimates.to_json()
-        step = float(est.get("step_time_seconds", 0.0))
-        if cand.step_seconds > 0 and step > 0:
-            for g in (_class(cand), cand.grid_key(), ()):
-                ratios[g] = min(ratios.get(g, math.inf), step / cand.step_seconds)
-        if state.failed:
-            return
-        # A layout that differs from a finalist only in cp_comm_type and estimates the same is
-        # not another choice: keep the first (the search yields p2p, Megatron's default, first).
-        par = {k: v for k, v in summary(cand)["parallel"].items() if k != "cp_comm_type"}
-        key = (
-            repr(sorted(par.items())),
-            repr(summary(cand)["training"]),
-            round_sig(step),
-            est.get("memory_bytes", {}).get("total", 0),
-        )
-        if key in seen:
-            return
-        seen.add(key)
-        out.planned.append(Planned(cand, state.spec, est, raw_spec=raw))
-        bisect.insort(steps, round_sig(step))
-
-    # First the fastest layout (by the fast model) of each of the SCOUTS fastest grids, so that
-    # every competitive grid (and the simpler ones the tie-break may prefer) has a measured
-    # full / fast ratio, then the fast model's best layouts: a tight threshold quickly.
-    # Layouts the fast model already puts over the memory budget (within MEM_SLACK) come last:
-    # the full fit check usually confirms it, and they would spend the budget.
-    order = sorted(result.pool, key=lambda c: c.memory_bytes > result.limit_bytes)
-    firsts: dict[tuple[Any, ...], Candidate] = {}
-    for cand in order:
-        firsts.setdefault(cand.grid_key(), cand)
-    for cand in [*list(firsts.values())[:SCOUTS], *result.candidates]:
-        if out.num_full_estimates < MAX_FULL and cand.layout_key() not in done:
-            full(cand)
-    # Branch and bound over the pool (docs/planner.md). A layout's bound is the larger of its
-    # proven compute bound (fast.step_lower_bound) and, once a layout of its class (grid,
-    # cp_comm_type, recompute granularity) has been estimated, its fast step time x the
-    # smallest full / fast ratio seen in the class x BOUND_SAFETY. Each round estimates every
-    # layout whose bound is within the band of the need-th best full step time (a grid not
-    # estimated yet sends one scout, its fastest layout by the fast model), until none is left.
-    threshold = math.inf
-    pool = [c for c in order if c.layout_key() not in done]
-    while pool:
-        threshold = steps[need - 1] * (1 + band) if len(steps) >= need else math.inf
-        todo, keep = [], []
-        scout: dict[tuple[Any, ...], Candidate] = {}
-        for c in pool:  # ascending fast step: the first of a grid is its scout
-            if _bound(c, ratios) > threshold:
-                keep.append(c)
-            elif _class(c) in ratios:
-                todo.append(c)
-            elif _class(c) in scout:
-                keep.append(c)
-            else:
-                scout[_class(c)] = c
-        todo += scout.values()
-        if not todo:
-            break
-        # breadth first: the fastest layout of every grid before the siblings (under the time
-        # cap, every competitive grid is seen before a grid's micro batch and recompute variants)
-        heads: dict[tuple[Any, ...], Candidate] = {}
-        for c in todo:
-            heads.setdefault(c.grid_key(), c)
-        first = {id(c) for c in heads.values()}
-        todo = list(heads.values()) + [c for c in todo if id(c) not in first]
-        room = MAX_FULL - out.num_full_estimates
-        for c in todo[:room]:
-            full(c)
-        pool = [c for c in pool if c.layout_key() not in done]
-        if len(todo) > room:
-            break
-    # exact: nothing in the pool is left within the threshold, and the layouts the search left
-    # out of the pool have a proven bound above it. The threshold is taken over the layouts
-    # that stay ranked (drop_equal_time_larger removes equal-time ones, which moves the
-    # need-th step up). And distinct_layouts promotes the best layout of every (tp, pp, cp, ep,
-    # etp) from any place: with fewer such groups than places in the first need, a group the
-    # bound left unestimated could be promoted, so nothing may be left unestimated then.
+    rk = _Ranking(out, raw_spec)
+    pool = _branch_and_bound(rk, _scout(rk, result), need, band)
     kept = drop_equal_time_larger(out.planned)
     banded = rank_within_band(kept, band)
-    kept_steps = sorted(_step(p) for p in kept)
-    threshold = max(
-        steps[need - 1] * (1 + band) if len(steps) >= need else math.inf,
-        kept_steps[need - 1] * (1 + band) if len(kept_steps) >= need else math.inf,
-    )
-    left = [c for c in pool if c.layout_key() not in done]
-    groups = {
-        (p.candidate.tp, p.candidate.pp, p.candidate.cp, p.candidate.ep, p.candidate.etp)
-        for p in banded[:need]
-    }
-    out.exact = (
-        all(_bound(c, ratios) > threshold for c in left)
-        and (
-            not result.dropped
-            or max(
-                result.dropped_bound, result.dropped_fast * ratios.get((), 0.0) * BOUND_SAFETY**3
-            )
-            > threshold
-        )
-        and (len(groups) >= need or (not left and not result.dropped))
-    )
+    out.exact = _is_exact(rk, result, pool, banded, kept, need, band)
     if not out.planned:
-        # Nothing to offer: if the keys the user fixed break a rule, that is the reason (not
-        # memory); report those errors as `trainc lint` would.
-        out.diagnostics = sort_diagnostics(
-            locate(
-                [
-                    d
-                    for d in validate(spec)
-                    if d.is_error and (d.key in explicit or any(k in explicit for k in d.related))
-                ],
-                loaded.where,
-            )
-        )
+        out.diagnostics = _fixed_key_errors(spec, loaded)
     out.planned = distinct_layouts(banded)[:top]
     if out.planned:
-        best = _step(out.planned[0])
-        for i, p in enumerate(out.planned):
-            step = p.estimates.get("step_time_seconds") or p.candidate.step_seconds
-            p.reason = explain(
-                p.candidate, i, step, best, recompute_fixed="training.recompute" in explicit
-            )
-            if i and _step(p) < best:  # faster than the top pick: say why it ranks below
-                p.reason += (
-                    f"; memory-tight (above {1 - TIGHT_MARGIN:.0%} of the budget, "
-                    "TRC403), ranked after layouts with headroom"
-                    if memory_tight(p)
-                    else "; within the error band the simpler layout ranks first"
-                )
+        _explain_ranked(out, recompute_fixed="training.recompute" in loaded.explicit)
         out.versus_spec = versus_spec(raw_spec, out.planned[0])
     return out
 

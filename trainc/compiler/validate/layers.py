@@ -37,6 +37,24 @@ def layers_and_batch(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     yield from _batch(spec, d)
 
 
+def _uneven_consequence(spec: TrainSpec, layers: int, pp: int) -> str:
+    """What the engine makes of ``layers`` (Megatron's L') that ``pp`` does not divide:
+    Megatron-Core (engine=megatron, and engine=deepspeed's model chunk) builds ``L' // pp``
+    per stage and drops the rest (``get_num_layers_to_build``, core_v0.16.1); torchtitan
+    (engine=fsdp) drops none, but trainc writes its stage split explicitly
+    (:func:`trainc.compiler.targets.fsdp.torchtitan_stage_split`), so the split must exist."""
+    if traits(spec).fsdp2:
+        return (
+            f"there is no even split over {pp} stages, and trainc writes torchtitan's stage "
+            "split explicitly (pipeline_parallel_layers_per_stage and "
+            "first/last_stage_less_layers, from parallel.pipeline_first/last_stage_layers or "
+            "the account_for_* flags)"
+        )
+    return (
+        f"Megatron-Core would build {layers // pp} layers per stage and silently drop {layers % pp}"
+    )
+
+
 def _layers(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
     m, p = spec.model, spec.parallel
     L, pp, vpp = m.num_layers, p.pp, p.vpp
@@ -111,20 +129,9 @@ def _layers(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         of = f"divisors of {Lp} that fit the GPUs" + (
             f" and leave stages of a multiple of vpp={vpp} layers" if vpp > 1 else ""
         )
-        # engine=fsdp: torchtitan never drops layers, but trainc writes its split explicitly
-        # (targets/fsdp.py torchtitan_stage_split), so the split must exist
-        consequence = (
-            f"there is no even split over {pp} stages, and trainc writes torchtitan's stage "
-            "split explicitly (pipeline_parallel_layers_per_stage and "
-            "first/last_stage_less_layers, from parallel.pipeline_first/last_stage_layers or "
-            "the account_for_* flags)"
-            if traits(spec).fsdp2
-            else f"Megatron-Core would build {Lp // pp} layers per stage and silently drop "
-            f"{Lp % pp}"
-        )
         yield diag(
             R.LAYERS_PP,
-            f"{what} is not divisible by pp ({pp}); {consequence}",
+            f"{what} is not divisible by pp ({pp}); {_uneven_consequence(spec, Lp, pp)}",
             "parallel.pp",
             related=("model.num_layers",),
             fix=", or ".join(
