@@ -209,7 +209,7 @@ def test_lint_and_compile_without_emit_import_nothing_heavy(tmp_path):
 
 
 def test_what_if_edits_copy_only_the_edited_path():
-    from trainc.compiler.fit import _edited
+    from trainc.compiler.fit.whatif import _edited
 
     spec = L.load_spec(EXAMPLE).spec
     assert spec is not None

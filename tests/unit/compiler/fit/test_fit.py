@@ -7,11 +7,11 @@ import pytest
 from tests.support.estimate import make_spec
 from trainc.compiler.fit import (
     GiB,
-    _rebalance_edits,
     check_fit,
     fitting_changes,
     host_offload_bytes_per_node,
 )
+from trainc.compiler.fit.whatif import _rebalance_edits
 from trainc.compiler.pipeline import plan_and_estimate
 from trainc.compiler.validate import validate
 from trainc.schemas import Device, Engine, Offload, Recompute
@@ -113,7 +113,7 @@ def test_when_nothing_fits_only_real_reductions_are_listed():
     assert all(r["edits"].get("training.recompute") is not Recompute.selective for r in cands)
     # a reduction that still does not fit says how far over it stays (it said "tight: -2098.3 %
     # under" for Llama 3.1 405B on 16 GPUs)
-    from trainc.compiler.fit import _listed
+    from trainc.compiler.fit.check import _listed
 
     for r in cands:
         over = 100 * (r["total"] - r["budget"]) / r["budget"]
@@ -309,7 +309,7 @@ def test_trc401_fix_puts_context_parallelism_after_a_near_change_without_it():
     """At 8K tokens cp=2 fit 1 % faster than micro batch 1 and was TRC401's machine edit, against
     the planner's own rule (no CP within the error band); a CP change more than 10 % faster
     stays first, and one that adds GPUs keeps its place."""
-    from trainc.compiler.fit import _last_resorts_last
+    from trainc.compiler.fit.whatif import _last_resorts_last
 
     def r(edits, step, added=0):
         return {"edits": edits, "step": step, "gpus_added": added, "total": 1}
@@ -331,7 +331,7 @@ def test_trc401_fix_puts_cpu_offload_after_a_near_change_without_it():
     """A fresh-user trial: ``offload_optimizer=cpu`` was "the fastest" fix at 55.4 s against
     ZeRO-2 at 55.5 s. Offload's CPU step is priced as a floor, so a change without it within
     10 % ranks first; offload far ahead keeps its place."""
-    from trainc.compiler.fit import _last_resorts_last
+    from trainc.compiler.fit.whatif import _last_resorts_last
     from trainc.schemas import Offload
 
     def r(edits, step):
