@@ -40,8 +40,9 @@ class FsdpSpec:
     .reduce_dtype``); fp32 as Megatron-Core reduces bf16 gradients. TRC342."""
     cpu_offload: bool = False
     """Keep sharded parameters, gradients and optimizer states in host memory and step the
-    optimizer on the CPU (``CPUOffloadPolicy``; torchtitan ``training.enable_cpu_offload``).
-    Not with pp > 1 (TRC343)."""
+    optimizer on the CPU (``CPUOffloadPolicy``; torchtitan ``training.enable_cpu_offload``,
+    which runs with pipeline parallelism too: pytorch/torchtitan PR 624). Host memory per node
+    and the offload time are estimated (TRC420 / TRC421)."""
     compile: bool = False
     """``torch.compile`` each transformer block before sharding (torchtitan ``compile.enable``).
     The trainc worker runs it eagerly on CPU (announced); TRC344."""
