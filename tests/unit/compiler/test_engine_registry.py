@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import trainc
+from trainc.compiler.candidates import ENGINE_CANDIDATES
 from trainc.compiler.decide import ENGINE_TRAITS, DpSync, Sharding, zero_layout
 from trainc.compiler.derive import derive
 from trainc.compiler.estimate.engines import ESTIMATES
@@ -50,6 +51,7 @@ def _spec(engine: Engine, zero_stage: int = 1) -> TrainSpec:
 @pytest.mark.parametrize("engine", list(Engine), ids=lambda e: e.value)
 def test_every_engine_has_one_row_in_each_table(engine: Engine) -> None:
     assert engine in TARGETS and engine in ENGINE_TRAITS and engine in ESTIMATES
+    assert engine in ENGINE_CANDIDATES
     target = TARGETS[engine]
     assert target.section in SECTIONS
     assert target.section in {f.name for f in dataclasses.fields(Engines)}
