@@ -22,7 +22,7 @@ from trainc.capabilities import capability
 from trainc.compiler import candidates
 from trainc.compiler.validate.util import divisors
 from trainc.planner.fast import TERMS, model_consts, planned_tp_comm_overlap, score_grid
-from trainc.schemas import CpCommType, Engine, Offload, Recompute, RecomputeMethod, TrainSpec
+from trainc.schemas import CpCommType, Offload, Recompute, RecomputeMethod, TrainSpec
 
 GIB = 2**30
 MAX_TP = 64
@@ -370,7 +370,6 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
         fx["parallel.dp"] = None
     tp_fixed = fx["training.tp_comm_overlap"]
     limit = (c.gpu_memory_gib or 80) * GIB - c.memory_reserve_gib * GIB
-    deepspeed = spec.engine is Engine.deepspeed
     ax = _axes(spec, fx, W)
     zeros, recomputes, offloads = ax.zeros, ax.recomputes, ax.offloads
     evaluated = 0
@@ -402,7 +401,6 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
             recomputes,
             offloads,
             fx,
-            deepspeed,
             limit * (1 + MEM_SLACK),
             slots,
         ):
