@@ -199,7 +199,8 @@ def derive(spec: TrainSpec) -> Derived:
 def megatron_fsdp_runs(spec: TrainSpec) -> bool:
     """Whether Megatron-FSDP can run this spec's job as written: Megatron-LM's pretrain_gpt.py on
     CUDA (the trainc worker refuses it on CUDA and runs the distributed optimizer on CPU: TRC383).
-    The planner and TRC401's fix list offer zero_stage 3 only then."""
+    The planner and TRC401's fix list offer zero_stage 3 only then
+    (:func:`trainc.compiler.candidates.zero_stages`)."""
     return (
         ENGINE_TRAITS[spec.engine].zero(3).megatron_fsdp
         and spec.launch.entrypoint.value == "megatron-lm"

@@ -346,7 +346,6 @@ def _model_states(
     zeros: list[int],
     offloads: list[str],
     fx: dict[str, Any],
-    deepspeed: bool,
     pp: int,
     shard: int,
     edp: int,
@@ -358,6 +357,7 @@ def _model_states(
     bytes per GPU, seed-model exposed DP seconds)``. ``shard`` = dp x cp ranks the dense states
     shard over, ``edp`` the expert data-parallel ranks; ``p_dense`` / ``p_exp`` the most loaded
     stage's parameters per GPU; ``bw_dp`` B/s."""
+    deepspeed = spec.engine is Engine.deepspeed
     hide = 1 - spec.cluster.comm_overlap
     precision = spec.training.precision.name
     red = (shard - 1) / shard if shard > 1 else 0.0
@@ -486,7 +486,6 @@ def score_grid(
     recomputes: list[str],
     offloads: list[str],
     fx: dict[str, Any],
-    deepspeed: bool,
     limit: float,
     slots: tuple[int, ...] | None = None,
 ) -> Iterator[tuple[Any, Any, Any, Any]]:
@@ -505,9 +504,7 @@ def score_grid(
     p_dense, p_exp = _loaded_stage_params(spec, k, stages, tp, pp, ep, etp)
     bws = _seed_bandwidths(spec, W, dom, tp, cp, dp, ep, etp)
     edp = W // (etp * ep * pp)
-    states = _model_states(
-        spec, zeros, offloads, fx, deepspeed, pp, dp * cp, edp, p_dense, p_exp, bws.dp
-    )
+    states = _model_states(spec, zeros, offloads, fx, pp, dp * cp, edp, p_dense, p_exp, bws.dp)
     cross = float(bws.tp == bws.inter and tp > 1)
     if not states or min(st[2] for st in states) > limit:
         # The model states alone exceed the GPU (fit rule TRC401): prune the whole grid.

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainc.capabilities import capability
-from trainc.compiler.derive import megatron_fsdp_runs
+from trainc.compiler import candidates
 from trainc.compiler.validate.util import divisors
 from trainc.planner.fast import TERMS, model_consts, planned_tp_comm_overlap, score_grid
-from trainc.schemas import CpCommType, Engine, Offload, Recompute, RecomputeMethod, TrainSpec
+from trainc.schemas import CpCommType, Offload, Recompute, RecomputeMethod, TrainSpec
 
 GIB = 2**30
 MAX_TP = 64
@@ -276,7 +276,6 @@ def _axes(spec: TrainSpec, fx: dict[str, Any], W: int) -> _Axes:
     m = spec.model
     a, g, s = m.num_attention_heads, m.num_query_groups or m.num_attention_heads, m.seq_length
     f = m.ffn_hidden_size or 4 * m.hidden_size
-    deepspeed = spec.engine is Engine.deepspeed
     tps = _pick(
         fx,
         "parallel.tp",
@@ -291,26 +290,13 @@ def _axes(spec: TrainSpec, fx: dict[str, Any], W: int) -> _Axes:
     cap = capability(spec.engine, spec.launch.entrypoint)
     can = cap.axes if cap is not None else frozenset({"tp", "dp"})
     cps = [x for x in cps if x == 1 or "cp" in can]
-    # engine=fsdp shards by fsdp.* keys, not zero_stage (TRC344): its default only;
-    # engine=megatron: DDP, the distributed optimizer, and Megatron-FSDP where it runs
-    zeros = _pick(
-        fx,
-        "parallel.zero_stage",
-        [0, 1, 2, 3]
-        if deepspeed
-        else [1]
-        if spec.engine is Engine.fsdp
-        else [0, 1, 3]
-        if megatron_fsdp_runs(spec)
-        else [0, 1],
-    )
-    recomputes = _pick(fx, "training.recompute", ["none", "selective", "full"])
-    offloads = ["none"]
-    if deepspeed and fx["training.offload_optimizer"] is None:
-        offloads = ["none", "cpu"]
-    elif deepspeed:
-        offloads = [fx["training.offload_optimizer"]]
-    return _Axes(tps, cps, zeros, recomputes, offloads, can)
+    # the engine's ZeRO stages and offloads (trainc.compiler.candidates, shared with the
+    # fit check's what-if)
+    zeros = _pick(fx, "parallel.zero_stage", list(candidates.zero_stages(spec)))
+    recomputes = _pick(fx, "training.recompute", [r.value for r in candidates.RECOMPUTES])
+    devices = candidates.offloads(spec)
+    offs = _pick(fx, "training.offload_optimizer", ["none", *(o.value for o in devices)])
+    return _Axes(tps, cps, zeros, recomputes, offs if devices else ["none"], can)
 
 
 def _grids(spec: TrainSpec, fx: dict[str, Any], ax: _Axes, W: int) -> Iterator[tuple[Any, ...]]:
@@ -384,7 +370,6 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
         fx["parallel.dp"] = None
     tp_fixed = fx["training.tp_comm_overlap"]
     limit = (c.gpu_memory_gib or 80) * GIB - c.memory_reserve_gib * GIB
-    deepspeed = spec.engine is Engine.deepspeed
     ax = _axes(spec, fx, W)
     zeros, recomputes, offloads = ax.zeros, ax.recomputes, ax.offloads
     evaluated = 0
@@ -416,7 +401,6 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
             recomputes,
             offloads,
             fx,
-            deepspeed,
             limit * (1 + MEM_SLACK),
             slots,
         ):

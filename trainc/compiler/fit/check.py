@@ -22,7 +22,8 @@ TRC404 checks the step time against ``launch.time_limit``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from trainc.compiler import rules as R
@@ -199,9 +200,32 @@ def host_offload_bytes_per_node(plan: Plan) -> float:
     return per_param * most / n * spec.cluster.gpus_per_node
 
 
+@dataclass(frozen=True, slots=True)
+class _HostOffload:
+    """What TRC420 / TRC421 say of one kind of CPU offload (DeepSpeed's ZeRO-Offload or an
+    engine's own): the texts and edits that differ between them."""
+
+    head: str
+    """The finding's opening: what the states are and their bytes per node against the budget."""
+    keys: tuple[str, ...]
+    """The spec keys that turn the offload on (the findings' related keys)."""
+    shard_edits: Callable[[int], dict[str, Any]]
+    """The edits besides ``cluster.num_nodes`` that shard over the grown data-parallel degree."""
+    instead: str
+    """The option that moves the states off the host."""
+    move: str
+    """TRC420's fix after "add nodes or "."""
+    tight: str
+    """TRC421's clause after the head: why a fit within the budget may still run out."""
+    measure: str
+    """What measures the host peak, after ``free -g``."""
+
+
 def _host_memory(plan: Plan) -> Iterator[Diagnostic]:
+    """TRC420 / TRC421: the host memory per node the CPU offload needs
+    (:func:`host_offload_bytes_per_node`) against ``cluster.host_memory_gib``."""
     spec = plan.spec
-    c, t = spec.cluster, spec.training
+    c = spec.cluster
     if c.host_memory_gib is None:
         return
     need = host_offload_bytes_per_node(plan)
@@ -209,38 +233,90 @@ def _host_memory(plan: Plan) -> Iterator[Diagnostic]:
     if need == 0.0 or need * HOST_BUFFER_FACTOR <= budget:
         return
     margin = (budget - need) / budget
-    if ESTIMATES[spec.engine].host_offload_bytes(spec, plan) > 0:  # FSDP2's CPUOffloadPolicy
-        yield from _own_offload_host_memory(plan, need, budget, margin)
-        return
+    own = ESTIMATES[spec.engine].host_offload_bytes(spec, plan) > 0  # FSDP2's CPUOffloadPolicy
+    offload = (_own_offload if own else _zero_offload)(plan, need, margin)
+    yield from _host_findings(plan, need, budget, margin, offload)
+
+
+def _over(margin: float, host_memory_gib: float) -> str:
+    """How far the need is under or over ``cluster.host_memory_gib`` (``margin`` = (budget -
+    need) / budget): the last words of the findings' head."""
+    return (
+        f"{100 * abs(margin):.1f} % {'under' if margin >= 0 else 'over'} "
+        f"cluster.host_memory_gib ({host_memory_gib:g} GiB)"
+    )
+
+
+def _zero_offload(plan: Plan, need: float, margin: float) -> _HostOffload:
+    """DeepSpeed's ZeRO-Offload (``training.offload_optimizer`` / ``offload_param: cpu``): more
+    nodes grow dp, NVMe offload moves the states to disk; its estimator's buffer factor."""
+    c, t = plan.spec.cluster, plan.spec.training
     what = " and ".join(
         k
         for k, v in (("optimizer", t.offload_optimizer), ("parameters", t.offload_param))
         if v is Offload.cpu
     )
-    # more nodes shard the offloaded states further (dp grows with num_nodes at fixed tp/pp/cp)
-    total = need * c.num_nodes
-    nodes_fit = math.ceil(total * HOST_BUFFER_FACTOR / budget - 1e-9)
-    head = (
-        f"the {what} states DeepSpeed offloads to the CPU need {need / GiB:.1f} GiB of host "
+    return _HostOffload(
+        head=f"the {what} states DeepSpeed offloads to the CPU need {need / GiB:.1f} GiB of host "
         f"memory per node ({c.gpus_per_node} GPUs x their ZeRO shard of fp32 master weights, "
         f"Adam moments and fp32 gradients{', and 16-bit parameters' if 'param' in what else ''}"
-        f"), {100 * abs(margin):.1f} % {'under' if margin >= 0 else 'over'} "
-        f"cluster.host_memory_gib ({c.host_memory_gib:g} GiB)"
+        f"), {_over(margin, c.host_memory_gib or 0)}",
+        keys=("training.offload_optimizer", "training.offload_param"),
+        shard_edits=lambda dp: {},
+        instead="offload to NVMe (training.offload_optimizer=nvme with training.nvme_path)",
+        move="move the states",
+        tight=f", but DeepSpeed's estimator asks {HOST_BUFFER_FACTOR:g}x that "
+        f"({need * HOST_BUFFER_FACTOR / GiB:.1f} GiB) for pinned buffers and the CPU optimizer",
+        measure=", or DeepSpeed's see_memory_usage",
     )
-    p, tr = spec.parallel, spec.training
+
+
+def _own_offload(plan: Plan, need: float, margin: float) -> _HostOffload:
+    """An engine's own CPU offload (FSDP2's ``fsdp.cpu_offload``): more nodes grow the shard
+    group (``fsdp.dp_shard``, dp_replicate kept), ``fsdp.cpu_offload=false`` moves the states to
+    the GPUs; FSDP2 has no NVMe offload."""
+    spec = plan.spec
+    c = spec.cluster
+    replicate = max(spec.fsdp.dp_replicate, 1)
+    return _HostOffload(
+        head=f"the sharded states FSDP2's CPU offload (fsdp.cpu_offload) keeps on the host need "
+        f"{need / GiB:.1f} GiB of host memory per node ({c.gpus_per_node} GPUs x their shard of "
+        f"fp32 parameters, fp32 gradients and optimizer states), "
+        f"{_over(margin, c.host_memory_gib or 0)}",
+        keys=("fsdp.cpu_offload",),
+        shard_edits=lambda dp: {"fsdp.dp_shard": dp // replicate},
+        instead="fsdp.cpu_offload=false if the GPU memory allows (the states then live on the "
+        "GPUs)",
+        move="keep the states on the GPUs",
+        tight=f", but pinned buffers and the CPU optimizer's work space can take "
+        f"{HOST_BUFFER_FACTOR:g}x that ({need * HOST_BUFFER_FACTOR / GiB:.1f} GiB)",
+        measure="",
+    )
+
+
+def _host_findings(
+    plan: Plan, need: float, budget: float, margin: float, o: _HostOffload
+) -> Iterator[Diagnostic]:
+    """TRC420 (``need`` bytes per node over ``budget``: a sure host OOM) or TRC421 (within it,
+    but not within :data:`HOST_BUFFER_FACTOR` x ``need``) for the offload ``o``; ``margin`` =
+    (budget - need) / budget. The fix: the nodes over which the offloaded states fit the budget
+    with the buffer factor (more nodes shard them further: dp grows with num_nodes at fixed
+    tp/pp/cp), ``o.instead``, or a node with more host memory."""
+    spec = plan.spec
+    c, p, tr = spec.cluster, spec.parallel, spec.training
+    total = need * c.num_nodes
+    nodes_fit = math.ceil(total * HOST_BUFFER_FACTOR / budget - 1e-9)
     dp_new = nodes_fit * c.gpus_per_node // (p.tp * p.pp * p.cp)
+    edits: dict[str, Any] = {"cluster.num_nodes": nodes_fit, **o.shard_edits(dp_new)}
     step = tr.micro_batch_size * dp_new
-    edits: dict[str, Any] = {"cluster.num_nodes": nodes_fit}
-    gbs_note = ""
     if tr.global_batch_size % step:
         edits["training.global_batch_size"] = math.ceil(tr.global_batch_size / step) * step
-        gbs_note = f" with training.global_batch_size={edits['training.global_batch_size']}"
+    also = " and ".join(f"{k}={v}" for k, v in edits.items() if k != "cluster.num_nodes")
     options = (
-        f"cluster.num_nodes={nodes_fit}{gbs_note} (the states shard over "
-        f"{nodes_fit * c.gpus_per_node} GPUs: {total / nodes_fit / GiB:.1f} GiB per node, "
-        f"within the 1.5x buffer factor), offload to NVMe "
-        f"(training.offload_optimizer=nvme with training.nvme_path), or a node with at least"
-        f" {math.ceil(need * HOST_BUFFER_FACTOR / GiB)} GiB of host memory"
+        f"cluster.num_nodes={nodes_fit}{f' with {also}' if also else ''} (the states shard "
+        f"over {nodes_fit * c.gpus_per_node} GPUs: {total / nodes_fit / GiB:.1f} GiB per node, "
+        f"within the {HOST_BUFFER_FACTOR:g}x buffer factor), {o.instead}, or a node with at "
+        f"least {math.ceil(need * HOST_BUFFER_FACTOR / GiB)} GiB of host memory"
     )
     facts: dict[str, Any] = dict(
         host_bytes=round(need),
@@ -251,23 +327,21 @@ def _host_memory(plan: Plan) -> Iterator[Diagnostic]:
     if need > budget:
         yield diag(
             R.HOST_MEMORY_FIT,
-            head + ": a sure host out-of-memory (the OOM killer ends the ranks)",
+            o.head + ": a sure host out-of-memory (the OOM killer ends the ranks)",
             "cluster.host_memory_gib",
-            related=("training.offload_optimizer", "training.offload_param", "cluster.num_nodes"),
-            fix="add nodes or move the states: " + options,
+            related=(*o.keys, "cluster.num_nodes"),
+            fix=f"add nodes or {o.move}: " + options,
             edits=edits,
             **facts,
         )
     else:
         yield diag(
             R.HOST_MEMORY_TIGHT,
-            head + f", but DeepSpeed's estimator asks "
-            f"{HOST_BUFFER_FACTOR:g}x that ({need * HOST_BUFFER_FACTOR / GiB:.1f} GiB) for "
-            "pinned buffers and the CPU optimizer: the host may run out of memory",
+            o.head + o.tight + ": the host may run out of memory",
             "cluster.host_memory_gib",
-            related=("training.offload_optimizer", "training.offload_param"),
-            fix="measure the host peak on one step (free -g, or DeepSpeed's "
-            "see_memory_usage), or leave room: " + options,
+            related=o.keys,
+            fix=f"measure the host peak on one step (free -g{o.measure}), or leave room: "
+            + options,
             **facts,
         )
 
@@ -309,68 +383,6 @@ def _bubble(plan: Plan, e: Estimates) -> Iterator[Diagnostic]:
         num_microbatches=m,
         vpp=v,
     )
-
-
-def _own_offload_host_memory(
-    plan: Plan, need: float, budget: float, margin: float
-) -> Iterator[Diagnostic]:
-    """TRC420 / TRC421 for an engine's own CPU offload (FSDP2's ``fsdp.cpu_offload``): ``need``
-    bytes per node against ``budget`` (bytes), ``margin`` = (budget - need) / budget. More nodes
-    grow the shard group (``fsdp.dp_shard``, dp_replicate kept), ``fsdp.cpu_offload=false``
-    moves the states to the GPUs; FSDP2 has no NVMe offload."""
-    spec = plan.spec
-    c, p, tr = spec.cluster, spec.parallel, spec.training
-    total = need * c.num_nodes
-    nodes_fit = math.ceil(total * HOST_BUFFER_FACTOR / budget - 1e-9)
-    head = (
-        f"the sharded states FSDP2's CPU offload (fsdp.cpu_offload) keeps on the host need "
-        f"{need / GiB:.1f} GiB of host memory per node ({c.gpus_per_node} GPUs x their shard of "
-        f"fp32 parameters, fp32 gradients and optimizer states), {100 * abs(margin):.1f} % "
-        f"{'under' if margin >= 0 else 'over'} cluster.host_memory_gib "
-        f"({c.host_memory_gib:g} GiB)"
-    )
-    dp_new = nodes_fit * c.gpus_per_node // (p.tp * p.pp * p.cp)
-    shard_new = dp_new // max(spec.fsdp.dp_replicate, 1)
-    edits: dict[str, Any] = {"cluster.num_nodes": nodes_fit, "fsdp.dp_shard": shard_new}
-    note = f" with fsdp.dp_shard={shard_new}"
-    step = tr.micro_batch_size * dp_new
-    if tr.global_batch_size % step:
-        edits["training.global_batch_size"] = math.ceil(tr.global_batch_size / step) * step
-        note += f" and training.global_batch_size={edits['training.global_batch_size']}"
-    options = (
-        f"cluster.num_nodes={nodes_fit}{note} (the states shard over "
-        f"{nodes_fit * c.gpus_per_node} GPUs: {total / nodes_fit / GiB:.1f} GiB per node, "
-        f"within the {HOST_BUFFER_FACTOR:g}x buffer factor), fsdp.cpu_offload=false if the GPU "
-        f"memory allows (the states then live on the GPUs), or a node with at least "
-        f"{math.ceil(need * HOST_BUFFER_FACTOR / GiB)} GiB of host memory"
-    )
-    facts: dict[str, Any] = dict(
-        host_bytes=round(need),
-        host_budget_bytes=round(budget),
-        margin=round(margin, 4),
-        nodes_fit=nodes_fit,
-    )
-    if need > budget:
-        yield diag(
-            R.HOST_MEMORY_FIT,
-            head + ": a sure host out-of-memory (the OOM killer ends the ranks)",
-            "cluster.host_memory_gib",
-            related=("fsdp.cpu_offload", "cluster.num_nodes"),
-            fix="add nodes or keep the states on the GPUs: " + options,
-            edits=edits,
-            **facts,
-        )
-    else:
-        yield diag(
-            R.HOST_MEMORY_TIGHT,
-            head + f", but pinned buffers and the CPU optimizer's work space can take "
-            f"{HOST_BUFFER_FACTOR:g}x that ({need * HOST_BUFFER_FACTOR / GiB:.1f} GiB): the host "
-            "may run out of memory",
-            "cluster.host_memory_gib",
-            related=("fsdp.cpu_offload",),
-            fix="measure the host peak on one step (free -g), or leave room: " + options,
-            **facts,
-        )
 
 
 def _time_limit(plan: Plan, e: Estimates) -> Iterator[Diagnostic]:

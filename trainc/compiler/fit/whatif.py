@@ -18,7 +18,7 @@ from collections.abc import Callable
 from itertools import combinations
 from typing import Any
 
-from trainc.compiler.derive import megatron_fsdp_runs
+from trainc.compiler import candidates
 from trainc.compiler.ir import Plan
 from trainc.compiler.support.treecopy import copy_tree
 from trainc.schemas import Engine, Offload, Recompute, TrainSpec
@@ -56,7 +56,9 @@ def _edited(spec: TrainSpec, edits: dict[str, Any]) -> TrainSpec:
 
 
 def _candidate_edits(spec: TrainSpec) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(shown edits, side edits) of every single change worth trying."""
+    """(shown edits, side edits) of every single change worth trying: more tp, pp or cp; each
+    recompute granularity, ZeRO stage and optimizer offload after the spec's own in the order
+    the planner searches them (:mod:`trainc.compiler.candidates`); a smaller micro batch."""
     p, t, c = spec.parallel, spec.training, spec.cluster
     out: list[tuple[dict[str, Any], dict[str, Any]]] = []
     domain = c.nvlink_domain_size or c.gpus_per_node
@@ -69,25 +71,12 @@ def _candidate_edits(spec: TrainSpec) -> list[tuple[dict[str, Any], dict[str, An
         out.append(({"parallel.pp": p.pp * 2}, {"parallel.dp": None}))
     if spec.engine is Engine.megatron and spec.model.seq_length >= 8192:
         out.append(({"parallel.cp": p.cp * 2}, {"parallel.dp": None}))
-    if t.recompute is Recompute.none:
-        out.append(({"training.recompute": Recompute.selective}, {}))
-    if t.recompute is not Recompute.full:
-        out.append(
-            (
-                {"training.recompute": Recompute.full},
-                {"training.recompute_method": None, "training.recompute_num_layers": None},
-            )
-        )
-    if spec.engine is Engine.megatron:
-        if p.zero_stage == 0:
-            out.append(({"parallel.zero_stage": 1}, {}))
-        if p.zero_stage < 3 and megatron_fsdp_runs(spec):
-            out.append(({"parallel.zero_stage": 3}, {}))
-    else:
-        if p.zero_stage < 3:
-            out.append(({"parallel.zero_stage": p.zero_stage + 1}, {}))
-        if t.offload_optimizer is Offload.none and p.zero_stage >= 1:
-            out.append(({"training.offload_optimizer": Offload.cpu}, {}))
+    for r in candidates.recompute_steps(spec):
+        reset = {"training.recompute_method": None, "training.recompute_num_layers": None}
+        out.append(({"training.recompute": r}, reset if r is Recompute.full else {}))
+    out += [({"parallel.zero_stage": z}, {}) for z in candidates.zero_steps(spec)]
+    if t.offload_optimizer is Offload.none and p.zero_stage >= 1:
+        out += [({"training.offload_optimizer": o}, {}) for o in candidates.offloads(spec)]
     if t.micro_batch_size > 1:
         out.append(({"training.micro_batch_size": t.micro_batch_size // 2}, {}))
     return out
