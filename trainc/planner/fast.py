@@ -489,12 +489,16 @@ def score_grid(
     deepspeed: bool,
     limit: float,
     slots: tuple[int, ...] | None = None,
+    cutoff: list[float] | None = None,
 ) -> Iterator[tuple[Any, Any, Any, Any]]:
     """Score every (vpp, cp_comm_type, mbs, recompute, zero, offload) of one grid; yields
     (memory bytes, step seconds, the variable choices, the TERMS values), or once
     (None, number of layouts pruned, None, None) when no layout of the grid can fit.
     ``stages`` are the transformer layers per stage; ``slots`` the counts Megatron splits into
     virtual chunks (one more on the first/last stage with account_for_embedding/loss).
+    ``cutoff`` (the kernel model only; read at every schedule, the caller may lower it between
+    yields): a layout whose lower bound (TERMS ``lower_bound``, at most its step seconds) is at
+    least ``cutoff[0]`` is not timed: it yields (memory bytes, None, None, the lower bound).
 
     Steps: the grid's choices (:func:`_grid_choices`), the most loaded stage's parameters
     (:func:`_loaded_stage_params`), the model states per (zero, offload)
@@ -537,6 +541,7 @@ def score_grid(
             fx,
             act_layer,
             cross,
+            cutoff or [math.inf],
         )
         return
     yield from _seed_grid(
@@ -1262,8 +1267,6 @@ class _Family(NamedTuple):
     for one micro batch: what does not depend on the virtual pipeline degree, the CP variant or
     the (zero, offload) state."""
 
-    lower_mx: float
-    """The largest of the stages' ``M`` x lower bound (divide by ``1 - bubble``)."""
     rows: list[tuple[int, int, float, float, float, float, float]]
     """Per stage ``(i, layers, compute, compute + exposed TP + EP, M x compute, M x exposed TP,
     M x exposed EP)``, seconds (per micro batch but for the ``M x`` ones)."""
@@ -1290,14 +1293,12 @@ def _family(
     ``memos``: theirs, per micro batch)."""
     tp, tp_on, ep_on, overlap, overhead = g.tp, g.tp_on, g.ep_on, g.overlap, g.overhead
     passes = 2 + frac
-    lower = 0.0
     rows = []
     loads = []
     for s in sc:
         n = s.n
         extra = n * (frac * lk.fw + (lk.attn_f if sel else 0.0))
         comp = s.f_mb + s.b_mb + extra + n * passes * overhead
-        lower = max(lower, s.low[sel])
         x_te = s.a_te * passes
         x_tp = x_te * tp_exposed_share(x_te, s.gemm_n, tp, tp_on, overlap) + cu.tp_unit * (
             s.e_n * passes + s.ends
@@ -1321,7 +1322,7 @@ def _family(
                 t_off = off_memo[okey] = _fixed_seconds(g, zero, off, i, M)
             per.append((t_dp, t_off))
         fixed.append(per)
-    return _Family(lower, rows, fixed)
+    return _Family(rows, fixed)
 
 
 def _fixed_seconds(g: _KernelGrid, zero: int, off: str, i: int, M: int) -> float:
@@ -1349,6 +1350,30 @@ def _fixed_seconds(g: _KernelGrid, zero: int, off: str, i: int, M: int) -> float
         )
     )
     return t_off
+
+
+def _step_floor(
+    g: _KernelGrid,
+    lk: _LayerKernels,
+    sc: list[_StageConsts],
+    x_pps: list[float],
+    M: int,
+    keep: float,
+    sel: bool,
+    frac: float,
+) -> float:
+    """A floor of every step :func:`_kernel_grid` times for one schedule (``keep`` = 1 -
+    bubble; ``sel`` / ``frac`` its recompute as :func:`_family` takes them): the worst stage's
+    compute and PP p2p through the bubble, computed as the step is, with the TP, EP, CP, DP and
+    fixed seconds (none negative) left out. Rounding to nearest is monotone, so the floor is
+    never above the step (seconds)."""
+    xf = frac * lk.fw + (lk.attn_f if sel else 0.0)
+    passes = 2 + frac
+    overhead = g.overhead
+    return max(
+        M * (s.f_mb + s.b_mb + s.n * xf + s.n * passes * overhead + x_pp) / keep
+        for s, x_pp in zip(sc, x_pps, strict=True)
+    )
 
 
 def _cp_exposed(
@@ -1407,6 +1432,7 @@ def _kernel_grid(
     fx: dict[str, Any],
     act_layer: Any,
     cross: float,
+    cutoff: list[float],
 ) -> Iterator[tuple[Any, Any, Any, Any]]:
     """:func:`score_grid` under the kernel model (:func:`trainc.compiler.estimate.time.
     kernel_step_time`): per stage and micro-batch the layers' kernel times (dense and MoE
@@ -1418,12 +1444,10 @@ def _kernel_grid(
     micro-batch's backward / forward). The step is the worst of the first stage, the stage with
     the most layers and the last stage.
 
-    Steps: the grid's values (:func:`_kernel_setup`); per micro batch the GEMMs and attention
-    (:func:`_layer_kernels`), the communication units (:func:`_comm_units`) and the stages'
-    terms (:func:`_stage_consts`); per recompute family the stages' compute, TP, EP, DP and
-    fixed seconds (:func:`_family`), per cp_comm_type the CP exposure (:func:`_cp_exposed`),
-    per virtual pipeline degree the PP p2p (:func:`_pp_exposed`), all memoised; per schedule,
-    CP variant and state the worst stage."""
+    Steps (memoised): :func:`_kernel_setup`; per micro batch :func:`_layer_kernels`,
+    :func:`_comm_units`, :func:`_stage_consts`; per recompute family :func:`_family`, per CP
+    variant :func:`_cp_exposed`, per vpp :func:`_pp_exposed`; per schedule the floor
+    (:func:`_step_floor`, against ``cutoff``), per CP variant and state the worst stage."""
     g = _kernel_setup(spec, k, W, dom, tp, cp, pp, dp, stages, ep, etp, sp, states, fx)
     gbs = spec.training.global_batch_size
     h = spec.model.hidden_size
@@ -1445,6 +1469,7 @@ def _kernel_grid(
             cu = _comm_units(g, mbs)
             act_l = act_layer(mbs)
             sc = _stage_consts(g, lk, cu, M)
+            lows = (max(0.0, *(s.low[0] for s in sc)), max(0.0, *(s.low[1] for s in sc)))
             fams: dict[tuple[bool, float], _Family] = {}
             cp_memo: dict[tuple[bool, float, str], list[tuple[float, float]]] = {}
             pp_memo: dict[int, list[float]] = {}
@@ -1455,14 +1480,19 @@ def _kernel_grid(
                     frac = 0.0
                 act = _schedule_activations(rc, frac, group, act_l, n_max, inflight, buffers)
                 sel = rc[0] == "selective"
-                fam = fams.get((sel, frac))
-                if fam is None:
-                    fam = fams[(sel, frac)] = _family(g, lk, cu, sc, states, M, sel, frac, memos)
+                keep = 1 - bubble
+                lower = lows[sel] / keep * (1 - 1e-5)
                 x_pps = pp_memo.get(v)
                 if x_pps is None:
                     x_pps = pp_memo[v] = _pp_exposed(g, cu, v)
-                keep = 1 - bubble
-                lower = fam.lower_mx / keep * (1 - 1e-5)
+                if _step_floor(g, lk, sc, x_pps, M, keep, sel, frac) >= cutoff[0]:
+                    for _cpt in kv_cps:
+                        for state in states:
+                            yield state[2] + act, None, None, lower
+                    continue
+                fam = fams.get((sel, frac))
+                if fam is None:
+                    fam = fams[(sel, frac)] = _family(g, lk, cu, sc, states, M, sel, frac, memos)
                 for cpt in kv_cps:
                     cpx = cp_memo.get((sel, frac, cpt))
                     if cpx is None:
