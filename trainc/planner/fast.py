@@ -488,12 +488,16 @@ def score_grid(
     fx: dict[str, Any],
     limit: float,
     slots: tuple[int, ...] | None = None,
+    cutoff: list[float] | None = None,
 ) -> Iterator[tuple[Any, Any, Any, Any]]:
     """Score every (vpp, cp_comm_type, mbs, recompute, zero, offload) of one grid; yields
     (memory bytes, step seconds, the variable choices, the TERMS values), or once
     (None, number of layouts pruned, None, None) when no layout of the grid can fit.
     ``stages`` are the transformer layers per stage; ``slots`` the counts Megatron splits into
     virtual chunks (one more on the first/last stage with account_for_embedding/loss).
+    ``cutoff`` (the kernel model only; read at every schedule, the caller may lower it between
+    yields): a layout whose lower bound (TERMS ``lower_bound``, at most its step seconds) is at
+    least ``cutoff[0]`` is not timed: it yields (memory bytes, None, None, the lower bound).
 
     Steps: the grid's choices (:func:`_grid_choices`), the most loaded stage's parameters
     (:func:`_loaded_stage_params`), the model states per (zero, offload)
@@ -534,6 +538,7 @@ def score_grid(
             fx,
             act_layer,
             cross,
+            cutoff or [math.inf],
         )
         return
     yield from _seed_grid(
@@ -1196,69 +1201,184 @@ def _comm_units(g: _KernelGrid, mbs: int) -> _CommUnits:
     return _CommUnits(tp_unit, tp_blocks, tp_expert, t_a2a, q_b, kv_b, pp_b)
 
 
-def _pipeline_stages(
-    g: _KernelGrid,
-    lk: _LayerKernels,
-    cu: _CommUnits,
-    M: int,
-    v: int,
-    bubble: float,
-    sel: bool,
-    frac: float,
-    passes: float,
-) -> tuple[float, list[tuple[int, int, float, float, float, float, float, float]]]:
-    """The critical stages of one schedule (``M`` micro batches, ``v`` virtual chunks,
-    ``bubble`` fraction; selective recompute ``sel``, full recompute re-running ``frac`` of the
-    layers, ``passes`` layer passes): (the step's lower bound in seconds, per stage ``(i, layers,
-    compute, forward, backward, exposed TP, exposed EP, PP p2p)`` seconds per micro batch)."""
-    pp, tp, mf, overhead, overlap = g.pp, g.tp, g.mf, g.overhead, g.overlap
-    lower = 0.0
-    per_stage = []
+class _StageConsts(NamedTuple):
+    """One critical stage's terms that depend on the micro batch only (seconds per micro batch
+    unless said otherwise)."""
+
+    i: int
+    n: int
+    """The stage's transformer layers."""
+    ends: int
+    """The TP collectives of the embedding / output layer the stage runs (0, 1 or 2)."""
+    f_mb: float
+    b_mb: float
+    low: tuple[float, float]
+    """``M`` times the step's lower bound per micro batch (seconds per step, before the
+    bubble), without and with selective recompute's attention forward."""
+    a_te: float
+    """The TP collective blocks' seconds per layer pass over the stage's layers."""
+    gemm_n: float
+    """The stage's GEMM seconds per micro batch (what the TP overlap hides behind)."""
+    e_n: float
+    """The experts' ETP blocks per layer pass over the stage's layers."""
+    a_ep: float
+    """The EP dispatch seconds per layer pass over the stage's layers."""
+
+
+def _stage_consts(g: _KernelGrid, lk: _LayerKernels, cu: _CommUnits, M: int) -> list[_StageConsts]:
+    """The critical stages' micro-batch terms (``M`` micro batches): the forward / backward of
+    the stage's layers with the BF16 first / last layer and the output layer on the last stage,
+    the lower bound's compute, the TP / EP traffic per layer pass."""
+    pp, overhead = g.pp, g.overhead
+    out = []
     for i in g.crit:
         n = g.stages[i]
         last = i == pp - 1
-        ends = (i == 0) + last
         edges = (i == 0) + last if g.edge_bf16 else 0
         f_mb = n * lk.fw + edges * lk.d_f + (lk.lf if last else 0.0)
         b_mb = n * lk.bw + edges * lk.d_b + (lk.lb if last else 0.0)
-        extra = n * (frac * lk.fw + (lk.attn_f if sel else 0.0))
-        comp = f_mb + b_mb + extra + n * passes * overhead
-        lower = max(
-            lower,
-            M
-            * (
-                n * (lk.lower_layer + (lk.lower_attn if sel else 0.0) + 2 * overhead)
-                + (lk.lf + lk.lb if last else 0.0)
-            )
-            / (1 - bubble),
+        tail = lk.lf + lk.lb if last else 0.0
+        low = (
+            M * (n * (lk.lower_layer + 0.0 + 2 * overhead) + tail),
+            M * (n * (lk.lower_layer + lk.lower_attn + 2 * overhead) + tail),
         )
-        x_te = cu.tp_unit * cu.tp_blocks * n * passes
-        x_tp = x_te * tp_exposed_share(x_te, n * lk.gemm_l, tp, g.tp_on, overlap) + cu.tp_unit * (
-            cu.tp_expert * n * passes + ends
-        ) * (1 - overlap)
-        x_ep = cu.t_a2a * 2 * n * mf * passes
-        sent = sum((j * pp + i != v * pp - 1) + (j * pp + i != 0) for j in range(v))
-        x_pp = cu.pp_b * sent / g.bw_pp if pp > 1 and v <= 1 else 0.0
-        # the exposed shares as time.kernel_step_time takes them
-        x_ep *= ep_exposed_share(x_ep, f_mb + b_mb + extra, M, g.ep_on, overlap)
-        per_stage.append((i, n, comp, f_mb, b_mb + extra, x_tp, x_ep, x_pp))
-    return lower, per_stage
+        out.append(
+            _StageConsts(
+                i,
+                n,
+                (i == 0) + last,
+                f_mb,
+                b_mb,
+                low,
+                cu.tp_unit * cu.tp_blocks * n,
+                n * lk.gemm_l,
+                cu.tp_expert * n,
+                cu.t_a2a * 2 * n * g.mf,
+            )
+        )
+    return out
 
 
-def _cp_rows(
+class _Family(NamedTuple):
+    """The critical stages of one (selective?, full recompute's fraction) family of schedules
+    for one micro batch: what does not depend on the virtual pipeline degree, the CP variant or
+    the (zero, offload) state."""
+
+    rows: list[tuple[int, int, float, float, float, float, float]]
+    """Per stage ``(i, layers, compute, compute + exposed TP + EP, M x compute, M x exposed TP,
+    M x exposed EP)``, seconds (per micro batch but for the ``M x`` ones)."""
+    fixed: list[list[tuple[float, float]]]
+    """Per state, per stage: (exposed DP seconds, fixed seconds: offload, optimizer, host)."""
+
+
+def _family(
     g: _KernelGrid,
+    lk: _LayerKernels,
     cu: _CommUnits,
-    attn_core: float,
-    per_stage: list[tuple[int, int, float, float, float, float, float, float]],
-    cpt: str,
-    passes: float,
+    sc: list[_StageConsts],
+    states: list[tuple[int, str, float, float]],
     M: int,
-    bubble: float,
-) -> list[tuple[float, int, int, float, float, float, float, float, float, float, float]]:
-    """The critical stages under cp_comm_type ``cpt``: what the attention core (``attn_core``
-    seconds per layer) does not hide of the CP traffic is exposed; per stage ``(pipelined step
-    seconds, i, layers, compute, forward, backward, x_tp, x_ep, x_cp, x_pp, work per micro
-    batch)``."""
+    sel: bool,
+    frac: float,
+    memos: tuple[dict[tuple[Any, ...], float], dict[tuple[Any, ...], float]],
+) -> _Family:
+    """The stages of the schedules with selective recompute ``sel`` / full recompute re-running
+    ``frac`` of the layers (``2 + frac`` layer passes): compute with the recompute and
+    ``layer_overhead_us`` per layer and pass, TP and EP exposed as ``time.tp_exposed_share`` /
+    ``ep_exposed_share`` leave them (the TP overlap as :func:`planned_tp_comm_overlap` decides),
+    and per state the DP and fixed seconds (:func:`_dp_term`, :func:`_fixed_seconds`;
+    ``memos``: theirs, per micro batch)."""
+    tp, tp_on, ep_on, overlap, overhead = g.tp, g.tp_on, g.ep_on, g.overlap, g.overhead
+    passes = 2 + frac
+    rows = []
+    loads = []
+    for s in sc:
+        n = s.n
+        extra = n * (frac * lk.fw + (lk.attn_f if sel else 0.0))
+        comp = s.f_mb + s.b_mb + extra + n * passes * overhead
+        x_te = s.a_te * passes
+        x_tp = x_te * tp_exposed_share(x_te, s.gemm_n, tp, tp_on, overlap) + cu.tp_unit * (
+            s.e_n * passes + s.ends
+        ) * (1 - overlap)
+        x_ep = s.a_ep * passes
+        x_ep *= ep_exposed_share(x_ep, s.f_mb + s.b_mb + extra, M, ep_on, overlap)
+        rows.append((s.i, n, comp, comp + x_tp + x_ep, M * comp, M * x_tp, M * x_ep))
+        loads.append((s.i, s.f_mb, s.b_mb + extra, comp))
+    dp_memo, off_memo = memos
+    fixed = []
+    for zero, off, _mem, _t in states:
+        per = []
+        for i, f_mb, b_mb, comp in loads:
+            dkey = (zero, i, f_mb, b_mb, comp)
+            t_dp = dp_memo.get(dkey)
+            if t_dp is None:
+                t_dp = dp_memo[dkey] = _dp_term(g, zero, i, f_mb, b_mb, comp, M)
+            okey = (zero, off, i)
+            t_off = off_memo.get(okey)
+            if t_off is None:
+                t_off = off_memo[okey] = _fixed_seconds(g, zero, off, i, M)
+            per.append((t_dp, t_off))
+        fixed.append(per)
+    return _Family(rows, fixed)
+
+
+def _fixed_seconds(g: _KernelGrid, zero: int, off: str, i: int, M: int) -> float:
+    """Stage ``i``'s seconds per step outside the pipeline under (zero, offload) state: DeepSpeed
+    offload's CPU step and PCIe copies (as the full estimator: ``time.offload_seconds``), the
+    optimizer step and the host's per-step cost (``time.step_fixed_seconds``)."""
+    spec = g.spec
+    t_off = offload_seconds(
+        spec,
+        zero,
+        off != "none",
+        _param_offload(spec, zero),
+        sum(g.params[i]),
+        g.dp * g.cp,
+        M,
+    )
+    t_off += g.host_s + (
+        0.0
+        if off != "none" or not spec.cluster.optimizer_step
+        else optimizer_step_seconds(
+            spec,
+            *g.params[i],
+            *_opt_shards(spec, zero, g.dp * g.cp, g.edp),
+            g.hw.hbm,
+        )
+    )
+    return t_off
+
+
+def _step_floor(
+    g: _KernelGrid,
+    lk: _LayerKernels,
+    sc: list[_StageConsts],
+    x_pps: list[float],
+    M: int,
+    keep: float,
+    sel: bool,
+    frac: float,
+) -> float:
+    """A floor of every step :func:`_kernel_grid` times for one schedule (``keep`` = 1 -
+    bubble; ``sel`` / ``frac`` its recompute as :func:`_family` takes them): the worst stage's
+    compute and PP p2p through the bubble, computed as the step is, with the TP, EP, CP, DP and
+    fixed seconds (none negative) left out. Rounding to nearest is monotone, so the floor is
+    never above the step (seconds)."""
+    xf = frac * lk.fw + (lk.attn_f if sel else 0.0)
+    passes = 2 + frac
+    overhead = g.overhead
+    return max(
+        M * (s.f_mb + s.b_mb + s.n * xf + s.n * passes * overhead + x_pp) / keep
+        for s, x_pp in zip(sc, x_pps, strict=True)
+    )
+
+
+def _cp_exposed(
+    g: _KernelGrid, cu: _CommUnits, attn_core: float, fam: _Family, cpt: str, passes: float, M: int
+) -> list[tuple[float, float]]:
+    """Per stage of ``fam`` under cp_comm_type ``cpt``: what the attention core (``attn_core``
+    seconds per layer) does not hide of the CP traffic is exposed; ``(compute + exposed TP, EP
+    and CP seconds per micro batch, M x exposed CP)``."""
     cp = g.cp
     per_cp = 0.0
     if cp > 1:
@@ -1268,66 +1388,23 @@ def _cp_rows(
             else 2 * (cp - 1) * cu.kv_b
         )
         per_cp = vol * passes / 2 / g.bw_cp
-    rows = []
-    for i, n, comp, f_mb, b_mb, x_tp, x_ep, x_pp in per_stage:
+    out = []
+    for _i, n, _comp, cx, *_ in fam.rows:
         x_cp = max(n * per_cp - n * attn_core, 0.0)
-        work = comp + x_tp + x_ep + x_cp + x_pp
-        rows.append((M * work / (1 - bubble), i, n, comp, f_mb, b_mb, x_tp, x_ep, x_cp, x_pp, work))
-    return rows
+        out.append((cx + x_cp, M * x_cp))
+    return out
 
 
-def _worst_stage(
-    g: _KernelGrid,
-    rows: list[tuple[float, int, int, float, float, float, float, float, float, float, float]],
-    zero: int,
-    off: str,
-    M: int,
-    dp_memo: dict[tuple[Any, ...], float],
-    off_memo: dict[tuple[Any, ...], float],
-) -> tuple[float, Any, float, float]:
-    """The step of one (zero, offload) state: the worst critical stage with its exposed DP
-    seconds and its fixed seconds (DeepSpeed offload, the optimizer step, the host's per-step
-    cost); ``(step seconds, its row, DP seconds, fixed seconds)``. The DP and fixed terms depend
-    on the schedule only through the memo keys: memoised per micro batch."""
-    spec, c = g.spec, g.spec.cluster
-    total = -1.0
-    out = None
-    for row in rows:
-        piped, i, _n, comp, f_mb, b_mb, *_ = row
-        dkey = (zero, i, f_mb, b_mb, comp)
-        t_dp = dp_memo.get(dkey)
-        if t_dp is None:
-            t_dp = dp_memo[dkey] = _dp_term(g, zero, i, f_mb, b_mb, comp, M)
-        okey = (zero, off, i)
-        t_off = off_memo.get(okey)
-        if t_off is None:
-            # DeepSpeed offload's CPU step and PCIe copies (as the full estimator:
-            # time.offload_seconds)
-            t_off = offload_seconds(
-                spec,
-                zero,
-                off != "none",
-                _param_offload(spec, zero),
-                sum(g.params[i]),
-                g.dp * g.cp,
-                M,
-            )
-            # the optimizer step and the host's per-step cost (time.step_fixed_seconds)
-            t_off += g.host_s + (
-                0.0
-                if off != "none" or not c.optimizer_step
-                else optimizer_step_seconds(
-                    spec,
-                    *g.params[i],
-                    *_opt_shards(spec, zero, g.dp * g.cp, g.edp),
-                    g.hw.hbm,
-                )
-            )
-            off_memo[okey] = t_off
-        if piped + t_dp + t_off > total:
-            total, out = piped + t_dp + t_off, (row, t_dp, t_off)
-    assert out is not None
-    return total, out[0], out[1], out[2]
+def _pp_exposed(g: _KernelGrid, cu: _CommUnits, v: int) -> list[float]:
+    """Per critical stage the PP p2p seconds per micro batch with ``v`` virtual chunks: 1F1B's
+    sends and receives on the critical path, none with the interleaved schedule."""
+    pp = g.pp
+    if pp <= 1 or v > 1:
+        return [0.0] * len(g.crit)
+    return [
+        cu.pp_b * sum((j * pp + i != v * pp - 1) + (j * pp + i != 0) for j in range(v)) / g.bw_pp
+        for i in g.crit
+    ]
 
 
 def _kernel_grid(
@@ -1352,25 +1429,28 @@ def _kernel_grid(
     fx: dict[str, Any],
     act_layer: Any,
     cross: float,
+    cutoff: list[float],
 ) -> Iterator[tuple[Any, Any, Any, Any]]:
     """:func:`score_grid` under the kernel model (:func:`trainc.compiler.estimate.time.
     kernel_step_time`): per stage and micro-batch the layers' kernel times (dense and MoE
     layers weighted by their share; memoised per (moe, precision, tp, cp, ep, etp, sp, mbs)),
     the output layer on the last stage, recompute, ``layer_overhead_us`` per layer and pass;
-    TP/EP exposed as ``time.tp_exposed_share`` / ``ep_exposed_share`` leave them (the TP overlap
-    as :func:`planned_tp_comm_overlap` decides), CP what the attention core does not hide, PP p2p
-    with 1F1B only; the pipeline bubble; DP exposed as Megatron-Core's bucketed overlap leaves it
-    (the last bucket, and what exceeds the last micro-batch's backward / forward). The step is
-    the worst of the first stage, the stage with the most layers and the last stage.
+    TP/EP exposed as ``time.tp_exposed_share`` / ``ep_exposed_share`` leave them, CP what the
+    attention core does not hide, PP p2p with 1F1B only; the pipeline bubble; DP exposed as
+    Megatron-Core's bucketed overlap leaves it (the last bucket, and what exceeds the last
+    micro-batch's backward / forward). The step is the worst of the first stage, the stage with
+    the most layers and the last stage.
 
-    Steps: the grid's values (:func:`_kernel_setup`); per micro batch the GEMMs and attention
-    (:func:`_layer_kernels`) and the communication units (:func:`_comm_units`); per schedule
-    the pipeline's critical stages (:func:`_pipeline_stages`); per cp_comm_type the CP
-    exposure (:func:`_cp_rows`); per state the worst stage with DP and offload
-    (:func:`_worst_stage`)."""
+    Steps (memoised): :func:`_kernel_setup`; per micro batch :func:`_layer_kernels`,
+    :func:`_comm_units`, :func:`_stage_consts`; per recompute family :func:`_family`, per CP
+    variant :func:`_cp_exposed`, per vpp :func:`_pp_exposed`; per schedule the floor
+    (:func:`_step_floor`, against ``cutoff``), per CP variant and state the worst stage."""
     g = _kernel_setup(spec, k, W, dom, tp, cp, pp, dp, stages, ep, etp, sp, states, fx)
     gbs = spec.training.global_batch_size
     h = spec.model.hidden_size
+    n_max = max(stages)
+    ratio = g.intra / g.inter
+    fsdp = spec.engine is Engine.fsdp
     # the CP variants by the keys each attention call sees (kernels.attention_kv_length)
     by_kv: dict[float, list[str]] = {}
     for cpt in cps:
@@ -1379,31 +1459,53 @@ def _kernel_grid(
         if (gbs // dp) % mbs:
             continue
         M = gbs // (dp * mbs)
-        dp_memo: dict[tuple[Any, ...], float] = {}
-        off_memo: dict[tuple[Any, ...], float] = {}
+        memos: tuple[dict[tuple[Any, ...], float], dict[tuple[Any, ...], float]] = ({}, {})
+        buffers = 4 * (g.s_loc * mbs * h * 2) / tp
         for kvl, kv_cps in by_kv.items():
             lk = _layer_kernels(g, mbs, kvl)
             cu = _comm_units(g, mbs)
             act_l = act_layer(mbs)
+            sc = _stage_consts(g, lk, cu, M)
+            lows = (max(0.0, *(s.low[0] for s in sc)), max(0.0, *(s.low[1] for s in sc)))
+            fams: dict[tuple[bool, float], _Family] = {}
+            cp_memo: dict[tuple[bool, float, str], list[tuple[float, float]]] = {}
+            pp_memo: dict[int, list[float]] = {}
             for v, inflight, bubble, rc, frac, group in _schedules(
-                vpps, M, pp, slots, recomputes, fx, spec.engine is Engine.fsdp
+                vpps, M, pp, slots, recomputes, fx, fsdp
             ):
                 if rc[0] != "full":
                     frac = 0.0
-                act = _schedule_activations(
-                    rc, frac, group, act_l, max(stages), inflight, 4 * (g.s_loc * mbs * h * 2) / tp
-                )
-                passes = 2 + frac
-                lower, per_stage = _pipeline_stages(
-                    g, lk, cu, M, v, bubble, rc[0] == "selective", frac, passes
-                )
+                act = _schedule_activations(rc, frac, group, act_l, n_max, inflight, buffers)
+                sel = rc[0] == "selective"
+                keep = 1 - bubble
+                lower = lows[sel] / keep * (1 - 1e-5)
+                x_pps = pp_memo.get(v)
+                if x_pps is None:
+                    x_pps = pp_memo[v] = _pp_exposed(g, cu, v)
+                if _step_floor(g, lk, sc, x_pps, M, keep, sel, frac) >= cutoff[0]:
+                    for _cpt in kv_cps:
+                        for state in states:
+                            yield state[2] + act, None, None, lower
+                    continue
+                fam = fams.get((sel, frac))
+                if fam is None:
+                    fam = fams[(sel, frac)] = _family(g, lk, cu, sc, states, M, sel, frac, memos)
                 for cpt in kv_cps:
-                    rows = _cp_rows(g, cu, lk.attn_core, per_stage, cpt, passes, M, bubble)
-                    for zero, off, state_mem, _t_dp in states:
-                        total, row, t_dp, t_off = _worst_stage(
-                            g, rows, zero, off, M, dp_memo, off_memo
+                    cpx = cp_memo.get((sel, frac, cpt))
+                    if cpx is None:
+                        cpx = cp_memo[(sel, frac, cpt)] = _cp_exposed(
+                            g, cu, lk.attn_core, fam, cpt, 2 + frac, M
                         )
-                        piped, _i, _n, comp, _f, _b, x_tp, x_ep, x_cp, x_pp, work = row
+                    mws = [M * (w + x_pp) for (w, _), x_pp in zip(cpx, x_pps, strict=True)]
+                    pipes = [mw / keep for mw in mws]
+                    for (zero, off, state_mem, _t_dp), fixed in zip(states, fam.fixed, strict=True):
+                        total = -1.0
+                        worst = 0
+                        for j, (t_dp, t_off) in enumerate(fixed):
+                            if pipes[j] + t_dp + t_off > total:
+                                total, worst = pipes[j] + t_dp + t_off, j
+                        row = fam.rows[worst]
+                        t_dp, t_off = fixed[worst]
                         # (the full estimate is reported to 6 significant digits: the bound
                         # keeps 1e-5 below it)
                         yield (
@@ -1411,17 +1513,17 @@ def _kernel_grid(
                             total,
                             (v, cpt, mbs, rc, zero, off),
                             (
-                                M * comp,
-                                M * x_tp,
-                                M * x_cp,
-                                M * x_ep,
-                                M * x_pp,
+                                row[4],
+                                row[5],
+                                cpx[worst][1],
+                                row[6],
+                                M * x_pps[worst],
                                 t_dp,
                                 bubble,
-                                piped - M * work,
+                                pipes[worst] - mws[worst],
                                 cross,
-                                g.intra / g.inter,
-                                lower * (1 - 1e-5),
+                                ratio,
+                                lower,
                                 t_off,
                             ),
                         )

@@ -380,6 +380,9 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
     fits = 0
     pruned = 0
     min_mem = math.inf
+    # the smallest fast step time left out of the full pool, at least the pool's slowest: a
+    # layout with a lower bound at or above it is left out and leaves it unchanged, untimed
+    cutoff = [math.inf]
     for tp, cp, pp, dp, first, last, stages, acc, ep, etp, sp in _grids(spec, fx, ax, W):
         slots = tuple(
             n + (acc[0] and r == 0) + (acc[1] and r == pp - 1) for r, n in enumerate(stages)
@@ -403,6 +406,7 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
             fx,
             limit * (1 + MEM_SLACK),
             slots,
+            cutoff,
         ):
             if mem is None:
                 pruned += step
@@ -411,11 +415,16 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
             min_mem = min(min_mem, mem)
             if mem > limit * (1 + MEM_SLACK):
                 continue
+            if step is None:  # bounded at or above the cutoff (terms: the lower bound)
+                fits += mem <= limit
+                dropped = min(dropped, terms)
+                n_dropped += 1
+                continue
             v, cpt, mbs, rc, zero, off = var
             fits += mem <= limit
             if len(pool) == KEEP_POOL and step >= -pool[0][0]:
                 dropped = min(dropped, terms[TERMS.index("lower_bound")])
-                dropped_fast = min(dropped_fast, step)
+                dropped_fast = cutoff[0] = min(dropped_fast, step)
                 n_dropped += 1
                 continue
             order += 1
@@ -446,7 +455,7 @@ def search(spec: TrainSpec, explicit: frozenset[str]) -> SearchResult:
             else:
                 out = heapq.heapreplace(pool, (-step, -order, cand))[2]
                 dropped = min(dropped, out.terms["lower_bound"])
-                dropped_fast = min(dropped_fast, out.step_seconds)
+                dropped_fast = cutoff[0] = min(dropped_fast, out.step_seconds)
                 n_dropped += 1
     ranked = [c for _, _, c in sorted(pool, key=lambda x: (-x[0], -x[1]))]
     best = sorted((c for c in ranked if c.memory_bytes <= limit), key=_rank_key)[:KEEP]
