@@ -61,11 +61,20 @@ def render() -> str:
     return "\n".join(out)
 
 
+_USAGE = "usage: python -m trainc.docs [--check] [PATH]  (PATH: docs/rules.md)"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Write (or with ``--check`` compare) the rules page; returns the exit code."""
+    """Write (or with ``--check`` compare) the rules page; returns the exit code: 0 written or
+    current, 1 stale, 2 an unknown option (``-h`` / ``--help``: the usage, 0). The default path
+    is relative: run it from the repository root."""
     args = list(sys.argv[1:] if argv is None else argv)
     check = "--check" in args
     args = [a for a in args if a != "--check"]
+    if any(a.startswith("-") for a in args) or len(args) > 1:
+        help_asked = args in (["-h"], ["--help"])
+        print(_USAGE, file=sys.stdout if help_asked else sys.stderr)
+        return 0 if help_asked else 2
     path = Path(args[0] if args else "docs/rules.md")
     text = render()
     if check:

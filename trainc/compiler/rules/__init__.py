@@ -89,8 +89,7 @@ def family_of(rule: Rule) -> Family:
 def next_free_id(family: Family) -> str:
     """The id for a new rule of ``family``: in the first of its ranges with room, the lowest
     above the range's first declared rule that no rule has and :data:`RETIRED` does not hold
-    (divisibility: TRC222, after TRC201..TRC221). Raises ``LookupError`` when the ranges are
-    full."""
+    (fsdp: past TRC345, which is retired). Raises ``LookupError`` when the ranges are full."""
     used = {int(r.id[3:]) for r in ALL_RULES if family.owns(r.id)}
     for rng in family.ids:
         first = min((n for n in used if n in rng), default=rng.start)

@@ -32,3 +32,11 @@ def test_check_mode(tmp_path):
     assert main(["--check", str(f)]) == 1
     assert main([str(f)]) == 0
     assert main(["--check", str(f)]) == 0
+
+
+def test_an_option_is_never_taken_for_the_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["--help"]) == 0
+    assert main(["--chek"]) == 2
+    assert main(["a.md", "b.md"]) == 2
+    assert not list(tmp_path.iterdir())
