@@ -58,6 +58,7 @@ FEATURES = frozenset(
         "offload_optimizer",
         "grad_accum",
         "recompute_full",
+        "sequence_parallel",
     }
 )
 #: GPU profiles (``cluster.gpu``) whose hosts are Grace (aarch64) CPUs: GB200 / GB300 superchips.
@@ -210,14 +211,17 @@ class EngineFacts:
     fp8: bool
     fp8_recipe: str
     offload_optimizer: bool
+    sequence_parallel: bool
 
 
 def _megatron_features(j: EngineFacts) -> set[str]:
     """engine=megatron: ``tp_comm_overlap``, ``moe_dense_pp``, ``moe_aux_bias``, ``mtp_tp``,
-    ``fp8_<recipe>``, ``cp_not_p2p`` (:func:`job_features`)."""
+    ``fp8_<recipe>``, ``cp_not_p2p``, ``sequence_parallel`` (:func:`job_features`)."""
     f: set[str] = set()
     if j.tp_comm_overlap:
         f.add("tp_comm_overlap")
+    if j.sequence_parallel and j.tp > 1:
+        f.add("sequence_parallel")
     if j.num_experts:
         if j.moe_dense_stage and j.pp > 1:
             f.add("moe_dense_pp")
@@ -282,6 +286,7 @@ def job_features(
     offload_optimizer: bool = False,
     num_microbatches: int = 1,
     recompute: str = "",
+    sequence_parallel: bool = False,
 ) -> frozenset[str]:
     """The features of a job the table's ``when`` names (one definition for compile time and
     ``trainc run``): the engine (``megatron``, ``deepspeed``, ``fsdp``), ``cuda``,
@@ -304,7 +309,9 @@ def job_features(
     ``parallel.cp_comm_type`` other than p2p), ``offload_optimizer`` (engine=deepspeed with
     ``training.offload_optimizer``), ``grad_accum`` (more than one microbatch per step) and
     ``recompute_full`` (``training.recompute`` full: every layer's forward runs again, under
-    no_grad first, in the backward pass)."""
+    no_grad first, in the backward pass) and ``sequence_parallel`` (engine=megatron with the
+    resolved ``parallel.sequence_parallel`` and tp > 1: Megatron-Core all-reduces the gradients
+    of the parameters tagged ``sequence_parallel``, the norm weights, over the TP group)."""
     f = {engine}
     if device == "cuda":
         f.add("cuda")
@@ -351,6 +358,7 @@ def job_features(
         fp8=fp8,
         fp8_recipe=fp8_recipe,
         offload_optimizer=offload_optimizer,
+        sequence_parallel=sequence_parallel,
     )
     engine_features = ENGINE_FEATURES.get(engine)
     if engine_features is not None:

@@ -151,6 +151,13 @@ CASES: dict[str, tuple[str, str, str, dict[str, Any], dict[str, Any]]] = {
             "training.global_batch_size": 8,
         },
     ),
+    "te-1.13-sequence-parallel-norm-grads": (
+        "transformer_engine",
+        "2.0",
+        "2.1",
+        {"parallel.tp": 2, "parallel.sequence_parallel": True},
+        {"parallel.tp": 2, "parallel.sequence_parallel": False},
+    ),
     "nccl-2.18-nvls-topology-search-crash": (
         "nccl",
         "2.18.3",
@@ -235,6 +242,9 @@ def test_new_features_follow_their_settings() -> None:
     assert "offload_optimizer" in _feats(engine="deepspeed", offload_optimizer=True)
     assert "offload_optimizer" not in _feats(offload_optimizer=True)
     assert "grad_accum" in _feats(num_microbatches=2) and "grad_accum" not in _feats()
+    assert "sequence_parallel" in _feats(sequence_parallel=True, tp=2)
+    assert "sequence_parallel" not in _feats(sequence_parallel=True, tp=1)
+    assert "sequence_parallel" not in _feats(engine="fsdp", sequence_parallel=True, tp=2)
     everything = _feats(
         gpu="gb200",
         num_nodes=2,
@@ -253,6 +263,7 @@ def test_new_features_follow_their_settings() -> None:
         cp=2,
         cp_comm_type="a2a",
         num_microbatches=4,
+        sequence_parallel=True,
     )
     assert everything <= KV.FEATURES
 
@@ -419,4 +430,10 @@ def test_trainc_run_reads_the_new_features_from_the_plan(tmp_path: Any) -> None:
     assert len(bad) == 1 and "mcore-0.11-moe-dense-hybrid-pp-hang" in bad[0]
     _, warn = version_problems(str(out), {}, {"nccl": "2.17.1"})
     assert len(warn) == 1 and "nccl-2.17-nvls-hang" in warn[0]
+    sp = compile_dict(tmp_path, apply(BASE, {"parallel": {"tp": 2, "sequence_parallel": True}}))
+    assert sp.ok, [d.to_json() for d in sp.diagnostics if d.is_error]
+    out = write_files(tmp_path / "sp", sp.files)
+    bad, _ = version_problems(str(out), {}, {"transformer_engine": "2.0.0"})
+    assert len(bad) == 1 and "te-1.13-sequence-parallel-norm-grads" in bad[0]
+    assert version_problems(str(out), {}, {"transformer_engine": "2.1.0"}) == ([], [])
     assert version_problems(str(out), {"NCCL_NVLS_ENABLE": "0"}, {"nccl": "2.17.1"}) == ([], [])
