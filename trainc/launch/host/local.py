@@ -239,6 +239,7 @@ def _job_features(plan: Mapping[str, Any]) -> frozenset[str]:
         num_microbatches=int(d["num_microbatches"]),
         recompute=str(t["recompute"]),
         sequence_parallel=bool(p["sequence_parallel"]),
+        etp=int(d["etp"]),
     )
 
 
