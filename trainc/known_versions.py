@@ -58,6 +58,8 @@ FEATURES = frozenset(
         "offload_optimizer",
         "grad_accum",
         "recompute_full",
+        "sequence_parallel",
+        "moe_ep1_etp",
     }
 )
 #: GPU profiles (``cluster.gpu``) whose hosts are Grace (aarch64) CPUs: GB200 / GB300 superchips.
@@ -210,19 +212,27 @@ class EngineFacts:
     fp8: bool
     fp8_recipe: str
     offload_optimizer: bool
+    sequence_parallel: bool
+    ep: int
+    etp: int
 
 
 def _megatron_features(j: EngineFacts) -> set[str]:
     """engine=megatron: ``tp_comm_overlap``, ``moe_dense_pp``, ``moe_aux_bias``, ``mtp_tp``,
-    ``fp8_<recipe>``, ``cp_not_p2p`` (:func:`job_features`)."""
+    ``fp8_<recipe>``, ``cp_not_p2p``, ``sequence_parallel``, ``moe_ep1_etp``
+    (:func:`job_features`)."""
     f: set[str] = set()
     if j.tp_comm_overlap:
         f.add("tp_comm_overlap")
+    if j.sequence_parallel and j.tp > 1:
+        f.add("sequence_parallel")
     if j.num_experts:
         if j.moe_dense_stage and j.pp > 1:
             f.add("moe_dense_pp")
         if j.moe_aux_bias:
             f.add("moe_aux_bias")
+        if j.ep == 1 and j.etp != j.tp:
+            f.add("moe_ep1_etp")
     if j.mtp and j.tp > 1:
         f.add("mtp_tp")
     if j.fp8 and j.fp8_recipe in ("tensorwise", "blockwise", "mxfp8"):
@@ -282,6 +292,8 @@ def job_features(
     offload_optimizer: bool = False,
     num_microbatches: int = 1,
     recompute: str = "",
+    sequence_parallel: bool = False,
+    etp: int | None = None,
 ) -> frozenset[str]:
     """The features of a job the table's ``when`` names (one definition for compile time and
     ``trainc run``): the engine (``megatron``, ``deepspeed``, ``fsdp``), ``cuda``,
@@ -304,7 +316,12 @@ def job_features(
     ``parallel.cp_comm_type`` other than p2p), ``offload_optimizer`` (engine=deepspeed with
     ``training.offload_optimizer``), ``grad_accum`` (more than one microbatch per step) and
     ``recompute_full`` (``training.recompute`` full: every layer's forward runs again, under
-    no_grad first, in the backward pass)."""
+    no_grad first, in the backward pass) and ``sequence_parallel`` (engine=megatron with the
+    resolved ``parallel.sequence_parallel`` and tp > 1: Megatron-Core all-reduces the gradients
+    of the parameters tagged ``sequence_parallel``, the norm weights, over the TP group)
+    and ``moe_ep1_etp`` (engine=megatron, experts with ep 1 and an expert tensor-parallel degree
+    ``etp`` other than tp, MoE parallel folding: Megatron-Core before 0.19 reduces expert
+    gradients over the expert data-parallel group only when ep > 1; ``etp`` None is tp)."""
     f = {engine}
     if device == "cuda":
         f.add("cuda")
@@ -351,6 +368,9 @@ def job_features(
         fp8=fp8,
         fp8_recipe=fp8_recipe,
         offload_optimizer=offload_optimizer,
+        sequence_parallel=sequence_parallel,
+        ep=ep,
+        etp=tp if etp is None else etp,
     )
     engine_features = ENGINE_FEATURES.get(engine)
     if engine_features is not None:

@@ -151,6 +151,20 @@ CASES: dict[str, tuple[str, str, str, dict[str, Any], dict[str, Any]]] = {
             "training.global_batch_size": 8,
         },
     ),
+    "mcore-moe-ep1-etp-not-tp-grad-reduction": (
+        "megatron_core",
+        "0.16.1",
+        "0.19.0",
+        {**MOE, "parallel.ep": 1, "parallel.etp": 2},
+        {**MOE, "parallel.ep": 1, "parallel.etp": 1},
+    ),
+    "te-1.13-sequence-parallel-norm-grads": (
+        "transformer_engine",
+        "2.0",
+        "2.1",
+        {"parallel.tp": 2, "parallel.sequence_parallel": True},
+        {"parallel.tp": 2, "parallel.sequence_parallel": False},
+    ),
     "nccl-2.18-nvls-topology-search-crash": (
         "nccl",
         "2.18.3",
@@ -235,6 +249,14 @@ def test_new_features_follow_their_settings() -> None:
     assert "offload_optimizer" in _feats(engine="deepspeed", offload_optimizer=True)
     assert "offload_optimizer" not in _feats(offload_optimizer=True)
     assert "grad_accum" in _feats(num_microbatches=2) and "grad_accum" not in _feats()
+    assert "sequence_parallel" in _feats(sequence_parallel=True, tp=2)
+    assert "sequence_parallel" not in _feats(sequence_parallel=True, tp=1)
+    assert "sequence_parallel" not in _feats(engine="fsdp", sequence_parallel=True, tp=2)
+    assert "moe_ep1_etp" in _feats(num_experts=8, tp=1, etp=4)
+    assert "moe_ep1_etp" not in _feats(num_experts=8, tp=2)  # etp defaults to tp
+    assert "moe_ep1_etp" not in _feats(num_experts=8, tp=1, etp=4, ep=4)
+    assert "moe_ep1_etp" not in _feats(tp=1, etp=4)
+    assert "moe_ep1_etp" not in _feats(engine="fsdp", num_experts=8, tp=1, etp=4)
     everything = _feats(
         gpu="gb200",
         num_nodes=2,
@@ -253,6 +275,8 @@ def test_new_features_follow_their_settings() -> None:
         cp=2,
         cp_comm_type="a2a",
         num_microbatches=4,
+        sequence_parallel=True,
+        etp=4,
     )
     assert everything <= KV.FEATURES
 
@@ -419,4 +443,16 @@ def test_trainc_run_reads_the_new_features_from_the_plan(tmp_path: Any) -> None:
     assert len(bad) == 1 and "mcore-0.11-moe-dense-hybrid-pp-hang" in bad[0]
     _, warn = version_problems(str(out), {}, {"nccl": "2.17.1"})
     assert len(warn) == 1 and "nccl-2.17-nvls-hang" in warn[0]
+    sp = compile_dict(tmp_path, apply(BASE, {"parallel": {"tp": 2, "sequence_parallel": True}}))
+    assert sp.ok, [d.to_json() for d in sp.diagnostics if d.is_error]
+    out = write_files(tmp_path / "sp", sp.files)
+    bad, _ = version_problems(str(out), {}, {"transformer_engine": "2.0.0"})
+    assert len(bad) == 1 and "te-1.13-sequence-parallel-norm-grads" in bad[0]
+    assert version_problems(str(out), {}, {"transformer_engine": "2.1.0"}) == ([], [])
+    fold = {**moe, "parallel": {"tp": 1, "pp": 1, "ep": 1, "etp": 2}}
+    mf = compile_dict(tmp_path, apply(BASE, fold))
+    assert mf.ok, [d.to_json() for d in mf.diagnostics if d.is_error]
+    out = write_files(tmp_path / "fold", mf.files)
+    bad, _ = version_problems(str(out), {}, {"megatron_core": "0.16.1"})
+    assert len(bad) == 1 and "mcore-moe-ep1-etp-not-tp-grad-reduction" in bad[0]
     assert version_problems(str(out), {"NCCL_NVLS_ENABLE": "0"}, {"nccl": "2.17.1"}) == ([], [])

@@ -80,7 +80,8 @@ RESUME_LAYOUT = Rule(
     source=(
         "megatron/training/checkpointing.py load_checkpoint (core_v0.16.x: legacy files per "
         "mp_rank); NVIDIA/Megatron-LM #296 (BC-053); DeepSpeed universal checkpoint "
-        "(deepspeed/checkpoint/ds_to_universal.py, 0.19.8)"
+        "(deepspeed/checkpoint/ds_to_universal.py, 0.19.8: tp slices merged only by the "
+        "model's UNIVERSAL_CHECKPOINT_INFO patterns; deepspeedai/DeepSpeed #6503)"
     ),
 )
 

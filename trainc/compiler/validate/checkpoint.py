@@ -314,6 +314,14 @@ _NOT_RESHARDED = {
     "which reshards only in dp",
     "deepspeed": "DeepSpeed ZeRO stages 1-3 write one optimizer shard per data-parallel rank",
 }
+#: Why an axis does not change even through the format's conversion (TRC534's message and fix:
+#: no conversion is offered), by (format, axis): trainc/conf/reshard.yaml.
+_NO_CONVERSION = {
+    ("deepspeed", "tp"): "and a tensor-parallel change does not load even through a universal "
+    "checkpoint: ds_to_universal merges tp slices only by the parameter patterns the model "
+    "declares (UNIVERSAL_CHECKPOINT_INFO), else concatenates every slice, replicated norms "
+    "included (deepspeedai/DeepSpeed#6503)",
+}
 #: How to convert a checkpoint of the format to one that loads (TRC534's fix), by format.
 _CONVERSION = {
     "torch": "; or convert it with Megatron-LM tools/checkpoint/convert.py "
@@ -347,6 +355,9 @@ def _layout(saved: Mapping[str, Any], now: Mapping[str, Any], finetune: bool) ->
         return []
     change = ", ".join(f"{k} {saved[k]} -> {now[k]}" for k in moved)
     how = _NOT_RESHARDED.get(fmt, f"format {fmt} does not reshard")
+    stuck = [_NO_CONVERSION[fmt, k] for k in moved if (fmt, k) in _NO_CONVERSION]
+    if stuck:
+        how = f"{how}, {'; '.join(stuck)}"
     out = []
     for k in moved:
         fix, edits = (
@@ -361,7 +372,7 @@ def _layout(saved: Mapping[str, Any], now: Mapping[str, Any], finetune: bool) ->
                 saved[k],
                 now[k],
                 f"resuming with {change} from a {fmt} checkpoint: {how}",
-                fix + _CONVERSION.get(fmt, ""),
+                fix + ("" if (fmt, k) in _NO_CONVERSION else _CONVERSION.get(fmt, "")),
                 edits,
             )
         )

@@ -60,6 +60,8 @@ def spec_features(spec: TrainSpec, d: Derived | None = None) -> frozenset[str]:
         offload_optimizer=t.offload_optimizer is not Offload.none,
         num_microbatches=(d.num_microbatches or 1) if d is not None else 1,
         recompute=t.recompute.value,
+        sequence_parallel=bool(p.sequence_parallel),
+        etp=d.etp if d is not None else p.etp,
     )
 
 

@@ -238,6 +238,8 @@ def _job_features(plan: Mapping[str, Any]) -> frozenset[str]:
         offload_optimizer=t["offload_optimizer"] != "none",
         num_microbatches=int(d["num_microbatches"]),
         recompute=str(t["recompute"]),
+        sequence_parallel=bool(p["sequence_parallel"]),
+        etp=int(d["etp"]),
     )
 
 

@@ -514,6 +514,18 @@ def test_deepspeed_zero0_keeps_the_whole_optimizer_state_so_dp_may_change():
     assert "ds_to_universal.py" in (d.fix or "") and "load_universal" in (d.fix or "")
 
 
+@pytest.mark.parametrize("stage", [0, 1, 3])
+def test_deepspeed_tp_change_is_refused_without_a_universal_checkpoint_fix(stage):
+    """ds_to_universal merges tp slices only by the model's UNIVERSAL_CHECKPOINT_INFO patterns
+    (deepspeedai/DeepSpeed#6503): a tp change is TRC534 at every ZeRO stage, and its fix is the
+    saved tp, not a universal checkpoint; a pp change at the same dp still loads."""
+    ds = {**DS, "parallel.zero_stage": stage, "cluster.gpus_per_node": 8}
+    [d] = find(lint_cfg(**{**ds, "parallel.tp": 2, "resume.saved.tp": 1}), "TRC534")
+    assert d.key == "parallel.tp" and d.edits == {"parallel.tp": 1}
+    assert "universal" not in (d.fix or "") and "DeepSpeed#6503" in d.message
+    assert not find(lint_cfg(**{**ds, "parallel.pp": 2, "resume.saved.pp": 1}), "TRC534")
+
+
 def test_a_15t_token_budget_is_accepted_and_counted_in_samples():
     """data.num_tokens up to 1e15: a 15T-token run (Llama 3, arXiv:2407.21783) lints clean and
     is counted as floor(tokens / seq_length) samples; 2e15 is still refused."""
