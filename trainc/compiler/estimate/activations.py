@@ -140,6 +140,65 @@ def dense_layer_bytes(
     return replicated / tsp + sharded + scores
 
 
+def dense_layer_terms(
+    *,
+    s: float,
+    b: int,
+    h: int,
+    a: int,
+    g: int,
+    d: int,
+    f: int,
+    t: int,
+    sp: bool,
+    swiglu: bool,
+    with_scores: bool,
+    masks: bool = True,
+    fp8: bool = False,
+    attn_dropout: bool = True,
+) -> dict[str, float]:
+    """The terms :func:`dense_layer_bytes` sums for a standard-attention layer (``mla=None``),
+    same arguments and 2-byte units, one layer and micro-batch per rank, named by the tensor
+    each one counts:
+
+    * ``norm_inputs``: the two norms' inputs, ``4sbh`` (``/t`` with SP).
+    * ``norm_outputs``: the two norms' outputs (QKV and FC1 inputs), ``4sbh``, ``2sbh`` FP8.
+    * ``dropout_masks``: the two hidden-dropout masks, ``2sbh`` with ``masks``, else 0.
+    * ``q``: ``2 s b a d / t``; ``kv``: K and V, ``4 s b max(g/t, 1) d``.
+    * ``o_proj_input``: the output projection's input, ``2 s b a d / t`` (1 byte FP8).
+    * ``fc1_output``: ``2 s b f / t`` (``4`` with SwiGLU, gate and up); ``fc2_input``: the
+      activation's output, ``2 s b f / t`` (1 byte FP8).
+    * ``softmax_output`` ``2as^2b/t``, ``attn_dropout_mask`` ``as^2b/t`` and
+      ``attn_dropout_output`` ``2as^2b/t`` (the last two only with ``attn_dropout``): unfused
+      attention (``with_scores``), else 0.
+
+    Their sum is :func:`dense_layer_bytes` (same arguments) up to floating-point rounding;
+    the per-term split is what ``tests/differential/test_megatron_activations.py`` compares with
+    the tensors the real layer saves.
+
+    >>> kw = dict(s=2048, b=1, h=4096, a=32, g=8, d=128, f=14336, t=2, sp=True, swiglu=True,
+    ...           with_scores=True, masks=False, attn_dropout=False)
+    >>> sum(dense_layer_terms(**kw).values()) == dense_layer_bytes(**kw)
+    True
+    """
+    tsp = t if sp else 1
+    kv_per_rank = max(g / t, 1.0) * d
+    scores = a * s * s * b / t if with_scores else 0.0
+    return {
+        "norm_inputs": 4 * s * b * h / tsp,
+        "norm_outputs": (2 if fp8 else 4) * s * b * h / tsp,
+        "dropout_masks": (2 if masks else 0) * s * b * h / tsp,
+        "q": 2 * s * b * a * d / t,
+        "kv": 4 * s * b * kv_per_rank,
+        "o_proj_input": (1 if fp8 else 2) * s * b * a * d / t,
+        "fc1_output": (4 if swiglu else 2) * s * b * f / t,
+        "fc2_input": (1 if fp8 else 2) * s * b * f / t,
+        "softmax_output": 2 * scores,
+        "attn_dropout_mask": scores if attn_dropout else 0.0,
+        "attn_dropout_output": 2 * scores if attn_dropout else 0.0,
+    }
+
+
 def moe_mlp_extra_bytes(
     *,
     s: float,
