@@ -98,46 +98,35 @@ def dense_layer_bytes(
     mla: tuple[int | None, int, int, int, int] | None = None,
 ) -> float:
     """One dense layer, one micro-batch, our GQA/SwiGLU generalisation of Table 2 (2-byte
-    activations). ``s`` is the per-rank sequence (``seq / cp``).
+    activations): the sum of :func:`dense_layer_terms` (same arguments; each tensor the layer
+    saves, named there). ``s`` is the per-rank sequence (``seq / cp``).
 
-    ``masks``: the two dropout masks (``sbh``) are kept only when ``hidden_dropout > 0``
-    (``torch.nn.functional.dropout`` returns its input unchanged at p = 0, so no mask is saved;
-    Llama-style presets train with 0); likewise the score matrix's dropout mask and output
-    (``attn_dropout``, ``attention_dropout > 0``) with unfused attention. ``fp8``: Transformer
-    Engine saves the inputs of FP8 GEMMs for the backward in FP8 (1 byte:
-    ``te.pytorch.module.linear`` saves the quantized input), so the two norm outputs (QKV and
-    FC1 inputs), the output projection's input and FC2's input are 1-byte tensors.
-
-    ``mla = (q_lora, kv_lora, qk, pos, v)`` (multi-head latent attention, Megatron-Core
-    ``MLASelfAttention``): Q and K are ``a (qk + pos)`` wide, V and the output projection's
-    input ``a v`` (``/t``); the latents are kept per token of the sequence shard (``/t`` with
-    SP): each down projection's output (the latent norm's input) and the norm's output (the up
-    projection's input, 1 byte with FP8), ``q_lora`` and ``kv_lora`` wide, and the rotary part
-    of the key, ``pos``.
+    The terms are summed in their listed order; for the integer shapes trainc compiles (``t``
+    divides ``a``, ``f`` and ``h``, ``s`` a whole number) every term is a whole number below
+    2**53, so the sum is exact and independent of that order.
 
     >>> dense_layer_bytes(s=2048, b=1, h=4096, a=32, g=32, d=128, f=16384, t=1, sp=False,
     ...                   swiglu=False, with_scores=False) == 34 * 2048 * 4096
     True
     """
-    tsp = t if sp else 1
-    kv_per_rank = max(g / t, 1.0) * d  # g < t: each rank keeps one replicated KV head
-    ln_out = 2 if fp8 else 4  # the two norm outputs (GEMM inputs), 2 bytes each or FP8
-    replicated = (4 + ln_out + (2 if masks else 0)) * s * b * h
-    o_in = 1 if fp8 else 2  # output projection input (= attention output)
-    mlp = (6 if swiglu else 4) - (1 if fp8 else 0)  # fc1 out (2f or f) + activation out (FC2 in)
-    if mla is None:
-        attn = (2 + o_in) * a * d / t + 4 * kv_per_rank
-    else:
-        q_lora, kv_lora, qk, pos, v = mla
-        latent = (2 + (1 if fp8 else 2)) * ((q_lora or 0) + kv_lora) + 2 * pos
-        replicated += latent * s * b
-        attn = (4 * a * (qk + pos) + (2 + o_in) * a * v) / t
-    sharded = s * b * attn + mlp * s * b * f / t
-    # unfused attention keeps softmax, its dropout mask and output (5as^2b; the softmax output
-    # alone, 2as^2b, without attention dropout: F.dropout at p = 0 returns its input and saves no
-    # mask); a fused (flash) kernel keeps only the fp32 log-sum-exp per head and token (4as b)
-    scores = (5 if attn_dropout else 2) * a * s * s * b / t if with_scores else 0.0
-    return replicated / tsp + sharded + scores
+    terms = dense_layer_terms(
+        s=s,
+        b=b,
+        h=h,
+        a=a,
+        g=g,
+        d=d,
+        f=f,
+        t=t,
+        sp=sp,
+        swiglu=swiglu,
+        with_scores=with_scores,
+        masks=masks,
+        fp8=fp8,
+        attn_dropout=attn_dropout,
+        mla=mla,
+    )
+    return sum(terms.values())
 
 
 def dense_layer_terms(
@@ -156,24 +145,42 @@ def dense_layer_terms(
     masks: bool = True,
     fp8: bool = False,
     attn_dropout: bool = True,
+    mla: tuple[int | None, int, int, int, int] | None = None,
 ) -> dict[str, float]:
-    """The terms :func:`dense_layer_bytes` sums for a standard-attention layer (``mla=None``),
-    same arguments and 2-byte units, one layer and micro-batch per rank, named by the tensor
-    each one counts:
+    """The activation bytes one layer saves for backward, one micro-batch per rank (2-byte
+    units), by the tensor each term counts; :func:`dense_layer_bytes` is their sum. Korthikanti
+    et al. arXiv:2205.05198 §4 Table 2, generalised to GQA, SwiGLU, FP8 and MLA:
 
-    * ``norm_inputs``: the two norms' inputs, ``4sbh`` (``/t`` with SP).
+    * ``norm_inputs``: the two norms' inputs, ``4sbh`` (``/t`` with SP, as every ``sbh`` term).
     * ``norm_outputs``: the two norms' outputs (QKV and FC1 inputs), ``4sbh``, ``2sbh`` FP8.
     * ``dropout_masks``: the two hidden-dropout masks, ``2sbh`` with ``masks``, else 0.
-    * ``q``: ``2 s b a d / t``; ``kv``: K and V, ``4 s b max(g/t, 1) d``.
+    * ``q``: ``2 s b a d / t``; ``kv``: K and V, ``4 s b max(g/t, 1) d`` (``g < t``: each rank
+      keeps one replicated KV head).
     * ``o_proj_input``: the output projection's input, ``2 s b a d / t`` (1 byte FP8).
     * ``fc1_output``: ``2 s b f / t`` (``4`` with SwiGLU, gate and up); ``fc2_input``: the
       activation's output, ``2 s b f / t`` (1 byte FP8).
     * ``softmax_output`` ``2as^2b/t``, ``attn_dropout_mask`` ``as^2b/t`` and
       ``attn_dropout_output`` ``2as^2b/t`` (the last two only with ``attn_dropout``): unfused
-      attention (``with_scores``), else 0.
+      attention (``with_scores``), else 0. A fused (flash) kernel keeps only the fp32 log-sum-exp
+      per head and token, which the callers add.
+    * ``mla_latents``, ``mla_rope_key``: 0 without ``mla``.
 
-    Their sum is :func:`dense_layer_bytes` (same arguments) up to floating-point rounding;
-    the per-term split is what ``tests/differential/test_megatron_activations.py`` compares with
+    ``masks``: the two dropout masks are kept only when ``hidden_dropout > 0``
+    (``torch.nn.functional.dropout`` returns its input unchanged at p = 0, so no mask is saved;
+    Llama-style presets train with 0); likewise the score matrix's dropout mask and output
+    (``attn_dropout``, ``attention_dropout > 0``). ``fp8``: Transformer Engine saves the inputs
+    of FP8 GEMMs for the backward in FP8 (1 byte: ``te.pytorch.module.linear`` saves the
+    quantized input), so the two norm outputs, the output projection's input and FC2's input
+    are 1-byte tensors.
+
+    ``mla = (q_lora, kv_lora, qk, pos, v)`` (multi-head latent attention, Megatron-Core
+    ``MLASelfAttention``): Q and K are ``a (qk + pos)`` wide (``q``: Q, ``kv``: K and V), V and
+    the output projection's input ``a v`` (``/t``); the latents are kept per token of the
+    sequence shard (``/t`` with SP): ``mla_latents``, each down projection's output (the latent
+    norm's input) and the norm's output (the up projection's input, 1 byte with FP8),
+    ``q_lora`` and ``kv_lora`` wide, and ``mla_rope_key``, the rotary part of the key, ``pos``.
+
+    The per-term split is what ``tests/differential/test_megatron_activations.py`` compares with
     the tensors the real layer saves.
 
     >>> kw = dict(s=2048, b=1, h=4096, a=32, g=8, d=128, f=14336, t=2, sp=True, swiglu=True,
@@ -182,15 +189,30 @@ def dense_layer_terms(
     True
     """
     tsp = t if sp else 1
-    kv_per_rank = max(g / t, 1.0) * d
+    sbh = s * b * h / tsp
+    o_in = 1 if fp8 else 2  # output projection input (= attention output)
+    if mla is None:
+        q = 2 * s * b * a * d / t
+        kv = 4 * s * b * max(g / t, 1.0) * d
+        o_proj = o_in * s * b * a * d / t
+        latents = rope_key = 0.0
+    else:
+        q_lora, kv_lora, qk, pos, v = mla
+        q = 2 * s * b * a * (qk + pos) / t
+        kv = (2 * a * (qk + pos) + 2 * a * v) * s * b / t
+        o_proj = o_in * s * b * a * v / t
+        latents = (2 + (1 if fp8 else 2)) * ((q_lora or 0) + kv_lora) * s * b / tsp
+        rope_key = 2 * pos * s * b / tsp
     scores = a * s * s * b / t if with_scores else 0.0
     return {
-        "norm_inputs": 4 * s * b * h / tsp,
-        "norm_outputs": (2 if fp8 else 4) * s * b * h / tsp,
-        "dropout_masks": (2 if masks else 0) * s * b * h / tsp,
-        "q": 2 * s * b * a * d / t,
-        "kv": 4 * s * b * kv_per_rank,
-        "o_proj_input": (1 if fp8 else 2) * s * b * a * d / t,
+        "norm_inputs": 4 * sbh,
+        "norm_outputs": (2 if fp8 else 4) * sbh,
+        "dropout_masks": (2 if masks else 0) * sbh,
+        "mla_latents": latents,
+        "mla_rope_key": rope_key,
+        "q": q,
+        "kv": kv,
+        "o_proj_input": o_proj,
         "fc1_output": (4 if swiglu else 2) * s * b * f / t,
         "fc2_input": (1 if fp8 else 2) * s * b * f / t,
         "softmax_output": 2 * scores,
