@@ -46,12 +46,7 @@ shares its storage): the test credits it to the unit so the terms line up.
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import socket
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -59,6 +54,7 @@ from typing import Any
 import pytest
 
 from tests.support.estimate import make_spec, run_ir
+from tests.support.oracles import run_json_oracle
 from trainc.compiler.estimate.activations import dense_layer_terms, stage_activation_bytes
 from trainc.compiler.ir import Plan
 from trainc.schemas import (
@@ -100,25 +96,9 @@ GQA_MARKS = {
 }
 
 
-def _free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def measured() -> dict[str, dict[str, list[dict[str, Any]]]]:
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    res = subprocess.run(
-        [sys.executable, str(ORACLE), _free_port(), *CONFIGS],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-        check=False,
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    return run_json_oracle(ORACLE, *CONFIGS, timeout=600)
 
 
 def _plan(config: str, mode: str) -> Plan:

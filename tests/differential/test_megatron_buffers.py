@@ -15,16 +15,12 @@ the padding is under 20,000 elements, 1e-5 of the buffer; trainc counts ``N``.
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.oracles import run_json_oracle
 from trainc.compiler.estimate.memory import megatron_state_bytes
 from trainc.compiler.estimate.params import attention_params, mlp_params, norm_params
 from trainc.schemas import StateDtype, TrainingSpec
@@ -35,25 +31,9 @@ pytestmark = [pytest.mark.differential, pytest.mark.slow, pytest.mark.worker]
 ORACLE = Path(__file__).with_name("megatron_buffers_oracle.py")
 
 
-def _free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def measured() -> dict[str, int]:
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    res = subprocess.run(
-        [sys.executable, str(ORACLE), _free_port()],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        check=False,
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    return run_json_oracle(ORACLE, timeout=300)
 
 
 def _trainc_params() -> int:

@@ -12,5 +12,7 @@
 - :mod:`.one_truth_table`, :mod:`.one_truth_specs`: the cross-artifact table and its checks, and
   the generated specs it is checked on;
 - :mod:`.e2e`: launch real CPU training runs (tests/e2e);
+- :mod:`.oracles`: run a CPU oracle script in a subprocess and read its JSON answer
+  (tests/differential);
 - :mod:`.slurm`: the Slurm tests' clients and skips (tests/slurm).
 """
