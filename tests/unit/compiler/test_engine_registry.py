@@ -34,6 +34,7 @@ from trainc.compiler.estimate.engines import ESTIMATES
 from trainc.compiler.ir import Engines
 from trainc.compiler.normalize import normalize
 from trainc.compiler.targets import SECTIONS, TARGETS, engine_configs
+from trainc.launch import WORKER_ENGINES
 from trainc.schemas import (
     ClusterSpec,
     DataSpec,
@@ -70,9 +71,11 @@ def test_every_engine_has_one_row_in_each_table(engine: Engine) -> None:
     target = TARGETS[engine]
     assert target.section in SECTIONS
     assert target.section in {f.name for f in dataclasses.fields(Engines)}
-    # the worker module is named, never imported by the compiler (it imports torch)
-    worker = Path(trainc.__file__).parent.parent / (target.worker.replace(".", "/") + ".py")
-    assert worker.is_file(), target.worker
+    # the worker module is named once, by the launch side, never imported by the compiler
+    module = WORKER_ENGINES[engine].module
+    worker = Path(trainc.__file__).parent.parent / (module.replace(".", "/") + ".py")
+    assert worker.is_file(), module
+    assert module == f"trainc.launch.worker.engines.{engine.value}"
 
 
 def test_the_sections_are_the_ir_fields_in_order() -> None:

@@ -5,7 +5,7 @@ builds its Megatron-Core / DeepSpeed objects from it.
 
 An engine is a registration: :data:`TARGETS` holds one :class:`Target` per
 :class:`~trainc.schemas.Engine` (its config builder, the ``plan.json`` ``engines`` section it
-fills, the versions it adds to ``target_versions``, the worker module that runs it), and
+fills, the versions it adds to ``target_versions``), and
 :func:`engine_configs` looks the spec's engine up instead of comparing names. What the engine
 makes of the spec's keys is decided in :mod:`trainc.compiler.decide`; the estimator's
 per-engine functions are :data:`trainc.compiler.estimate.engines.ESTIMATES` (a layer above
@@ -64,9 +64,6 @@ class Target:
     """The ``plan.json`` ``engines`` key :attr:`build` fills (one of :data:`SECTIONS`)."""
     build: Builder
     """Builds that section from the normalized, validated spec."""
-    worker: str
-    """The rank-side module that trains with it (``trainc run``; the compiler never imports
-    it: the worker reads ``plan.json`` only)."""
     versions: Mapping[str, str] = field(default_factory=dict)
     """Releases this engine adds to ``plan.json`` ``target_versions`` (besides the Megatron-LM,
     megatron-core and DeepSpeed releases every plan names)."""
@@ -78,17 +75,14 @@ TARGETS: Mapping[Engine, Target] = MappingProxyType(
         Engine.megatron: Target(
             section="megatron_lm",
             build=megatron_lm,
-            worker="trainc.launch.worker.engines.megatron",
         ),
         Engine.deepspeed: Target(
             section="deepspeed",
             build=deepspeed,
-            worker="trainc.launch.worker.engines.deepspeed",
         ),
         Engine.fsdp: Target(
             section="fsdp",
             build=fsdp,
-            worker="trainc.launch.worker.engines.fsdp",
             versions={"torchtitan": TORCHTITAN_VERSION},
         ),
     }
