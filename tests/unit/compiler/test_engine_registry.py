@@ -30,7 +30,9 @@ from trainc.compiler.candidates import (
 )
 from trainc.compiler.decide import ENGINE_TRAITS, DpSync, Sharding, zero_layout
 from trainc.compiler.derive import derive
+from trainc.compiler.emit.report import ZERO_STAGE_ROW
 from trainc.compiler.estimate.engines import ESTIMATES
+from trainc.compiler.estimate.explain import SHARDING
 from trainc.compiler.ir import Engines
 from trainc.compiler.normalize import normalize
 from trainc.compiler.targets import SECTIONS, TARGETS, engine_configs
@@ -76,6 +78,13 @@ def test_every_engine_has_one_row_in_each_table(engine: Engine) -> None:
     worker = Path(trainc.__file__).parent.parent / (module.replace(".", "/") + ".py")
     assert worker.is_file(), module
     assert module == f"trainc.launch.worker.engines.{engine.value}"
+
+
+def test_the_layout_table_rows_cover_every_engine() -> None:
+    # report.md's "ZeRO stage" row and explain's "optimizer sharding" row are looked up by
+    # engine: a new Engine member without its row would raise KeyError at report time
+    assert set(ZERO_STAGE_ROW) == set(Engine)
+    assert set(SHARDING) == set(Engine)
 
 
 def test_the_sections_are_the_ir_fields_in_order() -> None:
