@@ -8,7 +8,8 @@ rank, the bytes of every model-state object the ZeRO optimizer really holds (dee
 DeepSpeedZeroOptimizer_Stage3) as one JSON file ``OUT`` (a list, one dict per plan, each with
 ``ranks``: one dict per rank).
 
-Usage: ``python deepspeed_memory_oracle.py OUT PORT PLAN.json [PLAN.json ...]``. Used by
+Usage: ``torchrun --nproc_per_node 2 deepspeed_memory_oracle.py OUT PORT PLAN.json ...``
+(``PORT``: the first of one port per plan). Used by
 ``test_deepspeed_memory.py``. The gradient terms are read inside the wrapped optimizer's step
 (the moment every gradient structure of the step is alive); the rest after the step.
 """

@@ -20,7 +20,8 @@ byte for byte (``pad`` = the ZeRO padding, ``n`` = dp):
   ``lp_param_buffer`` ``2 N / n``, fp32 master ``4 N / n``, Adam ``8 N / n``, the bf16 gradient
   partitions ``grad_partitions_flat_buffer`` ``2 N / n``: trainc's terms exactly.
 * Gradients at the optimizer step: both stage files hand the inner optimizer an **fp32**
-  gradient partition ``4 (N + pad) / n`` (stage_1_and_2.py ``step`` via ``get_flat_partition``;
+  gradient partition ``4 (N + pad) / n`` (stage_1_and_2.py ``DeepSpeedZeroOptimizer.step``:
+  ``flat_grad_partition.to(fp32)``;
   stage3.py ``_prepare_fp32_grad_for_sub_group``): trainc counts the 16-bit gradients only
   (``2 N``, ``2 N / n``), the ZeRO paper's 2 + 2 + 12; DeepSpeed's own estimator's 18 B counts it
   (a finding, not fixed: docs/memory.md).
@@ -30,7 +31,8 @@ Not counted by trainc, measured here (docs/memory.md states them): ZeRO-3's redu
 allocated in ``DeepSpeedZeroOptimizer_Stage3.__init__`` with ``contiguous_gradients``: 5e8 x 4 B
 = 2,000,000,000 B with trainc's config, fp32 communication for bf16); ZeRO-3's persistent
 parameters (``numel <= stage3_param_persistence_threshold`` = 100,000, kept whole beside their
-partition); ZeRO-Offload's staging buffer of the largest parameter (bf16). ZeRO-1/2's
+partition: ``partition_parameters.py`` ``Init._convert_to_deepspeed_param`` sets
+``ds_persist``); ZeRO-Offload's staging buffer of the largest parameter (bf16). ZeRO-1/2's
 ``reduce_bucket_size`` / ``allgather_bucket_size`` buckets are freed by the end of backward
 (``_release_ipg_buffers``): zero bytes at the step, measured.
 """
