@@ -225,7 +225,14 @@ def megatron_states(spec: TrainSpec, plan: Plan, sp: StageParams) -> StateBytes:
 def deepspeed_states(spec: TrainSpec, plan: Plan, sp: StageParams) -> StateBytes:
     """DeepSpeed ZeRO at the decided stage (:func:`trainc.compiler.decide.zero_layout`): the
     ZeRO table over dp x cp (:func:`zero_model_state_bytes`), the offloaded parts on the host,
-    and with ZeRO-3 the largest layer gathered (module docstring)."""
+    and with ZeRO-3 the largest layer gathered (module docstring).
+
+    Checked byte for byte against deepspeed 0.19.8's objects
+    (``tests/differential/test_deepspeed_memory.py``, docs/memory.md "DeepSpeed ZeRO"). Not
+    counted: ZeRO-1/2's flat-buffer padding (``< 2 dp`` elements), the fp32 gradient partition
+    the optimizer step receives (``4 N / n``), ZeRO-3's reduce bucket (``reduce_bucket_size`` x
+    the communication dtype, 2 GB with the emitted config) and persistent parameters
+    (``numel <= stage3_param_persistence_threshold``), ZeRO-Offload's staging buffer."""
     d, t = plan.derived, spec.training
     stage = zero_layout(spec).zero_stage
     pb, gb, ob = (4, 4, 8) if t.precision is Precision.fp32 else (2, 2, 12)
