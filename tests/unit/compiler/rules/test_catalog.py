@@ -686,6 +686,11 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
         {"cluster.num_nodes": 2, "launch.env": {"NCCL_IB_DISABLE": "0"}},
         "launch.env.NCCL_IB_DISABLE",
     ),
+    "TRC514": (
+        {"cluster.max_time_limit": "04:00:00", "launch.time_limit": "06:00:00"},
+        {"cluster.max_time_limit": "04:00:00", "launch.time_limit": "240"},
+        "launch.time_limit",
+    ),
     "TRC520": (
         {**NVL72, "launch.slurm_segment": 8},
         {**NVL72, "launch.slurm_segment": 10},
