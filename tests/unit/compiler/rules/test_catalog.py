@@ -757,6 +757,17 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
         },
         "launch.versions.torch",
     ),
+    "TRC540": (
+        {**MOE, "parallel.tp": 1, "parallel.ep": 1, "parallel.etp": 2},
+        {
+            **MOE,
+            "parallel.tp": 1,
+            "parallel.ep": 1,
+            "parallel.etp": 2,
+            "launch.versions": {"megatron_core": "0.19.0"},
+        },
+        "launch.versions.megatron_core",
+    ),
     "TRC533": ({"resume.finetune": True}, {**LM, "resume.finetune": True}, "resume.finetune"),
     "TRC534": ({"resume.saved.tp": 4}, {"resume.saved.tp": 2}, "parallel.tp"),
     "TRC535": (
