@@ -30,10 +30,11 @@ def _of(diags: list[Any], rule: str) -> list[Any]:
 
 def test_targets_are_the_worker_pins() -> None:
     assert MEGATRON_CORE_VERSION == "0.16.1" and DEEPSPEED_VERSION == "0.19.8"
-    assert ENGINE_TARGETS == {
+    want = {
         Engine.megatron: ("megatron_core", "0.16.1"),
         Engine.deepspeed: ("deepspeed", "0.19.8"),
     }
+    assert want == ENGINE_TARGETS
 
 
 def test_unstated_version_warns_with_the_targeted_release() -> None:
