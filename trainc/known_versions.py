@@ -122,6 +122,9 @@ class BadCombination:
     symptom: str
     fixed_in: Mapping[str, str]
     link: str
+    avoid: str = ""
+    """A spec change that avoids the fault on an affected release (optional; '' = none known
+    besides the fixed release and ``unless_env``)."""
 
 
 @cache
@@ -141,6 +144,7 @@ def table(path: Path = TABLE) -> tuple[BadCombination, ...]:
             symptom=" ".join(str(e["symptom"]).split()),
             fixed_in={k: str(v) for k, v in e["fixed_in"].items()},
             link=e["link"],
+            avoid=" ".join(str(e.get("avoid") or "").split()),
         )
         bad = (set(entry.versions) | set(entry.fixed_in)) - set(COMPONENTS)
         if bad or set(entry.when) - FEATURES or entry.severity not in ("error", "warning"):

@@ -54,6 +54,11 @@ class ClusterSpec:
     """Host (CPU) memory per node available to the job (GiB = 2**30 bytes). null = not checked.
     With DeepSpeed optimizer / parameter offload to the CPU the offloaded states live there:
     TRC420 (a sure host out-of-memory), TRC421 (within DeepSpeed's 1.5x buffer factor)."""
+    max_time_limit: str | None = None
+    """The Slurm partition's MaxTime (``scontrol show partition``), in launch.time_limit's
+    format ([D-]HH:MM:SS, minutes, or UNLIMITED), quoted in YAML. null = not checked. A
+    launch.time_limit above it is refused by sbatch or pends indefinitely: TRC514 (with
+    launch.requeue a job longer than MaxTime runs as several requeued segments). TRC502."""
     gemm_half_efficiency_tokens: int = 128
     """Tokens per GPU per micro batch (seq_length/cp x micro_batch_size) at which kernels reach
     half of compute_efficiency: small micro batches starve the GEMMs (estimates and planner use

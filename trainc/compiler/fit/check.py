@@ -400,14 +400,25 @@ def _time_limit(plan: Plan, e: Estimates) -> Iterator[Diagnostic]:
     lead = signal_lead_seconds(lc.time_limit)
     shown = f"{step:,.0f} s" + (" (p90)" if e.step_time_p90_seconds else "")
     shorten = "shorten the step (a smaller training.global_batch_size or more GPUs)"
+    # the partition's MaxTime (cluster.max_time_limit, TRC514) bounds how far the limit can rise
+    most_text = plan.spec.cluster.max_time_limit
+    cap = time_limit_seconds(most_text) if most_text is not None else None
     if step >= limit:
+        if cap is not None and step >= cap:
+            fix = (
+                f"{shorten}: the partition's MaxTime (cluster.max_time_limit {most_text} = "
+                f"{cap:,} s) is shorter than one step"
+            )
+        else:
+            within = f" (at most cluster.max_time_limit {most_text})" if cap is not None else ""
+            fix = f"raise launch.time_limit above {step:,.0f} s{within}, or {shorten}"
         yield diag(
             R.STEP_TIME_LIMIT,
             f"one step ({shown}) is longer than launch.time_limit "
             f"({lc.time_limit} = {limit:,} s): the job ends before its first step",
             "launch.time_limit",
             related=("training.global_batch_size",),
-            fix=f"raise launch.time_limit above {step:,.0f} s, or {shorten}",
+            fix=fix,
             step_seconds=step,
             time_limit_seconds=limit,
         )
@@ -422,7 +433,8 @@ def _time_limit(plan: Plan, e: Estimates) -> Iterator[Diagnostic]:
             "within that lead; every requeue starts again from the same checkpoint",
             "launch.save_interval",
             related=("launch.time_limit",),
-            fix=f"set launch.save_interval to at most {most}, raise launch.time_limit, or "
+            fix=f"set launch.save_interval to at most {most}, "
+            + ("raise launch.time_limit, or " if cap is None or limit < cap else "or ")
             + shorten,
             edits={"launch.save_interval": most},
             step_seconds=step,

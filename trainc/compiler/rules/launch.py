@@ -131,6 +131,22 @@ NCCL_IB_DISABLED = Rule(
     ),
 )
 
+PARTITION_MAX_TIME = Rule(
+    id="TRC514",
+    name="time-limit-within-partition-max",
+    summary=(
+        "launch.time_limit must not exceed cluster.max_time_limit (the Slurm partition's "
+        "MaxTime): sbatch refuses the job, or it pends indefinitely"
+    ),
+    source=(
+        "sbatch --time (slurm.schedmd.com/sbatch.html: a limit over the partition's leaves the job "
+        "PENDING, possibly indefinitely; EnforcePartLimits refuses it at submission, 'Requested "
+        "time limit is invalid (missing or exceeds some limit)'); slurm.schedmd.com/"
+        "resource_limits.html (MaxTime is bounded by the partition's); "
+        "github.com/NVIDIA-NeMo/RL/pull/3052"
+    ),
+)
+
 SLURM_SEGMENT = Rule(
     id="TRC520",
     name="slurm-segment-whole-groups",
@@ -194,6 +210,7 @@ LAUNCH = Family(
         LAUNCH_VALUE,
         DATA_SPLIT,
         NCCL_IB_DISABLED,
+        PARTITION_MAX_TIME,
         SLURM_SEGMENT,
         K8S_RUNTIME,
         K8S_SAVE_DIR,

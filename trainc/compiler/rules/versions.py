@@ -53,6 +53,26 @@ VERSION_CONTAINER = Rule(
     ),
 )
 
+KNOWN_BAD_TARGET = Rule(
+    id="TRC540",
+    name="known-bad-target-version",
+    summary=(
+        "launch.versions (and a known container image) leave the engine library's release out, "
+        "and the release trainc targets (megatron-core 0.16.1, deepspeed 0.19.8) is in a "
+        "known-bad range of trainc/conf/known_bad_versions.yaml for a feature the job uses"
+    ),
+    severity=Severity.warning,
+    engines={
+        Engine.deepspeed: Severity.warning,
+        Engine.megatron: Severity.warning,
+        Engine.fsdp: Severity.na,
+    },
+    source=(
+        "trainc/conf/known_bad_versions.yaml against trainc target_versions (plan.json; the "
+        "worker runs megatron-core 0.16.1 and DeepSpeed 0.19.8)"
+    ),
+)
+
 CKPT_FORMAT_RUNNER = Rule(
     id="TRC533",
     name="checkpoint-format-runner",
@@ -152,6 +172,7 @@ VERSIONS = Family(
         VERSION_FORMAT,
         VERSION_TARGET,
         VERSION_CONTAINER,
+        KNOWN_BAD_TARGET,
         CKPT_FORMAT_RUNNER,
         RESUME_LAYOUT,
         RESUME_VOCAB,

@@ -18,7 +18,7 @@ from trainc.compiler import rules as R
 from trainc.compiler.derive import Derived, domain_group_nodes, slurm_segment
 from trainc.compiler.diagnostics import Diagnostic, Severity, diag
 from trainc.compiler.support.secrets import is_secret, redact
-from trainc.compiler.support.slurm_time import UNLIMITED_TIMES
+from trainc.compiler.support.slurm_time import UNLIMITED_TIMES, time_limit_seconds
 from trainc.compiler.validate.util import show
 from trainc.schemas import Device, Engine, Entrypoint, Gpu, TrainSpec
 
@@ -94,20 +94,65 @@ def _job_name(spec: TrainSpec) -> Iterator[Diagnostic]:
         )
 
 
+def _is_slurm_time(value: str) -> bool:
+    """Slurm's ``--time`` syntax, or one of its spellings of "no limit"."""
+    return bool(_TIME.fullmatch(value)) or value.strip().lower() in UNLIMITED_TIMES
+
+
 def _time_limit(spec: TrainSpec) -> Iterator[Diagnostic]:
-    """TRC502: ``launch.time_limit`` in Slurm's ``--time`` syntax."""
-    lc = spec.launch
-    if (
-        not _TIME.fullmatch(lc.time_limit) and lc.time_limit.strip().lower() not in UNLIMITED_TIMES
-    ):  # Slurm's "no limit"
-        yield diag(
-            R.TIME_LIMIT,
-            f"time_limit ({lc.time_limit!r}) is not a Slurm time "
-            "([D-]HH:MM:SS, minutes, or UNLIMITED)",
-            "launch.time_limit",
-            fix='quote it in YAML, e.g. time_limit: "04:00:00"',
-            time_limit=lc.time_limit,
-        )
+    """TRC502: ``launch.time_limit`` and ``cluster.max_time_limit`` in Slurm's ``--time``
+    syntax; TRC514: the job's limit within the partition's MaxTime."""
+    lc, most = spec.launch, spec.cluster.max_time_limit
+    bad = False
+    for key, value, example in (
+        ("launch.time_limit", lc.time_limit, 'time_limit: "04:00:00"'),
+        ("cluster.max_time_limit", most, 'max_time_limit: "2-00:00:00"'),
+    ):
+        if value is not None and not _is_slurm_time(value):
+            bad = True
+            yield diag(
+                R.TIME_LIMIT,
+                f"{key.split('.')[1]} ({value!r}) is not a Slurm time "
+                "([D-]HH:MM:SS, minutes, or UNLIMITED)",
+                key,
+                fix=f"quote it in YAML, e.g. {example}",
+                time_limit=value,
+            )
+    if most is not None and not bad:
+        yield from _partition_max_time(lc.time_limit, most, lc.requeue)
+
+
+def _partition_max_time(time_limit: str, most: str, requeue: bool) -> Iterator[Diagnostic]:
+    """TRC514: ``launch.time_limit`` (``#SBATCH --time``) above ``cluster.max_time_limit``, the
+    partition's MaxTime (no limit, ``UNLIMITED`` or 0, is above any finite MaxTime). sbatch's
+    --time (Slurm sbatch(1)): a job whose limit exceeds the partition's is left pending, possibly
+    indefinitely; with ``EnforcePartLimits`` sbatch refuses it ("Requested time limit is invalid
+    (missing or exceeds some limit)", github.com/NVIDIA-NeMo/RL/pull/3052)."""
+    asked, cap = time_limit_seconds(time_limit), time_limit_seconds(most)
+    if cap is None or (asked is not None and asked <= cap):
+        return
+    shown = "no limit" if asked is None else f"{asked:,} s"
+    split = (
+        "the job already requeues: each segment resumes from the checkpoint saved at the "
+        "time-limit signal"
+        if requeue
+        else "with launch.requeue: true a longer run continues in requeued segments of at most "
+        "that, each resuming from the checkpoint saved at the time-limit signal"
+    )
+    yield diag(
+        R.PARTITION_MAX_TIME,
+        f"launch.time_limit ({time_limit} = {shown}) exceeds the partition's MaxTime "
+        f"(cluster.max_time_limit {most} = {cap:,} s): sbatch refuses the job (EnforcePartLimits) "
+        "or leaves it pending indefinitely",
+        "launch.time_limit",
+        related=("cluster.max_time_limit",),
+        fix=f"set launch.time_limit to at most {most!r}; {split}",
+        edits={"launch.time_limit": most}
+        if requeue
+        else {"launch.time_limit": most, "launch.requeue": True},
+        time_limit_seconds=asked,
+        max_time_limit_seconds=cap,
+    )
 
 
 def _megatron_lm_path(spec: TrainSpec) -> Iterator[Diagnostic]:

@@ -1,4 +1,5 @@
-"""TRC530-TRC532, TRC539: the job's versions against the known-bad table and trainc's targets.
+"""TRC530-TRC532, TRC539, TRC540: the job's versions against the known-bad table and trainc's
+targets.
 
 The job's versions are ``launch.versions`` and, for the components it leaves out, the releases
 ``launch.container_image`` ships when it is a tag of ``trainc/conf/container_versions.yaml``
@@ -99,8 +100,59 @@ def before(spec: TrainSpec, component: str, version: str) -> bool:
     return have is not None and want is not None and not KV.in_range(have, f">={version}")
 
 
+#: engine -> the engine library whose release trainc writes the artifacts for, and that release
+#: (:data:`trainc.compiler.plan.MEGATRON_CORE_VERSION`, ``DEEPSPEED_VERSION``: the worker's pins).
+ENGINE_TARGETS = {
+    Engine.megatron: ("megatron_core", MEGATRON_CORE_VERSION),
+    Engine.deepspeed: ("deepspeed", DEEPSPEED_VERSION),
+}
+
+
+def _target_faults(
+    spec: TrainSpec, d: Derived, given: dict[str, str], ok: dict[str, str]
+) -> Iterator[Diagnostic]:
+    """TRC540: the engine library's release is not stated (neither ``launch.versions`` nor a
+    known ``launch.container_image`` gives it: ``given``), so the job is assumed to run the
+    release trainc targets (:data:`ENGINE_TARGETS`); each known-bad entry that names that
+    library and matches with it (the other components from ``ok``, the readable stated
+    versions) is a warning, not TRC530's verdict: the job may run another release. Entries
+    with a component neither stated nor targeted stay unknown (skipped)."""
+    if spec.engine not in ENGINE_TARGETS:  # engine=fsdp: no engine package trainc pins
+        return
+    comp, target = ENGINE_TARGETS[spec.engine]
+    if comp in given:  # stated (an unreadable release is TRC531's finding)
+        return
+    assumed = {**ok, comp: target}
+    for e in KV.matches(assumed, spec_features(spec, d), spec.launch.env):
+        if comp not in e.versions:  # matched without the assumption: TRC530 reported it
+            continue
+        fixed = e.fixed_in.get(comp)
+        on = f"on {target}" + (f" (or any release before {fixed})" if fixed else "")
+        ways = [e.avoid] if e.avoid else []
+        if fixed:
+            ways.append(f"run {comp} {fixed} or later")
+        fix = f"set launch.versions.{comp} to the release the job runs; {on}: " + (
+            ", or ".join(ways) if ways else "avoid the features this entry names"
+        )
+        if e.unless_env:
+            env = ", ".join(f"launch.env.{k}={v}" for k, v in e.unless_env.items())
+            fix += f" (or work around it: set {env})"
+        yield diag(
+            R.KNOWN_BAD_TARGET,
+            f"launch.versions does not name {comp}, and {comp} {target}, the release trainc "
+            f"targets, is in a known-bad range ({e.id}, {comp} {e.versions[comp]}) for this "
+            f"job: {e.symptom}; see {e.link}",
+            f"launch.versions.{comp}",
+            fix=fix,
+            entry=e.id,
+            link=e.link,
+            target=target,
+            fixed_in=dict(e.fixed_in),
+        )
+
+
 def versions(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
-    """TRC530-TRC532, TRC539."""
+    """TRC530-TRC532, TRC539, TRC540 (:func:`_target_faults`)."""
     given = dict(spec.launch.versions or {})
     image = KV.image_versions(spec.launch.container_image)
     if image is not None:
@@ -128,6 +180,7 @@ def versions(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                 )
             given.setdefault(comp, text)
     if not given:
+        yield from _target_faults(spec, d, given, {})
         return
     ok: dict[str, str] = {}
     for comp, text in given.items():
@@ -171,6 +224,8 @@ def versions(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
         edits: dict[str, str] = {
             f"launch.versions.{c}": v for c, v in e.fixed_in.items() if c in explicit
         }
+        if e.avoid:
+            fix += f" (or avoid it: {e.avoid})"
         if e.unless_env:
             env = ", ".join(f"launch.env.{k}={v}" for k, v in e.unless_env.items())
             fix += f" (or work around it: set {env})"
@@ -192,6 +247,7 @@ def versions(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             link=e.link,
             fixed_in=dict(e.fixed_in),
         )
+    yield from _target_faults(spec, d, given, ok)
     targets = {
         Engine.megatron: ("megatron_core", MEGATRON_CORE_VERSION),
         Engine.deepspeed: ("deepspeed", DEEPSPEED_VERSION),

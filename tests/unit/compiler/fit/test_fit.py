@@ -305,6 +305,37 @@ def test_trc404_step_against_the_time_limit():
     assert trc404(time_limit="0") == trc404(time_limit="0:0:0") == []  # Slurm: zero = no limit
 
 
+def test_trc404_fix_stays_within_the_partition_max_time():
+    """With cluster.max_time_limit (TRC514) the advice to raise launch.time_limit is bounded by
+    it, and dropped where the partition's MaxTime is itself shorter than one step (386 s p90)."""
+
+    def trc404(most, **launch):
+        s = make_spec(nodes=1, training__global_batch_size=1024)
+        s.cluster.max_time_limit = most
+        for k, v in launch.items():
+            setattr(s.launch, k, v)
+        _, _, diags = fit_diags(s)
+        return [d for d in diags if d.rule.id == "TRC404"]
+
+    shorten = "shorten the step (a smaller training.global_batch_size or more GPUs)"
+    [d] = trc404(None, time_limit="5")
+    assert d.fix == f"raise launch.time_limit above 386 s, or {shorten}"
+    [d] = trc404("04:00:00", time_limit="5")
+    assert d.fix == (
+        "raise launch.time_limit above 386 s (at most cluster.max_time_limit 04:00:00), "
+        f"or {shorten}"
+    )
+    [d] = trc404("5", time_limit="5")
+    assert d.fix == (
+        f"{shorten}: the partition's MaxTime (cluster.max_time_limit 5 = 300 s) is shorter than "
+        "one step"
+    )
+    [d] = trc404("04:00:00", time_limit="04:00:00")
+    assert d.fix == f"set launch.save_interval to at most 36, or {shorten}"
+    [d] = trc404("1-00:00:00", time_limit="04:00:00")
+    assert d.fix == f"set launch.save_interval to at most 36, raise launch.time_limit, or {shorten}"
+
+
 def test_trc401_fix_puts_context_parallelism_after_a_near_change_without_it():
     """At 8K tokens cp=2 fit 1 % faster than micro batch 1 and was TRC401's machine edit, against
     the planner's own rule (no CP within the error band); a CP change more than 10 % faster

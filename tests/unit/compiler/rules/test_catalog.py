@@ -686,6 +686,11 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
         {"cluster.num_nodes": 2, "launch.env": {"NCCL_IB_DISABLE": "0"}},
         "launch.env.NCCL_IB_DISABLE",
     ),
+    "TRC514": (
+        {"cluster.max_time_limit": "04:00:00", "launch.time_limit": "06:00:00"},
+        {"cluster.max_time_limit": "04:00:00", "launch.time_limit": "240"},
+        "launch.time_limit",
+    ),
     "TRC520": (
         {**NVL72, "launch.slurm_segment": 8},
         {**NVL72, "launch.slurm_segment": 10},
@@ -751,6 +756,17 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
             "launch.versions": {"torch": "2.4.0"},
         },
         "launch.versions.torch",
+    ),
+    "TRC540": (
+        {**MOE, "parallel.tp": 1, "parallel.ep": 1, "parallel.etp": 2},
+        {
+            **MOE,
+            "parallel.tp": 1,
+            "parallel.ep": 1,
+            "parallel.etp": 2,
+            "launch.versions": {"megatron_core": "0.19.0"},
+        },
+        "launch.versions.megatron_core",
     ),
     "TRC533": ({"resume.finetune": True}, {**LM, "resume.finetune": True}, "resume.finetune"),
     "TRC534": ({"resume.saved.tp": 4}, {"resume.saved.tp": 2}, "parallel.tp"),
