@@ -86,12 +86,13 @@ def window_pair_share(s: int, w: int | None) -> float:
     """The share of the causal (query, key) pairs that sliding-window attention with ``w`` keys
     left of each query scores, in Megatron's continuous count (causal ``s^2 / 2`` pairs, the
     halving of ``num_floating_point_operations``): the window keeps ``s w - w^2 / 2``, so
-    ``(2 s w - w^2) / s^2``; 1 without a window (``w`` None) or when ``w >= s``.
+    ``(2 s w - w^2) / s^2``; 1 without a window (``w`` None) or when ``w >= s - 1`` (every
+    query sees all its causal keys).
 
     >>> window_pair_share(8192, 4095)  # Mistral 7B v0.1's window at 8192 tokens
     0.7498779147863388
     """
-    if w is None or w >= s:
+    if w is None or w >= s - 1:
         return 1.0
     return (2 * s * w - w * w) / (s * s)
 

@@ -109,9 +109,9 @@ WINDOW_ATTENTION = Rule(
     id="TRC310",
     name="window-attention-range",
     summary=(
-        "sliding-window attention: window_size in [1, seq_length - 1] (a window of seq_length "
-        "keys or more is full causal attention), window_attn_skip_freq >= 1 and only with "
-        "window_size"
+        "sliding-window attention: window_size in [1, seq_length - 2] (a window of "
+        "seq_length - 1 keys or more is full causal attention), window_attn_skip_freq >= 1 and "
+        "only with window_size"
     ),
     source=(
         "megatron-core 0.16.1 transformer/utils.py get_sliding_window_causal_mask and "

@@ -512,7 +512,8 @@ def _ddp_overlap(spec: TrainSpec) -> Iterator[Diagnostic]:
 
 def window_attention(spec: TrainSpec) -> Iterator[Diagnostic]:
     """TRC310: ``model.window_size`` (keys left of each query, Megatron-Core
-    ``TransformerConfig.window_size = (w, 0)``) in ``[1, seq_length - 1]`` and
+    ``TransformerConfig.window_size = (w, 0)``) in ``[1, seq_length - 2]`` (from
+    ``seq_length - 1`` on every query sees all its causal keys) and
     ``model.window_attn_skip_freq`` >= 1 and only with a window (megatron-core 0.16.1
     ``transformer/utils.py::is_layer_window_attention`` reads it only when ``window_size`` is
     set: ``layer_number % N != 0`` is windowed)."""
@@ -529,11 +530,11 @@ def window_attention(spec: TrainSpec) -> Iterator[Diagnostic]:
             edits={"model.window_size": None, "model.window_attn_skip_freq": None},
             window_size=w,
         )
-    elif w is not None and w >= s:
+    elif w is not None and w >= s - 1:
         yield diag(
             R.WINDOW_ATTENTION,
-            f"model.window_size ({w}) covers the whole {s}-token sequence (a query sees at "
-            f"most {s - 1} keys to its left): the window is full causal attention",
+            f"model.window_size ({w}) covers the whole {s}-token sequence (the last query "
+            f"has {s - 1} keys to its left): the window is full causal attention",
             "model.window_size",
             related=("model.seq_length",),
             fix="remove model.window_size (and model.window_attn_skip_freq): full causal "
