@@ -697,13 +697,13 @@ TABLE: tuple[Setting, ...] = (
     Setting(
         "window_size",
         spec=(S("model.window_size"),),
-        lm=(F("--window-size", lambda v: [int(x) for x in v.split(",")][0], None),),
+        lm=(F("--window-size", lambda v: int(v.split(",")[0]), None),),
         core=(CO(_TC, "window_size", None, lambda v: v if v is None else v[0]),),
     ),
     Setting(
         "window_size_right",
         spec=(SF(lambda plan: 0 if plan["spec"]["model"]["window_size"] is not None else None),),
-        lm=(F("--window-size", lambda v: [int(x) for x in v.split(",")][1], None),),
+        lm=(F("--window-size", lambda v: int(v.split(",")[1]), None),),
         core=(CO(_TC, "window_size", None, lambda v: v if v is None else v[1]),),
     ),
     Setting(

@@ -44,6 +44,7 @@ def test_window_covering_the_sequence_is_trc310(w):
     is full causal attention."""
     ((key, message, fix, edits),) = _diag({"model.window_size": w})
     assert key == "model.window_size"
+    assert edits == {"model.window_size": None, "model.window_attn_skip_freq": None}
     assert message == (
         f"model.window_size ({w}) covers the whole 1024-token sequence (the last query has "
         "1023 keys to its left): the window is full causal attention"

@@ -4,8 +4,9 @@ Source: ``megatron/training/training.py::num_floating_point_operations`` -> ``tr
 (Megatron-LM core_v0.16.1). Every GEMM is counted x2 (multiply-add) x3 (forward, weight-grad,
 input-grad) = 6 FLOPs per weight per token. Attention scores (QK^T and softmax·V) are halved for the
 causal mask (and scaled by the scored share of the causal pairs with sliding-window attention,
-:func:`window_core_share`). Router GEMMs and recomputation are not counted: these are *model* FLOPs (MFU), not
-hardware FLOPs. ``hardware_flops`` adds what recompute re-executes (used for the step time only).
+:func:`window_core_share`). Router GEMMs and recomputation are not counted: these are *model*
+FLOPs (MFU), not hardware FLOPs. ``hardware_flops`` adds what recompute re-executes (used for
+the step time only).
 """
 
 from __future__ import annotations

@@ -486,9 +486,9 @@ def _attention_core(
     kv_len: float | None,
 ) -> None:
     """Sets ``lt``'s attention core seconds: the fused kernel (causal, scaled by
-    :func:`trainc.compiler.estimate.flops.window_core_share` with a sliding window; CP ranks each see all s
-    keys for their s/c queries; its efficiency falls with short key blocks per call) or the
-    unfused score matrix (:func:`unfused_attention_seconds`)."""
+    :func:`trainc.compiler.estimate.flops.window_core_share` with a sliding window; CP ranks
+    each see all s keys for their s/c queries; its efficiency falls with short key blocks per
+    call) or the unfused score matrix (:func:`unfused_attention_seconds`)."""
     m = spec.model
     a = m.num_attention_heads
     s_full = m.seq_length
