@@ -47,3 +47,15 @@ def test_tp2_sliding_window_trains_with_the_window(tmp_path):
     assert int(n_win) == int(n_full) + 2, (n_win, n_full)
     got, full = steps(log), steps(full_log)
     assert any(not close(full[n]["loss"], got[n]["loss"], 1e-4) for n in range(1, 25))
+
+
+def test_cp2_sliding_window_on_the_cpu_attention_stand_in_equals_the_reference(tmp_path):
+    """Context parallelism on CPU runs trainc's core-attention stand-in
+    (``trainc/launch/worker/cp_attention.py``), which applies the window itself; the one-process
+    reference runs Megatron-Core's own DotProductAttention with its sliding-window mask: the
+    losses and grad norms agree step by step."""
+    over = {"model": WINDOW["model"], "parallel": {"cp": 2}}
+    out = compile_case(tmp_path, "cp2_swa", merge(base_spec("cp2_swa", 2), over))
+    ref = references([out])["cp2_swa"]
+    log = launch(out, ["--resume-check", "16"])
+    check_case("cp2_swa", out, log, ref)
