@@ -59,3 +59,19 @@ def test_cp2_sliding_window_on_the_cpu_attention_stand_in_equals_the_reference(t
     ref = references([out])["cp2_swa"]
     log = launch(out, ["--resume-check", "16"])
     check_case("cp2_swa", out, log, ref)
+
+
+def test_deepspeed_builds_the_window(tmp_path):
+    """engine=deepspeed builds the same Megatron-Core GPTModel from plan.json's TransformerConfig
+    (``trainc/launch/worker/engines/deepspeed.py`` ``build_model``): with the window it equals
+    its windowed one-process reference and trains other losses than without it."""
+    ds = {"engine": "deepspeed", "parallel": {"zero_stage": 1}}
+    out = compile_case(
+        tmp_path, "ds_swa", merge(base_spec("ds_swa", 2), merge(ds, {"model": WINDOW["model"]}))
+    )
+    plain = compile_case(tmp_path, "ds_full", merge(base_spec("ds_full", 2), ds))
+    refs = references([out])
+    log = launch(out, ["--resume-check", "16"])
+    check_case("ds_swa", out, log, refs["ds_swa"])
+    got, full = steps(log), steps(launch(plain))
+    assert any(not close(full[n]["loss"], got[n]["loss"], 1e-4) for n in range(1, 25))
