@@ -135,7 +135,9 @@ def dense_layer_bytes(
     sharded = s * b * attn + mlp * s * b * f / t
     # unfused attention keeps softmax, its dropout mask and output (5as^2b; the softmax output
     # alone, 2as^2b, without attention dropout: F.dropout at p = 0 returns its input and saves no
-    # mask); a fused (flash) kernel keeps only the fp32 log-sum-exp per head and token (4as b)
+    # mask); a fused (flash) kernel keeps only the fp32 log-sum-exp per head and token (4as b).
+    # A sliding window shrinks neither: Megatron-Core 0.16.1's DotProductAttention.forward
+    # materialises the whole [b*np, sq, sk] score matrix and masks it afterwards
     scores = (5 if attn_dropout else 2) * a * s * s * b / t if with_scores else 0.0
     return replicated / tsp + sharded + scores
 
