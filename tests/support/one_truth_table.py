@@ -692,6 +692,26 @@ TABLE: tuple[Setting, ...] = (
         core=(CF(((_TC, "moe_layer_freq"),), _core_moe_pattern),),
         when=_MOE,
     ),
+    # sliding-window attention: keys left of each query, Megatron-LM's tuple_type "w,0" and
+    # Megatron-Core's (w, 0) (a list in JSON / YAML); None = full causal attention
+    Setting(
+        "window_size",
+        spec=(S("model.window_size"),),
+        lm=(F("--window-size", lambda v: int(v.split(",")[0]), None),),
+        core=(CO(_TC, "window_size", None, lambda v: v if v is None else v[0]),),
+    ),
+    Setting(
+        "window_size_right",
+        spec=(SF(lambda plan: 0 if plan["spec"]["model"]["window_size"] is not None else None),),
+        lm=(F("--window-size", lambda v: int(v.split(",")[1]), None),),
+        core=(CO(_TC, "window_size", None, lambda v: v if v is None else v[1]),),
+    ),
+    Setting(
+        "window_attn_skip_freq",
+        spec=(S("model.window_attn_skip_freq"),),
+        lm=(F("--window-attn-skip-freq", int, None),),
+        core=(CO(_TC, "window_attn_skip_freq", None),),
+    ),
     Setting(
         "mtp_num_layers",
         spec=(S("model.mtp_num_layers"),),

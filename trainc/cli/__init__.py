@@ -168,9 +168,9 @@ def _add_ecosystem_parsers(sub: argparse._SubParsersAction) -> None:  # type: ig
     imp.add_argument(
         "--drop-sliding-window",
         action="store_true",
-        help="import full causal attention when config.json's sliding_window is "
-        "shorter than the sequence (a different model from the checkpoint: for "
-        "training from scratch)",
+        help="import full causal attention instead of config.json's sliding_window "
+        "(model.window_size; a different model from the checkpoint: for training "
+        "from scratch, or a layer_types pattern window_attn_skip_freq cannot state)",
     )
     imp.add_argument(
         "--force",

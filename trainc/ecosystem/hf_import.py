@@ -52,8 +52,14 @@ Key mapping (HF -> trainc):
   Gemma 3: see :data:`UNSUPPORTED`) are an :class:`HFImportError` that names every difference
   with its config.json key and value (:attr:`HFImportError.differences`).
 
+* ``sliding_window`` S -> ``window_size`` S - 1 (Hugging Face's window counts the query itself,
+  Megatron-Core's the keys to its left) and a periodic ``layer_types`` (or Gemma 3's
+  ``sliding_window_pattern``) -> ``window_attn_skip_freq`` (:func:`window_keys`); a window that
+  covers the whole sequence is a note, a non-periodic pattern an :class:`HFImportError`,
+  ``--drop-sliding-window`` imports full causal attention with a note.
+
 Qwen3's ``q_norm`` / ``k_norm`` -> ``qk_layernorm``. Every config.json field that is not
-modelled (sliding windows, the router settings above) or is mapped with a caveat, and every
+modelled (the router settings above) or is mapped with a caveat, and every
 training setting it leaves unset, is listed as a ``# Note:`` line in the preset's header comment
 (and ``trainc import-hf`` prints each on stderr as a ``note:`` line).
 """
@@ -139,6 +145,8 @@ KEY_ORDER = (
     "attention_dropout",
     "multi_latent_attention",
     "qk_layernorm",
+    "window_size",
+    "window_attn_skip_freq",
     "q_lora_rank",
     "kv_lora_rank",
     "qk_head_dim",
@@ -362,35 +370,95 @@ def _moe_keys(cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     return out
 
 
-def _sliding_window(cfg: dict[str, Any], seq_length: int, drop: bool, notes: list[str]) -> None:
-    """config.json's ``sliding_window`` (Mistral 7B v0.1: 4096): each token attends to the
-    previous ``W`` only. The preset trains full causal attention (no window key), the same
-    attention only while ``seq_length <= W``. Longer sequences raise :class:`HFImportError`
-    (a different model from the checkpoint, as an inexpressible RoPE scaling does) unless
-    ``drop`` (``--drop-sliding-window``), which notes it; shorter ones are a note."""
+def _layer_types(cfg: dict[str, Any]) -> list[str]:
+    """config.json's per-layer attention kinds: ``layer_types`` when given (gpt-oss, Gemma 3 in
+    recent transformers), else ``sliding_window_pattern`` P (Gemma 3's older form, default 6:
+    every P-th layer full), else every layer ``sliding_attention``."""
+    n = _int(cfg.get("num_hidden_layers", 0), "num_hidden_layers")
+    types = cfg.get("layer_types")
+    if types:
+        if not isinstance(types, list) or len(types) != n:
+            raise HFImportError(
+                f"config.json 'layer_types' must list one kind per layer ({n}), got {types!r}"
+            )
+        return [str(x) for x in types]
+    if "sliding_window_pattern" in cfg or cfg.get("model_type") in ("gemma3", "gemma3_text"):
+        p = _int(cfg.get("sliding_window_pattern", 6), "sliding_window_pattern")
+        return ["full_attention" if (i + 1) % p == 0 else "sliding_attention" for i in range(n)]
+    return ["sliding_attention"] * n
+
+
+def window_keys(cfg: dict[str, Any], seq_length: int) -> tuple[dict[str, Any], str | None]:
+    """config.json's sliding window as trainc keys: ``({"window_size": W, ...}, None)``, or
+    ``({}, note)`` when the window covers the whole ``seq_length``-token sequence or no layer is
+    windowed. Raises :class:`HFImportError` for a per-layer pattern Megatron-Core's int
+    ``window_attn_skip_freq`` cannot state.
+
+    * ``W = sliding_window - 1``: Hugging Face's window counts the query itself (transformers
+      ``src/transformers/masking_utils.py::sliding_window_overlay``, ``kv_idx > q_idx -
+      sliding_window`` on top of the causal mask: keys ``q - S + 1 .. q``), Megatron-Core's
+      ``window_size = (W, 0)`` the keys to the left (0.16.1
+      ``transformer/utils.py::get_sliding_window_causal_mask``: keys ``q - W .. q``).
+    * ``layer_types`` (:func:`_layer_types`) -> ``window_attn_skip_freq`` N when layer i
+      (0-based) is ``full_attention`` exactly when ``(i + 1) % N == 0`` (megatron-core 0.16.1
+      ``is_layer_window_attention``: windowed iff ``layer_number % N != 0``, 1-based): Gemma 3's
+      five sliding then one full is 6, gpt-oss's alternation 2; none full is no key."""
+    w = _int(cfg["sliding_window"], "sliding_window")
+    types = _layer_types(cfg)
+    kinds = set(types) - {"sliding_attention", "full_attention"}
+    if kinds:
+        raise HFImportError(
+            f"layer_types holds {sorted(kinds)}: trainc's layers are sliding_attention or "
+            "full_attention only"
+        )
+    if "sliding_attention" not in types:
+        return {}, "layer_types: every layer is full_attention, so sliding_window is unused"
+    if w >= seq_length:
+        return {}, (
+            f"sliding-window attention ({w} tokens, the query included) covers the whole "
+            f"{seq_length}-token sequence: full causal attention is the same attention"
+        )
+    out: dict[str, Any] = {"window_size": w - 1}
+    if "full_attention" in types:
+        n = types.index("full_attention") + 1
+        want = [
+            "full_attention" if (i + 1) % n == 0 else "sliding_attention" for i in range(len(types))
+        ]
+        bad = next((i for i, (x, y) in enumerate(zip(types, want, strict=True)) if x != y), None)
+        if bad is not None:
+            raise HFImportError(
+                f"layer_types is not periodic: its first full_attention layer is {n - 1} "
+                f"(0-based), so window_attn_skip_freq {n} makes layer {bad} {want[bad]}, but "
+                f"config.json has {types[bad]}; Megatron-Core's int window_attn_skip_freq "
+                "(full attention on layers N, 2N, ...) cannot state this pattern. Fix: none in "
+                "import-hf (--drop-sliding-window imports full attention on every layer)"
+            )
+        out["window_attn_skip_freq"] = n
+    return out, None
+
+
+def _sliding_window(
+    cfg: dict[str, Any], seq_length: int, drop: bool, out: dict[str, Any], notes: list[str]
+) -> None:
+    """config.json's ``sliding_window`` (Mistral 7B v0.1: 4096) -> ``window_size`` (and
+    ``window_attn_skip_freq``) in ``out``, by :func:`window_keys`; ``drop``
+    (``--drop-sliding-window``) imports full causal attention instead, with a note. Nothing
+    without a window or with ``use_sliding_window: false`` (Qwen2)."""
     window = cfg.get("sliding_window")
     if not window or not cfg.get("use_sliding_window", True):
         return
-    w = _int(window, "sliding_window")
-    if seq_length <= w:
-        notes.append(
-            f"sliding-window attention ({w} tokens) covers the whole {seq_length}-token "
-            "sequence: full causal attention is the same attention"
-        )
-    elif drop:
+    if drop:
+        w = _int(window, "sliding_window")
         notes.append(
             f"sliding-window attention ({w} tokens) is dropped "
             "(--drop-sliding-window): the preset attends over all "
             f"{seq_length} tokens, a different model from this checkpoint"
         )
-    else:
-        raise HFImportError(
-            f"sliding_window {w}: each token attends to the previous {w} only, but trainc "
-            f"trains full causal attention over seq_length {seq_length} (it has no window "
-            f"key): a different model from this checkpoint; pass --seq-length {w} or less "
-            "(the window then covers every sequence), or --drop-sliding-window to train full "
-            "attention (right only for training the architecture from scratch)"
-        )
+        return
+    keys, note = window_keys(cfg, seq_length)
+    out.update(keys)
+    if note:
+        notes.append(note)
 
 
 def _biases(cfg: dict[str, Any], mt: str, out: dict[str, Any], notes: list[str]) -> None:
@@ -621,14 +689,10 @@ def _llama4(cfg: dict[str, Any]) -> list[str]:
 
 def _gpt_oss(cfg: dict[str, Any]) -> list[str]:
     """gpt-oss (HF ``GptOssConfig`` / ``modeling_gpt_oss``, transformers 4.55)."""
-    types = cfg.get("layer_types") or []
-    sliding = sum(1 for x in types if x == "sliding_attention")
     out = [
         "attention sinks: every head has a learned sink logit (GptOssAttention.sinks) that "
         "joins the softmax; trainc's attention has none",
-        f"layer_types: {sliding} of {len(types)} layers are sliding_attention with "
-        f"sliding_window {cfg.get('sliding_window')} (alternating with full_attention); "
-        "trainc's attention is full causal on every layer",
+        *_window_difference(cfg),
     ]
     scaling = cfg.get("rope_scaling") or {}
     if scaling:
@@ -649,19 +713,31 @@ def _gpt_oss(cfg: dict[str, Any]) -> list[str]:
     return out
 
 
+def _window_difference(cfg: dict[str, Any]) -> list[str]:
+    """The sliding window of a refused architecture as a difference only when
+    :func:`window_keys` cannot state it (a pattern that is not periodic); a window it maps
+    (gpt-oss's alternation, Gemma 3's five sliding then one full layer) is none."""
+    if not cfg.get("sliding_window"):
+        return []
+    try:
+        window_keys(cfg, 1 << 62)  # any window is shorter than this sequence
+    except HFImportError as e:
+        return [str(e)]
+    return []
+
+
 def _gemma3(cfg: dict[str, Any]) -> list[str]:
     """Gemma 3 (HF ``Gemma3TextConfig`` defaults for what its sparse ``text_config`` leaves out,
     ``modeling_gemma3``, transformers 4.50)."""
     t = _text(cfg)
-    pattern = t.get("sliding_window_pattern", 6)
     h, d = t.get("hidden_size", 2304), t.get("head_dim", 256)
     scaling = t.get("rope_scaling") or {}
     out = [
         f"hidden_activation {t.get('hidden_activation', 'gelu_pytorch_tanh')}: a gated MLP "
         "with the tanh GELU (GeGLU); trainc's gated MLP is SwiGLU and its gelu is ungated",
-        f"sliding_window {t.get('sliding_window', 4096)} on {pattern - 1} of every {pattern} "
-        f"layers (sliding_window_pattern {pattern}): those layers attend to that many previous "
-        "tokens only; trainc's attention is full causal on every layer",
+        *_window_difference(
+            {"sliding_window": 4096, "num_hidden_layers": 26, "model_type": "gemma3_text", **t}
+        ),
         f"rope_theta {_fmt(t.get('rope_theta', 1_000_000.0))} on the global layers and "
         f"rope_local_base_freq {_fmt(t.get('rope_local_base_freq', 10_000.0))} on the "
         "sliding-window layers: trainc has one rotary_base",
@@ -707,7 +783,7 @@ def convert(
     Raises :class:`HFImportError` for an unsupported ``model_type`` (the message lists the
     supported ones), a missing or malformed key, or a ``rope_scaling`` that the preset would not
     reproduce (see :func:`_rope_scaling`; ``drop_rope_scaling`` imports plain RoPE instead),
-    or a ``sliding_window`` shorter than ``seq_length`` (:func:`_sliding_window`;
+    or a per-layer sliding-window pattern that is not periodic (:func:`window_keys`;
     ``drop_sliding_window`` imports full attention instead).
     """
     if not isinstance(cfg, dict):
@@ -806,7 +882,7 @@ def convert(
             f"{max_pos}, the longest sequence the checkpoint's positions cover (Megatron-LM "
             f"refuses it, TRC219): pass --seq-length {max_pos} or less"
         )
-    _sliding_window(cfg, out["seq_length"], drop_sliding_window, notes)
+    _sliding_window(cfg, out["seq_length"], drop_sliding_window, out, notes)
     factor = _rope_scaling(scaling, trained, out["seq_length"], drop_rope_scaling, notes)
     if factor is not None:
         out["rope_scaling_factor"] = factor  # Megatron's --use-rope-scaling --rope-scaling-factor

@@ -85,6 +85,20 @@ class ModelSpec:
     it is on whatever this says (there it builds the latents' norms). engine=megatron or
     deepspeed (TRC344 for fsdp). Its element-wise cost is not estimated (two norms over
     ``(q + kv) x head_dim`` per token, under 1 % of a layer)."""
+    window_size: int | None = None
+    """Sliding-window attention: each query attends to itself and the ``window_size`` keys to
+    its left only (tokens; Mistral 7B v0.1: 4095, Hugging Face's ``sliding_window`` minus one);
+    null = full causal attention. Megatron-Core ``TransformerConfig.window_size = (w, 0)``
+    (Megatron-LM ``--window-size w,0``); engine=megatron or deepspeed (TRC344 for fsdp).
+    The fused attention's score FLOPs scale by ``(2sw - w^2) / s^2`` on the windowed layers.
+    Rules: TRC310."""
+    window_attn_skip_freq: int | None = None
+    """Sliding-window attention: every N-th layer (1-based layer numbers N, 2N, ...) uses full
+    causal attention, the others the window (Gemma 3: 6, gpt-oss: 2); null = every layer is
+    windowed. Megatron-Core ``TransformerConfig.window_attn_skip_freq`` (its int form,
+    ``transformer/utils.py::is_layer_window_attention``: windowed iff
+    ``layer_number % N != 0``; Megatron-LM ``--window-attn-skip-freq N``). Needs window_size.
+    Rules: TRC310."""
     q_lora_rank: int | None = None
     """MLA: rank of the query latent (elements; DeepSeek-V3: 1536); null = queries projected
     from the hidden state directly (DeepSeek-V2-Lite)."""

@@ -16,6 +16,7 @@ from trainc.ecosystem.hf_import import (
     convert,
     import_hf,
     import_hf_with_notes,
+    window_keys,
 )
 
 HF = Path(__file__).resolve().parents[2] / "data" / "hf"
@@ -564,27 +565,71 @@ def test_llama_biases_map_or_are_noted(attn, mlp, keys, note):
     assert any(note in n for n in notes) if note else not any("bias" in n for n in notes)
 
 
-def test_sliding_window_shorter_than_the_sequence_is_an_error(tmp_path, capsys):
-    """Mistral 7B v0.1 attends within 4096 tokens; trainc trains full causal attention, the
-    same only up to 4096 tokens: longer sequences are an error (a different model, as an
-    inexpressible RoPE scaling), ``--drop-sliding-window`` imports full attention with a note
-    (a fresh-user trial: it was only a note)."""
+def test_mistral_sliding_window_maps_to_window_size(tmp_path, capsys):
+    """Mistral 7B v0.1's ``sliding_window`` 4096 counts the query itself (transformers
+    ``masking_utils.sliding_window_overlay``: keys q-4095 .. q), Megatron-Core's window_size the
+    keys to its left: window_size 4095 on every layer (no skip_freq). A window that covers the
+    sequence is a note and no key; --drop-sliding-window imports full attention with a note."""
     mistral = json.loads((HF / "Mistral-7B-v0.1.json").read_text())
-    with pytest.raises(HFImportError, match="sliding_window 4096") as exc:
-        convert(mistral)  # seq_length min(32768, 8192) = 8192
-    assert "--seq-length 4096 or less" in str(exc.value) and "--drop-sliding-window" in str(
-        exc.value
-    )
+    keys, notes = convert(mistral)  # seq_length min(32768, 8192) = 8192
+    assert keys["seq_length"] == 8192 and keys["window_size"] == 4095
+    assert "window_attn_skip_freq" not in keys
     keys, notes = convert(mistral, seq_length=4096)
-    assert keys["seq_length"] == 4096 and any("covers the whole" in n for n in notes)
+    assert "window_size" not in keys
+    assert (
+        "sliding-window attention (4096 tokens, the query included) covers the whole "
+        "4096-token sequence: full causal attention is the same attention"
+    ) in notes
+    keys, notes = convert(mistral, seq_length=4097)  # the last query would miss key 0
+    assert keys["window_size"] == 4095
     keys, notes = convert(mistral, seq_length=16384, drop_sliding_window=True)
-    assert keys["seq_length"] == 16384 and any("is dropped" in n for n in notes)
-    assert convert({**mistral, "use_sliding_window": False}, seq_length=16384)[0]
+    assert "window_size" not in keys and any("is dropped" in n for n in notes)
+    assert "window_size" not in convert({**mistral, "use_sliding_window": False})[0]
     path = _write(tmp_path, mistral)
-    assert main(["import-hf", str(path), "--seq-length", "16384"]) == 2
-    err = capsys.readouterr().err
-    assert "sliding_window 4096" in err and "Traceback" not in err
-    assert main(["import-hf", str(path), "--seq-length", "16384", "--drop-sliding-window"]) == 0
+    target = tmp_path / "model" / "mistral.yaml"
+    assert main(["import-hf", str(path), "-o", str(target)]) == 0
+    assert "window_size: 4095\n" in target.read_text()
+    assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("layer_types", "want"),
+    [
+        # Gemma 3: five sliding then one full
+        ((["sliding_attention"] * 5 + ["full_attention"]) * 2, {"window_attn_skip_freq": 6}),
+        # gpt-oss: alternating, sliding first
+        (["sliding_attention", "full_attention"] * 3, {"window_attn_skip_freq": 2}),
+        (["sliding_attention"] * 4, {}),
+        # a trailing partial period: 8 layers, only layer 5 (0-based) full
+        (
+            ["sliding_attention"] * 5 + ["full_attention"] + ["sliding_attention"] * 2,
+            {"window_attn_skip_freq": 6},
+        ),
+    ],
+)
+def test_periodic_layer_types_map_to_window_attn_skip_freq(layer_types, want):
+    """``layer_types`` -> Megatron-Core's int window_attn_skip_freq N (full attention on the
+    1-based layers N, 2N, ...: ``is_layer_window_attention``)."""
+    cfg = {"sliding_window": 129, "num_hidden_layers": len(layer_types), "layer_types": layer_types}
+    assert window_keys(cfg, 4096) == ({"window_size": 128, **want}, None)
+
+
+def test_non_periodic_layer_types_are_an_error_naming_the_difference():
+    types = ["sliding_attention", "full_attention", "sliding_attention", "sliding_attention"]
+    cfg = {"sliding_window": 128, "num_hidden_layers": 4, "layer_types": types}
+    with pytest.raises(HFImportError) as e:
+        window_keys(cfg, 4096)
+    assert str(e.value) == (
+        "layer_types is not periodic: its first full_attention layer is 1 (0-based), so "
+        "window_attn_skip_freq 2 makes layer 3 full_attention, but config.json has "
+        "sliding_attention; Megatron-Core's int window_attn_skip_freq (full attention on layers "
+        "N, 2N, ...) cannot state this pattern. Fix: none in import-hf (--drop-sliding-window "
+        "imports full attention on every layer)"
+    )
+    assert window_keys({**cfg, "layer_types": ["full_attention"] * 4}, 4096) == (
+        {},
+        "layer_types: every layer is full_attention, so sliding_window is unused",
+    )
 
 
 # --- Kimi K2, and what a missing key names ----------------------------------------------------
@@ -707,8 +752,6 @@ REFUSALS = {
         (
             "attention sinks: every head has a learned sink logit (GptOssAttention.sinks) that "
             "joins the softmax; trainc's attention has none",
-            "layer_types: 12 of 24 layers are sliding_attention with sliding_window 128 "
-            "(alternating with full_attention); trainc's attention is full causal on every layer",
             "rope_scaling (rope_type yarn: beta_fast 32, beta_slow 1, factor 32, "
             "original_max_position_embeddings 4096, truncate False): trainc's model schema has no "
             "YaRN",
@@ -726,9 +769,6 @@ REFUSALS = {
         (
             "hidden_activation gelu_pytorch_tanh: a gated MLP with the tanh GELU (GeGLU); trainc's "
             "gated MLP is SwiGLU and its gelu is ungated",
-            "sliding_window 1024 on 5 of every 6 layers (sliding_window_pattern 6): those layers "
-            "attend to that many previous tokens only; trainc's attention is full causal on every "
-            "layer",
             "rope_theta 1e+06 on the global layers and rope_local_base_freq 10000 on the "
             "sliding-window layers: trainc has one rotary_base",
             "rope_scaling (rope_type linear: factor 8) on the global layers only: trainc's model "

@@ -203,6 +203,8 @@ def dense_layer_terms(
         o_proj = o_in * s * b * a * v / t
         latents = (2 + (1 if fp8 else 2)) * ((q_lora or 0) + kv_lora) * s * b / tsp
         rope_key = 2 * pos * s * b / tsp
+    # A sliding window shrinks no term here: Megatron-Core 0.16.1's DotProductAttention.forward
+    # materialises the whole [b*np, sq, sk] score matrix and masks it afterwards.
     scores = a * s * s * b / t if with_scores else 0.0
     return {
         "norm_inputs": 4 * sbh,

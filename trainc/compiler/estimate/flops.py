@@ -3,8 +3,10 @@
 Source: ``megatron/training/training.py::num_floating_point_operations`` -> ``transformer_flops``
 (Megatron-LM core_v0.16.1). Every GEMM is counted x2 (multiply-add) x3 (forward, weight-grad,
 input-grad) = 6 FLOPs per weight per token. Attention scores (QK^T and softmax·V) are halved for the
-causal mask. Router GEMMs and recomputation are not counted: these are *model* FLOPs (MFU), not
-hardware FLOPs. ``hardware_flops`` adds what recompute re-executes (used for the step time only).
+causal mask (and scaled by the scored share of the causal pairs with sliding-window attention,
+:func:`window_core_share`). Router GEMMs and recomputation are not counted: these are *model*
+FLOPs (MFU), not hardware FLOPs. ``hardware_flops`` adds what recompute re-executes (used for
+the step time only).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ def flop_terms(
     topk: int = 0,
     f_s: int = 0,
     mla: tuple[int | None, int, int, int, int] | None = None,
+    core_share: float = 1.0,
 ) -> FlopTerms:
     """Megatron's per-token and per-S2 FLOP coefficients (``num_floating_point_operations``).
 
@@ -56,6 +59,9 @@ def flop_terms(
     attention term per layer is ``6[q_term + kv_lora(h + a(qk + v) + 1) + h pos + a v h]`` with
     ``q_term = q_lora(h + a(qk + pos) + 1)`` (``h a (qk + pos)`` without a query latent), and the
     causal core ``6 a (qk + pos + v) / 2`` per S2.
+
+    ``core_share`` scales the core term: the mean, over the layers, of the share of the causal
+    (query, key) pairs each layer scores (:func:`window_core_share`; 1 = full causal).
 
     >>> t = flop_terms(h=7168, a=128, g=128, d=128, f=18432, V=129280, L=1, swiglu=True,
     ...                mla=(1536, 512, 128, 64, 128))
@@ -74,7 +80,37 @@ def flop_terms(
         q_term = q_lora * (h + a * (qk + pos) + 1) if q_lora else h * a * (qk + pos)
         attn = 6 * (q_term + kv_lora * (h + a * (qk + v) + 1) + h * pos + a * v * h) * L
         core = 3 * a * (qk + pos + v) * L
-    return FlopTerms(float(mlp + attn), float(6 * h * V), float(core))
+    return FlopTerms(float(mlp + attn), float(6 * h * V), float(core * core_share))
+
+
+def window_pair_share(s: int, w: int | None) -> float:
+    """The share of the causal (query, key) pairs that sliding-window attention with ``w`` keys
+    left of each query scores, in Megatron's continuous count (causal ``s^2 / 2`` pairs, the
+    halving of ``num_floating_point_operations``): the window keeps ``s w - w^2 / 2``, so
+    ``(2 s w - w^2) / s^2``; 1 without a window (``w`` None) or when ``w >= s - 1`` (every
+    query sees all its causal keys).
+
+    >>> window_pair_share(8192, 4095)  # Mistral 7B v0.1's window at 8192 tokens
+    0.7498779147863388
+    """
+    if w is None or w >= s - 1:
+        return 1.0
+    return (2 * s * w - w * w) / (s * s)
+
+
+def window_core_share(spec: TrainSpec) -> float:
+    """The mean over ``num_layers`` of the causal-pair share each layer's attention core scores:
+    :func:`window_pair_share` on the windowed layers, 1 on those with full attention (with
+    ``window_attn_skip_freq`` N the 1-based layers N, 2N, ..., ``L // N`` of them: megatron-core
+    0.16.1 ``transformer/utils.py::is_layer_window_attention``, windowed iff
+    ``layer_number % N != 0``). 1 without a window."""
+    m = spec.model
+    if m.window_size is None:
+        return 1.0
+    r = window_pair_share(m.seq_length, m.window_size)
+    L = m.num_layers
+    full = L // m.window_attn_skip_freq if m.window_attn_skip_freq else 0
+    return ((L - full) * r + full) / L
 
 
 def megatron_flops(*, batch: int, seq: int, **shape: int | bool) -> float:
@@ -144,6 +180,7 @@ def model_flop_terms(spec: TrainSpec, layers: int, moe_layers: int, vocab: int) 
         topk=m.moe_router_topk if moe else 0,
         f_s=(m.moe_shared_expert_intermediate_size or 0) if moe else 0,
         mla=mla_dims(spec),
+        core_share=window_core_share(spec),
     )
 
 

@@ -47,6 +47,7 @@ import math
 from dataclasses import dataclass
 
 from trainc.compiler.decide import traits
+from trainc.compiler.estimate.flops import window_core_share
 from trainc.compiler.ir import Plan, filled
 from trainc.compiler.support.hardware import GENERIC, GPUS, GpuPreset
 from trainc.schemas import (
@@ -484,16 +485,19 @@ def _attention_core(
     d_v: int,
     kv_len: float | None,
 ) -> None:
-    """Sets ``lt``'s attention core seconds: the fused kernel (causal; CP ranks each see all s
-    keys for their s/c queries; its efficiency falls with short key blocks per call) or the
-    unfused score matrix (:func:`unfused_attention_seconds`)."""
+    """Sets ``lt``'s attention core seconds: the fused kernel (causal, scaled by
+    :func:`trainc.compiler.estimate.flops.window_core_share` with a sliding window; CP ranks
+    each see all s keys for their s/c queries; its efficiency falls with short key blocks per
+    call) or the unfused score matrix (:func:`unfused_attention_seconds`)."""
     m = spec.model
     a = m.num_attention_heads
     s_full = m.seq_length
     s_kv = s_full
     kv_call = s_full if kv_len is None else kv_len  # keys per call of the fused kernel
     if fused_attention(spec):
-        attn_flops = 2 * tok * s_kv * (a / t) * (d_qk + d_v) / 2
+        # causal (the / 2), times the pairs a sliding window keeps (the kernel skips the
+        # masked blocks); the unfused path computes every score whatever the mask
+        attn_flops = 2 * tok * s_kv * (a / t) * (d_qk + d_v) / 2 * window_core_share(spec)
         eff = hw.attention_eff * kv_call / (kv_call + 512)
         lt.attn_f = attn_flops / (hw.peaks["bf16"] * eff)
         lt.attn_b = 2.5 * lt.attn_f

@@ -169,6 +169,11 @@ ALIASES: dict[str, tuple[str, str]] = {
     "intermediate_size": ("model.ffn_hidden_size", ""),
     "num_hidden_layers": ("model.num_layers", ""),
     "max_seq_length": ("model.seq_length", ""),
+    "sliding_window": (
+        "model.window_size",
+        "keys left of each query: Hugging Face's sliding_window counts the query, so "
+        "window_size = sliding_window - 1",
+    ),
     "gradient_accumulation_steps": (
         "training.global_batch_size",
         "accumulation is derived: "
@@ -442,6 +447,8 @@ def _foreign_name(key: str, name: str, v: Any) -> Diagnostic:
             edits={key: None},
         )
     note = f" ({why})" if why else ""
+    if name == "sliding_window" and type(v) is int:  # HF counts the query itself
+        v = v - 1
     return diag(
         R.UNKNOWN_KEY,
         f"{key} is not a spec key: trainc calls it `{target}`{note}",

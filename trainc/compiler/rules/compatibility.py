@@ -105,6 +105,20 @@ RECOMPUTE_LAYERS = Rule(
     source="TransformerConfig.__post_init__ recompute_num_layers checks",
 )
 
+WINDOW_ATTENTION = Rule(
+    id="TRC310",
+    name="window-attention-range",
+    summary=(
+        "sliding-window attention: window_size in [1, seq_length - 2] (a window of "
+        "seq_length - 1 keys or more is full causal attention), window_attn_skip_freq >= 1 and "
+        "only with window_size"
+    ),
+    source=(
+        "megatron-core 0.16.1 transformer/utils.py get_sliding_window_causal_mask and "
+        "is_layer_window_attention (layer_number % window_attn_skip_freq)"
+    ),
+)
+
 EP_NEEDS_MOE = Rule(
     id="TRC312",
     name="ep-needs-experts",
@@ -528,6 +542,7 @@ COMPATIBILITY = Family(
         MEGATRON_ZERO,
         RECOMPUTE_ARGS,
         RECOMPUTE_LAYERS,
+        WINDOW_ATTENTION,
         EP_NEEDS_MOE,
         DS_UNSUPPORTED_AXIS,
         MOE_LAYER_FREQ,

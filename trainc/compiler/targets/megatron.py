@@ -92,7 +92,8 @@ def model_parallel_kwargs(spec: TrainSpec, d: Derived) -> dict[str, Any]:
 
 def transformer_config_kwargs(spec: TrainSpec, d: Derived) -> dict[str, Any]:
     """``TransformerConfig``: shape, parallelism, schedule, precision, recompute, overlaps, MLA,
-    experts and Megatron-FSDP's gradient-accumulation fusion (off)."""
+    sliding-window attention (``window_size = [w, 0]``, a list as JSON stores
+    it), experts and Megatron-FSDP's gradient-accumulation fusion (off)."""
     m, p, t, lc = spec.model, spec.parallel, spec.training, spec.launch
     dtype = TORCH_DTYPE[t.precision]
     glu, _ = ACTIVATION[m.activation]
@@ -148,6 +149,10 @@ def transformer_config_kwargs(spec: TrainSpec, d: Derived) -> dict[str, Any]:
     tc.update(mla_kwargs(spec))
     if m.qk_layernorm:  # query / key head norms (Qwen3); MLA sets it itself
         tc["qk_layernorm"] = True
+    if m.window_size is not None:  # sliding window: w keys left of each query, none right
+        tc["window_size"] = [m.window_size, 0]
+        if m.window_attn_skip_freq is not None:  # layers N, 2N, ... (1-based) attend fully
+            tc["window_attn_skip_freq"] = m.window_attn_skip_freq
     if m.num_experts is not None:
         tc.update(moe_kwargs(spec))
         tc.update(moe_dispatch_kwargs(spec))
@@ -498,6 +503,12 @@ def _model_flags(spec: TrainSpec, core: dict[str, dict[str, Any]]) -> list[FlagE
         c("--qk-pos-emb-head-dim", "TransformerConfig", "qk_pos_emb_head_dim"),
         c("--v-head-dim", "TransformerConfig", "v_head_dim"),
         c("--qk-layernorm", "TransformerConfig", "qk_layernorm"),
+        (
+            "--window-size",
+            ",".join(str(x) for x in tc["window_size"]) if tc.get("window_size") else None,
+            ("TransformerConfig", "window_size"),
+        ),
+        c("--window-attn-skip-freq", "TransformerConfig", "window_attn_skip_freq"),
         c("--rope-type", "TransformerConfig", "rope_type"),
         (
             "--no-rope-fusion",

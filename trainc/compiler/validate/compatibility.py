@@ -117,6 +117,7 @@ def compatibility(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             num_layers=m.num_layers,
         )
     yield from _mla(spec)
+    yield from window_attention(spec)
     yield from _engine(spec, d)
     yield from _runner(spec, d)
     yield from precision(spec, d)
@@ -506,6 +507,62 @@ def _ddp_overlap(spec: TrainSpec) -> Iterator[Diagnostic]:
             fix="set training.overlap_param_gather=false",
             edits={"training.overlap_param_gather": False},
             missing=missing,
+        )
+
+
+def window_attention(spec: TrainSpec) -> Iterator[Diagnostic]:
+    """TRC310: ``model.window_size`` (keys left of each query, Megatron-Core
+    ``TransformerConfig.window_size = (w, 0)``) in ``[1, seq_length - 2]`` (from
+    ``seq_length - 1`` on every query sees all its causal keys) and
+    ``model.window_attn_skip_freq`` >= 1 and only with a window (megatron-core 0.16.1
+    ``transformer/utils.py::is_layer_window_attention`` reads it only when ``window_size`` is
+    set: ``layer_number % N != 0`` is windowed)."""
+    m = spec.model
+    w, n, s = m.window_size, m.window_attn_skip_freq, m.seq_length
+    if w is not None and w < 1:
+        yield diag(
+            R.WINDOW_ATTENTION,
+            f"model.window_size ({w}) is below 1: each query must see at least one key to "
+            "its left (Megatron-Core reads -1 as an unbounded window)",
+            "model.window_size",
+            fix="set model.window_size to the keys left of each query (Hugging Face "
+            "sliding_window - 1), or remove it for full causal attention",
+            edits={"model.window_size": None, "model.window_attn_skip_freq": None},
+            window_size=w,
+        )
+    elif w is not None and w >= s - 1:
+        yield diag(
+            R.WINDOW_ATTENTION,
+            f"model.window_size ({w}) covers the whole {s}-token sequence (the last query "
+            f"has {s - 1} keys to its left): the window is full causal attention",
+            "model.window_size",
+            related=("model.seq_length",),
+            fix="remove model.window_size (and model.window_attn_skip_freq): full causal "
+            "attention is the same model at this seq_length",
+            edits={"model.window_size": None, "model.window_attn_skip_freq": None},
+            window_size=w,
+            seq_length=s,
+        )
+    if n is not None and n < 1:
+        yield diag(
+            R.WINDOW_ATTENTION,
+            f"model.window_attn_skip_freq ({n}) is below 1: it is the period N of the "
+            "full-attention layers (layers N, 2N, ... attend fully)",
+            "model.window_attn_skip_freq",
+            fix="set model.window_attn_skip_freq to N >= 1, or remove it to window every layer",
+            edits={"model.window_attn_skip_freq": None},
+            window_attn_skip_freq=n,
+        )
+    elif n is not None and w is None:
+        yield diag(
+            R.WINDOW_ATTENTION,
+            f"model.window_attn_skip_freq ({n}) without model.window_size: there is no "
+            "sliding window to skip (Megatron-Core ignores it)",
+            "model.window_attn_skip_freq",
+            related=("model.window_size",),
+            fix="set model.window_size, or remove model.window_attn_skip_freq",
+            edits={"model.window_attn_skip_freq": None},
+            window_attn_skip_freq=n,
         )
 
 

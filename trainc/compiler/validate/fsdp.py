@@ -313,6 +313,19 @@ def _megatron_model_settings(spec: TrainSpec) -> Iterator[Diagnostic]:
             edits={"engine": "megatron"},
             setting="qk_layernorm",
         )
+    if spec.model.window_size is not None:
+        yield diag(
+            R.FSDP_UNSUPPORTED,
+            f"model.window_size ({spec.model.window_size}): the trainc FSDP2 worker's "
+            "attention and torchtitan 0.3.0's Llama are full causal on every layer (no "
+            "sliding window); training without it is a different model from the spec's",
+            "model.window_size",
+            related=("engine", "model.window_attn_skip_freq"),
+            fix="set engine=megatron (or deepspeed), which build Megatron-Core's "
+            "sliding-window attention (TransformerConfig.window_size)",
+            edits={"engine": "megatron"},
+            setting="window_size",
+        )
     if p.cp_comm_type is not CpCommType.p2p:
         yield diag(
             R.FSDP_UNSUPPORTED,

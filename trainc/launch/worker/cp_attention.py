@@ -3,7 +3,8 @@
 Megatron-Core's local ``DotProductAttention`` refuses context_parallel_size > 1 and keys / values
 of their own head widths (multi-head latent attention's ``k_channels`` / ``v_channels``), and TE
 needs CUDA, so on CPU this module takes the ``core_attention`` slot of the layer spec (with
-cp = 1 it is plain causal attention; attention dropout draws from the tensor-parallel RNG
+cp = 1 it is plain causal attention, windowed as
+``TransformerConfig.window_size`` says; attention dropout draws from the tensor-parallel RNG
 stream). It keeps Megatron's real CP plumbing (CP groups, the load-balanced sequence split of
 ``get_batch_on_this_cp_rank``, RoPE slicing per CP rank, dp-cp gradient reduction) and replaces
 only the kernel: K and V are all-gathered over the CP group (backward: reduce-scatter), the
@@ -60,6 +61,13 @@ class AllGatherCPDotProductAttention(MegatronModule):
         self.v_dim = v_channels or config.kv_channels
         self.softmax_scale = softmax_scale or 1.0 / math.sqrt(self.head_dim)
         self.cp_group = parallel_state.get_context_parallel_group()
+        # sliding-window attention, as Megatron-Core decides it per layer (0.16.1
+        # transformer/utils.py is_layer_window_attention; mask: get_sliding_window_causal_mask)
+        from megatron.core.transformer.utils import is_layer_window_attention
+
+        window = config.window_size
+        on = is_layer_window_attention(window, config.window_attn_skip_freq, layer_number)
+        self.window_left = int(window[0]) if on and window[0] >= 0 else None
 
     def forward(  # type: ignore[no-untyped-def]
         self,
@@ -87,6 +95,8 @@ class AllGatherCPDotProductAttention(MegatronModule):
         v = value.permute(1, 2, 0, 3).float()
         scores = torch.matmul(q, k.transpose(-1, -2)) * self.softmax_scale
         masked = pos_k[None, :] > pos_q[:, None]  # [sq, sk]
+        if self.window_left is not None:  # keys more than window_left left of the query
+            masked = masked | (pos_k[None, :] < pos_q[:, None] - self.window_left)
         scores = scores.masked_fill(masked, float("-inf"))
         probs = torch.softmax(scores, dim=-1)
         if self.training and self.dropout_p > 0:

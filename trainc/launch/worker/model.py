@@ -134,6 +134,8 @@ def transformer_config(
     args = dict(kw)
     for key in ("params_dtype", "pipeline_dtype"):
         args[key] = getattr(torch, args[key])
+    if args.get("window_size") is not None:  # JSON's list -> the Tuple[int, int] it declares
+        args["window_size"] = tuple(args["window_size"])
     for key, path in plan["engines"]["megatron_core"]["callables"]["TransformerConfig"].items():
         args[key] = _dotted(path)
     cls = MLATransformerConfig if kw.get("multi_latent_attention") else TransformerConfig

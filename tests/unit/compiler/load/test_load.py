@@ -103,6 +103,16 @@ def test_hf_kv_heads_is_query_groups_not_attention_heads(tmp_path):
     assert "`model.num_query_groups`" in d.message and "num_attention_heads" not in d.message
 
 
+def test_hf_sliding_window_is_window_size_minus_one(tmp_path):
+    """Hugging Face's sliding_window counts the query itself, trainc's window_size the keys to
+    its left: the edit writes S - 1."""
+    text = SPEC.replace("model:\n", "model:\n  sliding_window: 512\n")
+    d = only(load_text(tmp_path, text), "TRC002")
+    assert d.key == "model.sliding_window"
+    assert d.fix == "write model.window_size: 511 instead of model.sliding_window"
+    assert dict(d.edits) == {"model.sliding_window": None, "model.window_size": 511}
+
+
 def test_unknown_section(tmp_path):
     d = only(load_text(tmp_path, SPEC + "paralel:\n  tp: 2\n"), "TRC002")
     assert d.key == "paralel" and "parallel" in d.message

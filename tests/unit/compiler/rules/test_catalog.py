@@ -262,6 +262,7 @@ SPEC_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
         {"training.recompute": "full", "training.recompute_num_layers": 4},
         "training.recompute_num_layers",
     ),
+    "TRC310": ({"model.window_size": 1023}, {"model.window_size": 1022}, "model.window_size"),
     "TRC312": ({"parallel.ep": 2}, {**MOE, "parallel.ep": 2}, "parallel.ep"),
     "TRC313": ({**DS, "parallel.pp": 2}, {**DS, "parallel.pp": 1}, "parallel.pp"),
     "TRC315": (

@@ -567,7 +567,10 @@ def cross_check(s: Settings, built: dict[str, tuple[Any, dict[str, Any], set[str
 
 
 def _plain(v: Any) -> Any:
-    """A torch dtype by the name plan.json uses (``float32``), anything else as it is."""
+    """A torch dtype by the name plan.json uses (``float32``), a tuple as the list JSON stores
+    (``window_size``), anything else as it is."""
+    if isinstance(v, tuple):
+        return list(v)
     return str(v).removeprefix("torch.") if isinstance(v, torch.dtype) else v
 
 
