@@ -499,8 +499,9 @@ def _segment(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
                 R.SLURM_SEGMENT,
                 f"no segment size above 1 divides cluster.num_nodes "
                 f"({c.num_nodes}) and fits the NVLink domain ({per_domain} nodes of "
-                f"{c.gpus_per_node} GPUs), so sbatch.sh asks for no --segment and Slurm "
-                "may scatter the job over partial domains",
+                f"{c.gpus_per_node} GPUs; TP x CP / ETP x EP groups span {span} nodes), so "
+                "sbatch.sh asks for no --segment (segment 0) and Slurm may scatter the job over "
+                "partial domains",
                 "cluster.num_nodes",
                 related=("launch.slurm_segment", "cluster.nvlink_domain_size"),
                 fix=f"set cluster.num_nodes={nodes} (segments of "
@@ -549,7 +550,7 @@ def _segment(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             edits["launch.slurm_segment"] = None
     yield diag(
         R.SLURM_SEGMENT,
-        f"#SBATCH --segment={seg}: " + "; ".join(why),
+        f"sbatch.sh's #SBATCH --segment={seg}: " + "; ".join(why),
         "launch.slurm_segment",
         related=("cluster.num_nodes", "cluster.nvlink_domain_size", "parallel.tp", "parallel.ep"),
         fix=fix + ", or launch.slurm_segment=0 to ask for no segment",
