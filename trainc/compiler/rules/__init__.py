@@ -68,8 +68,12 @@ ALL_RULES: tuple[Rule, ...] = tuple(
 RULES_BY_ID: dict[str, Rule] = {r.id: r for r in ALL_RULES}
 
 #: Ids that no rule may take (id -> why): the ids of retired rules, and ids published before a
-#: rule was declared for them. No rule has been retired so far.
+#: rule was declared for them.
 RETIRED: Mapping[str, str] = {
+    "TRC322": "retired: deepspeed-pipe-grad-accum-scale warned that DeepSpeed's PipelineEngine "
+    "sums micro-batch gradients (DeepSpeed #7773), but no runner of engine=deepspeed splits pp "
+    "(TRC313 refuses it for the trainc worker, TRC325 refuses the other entrypoints), so it "
+    "could only ever stand beside an error",
     "TRC345": "published in an earlier fsdp: section docstring (as the rule for fsdp.* keys "
     "set with another engine, which is TRC329) but never declared",
 }

@@ -200,18 +200,6 @@ NVME_PATH = Rule(
     source="DeepSpeed runtime/zero/offload_config.py nvme_path (default None)",
 )
 
-DS_PIPE_GRAD_ACCUM = Rule(
-    id="TRC322",
-    name="deepspeed-pipe-grad-accum-scale",
-    summary=(
-        "DeepSpeed's pipeline engine sums micro-batch gradients: the micro/accumulation split at a "
-        "fixed global batch changes the gradient scale"
-    ),
-    severity=Severity.warning,
-    engines={Engine.fsdp: Severity.na, Engine.megatron: Severity.na},
-    source="DeepSpeed PipelineEngine (BC-025, DeepSpeed #7773)",
-)
-
 DS_LR_SHIFTED = Rule(
     id="TRC317",
     name="deepspeed-lr-schedule-shifted",
@@ -551,7 +539,6 @@ COMPATIBILITY = Family(
         FP16_CPU,
         OFFLOAD_OPTIMIZER_STAGE,
         NVME_PATH,
-        DS_PIPE_GRAD_ACCUM,
         DS_LR_SHIFTED,
         LR_SCHEDULE_ENGINE,
         DDP_OVERLAP,

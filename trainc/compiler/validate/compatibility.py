@@ -214,8 +214,7 @@ def _megatron_engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
 
 
 def _deepspeed_engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
-    """TRC304 / TRC305 / TRC320 / TRC321 / TRC322: DeepSpeed's ZeRO stages, offload and
-    pipeline engine."""
+    """TRC304 / TRC305 / TRC320 / TRC321: DeepSpeed's ZeRO stages and offload."""
     p, t = spec.parallel, spec.training
     if p.zero_stage >= 2 and p.pp > 1:
         yield diag(
@@ -265,22 +264,6 @@ def _deepspeed_engine(spec: TrainSpec, d: Derived) -> Iterator[Diagnostic]:
             fix="set training.nvme_path to a local NVMe directory on every node",
             offload_optimizer=t.offload_optimizer.value,
             offload_param=t.offload_param.value,
-        )
-    cap = capability(spec.engine, spec.launch.entrypoint)
-    runs_pp = cap is None or "pp" in cap.axes  # else TRC313 refuses pp: no PipelineEngine
-    if p.pp > 1 and (d.num_microbatches or 0) > 1 and runs_pp:
-        yield diag(
-            R.DS_PIPE_GRAD_ACCUM,
-            f"the DeepSpeed pipeline engine (pp = {p.pp}) with {d.num_microbatches} "
-            "micro-batches per step sums micro-batch gradients instead of averaging them "
-            "(DeepSpeed issue #7773), so changing micro_batch_size at a fixed "
-            "global_batch_size changes the gradient scale",
-            "training.micro_batch_size",
-            related=("parallel.pp", "training.global_batch_size", "engine"),
-            fix="keep micro_batch_size and the accumulation count fixed across sweeps, or "
-            "compare grad_norm in a smoke run before changing them",
-            pp=p.pp,
-            num_microbatches=d.num_microbatches,
         )
 
 

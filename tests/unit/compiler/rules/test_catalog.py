@@ -901,12 +901,8 @@ def test_unknown_enum_value_is_one_diagnostic(
     assert not good
 
 
-#: rules no runner of today reaches, each with the test that reaches it another way
-DORMANT = {"TRC322": "test_deepspeed_pipeline_warning_only_where_a_runner_splits_pp"}
-
-
 def test_every_rule_has_a_reject_and_an_allow_case() -> None:
-    covered = set(SPEC_CASES) | set(LOADER_CASES) | set(DORMANT)
+    covered = set(SPEC_CASES) | set(LOADER_CASES)
     missing = [r.id for r in R.ALL_RULES if not r.id.startswith("TRC4") and r.id not in covered]
     assert not missing, f"rules without a reject/allow pair: {missing}"
 
@@ -978,10 +974,10 @@ def test_next_free_id_skips_declared_and_retired_ids() -> None:
 
 def test_engine_grades_apply_to_findings() -> None:
     """A rule graded ``n/a`` for an engine reports nothing for it; one graded otherwise takes
-    that engine's severity (TRC322 is a DeepSpeed pipeline-engine warning, n/a on Megatron)."""
+    that engine's severity (TRC317 is a DeepSpeed lr-schedule warning, n/a on Megatron)."""
     from trainc.compiler.diagnostics import Severity, diag, for_engine
 
-    rule = R.DS_PIPE_GRAD_ACCUM
+    rule = R.DS_LR_SHIFTED
     d = diag(rule, "m", "parallel.pp")
     assert for_engine([d], "megatron") == []
     assert [x.severity for x in for_engine([d], "deepspeed")] == [Severity.warning]
@@ -1019,32 +1015,14 @@ def test_fixes_are_valid_alternatives() -> None:
             assert not [x for x in find(fixed, rule_id) if x.key == key], (rule_id, d.edits)
 
 
-def test_deepspeed_pipeline_warning_only_where_a_runner_splits_pp(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """TRC322 (DeepSpeed's PipelineEngine sums micro-batch gradients) is withheld while TRC313
-    refuses pp for the runner (the trainc worker builds no PipelineEngine), and reported, as a
-    warning, once a runner splits pp."""
-    import dataclasses
-
-    from trainc import capabilities
-    from trainc.schemas import Engine, Entrypoint
-
-    diags = lint_cfg(**DS, **{"parallel.pp": 2})
-    assert [d.key for d in find(diags, "TRC313")] == ["parallel.pp"]
-    assert not find(diags, "TRC322")
-    key = (Engine.deepspeed, Entrypoint.trainc)
-    cap = capabilities.CAPABILITIES[key]
-    monkeypatch.setitem(
-        capabilities.CAPABILITIES, key, dataclasses.replace(cap, axes=cap.axes | {"pp"})
-    )
-    diags = lint_cfg(**DS, **{"parallel.pp": 2})
-    assert not find(diags, "TRC313")
-    [d] = find(diags, "TRC322")
-    assert d.key == "training.micro_batch_size" and d.severity.value == "warning"
-    assert d.facts == {"pp": 2, "num_microbatches": d.facts["num_microbatches"]}
-    assert d.facts["num_microbatches"] > 1
-    assert not find(lint_cfg(**{"parallel.pp": 2, "engine": "megatron"}), "TRC322")
+def test_deepspeed_pipeline_warning_is_retired() -> None:
+    """TRC322 (DeepSpeed's PipelineEngine sums micro-batch gradients) is retired: no runner of
+    engine=deepspeed splits pp, so it could only stand beside TRC313 (the trainc worker) or
+    TRC325 (megatron-lm, torchtitan); its id stays reserved."""
+    assert "TRC322" in R.RETIRED and "TRC322" not in R.RULES_BY_ID
+    for entrypoint, refusal in (("trainc", "TRC313"), ("megatron-lm", "TRC325")):
+        diags = lint_cfg(**DS, **{"parallel.pp": 2, "launch.entrypoint": entrypoint})
+        assert find(diags, refusal) and all(d.rule.id != "TRC322" for d in diags), entrypoint
 
 
 @pytest.mark.parametrize(
@@ -1057,7 +1035,6 @@ def test_deepspeed_pipeline_warning_only_where_a_runner_splits_pp(
         (R.NVME_PATH, "n/a", "n/a", "error"),
         (R.OFFLOAD_ENGINE, "n/a", "error", "n/a"),
         (R.MEGATRON_ZERO, "n/a", "error", "n/a"),
-        (R.DS_PIPE_GRAD_ACCUM, "n/a", "n/a", "warning"),
         (R.VPP_PP2_P2P, "n/a", "info", "info"),
         (R.MOE_TP_SP, "n/a", "error", "error"),
         (R.MOE_CAPACITY_BALANCING, "n/a", "error", "error"),

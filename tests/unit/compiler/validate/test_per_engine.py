@@ -38,8 +38,6 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, str | None]]] = {
         {"training.offload_optimizer": "cpu", "parallel.zero_stage": 1, **FLAT},
         {"megatron": "error", "deepspeed": None},
     ),
-    # TRC322 (DeepSpeed's pipeline engine sums micro-batch gradients, #7773) is dormant while no
-    # runner splits pp on DeepSpeed (TRC313): test_rules_catalog tests it with a patched runner
     # Transformer Engine recipes: the GPU check is Megatron's; DeepSpeed gets TRC330
     "TRC370": (
         {**H100_FP8, "training.fp8_recipe": "mxfp8", **FLAT},
@@ -148,7 +146,7 @@ def test_catalog_states_the_engine_verdict(rule_id: str) -> None:
             assert rule.severity_for(engine) in (sev, rule.severity), (engine, sev)
         elif rule.severity_for(engine) != "n/a":
             # not reported although applicable: only where the check itself is engine-aware
-            assert rule_id in {"TRC322", "TRC330"}, (rule_id, engine)
+            assert rule_id == "TRC330", (rule_id, engine)
 
 
 def test_fp8_on_deepspeed_is_one_runner_error_not_recipe_findings() -> None:
